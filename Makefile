@@ -1,0 +1,50 @@
+# abtest: `make demo` runs a real A/B comparison, `make test` runs the test suite.
+# Both start with `make setup`, which is idempotent and does all set-up on a fresh Debian machine.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+APT_PKGS := trace-cmd openssh-server openssh-client stress-ng sysbench rt-tests rt-app \
+            qemu-system-x86 busybox-static dropbear-bin adb zstd sqlite3 cpio xz-utils
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+STAMP := $(VENV)/.abtest-setup
+NATIVE_SRC := $(wildcard native/src/*.rs) native/Cargo.toml
+
+.PHONY: setup system native test demo demo-live bench clean
+
+setup: system $(STAMP)
+
+# Debian packages the tools and tests use (installed only when one is missing).
+system:
+	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@command -v cargo >/dev/null || { echo "cargo (Rust) is needed to build abtest's native core: https://rustup.rs"; exit 1; }
+
+$(STAMP): pyproject.toml $(NATIVE_SRC)
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -c "import abtest._native" && touch $@
+
+# Rebuild only the Rust extension (fast path while working on native/).
+native:
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+demo: setup
+	$(VENV)/bin/python -m abtest.demo
+
+demo-live: setup
+	$(VENV)/bin/python -m abtest.demo --live
+
+bench: setup
+	$(VENV)/bin/python bench/ingest.py
+
+clean:
+	rm -rf $(VENV) native/target abtest/_native*.so

@@ -1,0 +1,87 @@
+"""`abtest trace info|convert`: what is in a trace; convert it to parquet tables."""
+from __future__ import annotations
+
+import json
+import time
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from abtest.trace.api import Trace
+
+
+def info_dict(t: Trace) -> dict:
+    """The stable JSON contract of `abtest trace info --json`."""
+    m = t.meta
+    return {
+        "file": str(t.path),
+        "format": m.get("format"),
+        "format_version": m.get("format_version"),
+        "wrapper": m.get("wrapper"),
+        "cpus": int(m.get("cpus") or 0),
+        "start_ns": m.get("start_ns"),
+        "end_ns": m.get("end_ns"),
+        "duration_s": ((m["end_ns"] - m["start_ns"]) / 1e9) if m.get("start_ns") is not None and m.get("end_ns") is not None else None,
+        "clock": m.get("clock"),
+        "events": t.events,
+        "event_aliases": m.get("event_aliases", {}),
+        "lost_events": int(m.get("lost_events") or 0),
+        "lost_events_per_cpu": m.get("lost_events_per_cpu", {}),
+        "kernel": m.get("kernel", {}),
+        "platform": m.get("platform"),
+        "warnings": m.get("warnings", []),
+    }
+
+
+@click.group()
+def trace() -> None:
+    """Inspect and convert trace files."""
+
+
+@trace.command("info")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (stable keys, see README)")
+@click.option("--no-cache", is_flag=True, help="decode from scratch, do not read or write the parquet cache")
+def info(file: str, as_json: bool, no_cache: bool) -> None:
+    """Format, CPUs, time span, per-event counts, lost events and metadata of FILE."""
+    t = Trace(file, use_cache=not no_cache)
+    d = info_dict(t)
+    if as_json:
+        click.echo(json.dumps(d, sort_keys=False, default=str))
+    else:
+        con = Console()
+        con.print(f"[bold]{d['file']}[/]  format={d['format']}"
+                  f"{' v' + str(d['format_version']) if d['format_version'] else ''}"
+                  f"{' (' + d['wrapper'] + ')' if d['wrapper'] else ''}  cpus={d['cpus']}  clock={d['clock']}")
+        if d["duration_s"] is not None:
+            con.print(f"span: {d['start_ns']} .. {d['end_ns']} ns ({d['duration_s']:.3f} s)")
+        k = d["kernel"] or {}
+        if k.get("release") or k.get("version"):
+            con.print(f"kernel: {k.get('release') or ''} {k.get('version') or ''}".strip())
+        tab = Table("event", "count", title="events")
+        for name, n in sorted(d["events"].items(), key=lambda kv: -kv[1]):
+            tab.add_row(name, f"{n:,}")
+        con.print(tab)
+        for w in d["warnings"]:
+            con.print(f"[yellow]warning:[/] {w}")
+    if d["lost_events"]:
+        click.secho(f"WARNING: {d['lost_events']} events were lost in the ring buffer "
+                    f"(per CPU: {d['lost_events_per_cpu']}); results from this trace are incomplete",
+                    fg="yellow", err=True)
+
+
+@trace.command("convert")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="directory to write <table>.parquet files and meta.json into")
+def convert(file: str, out_dir: str) -> None:
+    """Decode FILE into one parquet file per canonical table plus meta.json in OUT_DIR."""
+    t0 = time.perf_counter()
+    t = Trace(file, use_cache=False)
+    out = t.to_dir(out_dir)
+    n = sum(t.events.values())
+    dt = time.perf_counter() - t0
+    click.echo(f"wrote {len(t.tables)} tables, {n:,} events to {out} in {dt:.2f} s", err=True)
+    if t.meta.get("lost_events"):
+        click.secho(f"WARNING: {t.meta['lost_events']} events were lost in the ring buffer", fg="yellow", err=True)

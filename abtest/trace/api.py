@@ -1,0 +1,153 @@
+"""`Trace`: the user-facing handle on one trace file.
+
+    t = Trace("trace.dat")                 # decodes once, then served from the parquet cache
+    t.meta["cpus"], t.events               # metadata, per-event counts
+    t.df("sched_switch")                   # canonical table (polars DataFrame), ts in ns
+    w = t.window(start_ns, end_ns)         # same trace, tables clipped to [start_ns, end_ns)
+    t.idle.df_residency()                  # analyses (abtest.analysis.*) hang off the trace
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+
+from abtest.trace import cache
+from abtest.trace.errors import MissingEventsError
+from abtest.trace.model import TraceData
+from abtest.trace.readers import read_trace
+
+
+class Trace:
+    """A decoded trace with lazy table access.
+
+    Args:
+        path: trace file (trace.dat, ftrace text, systrace HTML, atrace, perfetto; gzip/zip wrapped ok).
+        use_cache: read/write the content-keyed parquet cache (see abtest.trace.cache).
+        platform: platform description (dict, or a path to a platform file: YAML/TOML/LISA plat_info.yml)
+            used by analyses when the trace itself carries none.
+        window: optional (start_ns, end_ns) time window applied to every table.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, use_cache: bool = True,
+                 platform: dict | str | os.PathLike | None = None,
+                 window: tuple[int | None, int | None] | None = None, _entry: Path | None = None,
+                 _data: TraceData | None = None):
+        self.path = Path(path)
+        self._platform_arg = platform
+        self._window = window
+        self._entry = _entry
+        self._data = _data
+        self._frames: dict[str, pl.DataFrame] = {}
+        if self._entry is None and self._data is None:
+            self._load(use_cache)
+        self._meta = cache.read_meta(self._entry) if self._entry is not None else self._data.meta
+
+    # -- loading -------------------------------------------------------------------------------
+    def _load(self, use_cache: bool) -> None:
+        if not use_cache:
+            self._data = read_trace(self.path)
+            return
+        key = cache.content_key(self.path)
+        entry = cache.cache_root() / key
+        if not cache.is_complete(entry):
+            data = read_trace(self.path)
+            try:
+                cache.write_tables(data, entry)
+            except OSError:  # read-only cache dir: keep going uncached
+                self._data = data
+                return
+        self._entry = entry
+
+    # -- metadata ------------------------------------------------------------------------------
+    @property
+    def meta(self) -> dict:
+        """Metadata dict (format, clock, cpus, start_ns, end_ns, lost_events, kernel, platform, events...)."""
+        return self._meta
+
+    @property
+    def events(self) -> dict[str, int]:
+        """Per-event counts over the whole file (kernel event names, variants normalised)."""
+        return dict(self._meta.get("events", {}))
+
+    @property
+    def tables(self) -> list[str]:
+        if self._entry is not None:
+            return cache.table_names(self._entry)
+        return sorted(self._data.tables)
+
+    @property
+    def cpus(self) -> int:
+        return int(self._meta.get("cpus") or 0)
+
+    @property
+    def start_ns(self) -> int | None:
+        """Start of the analysed span in ns (window start if a window is set)."""
+        if self._window and self._window[0] is not None:
+            return int(self._window[0])
+        return self._meta.get("start_ns")
+
+    @property
+    def end_ns(self) -> int | None:
+        """End of the analysed span in ns (window end if a window is set)."""
+        if self._window and self._window[1] is not None:
+            return int(self._window[1])
+        return self._meta.get("end_ns")
+
+    @property
+    def platform(self) -> dict | None:
+        """Platform description: the one given to the constructor, else the trace's own, else None."""
+        if self._platform_arg is None:
+            return self._meta.get("platform")
+        if isinstance(self._platform_arg, dict):
+            return self._platform_arg
+        from abtest.analysis.platform import load_platform
+        self._platform_arg = load_platform(self._platform_arg)
+        return self._platform_arg
+
+    # -- tables --------------------------------------------------------------------------------
+    def has_events(self, *names: str) -> bool:
+        return all(n in self.tables for n in names)
+
+    def require(self, analysis: str, *names: str) -> None:
+        """Raise MissingEventsError naming the absent events (and how to record them)."""
+        missing = [n for n in names if n not in self.tables]
+        if missing:
+            raise MissingEventsError(analysis, missing, str(self.path))
+
+    def df(self, name: str, *, windowed: bool = True) -> pl.DataFrame:
+        """Canonical table `name` (see abtest.trace.schema), clipped to the window unless windowed=False.
+
+        Raises MissingEventsError if the trace has no such table.
+        """
+        if name not in self._frames:
+            if name not in self.tables:
+                raise MissingEventsError(f"table {name!r}", [name], str(self.path))
+            if self._entry is not None:
+                self._frames[name] = pl.read_parquet(cache.table_path(self._entry, name))
+            else:
+                self._frames[name] = self._data.tables[name]
+        df = self._frames[name]
+        if windowed and self._window and "ts" in df.columns:
+            lo, hi = self._window
+            if lo is not None:
+                df = df.filter(pl.col("ts") >= lo)
+            if hi is not None:
+                df = df.filter(pl.col("ts") < hi)
+        return df
+
+    def window(self, start_ns: int | None, end_ns: int | None) -> "Trace":
+        """A view of the same trace restricted to [start_ns, end_ns) (ns on the trace clock)."""
+        view = Trace(self.path, platform=self._platform_arg, window=(start_ns, end_ns),
+                     _entry=self._entry, _data=self._data)
+        view._frames = self._frames
+        return view
+
+    def to_dir(self, out_dir: str | os.PathLike) -> Path:
+        """Write every table as parquet + meta.json into out_dir (layout of abtest.trace.cache)."""
+        data = TraceData(tables={n: self.df(n, windowed=False) for n in self.tables}, meta=dict(self.meta))
+        return cache.write_tables(data, out_dir)
+
+    def __repr__(self) -> str:
+        return f"Trace({str(self.path)!r}, format={self.meta.get('format')!r}, cpus={self.cpus}, events={sum(self.events.values())})"

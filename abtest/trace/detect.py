@@ -1,0 +1,53 @@
+"""Format detection from the first bytes of a file (magic numbers and content sniffing)."""
+from __future__ import annotations
+
+TRACEDAT_MAGIC = b"\x17\x08\x44tracing"
+GZIP_MAGIC = b"\x1f\x8b"
+ZIP_MAGIC = b"PK\x03\x04"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _looks_like_perfetto(head: bytes) -> bool:
+    """A perfetto Trace is a sequence of `repeated TracePacket packet = 1` (tag 0x0a, then varint len)."""
+    if len(head) < 2 or head[0] != 0x0A:
+        return False
+    # varint length must decode within 5 bytes
+    for i in range(1, min(6, len(head))):
+        if head[i] & 0x80 == 0:
+            return True
+    return False
+
+
+def detect_format(head: bytes) -> str | None:
+    """Return one of: trace.dat, gzip, zip, zstd, perfetto, systrace-html, atrace-z, atrace,
+    ftrace-text; or None when nothing matches (empty or binary garbage).
+
+    `head` is the first few KiB of the file.
+    """
+    if not head:
+        return None
+    if head.startswith(TRACEDAT_MAGIC):
+        return "trace.dat"
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(ZIP_MAGIC):
+        return "zip"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    stripped = head.lstrip()
+    low = stripped[:200].lower()
+    if low.startswith(b"<!doctype html") or low.startswith(b"<html"):
+        return "systrace-html"
+    if stripped.startswith(b"TRACE:"):
+        rest = stripped[len(b"TRACE:"):].lstrip(b"\r\n")
+        if rest[:1] == b"\x78":  # zlib header (CMF 0x78)
+            return "atrace-z"
+        return "atrace"
+    if _looks_like_perfetto(head):
+        return "perfetto"
+    # text: mostly printable bytes
+    sample = head[:4096]
+    printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 128)
+    if printable >= 0.95 * len(sample):
+        return "ftrace-text"
+    return None

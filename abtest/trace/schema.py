@@ -1,0 +1,206 @@
+"""The canonical tables: the contract between abtest.trace (readers) and abtest.analysis.
+
+Every reader returns *raw* tables named after the kernel event, with columns
+``ts`` (Int64, ns on the trace clock), ``cpu`` (Int32, CPU whose ring buffer held the event),
+``common_pid`` (Int32, task current when the event fired; absent when the source lacks it),
+followed by the event's own fields under their kernel names and widths.
+``canonicalize()`` then applies the renames below, so every analysis sees the same columns
+whatever the source format.
+
+Canonical tables (all sorted by ts; comm/rail strings are Categorical):
+
+sched_switch        ts, cpu, common_pid, prev_comm, prev_pid, prev_prio, prev_state (Int64, kernel
+                    task state bits; 0 = preempted while runnable), next_comm, next_pid, next_prio
+sched_wakeup, sched_waking, sched_wakeup_new
+                    ts, cpu, common_pid, comm, pid, prio, target_cpu (older kernels: + success)
+sched_migrate_task  ts, cpu, common_pid, comm, pid, prio, orig_cpu, dest_cpu
+cpu_idle            ts, cpu (Int32, the CPU that changed state, from cpu_id),
+                    state (Int64: idle state index entered; -1 = exit to active, the kernel
+                    writes 4294967295 = (u32)-1)
+cpu_idle_miss       ts, cpu (from cpu_id), state (Int64), type (Categorical: "above" = the state
+                    was too deep for the actual sleep, "below" = a deeper state would have fitted)
+cpu_frequency       ts, cpu (from cpu_id), frequency_khz (Int64, kHz)
+cpu_frequency_limits ts, cpu (from cpu_id), min_khz, max_khz (Int64, kHz)
+sched_pelt_cfs / sched_pelt_se / sched_pelt_rt / sched_pelt_dl / sched_pelt_irq
+                    ts, cpu, [pid, comm for se], [path], util, runnable, load (PELT units,
+                    0..1024 for util/runnable) -- plus any other fields of the variant
+                    (raw names sched_load_cfs_rq, sched_load_se, sched_load_rt_rq, sched_load_dl_rq,
+                    sched_load_irq, lisa__sched_pelt_*, sched_load_avg_cpu, sched_load_avg_task)
+marker              ts, cpu, pid (Int32), text (Utf8), event (Categorical: print, bprint, bputs,
+                    tracing_mark_write) -- `trace info` counts these per original event
+power_rail          ts, rail (Categorical, e.g. S4M_VDD_CPUCL0), subsystem (Categorical),
+                    energy_uj (Float64, cumulative energy counter as sampled, uJ = uWs)
+any other event     a table named after it, ts, cpu, common_pid and every field of its format.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+# raw event name -> canonical event name
+EVENT_ALIASES: dict[str, str] = {
+    "sched_load_cfs_rq": "sched_pelt_cfs",
+    "sched_load_se": "sched_pelt_se",
+    "sched_load_rt_rq": "sched_pelt_rt",
+    "sched_load_dl_rq": "sched_pelt_dl",
+    "sched_load_irq": "sched_pelt_irq",
+    "sched_load_avg_cpu": "sched_pelt_cfs",
+    "sched_load_avg_task": "sched_pelt_se",
+    "lisa__sched_pelt_cfs": "sched_pelt_cfs",
+    "lisa__sched_pelt_se": "sched_pelt_se",
+    "lisa__sched_pelt_rt": "sched_pelt_rt",
+    "lisa__sched_pelt_dl": "sched_pelt_dl",
+    "lisa__sched_pelt_irq": "sched_pelt_irq",
+    "lisa__sched_pelt_thermal": "sched_pelt_thermal",
+}
+
+MARKER_EVENTS = ("print", "bprint", "bputs", "tracing_mark_write")
+
+# PELT field names across kernel/module versions -> canonical
+_PELT_FIELD_RENAMES = {
+    "util_avg": "util",
+    "load_avg": "load",
+    "runnable_avg": "runnable",
+}
+
+IDLE_EXIT_RAW = 4294967295  # (u32)-1 written by the kernel on idle exit
+
+
+def _categorical(df: pl.DataFrame, cols: tuple[str, ...]) -> pl.DataFrame:
+    present = [c for c in cols if c in df.columns and df.schema[c] == pl.Utf8]
+    if not present:
+        return df
+    return df.with_columns([pl.col(c).cast(pl.Categorical) for c in present])
+
+
+def _cpu_from_cpu_id(df: pl.DataFrame) -> pl.DataFrame:
+    """Use the event's cpu_id (the CPU the event is about) as `cpu`."""
+    if "cpu_id" not in df.columns:
+        return df
+    return df.drop("cpu").rename({"cpu_id": "cpu"}).with_columns(pl.col("cpu").cast(pl.Int32))
+
+
+def _signed_state(col: str) -> pl.Expr:
+    return (
+        pl.when(pl.col(col).cast(pl.Int64) == IDLE_EXIT_RAW)
+        .then(pl.lit(-1, pl.Int64))
+        .otherwise(pl.col(col).cast(pl.Int64))
+        .alias(col)
+    )
+
+
+def _canon_cpu_idle(df: pl.DataFrame) -> pl.DataFrame:
+    df = _cpu_from_cpu_id(df)
+    return df.with_columns(_signed_state("state")) if "state" in df.columns else df
+
+
+def _canon_cpu_idle_miss(df: pl.DataFrame) -> pl.DataFrame:
+    df = _cpu_from_cpu_id(df)
+    if "state" in df.columns:
+        df = df.with_columns(_signed_state("state"))
+    if "below" in df.columns and "type" not in df.columns:
+        df = df.with_columns(
+            pl.when(pl.col("below").cast(pl.Int64) != 0).then(pl.lit("below"))
+            .otherwise(pl.lit("above")).cast(pl.Categorical).alias("type")
+        ).drop("below")
+    elif "type" in df.columns:
+        df = df.with_columns(pl.col("type").cast(pl.Utf8).cast(pl.Categorical))
+    return df
+
+
+def _canon_cpu_frequency(df: pl.DataFrame) -> pl.DataFrame:
+    df = _cpu_from_cpu_id(df)
+    if "state" in df.columns:
+        df = df.rename({"state": "frequency_khz"}).with_columns(pl.col("frequency_khz").cast(pl.Int64))
+    return df
+
+
+def _canon_cpu_frequency_limits(df: pl.DataFrame) -> pl.DataFrame:
+    df = _cpu_from_cpu_id(df)
+    ren = {k: v for k, v in {"min_freq": "min_khz", "max_freq": "max_khz"}.items() if k in df.columns}
+    df = df.rename(ren)
+    return df.with_columns([pl.col(c).cast(pl.Int64) for c in ("min_khz", "max_khz") if c in df.columns])
+
+
+def _canon_pelt(df: pl.DataFrame) -> pl.DataFrame:
+    ren = {k: v for k, v in _PELT_FIELD_RENAMES.items() if k in df.columns and v not in df.columns}
+    return df.rename(ren)
+
+
+def _marker_text_column(name: str, df: pl.DataFrame) -> pl.Expr:
+    for col in ("buf", "str", "text"):
+        if col in df.columns:
+            return pl.col(col).cast(pl.Utf8).str.strip_chars_end("\n").alias("text")
+    return pl.lit(None, pl.Utf8).alias("text")
+
+
+def _build_marker(raw: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
+    parts = []
+    for name in MARKER_EVENTS:
+        df = raw.get(name)
+        if df is None:
+            continue
+        pid = pl.col("common_pid") if "common_pid" in df.columns else pl.lit(None, pl.Int32)
+        parts.append(df.select(
+            pl.col("ts").cast(pl.Int64),
+            pl.col("cpu").cast(pl.Int32),
+            pid.cast(pl.Int32).alias("pid"),
+            _marker_text_column(name, df),
+            pl.lit(name).alias("event"),
+        ))
+    if not parts:
+        return None
+    return pl.concat(parts).sort("ts", maintain_order=True).with_columns(pl.col("event").cast(pl.Categorical))
+
+
+_CANON_FUNCS = {
+    "cpu_idle": _canon_cpu_idle,
+    "cpu_idle_miss": _canon_cpu_idle_miss,
+    "cpu_frequency": _canon_cpu_frequency,
+    "cpu_frequency_limits": _canon_cpu_frequency_limits,
+}
+
+_COMM_COLUMNS = ("comm", "prev_comm", "next_comm", "common_comm", "rail", "subsystem")
+
+
+def canonicalize(raw: dict[str, pl.DataFrame], meta: dict) -> dict[str, pl.DataFrame]:
+    """Raw reader tables -> canonical tables (pure; records renames in meta["event_aliases"])."""
+    out: dict[str, pl.DataFrame] = {}
+    aliases = meta.setdefault("event_aliases", {})
+    marker = _build_marker(raw)
+    if marker is not None:
+        out["marker"] = marker
+    for name, df in raw.items():
+        if name in MARKER_EVENTS:
+            continue
+        canon = EVENT_ALIASES.get(name, name)
+        if canon != name:
+            aliases[canon] = name
+        if canon.startswith("sched_pelt_"):
+            df = _canon_pelt(df)
+        fn = _CANON_FUNCS.get(canon)
+        if fn is not None:
+            df = fn(df)
+        df = _categorical(df, _COMM_COLUMNS)
+        if "ts" in df.columns and not df.is_empty():
+            df = df.sort("ts", maintain_order=True)
+        if canon in out:  # two raw variants of the same canonical event
+            out[canon] = pl.concat([out[canon], df], how="diagonal_relaxed").sort("ts", maintain_order=True)
+        else:
+            out[canon] = df
+    return out
+
+
+def event_counts(tables: dict[str, pl.DataFrame]) -> dict[str, int]:
+    """Per-event counts as the kernel names the events (after variant normalisation).
+
+    The `marker` table is split back into print / bprint / bputs / tracing_mark_write.
+    `power_rail` counts samples. Empty tables are reported with 0.
+    """
+    counts: dict[str, int] = {}
+    for name, df in tables.items():
+        if name == "marker":
+            for row in df.group_by("event").len().iter_rows():
+                counts[str(row[0])] = int(row[1])
+        else:
+            counts[name] = df.height
+    return dict(sorted(counts.items()))

@@ -1,0 +1,16 @@
+//! abtest's compiled core: trace decoding hot paths.
+//!
+//! Each format lives in its own module, which registers its Python functions
+//! through its `register` function. Python wrappers live in `abtest/trace/`.
+use pyo3::prelude::*;
+
+mod perfetto;
+mod tracedat;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    tracedat::register(m)?;
+    perfetto::register(m)?;
+    Ok(())
+}

@@ -1,0 +1,61 @@
+"""Shared fixtures: paths to the real test traces, a per-session cache dir, and the tracefs lock."""
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+TRACES = SHARED / "traces"
+PLATFORMS = SHARED / "platforms"
+TRACEFS = Path("/sys/kernel/tracing")
+TRACEFS_LOCK = "/tmp/abtest-tracefs.lock"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Every test session gets its own parquet cache dir (no stale entries from earlier runs)."""
+    old = os.environ.get("ABTEST_CACHE_DIR")
+    os.environ["ABTEST_CACHE_DIR"] = str(tmp_path_factory.mktemp("abtest-cache"))
+    yield
+    if old is None:
+        os.environ.pop("ABTEST_CACHE_DIR", None)
+    else:
+        os.environ["ABTEST_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def traces() -> Path:
+    """../shared/traces (real traces from real systems)."""
+    if not TRACES.is_dir():
+        pytest.fail(f"{TRACES} is missing: the shared test traces must sit beside the repository")
+    return TRACES
+
+
+@pytest.fixture(scope="session")
+def platforms() -> Path:
+    return PLATFORMS
+
+
+def ensure_tracefs() -> Path:
+    if not (TRACEFS / "events").is_dir():
+        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True)
+    return TRACEFS
+
+
+@pytest.fixture
+def tracefs_lock():
+    """Serialise use of this machine's (global) tracefs across tests and processes.
+
+    Yields the tracefs mount point. Anything that writes tracefs must hold this lock.
+    """
+    with open(TRACEFS_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield ensure_tracefs()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
