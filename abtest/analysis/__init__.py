@@ -1,0 +1,28 @@
+"""abtest.analysis: canonical tables (abtest.trace.schema) -> metrics.
+
+Convention (every module follows it; ``abtest analyze`` and the A/B compare rely on it):
+
+* One module per concept: ``abtest.analysis.<name>`` (load_tracking, frequency, energy, idle, latency,
+  placement, ...).
+* Module-level ``EVENTS``: tuple of canonical table names the module's main analyses need;
+  ``OPTIONAL_EVENTS``: tables used when present (e.g. cpu_idle to split active from idle time).
+  Collectors enable these; a trace lacking them gets MissingEventsError naming them.
+* Pure functions ``df_*(frames..., *, options) -> pl.DataFrame`` (tables) and ``plot_*(...) ->
+  matplotlib Figure`` (figures). They take polars frames, not a Trace, so they are testable on hand-built
+  frames. Every column name or docstring states its unit (``*_ns``, ``*_khz``, ``*_mw``, ``*_j``, ``pct``).
+  Each df_* docstring lists the events it needs.
+* A class ``<Name>Analysis(trace)`` exposing the same ``df_*``/``plot_*`` bound to a Trace: each method calls
+  ``trace.require("<analysis>", *events)`` first (MissingEventsError names what is missing), then the pure
+  function with ``trace.df(...)`` frames and the trace window (``trace.start_ns``/``trace.end_ns``).
+  Reached as properties of Trace: ``trace.load_tracking``, ``trace.frequency``, ``trace.energy``,
+  ``trace.idle``, ``trace.latency``, ``trace.placement``.
+* ``summary(trace) -> dict``: JSON-serialisable, stable keys with units in the names
+  (e.g. ``"avg_frequency_khz"``, ``"energy_j"``), used by ``abtest analyze --json`` and by the A/B compare.
+  Absent inputs give absent keys (never made-up zeros).
+* Every "value over time" question goes through :mod:`abtest.analysis.intervals`
+  (state changes -> ``(key, ts, dur, value)`` clipped to the window, value at window start carried in).
+  No analysis re-derives deltas on its own. No per-event Python loops: polars expressions, numpy, or the
+  Rust core.
+
+Times are Int64 ns on the trace clock; ``dur`` is ns.
+"""

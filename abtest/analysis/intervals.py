@@ -1,0 +1,220 @@
+"""The shared primitive: a state-change stream -> intervals clipped to a window.
+
+Every "value in force over time" question (idle state per CPU, frequency per CPU, task running on a
+CPU, a sampled counter) is answered the same way: a stream of change events
+``(key..., ts, value...)`` becomes non-overlapping intervals ``(key..., ts, dur, value...)`` covering
+the analysis window ``[start_ns, end_ns)`` for every key.
+
+Rules (the contract other analyses rely on):
+
+* ``ts`` is the interval start (Int64, ns on the trace clock), ``dur`` its length (Int64, ns, > 0).
+* The value in force at ``start_ns`` is *carried in*: the last change strictly before ``start_ns``
+  for that key, else ``initial`` (a dict column -> value, or one value for a single value column),
+  else null ("unknown"). A null-valued interval means the state was not known there; callers decide
+  whether to drop it (e.g. ``df.drop_nulls(value)``) — it is never silently filled.
+* A change exactly at ``start_ns`` replaces the carried-in value (no zero-length interval).
+* Changes at or after ``end_ns`` are ignored; the last interval of each key runs to ``end_ns``.
+* Several changes with the same (key, ts) keep the last one in input order.
+* With ``merge_equal=True`` (default), consecutive intervals of the same key with equal values
+  (nulls equal to nulls) are merged, so repeated "set to same value" events do not split intervals.
+* Keys with no change at all inside or before the window appear only if listed in ``all_keys``
+  (one interval ``[start_ns, end_ns)`` with the ``initial`` value or null).
+
+All functions are vectorised polars; no Python loop over events.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+__all__ = ["df_intervals", "df_intervals_join", "df_residency", "time_weighted_mean", "window_of"]
+
+
+def _as_list(x: str | Sequence[str]) -> list[str]:
+    return [x] if isinstance(x, str) else list(x)
+
+
+def window_of(df: pl.DataFrame, start_ns: int | None, end_ns: int | None) -> tuple[int, int]:
+    """Resolve a window: missing bounds default to the first / last ``ts`` of ``df`` (ns)."""
+    if start_ns is None or end_ns is None:
+        if df.is_empty():
+            raise ValueError("empty change stream and no explicit window: pass start_ns and end_ns")
+        lo, hi = df.select(pl.col("ts").min(), pl.col("ts").max()).row(0)
+        start_ns = int(lo) if start_ns is None else start_ns
+        end_ns = int(hi) if end_ns is None else end_ns
+    if end_ns < start_ns:
+        raise ValueError(f"window end {end_ns} ns is before its start {start_ns} ns")
+    return int(start_ns), int(end_ns)
+
+
+def _initial_exprs(values: list[str], initial: Any, schema: pl.Schema) -> list[pl.Expr]:
+    if isinstance(initial, dict):
+        init = initial
+    elif len(values) == 1:
+        init = {values[0]: initial}
+    elif initial is None:
+        init = {}
+    else:
+        raise ValueError("initial must be a dict {column: value} when there are several value columns")
+    return [pl.lit(init.get(v), dtype=schema[v]).alias(v) for v in values]
+
+
+def df_intervals(
+    changes: pl.DataFrame,
+    value: str | Sequence[str],
+    *,
+    keys: str | Sequence[str] = (),
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    initial: Any = None,
+    all_keys: pl.DataFrame | Sequence[Any] | None = None,
+    merge_equal: bool = True,
+) -> pl.DataFrame:
+    """State changes -> intervals ``(keys..., ts, dur, values...)`` clipped to ``[start_ns, end_ns)``.
+
+    Args:
+        changes: frame with ``ts`` (Int64 ns), the key columns and the value columns; each row says
+            "from ts on, key has value". Need not be sorted.
+        value: the value column(s) (e.g. ``"state"`` for cpu_idle, ``"frequency_khz"``,
+            ``["next_pid", "next_comm"]`` for sched_switch keyed by cpu).
+        keys: column(s) identifying independent streams (e.g. ``"cpu"``, ``"rail"``); () = one stream.
+        start_ns, end_ns: the window in ns; default = first / last change ts (so the last change of
+            the stream gets a zero-length interval and is dropped: pass the trace end to keep it).
+        initial: value in force before the first change when nothing earlier is known (see module doc).
+        all_keys: key values (a frame of key columns, or a list for a single key) that must appear
+            even with no change at all, e.g. every CPU of the platform.
+        merge_equal: merge consecutive equal-valued intervals of the same key.
+
+    Returns:
+        Frame sorted by keys then ts with columns keys..., ``ts`` (Int64 ns, interval start),
+        ``dur`` (Int64 ns, > 0), values... (same dtypes as in ``changes``).
+    """
+    values = _as_list(value)
+    key_cols = _as_list(keys)
+    missing = [c for c in ["ts", *key_cols, *values] if c not in changes.columns]
+    if missing:
+        raise ValueError(f"change stream lacks columns {missing}; it has {changes.columns}")
+    start_ns, end_ns = window_of(changes, start_ns, end_ns)
+    cols = [*key_cols, "ts", *values]
+    ch = changes.select(cols).with_columns(pl.col("ts").cast(pl.Int64)).with_row_index("_order")
+    ch = ch.sort([*key_cols, "ts", "_order"])
+    # last change per (key, ts): a later event with the same timestamp wins
+    ch = ch.unique([*key_cols, "ts"], keep="last", maintain_order=True).drop("_order")
+
+    before = ch.filter(pl.col("ts") < start_ns)
+    inside = ch.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
+    init_exprs = _initial_exprs(values, initial, ch.schema)
+
+    # the value carried in at start_ns, per key
+    if key_cols:
+        carried = before.group_by(key_cols, maintain_order=True).last().drop("ts")
+        key_frame = pl.concat([carried.select(key_cols), inside.select(key_cols)]).unique(maintain_order=True)
+        if all_keys is not None:
+            extra = all_keys if isinstance(all_keys, pl.DataFrame) else pl.DataFrame({key_cols[0]: list(all_keys)})
+            extra = extra.select([pl.col(k).cast(ch.schema[k]) for k in key_cols])
+            key_frame = pl.concat([key_frame, extra]).unique(maintain_order=True)
+        start_rows = key_frame.join(carried, on=key_cols, how="left", nulls_equal=True)
+        if initial is not None:
+            start_rows = start_rows.with_columns(
+                [pl.coalesce(pl.col(v), e).alias(v) for v, e in zip(values, init_exprs)])
+    else:
+        if before.is_empty():
+            start_rows = pl.select(init_exprs)
+        else:
+            start_rows = before.tail(1).drop("ts")
+    start_rows = start_rows.with_columns(pl.lit(start_ns, pl.Int64).alias("ts")).select(cols)
+
+    # a change exactly at start_ns replaces the carried-in row (concat order: start row first)
+    allrows = pl.concat([start_rows.with_columns(pl.lit(0).alias("_p")),
+                         inside.with_columns(pl.lit(1).alias("_p"))], how="vertical_relaxed")
+    allrows = (allrows.sort([*key_cols, "ts", "_p"])
+               .unique([*key_cols, "ts"], keep="last", maintain_order=True).drop("_p"))
+
+    nxt = pl.col("ts").shift(-1)
+    if key_cols:
+        nxt = nxt.over(key_cols)
+    out = allrows.with_columns((nxt.fill_null(end_ns) - pl.col("ts")).alias("dur"))
+    out = out.filter(pl.col("dur") > 0)
+    if merge_equal and out.height > 1:
+        out = _merge_equal(out, key_cols, values)
+    return out.select([*key_cols, "ts", "dur", *values])
+
+
+def _merge_equal(df: pl.DataFrame, key_cols: list[str], values: list[str]) -> pl.DataFrame:
+    changed = pl.lit(False)
+    for v in values:
+        prev = pl.col(v).shift(1)
+        if key_cols:
+            prev = prev.over(key_cols)
+        changed = changed | pl.col(v).ne_missing(prev)
+    first = pl.int_range(pl.len()) == 0
+    if key_cols:
+        first = first.over(key_cols)
+    seg = (changed | first).cast(pl.Int64).cum_sum()
+    if key_cols:
+        seg = seg.over(key_cols)
+    return (df.with_columns(seg.alias("_seg"))
+            .group_by([*key_cols, "_seg"], maintain_order=True)
+            .agg(pl.col("ts").first(), pl.col("dur").sum(), *[pl.col(v).first() for v in values])
+            .drop("_seg"))
+
+
+def df_intervals_join(a: pl.DataFrame, b: pl.DataFrame, *, keys: str | Sequence[str] = ()) -> pl.DataFrame:
+    """Overlay two interval frames of the same keys into intervals where both values are constant.
+
+    ``a`` and ``b`` are outputs of :func:`df_intervals` (keys..., ts, dur, values...) with disjoint
+    value column names. The result covers the time where *both* have an interval for a key, split at
+    every boundary of either: keys..., ``ts`` (ns), ``dur`` (ns), a's values..., b's values....
+    Example: frequency intervals x idle-state intervals per cpu -> time at each OPP while active.
+    """
+    key_cols = _as_list(keys)
+    a_vals = [c for c in a.columns if c not in (*key_cols, "ts", "dur")]
+    b_vals = [c for c in b.columns if c not in (*key_cols, "ts", "dur")]
+    clash = set(a_vals) & set(b_vals)
+    if clash:
+        raise ValueError(f"value columns {sorted(clash)} appear in both interval frames; rename one")
+    if a.is_empty() or b.is_empty():
+        return pl.DataFrame(schema={**{k: a.schema[k] for k in key_cols}, "ts": pl.Int64, "dur": pl.Int64,
+                                    **{c: a.schema[c] for c in a_vals}, **{c: b.schema[c] for c in b_vals}})
+    ae = a.with_columns((pl.col("ts") + pl.col("dur")).alias("_a_end"))
+    be = b.with_columns((pl.col("ts") + pl.col("dur")).alias("_b_end"))
+    cuts = pl.concat([
+        a.select([*key_cols, "ts"]), b.select([*key_cols, "ts"]),
+        ae.select([*key_cols, pl.col("_a_end").alias("ts")]), be.select([*key_cols, pl.col("_b_end").alias("ts")]),
+    ]).unique().sort([*key_cols, "ts"])
+    nxt = pl.col("ts").shift(-1)
+    if key_cols:
+        nxt = nxt.over(key_cols)
+    pieces = cuts.with_columns((nxt - pl.col("ts")).alias("dur")).filter(pl.col("dur") > 0)
+    by = key_cols or None
+    pieces = pieces.join_asof(ae.sort([*key_cols, "ts"]).drop("dur"), on="ts", by=by, strategy="backward",
+                              check_sortedness=False)
+    pieces = pieces.join_asof(be.sort([*key_cols, "ts"]).drop("dur"), on="ts", by=by, strategy="backward",
+                              check_sortedness=False)
+    pieces = pieces.filter((pl.col("ts") < pl.col("_a_end")) & (pl.col("ts") < pl.col("_b_end")))
+    return pieces.select([*key_cols, "ts", "dur", *a_vals, *b_vals]).sort([*key_cols, "ts"])
+
+
+def df_residency(intervals: pl.DataFrame, by: str | Sequence[str]) -> pl.DataFrame:
+    """Total time per group: ``by..., time_ns`` (Int64 ns) and ``pct`` (% of the group's key total).
+
+    ``by`` = key columns + value columns, e.g. ``["cpu", "frequency_khz"]``; ``pct`` is relative to the
+    total time of the first ``by`` column's group (e.g. per cpu), 0..100.
+    """
+    by = _as_list(by)
+    res = intervals.group_by(by).agg(pl.col("dur").sum().alias("time_ns")).sort(by, nulls_last=True)
+    total = pl.col("time_ns").sum().over(by[0]) if len(by) > 1 else pl.col("time_ns").sum()
+    return res.with_columns((100.0 * pl.col("time_ns") / total).alias("pct"))
+
+
+def time_weighted_mean(intervals: pl.DataFrame, value: str, by: str | Sequence[str] = ()) -> pl.DataFrame:
+    """Time-weighted mean of ``value`` over intervals (nulls ignored): ``by..., <value>_twmean``."""
+    by = _as_list(by)
+    valid = intervals.filter(pl.col(value).is_not_null())
+    agg = (pl.col(value).cast(pl.Float64) * pl.col("dur")).sum() / pl.col("dur").sum()
+    name = f"{value}_twmean"
+    if not by:
+        return valid.select(agg.alias(name))
+    return valid.group_by(by).agg(agg.alias(name)).sort(by)
