@@ -149,5 +149,42 @@ class Trace:
         data = TraceData(tables={n: self.df(n, windowed=False) for n in self.tables}, meta=dict(self.meta))
         return cache.write_tables(data, out_dir)
 
+    # -- analyses (abtest.analysis.*; imported lazily) ------------------------------------------
+    @property
+    def load_tracking(self):
+        """PELT signals, contention, PELT/window simulation, boost what-if (abtest.analysis.load_tracking)."""
+        from abtest.analysis.load_tracking import LoadTrackingAnalysis
+        return LoadTrackingAnalysis(self)
+
+    @property
+    def frequency(self):
+        """OPP residency, average frequency, transitions (abtest.analysis.frequency)."""
+        from abtest.analysis.frequency import FrequencyAnalysis
+        return FrequencyAnalysis(self)
+
+    @property
+    def energy(self):
+        """Power rails and energy-model estimates (abtest.analysis.energy)."""
+        from abtest.analysis.energy import EnergyAnalysis
+        return EnergyAnalysis(self)
+
+    @property
+    def idle(self):
+        """Idle residency and idle misses (abtest.analysis.idle)."""
+        from abtest.analysis.idle import IdleAnalysis
+        return IdleAnalysis(self)
+
+    @property
+    def latency(self):
+        """Wakeup latency (abtest.analysis.latency)."""
+        from abtest.analysis.latency import LatencyAnalysis
+        return LatencyAnalysis(self)
+
+    @property
+    def placement(self):
+        """Task placement and balance (abtest.analysis.placement)."""
+        from abtest.analysis.placement import PlacementAnalysis
+        return PlacementAnalysis(self)
+
     def __repr__(self) -> str:
         return f"Trace({str(self.path)!r}, format={self.meta.get('format')!r}, cpus={self.cpus}, events={sum(self.events.values())})"
