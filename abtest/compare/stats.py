@@ -1,0 +1,166 @@
+"""Descriptive statistics and two-sample tests for A/B iteration samples.
+
+Every function takes plain numbers (one value per iteration, in the metric's unit) and returns plain numbers.
+The tests are vectorised over rows so that simulations (thousands of A/B comparisons) run in milliseconds:
+`welch_p(a, b)` and `mannwhitney_p(a, b)` accept arrays of shape (n,) or (R, n) and return a p-value per row.
+
+Conventions:
+  delta_pct = 100 * (mean(B) - mean(A)) / |mean(A)|    (percent of A; the seeds' "perc_diff")
+  CV        = stdev / |mean|                            (sample stdev, ddof = 1; a fraction, printed as %)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+BOOTSTRAP_RESAMPLES = 4000
+BOOTSTRAP_SEED = 20240229
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Descriptive statistics of one sample (units: the metric's unit; cv is a fraction).
+
+    gmean is None unless every value is > 0 (a geometric mean of ratios/scores/latencies is meaningful only
+    then). ci95_low/high: 95 % confidence interval of the mean (Student t), None when n < 2.
+    """
+    n: int
+    mean: float
+    median: float
+    stdev: float | None
+    cv: float | None
+    gmean: float | None
+    minimum: float
+    maximum: float
+    ci95_low: float | None
+    ci95_high: float | None
+
+    def to_json(self) -> dict:
+        return {k: _json_num(v) for k, v in asdict(self).items()}
+
+
+def _json_num(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def describe(values) -> Summary:
+    """Summary of a 1-D sample. NaNs must have been removed by the caller (they are an input error)."""
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError("describe() needs a non-empty 1-D sample")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("describe() got NaN or infinite values; drop or report them first")
+    n = int(x.size)
+    mean = float(x.mean())
+    stdev = float(x.std(ddof=1)) if n >= 2 else None
+    cv = (stdev / abs(mean)) if (stdev is not None and mean != 0) else None
+    gmean = float(sps.gmean(x)) if np.all(x > 0) else None
+    lo = hi = None
+    if n >= 2:
+        half = float(sps.t.ppf(0.975, n - 1)) * stdev / math.sqrt(n)
+        lo, hi = mean - half, mean + half
+    return Summary(n=n, mean=mean, median=float(np.median(x)), stdev=stdev, cv=cv, gmean=gmean,
+                   minimum=float(x.min()), maximum=float(x.max()), ci95_low=lo, ci95_high=hi)
+
+
+def delta_pct(mean_a: float, mean_b: float) -> float | None:
+    """Percent change of B vs A: 100 * (B - A) / |A|. None when A's mean is 0."""
+    if mean_a == 0:
+        return None
+    return 100.0 * (mean_b - mean_a) / abs(mean_a)
+
+
+def welch_p(a, b) -> np.ndarray:
+    """Two-sided Welch's t-test p-value per row (unequal variances). NaN when a side has < 2 values or
+    both sides have zero variance (identical constants)."""
+    a, b = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
+    if a.shape[1] < 2 or b.shape[1] < 2:
+        return np.full(a.shape[0], np.nan)
+    va, vb = a.var(axis=1, ddof=1) / a.shape[1], b.var(axis=1, ddof=1) / b.shape[1]
+    se2 = va + vb
+    diff = b.mean(axis=1) - a.mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = diff / np.sqrt(se2)
+        df = se2 ** 2 / (va ** 2 / (a.shape[1] - 1) + vb ** 2 / (b.shape[1] - 1))
+    p = 2.0 * sps.t.sf(np.abs(t), df)
+    # zero variance on both sides: identical means -> p = 1, different constants -> p = 0
+    const = se2 == 0
+    p = np.where(const, np.where(diff == 0, 1.0, 0.0), p)
+    return p
+
+
+def mannwhitney_p(a, b) -> np.ndarray:
+    """Two-sided Mann-Whitney U p-value per row (scipy; exact distribution for small samples without ties,
+    normal approximation with tie correction otherwise)."""
+    a, b = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
+    if a.shape[1] < 1 or b.shape[1] < 1:
+        return np.full(a.shape[0], np.nan)
+    p = sps.mannwhitneyu(a, b, axis=1, alternative="two-sided", method="auto").pvalue
+    return np.asarray(p, dtype=float)
+
+
+def mannwhitney_min_p(n_a: int, n_b: int) -> float:
+    """Smallest two-sided p-value the exact Mann-Whitney test can give for these sample sizes:
+    2 / C(n_a + n_b, n_a) (complete separation). E.g. 3 vs 3 -> 0.1, 5 vs 5 -> 0.0079."""
+    if n_a < 1 or n_b < 1:
+        return 1.0
+    return min(1.0, 2.0 / math.comb(n_a + n_b, n_a))
+
+
+def welch_delta_ci_pct(a, b, level: float) -> tuple[float, float] | None:
+    """Welch (Satterthwaite) confidence interval of mean(B) - mean(A), as percent of |mean(A)|.
+    Used for the equivalence ("no change") decision. None when undefined."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.size < 2 or b.size < 2 or a.mean() == 0:
+        return None
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    se = math.sqrt(va + vb)
+    diff = b.mean() - a.mean()
+    if se == 0:
+        return (100 * diff / abs(a.mean()),) * 2
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = float(sps.t.ppf(0.5 + level / 2, df)) * se
+    scale = 100.0 / abs(a.mean())
+    return ((diff - half) * scale, (diff + half) * scale)
+
+
+def bootstrap_delta_ci_pct(a, b, *, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
+                           seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
+    """Percentile bootstrap CI of delta_pct (B vs A), resampling each side independently with replacement.
+
+    Seeded, so the same data always prints the same interval. Reported, not used for the verdict: with
+    n <= 5 per side the percentile bootstrap is too narrow (it ignores the uncertainty of the variance).
+    None when a side has fewer than 2 values or mean(A) resamples to 0.
+    """
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.size < 2 or b.size < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    ma = a[rng.integers(0, a.size, (resamples, a.size))].mean(axis=1)
+    mb = b[rng.integers(0, b.size, (resamples, b.size))].mean(axis=1)
+    if np.any(ma == 0):
+        return None
+    d = 100.0 * (mb - ma) / np.abs(ma)
+    tail = (1 - level) / 2
+    lo, hi = np.quantile(d, [tail, 1 - tail])
+    return float(lo), float(hi)
+
+
+def iterations_needed(cv: float | None, effect_pct: float, *, alpha: float = 0.05, power: float = 0.8,
+                      two_sided: bool = True) -> int | None:
+    """Iterations per side for a two-sample t-test to detect `effect_pct` (percent of the mean) at the given
+    power, for a metric with coefficient of variation `cv` (fraction): n = 2 ((z_a + z_b) cv / e)^2, plus one
+    for the t vs normal difference. None when cv is unknown or the effect is 0."""
+    if cv is None or not math.isfinite(cv) or effect_pct <= 0:
+        return None
+    if cv == 0:
+        return 2
+    z_a = sps.norm.ppf(1 - alpha / 2) if two_sided else sps.norm.ppf(1 - alpha)
+    z_b = sps.norm.ppf(power)
+    n = 2.0 * ((z_a + z_b) * cv / (effect_pct / 100.0)) ** 2
+    return max(2, int(math.ceil(n)) + 1)
