@@ -188,3 +188,9 @@ class Trace:
 
     def __repr__(self) -> str:
         return f"Trace({str(self.path)!r}, format={self.meta.get('format')!r}, cpus={self.cpus}, events={sum(self.events.values())})"
+
+    def sql(self, query: str, *, engine: str | None = None) -> pl.DataFrame:
+        """Run PerfettoSQL on this trace file with Perfetto's trace_processor (an independent engine, not
+        abtest's readers); see abtest.interop.perfetto_engine for engine discovery. Ignores the window."""
+        from abtest.interop.perfetto_engine import query as tp_query
+        return tp_query(self.path, query, engine=engine)
