@@ -52,11 +52,11 @@ class Metric:
     """One scalar measured in one iteration.
 
     value: the number, in `unit`.  lower_is_better: direction of "better" (power, jank, latency: True;
-    fps, score: False).  source: where it came from ("metrics.json", "power.csv", "trace:<module>").
+    fps, score: False; None: no preferred direction, e.g. a residency).  source: where it came from ("metrics.json", "power.csv", "trace:<module>").
     """
     value: float
     unit: str = ""
-    lower_is_better: bool = True
+    lower_is_better: bool | None = True
     source: str = METRICS_FILE
 
     def to_json(self) -> dict:
@@ -78,8 +78,8 @@ class Metric:
         else:
             value = float(raw)
         lib = obj.get("lower_is_better", True)
-        if not isinstance(lib, bool):
-            raise StoreError(f"{where}: 'lower_is_better' must be true or false, got {lib!r}")
+        if lib is not None and not isinstance(lib, bool):
+            raise StoreError(f"{where}: 'lower_is_better' must be true, false or null, got {lib!r}")
         return cls(value=value, unit=str(obj.get("unit", "")), lower_is_better=lib,
                    source=str(obj.get("source", source)))
 
@@ -280,3 +280,17 @@ def load_iteration(path: str | os.PathLike, *, label: str, workload: str, positi
         trace_path=find_trace(path), power_path=power if power.is_file() else None,
         name=path.name, problems=problems,
     )
+
+
+def write_iteration(path: str | os.PathLike, metrics: dict, meta: dict | None = None, *,
+                    complete: bool = True) -> Path:
+    """Write an iteration directory in the store layout (for importers and tests): metrics.json from
+    {name: {"value", "unit", "lower_is_better"}} (or Metric), meta.json, then `.complete` last."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    doc = {"metrics": {k: (v.to_json() if isinstance(v, Metric) else v) for k, v in metrics.items()}}
+    (path / METRICS_FILE).write_text(json.dumps(doc, indent=1))
+    (path / META_FILE).write_text(json.dumps(meta or {}, indent=1))
+    if complete:
+        (path / COMPLETE_MARKER).touch()
+    return path

@@ -1,0 +1,242 @@
+"""Per-iteration metrics: metrics.json + power.csv + the iteration's trace, cached next to the iteration.
+
+Metric names (see docs/compare.md):
+  <name from metrics.json>        as written by the workload (fps, soc_power_mw, jank_pct, score, ...)
+  power.rail.<RAIL>_mw            average power of one rail over the iteration, mW (from power.csv)
+  power.channel.<CHANNEL>_mw      average power per channel: CPU, CPU-Big, CPU-Little, CPU-Mid, GPU, Total
+  <analysis>.<key>                numeric leaves of abtest.analysis.<analysis>.summary(trace), nested keys
+                                  joined with "." (analyses: idle, latency, frequency, energy, load_tracking)
+
+Derived metrics are cached in `<iteration>/.abtest-metrics.json`, keyed on the abtest version, this module's
+METRICS_VERSION, the sizes and mtimes of the trace and power.csv, and which analysis modules are importable.
+A read-only store is fine: the cache is then simply not written.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import re
+from pathlib import Path
+
+import polars as pl
+
+from abtest.compare.store import METRICS_CACHE_FILE, Iteration, Metric
+
+METRICS_VERSION = 1
+TRACE_ANALYSES = ("idle", "latency", "frequency", "energy", "load_tracking")
+CHANNELS = ("CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total")
+
+# Direction of "better" for trace summary keys, by substring of the key (first match wins).
+_HIGHER_IS_BETTER = ("fps", "score", "throughput", "bogo", "ops_per", "per_s")
+_LOWER_IS_BETTER = ("latency", "miss", "too_deep", "too_shallow", "power", "energy", "_mw", "_uj", "_j",
+                    "jank", "lost", "duration")
+_UNIT_SUFFIXES = (("_pct", "%"), ("_us", "us"), ("_ns", "ns"), ("_ms", "ms"), ("_mw", "mW"), ("_uj", "uJ"),
+                  ("_j", "J"), ("_khz", "kHz"), ("_mhz", "MHz"), ("_s", "s"), ("_count", "count"))
+
+
+def direction_for(key: str) -> bool | None:
+    """lower_is_better for a trace-derived key: True/False by name, None when no direction is implied
+    (residencies, counts, average frequency...)."""
+    k = key.lower()
+    if any(s in k for s in _HIGHER_IS_BETTER):
+        return False
+    if any(s in k for s in _LOWER_IS_BETTER):
+        return True
+    return None
+
+
+def unit_for(key: str) -> str:
+    k = key.lower()
+    for suffix, unit in _UNIT_SUFFIXES:
+        if k.endswith(suffix) or f"{suffix}." in k:
+            return unit
+    return ""
+
+
+def flatten_numeric(d: dict, prefix: str = "") -> dict[str, float]:
+    """Numeric leaves of a nested dict as {"a.b.c": value}. Bools, strings and lists are skipped."""
+    out: dict[str, float] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict):
+            out.update(flatten_numeric(v, key))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[key] = float(v)
+    return out
+
+
+# ---------------------------------------------------------------- power.csv
+_CHANNEL_PATTERNS = (("CPU-Little", r"CPUCL0|LITTLE"), ("CPU-Mid", r"CPUCL1|MID"), ("CPU-Big", r"CPUCL2|BIG"),
+                     ("GPU", r"G3D|GPU"))
+
+
+def channel_of_rail(rail: str) -> str | None:
+    """Fallback rail -> channel mapping (Pixel ODPM names: S4M_VDD_CPUCL0 little, S3M_VDD_CPUCL1 mid,
+    S2M_VDD_CPUCL2 big, S2S_VDD_G3D GPU); None for rails counted only in Total."""
+    for channel, pattern in _CHANNEL_PATTERNS:
+        if re.search(pattern, rail, re.IGNORECASE):
+            return channel
+    return None
+
+
+def read_power_csv(path: Path) -> pl.DataFrame:
+    """power.csv -> frame ts_ns (Int64), rail (Utf8), subsystem (Utf8), energy_uj (Float64, cumulative).
+    Uses abtest.analysis.energy.read_power_csv when available."""
+    try:
+        from abtest.analysis.energy import read_power_csv as analysis_reader
+    except ImportError:
+        analysis_reader = None
+    if analysis_reader is not None:
+        df = analysis_reader(path)
+        return df.rename({"ts": "ts_ns"}) if "ts" in df.columns and "ts_ns" not in df.columns else df
+    from abtest.compare.store import StoreError
+    try:
+        df = pl.read_csv(path, schema_overrides={"rail": pl.Utf8, "subsystem": pl.Utf8})
+    except (pl.exceptions.ComputeError, pl.exceptions.NoDataError) as e:
+        raise StoreError(f"{path}: cannot parse power samples ({e}); expected CSV columns "
+                         "ts_ns, rail, subsystem, energy_uj") from e
+    missing = {"ts_ns", "rail", "energy_uj"} - set(df.columns)
+    if missing:
+        raise StoreError(f"{path}: missing columns {sorted(missing)}; expected ts_ns, rail, subsystem, energy_uj")
+    return df.with_columns(pl.col("ts_ns").cast(pl.Int64), pl.col("energy_uj").cast(pl.Float64))
+
+
+def df_power_per_rail(samples: pl.DataFrame) -> pl.DataFrame:
+    """Average power per rail, mW: sum of positive energy deltas / time they cover. A negative delta (counter
+    reset or wrap without a known range) drops that interval's energy and duration. Columns: rail, energy_uj,
+    duration_ns, power_mw."""
+    d = (samples.sort("rail", "ts_ns")
+         .with_columns(pl.col("energy_uj").diff().over("rail").alias("de_uj"),
+                       pl.col("ts_ns").diff().over("rail").alias("dt_ns"))
+         .filter(pl.col("de_uj").is_not_null() & (pl.col("de_uj") >= 0) & (pl.col("dt_ns") > 0)))
+    return (d.group_by("rail").agg(pl.col("de_uj").sum().alias("energy_uj"), pl.col("dt_ns").sum().alias("duration_ns"))
+            .with_columns((pl.col("energy_uj") / pl.col("duration_ns") * 1e6).alias("power_mw")).sort("rail"))
+
+
+def power_metrics(path: Path) -> dict[str, Metric]:
+    """power.rail.<RAIL>_mw and power.channel.<CHANNEL>_mw for one iteration's power.csv."""
+    per_rail = df_power_per_rail(read_power_csv(path))
+    src = "power.csv"
+    out: dict[str, Metric] = {}
+    for rail, mw in zip(per_rail["rail"].to_list(), per_rail["power_mw"].to_list()):
+        out[f"power.rail.{rail}_mw"] = Metric(mw, "mW", True, src)
+    channels: dict[str, float] = {}
+    for rail, mw in zip(per_rail["rail"].to_list(), per_rail["power_mw"].to_list()):
+        ch = channel_of_rail(rail)
+        if ch:
+            channels[ch] = channels.get(ch, 0.0) + mw
+            if ch.startswith("CPU-"):
+                channels["CPU"] = channels.get("CPU", 0.0) + mw
+    if per_rail.height:
+        channels["Total"] = float(per_rail["power_mw"].sum())
+    for ch in CHANNELS:
+        if ch in channels:
+            out[f"power.channel.{ch}_mw"] = Metric(channels[ch], "mW", True, src)
+    return out
+
+
+# ---------------------------------------------------------------- trace
+def available_analyses() -> list[str]:
+    """Analysis modules (of TRACE_ANALYSES) that are importable and have summary()."""
+    names = []
+    for name in TRACE_ANALYSES:
+        try:
+            mod = importlib.import_module(f"abtest.analysis.{name}")
+        except ImportError:
+            continue
+        if callable(getattr(mod, "summary", None)):
+            names.append(name)
+    return names
+
+
+def trace_metrics(path: Path, analyses: list[str]) -> tuple[dict[str, Metric], list[str]]:
+    """Metrics from the summaries of `analyses` on the trace at `path`, and notes (skipped analyses,
+    lost events). A trace that cannot be read raises TraceFormatError."""
+    from abtest import Trace
+    from abtest.trace.errors import MissingEventsError
+
+    trace = Trace(path)
+    notes: list[str] = []
+    lost = trace.meta.get("lost_events") or 0
+    if lost:
+        notes.append(f"{path}: {lost} events lost in the ring buffer; trace metrics are computed from "
+                     "incomplete data")
+    out: dict[str, Metric] = {}
+    for name in analyses:
+        mod = importlib.import_module(f"abtest.analysis.{name}")
+        try:
+            summary = mod.summary(trace)
+        except MissingEventsError as e:
+            notes.append(f"{name}: skipped ({e})")
+            continue
+        for key, value in flatten_numeric(summary or {}).items():
+            if not math.isfinite(value):
+                continue
+            out[f"{name}.{key}"] = Metric(value, unit_for(key), direction_for(key), f"trace:{name}")
+    return out, notes
+
+
+# ---------------------------------------------------------------- cache + entry point
+def _file_key(p: Path | None) -> list | None:
+    if p is None:
+        return None
+    st = p.stat()
+    return [p.name, st.st_size, st.st_mtime_ns]
+
+
+def cache_key(it: Iteration, analyses: list[str]) -> dict:
+    from abtest import __version__
+    return {"abtest": __version__, "metrics_version": METRICS_VERSION, "trace": _file_key(it.trace_path),
+            "power": _file_key(it.power_path), "analyses": analyses}
+
+
+def derived_metrics(it: Iteration, *, use_cache: bool = True, with_trace: bool = True
+                    ) -> tuple[dict[str, Metric], list[str]]:
+    """Power and trace metrics of one iteration plus notes; from the cache file when it is current."""
+    analyses = available_analyses() if (with_trace and it.trace_path is not None) else []
+    key = cache_key(it, analyses)
+    cache = it.path / METRICS_CACHE_FILE
+    if use_cache and cache.is_file():
+        try:
+            doc = json.loads(cache.read_text())
+            if doc.get("key") == key:
+                return ({k: Metric.from_json(v, source=v.get("source", "")) for k, v in doc["metrics"].items()},
+                        list(doc.get("notes", [])))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            pass  # stale or damaged cache: recompute
+    metrics: dict[str, Metric] = {}
+    notes: list[str] = []
+    failed = False
+    if it.power_path is not None:
+        from abtest.compare.store import StoreError
+        try:
+            metrics.update(power_metrics(it.power_path))
+        except StoreError as e:
+            notes.append(f"power metrics unavailable: {e}")
+            failed = True
+    if analyses:
+        from abtest.trace.errors import TraceFormatError
+        try:
+            tm, tnotes = trace_metrics(it.trace_path, analyses)
+        except (TraceFormatError, OSError) as e:
+            tm, tnotes, failed = {}, [f"trace metrics unavailable: {e}"], True
+        metrics.update(tm)
+        notes.extend(tnotes)
+    if use_cache and not failed:
+        try:
+            cache.write_text(json.dumps({"key": key, "metrics": {k: m.to_json() for k, m in metrics.items()},
+                                         "notes": notes}, indent=1))
+        except OSError:
+            pass  # read-only store
+    return metrics, notes
+
+
+def iteration_metrics(it: Iteration, *, use_cache: bool = True, with_trace: bool = True
+                      ) -> tuple[dict[str, Metric], list[str]]:
+    """All metrics of one iteration: metrics.json entries plus derived ones (metrics.json wins on a clash),
+    and notes about what could not be derived."""
+    derived, notes = derived_metrics(it, use_cache=use_cache, with_trace=with_trace)
+    merged = dict(derived)
+    merged.update(it.metrics)
+    return merged, notes
