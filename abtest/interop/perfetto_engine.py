@@ -284,9 +284,12 @@ from cpu_idle_counters where dur > 0 group by cpu, idle order by cpu, idle
 
 _SQL_RAILS = """
 include perfetto module android.power_rails;
-select power_rail_name as rail, count(*) as samples, min(ts) as first_ts, max(ts) as last_ts,
-       max(energy_since_boot) - min(energy_since_boot) as energy_uws
-from android_power_rails_counters group by power_rail_name order by power_rail_name
+select m.power_rail_name as rail, m.raw_power_rail_name as raw_rail, m.subsystem_name as subsystem,
+       count(c.id) as samples, min(c.ts) as first_ts, max(c.ts) as last_ts,
+       (select value from counter where track_id = m.track_id order by ts desc limit 1)
+     - (select value from counter where track_id = m.track_id order by ts limit 1) as energy_uws
+from android_power_rails_metadata m join counter c on c.track_id = m.track_id
+group by m.track_id order by m.power_rail_name
 """
 
 _SQL_SCHED = """
@@ -312,8 +315,10 @@ def analyze(path: str | os.PathLike, *, engine: str | None = None) -> dict:
       event_counts: DataFrame(event, count)  ftrace events as TP ingested them (its ftrace_event table)
       cpu_frequency_residency: DataFrame(cpu, frequency_khz, time_ns, changes, percent)  linux.cpu.frequency
       cpu_idle_residency: DataFrame(cpu, state, time_ns, entries, percent)  linux.cpu.idle; state -1 = active
-      power_rails: DataFrame(rail, samples, first_ts, last_ts, energy_uws, duration_ns, average_power_mw)
-          android.power_rails; energy_uws is last - first cumulative counter (uWs = uJ)
+      power_rails: DataFrame(rail, raw_rail, subsystem, samples, first_ts, last_ts, energy_uws, duration_ns,
+          average_power_mw)  android.power_rails metadata over the raw counter samples (the stdlib's
+          android_power_rails_counters merges repeated values, so its row count is not the sample count);
+          energy_uws = last - first cumulative counter (uWs = uJ); ts in ns
       sched: DataFrame(cpu, slices, busy_ns, sched_switch)  sched slices; sched_switch = ftrace_event count
     A table is empty when the trace has no such data.
     """

@@ -374,9 +374,26 @@ class WasmTraceProcessor:
             out.append(msg)
         return out
 
+    def append(self, chunk: bytes, *, offset: int = 0, name: str = "trace") -> None:
+        """Feed trace bytes (TPM_APPEND_TRACE_DATA). Raises WasmEngineError on a parser error."""
+        rpc_cls = self.protos.TraceProcessorRpc
+        req = rpc_cls()
+        req.request = rpc_cls.TPM_APPEND_TRACE_DATA
+        req.append_trace_data = chunk
+        for msg in self._call(req):
+            if msg.HasField("append_result") and msg.append_result.error:
+                raise WasmEngineError(f"{name}: trace_processor could not parse the trace at or before "
+                                      f"byte {offset + len(chunk)}: {msg.append_result.error}")
+
+    def finalize(self) -> None:
+        """End of trace data (TPM_FINALIZE_TRACE_DATA): sorts and flushes pending events."""
+        rpc_cls = self.protos.TraceProcessorRpc
+        req = rpc_cls()
+        req.request = rpc_cls.TPM_FINALIZE_TRACE_DATA
+        self._call(req)
+
     def load(self, path: str | os.PathLike) -> dict:
         """Parse a whole trace file. Returns {'bytes': n, 'parse_seconds': s}. Raises on parser errors."""
-        rpc_cls = self.protos.TraceProcessorRpc
         t0 = time.perf_counter()
         total = 0
         with open(path, "rb") as f:
@@ -384,17 +401,9 @@ class WasmTraceProcessor:
                 chunk = f.read(TRACE_CHUNK_BYTES)
                 if not chunk:
                     break
-                req = rpc_cls()
-                req.request = rpc_cls.TPM_APPEND_TRACE_DATA
-                req.append_trace_data = chunk
-                for msg in self._call(req):
-                    if msg.HasField("append_result") and msg.append_result.error:
-                        raise WasmEngineError(f"{path}: trace_processor could not parse the trace at or before "
-                                              f"byte {total + len(chunk)}: {msg.append_result.error}")
+                self.append(chunk, offset=total, name=str(path))
                 total += len(chunk)
-        req = rpc_cls()
-        req.request = rpc_cls.TPM_FINALIZE_TRACE_DATA
-        self._call(req)
+        self.finalize()
         self.loaded_path = str(path)
         return {"bytes": total, "parse_seconds": time.perf_counter() - t0}
 
