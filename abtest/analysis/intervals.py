@@ -29,7 +29,8 @@ from typing import Any
 
 import polars as pl
 
-__all__ = ["df_intervals", "df_intervals_join", "df_residency", "time_weighted_mean", "window_of"]
+__all__ = ["df_intervals", "df_intervals_join", "df_residency", "time_weighted_mean", "window_of",
+           "df_cpu_idle_intervals"]
 
 
 def _as_list(x: str | Sequence[str]) -> list[str]:
@@ -218,3 +219,28 @@ def time_weighted_mean(intervals: pl.DataFrame, value: str, by: str | Sequence[s
     if not by:
         return valid.select(agg.alias(name))
     return valid.group_by(by).agg(agg.alias(name)).sort(by)
+
+
+def df_cpu_idle_intervals(cpu_idle: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
+                          cpus: Sequence[int] | None = None) -> pl.DataFrame:
+    """cpu_idle events -> per-CPU intervals ``cpu, ts (ns), dur (ns), state, idle``.
+
+    ``state`` is the idle-state index (-1 = active, null = idle in an unknown state, e.g. before the first
+    event); ``idle`` (Boolean) is True while idle, null when not known. Before a CPU's first event in the
+    window the state is inferred from that event: an exit (-1) means the CPU was idle, an entry means it
+    was active. CPUs in ``cpus`` with no event at all get null (unknown) over the whole window.
+    """
+    ev = cpu_idle.select(pl.col("cpu").cast(pl.Int32), pl.col("ts").cast(pl.Int64), pl.col("state").cast(pl.Int64))
+    if ev.is_empty() and (start_ns is None or end_ns is None):
+        raise ValueError("no cpu_idle events and no explicit window")
+    start_ns, end_ns = window_of(ev, start_ns, end_ns) if not ev.is_empty() else (int(start_ns), int(end_ns))
+    first = ev.sort("ts").group_by("cpu", maintain_order=True).first()
+    seed = first.select(
+        "cpu",
+        (pl.min_horizontal(pl.col("ts"), pl.lit(start_ns)) - 1).alias("ts"),
+        pl.when(pl.col("state") == -1).then(pl.lit(None, pl.Int64)).otherwise(pl.lit(-1, pl.Int64)).alias("state"),
+        (pl.col("state") == -1).alias("idle"),
+    )
+    changes = pl.concat([seed, ev.with_columns((pl.col("state") != -1).alias("idle"))])
+    return df_intervals(changes, ["state", "idle"], keys="cpu", start_ns=start_ns, end_ns=end_ns,
+                        all_keys=None if cpus is None else list(cpus))
