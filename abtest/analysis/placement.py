@@ -1,0 +1,268 @@
+"""Task placement: where tasks ran (per-CPU residency), how often they moved (migrations), and how
+evenly a group of tasks spreads over the CPUs of each cluster (balance).
+
+Events: ``sched_switch`` (required); ``sched_migrate_task`` (optional: the kernel's migration events;
+without it only observed CPU changes are counted). Record with ``-e sched:sched_switch
+-e sched:sched_migrate_task``. Clusters are the platform's frequency domains, or one cluster of all
+CPUs when the platform is unknown.
+
+Balance (seed: 8 uclamp-capped tasks on 4 little CPUs should sit 2 per CPU). For the N selected
+tasks whose *home cluster* (where they ran longest) is a cluster of M CPUs:
+
+* ``expected_tasks_per_cpu`` = N / M; ``tasks`` on a CPU = tasks whose dominant CPU (longest run
+  time inside the cluster) is that CPU; ``max_task_deviation`` = max over CPUs of
+  |tasks - N / M|;
+* ``runtime_share_pct`` of a CPU = the selected tasks' run time on it / their run time on the whole
+  cluster; ``balance_index`` = 1 - sum_i |s_i - 1/M| / (2 (1 - 1/M)) with s_i the shares (0..1):
+  1 = perfectly even, 0 = everything on one CPU; null when M = 1.
+"""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from abtest.analysis.intervals import df_intervals
+
+EVENTS = ("sched_switch",)
+OPTIONAL_EVENTS = ("sched_migrate_task",)
+
+
+def df_task_intervals(sched_switch: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
+                      include_idle: bool = False) -> pl.DataFrame:
+    """Which task ran on each CPU, as intervals over ``[start_ns, end_ns)``.
+
+    Needs: sched_switch (whole table, so the task running at the window start is carried in; before
+    a CPU's first switch its ``prev`` task is taken as running).
+
+    Returns cpu (Int32), ts (ns), dur (ns), pid (Int32, 0 = idle, dropped unless include_idle),
+    comm (Utf8).
+    """
+    sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
+                             pl.col("next_pid").cast(pl.Int32).alias("pid"),
+                             pl.col("next_comm").cast(pl.Utf8).alias("comm"),
+                             pl.col("prev_pid").cast(pl.Int32), pl.col("prev_comm").cast(pl.Utf8))
+    iv = df_intervals(sw.select("ts", "cpu", "pid", "comm"), ["pid", "comm"], keys="cpu",
+                      start_ns=start_ns, end_ns=end_ns)
+    first_prev = sw.sort("ts").group_by("cpu").first().select("cpu", pl.col("prev_pid").alias("_pp"),
+                                                              pl.col("prev_comm").alias("_pc"))
+    lead = pl.col("pid").is_null() & (pl.int_range(pl.len()).over("cpu") == 0)
+    iv = iv.join(first_prev, on="cpu", how="left").with_columns(
+        pl.when(lead).then(pl.col("_pp")).otherwise(pl.col("pid")).alias("pid"),
+        pl.when(lead).then(pl.col("_pc")).otherwise(pl.col("comm")).alias("comm"),
+    ).drop("_pp", "_pc").drop_nulls("pid")
+    if not include_idle:
+        iv = iv.filter(pl.col("pid") != 0)
+    return iv.select("cpu", "ts", "dur", "pid", "comm").sort(["cpu", "ts"])
+
+
+def df_task_residency(intervals: pl.DataFrame) -> pl.DataFrame:
+    """Run time of each task on each CPU.
+
+    Needs: sched_switch (via df_task_intervals). Returns pid, comm (last name seen), cpu,
+    time_ns (ns), pct (% of the task's total run time), task_time_ns (task total, ns).
+    """
+    names = intervals.sort("ts").group_by("pid").agg(pl.col("comm").last())
+    res = intervals.group_by(["pid", "cpu"]).agg(pl.col("dur").sum().alias("time_ns"))
+    res = res.with_columns(pl.col("time_ns").sum().over("pid").alias("task_time_ns"))
+    return (res.with_columns((100.0 * pl.col("time_ns") / pl.col("task_time_ns")).alias("pct"))
+            .join(names, on="pid").select("pid", "comm", "cpu", "time_ns", "pct", "task_time_ns")
+            .sort(["task_time_ns", "pid", "cpu"], descending=[True, False, False]))
+
+
+def df_migrations(intervals: pl.DataFrame, sched_migrate_task: pl.DataFrame | None = None, *,
+                  start_ns: int | None = None, end_ns: int | None = None) -> pl.DataFrame:
+    """Migrations per task.
+
+    Needs: sched_switch (via df_task_intervals); sched_migrate_task optional.
+    Returns pid, comm, cpus_used (distinct CPUs it ran on), observed_cpu_changes (consecutive runs
+    on different CPUs), migrate_events (sched_migrate_task events of the pid inside the window;
+    null when the table is not given). Tasks that never ran but migrated appear with 0 runs.
+    """
+    runs = intervals.sort(["pid", "ts"])
+    obs = runs.with_columns((pl.col("cpu") != pl.col("cpu").shift(1).over("pid")).fill_null(False).alias("_chg")) \
+        .group_by("pid").agg(pl.col("comm").last(), pl.col("cpu").n_unique().cast(pl.Int64).alias("cpus_used"),
+                             pl.col("_chg").sum().cast(pl.Int64).alias("observed_cpu_changes"))
+    if sched_migrate_task is None:
+        return obs.with_columns(pl.lit(None, pl.Int64).alias("migrate_events")).sort("pid")
+    mig = sched_migrate_task
+    if start_ns is not None:
+        mig = mig.filter(pl.col("ts") >= start_ns)
+    if end_ns is not None:
+        mig = mig.filter(pl.col("ts") < end_ns)
+    mcount = mig.group_by(pl.col("pid").cast(pl.Int32)).agg(
+        pl.len().cast(pl.Int64).alias("migrate_events"), pl.col("comm").cast(pl.Utf8).last().alias("_mcomm"))
+    out = obs.join(mcount, on="pid", how="full", coalesce=True)
+    return out.with_columns(
+        pl.coalesce("comm", "_mcomm").alias("comm"),
+        pl.col("cpus_used", "observed_cpu_changes", "migrate_events").fill_null(0),
+    ).drop("_mcomm").select("pid", "comm", "cpus_used", "observed_cpu_changes", "migrate_events").sort("pid")
+
+
+def _select_tasks(residency: pl.DataFrame, tasks, min_runtime_ns: int) -> pl.DataFrame:
+    res = residency.filter(pl.col("task_time_ns") >= min_runtime_ns)
+    if tasks is None:
+        return res
+    tasks = list(tasks)
+    pids = [t for t in tasks if isinstance(t, int)]
+    comms = [t for t in tasks if isinstance(t, str)]
+    return res.filter(pl.col("pid").is_in(pids) | pl.col("comm").is_in(comms))
+
+
+def df_balance_per_cpu(residency: pl.DataFrame, clusters: pl.DataFrame, *, tasks=None,
+                       min_runtime_ns: int = 0) -> pl.DataFrame:
+    """Per cluster and CPU: how the selected tasks spread (see the module docstring).
+
+    Needs: sched_switch (via df_task_residency). ``clusters``: cpu, cluster. ``tasks``: pids (int)
+    and/or comms (str) to consider (default all); ``min_runtime_ns``: ignore tasks that ran less.
+
+    Returns cluster, cpu, tasks (count of home tasks whose dominant CPU this is), n_tasks (N),
+    n_cpus (M), expected_tasks_per_cpu (N/M), runtime_ns, runtime_share_pct, expected_share_pct
+    (100/M).
+    """
+    cl = clusters.select(pl.col("cpu").cast(pl.Int32), pl.col("cluster").cast(pl.Int32))
+    res = _select_tasks(residency, tasks, min_runtime_ns).join(cl, on="cpu", how="inner")
+    per_cl = res.group_by(["pid", "cluster"]).agg(pl.col("time_ns").sum().alias("cl_ns"))
+    home = per_cl.sort(["pid", "cl_ns", "cluster"], descending=[False, True, False]).group_by("pid").first() \
+        .select("pid", pl.col("cluster").alias("home"))
+    res = res.join(home, on="pid").filter(pl.col("cluster") == pl.col("home"))
+    dominant = res.sort(["pid", "time_ns", "cpu"], descending=[False, True, False]).group_by("pid").first() \
+        .select("pid", "cluster", "cpu")
+    ncpu = cl.group_by("cluster").agg(pl.len().cast(pl.Int64).alias("n_cpus"))
+    ntask = home.group_by(pl.col("home").alias("cluster")).agg(pl.len().cast(pl.Int64).alias("n_tasks"))
+    counts = dominant.group_by(["cluster", "cpu"]).agg(pl.len().cast(pl.Int64).alias("tasks"))
+    rt = res.group_by(["cluster", "cpu"]).agg(pl.col("time_ns").sum().alias("runtime_ns"))
+    grid = cl.join(ntask, on="cluster", how="inner").join(ncpu, on="cluster")
+    out = (grid.join(counts, on=["cluster", "cpu"], how="left").join(rt, on=["cluster", "cpu"], how="left")
+           .with_columns(pl.col("tasks", "runtime_ns").fill_null(0)))
+    return out.with_columns(
+        (pl.col("n_tasks") / pl.col("n_cpus")).alias("expected_tasks_per_cpu"),
+        (100.0 * pl.col("runtime_ns") / pl.col("runtime_ns").sum().over("cluster")).alias("runtime_share_pct"),
+        (100.0 / pl.col("n_cpus")).alias("expected_share_pct"),
+    ).select("cluster", "cpu", "tasks", "n_tasks", "n_cpus", "expected_tasks_per_cpu", "runtime_ns",
+             "runtime_share_pct", "expected_share_pct").sort(["cluster", "cpu"])
+
+
+def df_balance(per_cpu: pl.DataFrame) -> pl.DataFrame:
+    """Per cluster balance from df_balance_per_cpu: cluster, n_tasks, n_cpus, expected_tasks_per_cpu,
+    max_task_deviation (max |tasks - N/M| over the CPUs), balance_index (0..1, null when M = 1)."""
+    share = pl.col("runtime_share_pct") / 100.0
+    m = pl.col("n_cpus").first()
+    return per_cpu.group_by("cluster").agg(
+        pl.col("n_tasks").first(), pl.col("n_cpus").first(), pl.col("expected_tasks_per_cpu").first(),
+        (pl.col("tasks") - pl.col("expected_tasks_per_cpu")).abs().max().alias("max_task_deviation"),
+        pl.when(m > 1).then(1.0 - (share - 1.0 / m).abs().sum() / (2.0 * (1.0 - 1.0 / m))).alias("balance_index"),
+    ).sort("cluster")
+
+
+def plot_task_residency(residency: pl.DataFrame, top_tasks: int = 15):
+    """Heat map: % of each task's run time per CPU, for the top_tasks longest-running tasks."""
+    from matplotlib.figure import Figure
+
+    top = residency.select("pid", "comm", "task_time_ns").unique("pid").sort("task_time_ns", descending=True).head(top_tasks)
+    cpus = sorted(residency["cpu"].unique().to_list())
+    wide = (residency.join(top.select("pid"), on="pid").pivot(on="cpu", index="pid", values="pct")
+            .join(top, on="pid").sort("task_time_ns", descending=True))
+    mat = np.nan_to_num(np.array([wide[str(c)].to_numpy() if str(c) in wide.columns else np.zeros(wide.height)
+                                  for c in cpus], dtype=float).T)
+    fig = Figure(figsize=(7, max(2.5, 0.3 * wide.height + 1)))
+    ax = fig.add_subplot()
+    im = ax.imshow(mat, aspect="auto", cmap="viridis", vmin=0, vmax=100)
+    ax.set_xticks(range(len(cpus)), [str(c) for c in cpus])
+    ax.set_yticks(range(wide.height), [f"{c}:{p}" for p, c in zip(wide["pid"], wide["comm"])], fontsize="small")
+    ax.set_xlabel("CPU")
+    ax.set_title("Task run time per CPU (% of the task's run time)")
+    fig.colorbar(im, ax=ax, label="%")
+    return fig
+
+
+def plot_balance(per_cpu: pl.DataFrame):
+    """Bars of tasks per CPU vs the even split N/M, one group per cluster (from df_balance_per_cpu)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.5))
+    ax = fig.add_subplot()
+    x = np.arange(per_cpu.height)
+    ax.bar(x, per_cpu["tasks"].to_numpy(), label="tasks (dominant CPU)")
+    ax.step(np.append(x, x[-1] + 1) - 0.5 if len(x) else x,
+            np.append(per_cpu["expected_tasks_per_cpu"].to_numpy(), per_cpu["expected_tasks_per_cpu"].to_numpy()[-1:]),
+            where="post", color="k", label="even split N/M")
+    ax.set_xticks(x, [f"{c}/{u}" for c, u in zip(per_cpu["cluster"], per_cpu["cpu"])])
+    ax.set_xlabel("cluster/CPU")
+    ax.set_ylabel("tasks")
+    ax.set_title("Task placement balance")
+    ax.legend(fontsize="small")
+    return fig
+
+
+class PlacementAnalysis:
+    """Placement analyses of one trace (window = the trace's window)."""
+
+    def __init__(self, trace):
+        self.trace = trace
+
+    def df_intervals(self, include_idle: bool = False) -> pl.DataFrame:
+        self.trace.require("placement", *EVENTS)
+        return df_task_intervals(self.trace.df("sched_switch", windowed=False), start_ns=self.trace.start_ns,
+                                 end_ns=self.trace.end_ns, include_idle=include_idle)
+
+    def df_residency(self) -> pl.DataFrame:
+        return df_task_residency(self.df_intervals())
+
+    def df_migrations(self) -> pl.DataFrame:
+        mig = self.trace.df("sched_migrate_task", windowed=False) if self.trace.has_events("sched_migrate_task") else None
+        return df_migrations(self.df_intervals(), mig, start_ns=self.trace.start_ns, end_ns=self.trace.end_ns)
+
+    def clusters(self) -> pl.DataFrame:
+        from abtest.analysis.idle import clusters_of
+        return clusters_of(self.trace)
+
+    def df_balance_per_cpu(self, tasks=None, min_runtime_ns: int = 0) -> pl.DataFrame:
+        return df_balance_per_cpu(self.df_residency(), self.clusters(), tasks=tasks, min_runtime_ns=min_runtime_ns)
+
+    def df_balance(self, tasks=None, min_runtime_ns: int = 0) -> pl.DataFrame:
+        return df_balance(self.df_balance_per_cpu(tasks, min_runtime_ns))
+
+    def plot_residency(self, top_tasks: int = 15):
+        return plot_task_residency(self.df_residency(), top_tasks)
+
+    def plot_balance(self, tasks=None, min_runtime_ns: int = 0):
+        return plot_balance(self.df_balance_per_cpu(tasks, min_runtime_ns))
+
+
+def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
+    """JSON summary: ``tasks`` (tasks that ran), ``migrate_events`` (sched_migrate_task in the window,
+    null without the event), ``observed_cpu_changes``; ``clusters`` {cluster: {cpus, n_tasks,
+    expected_tasks_per_cpu, tasks_per_cpu {cpu: n}, runtime_share_pct {cpu: %}, max_task_deviation,
+    balance_index}} over tasks that ran at least ``min_runtime_pct`` % of the window; ``top_tasks``
+    {"<comm>:<pid>": {runtime_s, cpu_pct {cpu: %}}}."""
+    pa = PlacementAnalysis(trace)
+    iv = pa.df_intervals()
+    res = df_task_residency(iv)
+    has_mig = trace.has_events("sched_migrate_task")
+    mig = df_migrations(iv, trace.df("sched_migrate_task", windowed=False) if has_mig else None,
+                        start_ns=trace.start_ns, end_ns=trace.end_ns)
+    min_ns = int((trace.end_ns - trace.start_ns) * min_runtime_pct / 100.0)
+    per_cpu = df_balance_per_cpu(res, pa.clusters(), min_runtime_ns=min_ns)
+    bal = df_balance(per_cpu)
+    clusters = {}
+    for b in bal.iter_rows(named=True):  # one row per cluster
+        sub = per_cpu.filter(pl.col("cluster") == b["cluster"])
+        clusters[str(b["cluster"])] = {
+            "cpus": sub["cpu"].to_list(), "n_tasks": b["n_tasks"], "expected_tasks_per_cpu": b["expected_tasks_per_cpu"],
+            "tasks_per_cpu": {str(c): int(n) for c, n in zip(sub["cpu"], sub["tasks"])},
+            "runtime_share_pct": {str(c): float(s) for c, s in zip(sub["cpu"], sub["runtime_share_pct"])},
+            "max_task_deviation": b["max_task_deviation"], "balance_index": b["balance_index"],
+        }
+    top = res.select("pid", "comm", "task_time_ns").unique("pid").sort(["task_time_ns", "pid"], descending=[True, False]).head(top_tasks)
+    top_d = {}
+    for pid, comm, t_ns in top.iter_rows():  # top_tasks rows
+        sub = res.filter(pl.col("pid") == pid).sort("cpu")
+        top_d[f"{comm}:{pid}"] = {"runtime_s": t_ns / 1e9, "cpu_pct": {str(c): float(p) for c, p in zip(sub["cpu"], sub["pct"])}}
+    return {
+        "tasks": int(res["pid"].n_unique()),
+        "migrate_events": int(mig["migrate_events"].sum()) if has_mig else None,
+        "observed_cpu_changes": int(mig["observed_cpu_changes"].sum()),
+        "min_runtime_pct": min_runtime_pct,
+        "clusters": clusters,
+        "top_tasks": top_d,
+    }
