@@ -1,0 +1,129 @@
+"""abtest.analysis.frequency on real traces; expected values computed independently in the test
+(from `trace-cmd report` text parsed with a regex, or with a plain sweep over the reader's rows)."""
+from __future__ import annotations
+
+import re
+import subprocess
+from collections import defaultdict
+
+import polars as pl
+import pytest
+
+from abtest import Trace
+from abtest.analysis import frequency as fq
+
+JUNO = "lisa/sched_load-trace.dat"
+LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<us>\d{6}):\s+(?P<ev>\w+):\s+(?P<rest>.*)$")
+
+
+def _ns(sec: str, us: str) -> int:
+    return int(sec) * 1_000_000_000 + int(us) * 1000
+
+
+@pytest.fixture(scope="module")
+def juno_report(traces, tmp_path_factory):
+    """`trace-cmd report` of the Juno trace: (text path, list of (ts_ns, event, rest))."""
+    out = subprocess.run(["trace-cmd", "report", str(traces / JUNO)], capture_output=True, text=True, check=True).stdout
+    rows = [(_ns(m["s"], m["us"]), m["ev"], m["rest"]) for m in map(LINE.match, out.splitlines()) if m]
+    path = tmp_path_factory.mktemp("juno") / "juno-report.txt"
+    path.write_text(out)
+    return path, rows
+
+
+def _expected_residency(rows, start, end):
+    """Plain sweep: per cpu {khz|None: [total_ns, active_ns]} from cpu_frequency + cpu_idle rows."""
+    events = defaultdict(list)
+    first_idle = {}
+    for ts, ev, rest in rows:
+        if ev == "cpu_frequency":
+            khz, cpu = map(int, re.match(r"state=(\d+) cpu_id=(\d+)", rest).groups())
+            events[cpu].append((ts, "f", khz))
+        elif ev == "cpu_idle":
+            state, cpu = map(int, re.match(r"state=(\d+) cpu_id=(\d+)", rest).groups())
+            events[cpu].append((ts, "i", state))
+            first_idle.setdefault(cpu, state)
+    result = {}
+    for cpu, evs in events.items():
+        if not any(kind == "f" for _, kind, _ in evs):
+            continue
+        evs.sort(key=lambda e: e[0])
+        freq = None
+        idle = first_idle.get(cpu) == 4294967295  # first event is an exit -> it was idle before
+        acc = defaultdict(lambda: [0, 0])
+        t = start
+        for ts, kind, val in evs + [(end, "end", None)]:
+            acc[freq][0] += ts - t
+            if not idle:
+                acc[freq][1] += ts - t
+            t = ts
+            if kind == "f":
+                freq = val
+            elif kind == "i":
+                idle = val != 4294967295
+        result[cpu] = dict(acc)
+    return result
+
+
+@pytest.fixture(scope="module", params=["trace.dat", "report-text"])
+def juno_trace(request, traces, juno_report):
+    return Trace(traces / JUNO) if request.param == "trace.dat" else Trace(juno_report[0])
+
+
+def test_juno_opp_residency_matches_report(juno_trace, juno_report):
+    rows = juno_report[1]
+    start, end = rows[0][0], max(r[0] for r in rows)
+    assert (juno_trace.start_ns, juno_trace.end_ns) == (start, end)
+    expected = _expected_residency(rows, start, end)
+    res = juno_trace.frequency.df_opp_residency()
+    got = {(c, f): (t, a) for c, f, t, a in res.select("cpu", "frequency_khz", "time_ns", "active_ns").iter_rows()}
+    want = {(c, f): tuple(v) for c, d in expected.items() for f, v in d.items() if v[0] > 0}
+    assert got == want
+    assert sum(1 for r in rows if r[1] == "cpu_frequency") == 16
+    # a window: totals add up to the window length for every CPU
+    w = juno_trace.window(start + 150_000_000, start + 300_000_000)
+    tot = w.frequency.df_opp_residency().group_by("cpu").agg(pl.col("time_ns").sum())
+    assert set(tot["time_ns"]) == {150_000_000}
+
+
+def test_juno_stats_transitions_and_domains(juno_trace, juno_report):
+    rows = juno_report[1]
+    start, end = rows[0][0], max(r[0] for r in rows)
+    per_cpu = defaultdict(list)
+    for ts, ev, rest in rows:
+        if ev == "cpu_frequency":
+            khz, cpu = map(int, re.match(r"state=(\d+) cpu_id=(\d+)", rest).groups())
+            per_cpu[cpu].append((ts, khz))
+    stats = {r["cpu"]: r for r in juno_trace.frequency.df_frequency_stats().iter_rows(named=True)}
+    for cpu, evs in per_cpu.items():
+        changes = sum(1 for (_, a), (_, b) in zip(evs, evs[1:]) if a != b)
+        assert stats[cpu]["transitions"] == changes
+        assert stats[cpu]["transitions_per_s"] == pytest.approx(changes / ((end - start) / 1e9))
+        weighted = sum(k * (t2 - t1) for (t1, k), (t2, _) in zip(evs, evs[1:] + [(end, None)]))
+        assert stats[cpu]["time_weighted_khz"] == pytest.approx(weighted / (end - evs[0][0]))
+        assert stats[cpu]["event_mean_khz"] == pytest.approx(sum(k for _, k in evs) / len(evs))
+    doms = fq.df_cpu_domains(juno_trace.df("cpu_frequency"))
+    assert dict(doms.iter_rows()) == {0: 0, 1: 1, 2: 1, 3: 0, 4: 0, 5: 0}  # Juno: LITTLE 0,3,4,5; big 1,2
+    dres = juno_trace.frequency.df_domain_opp_residency()
+    assert dres.group_by("domain").agg(pl.col("time_ns").sum())["time_ns"].to_list() == [end - start] * 2
+
+
+def test_oscillation_detection_on_square_wave():
+    # hand-built square wave: 300 MHz <-> 2 GHz every 4 ms on cpu 0, a slow ramp on cpu 1
+    ts = [i * 4_000_000 for i in range(11)]
+    f0 = [300_000 if i % 2 == 0 else 2_000_000 for i in range(11)]
+    f1 = [300_000 + i * 100_000 for i in range(11)]
+    ev = pl.DataFrame({"ts": ts * 2, "cpu": [0] * 11 + [1] * 11, "frequency_khz": f0 + f1})
+    osc = fq.df_oscillations(ev, span_pct=50, within_ms=10, start_ns=0, end_ns=44_000_000)
+    r0, r1 = osc.row(0, named=True), osc.row(1, named=True)
+    # cpu0: 10 transitions, each a full-range swing after 4 ms; 9 of them reverse the previous one
+    assert (r0["transitions"], r0["rapid_transitions"], r0["oscillations"]) == (10, 10, 9)
+    assert (r1["transitions"], r1["rapid_transitions"], r1["oscillations"]) == (10, 0, 0)
+    assert fq.df_oscillations(ev, span_pct=50, within_ms=3, start_ns=0, end_ns=44_000_000)["oscillations"][0] == 0
+
+
+def test_missing_events_error_names_event(traces):
+    from abtest.trace.errors import MissingEventsError
+    t = Trace(traces / "catapult" / "android_systrace.txt")
+    with pytest.raises(MissingEventsError, match="cpu_frequency"):
+        t.frequency.df_opp_residency()
+    assert fq.summary(t) == {}
