@@ -10,6 +10,7 @@ import time
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 ENGINE_CHOICE = click.Choice(["auto", "shell", "wasm"])
@@ -70,8 +71,8 @@ def engines(measure: bool, as_json: bool) -> None:
             st = r.get("startup") or {}
             start = (f"{st['seconds']:.2f} s" + (f" ({st['module_source']})" if "module_source" in st else "")
                      if "seconds" in st else st.get("error", ""))
-            table.add_row(r["engine"], r["source"], "yes" if r["available"] else "no", start,
-                          (r["detail"] or "") + (f" [{r['path']}]" if r["path"] else ""))
+            table.add_row(r["engine"], escape(r["source"]), "yes" if r["available"] else "no", escape(start),
+                          escape((r["detail"] or "") + (f" [{r['path']}]" if r["path"] else "")))
         Console().print(table)
     if not any(r["available"] for r in rows):
         sys.exit(2)
