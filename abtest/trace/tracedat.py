@@ -1,0 +1,224 @@
+"""trace-cmd trace.dat (file versions 6 and 7) -> raw polars tables, one per kernel event.
+
+`read(path, data)` parses the file layout and event formats in Python (small, per event *type*),
+then hands every CPU's ring-buffer pages to the compiled decoder (`abtest._native.tracedat_decode`,
+native/src/tracedat.rs), which walks pages and event headers, sorts records by timestamp and fills
+typed columns. No Python code runs per event.
+
+Raw table columns: ts (Int64, ns on the trace clock, after trace-cmd's OFFSET / DATE / TSC2NSEC
+corrections), cpu (Int32, ring buffer the event was in), common_pid (Int32), then every field of the
+event's format under its kernel name and width: u32 -> UInt32, s64 -> Int64, char[N] and
+__data_loc char[] -> Utf8, other fixed arrays -> List(int), other dynamic arrays -> Binary.
+Marker events: print `buf` is the written text; bprint `buf` is the trace_printk() text formatted from
+the printk format and the binary arguments (as `trace-cmd report` prints it, without the ip prefix);
+bputs `str` is the constant string. `common_type` is dropped (it is the table).
+Events whose id has no format in the file land in `unknown_event_<id>` with the whole record as
+`payload` (Binary) and a warning.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from abtest.trace import tracedat_format as tf
+from abtest.trace.errors import TraceFormatError
+from abtest.trace.tracedat_layout import Layout, parse_layout
+
+_INT_DTYPES = {np.dtype(t): d for t, d in (
+    ("int8", pl.Int8), ("int16", pl.Int16), ("int32", pl.Int32), ("int64", pl.Int64),
+    ("uint8", pl.UInt8), ("uint16", pl.UInt16), ("uint32", pl.UInt32), ("uint64", pl.UInt64))}
+
+
+def _parse_formats(path, lay: Layout) -> tuple[dict[int, tf.EventFormat], list[str]]:
+    formats: dict[int, tf.EventFormat] = {}
+    warnings = []
+    texts = [("ftrace", t) for t in lay.ftrace_formats] + list(lay.event_formats)
+    for system, text in texts:
+        try:
+            ev = tf.parse_event_format(text, system)
+        except ValueError as e:
+            warnings.append(f"skipped unparsable {system} event format ({e})")
+            continue
+        formats[ev.id] = ev
+    if not formats:
+        raise TraceFormatError(path, "no event formats in the file", expected="ftrace/event format sections")
+    return formats, warnings
+
+
+def _field_spec(ev: tf.EventFormat, f: tf.Field) -> tuple:
+    """The tuple the Rust decoder takes: (name, offset, size, kind, signed, elem, aux_off, aux_size)."""
+    kind, aux_off, aux_size = f.kind, 0, 0
+    if ev.system == "ftrace" and ev.name == "bprint" and f.name == "buf":
+        fmt = ev.field("fmt")
+        if fmt is not None:
+            kind, aux_off, aux_size = tf.KIND_BPRINT_TEXT, fmt.offset, fmt.size
+    elif ev.system == "ftrace" and ev.name == "bputs" and f.name == "str" and f.kind == tf.KIND_INT:
+        kind = tf.KIND_PRINTK_STR
+    return (f.name, f.offset, f.size, kind, f.signed, f.elem_size, aux_off, aux_size)
+
+
+def _ordered_fields(ev: tf.EventFormat) -> list[tf.Field]:
+    """common_pid first, then the event's own fields, then the other common_* fields; no common_type."""
+    fields = [f for f in ev.fields if f.name != "common_type"]
+    pid = [f for f in fields if f.name == "common_pid"]
+    own = [f for f in fields if not f.name.startswith("common_")]
+    other_common = [f for f in fields if f.name.startswith("common_") and f.name != "common_pid"]
+    return pid + own + other_common
+
+
+def _to_series(name: str, col) -> pl.Series:
+    """Rust column -> polars Series (numpy ints zero-copy where polars allows; strings via Arrow buffers)."""
+    if isinstance(col, np.ndarray):
+        return pl.Series(name, col, dtype=_INT_DTYPES.get(col.dtype))
+    tag = col[0]
+    if tag in ("utf8", "binary"):
+        offsets, data = col[1], col[2]
+        n = len(offsets) - 1
+        typ = pa.large_utf8() if tag == "utf8" else pa.large_binary()
+        arr = pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        return pl.Series(name, arr)
+    if tag == "list":
+        flat, count = col[1], col[2]
+        n = len(flat) // count if count else 0
+        s = pl.Series(name, flat, dtype=_INT_DTYPES.get(flat.dtype))
+        return s.reshape((n, count)).cast(pl.List(s.dtype)).alias(name)
+    raise TypeError(f"unknown column tag {tag!r}")
+
+
+def _table_names(formats: dict[int, tf.EventFormat]) -> dict[int, str]:
+    """Event id -> table name: the kernel event name, `system:name` when two systems share a name."""
+    seen: dict[str, int] = {}
+    for ev in formats.values():
+        seen[ev.name] = seen.get(ev.name, 0) + 1
+    return {i: (ev.name if seen[ev.name] == 1 else f"{ev.system}:{ev.name}") for i, ev in formats.items()}
+
+
+def _empty_table(ev: tf.EventFormat) -> pl.DataFrame:
+    return pl.DataFrame(schema={"ts": pl.Int64, "cpu": pl.Int32})
+
+
+def _decode_error(path, lay: Layout, err: ValueError) -> TraceFormatError:
+    if len(err.args) == 3 and isinstance(err.args[1], int):
+        msg, si, pos = err.args
+        cd = lay.cpu_data[si] if si < len(lay.cpu_data) else None
+        if cd is not None and cd.file_offset is not None:
+            return TraceFormatError(path, f"CPU {cd.cpu} ring buffer: {msg}", offset=cd.file_offset + pos,
+                                    expected="a well-formed ring-buffer page")
+        cpu = cd.cpu if cd is not None else "?"
+        page = pos // lay.page_size
+        return TraceFormatError(path, f"CPU {cpu} ring buffer (compressed; byte {pos} = page {page} of the "
+                                f"inflated data): {msg}", expected="a well-formed ring-buffer page")
+    return TraceFormatError(path, str(err))
+
+
+def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
+    """Decode a trace.dat held in `data` (bytes or mmap). Returns (raw tables by event name, meta)."""
+    from abtest import _native
+
+    path = Path(path)
+    lay = parse_layout(path, data)
+    formats, warnings = _parse_formats(path, lay)
+    warnings = lay.warnings + warnings
+    names = _table_names(formats)
+    ph = tf.parse_header_page(lay.header_page, lay.long_size)
+    any_ev = next(iter(formats.values()))
+    ctype = any_ev.field("common_type")
+    id_field = (ctype.offset, ctype.size) if ctype else (0, 2)
+    specs = {i: [_field_spec(ev, f) for f in _ordered_fields(ev)] for i, ev in formats.items()}
+    unknown = [_field_spec(any_ev, f) for f in _ordered_fields(any_ev) if f.name.startswith("common_")]
+    unknown.append(("payload", 0, 0, tf.KIND_TAIL_BIN, False, 0, 0, 0))
+    printk = {a: s.encode() for a, s in tf.parse_printk_formats(lay.printk).items()}
+    kallsyms = tf.parse_kallsyms(lay.kallsyms) if "bprint" in names.values() else ([], [])
+    clock_off = lay.ts_offset_ns + lay.date_offset_ns
+    tsc = lay.tsc2nsec if (lay.tsc2nsec and lay.tsc2nsec[0]) else None
+    bufs = [(cd.cpu, cd.buf, cd.start, cd.size) for cd in lay.cpu_data if cd.size > 0]
+    page = (lay.page_size, ph.ts_offset, ph.ts_size, ph.commit_offset, ph.commit_size, ph.data_offset)
+    try:
+        res = _native.tracedat_decode(bufs, page, lay.big_endian, id_field, specs, unknown, ph.commit_size,
+                                      tsc, clock_off, printk, kallsyms)
+    except ValueError as e:
+        raise _decode_error(path, lay, e) from None
+    raw: dict[str, pl.DataFrame] = {}
+    for ev_id, cols in res["events"].items():
+        name = names.get(ev_id, f"unknown_event_{ev_id}")
+        if ev_id not in formats:
+            warnings.append(f"{len(cols['ts'])} events with id {ev_id} have no format in the file "
+                            f"(table {name}, raw bytes in `payload`)")
+        raw[name] = pl.DataFrame([_to_series(k, v) for k, v in cols.items()])
+    for ev_id, ev in formats.items():  # every event type in the file gets a table, even when empty
+        name = names[ev_id]
+        if name not in raw:
+            raw[name] = _empty_like(ev, specs[ev_id])
+    lost_per_cpu = {str(c): int(n) for c, n in sorted(res["lost"].items())}
+    lost = sum(lost_per_cpu.values())
+    unknown_pages = {str(c): int(n) for c, n in res["lost_unknown_pages"].items()}
+    if lost:
+        warnings.append(f"{lost} events lost in the ring buffer (per CPU: {lost_per_cpu})")
+    if unknown_pages:
+        warnings.append(f"events lost before {sum(unknown_pages.values())} ring-buffer pages without a stored "
+                        f"count (per CPU: {unknown_pages}): lost_events is a lower bound")
+    if res["short_fields"]:
+        warnings.append(f"{res['short_fields']} field values lay beyond their record's end and read as 0")
+    if res["missing_formats"]:
+        warnings.append(f"{res['missing_formats']} bprint/bputs events reference printk formats missing from "
+                        f"the file")
+    if lay.has_time_shift or lay.guests:
+        warnings.append("host/guest time synchronisation data present but not applied")
+    meta = _meta(lay, res, lost, lost_per_cpu, unknown_pages, warnings)
+    return {k: raw[k] for k in sorted(raw)}, meta
+
+
+def _empty_like(ev: tf.EventFormat, spec: list[tuple]) -> pl.DataFrame:
+    """A zero-row table with the dtypes the decoder would produce for this event."""
+    cols = {"ts": pl.Int64, "cpu": pl.Int32}
+    for name, _off, size, kind, signed, elem, _a, _b in spec:
+        if kind == tf.KIND_INT:
+            cols[name] = _int_dtype(size, signed)
+        elif kind == tf.KIND_NUM_ARRAY:
+            cols[name] = pl.List(_int_dtype(elem, signed))
+        elif kind in (tf.KIND_CHAR_ARRAY, tf.KIND_DATA_LOC_STR, tf.KIND_REL_LOC_STR, tf.KIND_TAIL_STR,
+                      tf.KIND_BPRINT_TEXT, tf.KIND_PRINTK_STR):
+            cols[name] = pl.Utf8
+        else:
+            cols[name] = pl.Binary
+    return pl.DataFrame(schema=cols)
+
+
+def _int_dtype(size: int, signed: bool):
+    return {(1, True): pl.Int8, (2, True): pl.Int16, (4, True): pl.Int32, (8, True): pl.Int64,
+            (1, False): pl.UInt8, (2, False): pl.UInt16, (4, False): pl.UInt32}.get((size, signed), pl.UInt64 if not signed else pl.Int64)
+
+
+def _meta(lay: Layout, res: dict, lost: int, lost_per_cpu: dict, unknown_pages: dict, warnings: list) -> dict:
+    uname = tf.parse_uname(lay.uname)
+    cmdlines = tf.parse_cmdlines(lay.cmdlines)
+    return {
+        "format": "trace.dat",
+        "format_version": str(lay.version),
+        "compression": lay.compression,
+        "clock": lay.clock,
+        "cpus": int(lay.cpus),
+        "cpus_with_data": sorted(cd.cpu for cd in lay.cpu_data if cd.size > 0),
+        "page_size": lay.page_size,
+        "kernel": {
+            "release": uname.get("release"), "version": uname.get("version"), "arch": uname.get("arch"),
+            "uname": uname.get("uname"), "long_size": lay.long_size,
+            "kernel_long_size": tf.parse_header_page(lay.header_page, lay.long_size).commit_size,
+            "endian": "big" if lay.big_endian else "little",
+        },
+        "tracer_version": lay.tracer_version,
+        "ts_offset_ns": lay.ts_offset_ns + lay.date_offset_ns,
+        "tsc2nsec": list(lay.tsc2nsec) if lay.tsc2nsec else None,
+        "lost_events": lost,
+        "lost_events_per_cpu": lost_per_cpu,
+        "lost_events_exact": not unknown_pages,
+        "lost_pages_without_count_per_cpu": unknown_pages,
+        "saved_cmdlines": len(cmdlines),
+        "ring_buffer_pages": int(res["pages"]),
+        "records": int(res["records"]),
+        "instances_not_decoded": lay.instances,
+        "warnings": warnings,
+    }
