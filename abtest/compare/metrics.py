@@ -28,20 +28,24 @@ TRACE_ANALYSES = ("idle", "latency", "frequency", "energy", "load_tracking")
 CHANNELS = ("CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total")
 
 # Direction of "better" for trace summary keys, by substring of the key (first match wins).
-_HIGHER_IS_BETTER = ("fps", "score", "throughput", "bogo", "ops_per", "per_s")
+_HIGHER_IS_BETTER = ("fps", "score", "throughput", "bogo", "ops_per")
 _LOWER_IS_BETTER = ("latency", "miss", "too_deep", "too_shallow", "power", "energy", "_mw", "_uj", "_j",
                     "jank", "lost", "duration")
-_UNIT_SUFFIXES = (("_pct", "%"), ("_us", "us"), ("_ns", "ns"), ("_ms", "ms"), ("_mw", "mW"), ("_uj", "uJ"),
+_PER_TASK = "tasks."
+_UNIT_SUFFIXES = (("_per_s", "1/s"), ("_pct", "%"), ("_us", "us"), ("_ns", "ns"), ("_ms", "ms"), ("_mw", "mW"), ("_uj", "uJ"),
                   ("_j", "J"), ("_khz", "kHz"), ("_mhz", "MHz"), ("_s", "s"), ("_count", "count"))
 
 
-def direction_for(key: str) -> bool | None:
-    """lower_is_better for a trace-derived key: True/False by name, None when no direction is implied
-    (residencies, counts, average frequency...)."""
-    k = key.lower()
-    if any(s in k for s in _HIGHER_IS_BETTER):
+def direction_for(key: str, analysis: str = "") -> bool | None:
+    """lower_is_better for a trace-derived key, from its last component (too_deep_pct, gmean_us, ...):
+    True/False by name; for the latency analysis every time value is lower-is-better; None when no
+    direction is implied (residencies, wakeup counts, average frequency...)."""
+    last = key.lower().rsplit(".", 1)[-1]
+    if any(s in last for s in _HIGHER_IS_BETTER):
         return False
-    if any(s in k for s in _LOWER_IS_BETTER):
+    if any(s in last for s in _LOWER_IS_BETTER):
+        return True
+    if analysis == "latency" and unit_for(last) in ("us", "ns", "ms", "s"):
         return True
     return None
 
@@ -171,9 +175,9 @@ def trace_metrics(path: Path, analyses: list[str]) -> tuple[dict[str, Metric], l
             notes.append(f"{name}: skipped ({e})")
             continue
         for key, value in flatten_numeric(summary or {}).items():
-            if not math.isfinite(value):
-                continue
-            out[f"{name}.{key}"] = Metric(value, unit_for(key), direction_for(key), f"trace:{name}")
+            if not math.isfinite(value) or key.startswith(_PER_TASK) or f".{_PER_TASK}" in key:
+                continue  # per-task entries are keyed by pid: not comparable across runs
+            out[f"{name}.{key}"] = Metric(value, unit_for(key), direction_for(key, name), f"trace:{name}")
     return out, notes
 
 

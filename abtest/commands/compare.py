@@ -1,0 +1,136 @@
+"""`abtest compare A B` and `abtest gate A B --thresholds FILE` (thin: parse, call abtest.compare, print).
+
+Exit codes: 0 ok / gate passed; 1 gate found a significant regression beyond a threshold; 2 bad input
+(unknown label, no common workload, no complete iterations, bad thresholds file) or not enough data.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from abtest.compare.store import STORE_ENV, StoreError, default_store_root, load_label
+
+
+class BadInput(click.ClickException):
+    """Bad input or not enough data: exit code 2 (also under click's standalone mode)."""
+    exit_code = 2
+
+
+def resolve_label(arg: str, store: Path):
+    """A label name under the store, or a path to a label directory."""
+    in_store = store / arg
+    try:
+        if in_store.is_dir():
+            return load_label(in_store)
+        if Path(arg).is_dir():
+            return load_label(Path(arg))
+    except StoreError as e:
+        raise BadInput(str(e)) from e
+    labels = sorted(p.name for p in store.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        if store.is_dir() else []
+    where = f"store {store}" + ("" if store.is_dir() else " (which does not exist)")
+    raise BadInput(f"label {arg!r} not found: not a directory in {where} nor a path to a label directory; "
+                   f"labels in the store: {', '.join(labels) or 'none'} (set --store or {STORE_ENV})")
+
+
+def _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache):
+    from abtest.compare.comparison import CompareError, compare_labels
+    from abtest.compare.verdict import Policy
+    from abtest.trace.errors import TraceFormatError
+
+    root = Path(store) if store else default_store_root()
+    la, lb = resolve_label(a, root), resolve_label(b, root)
+    if la.path.resolve() == lb.path.resolve():
+        raise BadInput(f"A and B are the same label directory ({la.path})")
+    try:
+        return compare_labels(la, lb, workload=workload, policy=Policy(alpha=alpha, min_effect_pct=min_effect),
+                              with_trace=not no_trace, use_cache=not no_cache)
+    except (CompareError, StoreError, TraceFormatError) as e:
+        raise BadInput(str(e)) from e
+
+
+_common = [
+    click.argument("a"),
+    click.argument("b"),
+    click.option("--store", type=click.Path(file_okay=False), default=None,
+                 help=f"Run store root (default ${STORE_ENV} or ./results)."),
+    click.option("--workload", default=None, help="Only this workload (default: all workloads in both)."),
+    click.option("--no-trace", is_flag=True, help="Skip trace analyses (metrics.json and power.csv only)."),
+    click.option("--no-cache", is_flag=True, help="Recompute per-iteration metrics; do not write caches."),
+]
+
+
+def _with_common(f):
+    for dec in reversed(_common):
+        f = dec(f)
+    return f
+
+
+@click.command()
+@_with_common
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table",
+              show_default=True, help="Output format on stdout.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write a self-contained HTML report with figures.")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Significance level.")
+@click.option("--min-effect", type=click.FloatRange(0), default=1.0, show_default=True,
+              help="Smallest change (percent) called a regression/improvement.")
+def compare(a, b, store, workload, no_trace, no_cache, fmt, html_path, alpha, min_effect):
+    """Compare kernel label B against baseline A: seed-style tables, statistics and a verdict per metric.
+
+    A and B are labels in the store (STORE/<label>/<workload>/<iteration>/) or paths to label directories.
+    """
+    from abtest.compare.tables import seed_tables
+
+    c = _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache)
+    tables = seed_tables(c)
+    if fmt == "json":
+        doc = c.to_json()
+        doc["tables"] = [t.to_json() for t in tables]
+        click.echo(json.dumps(doc, indent=1, allow_nan=False))
+    elif fmt == "markdown":
+        from abtest.report.markdown import comparison_markdown
+        click.echo(comparison_markdown(c, tables))
+    else:
+        from abtest.report.terminal import print_comparison
+        print_comparison(c, tables=tables)
+    if html_path:
+        from abtest.report.html import write_html
+        write_html(c, html_path, tables)
+        click.echo(f"HTML report written to {html_path}", err=True)
+
+
+@click.command()
+@_with_common
+@click.option("--thresholds", "thresholds_path", required=True, type=click.Path(dir_okay=False),
+              help="TOML file: alpha and [metrics.<name>] max_regression_pct (see ci/thresholds.toml).")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
+              help="Write JUnit XML (one testcase per workload and gated metric).")
+def gate(a, b, store, workload, no_trace, no_cache, thresholds_path, junit_path):
+    """CI gate: exit 1 if B regresses significantly beyond a threshold vs A, 2 on bad input / too few data."""
+    from abtest.compare.gate import ERROR, FAIL, SKIP, ThresholdsError, junit_xml, load_thresholds, run_gate
+
+    try:
+        th = load_thresholds(thresholds_path)
+    except ThresholdsError as e:
+        raise BadInput(str(e)) from e
+    c = _run_comparison(a, b, store, workload, th.alpha, 1.0, no_trace, no_cache)
+    res = run_gate(c, th)
+    mark = {FAIL: "FAIL", ERROR: "ERROR", SKIP: "skip"}
+    for chk in res.checks:
+        click.echo(f"{mark.get(chk.status, 'ok'):5} {chk.workload}/{chk.metric}: {chk.message}")
+    for e in res.errors:
+        click.echo(f"ERROR {e}")
+    if junit_path:
+        Path(junit_path).write_text(junit_xml(res, thresholds_path))
+    verdict = {0: "gate passed", 1: "gate FAILED: significant regression beyond threshold",
+               2: "gate ERROR: bad input or not enough data"}[res.exit_code]
+    click.echo(verdict, err=True)
+    sys.exit(res.exit_code)
+
+
+COMMANDS = [compare, gate]
