@@ -42,7 +42,7 @@ def window_of(df: pl.DataFrame, start_ns: int | None, end_ns: int | None) -> tup
     if start_ns is None or end_ns is None:
         if df.is_empty():
             raise ValueError("empty change stream and no explicit window: pass start_ns and end_ns")
-        lo, hi = df.select(pl.col("ts").min(), pl.col("ts").max()).row(0)
+        lo, hi = df.select(pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).row(0)
         start_ns = int(lo) if start_ns is None else start_ns
         end_ns = int(hi) if end_ns is None else end_ns
     if end_ns < start_ns:
