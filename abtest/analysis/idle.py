@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from abtest.analysis.intervals import df_intervals
+from abtest.analysis.intervals import df_cpu_idle_intervals
 
 EVENTS = ("cpu_idle",)
 OPTIONAL_EVENTS = ("cpu_idle_miss",)
@@ -46,28 +46,24 @@ _MISS_SCHEMA = {"cpu": pl.Int32, "state": pl.Int64, "ts": pl.Int64, "type": pl.U
 # --------------------------------------------------------------------------------------------
 def df_idle_intervals(cpu_idle: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
                       cpus: list[int] | None = None) -> pl.DataFrame:
-    """Idle-state intervals per CPU over ``[start_ns, end_ns)``.
+    """Idle-state intervals per CPU over ``[start_ns, end_ns)`` (the shared
+    :func:`abtest.analysis.intervals.df_cpu_idle_intervals`).
 
     Needs: cpu_idle (pass the whole table, not a windowed one, so the state in force at the window
     start is carried in).
 
     Returns cpu (Int32), ts (Int64 ns, interval start), dur (Int64 ns), state (Int64: -1 active,
-    k >= 0 idle state k, null unknown). ``cpus``: CPUs that must appear even without events (their
-    whole window is then unknown).
+    k >= 0 idle state k, null unknown), idle (Boolean, null unknown). ``cpus``: CPUs that must appear
+    even without events (their whole window is then unknown).
     """
-    changes = cpu_idle.select(pl.col("cpu").cast(pl.Int32), "ts", pl.col("state").cast(pl.Int64))
-    iv = df_intervals(changes, "state", keys="cpu", start_ns=start_ns, end_ns=end_ns,
-                      all_keys=None if cpus is None else [int(c) for c in cpus])
-    # lead-in of unknown state followed by an idle entry: the CPU was active before it
-    lead_in = (pl.int_range(pl.len()).over("cpu") == 0) & pl.col("state").is_null()
-    nxt = pl.col("state").shift(-1).over("cpu")
-    iv = iv.with_columns(pl.when(lead_in & (nxt >= 0)).then(pl.lit(-1, pl.Int64))
-                         .otherwise(pl.col("state")).alias("state"))
-    return iv.select("cpu", "ts", "dur", "state").sort(["cpu", "ts"])
+    iv = df_cpu_idle_intervals(cpu_idle, start_ns=start_ns, end_ns=end_ns,
+                               cpus=None if cpus is None else [int(c) for c in cpus])
+    return iv.select("cpu", "ts", "dur", "state", "idle").sort(["cpu", "ts"])
 
 
 def _state_names(states: pl.DataFrame, idle_states: pl.DataFrame | None) -> pl.DataFrame:
-    """Add state_name: "active" (-1), "unknown" (null), platform name, else "state<k>"."""
+    """Add state_name: "active" (-1), "idle-unknown" (idle, state not known), "unknown" (not known
+    whether idle), platform name, else "state<k>"."""
     if idle_states is not None and not idle_states.is_empty() and "name" in idle_states.columns:
         names = idle_states.select(pl.col("cpu").cast(pl.Int32), pl.col("state").cast(pl.Int64),
                                    pl.col("name").alias("_pname")).unique(["cpu", "state"])
@@ -75,7 +71,8 @@ def _state_names(states: pl.DataFrame, idle_states: pl.DataFrame | None) -> pl.D
     else:
         states = states.with_columns(pl.lit(None, pl.Utf8).alias("_pname"))
     return states.with_columns(
-        pl.when(pl.col("state").is_null()).then(pl.lit("unknown"))
+        pl.when(pl.col("state").is_null() & (pl.col("idle") == True)).then(pl.lit("idle-unknown"))  # noqa: E712
+        .when(pl.col("state").is_null()).then(pl.lit("unknown"))
         .when(pl.col("state") == -1).then(pl.lit("active"))
         .otherwise(pl.coalesce(pl.col("_pname"), pl.lit("state") + pl.col("state").cast(pl.Utf8)))
         .alias("state_name")
@@ -87,12 +84,13 @@ def df_idle_residency(intervals: pl.DataFrame, idle_states: pl.DataFrame | None 
 
     Needs: cpu_idle (via df_idle_intervals).
 
-    Returns cpu, state (-1 active, null unknown), state_name, time_ns (Int64 ns), pct (% of the
-    CPU's window, 0..100). Sorted by cpu, state (active first, unknown last).
+    Returns cpu, state (-1 active, null unknown), idle (Boolean; null = not known), state_name,
+    time_ns (Int64 ns), pct (% of the CPU's window, 0..100). Sorted by cpu, state (active first,
+    unknown last).
     """
-    res = intervals.group_by(["cpu", "state"]).agg(pl.col("dur").sum().alias("time_ns"))
+    res = intervals.group_by(["cpu", "state", "idle"]).agg(pl.col("dur").sum().alias("time_ns"))
     res = res.with_columns((100.0 * pl.col("time_ns") / pl.col("time_ns").sum().over("cpu")).alias("pct"))
-    return _state_names(res, idle_states).select("cpu", "state", "state_name", "time_ns", "pct") \
+    return _state_names(res, idle_states).select("cpu", "state", "idle", "state_name", "time_ns", "pct") \
         .sort(["cpu", "state"], nulls_last=True)
 
 
@@ -109,8 +107,8 @@ def df_cluster_idle_residency(intervals: pl.DataFrame, clusters: pl.DataFrame,
     """
     cl = clusters.select(pl.col("cpu").cast(pl.Int32), pl.col("cluster").cast(pl.Int32))
     iv = intervals.join(cl, on="cpu", how="inner")
-    names = _state_names(iv.select("cpu", "state").unique(), idle_states)
-    iv = iv.join(names, on=["cpu", "state"], how="left", nulls_equal=True)
+    names = _state_names(iv.select("cpu", "state", "idle").unique(), idle_states)
+    iv = iv.join(names, on=["cpu", "state", "idle"], how="left", nulls_equal=True)
     res = iv.group_by(["cluster", "state", "state_name"]).agg(pl.col("dur").sum().alias("time_ns"))
     res = res.with_columns((100.0 * pl.col("time_ns") / pl.col("time_ns").sum().over("cluster")).alias("pct"))
     all_idle = _all_cpus_idle(iv, cl)
@@ -121,7 +119,7 @@ def _all_cpus_idle(iv: pl.DataFrame, clusters: pl.DataFrame) -> pl.DataFrame:
     """Per cluster: ns during which all its CPUs are idle (sweep over +1/-1 idle edges)."""
     ncpu = clusters.group_by("cluster").agg(pl.len().alias("ncpu"))
     window = iv.group_by("cluster").agg(pl.col("ts").min().alias("lo"), (pl.col("ts") + pl.col("dur")).max().alias("hi"))
-    idle = iv.filter(pl.col("state") >= 0)
+    idle = iv.filter(pl.col("idle").fill_null(False))
     edges = pl.concat([
         idle.select("cluster", "ts", pl.lit(1).alias("d")),
         idle.select("cluster", (pl.col("ts") + pl.col("dur")).alias("ts"), pl.lit(-1).alias("d")),
@@ -445,7 +443,7 @@ def summary(trace) -> dict:
         "residency_pct": {str(c): dict(zip(g["state_name"].to_list(), g["pct"].to_list()))
                           for (c,), g in res.group_by(["cpu"], maintain_order=True)},
         "idle_pct": {str(c): float(v) for c, v in
-                     res.filter(pl.col("state") >= 0).group_by("cpu").agg(pl.col("pct").sum()).sort("cpu").iter_rows()},
+                     res.filter(pl.col("idle").fill_null(False)).group_by("cpu").agg(pl.col("pct").sum()).sort("cpu").iter_rows()},
         "cluster_all_cpus_idle_pct": {str(c): float(v) for c, v in
                                       cl.select("cluster", "all_cpus_idle_pct").unique().sort("cluster").iter_rows()},
         "wakeups": {str(c): int(n) for c, n in wk.select("cpu", "wakeups").iter_rows()},

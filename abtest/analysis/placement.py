@@ -115,6 +115,7 @@ def df_balance_per_cpu(residency: pl.DataFrame, clusters: pl.DataFrame, *, tasks
     Needs: sched_switch (via df_task_residency). ``clusters``: cpu, cluster. ``tasks``: pids (int)
     and/or comms (str) to consider (default all); ``min_runtime_ns``: ignore tasks that ran less.
 
+    Every CPU of ``clusters`` appears (a cluster with no home task has n_tasks 0 and null shares).
     Returns cluster, cpu, tasks (count of home tasks whose dominant CPU this is), n_tasks (N),
     n_cpus (M), expected_tasks_per_cpu (N/M), runtime_ns, runtime_share_pct, expected_share_pct
     (100/M).
@@ -131,12 +132,13 @@ def df_balance_per_cpu(residency: pl.DataFrame, clusters: pl.DataFrame, *, tasks
     ntask = home.group_by(pl.col("home").alias("cluster")).agg(pl.len().cast(pl.Int64).alias("n_tasks"))
     counts = dominant.group_by(["cluster", "cpu"]).agg(pl.len().cast(pl.Int64).alias("tasks"))
     rt = res.group_by(["cluster", "cpu"]).agg(pl.col("time_ns").sum().alias("runtime_ns"))
-    grid = cl.join(ntask, on="cluster", how="inner").join(ncpu, on="cluster")
+    grid = cl.join(ntask, on="cluster", how="left").join(ncpu, on="cluster")
     out = (grid.join(counts, on=["cluster", "cpu"], how="left").join(rt, on=["cluster", "cpu"], how="left")
-           .with_columns(pl.col("tasks", "runtime_ns").fill_null(0)))
+           .with_columns(pl.col("tasks", "runtime_ns", "n_tasks").fill_null(0)))
     return out.with_columns(
         (pl.col("n_tasks") / pl.col("n_cpus")).alias("expected_tasks_per_cpu"),
-        (100.0 * pl.col("runtime_ns") / pl.col("runtime_ns").sum().over("cluster")).alias("runtime_share_pct"),
+        pl.when(pl.col("runtime_ns").sum().over("cluster") > 0)
+        .then(100.0 * pl.col("runtime_ns") / pl.col("runtime_ns").sum().over("cluster")).alias("runtime_share_pct"),
         (100.0 / pl.col("n_cpus")).alias("expected_share_pct"),
     ).select("cluster", "cpu", "tasks", "n_tasks", "n_cpus", "expected_tasks_per_cpu", "runtime_ns",
              "runtime_share_pct", "expected_share_pct").sort(["cluster", "cpu"])
@@ -150,7 +152,7 @@ def df_balance(per_cpu: pl.DataFrame) -> pl.DataFrame:
     return per_cpu.group_by("cluster").agg(
         pl.col("n_tasks").first(), pl.col("n_cpus").first(), pl.col("expected_tasks_per_cpu").first(),
         (pl.col("tasks") - pl.col("expected_tasks_per_cpu")).abs().max().alias("max_task_deviation"),
-        pl.when(m > 1).then(1.0 - (share - 1.0 / m).abs().sum() / (2.0 * (1.0 - 1.0 / m))).alias("balance_index"),
+        pl.when((m > 1) & (pl.col("n_tasks").first() > 0)).then(1.0 - (share - 1.0 / m).abs().sum() / (2.0 * (1.0 - 1.0 / m))).alias("balance_index"),
     ).sort("cluster")
 
 
@@ -250,7 +252,7 @@ def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
         clusters[str(b["cluster"])] = {
             "cpus": sub["cpu"].to_list(), "n_tasks": b["n_tasks"], "expected_tasks_per_cpu": b["expected_tasks_per_cpu"],
             "tasks_per_cpu": {str(c): int(n) for c, n in zip(sub["cpu"], sub["tasks"])},
-            "runtime_share_pct": {str(c): float(s) for c, s in zip(sub["cpu"], sub["runtime_share_pct"])},
+            "runtime_share_pct": {str(c): (None if s is None else float(s)) for c, s in zip(sub["cpu"], sub["runtime_share_pct"])},
             "max_task_deviation": b["max_task_deviation"], "balance_index": b["balance_index"],
         }
     top = res.select("pid", "comm", "task_time_ns").unique("pid").sort(["task_time_ns", "pid"], descending=[True, False]).head(top_tasks)

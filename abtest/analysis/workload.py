@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -201,7 +202,7 @@ def read_workload_metrics(path: str | os.PathLike) -> dict:
     stripped = head.lstrip()
     if stripped.startswith(b"{"):
         return read_geekbench_json(path)
-    if b"---PROFILEDATA---" in path.read_bytes():
+    if re.search(rb"(?m)^[ \t]*---PROFILEDATA---[ \t]*\r?$", path.read_bytes()):
         return workload_frames.gfxinfo_metrics(path)
     first = stripped.split(b"\n", 1)[0].strip()
     if first.isdigit():

@@ -1,0 +1,235 @@
+"""`abtest analyze FILE`: the main metrics of one trace (thin: every number comes from an analysis
+module's ``summary(trace)``).
+
+JSON contract (``--json``; keys always present, an analysis that could not run is null and its
+reason is under ``skipped``)::
+
+    {"file", "format", "duration_s", "window_s": [start, end] | null (s from the trace start),
+     "lost_events", "platform": name | null,
+     "idle": {...}, "latency": {...}, "frequency": {...}, "load_tracking": {...},
+     "energy": {...}, "placement": {...}, "frames": {...},
+     "skipped": {analysis: reason}}
+
+See docs/analyze.md for each analysis' keys. Exit status: 0 when at least one analysis ran, 2 when
+none applies (or the file / platform is unreadable).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+
+import click
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from abtest.trace.api import Trace
+from abtest.trace.errors import MissingEventsError
+
+# JSON key -> module that provides summary(trace); order = order of the terminal report
+ANALYSES: dict[str, str] = {
+    "idle": "abtest.analysis.idle",
+    "latency": "abtest.analysis.latency",
+    "frequency": "abtest.analysis.frequency",
+    "load_tracking": "abtest.analysis.load_tracking",
+    "energy": "abtest.analysis.energy",
+    "placement": "abtest.analysis.placement",
+    "frames": "abtest.analysis.workload_frames",
+}
+
+
+def _run_one(key: str, module: str, trace: Trace) -> tuple[dict | None, str | None]:
+    """(summary, None) or (None, reason). Only "this analysis does not apply" errors are caught."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name == module:
+            return None, f"analysis module {module} is not available in this build"
+        raise
+    try:
+        return mod.summary(trace), None
+    except MissingEventsError as e:
+        return None, str(e)
+    except ValueError as e:  # e.g. needs platform data the trace does not carry
+        return None, f"{type(e).__name__}: {e}"
+
+
+def analyze_dict(trace: Trace, *, window_s: tuple[float, float] | None = None,
+                 only: tuple[str, ...] | None = None) -> dict:
+    """The `abtest analyze --json` object for a (possibly windowed) trace."""
+    m = trace.meta
+    out: dict = {
+        "file": str(trace.path),
+        "format": m.get("format"),
+        "duration_s": (trace.end_ns - trace.start_ns) / 1e9 if trace.start_ns is not None and trace.end_ns is not None else None,
+        "window_s": list(window_s) if window_s else None,
+        "lost_events": int(m.get("lost_events") or 0),
+        "platform": (trace.platform or {}).get("name") if isinstance(trace.platform, dict) else None,
+    }
+    skipped: dict[str, str] = {}
+    for key, module in ANALYSES.items():
+        if only and key not in only:
+            out[key] = None
+            skipped[key] = "not requested (--only)"
+            continue
+        res, why = _run_one(key, module, trace)
+        out[key] = _jsonable(res)
+        if why:
+            skipped[key] = why
+    out["skipped"] = skipped
+    return out
+
+
+def _jsonable(x):
+    """dicts/lists/polars frames/numpy scalars -> plain JSON values (NaN/inf -> null)."""
+    if x is None or isinstance(x, (bool, str, int)):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, pl.DataFrame):
+        return [_jsonable(r) for r in x.to_dicts()]
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item"):  # numpy scalar
+        return _jsonable(x.item())
+    return str(x)
+
+
+def _perfetto_dict(path: str) -> dict:
+    try:
+        from abtest.interop import perfetto_engine
+    except ModuleNotFoundError as e:
+        raise click.ClickException(f"--engine perfetto needs abtest.interop.perfetto_engine, which is missing ({e})") from e
+    try:
+        res = perfetto_engine.analyze(path)
+    except (perfetto_engine.EngineUnavailableError, RuntimeError) as e:
+        raise click.ClickException(f"--engine perfetto: {e}") from e
+    return {"file": path, "engine": "perfetto", **_jsonable(res)}
+
+
+# -- terminal report ------------------------------------------------------------------------------
+def _flatten(d, prefix: str = "") -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    if isinstance(d, dict):
+        for k, v in d.items():
+            rows += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(d, list) and d and isinstance(d[0], dict):
+        for i, v in enumerate(d):
+            rows += _flatten(v, f"{prefix}[{i}]")
+    else:
+        rows.append((prefix, _fmt(d)))
+    return rows
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 1e6 else f"{v:,.0f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return str(v)
+
+
+def _idle_tables(con: Console, idle: dict) -> None:
+    tab = Table("cpu", "state", "residency %", title="idle residency")
+    for cpu, states in idle["residency_pct"].items():
+        for name, pct in states.items():
+            tab.add_row(cpu, name, _fmt(pct))
+    con.print(tab)
+    con.print(f"wakeups: {idle['wakeups_total']:,} ({idle['wakeups_per_s']:.1f}/s)")
+    miss = idle.get("misses")
+    if miss:
+        t = Table("cpu", "wakeups", "too deep", "too deep %", "too shallow", "too shallow %",
+                  title=f"idle misses (source: {miss['source']})")
+        for cpu, m in [*miss["per_cpu"].items(), ("all", miss)]:
+            t.add_row(cpu, _fmt(m["wakeups"]), _fmt(m["too_deep_count"]), _fmt(m["too_deep_pct"]),
+                      _fmt(m["too_shallow_count"]), _fmt(m["too_shallow_pct"]))
+        con.print(t)
+
+
+def _latency_tables(con: Console, lat: dict) -> None:
+    t = Table("task", "wakeups", "mean us", "p50 us", "p95 us", "p99 us", "gmean us",
+              title=f"wakeup latency ({lat['wakeup_event']} -> sched_switch in)")
+    rows = [("ALL", {**lat, "wakeups": lat["matched_wakeups"]}), *lat["tasks"].items()]
+    for name, s in rows:
+        t.add_row(name, *(_fmt(s[k]) for k in ("wakeups", "mean_us", "p50_us", "p95_us", "p99_us", "gmean_us")))
+    con.print(t)
+
+
+def _print_report(d: dict) -> None:
+    con = Console()
+    dur = f"{d['duration_s']:.3f} s" if d["duration_s"] is not None else "?"
+    con.print(f"[bold]{d['file']}[/]  format={d['format']}  duration={dur}"
+              + (f"  window={d['window_s']} s" if d["window_s"] else ""))
+    for key in ANALYSES:
+        val = d.get(key)
+        if val is None:
+            continue
+        con.rule(key)
+        if key == "idle":
+            _idle_tables(con, val)
+        elif key == "latency":
+            _latency_tables(con, val)
+        else:
+            rows = _flatten(val)
+            t = Table("metric", "value")
+            for k, v in rows[:60]:
+                t.add_row(k, v)
+            con.print(t)
+            if len(rows) > 60:
+                con.print(f"... {len(rows) - 60} more values (use --json)")
+    for key, why in d["skipped"].items():
+        con.print(f"[yellow]skipped {key}:[/] {why}")
+
+
+@click.command("analyze")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (stable keys, see docs/analyze.md)")
+@click.option("--platform", "platform_file", type=click.Path(exists=True, dir_okay=False),
+              help="platform file (YAML/TOML, LISA plat_info.yml, Wattson CSV): capacities, OPPs, idle states, EM")
+@click.option("--window", nargs=2, type=float, metavar="START_S END_S",
+              help="analyse only [START_S, END_S), seconds from the first event of the trace")
+@click.option("--engine", type=click.Choice(["native", "perfetto"]), default="native", show_default=True,
+              help="native: abtest's readers and analyses; perfetto: Perfetto trace_processor's stdlib metrics")
+@click.option("--only", multiple=True, type=click.Choice(list(ANALYSES)), help="run only these analyses (repeatable)")
+def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[float, float] | None,
+            engine: str, only: tuple[str, ...]) -> None:
+    """Main metrics of FILE: idle residency and misses, wakeup latency, OPP residency, util/runnable,
+    energy per rail, placement. Analyses whose events are missing are skipped with a note."""
+    if engine == "perfetto":
+        d = _perfetto_dict(file)
+        click.echo(json.dumps(d, default=str) if as_json else json.dumps(d, indent=1, default=str))
+        return
+    if platform_file:
+        from abtest.analysis.platform import PlatformFormatError, load_platform
+        try:
+            platform = load_platform(platform_file)
+        except PlatformFormatError as e:
+            raise click.ClickException(str(e)) from e
+    else:
+        platform = None
+    trace = Trace(file, platform=platform)
+    if window:
+        lo, hi = window
+        if hi <= lo:
+            raise click.BadParameter(f"END_S ({hi}) must be greater than START_S ({lo})", param_hint="--window")
+        t0 = trace.start_ns
+        trace = trace.window(t0 + int(round(lo * 1e9)), t0 + int(round(hi * 1e9)))
+    d = analyze_dict(trace, window_s=window, only=only or None)
+    if d["lost_events"]:
+        click.secho(f"WARNING: {d['lost_events']} events were lost in the ring buffer "
+                    f"(per CPU: {trace.meta.get('lost_events_per_cpu')}): results from this trace are incomplete",
+                    fg="yellow", err=True)
+    if as_json:
+        click.echo(json.dumps(d))
+    else:
+        _print_report(d)
+    if all(d[k] is None for k in ANALYSES):
+        click.secho(f"error: no analysis applies to {file}: " + "; ".join(f"{k}: {v}" for k, v in d["skipped"].items()),
+                    fg="red", err=True)
+        raise SystemExit(2)
+
+
+COMMANDS = [analyze]
