@@ -13,18 +13,18 @@ from abtest import Trace
 from abtest.analysis import frequency as fq
 
 JUNO = "lisa/sched_load-trace.dat"
-LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<us>\d{6}):\s+(?P<ev>\w+):\s+(?P<rest>.*)$")
+LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<frac>\d{6,9}):\s+(?P<ev>\w+):\s+(?P<rest>.*)$")
 
 
-def _ns(sec: str, us: str) -> int:
-    return int(sec) * 1_000_000_000 + int(us) * 1000
+def _ns(sec: str, frac: str) -> int:
+    return int(sec) * 1_000_000_000 + int(frac.ljust(9, "0"))
 
 
 @pytest.fixture(scope="module")
 def juno_report(traces, tmp_path_factory):
-    """`trace-cmd report` of the Juno trace: (text path, list of (ts_ns, event, rest))."""
-    out = subprocess.run(["trace-cmd", "report", str(traces / JUNO)], capture_output=True, text=True, check=True).stdout
-    rows = [(_ns(m["s"], m["us"]), m["ev"], m["rest"]) for m in map(LINE.match, out.splitlines()) if m]
+    """`trace-cmd report -t` (full ns timestamps) of the Juno trace: (text path, list of (ts_ns, event, rest))."""
+    out = subprocess.run(["trace-cmd", "report", "-t", str(traces / JUNO)], capture_output=True, text=True, check=True).stdout
+    rows = [(_ns(m["s"], m["frac"]), m["ev"], m["rest"]) for m in map(LINE.match, out.splitlines()) if m]
     path = tmp_path_factory.mktemp("juno") / "juno-report.txt"
     path.write_text(out)
     return path, rows
