@@ -1,0 +1,293 @@
+"""Power: samplers that run on the target and importers for external meters, all writing power.csv.
+
+power.csv (the run-store contract): columns `ts_ns` (Int64, ns on the trace clock), `rail` (Utf8),
+`subsystem` (Utf8, may be empty), `energy_uj` (Float64, cumulative energy counter per rail, uJ).
+
+Sources and their clocks:
+- Pixel ODPM (`/sys/bus/iio/devices/iio:deviceN/energy_value`): `t=<ms>` then
+  `CH<n>(T=<ms>)[<RAIL>], <energy uWs>` (uWs == uJ); T is CLOCK_BOOTTIME ms. `enabled_rails` maps
+  rails to subsystems (`CH<n>[<RAIL>]:<subsystem>`).
+- hwmon `energy*_input` (uJ, cumulative) and `power*_input` (uW, integrated here, trapezoids).
+- powercap RAPL `energy_uj` wraps to 0 after `max_energy_range_uj`: unwrapped here (+max+1 per wrap).
+- Monsoon CSV (`Time(ms)` column actually in seconds, `<Chan>(mA)` / `<Chan> Voltage(V)`, trailing
+  comma on every row): power = mA x V = mW, integrated; time 0 is put at `start_ts_ns`.
+- generic CSV: `ts_ns` or `ts_s`, `rail`, optional `subsystem`, and `energy_uj` or `power_mw`/`power_uw`.
+
+Time alignment: the ftrace collector uses trace_clock "boot" (CLOCK_BOOTTIME) by default; the target
+samplers stamp samples with CLOCK_BOOTTIME (ODPM's own T=, /proc/uptime for hwmon/RAPL, 10 ms
+resolution), so ts_ns is directly on the trace clock. When the trace clock had to fall back (no "boot"
+clock), meta.json says so (`power.aligned = false`). Host-side meters (Monsoon) are aligned by the
+caller with `start_ts_ns` (e.g. the trace timestamp of the workload-start marker when the meter was
+started with the workload).
+"""
+from __future__ import annotations
+
+import io
+import re
+import shlex
+from pathlib import Path
+
+import polars as pl
+
+from abtest.targets.base import Target, TargetError
+from abtest.trace.errors import TraceFormatError
+
+POWER_SCHEMA = {"ts_ns": pl.Int64, "rail": pl.Utf8, "subsystem": pl.Utf8, "energy_uj": pl.Float64}
+
+_ODPM_LINE = re.compile(r"^CH(\d+)\(T=(\d+)\)\[([^\]]+)\],\s*(\d+)\s*$")
+_RAILS_LINE = re.compile(r"^CH(\d+)\[([^\]]+)\]:\s*(\S*)\s*$")
+
+
+def empty_power() -> pl.DataFrame:
+    return pl.DataFrame(schema=POWER_SCHEMA)
+
+
+def parse_odpm_enabled_rails(text: str, path: str = "enabled_rails") -> dict[str, str]:
+    """`enabled_rails` text -> {rail: subsystem}. Raises TraceFormatError naming the bad line."""
+    rails = {}
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        m = _RAILS_LINE.match(line.strip())
+        if not m:
+            raise TraceFormatError(path, f"bad enabled_rails line {line!r}", line=i,
+                                   expected="CH<n>[<RAIL>]:<subsystem>")
+        rails[m.group(2)] = m.group(3)
+    return rails
+
+
+def parse_odpm_energy(text: str, rails: dict[str, str] | None = None, path: str = "energy_value") -> pl.DataFrame:
+    """ODPM `energy_value` dumps (one or many, concatenated) -> power frame.
+
+    ts_ns = T (ms, CLOCK_BOOTTIME) x 1e6 per channel line; `t=` lines are sample headers. Raises
+    TraceFormatError on a line that is neither.
+    """
+    ts, names, energy = [], [], []
+    for i, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s.startswith("t="):
+            continue
+        m = _ODPM_LINE.match(s)
+        if not m:
+            raise TraceFormatError(path, f"bad energy_value line {s!r}", line=i,
+                                   expected="t=<ms> or CH<n>(T=<ms>)[<RAIL>], <uWs>")
+        ts.append(int(m.group(2)) * 1_000_000)
+        names.append(m.group(3))
+        energy.append(float(m.group(4)))
+    rails = rails or {}
+    df = pl.DataFrame({"ts_ns": ts, "rail": names, "energy_uj": energy},
+                      schema={"ts_ns": pl.Int64, "rail": pl.Utf8, "energy_uj": pl.Float64})
+    sub = pl.DataFrame({"rail": list(rails), "subsystem": list(rails.values())},
+                       schema={"rail": pl.Utf8, "subsystem": pl.Utf8})
+    return (df.join(sub, on="rail", how="left").with_columns(pl.col("subsystem").fill_null(""))
+            .select(list(POWER_SCHEMA)).unique(["ts_ns", "rail"], keep="first", maintain_order=True)
+            .sort("rail", "ts_ns"))
+
+
+def unwrap_counter(df: pl.DataFrame, max_range_uj: dict[str, float] | float) -> pl.DataFrame:
+    """Cumulative `energy_uj` that wraps to 0 after max_range (RAPL) -> monotonic counter per rail.
+
+    A negative step means one wrap: add max_range + 1. (At most one wrap between samples: sample at least
+    every max_range / max power, ~60 s for a 262 kJ range at 4 kW.)
+    """
+    if isinstance(max_range_uj, dict):
+        rng = pl.col("rail").replace_strict(max_range_uj, default=None, return_dtype=pl.Float64)
+    else:
+        rng = pl.lit(float(max_range_uj))
+    step = pl.col("energy_uj").diff().over("rail")
+    wrapped = (step < 0).fill_null(False)
+    offset = pl.when(wrapped).then(rng + 1).otherwise(0.0).cum_sum().over("rail")
+    return df.sort("rail", "ts_ns").with_columns((pl.col("energy_uj") + offset).alias("energy_uj"))
+
+
+def integrate_power(df: pl.DataFrame, power_col: str, scale_to_uw: float) -> pl.DataFrame:
+    """Instantaneous power samples (column `power_col`, x scale_to_uw = uW) -> cumulative energy_uj per
+    rail by trapezoids over ts_ns (starts at 0 at each rail's first sample)."""
+    p = pl.col(power_col).cast(pl.Float64) * scale_to_uw
+    dt_s = pl.col("ts_ns").diff().over("rail").cast(pl.Float64) / 1e9
+    piece = ((p + p.shift(1).over("rail")) / 2 * dt_s).fill_null(0.0)
+    out = df.sort("rail", "ts_ns").with_columns(piece.cum_sum().over("rail").alias("energy_uj"))
+    if "subsystem" not in out.columns:
+        out = out.with_columns(pl.lit("").alias("subsystem"))
+    return out.select(list(POWER_SCHEMA))
+
+
+def parse_monsoon_csv(path: str | Path, start_ts_ns: int = 0) -> pl.DataFrame:
+    """Monsoon power-tool CSV -> power frame (rails Main, USB, Aux: those with both mA and V columns).
+
+    The `Time(ms)` column holds seconds (a known quirk of the tool); rows end with a trailing comma.
+    """
+    path = Path(path)
+    text = path.read_text()
+    df = pl.read_csv(io.StringIO(text), has_header=True, truncate_ragged_lines=True)
+    df = df.select([c for c in df.columns if c.strip() and not c.startswith("_duplicated")])
+    tcol = next((c for c in df.columns if c.strip().lower().startswith("time")), None)
+    if tcol is None:
+        raise TraceFormatError(path, f"no Time column (columns {df.columns})", line=1,
+                               expected="Time(ms),Main(mA),Main Voltage(V),...")
+    frames = []
+    for c in df.columns:
+        m = re.fullmatch(r"\s*(\w+)\(mA\)\s*", c)
+        if not m:
+            continue
+        chan = m.group(1)
+        vcol = next((v for v in df.columns if v.strip() == f"{chan} Voltage(V)"), None)
+        if vcol is None:
+            continue
+        frames.append(df.select(
+            (pl.col(tcol).cast(pl.Float64) * 1e9).round().cast(pl.Int64).add(start_ts_ns).alias("ts_ns"),
+            pl.lit(chan).alias("rail"),
+            (pl.col(c).cast(pl.Float64) * pl.col(vcol).cast(pl.Float64)).alias("power_mw")))
+    if not frames:
+        raise TraceFormatError(path, f"no <channel>(mA) column with a matching '<channel> Voltage(V)' "
+                                     f"(columns {df.columns})", line=1, expected="Main(mA) and Main Voltage(V)")
+    return integrate_power(pl.concat(frames), "power_mw", 1000.0)
+
+
+def parse_generic_csv(path: str | Path) -> pl.DataFrame:
+    """Long-format CSV (ts_ns|ts_s, rail, [subsystem], energy_uj|power_mw|power_uw) -> power frame."""
+    path = Path(path)
+    df = pl.read_csv(path)
+    if "ts_ns" in df.columns:
+        df = df.with_columns(pl.col("ts_ns").cast(pl.Int64))
+    elif "ts_s" in df.columns:
+        df = df.with_columns((pl.col("ts_s").cast(pl.Float64) * 1e9).round().cast(pl.Int64).alias("ts_ns"))
+    else:
+        raise TraceFormatError(path, f"no ts_ns or ts_s column (columns {df.columns})", line=1,
+                               expected="ts_ns or ts_s, rail, energy_uj or power_mw/power_uw")
+    if "rail" not in df.columns:
+        raise TraceFormatError(path, "no rail column", line=1, expected="a rail column")
+    df = df.with_columns(pl.col("rail").cast(pl.Utf8))
+    if "subsystem" not in df.columns:
+        df = df.with_columns(pl.lit("").alias("subsystem"))
+    df = df.with_columns(pl.col("subsystem").cast(pl.Utf8).fill_null(""))
+    if "energy_uj" in df.columns:
+        return df.with_columns(pl.col("energy_uj").cast(pl.Float64)).select(list(POWER_SCHEMA)).sort("rail", "ts_ns")
+    for col, scale in (("power_mw", 1000.0), ("power_uw", 1.0)):
+        if col in df.columns:
+            return integrate_power(df, col, scale)
+    raise TraceFormatError(path, f"no energy_uj, power_mw or power_uw column (columns {df.columns})", line=1,
+                           expected="energy_uj (cumulative uJ) or power_mw / power_uw")
+
+
+def parse_sysfs_samples(text: str, path: str = "samples") -> pl.DataFrame:
+    """Output of the hwmon/RAPL sampler loop -> long frame (ts_ns, file, value).
+
+    Lines: `@ <uptime s>` starts a sample (CLOCK_BOOTTIME), then `<sysfs path> <integer>`.
+    """
+    ts, files, vals = [], [], []
+    cur = None
+    for i, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "@" and len(parts) == 2:
+            cur = round(float(parts[1]) * 1e9)
+        elif len(parts) == 2 and cur is not None and re.fullmatch(r"-?\d+", parts[1]):
+            ts.append(cur)
+            files.append(parts[0])
+            vals.append(int(parts[1]))
+        else:
+            raise TraceFormatError(path, f"bad sampler line {line!r}", line=i,
+                                   expected="'@ <uptime s>' or '<path> <integer>'")
+    return pl.DataFrame({"ts_ns": ts, "file": files, "value": vals},
+                        schema={"ts_ns": pl.Int64, "file": pl.Utf8, "value": pl.Int64})
+
+
+def rapl_from_samples(samples: pl.DataFrame, names: dict[str, str], max_range: dict[str, float]) -> pl.DataFrame:
+    """RAPL sampler frame -> power frame. names: energy_uj path -> domain name (e.g. package-0);
+    max_range: domain -> max_energy_range_uj."""
+    df = samples.with_columns(pl.col("file").replace_strict(names, default=None).alias("rail"),
+                              pl.col("value").cast(pl.Float64).alias("energy_uj"),
+                              pl.lit("").alias("subsystem")).drop_nulls("rail")
+    return unwrap_counter(df.select(list(POWER_SCHEMA)), max_range)
+
+
+def hwmon_from_samples(samples: pl.DataFrame, names: dict[str, str]) -> pl.DataFrame:
+    """hwmon sampler frame -> power frame; energy*_input taken as uJ, power*_input (uW) integrated."""
+    df = samples.with_columns(pl.col("file").replace_strict(names, default=None).alias("rail")).drop_nulls("rail")
+    energy = df.filter(pl.col("file").str.contains(r"/energy\d+_input$")).select(
+        "ts_ns", "rail", pl.lit("").alias("subsystem"), pl.col("value").cast(pl.Float64).alias("energy_uj"))
+    power = df.filter(pl.col("file").str.contains(r"/power\d+_input$"))
+    parts = [energy.select(list(POWER_SCHEMA))]
+    if power.height:
+        parts.append(integrate_power(power, "value", 1.0))
+    return pl.concat(parts).sort("rail", "ts_ns")
+
+
+# -- sampling on the target ---------------------------------------------------------------------------
+class PowerSampler:
+    """Samples a target's power counters in a background shell loop during the workload.
+
+    kind: "odpm", "hwmon" or "rapl". period_s: seconds between samples. The loop's output file lives in
+    remote_dir; `stop()` kills it, pulls it and returns the power frame.
+    """
+
+    def __init__(self, target: Target, kind: str, *, period_s: float = 0.5, remote_dir: str = "/tmp"):
+        if kind not in ("odpm", "hwmon", "rapl"):
+            raise ValueError(f"unknown power sampler {kind!r} (odpm, hwmon, rapl)")
+        self.target, self.kind, self.period_s, self.remote_dir = target, kind, period_s, remote_dir
+        self.remote_out = f"{remote_dir}/abtest-power.txt"
+        self.pid: str | None = None
+        self.names: dict[str, str] = {}
+        self.max_range: dict[str, float] = {}
+        self.rails: dict[str, str] = {}
+
+    def discover(self) -> None:
+        """Find the counter files (raises TargetError when the target has none)."""
+        t = self.target
+        if self.kind == "odpm":
+            out = t.run("cat /sys/bus/iio/devices/iio:device*/enabled_rails 2>/dev/null", 30, as_root=True).stdout
+            self.rails = parse_odpm_enabled_rails(out)
+            if not self.rails:
+                raise TargetError(f"{t.name}: no ODPM rails under /sys/bus/iio/devices/iio:device*/enabled_rails")
+        elif self.kind == "rapl":
+            out = t.run("for d in /sys/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
+                        "echo $d/energy_uj $(cat $d/name) $(cat $d/max_energy_range_uj); done", 30, as_root=True).stdout
+            for line in out.splitlines():
+                f, name, rng = line.split()
+                domain = f"{name}:{f.split('intel-rapl:')[1].split('/')[0]}"
+                self.names[f] = domain
+                self.max_range[domain] = float(rng)
+            if not self.names:
+                raise TargetError(f"{t.name}: no readable /sys/class/powercap/intel-rapl:*/energy_uj")
+        else:
+            out = t.run("for f in /sys/class/hwmon/hwmon*/energy*_input /sys/class/hwmon/hwmon*/power*_input; do "
+                        "[ -r $f ] && echo $f $(cat ${f%/*}/name)_$(basename ${f%_input}); done", 30).stdout
+            self.names = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+            if not self.names:
+                raise TargetError(f"{t.name}: no hwmon energy*_input / power*_input files")
+
+    def loop_script(self) -> str:
+        period = f"{self.period_s:g}"
+        if self.kind == "odpm":
+            body = "cat /sys/bus/iio/devices/iio:device*/energy_value"
+        else:
+            files = " ".join(shlex.quote(f) for f in self.names)
+            body = f"echo @ $(cut -d' ' -f1 /proc/uptime); for f in {files}; do echo $f $(cat $f); done"
+        return f"while :; do {body}; sleep {period}; done"
+
+    def start(self) -> None:
+        self.discover()
+        script = (f"nohup sh -c {shlex.quote(self.loop_script())} > {shlex.quote(self.remote_out)} 2>/dev/null "
+                  f"</dev/null & echo $!")
+        self.pid = self.target.run(script, 30, as_root=True, check=True).stdout.strip().splitlines()[-1]
+
+    def stop(self, local_raw: Path) -> pl.DataFrame:
+        """Stop the loop, pull its output to local_raw, return the power frame."""
+        if self.pid:
+            self.target.run(f"kill {int(self.pid)} 2>/dev/null; sleep 0.1", 30, as_root=True)
+        self.target.pull(self.remote_out, local_raw)
+        text = Path(local_raw).read_text()
+        if self.kind == "odpm":
+            return parse_odpm_energy(text, self.rails, str(local_raw))
+        samples = parse_sysfs_samples(text, str(local_raw))
+        if self.kind == "rapl":
+            return rapl_from_samples(samples, self.names, self.max_range)
+        return hwmon_from_samples(samples, self.names)
+
+
+def write_power_csv(df: pl.DataFrame, path: str | Path) -> Path:
+    """Write the run-store power.csv (columns ts_ns, rail, subsystem, energy_uj)."""
+    df.select(list(POWER_SCHEMA)).write_csv(path)
+    return Path(path)

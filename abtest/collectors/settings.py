@@ -1,0 +1,95 @@
+"""Label settings: A/B on one kernel by changing knobs through the target.
+
+    --label menu:cpuidle_governor=menu --label haltpoll:cpuidle_governor=haltpoll
+    [labels.menu] settings = { cpuidle_governor = "menu" }          # in the target file
+
+Keys: `cpuidle_governor`, `cpufreq_governor` (every policy), and `sysfs:<absolute path>` for any
+sysfs/procfs/debugfs file (e.g. `sysfs:/proc/sys/kernel/sched_schedstats=1`). Every write is read
+back and checked; the values found before the first change are restored by `restore`.
+"""
+from __future__ import annotations
+
+import shlex
+
+from abtest.targets.base import Target, TargetError
+
+CPUIDLE_GOVERNOR = "/sys/devices/system/cpu/cpuidle/current_governor"
+CPUFREQ_GLOB = "/sys/devices/system/cpu/cpufreq/policy*/scaling_governor"
+
+
+class SettingError(TargetError):
+    """A setting is unknown, or the target did not take the value."""
+
+
+def parse_label(spec: str) -> tuple[str, dict]:
+    """`name:key=value,key=value` -> (name, {key: value})."""
+    name, _, rest = spec.partition(":")
+    settings = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise SettingError(f"label {name!r}: setting {item!r} is not key=value")
+        settings[key.strip()] = value.strip()
+    if not name:
+        raise SettingError(f"label spec {spec!r} has no name")
+    return name, settings
+
+
+def _paths(target: Target, key: str) -> list[str]:
+    if key == "cpuidle_governor":
+        return [CPUIDLE_GOVERNOR]
+    if key == "cpufreq_governor":
+        found = target.run(f"ls {CPUFREQ_GLOB} 2>/dev/null", 30).stdout.split()
+        if not found:
+            raise SettingError(f"{target.name}: cpufreq_governor set but the target has no cpufreq policies")
+        return found
+    if key.startswith("sysfs:") and key[6:].startswith("/"):
+        return [key[6:]]
+    raise SettingError(f"unknown setting {key!r} (known: cpuidle_governor, cpufreq_governor, sysfs:/path)")
+
+
+class SettingsManager:
+    """Applies label settings, remembering original values for `restore`."""
+
+    def __init__(self, target: Target):
+        self.target = target
+        self.original: dict[str, str] = {}
+
+    def apply(self, settings: dict) -> dict:
+        """Write each setting, verify it, return {path: value now}. Raises SettingError."""
+        now = {}
+        for key, value in settings.items():
+            for path in _paths(self.target, key):
+                q = shlex.quote(path)
+                if path not in self.original:
+                    cur = self.target.run(["cat", path], 30, as_root=True)
+                    if cur.exit_code != 0:
+                        raise SettingError(f"{self.target.name}: cannot read {path}: {cur.stderr.strip()}")
+                    self.original[path] = _current(cur.stdout)
+                res = self.target.run(f"echo {shlex.quote(str(value))} > {q} && cat {q}", 30, as_root=True)
+                got = _current(res.stdout)
+                if res.exit_code != 0 or got != str(value):
+                    raise SettingError(f"{self.target.name}: setting {key}={value} on {path} failed "
+                                       f"(now {got!r}; {res.stderr.strip()})")
+                now[path] = got
+        return now
+
+    def restore(self) -> None:
+        """Put back every value changed since this manager started (best effort, errors collected)."""
+        errors = []
+        for path, value in self.original.items():
+            try:
+                self.target.run(f"echo {shlex.quote(value)} > {shlex.quote(path)}", 30, as_root=True, check=True)
+            except TargetError as e:
+                errors.append(str(e))
+        self.original.clear()
+        if errors:
+            raise SettingError("restoring settings failed: " + "; ".join(errors))
+
+
+def _current(text: str) -> str:
+    """Value of a sysfs file; for choice files like `[menu] ladder` the bracketed entry."""
+    text = text.strip()
+    if "[" in text and "]" in text:
+        return text[text.index("[") + 1:text.index("]")]
+    return text

@@ -1,0 +1,81 @@
+"""Writes one iteration of the run store atomically.
+
+    STORE/<label>/<workload>/<iteration>/{trace.dat, power.csv, metrics.json, meta.json, .complete}
+
+Files are written into a hidden temp directory next to the final one (`.tmp-<iteration>-<pid>`, same
+filesystem, so the final rename is atomic and readers skip dot-directories); `.complete` is written
+last, then the directory is renamed into place. An interrupted iteration leaves only a temp directory,
+which `discard_stale_temps` removes on the next run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+COMPLETE = ".complete"
+STORE_ENV = "ABTEST_STORE"
+DEFAULT_STORE = "results"
+
+
+def default_store() -> Path:
+    """--store default: $ABTEST_STORE, else ./results."""
+    return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
+
+
+def iteration_dir(store: Path, label: str, workload: str, iteration: int) -> Path:
+    return Path(store) / label / workload / str(iteration)
+
+
+def is_complete(path: Path) -> bool:
+    return (Path(path) / COMPLETE).is_file()
+
+
+def metric(value: float, unit: str, lower_is_better: bool) -> dict:
+    """One metrics.json entry."""
+    return {"value": value, "unit": unit, "lower_is_better": lower_is_better}
+
+
+class IterationWriter:
+    """Context for one iteration: `tmp` is where files go; `commit()` finalises, `discard()` drops."""
+
+    def __init__(self, store: Path, label: str, workload: str, iteration: int):
+        self.final = iteration_dir(store, label, workload, iteration)
+        if is_complete(self.final):
+            raise FileExistsError(f"{self.final} is already complete")
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.final.parent / f".tmp-{iteration}-{os.getpid()}"
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp)
+        self.tmp.mkdir()
+
+    def write_json(self, name: str, obj: dict) -> Path:
+        p = self.tmp / name
+        p.write_text(json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
+        return p
+
+    def commit(self, metrics: dict, meta: dict) -> Path:
+        """Write metrics.json, meta.json, then .complete; rename into place; return the final path."""
+        self.write_json("metrics.json", {"metrics": metrics})
+        self.write_json("meta.json", meta)
+        with open(self.tmp / COMPLETE, "w") as f:
+            f.flush()
+            os.fsync(f.fileno())
+        if self.final.exists():  # a leftover without .complete (not ours: never renamed) -> replace
+            shutil.rmtree(self.final)
+        os.rename(self.tmp, self.final)
+        return self.final
+
+    def discard(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def discard_stale_temps(store: Path) -> list[Path]:
+    """Remove `.tmp-*` directories left by interrupted runs; return what was removed."""
+    removed = []
+    for p in Path(store).glob("*/*/.tmp-*"):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed

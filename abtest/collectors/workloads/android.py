@@ -1,0 +1,187 @@
+"""Android workloads: YouTube playback, a game, Jankbench, Geekbench, PCMark.
+
+They need a real device to run (none exists here). Orchestration is the `am`/`dumpsys`/pull sequence
+below; result parsing is done by abtest.analysis.workload / workload_frames (written and tested on
+real-format files there), imported, not duplicated. Metric conversion from those parsers' dicts is
+`metrics_from_result`, tested here.
+"""
+from __future__ import annotations
+
+import shlex
+import zipfile
+from pathlib import Path
+from xml.etree import ElementTree
+
+from abtest.collectors.workloads.base import Workload, WorkloadError, metric
+from abtest.targets.base import Target
+
+# parser key -> (metric name, unit, lower_is_better)
+_METRIC_KEYS = {
+    "fps": ("fps", "frames/s", False),
+    "jank_pct": ("jank_pct", "%", True),
+    "missed_vsync_pct": ("jank_pct", "%", True),
+    "mean_frame_ms": ("mean_frame_ms", "ms", True),
+    "mean_frame_interval_ms": ("mean_frame_ms", "ms", True),
+    "p95_frame_ms": ("p95_frame_ms", "ms", True),
+    "single_core_score": ("geekbench_single_core_score", "points", False),
+    "multi_core_score": ("geekbench_multi_core_score", "points", False),
+}
+
+
+def metrics_from_result(result: dict) -> dict:
+    """A parser dict from abtest.analysis.workload(_frames) -> metrics.json entries (None values skipped)."""
+    out = {}
+    for key, (name, unit, lower) in _METRIC_KEYS.items():
+        val = result.get(key)
+        if val is not None and name not in out:
+            out[name] = metric(val, unit, lower)
+    return out
+
+
+def _read_result_file(path: Path) -> dict:
+    from abtest.analysis.workload import read_workload_metrics
+    return read_workload_metrics(path)
+
+
+class _FramesWorkload(Workload):
+    """Shared by YouTube and game: launch, play for duration_s, dump SurfaceFlinger --latency of the
+    layer whose name contains `layer` (default: the package), stop the app."""
+    TOOLS = ("am", "dumpsys")
+
+    def launch_command(self) -> str:  # pragma: no cover
+        raise NotImplementedError
+
+    def command(self, remote_dir: str) -> str:
+        p = self.params
+        layer = p.get("layer") or p["package"]
+        out = shlex.quote(f"{remote_dir}/abtest-sf-latency.txt")
+        return (f"{self.launch_command()} >/dev/null && sleep {p['duration_s']:g} && "
+                f"L=$(dumpsys SurfaceFlinger --list | grep -F {shlex.quote(layer)} | grep -i surfaceview | head -1); "
+                f"[ -n \"$L\" ] || L=$(dumpsys SurfaceFlinger --list | grep -F {shlex.quote(layer)} | head -1); "
+                f"dumpsys SurfaceFlinger --latency \"$L\" > {out}; am force-stop {shlex.quote(p['package'])}")
+
+    def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
+        local = outdir / "sf-latency.dump"
+        target.pull(f"{remote_dir}/abtest-sf-latency.txt", local)
+        return metrics_from_result(_read_result_file(local))
+
+
+class YouTubeWorkload(_FramesWorkload):
+    """Play `url` in the YouTube app for duration_s; metrics fps, jank_pct (missed vsyncs), mean_frame_ms."""
+    KIND = "youtube"
+    DEFAULTS = {"url": "https://www.youtube.com/watch?v=aqz-KE-bpKQ", "duration_s": 60.0,
+                "package": "com.google.android.youtube", "layer": ""}
+
+    def launch_command(self) -> str:
+        p = self.params
+        return (f"am start -W -a android.intent.action.VIEW -d {shlex.quote(p['url'])} "
+                f"{shlex.quote(p['package'])}")
+
+
+class GameWorkload(_FramesWorkload):
+    """Launch the game `package` and let it run duration_s; metrics fps, jank_pct, mean_frame_ms."""
+    KIND = "game"
+    DEFAULTS = {"package": "", "duration_s": 60.0, "layer": ""}
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        if not self.params["package"]:
+            raise WorkloadError("workload 'game' needs package=<android package name>")
+
+    def launch_command(self) -> str:
+        return f"monkey -p {shlex.quote(self.params['package'])} -c android.intent.category.LAUNCHER 1"
+
+
+class JankbenchWorkload(Workload):
+    """Jankbench: run benchmark ids `benchmarks` (comma list in quotes) `runs` times, wait for the app to
+    finish, pull its BenchmarkResults sqlite DB; metrics jank_pct, mean_frame_ms (abtest.analysis.workload)."""
+    KIND = "jankbench"
+    DEFAULTS = {"benchmarks": "0", "runs": 1, "package": "com.android.benchmark", "wait_s": 600.0}
+    TOOLS = ("am", "dumpsys")
+
+    def command(self, remote_dir: str) -> str:
+        p = self.params
+        pkg = shlex.quote(p["package"])
+        db = f"/data/data/{p['package']}/databases/BenchmarkResults"
+        return (f"rm -f {shlex.quote(db)}; am start -W -n {pkg}/.app.RunLocalBenchmarksActivity "
+                f"--eia com.android.benchmark.EXTRA_ENABLED_BENCHMARK_IDS {shlex.quote(p['benchmarks'])} "
+                f"--ei com.android.benchmark.EXTRA_RUN_COUNT {int(p['runs'])} >/dev/null; "
+                f"t=0; while [ $t -lt {int(p['wait_s'])} ] && dumpsys window | grep -q RunLocalBenchmarks; do "
+                f"sleep 2; t=$((t+2)); done; cp {shlex.quote(db)} {shlex.quote(remote_dir + '/abtest-jankbench.db')}")
+
+    def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
+        local = outdir / "jankbench.db"
+        target.pull(f"{remote_dir}/abtest-jankbench.db", local)
+        return metrics_from_result(_read_result_file(local))
+
+
+class GeekbenchWorkload(Workload):
+    """Geekbench command-line edition (`binary`, e.g. geekbench6 on Linux/Android shells that have it):
+    `--export-json`, pulled and parsed; metrics geekbench_single_core_score / multi_core_score (points)."""
+    KIND = "geekbench"
+    DEFAULTS = {"binary": "geekbench6", "extra_args": "--no-upload"}
+
+    def prepare(self, target: Target, remote_dir: str) -> None:
+        if target.run(["sh", "-c", f"command -v {shlex.quote(self.params['binary'])}"], 30).exit_code:
+            raise WorkloadError(f"{target.name}: {self.params['binary']} not found on the target")
+
+    def command(self, remote_dir: str) -> str:
+        return (f"{shlex.quote(self.params['binary'])} {self.params['extra_args']} "
+                f"--export-json {shlex.quote(remote_dir + '/abtest-geekbench.json')}")
+
+    def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
+        local = outdir / "geekbench.json"
+        target.pull(f"{remote_dir}/abtest-geekbench.json", local)
+        return metrics_from_result(_read_result_file(local))
+
+
+def pcmark_scores(path: str | Path) -> dict:
+    """PCMark for Android result archive (.zip holding an XML result) -> {"<Name>Score": value}.
+
+    Reads every XML element whose tag ends in "Score" and holds a number. Raises WorkloadError when
+    the archive has no XML or no score element.
+    """
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            xml_names = [n for n in zf.namelist() if n.lower().endswith(".xml")]
+            if not xml_names:
+                raise WorkloadError(f"{path}: PCMark archive holds no XML result (members {zf.namelist()})")
+            root = ElementTree.fromstring(zf.read(xml_names[0]))
+    except zipfile.BadZipFile as e:
+        raise WorkloadError(f"{path}: not a PCMark result archive ({e})") from e
+    except ElementTree.ParseError as e:
+        raise WorkloadError(f"{path}: malformed PCMark XML ({e})") from e
+    scores = {}
+    for el in root.iter():
+        if el.tag.endswith("Score") and el.text:
+            try:
+                scores[el.tag] = float(el.text.strip())
+            except ValueError:
+                continue
+    if not scores:
+        raise WorkloadError(f"{path}: no *Score element in the PCMark result")
+    return scores
+
+
+class PCMarkWorkload(Workload):
+    """PCMark for Android Work benchmark: start it, wait up to wait_s for a new result archive under
+    `results_dir`, pull it; metrics pcmark_<name> (points, higher is better)."""
+    KIND = "pcmark"
+    DEFAULTS = {"package": "com.futuremark.pcmark.android.benchmark", "wait_s": 1800.0,
+                "results_dir": "/sdcard/PCMark for Android"}
+    TOOLS = ("am",)
+
+    def command(self, remote_dir: str) -> str:
+        p = self.params
+        rd = shlex.quote(p["results_dir"])
+        return (f"before=$(ls -t {rd}/*.zip 2>/dev/null | head -1); "
+                f"am start -W -n {shlex.quote(p['package'])}/com.futuremark.gypsum.activity.SplashPageActivity >/dev/null; "
+                f"t=0; while [ $t -lt {int(p['wait_s'])} ]; do now=$(ls -t {rd}/*.zip 2>/dev/null | head -1); "
+                f"[ -n \"$now\" ] && [ \"$now\" != \"$before\" ] && break; sleep 5; t=$((t+5)); done; "
+                f"[ -n \"$now\" ] && cp \"$now\" {shlex.quote(remote_dir + '/abtest-pcmark.zip')}")
+
+    def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
+        local = outdir / "pcmark-result.pcmark"
+        target.pull(f"{remote_dir}/abtest-pcmark.zip", local)
+        return {f"pcmark_{k}": metric(v, "points", False) for k, v in pcmark_scores(local).items()}

@@ -1,0 +1,145 @@
+"""Linux workloads: shell command, hackbench, stress-ng, sysbench, rt-app JSON profile, kernel build."""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from abtest.collectors.workloads.base import Workload, WorkloadError, metric
+from abtest.targets.base import RunResult, Target
+
+
+class ShellWorkload(Workload):
+    """Any shell command (`cmd`); metric: the common duration_s only."""
+    KIND = "shell"
+    DEFAULTS = {"cmd": ""}
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        if not self.params["cmd"]:
+            raise WorkloadError("workload 'shell' needs cmd=...")
+
+    def command(self, remote_dir: str) -> str:
+        return self.params["cmd"]
+
+
+class HackbenchWorkload(Workload):
+    """hackbench (rt-tests): `groups` groups x 20 senders/receivers, `loops` messages; threads or processes,
+    pipes or sockets. Metric hackbench_time_s = the time hackbench itself reports (s, lower is better)."""
+    KIND = "hackbench"
+    DEFAULTS = {"groups": 2, "loops": 100, "threads": False, "pipe": False, "datasize": 100}
+    TOOLS = ("hackbench",)
+
+    def command(self, remote_dir: str) -> str:
+        p = self.params
+        argv = ["hackbench", "-g", str(p["groups"]), "-l", str(p["loops"]), "-s", str(p["datasize"])]
+        argv += ["-T"] if p["threads"] else ["-P"]
+        if p["pipe"]:
+            argv.append("-p")
+        return " ".join(argv)
+
+    def parse(self, res: RunResult) -> dict:
+        m = re.search(r"^Time:\s*([0-9.]+)", res.stdout, re.M)
+        if not m:
+            raise WorkloadError(f"hackbench printed no 'Time:' line: {res.stdout[-300:]!r} {res.stderr[-300:]!r}")
+        return {"hackbench_time_s": metric(float(m.group(1)), "s", True)}
+
+
+class StressNgWorkload(Workload):
+    """stress-ng `stressor` with `workers` instances for `duration_s` seconds.
+    Metric bogo_ops_per_s (real time, higher is better) from its --metrics-brief line."""
+    KIND = "stress-ng"
+    DEFAULTS = {"stressor": "cpu", "workers": 1, "duration_s": 5.0}
+    TOOLS = ("stress-ng",)
+
+    def command(self, remote_dir: str) -> str:
+        p = self.params
+        return (f"stress-ng --{shlex.quote(p['stressor'])} {int(p['workers'])} "
+                f"--timeout {p['duration_s']:g}s --metrics-brief")
+
+    def parse(self, res: RunResult) -> dict:
+        text = res.stdout + res.stderr
+        rx = (r"metrc: \[\d+\]\s+" + re.escape(self.params["stressor"]) +
+              r"\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)")
+        m = re.search(rx, text)
+        if not m:
+            raise WorkloadError(f"stress-ng printed no metrics line for {self.params['stressor']!r}: {text[-400:]!r}")
+        return {"bogo_ops": metric(int(m.group(1)), "ops", False),
+                "bogo_ops_per_s": metric(float(m.group(5)), "ops/s", False)}
+
+
+class SysbenchWorkload(Workload):
+    """sysbench `test` (cpu, memory, threads...) with `threads` for `duration_s`.
+    Metrics events_per_s (higher is better), latency_avg_ms / latency_p95_ms (lower is better)."""
+    KIND = "sysbench"
+    DEFAULTS = {"test": "cpu", "threads": 1, "duration_s": 5.0}
+    TOOLS = ("sysbench",)
+
+    def command(self, remote_dir: str) -> str:
+        p = self.params
+        return f"sysbench {shlex.quote(p['test'])} --threads={int(p['threads'])} --time={int(p['duration_s'])} run"
+
+    def parse(self, res: RunResult) -> dict:
+        out = {}
+        eps = re.search(r"events per second:\s*([0-9.]+)", res.stdout)
+        total = re.search(r"total number of events:\s*(\d+)", res.stdout)
+        time_s = re.search(r"total time:\s*([0-9.]+)s", res.stdout)
+        if eps:
+            out["events_per_s"] = metric(float(eps.group(1)), "events/s", False)
+        elif total and time_s and float(time_s.group(1)) > 0:
+            out["events_per_s"] = metric(int(total.group(1)) / float(time_s.group(1)), "events/s", False)
+        for key, name in (("avg", "latency_avg_ms"), ("95th percentile", "latency_p95_ms")):
+            m = re.search(rf"^\s*{re.escape(key)}:\s*([0-9.]+)", res.stdout, re.M)
+            if m:
+                out[name] = metric(float(m.group(1)), "ms", True)
+        if not out:
+            raise WorkloadError(f"sysbench output has no statistics: {res.stdout[-400:]!r}")
+        return out
+
+
+class RtAppWorkload(Workload):
+    """rt-app with a JSON profile (`profile`: host path, pushed to the target).
+    Metric: the common duration_s; rt-app's per-thread logs stay on the target."""
+    KIND = "rt-app"
+    DEFAULTS = {"profile": ""}
+    TOOLS = ("rt-app",)
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        if not self.params["profile"] or not Path(self.params["profile"]).is_file():
+            raise WorkloadError(f"workload 'rt-app' needs profile=<JSON file on the host>; "
+                                f"got {self.params['profile']!r}")
+
+    def prepare(self, target: Target, remote_dir: str) -> None:
+        super().prepare(target, remote_dir)
+        target.push(self.params["profile"], f"{remote_dir}/abtest-rtapp.json")
+
+    def command(self, remote_dir: str) -> str:
+        return f"cd {shlex.quote(remote_dir)} && rt-app {shlex.quote(remote_dir + '/abtest-rtapp.json')}"
+
+
+class KernelBuildWorkload(Workload):
+    """`make -j<jobs> <make_target>` in the target directory `src` (a kernel tree, or any make project),
+    after `make clean` when clean=true (clean time not counted). Metric build_s (lower is better)."""
+    KIND = "kbuild"
+    DEFAULTS = {"src": "", "jobs": 0, "make_target": "", "clean": True}
+    TOOLS = ("make",)
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        if not self.params["src"]:
+            raise WorkloadError("workload 'kbuild' needs src=<source directory on the target>")
+
+    def prepare(self, target: Target, remote_dir: str) -> None:
+        super().prepare(target, remote_dir)
+        src = shlex.quote(self.params["src"])
+        if self.params["clean"]:
+            target.run(f"make -C {src} clean >/dev/null 2>&1", self.timeout_s, check=False)
+
+    def command(self, remote_dir: str) -> str:
+        jobs = self.params["jobs"] or "$(nproc)"
+        tgt = shlex.quote(self.params["make_target"]) if self.params["make_target"] else ""
+        return f"make -C {shlex.quote(self.params['src'])} -j{jobs} {tgt} >/dev/null"
+
+    def parse(self, res: RunResult) -> dict:
+        return {}  # build_s is the measured workload duration (added by the orchestrator as duration_s)
