@@ -64,18 +64,24 @@ def _find(w: WorkloadComparison, pattern: str) -> MetricComparison | None:
 
 
 def _mean(m, side):
+    if m is None:
+        return None
     s = m.a if side == "a" else m.b
     return s.mean if (m is not None and s is not None) else None
 
 
 def _sdev(m, side):
+    if m is None:
+        return None
     s = m.a if side == "a" else m.b
     return s.stdev if (m is not None and s is not None) else None
 
 
 def _gmean_or_mean(m, side):
+    if m is None:
+        return None
     s = m.a if side == "a" else m.b
-    if m is None or s is None:
+    if s is None:
         return None
     return s.gmean if s.gmean is not None else s.mean
 
