@@ -43,11 +43,13 @@ def detect_format(head: bytes) -> str | None:
         if rest[:1] == b"\x78":  # zlib header (CMF 0x78)
             return "atrace-z"
         return "atrace"
-    if _looks_like_perfetto(head):
-        return "perfetto"
-    # text: mostly printable bytes
+    # text: mostly printable bytes (checked before the perfetto sniff: a text trace that starts
+    # with a blank line begins with 0x0a, like a perfetto packet tag)
     sample = head[:4096]
     printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 128)
-    if printable >= 0.95 * len(sample):
+    is_text = printable >= 0.95 * len(sample)
+    if _looks_like_perfetto(head) and not (is_text and stripped[:1] == b"#"):
+        return "perfetto"
+    if is_text:
         return "ftrace-text"
     return None

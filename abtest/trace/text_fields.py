@@ -1,0 +1,303 @@
+"""Event payload text -> typed columns, vectorised with polars string expressions.
+
+One function per payload family; each takes the frame of *one event's* lines (column ``payload``,
+Utf8) and returns the frame with the event's fields added as columns (``payload`` dropped).
+No Python loop runs per line: the only loops are over events and over the few distinct
+``key=`` layouts ("signatures") one event shows in a file.
+
+prev_state letters -> kernel bit values
+---------------------------------------
+Text traces print ``sched_switch`` ``prev_state`` as letters; trace.dat carries the integer. We map
+letters back to integers so the canonical column is Int64 whatever the source. The kernel's own
+format (include/trace/events/sched.h, kernels >= 4.14) prints::
+
+    R = 0 (running/runnable)   S = 0x1    D = 0x2    T = 0x4    t = 0x8
+    X = 0x10 (EXIT_DEAD)       Z = 0x20 (EXIT_ZOMBIE)  P = 0x40 (TASK_PARKED)
+    I = 0x80 (TASK_REPORT_IDLE)   "+" suffix = 0x100 (TASK_REPORT_MAX: preempted while runnable)
+
+several letters joined by "|" are OR-ed. Letters only older kernels print (< 4.14: x = TASK_DEAD
+0x40, K = TASK_WAKEKILL 0x80, W = TASK_WAKING 0x100, N = TASK_NOLOAD 0x400) keep their old values.
+Caveat: before 4.14 the bits differed (Z was 0x10 and X 0x20, P 0x200, "+" was TASK_STATE_MAX:
+0x400..0x1000 depending on version), so on such traces the integers follow the >= 4.14 meaning of
+each letter, not the exact value that kernel stored. 0 always means "runnable", S/D always 1/2.
+
+``trace-cmd report`` text is different: its sched_switch plugin (libtraceevent) prints
+``comm:pid [prio] STATE ==> comm:pid [prio]`` with its own table ``S D T t Z X x W`` = bits
+0..7 and "R" when none of those bits is set. We invert *that* table for plugin-format lines, which
+gives back the trace.dat integer exactly except that bits >= 0x100 (the 4.14+ preempt bit) are not
+printed by the plugin and read back as 0. Use ``trace-cmd report -R`` for exact values.
+"""
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+# kernel (>= 4.14) sched_switch prev_state letters, plus letters only pre-4.14 kernels print
+KERNEL_STATE_BITS: dict[str, int] = {
+    "R": 0, "S": 0x1, "D": 0x2, "T": 0x4, "t": 0x8, "X": 0x10, "Z": 0x20, "P": 0x40, "I": 0x80,
+    "x": 0x40, "K": 0x80, "W": 0x100, "N": 0x400, "+": 0x100,
+}
+# libtraceevent sched_switch plugin (trace-cmd report): bit i <-> "SDTtZXxW"[i]
+TRACECMD_PLUGIN_STATE_BITS: dict[str, int] = {
+    "R": 0, "S": 0x1, "D": 0x2, "T": 0x4, "t": 0x8, "Z": 0x10, "X": 0x20, "x": 0x40, "W": 0x80,
+}
+
+# Fields whose values are integers even when printed in hex (0x..) -- converted to Int64.
+KNOWN_INT_FIELDS = frozenset({
+    "pid", "prio", "target_cpu", "orig_cpu", "dest_cpu", "cpu", "cpu_id", "success",
+    "prev_pid", "prev_prio", "next_pid", "next_prio", "state", "freq", "frequency",
+    "min_freq", "max_freq", "util", "util_avg", "load", "load_avg", "runnable_avg",
+})
+MARKER_LIKE = frozenset({"print", "bprint", "bputs"})
+# Columns every raw table starts with; an event field of the same name is renamed field_<name>
+# (e.g. sched_load_avg_cpu's own ``cpu=7`` -> field_cpu; ``cpu`` stays the ring-buffer CPU).
+COMMON_COLUMNS = frozenset({"ts", "cpu", "common_pid", "common_comm", "common_tgid", "stack"})
+
+_KEY_RE = r"(?:^|\s)([A-Za-z_][\w.]*)="
+_KEY_PY_RE = re.compile(_KEY_RE)
+_TRACECMD_SWITCH_RE = r"^(.*):(-?\d+) \[(-?\d+)\] ([A-Za-z|+]+) ==> (.*):(-?\d+) \[(-?\d+)\]$"
+_TRACECMD_WAKE_RE = r"^(.*):(-?\d+) \[(-?\d+)\](?: success=(\d+))? CPU:(\d+)$"
+_INT_RE = r"^[+-]?\d+$"
+_INT_WITH_UNIT_RE = r"^[+-]?\d+ \[ns\]$"
+
+
+def state_letters_to_bits(col: pl.Expr, table: dict[str, int]) -> pl.Expr:
+    """Utf8 prev_state ("S", "D|K", "R+", "64") -> Int64 bits; numbers pass through; unknown -> null."""
+    total = pl.lit(0, pl.Int64)
+    for letter, bit in table.items():
+        if bit == 0:
+            continue
+        total = total + pl.when(col.str.contains(letter, literal=True)).then(bit).otherwise(0)
+    known = "".join(k for k in table if k not in "|")
+    only_letters = col.str.contains(r"^[" + known.replace("+", r"\+") + r"|]+$")
+    return (pl.when(col.str.contains(_INT_RE)).then(col.str.to_integer(strict=False))
+            .when(only_letters).then(total)
+            .otherwise(None).cast(pl.Int64))
+
+
+def _typed(df: pl.DataFrame, name: str) -> pl.Series:
+    """Utf8 column -> Int64 when every non-null value is an integer (or known-numeric hex)."""
+    s = df[name].str.strip_chars()
+    nonnull = s.drop_nulls()
+    if nonnull.len() == 0:
+        return s
+    as_int = s.str.to_integer(strict=False)
+    if as_int.null_count() == s.null_count():  # every value an integer that fits Int64
+        return as_int.cast(pl.Int64)
+    if nonnull.str.contains(_INT_WITH_UNIT_RE).all():  # sched_stat_*: "runtime=7778999 [ns]"
+        return s.str.strip_suffix(" [ns]").str.to_integer(strict=False).cast(pl.Int64)
+    if name in KNOWN_INT_FIELDS and nonnull.str.contains(r"^(?:0x[0-9a-fA-F]+|[+-]?\d+)$").all():
+        hex_part = s.str.strip_prefix("0x").str.to_integer(base=16, strict=False)
+        dec = s.str.to_integer(strict=False)
+        out = pl.select(pl.when(s.str.starts_with("0x")).then(hex_part).otherwise(dec)).to_series()
+        if out.null_count() == s.null_count():
+            return out.cast(pl.Int64).alias(name)
+    return s
+
+
+def _regex_escape(key: str) -> str:
+    return key.replace(".", r"\.")
+
+
+def _field_names(keys: list[str]) -> list[str]:
+    return _dedupe(["buf"] + [f"field_{k}" if k in COMMON_COLUMNS else k for k in keys])
+
+
+def _simple_pairs(df: pl.DataFrame, max_layouts: int = 8) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+    """Fast path: payloads that are exactly ``k1=v1 k2=v2 ...`` with no spaces inside values.
+
+    The layout (key list) is read from the first remaining line; every line is split on single
+    spaces (literal, no regex) and checked to hold exactly those ``key=`` tokens in that order;
+    matched lines are done, the rest go round again. Returns the
+    parsed parts and the lines left for the general path (values with spaces, text before the keys).
+    """
+    parts: list[pl.DataFrame] = []
+    remaining = df
+    for _ in range(max_layouts):
+        if remaining.is_empty():
+            break
+        keys = _KEY_PY_RE.findall(remaining["payload"][0])
+        if not keys:
+            break
+        names = _field_names(keys)[1:]
+        tokens = pl.col("payload").str.split_exact(" ", len(keys) - 1)
+        ok = pl.col("payload").str.count_matches(" ", literal=True) == len(keys) - 1
+        for i, k in enumerate(keys):
+            ok = ok & tokens.struct.field(f"field_{i}").str.starts_with(k + "=")
+        matched = remaining.with_columns(ok.alias("_ok"))
+        if not matched["_ok"][0]:
+            break
+        hit = matched.filter("_ok").drop("_ok")
+        parts.append(hit.with_columns(
+            tokens.struct.field(f"field_{i}").str.strip_prefix(k + "=").alias(n)
+            for i, (k, n) in enumerate(zip(keys, names))).drop("payload"))
+        remaining = matched.filter(~pl.col("_ok")).drop("_ok")
+    return parts, remaining
+
+
+def _general_pairs(df: pl.DataFrame) -> list[pl.DataFrame]:
+    """General path: values may hold spaces; text before the first key goes to ``buf``."""
+    keys = pl.col("payload").str.extract_all(_KEY_RE).list.eval(pl.element().str.strip_chars(" \t="))
+    df = df.with_columns(keys.list.join(",").alias("_sig"))
+    parts = []
+    for (sig,), part in df.partition_by("_sig", as_dict=True, maintain_order=True).items():
+        part = part.drop("_sig")
+        if not sig:
+            parts.append(part.rename({"payload": "buf"}).with_columns(pl.col("buf").str.strip_chars()))
+            continue
+        names = _field_names(sig.split(","))
+        pattern = "^(.*?)" + "".join(
+            ("(?:^|\\s)" if i == 0 else "\\s+") + _regex_escape(k) + "=(.*?)"
+            for i, k in enumerate(sig.split(","))) + "$"
+        pattern = pattern[: -len("(.*?)$")] + "(.*)$"  # last value runs to the end of the line
+        groups = pl.col("payload").str.extract_groups(pattern)
+        fields = part.select(
+            groups.struct.field("1").str.strip_chars().alias(names[0]),
+            *[groups.struct.field(str(i + 2)).alias(n) for i, n in enumerate(names[1:])],
+        )
+        if fields[names[0]].eq("").all():
+            fields = fields.drop(names[0])
+        parts.append(pl.concat([part.drop("payload"), fields], how="horizontal"))
+    return parts
+
+
+def parse_key_values(df: pl.DataFrame) -> pl.DataFrame:
+    """Generic ``key=value key2=value two`` payloads.
+
+    A value runs up to the next `` key=`` (so values may hold spaces: ``comm=GPU completion``,
+    ``load={24 19}``, ``cpumask=ARRAY[0f, 00]``). Text before the first key (e.g. the clock name of
+    ``clock_set_rate``, or ``[FAILED TO PARSE]``) goes to ``buf``; payloads with no key at all go
+    to ``buf`` whole. Columns whose values are all integers become Int64.
+    """
+    parts, remaining = _simple_pairs(df)
+    if not remaining.is_empty():
+        parts += _general_pairs(remaining)
+    out = pl.concat(parts, how="diagonal") if len(parts) > 1 else parts[0]
+    if len(parts) > 1 and "_line" in out.columns:
+        out = out.sort("_line")
+    untyped = COMMON_COLUMNS | {"_line", "buf"}
+    return out.with_columns([_typed(out, c) for c in out.columns if c not in untyped and out.schema[c] == pl.Utf8])
+
+
+def _dedupe(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        if n in seen:
+            seen[n] += 1
+            out.append(f"{n}_{seen[n]}")
+        else:
+            seen[n] = 0
+            out.append(n)
+    return out
+
+
+def _split_forms(df: pl.DataFrame, pattern: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    match = pl.col("payload").str.contains(pattern)
+    return df.filter(match), df.filter(~match)
+
+
+def _rsplit_once(expr: pl.Expr, sep: str) -> tuple[pl.Expr, pl.Expr]:
+    """(text before the last ``sep``, text after it), with list ops instead of regex captures."""
+    parts = expr.str.split(sep)
+    return parts.list.slice(0, parts.list.len() - 1).list.join(sep), parts.list.last()
+
+
+def _task_prio(expr: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """trace-cmd plugin ``comm:pid [prio]`` (comm may hold spaces and colons) -> comm, pid, prio."""
+    task, prio = _rsplit_once(expr, " ")
+    comm, pid = _rsplit_once(task, ":")
+    return comm, pid.cast(pl.Int64), prio.str.strip_chars("[]").cast(pl.Int64)
+
+
+def parse_sched_switch(df: pl.DataFrame) -> pl.DataFrame:
+    """Kernel form ``prev_comm=.. prev_state=S ==> next_comm=..``, trace-cmd plugin form
+    ``comm:pid [prio] S ==> comm:pid [prio]`` or numeric ``-R`` form -> kernel field names."""
+    plugin, kernel = _split_forms(df, _TRACECMD_SWITCH_RE)
+    parts = []
+    if plugin.height:
+        sides = pl.col("payload").str.splitn(" ==> ", 2)
+        prev_task_prio, state = _rsplit_once(sides.struct.field("field_0"), " ")
+        prev_comm, prev_pid, prev_prio = _task_prio(prev_task_prio)
+        next_comm, next_pid, next_prio = _task_prio(sides.struct.field("field_1"))
+        parts.append(plugin.with_columns(
+            prev_comm.alias("prev_comm"), prev_pid.alias("prev_pid"), prev_prio.alias("prev_prio"),
+            state_letters_to_bits(state, TRACECMD_PLUGIN_STATE_BITS).alias("prev_state"),
+            next_comm.alias("next_comm"), next_pid.alias("next_pid"), next_prio.alias("next_prio"),
+        ).drop("payload"))
+    if kernel.height:
+        kernel = kernel.with_columns(pl.col("payload").str.replace(" ==> ", " ", literal=True))
+        kv = parse_key_values(kernel)
+        if "prev_state" in kv.columns and kv.schema["prev_state"] == pl.Utf8:
+            kv = kv.with_columns(state_letters_to_bits(pl.col("prev_state"), KERNEL_STATE_BITS))
+        parts.append(kv)
+    return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
+
+
+def parse_sched_wakeup(df: pl.DataFrame) -> pl.DataFrame:
+    """sched_wakeup / sched_waking / sched_wakeup_new: kernel ``comm=.. pid=..`` form or the
+    trace-cmd plugin form ``comm:pid [prio] [success=1] CPU:002``."""
+    plugin, kernel = _split_forms(df, _TRACECMD_WAKE_RE)
+    parts = []
+    if plugin.height:
+        rest, target = _rsplit_once(pl.col("payload"), " ")
+        with_success = plugin["payload"].str.contains(" success=", literal=True).any()
+        cols = [pl.lit(None)]
+        if with_success:
+            rest, success = _rsplit_once(rest, " ")
+            cols = [success.str.strip_prefix("success=").cast(pl.Int64, strict=False).alias("success")]
+        comm, pid, prio = _task_prio(rest)
+        parts.append(plugin.with_columns(
+            comm.alias("comm"), pid.alias("pid"), prio.alias("prio"),
+            target.str.strip_prefix("CPU:").cast(pl.Int64).alias("target_cpu"),
+            *cols[:1 if with_success else 0],
+        ).drop("payload"))
+    if kernel.height:
+        parts.append(parse_key_values(kernel))
+    return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
+
+
+def parse_marker(df: pl.DataFrame, event: str) -> pl.DataFrame:
+    """print / bprint / bputs / tracing_mark_write payloads -> ``ip`` (where printed) and ``buf``.
+
+    tracefs prints a trace_marker write as ``tracing_mark_write: TEXT`` (the symbol of the print
+    event's ip); trace-cmd report prints ``print: IP: TEXT`` and, with -R, ``print: ip=IP buf=TEXT``
+    (bputs: ``str=``; bprint: ``fmt=.. buf=..``). TEXT is kept verbatim in ``buf``.
+    """
+    if event not in MARKER_LIKE:
+        return df.rename({"payload": "buf"})
+    raw_re = r"^ip=(\S+)(?: fmt=(\S+))? (?:buf|str)=(.*)$"
+    plugin_re = r"^(\S+): (.*)$"
+    payload = pl.col("payload")
+    raw = payload.str.extract_groups(raw_re)
+    plug = payload.str.extract_groups(plugin_re)
+    is_raw = payload.str.contains(raw_re)
+    is_plug = payload.str.contains(plugin_re)
+    return df.with_columns(
+        pl.when(is_raw).then(raw.struct.field("1")).when(is_plug).then(plug.struct.field("1"))
+        .otherwise(None).alias("ip"),
+        pl.when(is_raw).then(raw.struct.field("3")).when(is_plug).then(plug.struct.field("2"))
+        .otherwise(payload).alias("buf"),
+    ).drop("payload")
+
+
+def parse_function(df: pl.DataFrame) -> pl.DataFrame:
+    """function tracer lines ``func <-parent`` -> ip, parent_ip (symbols as printed)."""
+    g = pl.col("payload").str.extract_groups(r"^(\S+)\s+<-(\S+)")
+    return df.with_columns(g.struct.field("1").alias("ip"), g.struct.field("2").alias("parent_ip")).drop("payload")
+
+
+def parse_event_payload(df: pl.DataFrame, event: str) -> pl.DataFrame:
+    """Dispatch one event's lines to its payload parser."""
+    if event == "sched_switch":
+        return parse_sched_switch(df)
+    if event in ("sched_wakeup", "sched_waking", "sched_wakeup_new"):
+        return parse_sched_wakeup(df)
+    if event in MARKER_LIKE or event == "tracing_mark_write":
+        return parse_marker(df, event)
+    if event == "function":
+        return parse_function(df)
+    if event in ("kernel_stack", "user_stack"):
+        return df.rename({"payload": "buf"})
+    return parse_key_values(df)

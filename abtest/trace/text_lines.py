@@ -1,0 +1,278 @@
+"""ftrace text lines -> raw event tables, vectorised (one polars pass per line kind, one per event).
+
+Accepted line forms (leading spaces allowed everywhere):
+
+event line     ``COMM-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC: EVENT: PAYLOAD``
+               COMM may hold spaces, dashes and digits: PID is the last ``-digits`` before the
+               ``(TGID)`` / ``[CPU]`` column. TGID is ``(  123)`` or ``(-----)`` (unknown -> null).
+               FLAGS is the irqs-off/need-resched/hardirq/preempt column (``d..2``, ``dn.4``, ``.N.1``,
+               ``d..2.``), present in tracefs output and ``trace-cmd report -l``. SEC.FRAC has 1..9
+               fraction digits and becomes exact Int64 ns (integer arithmetic, never float).
+               EVENT ``<stack trace>`` / ``<user stack trace>`` (no colon) -> kernel_stack / user_stack.
+function line  ``... SEC.FRAC: func <-parent`` (function tracer) -> event ``function`` (ip, parent_ip).
+stack line     `` => symbol`` continuation of the previous event -> joined into its ``stack`` column
+               (``buf`` for kernel_stack / user_stack events).
+lost line      ``CPU:N [LOST M EVENTS]`` (tracefs), ``CPU:N [M EVENTS DROPPED]`` /
+               ``CPU:N [EVENTS DROPPED]`` (trace-cmd report): counted per CPU in the metadata.
+header         ``# ...`` comments (``# tracer: X``; ``# entries-in-buffer/entries-written: X/Y   #P:N``
+               gives the CPU count and, when Y > X, the events overwritten in the ring buffer),
+               trace-cmd report headers ``version = N``, ``cpus=N``, ``CPU N is empty``, blank lines.
+
+Anything else raises TraceFormatError naming the file, the 1-based line number and the line start.
+Old (pre-3.4) kernels printed trace_marker writes with event name ``0`` (the print event's ip was 0):
+those become ``tracing_mark_write`` (see docs/text-formats.md).
+"""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from abtest.trace.errors import TraceFormatError
+from abtest.trace.text_fields import parse_event_payload
+
+# The fixed middle of an event line ("-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC:"), searched unanchored:
+# its first match starts at the PID's dash, so COMM is everything before it (comm may hold spaces,
+# dashes and digits). No capture groups: polars regex captures cost ~2 us/line, so the parts are cut
+# out with literal finds and slices after this one search.
+EVENT_HEAD_RE = r"-\d+\s+(?:\((?:\s*\d+|-+)\)\s+)?\[\d+\]\s+(?:[.a-zA-Z]\S*\s+)?\d+(?:\.\d{1,9})?:(?:\s|$)"
+EVENT_NAME_RE = r"^\w[\w.]*$"
+STACK_NAME_RE = r"^<[a-z ]+>$"
+FUNCTION_PAYLOAD_RE = r"^\S+\s+<-\S+"
+HEADER_RE = r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
+LOST_RE = r"^\s*CPU:(\d+) \[(?:LOST (\d+) EVENTS|(\d+) EVENTS DROPPED|EVENTS DROPPED)\]\s*$"
+STACK_RE = r"^\s*=> "
+ENTRIES_RE = r"^#\s*entries-in-buffer/entries-written:\s*(\d+)/(\d+)\s+#P:(\d+)"
+BINARY_RE = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+STACK_EVENT_NAMES = {"<stack trace>": "kernel_stack", "<user stack trace>": "user_stack"}
+OLD_MARKER_EVENT = "0"
+EXPECTED_LINE = ("an ftrace event line 'COMM-PID [CPU] SECONDS.FRACTION: EVENT: FIELDS', "
+                 "a '#' comment or a trace-cmd report header")
+
+
+def split_lines(data: bytes, first_line: int = 1) -> pl.DataFrame:
+    """UTF-8 bytes -> frame (``_line`` 1-based line number, ``text`` without the line terminator).
+
+    Zero-copy: newline positions found with numpy become the offsets of an Arrow string array over
+    the same buffer. Invalid UTF-8 is replaced with U+FFFD first.
+    """
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        data = data.decode("utf-8", errors="replace").encode("utf-8")
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
+    if not data.endswith(b"\n"):
+        ends = np.append(ends, len(data))
+    offsets = np.zeros(len(ends) + 1, dtype=np.int64)
+    offsets[1:] = ends
+    arr = pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(data))
+    lines = pl.from_arrow(arr).alias("text").str.strip_suffix("\n").str.strip_suffix("\r")
+    return pl.DataFrame({"text": lines}).with_row_index("_line", offset=first_line).with_columns(
+        pl.col("_line").cast(pl.Int64))
+
+
+def unescape_js_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """Lines of a JavaScript string literal (``...\\n\\`` endings, legacy systrace) -> plain lines."""
+    return df.with_columns(pl.col("text").str.replace(r"(?:\\n)?\\?$", ""))
+
+
+def looks_js_escaped(df: pl.DataFrame) -> bool:
+    first = df.filter(pl.col("text").str.strip_chars() != "").head(3)["text"]
+    return first.len() > 0 and bool(first.str.ends_with("\\n\\").all())
+
+
+def _raise_bad_line(path, bad: pl.DataFrame, why: str) -> None:
+    row = bad.row(0, named=True)
+    start = row["text"][:80]
+    more = f" ({bad.height - 1} more such lines)" if bad.height > 1 else ""
+    raise TraceFormatError(path, f"{why}: {start!r}{more}", line=int(row["_line"]), expected=EXPECTED_LINE)
+
+
+def _header_meta(other: pl.DataFrame, meta: dict) -> None:
+    """cpus / format_version / tracer / ring-buffer overwrite from header and comment lines."""
+    text = other["text"]
+    tracer = text.str.extract(r"^#\s*tracer:\s*(\S+)").drop_nulls()
+    if tracer.len():
+        meta["tracer"] = tracer[0]
+    version = text.str.extract(r"^version = (\d+)").drop_nulls()
+    if version.len():
+        meta["format_version"] = version[0]
+    cpus = text.str.extract(r"^cpus=(\d+)").drop_nulls()
+    entries = text.str.extract_groups(ENTRIES_RE).struct.unnest().drop_nulls()
+    if entries.height:
+        in_buffer, written, ncpu = (int(v) for v in entries.row(0))
+        meta["cpus"] = max(meta.get("cpus") or 0, ncpu)
+        meta["entries_in_buffer"] = in_buffer
+        meta["entries_written"] = written
+        if written > in_buffer:
+            meta["overwritten_events"] = meta.get("overwritten_events", 0) + written - in_buffer
+    if cpus.len():
+        meta["cpus"] = max(meta.get("cpus") or 0, int(cpus[0]))
+    empty = text.str.extract(r"^CPU (\d+) is empty").drop_nulls()
+    if empty.len():
+        meta["empty_cpus"] = sorted(int(c) for c in empty.to_list())
+
+
+def _lost_meta(lost: pl.DataFrame, meta: dict) -> None:
+    g = lost["text"].str.extract_groups(LOST_RE).struct.unnest()
+    g = g.select(pl.col("1").cast(pl.Int64).alias("cpu"),
+                 pl.coalesce(pl.col("2"), pl.col("3")).cast(pl.Int64).alias("n"))
+    per_cpu = meta.setdefault("lost_events_per_cpu", {})
+    for cpu, n, unknown in g.group_by("cpu").agg(pl.col("n").sum(), pl.col("n").null_count().alias("u")).sort("cpu").iter_rows():
+        per_cpu[int(cpu)] = per_cpu.get(int(cpu), 0) + int(n)
+        if unknown:
+            meta.setdefault("warnings", []).append(
+                f"CPU {cpu}: {unknown} 'EVENTS DROPPED' marker(s) without a count: more events were lost than counted")
+            meta["lost_events_unknown"] = True
+
+
+def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
+    """(_line, text) -> + ``_pos`` (null on lines that are not event lines), ``_comm``, ``_pid``,
+    ``_tgid``, ``_cpu``, ``_flags``, ``_sec``, ``_frac``, ``_name`` (text before the event colon),
+    ``_after`` (everything after the timestamp) and ``_payload``."""
+    text = pl.col("text")
+    df = lines.with_columns(text.str.find(EVENT_HEAD_RE).alias("_pos"))
+    tail = text.str.slice(pl.col("_pos") + 1)  # "PID [(TGID)] [CPU] [FLAGS] SEC.FRAC: rest"
+    df = df.with_columns(
+        text.str.slice(0, pl.col("_pos")).str.strip_chars_start().alias("_comm"),
+        tail.alias("_tail"),
+        tail.str.find(":", literal=True).alias("_colon"),
+    )
+    head = pl.col("_tail").str.slice(0, pl.col("_colon"))
+    df = df.with_columns(
+        head.alias("_head"),
+        pl.col("_tail").str.slice(pl.col("_colon") + 1).str.strip_chars_start().alias("_after"),
+    ).drop("_tail", "_colon")
+    h = pl.col("_head")
+    lb, rb, lp, rp = (h.str.find(c, literal=True) for c in ("[", "]", "(", ")"))
+    stamp = h.str.split(" ").list.last()
+    sec_frac = stamp.str.splitn(".", 2)
+    after = pl.col("_after")
+    name_end = after.str.find(":", literal=True)
+    df = df.with_columns(
+        h.str.splitn(" ", 2).struct.field("field_0").alias("_pid"),
+        h.str.slice(lp + 1, rp - lp - 1).str.strip_chars().alias("_tgid"),
+        h.str.slice(lb + 1, rb - lb - 1).alias("_cpu"),
+        h.str.slice(rb + 1, h.str.len_chars() - stamp.str.len_chars() - rb - 1).str.strip_chars().alias("_flags"),
+        sec_frac.struct.field("field_0").alias("_sec"),
+        sec_frac.struct.field("field_1").alias("_frac"),
+        pl.when(name_end.is_not_null()).then(after.str.slice(0, name_end)).otherwise(after).alias("_name"),
+        pl.when(name_end.is_not_null()).then(after.str.slice(name_end + 1)).otherwise(pl.lit(""))
+        .alias("_payload"),
+    )
+    return df.with_columns(pl.col("_flags").replace("", None))
+
+
+def _event_frame(ev: pl.DataFrame, has_tgid: bool) -> pl.DataFrame:
+    """Split line parts -> _line/ts/cpu/common_pid/common_comm[/common_tgid]/event/payload."""
+    frac = pl.col("_frac")
+    ts = (pl.col("_sec").cast(pl.Int64) * 1_000_000_000
+          + pl.when(frac.is_null()).then(0).otherwise(frac.str.pad_end(9, "0").cast(pl.Int64)))
+    name = pl.col("_name")
+    event = (pl.when(pl.col("_kind") == "event").then(name)
+             .when(pl.col("_kind") == "stack_event").then(name.replace(STACK_EVENT_NAMES))
+             .otherwise(pl.lit("function")))
+    payload = pl.when(pl.col("_kind") == "function").then(pl.col("_after")).otherwise(pl.col("_payload"))
+    cols = [
+        pl.col("_line"),
+        ts.alias("ts"),
+        pl.col("_cpu").cast(pl.Int32).alias("cpu"),
+        pl.col("_pid").cast(pl.Int32).alias("common_pid"),
+        pl.col("_comm").alias("common_comm"),
+    ]
+    if has_tgid:
+        cols.append(pl.col("_tgid").cast(pl.Int32, strict=False).alias("common_tgid"))
+    cols += [
+        pl.when(event == OLD_MARKER_EVENT).then(pl.lit("tracing_mark_write")).otherwise(event).alias("event"),
+        payload.str.strip_chars().alias("payload"),
+    ]
+    return ev.select(cols)
+
+
+def _attach_stacks(events: pl.DataFrame, stacks: pl.DataFrame, path) -> pl.DataFrame:
+    """`` => sym`` lines -> newline-joined ``stack`` text on the event line they follow."""
+    if stacks.is_empty():
+        return events
+    owners = pl.concat([
+        events.select("_line", pl.col("_line").alias("_owner")),
+        stacks.select("_line", pl.lit(None, pl.Int64).alias("_owner"), pl.col("text")),
+    ], how="diagonal").sort("_line").with_columns(pl.col("_owner").forward_fill())
+    orphan = owners.filter(pl.col("_owner").is_null() & pl.col("text").is_not_null())
+    if orphan.height:
+        _raise_bad_line(path, orphan, "stack trace line before any event")
+    joined = (owners.filter(pl.col("text").is_not_null())
+              .group_by("_owner", maintain_order=True)
+              .agg(pl.col("text").str.strip_chars().str.strip_prefix("=> ").str.join("\n").alias("stack")))
+    return events.join(joined, left_on="_line", right_on="_owner", how="left")
+
+
+def _classify_event_names(groups: pl.DataFrame) -> pl.DataFrame:
+    """``_kind``: event (``NAME: payload``), stack_event (``<stack trace>``), function
+    (``func <-parent``) or bad. Name validity is checked once per distinct name."""
+    names = groups["_name"].unique()
+    valid = names.filter(names.str.contains(EVENT_NAME_RE))
+    stack = names.filter(names.str.contains(STACK_NAME_RE))
+    after = pl.col("_after")
+    return groups.with_columns(
+        pl.when(pl.col("_name").is_in(valid.implode()) & (after.str.contains(":", literal=True)))
+        .then(pl.lit("event"))
+        .when(pl.col("_name").is_in(stack.implode())).then(pl.lit("stack_event"))
+        .when(after.str.contains(FUNCTION_PAYLOAD_RE)).then(pl.lit("function"))
+        .otherwise(pl.lit("bad")).alias("_kind"))
+
+
+def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame]:
+    """Frame of (``_line``, ``text``) -> raw tables keyed by event name; fills ``meta``.
+
+    Raises TraceFormatError on the first unrecognised line, on binary bytes in a line, and when no
+    line at all is recognisable. An input holding only headers/comments gives no tables (a quiet
+    system's legitimate empty trace) and a warning.
+    """
+    warnings = meta.setdefault("warnings", [])
+    binary = lines.filter(pl.col("text").str.contains(BINARY_RE))
+    if binary.height:
+        _raise_bad_line(path, binary, "binary (non-text) bytes in line")
+    lines = _split_event_lines(lines)
+    is_event = pl.col("_pos").is_not_null()
+    others = lines.filter(~is_event).select("_line", "text")
+    stripped = pl.col("text").str.strip_chars()
+    others = others.with_columns(
+        pl.when(stripped == "").then(pl.lit("blank"))
+        .when(stripped.str.starts_with("#")).then(pl.lit("comment"))
+        .when(pl.col("text").str.contains(HEADER_RE)).then(pl.lit("header"))
+        .when(pl.col("text").str.contains(LOST_RE)).then(pl.lit("lost"))
+        .when(pl.col("text").str.contains(STACK_RE)).then(pl.lit("stack"))
+        .otherwise(pl.lit("bad")).alias("_kind")
+    )
+    bad = others.filter(pl.col("_kind") == "bad")
+    if bad.height:
+        _raise_bad_line(path, bad, "unrecognised line")
+    groups = _classify_event_names(lines.filter(is_event))
+    bad = groups.filter(pl.col("_kind") == "bad")
+    if bad.height:
+        _raise_bad_line(path, bad, "unrecognised line")
+    if groups.is_empty() and others.filter(pl.col("_kind") != "blank").is_empty():
+        raise TraceFormatError(path, "no trace lines (only blank lines)", line=1, expected=EXPECTED_LINE)
+    _header_meta(others.filter(pl.col("_kind").is_in(["comment", "header"])), meta)
+    lost = others.filter(pl.col("_kind") == "lost")
+    if lost.height:
+        _lost_meta(lost, meta)
+    has_tgid = groups["_tgid"].null_count() < groups.height
+    events = _event_frame(groups, has_tgid)
+    events = _attach_stacks(events, others.filter(pl.col("_kind") == "stack"), path)
+    old_markers = int(((groups["_kind"] == "event") & (groups["_name"] == OLD_MARKER_EVENT)).sum())
+    if old_markers:
+        warnings.append(f"{old_markers} lines with event name '0' (trace_marker writes as pre-3.4 kernels "
+                        f"printed them: the print event's ip was 0) read as tracing_mark_write")
+    failed = int(events["payload"].str.starts_with("[FAILED TO PARSE]").sum())
+    if failed:
+        warnings.append(f"{failed} events marked [FAILED TO PARSE] by the tool that wrote the text: "
+                        f"their raw text is kept in column buf")
+    if events.is_empty():
+        warnings.append("trace holds no events (headers only)")
+    meta["text_columns"] = {"tgid": has_tgid, "flags": bool(groups["_flags"].null_count() < groups.height)}
+    tables: dict[str, pl.DataFrame] = {}
+    for (name,), part in events.partition_by("event", as_dict=True, maintain_order=True).items():
+        parsed = parse_event_payload(part.drop("event"), name)
+        tables[name] = parsed.drop("_line")
+    return tables
