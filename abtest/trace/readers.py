@@ -88,6 +88,9 @@ def read_trace(path: str | os.PathLike) -> TraceData:
         with open(path, "rb") as f:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     raw, meta = _decode(path, data, fmt)
+    # A trace.dat carries the format of every event the kernel knows; only events that occur
+    # become tables (so `require()` can say clearly which events were not recorded).
+    raw = {name: df for name, df in raw.items() if df.height > 0}
     meta.setdefault("format", fmt)
     meta["wrapper"] = wrapper or None
     meta["source_path"] = str(path)
