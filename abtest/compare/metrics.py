@@ -160,7 +160,7 @@ def trace_metrics(path: Path, analyses: list[str]) -> tuple[dict[str, Metric], l
     from abtest import Trace
     from abtest.trace.errors import MissingEventsError
 
-    trace = Trace(path)
+    trace = Trace(path, use_cache=False)  # the metrics themselves are cached; skip the per-table parquet cache
     notes: list[str] = []
     lost = trace.meta.get("lost_events") or 0
     if lost:

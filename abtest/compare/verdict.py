@@ -39,6 +39,7 @@ NO_CHANGE = "no change"
 INCONCLUSIVE = "inconclusive"
 CHANGED = "changed"
 INSUFFICIENT = "insufficient data"
+MAX_MORE_ITERATIONS = 999
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,12 @@ def decide(a, b, lower_is_better: bool | None, policy: Policy = Policy()) -> Ver
     if eq_ci is not None and -policy.min_effect_pct < eq_ci[0] and eq_ci[1] < policy.min_effect_pct:
         return out(NO_CHANGE, NO_CHANGE)
     need = _more_iterations(a, b, d, policy)
-    text = f"inconclusive (need ~{need} more iterations)" if need else "inconclusive"
+    if need is None:
+        text = "inconclusive"
+    elif need >= MAX_MORE_ITERATIONS:
+        text = f"inconclusive (need > {MAX_MORE_ITERATIONS} more iterations: the difference is too small for this noise)"
+    else:
+        text = f"inconclusive (need ~{need} more iterations)"
     return out(INCONCLUSIVE, text, need)
 
 
@@ -129,7 +135,7 @@ def _finite(x: float) -> float | None:
 
 
 def _more_iterations(a: np.ndarray, b: np.ndarray, d: float, policy: Policy) -> int | None:
-    """Extra iterations per side (rule 4), capped at 999."""
+    """Extra iterations per side (rule 4), capped at MAX_MORE_ITERATIONS."""
     sa, sb = stats.describe(a), stats.describe(b)
     cva = (sa.stdev or 0.0) / abs(sa.mean) if sa.mean else None
     cvb = (sb.stdev or 0.0) / abs(sa.mean) if sa.mean else None  # B's spread on A's scale
@@ -143,4 +149,4 @@ def _more_iterations(a: np.ndarray, b: np.ndarray, d: float, policy: Policy) -> 
         n = stats.iterations_needed(cv, margin, alpha=policy.alpha, two_sided=False)
     if n is None:
         return None
-    return min(999, max(1, n - min(a.size, b.size)))
+    return min(MAX_MORE_ITERATIONS, max(1, n - min(a.size, b.size)))

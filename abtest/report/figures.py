@@ -35,6 +35,7 @@ def plot_metric_dots(metrics: list[MetricComparison], label_a: str, label_b: str
     Panel title: metric, unit, delta % and verdict."""
     if not metrics:
         return None
+    ncols = min(ncols, len(metrics))
     nrows = (len(metrics) + ncols - 1) // ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
     rng = np.random.default_rng(0)  # fixed jitter: the same data draws the same figure
