@@ -169,3 +169,13 @@ def test_lisa_plat_info_through_platform_loader(traces):
     assert t.platform == plat
     text = json.dumps(plat, default=str)
     assert "1024" in text and "446" in text  # Juno capacities: 2x A57 1024, 4x A53 446
+
+
+def test_wa_trace_artifact_feeds_trace_metrics(wa_runs):
+    """The trace-cmd artifact of a WA job is decoded by abtest (real x86 trace) into trace metrics."""
+    from abtest.compare.metrics import derived_metrics
+    a, _ = wa_runs
+    it = load_wa_output(a)[0]
+    metrics, notes = derived_metrics(it, use_cache=False)
+    assert any(k.startswith("idle.") for k in metrics), notes
+    assert metrics["power.rail.cpu_mw"].value == pytest.approx(2000.0)
