@@ -4,6 +4,7 @@ Metric names (see docs/compare.md):
   <name from metrics.json>        as written by the workload (fps, soc_power_mw, jank_pct, score, ...)
   power.rail.<RAIL>_mw            average power of one rail over the iteration, mW (from power.csv)
   power.channel.<CHANNEL>_mw      average power per channel: CPU, CPU-Big, CPU-Little, CPU-Mid, GPU, Total
+                                  (and Display, Memory when such rails exist; abtest.analysis.energy mapping)
   <analysis>.<key>                numeric leaves of abtest.analysis.<analysis>.summary(trace), nested keys
                                   joined with "." (analyses: idle, latency, frequency, energy, load_tracking)
 
@@ -16,16 +17,13 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import re
 from pathlib import Path
-
-import polars as pl
 
 from abtest.compare.store import METRICS_CACHE_FILE, Iteration, Metric
 
 METRICS_VERSION = 1
 TRACE_ANALYSES = ("idle", "latency", "frequency", "energy", "load_tracking")
-CHANNELS = ("CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total")
+CHANNELS = ("CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total")  # seed table order (others follow)
 
 # Direction of "better" for trace summary keys, by substring of the key (first match wins).
 _HIGHER_IS_BETTER = ("fps", "score", "throughput", "bogo", "ops_per")
@@ -71,72 +69,22 @@ def flatten_numeric(d: dict, prefix: str = "") -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- power.csv
-_CHANNEL_PATTERNS = (("CPU-Little", r"CPUCL0|LITTLE"), ("CPU-Mid", r"CPUCL1|MID"), ("CPU-Big", r"CPUCL2|BIG"),
-                     ("GPU", r"G3D|GPU"))
-
-
-def channel_of_rail(rail: str) -> str | None:
-    """Fallback rail -> channel mapping (Pixel ODPM names: S4M_VDD_CPUCL0 little, S3M_VDD_CPUCL1 mid,
-    S2M_VDD_CPUCL2 big, S2S_VDD_G3D GPU); None for rails counted only in Total."""
-    for channel, pattern in _CHANNEL_PATTERNS:
-        if re.search(pattern, rail, re.IGNORECASE):
-            return channel
-    return None
-
-
-def read_power_csv(path: Path) -> pl.DataFrame:
-    """power.csv -> frame ts_ns (Int64), rail (Utf8), subsystem (Utf8), energy_uj (Float64, cumulative).
-    Uses abtest.analysis.energy.read_power_csv when available."""
-    try:
-        from abtest.analysis.energy import read_power_csv as analysis_reader
-    except ImportError:
-        analysis_reader = None
-    if analysis_reader is not None:
-        df = analysis_reader(path)
-        return df.rename({"ts": "ts_ns"}) if "ts" in df.columns and "ts_ns" not in df.columns else df
-    from abtest.compare.store import StoreError
-    try:
-        df = pl.read_csv(path, schema_overrides={"rail": pl.Utf8, "subsystem": pl.Utf8})
-    except (pl.exceptions.ComputeError, pl.exceptions.NoDataError) as e:
-        raise StoreError(f"{path}: cannot parse power samples ({e}); expected CSV columns "
-                         "ts_ns, rail, subsystem, energy_uj") from e
-    missing = {"ts_ns", "rail", "energy_uj"} - set(df.columns)
-    if missing:
-        raise StoreError(f"{path}: missing columns {sorted(missing)}; expected ts_ns, rail, subsystem, energy_uj")
-    return df.with_columns(pl.col("ts_ns").cast(pl.Int64), pl.col("energy_uj").cast(pl.Float64))
-
-
-def df_power_per_rail(samples: pl.DataFrame) -> pl.DataFrame:
-    """Average power per rail, mW: sum of positive energy deltas / time they cover. A negative delta (counter
-    reset or wrap without a known range) drops that interval's energy and duration. Columns: rail, energy_uj,
-    duration_ns, power_mw."""
-    d = (samples.sort("rail", "ts_ns")
-         .with_columns(pl.col("energy_uj").diff().over("rail").alias("de_uj"),
-                       pl.col("ts_ns").diff().over("rail").alias("dt_ns"))
-         .filter(pl.col("de_uj").is_not_null() & (pl.col("de_uj") >= 0) & (pl.col("dt_ns") > 0)))
-    return (d.group_by("rail").agg(pl.col("de_uj").sum().alias("energy_uj"), pl.col("dt_ns").sum().alias("duration_ns"))
-            .with_columns((pl.col("energy_uj") / pl.col("duration_ns") * 1e6).alias("power_mw")).sort("rail"))
-
-
 def power_metrics(path: Path) -> dict[str, Metric]:
-    """power.rail.<RAIL>_mw and power.channel.<CHANNEL>_mw for one iteration's power.csv."""
+    """power.rail.<RAIL>_mw and power.channel.<CHANNEL>_mw for one iteration's power.csv, through
+    abtest.analysis.energy (read_power_csv, df_power_per_rail, df_power_per_channel: counter wrap/reset
+    rules and the rail -> channel mapping are documented there). Raises TraceFormatError on a bad file."""
+    from abtest.analysis.energy import df_power_per_channel, df_power_per_rail, read_power_csv
+
     per_rail = df_power_per_rail(read_power_csv(path))
     src = "power.csv"
     out: dict[str, Metric] = {}
-    for rail, mw in zip(per_rail["rail"].to_list(), per_rail["power_mw"].to_list()):
-        out[f"power.rail.{rail}_mw"] = Metric(mw, "mW", True, src)
-    channels: dict[str, float] = {}
-    for rail, mw in zip(per_rail["rail"].to_list(), per_rail["power_mw"].to_list()):
-        ch = channel_of_rail(rail)
-        if ch:
-            channels[ch] = channels.get(ch, 0.0) + mw
-            if ch.startswith("CPU-"):
-                channels["CPU"] = channels.get("CPU", 0.0) + mw
-    if per_rail.height:
-        channels["Total"] = float(per_rail["power_mw"].sum())
-    for ch in CHANNELS:
-        if ch in channels:
-            out[f"power.channel.{ch}_mw"] = Metric(channels[ch], "mW", True, src)
+    for rail, mw in per_rail.select("rail", "avg_power_mw").iter_rows():
+        if mw is not None:
+            out[f"power.rail.{rail}_mw"] = Metric(float(mw), "mW", True, src)
+    channels = df_power_per_channel(per_rail)
+    for ch, mw in channels.select("channel", "avg_power_mw").iter_rows():
+        if mw is not None:
+            out[f"power.channel.{ch}_mw"] = Metric(float(mw), "mW", True, src)
     return out
 
 
@@ -213,10 +161,10 @@ def derived_metrics(it: Iteration, *, use_cache: bool = True, with_trace: bool =
     notes: list[str] = []
     failed = False
     if it.power_path is not None:
-        from abtest.compare.store import StoreError
+        from abtest.trace.errors import TraceFormatError
         try:
             metrics.update(power_metrics(it.power_path))
-        except StoreError as e:
+        except TraceFormatError as e:
             notes.append(f"power metrics unavailable: {e}")
             failed = True
     if analyses:

@@ -194,7 +194,7 @@ def load_label(path: str | os.PathLike, name: str | None = None) -> Label:
         raise StoreError(f"label directory {path} does not exist")
     label = Label(name=name or path.name, path=path)
     if is_wa_output(path):
-        iterations = _load_wa(path)
+        iterations = _load_wa(path, label.name)
         for it in iterations:
             label.workloads.setdefault(it.workload, []).append(it)
     else:
@@ -210,13 +210,13 @@ def load_label(path: str | os.PathLike, name: str | None = None) -> Label:
     return label
 
 
-def _load_wa(path: Path) -> list[Iteration]:
+def _load_wa(path: Path, label: str) -> list[Iteration]:
     try:
         from abtest.interop.wa import load_wa_output
     except ModuleNotFoundError as e:
         raise StoreError(f"{path} is a Workload Automation output directory but abtest.interop.wa "
                          f"is not available ({e})") from e
-    return list(load_wa_output(path))
+    return list(load_wa_output(path, label=label))
 
 
 def _iteration_index(name: str, position: int) -> int:

@@ -106,7 +106,9 @@ def table_power_channels(c: Comparison) -> Table | None:
     t = Table("power_channels", "Average power per channel", [("workload", TEXT), ("channel", TEXT),
               (f"{c.label_a} (mW)", NUM), (f"{c.label_b} (mW)", NUM), ("perc_diff", DIFF), ("verdict", TEXT)])
     for w in c.workloads:
-        for ch in CHANNELS:
+        others = sorted(m.name[len("power.channel."):-len("_mw")] for m in w.metrics
+                        if m.name.startswith("power.channel.") and m.name.endswith("_mw"))
+        for ch in list(CHANNELS) + [o for o in others if o not in CHANNELS]:
             m = w.metric(f"power.channel.{ch}_mw")
             if m is not None:
                 t.rows.append([w.workload, ch, _mean(m, "a"), _mean(m, "b"), m.delta_pct, m.verdict.text])
