@@ -235,8 +235,8 @@ def df_idle_misses(miss_events: pl.DataFrame, cpu_idle: pl.DataFrame, *, start_n
            .with_columns(pl.col("entries", "above", "below").fill_null(0))
            .join(wake, on="cpu", how="left").with_columns(pl.col("wakeups").fill_null(0)))
     return out.with_columns(
-        (100.0 * pl.col("above") / pl.col("wakeups")).alias("above_pct"),
-        (100.0 * pl.col("below") / pl.col("wakeups")).alias("below_pct"),
+        pl.when(pl.col("wakeups") > 0).then(100.0 * pl.col("above") / pl.col("wakeups")).alias("above_pct"),
+        pl.when(pl.col("wakeups") > 0).then(100.0 * pl.col("below") / pl.col("wakeups")).alias("below_pct"),
         pl.lit(source).alias("source"),
     ).select("cpu", "state", "entries", "above", "below", "wakeups", "above_pct", "below_pct", "source") \
         .sort(["cpu", "state"])
@@ -252,8 +252,9 @@ def df_idle_miss_totals(misses: pl.DataFrame) -> pl.DataFrame:
     allrow = per_cpu.select(pl.lit(None, pl.Int32).alias("cpu"), pl.col("wakeups").sum(), pl.col("above").sum(),
                             pl.col("below").sum(), pl.col("source").first())
     tot = pl.concat([per_cpu, allrow], how="vertical_relaxed")
-    return tot.with_columns((100.0 * pl.col("above") / pl.col("wakeups")).alias("above_pct"),
-                            (100.0 * pl.col("below") / pl.col("wakeups")).alias("below_pct"))
+    return tot.with_columns(
+        pl.when(pl.col("wakeups") > 0).then(100.0 * pl.col("above") / pl.col("wakeups")).alias("above_pct"),
+        pl.when(pl.col("wakeups") > 0).then(100.0 * pl.col("below") / pl.col("wakeups")).alias("below_pct"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -343,6 +344,20 @@ def clusters_of(trace) -> pl.DataFrame:
                         schema={"cpu": pl.Int32, "cluster": pl.Int32})
 
 
+def _has_rows(trace, name: str) -> bool:
+    """True when the trace has a non-empty table `name` (readers may keep empty tables for every format)."""
+    return name in trace.tables and trace.df(name, windowed=False).height > 0
+
+
+def _require(trace, analysis: str, *names: str) -> None:
+    """MissingEventsError naming the events that are absent or recorded with no event at all."""
+    from abtest.trace.errors import MissingEventsError
+
+    missing = [n for n in names if not _has_rows(trace, n)]
+    if missing:
+        raise MissingEventsError(analysis, missing, str(trace.path))
+
+
 class IdleAnalysis:
     """Idle analyses of one trace (window = the trace's window). See the module docstring."""
 
@@ -353,7 +368,7 @@ class IdleAnalysis:
         return int(self.trace.start_ns), int(self.trace.end_ns)
 
     def _cpu_idle(self) -> pl.DataFrame:
-        self.trace.require("idle", *EVENTS)
+        _require(self.trace, "idle", *EVENTS)
         return self.trace.df("cpu_idle", windowed=False)
 
     def idle_states(self) -> pl.DataFrame | None:
@@ -368,7 +383,7 @@ class IdleAnalysis:
 
     def df_intervals(self) -> pl.DataFrame:
         lo, hi = self._span()
-        return df_idle_intervals(self._cpu_idle(), start_ns=lo, end_ns=hi)
+        return df_idle_intervals(self._cpu_idle(), start_ns=lo, end_ns=hi, cpus=list(range(self.trace.cpus)) or None)
 
     def df_residency(self) -> pl.DataFrame:
         return df_idle_residency(self.df_intervals(), self.idle_states())
@@ -388,7 +403,7 @@ class IdleAnalysis:
 
     def miss_source(self) -> str | None:
         """"cpu_idle_miss" when the trace has it, "derived" when the platform gives target residencies, else None."""
-        if self.trace.has_events("cpu_idle_miss"):
+        if _has_rows(self.trace, "cpu_idle_miss"):
             return "cpu_idle_miss"
         st = self.idle_states()
         if st is not None and st["target_residency_us"].null_count() == 0:
@@ -401,7 +416,7 @@ class IdleAnalysis:
         cpu_idle = self._cpu_idle()
         lo, hi = self._span()
         if src == "cpu_idle_miss":
-            self.trace.require("idle misses", "cpu_idle_miss")
+            _require(self.trace, "idle misses", "cpu_idle_miss")
             ev = self.trace.df("cpu_idle_miss", windowed=False)
         elif src == "derived":
             st = self.idle_states()

@@ -28,7 +28,7 @@ INT64_MAX = 9223372036854775807
 PROFILEDATA = "---PROFILEDATA---"
 DEFAULT_REFRESH_HZ = 60.0
 
-EVENTS: list[str] = ["marker"]  # frame slices from atrace markers (tracing_mark_write / print)
+EVENTS = ("marker",)  # frame slices from atrace markers (tracing_mark_write / print)
 
 
 def _read_text(src: str | os.PathLike) -> tuple[str, Path | str]:
@@ -291,7 +291,9 @@ def summary(trace) -> dict:
 
     Raises MissingEventsError when the trace has no marker table, ValueError when no frame slice is found.
     """
-    trace.require("frames", *EVENTS)
+    if "marker" not in trace.tables or trace.df("marker", windowed=False).height == 0:
+        from abtest.trace.errors import MissingEventsError
+        raise MissingEventsError("frames", ["tracing_mark_write"], str(trace.path))
     per = df_frames_from_markers(trace.df("marker"))
     if per.is_empty():
         raise ValueError("no Choreographer#doFrame slices in the trace's markers")
