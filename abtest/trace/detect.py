@@ -48,7 +48,8 @@ def detect_format(head: bytes) -> str | None:
     sample = head[:4096]
     printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 128)
     is_text = printable >= 0.95 * len(sample)
-    if _looks_like_perfetto(head) and not (is_text and stripped[:1] == b"#"):
+    no_control_bytes = not any(b < 9 or 13 < b < 32 or b == 11 or b == 12 for b in sample)
+    if _looks_like_perfetto(head) and not (is_text and no_control_bytes):
         return "perfetto"
     if is_text:
         return "ftrace-text"

@@ -1,0 +1,165 @@
+"""Bad input for the ftrace text family: clear errors (file, line or offset, what was expected),
+CLI exit code 2, and never a partial trace presented as complete. Inputs are built in tmp_path from
+the real shared traces."""
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+
+from abtest.trace.errors import TraceFormatError
+from abtest.trace.readers import read_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def _cli_info(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_garbage_line_names_file_and_line(traces, tmp_path):
+    lines = _lines(traces / "tracecompass/trace-critical-path")
+    lines.insert(40, "this is not an ftrace line at all")
+    path = tmp_path / "garbage.txt"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert e.value.line == 41 and e.value.path == str(path)
+    msg = str(e.value)
+    assert str(path) in msg and "line 41" in msg and "this is not an ftrace line" in msg
+    assert "COMM-PID [CPU]" in msg  # says what was expected
+    cli = _cli_info(path)
+    assert cli.returncode == 2 and "line 41" in cli.stderr
+
+
+def test_truncated_event_line(traces, tmp_path):
+    lines = _lines(traces / "trappy/trace.txt")
+    lines[20] = lines[20][:30]  # "     kworker/4:1-51    [004]  1" : cut inside the timestamp
+    path = tmp_path / "cut.txt"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert e.value.line == 21 and repr(lines[20].strip()[:20])[1:-1] in str(e.value)
+
+
+def test_binary_junk_in_the_middle(traces, tmp_path):
+    raw = (traces / "lisa/trace_txt-trace.txt").read_bytes()
+    lines = raw.split(b"\n")
+    junk = bytes(range(256)) * 4
+    path = tmp_path / "junk.txt"
+    path.write_bytes(b"\n".join(lines[:100]) + b"\n" + lines[100][:50] + junk + b"\n" + b"\n".join(lines[101:]))
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert e.value.line == 101 and "binary" in str(e.value)
+    assert _cli_info(path).returncode == 2
+
+
+def test_truncated_atrace_z_stream(traces, tmp_path):
+    raw = (traces / "catapult/compressed_atrace_data.txt").read_bytes()
+    inflater = zlib.decompressobj()
+    inflater.decompress(raw[len(b"TRACE:\n"):])
+    stream_end = len(raw) - len(inflater.unused_data)  # the file has junk after its 7592-byte stream
+    cut = len(b"TRACE:\n") + (stream_end - len(b"TRACE:\n")) // 2
+    path = tmp_path / "cut_atrace.txt"
+    path.write_bytes(raw[:cut])
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert "truncated" in str(e.value) and e.value.offset == cut
+    cli = _cli_info(path)
+    assert cli.returncode == 2 and "truncated" in cli.stderr and "tracing_mark_write" not in cli.stdout
+
+
+def test_corrupt_atrace_z_stream(traces, tmp_path):
+    raw = bytearray((traces / "catapult/compressed_atrace_data.txt").read_bytes())
+    raw[200:400] = bytes(200)  # zero a stretch inside the deflate data
+    path = tmp_path / "bad_atrace.txt"
+    path.write_bytes(bytes(raw))
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert "zlib" in str(e.value) or "truncated" in str(e.value)
+
+
+def test_systrace_html_without_trace_block(traces, tmp_path):
+    html = (traces / "trappy/trace_systrace.html").read_text()
+    start = html.index("<!-- BEGIN TRACE -->")
+    end = html.index("<!-- END TRACE -->") + len("<!-- END TRACE -->")
+    path = tmp_path / "empty.html"
+    path.write_text(html[:start] + html[end:])
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert "no trace block" in str(e.value)
+    assert _cli_info(path).returncode == 2
+
+
+def test_systrace_html_json_block_skipped_loudly(traces, tmp_path):
+    html = (traces / "trappy/trace_systrace.html").read_text()
+    json_block = ('  <script class="trace-data" type="application/text">\n'
+                  '{"traceEvents": [{"name": "x", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}\n'
+                  '  </script>\n')
+    only_json = tmp_path / "json_only.html"
+    start = html.index('  <script class="trace-data"')
+    end = html.index("<!-- END TRACE -->")
+    only_json.write_text(html[:start] + json_block + html[end:])
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(only_json)
+    assert "JSON" in str(e.value)
+    mixed = tmp_path / "mixed.html"
+    mixed.write_text(html[:start] + json_block + html[start:])
+    data = read_trace(mixed)
+    assert data.meta["events"] == {"sched_switch": 4, "sched_wakeup": 4, "tracing_mark_write": 2}
+    assert any("JSON" in w and "skipped" in w for w in data.meta["warnings"])
+
+
+def test_zip_without_trace(tmp_path):
+    path = tmp_path / "notrace.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("notes.bin", bytes(range(256)) * 8)
+        zf.writestr("empty/", "")
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert "holds no trace" in str(e.value) and "notes.bin" in str(e.value)
+    assert _cli_info(path).returncode == 2
+
+
+def test_headers_only_is_an_empty_trace_not_an_error(traces, tmp_path):
+    header = [ln for ln in _lines(traces / "catapult/atrace_data") if ln.startswith("#")]
+    path = tmp_path / "quiet.txt"
+    path.write_text("\n".join(header) + "\n")
+    data = read_trace(path)
+    assert data.tables == {} and data.meta["events"] == {}
+    assert data.meta["cpus"] == 1 and any("no events" in w for w in data.meta["warnings"])
+
+
+def test_blank_only_text_is_an_error(tmp_path):
+    path = tmp_path / "blank.txt"
+    path.write_text("\n   \n\n")
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert "no trace lines" in str(e.value)
+
+
+def test_atrace_without_trace_body_lines(tmp_path):
+    path = tmp_path / "atrace_empty.txt"
+    path.write_bytes(b"TRACE:\n")
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert "no trace lines" in str(e.value)
+
+
+def test_orphan_stack_line(traces, tmp_path):
+    lines = _lines(traces / "trappy/trace_sched.txt")
+    path = tmp_path / "stack.txt"
+    path.write_text("\n".join(lines[:2] + [" => schedule+0x4c/0x90"] + lines[2:]) + "\n")
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert e.value.line == 3 and "stack" in str(e.value)
