@@ -5,6 +5,9 @@
 use pyo3::prelude::*;
 
 mod perfetto;
+mod perfetto_decode;
+mod perfetto_tables;
+mod perfetto_wire;
 mod tracedat;
 
 #[pymodule]

@@ -1,0 +1,837 @@
+//! Perfetto Trace -> columnar tables. A Trace is `repeated TracePacket packet = 1`.
+//!
+//! Decoded packets (field numbers of perfetto.protos.TracePacket): ftrace_events (1),
+//! clock_snapshot (6), timestamp (8), ftrace_stats (34), trace_stats (35), power_rails (40),
+//! previous_packet_dropped (42), system_info (45), compressed_packets (50, zlib),
+//! timestamp_clock_id (58), cpu_info (67), zstd_compressed_packets (133).
+//! Other packet kinds are counted per field number (meta "packets_not_decoded").
+use std::io::Read;
+
+use crate::perfetto_tables::{EventSpec, FieldSpec, FnvMap, Interner, Kind, Table, COL_FLAGS, COL_PID};
+use crate::perfetto_wire::{bytes_of, err, packed_varints, string_of, DResult, DecodeError, Msg, Value};
+
+/// FtraceEvent field number of GenericFtraceEvent.
+const GENERIC_EVENT_ID: u32 = 327;
+const MAX_NESTING: u32 = 4;
+
+/// The static ftrace schema: FtraceEvent field number -> event spec.
+pub struct Schema {
+    pub events: Vec<Option<EventSpec>>,
+}
+
+#[derive(Default)]
+pub struct CompactSwitch {
+    pub ts: Vec<i64>,
+    pub cpu: Vec<i32>,
+    pub prev_state: Vec<i64>,
+    pub next_pid: Vec<i32>,
+    pub next_prio: Vec<i32>,
+    pub next_comm: Vec<u32>,
+}
+
+#[derive(Default)]
+pub struct CompactWaking {
+    pub ts: Vec<i64>,
+    pub cpu: Vec<i32>,
+    pub pid: Vec<i32>,
+    pub target_cpu: Vec<i32>,
+    pub prio: Vec<i32>,
+    pub comm: Vec<u32>,
+    pub common_flags: Vec<u32>,
+    pub flags_valid: Vec<bool>,
+}
+
+pub struct RailDesc {
+    pub index: u32,
+    pub name: String,
+    pub subsys: String,
+    pub sampling_rate: u32,
+}
+
+#[derive(Default)]
+pub struct Rails {
+    pub desc: Vec<RailDesc>,
+    pub ts: Vec<i64>,
+    pub index: Vec<u32>,
+    pub timestamp_ms: Vec<i64>,
+    pub energy_uws: Vec<u64>,
+}
+
+#[derive(Default, Clone)]
+pub struct CpuRec {
+    pub processor: String,
+    pub frequencies_khz: Vec<u32>,
+    pub capacity: Option<u32>,
+}
+
+#[derive(Default, Clone)]
+pub struct FtraceCpuStat {
+    pub phase: u32,
+    pub cpu: u64,
+    pub entries: u64,
+    pub overrun: u64,
+    pub commit_overrun: u64,
+    pub dropped_events: u64,
+}
+
+/// Metadata found while walking the trace (converted to a Python dict by perfetto.rs).
+#[derive(Default)]
+pub struct Meta {
+    pub system_info: Vec<(String, String)>,
+    pub system_info_int: Vec<(String, i64)>,
+    pub utsname: Vec<(String, String)>,
+    pub cpus: Vec<CpuRec>,
+    pub ftrace_cpu_stats: Vec<FtraceCpuStat>,
+    /// (name, value) of TraceStats counters that mean data was lost, summed over buffers
+    pub trace_loss: Vec<(String, u64)>,
+    pub bundles_lost_per_cpu: FnvMap<i32, u64>,
+    pub ftrace_errors: u64,
+    pub ftrace_clocks: Vec<i32>,
+    pub packet_clock_ids: Vec<u32>,
+    pub packets_not_decoded: FnvMap<u32, u64>,
+    pub packets: u64,
+    pub compressed_blocks: u64,
+    pub previous_packet_dropped: u64,
+    pub events_without_timestamp: u64,
+    pub events_without_payload: u64,
+    /// BOOTTIME (clock id 6) reading of the first clock snapshot, ns
+    pub clock_snapshots: Vec<Vec<(u32, u64)>>,
+}
+
+pub struct Decoder<'s> {
+    schema: &'s Schema,
+    pub tables: Vec<Table>,
+    by_id: Vec<i32>,
+    by_name: FnvMap<Box<[u8]>, usize>,
+    dyn_ids: FnvMap<u32, usize>,
+    pub strings: Interner,
+    pub switch: CompactSwitch,
+    pub waking: CompactWaking,
+    pub rails: Rails,
+    pub meta: Meta,
+    pub warnings: Vec<String>,
+    unknown_ids_warned: FnvMap<u32, ()>,
+    sequences_seen: FnvMap<u32, ()>,
+    event_spans: Vec<(usize, usize)>,
+    scratch: Vec<(usize, String)>,
+    packed: Vec<u64>,
+    compact_cols: [Vec<u64>; 13],
+    compact_interned: Vec<u32>,
+}
+
+/// Packet fields that carry bookkeeping rather than data (not reported as "not decoded").
+fn is_bookkeeping(field: u32) -> bool {
+    matches!(field, 3 | 12 | 13 | 36 | 41 | 59 | 79 | 87 | 98 | 33 | 69)
+}
+
+impl<'s> Decoder<'s> {
+    pub fn new(schema: &'s Schema) -> Self {
+        Decoder {
+            schema,
+            tables: Vec::new(),
+            by_id: vec![-1; schema.events.len()],
+            by_name: FnvMap::default(),
+            dyn_ids: FnvMap::default(),
+            strings: Interner::default(),
+            switch: CompactSwitch::default(),
+            waking: CompactWaking::default(),
+            rails: Rails::default(),
+            meta: Meta::default(),
+            warnings: Vec::new(),
+            unknown_ids_warned: FnvMap::default(),
+            sequences_seen: FnvMap::default(),
+            event_spans: Vec::new(),
+            scratch: Vec::new(),
+            packed: Vec::new(),
+            compact_cols: Default::default(),
+            compact_interned: Vec::new(),
+        }
+    }
+
+    /// Walk a serialized Trace (`buf` starts at absolute offset `base`).
+    pub fn decode_trace(&mut self, buf: &[u8], base: usize, depth: u32) -> DResult<()> {
+        let mut m = Msg::new(buf, base);
+        loop {
+            let at = m.offset();
+            match m.next_field()? {
+                None => break,
+                Some((1, Value::Bytes(b, off))) => self.decode_packet(b, off, depth)?,
+                Some((f, _)) => {
+                    return err(
+                        at,
+                        format!("field {} at top level; expected TracePacket (field 1, length-delimited)", f),
+                    )
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn decode_packet(&mut self, b: &[u8], off: usize, depth: u32) -> DResult<()> {
+        self.meta.packets += 1;
+        let mut m = Msg::new(b, off);
+        let mut ts: Option<u64> = None;
+        let mut clock_id: Option<u32> = None;
+        let mut payloads: [Option<(u32, Value)>; 2] = [None, None];
+        let mut np = 0;
+        let mut seq: Option<u32> = None;
+        let mut dropped_before = false;
+        while let Some((num, v)) = m.next_field()? {
+            match num {
+                8 => ts = Some(v.as_u64()),
+                58 => clock_id = Some(v.as_u64() as u32),
+                10 => seq = Some(v.as_u64() as u32),
+                42 => dropped_before = v.as_u64() != 0,
+                1 | 6 | 34 | 35 | 40 | 45 | 50 | 67 | 133 => {
+                    if np < 2 {
+                        payloads[np] = Some((num, v));
+                        np += 1;
+                    }
+                }
+                f if is_bookkeeping(f) => {}
+                f => *self.meta.packets_not_decoded.entry(f).or_insert(0) += 1,
+            }
+        }
+        // perfetto also flags the first packet of every sequence (nothing precedes it): not a loss
+        let first_on_seq = match seq {
+            Some(id) => self.sequences_seen.insert(id, ()).is_none(),
+            None => false,
+        };
+        if dropped_before && !first_on_seq {
+            self.meta.previous_packet_dropped += 1;
+        }
+        if let Some(c) = clock_id {
+            if !self.meta.packet_clock_ids.contains(&c) {
+                self.meta.packet_clock_ids.push(c);
+            }
+        }
+        for p in payloads.iter().take(np) {
+            let (num, v) = p.unwrap();
+            let (pb, poff) = match v {
+                Value::Bytes(pb, poff) => (pb, poff),
+                _ => return err(off, format!("TracePacket field {} is not length-delimited", num)),
+            };
+            match num {
+                1 => self.decode_bundle(pb, poff)?,
+                6 => self.decode_clock_snapshot(pb, poff)?,
+                34 => self.decode_ftrace_stats(pb, poff)?,
+                35 => self.decode_trace_stats(pb, poff)?,
+                40 => self.decode_power_rails(pb, poff, ts, clock_id)?,
+                45 => self.decode_system_info(pb, poff)?,
+                67 => self.decode_cpu_info(pb, poff)?,
+                50 | 133 => self.decode_compressed(pb, poff, num == 133, depth)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn decode_compressed(&mut self, b: &[u8], off: usize, zstd: bool, depth: u32) -> DResult<()> {
+        if depth >= MAX_NESTING {
+            return err(off, "compressed_packets nested too deeply");
+        }
+        self.meta.compressed_blocks += 1;
+        let mut out = Vec::with_capacity(b.len() * 4);
+        let res = if zstd {
+            match ruzstd::decoding::StreamingDecoder::new(b) {
+                Ok(mut d) => d.read_to_end(&mut out).map(|_| ()).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        } else {
+            flate2::read::ZlibDecoder::new(b).read_to_end(&mut out).map(|_| ()).map_err(|e| e.to_string())
+        };
+        let kind = if zstd { "zstd_compressed_packets" } else { "compressed_packets (zlib)" };
+        if let Err(e) = res {
+            return err(off, format!("corrupt {}: {}", kind, e));
+        }
+        self.decode_trace(&out, 0, depth + 1).map_err(|e| DecodeError {
+            offset: off,
+            msg: format!("inside {} (offset {} of the {} decompressed bytes): {}", kind, e.offset, out.len(), e.msg),
+        })
+    }
+
+    // ---------------------------------------------------------------- ftrace bundles
+
+    fn table_by_name(&mut self, name: &[u8], spec: Option<&EventSpec>) -> usize {
+        if let Some(&i) = self.by_name.get(name) {
+            return i;
+        }
+        let idx = self.tables.len();
+        self.tables.push(Table::new(&String::from_utf8_lossy(name), spec));
+        self.by_name.insert(name.into(), idx);
+        idx
+    }
+
+    #[inline]
+    fn table_for_id(&mut self, id: u32) -> usize {
+        if !self.dyn_ids.is_empty() {
+            if let Some(&t) = self.dyn_ids.get(&id) {
+                return t;
+            }
+        }
+        let i = id as usize;
+        if i < self.by_id.len() && self.by_id[i] >= 0 {
+            return self.by_id[i] as usize;
+        }
+        let schema = self.schema;
+        let idx = match schema.events.get(i).and_then(|s| s.as_ref()) {
+            Some(spec) => self.table_by_name(spec.name.as_bytes(), Some(spec)),
+            None => {
+                if self.unknown_ids_warned.insert(id, ()).is_none() {
+                    self.warnings.push(format!(
+                        "ftrace event with FtraceEvent field id {} is not in abtest's perfetto schema: \
+                         kept as table ftrace_event_{} with raw field_<n> columns",
+                        id, id
+                    ));
+                }
+                self.table_by_name(format!("ftrace_event_{}", id).as_bytes(), None)
+            }
+        };
+        if i < self.by_id.len() {
+            self.by_id[i] = idx as i32;
+        }
+        idx
+    }
+
+    fn decode_bundle(&mut self, b: &[u8], off: usize) -> DResult<()> {
+        let mut m = Msg::new(b, off);
+        let mut cpu: i32 = -1;
+        let mut compact: Option<(&[u8], usize)> = None;
+        self.event_spans.clear();
+        while let Some((num, v)) = m.next_field()? {
+            match num {
+                1 => cpu = v.as_u64() as i32,
+                2 => match v {
+                    Value::Bytes(eb, eoff) => self.event_spans.push((eoff - off, eb.len())),
+                    _ => return err(off, "FtraceEventBundle.event is not length-delimited"),
+                },
+                3 => {
+                    if v.as_u64() != 0 {
+                        *self.meta.bundles_lost_per_cpu.entry(cpu).or_insert(0) += 1;
+                    }
+                }
+                4 => {
+                    if let Value::Bytes(cb, coff) = v {
+                        compact = Some((cb, coff));
+                    }
+                }
+                5 => {
+                    let c = v.as_u64() as i32;
+                    if !self.meta.ftrace_clocks.contains(&c) {
+                        self.meta.ftrace_clocks.push(c);
+                    }
+                }
+                8 => self.meta.ftrace_errors += 1,
+                11 => {
+                    if let Value::Bytes(db, doff) = v {
+                        self.decode_event_descriptor(db, doff)?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if cpu < 0 {
+            return err(off, "FtraceEventBundle without cpu (field 1)");
+        }
+        // lost flag may precede the cpu field: re-key an entry recorded under -1
+        if let Some(n) = self.meta.bundles_lost_per_cpu.remove(&-1) {
+            *self.meta.bundles_lost_per_cpu.entry(cpu).or_insert(0) += n;
+        }
+        let spans = std::mem::take(&mut self.event_spans);
+        for &(start, len) in &spans {
+            self.decode_event(&b[start..start + len], off + start, cpu)?;
+        }
+        self.event_spans = spans;
+        if let Some((cb, coff)) = compact {
+            self.decode_compact(cb, coff, cpu)?;
+        }
+        Ok(())
+    }
+
+    fn decode_event(&mut self, b: &[u8], off: usize, cpu: i32) -> DResult<()> {
+        let mut m = Msg::new(b, off);
+        let mut ts: Option<u64> = None;
+        let mut pid: Option<u64> = None;
+        let mut flags: Option<u64> = None;
+        let mut payload: Option<(u32, Value)> = None;
+        while let Some((num, v)) = m.next_field()? {
+            match num {
+                1 => ts = Some(v.as_u64()),
+                2 => pid = Some(v.as_u64()),
+                5 => flags = Some(v.as_u64()),
+                _ => payload = Some((num, v)),
+            }
+        }
+        let Some((id, v)) = payload else {
+            self.meta.events_without_payload += 1;
+            return Ok(());
+        };
+        let Some(ts) = ts else {
+            self.meta.events_without_timestamp += 1;
+            return Ok(());
+        };
+        let Value::Bytes(pb, poff) = v else {
+            return err(off, format!("FtraceEvent field {} (the event) is not length-delimited", id));
+        };
+        let generic = id == GENERIC_EVENT_ID && !self.dyn_ids.contains_key(&id);
+        let ti = if generic {
+            match self.generic_table(pb, poff)? {
+                Some(t) => t,
+                None => return Ok(()),
+            }
+        } else {
+            self.table_for_id(id)
+        };
+        let t = &mut self.tables[ti];
+        let row = t.rows();
+        let mut em = Msg::new(pb, poff);
+        if generic {
+            decode_generic_fields(t, row, &mut em, &mut self.strings)?;
+        } else {
+            t.decode_fields(row, &mut em, &mut self.strings, &mut self.scratch)?;
+        }
+        if let Some(p) = pid {
+            t.cols[COL_PID].put_i64(row, p as i64);
+        }
+        if let Some(f) = flags {
+            t.cols[COL_FLAGS].put_i64(row, f as i64);
+        }
+        t.push_row(ts as i64, cpu);
+        Ok(())
+    }
+
+    /// GenericFtraceEvent: table named after event_name (field 1).
+    fn generic_table(&mut self, b: &[u8], off: usize) -> DResult<Option<usize>> {
+        let mut m = Msg::new(b, off);
+        while let Some((num, v)) = m.next_field()? {
+            if num == 1 {
+                let name = bytes_of(&v);
+                return Ok(Some(self.table_by_name(name, None)));
+            }
+        }
+        self.meta.events_without_payload += 1;
+        Ok(None)
+    }
+
+    /// FtraceEventBundle.GenericEventDescriptor: field_id (1) -> DescriptorProto (2) of an event.
+    fn decode_event_descriptor(&mut self, b: &[u8], off: usize) -> DResult<()> {
+        let mut m = Msg::new(b, off);
+        let mut field_id: Option<u32> = None;
+        let mut desc: Option<(&[u8], usize)> = None;
+        while let Some((num, v)) = m.next_field()? {
+            match (num, v) {
+                (1, v) => field_id = Some(v.as_u64() as u32),
+                (2, Value::Bytes(db, doff)) => desc = Some((db, doff)),
+                _ => {}
+            }
+        }
+        let (Some(id), Some((db, doff))) = (field_id, desc) else { return Ok(()) };
+        let mut dm = Msg::new(db, doff);
+        let mut name = String::new();
+        let mut fields = Vec::new();
+        while let Some((num, v)) = dm.next_field()? {
+            match num {
+                1 => name = string_of(&v),
+                2 => {
+                    let Value::Bytes(fb, foff) = v else { continue };
+                    let mut fm = Msg::new(fb, foff);
+                    let (mut fname, mut number, mut label, mut ftype) = (String::new(), 0u32, 1u64, 9u64);
+                    while let Some((n2, v2)) = fm.next_field()? {
+                        match n2 {
+                            1 => fname = string_of(&v2),
+                            3 => number = v2.as_u64() as u32,
+                            4 => label = v2.as_u64(),
+                            5 => ftype = v2.as_u64(),
+                            _ => {}
+                        }
+                    }
+                    if number > 0 {
+                        fields.push(FieldSpec::from_proto(number, &fname, proto_type_name(ftype), label == 3));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if name.is_empty() {
+            name = format!("ftrace_event_{}", id);
+        }
+        let spec = EventSpec { name: name.clone(), fields };
+        let t = self.table_by_name(name.as_bytes(), Some(&spec));
+        self.dyn_ids.insert(id, t);
+        Ok(())
+    }
+
+    /// CompactSched: delta-encoded switch / waking columns with an intern table of comms.
+    fn decode_compact(&mut self, b: &[u8], off: usize, cpu: i32) -> DResult<()> {
+        let mut cols = std::mem::take(&mut self.compact_cols);
+        for c in cols.iter_mut() {
+            c.clear();
+        }
+        let mut interned = std::mem::take(&mut self.compact_interned);
+        interned.clear();
+        let r = self.decode_compact_into(b, off, cpu, &mut cols, &mut interned);
+        self.compact_cols = cols;
+        self.compact_interned = interned;
+        r
+    }
+
+    fn decode_compact_into(
+        &mut self,
+        b: &[u8],
+        off: usize,
+        cpu: i32,
+        cols: &mut [Vec<u64>; 13],
+        interned: &mut Vec<u32>,
+    ) -> DResult<()> {
+        let mut m = Msg::new(b, off);
+        while let Some((num, v)) = m.next_field()? {
+            match num {
+                5 => interned.push(self.strings.intern(bytes_of(&v))),
+                1..=12 => packed_varints(&v, &mut cols[num as usize])?,
+                _ => {}
+            }
+        }
+        let n = cols[1].len();
+        for (f, what) in [(2, "switch_prev_state"), (3, "switch_next_pid"), (4, "switch_next_prio"), (6, "switch_next_comm_index")] {
+            if cols[f].len() != n {
+                return err(off, format!("CompactSched {} has {} entries, switch_timestamp has {}", what, cols[f].len(), n));
+            }
+        }
+        let nw = cols[7].len();
+        for (f, what) in [(8, "waking_pid"), (9, "waking_target_cpu"), (10, "waking_prio"), (11, "waking_comm_index")] {
+            if cols[f].len() != nw {
+                return err(off, format!("CompactSched {} has {} entries, waking_timestamp has {}", what, cols[f].len(), nw));
+            }
+        }
+        let comm = |idx: u64, interned: &[u32]| -> DResult<u32> {
+            interned.get(idx as usize).copied().ok_or_else(|| DecodeError {
+                offset: off,
+                msg: format!("CompactSched comm index {} outside its intern table of {} strings", idx, interned.len()),
+            })
+        };
+        let s = &mut self.switch;
+        let mut acc: u64 = 0;
+        for i in 0..n {
+            acc = acc.wrapping_add(cols[1][i]);
+            s.ts.push(acc as i64);
+            s.cpu.push(cpu);
+            s.prev_state.push(cols[2][i] as i64);
+            s.next_pid.push(cols[3][i] as i32);
+            s.next_prio.push(cols[4][i] as i32);
+            s.next_comm.push(comm(cols[6][i], interned)?);
+        }
+        let w = &mut self.waking;
+        let has_flags = cols[12].len() == nw;
+        let mut acc: u64 = 0;
+        for i in 0..nw {
+            acc = acc.wrapping_add(cols[7][i]);
+            w.ts.push(acc as i64);
+            w.cpu.push(cpu);
+            w.pid.push(cols[8][i] as i32);
+            w.target_cpu.push(cols[9][i] as i32);
+            w.prio.push(cols[10][i] as i32);
+            w.comm.push(comm(cols[11][i], interned)?);
+            w.common_flags.push(if has_flags { cols[12][i] as u32 } else { 0 });
+            w.flags_valid.push(has_flags);
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- power and metadata
+
+    fn decode_power_rails(&mut self, b: &[u8], off: usize, ts: Option<u64>, clock: Option<u32>) -> DResult<()> {
+        let mut m = Msg::new(b, off);
+        if clock.is_some_and(|c| c != 6) {
+            self.warnings.push(format!(
+                "power_rails packet at offset {} uses clock id {:?}, not BOOTTIME: its ts is not converted",
+                off, clock
+            ));
+        }
+        while let Some((num, v)) = m.next_field()? {
+            let Some(mut sm) = Msg::from_value(&v) else { continue };
+            match num {
+                1 => {
+                    let mut d = RailDesc { index: 0, name: String::new(), subsys: String::new(), sampling_rate: 0 };
+                    while let Some((n2, v2)) = sm.next_field()? {
+                        match n2 {
+                            1 => d.index = v2.as_u64() as u32,
+                            2 => d.name = string_of(&v2),
+                            3 => d.subsys = string_of(&v2),
+                            4 => d.sampling_rate = v2.as_u64() as u32,
+                            _ => {}
+                        }
+                    }
+                    self.rails.desc.push(d);
+                }
+                2 => {
+                    let (mut index, mut tms, mut energy) = (0u32, None, 0u64);
+                    while let Some((n2, v2)) = sm.next_field()? {
+                        match n2 {
+                            1 => index = v2.as_u64() as u32,
+                            2 => tms = Some(v2.as_u64()),
+                            3 => energy = v2.as_u64(),
+                            _ => {}
+                        }
+                    }
+                    // ts: the packet timestamp (trace clock, ns); fall back to timestamp_ms
+                    let t = match (ts, tms) {
+                        (Some(t), _) => t as i64,
+                        (None, Some(ms)) => (ms as i64).saturating_mul(1_000_000),
+                        (None, None) => return err(sm.offset(), "PowerRails.EnergyData without any timestamp"),
+                    };
+                    self.rails.ts.push(t);
+                    self.rails.index.push(index);
+                    self.rails.timestamp_ms.push(tms.map(|x| x as i64).unwrap_or(-1));
+                    self.rails.energy_uws.push(energy);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn decode_system_info(&mut self, b: &[u8], off: usize) -> DResult<()> {
+        let mut m = Msg::new(b, off);
+        while let Some((num, v)) = m.next_field()? {
+            let key = match num {
+                1 => {
+                    let Some(mut um) = Msg::from_value(&v) else { continue };
+                    while let Some((n2, v2)) = um.next_field()? {
+                        let k = match n2 {
+                            1 => "sysname",
+                            2 => "version",
+                            3 => "release",
+                            4 => "machine",
+                            _ => continue,
+                        };
+                        self.meta.utsname.push((k.to_string(), string_of(&v2)));
+                    }
+                    continue;
+                }
+                2 => "android_build_fingerprint",
+                4 => "tracing_service_version",
+                9 => "android_soc_model",
+                10 => "android_hardware_revision",
+                11 => "android_storage_model",
+                12 => "android_ram_model",
+                13 => "android_guest_soc_model",
+                14 => "android_device_manufacturer",
+                17 => "machine_name",
+                _ => {
+                    let k = match num {
+                        3 => "hz",
+                        5 => "android_sdk_version",
+                        6 => "page_size",
+                        7 => "timezone_off_mins",
+                        8 => "num_cpus",
+                        16 => "system_ram_bytes",
+                        _ => continue,
+                    };
+                    let mut x = v.as_u64() as i64;
+                    if num == 7 {
+                        x = x as i32 as i64;
+                    }
+                    self.meta.system_info_int.push((k.to_string(), x));
+                    continue;
+                }
+            };
+            self.meta.system_info.push((key.to_string(), string_of(&v)));
+        }
+        Ok(())
+    }
+
+    fn decode_cpu_info(&mut self, b: &[u8], off: usize) -> DResult<()> {
+        let mut m = Msg::new(b, off);
+        let mut cpus = Vec::new();
+        while let Some((num, v)) = m.next_field()? {
+            if num != 1 {
+                continue;
+            }
+            let Some(mut cm) = Msg::from_value(&v) else { continue };
+            let mut c = CpuRec::default();
+            while let Some((n2, v2)) = cm.next_field()? {
+                match n2 {
+                    1 => c.processor = string_of(&v2),
+                    2 => {
+                        self.packed.clear();
+                        packed_varints(&v2, &mut self.packed)?;
+                        c.frequencies_khz.extend(self.packed.iter().map(|&x| x as u32));
+                    }
+                    3 => c.capacity = Some(v2.as_u64() as u32),
+                    _ => {}
+                }
+            }
+            cpus.push(c);
+        }
+        self.meta.cpus = cpus;
+        Ok(())
+    }
+
+    fn decode_ftrace_stats(&mut self, b: &[u8], off: usize) -> DResult<()> {
+        let mut m = Msg::new(b, off);
+        let mut phase = 0u32;
+        let mut stats = Vec::new();
+        while let Some((num, v)) = m.next_field()? {
+            match num {
+                1 => phase = v.as_u64() as u32,
+                2 => {
+                    let Some(mut cm) = Msg::from_value(&v) else { continue };
+                    let mut s = FtraceCpuStat::default();
+                    while let Some((n2, v2)) = cm.next_field()? {
+                        match n2 {
+                            1 => s.cpu = v2.as_u64(),
+                            2 => s.entries = v2.as_u64(),
+                            3 => s.overrun = v2.as_u64(),
+                            4 => s.commit_overrun = v2.as_u64(),
+                            8 => s.dropped_events = v2.as_u64(),
+                            _ => {}
+                        }
+                    }
+                    stats.push(s);
+                }
+                _ => {}
+            }
+        }
+        for mut s in stats {
+            s.phase = phase;
+            self.meta.ftrace_cpu_stats.push(s);
+        }
+        Ok(())
+    }
+
+    fn decode_trace_stats(&mut self, b: &[u8], off: usize) -> DResult<()> {
+        let mut m = Msg::new(b, off);
+        let mut found: Vec<(String, u64)> = Vec::new();
+        let mut add = |k: &str, x: u64| {
+            if let Some(e) = found.iter_mut().find(|(n, _)| n == k) {
+                e.1 += x;
+            } else {
+                found.push((k.to_string(), x));
+            }
+        };
+        while let Some((num, v)) = m.next_field()? {
+            match num {
+                1 => {
+                    let Some(mut bm) = Msg::from_value(&v) else { continue };
+                    while let Some((n2, v2)) = bm.next_field()? {
+                        let k = match n2 {
+                            3 => "chunks_overwritten",
+                            13 => "bytes_overwritten",
+                            18 => "chunks_discarded",
+                            6 => "patches_failed",
+                            9 => "abi_violations",
+                            19 => "trace_writer_packet_loss",
+                            22 => "oversized_packets_dropped",
+                            _ => continue,
+                        };
+                        add(k, v2.as_u64());
+                    }
+                }
+                // chunks_discarded (8) / patches_discarded (9) / invalid_packets (10) count over every
+                // session the tracing service ever ran, not this trace: not reported
+                _ => {}
+            }
+        }
+        // several TraceStats packets may exist (periodic + final): keep the last one's values
+        self.meta.trace_loss = found;
+        Ok(())
+    }
+
+    fn decode_clock_snapshot(&mut self, b: &[u8], off: usize) -> DResult<()> {
+        let mut m = Msg::new(b, off);
+        let mut clocks = Vec::new();
+        while let Some((num, v)) = m.next_field()? {
+            if num != 1 {
+                continue;
+            }
+            let Some(mut cm) = Msg::from_value(&v) else { continue };
+            let (mut id, mut ts) = (0u32, 0u64);
+            while let Some((n2, v2)) = cm.next_field()? {
+                match n2 {
+                    1 => id = v2.as_u64() as u32,
+                    2 => ts = v2.as_u64(),
+                    _ => {}
+                }
+            }
+            clocks.push((id, ts));
+        }
+        self.meta.clock_snapshots.push(clocks);
+        Ok(())
+    }
+
+    pub fn finish(&mut self) {
+        for t in &mut self.tables {
+            t.finish();
+            if !t.unknown_fields.is_empty() {
+                let mut u = t.unknown_fields.clone();
+                u.sort_unstable();
+                u.dedup();
+                self.warnings.push(format!(
+                    "{}: field numbers {:?} are not in abtest's perfetto schema; kept as field_<n> columns",
+                    t.name, u
+                ));
+            }
+        }
+    }
+}
+
+/// GenericFtraceEvent.Field {name 1, str_value 3, int_value 4, uint_value 5} -> named columns.
+fn decode_generic_fields(t: &mut Table, row: usize, m: &mut Msg, strings: &mut Interner) -> DResult<()> {
+    while let Some((num, v)) = m.next_field()? {
+        if num != 2 {
+            continue;
+        }
+        let Some(mut fm) = Msg::from_value(&v) else { continue };
+        let mut name: &[u8] = b"";
+        let mut val: Option<(u32, Value)> = None;
+        while let Some((n2, v2)) = fm.next_field()? {
+            match n2 {
+                1 => name = bytes_of(&v2),
+                3 | 4 | 5 => val = Some((n2, v2)),
+                _ => {}
+            }
+        }
+        let Some((kind_field, v2)) = val else { continue };
+        let name = String::from_utf8_lossy(name);
+        match kind_field {
+            3 => {
+                let ci = t.column_named(&name, Kind::Str);
+                let id = strings.intern(bytes_of(&v2));
+                t.cols[ci].put_str(row, id);
+            }
+            4 => {
+                let ci = t.column_named(&name, Kind::I64);
+                t.cols[ci].put_i64(row, v2.as_u64() as i64);
+            }
+            _ => {
+                let ci = t.column_named(&name, Kind::U64);
+                t.cols[ci].put_i64(row, v2.as_u64() as i64);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// google.protobuf.FieldDescriptorProto.Type number -> type name.
+fn proto_type_name(t: u64) -> &'static str {
+    match t {
+        1 => "double",
+        2 => "float",
+        3 => "int64",
+        4 => "uint64",
+        5 => "int32",
+        6 => "fixed64",
+        7 => "fixed32",
+        8 => "bool",
+        9 => "string",
+        11 => "message",
+        12 => "bytes",
+        13 => "uint32",
+        14 => "enum",
+        15 => "sfixed32",
+        16 => "sfixed64",
+        17 => "sint32",
+        18 => "sint64",
+        _ => "bytes",
+    }
+}
