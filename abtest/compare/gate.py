@@ -7,13 +7,14 @@ Thresholds file (see ci/thresholds.toml and docs/compare.md)::
     fail_on_inconclusive = false   # true: an inconclusive metric counts as not enough data (exit 2)
     [metrics.soc_power_mw]
     max_regression_pct = 3.0  # regression allowed, percent of A's mean, in the metric's bad direction
-    # optional per metric: alpha, lower_is_better (override), workloads = ["youtube", ...]
+    # optional per metric: alpha, lower_is_better (override), workloads = ["youtube", ...],
+    # required = false (a metric measured in no compared workload is then skipped instead of an error)
 
 Per (workload, gated metric) the verdict rule of abtest.compare.verdict runs with alpha from the file and
 min_effect_pct = max_regression_pct: the check FAILS when the result is "regression" (significant and at
 least max_regression_pct worse). It is an ERROR when the metric has NaN values, fewer than min_iterations
 on a side, or (when the metric lists `workloads`) is missing there; a gated metric found in no compared
-workload is an error too. Exit code: 1 if any check failed, else 2 if any error, else 0.
+workload is an error too unless it says `required = false` (a typo in a metric name must not pass silently). Exit code: 1 if any check failed, else 2 if any error, else 0.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class MetricThreshold:
     alpha: float
     lower_is_better: bool | None = None  # None: use the metric's own direction
     workloads: tuple = ()
+    required: bool = True  # False: a metric measured in no compared workload is skipped, not an error
 
 
 @dataclass(frozen=True)
@@ -122,10 +124,13 @@ def load_thresholds(path: str | Path) -> Thresholds:
         wl = spec.get("workloads", [])
         if not isinstance(wl, list) or not all(isinstance(x, str) for x in wl):
             raise ThresholdsError(f"{where}: workloads must be a list of names")
+        req = spec.get("required", True)
+        if not isinstance(req, bool):
+            raise ThresholdsError(f"{where}: required must be true or false")
         out.append(MetricThreshold(
             name=name, max_regression_pct=_num(f"{where} max_regression_pct", spec["max_regression_pct"]),
             alpha=_num(f"{where} alpha", spec.get("alpha", alpha), positive=True, upper=1),
-            lower_is_better=lib, workloads=tuple(wl)))
+            lower_is_better=lib, workloads=tuple(wl), required=req))
     return Thresholds(str(path), alpha, min_it, foi, tuple(out))
 
 
@@ -147,7 +152,7 @@ def run_gate(c: Comparison, th: Thresholds) -> GateResult:
                 continue
             found_anywhere = True
             res.checks.append(_check(w.workload, m, t, th))
-        if not found_anywhere and not t.workloads:
+        if not found_anywhere and not t.workloads and t.required:
             res.errors.append(f"gated metric {t.name} was found in no compared workload "
                               f"({', '.join(w.workload for w in c.workloads)})")
     return res

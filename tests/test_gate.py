@@ -1,0 +1,154 @@
+"""`abtest gate`: exit codes 0 / 1 / 2, thresholds file handling, JUnit XML (parsed).
+
+Stores here are constructed (metrics.json values chosen by the test, stated next to each case)."""
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from abtest.cli import cli
+from abtest.compare.gate import ThresholdsError, load_thresholds
+from abtest.compare.store import write_iteration
+
+REPO = Path(__file__).resolve().parents[1]
+DEV = (-2.0, -1.0, 0.0, 1.0, 2.0)  # zero-sum deviations, x 1 % of the value: CV ~1.6 %
+
+
+def _store(root, b_power_factor, *, n_b=5, nan_in_b=False, fps=True):
+    for label, factor, n in (("base", 1.0, 5), ("cand", b_power_factor, n_b)):
+        for i in range(n):
+            d = DEV[i]
+            metrics = {"soc_power_mw": {"value": 1000.0 * factor * (1 + 0.01 * d), "unit": "mW",
+                                        "lower_is_better": True}}
+            if fps:
+                metrics["fps"] = {"value": 60.0 * (1 + 0.001 * d), "unit": "fps", "lower_is_better": False}
+            if nan_in_b and label == "cand" and i == 2:
+                metrics["soc_power_mw"]["value"] = None  # JSON null: a failed measurement
+            write_iteration(root / label / "video" / f"{i}", metrics, {"kernel": {"release": label}})
+    return root
+
+
+THRESHOLDS = """alpha = 0.05
+[metrics.soc_power_mw]
+max_regression_pct = 3.0
+[metrics.fps]
+max_regression_pct = 1.0
+"""
+
+
+def _gate(store, thresholds_text, tmp_path, *extra):
+    th = tmp_path / "thresholds.toml"
+    th.write_text(thresholds_text)
+    junit = tmp_path / "junit.xml"
+    r = CliRunner().invoke(cli, ["gate", "base", "cand", "--store", str(store), "--thresholds", str(th),
+                                 "--junit", str(junit), "--no-trace", *extra])
+    return r, junit
+
+
+def _junit(path):
+    root = ET.parse(path).getroot()
+    suite = root.find("testsuite")
+    cases = {(c.get("classname"), c.get("name")): c for c in suite.iter("testcase")}
+    return suite, cases
+
+
+def test_regression_beyond_threshold_exits_1(tmp_path):
+    store = _store(tmp_path / "s", 1.05)  # power +5 % (CV 1.6 %, n = 5): significant, beyond 3 %
+    r, junit = _gate(store, THRESHOLDS, tmp_path)
+    assert r.exit_code == 1, r.output
+    assert "FAIL  video/soc_power_mw" in r.output and "+5.00 %" in r.output
+    suite, cases = _junit(junit)
+    assert suite.get("failures") == "1" and suite.get("errors") == "0" and suite.get("tests") == "2"
+    fail = cases[("abtest.gate.video", "soc_power_mw")].find("failure")
+    assert fail is not None and fail.get("type") == "regression" and "+5.00 %" in fail.get("message")
+    assert cases[("abtest.gate.video", "fps")].find("failure") is None
+    props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert props["exit_code"] == "1" and props["label_a"] == "base"
+
+
+def test_small_regression_and_improvement_pass(tmp_path):
+    r, junit = _gate(_store(tmp_path / "small", 1.01), THRESHOLDS, tmp_path)  # +1 %: under the 3 % limit
+    assert r.exit_code == 0, r.output
+    suite, _ = _junit(junit)
+    assert suite.get("failures") == "0" and suite.get("errors") == "0"
+    r, _ = _gate(_store(tmp_path / "better", 0.90), THRESHOLDS, tmp_path)  # -10 % power: improvement
+    assert r.exit_code == 0, r.output
+    assert "improvement" in r.output
+
+
+def test_single_iteration_is_not_enough_data(tmp_path):
+    r, junit = _gate(_store(tmp_path / "s", 1.05, n_b=1), THRESHOLDS, tmp_path)
+    assert r.exit_code == 2, r.output
+    assert "not enough data: n = 5 vs 1" in r.output
+    suite, cases = _junit(junit)
+    assert int(suite.get("errors")) >= 1
+    assert cases[("abtest.gate.video", "soc_power_mw")].find("error").get("type") == "bad_input"
+
+
+def test_nan_metric_is_bad_input(tmp_path):
+    r, _ = _gate(_store(tmp_path / "s", 1.0, nan_in_b=True), THRESHOLDS, tmp_path)
+    assert r.exit_code == 2, r.output
+    assert "NaN/null values in" in r.output and "cand/video/2" in r.output
+
+
+def test_missing_gated_metric(tmp_path):
+    store = _store(tmp_path / "s", 1.0, fps=False)
+    r, _ = _gate(store, THRESHOLDS, tmp_path)
+    assert r.exit_code == 2 and "gated metric fps was found in no compared workload" in r.output
+    r, _ = _gate(store, THRESHOLDS.replace("max_regression_pct = 1.0", "max_regression_pct = 1.0\nrequired = false"),
+                 tmp_path)
+    assert r.exit_code == 0, r.output
+
+
+def test_regression_wins_over_errors(tmp_path):
+    # a significant regression is reported as exit 1 even when another gated metric lacks data
+    store = _store(tmp_path / "s", 1.05, fps=False)
+    r, _ = _gate(store, THRESHOLDS, tmp_path)
+    assert r.exit_code == 1, r.output
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("alpha = 0.05\n", "no [metrics.<name>] tables"),
+    ("[metrics.fps]\nmax_regression = 1\n", "missing max_regression_pct"),
+    ("alpha = 2\n[metrics.fps]\nmax_regression_pct = 1\n", "alpha: value 2 out of range"),
+    ("[metrics.fps\n", "invalid TOML"),
+])
+def test_bad_thresholds_file(tmp_path, text, needle):
+    store = _store(tmp_path / "s", 1.0)
+    r, _ = _gate(store, text, tmp_path)
+    assert r.exit_code == 2 and needle in r.output, r.output
+    assert "thresholds.toml" in r.output
+
+
+def test_unknown_label_and_missing_thresholds(tmp_path):
+    store = _store(tmp_path / "s", 1.0)
+    r = CliRunner().invoke(cli, ["gate", "base", "nope", "--store", str(store), "--thresholds",
+                                 str(REPO / "ci" / "thresholds.toml")])
+    assert r.exit_code == 2 and "label 'nope' not found" in r.output and "base, cand" in r.output
+    with pytest.raises(ThresholdsError, match="not found"):
+        load_thresholds(tmp_path / "absent.toml")
+
+
+def test_shipped_thresholds_and_real_exit_code(tmp_path):
+    """ci/thresholds.toml parses; the installed entry point (abtest.cli:main) returns the gate's exit code."""
+    th = load_thresholds(REPO / "ci" / "thresholds.toml")
+    assert th.alpha == 0.05 and {m.name for m in th.metrics} >= {"soc_power_mw", "fps"}
+    store = _store(tmp_path / "s", 1.05)
+    junit = tmp_path / "j.xml"
+    p = subprocess.run([sys.executable, "-m", "abtest.cli", "gate", "base", "cand", "--store", str(store),
+                        "--thresholds", str(REPO / "ci" / "thresholds.toml"), "--junit", str(junit), "--no-trace"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "gate FAILED" in p.stderr
+    suite, cases = _junit(junit)
+    assert cases[("abtest.gate.video", "soc_power_mw")].find("failure") is not None
+    # optional metrics absent from the store are skipped, not errors
+    skipped = {name for (_, name), c in cases.items() if c.find("skipped") is not None}
+    assert skipped == {"power.channel.Total_mw", "jank_pct", "latency.gmean_us"} and suite.get("skipped") == "3"
+    p = subprocess.run([sys.executable, "-m", "abtest.cli", "gate", "base", "missing", "--store", str(store),
+                        "--thresholds", str(REPO / "ci" / "thresholds.toml")], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "not found" in p.stderr
