@@ -13,6 +13,8 @@ are explained here, each checked precisely (never a tolerance):
   cpuidle / cpufreq counter tracks (compared there); sched_waking only feeds thread_state (not countable
   1:1: not compared); sched_wakeup is not parsed at all (asserted absent); every other event is dropped.
 * a text file whose last line has no trailing newline: TP drops that unterminated line.
+* power rails: TP times each sample with the power HAL's energy_data.timestamp_ms; abtest's `ts` is the
+  packet timestamp (the ftrace clock) and it keeps the HAL time as `timestamp_ms`: compared on that.
 * files TP cannot open: trace-cmd report output (starts "version = 6": TP's format detection does not know
   it), and catapult's `atrace -z` dump ("TRACE:" + zlib: TP v52 fails with "Failed to decompress").
 * files TP opens but reads nothing from: ftrace text stored as an escaped JavaScript string (lines end in a
@@ -152,14 +154,35 @@ def test_counts_agree(rel, kind, tp_facts):
 
 
 def test_power_rails_agree(tp_facts):
+    """Per rail: same samples, same cumulative energy (uWs == uJ), same sample times.
+
+    Timestamps: TP puts each rail sample at the power HAL's energy_data.timestamp_ms * 1e6; abtest's `ts` is
+    the packet timestamp (BOOTTIME ns, the ftrace clock) and keeps the HAL time as `timestamp_ms`. So TP's ts
+    is compared with abtest's timestamp_ms * 1e6 (exact), and the packet-vs-HAL offset is reported.
+    """
     rel = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
     tp = tp_facts(rel)["rails"].sort("rail")
     assert tp.height == 24
-    df = _abtest(rel).df("power_rail")
+    df = _abtest(rel).df("power_rail").with_columns(pl.col("rail").cast(pl.String))
     ours = (df.sort("ts").group_by("rail", maintain_order=True)
-            .agg(pl.len().alias("samples"), pl.col("ts").min().alias("first_ts"), pl.col("ts").max().alias("last_ts"),
+            .agg(pl.len().alias("samples"), (pl.col("timestamp_ms").min() * 1_000_000).alias("first_ts"),
+                 (pl.col("timestamp_ms").max() * 1_000_000).alias("last_ts"),
                  (pl.col("energy_uj").last() - pl.col("energy_uj").first()).cast(pl.Int64).alias("energy_uj"))
-            .with_columns(pl.col("rail").cast(pl.String)).sort("rail"))
+            .sort("rail"))
     assert ours["rail"].to_list() == tp["rail"].to_list()
     for col in ("samples", "first_ts", "last_ts", "energy_uj"):
         assert ours[col].to_list() == tp[col].to_list(), col
+    # every sample, not only the ends
+    s = pe.open_session(TRACES / rel, "wasm")
+    try:
+        tp_all = s.query("""include perfetto module android.power_rails;
+            select m.raw_power_rail_name as rail, c.ts, cast(c.value as int) as energy_uj
+            from counter c join android_power_rails_metadata m on c.track_id = m.track_id order by rail, c.ts""")
+    finally:
+        s.close()
+    ours_all = (df.select("rail", (pl.col("timestamp_ms") * 1_000_000).alias("ts"),
+                          pl.col("energy_uj").cast(pl.Int64)).sort("rail", "ts"))
+    assert ours_all.equals(tp_all)
+    offset_ms = (df["timestamp_ms"] * 1_000_000 - df["ts"]) / 1e6
+    print(f"\nrail sample time, HAL timestamp_ms minus packet ts: median {offset_ms.median():.3f} ms, "
+          f"range {offset_ms.min():.1f} .. {offset_ms.max():.1f} ms over {df.height} samples")
