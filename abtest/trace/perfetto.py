@@ -33,6 +33,8 @@ SCHEMA_PATH = Path(__file__).resolve().parent / "data" / "perfetto_ftrace_fields
 
 _ARROW_TYPES = {"i32": pa.int32(), "i64": pa.int64(), "u32": pa.uint32(), "u64": pa.uint64(),
                 "bool": pa.bool_(), "f64": pa.float64(), "str": pa.uint32()}
+# repeated fields arrive as text with elements separated by \x1f; element type by kind
+_LIST_TYPES = {"list_i64": pl.Int64, "list_u64": pl.UInt64, "list_f64": pl.Float64, "list_str": pl.Utf8}
 
 
 @functools.lru_cache(maxsize=1)
@@ -64,17 +66,30 @@ def decode(path, data) -> dict:
 def _series(name: str, kind: str, values: np.ndarray, valid: np.ndarray | None, strings: pl.Series) -> pl.Series:
     """One native column -> polars Series (str columns are ids into `strings`)."""
     mask = None if valid is None else ~valid
-    arr = pa.array(values, type=_ARROW_TYPES[kind], mask=mask)
+    arr = pa.array(values, type=_ARROW_TYPES.get(kind, pa.uint32()), mask=mask)
     s = pl.Series(name, arr)
-    if kind == "str":
+    if kind == "str" or kind in _LIST_TYPES:
         s = strings.gather(s).alias(name)
+    if kind in _LIST_TYPES:
+        s = s.str.split("\x1f").cast(pl.List(_LIST_TYPES[kind]))
     return s
 
 
 def _table_frame(t: dict, strings: pl.Series) -> pl.DataFrame:
-    cols = [pl.Series("ts", t["ts"], dtype=pl.Int64), pl.Series("cpu", t["cpu"], dtype=pl.Int32)]
-    cols += [_series(name, kind, values, valid, strings) for name, kind, values, valid in t["columns"]]
-    return pl.DataFrame(cols)
+    """ts, cpu (ring-buffer CPU), common_pid, [common_flags], fields. As in the trace.dat reader, an event
+    with its own `cpu` field keeps it as `cpu` (the CPU the event is about) and the bundle CPU becomes
+    `buffer_cpu`; any other field whose name is already taken gets the suffix `_field`."""
+    fields = [_series(name, kind, values, valid, strings) for name, kind, values, valid in t["columns"]]
+    own_cpu = any(s.name == "cpu" for s in fields)
+    out = [pl.Series("ts", t["ts"], dtype=pl.Int64),
+           pl.Series("buffer_cpu" if own_cpu else "cpu", t["cpu"], dtype=pl.Int32)]
+    taken = {s.name for s in out}
+    for s in fields:
+        if s.name in taken:
+            s = s.alias(f"{s.name}_field")
+        taken.add(s.name)
+        out.append(s)
+    return pl.DataFrame(out)
 
 
 def _compact_switch_frame(c: dict, strings: pl.Series) -> pl.DataFrame:

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::perfetto_decode::{Decoder, Schema};
-use crate::perfetto_tables::{Column, Data, EventSpec, FieldSpec};
+use crate::perfetto_tables::{Column, Data, EventSpec, FieldSpec, Kind};
 
 #[pyclass(name = "PerfettoSchema", module = "abtest._native", frozen)]
 pub struct PySchema {
@@ -37,6 +37,14 @@ fn np<'py, T: numpy::Element>(py: Python<'py>, v: Vec<T>) -> Bound<'py, PyArray1
 }
 
 fn column_tuple<'py>(py: Python<'py>, c: Column) -> PyResult<Bound<'py, PyAny>> {
+    // repeated fields: text column, elements separated by \x1f; kind names the element type
+    let list_kind = match (c.spec.repeated, c.spec.elem) {
+        (false, _) => None,
+        (true, Kind::Str) => Some("list_str"),
+        (true, Kind::F64) => Some("list_f64"),
+        (true, Kind::I32 | Kind::I64) => Some("list_i64"),
+        (true, _) => Some("list_u64"),
+    };
     let (kind, values): (&str, Bound<'py, PyAny>) = match c.data {
         Data::I32(v) => ("i32", np(py, v).into_any()),
         Data::I64(v) => ("i64", np(py, v).into_any()),
@@ -50,6 +58,7 @@ fn column_tuple<'py>(py: Python<'py>, c: Column) -> PyResult<Bound<'py, PyAny>> 
         Some(m) => np(py, m).into_any(),
         None => py.None().into_bound(py),
     };
+    let kind = list_kind.unwrap_or(kind);
     Ok((c.spec.name, kind, values, valid).into_pyobject(py)?.into_any())
 }
 

@@ -79,9 +79,14 @@ pub struct FieldSpec {
     pub name: String,
     pub kind: Kind,
     pub enc: Enc,
-    /// repeated scalar: kept as one comma-separated text value per event
+    /// repeated field: kept as one text value per event, elements separated by LIST_SEP
     pub repeated: bool,
+    /// element type of a repeated field (the column type of a non-repeated one)
+    pub elem: Kind,
 }
+
+/// Separator of the elements of a repeated field in its text column (ASCII unit separator).
+pub const LIST_SEP: char = '\u{1f}';
 
 impl FieldSpec {
     /// Build from a protobuf type name as written in perfetto_ftrace_fields.json.
@@ -98,8 +103,9 @@ impl FieldSpec {
             "float" => (Kind::F64, Enc::Float),
             _ => (Kind::Str, Enc::Text), // string, bytes, message
         };
+        let elem = kind;
         let kind = if repeated { Kind::Str } else { kind };
-        FieldSpec { number, name: name.to_string(), kind, enc, repeated }
+        FieldSpec { number, name: name.to_string(), kind, enc, repeated, elem }
     }
 
     /// A field with no known name: column `field_<n>`, typed from its wire type.
@@ -110,7 +116,7 @@ impl FieldSpec {
             Value::Fixed32(_) => (Kind::U32, Enc::Plain),
             Value::Bytes(..) => (Kind::Str, Enc::Text),
         };
-        FieldSpec { number, name: format!("field_{}", number), kind, enc, repeated: false }
+        FieldSpec { number, name: format!("field_{}", number), kind, enc, repeated: false, elem: kind }
     }
 }
 
@@ -287,14 +293,14 @@ pub fn element_text(spec: &FieldSpec, v: &Value, out: &mut String) {
             let _ = crate::perfetto_wire::packed_varints(v, &mut vals);
             for (i, x) in vals.iter().enumerate() {
                 if i > 0 || !out.is_empty() {
-                    out.push(',');
+                    out.push(LIST_SEP);
                 }
                 let _ = write!(out, "{}", x);
             }
         }
         _ => {
             if !out.is_empty() {
-                out.push(',');
+                out.push(LIST_SEP);
             }
             match spec.enc {
                 Enc::Text => out.push_str(&String::from_utf8_lossy(bytes_of(v))),
