@@ -31,7 +31,7 @@ OPTIONAL_EVENTS = ("cpu_frequency", "cpu_idle", "sched_switch")
 MODEL_EVENTS = ("cpu_frequency",)
 
 __all__ = ["EVENTS", "OPTIONAL_EVENTS", "DEFAULT_CHANNELS", "read_power_csv", "df_rail_power_intervals",
-           "df_power_per_rail", "df_power_per_channel", "df_cpu_activity", "df_energy_estimate",
+           "df_power_per_rail", "df_power_per_channel", "df_cpu_states", "df_cpu_activity", "df_energy_estimate",
            "energy_estimate_from_activity", "plot_power_per_rail", "EnergyAnalysis", "summary"]
 
 # channel -> regex on rail names (Pixel ODPM names, e.g. Pixel 7 Pro: S4M_VDD_CPUCL0 little,
@@ -180,26 +180,34 @@ def df_power_per_channel(per_rail: pl.DataFrame, channels: dict[str, str | list[
 
 
 # -- energy model estimate -----------------------------------------------------------------------
+def df_cpu_states(*, cpu_idle: pl.DataFrame | None = None, sched_switch: pl.DataFrame | None = None,
+                  start_ns: int, end_ns: int, cpus: list[int] | None = None) -> pl.DataFrame:
+    """Per-CPU ``cpu, ts, dur (ns), state`` (-1 = active, k = idle state k, null = unknown).
+
+    From cpu_idle when given (idle in an unknown state before the first event counts as state 0), else from
+    sched_switch (idle = the idle task, pid 0, runs; its idle state is unknown and reported as state 0).
+    Events: cpu_idle or sched_switch.
+    """
+    if cpu_idle is not None:
+        act = df_cpu_idle_intervals(cpu_idle, start_ns=start_ns, end_ns=end_ns, cpus=cpus)
+        return act.with_columns(pl.when(pl.col("idle") & pl.col("state").is_null()).then(0)
+                                .otherwise(pl.col("state")).alias("state")).drop("idle")
+    if sched_switch is not None:
+        sw = sched_switch.select(pl.col("cpu").cast(pl.Int32), "ts",
+                                 pl.when(pl.col("next_pid") == 0).then(0).otherwise(-1).cast(pl.Int64).alias("state"))
+        return df_intervals(sw, "state", keys="cpu", start_ns=start_ns, end_ns=end_ns, all_keys=cpus)
+    raise ValueError("needs cpu_idle or sched_switch to tell active from idle time")
+
+
 def df_cpu_activity(cpu_frequency: pl.DataFrame, *, cpu_idle: pl.DataFrame | None = None,
                     sched_switch: pl.DataFrame | None = None, start_ns: int, end_ns: int,
                     cpus: list[int] | None = None) -> pl.DataFrame:
-    """Per-CPU ``cpu, ts, dur (ns), frequency_khz, state`` (-1 = active, k = idle state k, null = unknown).
-
-    Activity from cpu_idle when given, else from sched_switch (idle = the idle task, pid 0, runs; its idle
-    state is then unknown and reported as state 0). Events: cpu_frequency + (cpu_idle or sched_switch).
+    """Per-CPU ``cpu, ts, dur (ns), frequency_khz, state`` (-1 = active, k = idle state k, null = unknown):
+    df_cpu_states overlaid with the frequency intervals. Events: cpu_frequency + (cpu_idle or sched_switch).
     """
     freq = df_intervals(cpu_frequency.select(pl.col("cpu").cast(pl.Int32), "ts", "frequency_khz"), "frequency_khz",
                         keys="cpu", start_ns=start_ns, end_ns=end_ns, all_keys=cpus)
-    if cpu_idle is not None:
-        act = df_cpu_idle_intervals(cpu_idle, start_ns=start_ns, end_ns=end_ns, cpus=cpus)
-        act = act.with_columns(pl.when(pl.col("idle") & pl.col("state").is_null()).then(0)
-                               .otherwise(pl.col("state")).alias("state")).drop("idle")
-    elif sched_switch is not None:
-        sw = sched_switch.select(pl.col("cpu").cast(pl.Int32), "ts",
-                                 pl.when(pl.col("next_pid") == 0).then(0).otherwise(-1).cast(pl.Int64).alias("state"))
-        act = df_intervals(sw, "state", keys="cpu", start_ns=start_ns, end_ns=end_ns, all_keys=cpus)
-    else:
-        raise ValueError("df_cpu_activity needs cpu_idle or sched_switch to tell active from idle time")
+    act = df_cpu_states(cpu_idle=cpu_idle, sched_switch=sched_switch, start_ns=start_ns, end_ns=end_ns, cpus=cpus)
     return df_intervals_join(freq, act, keys="cpu")
 
 

@@ -23,9 +23,12 @@ Approximations (documented, measured on the Juno trace, see docs/analysis-load-f
 5. Without sched_wakeup/sched_waking the waiting time of a woken task is unknown and taken as 0; only
    preempted tasks (switched out runnable) count as waiting. A waiting task migrated by the load balancer
    is counted on the CPU where it started waiting.
-6. The CPU signal is that of "a CFS task runs on this CPU" (RT/DL tasks with prio < 100 excluded): blocked
-   utilisation of sleeping tasks decays as the kernel's does, but migrations of a task's utilisation
-   between runqueues (attach/detach on migration) are not modelled.
+6. The runqueue signal is that of "a CFS task runs on this CPU" (RT/DL tasks with prio < 100 excluded), plus
+   jumps when a task's (simulated) utilisation moves between runqueues: wakeup on / migration to another CPU
+   (at the switch-in when no wakeup events exist), fork (first appearance of a new task: fork events when
+   recorded, else a pid above every pid seen before the last runqueue seed) and exit (last switch-out with a
+   dead/zombie state bit). The kernel's removals are deferred to the next update and clamped at 0; here the
+   stored values are clamped at 0 but the recurrence is linear.
 7. Group scheduling entities (autogroup / cgroup se) are not simulated; tasks are (pid > 0).
 8. Without a seed an entity starts at 0 at the window start (the kernel carries history from before the
    trace). ``initial`` seeds entities with a known value at a known time (e.g. the kernel's first sample).
@@ -51,6 +54,7 @@ DECAY_PER_NS = math.log(2.0) / (HALF_LIFE_PERIODS * PELT_PERIOD_NS)
 _BLOCK_NS = 15e9  # exp(DECAY_PER_NS * 2 * _BLOCK_NS) ~ e^620 < float64 max
 
 __all__ = ["EVENTS", "OPTIONAL_EVENTS", "PELT_PERIOD_NS", "DECAY_PER_NS", "decay_filter", "df_cpu_scale",
+           "df_attach_changes", "kernel_seeds",
            "df_cpu_running", "df_waiting", "df_pelt_sim_cpu", "df_pelt_sim_task", "sample_signal",
            "df_sim_vs_kernel"]
 
@@ -239,7 +243,7 @@ def _run_filter(seg: pl.DataFrame, key: str, signals: dict[str, str], seeds: pl.
         jcol = (jumps or {}).get(name)
         jump = seg[jcol].fill_null(0.0).to_numpy().astype(np.float64) if jcol else None
         start, _ = decay_filter(ent, dur, seg[xcol].to_numpy().astype(np.float64), u0, jump)
-        out[name] = start
+        out[name] = np.maximum(start, 0.0)  # a runqueue signal never goes below 0 (kernel: sub_positive)
     return seg.with_columns([pl.Series(name, v) for name, v in out.items()])
 
 
@@ -429,12 +433,58 @@ def sample_signal(sim: pl.DataFrame, samples: pl.DataFrame, key: str, signal: st
     decay = (-DECAY_PER_NS * dt).exp()
     val = pl.col("_u0") * decay + pl.col("_x") * (1.0 - decay)
     inside = pl.col("ts") < pl.col("_seg_ts") + pl.col("dur")
-    return j.with_columns(pl.when(inside).then(val).alias(f"sim_{signal}")).drop("_seg_ts", "dur", "_x", "_u0")
+    return j.with_columns(pl.when(inside).then(val.clip(lower_bound=0.0)).alias(f"sim_{signal}")).drop(
+        "_seg_ts", "dur", "_x", "_u0")
 
 
 def _event_cpu(df: pl.DataFrame) -> pl.Expr:
     # the runqueue's CPU: the event's own cpu field when a reader kept it apart from the ring-buffer cpu
     return (pl.col("field_cpu") if "field_cpu" in df.columns else pl.col("cpu")).cast(pl.Int32).alias("cpu")
+
+
+def kernel_seeds(sched_switch: pl.DataFrame, *, sched_pelt_cfs: pl.DataFrame | None = None,
+                 sched_pelt_se: pl.DataFrame | None = None, forks: pl.DataFrame | None = None,
+                 start_ns: int, end_ns: int) -> tuple[pl.DataFrame | None, pl.DataFrame | None, list[int]]:
+    """Seeds for the simulation from the kernel's own samples in the window.
+
+    Returns (cpu_seeds ``cpu, ts, util, runnable`` = each root runqueue's first sample, runnable = util when
+    the kernel has none; task_seeds ``pid, ts, util, runnable`` = each task's first sample (same rule), moved to the task's first
+    appearance for tasks forked in the window; new_pids = tasks forked in the window: from fork events
+    (sched_process_fork child_pid / sched_wakeup_new pid) when given, else pids above every pid seen until
+    the last runqueue seed — pids are allocated increasingly, a heuristic).
+    """
+    cpu_seeds = None
+    if sched_pelt_cfs is not None and not sched_pelt_cfs.is_empty():
+        k = sched_pelt_cfs.filter(pl.col("path").cast(pl.Utf8) == "/") if "path" in sched_pelt_cfs.columns else sched_pelt_cfs
+        run = pl.col("runnable") if "runnable" in k.columns else pl.col("util")
+        cpu_seeds = (k.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns)).sort("ts")
+                     .select(_event_cpu(k), "ts", pl.col("util").cast(pl.Float64), run.cast(pl.Float64).alias("runnable"))
+                     .group_by("cpu", maintain_order=True).first())
+    # tasks forked in the window: from fork events when given, else pids above every pid seen until the
+    # last runqueue seed (pids are allocated increasingly; a heuristic, see the module doc)
+    first_seen = (sched_switch.filter(pl.col("next_pid") > 0).group_by(pl.col("next_pid").cast(pl.Int64).alias("pid"))
+                  .agg(pl.col("ts").min().alias("first_ts")))
+    if forks is not None and not forks.is_empty():
+        col = "child_pid" if "child_pid" in forks.columns else "pid"
+        new_pids = forks[col].cast(pl.Int64).unique().to_list()
+    elif cpu_seeds is not None and cpu_seeds.height:
+        last_seed = cpu_seeds["ts"].max()
+        known = first_seen.filter(pl.col("first_ts") <= last_seed)["pid"].max() or 0
+        new_pids = first_seen.filter((pl.col("first_ts") > last_seed) & (pl.col("pid") > known))["pid"].to_list()
+    else:
+        new_pids = []
+    task_seeds = None
+    if sched_pelt_se is not None and not sched_pelt_se.is_empty() and "pid" in sched_pelt_se.columns:
+        task_seeds = (sched_pelt_se.filter((pl.col("pid") > 0) & (pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
+                      .sort("ts").group_by("pid", maintain_order=True).first()
+                      .select(pl.col("pid").cast(pl.Int64), "ts", pl.col("util").cast(pl.Float64),
+                              (pl.col("runnable") if "runnable" in sched_pelt_se.columns else pl.col("util"))
+                              .cast(pl.Float64).alias("runnable")))
+        # a new task starts with the kernel's initial value: seed it at its first appearance
+        task_seeds = task_seeds.join(first_seen, on="pid", how="left").with_columns(
+            pl.when(pl.col("pid").is_in(new_pids) & (pl.col("first_ts") < pl.col("ts")))
+            .then(pl.col("first_ts")).otherwise(pl.col("ts")).alias("ts")).drop("first_ts")
+    return cpu_seeds, task_seeds, new_pids
 
 
 def df_sim_vs_kernel(sched_switch: pl.DataFrame, *, sched_pelt_cfs: pl.DataFrame | None = None,
@@ -455,29 +505,10 @@ def df_sim_vs_kernel(sched_switch: pl.DataFrame, *, sched_pelt_cfs: pl.DataFrame
     parts = []
     common = dict(cpu_frequency=cpu_frequency, wakeups=wakeups, platform=platform, start_ns=start_ns, end_ns=end_ns,
                   unknown_freq=unknown_freq)
-    # tasks forked in the window: from fork events when given, else pids above every pid seen until the
-    # last runqueue seed (pids are allocated increasingly; a heuristic, see the module doc)
-    first_seen = (sched_switch.filter(pl.col("next_pid") > 0).group_by(pl.col("next_pid").cast(pl.Int64).alias("pid"))
-                  .agg(pl.col("ts").min().alias("first_ts")))
-    if forks is not None and not forks.is_empty():
-        col = "child_pid" if "child_pid" in forks.columns else "pid"
-        new_pids = forks[col].cast(pl.Int64).unique().to_list()
-    elif sched_pelt_cfs is not None and not sched_pelt_cfs.is_empty():
-        last_seed = (sched_pelt_cfs.filter(pl.col("ts") >= start_ns).group_by(_event_cpu(sched_pelt_cfs))
-                     .agg(pl.col("ts").min())["ts"].max())
-        known = first_seen.filter(pl.col("first_ts") <= last_seed)["pid"].max() or 0
-        new_pids = first_seen.filter((pl.col("first_ts") > last_seed) & (pl.col("pid") > known))["pid"].to_list()
-    else:
-        new_pids = []
-    task_seeds = None
-    if seed and sched_pelt_se is not None and not sched_pelt_se.is_empty() and "pid" in sched_pelt_se.columns:
-        task_seeds = (sched_pelt_se.filter((pl.col("pid") > 0) & (pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
-                      .sort("ts").group_by("pid", maintain_order=True).first()
-                      .select(pl.col("pid").cast(pl.Int64), "ts", pl.col("util").cast(pl.Float64)))
-        # a new task starts with the kernel's initial value: seed it at its first appearance
-        task_seeds = task_seeds.join(first_seen, on="pid", how="left").with_columns(
-            pl.when(pl.col("pid").is_in(new_pids) & (pl.col("first_ts") < pl.col("ts")))
-            .then(pl.col("first_ts")).otherwise(pl.col("ts")).alias("ts")).drop("first_ts")
+    _, task_seeds, new_pids = kernel_seeds(sched_switch, sched_pelt_cfs=sched_pelt_cfs, sched_pelt_se=sched_pelt_se,
+                                           forks=forks, start_ns=start_ns, end_ns=end_ns)
+    if not seed:
+        task_seeds = None
     if sched_pelt_cfs is not None and not sched_pelt_cfs.is_empty():
         k = sched_pelt_cfs
         if "path" in k.columns:
