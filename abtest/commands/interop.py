@@ -104,22 +104,36 @@ def sql(trace_file: str, query: str, engine: str, fmt: str) -> None:
 @click.command("wattson")
 @click.argument("trace_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--engine", type=ENGINE_CHOICE, default="auto", show_default=True)
+@click.option("--platform", "platform_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Energy-model platform file for abtest's estimate (LISA plat_info.yml, Wattson cpu_1d.csv, ...).")
+@click.option("--curves", "curves_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Directory of Wattson curves (<device>/cpu_1d.csv); default $ABTEST_WATTSON_CURVES.")
+@click.option("--assume-device", default=None,
+              help="WHAT-IF: run Wattson as if the trace came from this device codename (same length).")
 @click.option("--json", "as_json", is_flag=True)
-def wattson(trace_file: str, engine: str, as_json: bool) -> None:
-    """Wattson CPU power estimate (Perfetto) beside abtest's energy model and measured rails."""
+def wattson(trace_file: str, engine: str, platform_path, curves_dir, assume_device, as_json: bool) -> None:
+    """Wattson CPU power estimate (Perfetto) beside abtest's energy model and measured CPU rails."""
+    import polars as pl
     from abtest.interop.perfetto_engine import EngineQueryError, EngineUnavailableError
     from abtest.interop.wattson import compare_estimates
     try:
-        report = compare_estimates(trace_file, engine=engine)
-    except (EngineUnavailableError, EngineQueryError) as e:
+        report = compare_estimates(trace_file, engine=engine, platform=platform_path, curves_dir=curves_dir,
+                                   assume_device=assume_device)
+    except (EngineUnavailableError, EngineQueryError, ValueError) as e:
         _fail(str(e))
     if as_json:
-        click.echo(json.dumps(report, indent=2, default=str))
+        doc = {k: (v.to_dicts() if isinstance(v, pl.DataFrame) else v) for k, v in report.items()}
+        click.echo(json.dumps(doc, indent=2, default=str))
         return
-    click.echo(f"device: {report['device']!r}  wattson device: {report['wattson_device']!r}")
     click.echo(report["coverage"])
-    for key in ("wattson_cpu_mw", "energy_model_cpu_mw", "rails_cpu_mw"):
-        click.echo(f"{key}: {report.get(key)}")
+    for key, title in (("wattson_cpu_mw", "Wattson CPU estimate (mW)"), ("energy_model", "abtest energy model (mW)"),
+                       ("rails_mw", "measured CPU rails (mW)")):
+        df = report.get(key)
+        total = report.get({"wattson_cpu_mw": "wattson_cpu_total_mw", "energy_model": "energy_model_total_mw",
+                            "rails_mw": "rails_cpu_total_mw"}[key])
+        click.echo(f"\n{title}: " + (f"total {total:.2f}" if total is not None else "none"))
+        if isinstance(df, pl.DataFrame):
+            click.echo(str(df))
     for note in report.get("notes", []):
         click.echo(f"note: {note}")
 
