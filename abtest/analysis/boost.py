@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from abtest.analysis.energy import df_cpu_states, energy_estimate_from_activity
+from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import df_intervals, df_intervals_join, window_of
 
 EVENTS = ("sched_switch",)
@@ -138,7 +139,7 @@ def boost_whatif(signals: pl.DataFrame, platform: dict, *, states: pl.DataFrame 
 
 def boost_whatif_for_trace(trace, signals: pl.DataFrame) -> BoostResult:
     """boost_whatif with the trace's platform and CPU states (cpu_idle, else sched_switch)."""
-    plat = trace.platform
+    plat = trace_platform(trace)
     if not plat:
         raise ValueError(f"{trace.path}: the boost what-if needs a platform (capacities, OPPs, energy model): "
                          "pass Trace(..., platform=FILE)")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
+from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import df_cpu_idle_intervals, df_intervals, df_intervals_join, window_of
 from abtest.trace.errors import TraceFormatError
 
@@ -330,7 +331,7 @@ class EnergyAnalysis:
 
     def df_energy_estimate(self, platform: dict | None = None) -> pl.DataFrame:
         self.trace.require("energy.df_energy_estimate", *MODEL_EVENTS)
-        plat = platform or self.trace.platform
+        plat = platform or trace_platform(self.trace)
         if not plat:
             raise ValueError(f"{self.trace.path}: no platform (energy model) known: pass Trace(..., platform=FILE)")
         idle = self.trace.df("cpu_idle", windowed=False) if self.trace.has_events("cpu_idle") else None
@@ -356,7 +357,7 @@ def summary(trace) -> dict:
         out["rails"] = {r["rail"]: {"energy_j": r["energy_j"], "avg_power_mw": r["avg_power_mw"],
                                     "coverage_pct": r["coverage_pct"]} for r in rails.iter_rows(named=True)}
         out["channels_avg_power_mw"] = dict(df_power_per_channel(rails).select("channel", "avg_power_mw").iter_rows())
-    plat = trace.platform
+    plat = trace_platform(trace)
     if plat and plat.get("energy_model_source") and trace.has_events("cpu_frequency") and (
             trace.has_events("cpu_idle") or trace.has_events("sched_switch")):
         est = ea.df_energy_estimate()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import (df_cpu_idle_intervals, df_intervals, df_intervals_join, window_of)
 
 EVENTS = ("cpu_frequency",)
@@ -253,7 +254,7 @@ class FrequencyAnalysis:
 
     def df_domain_opp_residency(self) -> pl.DataFrame:
         return df_domain_opp_residency(self._freq("df_domain_opp_residency"), self._idle(),
-                                       platform=self.trace.platform, **self._win())
+                                       platform=trace_platform(self.trace), **self._win())
 
     def df_frequency_stats(self) -> pl.DataFrame:
         return df_frequency_stats(self._freq("df_frequency_stats"), self._idle(), **self._win())
@@ -265,7 +266,7 @@ class FrequencyAnalysis:
 
     def df_oscillations(self, span_pct: float = 50.0, within_ms: float = 20.0) -> pl.DataFrame:
         return df_oscillations(self._freq("df_oscillations"), span_pct=span_pct, within_ms=within_ms,
-                               platform=self.trace.platform, **self._win())
+                               platform=trace_platform(self.trace), **self._win())
 
     def plot_opp_residency(self, *, per_domain: bool = False, active: bool = False, ax=None):
         if per_domain:

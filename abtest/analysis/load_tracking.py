@@ -15,6 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from abtest.analysis import pelt_sim, window_sim
+from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import df_intervals, window_of
 
 EVENTS = ("sched_switch",)  # enough for the simulated signals
@@ -130,7 +131,7 @@ class LoadTrackingAnalysis:
         return self._df("sched_process_fork") if self._nonempty("sched_process_fork") else self._df("sched_wakeup_new")
 
     def _sim_common(self) -> dict:
-        return dict(cpu_frequency=self._df("cpu_frequency"), wakeups=self._wakeups(), platform=self.trace.platform,
+        return dict(cpu_frequency=self._df("cpu_frequency"), wakeups=self._wakeups(), platform=trace_platform(self.trace),
                     **self._win())
 
     # -- signals -----------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ class LoadTrackingAnalysis:
         self.trace.require("load_tracking.df_window_demand", *window_sim.EVENTS)
         return window_sim.df_window_demand(
             self.trace.df("sched_switch", windowed=False), cpu_frequency=self._df("cpu_frequency"),
-            platform=self.trace.platform, window_ms=window_ms, n_windows=n_windows, pids=pids, **self._win())
+            platform=trace_platform(self.trace), window_ms=window_ms, n_windows=n_windows, pids=pids, **self._win())
 
     def df_pelt_vs_window(self, pid: int, window_ms: float = 20.0, n_windows: int = 5) -> pl.DataFrame:
         """One task's simulated PELT util and window demand on one time axis (window_sim.df_pelt_vs_window)."""

@@ -43,7 +43,7 @@ from typing import Any
 import polars as pl
 import yaml
 
-__all__ = ["load_platform", "platform_from_meta", "df_cpus", "df_opps", "df_idle_states",
+__all__ = ["load_platform", "platform_from_meta", "trace_platform", "df_cpus", "df_opps", "df_idle_states",
            "cpu_capacities", "domain_of_cpu"]
 
 
@@ -399,11 +399,14 @@ def platform_from_meta(meta: dict) -> dict | None:
     if isinstance(plat, dict) and plat.get("domains"):
         return _own_format(plat, "trace metadata")
     info = meta.get("cpu_info") or meta.get("cpuinfo")
+    if not info and isinstance(plat, dict) and isinstance(plat.get("cpus"), list):
+        info = plat["cpus"]  # readers' per-CPU list: {cpu, capacity, opps_khz, ...}
     if not info:
         return None
     groups: dict[tuple, list[dict]] = {}
     for c in info:
-        freqs = tuple(int(f) for f in (c.get("frequencies_khz") or c.get("freqs") or c.get("frequencies") or []))
+        freqs = tuple(int(f) for f in (c.get("frequencies_khz") or c.get("opps_khz") or c.get("freqs")
+                                       or c.get("frequencies") or []))
         key = (c.get("cluster", c.get("cluster_id")), freqs)
         groups.setdefault(key, []).append(c)
     domains = []
@@ -411,8 +414,20 @@ def platform_from_meta(meta: dict) -> dict | None:
         domains.append({"id": i, "cpus": [int(c["cpu"]) for c in cs],
                         "opps": [{"frequency_khz": f} for f in freqs],
                         "capacity": next((c.get("capacity") for c in cs if c.get("capacity") is not None), None)})
-    return _own_format({"name": meta.get("device") or "trace", "source": "trace metadata (CpuInfo)",
+    src = (plat or {}).get("source") if isinstance(plat, dict) else None
+    return _own_format({"name": meta.get("device") or "trace", "source": f"trace metadata ({src or 'CpuInfo'})",
                         "domains": domains}, "trace metadata")
+
+
+def trace_platform(trace) -> dict | None:
+    """The platform of a Trace in this module's schema: the one given to Trace(..., platform=...) (any format
+    load_platform reads), else the trace's own metadata (platform_from_meta), else None."""
+    plat = trace.platform
+    if isinstance(plat, dict) and plat.get("domains") and plat.get("cpus") and "notes" in plat:
+        return plat
+    if isinstance(plat, dict) and plat.get("domains"):
+        return load_platform(plat)
+    return platform_from_meta(trace.meta)
 
 
 # -- tables ----------------------------------------------------------------------------------------
