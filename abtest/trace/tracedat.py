@@ -48,7 +48,7 @@ def _parse_formats(path, lay: Layout) -> tuple[dict[int, tf.EventFormat], list[s
     return formats, warnings
 
 
-def _field_spec(ev: tf.EventFormat, f: tf.Field) -> tuple:
+def _field_spec(ev: tf.EventFormat, f: tf.Field, long_size: int) -> tuple:
     """The tuple the Rust decoder takes: (name, offset, size, kind, signed, elem, aux_off, aux_size)."""
     kind, aux_off, aux_size = f.kind, 0, 0
     if ev.system == "ftrace" and ev.name == "bprint" and f.name == "buf":
@@ -57,6 +57,12 @@ def _field_spec(ev: tf.EventFormat, f: tf.Field) -> tuple:
             kind, aux_off, aux_size = tf.KIND_BPRINT_TEXT, fmt.offset, fmt.size
     elif ev.system == "ftrace" and ev.name == "bputs" and f.name == "str" and f.kind == tf.KIND_INT:
         kind = tf.KIND_PRINTK_STR
+    elif ev.system == "ftrace" and ev.name in ("kernel_stack", "user_stack") and f.name == "caller":
+        # the format declares caller[8] (or a bare `caller`), the record holds `size` entries
+        count = ev.field("size")
+        elem = f.elem_size or long_size
+        return (f.name, f.offset, 0, tf.KIND_TAIL_LIST, False, elem, count.offset if count else 0,
+                count.size if count else 0)
     return (f.name, f.offset, f.size, kind, f.signed, f.elem_size, aux_off, aux_size)
 
 
@@ -85,7 +91,21 @@ def _to_series(name: str, col) -> pl.Series:
         n = len(flat) // count if count else 0
         s = pl.Series(name, flat, dtype=_INT_DTYPES.get(flat.dtype))
         return s.reshape((n, count)).cast(pl.List(s.dtype)).alias(name)
+    if tag == "varlist":
+        offsets, flat = col[1], col[2]
+        arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat))
+        return pl.Series(name, arr)
     raise TypeError(f"unknown column tag {tag!r}")
+
+
+def _frame(cols: dict) -> pl.DataFrame:
+    """Decoder columns -> DataFrame. The decoder returns the ring-buffer CPU as `__buffer_cpu`: it becomes
+    `cpu`, unless the event has its own `cpu` field (e.g. sched_load_*), which then keeps the name `cpu`
+    (the CPU the event is about) and the ring-buffer CPU is kept as `buffer_cpu`."""
+    series = [_to_series(k, v) for k, v in cols.items()]
+    if "cpu" in cols:
+        return pl.DataFrame([s.alias("buffer_cpu") if s.name == "__buffer_cpu" else s for s in series])
+    return pl.DataFrame([s.alias("cpu") if s.name == "__buffer_cpu" else s for s in series])
 
 
 def _table_names(formats: dict[int, tf.EventFormat]) -> dict[int, str]:
@@ -94,10 +114,6 @@ def _table_names(formats: dict[int, tf.EventFormat]) -> dict[int, str]:
     for ev in formats.values():
         seen[ev.name] = seen.get(ev.name, 0) + 1
     return {i: (ev.name if seen[ev.name] == 1 else f"{ev.system}:{ev.name}") for i, ev in formats.items()}
-
-
-def _empty_table(ev: tf.EventFormat) -> pl.DataFrame:
-    return pl.DataFrame(schema={"ts": pl.Int64, "cpu": pl.Int32})
 
 
 def _decode_error(path, lay: Layout, err: ValueError) -> TraceFormatError:
@@ -127,8 +143,8 @@ def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
     any_ev = next(iter(formats.values()))
     ctype = any_ev.field("common_type")
     id_field = (ctype.offset, ctype.size) if ctype else (0, 2)
-    specs = {i: [_field_spec(ev, f) for f in _ordered_fields(ev)] for i, ev in formats.items()}
-    unknown = [_field_spec(any_ev, f) for f in _ordered_fields(any_ev) if f.name.startswith("common_")]
+    specs = {i: [_field_spec(ev, f, ph.commit_size) for f in _ordered_fields(ev)] for i, ev in formats.items()}
+    unknown = [_field_spec(any_ev, f, ph.commit_size) for f in _ordered_fields(any_ev) if f.name.startswith("common_")]
     unknown.append(("payload", 0, 0, tf.KIND_TAIL_BIN, False, 0, 0, 0))
     printk = {a: s.encode() for a, s in tf.parse_printk_formats(lay.printk).items()}
     kallsyms = tf.parse_kallsyms(lay.kallsyms) if "bprint" in names.values() else ([], [])
@@ -147,7 +163,7 @@ def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
         if ev_id not in formats:
             warnings.append(f"{len(cols['ts'])} events with id {ev_id} have no format in the file "
                             f"(table {name}, raw bytes in `payload`)")
-        raw[name] = pl.DataFrame([_to_series(k, v) for k, v in cols.items()])
+        raw[name] = _frame(cols)
     for ev_id, ev in formats.items():  # every event type in the file gets a table, even when empty
         name = names[ev_id]
         if name not in raw:
@@ -173,11 +189,11 @@ def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
 
 def _empty_like(ev: tf.EventFormat, spec: list[tuple]) -> pl.DataFrame:
     """A zero-row table with the dtypes the decoder would produce for this event."""
-    cols = {"ts": pl.Int64, "cpu": pl.Int32}
+    cols = {"ts": pl.Int64, "buffer_cpu" if any(f[0] == "cpu" for f in spec) else "cpu": pl.Int32}
     for name, _off, size, kind, signed, elem, _a, _b in spec:
         if kind == tf.KIND_INT:
             cols[name] = _int_dtype(size, signed)
-        elif kind == tf.KIND_NUM_ARRAY:
+        elif kind in (tf.KIND_NUM_ARRAY, tf.KIND_TAIL_LIST):
             cols[name] = pl.List(_int_dtype(elem, signed))
         elif kind in (tf.KIND_CHAR_ARRAY, tf.KIND_DATA_LOC_STR, tf.KIND_REL_LOC_STR, tf.KIND_TAIL_STR,
                       tf.KIND_BPRINT_TEXT, tf.KIND_PRINTK_STR):

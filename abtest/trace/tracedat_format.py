@@ -21,6 +21,7 @@ KIND_TAIL_STR = 8     # char name[] of size 0: text to the end of the record -> 
 KIND_TAIL_BIN = 9     # <other> name[] of size 0: bytes to the end of the record -> Binary
 KIND_BPRINT_TEXT = 10  # bprint `buf`: printk-style format applied to the binary args -> Utf8
 KIND_PRINTK_STR = 11  # bputs `str` / bprint-like pointer to a constant string -> Utf8
+KIND_TAIL_LIST = 12   # integers to the end of the record (optionally capped by a count field) -> List
 
 _FIELD_RE = re.compile(
     r"field:(?P<decl>[^;]*);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);(?:\s*signed:(?P<signed>-?\d+);)?"
@@ -99,6 +100,8 @@ def _classify(decl: str, offset: int, size: int, signed_txt: str | None) -> Fiel
         if elem in (1, 2, 4, 8) and elem * count == size:
             return Field(name, f"{type_part}[{count_txt}]", offset, size, signed, KIND_NUM_ARRAY, elem)
         return Field(name, f"{type_part}[{count_txt}]", offset, size, signed, KIND_BYTES)
+    if size == 0:  # old kernels: `char buf; size:0` = dynamic data to the end of the record
+        return Field(name, type_part + "[]", offset, 0, signed, KIND_TAIL_STR if is_char else KIND_TAIL_BIN)
     if size in (1, 2, 4, 8):
         return Field(name, type_part, offset, size, signed, KIND_INT, size)
     return Field(name, type_part, offset, size, signed, KIND_BYTES)

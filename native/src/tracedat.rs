@@ -36,6 +36,7 @@ const KIND_TAIL_STR: u8 = 8;
 const KIND_TAIL_BIN: u8 = 9;
 const KIND_BPRINT_TEXT: u8 = 10;
 const KIND_PRINTK_STR: u8 = 11;
+const KIND_TAIL_LIST: u8 = 12;
 
 const RB_MISSED_EVENTS: u64 = 1 << 31;
 const RB_MISSED_STORED: u64 = 1 << 30;
@@ -307,6 +308,38 @@ fn list_column(py: Python<'_>, cx: &Ctx, idx: &[u32], off: usize, size: usize, e
     ]).unwrap().into_any().unbind()
 }
 
+/// Variable-length integer list running to the end of the record (e.g. kernel_stack `caller`),
+/// capped by a count field at (aux_off, aux_size) when aux_size > 0:
+/// ("varlist", offsets i64 (n+1), flat values).
+fn tail_list_column(py: Python<'_>, cx: &Ctx, idx: &[u32], f: &FieldSpec) -> PyObject {
+    let (off, elem, signed, aux_off, aux_size) = (f.1, f.5.max(1), f.4, f.6, f.7);
+    let mut offsets: Vec<i64> = Vec::with_capacity(idx.len() + 1);
+    let mut flat: Vec<u64> = Vec::new();
+    offsets.push(0);
+    for &i in idx {
+        let r = cx.rec(i);
+        let mut n = r.len().saturating_sub(off) / elem;
+        if aux_size > 0 {
+            let c = rd(r, aux_off, aux_size, cx.be).unwrap_or(0) as usize;
+            n = n.min(c);
+        }
+        for k in 0..n {
+            flat.push(rd(r, off + k * elem, elem, cx.be).unwrap_or(0));
+        }
+        offsets.push(flat.len() as i64);
+    }
+    let values = match (elem, signed) {
+        (1, _) => arr(py, flat.iter().map(|&v| v as u8).collect::<Vec<_>>()),
+        (2, _) => arr(py, flat.iter().map(|&v| v as u16).collect::<Vec<_>>()),
+        (4, false) => arr(py, flat.iter().map(|&v| v as u32).collect::<Vec<_>>()),
+        (4, true) => arr(py, flat.iter().map(|&v| v as u32 as i32).collect::<Vec<_>>()),
+        (_, true) => arr(py, flat.iter().map(|&v| v as i64).collect::<Vec<_>>()),
+        (_, false) => arr(py, flat),
+    };
+    PyTuple::new(py, ["varlist".into_pyobject(py).unwrap().into_any().unbind(), arr(py, offsets), values])
+        .unwrap().into_any().unbind()
+}
+
 /// Slice of a __data_loc / __rel_loc field: u32 = (length << 16) | offset.
 fn dyn_slice<'r>(r: &'r [u8], f: &FieldSpec, be: bool, rel: bool) -> &'r [u8] {
     let v = rd(r, f.1, 4, be).unwrap_or(0) as usize;
@@ -325,6 +358,7 @@ fn build_column(py: Python<'_>, cx: &mut Ctx, idx: &[u32], f: &FieldSpec) -> PyO
     match kind {
         KIND_INT => int_column(py, cx, idx, off, size, signed),
         KIND_NUM_ARRAY => list_column(py, cx, idx, off, size, elem, signed),
+        KIND_TAIL_LIST => tail_list_column(py, cx, idx, f),
         KIND_CHAR_ARRAY | KIND_BYTES => {
             let text = kind == KIND_CHAR_ARRAY;
             var_column(py, idx, text, |i| Cow::Borrowed(cx.rec(i).get(off..off + size).unwrap_or(&[])))
@@ -464,7 +498,7 @@ fn tracedat_decode<'py>(
     for (ty, idx) in &groups {
         let cols = PyDict::new(py);
         cols.set_item("ts", arr(py, idx.iter().map(|&i| cx.recs.ts[i as usize]).collect::<Vec<_>>()))?;
-        cols.set_item("cpu", arr(py, idx.iter().map(|&i| cpu_of_src[cx.recs.src[i as usize] as usize]).collect::<Vec<_>>()))?;
+        cols.set_item("__buffer_cpu", arr(py, idx.iter().map(|&i| cpu_of_src[cx.recs.src[i as usize] as usize]).collect::<Vec<_>>()))?;
         let fields = events.get(ty).unwrap_or(&unknown_fields);
         for f in fields {
             let col = build_column(py, &mut cx, idx, f);
