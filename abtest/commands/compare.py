@@ -83,6 +83,7 @@ def compare(a, b, store, workload, no_trace, no_cache, fmt, html_path, alpha, mi
     """Compare kernel label B against baseline A: seed-style tables, statistics and a verdict per metric.
 
     A and B are labels in the store (STORE/<label>/<workload>/<iteration>/) or paths to label directories.
+    Exit 0; 2 on bad input, or (after printing) when a label has fewer than 2 usable iterations.
     """
     from abtest.compare.tables import seed_tables
 
@@ -102,6 +103,10 @@ def compare(a, b, store, workload, no_trace, no_cache, fmt, html_path, alpha, mi
         from abtest.report.html import write_html
         write_html(c, html_path, tables)
         click.echo(f"HTML report written to {html_path}", err=True)
+    from abtest.compare.comparison import not_enough_data
+    short = not_enough_data(c)
+    if short:
+        raise BadInput("not enough data: " + "; ".join(short))
 
 
 @click.command()

@@ -125,7 +125,21 @@ def compare_labels(label_a: Label, label_b: Label, *, workload: str | None = Non
                         sorted(wa - wb) if workload is None else [], sorted(wb - wa) if workload is None else [])
     for w in common:
         result.workloads.append(_compare_workload(label_a, label_b, w, policy, with_trace, use_cache))
+    if not any(w.metrics for w in result.workloads):
+        raise CompareError(f"{label_a.name} and {label_b.name} have no metric in common in "
+                           f"{', '.join(common)} (no metrics.json, power.csv or analysable trace on one side?)")
     return result
+
+
+def not_enough_data(c: Comparison, min_iterations: int = 2) -> list[str]:
+    """Workloads where a side has fewer than `min_iterations` usable iterations (messages; empty if none)."""
+    out = []
+    for w in c.workloads:
+        for label, its in ((c.label_a, w.iterations_a), (c.label_b, w.iterations_b)):
+            if len(its) < min_iterations:
+                out.append(f"{label}/{w.workload}: {len(its)} usable iteration(s); statistics need at least "
+                           f"{min_iterations} per label (run more iterations)")
+    return out
 
 
 def _collect(label: Label, workload: str, with_trace: bool, use_cache: bool
