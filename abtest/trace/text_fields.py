@@ -56,10 +56,10 @@ COMMON_COLUMNS = frozenset({"ts", "cpu", "common_pid", "common_comm", "common_tg
 
 _KEY_RE = r"(?:^|\s)([A-Za-z_][\w.]*)="
 _KEY_PY_RE = re.compile(_KEY_RE)
-_TRACECMD_SWITCH_RE = r"^(.*):(-?\d+) \[(-?\d+)\] ([A-Za-z|+]+) ==> (.*):(-?\d+) \[(-?\d+)\]$"
-_TRACECMD_WAKE_RE = r"^(.*):(-?\d+) \[(-?\d+)\](?: success=(\d+))? CPU:(\d+)$"
-_INT_RE = r"^[+-]?\d+$"
-_INT_WITH_UNIT_RE = r"^[+-]?\d+ \[ns\]$"
+_TRACECMD_SWITCH_RE = r"^.*:-?[0-9]+ \[-?[0-9]+\] [A-Za-z|+]+ ==> .*:-?[0-9]+ \[-?[0-9]+\]$"
+_TRACECMD_WAKE_RE = r"^.*:-?[0-9]+ \[-?[0-9]+\](?: success=[0-9]+)? CPU:[0-9]+$"
+_INT_RE = r"^[+-]?[0-9]+$"
+_INT_WITH_UNIT_RE = r"^[+-]?[0-9]+ \[ns\]$"
 
 
 def state_letters_to_bits(col: pl.Expr, table: dict[str, int]) -> pl.Expr:
@@ -121,18 +121,23 @@ def _simple_pairs(df: pl.DataFrame, max_layouts: int = 8) -> tuple[list[pl.DataF
         if not keys:
             break
         names = _field_names(keys)[1:]
-        tokens = pl.col("payload").str.split_exact(" ", len(keys) - 1)
-        ok = pl.col("payload").str.count_matches(" ", literal=True) == len(keys) - 1
-        for i, k in enumerate(keys):
-            ok = ok & tokens.struct.field(f"field_{i}").str.starts_with(k + "=")
-        matched = remaining.with_columns(ok.alias("_ok"))
-        if not matched["_ok"][0]:
+        tokens = [f"_tok{i}" for i in range(len(keys))]
+        split = remaining.with_columns(
+            pl.col("payload").str.split_exact(" ", len(keys) - 1)
+            .struct.rename_fields(tokens).alias("_tokens"),
+            (pl.col("payload").str.count_matches(" ", literal=True) == len(keys) - 1).alias("_ok"),
+        ).unnest("_tokens")
+        ok = pl.col("_ok")
+        for t, k in zip(tokens, keys):
+            ok = ok & pl.col(t).str.starts_with(k + "=")
+        split = split.with_columns(ok.alias("_ok"))
+        if not split["_ok"][0]:
             break
-        hit = matched.filter("_ok").drop("_ok")
+        hit = split.filter("_ok")
         parts.append(hit.with_columns(
-            tokens.struct.field(f"field_{i}").str.strip_prefix(k + "=").alias(n)
-            for i, (k, n) in enumerate(zip(keys, names))).drop("payload"))
-        remaining = matched.filter(~pl.col("_ok")).drop("_ok")
+            pl.col(t).str.strip_prefix(k + "=").alias(n) for t, k, n in zip(tokens, keys, names))
+            .drop("payload", "_ok", *tokens))
+        remaining = split.filter(~pl.col("_ok")).drop("_ok", *tokens)
     return parts, remaining
 
 
@@ -198,17 +203,23 @@ def _split_forms(df: pl.DataFrame, pattern: str) -> tuple[pl.DataFrame, pl.DataF
     return df.filter(match), df.filter(~match)
 
 
-def _rsplit_once(expr: pl.Expr, sep: str) -> tuple[pl.Expr, pl.Expr]:
-    """(text before the last ``sep``, text after it), with list ops instead of regex captures."""
-    parts = expr.str.split(sep)
-    return parts.list.slice(0, parts.list.len() - 1).list.join(sep), parts.list.last()
-
-
-def _task_prio(expr: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
-    """trace-cmd plugin ``comm:pid [prio]`` (comm may hold spaces and colons) -> comm, pid, prio."""
-    task, prio = _rsplit_once(expr, " ")
-    comm, pid = _rsplit_once(task, ":")
-    return comm, pid.cast(pl.Int64), prio.str.strip_chars("[]").cast(pl.Int64)
+def _task_prio_columns(df: pl.DataFrame, src: str, prefix: str) -> pl.DataFrame:
+    """trace-cmd plugin ``comm:pid [prio][ STATE]`` in column ``src`` -> ``{prefix}comm``,
+    ``{prefix}pid``, ``{prefix}prio`` and ``_state`` (text after ``]``). comm may hold spaces and
+    colons: the pid is the first ``:digits [``. Intermediate results are materialised column by
+    column (a polars expression reused inside another is recomputed every time)."""
+    col = pl.col(src)
+    df = df.with_columns(col.str.find(r":-?[0-9]+ \[").alias("_b"))
+    df = df.with_columns(col.str.slice(0, pl.col("_b")).alias(f"{prefix}comm"),
+                         col.str.slice(pl.col("_b") + 1).alias("_r"))
+    r = pl.col("_r")
+    df = df.with_columns(r.str.find(" [", literal=True).alias("_c"), r.str.find("]", literal=True).alias("_d"))
+    c, d = pl.col("_c"), pl.col("_d")
+    return df.with_columns(
+        r.str.slice(0, c).cast(pl.Int64).alias(f"{prefix}pid"),
+        r.str.slice(c + 2, d - c - 2).cast(pl.Int64).alias(f"{prefix}prio"),
+        r.str.slice(d + 1).str.strip_chars().alias("_state"),
+    ).drop("_b", "_r", "_c", "_d")
 
 
 def parse_sched_switch(df: pl.DataFrame) -> pl.DataFrame:
@@ -217,15 +228,15 @@ def parse_sched_switch(df: pl.DataFrame) -> pl.DataFrame:
     plugin, kernel = _split_forms(df, _TRACECMD_SWITCH_RE)
     parts = []
     if plugin.height:
-        sides = pl.col("payload").str.splitn(" ==> ", 2)
-        prev_task_prio, state = _rsplit_once(sides.struct.field("field_0"), " ")
-        prev_comm, prev_pid, prev_prio = _task_prio(prev_task_prio)
-        next_comm, next_pid, next_prio = _task_prio(sides.struct.field("field_1"))
-        parts.append(plugin.with_columns(
-            prev_comm.alias("prev_comm"), prev_pid.alias("prev_pid"), prev_prio.alias("prev_prio"),
-            state_letters_to_bits(state, TRACECMD_PLUGIN_STATE_BITS).alias("prev_state"),
-            next_comm.alias("next_comm"), next_pid.alias("next_pid"), next_prio.alias("next_prio"),
-        ).drop("payload"))
+        p = pl.col("payload")
+        plugin = plugin.with_columns(p.str.find(" ==> ", literal=True).alias("_a"))
+        plugin = plugin.with_columns(p.str.slice(0, pl.col("_a")).alias("_prev"),
+                                     p.str.slice(pl.col("_a") + 5).alias("_next"))
+        plugin = _task_prio_columns(plugin, "_prev", "prev_")
+        plugin = plugin.with_columns(
+            state_letters_to_bits(pl.col("_state"), TRACECMD_PLUGIN_STATE_BITS).alias("prev_state"))
+        plugin = _task_prio_columns(plugin.drop("_state"), "_next", "next_")
+        parts.append(plugin.drop("_a", "_prev", "_next", "_state", "payload"))
     if kernel.height:
         kernel = kernel.with_columns(pl.col("payload").str.replace(" ==> ", " ", literal=True))
         kv = parse_key_values(kernel)
@@ -241,18 +252,13 @@ def parse_sched_wakeup(df: pl.DataFrame) -> pl.DataFrame:
     plugin, kernel = _split_forms(df, _TRACECMD_WAKE_RE)
     parts = []
     if plugin.height:
-        rest, target = _rsplit_once(pl.col("payload"), " ")
-        with_success = plugin["payload"].str.contains(" success=", literal=True).any()
-        cols = [pl.lit(None)]
-        if with_success:
-            rest, success = _rsplit_once(rest, " ")
-            cols = [success.str.strip_prefix("success=").cast(pl.Int64, strict=False).alias("success")]
-        comm, pid, prio = _task_prio(rest)
-        parts.append(plugin.with_columns(
-            comm.alias("comm"), pid.alias("pid"), prio.alias("prio"),
-            target.str.strip_prefix("CPU:").cast(pl.Int64).alias("target_cpu"),
-            *cols[:1 if with_success else 0],
-        ).drop("payload"))
+        plugin = _task_prio_columns(plugin, "payload", "")
+        state = pl.col("_state")  # "CPU:002" or "success=1 CPU:002"
+        plugin = plugin.with_columns(state.str.find("CPU:", literal=True).alias("_t"))
+        cols = [state.str.slice(pl.col("_t") + 4).cast(pl.Int64).alias("target_cpu")]
+        if plugin["_state"].str.starts_with("success=").any():
+            cols.append(state.str.extract(r"^success=([0-9]+)", 1).cast(pl.Int64).alias("success"))
+        parts.append(plugin.with_columns(cols).drop("_t", "_state", "payload"))
     if kernel.height:
         parts.append(parse_key_values(kernel))
     return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]

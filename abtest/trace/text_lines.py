@@ -33,12 +33,18 @@ from abtest.trace.text_fields import parse_event_payload
 
 # The fixed middle of an event line ("-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC:"), searched unanchored:
 # its first match starts at the PID's dash, so COMM is everything before it (comm may hold spaces,
-# dashes and digits). No capture groups: polars regex captures cost ~2 us/line, so the parts are cut
-# out with literal finds and slices after this one search.
-EVENT_HEAD_RE = r"-\d+\s+(?:\((?:\s*\d+|-+)\)\s+)?\[\d+\]\s+(?:[.a-zA-Z]\S*\s+)?\d+(?:\.\d{1,9})?:(?:\s|$)"
-EVENT_NAME_RE = r"^\w[\w.]*$"
-STACK_NAME_RE = r"^<[a-z ]+>$"
-FUNCTION_PAYLOAD_RE = r"^\S+\s+<-\S+"
+# dashes and digits). ASCII classes only: Unicode \\d/\\s/\\w make polars' regex captures ~3x slower.
+_D, _S, _NS, _W = "[0-9]", "[ \t]", "[^ \t]", "[A-Za-z0-9_]"
+EVENT_HEAD_RE = (rf"-{_D}+{_S}+(?:\({_S}*(?:{_D}+|-+)\){_S}+)?\[{_D}+\]{_S}+(?:[.a-zA-Z]{_NS}*{_S}+)?"
+                 rf"{_D}+(?:\.{_D}{{1,9}})?:(?:{_S}|$)")
+# The same, anchored after the dash, with groups; group 1 = the whole head up to the payload.
+EVENT_FIELDS_RE = (
+    rf"^(({_D}+){_S}+(?:\(({_S}*{_D}+|-+)\){_S}+)?\[({_D}+)\]{_S}+(?:([.a-zA-Z]{_NS}*){_S}+)?"
+    rf"({_D}+)(?:\.({_D}{{1,9}}))?:(?:{_S}+|$)(?:({_W}[A-Za-z0-9_.]*):(?:{_S}+|$)|(<[a-z ]+>){_S}*$)?)"
+)
+_G_HEAD, _G_PID, _G_TGID, _G_CPU, _G_FLAGS, _G_SEC, _G_FRAC, _G_EVENT, _G_STACK = (
+    str(i) for i in range(1, 10))
+FUNCTION_PAYLOAD_RE = r"^[^ \t]+[ \t]+<-[^ \t]+"
 HEADER_RE = r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
 LOST_RE = r"^\s*CPU:(\d+) \[(?:LOST (\d+) EVENTS|(\d+) EVENTS DROPPED|EVENTS DROPPED)\]\s*$"
 STACK_RE = r"^\s*=> "
@@ -127,64 +133,40 @@ def _lost_meta(lost: pl.DataFrame, meta: dict) -> None:
 
 
 def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
-    """(_line, text) -> + ``_pos`` (null on lines that are not event lines), ``_comm``, ``_pid``,
-    ``_tgid``, ``_cpu``, ``_flags``, ``_sec``, ``_frac``, ``_name`` (text before the event colon),
-    ``_after`` (everything after the timestamp) and ``_payload``."""
+    """(_line, text) -> + ``_pos`` (null on lines that are not event lines), ``_comm``, the head
+    groups (pid, tgid, cpu, flags, sec, frac, event name or ``<stack trace>``) and ``_rest`` (the
+    payload, or ``func <-parent`` on function-tracer lines)."""
     text = pl.col("text")
+    # intermediate results are materialised as columns: a polars expression reused inside another
+    # expression is recomputed each time
     df = lines.with_columns(text.str.find(EVENT_HEAD_RE).alias("_pos"))
-    tail = text.str.slice(pl.col("_pos") + 1)  # "PID [(TGID)] [CPU] [FLAGS] SEC.FRAC: rest"
-    df = df.with_columns(
+    df = df.with_columns(text.str.slice(pl.col("_pos") + 1).alias("_tail"))  # "PID [(TGID)] [CPU] ..."
+    tail = pl.col("_tail")
+    df = df.with_columns(tail.str.extract_groups(EVENT_FIELDS_RE).alias("g")).unnest("g")
+    return df.with_columns(
         text.str.slice(0, pl.col("_pos")).str.strip_chars_start().alias("_comm"),
-        tail.alias("_tail"),
-        tail.str.find(":", literal=True).alias("_colon"),
-    )
-    head = pl.col("_tail").str.slice(0, pl.col("_colon"))
-    df = df.with_columns(
-        head.alias("_head"),
-        pl.col("_tail").str.slice(pl.col("_colon") + 1).str.strip_chars_start().alias("_after"),
-    ).drop("_tail", "_colon")
-    h = pl.col("_head")
-    lb, rb, lp, rp = (h.str.find(c, literal=True) for c in ("[", "]", "(", ")"))
-    stamp = h.str.split(" ").list.last()
-    sec_frac = stamp.str.splitn(".", 2)
-    after = pl.col("_after")
-    name_end = after.str.find(":", literal=True)
-    df = df.with_columns(
-        h.str.splitn(" ", 2).struct.field("field_0").alias("_pid"),
-        h.str.slice(lp + 1, rp - lp - 1).str.strip_chars().alias("_tgid"),
-        h.str.slice(lb + 1, rb - lb - 1).alias("_cpu"),
-        h.str.slice(rb + 1, h.str.len_chars() - stamp.str.len_chars() - rb - 1).str.strip_chars().alias("_flags"),
-        sec_frac.struct.field("field_0").alias("_sec"),
-        sec_frac.struct.field("field_1").alias("_frac"),
-        pl.when(name_end.is_not_null()).then(after.str.slice(0, name_end)).otherwise(after).alias("_name"),
-        pl.when(name_end.is_not_null()).then(after.str.slice(name_end + 1)).otherwise(pl.lit(""))
-        .alias("_payload"),
-    )
-    return df.with_columns(pl.col("_flags").replace("", None))
+        tail.str.slice(pl.col(_G_HEAD).str.len_chars()).alias("_rest"),
+    ).drop("_tail")
 
 
 def _event_frame(ev: pl.DataFrame, has_tgid: bool) -> pl.DataFrame:
     """Split line parts -> _line/ts/cpu/common_pid/common_comm[/common_tgid]/event/payload."""
-    frac = pl.col("_frac")
-    ts = (pl.col("_sec").cast(pl.Int64) * 1_000_000_000
+    frac = pl.col(_G_FRAC)
+    ts = (pl.col(_G_SEC).cast(pl.Int64) * 1_000_000_000
           + pl.when(frac.is_null()).then(0).otherwise(frac.str.pad_end(9, "0").cast(pl.Int64)))
-    name = pl.col("_name")
-    event = (pl.when(pl.col("_kind") == "event").then(name)
-             .when(pl.col("_kind") == "stack_event").then(name.replace(STACK_EVENT_NAMES))
-             .otherwise(pl.lit("function")))
-    payload = pl.when(pl.col("_kind") == "function").then(pl.col("_after")).otherwise(pl.col("_payload"))
+    event = pl.coalesce(pl.col(_G_EVENT), pl.col(_G_STACK).replace(STACK_EVENT_NAMES), pl.lit("function"))
     cols = [
         pl.col("_line"),
         ts.alias("ts"),
-        pl.col("_cpu").cast(pl.Int32).alias("cpu"),
-        pl.col("_pid").cast(pl.Int32).alias("common_pid"),
+        pl.col(_G_CPU).cast(pl.Int32).alias("cpu"),
+        pl.col(_G_PID).cast(pl.Int32).alias("common_pid"),
         pl.col("_comm").alias("common_comm"),
     ]
     if has_tgid:
-        cols.append(pl.col("_tgid").cast(pl.Int32, strict=False).alias("common_tgid"))
+        cols.append(pl.col(_G_TGID).str.strip_chars().cast(pl.Int32, strict=False).alias("common_tgid"))
     cols += [
         pl.when(event == OLD_MARKER_EVENT).then(pl.lit("tracing_mark_write")).otherwise(event).alias("event"),
-        payload.str.strip_chars().alias("payload"),
+        pl.col("_rest").str.strip_chars().alias("payload"),
     ]
     return ev.select(cols)
 
@@ -204,21 +186,6 @@ def _attach_stacks(events: pl.DataFrame, stacks: pl.DataFrame, path) -> pl.DataF
               .group_by("_owner", maintain_order=True)
               .agg(pl.col("text").str.strip_chars().str.strip_prefix("=> ").str.join("\n").alias("stack")))
     return events.join(joined, left_on="_line", right_on="_owner", how="left")
-
-
-def _classify_event_names(groups: pl.DataFrame) -> pl.DataFrame:
-    """``_kind``: event (``NAME: payload``), stack_event (``<stack trace>``), function
-    (``func <-parent``) or bad. Name validity is checked once per distinct name."""
-    names = groups["_name"].unique()
-    valid = names.filter(names.str.contains(EVENT_NAME_RE))
-    stack = names.filter(names.str.contains(STACK_NAME_RE))
-    after = pl.col("_after")
-    return groups.with_columns(
-        pl.when(pl.col("_name").is_in(valid.implode()) & (after.str.contains(":", literal=True)))
-        .then(pl.lit("event"))
-        .when(pl.col("_name").is_in(stack.implode())).then(pl.lit("stack_event"))
-        .when(after.str.contains(FUNCTION_PAYLOAD_RE)).then(pl.lit("function"))
-        .otherwise(pl.lit("bad")).alias("_kind"))
 
 
 def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame]:
@@ -247,8 +214,9 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
     bad = others.filter(pl.col("_kind") == "bad")
     if bad.height:
         _raise_bad_line(path, bad, "unrecognised line")
-    groups = _classify_event_names(lines.filter(is_event))
-    bad = groups.filter(pl.col("_kind") == "bad")
+    groups = lines.filter(is_event)
+    bad = groups.filter(pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
+                        & ~pl.col("_rest").str.contains(FUNCTION_PAYLOAD_RE))
     if bad.height:
         _raise_bad_line(path, bad, "unrecognised line")
     if groups.is_empty() and others.filter(pl.col("_kind") != "blank").is_empty():
@@ -257,10 +225,10 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
     lost = others.filter(pl.col("_kind") == "lost")
     if lost.height:
         _lost_meta(lost, meta)
-    has_tgid = groups["_tgid"].null_count() < groups.height
+    has_tgid = groups[_G_TGID].null_count() < groups.height
     events = _event_frame(groups, has_tgid)
     events = _attach_stacks(events, others.filter(pl.col("_kind") == "stack"), path)
-    old_markers = int(((groups["_kind"] == "event") & (groups["_name"] == OLD_MARKER_EVENT)).sum())
+    old_markers = int((groups[_G_EVENT] == OLD_MARKER_EVENT).sum())
     if old_markers:
         warnings.append(f"{old_markers} lines with event name '0' (trace_marker writes as pre-3.4 kernels "
                         f"printed them: the print event's ip was 0) read as tracing_mark_write")
@@ -270,7 +238,7 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
                         f"their raw text is kept in column buf")
     if events.is_empty():
         warnings.append("trace holds no events (headers only)")
-    meta["text_columns"] = {"tgid": has_tgid, "flags": bool(groups["_flags"].null_count() < groups.height)}
+    meta["text_columns"] = {"tgid": has_tgid, "flags": bool(groups[_G_FLAGS].null_count() < groups.height)}
     tables: dict[str, pl.DataFrame] = {}
     for (name,), part in events.partition_by("event", as_dict=True, maintain_order=True).items():
         parsed = parse_event_payload(part.drop("event"), name)
