@@ -410,7 +410,7 @@ def df_pelt_sim_task(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame 
     if initial is not None and initial.height:
         seeds = initial.with_columns(pl.col("pid").cast(pl.Int64)).filter(pl.col("pid").is_in(keys))
         t0s = _t0_frame("pid", seeds["pid"].to_list(), start_ns, seeds, pl.Int64)
-        seeded = _run_filter(_fill_gaps(rows.filter(pl.col("pid").is_in(seeds["pid"])), "pid", t0s, end_ns,
+        seeded = _run_filter(_fill_gaps(rows.filter(pl.col("pid").is_in(seeds["pid"].to_list())), "pid", t0s, end_ns,
                                         ["x_util", "x_runnable"]), "pid", sig, seeds)
         # unseeded history up to each seed time, then the seeded simulation
         before = out.join(t0s.rename({"t0": "_seed"}), on="pid", how="left").filter(
