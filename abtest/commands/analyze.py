@@ -48,11 +48,14 @@ def _run_one(key: str, module: str, trace: Trace) -> tuple[dict | None, str | No
             return None, f"analysis module {module} is not available in this build"
         raise
     try:
-        return mod.summary(trace), None
+        res = mod.summary(trace)
     except MissingEventsError as e:
         return None, str(e)
     except ValueError as e:  # e.g. needs platform data the trace does not carry
-        return None, f"{type(e).__name__}: {e}"
+        return None, str(e)
+    if not res:
+        return None, "no data for this analysis in the trace (its events are absent or empty)"
+    return res, None
 
 
 def analyze_dict(trace: Trace, *, window_s: tuple[float, float] | None = None,
@@ -181,7 +184,15 @@ def _print_report(d: dict) -> None:
             if len(rows) > 60:
                 con.print(f"... {len(rows) - 60} more values (use --json)")
     for key, why in d["skipped"].items():
-        con.print(f"[yellow]skipped {key}:[/] {why}")
+        con.print(f"[yellow]skipped {key}:[/] {_short(why)}")
+    if any("Record them" in w for w in d["skipped"].values()):
+        con.print("(record missing events with `trace-cmd record -e EVENT`, or enable them under "
+                  "/sys/kernel/tracing/events and `trace-cmd extract`, or with `abtest collect`)")
+
+
+def _short(reason: str) -> str:
+    """First sentence of a skip reason (the how-to-record advice is printed once)."""
+    return reason.split(". Record them")[0]
 
 
 @click.command("analyze")
@@ -227,7 +238,8 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
     else:
         _print_report(d)
     if all(d[k] is None for k in ANALYSES):
-        click.secho(f"error: no analysis applies to {file}: " + "; ".join(f"{k}: {v}" for k, v in d["skipped"].items()),
+        click.secho(f"error: no analysis applies to {file}: "
+                    + "; ".join(f"{k}: {_short(v).replace(f' in {file}', '')}" for k, v in d["skipped"].items()),
                     fg="red", err=True)
         raise SystemExit(2)
 
