@@ -115,3 +115,26 @@ def test_figures_are_embedded_pngs(report):
     assert "youtube: per-iteration values, mean and 95 % CI" in alts
     html = out.read_text()
     assert "no OPP residency figure" in html  # absent data is stated
+
+
+def test_opp_residency_side_by_side(tmp_path):
+    """OPP residency figure from metrics named like the frequency analysis' summary keys
+    (frequency.per_cpu.<cpu>.opp_residency_pct.<kHz>); values constructed here."""
+    from abtest.compare.store import write_iteration
+    res = {"A": {500000: 60.0, 1000000: 30.0, 1800000: 10.0}, "B": {500000: 45.0, 1000000: 35.0, 1800000: 20.0}}
+    for label in ("A", "B"):
+        for i, d in enumerate((-1.0, 0.0, 1.0)):
+            write_iteration(tmp_path / label / "w" / str(i), {
+                f"frequency.per_cpu.{cpu}.opp_residency_pct.{khz}": {"value": pct + d, "unit": "%",
+                                                                     "lower_is_better": None}
+                for cpu in (0, 4) for khz, pct in res[label].items()})
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(cli, ["compare", "A", "B", "--store", str(tmp_path), "--html", str(out), "--no-trace"])
+    assert r.exit_code == 0, r.output
+    p = ReportParser()
+    p.feed(out.read_text())
+    assert "w: OPP residency" in [i["alt"] for i in p.images]
+    assert "no OPP residency figure" not in out.read_text()
+    allm = next(t for t in p.tables if t["id"] == "table-all_metrics")
+    verdicts = {r[1]: r[-1] for r in allm["rows"][1:]}
+    assert verdicts["frequency.per_cpu.0.opp_residency_pct.1800000"] == "changed (higher)"

@@ -19,8 +19,9 @@ from abtest.compare.comparison import MetricComparison, WorkloadComparison  # no
 from abtest.compare.metrics import CHANNELS  # noqa: E402
 
 COLOR_A, COLOR_B = "#1f77b4", "#d62728"
-# Residency metrics: <analysis>.<...residency...>.<group>.<state or OPP>
-OPP_RESIDENCY = r"^frequency\..*residency[^.]*\.(?P<group>[^.]+)\.(?P<state>[^.]+)$"
+# Residency metric names (abtest.analysis summaries, flattened by abtest.compare.metrics):
+#   frequency.per_cpu.<cpu>.opp_residency_pct.<khz>    idle.residency_pct.<cpu>.<state name>
+OPP_RESIDENCY = r"^frequency\.per_cpu\.(?P<group>[^.]+)\.opp_residency_pct\.(?P<state>[^.]+)$"
 IDLE_RESIDENCY = r"^idle\.residency_pct\.(?P<group>[^.]+)\.(?P<state>[^.]+)$"
 
 
@@ -111,7 +112,7 @@ def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, pattern: s
         ax.bar(x + 0.2, [m.b.mean if m.b else 0 for m in ms], 0.4, color=COLOR_B, label=label_b)
         ax.set_xticks(x, states, rotation=45, ha="right", fontsize=7)
         ax.set_ylabel("% of time")
-        ax.set_title(f"{g}", fontsize=9)
+        ax.set_title(f"CPU {g}" if g.isdigit() else g, fontsize=9)
         ax.legend(fontsize=7)
     fig.suptitle(f"{w.workload}: {title}", fontsize=10)
     fig.tight_layout()
