@@ -226,7 +226,8 @@ def plot_opp_residency(residency: pl.DataFrame, *, key: str = "cpu", active: boo
     ax.set_xlabel(key)
     ax.set_ylabel("% of active time" if active else "% of window")
     ax.set_title("OPP residency" + (" (active)" if active else ""))
-    ax.legend(fontsize="small", ncol=2, loc="upper right")
+    ax.legend(fontsize="small", ncol=1 + len(freqs) // 16, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
     return fig
 
 
