@@ -58,7 +58,8 @@ def decode(path, data) -> dict:
     try:
         return _native.perfetto_decode(data, _native_schema())
     except ValueError as e:
-        offset, msg = e.args[0] if e.args and isinstance(e.args[0], tuple) else (None, str(e))
+        # the native decoder raises ValueError(offset, message)
+        offset, msg = e.args if len(e.args) == 2 and isinstance(e.args[0], int) else (None, str(e))
         raise TraceFormatError(path, f"corrupt perfetto protobuf: {msg}", offset=offset,
                                expected="a serialized perfetto Trace (repeated TracePacket, field 1)") from None
 

@@ -29,7 +29,9 @@ fn perfetto_schema(events: Vec<(u32, String, Vec<(u32, String, String, bool)>)>)
             .collect();
         specs[id as usize] = Some(EventSpec { name, fields });
     }
-    PySchema { inner: Schema { events: specs } }
+    PySchema {
+        inner: Schema { events: specs },
+    }
 }
 
 fn np<'py, T: numpy::Element>(py: Python<'py>, v: Vec<T>) -> Bound<'py, PyArray1<T>> {
@@ -100,7 +102,12 @@ fn to_python<'py>(py: Python<'py>, d: Decoder) -> PyResult<Bound<'py, PyDict>> {
         tables.append(td)?;
     }
     out.set_item("tables", tables)?;
-    let strings: Vec<String> = d.strings.values.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect();
+    let strings: Vec<String> = d
+        .strings
+        .values
+        .iter()
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
     out.set_item("strings", strings)?;
 
     let s = d.switch;
@@ -127,8 +134,11 @@ fn to_python<'py>(py: Python<'py>, d: Decoder) -> PyResult<Bound<'py, PyDict>> {
 
     let r = d.rails;
     let rd = PyDict::new(py);
-    let desc: Vec<(u32, String, String, u32)> =
-        r.desc.into_iter().map(|x| (x.index, x.name, x.subsys, x.sampling_rate)).collect();
+    let desc: Vec<(u32, String, String, u32)> = r
+        .desc
+        .into_iter()
+        .map(|x| (x.index, x.name, x.subsys, x.sampling_rate))
+        .collect();
     rd.set_item("descriptors", desc)?;
     rd.set_item("ts", np(py, r.ts))?;
     rd.set_item("index", np(py, r.index))?;

@@ -153,13 +153,29 @@ impl<'s> Decoder<'s> {
         let mut m = Msg::new(buf, base);
         loop {
             let at = m.offset();
-            match m.next_field()? {
+            let next = m.next_field().map_err(|e| {
+                if depth == 0 && e.offset > at && e.offset <= at + 2 && e.msg.contains("remain") {
+                    DecodeError {
+                        offset: e.offset,
+                        msg: format!(
+                            "the TracePacket starting at byte {} is cut short ({}): file truncated?",
+                            at, e.msg
+                        ),
+                    }
+                } else {
+                    e
+                }
+            })?;
+            match next {
                 None => break,
                 Some((1, Value::Bytes(b, off))) => self.decode_packet(b, off, depth)?,
                 Some((f, _)) => {
                     return err(
                         at,
-                        format!("field {} at top level; expected TracePacket (field 1, length-delimited)", f),
+                        format!(
+                            "field {} at top level; expected TracePacket (field 1, length-delimited)",
+                            f
+                        ),
                     )
                 }
             }
@@ -238,15 +254,28 @@ impl<'s> Decoder<'s> {
                 Err(e) => Err(e.to_string()),
             }
         } else {
-            flate2::read::ZlibDecoder::new(b).read_to_end(&mut out).map(|_| ()).map_err(|e| e.to_string())
+            flate2::read::ZlibDecoder::new(b)
+                .read_to_end(&mut out)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         };
-        let kind = if zstd { "zstd_compressed_packets" } else { "compressed_packets (zlib)" };
+        let kind = if zstd {
+            "zstd_compressed_packets"
+        } else {
+            "compressed_packets (zlib)"
+        };
         if let Err(e) = res {
             return err(off, format!("corrupt {}: {}", kind, e));
         }
         self.decode_trace(&out, 0, depth + 1).map_err(|e| DecodeError {
             offset: off,
-            msg: format!("inside {} (offset {} of the {} decompressed bytes): {}", kind, e.offset, out.len(), e.msg),
+            msg: format!(
+                "inside {} (offset {} of the {} decompressed bytes): {}",
+                kind,
+                e.offset,
+                out.len(),
+                e.msg
+            ),
         })
     }
 
@@ -371,7 +400,10 @@ impl<'s> Decoder<'s> {
             return Ok(());
         };
         let Value::Bytes(pb, poff) = v else {
-            return err(off, format!("FtraceEvent field {} (the event) is not length-delimited", id));
+            return err(
+                off,
+                format!("FtraceEvent field {} (the event) is not length-delimited", id),
+            );
         };
         let generic = id == GENERIC_EVENT_ID && !self.dyn_ids.contains_key(&id);
         let ti = if generic {
@@ -425,7 +457,9 @@ impl<'s> Decoder<'s> {
                 _ => {}
             }
         }
-        let (Some(id), Some((db, doff))) = (field_id, desc) else { return Ok(()) };
+        let (Some(id), Some((db, doff))) = (field_id, desc) else {
+            return Ok(());
+        };
         let mut dm = Msg::new(db, doff);
         let mut name = String::new();
         let mut fields = Vec::new();
@@ -446,7 +480,12 @@ impl<'s> Decoder<'s> {
                         }
                     }
                     if number > 0 {
-                        fields.push(FieldSpec::from_proto(number, &fname, proto_type_name(ftype), label == 3));
+                        fields.push(FieldSpec::from_proto(
+                            number,
+                            &fname,
+                            proto_type_name(ftype),
+                            label == 3,
+                        ));
                     }
                 }
                 _ => {}
@@ -455,7 +494,10 @@ impl<'s> Decoder<'s> {
         if name.is_empty() {
             name = format!("ftrace_event_{}", id);
         }
-        let spec = EventSpec { name: name.clone(), fields };
+        let spec = EventSpec {
+            name: name.clone(),
+            fields,
+        };
         let t = self.table_by_name(name.as_bytes(), Some(&spec));
         self.dyn_ids.insert(id, t);
         Ok(())
@@ -492,21 +534,51 @@ impl<'s> Decoder<'s> {
             }
         }
         let n = cols[1].len();
-        for (f, what) in [(2, "switch_prev_state"), (3, "switch_next_pid"), (4, "switch_next_prio"), (6, "switch_next_comm_index")] {
+        for (f, what) in [
+            (2, "switch_prev_state"),
+            (3, "switch_next_pid"),
+            (4, "switch_next_prio"),
+            (6, "switch_next_comm_index"),
+        ] {
             if cols[f].len() != n {
-                return err(off, format!("CompactSched {} has {} entries, switch_timestamp has {}", what, cols[f].len(), n));
+                return err(
+                    off,
+                    format!(
+                        "CompactSched {} has {} entries, switch_timestamp has {}",
+                        what,
+                        cols[f].len(),
+                        n
+                    ),
+                );
             }
         }
         let nw = cols[7].len();
-        for (f, what) in [(8, "waking_pid"), (9, "waking_target_cpu"), (10, "waking_prio"), (11, "waking_comm_index")] {
+        for (f, what) in [
+            (8, "waking_pid"),
+            (9, "waking_target_cpu"),
+            (10, "waking_prio"),
+            (11, "waking_comm_index"),
+        ] {
             if cols[f].len() != nw {
-                return err(off, format!("CompactSched {} has {} entries, waking_timestamp has {}", what, cols[f].len(), nw));
+                return err(
+                    off,
+                    format!(
+                        "CompactSched {} has {} entries, waking_timestamp has {}",
+                        what,
+                        cols[f].len(),
+                        nw
+                    ),
+                );
             }
         }
         let comm = |idx: u64, interned: &[u32]| -> DResult<u32> {
             interned.get(idx as usize).copied().ok_or_else(|| DecodeError {
                 offset: off,
-                msg: format!("CompactSched comm index {} outside its intern table of {} strings", idx, interned.len()),
+                msg: format!(
+                    "CompactSched comm index {} outside its intern table of {} strings",
+                    idx,
+                    interned.len()
+                ),
             })
         };
         let s = &mut self.switch;
@@ -551,7 +623,12 @@ impl<'s> Decoder<'s> {
             let Some(mut sm) = Msg::from_value(&v) else { continue };
             match num {
                 1 => {
-                    let mut d = RailDesc { index: 0, name: String::new(), subsys: String::new(), sampling_rate: 0 };
+                    let mut d = RailDesc {
+                        index: 0,
+                        name: String::new(),
+                        subsys: String::new(),
+                        sampling_rate: 0,
+                    };
                     while let Some((n2, v2)) = sm.next_field()? {
                         match n2 {
                             1 => d.index = v2.as_u64() as u32,

@@ -105,7 +105,14 @@ impl FieldSpec {
         };
         let elem = kind;
         let kind = if repeated { Kind::Str } else { kind };
-        FieldSpec { number, name: name.to_string(), kind, enc, repeated, elem }
+        FieldSpec {
+            number,
+            name: name.to_string(),
+            kind,
+            enc,
+            repeated,
+            elem,
+        }
     }
 
     /// A field with no known name: column `field_<n>`, typed from its wire type.
@@ -116,7 +123,14 @@ impl FieldSpec {
             Value::Fixed32(_) => (Kind::U32, Enc::Plain),
             Value::Bytes(..) => (Kind::Str, Enc::Text),
         };
-        FieldSpec { number, name: format!("field_{}", number), kind, enc, repeated: false, elem: kind }
+        FieldSpec {
+            number,
+            name: format!("field_{}", number),
+            kind,
+            enc,
+            repeated: false,
+            elem: kind,
+        }
     }
 }
 
@@ -201,7 +215,11 @@ fn pad<T: Copy + Default>(v: &mut Vec<T>, valid: &mut Option<Vec<bool>>, rows: u
 impl Column {
     pub fn new(spec: FieldSpec) -> Column {
         let data = Data::new(spec.kind);
-        Column { spec, data, valid: None }
+        Column {
+            spec,
+            data,
+            valid: None,
+        }
     }
 
     /// True if at least one row has a value.

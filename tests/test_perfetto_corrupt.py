@@ -1,0 +1,150 @@
+"""Bad perfetto input: truncated files, lengths past the end, random bytes, empty files, corrupt
+compressed packets. Each gives a TraceFormatError naming the file and the byte offset, and the CLI
+exits with status 2. Truncated copies are derived in tmp_path from the real Pixel 7 Pro trace."""
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+from abtest.trace.errors import TraceFormatError
+from abtest.trace.readers import read_trace
+
+PIXEL = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _packet_starts(data: bytes) -> set[int]:
+    """Offsets where a top-level TracePacket starts (tiny independent walker: tag 0x0a, varint length)."""
+    starts, pos = set(), 0
+    while pos < len(data):
+        starts.add(pos)
+        assert data[pos] == 0x0A
+        pos += 1
+        length = shift = 0
+        while True:
+            b = data[pos]
+            pos += 1
+            length |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        pos += length
+    starts.add(len(data))
+    return starts
+
+
+def _cli_info(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", "--no-cache", str(path)],
+                          capture_output=True, text=True)
+
+
+def _assert_error(path: Path, max_offset: int | None = None) -> TraceFormatError:
+    with pytest.raises(TraceFormatError) as ei:
+        read_trace(path)
+    e = ei.value
+    assert str(path) in str(e)
+    if max_offset is not None:
+        assert e.offset is not None and 0 <= e.offset <= max_offset
+        assert re.search(r"byte offset \d+", str(e))
+    return e
+
+
+@pytest.fixture(scope="module")
+def pixel_bytes(traces) -> bytes:
+    return (traces / PIXEL).read_bytes()
+
+
+@pytest.mark.parametrize("frac", [0.0001, 0.13, 0.5, 0.87, 0.99999])
+def test_truncated_inside_a_packet(pixel_bytes, tmp_path, frac):
+    starts = _packet_starts(pixel_bytes)
+    cut = int(len(pixel_bytes) * frac)
+    while cut in starts:  # cutting between two packets leaves a valid (shorter) trace
+        cut += 1
+    path = tmp_path / "truncated.perfetto-trace"
+    path.write_bytes(pixel_bytes[:cut])
+    e = _assert_error(path, max_offset=cut)
+    assert "truncated" in str(e) or "remain" in str(e)
+    if frac in (0.5, 0.99999):
+        r = _cli_info(path)
+        assert r.returncode == 2, r.stderr
+        assert str(path) in r.stderr and "byte offset" in r.stderr
+
+
+def test_packet_length_past_end_of_file(tmp_path):
+    path = tmp_path / "len.pftrace"
+    path.write_bytes(b"\x0a" + _varint(1000) + b"\x08\x01" * 5)
+    e = _assert_error(path, max_offset=1)
+    assert e.offset == 1
+    assert "1000 bytes" in str(e)
+    assert _cli_info(path).returncode == 2
+
+
+def test_nested_length_past_end_of_packet(tmp_path):
+    # TracePacket{ftrace_events (field 1) declaring 127 bytes with only 3 present}
+    path = tmp_path / "nested.pftrace"
+    path.write_bytes(_ld(1, b"\x0a\x7f\x08\x01\x10"))
+    e = _assert_error(path, max_offset=10)
+    assert e.offset == 3
+
+
+def test_corrupt_ftrace_event_inside_real_trace(pixel_bytes, tmp_path):
+    # keep the first packets of the real trace intact, then append a bundle whose event has a bad wire type
+    bad_event = b"\x08\x05" + b"\x0f"  # timestamp=5, then tag with wire type 7 (invalid)
+    bundle = b"\x08\x00" + _ld(2, bad_event)
+    prefix = pixel_bytes[:sorted(_packet_starts(pixel_bytes))[20]]
+    path = tmp_path / "bad-event.pftrace"
+    path.write_bytes(prefix + _ld(1, _ld(1, bundle)))
+    e = _assert_error(path, max_offset=len(prefix) + 20)
+    assert e.offset >= len(prefix)
+    assert "wire type" in str(e)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_bytes(tmp_path, seed):
+    rnd = random.Random(seed)
+    body = bytes(rnd.randrange(256) for _ in range(4096))
+    plain, framed = tmp_path / f"random{seed}.bin", tmp_path / f"random{seed}.pftrace"
+    plain.write_bytes(body)
+    framed.write_bytes(b"\x0a\x05" + body)  # looks like a TracePacket at first, garbage after it
+    _assert_error(plain)
+    _assert_error(framed, max_offset=len(body) + 2)
+    assert _cli_info(framed).returncode == 2
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.perfetto-trace"
+    path.write_bytes(b"")
+    _assert_error(path)
+    r = _cli_info(path)
+    assert r.returncode == 2 and "empty" in r.stderr
+
+
+def test_corrupt_compressed_packets(tmp_path):
+    good = zlib.compress(_ld(1, b"\x40\x01"))  # a Trace with one packet {timestamp(8)=1}
+    p = tmp_path / "zlib.pftrace"
+    p.write_bytes(_ld(1, _ld(50, good[:-6] + b"\x00" * 6)))
+    e = _assert_error(p, max_offset=20)
+    assert "compressed_packets" in str(e)
+    # a valid zlib stream whose content is not a Trace
+    q = tmp_path / "zlib-garbage.pftrace"
+    q.write_bytes(_ld(1, _ld(50, zlib.compress(b"\x0a\xff\xff\xff\x0f"))))
+    e = _assert_error(q, max_offset=20)
+    assert "decompressed" in str(e)
