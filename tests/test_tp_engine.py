@@ -168,3 +168,17 @@ def test_shell_path_through_perfetto_package(clean_env, monkeypatch, traces, tmp
     if pid:
         time.sleep(0.2)
         assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0  # stopped
+
+
+def test_cli_engines_measure(clean_env):
+    env = {k: v for k, v in os.environ.items() if k != "ABTEST_TRACE_PROCESSOR"}
+    env["HOME"] = str(clean_env)
+    r = subprocess.run([sys.executable, "-m", "abtest.cli", "engines", "--json", "--measure"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    wasm = [x for x in rows if x["engine"] == "wasm"][0]
+    assert wasm["available"] and wasm["startup"]["seconds"] > 0
+    assert wasm["startup"]["module_source"] in ("disk-cache", "compiled")
+    cache = [x for x in rows if x["source"] == "perfetto-cache"][0]
+    assert not cache["available"]

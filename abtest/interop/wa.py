@@ -162,14 +162,14 @@ def _power_file(job_dir: Path, csvs: list[Path]) -> tuple[Path | None, list[str]
     """Convert the job's energy CSVs to one store power.csv; (path, problems)."""
     if not csvs:
         return None, []
-    try:
-        samples = pl.concat([energy_csv_to_samples(p) for p in csvs])
-    except StoreError as e:
-        return None, [str(e)]
     out = job_dir / POWER_CACHE_NAME
     newest = max(p.stat().st_mtime_ns for p in csvs)
     if out.is_file() and out.stat().st_mtime_ns >= newest:
         return out, []
+    try:
+        samples = pl.concat([energy_csv_to_samples(p) for p in csvs])
+    except StoreError as e:
+        return None, [str(e)]
     try:
         samples.write_csv(out)
         return out, []
