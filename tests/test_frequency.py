@@ -127,3 +127,37 @@ def test_missing_events_error_names_event(traces):
     with pytest.raises(MissingEventsError, match="cpu_frequency"):
         t.frequency.df_opp_residency()
     assert fq.summary(t) == {}
+
+
+def test_pixel7pro_opp_residency_plain_sweep(traces):
+    """Pixel 7 Pro perfetto trace: residency recomputed with a plain per-event sweep over the decoded rows."""
+    t = Trace(traces / "PerfettoTraceScript" / "pixel7pro-power-rails.perfetto-trace")
+    freq = t.df("cpu_frequency")
+    assert freq.height == 11998
+    rows = [(ts, "i", c, s) for ts, c, s in t.df("cpu_idle").select("ts", "cpu", "state").iter_rows()]
+    rows += [(ts, "f", c, k) for ts, c, k in freq.select("ts", "cpu", "frequency_khz").iter_rows()]
+    first_idle = {}
+    for ts, kind, c, v in sorted(r for r in rows if r[1] == "i"):
+        first_idle.setdefault(c, v)
+    start, end = t.start_ns, t.end_ns
+    state = {c: [None, first_idle.get(c) == -1, start] for c in range(8)}  # freq, idle, since
+    acc = defaultdict(lambda: [0, 0])
+    for ts, kind, c, v in sorted(rows, key=lambda r: (r[0], r[1] == "f")) + [(end, "end", c, None) for c in range(8)]:
+        f, idle, since = state[c]
+        acc[(c, f)][0] += ts - since
+        if not idle:
+            acc[(c, f)][1] += ts - since
+        state[c][2] = ts
+        if kind == "f":
+            state[c][0] = v
+        elif kind == "i":
+            state[c][1] = v != -1
+    want = {k: tuple(v) for k, v in acc.items() if v[0] > 0}
+    assert len(want) > 40  # 8 CPUs x their OPPs actually visited
+    got = {(c, f): (tn, an) for c, f, tn, an in
+           t.frequency.df_opp_residency().select("cpu", "frequency_khz", "time_ns", "active_ns").iter_rows()}
+    assert got == want
+    doms = dict(fq.df_cpu_domains(freq).iter_rows())
+    assert doms == {0: 0, 1: 0, 2: 0, 3: 0, 4: 4, 5: 4, 6: 6, 7: 6}  # Tensor G2: 4 little, 2 mid, 2 big
+    stats = t.frequency.df_frequency_stats()
+    assert stats["transitions"].sum() <= 11998 and (stats["transitions_per_s"] > 0).all()
