@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import subprocess
 import zipfile
@@ -349,3 +350,50 @@ def test_gzip_and_zip_wrappers(traces, tmp_path, name, wrapper):
     assert wrapped.meta["wrapper"].startswith(wrapper)
     for name_, df in plain.tables.items():
         assert wrapped.tables[name_].equals(df)
+
+
+LIVE_EVENTS = ("sched/sched_switch", "sched/sched_wakeup", "sched/sched_waking")
+
+
+@pytest.mark.tracefs
+def test_live_tracefs_text_equals_trace_cmd_extract(tracefs_lock, tmp_path):
+    """Real tracefs `trace` text (TGID + flags columns, kernel-format prev_state letters) recorded on
+    this machine in a private tracefs instance, against `trace-cmd report -R` of the same buffer
+    extracted with `trace-cmd extract`: same events, same fields (prev_state letters -> the
+    kernel's integers exactly), timestamps equal to the microsecond the text prints."""
+    inst = tracefs_lock / "instances" / f"abtest_text_{os.getpid()}"
+    inst.mkdir()
+    text_path, dat = tmp_path / "trace.txt", tmp_path / "trace.dat"
+    try:
+        (inst / "options/record-tgid").write_text("1")
+        for ev in LIVE_EVENTS:
+            (inst / "events" / ev / "enable").write_text("1")
+        (inst / "tracing_on").write_text("1")
+        subprocess.run(["hackbench", "-g", "1", "-l", "10"], capture_output=True, timeout=60, check=True)
+        (inst / "trace_marker").write_text("abtest live text test")
+        (inst / "tracing_on").write_text("0")
+        text_path.write_bytes((inst / "trace").read_bytes())
+        subprocess.run(["trace-cmd", "extract", "-B", inst.name, "-o", str(dat)], capture_output=True,
+                       timeout=120, check=True)  # extract also removes the instance
+    finally:
+        if inst.exists():
+            for ev in LIVE_EVENTS:
+                (inst / "events" / ev / "enable").write_text("0")
+            inst.rmdir()
+    report = tmp_path / "report.txt"
+    with open(report, "wb") as f:
+        subprocess.run(["trace-cmd", "report", "-R", str(dat)], stdout=f, check=True, timeout=120)
+    text, meta = _raw(text_path)
+    ref, ref_meta = _raw(report)
+    assert meta["text_columns"] == {"tgid": True, "flags": True} and meta["lost_events"] == 0
+    assert ref_meta["instances"] == [inst.name]
+    assert {k: v.height for k, v in text.items() if k != "tracing_mark_write"} == {
+        k: v.height for k, v in ref.items() if k != "print"}
+    assert text["sched_switch"].height > 50
+    assert text["tracing_mark_write"]["buf"].to_list() == ref["print"]["buf"].to_list() == ["abtest live text test"]
+    for ev in ("sched_switch", "sched_wakeup", "sched_waking"):
+        a = text[ev].drop("common_tgid")
+        b = ref[ev].drop("instance").with_columns((pl.col("ts") // 1000) * 1000)
+        assert a.columns == b.columns, ev
+        assert a.equals(b), ev
+    assert text["sched_switch"]["common_tgid"].null_count() < text["sched_switch"].height

@@ -35,11 +35,11 @@ from abtest.trace.text_fields import parse_event_payload
 # its first match starts at the PID's dash, so COMM is everything before it (comm may hold spaces,
 # dashes and digits). ASCII classes only: Unicode \\d/\\s/\\w make polars' regex captures ~3x slower.
 _D, _S, _NS, _W = "[0-9]", "[ \t]", "[^ \t]", "[A-Za-z0-9_]"
-EVENT_HEAD_RE = (rf"-{_D}+{_S}+(?:\({_S}*(?:{_D}+|-+)\){_S}+)?\[{_D}+\]{_S}+(?:[.a-zA-Z]{_NS}*{_S}+)?"
+EVENT_HEAD_RE = (rf"-{_D}+{_S}+(?:\({_S}*(?:{_D}+|-+)\){_S}+)?\[{_D}+\]{_S}*(?:[.a-zA-Z]{_NS}*{_S}+)?"
                  rf"{_D}+(?:\.{_D}{{1,9}})?:(?:{_S}|$)")
 # The same, anchored after the dash, with groups; group 1 = the whole head up to the payload.
 EVENT_FIELDS_RE = (
-    rf"^(({_D}+){_S}+(?:\(({_S}*{_D}+|-+)\){_S}+)?\[({_D}+)\]{_S}+(?:([.a-zA-Z]{_NS}*){_S}+)?"
+    rf"^(({_D}+){_S}+(?:\(({_S}*{_D}+|-+)\){_S}+)?\[({_D}+)\]{_S}*(?:([.a-zA-Z]{_NS}*){_S}+)?"
     rf"({_D}+)(?:\.({_D}{{1,9}}))?:(?:{_S}+|$)(?:({_W}[A-Za-z0-9_.]*):(?:{_S}+|$)|(<[a-z ]+>){_S}*$)?)"
 )
 _G_HEAD, _G_PID, _G_TGID, _G_CPU, _G_FLAGS, _G_SEC, _G_FRAC, _G_EVENT, _G_STACK = (
@@ -152,8 +152,9 @@ def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
 def _event_frame(ev: pl.DataFrame, has_tgid: bool) -> pl.DataFrame:
     """Split line parts -> _line/ts/cpu/common_pid/common_comm[/common_tgid]/event/payload."""
     frac = pl.col(_G_FRAC)
-    ts = (pl.col(_G_SEC).cast(pl.Int64) * 1_000_000_000
-          + pl.when(frac.is_null()).then(0).otherwise(frac.str.pad_end(9, "0").cast(pl.Int64)))
+    sec = pl.col(_G_SEC).cast(pl.Int64)
+    # no fraction: a raw clock count (counter / x86-tsc clocks, trace-cmd's instance output), kept as is
+    ts = pl.when(frac.is_null()).then(sec).otherwise(sec * 1_000_000_000 + frac.str.pad_end(9, "0").cast(pl.Int64))
     event = pl.coalesce(pl.col(_G_EVENT), pl.col(_G_STACK).replace(STACK_EVENT_NAMES), pl.lit("function"))
     cols = [
         pl.col("_line"),
@@ -164,6 +165,8 @@ def _event_frame(ev: pl.DataFrame, has_tgid: bool) -> pl.DataFrame:
     ]
     if has_tgid:
         cols.append(pl.col(_G_TGID).str.strip_chars().cast(pl.Int32, strict=False).alias("common_tgid"))
+    if "_instance" in ev.columns:
+        cols.append(pl.col("_instance").alias("instance"))
     cols += [
         pl.when(event == OLD_MARKER_EVENT).then(pl.lit("tracing_mark_write")).otherwise(event).alias("event"),
         pl.col("_rest").str.strip_chars().alias("payload"),
@@ -186,6 +189,23 @@ def _attach_stacks(events: pl.DataFrame, stacks: pl.DataFrame, path) -> pl.DataF
               .group_by("_owner", maintain_order=True)
               .agg(pl.col("text").str.strip_chars().str.strip_prefix("=> ").str.join("\n").alias("stack")))
     return events.join(joined, left_on="_line", right_on="_owner", how="left")
+
+
+INSTANCE_PREFIX_RE = rf"^({_NS}+):{_S}{{2,}}"
+
+
+def _split_instance_prefix(groups: pl.DataFrame, meta: dict) -> pl.DataFrame:
+    """trace-cmd report of a multi-buffer trace.dat prefixes instance-buffer lines with
+    ``NAME:`` and padding before the task: split it off into ``_instance`` (comm never holds ": ")."""
+    has = pl.col("_comm").str.contains(INSTANCE_PREFIX_RE)
+    if not groups.select(has.any()).item():
+        return groups
+    groups = groups.with_columns(pl.when(has).then(pl.col("_comm").str.extract(INSTANCE_PREFIX_RE, 1))
+                                 .alias("_instance"))
+    groups = groups.with_columns(pl.when(has).then(pl.col("_comm").str.replace(INSTANCE_PREFIX_RE, ""))
+                                 .otherwise(pl.col("_comm")).alias("_comm"))
+    meta["instances"] = sorted(groups["_instance"].drop_nulls().unique().to_list())
+    return groups
 
 
 def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame]:
@@ -226,6 +246,11 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
     if lost.height:
         _lost_meta(lost, meta)
     has_tgid = groups[_G_TGID].null_count() < groups.height
+    groups = _split_instance_prefix(groups, meta)
+    raw_clock = int(groups[_G_FRAC].is_null().sum())
+    if raw_clock:
+        warnings.append(f"{raw_clock} timestamps have no fraction: kept as raw clock counts (ns only if "
+                        f"the trace clock counts ns)")
     events = _event_frame(groups, has_tgid)
     events = _attach_stacks(events, others.filter(pl.col("_kind") == "stack"), path)
     old_markers = int((groups[_G_EVENT] == OLD_MARKER_EVENT).sum())
