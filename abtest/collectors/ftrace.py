@@ -136,10 +136,19 @@ class FtraceCollector:
     def marker_path(self) -> str:
         return f"{self.tracefs}/trace_marker"
 
-    def start(self) -> FtraceSession:
-        """Stop tracing, clear the buffer, set buffer size and clock, enable events, start tracing."""
+    @property
+    def remote_trace(self) -> str:
+        return f"{self.remote_dir}/abtest-trace.dat"
+
+    def start(self, preamble: str = "") -> tuple[FtraceSession, str]:
+        """Stop tracing, clear the buffer, set buffer size and clock, enable events, start tracing.
+
+        `preamble` (shell) runs first in the same round trip (e.g. the meta.json script); returns
+        (session, the whole stdout) so the caller can parse its part.
+        """
         self.session = FtraceSession(clock=self.clock, buffer_size_kb=self.buffer_size_kb, tracefs=self.tracefs)
-        lines = [f"cd {shlex.quote(self.tracefs)} || exit 90",
+        lines = [preamble, f"rm -f {shlex.quote(self.remote_trace)}",
+                 f"cd {shlex.quote(self.tracefs)} || exit 90",
                  "echo ABTEST_SAVED_BUF $(cat buffer_size_kb)",
                  "echo ABTEST_SAVED_CLOCK $(sed -e 's/.*\\[//' -e 's/\\].*//' trace_clock)",
                  "echo 0 > tracing_on", "echo > set_event",
@@ -164,9 +173,9 @@ class FtraceCollector:
             if not parts:
                 continue
             if parts[0] == "ABTEST_SAVED_BUF" and len(parts) > 1:
-                self._saved["buffer_size_kb"] = parts[1]
+                self._saved.setdefault("buffer_size_kb", parts[1])
             elif parts[0] == "ABTEST_SAVED_CLOCK" and len(parts) > 1:
-                self._saved["trace_clock"] = parts[1]
+                self._saved.setdefault("trace_clock", parts[1])
             elif parts[0] == "ABTEST_CLOCK":
                 self.session.clock = parts[1]
             elif parts[0] == "ABTEST_ON":
@@ -180,57 +189,62 @@ class FtraceCollector:
         if not self.session.enabled:
             raise TargetError(f"{self.target.name}: none of the requested events exist on this kernel "
                               f"({', '.join(self.events)})")
-        return self.session
+        return self.session, res.stdout
 
     def marker_command(self, text: str) -> str:
         """Shell snippet writing `text` to trace_marker (embed it in the workload command: no extra round trip)."""
         return f"echo {shlex.quote(text)} > {shlex.quote(self.marker_path)}"
 
     def stop(self, local_trace: str | Path) -> FtraceSession:
-        """Stop tracing, read lost-event counters, `trace-cmd extract`, pull to `local_trace`, clean up."""
-        remote = f"{self.remote_dir}/abtest-trace-{abs(hash(str(local_trace))) % 10**8}.dat"
+        """Stop tracing, read lost-event counters, `trace-cmd extract`, quiesce tracefs (events off,
+        buffer emptied), pull to `local_trace`. Buffer size and clock stay until `restore()`."""
+        remote = self.remote_trace
+        err = f"{self.remote_dir}/abtest-extract.err"
         script = "\n".join([
             f"cd {shlex.quote(self.tracefs)} || exit 90",
             "echo 0 > tracing_on",
             "for c in per_cpu/cpu*; do n=${c##*cpu}; "
             "o=$(sed -n 's/^overrun: *//p' $c/stats); d=$(sed -n 's/^dropped events: *//p' $c/stats); "
             "echo ABTEST_LOST $n ${o:-0} ${d:-0}; done",
-            f"trace-cmd extract -o {shlex.quote(remote)} >/dev/null 2>ABTEST_ERR_$$ || "
-            f"{{ cat ABTEST_ERR_$$ >&2; rm -f ABTEST_ERR_$$; exit 91; }}",
-            "rm -f ABTEST_ERR_$$",
+            f"trace-cmd extract -o {shlex.quote(remote)} >/dev/null 2>{shlex.quote(err)}; rc=$?",
+            "echo > set_event; echo > trace",
+            f"[ $rc = 0 ] || {{ cat {shlex.quote(err)} >&2; exit 91; }}",
             f"chmod 644 {shlex.quote(remote)}",
         ])
-        res = self.target.run(script.replace("ABTEST_ERR_$$", f"{self.remote_dir}/abtest-extract-err.$$"),
-                              300, as_root=True)
-        try:
-            if res.exit_code == 91:
-                raise TargetError(f"{self.target.name}: trace-cmd extract failed: {res.stderr.strip()[-500:]}")
-            if res.exit_code != 0:
-                raise TargetError(f"{self.target.name}: stopping ftrace failed (exit {res.exit_code}): "
-                                  f"{res.stderr.strip()[-500:]}")
-            for m in re.finditer(r"^ABTEST_LOST (\d+) (\d+) (\d+)$", res.stdout, re.M):
-                self.session.lost_events_per_cpu[int(m.group(1))] = int(m.group(2)) + int(m.group(3))
-            self.session.lost_events = sum(self.session.lost_events_per_cpu.values())
-            if self.session.lost_events:
-                self.session.warnings.append(
-                    f"{self.session.lost_events} events lost in the ring buffer (per CPU "
-                    f"{self.session.lost_events_per_cpu}); raise buffer_size_kb")
-            self.target.pull(remote, local_trace)
-            self.session.trace_path = Path(local_trace)
-        finally:
-            self.reset(extra_rm=remote)
+        res = self.target.run(script, 300, as_root=True)
+        if res.exit_code == 91:
+            raise TargetError(f"{self.target.name}: trace-cmd extract failed: {res.stderr.strip()[-500:]}")
+        if res.exit_code != 0:
+            raise TargetError(f"{self.target.name}: stopping ftrace failed (exit {res.exit_code}): "
+                              f"{res.stderr.strip()[-500:]}")
+        for m in re.finditer(r"^ABTEST_LOST (\d+) (\d+) (\d+)$", res.stdout, re.M):
+            self.session.lost_events_per_cpu[int(m.group(1))] = int(m.group(2)) + int(m.group(3))
+        self.session.lost_events = sum(self.session.lost_events_per_cpu.values())
+        if self.session.lost_events:
+            self.session.warnings.append(
+                f"{self.session.lost_events} events lost in the ring buffer (per CPU "
+                f"{self.session.lost_events_per_cpu}); raise buffer_size_kb")
+        self.target.pull(remote, local_trace)
+        self.session.trace_path = Path(local_trace)
         return self.session
 
-    def reset(self, extra_rm: str | None = None) -> None:
-        """Tracing off, events off, buffer emptied, buffer size and clock restored (best effort)."""
+    def reset(self) -> None:
+        """Tracing off, events off, buffer emptied (best effort; after a failure or Ctrl-C)."""
+        try:
+            self.target.run(f"cd {shlex.quote(self.tracefs)} && echo 0 > tracing_on; echo > set_event; "
+                            f"echo > trace", 60, as_root=True)
+        except TargetError:
+            pass
+
+    def restore(self) -> None:
+        """reset() + buffer size and clock as found before the first start; remove the remote trace file."""
         lines = [f"cd {shlex.quote(self.tracefs)} || exit 0", "echo 0 > tracing_on", "echo > set_event",
                  "echo > trace"]
         if "buffer_size_kb" in self._saved:
             lines.append(f"echo {shlex.quote(self._saved['buffer_size_kb'])} > buffer_size_kb")
         if "trace_clock" in self._saved:
             lines.append(f"echo {shlex.quote(self._saved['trace_clock'])} > trace_clock")
-        if extra_rm:
-            lines.append(f"rm -f {shlex.quote(extra_rm)}")
+        lines.append(f"rm -f {shlex.quote(self.remote_trace)} {shlex.quote(self.remote_dir + '/abtest-extract.err')}")
         try:
             self.target.run("\n".join(lines), 60, as_root=True)
         except TargetError:

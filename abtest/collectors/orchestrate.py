@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from abtest.collectors.ftrace import FtraceCollector, TracefsLock, analysis_events
-from abtest.collectors.meta import collect_target_meta, host_tools
+from abtest.collectors.meta import META_SCRIPT, collect_target_meta, host_tools, parse_meta_output
 from abtest.collectors.power import PowerSampler, write_power_csv
 from abtest.collectors.settings import SettingsManager
 from abtest.collectors.store_writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
@@ -189,35 +189,65 @@ def _cooldown(t: Target, cc: CollectConfig, cfg: TargetConfig) -> dict:
     return out
 
 
-def run_iteration(t: Target, cc: CollectConfig, label: LabelSpec, wl: Workload, it: int, attempt: int,
-                  writer: IterationWriter, events: list[str], settings_now: dict, boot_meta: dict | None) -> None:
-    """One iteration into writer.tmp; commits on success. Raises on any failure (caller retries)."""
-    cfg = cc.target_cfg
+@dataclass
+class TargetState:
+    """What the orchestrator keeps per connected target across iterations."""
+    target: Target
+    is_local: bool
+    collector: FtraceCollector | None
+    settings: SettingsManager
+    prepared: set = field(default_factory=set)
+
+
+def make_state(t: Target, cc: CollectConfig, events: list[str]) -> TargetState:
+    trace_cfg = cc.target_cfg.trace
+    collector = None
+    if cc.trace:
+        collector = FtraceCollector(
+            t, events, buffer_size_kb=int(cc.buffer_size_kb or trace_cfg.get("buffer_size_kb", 8192)),
+            clock=cc.trace_clock or trace_cfg.get("clock", "boot"), remote_dir=cc.remote_dir)
+    return TargetState(t, t.is_local_machine, collector, SettingsManager(t))
+
+
+def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Workload, it: int, attempt: int,
+                  writer: IterationWriter, settings_now: dict, boot_meta: dict | None) -> None:
+    """One iteration into writer.tmp; commits on success. Raises on any failure (caller retries).
+
+    Round trips to the target: meta + ftrace start (1), workload between markers (1), ftrace stop +
+    extract (1), pull (SFTP/adb), plus the workload's own prepare (first time) and collect.
+    """
+    t, cfg = st.target, cc.target_cfg
     t_iter0 = time.monotonic()
     start_utc = datetime.now(timezone.utc).isoformat()
     cool = _cooldown(t, cc, cfg)
     t_work0 = time.monotonic()  # collection overhead is counted from here (cool-down excluded)
-    meta = collect_target_meta(t)
-    wl.prepare(t, cc.remote_dir)
+    if wl.name not in st.prepared:
+        wl.prepare(t, cc.remote_dir)
+        st.prepared.add(wl.name)
     tag = f"label={label.name} workload={wl.name} iteration={it}"
-    trace_cfg = cfg.trace
-    collector = None
+    collector = st.collector
     session_meta: dict = {}
-    lock = TracefsLock(cc.trace and t.is_local_machine)
     sampler = None
-    with lock:
+    phases = {}
+    lock_t0 = time.monotonic()
+    with TracefsLock(collector is not None and st.is_local):
+        phases["lock_wait_s"] = time.monotonic() - lock_t0  # other users of this machine's tracefs
         try:
-            if cc.trace:
-                collector = FtraceCollector(
-                    t, events, buffer_size_kb=int(cc.buffer_size_kb or trace_cfg.get("buffer_size_kb", 8192)),
-                    clock=cc.trace_clock or trace_cfg.get("clock", "boot"), remote_dir=cc.remote_dir)
-                collector.start()
+            a = time.monotonic()
+            if collector:
+                _, out = collector.start(preamble=META_SCRIPT)
+                meta = parse_meta_output(out)
+            else:
+                meta = collect_target_meta(t)
             kind = cfg.power.get("sampler", "none")
             if kind != "none":
                 sampler = PowerSampler(t, kind, period_s=float(cfg.power.get("period_s", 0.5)), remote_dir=cc.remote_dir)
                 sampler.start()
+            phases["start_s"] = time.monotonic() - a
+            a = time.monotonic()
             script = _workload_script(wl, collector.marker_path if collector else None, tag, cc.remote_dir)
             res = t.run(script, wl.timeout_s, as_root=True)
+            phases["workload_call_s"] = time.monotonic() - a
             (writer.tmp / "workload.log").write_text(
                 f"$ {wl.command(cc.remote_dir)}\n--- stdout ---\n{res.stdout}\n--- stderr ---\n{res.stderr}\n"
                 f"--- exit {res.exit_code} ---\n")
@@ -227,13 +257,14 @@ def run_iteration(t: Target, cc: CollectConfig, label: LabelSpec, wl: Workload, 
             wall = [ln.split() for ln in res.stderr.splitlines() if ln.startswith("ABTEST_WALL_NS ")]
             workload_s = ((int(wall[-1][2]) - int(wall[-1][1])) / 1e9) if wall and len(wall[-1]) == 3 \
                 else res.duration_s
+            a = time.monotonic()
             if sampler:
                 power = sampler.stop(writer.tmp / ".power-raw.txt")
                 (writer.tmp / ".power-raw.txt").unlink(missing_ok=True)
                 write_power_csv(power, writer.tmp / "power.csv")
             if collector:
-                session = collector.stop(writer.tmp / "trace.dat")
-                session_meta = session.as_meta()
+                session_meta = collector.stop(writer.tmp / "trace.dat").as_meta()
+            phases["stop_pull_s"] = time.monotonic() - a
         except BaseException:
             if collector:
                 collector.reset()
@@ -246,14 +277,14 @@ def run_iteration(t: Target, cc: CollectConfig, label: LabelSpec, wl: Workload, 
     metrics = wl.parse(res)
     metrics.update(wl.collect(t, writer.tmp, cc.remote_dir))
     metrics["duration_s"] = metric(workload_s, "s", True)
-    iteration_s = time.monotonic() - t_work0
+    iteration_s = time.monotonic() - t_work0 - phases["lock_wait_s"]
     meta.update({
         "label": label.name, "workload": wl.name, "iteration": it, "attempt": attempt,
         "target": {"name": cfg.name, "kind": cfg.kind, "file": str(cfg.path) if cfg.path else None,
                    "emulated": cfg.kind == "qemu"},
         "boot": boot_meta,
         "settings": {"label": label.settings, "applied": settings_now, "workload": wl.describe(),
-                     "events_requested": events, "analyses": cc.analyses},
+                     "events_requested": collector.events if collector else [], "analyses": cc.analyses},
         "trace": session_meta,
         "power": ({"sampler": cfg.power.get("sampler"), "period_s": cfg.power.get("period_s", 0.5),
                    "aligned": session_meta.get("trace_clock") == "boot",
@@ -263,7 +294,8 @@ def run_iteration(t: Target, cc: CollectConfig, label: LabelSpec, wl: Workload, 
         "timestamps": {"start_utc": start_utc, "end_utc": datetime.now(timezone.utc).isoformat()},
         "timings": {"iteration_s": round(iteration_s, 4), "workload_s": round(workload_s, 4),
                     "overhead_s": round(iteration_s - workload_s, 4),
-                    "cooldown_s": round(t_work0 - t_iter0, 4)},
+                    "cooldown_s": round(t_work0 - t_iter0, 4),
+                    **{k: round(v, 4) for k, v in phases.items()}},
         "platform": cfg.platform,
     })
     if session_meta.get("lost_events"):
@@ -307,7 +339,7 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
         else:
             provider = TargetProvider(cc.target_cfg, log=log)
     summary = {"done": 0, "skipped": len(done_already), "retries": 0, "iterations": []}
-    managers: dict[int, SettingsManager] = {}
+    states: dict[int, TargetState] = {}
     todo = [p for p in plan if p not in done_already]
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("ETA"), TimeRemainingColumn(), console=console, disable=not cc.progress,
@@ -325,11 +357,13 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
                     writer = None
                     try:
                         t = provider.activate(label)
-                        mgr = managers.setdefault(id(t), SettingsManager(t))
-                        applied = mgr.apply(label.settings) if label.settings else {}
+                        st = states.get(id(t))
+                        if st is None:
+                            st = states[id(t)] = make_state(t, cc, events)
+                        applied = st.settings.apply(label.settings) if label.settings else {}
                         boot_meta = vars(label.boot) if label.boot else None
                         writer = IterationWriter(store, step.label, step.workload, step.iteration)
-                        run_iteration(t, cc, label, wl, step.iteration, attempt, writer, events, applied, boot_meta)
+                        run_iteration(st, cc, label, wl, step.iteration, attempt, writer, applied, boot_meta)
                         summary["done"] += 1
                         summary["iterations"].append(str(writer.final))
                         break
@@ -342,6 +376,8 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
                         summary["retries"] += 1
                         log(f"[yellow]retrying {step.label}/{step.workload}/{step.iteration} "
                             f"(attempt {attempt} failed: {e})[/]")
+                        for st in states.values():
+                            st.prepared.clear()
                         try:
                             provider.recover(label)
                         except RETRYABLE as e2:
@@ -352,10 +388,13 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
                         raise
                 progress.advance(task)
     finally:
-        for mgr in managers.values():
+        for st in states.values():
             try:
-                mgr.restore()
-            except TargetError as e:
-                log(f"[red]{e}[/]")
+                if st.collector:
+                    with TracefsLock(st.is_local):
+                        st.collector.restore()
+                st.settings.restore()
+            except (TargetError, OSError, EOFError) as e:
+                log(f"[red]cleanup on {st.target.name} failed: {e}[/]")
         provider.close()
     return summary
