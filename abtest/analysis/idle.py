@@ -280,12 +280,18 @@ def idle_states_from_sysfs(cpu_root: str | os.PathLike = "/sys/devices/system/cp
 # --------------------------------------------------------------------------------------------
 # plots
 # --------------------------------------------------------------------------------------------
-def plot_idle_residency(residency: pl.DataFrame):
-    """Stacked bars: % of the window per idle state, one bar per CPU (from df_idle_residency)."""
-    from matplotlib.figure import Figure
+def _axes(ax, figsize):
+    import matplotlib.pyplot as plt
 
-    fig = Figure(figsize=(7, 3.5))
-    ax = fig.add_subplot()
+    if ax is not None:
+        return ax.figure, ax
+    return plt.subplots(figsize=figsize)
+
+
+def plot_idle_residency(residency: pl.DataFrame, *, ax=None):
+    """Stacked bars: % of the window per idle state, one bar per CPU (from df_idle_residency).
+    Returns the matplotlib Figure (drawn into ``ax`` when given)."""
+    fig, ax = _axes(ax, (7, 3.5))
     cpus = sorted(residency["cpu"].unique().to_list())
     bottom = np.zeros(len(cpus))
     for name in residency.sort("state", nulls_last=True)["state_name"].unique(maintain_order=True).to_list():
@@ -300,13 +306,11 @@ def plot_idle_residency(residency: pl.DataFrame):
     return fig
 
 
-def plot_idle_misses(misses: pl.DataFrame):
-    """Bars of too deep % and too shallow % per CPU (from df_idle_misses, summed over states)."""
-    from matplotlib.figure import Figure
-
+def plot_idle_misses(misses: pl.DataFrame, *, ax=None):
+    """Bars of too deep % and too shallow % per CPU (from df_idle_misses, summed over states).
+    Returns the matplotlib Figure (drawn into ``ax`` when given)."""
     tot = df_idle_miss_totals(misses).filter(pl.col("cpu").is_not_null())
-    fig = Figure(figsize=(7, 3.5))
-    ax = fig.add_subplot()
+    fig, ax = _axes(ax, (7, 3.5))
     x = np.arange(tot.height)
     ax.bar(x - 0.2, tot["above_pct"].to_numpy(), width=0.4, label="too deep (above)")
     ax.bar(x + 0.2, tot["below_pct"].to_numpy(), width=0.4, label="too shallow (below)")
@@ -432,11 +436,11 @@ class IdleAnalysis:
     def df_miss_totals(self, source: str = "auto") -> pl.DataFrame:
         return df_idle_miss_totals(self.df_misses(source))
 
-    def plot_residency(self):
-        return plot_idle_residency(self.df_residency())
+    def plot_residency(self, ax=None):
+        return plot_idle_residency(self.df_residency(), ax=ax)
 
-    def plot_misses(self, source: str = "auto"):
-        return plot_idle_misses(self.df_misses(source))
+    def plot_misses(self, source: str = "auto", ax=None):
+        return plot_idle_misses(self.df_misses(source), ax=ax)
 
 
 def summary(trace) -> dict:

@@ -111,12 +111,12 @@ def df_latency_stats(latency: pl.DataFrame, by: str | list[str] | None = ("pid",
     return latency.group_by(by).agg(_stats(col)).sort(["wakeups", *by], descending=[True] + [False] * len(by))
 
 
-def plot_latency_cdf(latency: pl.DataFrame, top_tasks: int = 5):
-    """CDF of wakeup latency (us, log x) for all tasks and the `top_tasks` most woken ones."""
-    from matplotlib.figure import Figure
+def plot_latency_cdf(latency: pl.DataFrame, top_tasks: int = 5, *, ax=None):
+    """CDF of wakeup latency (us, log x) for all tasks and the `top_tasks` most woken ones.
+    Returns the matplotlib Figure (drawn into ``ax`` when given)."""
+    import matplotlib.pyplot as plt
 
-    fig = Figure(figsize=(7, 3.5))
-    ax = fig.add_subplot()
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(7, 3.5))
 
     def _cdf(v: np.ndarray, label: str):
         v = np.sort(v)
@@ -182,8 +182,8 @@ class LatencyAnalysis:
     def df_stats(self) -> pl.DataFrame:
         return df_latency_stats(self.df_latency(), by=None)
 
-    def plot_cdf(self, top_tasks: int = 5):
-        return plot_latency_cdf(self.df_latency(), top_tasks)
+    def plot_cdf(self, top_tasks: int = 5, ax=None):
+        return plot_latency_cdf(self.df_latency(), top_tasks, ax=ax)
 
 
 def summary(trace, top_tasks: int = 10) -> dict:

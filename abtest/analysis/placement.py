@@ -156,9 +156,10 @@ def df_balance(per_cpu: pl.DataFrame) -> pl.DataFrame:
     ).sort("cluster")
 
 
-def plot_task_residency(residency: pl.DataFrame, top_tasks: int = 15):
-    """Heat map: % of each task's run time per CPU, for the top_tasks longest-running tasks."""
-    from matplotlib.figure import Figure
+def plot_task_residency(residency: pl.DataFrame, top_tasks: int = 15, *, ax=None):
+    """Heat map: % of each task's run time per CPU, for the top_tasks longest-running tasks.
+    Returns the matplotlib Figure (drawn into ``ax`` when given)."""
+    import matplotlib.pyplot as plt
 
     top = residency.select("pid", "comm", "task_time_ns").unique("pid").sort("task_time_ns", descending=True).head(top_tasks)
     cpus = sorted(residency["cpu"].unique().to_list())
@@ -166,8 +167,7 @@ def plot_task_residency(residency: pl.DataFrame, top_tasks: int = 15):
             .join(top, on="pid").sort("task_time_ns", descending=True))
     mat = np.nan_to_num(np.array([wide[str(c)].to_numpy() if str(c) in wide.columns else np.zeros(wide.height)
                                   for c in cpus], dtype=float).T)
-    fig = Figure(figsize=(7, max(2.5, 0.3 * wide.height + 1)))
-    ax = fig.add_subplot()
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(7, max(2.5, 0.3 * wide.height + 1)))
     im = ax.imshow(mat, aspect="auto", cmap="viridis", vmin=0, vmax=100)
     ax.set_xticks(range(len(cpus)), [str(c) for c in cpus])
     ax.set_yticks(range(wide.height), [f"{c}:{p}" for p, c in zip(wide["pid"], wide["comm"])], fontsize="small")
@@ -177,12 +177,12 @@ def plot_task_residency(residency: pl.DataFrame, top_tasks: int = 15):
     return fig
 
 
-def plot_balance(per_cpu: pl.DataFrame):
-    """Bars of tasks per CPU vs the even split N/M, one group per cluster (from df_balance_per_cpu)."""
-    from matplotlib.figure import Figure
+def plot_balance(per_cpu: pl.DataFrame, *, ax=None):
+    """Bars of tasks per CPU vs the even split N/M, one group per cluster (from df_balance_per_cpu).
+    Returns the matplotlib Figure (drawn into ``ax`` when given)."""
+    import matplotlib.pyplot as plt
 
-    fig = Figure(figsize=(7, 3.5))
-    ax = fig.add_subplot()
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(7, 3.5))
     x = np.arange(per_cpu.height)
     ax.bar(x, per_cpu["tasks"].to_numpy(), label="tasks (dominant CPU)")
     ax.step(np.append(x, x[-1] + 1) - 0.5 if len(x) else x,
@@ -238,11 +238,11 @@ class PlacementAnalysis:
     def df_balance(self, tasks=None, min_runtime_ns: int = 0) -> pl.DataFrame:
         return df_balance(self.df_balance_per_cpu(tasks, min_runtime_ns))
 
-    def plot_residency(self, top_tasks: int = 15):
-        return plot_task_residency(self.df_residency(), top_tasks)
+    def plot_residency(self, top_tasks: int = 15, ax=None):
+        return plot_task_residency(self.df_residency(), top_tasks, ax=ax)
 
-    def plot_balance(self, tasks=None, min_runtime_ns: int = 0):
-        return plot_balance(self.df_balance_per_cpu(tasks, min_runtime_ns))
+    def plot_balance(self, tasks=None, min_runtime_ns: int = 0, ax=None):
+        return plot_balance(self.df_balance_per_cpu(tasks, min_runtime_ns), ax=ax)
 
 
 def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
