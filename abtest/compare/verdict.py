@@ -9,10 +9,10 @@ The rule (documented in docs/compare.md, tested by simulation in tests/test_stat
        rank test (its smallest possible p is 2 / C(n_a + n_b, n_a): 0.1 for 3 vs 3), in which case Welch's t
        decides alone and `decision_test` says "welch" instead of "welch+mannwhitney".
    Why: at the 3..10 iterations per side kernel A/B runs afford, Welch's t has the most power (5 % shift at
-   CV 2 %, n = 5: ~92 % vs ~86 % for the exact rank test, whose p-values at 5 vs 5 are 0.0079, 0.016, 0.032,
-   0.056 ...). Requiring the rank test to agree stops one outlier iteration (a thermal throttle, a
+   CV 2 %, n = 5: 92.0 % vs 85.4 % for the exact rank test, whose p-values at 5 vs 5 are 0.0079, 0.016,
+   0.032, 0.056 ...). Requiring the rank test to agree stops one outlier iteration (a thermal throttle, a
    background job) from producing a verdict on its own, and keeps the A/A false-positive rate below alpha
-   (~3 % at n = 5 measured by simulation) at a small cost in power (~85 % at n = 5).
+   (2.5 % at n = 5) at a small cost in power (84.4 % at n = 5). Numbers: `python -m abtest.compare.simulate`.
 3. Size: a significant difference is a regression/improvement only if |delta_pct| >= min_effect_pct
    (default 1 %). Direction follows lower_is_better (power, latency, jank: lower is better; fps, score:
    higher is better). Metrics without a preferred direction (lower_is_better None) say "changed".
@@ -22,7 +22,8 @@ The rule (documented in docs/compare.md, tested by simulation in tests/test_stat
    CV: to detect the observed delta when it is >= min_effect_pct, else to show equivalence.
 
 The bootstrap CI of the delta is reported next to the verdict but does not decide it: with 5 iterations per
-side the percentile bootstrap is too narrow (A/A false-positive rate 13.8 % at n = 5 if it were used as the test; 1000 seeded simulations).
+side the percentile bootstrap is too narrow (A/A false-positive rate 12.5 % at n = 5 if it were used as the
+test; `python -m abtest.compare.simulate`).
 """
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def _state_key(s: str):
 
 
 def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, pattern: str, title: str,
-                   max_groups: int = 4):
+                   max_groups: int = 4, xlabel: str = ""):
     """Side-by-side residency bars (mean % of time) per state or OPP, one panel per CPU/policy group."""
     groups = residency_metrics(w, pattern)
     if not groups:
@@ -112,6 +112,7 @@ def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, pattern: s
         ax.bar(x + 0.2, [m.b.mean if m.b else 0 for m in ms], 0.4, color=COLOR_B, label=label_b)
         ax.set_xticks(x, states, rotation=45, ha="right", fontsize=7)
         ax.set_ylabel("% of time")
+        ax.set_xlabel(xlabel, fontsize=8)
         ax.set_title(f"CPU {g}" if g.isdigit() else g, fontsize=9)
         ax.legend(fontsize=7)
     fig.suptitle(f"{w.workload}: {title}", fontsize=10)

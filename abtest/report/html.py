@@ -105,13 +105,14 @@ def workload_figures_html(c: Comparison, w: WorkloadComparison) -> tuple[str, li
     if fig is None:
         missing.append(f"{w.workload}: no power per channel figure (no power.csv in the iterations)")
     parts.append(_figure_html(fig, f"{w.workload}: average power per channel"))
-    fig = figures.plot_residency(w, c.label_a, c.label_b, figures.OPP_RESIDENCY, "OPP residency")
+    fig = figures.plot_residency(w, c.label_a, c.label_b, figures.OPP_RESIDENCY, "OPP residency",
+                                  xlabel="OPP (kHz)")
     if fig is None:
         missing.append(f"{w.workload}: no OPP residency figure (no frequency residency metrics: "
                        "cpu_frequency events absent or the frequency analysis unavailable)")
     parts.append(_figure_html(fig, f"{w.workload}: OPP residency"))
     parts.append(_figure_html(figures.plot_residency(w, c.label_a, c.label_b, figures.IDLE_RESIDENCY,
-                                                     "idle-state residency"),
+                                                     "idle-state residency", xlabel="idle state"),
                               f"{w.workload}: idle-state residency"))
     return "".join(parts), missing
 
