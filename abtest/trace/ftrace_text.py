@@ -64,7 +64,7 @@ def _parse_text(path, body: bytes, first_line: int, meta: dict) -> dict[str, pl.
     lines = split_lines(body, first_line)
     if looks_js_escaped(lines):
         lines = unescape_js_lines(lines)
-        meta["warnings"].append("text is a JavaScript-escaped string (lines end in '\\n\\'): unescaped")
+        meta.setdefault("text_quirks", []).append("JavaScript-escaped string (lines end in '\\n\\'): unescaped")
     return parse_lines(path, lines, meta)
 
 
