@@ -124,6 +124,27 @@ def test_fields_comm_with_space_and_flags(traces):
         "kworker/2:0H", 24678, 2, "gnome-shell", 1746)  # prev_state=D -> 0x2
 
 
+def test_payload_values_with_spaces(traces):
+    """comm values with spaces in key=value payloads ("comm=Network Thread pid=3481 ...")."""
+    path = traces / "tracecompass/trace-critical-path"
+    line = _line(path, "26186.337978: sched_waking")
+    assert "comm=Network Thread pid=3481" in line
+    raw, _ = _raw(path)
+    row = _row(raw["sched_waking"], _ts_ns(line), 2)
+    assert (row["common_comm"], row["comm"], row["pid"], row["prio"], row["target_cpu"]) == (
+        "gnome-shell", "Network Thread", 3481, 120, 2)
+    names = set(raw["sched_switch"]["prev_comm"]) | set(raw["sched_switch"]["next_comm"])
+    assert {"Web Content", "Network Thread"} <= names
+    assert raw["sched_switch"]["prev_pid"].dtype == pl.Int64
+    path = traces / "tracecompass/trace-android-sched"
+    line = _line(path, "prev_comm=POSIX timer 2 prev_pid")
+    raw, _ = _raw(path)
+    cpu = int(re.search(r"\[(\d+)\]", line).group(1))
+    row = _row(raw["sched_switch"], _ts_ns(line), cpu)
+    assert (row["common_comm"], row["common_pid"], row["prev_comm"], row["prev_pid"], row["prev_state"],
+            row["next_comm"], row["next_pid"]) == ("<...>", 15649, "POSIX timer 2", 15649, 1, "RxComputationSc", 12549)
+
+
 def test_fields_tgid_column(traces):
     path = traces / "catapult/decompressed_atrace_data.txt"
     raw, meta = _raw(path)

@@ -113,13 +113,16 @@ def _simple_pairs(df: pl.DataFrame, max_layouts: int = 8) -> tuple[list[pl.DataF
     parsed parts and the lines left for the general path (values with spaces, text before the keys).
     """
     parts: list[pl.DataFrame] = []
+    odd: list[pl.DataFrame] = []  # lines whose own layout is not simple: general path
     remaining = df
     for _ in range(max_layouts):
         if remaining.is_empty():
             break
         keys = _KEY_PY_RE.findall(remaining["payload"][0])
         if not keys:
-            break
+            odd.append(remaining.head(1))
+            remaining = remaining.slice(1)
+            continue
         names = _field_names(keys)[1:]
         tokens = [f"_tok{i}" for i in range(len(keys))]
         split = remaining.with_columns(
@@ -131,13 +134,18 @@ def _simple_pairs(df: pl.DataFrame, max_layouts: int = 8) -> tuple[list[pl.DataF
         for t, k in zip(tokens, keys):
             ok = ok & pl.col(t).str.starts_with(k + "=")
         split = split.with_columns(ok.alias("_ok"))
-        if not split["_ok"][0]:
-            break
         hit = split.filter("_ok")
-        parts.append(hit.with_columns(
-            pl.col(t).str.strip_prefix(k + "=").alias(n) for t, k, n in zip(tokens, keys, names))
-            .drop("payload", "_ok", *tokens))
+        if hit.height:
+            parts.append(hit.with_columns(
+                pl.col(t).str.strip_prefix(k + "=").alias(n) for t, k, n in zip(tokens, keys, names))
+                .drop("payload", "_ok", *tokens))
+        first_ok = bool(split["_ok"][0])
         remaining = split.filter(~pl.col("_ok")).drop("_ok", *tokens)
+        if not first_ok:  # e.g. "comm=GPU completion ...": its layout has values with spaces
+            odd.append(remaining.head(1))
+            remaining = remaining.slice(1)
+    if odd:
+        remaining = pl.concat([*odd, remaining])
     return parts, remaining
 
 

@@ -268,4 +268,8 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
     for (name,), part in events.partition_by("event", as_dict=True, maintain_order=True).items():
         parsed = parse_event_payload(part.drop("event"), name)
         tables[name] = parsed.drop("_line")
+    switch = tables.get("sched_switch")
+    if switch is not None and "prev_state" in switch.columns and switch["prev_state"].null_count():
+        warnings.append(f"{switch['prev_state'].null_count()} sched_switch prev_state values are not "
+                        f"state letters or numbers: left null")
     return tables
