@@ -163,3 +163,24 @@ def test_orphan_stack_line(traces, tmp_path):
     with pytest.raises(TraceFormatError) as e:
         read_trace(path)
     assert e.value.line == 3 and "stack" in str(e.value)
+
+
+def test_garbage_inside_html_block_names_html_line(traces, tmp_path):
+    lines = (traces / "trappy/trace_systrace.html").read_text().splitlines()
+    target = next(i for i, ln in enumerate(lines) if "514769.086283" in ln)
+    lines[target] = "  <div>not a trace line</div>"
+    path = tmp_path / "bad.html"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert e.value.line == target + 1 and "<div>not a trace line" in str(e.value)
+
+
+def test_garbage_inside_atrace_z_names_inflated_line(traces, tmp_path):
+    body = (traces / "catapult/decompressed_atrace_data.txt").read_bytes().split(b"\n")
+    body[30] = b"garbage in the middle of the stream"
+    path = tmp_path / "bad_z.txt"
+    path.write_bytes(b"TRACE:\n" + zlib.compress(b"\n".join(body)))
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert e.value.line == 31 and "inflated atrace -z stream" in str(e.value)
