@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from abtest.analysis import workload, workload_frames
@@ -245,3 +246,37 @@ def test_frames_from_real_atrace_markers(traces):
     assert row["fps"] == pytest.approx(exp_fps, rel=1e-9)
     assert row["mean_frame_ms"] == pytest.approx(exp_mean_ms, rel=1e-9)
     assert 55 < row["fps"] < 65  # a 60 Hz device
+
+
+# -- perfetto frame timeline (real trace, through Perfetto's own engine) -----------------------------
+def test_frame_timeline_nowinandroid(traces):
+    """nowinandroid/trace.perfetto-trace (Pixel 7 Pro, Android 13) carries SurfaceFlinger FrameTimeline
+    events. Expected values: plain Python over the raw slice rows (a different query than the parser's)."""
+    from abtest.interop import perfetto_engine
+
+    try:
+        perfetto_engine.select_engine()
+    except perfetto_engine.EngineUnavailableError as e:
+        pytest.skip(f"no Perfetto trace_processor here: {e}")
+    path = traces / "nowinandroid" / "trace.perfetto-trace"
+    raw = perfetto_engine.query(path, "select ts, dur, jank_type, layer_name from actual_frame_timeline_slice")
+    by_layer: dict = {}
+    for ts, dur, jank, layer in raw.iter_rows():
+        by_layer.setdefault(layer or "<display>", []).append((ts, dur, jank))
+    stats = workload_frames.df_frame_timeline_stats(workload_frames.read_frame_timeline(path))
+    assert int(stats["frames"].sum()) == raw.height == 1869
+    app = [k for k in by_layer if k.startswith("TX - com.google.samples.apps.nowinandroid.demo/")]
+    assert len(app) == 1
+    rows = by_layer[app[0]]
+    starts = sorted(r[0] for r in rows)
+    got = stats.filter(pl.col("layer") == app[0]).row(0, named=True)
+    assert got["frames"] == len(rows) == 739
+    assert got["janky_frames"] == sum(r[2] != "None" for r in rows) == 61
+    assert got["app_deadline_missed"] == sum("App Deadline Missed" in r[2] for r in rows)
+    assert got["fps"] == pytest.approx((len(rows) - 1) / ((starts[-1] - starts[0]) / 1e9))
+    assert got["mean_frame_ms"] == pytest.approx(statistics.fmean(r[1] for r in rows) / 1e6)
+    from abtest import Trace
+
+    s = workload_frames.summary(Trace(path))
+    assert s["source"] == "perfetto:actual_frame_timeline_slice" and s["processes"] == {}
+    assert s["layers"]["9305:" + app[0]]["frames"] == 739

@@ -285,21 +285,93 @@ def df_frames_from_markers(marker: pl.DataFrame, slice_name: str = "Choreographe
     ).sort("frames", descending=True)
 
 
-def summary(trace) -> dict:
-    """Frame summary of a trace from atrace doFrame markers: ``{"source": "marker:Choreographer#doFrame",
-    "processes": {tgid: {"frames", "fps", "mean_frame_ms", "p95_frame_ms"}}}``.
+# --------------------------------------------------------------------------------------------
+# Perfetto frame timeline (SurfaceFlinger FrameTimeline data source)
+# --------------------------------------------------------------------------------------------
+_FRAME_TIMELINE_SQL = """
+select a.ts as ts, a.dur as dur_ns, a.layer_name as layer_name, a.jank_type as jank_type,
+       a.present_type as present_type, a.on_time_finish as on_time_finish, p.pid as pid
+from actual_frame_timeline_slice a left join process p using (upid)
+order by a.ts
+"""
 
-    Raises MissingEventsError when the trace has no marker table, ValueError when no frame slice is found.
+
+def read_frame_timeline(path: str | os.PathLike, engine: str | None = None) -> pl.DataFrame:
+    """Actual frame timeline slices of a perfetto trace, through Perfetto's trace_processor
+    (abtest.interop.perfetto_engine; abtest's own perfetto reader does not decode FrameTimelineEvent
+    packets). One row per frame: ts (ns, frame start), dur_ns, layer_name (null = SurfaceFlinger's
+    display frame), jank_type ("None" = on time; else e.g. "App Deadline Missed", "Buffer Stuffing"),
+    present_type, on_time_finish, pid.
+
+    Raises abtest.interop.perfetto_engine.EngineUnavailableError when no engine is available.
     """
-    if "marker" not in trace.tables or trace.df("marker", windowed=False).height == 0:
-        from abtest.trace.errors import MissingEventsError
+    from abtest.interop import perfetto_engine
+
+    return perfetto_engine.query(path, _FRAME_TIMELINE_SQL, engine=engine)
+
+
+def df_frame_timeline_stats(frames: pl.DataFrame) -> pl.DataFrame:
+    """Per (pid, layer): frames, span_s, fps ((frames - 1) / span between first and last frame start),
+    mean_frame_ms (slice duration), janky_frames (jank_type != "None"), jank_pct,
+    app_deadline_missed (jank_type mentions "App Deadline Missed"). layer "<display>" = SurfaceFlinger's
+    display frames. Sorted by frames, descending."""
+    f = frames.with_columns(pl.col("layer_name").fill_null("<display>").alias("layer"))
+    return f.group_by(["pid", "layer"]).agg(
+        pl.len().alias("frames"),
+        ((pl.col("ts").max() - pl.col("ts").min()) / 1e9).alias("span_s"),
+        (pl.col("dur_ns").mean() / 1e6).alias("mean_frame_ms"),
+        (pl.col("jank_type").fill_null("None") != "None").sum().cast(pl.Int64).alias("janky_frames"),
+        pl.col("jank_type").fill_null("").str.contains("App Deadline Missed").sum().cast(pl.Int64)
+        .alias("app_deadline_missed"),
+    ).with_columns(
+        pl.when(pl.col("span_s") > 0).then((pl.col("frames") - 1) / pl.col("span_s")).alias("fps"),
+        (100.0 * pl.col("janky_frames") / pl.col("frames")).alias("jank_pct"),
+    ).sort(["frames", "layer"], descending=[True, False])
+
+
+def summary(trace) -> dict:
+    """JSON frame summary of a trace. Keys: ``source`` ("marker:Choreographer#doFrame" and/or
+    "perfetto:actual_frame_timeline_slice", joined by "+"), ``processes`` {tgid: {frames, fps,
+    mean_frame_ms, p95_frame_ms}} from atrace doFrame markers, ``layers`` {"<pid>:<layer>": {frames,
+    fps, mean_frame_ms, janky_frames, jank_pct, app_deadline_missed}} from the perfetto frame timeline
+    (at most 10 layers, most frames first). Either dict may be empty, not both.
+
+    Raises MissingEventsError (no markers, and no frame timeline) or ValueError (markers without any
+    doFrame slice, or a frame timeline that cannot be read because no Perfetto engine is available).
+    """
+    from abtest.trace.errors import MissingEventsError
+
+    processes: dict = {}
+    layers: dict = {}
+    sources = []
+    notes = []
+    if "marker" in trace.tables and trace.df("marker", windowed=False).height:
+        per = df_frames_from_markers(trace.df("marker"))
+        if per.height:
+            sources.append("marker:Choreographer#doFrame")
+            processes = {str(r["tgid"]): {"frames": r["frames"], "fps": r["fps"], "mean_frame_ms": r["mean_frame_ms"],
+                                          "p95_frame_ms": r["p95_frame_ms"]} for r in per.iter_rows(named=True)}
+        else:
+            notes.append("no Choreographer#doFrame slices in the trace's markers")
+    if trace.meta.get("format") == "perfetto":
+        from abtest.interop.perfetto_engine import EngineQueryError, EngineUnavailableError
+
+        try:
+            ft = read_frame_timeline(trace.path)
+        except (EngineUnavailableError, EngineQueryError) as e:  # say so; the markers may still answer
+            notes.append(f"perfetto frame timeline not read ({type(e).__name__}: {e})")
+            ft = None
+        if ft is not None and ft.height:
+            windowed = (trace.start_ns, trace.end_ns) != (trace.meta.get("start_ns"), trace.meta.get("end_ns"))
+            if windowed:  # a Trace.window(): keep the frames that start inside it
+                ft = ft.filter((pl.col("ts") >= trace.start_ns) & (pl.col("ts") < trace.end_ns))
+            st = df_frame_timeline_stats(ft).head(10)
+            sources.append("perfetto:actual_frame_timeline_slice")
+            layers = {f"{r['pid']}:{r['layer']}": {k: r[k] for k in ("frames", "fps", "mean_frame_ms", "janky_frames",
+                                                                     "jank_pct", "app_deadline_missed")}
+                      for r in st.iter_rows(named=True)}
+    if not sources:
+        if notes:
+            raise ValueError("; ".join(notes))
         raise MissingEventsError("frames", ["tracing_mark_write"], str(trace.path))
-    per = df_frames_from_markers(trace.df("marker"))
-    if per.is_empty():
-        raise ValueError("no Choreographer#doFrame slices in the trace's markers")
-    return {
-        "source": "marker:Choreographer#doFrame",
-        "processes": {str(r["tgid"]): {"frames": r["frames"], "fps": r["fps"], "mean_frame_ms": r["mean_frame_ms"],
-                                       "p95_frame_ms": r["p95_frame_ms"]}
-                      for r in per.iter_rows(named=True)},
-    }
+    return {"source": "+".join(sources), "processes": processes, "layers": layers}
