@@ -12,9 +12,11 @@ scipy directly and the documented rule.
 """
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,13 @@ from abtest.compare.store import write_iteration
 X86 = Path("/work/shared/traces/x86-vm")
 WINDOW_MS = 150
 WINDOWS = {"haltpoll": 6, "ladder": 6, "menu": 3}
-LINE = re.compile(r"^\s*(?P<comm>.*?)-(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<ts>\d+\.\d+):\s+(?P<event>\w+):\s+(?P<body>.*)$")
+# `trace-cmd report -t` prints seconds with 9 decimals, or integer ns (no decimal point, no space) for
+# counter-like clocks such as "boot"
+LINE = re.compile(r"^\s*(?P<comm>.*?)-(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s*(?P<ts>\d+(?:\.\d+)?):\s+(?P<event>\w+):\s+(?P<body>.*)$")
+
+
+def _seconds(ts: str) -> float:
+    return float(ts) if "." in ts else int(ts) / 1e9
 
 pytestmark = pytest.mark.skipif(shutil.which("trace-cmd") is None, reason="trace-cmd not installed")
 
@@ -48,7 +56,7 @@ def independent_metrics(path: Path) -> dict:
     pending: dict[int, float] = {}
     lat_us = []
     for m in _report(path):
-        ev, body, ts = m["event"], m["body"], float(m["ts"])
+        ev, body, ts = m["event"], m["body"], _seconds(m["ts"])
         if ev == "cpu_idle_miss" and "type=below" in body:
             below += 1
         elif ev == "cpu_idle" and "state=4294967295" in body:
@@ -62,12 +70,12 @@ def independent_metrics(path: Path) -> dict:
             running[int(m["cpu"])] = nxt
             if nxt in pending:
                 lat_us.append((ts - pending.pop(nxt)) * 1e6)
-    gmean = math.exp(sum(math.log(x) for x in lat_us) / len(lat_us))
+    gmean = math.exp(sum(math.log(x) for x in lat_us) / len(lat_us)) if lat_us else None
     return {"idle.misses.too_shallow_count": below, "idle.wakeups_total": exits, "latency.gmean_us": gmean}
 
 
 def _split(src: Path, out_dir: Path, n: int) -> list[Path]:
-    end = next(float(m["ts"]) for m in _report(src) if "workload end" in m["body"])
+    end = next(_seconds(m["ts"]) for m in _report(src) if "workload end" in m["body"])
     start = end - 0.9
     out_dir.mkdir(parents=True)
     subprocess.run(["trace-cmd", "split", "-i", str(src), "-o", str(out_dir / "w.dat"), "-m", str(WINDOW_MS),
@@ -249,3 +257,34 @@ def test_same_label_twice(tmp_path):
     _mk(tmp_path, "a", "w", [1, 2, 3])
     r = _run("a", str(tmp_path / "a"), "--store", str(tmp_path))
     assert r.exit_code == 2 and "same label directory" in r.output
+
+
+# ------------------------------------------------------------------ live: abtest collect -> abtest compare
+@pytest.mark.tracefs
+def test_live_collect_then_compare(tmp_path):
+    """A real recording on this machine: `abtest collect` (the collectors helper's command; it takes
+    /tmp/abtest-tracefs.lock itself and restores the cpuidle governor) runs hackbench 3 times under the menu
+    and haltpoll governors, then `abtest compare` reads that store. The per-iteration idle exits are checked
+    against `trace-cmd report` of each recorded trace.dat; hackbench_time_s against metrics.json."""
+    if not Path("/sys/devices/system/cpu/cpuidle/current_governor").exists():
+        pytest.skip("no cpuidle governors on this machine")
+    store = tmp_path / "results"
+    p = subprocess.run([sys.executable, "-m", "abtest.cli", "collect", "--target", "localhost", "--label", "menu",
+                        "--label", "haltpoll", "--workload", "hackbench:groups=2,loops=50", "-n", "3",
+                        "--store", str(store), "--no-progress"], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0 and ("Permission denied" in p.stderr or "tracefs" in p.stderr.lower()):
+        pytest.skip(f"cannot trace here: {p.stderr.strip()[-300:]}")
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = _compare_json(store, "haltpoll", "menu")
+    (w,) = doc["workloads"]
+    assert w["workload"] == "hackbench" and w["n_a"] == 3 and w["n_b"] == 3 and w["excluded"] == []
+    assert w["meta_a"]["governors.cpuidle"] == "haltpoll" and w["meta_b"]["governors.cpuidle"] == "menu"
+    assert w["meta_a"]["kernel.release"] == w["meta_b"]["kernel.release"] == os.uname().release
+    metrics = {m["name"]: m for m in w["metrics"]}
+    for label, key in (("haltpoll", "values_a"), ("menu", "values_b")):
+        its = [store / label / "hackbench" / name for name in w["iterations_a" if key == "values_a" else "iterations_b"]]
+        recorded = [json.loads((it / "metrics.json").read_text())["metrics"]["hackbench_time_s"]["value"] for it in its]
+        assert metrics["hackbench_time_s"][key] == recorded
+        exits = [independent_metrics(it / "trace.dat")["idle.wakeups_total"] for it in its]
+        assert metrics["idle.wakeups_total"][key] == exits
+    assert metrics["hackbench_time_s"]["verdict"] in ("regression", "improvement", "no change", "inconclusive")

@@ -36,7 +36,7 @@ def resolve_label(arg: str, store: Path):
                    f"labels in the store: {', '.join(labels) or 'none'} (set --store or {STORE_ENV})")
 
 
-def _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache):
+def _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache, metric_patterns=()):
     from abtest.compare.comparison import CompareError, compare_labels
     from abtest.compare.verdict import Policy
     from abtest.trace.errors import TraceFormatError
@@ -47,7 +47,8 @@ def _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache
         raise BadInput(f"A and B are the same label directory ({la.path})")
     try:
         return compare_labels(la, lb, workload=workload, policy=Policy(alpha=alpha, min_effect_pct=min_effect),
-                              with_trace=not no_trace, use_cache=not no_cache)
+                              with_trace=not no_trace, use_cache=not no_cache,
+                              metric_patterns=tuple(metric_patterns))
     except (CompareError, StoreError, TraceFormatError) as e:
         raise BadInput(str(e)) from e
 
@@ -79,7 +80,9 @@ def _with_common(f):
               show_default=True, help="Significance level.")
 @click.option("--min-effect", type=click.FloatRange(0), default=1.0, show_default=True,
               help="Smallest change (percent) called a regression/improvement.")
-def compare(a, b, store, workload, no_trace, no_cache, fmt, html_path, alpha, min_effect):
+@click.option("--metric", "metric_patterns", multiple=True,
+              help="Only metrics matching this shell pattern, e.g. 'power.channel.*' (repeatable).")
+def compare(a, b, store, workload, no_trace, no_cache, fmt, html_path, alpha, min_effect, metric_patterns):
     """Compare kernel label B against baseline A: seed-style tables, statistics and a verdict per metric.
 
     A and B are labels in the store (STORE/<label>/<workload>/<iteration>/) or paths to label directories.
@@ -87,7 +90,7 @@ def compare(a, b, store, workload, no_trace, no_cache, fmt, html_path, alpha, mi
     """
     from abtest.compare.tables import seed_tables
 
-    c = _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache)
+    c = _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache, metric_patterns)
     tables = seed_tables(c)
     if fmt == "json":
         doc = c.to_json()

@@ -5,7 +5,9 @@ A is the baseline: delta_pct = 100 * (mean(B) - mean(A)) / |mean(A)|.
 """
 from __future__ import annotations
 
+import fnmatch
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -106,8 +108,9 @@ def _num(x):
 
 
 def compare_labels(label_a: Label, label_b: Label, *, workload: str | None = None, policy: Policy = Policy(),
-                   with_trace: bool = True, use_cache: bool = True) -> Comparison:
-    """Compare every workload present under both labels (or only `workload`). Raises CompareError on bad input."""
+                   with_trace: bool = True, use_cache: bool = True, metric_patterns: tuple = ()) -> Comparison:
+    """Compare every workload present under both labels (or only `workload`). Raises CompareError on bad input.
+    metric_patterns: shell-style patterns (fnmatch); when given, only matching metric names are compared."""
     wa, wb = set(label_a.workloads), set(label_b.workloads)
     if workload is not None:
         missing = [f"{lab.name} ({lab.path})" for lab, ws in ((label_a, wa), (label_b, wb)) if workload not in ws]
@@ -124,9 +127,11 @@ def compare_labels(label_a: Label, label_b: Label, *, workload: str | None = Non
     result = Comparison(label_a.name, label_b.name, str(label_a.path), str(label_b.path), policy, [],
                         sorted(wa - wb) if workload is None else [], sorted(wb - wa) if workload is None else [])
     for w in common:
-        result.workloads.append(_compare_workload(label_a, label_b, w, policy, with_trace, use_cache))
+        result.workloads.append(_compare_workload(label_a, label_b, w, policy, with_trace, use_cache,
+                                                  metric_patterns))
     if not any(w.metrics for w in result.workloads):
-        raise CompareError(f"{label_a.name} and {label_b.name} have no metric in common in "
+        what = f"matching {', '.join(metric_patterns)} " if metric_patterns else ""
+        raise CompareError(f"{label_a.name} and {label_b.name} have no metric {what}in common in "
                            f"{', '.join(common)} (no metrics.json, power.csv or analysable trace on one side?)")
     return result
 
@@ -162,9 +167,13 @@ def _collect(label: Label, workload: str, with_trace: bool, use_cache: bool
 
 
 def _compare_workload(label_a: Label, label_b: Label, workload: str, policy: Policy, with_trace: bool,
-                      use_cache: bool) -> WorkloadComparison:
+                      use_cache: bool, metric_patterns: tuple = ()) -> WorkloadComparison:
     its_a, ma, ex_a, notes_a = _collect(label_a, workload, with_trace, use_cache)
     its_b, mb, ex_b, notes_b = _collect(label_b, workload, with_trace, use_cache)
+    if metric_patterns:
+        keep = lambda name: any(fnmatch.fnmatchcase(name, p) for p in metric_patterns)  # noqa: E731
+        ma = [{k: v for k, v in m.items() if keep(k)} for m in ma]
+        mb = [{k: v for k, v in m.items() if keep(k)} for m in mb]
     notes = notes_a + notes_b
     for lab, its, ex in ((label_a, its_a, ex_a), (label_b, its_b, ex_b)):
         if ex:
@@ -218,6 +227,9 @@ def _compare_metric(name, its_a, ma, its_b, mb, policy, notes, label_a, label_b)
                             verdict=v, nan_iterations=nan_a + nan_b)
 
 
+_ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d")
+
+
 def _flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -234,7 +246,7 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 def summarize_meta(iterations: list[Iteration]) -> dict:
     """meta.json of all iterations, flattened ("kernel.release": "6.1.0-..."). A key whose value differs
     between iterations maps to "varies: v1 | v2 ..." (numbers: "min .. max"), so a change of conditions
-    mid-run (governor, temperature) is visible in the report header."""
+    mid-run (governor, temperature) is visible in the report header. ISO timestamps become "first .. last"."""
     flats = [_flatten(it.meta) for it in iterations if it.meta]
     keys = sorted(set().union(*flats)) if flats else []
     out = {}
@@ -247,6 +259,8 @@ def summarize_meta(iterations: list[Iteration]) -> dict:
             out[k] = vals[0]
         elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
             out[k] = f"{min(vals)} .. {max(vals)}"
+        elif all(isinstance(v, str) and _ISO_TIME.match(v) for v in vals):
+            out[k] = f"{min(vals)} .. {max(vals)}"  # ISO 8601 timestamps sort as text
         else:
             out[k] = "varies: " + " | ".join(distinct[:4]) + (" ..." if len(distinct) > 4 else "")
     return out
