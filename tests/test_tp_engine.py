@@ -182,3 +182,14 @@ def test_cli_engines_measure(clean_env):
     assert wasm["startup"]["module_source"] in ("disk-cache", "compiled")
     cache = [x for x in rows if x["source"] == "perfetto-cache"][0]
     assert not cache["available"]
+
+
+def test_runaway_query_times_out_and_session_recovers(clean_env, traces, monkeypatch):
+    pe.query(traces / SYSTING, "select 1")  # loaded with the default timeout
+    monkeypatch.setenv("ABTEST_TP_TIMEOUT_S", "0.3")
+    t0 = time.perf_counter()
+    with pytest.raises(pe.EngineQueryError, match="timed out after 0.3 s"):
+        pe.query(traces / SYSTING, "select count(*) from ftrace_event a join ftrace_event b join ftrace_event c")
+    assert time.perf_counter() - t0 < 30
+    monkeypatch.delenv("ABTEST_TP_TIMEOUT_S")
+    assert pe.query(traces / SYSTING, "select count(*) as n from ftrace_event")["n"].to_list() == [17262]

