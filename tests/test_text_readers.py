@@ -418,3 +418,39 @@ def test_live_tracefs_text_equals_trace_cmd_extract(tracefs_lock, tmp_path):
         assert a.columns == b.columns, ev
         assert a.equals(b), ev
     assert text["sched_switch"]["common_tgid"].null_count() < text["sched_switch"].height
+
+
+@pytest.mark.tracefs
+def test_live_tracefs_stack_traces(tracefs_lock, tmp_path):
+    """options/stacktrace: each event is followed by '<stack trace>' and ' => symbol' lines. The
+    frames land in kernel_stack.buf, one symbol per line, identical to trace-cmd's own decoding."""
+    inst = tracefs_lock / "instances" / f"abtest_stack_{os.getpid()}"
+    inst.mkdir()
+    text_path, dat = tmp_path / "trace.txt", tmp_path / "trace.dat"
+    wakeup = inst / "events/sched/sched_wakeup/enable"
+    try:
+        (inst / "options/stacktrace").write_text("1")
+        wakeup.write_text("1")
+        (inst / "tracing_on").write_text("1")
+        subprocess.run(["hackbench", "-g", "1", "-l", "2"], capture_output=True, timeout=60, check=True)
+        (inst / "tracing_on").write_text("0")
+        text_path.write_bytes((inst / "trace").read_bytes())
+        subprocess.run(["trace-cmd", "extract", "-B", inst.name, "-o", str(dat)], capture_output=True,
+                       timeout=120, check=True)
+    finally:
+        if inst.exists():
+            wakeup.write_text("0")
+            (inst / "options/stacktrace").write_text("0")
+            inst.rmdir()
+    report = tmp_path / "report.txt"
+    with open(report, "wb") as f:
+        subprocess.run(["trace-cmd", "report", str(dat)], stdout=f, check=True, timeout=120)
+    assert " => " in text_path.read_text() and "<stack trace>" in text_path.read_text()
+    text, _ = _raw(text_path)
+    ref, _ = _raw(report)
+    assert text["kernel_stack"].height == ref["kernel_stack"].height == text["sched_wakeup"].height > 0
+    frames_text = text["kernel_stack"]["buf"]
+    frames_ref = ref["kernel_stack"]["buf"].str.replace_all(r" \([0-9a-f]+\)", "")  # "sym (ffffffff8139c42c)"
+    assert frames_text.equals(frames_ref)
+    assert frames_text.str.contains("sched_wakeup", literal=True).all()  # the tracepoint frame
+    assert "stack" not in text["sched_wakeup"].columns

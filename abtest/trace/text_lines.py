@@ -3,8 +3,8 @@
 Accepted line forms (leading spaces allowed everywhere):
 
 event line     ``COMM-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC: EVENT: PAYLOAD``
-               COMM may hold spaces, dashes and digits: PID is the last ``-digits`` before the
-               ``(TGID)`` / ``[CPU]`` column. TGID is ``(  123)`` or ``(-----)`` (unknown -> null).
+               COMM may hold spaces, dashes, digits and colons: PID is the ``-digits`` directly
+               followed by the ``(TGID)`` / ``[CPU]`` column. TGID is ``(  123)`` or ``(-----)`` (unknown -> null).
                FLAGS is the irqs-off/need-resched/hardirq/preempt column (``d..2``, ``dn.4``, ``.N.1``,
                ``d..2.``), present in tracefs output and ``trace-cmd report -l``. SEC.FRAC has 1..9
                fraction digits and becomes exact Int64 ns (integer arithmetic, never float).
@@ -33,7 +33,8 @@ from abtest.trace.text_fields import parse_event_payload
 
 # The fixed middle of an event line ("-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC:"), searched unanchored:
 # its first match starts at the PID's dash, so COMM is everything before it (comm may hold spaces,
-# dashes and digits). ASCII classes only: Unicode \\d/\\s/\\w make polars' regex captures ~3x slower.
+# dashes and digits). ASCII classes only: Unicode digit/space/word classes make polars' regex
+# captures ~3x slower.
 _D, _S, _NS, _W = "[0-9]", "[ \t]", "[^ \t]", "[A-Za-z0-9_]"
 EVENT_HEAD_RE = (rf"-{_D}+{_S}+(?:\({_S}*(?:{_D}+|-+)\){_S}+)?\[{_D}+\]{_S}*(?:[.a-zA-Z]{_NS}*{_S}+)?"
                  rf"{_D}+(?:\.{_D}{{1,9}})?:(?:{_S}|$)")
@@ -266,8 +267,13 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
     meta["text_columns"] = {"tgid": has_tgid, "flags": bool(groups[_G_FLAGS].null_count() < groups.height)}
     tables: dict[str, pl.DataFrame] = {}
     for (name,), part in events.partition_by("event", as_dict=True, maintain_order=True).items():
-        parsed = parse_event_payload(part.drop("event"), name)
-        tables[name] = parsed.drop("_line")
+        parsed = parse_event_payload(part.drop("event"), name).drop("_line")
+        if "stack" in parsed.columns:
+            if name in STACK_EVENT_NAMES.values():  # the frames are the event's content
+                parsed = parsed.drop("buf", strict=False).rename({"stack": "buf"})
+            elif parsed["stack"].null_count() == parsed.height:
+                parsed = parsed.drop("stack")
+        tables[name] = parsed
     switch = tables.get("sched_switch")
     if switch is not None and "prev_state" in switch.columns and switch["prev_state"].null_count():
         warnings.append(f"{switch['prev_state'].null_count()} sched_switch prev_state values are not "
