@@ -193,3 +193,19 @@ def test_runaway_query_times_out_and_session_recovers(clean_env, traces, monkeyp
     assert time.perf_counter() - t0 < 30
     monkeypatch.delenv("ABTEST_TP_TIMEOUT_S")
     assert pe.query(traces / SYSTING, "select count(*) as n from ftrace_event")["n"].to_list() == [17262]
+
+
+@pytest.mark.parametrize("rel", [PIXEL, SYSTING, "nowinandroid/trace.perfetto-trace"])
+def test_cli_analyze_engine_perfetto_offline(rel, traces):
+    """`abtest analyze --engine perfetto` (wired by the analyze command) on every shared perfetto trace."""
+    r = subprocess.run([sys.executable, "-m", "abtest.cli", "analyze", "--engine", "perfetto", "--json",
+                        str(traces / rel)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["engine"]["name"] in ("wasm", "shell")
+    counts = {row["event"]: row["count"] for row in doc["event_counts"]}
+    expected = {PIXEL: ("sched_switch", 49841), SYSTING: ("softirq_entry", 4284),
+                "nowinandroid/trace.perfetto-trace": ("print", 6246)}[rel]
+    assert counts[expected[0]] == expected[1]
+    if rel == PIXEL:
+        assert len(doc["power_rails"]) == 24 and len(doc["cpu_idle_residency"]) > 8
