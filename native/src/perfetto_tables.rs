@@ -183,7 +183,7 @@ pub struct Column {
 }
 
 /// Place `x` at `row` (padding skipped rows with nulls; a repeat within the same row overwrites).
-#[inline]
+#[inline(always)]
 fn put<T: Copy + Default>(v: &mut Vec<T>, valid: &mut Option<Vec<bool>>, row: usize, x: T) {
     let n = v.len();
     if n == row {

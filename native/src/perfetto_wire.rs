@@ -75,6 +75,22 @@ impl<'a> Msg<'a> {
             self.pos = p + 1;
             return Ok(b[p] as u64);
         }
+        // unrolled path when a whole 10-byte varint fits (no per-byte bounds checks)
+        if b.len() - p.min(b.len()) >= 10 {
+            let w = &b[p..p + 10];
+            let mut v: u64 = 0;
+            for (i, &byte) in w.iter().enumerate() {
+                v |= ((byte & 0x7f) as u64) << (7 * i as u32);
+                if byte < 0x80 {
+                    if i == 9 && byte > 1 {
+                        break;
+                    }
+                    self.pos = p + i + 1;
+                    return Ok(v);
+                }
+            }
+            return err(self.base + p, "varint longer than 64 bits");
+        }
         let start = p;
         let mut v: u64 = 0;
         let mut shift = 0u32;
