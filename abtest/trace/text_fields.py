@@ -206,9 +206,15 @@ def _dedupe(names: list[str]) -> list[str]:
     return out
 
 
-def _split_forms(df: pl.DataFrame, pattern: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    match = pl.col("payload").str.contains(pattern)
-    return df.filter(match), df.filter(~match)
+def _split_forms(df: pl.DataFrame, pattern: str, kernel_prefix: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(lines in the trace-cmd plugin form ``pattern``, the rest). Lines starting with the kernel
+    form's first key (``kernel_prefix``) skip the regex."""
+    payload = pl.col("payload")
+    df = df.with_columns((~payload.str.starts_with(kernel_prefix)).alias("_maybe"))
+    if not df["_maybe"].any():
+        return df.clear().drop("_maybe"), df.drop("_maybe")
+    df = df.with_columns((pl.col("_maybe") & payload.str.contains(pattern)).alias("_maybe"))
+    return df.filter("_maybe").drop("_maybe"), df.filter(~pl.col("_maybe")).drop("_maybe")
 
 
 def _task_prio_columns(df: pl.DataFrame, src: str, prefix: str) -> pl.DataFrame:
@@ -233,7 +239,7 @@ def _task_prio_columns(df: pl.DataFrame, src: str, prefix: str) -> pl.DataFrame:
 def parse_sched_switch(df: pl.DataFrame) -> pl.DataFrame:
     """Kernel form ``prev_comm=.. prev_state=S ==> next_comm=..``, trace-cmd plugin form
     ``comm:pid [prio] S ==> comm:pid [prio]`` or numeric ``-R`` form -> kernel field names."""
-    plugin, kernel = _split_forms(df, _TRACECMD_SWITCH_RE)
+    plugin, kernel = _split_forms(df, _TRACECMD_SWITCH_RE, "prev_comm=")
     parts = []
     if plugin.height:
         p = pl.col("payload")
@@ -257,7 +263,7 @@ def parse_sched_switch(df: pl.DataFrame) -> pl.DataFrame:
 def parse_sched_wakeup(df: pl.DataFrame) -> pl.DataFrame:
     """sched_wakeup / sched_waking / sched_wakeup_new: kernel ``comm=.. pid=..`` form or the
     trace-cmd plugin form ``comm:pid [prio] [success=1] CPU:002``."""
-    plugin, kernel = _split_forms(df, _TRACECMD_WAKE_RE)
+    plugin, kernel = _split_forms(df, _TRACECMD_WAKE_RE, "comm=")
     parts = []
     if plugin.height:
         plugin = _task_prio_columns(plugin, "payload", "")
