@@ -150,3 +150,17 @@ def test_perfetto_engine_idle_residency_equals_native():
             mine[(cpu, -1)] -= ts - t.start_ns
     assert sum(1 for s in first["state"] if s >= 0) == 1  # CPU 3 starts with an entry in this trace
     assert mine == pf
+
+
+def test_lost_events_are_reported(traces):
+    """A trace whose metadata reports lost events says so in the JSON (never presented as complete)."""
+    from abtest import Trace
+    from abtest.commands.analyze import analyze_dict
+    from abtest.trace.model import TraceData
+
+    t = Trace(traces / "x86-vm" / "x86-menu-hackbench-cyclictest.dat")
+    meta = dict(t.meta, lost_events=12, lost_events_per_cpu={"0": 12})
+    lossy = Trace(t.path, _data=TraceData(tables={"cpu_idle": t.df("cpu_idle", windowed=False)}, meta=meta))
+    d = analyze_dict(lossy, only=("idle",))
+    assert d["lost_events"] == 12
+    assert d["idle"]["wakeups_total"] == 4367

@@ -210,6 +210,8 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
     """Main metrics of FILE: idle residency and misses, wakeup latency, OPP residency, util/runnable,
     energy per rail, placement. Analyses whose events are missing are skipped with a note."""
     if engine == "perfetto":
+        if window or platform_file or only:
+            click.secho("note: --window, --platform and --only do not apply to --engine perfetto", fg="yellow", err=True)
         d = _perfetto_dict(file)
         click.echo(json.dumps(d, default=str) if as_json else json.dumps(d, indent=1, default=str))
         return
