@@ -447,7 +447,8 @@ def summary(trace) -> dict:
     """JSON summary (stable keys; CPU keys are strings):
 
     ``window_s``; ``residency_pct`` {cpu: {state_name: % of window}}; ``idle_pct`` {cpu: % in any
-    idle state}; ``cluster_all_cpus_idle_pct`` {cluster: %}; ``wakeups`` {cpu: count};
+    idle state}; ``cluster_residency_pct`` {cluster: {state_name: % of the cluster's CPU-time}};
+    ``cluster_all_cpus_idle_pct`` {cluster: %}; ``wakeups`` {cpu: count};
     ``wakeups_total``; ``wakeups_per_s`` (all CPUs); ``misses`` (absent when neither cpu_idle_miss nor
     target residencies exist): {``source``, ``too_deep_count``, ``too_shallow_count``, ``wakeups``,
     ``too_deep_pct``, ``too_shallow_pct``, ``per_cpu`` {cpu: {same keys}}}.
@@ -463,6 +464,8 @@ def summary(trace) -> dict:
                           for (c,), g in res.group_by(["cpu"], maintain_order=True)},
         "idle_pct": {str(c): float(v) for c, v in
                      res.filter(pl.col("idle").fill_null(False)).group_by("cpu").agg(pl.col("pct").sum()).sort("cpu").iter_rows()},
+        "cluster_residency_pct": {str(c): dict(zip(g["state_name"].to_list(), g["pct"].to_list()))
+                                  for (c,), g in cl.group_by(["cluster"], maintain_order=True)},
         "cluster_all_cpus_idle_pct": {str(c): float(v) for c, v in
                                       cl.select("cluster", "all_cpus_idle_pct").unique().sort("cluster").iter_rows()},
         "wakeups": {str(c): int(n) for c, n in wk.select("cpu", "wakeups").iter_rows()},
