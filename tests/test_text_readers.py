@@ -282,14 +282,14 @@ def tracecmd_reports(tmp_path_factory):
     dat = TRACES / "x86-vm/x86-menu-hackbench-cyclictest.dat"
     out = tmp_path_factory.mktemp("tracecmd")
     paths = {}
-    for name, args in (("plugin", []), ("raw", ["-R"]), ("ns", ["-t"])):
+    for name, args in (("plugin", []), ("raw", ["-R"]), ("ns", ["-t"]), ("latency", ["-l"])):
         paths[name] = out / f"{name}.txt"
         with open(paths[name], "wb") as f:
             subprocess.run(["trace-cmd", "report", *args, str(dat)], stdout=f, check=True, timeout=120)
     return paths
 
 
-@pytest.mark.parametrize("kind", ["plugin", "raw", "ns"])
+@pytest.mark.parametrize("kind", ["plugin", "raw", "ns", "latency"])
 def test_tracecmd_report_counts(tracecmd_reports, kind):
     raw, meta = _raw(tracecmd_reports[kind])
     expected = _expected()["x86-vm/x86-menu-hackbench-cyclictest.dat"]["events"]
@@ -318,6 +318,16 @@ def test_tracecmd_plugin_fields_equal_raw(tracecmd_reports):
     # a comm with a colon and a dash in the plugin format: "memfd:sealed-91:1802 [120] CPU:001"
     row = _row(plugin["sched_wakeup"], 1_792_658_151_000, 1)
     assert (row["comm"], row["pid"], row["prio"], row["target_cpu"]) == ("memfd:sealed-91", 1802, 120, 1)
+
+
+def test_tracecmd_latency_format(tracecmd_reports):
+    """-l prints CPU and flags run together ("0d..1.") and cuts comms to 8 characters."""
+    lat, meta = _raw(tracecmd_reports["latency"])
+    plain, _ = _raw(tracecmd_reports["plugin"])
+    assert meta["text_columns"]["flags"]
+    for ev, df in plain.items():
+        assert lat[ev].drop("common_comm").equals(df.drop("common_comm")), ev
+        assert (df["common_comm"].str.slice(0, 8) == lat[ev]["common_comm"]).all(), ev
 
 
 def test_tracecmd_nanosecond_timestamps(tracecmd_reports):

@@ -2,7 +2,8 @@
 
 Accepted line forms (leading spaces allowed everywhere):
 
-event line     ``COMM-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC: EVENT: PAYLOAD``
+event line     ``COMM-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC: EVENT: PAYLOAD`` (or ``CPUFLAGS`` run
+               together, as ``trace-cmd report -l`` prints them: ``bash-12  1d..2.  12.345: ...``)
                COMM may hold spaces, dashes, digits and colons: PID is the ``-digits`` directly
                followed by the ``(TGID)`` / ``[CPU]`` column. TGID is ``(  123)`` or ``(-----)`` (unknown -> null).
                FLAGS is the irqs-off/need-resched/hardirq/preempt column (``d..2``, ``dn.4``, ``.N.1``,
@@ -36,15 +37,18 @@ from abtest.trace.text_fields import parse_event_payload
 # dashes and digits). ASCII classes only: Unicode digit/space/word classes make polars' regex
 # captures ~3x slower.
 _D, _S, _NS, _W = "[0-9]", "[ \t]", "[^ \t]", "[A-Za-z0-9_]"
-EVENT_HEAD_RE = (rf"-{_D}+{_S}+(?:\({_S}*(?:{_D}+|-+)\){_S}+)?\[{_D}+\]{_S}*(?:[.a-zA-Z]{_NS}*{_S}+)?"
-                 rf"{_D}+(?:\.{_D}{{1,9}})?:(?:{_S}|$)")
+# CPU column: "[001]" then an optional flags column ("d..2."), or trace-cmd report -l's latency form
+# where the CPU digits run straight into the flags ("1...1.", "0d..1.").
+_CPU_HEAD = rf"(?:\[{_D}+\]{_S}*(?:[.a-zA-Z]{_NS}*{_S}+)?|{_D}+[.a-zA-Z]{_NS}*{_S}+)"
+_CPU_FIELDS = rf"(?:\[({_D}+)\]{_S}*(?:([.a-zA-Z]{_NS}*){_S}+)?|({_D}+)([.a-zA-Z]{_NS}*){_S}+)"
+EVENT_HEAD_RE = rf"-{_D}+{_S}+(?:\({_S}*(?:{_D}+|-+)\){_S}+)?{_CPU_HEAD}{_D}+(?:\.{_D}{{1,9}})?:(?:{_S}|$)"
 # The same, anchored after the dash, with groups; group 1 = the whole head up to the payload.
 EVENT_FIELDS_RE = (
-    rf"^(({_D}+){_S}+(?:\(({_S}*{_D}+|-+)\){_S}+)?\[({_D}+)\]{_S}*(?:([.a-zA-Z]{_NS}*){_S}+)?"
+    rf"^(({_D}+){_S}+(?:\(({_S}*{_D}+|-+)\){_S}+)?{_CPU_FIELDS}"
     rf"({_D}+)(?:\.({_D}{{1,9}}))?:(?:{_S}+|$)(?:({_W}[A-Za-z0-9_.]*):(?:{_S}+|$)|(<[a-z ]+>){_S}*$)?)"
 )
-_G_HEAD, _G_PID, _G_TGID, _G_CPU, _G_FLAGS, _G_SEC, _G_FRAC, _G_EVENT, _G_STACK = (
-    str(i) for i in range(1, 10))
+(_G_HEAD, _G_PID, _G_TGID, _G_CPU, _G_FLAGS, _G_CPU_LAT, _G_FLAGS_LAT, _G_SEC, _G_FRAC, _G_EVENT,
+ _G_STACK) = (str(i) for i in range(1, 12))
 FUNCTION_PAYLOAD_RE = r"^[^ \t]+[ \t]+<-[^ \t]+"
 HEADER_RE = r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
 LOST_RE = r"^\s*CPU:(\d+) \[(?:LOST (\d+) EVENTS|(\d+) EVENTS DROPPED|EVENTS DROPPED)\]\s*$"
@@ -144,6 +148,8 @@ def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(text.str.slice(pl.col("_pos") + 1).alias("_tail"))  # "PID [(TGID)] [CPU] ..."
     tail = pl.col("_tail")
     df = df.with_columns(tail.str.extract_groups(EVENT_FIELDS_RE).alias("g")).unnest("g")
+    df = df.with_columns(pl.coalesce(_G_CPU, _G_CPU_LAT).alias(_G_CPU),
+                         pl.coalesce(_G_FLAGS, _G_FLAGS_LAT).alias(_G_FLAGS)).drop(_G_CPU_LAT, _G_FLAGS_LAT)
     return df.with_columns(
         text.str.slice(0, pl.col("_pos")).str.strip_chars_start().alias("_comm"),
         tail.str.slice(pl.col(_G_HEAD).str.len_chars()).alias("_rest"),
