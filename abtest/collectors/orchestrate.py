@@ -153,7 +153,7 @@ def _workload_script(wl: Workload, marker: str | None, tag: str, remote_dir: str
     mark = (lambda text: f"echo {shlex.quote(text)} > {shlex.quote(marker)} 2>/dev/null") if marker else (lambda text: ":")
     return "\n".join([
         f"cd {shlex.quote(remote_dir)} || exit 97",
-        "abtest_now() { t=$(date +%s%N 2>/dev/null); case \"$t\" in *N*|'') "
+        "abtest_now() { t=$(/usr/bin/date +%s%N 2>/dev/null || date +%s%N 2>/dev/null); case \"$t\" in *N*|'') "
         "t=$(awk '{printf \"%.0f\", $1*1000000000}' /proc/uptime);; esac; echo $t; }",
         mark(f"abtest_workload_begin {tag}"),
         "abtest_s=$(abtest_now)",

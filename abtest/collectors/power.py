@@ -264,11 +264,17 @@ class PowerSampler:
             body = "cat /sys/bus/iio/devices/iio:device*/energy_value"
         else:
             files = " ".join(shlex.quote(f) for f in self.names)
-            body = f"echo @ $(cut -d' ' -f1 /proc/uptime); for f in {files}; do echo $f $(cat $f); done"
+            body = (f"echo @ $(cut -d' ' -f1 /proc/uptime); for f in {files}; do "
+                    f"v=$(cat $f 2>/dev/null) && [ -n \"$v\" ] && echo $f $v; done")
         return f"while :; do {body}; sleep {period}; done"
 
     def start(self) -> None:
+        """discover() the counters, then launch() the sampling loop."""
         self.discover()
+        self.launch()
+
+    def launch(self) -> None:
+        """Start the background loop over the counters found (or set) in names/rails."""
         script = (f"nohup sh -c {shlex.quote(self.loop_script())} > {shlex.quote(self.remote_out)} 2>/dev/null "
                   f"</dev/null & echo $!")
         self.pid = self.target.run(script, 30, as_root=True, check=True).stdout.strip().splitlines()[-1]
