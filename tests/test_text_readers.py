@@ -341,13 +341,15 @@ def test_tracecmd_nanosecond_timestamps(tracecmd_reports):
     assert (((a + 500) // 1000) * 1000 == b).all() and (a % 1000 != 0).any()
 
 
-def test_tracecmd_report_of_v6_trace_dat(traces, tmp_path):
-    out = tmp_path / "idle.txt"
+@pytest.mark.parametrize("name", sorted(n for n in _expected() if n.endswith(".dat")))
+def test_tracecmd_report_text_of_every_trace_dat(traces, tmp_path, name):
+    """`trace-cmd report` text of every shared trace.dat (v6/v7, 32/64-bit, zstd) gives its counts."""
+    out = tmp_path / "report.txt"
     with open(out, "wb") as f:
-        subprocess.run(["trace-cmd", "report", str(traces / "trappy/trace_idle.dat")], stdout=f, check=True, timeout=60)
+        subprocess.run(["trace-cmd", "report", str(traces / name)], stdout=f, check=True, timeout=120)
     raw, meta = _raw(out)
-    assert {k: v.height for k, v in raw.items()} == _expected()["trappy/trace_idle.dat"]["events"]
-    assert meta["cpus"] == 6
+    assert {k: v.height for k, v in raw.items()} == _expected()[name]["events"]
+    assert meta["cpus"] == int(out.read_text().split("\n", 1)[0].removeprefix("cpus="))
 
 
 def test_tracecmd_report_old_header(traces):
