@@ -209,3 +209,11 @@ def test_cli_analyze_engine_perfetto_offline(rel, traces):
     assert counts[expected[0]] == expected[1]
     if rel == PIXEL:
         assert len(doc["power_rails"]) == 24 and len(doc["cpu_idle_residency"]) > 8
+
+
+def test_result_conversion_mixed_cells(clean_env, traces):
+    """SQLite typing is per cell: empty strings, nulls, ints mixed with floats, blobs."""
+    df = pe.query(traces / SYSTING, "select '' as a, 'x' as b, null as c, 1 as d, x'00ff' as e "
+                                    "union all select 'q', '', 'z', 2.5, null")
+    assert df.schema["a"] == pl.String and df.schema["d"] == pl.Float64 and df.schema["e"] == pl.Binary
+    assert df.rows() == [("", "x", None, 1.0, b"\x00\xff"), ("q", "", "z", 2.5, None)]
