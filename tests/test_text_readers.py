@@ -231,6 +231,11 @@ def test_lost_and_overwritten_events_reported(traces):
     in_buf, written = map(int, re.search(r"(\d+)/(\d+)", line).groups())
     assert meta["lost_events"] == written - in_buf == 154150
     assert any("overwritten" in w for w in meta["warnings"])
+    # the shared file is a 139-event excerpt of a 69657-entry buffer: said so, not presented as complete
+    assert sum(df.height for df in raw.values()) == 139 < in_buf
+    assert any("truncated or filtered copy" in w for w in meta["warnings"])
+    _, meta = _raw(traces / "catapult/atrace_data")  # 116/116 in the header, 116 events in the file
+    assert not any("truncated" in w for w in meta["warnings"]) and meta["lost_events"] == 0
 
 
 def test_lost_event_lines_counted_per_cpu(traces, tmp_path):

@@ -99,8 +99,9 @@ def _raise_bad_line(path, bad: pl.DataFrame, why: str) -> None:
     raise TraceFormatError(path, f"{why}: {start!r}{more}", line=int(row["_line"]), expected=EXPECTED_LINE)
 
 
-def _header_meta(other: pl.DataFrame, meta: dict) -> None:
-    """cpus / format_version / tracer / ring-buffer overwrite from header and comment lines."""
+def _header_meta(other: pl.DataFrame, meta: dict) -> int | None:
+    """cpus / format_version / tracer / ring-buffer overwrite from header and comment lines.
+    Returns the header's entries-in-buffer count (None without that header)."""
     text = other["text"]
     tracer = text.str.extract(r"^#\s*tracer:\s*(\S+)").drop_nulls()
     if tracer.len():
@@ -110,6 +111,7 @@ def _header_meta(other: pl.DataFrame, meta: dict) -> None:
         meta["format_version"] = version[0]
     cpus = text.str.extract(r"^cpus=(\d+)").drop_nulls()
     entries = text.str.extract_groups(ENTRIES_RE).struct.unnest().drop_nulls()
+    in_buffer = None
     if entries.height:
         in_buffer, written, ncpu = (int(v) for v in entries.row(0))
         meta["cpus"] = max(meta.get("cpus") or 0, ncpu)
@@ -122,6 +124,7 @@ def _header_meta(other: pl.DataFrame, meta: dict) -> None:
     empty = text.str.extract(r"^CPU (\d+) is empty").drop_nulls()
     if empty.len():
         meta["empty_cpus"] = sorted(int(c) for c in empty.to_list())
+    return in_buffer
 
 
 def _lost_meta(lost: pl.DataFrame, meta: dict) -> None:
@@ -248,7 +251,10 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
         _raise_bad_line(path, bad, "unrecognised line")
     if groups.is_empty() and others.filter(pl.col("_kind") != "blank").is_empty():
         raise TraceFormatError(path, "no trace lines (only blank lines)", line=1, expected=EXPECTED_LINE)
-    _header_meta(others.filter(pl.col("_kind").is_in(["comment", "header"])), meta)
+    in_buffer = _header_meta(others.filter(pl.col("_kind").is_in(["comment", "header"])), meta)
+    if in_buffer is not None and groups.height < in_buffer:
+        warnings.append(f"the header says the ring buffer held {in_buffer} entries but the text has "
+                        f"{groups.height} events: a truncated or filtered copy of the trace")
     lost = others.filter(pl.col("_kind") == "lost")
     if lost.height:
         _lost_meta(lost, meta)
