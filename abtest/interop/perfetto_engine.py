@@ -88,8 +88,8 @@ class Session:
         return to_polars(result)
 
     def close(self) -> None:
-        if self.engine.name == "shell":
-            self.backend.close()
+        if self.backend is not None:
+            self.backend.close()  # shell: stops the subprocess; wasm: drops the instance and its memory
         self.backend = None
 
 
@@ -244,7 +244,7 @@ def session(path: str | os.PathLike, engine: str | None = None) -> Session:
     with _sessions_lock:
         if key in _sessions:
             cached = _sessions[key]
-            if getattr(cached.backend, "_dead", None):  # a wasm instance that trapped (timeout, abort): reopen
+            if cached.backend is None or getattr(cached.backend, "_dead", None):  # closed, or trapped: reopen
                 del _sessions[key]
             else:
                 _sessions.move_to_end(key)

@@ -314,10 +314,8 @@ class WasmTraceProcessor:
 
     def __init__(self, wasm_path: Path | None = None):
         import wasmtime
-        from perfetto.trace_processor.platform import PlatformDelegate
-        from perfetto.trace_processor.protos import ProtoFactory
 
-        self.protos = ProtoFactory(PlatformDelegate())
+        self.protos = _protos()
         engine, module, self.startup = load_module(wasm_path)
         self._engine = engine
         t0 = time.perf_counter()
@@ -341,6 +339,14 @@ class WasmTraceProcessor:
         self._dead: str | None = None
         self.instantiate_seconds = time.perf_counter() - t0
         self.loaded_path: str | None = None
+
+    def close(self) -> None:
+        """Drop the instance (its linear memory, up to GBs for big traces, goes with the store)."""
+        self._dead = self._dead or "closed"
+        self._on_request = None
+        self._host.memory = None
+        self._host.store = None
+        self._store = None
 
     @property
     def log(self) -> str:
@@ -451,6 +457,19 @@ class WasmTraceProcessor:
         if result.error:
             raise WasmEngineError(f"trace_processor SQL error: {result.error.strip()}")
         return result
+
+
+_protos_singleton = None
+
+
+def _protos():
+    """perfetto.protos message classes (TraceProcessorRpc, QueryResult, ...), built once per process."""
+    global _protos_singleton
+    if _protos_singleton is None:
+        from perfetto.trace_processor.platform import PlatformDelegate
+        from perfetto.trace_processor.protos import ProtoFactory
+        _protos_singleton = ProtoFactory(PlatformDelegate())
+    return _protos_singleton
 
 
 def _wasmtime_version() -> str:
