@@ -82,7 +82,7 @@ def _table_frame(t: dict, strings: pl.Series) -> pl.DataFrame:
     `buffer_cpu`; any other field whose name is already taken gets the suffix `_field`."""
     fields = [_series(name, kind, values, valid, strings) for name, kind, values, valid in t["columns"]]
     own_cpu = any(s.name == "cpu" for s in fields)
-    out = [pl.Series("ts", t["ts"], dtype=pl.Int64),
+    out = [_ts(t["ts"]),
            pl.Series("buffer_cpu" if own_cpu else "cpu", t["cpu"], dtype=pl.Int32)]
     taken = {s.name for s in out}
     for s in fields:
@@ -93,26 +93,34 @@ def _table_frame(t: dict, strings: pl.Series) -> pl.DataFrame:
     return pl.DataFrame(out)
 
 
+def _ts(values: np.ndarray) -> pl.Series:
+    """The ts column; the native decoder has sorted every table by it (stable), so it is flagged sorted."""
+    return pl.Series("ts", values, dtype=pl.Int64).set_sorted()
+
+
 def _compact_switch_frame(c: dict, strings: pl.Series) -> pl.DataFrame:
     """CompactSched switch arrays -> sched_switch rows.
 
     Compact sched stores only the *next* task of each switch. prev_comm / prev_pid / prev_prio of a
     switch are the next_* of the previous switch on the same CPU (ordered by ts, file order on ties),
     which is the task the kernel switched away from; they are null for the first switch seen on each
-    CPU. common_pid (the task current when the event fired) is that same prev_pid.
+    CPU. common_pid (the task current when the event fired) is that same prev_pid. The native decoder
+    derives them (perfetto_sort.rs) and returns the rows sorted by ts.
     """
-    df = pl.DataFrame({
-        "ts": pl.Series(c["ts"], dtype=pl.Int64),
-        "cpu": pl.Series(c["cpu"], dtype=pl.Int32),
-        "prev_state": pl.Series(c["prev_state"], dtype=pl.Int64),
-        "next_comm": strings.gather(pl.Series(c["next_comm"], dtype=pl.UInt32)),
-        "next_pid": pl.Series(c["next_pid"], dtype=pl.Int32),
-        "next_prio": pl.Series(c["next_prio"], dtype=pl.Int32),
-    })
-    prev = {f"prev_{k}": pl.col(f"next_{k}").shift(1).over("cpu") for k in ("comm", "pid", "prio")}
-    df = df.sort(["cpu", "ts"], maintain_order=True).with_columns(**prev)
-    return df.select("ts", "cpu", pl.col("prev_pid").alias("common_pid"), "prev_comm", "prev_pid", "prev_prio",
-                     "prev_state", "next_comm", "next_pid", "next_prio")
+    mask = ~c["prev_valid"]
+    prev_pid = pl.Series("prev_pid", pa.array(c["prev_pid"], type=pa.int32(), mask=mask))
+    return pl.DataFrame([
+        _ts(c["ts"]),
+        pl.Series("cpu", c["cpu"], dtype=pl.Int32),
+        prev_pid.alias("common_pid"),
+        strings.gather(pl.Series(pa.array(c["prev_comm"], type=pa.uint32(), mask=mask))).alias("prev_comm"),
+        prev_pid,
+        pl.Series("prev_prio", pa.array(c["prev_prio"], type=pa.int32(), mask=mask)),
+        pl.Series("prev_state", c["prev_state"], dtype=pl.Int64),
+        strings.gather(pl.Series(c["next_comm"], dtype=pl.UInt32)).alias("next_comm"),
+        pl.Series("next_pid", c["next_pid"], dtype=pl.Int32),
+        pl.Series("next_prio", c["next_prio"], dtype=pl.Int32),
+    ])
 
 
 def _compact_waking_frame(c: dict, strings: pl.Series) -> pl.DataFrame:
@@ -122,9 +130,9 @@ def _compact_waking_frame(c: dict, strings: pl.Series) -> pl.DataFrame:
     """
     flags = pa.array(c["common_flags"], type=pa.uint32(), mask=~c["common_flags_valid"])
     return pl.DataFrame({
-        "ts": pl.Series(c["ts"], dtype=pl.Int64),
+        "ts": _ts(c["ts"]),
         "cpu": pl.Series(c["cpu"], dtype=pl.Int32),
-        "common_pid": pl.Series([None] * len(c["ts"]), dtype=pl.Int32),
+        "common_pid": pl.repeat(None, len(c["ts"]), dtype=pl.Int32, eager=True),
         "common_flags": pl.Series(flags),
         "comm": strings.gather(pl.Series(c["comm"], dtype=pl.UInt32)),
         "pid": pl.Series(c["pid"], dtype=pl.Int32),
@@ -148,7 +156,7 @@ def _power_rail_frame(r: dict, warnings: list[str]) -> pl.DataFrame | None:
                                                   "sampling_rate": pl.UInt32}, orient="row")
     desc = desc.unique("index", keep="first", maintain_order=True)
     df = pl.DataFrame({
-        "ts": pl.Series(r["ts"], dtype=pl.Int64),
+        "ts": _ts(r["ts"]),
         "index": pl.Series(r["index"], dtype=pl.UInt32),
         "energy_uj": pl.Series(r["energy_uws"], dtype=pl.UInt64).cast(pl.Float64),
         "timestamp_ms": pl.Series(r["timestamp_ms"], dtype=pl.Int64),

@@ -118,6 +118,11 @@ fn to_python<'py>(py: Python<'py>, d: Decoder) -> PyResult<Bound<'py, PyDict>> {
     sw.set_item("next_pid", np(py, s.next_pid))?;
     sw.set_item("next_prio", np(py, s.next_prio))?;
     sw.set_item("next_comm", np(py, s.next_comm))?;
+    let p = d.prev;
+    sw.set_item("prev_pid", np(py, p.pid))?;
+    sw.set_item("prev_prio", np(py, p.prio))?;
+    sw.set_item("prev_comm", np(py, p.comm))?;
+    sw.set_item("prev_valid", np(py, p.valid))?;
     out.set_item("compact_switch", sw)?;
 
     let w = d.waking;

@@ -7,6 +7,7 @@
 //! Other packet kinds are counted per field number (meta "packets_not_decoded").
 use std::io::Read;
 
+use crate::perfetto_sort::{sort_compact_switch, sort_compact_waking, sort_rails, sort_table, PrevTask};
 use crate::perfetto_tables::{EventSpec, FieldSpec, FnvMap, Interner, Kind, Table, COL_FLAGS, COL_PID};
 use crate::perfetto_wire::{bytes_of, err, packed_varints, string_of, DResult, DecodeError, Msg, Value};
 
@@ -107,6 +108,7 @@ pub struct Decoder<'s> {
     pub strings: Interner,
     pub switch: CompactSwitch,
     pub waking: CompactWaking,
+    pub prev: PrevTask,
     pub rails: Rails,
     pub meta: Meta,
     pub warnings: Vec<String>,
@@ -135,6 +137,7 @@ impl<'s> Decoder<'s> {
             strings: Interner::default(),
             switch: CompactSwitch::default(),
             waking: CompactWaking::default(),
+            prev: PrevTask::default(),
             rails: Rails::default(),
             meta: Meta::default(),
             warnings: Vec::new(),
@@ -836,9 +839,14 @@ impl<'s> Decoder<'s> {
         Ok(())
     }
 
+    /// Pad columns, derive compact prev_* and sort every table by ts (stable).
     pub fn finish(&mut self) {
+        self.prev = sort_compact_switch(&mut self.switch);
+        sort_compact_waking(&mut self.waking);
+        sort_rails(&mut self.rails);
         for t in &mut self.tables {
             t.finish();
+            sort_table(t);
             if !t.unknown_fields.is_empty() {
                 let mut u = t.unknown_fields.clone();
                 u.sort_unstable();
