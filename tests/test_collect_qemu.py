@@ -26,7 +26,7 @@ def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
     qemu_before = subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True,
                                  text=True).stdout.split()
     res = subprocess.run([sys.executable, "-m", "abtest.cli", "collect", "--target", str(target),
-                          "--kernel", "kernelA", "--kernel", "kernelB", "--workload", "hackbench:groups=1,loops=20",
+                          "--kernel", "kernelA", "--kernel", "kernelB", "--workload", "hackbench:groups=1,loops=20,timeout_s=120", "--retries", "2",
                           "-n", "2", "--store", str(store), "--no-progress", "--json"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]

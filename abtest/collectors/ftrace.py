@@ -229,10 +229,10 @@ class FtraceCollector:
         return self.session
 
     def reset(self) -> None:
-        """Tracing off, events off, buffer emptied (best effort; after a failure or Ctrl-C)."""
+        """Tracing off, events off, buffer emptied (best effort, 15 s at most; after a failure or Ctrl-C)."""
         try:
             self.target.run(f"cd {shlex.quote(self.tracefs)} && echo 0 > tracing_on; echo > set_event; "
-                            f"echo > trace", 60, as_root=True)
+                            f"echo > trace", 15, as_root=True)
         except TargetError:
             pass
 
@@ -246,6 +246,6 @@ class FtraceCollector:
             lines.append(f"echo {shlex.quote(self._saved['trace_clock'])} > trace_clock")
         lines.append(f"rm -f {shlex.quote(self.remote_trace)} {shlex.quote(self.remote_dir + '/abtest-extract.err')}")
         try:
-            self.target.run("\n".join(lines), 60, as_root=True)
+            self.target.run("\n".join(lines), 15, as_root=True)
         except TargetError:
             pass

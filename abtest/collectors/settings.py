@@ -79,7 +79,7 @@ class SettingsManager:
         errors = []
         for path, value in self.original.items():
             try:
-                self.target.run(f"echo {shlex.quote(value)} > {shlex.quote(path)}", 30, as_root=True, check=True)
+                self.target.run(f"echo {shlex.quote(value)} > {shlex.quote(path)}", 15, as_root=True, check=True)
             except TargetError as e:
                 errors.append(str(e))
         self.original.clear()

@@ -288,6 +288,7 @@ class QemuVM:
                  append: str = "", workdir: Path | None = None):
         self.kernel, self.initrd = kernel, initrd
         self.memory_mb, self.smp, self.append = memory_mb, smp, append
+        self.owns_dir = workdir is None
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="abtest-vm-"))
         self.port = 0
         self.pidfile = self.dir / "qemu.pid"
@@ -296,7 +297,8 @@ class QemuVM:
         self.boot_s: float | None = None
 
     def argv(self) -> list[str]:
-        cmdline = f"console=ttyS0 quiet panic=-1 {self.append}".strip()
+        # loglevel=4: warnings (RCU stalls, soft lockups, oopses) reach the serial log for diagnosis
+        cmdline = f"console=ttyS0 loglevel=4 panic=-1 {self.append}".strip()
         return ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max", "-m", str(self.memory_mb),
                 "-smp", str(self.smp), "-display", "none", "-no-reboot", "-kernel", str(self.kernel.vmlinuz),
                 "-initrd", str(self.initrd), "-append", cmdline,
@@ -357,6 +359,8 @@ class QemuVM:
             if self.alive():
                 os.kill(self.pid, signal.SIGKILL)
         self.pid = None
+        if self.owns_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def target(self, name: str) -> SshTarget:
         _, host_pub, client = guest_keys()

@@ -152,10 +152,11 @@ class SshTarget(Target):
                 out += chan.recv(65536)
             while chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536)
-            if not chan.exit_status_ready():
+            # paramiko marks a channel closed by a dead transport "exit status ready" with status -1
+            code = chan.recv_exit_status() if chan.exit_status_ready() else -1
+            if code == -1:
                 self.close()
                 raise TargetConnectionError(f"{self.name}: connection dropped while running `{shell_cmd[:200]}`")
-            code = chan.recv_exit_status()
             chan.close()
         except TargetTimeout:
             raise

@@ -1,0 +1,106 @@
+"""Perfetto on Android: trace config generation and a collector that runs `perfetto` on the device.
+
+The config is Perfetto's TraceConfig in protobuf text format (what `perfetto --txt -c -` reads):
+- linux.ftrace with the kernel events the analyses need (sched/*, power/cpu_idle, power/cpu_idle_miss,
+  power/cpu_frequency, sched_pelt_* where the kernel has them: traced_probes skips unknown events)
+  plus atrace categories for frame markers;
+- android.power with power rails (ODPM, the same counters as the sysfs sampler) and battery counters;
+- android.surfaceflinger.frametimeline (expected vs actual frame timeline, jank types);
+- linux.process_stats for process names.
+The trace is pulled as `trace.perfetto-trace`, which abtest.Trace reads (rails become power_rail).
+"""
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+from abtest.collectors.ftrace import DEFAULT_EVENTS, KERNEL_EVENT_CANDIDATES, NOT_FTRACE
+from abtest.targets.base import Target, TargetError
+
+# canonical table -> perfetto "group/event" names
+_GROUPS = {"sched": "sched", "cpu_idle": "power", "cpu_idle_miss": "power", "cpu_frequency": "power",
+           "cpu_frequency_limits": "power", "clock_set_rate": "clk"}
+
+
+def ftrace_event_names(tables: list[str]) -> list[str]:
+    """Canonical tables -> perfetto ftrace_events entries ("group/name"); PELT tables map to every
+    known kernel spelling (sched/sched_pelt_cfs, sched/sched_load_cfs_rq, lisa/lisa__sched_pelt_cfs)."""
+    out: list[str] = []
+    for table in tables:
+        if table in NOT_FTRACE:
+            continue
+        for name in KERNEL_EVENT_CANDIDATES.get(table, (table,)):
+            group = "lisa" if name.startswith("lisa__") else _GROUPS.get(name, "sched" if name.startswith("sched") else "power")
+            entry = f"{group}/{name}"
+            if entry not in out:
+                out.append(entry)
+    return out
+
+
+def make_trace_config(tables: list[str] | None = None, *, duration_s: float = 60.0, buffer_kb: int = 65536,
+                      ftrace_buffer_kb: int = 16384, power_rails: bool = True, rail_poll_ms: int = 250,
+                      frame_timeline: bool = True, atrace_categories: tuple[str, ...] = ("gfx", "view", "input"),
+                      atrace_apps: str = "*") -> str:
+    """TraceConfig text proto. duration_s: hard stop (the collector normally stops it earlier)."""
+    events = ftrace_event_names(list(tables or DEFAULT_EVENTS))
+    ft = "\n".join(f'      ftrace_events: "{e}"' for e in events)
+    at = "\n".join(f'      atrace_categories: "{c}"' for c in atrace_categories)
+    parts = [
+        f"buffers {{ size_kb: {buffer_kb} fill_policy: RING_BUFFER }}",
+        "buffers { size_kb: 4096 fill_policy: RING_BUFFER }",
+        "data_sources {\n  config {\n    name: \"linux.ftrace\"\n    target_buffer: 0\n    ftrace_config {\n"
+        f"{ft}\n{at}\n      atrace_apps: \"{atrace_apps}\"\n      buffer_size_kb: {ftrace_buffer_kb}\n"
+        "      drain_period_ms: 250\n      symbolize_ksyms: false\n    }\n  }\n}",
+        "data_sources {\n  config {\n    name: \"linux.process_stats\"\n    target_buffer: 1\n"
+        "    process_stats_config { scan_all_processes_on_start: true }\n  }\n}",
+    ]
+    if power_rails:
+        parts.append("data_sources {\n  config {\n    name: \"android.power\"\n    target_buffer: 1\n"
+                     f"    android_power_config {{\n      battery_poll_ms: {rail_poll_ms}\n"
+                     "      collect_power_rails: true\n"
+                     "      battery_counters: BATTERY_COUNTER_CAPACITY_PERCENT\n"
+                     "      battery_counters: BATTERY_COUNTER_CHARGE\n"
+                     "      battery_counters: BATTERY_COUNTER_CURRENT\n    }\n  }\n}")
+    if frame_timeline:
+        parts.append("data_sources {\n  config {\n    name: \"android.surfaceflinger.frametimeline\"\n"
+                     "    target_buffer: 1\n  }\n}")
+    parts += [f"duration_ms: {int(duration_s * 1000)}", "write_into_file: true", "file_write_period_ms: 2500",
+              "flush_period_ms: 10000"]
+    return "\n".join(parts) + "\n"
+
+
+class PerfettoCollector:
+    """Runs `perfetto --background` on the device with a generated config; stop() ends it and pulls."""
+
+    REMOTE_TRACE = "/data/misc/perfetto-traces/abtest.perfetto-trace"
+    REMOTE_CONFIG = "/data/local/tmp/abtest.pbtxt"
+
+    def __init__(self, target: Target, config_text: str):
+        self.target, self.config_text = target, config_text
+        self.pid: int | None = None
+
+    def start(self, local_config: Path) -> int:
+        """Push the config, start perfetto in the background; returns its PID on the device."""
+        Path(local_config).write_text(self.config_text)
+        self.target.push(local_config, self.REMOTE_CONFIG)
+        res = self.target.run(f"rm -f {self.REMOTE_TRACE}; perfetto --background --txt -c - "
+                              f"-o {self.REMOTE_TRACE} < {self.REMOTE_CONFIG}", 60, as_root=True)
+        pid = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
+        if res.exit_code != 0 or not pid.isdigit():
+            raise TargetError(f"{self.target.name}: perfetto did not start: {(res.stderr or res.stdout).strip()[-400:]}")
+        self.pid = int(pid)
+        return self.pid
+
+    def stop(self, local_trace: Path, timeout_s: float = 60.0) -> Path:
+        """SIGTERM perfetto (it flushes and finalises the file), wait for it to exit, pull the trace."""
+        if self.pid is not None:
+            self.target.run(f"kill -TERM {self.pid}", 30, as_root=True)
+            t0 = time.monotonic()
+            while self.target.run(f"kill -0 {self.pid} 2>/dev/null", 30, as_root=True).exit_code == 0:
+                if time.monotonic() - t0 > timeout_s:
+                    raise TargetError(f"{self.target.name}: perfetto (pid {self.pid}) still running after {timeout_s} s")
+                time.sleep(0.5)
+        self.target.pull(self.REMOTE_TRACE, local_trace)
+        self.target.run(f"rm -f {shlex.quote(self.REMOTE_TRACE)}", 30, as_root=True)
+        return Path(local_trace)
