@@ -433,7 +433,11 @@ def test_live_tracefs_text_equals_trace_cmd_extract(tracefs_lock, tmp_path):
         a = text[ev].drop("common_tgid")
         b = ref[ev].drop("instance").with_columns((pl.col("ts") // 1000) * 1000)
         assert a.columns == b.columns, ev
-        assert a.equals(b), ev
+        # the task's comm comes from the kernel's small saved_cmdlines cache, read at two different
+        # moments (when `trace` is read, when trace-cmd extracts): it may be "<...>" in one of them
+        assert a.drop("common_comm").equals(b.drop("common_comm")), ev
+        known = (a["common_comm"] != "<...>") & (b["common_comm"] != "<...>")
+        assert known.sum() > 0 and (a["common_comm"].filter(known) == b["common_comm"].filter(known)).all(), ev
     assert text["sched_switch"]["common_tgid"].null_count() < text["sched_switch"].height
 
 
@@ -465,7 +469,9 @@ def test_live_tracefs_stack_traces(tracefs_lock, tmp_path):
     assert " => " in text_path.read_text() and "<stack trace>" in text_path.read_text()
     text, _ = _raw(text_path)
     ref, _ = _raw(report)
-    assert text["kernel_stack"].height == ref["kernel_stack"].height == text["sched_wakeup"].height > 0
+    # (the kernel may skip a stack trace, e.g. when its per-CPU stack buffers are all in use)
+    assert text["kernel_stack"].height == ref["kernel_stack"].height > 0
+    assert text["sched_wakeup"].height == ref["sched_wakeup"].height >= text["kernel_stack"].height
     frames_text = text["kernel_stack"]["buf"]
     frames_ref = ref["kernel_stack"]["buf"].str.replace_all(r" \([0-9a-f]+\)", "")  # "sym (ffffffff8139c42c)"
     assert frames_text.equals(frames_ref)
