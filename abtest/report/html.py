@@ -81,10 +81,15 @@ def header_html(c: Comparison, w: WorkloadComparison) -> str:
 
 
 def dot_plot_metrics(w: WorkloadComparison) -> list[MetricComparison]:
-    """Metrics worth a dot plot: those with a direction (verdicts), metrics.json ones first."""
-    directional = [m for m in w.metrics if m.lower_is_better is not None and m.a and m.b]
-    directional.sort(key=lambda m: (m.source != "metrics.json", m.source, m.name))
-    return directional[:MAX_DOT_PANELS]
+    """Metrics worth a dot plot: those with a direction (verdicts) whose values are not one constant; workload
+    metrics (metrics.json) first, then regressions/improvements, then overall before per-CPU values."""
+    def informative(m: MetricComparison) -> bool:
+        return len(set(m.values_a) | set(m.values_b)) > 1
+
+    chosen = [m for m in w.metrics if m.lower_is_better is not None and m.a and m.b and informative(m)]
+    chosen.sort(key=lambda m: (m.source != "metrics.json", m.verdict.verdict not in ("regression", "improvement"),
+                               ".per_cpu." in m.name, m.name))
+    return chosen[:MAX_DOT_PANELS]
 
 
 def _figure_html(fig, caption: str) -> str:
