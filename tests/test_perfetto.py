@@ -81,15 +81,16 @@ def test_pixel_power_rails(pixel):
     assert rails["rail"].n_unique() == 24
     assert set(rails["rail"].cast(pl.Utf8)) == {n for n, _ in descs.values()}
     assert "S4M_VDD_CPUCL0" in set(rails["rail"].cast(pl.Utf8))
+    # ts = the sample's timestamp_ms in ns; the packet time is kept as packet_ts
     want = pl.DataFrame({
-        "ts": [s[0] for s in samples],
+        "ts": [s[3] * 1_000_000 for s in samples],
         "rail": [descs[s[1]][0] for s in samples],
         "subsystem": [descs[s[1]][1] for s in samples],
         "energy_uj": [float(s[2]) for s in samples],
-        "timestamp_ms": [s[3] for s in samples],
-    }).sort(["ts", "rail"])
+        "packet_ts": [s[0] for s in samples],
+    }).sort(["ts", "rail", "packet_ts"])
     got = rails.select("ts", pl.col("rail").cast(pl.Utf8), pl.col("subsystem").cast(pl.Utf8),
-                       "energy_uj", "timestamp_ms").sort(["ts", "rail"])
+                       "energy_uj", "packet_ts").sort(["ts", "rail", "packet_ts"])
     assert got.equals(want)
     # the counter is cumulative: never decreases per rail
     assert rails.sort("ts").group_by("rail").agg((pl.col("energy_uj").diff() >= 0).all().alias("mono"))["mono"].all()

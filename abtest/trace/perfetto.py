@@ -144,11 +144,12 @@ def _compact_waking_frame(c: dict, strings: pl.Series) -> pl.DataFrame:
 def _power_rail_frame(r: dict, warnings: list[str]) -> pl.DataFrame | None:
     """PowerRails energy samples -> power_rail rows.
 
-    ts (Int64 ns) is the TracePacket timestamp: the moment traced read the counters, on the trace
-    clock (BOOTTIME, the clock of the ftrace events). energy_data.timestamp_ms, the power HAL's own
-    sample time, has only ms resolution and comes from the HAL; it is kept as column timestamp_ms.
-    energy_uj (Float64) is the cumulative counter in uWs = uJ as sampled; rail / subsystem come from
-    the rail_descriptor with the same index.
+    ts (Int64 ns) is the sample's own time, energy_data.timestamp_ms x 1e6: CLOCK_BOOTTIME, the clock
+    of the ftrace events, at ms resolution, as Perfetto's trace_processor uses it. The packet
+    timestamp (when traced polled the power HAL; the HAL may return a sample read up to ~160 ms
+    earlier on the Pixel 7 Pro trace) is kept as packet_ts and used as ts only when timestamp_ms is
+    absent. energy_uj (Float64) is the cumulative counter in uWs = uJ as sampled; rail / subsystem
+    come from the rail_descriptor with the same index.
     """
     if len(r["ts"]) == 0:
         return None
@@ -159,14 +160,15 @@ def _power_rail_frame(r: dict, warnings: list[str]) -> pl.DataFrame | None:
         "ts": _ts(r["ts"]),
         "index": pl.Series(r["index"], dtype=pl.UInt32),
         "energy_uj": pl.Series(r["energy_uws"], dtype=pl.UInt64).cast(pl.Float64),
-        "timestamp_ms": pl.Series(r["timestamp_ms"], dtype=pl.Int64),
+        "packet_ts": pl.Series(r["packet_ts"], dtype=pl.Int64),
     }).join(desc.select("index", "rail", "subsystem"), on="index", how="left", maintain_order="left")
     missing = df.filter(pl.col("rail").is_null())["index"].unique().to_list()
     if missing:
         warnings.append(f"power_rails: energy samples for rail indices {sorted(missing)} have no rail_descriptor "
                         f"(rail name null)")
-    return df.with_columns(pl.when(pl.col("timestamp_ms") >= 0).then(pl.col("timestamp_ms")).alias("timestamp_ms")) \
-             .select("ts", "rail", "subsystem", "energy_uj", "timestamp_ms", pl.col("index").alias("rail_index"))
+    return df.select("ts", "rail", "subsystem", "energy_uj",
+                     pl.when(pl.col("packet_ts") >= 0).then(pl.col("packet_ts")).alias("packet_ts"),
+                     pl.col("index").alias("rail_index"))
 
 
 def _merge(raw: dict[str, pl.DataFrame], name: str, df: pl.DataFrame) -> None:

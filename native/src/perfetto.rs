@@ -147,7 +147,7 @@ fn to_python<'py>(py: Python<'py>, d: Decoder) -> PyResult<Bound<'py, PyDict>> {
     rd.set_item("descriptors", desc)?;
     rd.set_item("ts", np(py, r.ts))?;
     rd.set_item("index", np(py, r.index))?;
-    rd.set_item("timestamp_ms", np(py, r.timestamp_ms))?;
+    rd.set_item("packet_ts", np(py, r.packet_ts))?;
     rd.set_item("energy_uws", np(py, r.energy_uws))?;
     out.set_item("power_rails", rd)?;
 

@@ -54,7 +54,8 @@ pub struct Rails {
     pub desc: Vec<RailDesc>,
     pub ts: Vec<i64>,
     pub index: Vec<u32>,
-    pub timestamp_ms: Vec<i64>,
+    /// TracePacket timestamp, ns (-1 = absent)
+    pub packet_ts: Vec<i64>,
     pub energy_uws: Vec<u64>,
 }
 
@@ -653,15 +654,16 @@ impl<'s> Decoder<'s> {
                             _ => {}
                         }
                     }
-                    // ts: the packet timestamp (trace clock, ns); fall back to timestamp_ms
-                    let t = match (ts, tms) {
-                        (Some(t), _) => t as i64,
-                        (None, Some(ms)) => (ms as i64).saturating_mul(1_000_000),
+                    // ts: the sample's own time, timestamp_ms (CLOCK_BOOTTIME, the trace clock) in ns;
+                    // the packet timestamp (when traced polled the HAL) only when it is missing
+                    let t = match (tms, ts) {
+                        (Some(ms), _) => (ms as i64).saturating_mul(1_000_000),
+                        (None, Some(t)) => t as i64,
                         (None, None) => return err(sm.offset(), "PowerRails.EnergyData without any timestamp"),
                     };
                     self.rails.ts.push(t);
                     self.rails.index.push(index);
-                    self.rails.timestamp_ms.push(tms.map(|x| x as i64).unwrap_or(-1));
+                    self.rails.packet_ts.push(ts.map(|x| x as i64).unwrap_or(-1));
                     self.rails.energy_uws.push(energy);
                 }
                 _ => {}

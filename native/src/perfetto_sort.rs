@@ -163,7 +163,7 @@ pub fn sort_rails(r: &mut Rails) {
     if let Some(perm) = argsort_ts(&r.ts) {
         r.ts = gather(&r.ts, &perm);
         r.index = gather(&r.index, &perm);
-        r.timestamp_ms = gather(&r.timestamp_ms, &perm);
+        r.packet_ts = gather(&r.packet_ts, &perm);
         r.energy_uws = gather(&r.energy_uws, &perm);
     }
 }
