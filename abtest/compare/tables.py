@@ -26,10 +26,10 @@ TEXT, NUM, INT, PCT, DIFF, PVAL, CI = "text", "num", "int", "pct", "diff", "pval
 POWER_NAMES = ("soc_power_mw", "power_mw", "total_power_mw", "avg_power_mw", "power.channel.Total_mw")
 FPS_NAMES = ("fps", "avg_fps", "fps_mean")  # the collectors' YouTube/game plugins write "fps"
 JANK_NAMES = ("jank_pct", "jank_percent", "jank_frames_pct")
-GB_SINGLE_NAMES = ("geekbench_single", "geekbench_single_core_score", "geekbench.single_core_score", "single_core_score", "score_single",
-                   "single_score", "geekbench_score")
-GB_MULTI_NAMES = ("geekbench_multi", "geekbench_multi_core_score", "geekbench.multi_core_score", "multi_core_score", "multicore_score",
-                  "score_multi", "multi_score", "geekbench_multicore_score")
+GB_SINGLE_NAMES = ("geekbench_single", "geekbench_single_core_score", "geekbench.single_core_score",
+                   "single_core_score", "score_single", "single_score", "geekbench_score")
+GB_MULTI_NAMES = ("geekbench_multi", "geekbench_multi_core_score", "geekbench.multi_core_score",
+                  "multi_core_score", "multicore_score", "score_multi", "multi_score", "geekbench_multicore_score")
 IDLE_PATTERNS = (("too deep %", r"too_deep.*pct|pct.*too_deep"),
                  ("too shallow %", r"too_shallow.*pct|pct.*too_shallow"),
                  ("wakeup latency gmean (us)", r"latency.*gmean.*us|gmean.*latency.*us"))
