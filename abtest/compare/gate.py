@@ -14,7 +14,8 @@ Per (workload, gated metric) the verdict rule of abtest.compare.verdict runs wit
 min_effect_pct = max_regression_pct: the check FAILS when the result is "regression" (significant and at
 least max_regression_pct worse). It is an ERROR when the metric has NaN values, fewer than min_iterations
 on a side, or (when the metric lists `workloads`) is missing there; a gated metric found in no compared
-workload is an error too unless it says `required = false` (a typo in a metric name must not pass silently). Exit code: 1 if any check failed, else 2 if any error, else 0.
+workload is an error too unless it says `required = false` (a typo in a metric name must not pass
+silently). Exit code: 1 if any check failed, else 2 if any error, else 0.
 """
 from __future__ import annotations
 

@@ -30,7 +30,8 @@ _HIGHER_IS_BETTER = ("fps", "score", "throughput", "bogo", "ops_per")
 _LOWER_IS_BETTER = ("latency", "miss", "too_deep", "too_shallow", "power", "energy", "_mw", "_uj", "_j",
                     "jank", "lost", "duration")
 _PER_TASK = "tasks."
-_UNIT_SUFFIXES = (("_per_s", "1/s"), ("_pct", "%"), ("_us", "us"), ("_ns", "ns"), ("_ms", "ms"), ("_mw", "mW"), ("_uj", "uJ"),
+_UNIT_SUFFIXES = (("_per_s", "1/s"), ("_pct", "%"), ("_us", "us"), ("_ns", "ns"), ("_ms", "ms"), ("_mw", "mW"),
+                  ("_uj", "uJ"),
                   ("_j", "J"), ("_khz", "kHz"), ("_mhz", "MHz"), ("_s", "s"), ("_count", "count"))
 
 

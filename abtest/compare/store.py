@@ -52,7 +52,8 @@ class Metric:
     """One scalar measured in one iteration.
 
     value: the number, in `unit`.  lower_is_better: direction of "better" (power, jank, latency: True;
-    fps, score: False; None: no preferred direction, e.g. a residency).  source: where it came from ("metrics.json", "power.csv", "trace:<module>").
+    fps, score: False; None: no preferred direction, e.g. a residency).  source: where it came from
+    ("metrics.json", "power.csv", "trace:<module>").
     """
     value: float
     unit: str = ""

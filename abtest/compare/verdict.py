@@ -125,7 +125,8 @@ def decide(a, b, lower_is_better: bool | None, policy: Policy = Policy()) -> Ver
     if need is None:
         text = "inconclusive"
     elif need >= MAX_MORE_ITERATIONS:
-        text = f"inconclusive (need > {MAX_MORE_ITERATIONS} more iterations: the difference is too small for this noise)"
+        text = (f"inconclusive (need > {MAX_MORE_ITERATIONS} more iterations: the difference is too small "
+                "for this noise)")
     else:
         text = f"inconclusive (need ~{need} more iterations)"
     return out(INCONCLUSIVE, text, need)
