@@ -38,6 +38,8 @@ ANALYSES: dict[str, str] = {
     "frames": "abtest.analysis.workload_frames",
 }
 
+_NOT_REQUESTED = "not requested (--only)"
+
 
 def _run_one(key: str, module: str, trace: Trace) -> tuple[dict | None, str | None]:
     """(summary, None) or (None, reason). Only "this analysis does not apply" errors are caught."""
@@ -74,7 +76,7 @@ def analyze_dict(trace: Trace, *, window_s: tuple[float, float] | None = None,
     for key, module in ANALYSES.items():
         if only and key not in only:
             out[key] = None
-            skipped[key] = "not requested (--only)"
+            skipped[key] = _NOT_REQUESTED
             continue
         res, why = _run_one(key, module, trace)
         out[key] = _jsonable(res)
@@ -161,6 +163,18 @@ def _latency_tables(con: Console, lat: dict) -> None:
     con.print(t)
 
 
+def _placement_tables(con: Console, pl_: dict) -> None:
+    mig = "n/a (no sched_migrate_task)" if pl_["migrate_events"] is None else f"{pl_['migrate_events']:,}"
+    con.print(f"tasks: {pl_['tasks']:,}  migrate events: {mig}  observed CPU changes: {pl_['observed_cpu_changes']:,}")
+    t = Table("cluster", "cpu", "tasks", "expected N/M", "runtime share %", "balance index",
+              title=f"placement balance (tasks running >= {pl_['min_runtime_pct']} % of the window)")
+    for cl, c in pl_["clusters"].items():
+        for i, cpu in enumerate(c["cpus"]):
+            t.add_row(cl, str(cpu), _fmt(c["tasks_per_cpu"][str(cpu)]), _fmt(c["expected_tasks_per_cpu"]),
+                      _fmt(c["runtime_share_pct"][str(cpu)]), _fmt(c["balance_index"]) if i == 0 else "")
+    con.print(t)
+
+
 def _print_report(d: dict) -> None:
     con = Console()
     dur = f"{d['duration_s']:.3f} s" if d["duration_s"] is not None else "?"
@@ -175,6 +189,8 @@ def _print_report(d: dict) -> None:
             _idle_tables(con, val)
         elif key == "latency":
             _latency_tables(con, val)
+        elif key == "placement":
+            _placement_tables(con, val)
         else:
             rows = _flatten(val)
             t = Table("metric", "value")
@@ -184,7 +200,8 @@ def _print_report(d: dict) -> None:
             if len(rows) > 60:
                 con.print(f"... {len(rows) - 60} more values (use --json)")
     for key, why in d["skipped"].items():
-        con.print(f"[yellow]skipped {key}:[/] {_short(why)}")
+        if why != _NOT_REQUESTED:
+            con.print(f"[yellow]skipped {key}:[/] {_short(why)}")
     if any("Record them" in w for w in d["skipped"].values()):
         con.print("(record missing events with `trace-cmd record -e EVENT`, or enable them under "
                   "/sys/kernel/tracing/events and `trace-cmd extract`, or with `abtest collect`)")
