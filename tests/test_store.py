@@ -143,3 +143,15 @@ def test_bad_power_csv_is_a_note_not_a_crash(tmp_path):
     assert "p" in m and not any(k.startswith("power.") for k in m)
     assert len(notes) == 1 and "power metrics unavailable" in notes[0] and "power.csv" in notes[0]
     assert not (d / ".abtest-metrics.json").exists()  # a failure is not cached
+
+
+def test_corrupt_trace_is_a_note_and_not_cached(tmp_path):
+    """A truncated copy (first 64 KiB, in tmp_path) of a real trace.dat: the iteration keeps its metrics.json
+    values, the trace metrics are missing for it, and the note names the file and what went wrong."""
+    d = write_iteration(tmp_path / "a" / "w" / "0", {"p": _m(1.0)})
+    (d / "trace.dat").write_bytes(REAL_TRACE.read_bytes()[:65536])
+    it = load_label(tmp_path / "a").complete("w")[0]
+    m, notes = metrics_mod.iteration_metrics(it)
+    assert m["p"].value == 1.0 and not any(k.startswith(("idle.", "latency.")) for k in m)
+    assert len(notes) == 1 and notes[0].startswith("trace metrics unavailable:") and "trace.dat" in notes[0]
+    assert not (d / ".abtest-metrics.json").exists()
