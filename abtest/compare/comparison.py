@@ -251,7 +251,8 @@ def summarize_meta(iterations: list[Iteration]) -> dict:
     keys = sorted(set().union(*flats)) if flats else []
     out = {}
     for k in keys:
-        vals = [f[k] for f in flats if k in f and f[k] is not None]
+        vals = [f[k] for f in flats if k in f and f[k] is not None
+                and not (isinstance(f[k], float) and not math.isfinite(f[k]))]  # NaN in meta.json: dropped
         if not vals:
             continue
         distinct = list(dict.fromkeys(str(v) for v in vals))
