@@ -479,3 +479,23 @@ def test_live_tracefs_stack_traces(tracefs_lock, tmp_path):
     assert frames_text.equals(frames_ref)
     assert frames_text.str.contains("sched_wakeup", literal=True).all()  # the tracepoint frame
     assert "stack" not in text["sched_wakeup"].columns
+
+
+def test_text_reader_agrees_with_trace_dat_reader(traces, tmp_path):
+    """Cross-reader check: `trace-cmd report -R -t` text of a trace.dat, through this reader and
+    canonicalize(), equals abtest's own trace.dat reader on every shared column (exact ns ts)."""
+    from abtest.trace.schema import canonicalize
+    dat = traces / "x86-vm/x86-menu-hackbench-cyclictest.dat"
+    out = tmp_path / "report.txt"
+    with open(out, "wb") as f:
+        subprocess.run(["trace-cmd", "report", "-R", "-t", str(dat)], stdout=f, check=True, timeout=120)
+    raw, meta = _raw(out)
+    from_text = canonicalize(raw, meta)
+    from_dat = read_trace(dat).tables
+    for ev in ("sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sched_migrate_task",
+               "cpu_idle", "cpu_idle_miss", "marker"):
+        a, b = from_dat[ev], from_text[ev]
+        cols = [c for c in a.columns if c in b.columns]
+        assert {"ts", "cpu"} <= set(cols) and len(cols) >= 4, (ev, a.columns, b.columns)
+        as_text = [pl.col(pl.Categorical).cast(pl.Utf8)]
+        assert a.select(cols).with_columns(as_text).equals(b.select(cols).with_columns(as_text)), ev
