@@ -184,3 +184,19 @@ def test_garbage_inside_atrace_z_names_inflated_line(traces, tmp_path):
     with pytest.raises(TraceFormatError) as e:
         read_trace(path)
     assert e.value.line == 31 and "inflated atrace -z stream" in str(e.value)
+
+
+def test_function_graph_tracer_output_is_refused_clearly(tmp_path):
+    """Stand-in text in the function_graph tracer's layout (no shared trace has it)."""
+    path = tmp_path / "fgraph.txt"
+    path.write_text("# tracer: function_graph\n#\n# CPU  DURATION                  FUNCTION CALLS\n"
+                    "# |     |   |                     |   |   |   |\n 0)   0.123 us    |  do_foo();\n")
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert e.value.line == 5 and "function_graph tracer" in str(e.value)
+
+
+def test_utf8_bom_is_tolerated(traces, tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + (traces / "trappy/trace_no_trailing_line.txt").read_bytes())
+    assert read_trace(path).meta["events"] == {"cpu_idle": 9, "sched_switch": 1}

@@ -71,6 +71,8 @@ def split_lines(data: bytes, first_line: int = 1) -> pl.DataFrame:
         data.decode("utf-8")
     except UnicodeDecodeError:
         data = data.decode("utf-8", errors="replace").encode("utf-8")
+    if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark (text saved by some editors)
+        data = b" " * 3 + data[3:]
     ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
     if not data.endswith(b"\n"):
         ends = np.append(ends, len(data))
@@ -243,6 +245,10 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
     )
     bad = others.filter(pl.col("_kind") == "bad")
     if bad.height:
+        tracer = others["text"].str.extract(r"^#\s*tracer:\s*(\S+)").drop_nulls()
+        if tracer.len() and tracer[0] in ("function_graph", "wakeup", "wakeup_rt", "irqsoff", "preemptoff"):
+            _raise_bad_line(path, bad, f"the {tracer[0]} tracer's own output format is not supported "
+                                       f"(record trace events, or use trace.dat)")
         _raise_bad_line(path, bad, "unrecognised line")
     groups = lines.filter(is_event)
     bad = groups.filter(pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
