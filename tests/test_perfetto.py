@@ -348,3 +348,25 @@ def test_unknown_event_id_is_kept_with_a_warning(tmp_path):
     t = data.tables["ftrace_event_9999"]
     assert t.select("ts", "cpu", "common_pid", "field_1", "field_2").row(0) == (123, 4, 9, 17, "abc")
     assert any("ftrace_event_9999" in w for w in data.meta["warnings"])
+
+
+def test_events_described_inside_the_trace(tmp_path):
+    """FtraceEventBundle.generic_event_descriptors: an event id outside perfetto's schema, with its
+    DescriptorProto (built with google.protobuf's descriptor_pb2) carried in the bundle."""
+    from google.protobuf import descriptor_pb2
+    desc = descriptor_pb2.DescriptorProto(name="vendor_freq_event")
+    F = descriptor_pb2.FieldDescriptorProto
+    desc.field.add(name="cpu_id", number=1, type=F.TYPE_UINT32)
+    desc.field.add(name="delta", number=2, type=F.TYPE_SINT64)
+    desc.field.add(name="label", number=3, type=F.TYPE_STRING)
+    bundle = pb.FtraceEventBundle(cpu=2)
+    bundle.generic_event_descriptors.add(field_id=4321, event_descriptor=desc.SerializeToString())
+    zz = lambda v: (v << 1) ^ (v >> 63)  # noqa: E731 - zigzag of a sint64
+    payload = _varint(1 << 3) + _varint(5) + _varint(2 << 3) + _varint(zz(-7)) + _ld(3, b"boost")
+    event = _varint(1 << 3) + _varint(777) + _varint(2 << 3) + _varint(11) + _ld(4321, payload)
+    path = tmp_path / "described.pftrace"
+    path.write_bytes(_ld(1, _ld(1, bundle.SerializeToString() + _ld(2, event))))
+    data = read_trace(path)
+    t = data.tables["vendor_freq_event"]
+    assert t.select("ts", "cpu", "common_pid", "cpu_id", "delta", "label").row(0) == (777, 2, 11, 5, -7, "boost")
+    assert not any("4321" in w for w in data.meta["warnings"])
