@@ -196,6 +196,8 @@ def test_field_typing_units_prefix_and_collisions(traces):
     raw, _ = _raw(traces / "trappy/trace_sched.txt")
     row = raw["sched_load_avg_cpu"].row(0, named=True)  # "sshd-2962 [000] ...: cpu=0 load=13 utilization=18"
     assert (row["cpu"], row["field_cpu"], row["load"], row["utilization"]) == (0, 0, 13, 18)
+    row = raw["sched_load_avg_sg"].row(0, named=True)  # "cpus=00000002 load=0 utilization=0": a hex mask
+    assert (row["cpus"], row["load"]) == ("00000002", 0)
     raw, _ = _raw(traces / "trappy/trace.txt")
     row = raw["thermal_power_cpu_get_power"].row(0, named=True)
     assert (row["cpus"], row["freq"], row["load"], row["dynamic_power"]) == ("00000000,00000006", 1100000, "{24 19}", 250)

@@ -77,10 +77,13 @@ def state_letters_to_bits(col: pl.Expr, table: dict[str, int]) -> pl.Expr:
 
 
 def _typed(df: pl.DataFrame, name: str) -> pl.Series:
-    """Utf8 column -> Int64 when every non-null value is an integer (or known-numeric hex)."""
+    """Utf8 column -> Int64 when every non-null value is a decimal integer that fits (or hex in a known
+    numeric field); zero-padded 8+ digit values (hex cpumasks such as ``cpus=00000006``) stay Utf8."""
     s = df[name].str.strip_chars()
     nonnull = s.drop_nulls()
     if nonnull.len() == 0:
+        return s
+    if nonnull.str.contains(r"^0[0-9]{7,}$").any():  # zero-padded 8+ digits: a hex cpumask ("00000010")
         return s
     as_int = s.str.to_integer(strict=False)
     if as_int.null_count() == s.null_count():  # every value an integer that fits Int64
