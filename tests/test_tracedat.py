@@ -159,7 +159,7 @@ def test_dtypes_follow_kernel_widths():
     raw, _ = raw_of("x86-vm/x86-menu-hackbench-cyclictest.dat")
     ss = raw["sched_switch"]
     assert ss.schema["ts"] == pl.Int64 and ss.schema["cpu"] == pl.Int32 and ss.schema["common_pid"] == pl.Int32
-    assert ss.schema["prev_comm"] == pl.Utf8 and ss.schema["prev_pid"] == pl.Int32
+    assert ss.schema["prev_comm"] == pl.Categorical and ss.schema["prev_pid"] == pl.Int32
     assert ss.columns[:3] == ["ts", "cpu", "common_pid"]
     assert raw["cpu_idle"].schema["state"] == pl.UInt32
     assert ss["ts"].is_sorted()

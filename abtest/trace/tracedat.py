@@ -7,8 +7,11 @@ typed columns. No Python code runs per event.
 
 Raw table columns: ts (Int64, ns on the trace clock, after trace-cmd's OFFSET / DATE / TSC2NSEC
 corrections), cpu (Int32, ring buffer the event was in), common_pid (Int32), then every field of the
-event's format under its kernel name and width: u32 -> UInt32, s64 -> Int64, char[N] and
-__data_loc char[] -> Utf8, other fixed arrays -> List(int), other dynamic arrays -> Binary.
+event's format under its kernel name and width: u32 -> UInt32, s64 -> Int64, char[N] (comm and other
+names) -> Categorical, __data_loc char[] -> Utf8, other fixed arrays -> List(int), other dynamic arrays ->
+Binary (kernel_stack/user_stack `caller` -> List(UInt64) of the `size` recorded entries).
+An event with its own `cpu` field (sched_load_*, ...) keeps it as `cpu`; the ring-buffer CPU is then
+`buffer_cpu`.
 Marker events: print `buf` is the written text; bprint `buf` is the trace_printk() text formatted from
 the printk format and the binary arguments (as `trace-cmd report` prints it, without the ip prefix);
 bputs `str` is the constant string. `common_type` is dropped (it is the table).
@@ -17,6 +20,7 @@ Events whose id has no format in the file land in `unknown_event_<id>` with the 
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -32,19 +36,34 @@ _INT_DTYPES = {np.dtype(t): d for t, d in (
     ("uint8", pl.UInt8), ("uint16", pl.UInt16), ("uint32", pl.UInt32), ("uint64", pl.UInt64))}
 
 
-def _parse_formats(path, lay: Layout) -> tuple[dict[int, tf.EventFormat], list[str]]:
+_ID_RE = re.compile(r"^ID:\s*(\d+)", re.M)
+_NAME_RE = re.compile(r"^name:\s*(\S+)", re.M)
+
+
+def _format_index(path, lay: Layout) -> dict[int, tuple[str, str, str]]:
+    """{event id: (system, name, format text)} from a cheap scan (full parsing only for ids in the data)."""
+    index: dict[int, tuple[str, str, str]] = {}
+    for system, text in [("ftrace", t) for t in lay.ftrace_formats] + list(lay.event_formats):
+        m_id, m_name = _ID_RE.search(text), _NAME_RE.search(text)
+        if m_id and m_name:
+            index[int(m_id.group(1))] = (system, m_name.group(1), text)
+    if not index:
+        raise TraceFormatError(path, "no event formats in the file", expected="ftrace/event format sections")
+    return index
+
+
+def _parse_formats(index: dict, ids) -> tuple[dict[int, tf.EventFormat], list[str]]:
     formats: dict[int, tf.EventFormat] = {}
     warnings = []
-    texts = [("ftrace", t) for t in lay.ftrace_formats] + list(lay.event_formats)
-    for system, text in texts:
-        try:
-            ev = tf.parse_event_format(text, system)
-        except ValueError as e:
-            warnings.append(f"skipped unparsable {system} event format ({e})")
+    for i in ids:
+        if i not in index:
             continue
-        formats[ev.id] = ev
-    if not formats:
-        raise TraceFormatError(path, "no event formats in the file", expected="ftrace/event format sections")
+        system, name, text = index[i]
+        try:
+            formats[i] = tf.parse_event_format(text, system)
+        except ValueError as e:
+            warnings.append(f"event {system}:{name} (id {i}) has an unparsable format ({e}); "
+                            f"its records are kept as raw bytes in `payload`")
     return formats, warnings
 
 
@@ -91,6 +110,11 @@ def _to_series(name: str, col) -> pl.Series:
         n = len(flat) // count if count else 0
         s = pl.Series(name, flat, dtype=_INT_DTYPES.get(flat.dtype))
         return s.reshape((n, count)).cast(pl.List(s.dtype)).alias(name)
+    if tag == "cat":
+        codes, offsets, data = col[1], col[2], col[3]
+        dictionary = pa.Array.from_buffers(pa.large_utf8(), len(offsets) - 1,
+                                           [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        return pl.Series(name, pa.DictionaryArray.from_arrays(pa.array(codes), dictionary))
     if tag == "varlist":
         offsets, flat = col[1], col[2]
         arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat))
@@ -103,17 +127,18 @@ def _frame(cols: dict) -> pl.DataFrame:
     `cpu`, unless the event has its own `cpu` field (e.g. sched_load_*), which then keeps the name `cpu`
     (the CPU the event is about) and the ring-buffer CPU is kept as `buffer_cpu`."""
     series = [_to_series(k, v) for k, v in cols.items()]
+    series[0] = series[0].set_sorted()  # ts: the decoder emits every table in timestamp order
     if "cpu" in cols:
         return pl.DataFrame([s.alias("buffer_cpu") if s.name == "__buffer_cpu" else s for s in series])
     return pl.DataFrame([s.alias("cpu") if s.name == "__buffer_cpu" else s for s in series])
 
 
-def _table_names(formats: dict[int, tf.EventFormat]) -> dict[int, str]:
+def _table_names(index: dict[int, tuple[str, str, str]]) -> dict[int, str]:
     """Event id -> table name: the kernel event name, `system:name` when two systems share a name."""
     seen: dict[str, int] = {}
-    for ev in formats.values():
-        seen[ev.name] = seen.get(ev.name, 0) + 1
-    return {i: (ev.name if seen[ev.name] == 1 else f"{ev.system}:{ev.name}") for i, ev in formats.items()}
+    for _system, name, _text in index.values():
+        seen[name] = seen.get(name, 0) + 1
+    return {i: (name if seen[name] == 1 else f"{system}:{name}") for i, (system, name, _t) in index.items()}
 
 
 def _decode_error(path, lay: Layout, err: ValueError) -> TraceFormatError:
@@ -124,53 +149,59 @@ def _decode_error(path, lay: Layout, err: ValueError) -> TraceFormatError:
             return TraceFormatError(path, f"CPU {cd.cpu} ring buffer: {msg}", offset=cd.file_offset + pos,
                                     expected="a well-formed ring-buffer page")
         cpu = cd.cpu if cd is not None else "?"
+        chunk = cd.chunk if cd is not None else "?"
         page = pos // lay.page_size
-        return TraceFormatError(path, f"CPU {cpu} ring buffer (compressed; byte {pos} = page {page} of the "
-                                f"inflated data): {msg}", expected="a well-formed ring-buffer page")
+        return TraceFormatError(path, f"CPU {cpu} ring buffer, compressed chunk {chunk}, byte {pos} (page {page}) "
+                                f"of the inflated chunk: {msg}", expected="a well-formed ring-buffer page")
     return TraceFormatError(path, str(err))
 
 
 def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
-    """Decode a trace.dat held in `data` (bytes or mmap). Returns (raw tables by event name, meta)."""
+    """Decode a trace.dat held in `data` (bytes or mmap). Returns (raw tables by event name, meta).
+
+    Only event types with records get a table (the file carries the formats of every event the kernel
+    knows, thousands of them); meta["event_formats"] counts the formats present.
+    """
     from abtest import _native
 
     path = Path(path)
     lay = parse_layout(path, data)
-    formats, warnings = _parse_formats(path, lay)
-    warnings = lay.warnings + warnings
-    names = _table_names(formats)
+    index = _format_index(path, lay)
+    names = _table_names(index)
     ph = tf.parse_header_page(lay.header_page, lay.long_size)
-    any_ev = next(iter(formats.values()))
-    ctype = any_ev.field("common_type")
+    first = tf.parse_event_format(next(iter(index.values()))[2], "")
+    ctype = first.field("common_type")
     id_field = (ctype.offset, ctype.size) if ctype else (0, 2)
-    specs = {i: [_field_spec(ev, f, ph.commit_size) for f in _ordered_fields(ev)] for i, ev in formats.items()}
-    unknown = [_field_spec(any_ev, f, ph.commit_size) for f in _ordered_fields(any_ev) if f.name.startswith("common_")]
-    unknown.append(("payload", 0, 0, tf.KIND_TAIL_BIN, False, 0, 0, 0))
-    printk = {a: s.encode() for a, s in tf.parse_printk_formats(lay.printk).items()}
-    kallsyms = tf.parse_kallsyms(lay.kallsyms) if "bprint" in names.values() else ([], [])
     clock_off = lay.ts_offset_ns + lay.date_offset_ns
     tsc = lay.tsc2nsec if (lay.tsc2nsec and lay.tsc2nsec[0]) else None
     bufs = [(cd.cpu, cd.buf, cd.start, cd.size) for cd in lay.cpu_data if cd.size > 0]
     page = (lay.page_size, ph.ts_offset, ph.ts_size, ph.commit_offset, ph.commit_size, ph.data_offset)
     try:
-        res = _native.tracedat_decode(bufs, page, lay.big_endian, id_field, specs, unknown, ph.commit_size,
-                                      tsc, clock_off, printk, kallsyms)
+        recs = _native.tracedat_walk(bufs, page, lay.big_endian, id_field, tsc, clock_off)
     except ValueError as e:
         raise _decode_error(path, lay, e) from None
+    counts = recs.event_counts()
+    formats, warnings = _parse_formats(index, counts)
+    warnings = lay.warnings + warnings
+    specs = {i: [_field_spec(ev, f, ph.commit_size) for f in _ordered_fields(ev)] for i, ev in formats.items()}
+    unknown = [_field_spec(first, f, ph.commit_size) for f in _ordered_fields(first) if f.name.startswith("common_")]
+    unknown.append(("payload", 0, 0, tf.KIND_TAIL_BIN, False, 0, 0, 0))
+    printk = {a: s.encode() for a, s in tf.parse_printk_formats(lay.printk).items()}
+    needs_syms = any(index.get(i, ("", ""))[1] == "bprint" for i in counts) and any(b"%p" in f for f in printk.values())
+    kallsyms = tf.parse_kallsyms(lay.kallsyms) if needs_syms else ([], [])
+    res = recs.columns(specs, unknown, ph.commit_size, printk, kallsyms)
+    stats = recs.stats()
+    del recs
     raw: dict[str, pl.DataFrame] = {}
     for ev_id, cols in res["events"].items():
-        name = names.get(ev_id, f"unknown_event_{ev_id}")
+        name = names.get(ev_id, f"unknown_event_{ev_id}") if ev_id in formats else f"unknown_event_{ev_id}"
         if ev_id not in formats:
-            warnings.append(f"{len(cols['ts'])} events with id {ev_id} have no format in the file "
+            warnings.append(f"{len(cols['ts'])} events with id {ev_id} have no usable format in the file "
                             f"(table {name}, raw bytes in `payload`)")
         raw[name] = _frame(cols)
-    for ev_id, ev in formats.items():  # every event type in the file gets a table, even when empty
-        name = names[ev_id]
-        if name not in raw:
-            raw[name] = _empty_like(ev, specs[ev_id])
-    lost_per_cpu = {str(c): int(n) for c, n in sorted(res["lost"].items())}
+    lost_per_cpu = {str(c): int(n) for c, n in sorted(stats["lost"].items())}
     lost = sum(lost_per_cpu.values())
-    unknown_pages = {str(c): int(n) for c, n in res["lost_unknown_pages"].items()}
+    unknown_pages = {str(c): int(n) for c, n in stats["lost_unknown_pages"].items()}
     if lost:
         warnings.append(f"{lost} events lost in the ring buffer (per CPU: {lost_per_cpu})")
     if unknown_pages:
@@ -183,29 +214,9 @@ def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
                         f"the file")
     if lay.has_time_shift or lay.guests:
         warnings.append("host/guest time synchronisation data present but not applied")
-    meta = _meta(lay, res, lost, lost_per_cpu, unknown_pages, warnings)
+    meta = _meta(lay, stats, lost, lost_per_cpu, unknown_pages, warnings)
+    meta["event_formats"] = len(index)
     return {k: raw[k] for k in sorted(raw)}, meta
-
-
-def _empty_like(ev: tf.EventFormat, spec: list[tuple]) -> pl.DataFrame:
-    """A zero-row table with the dtypes the decoder would produce for this event."""
-    cols = {"ts": pl.Int64, "buffer_cpu" if any(f[0] == "cpu" for f in spec) else "cpu": pl.Int32}
-    for name, _off, size, kind, signed, elem, _a, _b in spec:
-        if kind == tf.KIND_INT:
-            cols[name] = _int_dtype(size, signed)
-        elif kind in (tf.KIND_NUM_ARRAY, tf.KIND_TAIL_LIST):
-            cols[name] = pl.List(_int_dtype(elem, signed))
-        elif kind in (tf.KIND_CHAR_ARRAY, tf.KIND_DATA_LOC_STR, tf.KIND_REL_LOC_STR, tf.KIND_TAIL_STR,
-                      tf.KIND_BPRINT_TEXT, tf.KIND_PRINTK_STR):
-            cols[name] = pl.Utf8
-        else:
-            cols[name] = pl.Binary
-    return pl.DataFrame(schema=cols)
-
-
-def _int_dtype(size: int, signed: bool):
-    return {(1, True): pl.Int8, (2, True): pl.Int16, (4, True): pl.Int32, (8, True): pl.Int64,
-            (1, False): pl.UInt8, (2, False): pl.UInt16, (4, False): pl.UInt32}.get((size, signed), pl.UInt64 if not signed else pl.Int64)
 
 
 def _meta(lay: Layout, res: dict, lost: int, lost_per_cpu: dict, unknown_pages: dict, warnings: list) -> dict:
@@ -217,7 +228,7 @@ def _meta(lay: Layout, res: dict, lost: int, lost_per_cpu: dict, unknown_pages: 
         "compression": lay.compression,
         "clock": lay.clock,
         "cpus": int(lay.cpus),
-        "cpus_with_data": sorted(cd.cpu for cd in lay.cpu_data if cd.size > 0),
+        "cpus_with_data": sorted({cd.cpu for cd in lay.cpu_data if cd.size > 0}),
         "page_size": lay.page_size,
         "kernel": {
             "release": uname.get("release"), "version": uname.get("version"), "arch": uname.get("arch"),

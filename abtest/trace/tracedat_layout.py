@@ -35,6 +35,7 @@ class CpuData:
     start: int
     size: int
     file_offset: int | None
+    chunk: int | None = None  # v7 compressed data: index of the inflated chunk (whole pages)
 
 
 @dataclass
@@ -79,6 +80,14 @@ class _Cursor:
         self.base = base  # file offset of data[0] (non-zero for inflated sections: offset of the section)
         self.what = what
         self.endian = "<"
+        self._view = None
+
+    @property
+    def view(self) -> memoryview:
+        """Zero-copy view of the whole buffer (for large compressed blobs)."""
+        if self._view is None:
+            self._view = memoryview(self.data)
+        return self._view
 
     def fail(self, msg: str, expected: str | None = None, at: int | None = None):
         off = (self.pos if at is None else at) if self.base == 0 else self.base
@@ -151,6 +160,23 @@ class _Inflater:
             raise TraceFormatError(self.path, f"{what}: inflated to {len(out)} bytes, header says {out_size}",
                                    offset=offset, expected=f"{out_size} bytes after decompression")
         return out
+
+
+    def inflate_many(self, items: list[tuple[bytes, int, int, str]]) -> list:
+        """Inflate many (blob, uncompressed size, file offset, what) chunks; zstd uses all cores.
+
+        Returns buffer objects (bytes or zstandard BufferSegments) in the order given."""
+        if self.name == "zstd" and len(items) > 1:
+            sizes = struct.pack(f"={len(items)}Q", *(u for _, u, _, _ in items))
+            try:
+                out = self._zstd.multi_decompress_to_buffer([b for b, _, _, _ in items],
+                                                            decompressed_sizes=sizes, threads=-1)
+                segs = [out[i] for i in range(len(out))]
+                if all(len(seg) == u for seg, (_, u, _, _) in zip(segs, items)):
+                    return segs
+            except Exception:  # locate the bad chunk (and its offset) one by one below
+                pass
+        return [self.inflate(b, u, at, what) for b, u, at, what in items]
 
 
 def _read_header_info(c: _Cursor, lay: Layout) -> None:
@@ -296,20 +322,22 @@ def _read_section(c: _Cursor, off: int, inflater: _Inflater, want_id: int | None
     return inner
 
 
-def _inflate_cpu(c: _Cursor, off: int, size: int, inflater: _Inflater, cpu: int) -> bytes:
+def _cpu_chunks(c: _Cursor, off: int, size: int, cpu: int) -> list[tuple[bytes, int, int, str]]:
     """v7 compressed flyrecord data of one CPU: u32 chunk count, then (u32 csize, u32 usize, data) chunks."""
     # the recorded size counts the chunks, not the leading u32 chunk count
     s = _Cursor(c.path, c.data, off, min(len(c.data), off + 4 + size))
     s.endian = c.endian
     n = s.u32(f"CPU {cpu} chunk count")
-    parts = []
+    items = []
     for i in range(n):
         at = s.pos
         csize = s.u32(f"CPU {cpu} chunk {i} compressed size")
         usize = s.u32(f"CPU {cpu} chunk {i} uncompressed size")
-        blob = s.take(csize, f"CPU {cpu} chunk {i} data")
-        parts.append(inflater.inflate(blob, usize, at, f"CPU {cpu} chunk {i}"))
-    return b"".join(parts)
+        if s.pos + csize > s.end:
+            s.take(csize, f"CPU {cpu} chunk {i} data")  # raises with offset
+        items.append((c.view[s.pos:s.pos + csize], usize, at, f"CPU {cpu} chunk {i}"))
+        s.pos += csize
+    return items
 
 
 def _parse_v7(c: _Cursor, lay: Layout) -> None:
@@ -375,6 +403,7 @@ def _parse_v7(c: _Cursor, lay: Layout) -> None:
     lay.clock = lay.clock or clock or None
     b.u32("buffer page size")
     ncpu = b.u32("buffer cpu count")
+    pending = []  # compressed chunks: (cpu, chunk index, item)
     for _ in range(ncpu):
         cpu = b.u32("buffer cpu id")
         off = b.u64(f"CPU {cpu} data offset")
@@ -382,11 +411,14 @@ def _parse_v7(c: _Cursor, lay: Layout) -> None:
         _check_span(c.path, c.data, off, size, f"CPU {cpu} ring-buffer data")
         if size == 0:
             continue
-        if lay.compression:
-            lay.cpu_data.append(CpuData(cpu, _inflate_cpu(c, off, size, inflater, cpu), 0, -1, None))
-            lay.cpu_data[-1].size = len(lay.cpu_data[-1].buf)
+        if lay.compression:  # chunks hold whole pages: each one is decoded as its own source
+            pending += [(cpu, i, item) for i, item in enumerate(_cpu_chunks(c, off, size, cpu))]
         else:
             lay.cpu_data.append(CpuData(cpu, c.data, off, size, off))
+    if pending:
+        bufs = inflater.inflate_many([item for _, _, item in pending])
+        for (cpu, i, _), buf in zip(pending, bufs):
+            lay.cpu_data.append(CpuData(cpu, buf, 0, len(buf), None, chunk=i))
     lay.cpus = lay.cpus or (max((d.cpu for d in lay.cpu_data), default=-1) + 1)
 
 

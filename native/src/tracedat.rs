@@ -13,53 +13,25 @@
 //! triples (strings/blobs, Arrow layout) or ("list", flat values, elements per row).
 use std::collections::HashMap;
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use numpy::IntoPyArray;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::PyDict;
 
 #[path = "tracedat_printf.rs"]
 mod tracedat_printf;
-use tracedat_printf::format_bprint;
-
-// field kinds: keep in sync with abtest/trace/tracedat_format.py
-const KIND_INT: u8 = 0;
-const KIND_CHAR_ARRAY: u8 = 1;
-const KIND_DATA_LOC_STR: u8 = 2;
-const KIND_DATA_LOC_BIN: u8 = 3;
-const KIND_NUM_ARRAY: u8 = 4;
-const KIND_BYTES: u8 = 5;
-const KIND_REL_LOC_STR: u8 = 6;
-const KIND_REL_LOC_BIN: u8 = 7;
-const KIND_TAIL_STR: u8 = 8;
-const KIND_TAIL_BIN: u8 = 9;
-const KIND_BPRINT_TEXT: u8 = 10;
-const KIND_PRINTK_STR: u8 = 11;
-const KIND_TAIL_LIST: u8 = 12;
+#[path = "tracedat_columns.rs"]
+mod tracedat_columns;
+use tracedat_columns::{rd, Builder, Env, FieldSpec};
 
 const RB_MISSED_EVENTS: u64 = 1 << 31;
 const RB_MISSED_STORED: u64 = 1 << 30;
 const RB_COMMIT_MASK: u64 = (1 << 30) - 1;
 const TS_SHIFT: u32 = 27;
-
-/// (name, offset, size, kind, signed, elem_size, aux_offset, aux_size)
-type FieldSpec = (String, usize, usize, u8, bool, usize, usize, usize);
-
-#[inline]
-fn rd(b: &[u8], off: usize, size: usize, be: bool) -> Option<u64> {
-    let s = b.get(off..off.checked_add(size)?)?;
-    Some(match (size, be) {
-        (1, _) => s[0] as u64,
-        (2, false) => u16::from_le_bytes([s[0], s[1]]) as u64,
-        (2, true) => u16::from_be_bytes([s[0], s[1]]) as u64,
-        (4, false) => u32::from_le_bytes(s.try_into().unwrap()) as u64,
-        (4, true) => u32::from_be_bytes(s.try_into().unwrap()) as u64,
-        (8, false) => u64::from_le_bytes(s.try_into().unwrap()),
-        (8, true) => u64::from_be_bytes(s.try_into().unwrap()),
-        _ => return None,
-    })
-}
 
 struct PageLayout {
     page_size: usize,
@@ -90,11 +62,11 @@ impl Clock {
     }
 }
 
-/// Event records of all CPUs, struct-of-arrays (20 bytes per event).
+/// Event records of all CPUs, struct-of-arrays (22 bytes per event).
 #[derive(Default)]
 struct Records {
     ts: Vec<i64>,
-    src: Vec<u16>,
+    src: Vec<u32>,
     pos: Vec<u32>,
     len: Vec<u32>,
     ty: Vec<u16>,
@@ -198,7 +170,7 @@ fn walk_cpu(si: usize, data: &[u8], lay: &PageLayout, clock: &Clock, recs: &mut 
                 None => return Err(err(base + i, format!("event record of {} bytes too short for its type id", data_len))),
             };
             recs.ts.push(clock.apply(ts));
-            recs.src.push(si as u16);
+            recs.src.push(si as u32);
             recs.pos.push((base + data_at) as u32);
             recs.len.push(data_len as u32);
             recs.ty.push(ty);
@@ -208,238 +180,117 @@ fn walk_cpu(si: usize, data: &[u8], lay: &PageLayout, clock: &Clock, recs: &mut 
     Ok(())
 }
 
-struct Ctx<'a> {
-    srcs: Vec<&'a [u8]>,
-    recs: Records,
-    be: bool,
-    long_size: usize,
-    printk: HashMap<u64, Vec<u8>>,
-    sym_addrs: Vec<u64>,
-    sym_names: Vec<String>,
-    short_fields: u64,
-    missing_formats: u64,
-}
 
-impl<'a> Ctx<'a> {
-    #[inline]
-    fn rec(&self, i: u32) -> &'a [u8] {
-        let i = i as usize;
-        let p = self.recs.pos[i] as usize;
-        &self.srcs[self.recs.src[i] as usize][p..p + self.recs.len[i] as usize]
+/// Record indices in timestamp order. Each CPU's records are contiguous and normally already in
+/// order, so a k-way merge (ties: lower source index first) gives the same result as a stable sort;
+/// a CPU whose timestamps go backwards falls back to a stable sort of everything.
+fn time_order(ts: &[i64], ranges: &[(usize, usize)]) -> Vec<u32> {
+    let monotonic = ranges.iter().all(|&(a, b)| ts[a..b].windows(2).all(|w| w[0] <= w[1]));
+    if !monotonic {
+        let mut perm: Vec<u32> = (0..ts.len() as u32).collect();
+        perm.sort_by_key(|&i| ts[i as usize]);
+        return perm;
     }
-}
-
-fn arr<T: numpy::Element>(py: Python<'_>, v: Vec<T>) -> PyObject {
-    v.into_pyarray(py).into_any().unbind()
-}
-
-fn int_column(py: Python<'_>, cx: &mut Ctx, idx: &[u32], off: usize, size: usize, signed: bool) -> PyObject {
-    let mut short = 0u64;
-    let mut get = |i: u32| -> u64 {
-        rd(cx.rec(i), off, size, cx.be).unwrap_or_else(|| {
-            short += 1;
-            0
-        })
-    };
-    let out = match (size, signed) {
-        (1, false) => arr(py, idx.iter().map(|&i| get(i) as u8).collect::<Vec<_>>()),
-        (1, true) => arr(py, idx.iter().map(|&i| get(i) as u8 as i8).collect::<Vec<_>>()),
-        (2, false) => arr(py, idx.iter().map(|&i| get(i) as u16).collect::<Vec<_>>()),
-        (2, true) => arr(py, idx.iter().map(|&i| get(i) as u16 as i16).collect::<Vec<_>>()),
-        (4, false) => arr(py, idx.iter().map(|&i| get(i) as u32).collect::<Vec<_>>()),
-        (4, true) => arr(py, idx.iter().map(|&i| get(i) as u32 as i32).collect::<Vec<_>>()),
-        (_, false) => arr(py, idx.iter().map(|&i| get(i)).collect::<Vec<_>>()),
-        (_, true) => arr(py, idx.iter().map(|&i| get(i) as i64).collect::<Vec<_>>()),
-    };
-    cx.short_fields += short;
+    let mut out = Vec::with_capacity(ts.len());
+    let mut pos: Vec<usize> = ranges.iter().map(|r| r.0).collect();
+    let mut heap = BinaryHeap::new();
+    for (s, &(a, b)) in ranges.iter().enumerate() {
+        if a < b {
+            heap.push(Reverse((ts[a], s)));
+        }
+    }
+    while let Some(Reverse((_, s))) = heap.pop() {
+        let end = ranges[s].1;
+        let mut i = pos[s];
+        // emit the run of this source that stays <= the next head of another source
+        let limit = heap.peek().map(|Reverse((t, _))| *t);
+        loop {
+            out.push(i as u32);
+            i += 1;
+            if i >= end {
+                break;
+            }
+            match limit {
+                Some(t) if ts[i] > t || (ts[i] == t && heap.peek().map(|Reverse((_, s2))| *s2 < s).unwrap_or(false)) => break,
+                _ => {}
+            }
+        }
+        pos[s] = i;
+        if i < end {
+            heap.push(Reverse((ts[i], s)));
+        }
+    }
     out
 }
 
-/// Strings / blobs in Arrow layout: ("utf8" | "binary", offsets i64 (n+1), bytes u8).
-fn var_column<'b>(py: Python<'_>, idx: &[u32], text: bool, mut get: impl FnMut(u32) -> std::borrow::Cow<'b, [u8]>) -> PyObject {
-    let mut offsets: Vec<i64> = Vec::with_capacity(idx.len() + 1);
-    let mut bytes: Vec<u8> = Vec::with_capacity(idx.len() * 8);
-    offsets.push(0);
-    for &i in idx {
-        let v = get(i);
-        let v: &[u8] = if text {
-            let n = v.iter().position(|&c| c == 0).unwrap_or(v.len());
-            &v[..n]
-        } else {
-            &v
-        };
-        if text && std::str::from_utf8(v).is_err() {
-            bytes.extend_from_slice(String::from_utf8_lossy(v).as_bytes());
-        } else {
-            bytes.extend_from_slice(v);
-        }
-        offsets.push(bytes.len() as i64);
-    }
-    let tag = if text { "utf8" } else { "binary" };
-    PyTuple::new(py, [tag.into_pyobject(py).unwrap().into_any().unbind(), arr(py, offsets), arr(py, bytes)])
-        .unwrap()
-        .into_any()
-        .unbind()
+fn worker_count() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 16)
 }
 
-fn list_column(py: Python<'_>, cx: &Ctx, idx: &[u32], off: usize, size: usize, elem: usize, signed: bool) -> PyObject {
-    let count = size / elem;
-    let mut flat_u: Vec<u64> = Vec::with_capacity(idx.len() * count);
-    for &i in idx {
-        let r = cx.rec(i);
-        for k in 0..count {
-            flat_u.push(rd(r, off + k * elem, elem, cx.be).unwrap_or(0));
+/// Split sources into at most `n` contiguous groups of roughly equal byte size.
+fn split_balanced(srcs: &[&[u8]], n: usize) -> Vec<(usize, usize)> {
+    let total: usize = srcs.iter().map(|s| s.len()).sum();
+    let per = total / n.max(1) + 1;
+    let mut out = Vec::new();
+    let (mut a, mut acc) = (0usize, 0usize);
+    for (i, s) in srcs.iter().enumerate() {
+        acc += s.len();
+        if acc >= per && out.len() + 1 < n {
+            out.push((a, i + 1));
+            a = i + 1;
+            acc = 0;
         }
     }
-    let flat = match (elem, signed) {
-        (1, false) => arr(py, flat_u.iter().map(|&v| v as u8).collect::<Vec<_>>()),
-        (1, true) => arr(py, flat_u.iter().map(|&v| v as u8 as i8).collect::<Vec<_>>()),
-        (2, false) => arr(py, flat_u.iter().map(|&v| v as u16).collect::<Vec<_>>()),
-        (2, true) => arr(py, flat_u.iter().map(|&v| v as u16 as i16).collect::<Vec<_>>()),
-        (4, false) => arr(py, flat_u.iter().map(|&v| v as u32).collect::<Vec<_>>()),
-        (4, true) => arr(py, flat_u.iter().map(|&v| v as u32 as i32).collect::<Vec<_>>()),
-        (_, true) => arr(py, flat_u.iter().map(|&v| v as i64).collect::<Vec<_>>()),
-        (_, false) => arr(py, flat_u),
-    };
-    PyTuple::new(py, [
-        "list".into_pyobject(py).unwrap().into_any().unbind(),
-        flat,
-        count.into_pyobject(py).unwrap().into_any().unbind(),
-    ]).unwrap().into_any().unbind()
-}
-
-/// Variable-length integer list running to the end of the record (e.g. kernel_stack `caller`),
-/// capped by a count field at (aux_off, aux_size) when aux_size > 0:
-/// ("varlist", offsets i64 (n+1), flat values).
-fn tail_list_column(py: Python<'_>, cx: &Ctx, idx: &[u32], f: &FieldSpec) -> PyObject {
-    let (off, elem, signed, aux_off, aux_size) = (f.1, f.5.max(1), f.4, f.6, f.7);
-    let mut offsets: Vec<i64> = Vec::with_capacity(idx.len() + 1);
-    let mut flat: Vec<u64> = Vec::new();
-    offsets.push(0);
-    for &i in idx {
-        let r = cx.rec(i);
-        let mut n = r.len().saturating_sub(off) / elem;
-        if aux_size > 0 {
-            let c = rd(r, aux_off, aux_size, cx.be).unwrap_or(0) as usize;
-            n = n.min(c);
-        }
-        for k in 0..n {
-            flat.push(rd(r, off + k * elem, elem, cx.be).unwrap_or(0));
-        }
-        offsets.push(flat.len() as i64);
+    if a < srcs.len() || out.is_empty() {
+        out.push((a, srcs.len()));
     }
-    let values = match (elem, signed) {
-        (1, _) => arr(py, flat.iter().map(|&v| v as u8).collect::<Vec<_>>()),
-        (2, _) => arr(py, flat.iter().map(|&v| v as u16).collect::<Vec<_>>()),
-        (4, false) => arr(py, flat.iter().map(|&v| v as u32).collect::<Vec<_>>()),
-        (4, true) => arr(py, flat.iter().map(|&v| v as u32 as i32).collect::<Vec<_>>()),
-        (_, true) => arr(py, flat.iter().map(|&v| v as i64).collect::<Vec<_>>()),
-        (_, false) => arr(py, flat),
-    };
-    PyTuple::new(py, ["varlist".into_pyobject(py).unwrap().into_any().unbind(), arr(py, offsets), values])
-        .unwrap().into_any().unbind()
+    out
 }
 
-/// Slice of a __data_loc / __rel_loc field: u32 = (length << 16) | offset.
-fn dyn_slice<'r>(r: &'r [u8], f: &FieldSpec, be: bool, rel: bool) -> &'r [u8] {
-    let v = rd(r, f.1, 4, be).unwrap_or(0) as usize;
-    let mut start = v & 0xffff;
-    if rel {
-        start += f.1 + f.2;
-    }
-    let len = v >> 16;
-    r.get(start..(start + len).min(r.len())).unwrap_or(&[])
+/// Columns of one event type, built off the GIL.
+struct TypeColumns {
+    ty: u16,
+    ts: Vec<i64>,
+    cpu: Vec<i32>,
+    builders: Vec<Builder>,
 }
 
-fn build_column(py: Python<'_>, cx: &mut Ctx, idx: &[u32], f: &FieldSpec) -> PyObject {
-    use std::borrow::Cow;
-    let (off, size, kind, signed, elem) = (f.1, f.2, f.3, f.4, f.5);
-    let be = cx.be;
-    match kind {
-        KIND_INT => int_column(py, cx, idx, off, size, signed),
-        KIND_NUM_ARRAY => list_column(py, cx, idx, off, size, elem, signed),
-        KIND_TAIL_LIST => tail_list_column(py, cx, idx, f),
-        KIND_CHAR_ARRAY | KIND_BYTES => {
-            let text = kind == KIND_CHAR_ARRAY;
-            var_column(py, idx, text, |i| Cow::Borrowed(cx.rec(i).get(off..off + size).unwrap_or(&[])))
-        }
-        KIND_DATA_LOC_STR | KIND_DATA_LOC_BIN | KIND_REL_LOC_STR | KIND_REL_LOC_BIN => {
-            let text = kind == KIND_DATA_LOC_STR || kind == KIND_REL_LOC_STR;
-            let rel = kind == KIND_REL_LOC_STR || kind == KIND_REL_LOC_BIN;
-            var_column(py, idx, text, |i| Cow::Borrowed(dyn_slice(cx.rec(i), f, be, rel)))
-        }
-        KIND_TAIL_STR | KIND_TAIL_BIN => {
-            var_column(py, idx, kind == KIND_TAIL_STR, |i| Cow::Borrowed(cx.rec(i).get(off..).unwrap_or(&[])))
-        }
-        KIND_BPRINT_TEXT => {
-            let (fmt_off, fmt_size) = (f.6, f.7);
-            let mut missing = 0u64;
-            let col = {
-                let cxr: &Ctx = cx;
-                var_column(py, idx, true, |i| {
-                    let r = cxr.rec(i);
-                    let addr = rd(r, fmt_off, fmt_size, be).unwrap_or(0);
-                    match cxr.printk.get(&addr) {
-                        Some(fmt) => Cow::Owned(format_bprint(fmt, r.get(off..).unwrap_or(&[]), cxr.long_size, be,
-                                                              (&cxr.sym_addrs, &cxr.sym_names)).into_bytes()),
-                        None => {
-                            missing += 1;
-                            Cow::Owned(format!("[UNKNOWN PRINTK FORMAT 0x{:x}]", addr).into_bytes())
-                        }
-                    }
-                })
-            };
-            cx.missing_formats += missing;
-            col
-        }
-        KIND_PRINTK_STR => {
-            let mut missing = 0u64;
-            let col = {
-                let cxr: &Ctx = cx;
-                var_column(py, idx, true, |i| {
-                    let addr = rd(cxr.rec(i), off, size, be).unwrap_or(0);
-                    match cxr.printk.get(&addr) {
-                        Some(s) => Cow::Owned(s.clone()),
-                        None => {
-                            missing += 1;
-                            Cow::Owned(format!("[UNKNOWN PRINTK STRING 0x{:x}]", addr).into_bytes())
-                        }
-                    }
-                })
-            };
-            cx.missing_formats += missing;
-            col
-        }
-        _ => var_column(py, idx, false, |i| Cow::Borrowed(cx.rec(i))),
+/// The decoded records of a trace.dat (page walk done, sorted by time), waiting for field layouts.
+#[pyclass(unsendable)]
+pub struct TraceDatRecords {
+    bufs: Vec<PyBuffer<u8>>,
+    spans: Vec<(usize, usize)>,
+    cpus: Vec<i32>,
+    be: bool,
+    recs: Records,
+    order: Vec<u32>,
+    lost: Vec<(i32, u64, u64)>,
+    pages: u64,
+}
+
+impl TraceDatRecords {
+    fn src(&self, si: usize) -> &[u8] {
+        let b = &self.bufs[si];
+        // SAFETY: read-only view of a buffer object kept alive by `self.bufs`.
+        let all = unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes()) };
+        &all[self.spans[si].0..self.spans[si].0 + self.spans[si].1]
     }
 }
 
-/// Decode all CPUs' ring-buffer pages into per-event-type column dicts.
-///
-/// cpu_bufs: [(cpu, buffer, start, size)]; page: (page_size, ts_off, ts_size, commit_off, commit_size,
-/// data_off); id_field: (offset, size) of common_type; events: {id: [FieldSpec]}; unknown_fields:
-/// fields used for ids without a format; tsc2nsec: (mult, shift, offset) or None; ts_offset_ns added
-/// to every timestamp; printk: {address: format bytes}; kallsyms: (sorted addresses, names).
-/// Returns {"events": {id: {"ts", "cpu", field...}}, "lost": {cpu: n}, "lost_unknown_pages": {cpu: n},
-/// "pages": n, "short_fields": n, "missing_formats": n}.
+/// Walk all CPUs' ring-buffer pages. cpu_bufs: [(cpu, buffer, start, size)];
+/// page: (page_size, ts_off, ts_size, commit_off, commit_size, data_off); id_field: common_type
+/// (offset, size); tsc2nsec: (mult, shift, offset) or None; ts_offset_ns added to every timestamp.
 /// Raises ValueError((message, source_index, byte_position)) on corrupt data.
 #[pyfunction]
-#[pyo3(signature = (cpu_bufs, page, big_endian, id_field, events, unknown_fields, long_size, tsc2nsec, ts_offset_ns, printk, kallsyms))]
-#[allow(clippy::too_many_arguments)]
-fn tracedat_decode<'py>(
-    py: Python<'py>,
+#[pyo3(signature = (cpu_bufs, page, big_endian, id_field, tsc2nsec, ts_offset_ns))]
+fn tracedat_walk(
     cpu_bufs: Vec<(i32, PyBuffer<u8>, usize, usize)>,
     page: (usize, usize, usize, usize, usize, usize),
     big_endian: bool,
     id_field: (usize, usize),
-    events: HashMap<u16, Vec<FieldSpec>>,
-    unknown_fields: Vec<FieldSpec>,
-    long_size: usize,
     tsc2nsec: Option<(u32, u32, u64)>,
     ts_offset_ns: i64,
-    printk: HashMap<u64, Vec<u8>>,
-    kallsyms: (Vec<u64>, Vec<String>),
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<TraceDatRecords> {
     let lay = PageLayout {
         page_size: page.0, ts_off: page.1, ts_size: page.2, commit_off: page.3, commit_size: page.4,
         data_off: page.5, be: big_endian, id_off: id_field.0, id_size: id_field.1,
@@ -448,75 +299,209 @@ fn tracedat_decode<'py>(
         return Err(PyValueError::new_err(("page header larger than the page", 0usize, 0usize)));
     }
     let clock = Clock { tsc: tsc2nsec, offset_ns: ts_offset_ns };
-    let mut srcs: Vec<&[u8]> = Vec::with_capacity(cpu_bufs.len());
-    for (_, buf, start, size) in &cpu_bufs {
-        // SAFETY: the buffers are read-only views kept alive by `cpu_bufs` for this whole call.
-        let all = unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
-        let s = all.get(*start..start + size).ok_or_else(|| PyValueError::new_err(("CPU data outside its buffer", 0usize, *start)))?;
-        srcs.push(s);
-    }
-    let mut recs = Records::default();
-    let stats_dict = PyDict::new(py);
-    let lost = PyDict::new(py);
-    let lost_unknown = PyDict::new(py);
-    let mut pages = 0u64;
-    for (si, s) in srcs.iter().enumerate() {
-        let mut st = CpuStats::default();
-        walk_cpu(si, s, &lay, &clock, &mut recs, &mut st)
-            .map_err(|e| PyValueError::new_err((e.msg, e.src, e.pos)))?;
-        let cpu = cpu_bufs[si].0;
-        pages += st.pages;
-        lost.set_item(cpu, st.lost + lost.get_item(cpu)?.map(|v| v.extract::<u64>().unwrap_or(0)).unwrap_or(0))?;
-        if st.lost_unknown_pages > 0 {
-            lost_unknown.set_item(cpu, st.lost_unknown_pages)?;
-        }
-    }
-    // stable sort by timestamp: ties keep CPU order, each CPU keeps its own order
-    let n = recs.ts.len();
-    let mut perm: Vec<u32> = (0..n as u32).collect();
-    perm.sort_by_key(|&i| recs.ts[i as usize]);
-    // group by event type, in timestamp order
-    let mut slot_of: Vec<i32> = vec![-1; 1 << 16];
-    let mut groups: Vec<(u16, Vec<u32>)> = Vec::new();
-    for &i in &perm {
-        let t = recs.ty[i as usize];
-        let s = slot_of[t as usize];
-        if s < 0 {
-            slot_of[t as usize] = groups.len() as i32;
-            groups.push((t, vec![i]));
-        } else {
-            groups[s as usize].1.push(i);
-        }
-    }
-    drop(perm);
-    let cpu_of_src: Vec<i32> = cpu_bufs.iter().map(|c| c.0).collect();
-    let mut cx = Ctx {
-        srcs, recs, be: big_endian, long_size, printk, sym_addrs: kallsyms.0, sym_names: kallsyms.1,
-        short_fields: 0, missing_formats: 0,
+    let mut out = TraceDatRecords {
+        bufs: Vec::new(), spans: Vec::new(), cpus: Vec::new(), be: big_endian, recs: Records::default(),
+        order: Vec::new(), lost: Vec::new(), pages: 0,
     };
-    let out = PyDict::new(py);
-    for (ty, idx) in &groups {
-        let cols = PyDict::new(py);
-        cols.set_item("ts", arr(py, idx.iter().map(|&i| cx.recs.ts[i as usize]).collect::<Vec<_>>()))?;
-        cols.set_item("__buffer_cpu", arr(py, idx.iter().map(|&i| cpu_of_src[cx.recs.src[i as usize] as usize]).collect::<Vec<_>>()))?;
-        let fields = events.get(ty).unwrap_or(&unknown_fields);
-        for f in fields {
-            let col = build_column(py, &mut cx, idx, f);
-            cols.set_item(&f.0, col)?;
+    for (cpu, buf, start, size) in cpu_bufs {
+        if start + size > buf.len_bytes() {
+            return Err(PyValueError::new_err(("CPU data outside its buffer", out.bufs.len(), start)));
         }
-        out.set_item(*ty, cols)?;
+        out.cpus.push(cpu);
+        out.spans.push((start, size));
+        out.bufs.push(buf);
     }
-    stats_dict.set_item("events", out)?;
-    stats_dict.set_item("lost", lost)?;
-    stats_dict.set_item("lost_unknown_pages", lost_unknown)?;
-    stats_dict.set_item("pages", pages)?;
-    stats_dict.set_item("records", n)?;
-    stats_dict.set_item("short_fields", cx.short_fields)?;
-    stats_dict.set_item("missing_formats", cx.missing_formats)?;
-    Ok(stats_dict)
+    // walk sources in parallel: contiguous groups of sources, one per thread, joined in source order
+    let srcs: Vec<&[u8]> = (0..out.bufs.len()).map(|si| out.src(si)).collect();
+    let groups = split_balanced(&srcs, worker_count());
+    let results: Vec<Result<(Records, Vec<(usize, usize, CpuStats)>), DecodeError>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = groups.iter().map(|&(a, b)| {
+            let srcs = &srcs;
+            let (lay, clock) = (&lay, &clock);
+            sc.spawn(move || {
+                let mut recs = Records::default();
+                let bytes: usize = srcs[a..b].iter().map(|s| s.len()).sum();
+                let guess = bytes / 24;
+                recs.ts.reserve(guess);
+                recs.src.reserve(guess);
+                recs.pos.reserve(guess);
+                recs.len.reserve(guess);
+                recs.ty.reserve(guess);
+                let mut per_src = Vec::with_capacity(b - a);
+                for si in a..b {
+                    let mut st = CpuStats::default();
+                    let start = recs.ts.len();
+                    walk_cpu(si, srcs[si], lay, clock, &mut recs, &mut st)?;
+                    per_src.push((start, recs.ts.len(), st));
+                }
+                Ok((recs, per_src))
+            })
+        }).collect();
+        handles.into_iter().map(|h| h.join().expect("trace.dat walker thread panicked")).collect()
+    });
+    let mut ranges = Vec::with_capacity(out.bufs.len());
+    let mut recs = Records::default();
+    let mut si = 0usize;
+    for r in results {
+        let (part, per_src) = r.map_err(|e| PyValueError::new_err((e.msg, e.src, e.pos)))?;
+        let base = recs.ts.len();
+        for (a, b, st) in per_src {
+            ranges.push((base + a, base + b));
+            out.pages += st.pages;
+            out.lost.push((out.cpus[si], st.lost, st.lost_unknown_pages));
+            si += 1;
+        }
+        recs.ts.extend_from_slice(&part.ts);
+        recs.src.extend_from_slice(&part.src);
+        recs.pos.extend_from_slice(&part.pos);
+        recs.len.extend_from_slice(&part.len);
+        recs.ty.extend_from_slice(&part.ty);
+    }
+    // consecutive sources of one CPU (v7 chunks) form one run when their timestamps continue in order
+    let mut runs: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+    let mut run_cpu: Vec<i32> = Vec::with_capacity(ranges.len());
+    for (si, &(a, b)) in ranges.iter().enumerate() {
+        if a == b {
+            continue;
+        }
+        if let (Some(last), Some(&c)) = (runs.last_mut(), run_cpu.last()) {
+            if c == out.cpus[si] && last.1 == a && recs.ts[a - 1] <= recs.ts[a] {
+                last.1 = b;
+                continue;
+            }
+        }
+        runs.push((a, b));
+        run_cpu.push(out.cpus[si]);
+    }
+    out.order = time_order(&recs.ts, &runs);
+    out.recs = recs;
+    Ok(out)
+}
+
+#[pymethods]
+impl TraceDatRecords {
+    /// {event id: number of records}
+    fn event_counts(&self) -> HashMap<u16, u64> {
+        let mut counts = vec![0u64; 1 << 16];
+        for &t in &self.recs.ty {
+            counts[t as usize] += 1;
+        }
+        counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(t, &n)| (t as u16, n)).collect()
+    }
+
+    /// {"lost": {cpu: n}, "lost_unknown_pages": {cpu: pages}, "pages": n, "records": n}
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let lost = PyDict::new(py);
+        let unknown = PyDict::new(py);
+        for &(cpu, n, u) in &self.lost {
+            let prev: u64 = lost.get_item(cpu)?.map(|v| v.extract().unwrap_or(0)).unwrap_or(0);
+            lost.set_item(cpu, prev + n)?;
+            if u > 0 {
+                unknown.set_item(cpu, u)?;
+            }
+        }
+        d.set_item("lost", lost)?;
+        d.set_item("lost_unknown_pages", unknown)?;
+        d.set_item("pages", self.pages)?;
+        d.set_item("records", self.recs.ts.len())?;
+        Ok(d)
+    }
+
+    /// Fill the columns of every event type. events: {id: [FieldSpec]}; unknown_fields: used for ids
+    /// without a format; printk: {address: format bytes}; kallsyms: (sorted addresses, names).
+    /// Returns {"events": {id: {"ts", "__buffer_cpu", field...}}, "short_fields": n, "missing_formats": n}.
+    #[pyo3(signature = (events, unknown_fields, long_size, printk, kallsyms))]
+    fn columns<'py>(
+        &mut self,
+        py: Python<'py>,
+        events: HashMap<u16, Vec<FieldSpec>>,
+        unknown_fields: Vec<FieldSpec>,
+        long_size: usize,
+        printk: HashMap<u64, Vec<u8>>,
+        kallsyms: (Vec<u64>, Vec<String>),
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut slot_of: Vec<i32> = vec![-1; 1 << 16];
+        let mut groups: Vec<(u16, Vec<u32>)> = Vec::new();
+        for &i in &self.order {
+            let t = self.recs.ty[i as usize];
+            let s = slot_of[t as usize];
+            if s < 0 {
+                slot_of[t as usize] = groups.len() as i32;
+                groups.push((t, vec![i]));
+            } else {
+                groups[s as usize].1.push(i);
+            }
+        }
+        let srcs: Vec<&[u8]> = (0..self.bufs.len()).map(|si| self.src(si)).collect();
+        // biggest event types first; threads take the next type from a shared counter
+        groups.sort_by_key(|g| std::cmp::Reverse(g.1.len()));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let (recs, cpus, be) = (&self.recs, &self.cpus, self.be);
+        let parts: Vec<(Vec<TypeColumns>, u64, u64)> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..worker_count().min(groups.len().max(1))).map(|_| {
+                let (groups, srcs, next, events, unknown_fields) = (&groups, &srcs, &next, &events, &unknown_fields);
+                let (printk, kallsyms) = (&printk, &kallsyms);
+                sc.spawn(move || {
+                    let mut env = Env {
+                        be, long_size, printk, sym_addrs: &kallsyms.0, sym_names: &kallsyms.1,
+                        short_fields: 0, missing_formats: 0,
+                    };
+                    let mut done = Vec::new();
+                    loop {
+                        let g = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if g >= groups.len() {
+                            break;
+                        }
+                        let (ty, idx) = (&groups[g].0, &groups[g].1);
+                        let fields = events.get(ty).unwrap_or(unknown_fields);
+                        let mut builders: Vec<Builder> = fields.iter().map(|f| Builder::new(f, idx.len())).collect();
+                        let mut ts = Vec::with_capacity(idx.len());
+                        let mut cpu = Vec::with_capacity(idx.len());
+                        for &i in idx {
+                            let i = i as usize;
+                            let si = recs.src[i] as usize;
+                            let p = recs.pos[i] as usize;
+                            let r = &srcs[si][p..p + recs.len[i] as usize];
+                            ts.push(recs.ts[i]);
+                            cpu.push(cpus[si]);
+                            for b in builders.iter_mut() {
+                                b.push(r, &mut env);
+                            }
+                        }
+                        done.push(TypeColumns { ty: *ty, ts, cpu, builders });
+                    }
+                    (done, env.short_fields, env.missing_formats)
+                })
+            }).collect();
+            handles.into_iter().map(|h| h.join().expect("trace.dat column thread panicked")).collect()
+        });
+        let out = PyDict::new(py);
+        let (mut short_fields, mut missing_formats) = (0u64, 0u64);
+        for (done, short, missing) in parts {
+            short_fields += short;
+            missing_formats += missing;
+            for tc in done {
+                let cols = PyDict::new(py);
+                cols.set_item("ts", tc.ts.into_pyarray(py))?;
+                cols.set_item("__buffer_cpu", tc.cpu.into_pyarray(py))?;
+                for b in tc.builders {
+                    let name = b.name().to_string();
+                    cols.set_item(name, b.into_py(py)?)?;
+                }
+                out.set_item(tc.ty, cols)?;
+            }
+        }
+        let d = PyDict::new(py);
+        d.set_item("events", out)?;
+        d.set_item("short_fields", short_fields)?;
+        d.set_item("missing_formats", missing_formats)?;
+        Ok(d)
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(tracedat_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(tracedat_walk, m)?)?;
+    m.add_class::<TraceDatRecords>()?;
     Ok(())
 }

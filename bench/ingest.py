@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""trace.dat ingestion benchmark: abtest's decoder vs `trace-cmd report`, measured in the same run.
+
+    .venv/bin/python bench/ingest.py [--trace FILE] [--min-events 2000000] [--repeat 3] [--no-shared]
+
+Without --trace it reuses ~/.cache/abtest/bench/hackbench-sched-power.dat when it holds >= --min-events
+events, else records one here: tracefs (holding /tmp/abtest-tracefs.lock), sched/* and power/* events,
+a large per-CPU buffer, hackbench (rt-tests), then `trace-cmd extract -o`. tracefs state is restored.
+
+Measured (wall clock, same machine, same run):
+- trace-cmd report: `trace-cmd report -i FILE > /dev/null`, events/s = events / seconds (best of --repeat);
+- abtest decode: `read_trace(FILE)` in-process (canonical polars tables, no cache), best of --repeat;
+- abtest convert: decode + one parquet file per table + meta.json (what `abtest trace convert` does);
+- peak RSS of a fresh process that decodes the file (VmHWM) vs the in-memory size of the resulting
+  tables (sum of DataFrame.estimated_size()); the interpreter + imports baseline is shown separately.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TRACEFS = Path("/sys/kernel/tracing")
+LOCK = "/tmp/abtest-tracefs.lock"
+CACHE = Path.home() / ".cache" / "abtest" / "bench"
+BENCH_TRACE = CACHE / "hackbench-sched-power.dat"
+SHARED = ROOT.parent / "shared" / "traces"
+
+
+def _w(rel: str, value: str) -> None:
+    (TRACEFS / rel).write_text(value)
+
+
+def record(out: Path, hackbench_loops: int, buffer_kb: int) -> None:
+    """Record sched/* + power/* during hackbench through tracefs, then `trace-cmd extract -o out`."""
+    if not (TRACEFS / "events").is_dir():
+        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True)
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        saved = {k: (TRACEFS / k).read_text() for k in ("tracing_on", "buffer_size_kb", "set_event")}
+        try:
+            _w("tracing_on", "0")
+            _w("set_event", "")
+            _w("trace", "")
+            _w("buffer_size_kb", str(buffer_kb))
+            _w("events/sched/enable", "1")
+            _w("events/power/enable", "1")
+            _w("tracing_on", "1")
+            subprocess.run(["hackbench", "-g", "4", "-l", str(hackbench_loops)], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _w("tracing_on", "0")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["trace-cmd", "extract", "-o", str(out)], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:
+            _w("tracing_on", "0")
+            _w("events/sched/enable", "0")
+            _w("events/power/enable", "0")
+            _w("set_event", "")
+            for line in saved["set_event"].split():
+                try:
+                    with open(TRACEFS / "set_event", "a") as f:
+                        f.write(line + "\n")
+                except OSError:
+                    pass
+            _w("trace", "")
+            _w("buffer_size_kb", saved["buffer_size_kb"].split()[0])
+            _w("tracing_on", saved["tracing_on"].strip())
+
+
+def count_events(path: Path) -> int:
+    from abtest.trace.readers import read_trace
+    return sum(read_trace(path).meta["events"].values())
+
+
+def time_trace_cmd(path: Path, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        with open(os.devnull, "wb") as null:
+            subprocess.run(["trace-cmd", "report", "-i", str(path)], stdout=null, stderr=subprocess.DEVNULL,
+                           check=True)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def trace_cmd_event_count(path: Path) -> int:
+    """Event lines of `trace-cmd report` (everything but the cpus= header line)."""
+    p = subprocess.Popen(["trace-cmd", "report", "-i", str(path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)
+    n = 0
+    header = 0
+    first = True
+    while chunk := p.stdout.read(1 << 20):
+        if first:
+            header = 1 if chunk.startswith(b"cpus=") else 0
+            first = False
+        n += chunk.count(b"\n")
+    p.wait()
+    return n - header
+
+
+def time_abtest(path: Path, repeat: int) -> tuple[float, float, int]:
+    """(best decode seconds, best convert seconds, events) in this process."""
+    from abtest.trace.api import Trace
+    from abtest.trace.readers import read_trace
+    read_trace(path)  # warm the page cache and imports
+    best_dec = best_conv = float("inf")
+    n = 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        d = read_trace(path)
+        best_dec = min(best_dec, time.perf_counter() - t0)
+        n = sum(d.meta["events"].values())
+        del d
+    for _ in range(repeat):
+        out = Path(tempfile.mkdtemp(prefix="abtest-bench-"))
+        try:
+            t0 = time.perf_counter()
+            Trace(path, use_cache=False).to_dir(out)
+            best_conv = min(best_conv, time.perf_counter() - t0)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+    return best_dec, best_conv, n
+
+
+_RSS_CHILD = r"""
+import json, sys
+sys.path.insert(0, {root!r})
+
+
+def hwm_kb():
+    # VmHWM: peak RSS of this process image (ru_maxrss would include the forking parent's RSS)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+
+
+import polars, numpy, pyarrow, zstandard
+from abtest.trace.readers import read_trace
+import abtest._native
+base = hwm_kb()
+d = read_trace({path!r})
+size = sum(df.estimated_size() for df in d.tables.values())
+print(json.dumps({{"base_kb": base, "peak_kb": hwm_kb(), "tables_bytes": size}}))
+"""
+
+
+def measure_rss(path: Path) -> dict:
+    code = _RSS_CHILD.format(root=str(ROOT), path=str(path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def bench_file(path: Path, repeat: int, check_count: bool) -> dict:
+    tc = time_trace_cmd(path, repeat)
+    dec, conv, n = time_abtest(path, repeat)
+    row = {"file": str(path), "size_mb": path.stat().st_size / 1e6, "events": n, "trace_cmd_s": tc,
+           "abtest_decode_s": dec, "abtest_convert_s": conv}
+    if check_count:
+        row["trace_cmd_events"] = trace_cmd_event_count(path)
+    row.update(measure_rss(path))
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    hdr = (f"{'file':<46} {'MB':>6} {'events':>9} {'tc-report Mev/s':>15} {'decode Mev/s':>12} {'ratio':>6} "
+           f"{'convert Mev/s':>13} {'ratio':>6} {'peakRSS MB':>10} {'tables MB':>9} {'RSS/tab':>7} {'base MB':>7}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        n = r["events"]
+        tc, dec, conv = n / r["trace_cmd_s"] / 1e6, n / r["abtest_decode_s"] / 1e6, n / r["abtest_convert_s"] / 1e6
+        name = r["file"][-46:]
+        print(f"{name:<46} {r['size_mb']:>6.1f} {n:>9} {tc:>15.3f} {dec:>12.2f} {dec / tc:>6.1f} {conv:>13.2f} "
+              f"{conv / tc:>6.1f} {r['peak_kb'] / 1024:>10.0f} {r['tables_bytes'] / 2**20:>9.1f} "
+              f"{r['peak_kb'] * 1024 / max(1, r['tables_bytes']):>7.2f} {r['base_kb'] / 1024:>7.0f}")
+        if "trace_cmd_events" in r and r["trace_cmd_events"] != n:
+            print(f"   !! event count differs: trace-cmd report printed {r['trace_cmd_events']} events")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", type=Path, help="benchmark this trace.dat instead of the recorded one")
+    ap.add_argument("--min-events", type=int, default=2_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hackbench-loops", type=int, default=2500)
+    ap.add_argument("--buffer-kb", type=int, default=196608, help="per-CPU ring buffer size for recording")
+    ap.add_argument("--no-shared", action="store_true", help="skip the shared reference traces")
+    ap.add_argument("--json", type=Path, help="also write the measurements here")
+    args = ap.parse_args()
+    path = args.trace
+    if path is None:
+        path = BENCH_TRACE
+        n = count_events(path) if path.exists() else 0
+        loops = args.hackbench_loops
+        while n < args.min_events:
+            print(f"recording {path} (hackbench -g 4 -l {loops}; have {n} events) ...", file=sys.stderr)
+            record(path, loops, args.buffer_kb)
+            n = count_events(path)
+            loops = int(loops * 1.5 * max(1.0, args.min_events / max(n, 1)))
+        print(f"benchmark trace: {path} ({n} events)", file=sys.stderr)
+    rows = [bench_file(path, args.repeat, check_count=True)]
+    if not args.no_shared:
+        for p in sorted(SHARED.rglob("*.dat")):
+            rows.append(bench_file(p, args.repeat, check_count=False))
+    print_table(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,338 @@
+//! Typed column builders for trace.dat event fields: one builder per field, filled row by row
+//! (one pass over each event type's records, so each record is touched once).
+//!
+//! Output per column (to Python):
+//! - integers: a numpy array of the field's kernel width/signedness;
+//! - ("utf8" | "binary", offsets i64[n+1], bytes u8): Arrow large string / binary layout;
+//! - ("cat", codes u32[n], dict offsets i64, dict bytes): dictionary-encoded text (fixed char[N] names);
+//! - ("list", flat values, per-row count) and ("varlist", offsets i64[n+1], flat values).
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use numpy::IntoPyArray;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use super::tracedat_printf::format_bprint;
+
+// field kinds: keep in sync with abtest/trace/tracedat_format.py
+pub const KIND_INT: u8 = 0;
+pub const KIND_CHAR_ARRAY: u8 = 1;
+pub const KIND_DATA_LOC_STR: u8 = 2;
+pub const KIND_DATA_LOC_BIN: u8 = 3;
+pub const KIND_NUM_ARRAY: u8 = 4;
+pub const KIND_BYTES: u8 = 5;
+pub const KIND_REL_LOC_STR: u8 = 6;
+pub const KIND_REL_LOC_BIN: u8 = 7;
+pub const KIND_TAIL_STR: u8 = 8;
+#[allow(dead_code)]
+pub const KIND_TAIL_BIN: u8 = 9;
+pub const KIND_BPRINT_TEXT: u8 = 10;
+pub const KIND_PRINTK_STR: u8 = 11;
+pub const KIND_TAIL_LIST: u8 = 12;
+
+/// (name, offset, size, kind, signed, elem_size, aux_offset, aux_size)
+pub type FieldSpec = (String, usize, usize, u8, bool, usize, usize, usize);
+
+#[inline]
+pub fn rd(b: &[u8], off: usize, size: usize, be: bool) -> Option<u64> {
+    let s = b.get(off..off.checked_add(size)?)?;
+    Some(match (size, be) {
+        (1, _) => s[0] as u64,
+        (2, false) => u16::from_le_bytes([s[0], s[1]]) as u64,
+        (2, true) => u16::from_be_bytes([s[0], s[1]]) as u64,
+        (4, false) => u32::from_le_bytes(s.try_into().unwrap()) as u64,
+        (4, true) => u32::from_be_bytes(s.try_into().unwrap()) as u64,
+        (8, false) => u64::from_le_bytes(s.try_into().unwrap()),
+        (8, true) => u64::from_be_bytes(s.try_into().unwrap()),
+        _ => return None,
+    })
+}
+
+/// FxHash-style multiplicative hasher for the string dictionaries (short comm strings).
+#[derive(Default)]
+pub struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut v = 0u64;
+            for (k, &b) in chunk.iter().enumerate() {
+                v |= (b as u64) << (8 * k);
+            }
+            self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        let lo = v as u64;
+        let hi = (v >> 64) as u64;
+        self.0 = (self.0.rotate_left(5) ^ lo).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        self.0 = (self.0.rotate_left(5) ^ hi).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap = HashMap<Vec<u8>, u32, BuildHasherDefault<FxHasher>>;
+type FxMap128 = HashMap<u128, u32, BuildHasherDefault<FxHasher>>;
+
+/// Everything a builder needs besides the record itself.
+pub struct Env<'a> {
+    pub be: bool,
+    pub long_size: usize,
+    pub printk: &'a HashMap<u64, Vec<u8>>,
+    pub sym_addrs: &'a [u64],
+    pub sym_names: &'a [String],
+    pub short_fields: u64,
+    pub missing_formats: u64,
+}
+
+pub enum Num {
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    U16(Vec<u16>),
+    I16(Vec<i16>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    U64(Vec<u64>),
+    I64(Vec<i64>),
+}
+
+impl Num {
+    fn new(size: usize, signed: bool, cap: usize) -> Num {
+        match (size, signed) {
+            (1, false) => Num::U8(Vec::with_capacity(cap)),
+            (1, true) => Num::I8(Vec::with_capacity(cap)),
+            (2, false) => Num::U16(Vec::with_capacity(cap)),
+            (2, true) => Num::I16(Vec::with_capacity(cap)),
+            (4, false) => Num::U32(Vec::with_capacity(cap)),
+            (4, true) => Num::I32(Vec::with_capacity(cap)),
+            (_, false) => Num::U64(Vec::with_capacity(cap)),
+            (_, true) => Num::I64(Vec::with_capacity(cap)),
+        }
+    }
+    #[inline(always)]
+    fn push(&mut self, v: u64) {
+        match self {
+            Num::U8(x) => x.push(v as u8),
+            Num::I8(x) => x.push(v as u8 as i8),
+            Num::U16(x) => x.push(v as u16),
+            Num::I16(x) => x.push(v as u16 as i16),
+            Num::U32(x) => x.push(v as u32),
+            Num::I32(x) => x.push(v as u32 as i32),
+            Num::U64(x) => x.push(v),
+            Num::I64(x) => x.push(v as i64),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Num::U8(x) => x.len(),
+            Num::I8(x) => x.len(),
+            Num::U16(x) => x.len(),
+            Num::I16(x) => x.len(),
+            Num::U32(x) => x.len(),
+            Num::I32(x) => x.len(),
+            Num::U64(x) => x.len(),
+            Num::I64(x) => x.len(),
+        }
+    }
+    fn into_py(self, py: Python<'_>) -> PyObject {
+        match self {
+            Num::U8(x) => x.into_pyarray(py).into_any().unbind(),
+            Num::I8(x) => x.into_pyarray(py).into_any().unbind(),
+            Num::U16(x) => x.into_pyarray(py).into_any().unbind(),
+            Num::I16(x) => x.into_pyarray(py).into_any().unbind(),
+            Num::U32(x) => x.into_pyarray(py).into_any().unbind(),
+            Num::I32(x) => x.into_pyarray(py).into_any().unbind(),
+            Num::U64(x) => x.into_pyarray(py).into_any().unbind(),
+            Num::I64(x) => x.into_pyarray(py).into_any().unbind(),
+        }
+    }
+}
+
+enum Col {
+    Num(Num),
+    Var { text: bool, offsets: Vec<i64>, bytes: Vec<u8> },
+    Cat { codes: Vec<u32>, map: FxMap, small: FxMap128, offsets: Vec<i64>, bytes: Vec<u8> },
+    List { count: usize, flat: Num },
+    VarList { offsets: Vec<i64>, flat: Num },
+}
+
+pub struct Builder {
+    spec: FieldSpec,
+    col: Col,
+}
+
+fn trim_nul(v: &[u8]) -> &[u8] {
+    let n = v.iter().position(|&c| c == 0).unwrap_or(v.len());
+    &v[..n]
+}
+
+fn push_var(offsets: &mut Vec<i64>, bytes: &mut Vec<u8>, v: &[u8], text: bool) {
+    if text && std::str::from_utf8(v).is_err() {
+        bytes.extend_from_slice(String::from_utf8_lossy(v).as_bytes());
+    } else {
+        bytes.extend_from_slice(v);
+    }
+    offsets.push(bytes.len() as i64);
+}
+
+/// Slice of a __data_loc / __rel_loc field: u32 = (length << 16) | offset.
+fn dyn_slice<'r>(r: &'r [u8], off: usize, size: usize, be: bool, rel: bool) -> &'r [u8] {
+    let v = rd(r, off, 4, be).unwrap_or(0) as usize;
+    let mut start = v & 0xffff;
+    if rel {
+        start += off + size;
+    }
+    let len = v >> 16;
+    r.get(start..(start + len).min(r.len())).unwrap_or(&[])
+}
+
+fn arr<T: numpy::Element>(py: Python<'_>, v: Vec<T>) -> PyObject {
+    v.into_pyarray(py).into_any().unbind()
+}
+
+fn tag(py: Python<'_>, t: &str) -> PyObject {
+    t.into_pyobject(py).unwrap().into_any().unbind()
+}
+
+impl Builder {
+    pub fn new(spec: &FieldSpec, n: usize) -> Builder {
+        let (size, kind, signed, elem) = (spec.2, spec.3, spec.4, spec.5);
+        let var = |text| Col::Var { text, offsets: { let mut o = Vec::with_capacity(n + 1); o.push(0); o }, bytes: Vec::new() };
+        let col = match kind {
+            KIND_INT => Col::Num(Num::new(size, signed, n)),
+            KIND_CHAR_ARRAY => Col::Cat {
+                codes: Vec::with_capacity(n), map: FxMap::default(), small: FxMap128::default(), offsets: vec![0],
+                bytes: Vec::new(),
+            },
+            KIND_NUM_ARRAY => Col::List { count: size / elem.max(1), flat: Num::new(elem, signed, n * (size / elem.max(1))) },
+            KIND_TAIL_LIST => Col::VarList { offsets: vec![0], flat: Num::new(elem, signed, n) },
+            KIND_DATA_LOC_STR | KIND_REL_LOC_STR | KIND_TAIL_STR | KIND_BPRINT_TEXT | KIND_PRINTK_STR => var(true),
+            _ => var(false),
+        };
+        Builder { spec: spec.clone(), col }
+    }
+
+    #[inline(always)]
+    pub fn push(&mut self, r: &[u8], env: &mut Env) {
+        let (off, size, kind, elem) = (self.spec.1, self.spec.2, self.spec.3, self.spec.5);
+        let be = env.be;
+        match &mut self.col {
+            Col::Num(num) => {
+                let v = rd(r, off, size, be).unwrap_or_else(|| {
+                    env.short_fields += 1;
+                    0
+                });
+                num.push(v);
+            }
+            Col::Cat { codes, map, small, offsets, bytes } => {
+                let v = trim_nul(r.get(off..off + size).unwrap_or(&[]));
+                if v.len() <= 16 {
+                    // names up to 16 bytes (TASK_COMM_LEN): key = the zero-padded bytes as one u128
+                    let mut k = [0u8; 16];
+                    k[..v.len()].copy_from_slice(v);
+                    let key = u128::from_le_bytes(k) ^ ((v.len() as u128) << 120);
+                    let code = match small.get(&key) {
+                        Some(&c) => c,
+                        None => {
+                            let c = (offsets.len() - 1) as u32;
+                            push_var(offsets, bytes, v, true);
+                            small.insert(key, c);
+                            c
+                        }
+                    };
+                    codes.push(code);
+                    return;
+                }
+                let code = match map.get(v) {
+                    Some(&c) => c,
+                    None => {
+                        let c = (offsets.len() - 1) as u32;
+                        push_var(offsets, bytes, v, true);
+                        map.insert(v.to_vec(), c);
+                        c
+                    }
+                };
+                codes.push(code);
+            }
+            Col::List { count, flat } => {
+                let count = *count;
+                for k in 0..count {
+                    flat.push(rd(r, off + k * elem, elem, be).unwrap_or(0));
+                }
+            }
+            Col::VarList { offsets, flat } => {
+                let mut n = r.len().saturating_sub(off) / elem.max(1);
+                if self.spec.7 > 0 {
+                    n = n.min(rd(r, self.spec.6, self.spec.7, be).unwrap_or(0) as usize);
+                }
+                for k in 0..n {
+                    flat.push(rd(r, off + k * elem, elem, be).unwrap_or(0));
+                }
+                offsets.push(flat.len() as i64);
+            }
+            Col::Var { text, offsets, bytes } => {
+                let text = *text;
+                match kind {
+                    KIND_BYTES => push_var(offsets, bytes, r.get(off..off + size).unwrap_or(&[]), false),
+                    KIND_DATA_LOC_STR | KIND_DATA_LOC_BIN | KIND_REL_LOC_STR | KIND_REL_LOC_BIN => {
+                        let rel = kind == KIND_REL_LOC_STR || kind == KIND_REL_LOC_BIN;
+                        let v = dyn_slice(r, off, size, be, rel);
+                        push_var(offsets, bytes, if text { trim_nul(v) } else { v }, text)
+                    }
+                    KIND_TAIL_STR => push_var(offsets, bytes, trim_nul(r.get(off..).unwrap_or(&[])), true),
+                    KIND_BPRINT_TEXT => {
+                        let addr = rd(r, self.spec.6, self.spec.7, be).unwrap_or(0);
+                        let s = match env.printk.get(&addr) {
+                            Some(fmt) => format_bprint(fmt, r.get(off..).unwrap_or(&[]), env.long_size, be,
+                                                       (env.sym_addrs, env.sym_names)),
+                            None => {
+                                env.missing_formats += 1;
+                                format!("[UNKNOWN PRINTK FORMAT 0x{:x}]", addr)
+                            }
+                        };
+                        push_var(offsets, bytes, s.as_bytes(), true)
+                    }
+                    KIND_PRINTK_STR => {
+                        let addr = rd(r, off, size, be).unwrap_or(0);
+                        match env.printk.get(&addr) {
+                            Some(s) => push_var(offsets, bytes, s, true),
+                            None => {
+                                env.missing_formats += 1;
+                                push_var(offsets, bytes, format!("[UNKNOWN PRINTK STRING 0x{:x}]", addr).as_bytes(), true)
+                            }
+                        }
+                    }
+                    _ => push_var(offsets, bytes, r.get(off..).unwrap_or(&[]), text),
+                }
+            }
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.0
+    }
+
+    pub fn into_py(self, py: Python<'_>) -> PyResult<PyObject> {
+        Ok(match self.col {
+            Col::Num(num) => num.into_py(py),
+            Col::Var { text, offsets, bytes } => {
+                PyTuple::new(py, [tag(py, if text { "utf8" } else { "binary" }), arr(py, offsets), arr(py, bytes)])?
+                    .into_any().unbind()
+            }
+            Col::Cat { codes, offsets, bytes, .. } => {
+                PyTuple::new(py, [tag(py, "cat"), arr(py, codes), arr(py, offsets), arr(py, bytes)])?.into_any().unbind()
+            }
+            Col::List { count, flat } => {
+                let c = count.into_pyobject(py)?.into_any().unbind();
+                let _ = flat.len();
+                PyTuple::new(py, [tag(py, "list"), flat.into_py(py), c])?.into_any().unbind()
+            }
+            Col::VarList { offsets, flat } => {
+                PyTuple::new(py, [tag(py, "varlist"), arr(py, offsets), flat.into_py(py)])?.into_any().unbind()
+            }
+        })
+    }
+}
