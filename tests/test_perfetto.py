@@ -50,7 +50,8 @@ def _expected_counts(traces: Path, rel: str) -> dict[str, int]:
 @pytest.mark.parametrize("rel", [PIXEL, SYSTING, NOWINANDROID])
 def test_event_counts_match_expected(traces, rel):
     data = read_trace(traces / rel)
-    got = {k: v for k, v in data.meta["events"].items() if k != "power_rail"}
+    # power_rail / battery_counters are counter samples, not ftrace events
+    got = {k: v for k, v in data.meta["events"].items() if k not in ("power_rail", "battery_counters")}
     assert got == _expected_counts(traces, rel)
     assert data.meta["format"] == "perfetto"
     assert data.meta["lost_events"] == 0
@@ -94,6 +95,15 @@ def test_pixel_power_rails(pixel):
     assert got.equals(want)
     # the counter is cumulative: never decreases per rail
     assert rails.sort("ts").group_by("rail").agg((pl.col("energy_uj").diff() >= 0).all().alias("mono"))["mono"].all()
+
+
+def test_pixel_battery_counters(pixel):
+    data, ref = pixel
+    want = [(p.timestamp, p.battery.charge_counter_uah, p.battery.current_ua, p.battery.capacity_percent)
+            for p in ref.packet if p.HasField("battery")]
+    got = data.tables["battery_counters"]
+    assert "cpu" not in got.columns
+    assert got.select("ts", "charge_counter_uah", "current_ua", "capacity_percent").rows() == sorted(want)
 
 
 def test_pixel_cpu_idle_and_frequency_values(pixel):
@@ -214,7 +224,7 @@ def test_metadata_system_and_cpu_info(pixel):
     assert [c["opps_khz"] for c in cpus] == [sorted(c.frequencies) for c in ci.cpus]
     assert m["perfetto"]["packets"] == len(ref.packet)
     # kinds of packet the reader does not decode are listed, not silently ignored
-    assert m["perfetto"]["packets_not_decoded"]["battery"] == 240
+    assert m["perfetto"]["packets_not_decoded"]["sys_stats"] == 120
 
 
 def test_gzip_wrapped_reads_the_same(traces, tmp_path):

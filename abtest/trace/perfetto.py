@@ -12,7 +12,7 @@ What is decoded (see docs/perfetto.md):
   Events whose field id is not in the schema -> table `ftrace_event_<id>` with field_<n> columns + a
   warning. Bundles' GenericEventDescriptors (events described inside the trace) are honoured.
 - CompactSched -> rows of sched_switch / sched_waking (see `_compact_switch_frame`).
-- PowerRails -> `power_rail` (see `_power_rail_frame`).
+- PowerRails -> `power_rail` (see `_power_rail_frame`); BatteryCounters -> `battery_counters`.
 - SystemInfo, CpuInfo, FtraceStats, TraceStats, ClockSnapshot -> metadata (abtest.trace.perfetto_meta).
 - compressed_packets (zlib) and zstd_compressed_packets are inflated and walked recursively.
 """
@@ -187,6 +187,8 @@ def tables_from_decoded(out: dict, warnings: list[str]) -> dict[str, pl.DataFram
     for t in out["tables"]:
         if len(t["ts"]):
             raw[t["name"]] = _table_frame(t, strings)
+    if "battery_counters" in raw:  # a device-wide counter: no CPU (the decoder wrote -1)
+        raw["battery_counters"] = raw["battery_counters"].drop("cpu")
     if len(out["compact_switch"]["ts"]):
         _merge(raw, "sched_switch", _compact_switch_frame(out["compact_switch"], strings))
     if len(out["compact_waking"]["ts"]):

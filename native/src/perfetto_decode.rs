@@ -2,7 +2,7 @@
 //!
 //! Decoded packets (field numbers of perfetto.protos.TracePacket): ftrace_events (1),
 //! clock_snapshot (6), timestamp (8), ftrace_stats (34), trace_stats (35), power_rails (40),
-//! previous_packet_dropped (42), system_info (45), compressed_packets (50, zlib),
+//! battery (38), previous_packet_dropped (42), system_info (45), compressed_packets (50, zlib),
 //! timestamp_clock_id (58), cpu_info (67), zstd_compressed_packets (133).
 //! Other packet kinds are counted per field number (meta "packets_not_decoded").
 use std::io::Read;
@@ -202,7 +202,7 @@ impl<'s> Decoder<'s> {
                 58 => clock_id = Some(v.as_u64() as u32),
                 10 => seq = Some(v.as_u64() as u32),
                 42 => dropped_before = v.as_u64() != 0,
-                1 | 6 | 34 | 35 | 40 | 45 | 50 | 67 | 133 => {
+                1 | 6 | 34 | 35 | 38 | 40 | 45 | 50 | 67 | 133 => {
                     if np < 2 {
                         payloads[np] = Some((num, v));
                         np += 1;
@@ -239,6 +239,7 @@ impl<'s> Decoder<'s> {
                 40 => self.decode_power_rails(pb, poff, ts, clock_id)?,
                 45 => self.decode_system_info(pb, poff)?,
                 67 => self.decode_cpu_info(pb, poff)?,
+                38 => self.decode_battery(pb, poff, ts)?,
                 50 | 133 => self.decode_compressed(pb, poff, num == 133, depth)?,
                 _ => {}
             }
@@ -669,6 +670,34 @@ impl<'s> Decoder<'s> {
                 _ => {}
             }
         }
+        Ok(())
+    }
+
+    /// BatteryCounters (packet field 38) -> table battery_counters (ts = packet timestamp, cpu = -1).
+    fn decode_battery(&mut self, b: &[u8], off: usize, ts: Option<u64>) -> DResult<()> {
+        let Some(ts) = ts else {
+            return err(off, "BatteryCounters packet without a timestamp");
+        };
+        let spec = EventSpec {
+            name: "battery_counters".to_string(),
+            fields: [
+                (1, "charge_counter_uah", "int64"),
+                (2, "capacity_percent", "float"),
+                (3, "current_ua", "int64"),
+                (4, "current_avg_ua", "int64"),
+                (5, "name", "string"),
+                (6, "energy_counter_uwh", "int64"),
+                (7, "voltage_uv", "int64"),
+            ]
+            .iter()
+            .map(|&(n, name, ty)| FieldSpec::from_proto(n, name, ty, false))
+            .collect(),
+        };
+        let ti = self.table_by_name(b"battery_counters", Some(&spec));
+        let t = &mut self.tables[ti];
+        let row = t.rows();
+        t.decode_fields(row, &mut Msg::new(b, off), &mut self.strings, &mut self.scratch)?;
+        t.push_row(ts as i64, -1);
         Ok(())
     }
 
