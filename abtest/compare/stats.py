@@ -152,15 +152,21 @@ def bootstrap_delta_ci_pct(a, b, *, level: float = 0.95, resamples: int = BOOTST
 
 
 def iterations_needed(cv: float | None, effect_pct: float, *, alpha: float = 0.05, power: float = 0.8,
-                      two_sided: bool = True) -> int | None:
-    """Iterations per side for a two-sample t-test to detect `effect_pct` (percent of the mean) at the given
-    power, for a metric with coefficient of variation `cv` (fraction): n = 2 ((z_a + z_b) cv / e)^2, plus one
-    for the t vs normal difference. None when cv is unknown or the effect is 0."""
+                      two_sided: bool = True, max_n: int = 1000) -> int | None:
+    """Iterations per side for a two-sample t-test to detect `effect_pct` (percent of the mean) with the given
+    power, for a metric with coefficient of variation `cv` (fraction): the smallest n whose noncentral-t power
+    (df = 2n - 2, noncentrality = (e / cv) sqrt(n / 2)) reaches `power`. None when cv is unknown or the effect
+    is 0; max_n when even that is not enough."""
     if cv is None or not math.isfinite(cv) or effect_pct <= 0:
         return None
     if cv == 0:
         return 2
-    z_a = sps.norm.ppf(1 - alpha / 2) if two_sided else sps.norm.ppf(1 - alpha)
-    z_b = sps.norm.ppf(power)
-    n = 2.0 * ((z_a + z_b) * cv / (effect_pct / 100.0)) ** 2
-    return max(2, int(math.ceil(n)) + 1)
+    d = (effect_pct / 100.0) / cv
+    for n in range(2, max_n + 1):
+        df = 2 * n - 2
+        crit = sps.t.ppf(1 - alpha / 2, df) if two_sided else sps.t.ppf(1 - alpha, df)
+        nc = d * math.sqrt(n / 2)
+        achieved = sps.nct.sf(crit, df, nc) + (sps.nct.cdf(-crit, df, nc) if two_sided else 0.0)
+        if achieved >= power:
+            return n
+    return max_n
