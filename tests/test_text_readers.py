@@ -264,13 +264,18 @@ def test_atrace_z_inflates_to_decompressed_twin(traces):
     assert any("after the atrace -z zlib stream" in w for w in meta_z["warnings"])
 
 
-def test_atrace_preamble(traces, tmp_path):
+@pytest.mark.parametrize("preamble", [b"", b"capturing trace... done\n"])
+def test_atrace_preamble(traces, tmp_path, preamble):
     body = (traces / "catapult/atrace_data").read_bytes()
     path = tmp_path / "atrace.txt"
-    path.write_bytes(b"TRACE:\n" + body)
-    raw, meta = _raw(path)
-    assert meta["format"] == "atrace"
-    assert {k: v.height for k, v in raw.items()} == {"sched_switch": 72, "sched_wakeup": 44}
+    path.write_bytes(preamble + b"TRACE:\n" + body)
+    data = read_trace(path)
+    assert data.meta["format"] == "atrace"
+    assert data.meta["events"] == {"sched_switch": 72, "sched_wakeup": 44}
+    zpath = tmp_path / "atrace_z.txt"  # atrace -z with the same preamble
+    zpath.write_bytes(preamble + (traces / "catapult/compressed_atrace_data.txt").read_bytes())
+    zdata = read_trace(zpath)
+    assert zdata.meta["format"] == "atrace-z" and zdata.meta["events"] == {"tracing_mark_write": 1042}
 
 
 def test_systrace_html_blocks(traces):

@@ -1,6 +1,8 @@
 """Format detection from the first bytes of a file (magic numbers and content sniffing)."""
 from __future__ import annotations
 
+import re
+
 TRACEDAT_MAGIC = b"\x17\x08\x44tracing"
 GZIP_MAGIC = b"\x1f\x8b"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -38,9 +40,10 @@ def detect_format(head: bytes) -> str | None:
     low = stripped[:200].lower()
     if low.startswith(b"<!doctype html") or low.startswith(b"<html"):
         return "systrace-html"
-    if stripped.startswith(b"TRACE:"):
-        rest = stripped[len(b"TRACE:"):].lstrip(b"\r\n")
-        if rest[:1] == b"\x78":  # zlib header (CMF 0x78)
+    # atrace: a "TRACE:" line at the top or after a short preamble ("capturing trace... done")
+    trace_line = re.search(rb"(?:^|\n)TRACE:[ \t]*\r?\n", stripped[:1024])
+    if trace_line is not None:
+        if stripped[trace_line.end():][:1] == b"\x78":  # zlib header (CMF 0x78)
             return "atrace-z"
         return "atrace"
     # text: mostly printable bytes (checked before the perfetto sniff: a text trace that starts
