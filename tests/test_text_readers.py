@@ -34,7 +34,7 @@ def _text_files() -> list[str]:
 
 
 # expected-counts.json counted the HTML lines "... 50260.929925: 0: C|124|VSYNC|1" as an event
-# named "0". They are trace_marker writes printed by pre-3.4 kernels (the print event's ip was 0);
+# named "0". They are trace_marker writes printed by old 2.6/3.x kernels (the print event's ip was 0);
 # the reader names them tracing_mark_write (test_old_marker_event_0_lines proves it on the lines).
 CORRECTED = {
     "catapult/counter_tracks.html": {"tracing_mark_write": 1611},

@@ -20,7 +20,7 @@ header         ``# ...`` comments (``# tracer: X``; ``# entries-in-buffer/entrie
                trace-cmd report headers ``version = N``, ``cpus=N``, ``CPU N is empty``, blank lines.
 
 Anything else raises TraceFormatError naming the file, the 1-based line number and the line start.
-Old (pre-3.4) kernels printed trace_marker writes with event name ``0`` (the print event's ip was 0):
+Old (2.6/3.x) kernels printed trace_marker writes with event name ``0`` (the print event's ip was 0):
 those become ``tracing_mark_write`` (see docs/text-formats.md).
 """
 from __future__ import annotations
@@ -274,7 +274,7 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
     events = _attach_stacks(events, others.filter(pl.col("_kind") == "stack"), path)
     old_markers = int((groups[_G_EVENT] == OLD_MARKER_EVENT).sum())
     if old_markers:
-        warnings.append(f"{old_markers} lines with event name '0' (trace_marker writes as pre-3.4 kernels "
+        warnings.append(f"{old_markers} lines with event name '0' (trace_marker writes as old 2.6/3.x kernels "
                         f"printed them: the print event's ip was 0) read as tracing_mark_write")
     failed = int(events["payload"].str.starts_with("[FAILED TO PARSE]").sum())
     if failed:
