@@ -199,9 +199,10 @@ def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
             warnings.append(f"{len(cols['ts'])} events with id {ev_id} have no usable format in the file "
                             f"(table {name}, raw bytes in `payload`)")
         raw[name] = _frame(cols)
-    lost_per_cpu = {str(c): int(n) for c, n in sorted(stats["lost"].items())}
-    lost = sum(lost_per_cpu.values())
     unknown_pages = {str(c): int(n) for c, n in stats["lost_unknown_pages"].items()}
+    # a page flagged RB_MISSED_EVENTS without a stored count lost at least one event: count it as 1
+    lost_per_cpu = {str(c): int(n) + unknown_pages.get(str(c), 0) for c, n in sorted(stats["lost"].items())}
+    lost = sum(lost_per_cpu.values())
     if lost:
         warnings.append(f"{lost} events lost in the ring buffer (per CPU: {lost_per_cpu})")
     if unknown_pages:

@@ -297,8 +297,9 @@ def _check_span(path, data, off: int, size: int, what: str) -> None:
 def _read_section(c: _Cursor, off: int, inflater: _Inflater, want_id: int | None, what: str) -> _Cursor:
     """v7: read the section header at `off` and return a cursor over its (inflated) contents."""
     if off >= len(c.data):
-        raise TraceFormatError(c.path, f"{what} section offset {off} beyond end of file ({len(c.data)} bytes)",
-                               offset=off, expected=f"a {what} section")
+        raise TraceFormatError(c.path, f"file ends before the {what} section it points to (section offset {off}, "
+                               f"file size {len(c.data)} bytes: truncated?)", offset=len(c.data),
+                               expected=f"the {what} section at offset {off}")
     s = _Cursor(c.path, c.data, off)
     s.endian = c.endian
     sec_id = s.u16(f"{what} section id")
