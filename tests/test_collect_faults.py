@@ -18,6 +18,7 @@ import pytest
 from tests.standins.local_sshd import LocalSshd
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # ~50 s: two real collections with a fault each
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import pytest
 from abtest import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or shutil.which("dropbear") is None,
-                                reason="needs qemu-system-x86 and dropbear-bin (make setup installs them)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or shutil.which("dropbear") is None,
+                                reason="needs qemu-system-x86 and dropbear-bin (make setup installs them)")]
 
 
 def test_collect_kernel_a_vs_b_under_qemu(tmp_path):

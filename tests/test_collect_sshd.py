@@ -16,7 +16,7 @@ from tests.standins.local_sshd import LocalSshd
 
 GOV = Path("/sys/devices/system/cpu/cpuidle/current_governor")
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.tracefs
+pytestmark = [pytest.mark.tracefs, pytest.mark.slow]
 
 
 def governors() -> set[str]:
