@@ -164,3 +164,11 @@ def test_lost_events_are_reported(traces):
     d = analyze_dict(lossy, only=("idle",))
     assert d["lost_events"] == 12
     assert d["idle"]["wakeups_total"] == 4367
+
+
+def test_json_is_deterministic():
+    """Same trace, same bytes: key order and values do not depend on hash or thread scheduling."""
+    path = str(SHARED_TRACES / "x86-vm" / "x86-ladder-hackbench-cyclictest.dat")
+    args = ["analyze", "--json", "--only", "idle", "--only", "latency", "--only", "placement", path]
+    outs = {_run(args).stdout for _ in range(3)}
+    assert len(outs) == 1

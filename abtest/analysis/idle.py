@@ -91,7 +91,7 @@ def df_idle_residency(intervals: pl.DataFrame, idle_states: pl.DataFrame | None 
     res = intervals.group_by(["cpu", "state", "idle"]).agg(pl.col("dur").sum().alias("time_ns"))
     res = res.with_columns((100.0 * pl.col("time_ns") / pl.col("time_ns").sum().over("cpu")).alias("pct"))
     return _state_names(res, idle_states).select("cpu", "state", "idle", "state_name", "time_ns", "pct") \
-        .sort(["cpu", "state"], nulls_last=True)
+        .sort(["cpu", "state", "state_name"], nulls_last=True)
 
 
 def df_cluster_idle_residency(intervals: pl.DataFrame, clusters: pl.DataFrame,
@@ -112,7 +112,7 @@ def df_cluster_idle_residency(intervals: pl.DataFrame, clusters: pl.DataFrame,
     res = iv.group_by(["cluster", "state", "state_name"]).agg(pl.col("dur").sum().alias("time_ns"))
     res = res.with_columns((100.0 * pl.col("time_ns") / pl.col("time_ns").sum().over("cluster")).alias("pct"))
     all_idle = _all_cpus_idle(iv, cl)
-    return res.join(all_idle, on="cluster", how="left").sort(["cluster", "state"], nulls_last=True)
+    return res.join(all_idle, on="cluster", how="left").sort(["cluster", "state", "state_name"], nulls_last=True)
 
 
 def _all_cpus_idle(iv: pl.DataFrame, clusters: pl.DataFrame) -> pl.DataFrame:
