@@ -60,6 +60,7 @@ _PELT_FIELD_RENAMES = {
     "util_avg": "util",
     "load_avg": "load",
     "runnable_avg": "runnable",
+    "utilization": "util",  # sched_load_avg_cpu / _task on old EAS kernels
 }
 
 IDLE_EXIT_RAW = 4294967295  # (u32)-1 written by the kernel on idle exit
@@ -162,6 +163,16 @@ _CANON_FUNCS = {
 _COMM_COLUMNS = ("comm", "prev_comm", "next_comm", "common_comm", "rail", "subsystem")
 
 
+def _event_cpu_convention(df: pl.DataFrame) -> pl.DataFrame:
+    """One convention for events that carry their own `cpu` field: the event's field is `cpu` and the
+    ring buffer's CPU is `buffer_cpu` (the binary readers do this; text readers name the event's field
+    `field_cpu`)."""
+    if "field_cpu" not in df.columns or "buffer_cpu" in df.columns:
+        return df
+    return (df.rename({"cpu": "buffer_cpu"}).rename({"field_cpu": "cpu"})
+            .with_columns(pl.col("cpu").cast(pl.Int32, strict=False)))
+
+
 def canonicalize(raw: dict[str, pl.DataFrame], meta: dict) -> dict[str, pl.DataFrame]:
     """Raw reader tables -> canonical tables (pure; records renames in meta["event_aliases"])."""
     out: dict[str, pl.DataFrame] = {}
@@ -172,6 +183,7 @@ def canonicalize(raw: dict[str, pl.DataFrame], meta: dict) -> dict[str, pl.DataF
     for name, df in raw.items():
         if name in MARKER_EVENTS:
             continue
+        df = _event_cpu_convention(df)
         canon = EVENT_ALIASES.get(name, name)
         if canon != name:
             aliases[canon] = name
