@@ -83,7 +83,8 @@ def test_collect_menu_vs_haltpoll_over_ssh(sshd, tmp_path):
                 assert ev["sched_switch"] > 0 and ev["sched_wakeup"] > 0
                 idle_total += ev.get("cpu_idle", 0)
                 miss_total += ev.get("cpu_idle_miss", 0)
-                assert t.meta.get("lost_events", 0) == meta["trace"]["lost_events"] or meta["trace"]["lost_events"]
+                if meta["trace"]["lost_events"] == 0:  # kernel ring-buffer counters agree with the trace file
+                    assert not t.meta.get("lost_events")
                 markers = t.df("marker")["text"].to_list()
                 assert any(m.startswith(f"abtest_workload_begin label={label} workload={wl} iteration={it}") for m in markers)
                 assert any(m.startswith("abtest_workload_end") for m in markers)

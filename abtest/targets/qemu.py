@@ -410,8 +410,13 @@ class QemuProvider:
                 self.targets[label.name].wait_until_back(timeout_s=30, poll_s=1)
                 return self.activate(label)
             except TargetError:
-                vm.stop()
+                pass  # hung guest: relaunch it
+        if vm is not None:
+            vm.stop()  # kills a hung qemu; removes the work dir of a dead one
         self.vms.pop(label.name, None)
+        old = self.targets.pop(label.name, None)
+        if old is not None:
+            old.close()
         return self.activate(label)
 
     def boot_times(self) -> dict[str, float | None]:
