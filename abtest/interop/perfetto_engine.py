@@ -160,8 +160,8 @@ def discover() -> list[EngineInfo]:
     if cached is not None:
         ok = cached.is_file() and bool(pkg)
         detail = ("perfetto package's cached download" if ok else
-                  f"not downloaded ({cached} absent; the perfetto package would fetch it from the network "
-                  "at first use: abtest does not)")
+                  "not downloaded (the perfetto package would fetch it from the network at first use; "
+                  "abtest never does)")
         found.append(EngineInfo("shell", "perfetto-cache", str(cached), ok, detail, version=pkg))
     from abtest.interop import wasm_engine
     wasm = wasm_engine.find_wasm()
