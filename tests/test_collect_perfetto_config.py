@@ -28,3 +28,15 @@ def test_event_mapping():
     assert ftrace_event_names(["marker", "sched_switch", "cpu_idle_miss", "sched_pelt_cfs"]) == [
         "sched/sched_switch", "power/cpu_idle_miss", "sched/sched_pelt_cfs", "lisa/lisa__sched_pelt_cfs",
         "sched/sched_load_cfs_rq"]
+
+
+def test_collector_config_records_markers():
+    from abtest.collectors.perfetto_config import PerfettoCollector
+    from abtest.targets.local import LocalTarget
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    text_format = pytest.importorskip("google.protobuf.text_format")
+    c = PerfettoCollector(LocalTarget(), ["sched_switch", "cpu_idle"], duration_s=120)
+    cfg = text_format.Parse(c.config_text, pb.TraceConfig())
+    assert list(cfg.data_sources[0].config.ftrace_config.ftrace_events) == [
+        "ftrace/print", "sched/sched_switch", "power/cpu_idle"]
+    assert c.trace_name == "trace.perfetto-trace" and cfg.duration_ms == 120000

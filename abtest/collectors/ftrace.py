@@ -126,6 +126,8 @@ class FtraceCollector:
         self._saved: dict[str, str] = {}
         self.session = FtraceSession()
 
+    trace_name = "trace.dat"
+
     @property
     def tracefs(self) -> str:
         if self._tracefs is None:

@@ -194,7 +194,7 @@ class TargetState:
     """What the orchestrator keeps per connected target across iterations."""
     target: Target
     is_local: bool
-    collector: FtraceCollector | None
+    collector: FtraceCollector | None  # or a PerfettoCollector ([trace] backend = "perfetto")
     settings: SettingsManager
     prepared: set = field(default_factory=set)
 
@@ -202,7 +202,10 @@ class TargetState:
 def make_state(t: Target, cc: CollectConfig, events: list[str]) -> TargetState:
     trace_cfg = cc.target_cfg.trace
     collector = None
-    if cc.trace:
+    if cc.trace and trace_cfg.get("backend", "ftrace") == "perfetto":
+        from abtest.collectors.perfetto_config import PerfettoCollector
+        collector = PerfettoCollector(t, events)
+    elif cc.trace:
         collector = FtraceCollector(
             t, events, buffer_size_kb=int(cc.buffer_size_kb or trace_cfg.get("buffer_size_kb", 8192)),
             clock=cc.trace_clock or trace_cfg.get("clock", "boot"), remote_dir=cc.remote_dir)
@@ -263,7 +266,7 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
                 (writer.tmp / ".power-raw.txt").unlink(missing_ok=True)
                 write_power_csv(power, writer.tmp / "power.csv")
             if collector:
-                session_meta = collector.stop(writer.tmp / "trace.dat").as_meta()
+                session_meta = collector.stop(writer.tmp / getattr(collector, "trace_name", "trace.dat")).as_meta()
             phases["stop_pull_s"] = time.monotonic() - a
         except BaseException:
             if collector:

@@ -41,9 +41,10 @@ def ftrace_event_names(tables: list[str]) -> list[str]:
 def make_trace_config(tables: list[str] | None = None, *, duration_s: float = 60.0, buffer_kb: int = 65536,
                       ftrace_buffer_kb: int = 16384, power_rails: bool = True, rail_poll_ms: int = 250,
                       frame_timeline: bool = True, atrace_categories: tuple[str, ...] = ("gfx", "view", "input"),
-                      atrace_apps: str = "*") -> str:
-    """TraceConfig text proto. duration_s: hard stop (the collector normally stops it earlier)."""
-    events = ftrace_event_names(list(tables or DEFAULT_EVENTS))
+                      atrace_apps: str = "*", extra_ftrace_events: tuple[str, ...] = ()) -> str:
+    """TraceConfig text proto. duration_s: hard stop (the collector normally stops it earlier).
+    extra_ftrace_events: more "group/name" entries (e.g. "ftrace/print" for trace_marker writes)."""
+    events = list(extra_ftrace_events) + ftrace_event_names(list(tables or DEFAULT_EVENTS))
     ft = "\n".join(f'      ftrace_events: "{e}"' for e in events)
     at = "\n".join(f'      atrace_categories: "{c}"' for c in atrace_categories)
     parts = [
@@ -71,28 +72,51 @@ def make_trace_config(tables: list[str] | None = None, *, duration_s: float = 60
 
 
 class PerfettoCollector:
-    """Runs `perfetto --background` on the device with a generated config; stop() ends it and pulls."""
+    """Runs `perfetto --background` on the device with a generated config; stop() ends it and pulls.
+
+    Same interface as FtraceCollector for the orchestrator (start/stop/reset/restore, marker_path,
+    events, trace_name). Workload markers are written to trace_marker and recorded as ftrace print
+    events (the config asks for ftrace/print).
+    """
 
     REMOTE_TRACE = "/data/misc/perfetto-traces/abtest.perfetto-trace"
     REMOTE_CONFIG = "/data/local/tmp/abtest.pbtxt"
+    trace_name = "trace.perfetto-trace"
 
-    def __init__(self, target: Target, config_text: str):
-        self.target, self.config_text = target, config_text
+    def __init__(self, target: Target, events: list[str] | None = None, *, duration_s: float = 3600.0,
+                 config_text: str | None = None, local_dir: Path | None = None):
+        self.target = target
+        self.events = list(events or DEFAULT_EVENTS)
+        self.config_text = config_text or make_trace_config(self.events, duration_s=duration_s,
+                                                            extra_ftrace_events=("ftrace/print",))
+        self.local_dir = Path(local_dir or "/tmp")
         self.pid: int | None = None
+        self._tracefs: str | None = None
+        self._pushed = False
 
-    def start(self, local_config: Path) -> int:
-        """Push the config, start perfetto in the background; returns its PID on the device."""
-        Path(local_config).write_text(self.config_text)
-        self.target.push(local_config, self.REMOTE_CONFIG)
-        res = self.target.run(f"rm -f {self.REMOTE_TRACE}; perfetto --background --txt -c - "
+    @property
+    def marker_path(self) -> str:
+        if self._tracefs is None:
+            self._tracefs = self.target.tracefs_path()
+        return f"{self._tracefs}/trace_marker"
+
+    def start(self, preamble: str = "") -> tuple[dict, str]:
+        """Push the config (once), then in one round trip run `preamble` and start perfetto in the
+        background; returns ({"pid": ...}, stdout)."""
+        if not self._pushed:
+            local = self.local_dir / "abtest-perfetto.pbtxt"
+            local.write_text(self.config_text)
+            self.target.push(local, self.REMOTE_CONFIG)
+            self._pushed = True
+        res = self.target.run(f"{preamble}\nrm -f {self.REMOTE_TRACE}; perfetto --background --txt -c - "
                               f"-o {self.REMOTE_TRACE} < {self.REMOTE_CONFIG}", 60, as_root=True)
         pid = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
         if res.exit_code != 0 or not pid.isdigit():
             raise TargetError(f"{self.target.name}: perfetto did not start: {(res.stderr or res.stdout).strip()[-400:]}")
         self.pid = int(pid)
-        return self.pid
+        return {"pid": self.pid}, res.stdout
 
-    def stop(self, local_trace: Path, timeout_s: float = 60.0) -> Path:
+    def stop(self, local_trace: Path, timeout_s: float = 60.0) -> "PerfettoSession":
         """SIGTERM perfetto (it flushes and finalises the file), wait for it to exit, pull the trace."""
         if self.pid is not None:
             self.target.run(f"kill -TERM {self.pid}", 30, as_root=True)
@@ -101,6 +125,35 @@ class PerfettoCollector:
                 if time.monotonic() - t0 > timeout_s:
                     raise TargetError(f"{self.target.name}: perfetto (pid {self.pid}) still running after {timeout_s} s")
                 time.sleep(0.5)
+            self.pid = None
         self.target.pull(self.REMOTE_TRACE, local_trace)
-        self.target.run(f"rm -f {shlex.quote(self.REMOTE_TRACE)}", 30, as_root=True)
-        return Path(local_trace)
+        return PerfettoSession(self.events)
+
+    def reset(self) -> None:
+        """Stop a perfetto left running by a failed iteration (best effort)."""
+        if self.pid is not None:
+            try:
+                self.target.run(f"kill -TERM {self.pid} 2>/dev/null", 15, as_root=True)
+            except TargetError:
+                pass
+            self.pid = None
+
+    def restore(self) -> None:
+        self.reset()
+        try:
+            self.target.run(f"rm -f {shlex.quote(self.REMOTE_TRACE)} {shlex.quote(self.REMOTE_CONFIG)}", 15,
+                            as_root=True)
+        except TargetError:
+            pass
+
+
+class PerfettoSession:
+    """meta.json "trace" entry for a perfetto capture (ring-buffer losses are in the trace's own stats:
+    `abtest trace info` reports them)."""
+
+    def __init__(self, events: list[str]):
+        self.events = events
+
+    def as_meta(self) -> dict:
+        return {"backend": "perfetto", "events_requested": self.events, "lost_events": None,
+                "lost_events_source": "perfetto trace stats (abtest trace info)", "trace_clock": "boot"}
