@@ -380,3 +380,16 @@ def test_events_described_inside_the_trace(tmp_path):
     t = data.tables["vendor_freq_event"]
     assert t.select("ts", "cpu", "common_pid", "cpu_id", "delta", "label").row(0) == (777, 2, 11, 5, -7, "boost")
     assert not any("4321" in w for w in data.meta["warnings"])
+
+
+def test_repeated_field_becomes_a_list(tmp_path):
+    e = pb.FtraceEvent(timestamp=50, pid=3)
+    e.sys_enter.id = 63
+    e.sys_enter.args.extend([1, 2, 18446744073709551615])
+    e2 = pb.FtraceEvent(timestamp=60, pid=3)
+    e2.sys_enter.id = 64
+    data = read_trace(_write(tmp_path, [_bundle_packet(0, [e, e2])]))
+    t = data.tables["sys_enter"]
+    assert t.schema["args"] == pl.List(pl.UInt64)
+    assert t["args"].to_list() == [[1, 2, 18446744073709551615], None]
+    assert t["id"].to_list() == [63, 64]

@@ -74,6 +74,9 @@ def build_meta(out: dict, raw: dict[str, pl.DataFrame], warnings: list[str], pac
         warnings.append(f"{nm['previous_packet_dropped']} packets say the packet before them was dropped")
     if nm["ftrace_errors"]:
         warnings.append(f"{nm['ftrace_errors']} ftrace read errors recorded in FtraceEventBundle.error")
+    if nm["bundles_without_cpu"]:
+        warnings.append(f"{nm['bundles_without_cpu']} ftrace bundles carry no cpu field: taken as CPU 0 "
+                        f"(the protobuf default)")
     for key, what in (("events_without_timestamp", "without a timestamp"),
                       ("events_without_payload", "without an event payload")):
         if nm[key]:

@@ -191,6 +191,7 @@ fn to_python<'py>(py: Python<'py>, d: Decoder) -> PyResult<Bound<'py, PyDict>> {
     let bl: Vec<(i32, u64)> = m.bundles_lost_per_cpu.into_iter().collect();
     md.set_item("bundles_with_lost_events", bl)?;
     md.set_item("ftrace_errors", m.ftrace_errors)?;
+    md.set_item("bundles_without_cpu", m.bundles_without_cpu)?;
     md.set_item("ftrace_clocks", m.ftrace_clocks)?;
     md.set_item("packet_clock_ids", m.packet_clock_ids)?;
     let nd: Vec<(u32, u64)> = m.packets_not_decoded.into_iter().collect();

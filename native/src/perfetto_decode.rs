@@ -87,6 +87,7 @@ pub struct Meta {
     /// (name, value) of TraceStats counters that mean data was lost, summed over buffers
     pub trace_loss: Vec<(String, u64)>,
     pub bundles_lost_per_cpu: FnvMap<i32, u64>,
+    pub bundles_without_cpu: u64,
     pub ftrace_errors: u64,
     pub ftrace_clocks: Vec<i32>,
     pub packet_clock_ids: Vec<u32>,
@@ -329,21 +330,18 @@ impl<'s> Decoder<'s> {
 
     fn decode_bundle(&mut self, b: &[u8], off: usize) -> DResult<()> {
         let mut m = Msg::new(b, off);
-        let mut cpu: i32 = -1;
+        let mut cpu: Option<i32> = None;
+        let mut lost = false;
         let mut compact: Option<(&[u8], usize)> = None;
         self.event_spans.clear();
         while let Some((num, v)) = m.next_field()? {
             match num {
-                1 => cpu = v.as_u64() as i32,
+                1 => cpu = Some(v.as_u64() as i32),
                 2 => match v {
                     Value::Bytes(eb, eoff) => self.event_spans.push((eoff - off, eb.len())),
                     _ => return err(off, "FtraceEventBundle.event is not length-delimited"),
                 },
-                3 => {
-                    if v.as_u64() != 0 {
-                        *self.meta.bundles_lost_per_cpu.entry(cpu).or_insert(0) += 1;
-                    }
-                }
+                3 => lost |= v.as_u64() != 0,
                 4 => {
                     if let Value::Bytes(cb, coff) = v {
                         compact = Some((cb, coff));
@@ -364,12 +362,13 @@ impl<'s> Decoder<'s> {
                 _ => {}
             }
         }
-        if cpu < 0 {
-            return err(off, "FtraceEventBundle without cpu (field 1)");
-        }
-        // lost flag may precede the cpu field: re-key an entry recorded under -1
-        if let Some(n) = self.meta.bundles_lost_per_cpu.remove(&-1) {
-            *self.meta.bundles_lost_per_cpu.entry(cpu).or_insert(0) += n;
+        // proto2 default: a writer may leave out cpu 0
+        let cpu = cpu.unwrap_or_else(|| {
+            self.meta.bundles_without_cpu += 1;
+            0
+        });
+        if lost {
+            *self.meta.bundles_lost_per_cpu.entry(cpu).or_insert(0) += 1;
         }
         let spans = std::mem::take(&mut self.event_spans);
         for &(start, len) in &spans {
