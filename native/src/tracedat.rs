@@ -86,6 +86,7 @@ struct CpuStats {
 }
 
 /// Walk every page of one CPU's ring-buffer data, appending records.
+#[inline(never)]
 fn walk_cpu(si: usize, data: &[u8], lay: &PageLayout, clock: &Clock, recs: &mut Records, st: &mut CpuStats)
     -> Result<(), DecodeError> {
     let ps = lay.page_size;
@@ -255,6 +256,29 @@ struct TypeColumns {
     builders: Vec<Builder>,
 }
 
+/// One pass over all records in time order, filling the columns of the types this thread owns
+/// (`slot[type]` = index into `mine`, u32::MAX = another thread's type).
+#[inline(never)]
+fn fill_columns(order: &[u32], recs: &Records, srcs: &[&[u8]], cpus: &[i32], slot: &[u32],
+                mine: &mut [TypeColumns], env: &mut Env) {
+    for &i in order {
+        let i = i as usize;
+        let s = slot[recs.ty[i] as usize];
+        if s == u32::MAX {
+            continue;
+        }
+        let tc = &mut mine[s as usize];
+        let si = recs.src[i] as usize;
+        let p = recs.pos[i] as usize;
+        let r = &srcs[si][p..p + recs.len[i] as usize];
+        tc.ts.push(recs.ts[i]);
+        tc.cpu.push(cpus[si]);
+        for b in tc.builders.iter_mut() {
+            b.push(r, env);
+        }
+    }
+}
+
 /// The decoded records of a trace.dat (page walk done, sorted by time), waiting for field layouts.
 #[pyclass(unsendable)]
 pub struct TraceDatRecords {
@@ -421,57 +445,49 @@ impl TraceDatRecords {
         printk: HashMap<u64, Vec<u8>>,
         kallsyms: (Vec<u64>, Vec<String>),
     ) -> PyResult<Bound<'py, PyDict>> {
-        let mut slot_of: Vec<i32> = vec![-1; 1 << 16];
-        let mut groups: Vec<(u16, Vec<u32>)> = Vec::new();
-        for &i in &self.order {
-            let t = self.recs.ty[i as usize];
-            let s = slot_of[t as usize];
-            if s < 0 {
-                slot_of[t as usize] = groups.len() as i32;
-                groups.push((t, vec![i]));
-            } else {
-                groups[s as usize].1.push(i);
-            }
+        // event types present, with their record counts; each thread owns a set of types (largest first
+        // to the least loaded thread) and makes one pass over all records in time order, filling the
+        // columns of its own types: record bytes are read once, in file order per CPU.
+        let mut counts = vec![0usize; 1 << 16];
+        for &t in &self.recs.ty {
+            counts[t as usize] += 1;
+        }
+        let mut types: Vec<(u16, usize)> = counts.iter().enumerate().filter(|(_, &n)| n > 0)
+            .map(|(t, &n)| (t as u16, n)).collect();
+        types.sort_by_key(|&(t, n)| (std::cmp::Reverse(n), t));
+        let nthreads = worker_count().min(types.len().max(1));
+        let mut owner = vec![u8::MAX; 1 << 16];
+        let mut load = vec![0usize; nthreads];
+        for &(t, n) in &types {
+            let k = (0..nthreads).min_by_key(|&k| load[k]).unwrap();
+            owner[t as usize] = k as u8;
+            load[k] += n;
         }
         let srcs: Vec<&[u8]> = (0..self.bufs.len()).map(|si| self.src(si)).collect();
-        // biggest event types first; threads take the next type from a shared counter
-        groups.sort_by_key(|g| std::cmp::Reverse(g.1.len()));
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let (recs, cpus, be) = (&self.recs, &self.cpus, self.be);
+        let (recs, cpus, be, order) = (&self.recs, &self.cpus, self.be, &self.order);
         let parts: Vec<(Vec<TypeColumns>, u64, u64)> = std::thread::scope(|sc| {
-            let handles: Vec<_> = (0..worker_count().min(groups.len().max(1))).map(|_| {
-                let (groups, srcs, next, events, unknown_fields) = (&groups, &srcs, &next, &events, &unknown_fields);
+            let handles: Vec<_> = (0..nthreads).map(|me| {
+                let (types, owner, counts, srcs, events, unknown_fields) =
+                    (&types, &owner, &counts, &srcs, &events, &unknown_fields);
                 let (printk, kallsyms) = (&printk, &kallsyms);
                 sc.spawn(move || {
                     let mut env = Env {
                         be, long_size, printk, sym_addrs: &kallsyms.0, sym_names: &kallsyms.1,
                         short_fields: 0, missing_formats: 0,
                     };
-                    let mut done = Vec::new();
-                    loop {
-                        let g = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if g >= groups.len() {
-                            break;
-                        }
-                        let (ty, idx) = (&groups[g].0, &groups[g].1);
-                        let fields = events.get(ty).unwrap_or(unknown_fields);
-                        let mut builders: Vec<Builder> = fields.iter().map(|f| Builder::new(f, idx.len())).collect();
-                        let mut ts = Vec::with_capacity(idx.len());
-                        let mut cpu = Vec::with_capacity(idx.len());
-                        for &i in idx {
-                            let i = i as usize;
-                            let si = recs.src[i] as usize;
-                            let p = recs.pos[i] as usize;
-                            let r = &srcs[si][p..p + recs.len[i] as usize];
-                            ts.push(recs.ts[i]);
-                            cpu.push(cpus[si]);
-                            for b in builders.iter_mut() {
-                                b.push(r, &mut env);
-                            }
-                        }
-                        done.push(TypeColumns { ty: *ty, ts, cpu, builders });
+                    let mut slot = vec![u32::MAX; 1 << 16];
+                    let mut mine: Vec<TypeColumns> = Vec::new();
+                    for &(t, _) in types.iter().filter(|&&(t, _)| owner[t as usize] as usize == me) {
+                        let n = counts[t as usize];
+                        let fields = events.get(&t).unwrap_or(unknown_fields);
+                        slot[t as usize] = mine.len() as u32;
+                        mine.push(TypeColumns {
+                            ty: t, ts: Vec::with_capacity(n), cpu: Vec::with_capacity(n),
+                            builders: fields.iter().map(|f| Builder::new(f, n)).collect(),
+                        });
                     }
-                    (done, env.short_fields, env.missing_formats)
+                    fill_columns(order, recs, srcs, cpus, &slot, &mut mine, &mut env);
+                    (mine, env.short_fields, env.missing_formats)
                 })
             }).collect();
             handles.into_iter().map(|h| h.join().expect("trace.dat column thread panicked")).collect()

@@ -164,6 +164,23 @@ pub struct Builder {
     col: Col,
 }
 
+/// Index of the first zero byte of 16 little-endian bytes (16 if none), branch-free per half.
+#[inline(always)]
+fn first_nul(v: u128) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let zero_in = |x: u64| x.wrapping_sub(LO) & !x & HI;
+    let a = zero_in(v as u64);
+    if a != 0 {
+        return (a.trailing_zeros() / 8) as usize;
+    }
+    let b = zero_in((v >> 64) as u64);
+    if b != 0 {
+        return 8 + (b.trailing_zeros() / 8) as usize;
+    }
+    16
+}
+
 fn trim_nul(v: &[u8]) -> &[u8] {
     let n = v.iter().position(|&c| c == 0).unwrap_or(v.len());
     &v[..n]
@@ -228,6 +245,23 @@ impl Builder {
                 num.push(v);
             }
             Col::Cat { codes, map, small, offsets, bytes } => {
+                if size == 16 && off + 16 <= r.len() {
+                    // TASK_COMM_LEN names: the 16 bytes, zeroed from the first NUL on, are the key
+                    let raw = u128::from_le_bytes(r[off..off + 16].try_into().unwrap());
+                    let len = first_nul(raw);
+                    let key = if len >= 16 { raw } else { raw & ((1u128 << (8 * len)) - 1) };
+                    let code = match small.get(&key) {
+                        Some(&c) => c,
+                        None => {
+                            let c = (offsets.len() - 1) as u32;
+                            push_var(offsets, bytes, &r[off..off + len], true);
+                            small.insert(key, c);
+                            c
+                        }
+                    };
+                    codes.push(code);
+                    return;
+                }
                 let v = trim_nul(r.get(off..off + size).unwrap_or(&[]));
                 if v.len() <= 16 {
                     // names up to 16 bytes (TASK_COMM_LEN): key = the zero-padded bytes as one u128
