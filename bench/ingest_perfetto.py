@@ -5,6 +5,7 @@ Usage: .venv/bin/python bench/ingest_perfetto.py [--repeat N] [--target-mb MB] [
 For each perfetto trace in ../shared/traces, and for one larger file made by concatenating them
 (a concatenation of whole Trace files is itself a valid Trace: `repeated TracePacket packet = 1`),
 it prints, best of N runs, in-process (interpreter start-up and imports excluded):
+  - native:    abtest.trace.perfetto.decode (the compiled wire walk alone, numpy columns out)
   - decode:    abtest.trace.perfetto.read (native wire walk + polars raw tables + metadata)
   - read_trace: abtest.trace.readers.read_trace (the above + canonicalisation, what `Trace()` runs)
   - reference: the protobuf runtime's parse of the same bytes with perfetto's generated classes
@@ -54,20 +55,23 @@ def bench_file(path: Path, repeat: int, note: str = "") -> dict:
     data = path.read_bytes()
     size = len(data)
     perfetto.read(path, data)  # warm-up: schema load, imports
+    w_nat, c_nat, _ = _best(lambda: perfetto.decode(path, data), repeat)
     w_dec, c_dec, (raw, _meta) = _best(lambda: perfetto.read(path, data), repeat)
     events = sum(df.height for df in raw.values())
     del raw
     w_all, c_all, _ = _best(lambda: read_trace(path), repeat)
     print(f"{path.name}{note}: {size / 1e6:.1f} MB, {events:,} events (rows of all raw tables)")
+    print(_row("native", size, events, w_nat, c_nat) + "   [compiled wire walk -> numpy columns]")
     print(_row("decode", size, events, w_dec, c_dec))
     print(_row("read_trace", size, events, w_all, c_all))
-    out = {"size": size, "events": events, "decode_wall": w_dec, "read_trace_wall": w_all}
+    out = {"size": size, "events": events, "native_wall": w_nat, "native_cpu": c_nat, "decode_wall": w_dec,
+           "decode_cpu": c_dec, "read_trace_wall": w_all, "read_trace_cpu": c_all}
     try:
         from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
     except ImportError:
         print("  reference   (perfetto package not installed: no reference measurement)")
         return out
-    w_ref, c_ref, _ = _best(lambda: pb.Trace.FromString(data), max(1, min(repeat, 3)))
+    w_ref, c_ref, _ = _best(lambda: pb.Trace.FromString(data), repeat)
     print(_row("reference", size, events, w_ref, c_ref) + "   [protobuf parse only, no tables]")
     print(f"  ratio       decode is {w_ref / w_dec:.1f}x the reference parse; read_trace {w_ref / w_all:.1f}x")
     out["reference_wall"] = w_ref
@@ -76,15 +80,16 @@ def bench_file(path: Path, repeat: int, note: str = "") -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5, help="runs per measurement (best is kept)")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="runs per measurement on the concatenated file (best is kept; shared traces: >= 20)")
     ap.add_argument("--target-mb", type=float, default=128, help="size of the concatenated file, MB")
     ap.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
     args = ap.parse_args()
 
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; best of {args.repeat}")
     files = [args.traces / rel for rel in SHARED if (args.traces / rel).exists()]
-    for f in files:
-        bench_file(f, args.repeat)
+    for f in files:  # small files: more runs, a few ms each (fixed costs dominate and load adds noise)
+        bench_file(f, max(args.repeat, 20))
 
     blob = b"".join(f.read_bytes() for f in files)
     copies = max(1, int(args.target_mb * 1e6 // len(blob)))
@@ -93,14 +98,16 @@ def main() -> None:
         with open(big, "wb") as f:
             for _ in range(copies):
                 f.write(blob)
-        res = bench_file(big, max(1, min(args.repeat, 3)),
+        res = bench_file(big, args.repeat,
                          note=f" ({copies} copies of the {len(files)} shared traces concatenated: "
                               f"a valid Trace, throughput measurement only)")
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of this process: {rss_mb:.0f} MB; load average after: {os.getloadavg()[0]:.2f}")
-    print(f"SUMMARY decode {res['size'] / res['decode_wall'] / 1e6:.0f} MB/s, "
-          f"read_trace {res['size'] / res['read_trace_wall'] / 1e6:.0f} MB/s on {res['size'] / 1e6:.0f} MB "
-          f"(target >= 200 MB/s)")
+    mb = res["size"] / 1e6
+    print(f"SUMMARY on {mb:.0f} MB (target >= 200 MB/s), wall / cpu: "
+          f"native {mb / res['native_wall']:.0f} / {mb / res['native_cpu']:.0f} MB/s, "
+          f"decode {mb / res['decode_wall']:.0f} / {mb / res['decode_cpu']:.0f} MB/s, "
+          f"read_trace {mb / res['read_trace_wall']:.0f} / {mb / res['read_trace_cpu']:.0f} MB/s")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,10 @@ SCHEMA_PATH = Path(__file__).resolve().parent / "data" / "perfetto_ftrace_fields
 
 _ARROW_TYPES = {"i32": pa.int32(), "i64": pa.int64(), "u32": pa.uint32(), "u64": pa.uint64(),
                 "bool": pa.bool_(), "f64": pa.float64(), "str": pa.uint32()}
+# string columns that repeat a few values (task names, rails): built Categorical straight from the
+# decoder's string dictionary (canonicalize() would otherwise cast them, hashing every row)
+CATEGORICAL_COLUMNS = frozenset({"comm", "prev_comm", "next_comm", "common_comm", "oldcomm", "newcomm",
+                                 "parent_comm", "child_comm", "rail", "subsystem"})
 # repeated fields arrive as text with elements separated by \x1f; element type by kind
 _LIST_TYPES = {"list_i64": pl.Int64, "list_u64": pl.UInt64, "list_f64": pl.Float64, "list_str": pl.Utf8}
 
@@ -64,19 +68,36 @@ def decode(path, data) -> dict:
                                expected="a serialized perfetto Trace (repeated TracePacket, field 1)") from None
 
 
-def _series(name: str, kind: str, values: np.ndarray, valid: np.ndarray | None, strings: pl.Series) -> pl.Series:
+class _Strings:
+    """The decoder's string dictionary, as Utf8 and (lazily) as Categorical; columns hold ids into it."""
+
+    def __init__(self, values: list[str]):
+        self.utf8 = pl.Series("strings", values, dtype=pl.Utf8)
+        self._cat: pl.Series | None = None
+
+    def gather(self, name: str, ids: pl.Series) -> pl.Series:
+        if name in CATEGORICAL_COLUMNS:
+            if self._cat is None:
+                self._cat = self.utf8.cast(pl.Categorical)
+            return self._cat.gather(ids).alias(name)
+        return self.utf8.gather(ids).alias(name)
+
+
+def _series(name: str, kind: str, values: np.ndarray, valid: np.ndarray | None, strings: _Strings) -> pl.Series:
     """One native column -> polars Series (str columns are ids into `strings`)."""
     mask = None if valid is None else ~valid
     arr = pa.array(values, type=_ARROW_TYPES.get(kind, pa.uint32()), mask=mask)
     s = pl.Series(name, arr)
-    if kind == "str" or kind in _LIST_TYPES:
-        s = strings.gather(s).alias(name)
+    if kind in _LIST_TYPES:
+        s = strings.utf8.gather(s).alias(name)
+    elif kind == "str":
+        s = strings.gather(name, s)
     if kind in _LIST_TYPES:
         s = s.str.split("\x1f").cast(pl.List(_LIST_TYPES[kind]))
     return s
 
 
-def _table_frame(t: dict, strings: pl.Series) -> pl.DataFrame:
+def _table_frame(t: dict, strings: _Strings) -> pl.DataFrame:
     """ts, cpu (ring-buffer CPU), common_pid, [common_flags], fields. As in the trace.dat reader, an event
     with its own `cpu` field keeps it as `cpu` (the CPU the event is about) and the bundle CPU becomes
     `buffer_cpu`; any other field whose name is already taken gets the suffix `_field`."""
@@ -98,7 +119,7 @@ def _ts(values: np.ndarray) -> pl.Series:
     return pl.Series("ts", values, dtype=pl.Int64).set_sorted()
 
 
-def _compact_switch_frame(c: dict, strings: pl.Series) -> pl.DataFrame:
+def _compact_switch_frame(c: dict, strings: _Strings) -> pl.DataFrame:
     """CompactSched switch arrays -> sched_switch rows.
 
     Compact sched stores only the *next* task of each switch. prev_comm / prev_pid / prev_prio of a
@@ -113,17 +134,17 @@ def _compact_switch_frame(c: dict, strings: pl.Series) -> pl.DataFrame:
         _ts(c["ts"]),
         pl.Series("cpu", c["cpu"], dtype=pl.Int32),
         prev_pid.alias("common_pid"),
-        strings.gather(pl.Series(pa.array(c["prev_comm"], type=pa.uint32(), mask=mask))).alias("prev_comm"),
+        strings.gather("prev_comm", pl.Series(pa.array(c["prev_comm"], type=pa.uint32(), mask=mask))),
         prev_pid,
         pl.Series("prev_prio", pa.array(c["prev_prio"], type=pa.int32(), mask=mask)),
         pl.Series("prev_state", c["prev_state"], dtype=pl.Int64),
-        strings.gather(pl.Series(c["next_comm"], dtype=pl.UInt32)).alias("next_comm"),
+        strings.gather("next_comm", pl.Series(c["next_comm"], dtype=pl.UInt32)),
         pl.Series("next_pid", c["next_pid"], dtype=pl.Int32),
         pl.Series("next_prio", c["next_prio"], dtype=pl.Int32),
     ])
 
 
-def _compact_waking_frame(c: dict, strings: pl.Series) -> pl.DataFrame:
+def _compact_waking_frame(c: dict, strings: _Strings) -> pl.DataFrame:
     """CompactSched waking arrays -> sched_waking rows (cpu = the CPU that ran the waker).
 
     common_pid (the waker) is not stored by compact sched and is null.
@@ -134,7 +155,7 @@ def _compact_waking_frame(c: dict, strings: pl.Series) -> pl.DataFrame:
         "cpu": pl.Series(c["cpu"], dtype=pl.Int32),
         "common_pid": pl.repeat(None, len(c["ts"]), dtype=pl.Int32, eager=True),
         "common_flags": pl.Series(flags),
-        "comm": strings.gather(pl.Series(c["comm"], dtype=pl.UInt32)),
+        "comm": strings.gather("comm", pl.Series(c["comm"], dtype=pl.UInt32)),
         "pid": pl.Series(c["pid"], dtype=pl.Int32),
         "prio": pl.Series(c["prio"], dtype=pl.Int32),
         "target_cpu": pl.Series(c["target_cpu"], dtype=pl.Int32),
@@ -155,7 +176,8 @@ def _power_rail_frame(r: dict, warnings: list[str]) -> pl.DataFrame | None:
         return None
     desc = pl.DataFrame(r["descriptors"], schema={"index": pl.UInt32, "rail": pl.Utf8, "subsystem": pl.Utf8,
                                                   "sampling_rate": pl.UInt32}, orient="row")
-    desc = desc.unique("index", keep="first", maintain_order=True)
+    desc = desc.unique("index", keep="first", maintain_order=True).with_columns(
+        pl.col("rail", "subsystem").cast(pl.Categorical))
     df = pl.DataFrame({
         "ts": _ts(r["ts"]),
         "index": pl.Series(r["index"], dtype=pl.UInt32),
@@ -166,7 +188,7 @@ def _power_rail_frame(r: dict, warnings: list[str]) -> pl.DataFrame | None:
     if missing:
         warnings.append(f"power_rails: energy samples for rail indices {sorted(missing)} have no rail_descriptor "
                         f"(rail name null)")
-    return df.select("ts", "rail", "subsystem", "energy_uj",
+    return df.select(pl.col("ts").set_sorted(), "rail", "subsystem", "energy_uj",  # the left join kept the order
                      pl.when(pl.col("packet_ts") >= 0).then(pl.col("packet_ts")).alias("packet_ts"),
                      pl.col("index").alias("rail_index"))
 
@@ -182,7 +204,7 @@ def _merge(raw: dict[str, pl.DataFrame], name: str, df: pl.DataFrame) -> None:
 
 def tables_from_decoded(out: dict, warnings: list[str]) -> dict[str, pl.DataFrame]:
     """Native decoder output -> raw tables (kernel event names, reader conventions of schema.py)."""
-    strings = pl.Series("strings", out["strings"], dtype=pl.Utf8)
+    strings = _Strings(out["strings"])
     raw: dict[str, pl.DataFrame] = {}
     for t in out["tables"]:
         if len(t["ts"]):
