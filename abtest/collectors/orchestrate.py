@@ -251,12 +251,13 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
             script = _workload_script(wl, collector.marker_path if collector else None, tag, cc.remote_dir)
             res = t.run(script, wl.timeout_s, as_root=True)
             phases["workload_call_s"] = time.monotonic() - a
+            wl_stderr = "".join(ln for ln in res.stderr.splitlines(True) if not ln.startswith("ABTEST_WALL_NS "))
             (writer.tmp / "workload.log").write_text(
-                f"$ {wl.command(cc.remote_dir)}\n--- stdout ---\n{res.stdout}\n--- stderr ---\n{res.stderr}\n"
+                f"$ {wl.command(cc.remote_dir)}\n--- stdout ---\n{res.stdout}\n--- stderr ---\n{wl_stderr}\n"
                 f"--- exit {res.exit_code} ---\n")
             if res.exit_code != 0:
                 raise WorkloadError(f"{t.name}: workload {wl.name} exited {res.exit_code}: "
-                                    f"{(res.stderr or res.stdout).strip()[-400:]}")
+                                    f"{(wl_stderr or res.stdout).strip()[-400:] or '(no output)'}")
             wall = [ln.split() for ln in res.stderr.splitlines() if ln.startswith("ABTEST_WALL_NS ")]
             workload_s = ((int(wall[-1][2]) - int(wall[-1][1])) / 1e9) if wall and len(wall[-1]) == 3 \
                 else res.duration_s

@@ -11,6 +11,7 @@ from abtest.collectors.orchestrate import CollectConfig, CollectError, LabelSpec
 from abtest.collectors.settings import SettingError, parse_label
 from abtest.collectors.store_writer import STORE_ENV, default_store
 from abtest.collectors.workloads import WorkloadError, make_workload
+from abtest.targets.base import TargetError
 from abtest.targets.config import TargetConfigError, load_target_file
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "targets" / "examples"
@@ -96,7 +97,7 @@ def collect(target_spec, kernels, label_specs, workload_specs, iterations, store
         click.secho(f"\ninterrupted: completed iterations in {cc.store} are intact; "
                     f"rerun the same command with --resume to continue", fg="yellow", err=True)
         sys.exit(130)
-    except (CollectError, SettingError, WorkloadError, ValueError) as e:
+    except (CollectError, TargetError, WorkloadError, ValueError, OSError) as e:
         click.secho(f"error: {e}", fg="red", err=True)
         sys.exit(1)
     if as_json:
