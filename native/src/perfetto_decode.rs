@@ -871,12 +871,8 @@ impl<'s> Decoder<'s> {
 
     /// Pad columns, derive compact prev_* and sort every table by ts (stable).
     pub fn finish(&mut self) {
-        self.prev = sort_compact_switch(&mut self.switch);
-        sort_compact_waking(&mut self.waking);
-        sort_rails(&mut self.rails);
         for t in &mut self.tables {
             t.finish();
-            sort_table(t);
             if !t.unknown_fields.is_empty() {
                 let mut u = t.unknown_fields.clone();
                 u.sort_unstable();
@@ -887,6 +883,18 @@ impl<'s> Decoder<'s> {
                 ));
             }
         }
+        // sorting is independent per table: the compact sched switches (usually the largest) on a
+        // second thread, everything else here
+        let (switch, waking, rails, tables) = (&mut self.switch, &mut self.waking, &mut self.rails, &mut self.tables);
+        self.prev = std::thread::scope(|scope| {
+            let handle = scope.spawn(|| sort_compact_switch(switch));
+            sort_compact_waking(waking);
+            sort_rails(rails);
+            for t in tables.iter_mut() {
+                sort_table(t);
+            }
+            handle.join().expect("sorting thread panicked")
+        });
     }
 }
 

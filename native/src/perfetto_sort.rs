@@ -4,46 +4,88 @@ use crate::perfetto_decode::{CompactSwitch, CompactWaking, Rails};
 use crate::perfetto_tables::{Column, Data, Table};
 
 /// Stable permutation that orders `ts` ascending, or None when it already is.
-/// LSD radix sort on (ts - min): O(n) per pass, digits of at most 12 bits.
+/// LSD radix sort on (ts - min): O(n) per pass, digits of at most 12 bits. When the span and the row
+/// index fit together in 64 bits, each key carries its row index in its low bits (one array moved).
 pub fn argsort_ts(ts: &[i64]) -> Option<Vec<u32>> {
     if ts.windows(2).all(|w| w[0] <= w[1]) {
         return None;
     }
     let n = ts.len();
     let min = *ts.iter().min().unwrap();
+    let span = ts.iter().map(|&t| t.wrapping_sub(min) as u64).max().unwrap_or(0);
+    let bits = 64 - span.leading_zeros();
+    let idx_bits = 64 - ((n as u64).saturating_sub(1)).leading_zeros().min(63);
+    if bits + idx_bits > 64 {
+        return Some(argsort_pairs(ts, min, bits));
+    }
+    let mut keys: Vec<u64> = ts
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| ((t.wrapping_sub(min) as u64) << idx_bits) | i as u64)
+        .collect();
+    radix_passes(&mut keys, None, bits, idx_bits);
+    let mask = (1u64 << idx_bits) - 1;
+    Some(keys.iter().map(|&k| (k & mask) as u32).collect())
+}
+
+/// Fallback for spans too wide to share 64 bits with the row index: (key, index) moved together.
+fn argsort_pairs(ts: &[i64], min: i64, bits: u32) -> Vec<u32> {
     let mut keys: Vec<u64> = ts.iter().map(|&t| t.wrapping_sub(min) as u64).collect();
-    let max = keys.iter().copied().max().unwrap_or(0);
-    let bits = 64 - max.leading_zeros();
-    let mut idx: Vec<u32> = (0..n as u32).collect();
-    let mut keys2 = vec![0u64; n];
-    let mut idx2 = vec![0u32; n];
+    let mut idx: Vec<u32> = (0..ts.len() as u32).collect();
+    radix_passes(&mut keys, Some(&mut idx), bits, 0);
+    idx
+}
+
+/// Stable LSD radix sort of `keys` on bits [low, low + bits), carrying `idx` along when given.
+fn radix_passes(keys: &mut Vec<u64>, mut idx: Option<&mut Vec<u32>>, bits: u32, low: u32) {
+    let n = keys.len();
     // as few passes as digits of at most 12 bits allow (e.g. 3 passes for a 68 s span in ns)
     let passes = bits.div_ceil(12).max(1);
     let digit = bits.div_ceil(passes);
     let buckets = 1usize << digit;
     let mask = (buckets - 1) as u64;
-    let mut count = vec![0usize; buckets + 1];
-    for pass in 0..passes {
-        let shift = pass * digit;
-        count.iter_mut().for_each(|c| *c = 0);
-        for &k in &keys {
-            count[((k >> shift) & mask) as usize + 1] += 1;
+    // histograms of every digit in one read of the keys
+    let mut counts = vec![0usize; passes as usize * buckets];
+    for &k in keys.iter() {
+        for p in 0..passes {
+            counts[p as usize * buckets + ((k >> (low + p * digit)) & mask) as usize] += 1;
         }
-        for b in 0..buckets {
-            count[b + 1] += count[b];
-        }
-        for j in 0..n {
-            let k = keys[j];
-            let d = ((k >> shift) & mask) as usize;
-            let pos = count[d];
-            count[d] += 1;
-            keys2[pos] = k;
-            idx2[pos] = idx[j];
-        }
-        std::mem::swap(&mut keys, &mut keys2);
-        std::mem::swap(&mut idx, &mut idx2);
     }
-    Some(idx)
+    let mut keys2 = vec![0u64; n];
+    let mut idx2 = if idx.is_some() { vec![0u32; n] } else { Vec::new() };
+    for p in 0..passes {
+        let shift = low + p * digit;
+        let count = &mut counts[p as usize * buckets..(p as usize + 1) * buckets];
+        if count.iter().any(|&c| c == n) {
+            continue; // every key has the same digit: this pass would not move anything
+        }
+        let mut sum = 0;
+        for c in count.iter_mut() {
+            let here = *c;
+            *c = sum;
+            sum += here;
+        }
+        match idx.as_deref_mut() {
+            None => {
+                for &k in keys.iter() {
+                    let d = ((k >> shift) & mask) as usize;
+                    keys2[count[d]] = k;
+                    count[d] += 1;
+                }
+            }
+            Some(ix) => {
+                for j in 0..n {
+                    let k = keys[j];
+                    let d = ((k >> shift) & mask) as usize;
+                    keys2[count[d]] = k;
+                    idx2[count[d]] = ix[j];
+                    count[d] += 1;
+                }
+                std::mem::swap(ix, &mut idx2);
+            }
+        }
+        std::mem::swap(keys, &mut keys2);
+    }
 }
 
 /// Stable reorder of `perm` (row indices) grouped by cpu: per-CPU sequences in the order of `perm`.
