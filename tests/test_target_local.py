@@ -114,3 +114,13 @@ def test_settings_parse_apply_restore(tmp_path):
         mgr.apply({f"sysfs:{tmp_path}/missing/knob": "1"})
     with pytest.raises(SettingError, match="unknown setting"):
         mgr.apply({"cpu_governor": "x"})
+
+
+def test_failing_workload_is_retried_then_reported_without_partial_iteration(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "abtest.cli", "collect", "--target", "localhost", "--label", "x",
+                        "--workload", "shell:cmd='echo boom >&2; exit 3'", "-n", "1", "--retries", "1",
+                        "--no-trace", "--store", str(tmp_path), "--no-progress"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 1
+    assert "retrying x/shell/1" in r.stderr and "failed after 2 attempts" in r.stderr and "boom" in r.stderr
+    assert not list(tmp_path.glob("x/shell/*")) and not list(tmp_path.glob("x/shell/.tmp-*"))

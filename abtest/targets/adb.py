@@ -8,7 +8,6 @@ Exit codes arrive through adb's shell v2 protocol (adb >= 1.0.36 on both ends).
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
@@ -111,9 +110,10 @@ class AdbTarget(Target):
         return res.exit_code == 0 and res.stdout.strip() == "device"
 
     def reboot(self, command: str | None = None) -> None:
-        """`adb reboot` (or `command` run on the host, e.g. `fastboot boot boot-B.img`)."""
+        """`adb reboot`, or `command` run on the device in the background (e.g. `reboot bootloader`).
+        Host-side steps (fastboot boot IMG) belong in the boot entry's host_command."""
         if command:
-            subprocess.run(command, shell=True, timeout=600, env=dict(os.environ, ANDROID_SERIAL=self.serial or ""))
+            super().reboot(command)
         else:
             self.adb_call("reboot", timeout=60)
 
