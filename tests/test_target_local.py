@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,39 @@ def test_failing_workload_is_retried_then_reported_without_partial_iteration(tmp
     assert r.returncode == 1
     assert "retrying x/shell/1" in r.stderr and "failed after 2 attempts" in r.stderr and "boom" in r.stderr
     assert not list(tmp_path.glob("x/shell/*")) and not list(tmp_path.glob("x/shell/.tmp-*"))
+
+
+def test_thermal_cooldown_waits_for_the_hottest_zone(tmp_path):
+    """Thermal zone files (milli-degC, as sysfs reports them) cool down while the collector waits."""
+    import threading
+    from abtest.collectors.orchestrate import wait_cooldown
+    z0, z1 = tmp_path / "zone0_temp", tmp_path / "zone1_temp"
+    z0.write_text("35000\n")
+    z1.write_text("52000\n")
+    stop = threading.Event()
+
+    def cool():
+        temp = 52000
+        while not stop.is_set() and temp > 30000:
+            temp -= 2000
+            tmp = z1.with_suffix(".new")
+            tmp.write_text(f"{temp}\n")
+            tmp.replace(z1)
+            time.sleep(0.1)
+
+    th = threading.Thread(target=cool)
+    th.start()
+    try:
+        out = wait_cooldown(LocalTarget(), thermal_max_c=45.0, timeout_s=20, temp_glob=f"{tmp_path}/zone*_temp",
+                            poll_s=0.05)
+    finally:
+        stop.set()
+        th.join()
+    assert out["reached"] is True and out["zones"] == 2 and out["max_temp_c"] <= 45.0
+    assert out["waited_s"] >= 0.3  # 52 -> 44 C takes 4 steps of 0.1 s
+    z1.write_text("90000\n")
+    out = wait_cooldown(LocalTarget(), thermal_max_c=45.0, timeout_s=0.3, temp_glob=f"{tmp_path}/zone*_temp",
+                        poll_s=0.05)
+    assert out["reached"] is False and out["max_temp_c"] == 90.0
+    out = wait_cooldown(LocalTarget(), thermal_max_c=45.0, temp_glob=f"{tmp_path}/none*", poll_s=0.05)
+    assert out["reached"] is None and out["zones"] == 0

@@ -166,27 +166,44 @@ def _workload_script(wl: Workload, marker: str | None, tag: str, remote_dir: str
     ])
 
 
-def _cooldown(t: Target, cc: CollectConfig, cfg: TargetConfig) -> dict:
-    fixed = cc.cooldown_fixed_s if cc.cooldown_fixed_s is not None else float(cfg.cooldown.get("fixed_s", 0))
-    limit = cc.cooldown_thermal_max_c if cc.cooldown_thermal_max_c is not None else cfg.cooldown.get("thermal_max_c")
-    timeout = cc.cooldown_timeout_s if cc.cooldown_timeout_s is not None else float(cfg.cooldown.get("timeout_s", 300))
-    out = {"fixed_s": fixed, "thermal_max_c": limit, "waited_s": 0.0, "reached": True}
+THERMAL_TEMPS = "/sys/class/thermal/thermal_zone*/temp"
+
+
+def wait_cooldown(t: Target, *, fixed_s: float = 0.0, thermal_max_c: float | None = None,
+                  timeout_s: float = 300.0, temp_glob: str = THERMAL_TEMPS, poll_s: float = 2.0) -> dict:
+    """Sleep fixed_s, then poll the target's thermal zones (milli-degC files matching temp_glob) until the
+    hottest is at or below thermal_max_c, for at most timeout_s. Returns what happened, for meta.json:
+    {"fixed_s", "thermal_max_c", "zones", "max_temp_c" (last reading), "reached", "waited_s"}."""
+    out = {"fixed_s": fixed_s, "thermal_max_c": thermal_max_c, "waited_s": 0.0, "reached": True}
     t0 = time.monotonic()
-    if fixed:
-        time.sleep(fixed)
-    if limit is not None:
+    if fixed_s:
+        time.sleep(fixed_s)
+    if thermal_max_c is not None:
         while True:
-            temps = [int(x) / 1000 for x in t.run("cat /sys/class/thermal/thermal_zone*/temp 2>/dev/null", 30)
-                     .stdout.split() if x.lstrip("-").isdigit()]
+            temps = [int(x) / 1000 for x in t.run(f"cat {temp_glob} 2>/dev/null", 30).stdout.split()
+                     if x.lstrip("-").isdigit()]
+            out["zones"] = len(temps)
             out["max_temp_c"] = max(temps) if temps else None
-            if not temps or max(temps) <= float(limit):
+            if not temps:
+                out["reached"] = None  # no thermal zone to wait on
                 break
-            if time.monotonic() - t0 > timeout:
+            if max(temps) <= float(thermal_max_c):
+                break
+            if time.monotonic() - t0 > timeout_s:
                 out["reached"] = False
                 break
-            time.sleep(2)
+            time.sleep(poll_s)
     out["waited_s"] = round(time.monotonic() - t0, 3)
     return out
+
+
+def _cooldown(t: Target, cc: CollectConfig, cfg: TargetConfig) -> dict:
+    c = cfg.cooldown
+    return wait_cooldown(
+        t, fixed_s=cc.cooldown_fixed_s if cc.cooldown_fixed_s is not None else float(c.get("fixed_s", 0)),
+        thermal_max_c=cc.cooldown_thermal_max_c if cc.cooldown_thermal_max_c is not None else c.get("thermal_max_c"),
+        timeout_s=cc.cooldown_timeout_s if cc.cooldown_timeout_s is not None else float(c.get("timeout_s", 300)),
+        temp_glob=c.get("temp_glob", THERMAL_TEMPS))
 
 
 @dataclass
