@@ -254,6 +254,61 @@ struct TypeColumns {
     ts: Vec<i64>,
     cpu: Vec<i32>,
     builders: Vec<Builder>,
+    /// Some(stride) when every field has a fixed place: records are staged in `block` at this stride
+    /// and the fields filled block-wise.
+    stride: Option<usize>,
+    block: Vec<u8>,
+    pending: usize,
+    short_rows: u64,
+}
+
+const BLOCK_ROWS: usize = 1024;
+
+impl TypeColumns {
+    fn new(ty: u16, n: usize, builders: Vec<Builder>) -> TypeColumns {
+        let extents: Option<Vec<usize>> = builders.iter().map(|b| b.fixed_extent()).collect();
+        let stride = extents.map(|e| e.into_iter().max().unwrap_or(0).max(1));
+        let block = match stride {
+            Some(st) => vec![0u8; st * BLOCK_ROWS],
+            None => Vec::new(),
+        };
+        TypeColumns { ty, ts: Vec::with_capacity(n), cpu: Vec::with_capacity(n), builders, stride, block,
+                      pending: 0, short_rows: 0 }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, r: &[u8], env: &mut Env) {
+        match self.stride {
+            Some(st) => {
+                let dst = &mut self.block[self.pending * st..(self.pending + 1) * st];
+                if r.len() >= st {
+                    dst.copy_from_slice(&r[..st]);
+                } else {
+                    dst[..r.len()].copy_from_slice(r);
+                    dst[r.len()..].fill(0);
+                    self.short_rows += 1;
+                }
+                self.pending += 1;
+                if self.pending == BLOCK_ROWS {
+                    self.flush(env);
+                }
+            }
+            None => {
+                for b in self.builders.iter_mut() {
+                    b.push(r, env);
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self, env: &mut Env) {
+        if let Some(st) = self.stride {
+            for b in self.builders.iter_mut() {
+                b.push_block(&self.block, st, self.pending, env);
+            }
+            self.pending = 0;
+        }
+    }
 }
 
 /// One pass over all records in time order, filling the columns of the types this thread owns
@@ -273,9 +328,12 @@ fn fill_columns(order: &[u32], recs: &Records, srcs: &[&[u8]], cpus: &[i32], slo
         let r = &srcs[si][p..p + recs.len[i] as usize];
         tc.ts.push(recs.ts[i]);
         tc.cpu.push(cpus[si]);
-        for b in tc.builders.iter_mut() {
-            b.push(r, env);
-        }
+        tc.push(r, env);
+    }
+    for tc in mine.iter_mut() {
+        tc.flush(env);
+        // fields of records shorter than the format read as 0 (padded), as in the per-record path
+        env.short_fields += tc.short_rows;
     }
 }
 
@@ -481,10 +539,7 @@ impl TraceDatRecords {
                         let n = counts[t as usize];
                         let fields = events.get(&t).unwrap_or(unknown_fields);
                         slot[t as usize] = mine.len() as u32;
-                        mine.push(TypeColumns {
-                            ty: t, ts: Vec::with_capacity(n), cpu: Vec::with_capacity(n),
-                            builders: fields.iter().map(|f| Builder::new(f, n)).collect(),
-                        });
+                        mine.push(TypeColumns::new(t, n, fields.iter().map(|f| Builder::new(f, n)).collect()));
                     }
                     fill_columns(order, recs, srcs, cpus, &slot, &mut mine, &mut env);
                     (mine, env.short_fields, env.missing_formats)
