@@ -261,7 +261,8 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
                 meta = collect_target_meta(t)
             kind = cfg.power.get("sampler", "none")
             if kind != "none":
-                sampler = PowerSampler(t, kind, period_s=float(cfg.power.get("period_s", 0.5)), remote_dir=cc.remote_dir)
+                sampler = PowerSampler(t, kind, period_s=float(cfg.power.get("period_s", 0.5)), remote_dir=cc.remote_dir,
+                                       sysfs=cfg.power.get("sysfs", "/sys"))
                 sampler.start()
             phases["start_s"] = time.monotonic() - a
             a = time.monotonic()

@@ -223,10 +223,12 @@ class PowerSampler:
     remote_dir; `stop()` kills it, pulls it and returns the power frame.
     """
 
-    def __init__(self, target: Target, kind: str, *, period_s: float = 0.5, remote_dir: str = "/tmp"):
+    def __init__(self, target: Target, kind: str, *, period_s: float = 0.5, remote_dir: str = "/tmp",
+                 sysfs: str = "/sys"):
         if kind not in ("odpm", "hwmon", "rapl"):
             raise ValueError(f"unknown power sampler {kind!r} (odpm, hwmon, rapl)")
         self.target, self.kind, self.period_s, self.remote_dir = target, kind, period_s, remote_dir
+        self.sysfs = sysfs.rstrip("/")  # sysfs mount point on the target (another root for tests)
         self.remote_out = f"{remote_dir}/abtest-power.txt"
         self.pid: str | None = None
         self.names: dict[str, str] = {}
@@ -237,12 +239,13 @@ class PowerSampler:
         """Find the counter files (raises TargetError when the target has none)."""
         t = self.target
         if self.kind == "odpm":
-            out = t.run("cat /sys/bus/iio/devices/iio:device*/enabled_rails 2>/dev/null", 30, as_root=True).stdout
+            out = t.run(f"cat {self.sysfs}/bus/iio/devices/iio:device*/enabled_rails 2>/dev/null", 30,
+                        as_root=True).stdout
             self.rails = parse_odpm_enabled_rails(out)
             if not self.rails:
-                raise TargetError(f"{t.name}: no ODPM rails under /sys/bus/iio/devices/iio:device*/enabled_rails")
+                raise TargetError(f"{t.name}: no ODPM rails under {self.sysfs}/bus/iio/devices/iio:device*/enabled_rails")
         elif self.kind == "rapl":
-            out = t.run("for d in /sys/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
+            out = t.run(f"for d in {self.sysfs}/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
                         "echo $d/energy_uj $(cat $d/name) $(cat $d/max_energy_range_uj); done", 30, as_root=True).stdout
             for line in out.splitlines():
                 f, name, rng = line.split()
@@ -250,9 +253,9 @@ class PowerSampler:
                 self.names[f] = domain
                 self.max_range[domain] = float(rng)
             if not self.names:
-                raise TargetError(f"{t.name}: no readable /sys/class/powercap/intel-rapl:*/energy_uj")
+                raise TargetError(f"{t.name}: no readable {self.sysfs}/class/powercap/intel-rapl:*/energy_uj")
         else:
-            out = t.run("for f in /sys/class/hwmon/hwmon*/energy*_input /sys/class/hwmon/hwmon*/power*_input; do "
+            out = t.run(f"for f in {self.sysfs}/class/hwmon/hwmon*/energy*_input {self.sysfs}/class/hwmon/hwmon*/power*_input; do "
                         "[ -r $f ] && echo $f $(cat ${f%/*}/name)_$(basename ${f%_input}); done", 30).stdout
             self.names = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
             if not self.names:
@@ -261,7 +264,7 @@ class PowerSampler:
     def loop_script(self) -> str:
         period = f"{self.period_s:g}"
         if self.kind == "odpm":
-            body = "cat /sys/bus/iio/devices/iio:device*/energy_value"
+            body = f"cat {self.sysfs}/bus/iio/devices/iio:device*/energy_value"
         else:
             files = " ".join(shlex.quote(f) for f in self.names)
             body = (f"echo @ $(cut -d' ' -f1 /proc/uptime); for f in {files}; do "
