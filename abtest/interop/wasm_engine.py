@@ -371,15 +371,20 @@ class WasmTraceProcessor:
         self._host.replies = bytearray()
         timeout_s = float(os.environ.get(TIMEOUT_ENV) or 600)
         self._store.set_epoch_deadline(1)
-        watchdog = threading.Timer(timeout_s, self._engine.increment_epoch)
+        fired = threading.Event()
+
+        def stop() -> None:
+            fired.set()
+            self._engine.increment_epoch()
+
+        watchdog = threading.Timer(timeout_s, stop)
         watchdog.daemon = True
         watchdog.start()
-        t0 = time.perf_counter()
         try:
             self._on_request(self._store, len(payload))
         except Exception as e:  # traps (abort, assertion, OOM, timeout) leave the instance in an undefined state
             self._dead = str(e).splitlines()[0] if str(e) else type(e).__name__
-            if time.perf_counter() - t0 >= timeout_s:
+            if fired.is_set():
                 self._dead = f"request timed out after {timeout_s:g} s (${TIMEOUT_ENV})"
             tail = self.log[-2000:].strip()
             raise WasmEngineError(f"trace_processor failed: {self._dead}" + (f"\nengine log:\n{tail}" if tail else "")) from e
