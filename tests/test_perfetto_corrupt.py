@@ -148,3 +148,17 @@ def test_corrupt_compressed_packets(tmp_path):
     q.write_bytes(_ld(1, _ld(50, zlib.compress(b"\x0a\xff\xff\xff\x0f"))))
     e = _assert_error(q, max_offset=20)
     assert "decompressed" in str(e)
+
+
+def test_truncated_large_trace_reports_absolute_offset(pixel_bytes, tmp_path):
+    """Files above 8 MB are decoded in two halves on two threads: an error in the second half still
+    names its offset in the file."""
+    blob = pixel_bytes * 4
+    starts = _packet_starts(blob)
+    cut = int(len(blob) * 0.8)
+    while cut in starts:
+        cut += 1
+    path = tmp_path / "big-truncated.perfetto-trace"
+    path.write_bytes(blob[:cut])
+    e = _assert_error(path, max_offset=cut)
+    assert e.offset > len(blob) // 2

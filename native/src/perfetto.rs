@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::perfetto_decode::{Decoder, Schema};
+use crate::perfetto_merge::decode_all;
 use crate::perfetto_tables::{Column, Data, EventSpec, FieldSpec, Kind};
 
 #[pyclass(name = "PerfettoSchema", module = "abtest._native", frozen)]
@@ -73,13 +74,7 @@ fn perfetto_decode<'py>(py: Python<'py>, data: PyBuffer<u8>, schema: &PySchema) 
     // SAFETY: the buffer stays alive (and is read-only for us) for the whole call.
     let bytes: &[u8] = unsafe { std::slice::from_raw_parts(data.buf_ptr() as *const u8, data.len_bytes()) };
     let inner = &schema.inner;
-    let result = py.allow_threads(|| {
-        let mut d = Decoder::new(inner);
-        d.decode_trace(bytes, 0, 0).map(|_| {
-            d.finish();
-            d
-        })
-    });
+    let result = py.allow_threads(|| decode_all(bytes, inner));
     let d = result.map_err(|e| PyValueError::new_err((e.offset, e.msg)))?;
     to_python(py, d)
 }

@@ -114,8 +114,10 @@ pub struct Decoder<'s> {
     pub rails: Rails,
     pub meta: Meta,
     pub warnings: Vec<String>,
-    unknown_ids_warned: FnvMap<u32, ()>,
-    sequences_seen: FnvMap<u32, ()>,
+    pub(crate) unknown_ids_warned: FnvMap<u32, ()>,
+    pub(crate) sequences_seen: FnvMap<u32, ()>,
+    /// sequences whose first packet seen here says the packet before it was dropped (see merge)
+    pub(crate) first_seen_dropped: Vec<u32>,
     event_spans: Vec<(usize, usize)>,
     scratch: Vec<(usize, String)>,
     packed: Vec<u64>,
@@ -145,6 +147,7 @@ impl<'s> Decoder<'s> {
             warnings: Vec::new(),
             unknown_ids_warned: FnvMap::default(),
             sequences_seen: FnvMap::default(),
+            first_seen_dropped: Vec::new(),
             event_spans: Vec::new(),
             scratch: Vec::new(),
             packed: Vec::new(),
@@ -220,6 +223,8 @@ impl<'s> Decoder<'s> {
         };
         if dropped_before && !first_on_seq {
             self.meta.previous_packet_dropped += 1;
+        } else if dropped_before {
+            self.first_seen_dropped.push(seq.unwrap_or(0));
         }
         if let Some(c) = clock_id {
             if !self.meta.packet_clock_ids.contains(&c) {
@@ -287,7 +292,7 @@ impl<'s> Decoder<'s> {
 
     // ---------------------------------------------------------------- ftrace bundles
 
-    fn table_by_name(&mut self, name: &[u8], spec: Option<&EventSpec>) -> usize {
+    pub(crate) fn table_by_name(&mut self, name: &[u8], spec: Option<&EventSpec>) -> usize {
         if let Some(&i) = self.by_name.get(name) {
             return i;
         }
