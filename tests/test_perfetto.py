@@ -395,9 +395,11 @@ def test_repeated_field_becomes_a_list(tmp_path):
     assert t["id"].to_list() == [63, 64]
 
 
-def test_large_trace_two_thread_decode_matches_the_parts(traces, tmp_path):
-    """Above 8 MB the decoder splits the file at a packet boundary and decodes both halves on two
-    threads: four concatenated copies of the Pixel trace must give four times its rows."""
+def test_large_trace_two_thread_decode_matches_the_parts(traces, tmp_path, monkeypatch):
+    """With ABTEST_PERFETTO_THREADS=2, above 8 MB the decoder splits the file at a packet boundary and
+    decodes both halves on two threads: four concatenated copies of the Pixel trace must give four
+    times its rows."""
+    monkeypatch.setenv("ABTEST_PERFETTO_THREADS", "2")
     src = traces / PIXEL
     big = tmp_path / "four-copies.perfetto-trace"
     big.write_bytes(src.read_bytes() * 4)
