@@ -20,6 +20,7 @@ import argparse
 import fcntl
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -83,15 +84,23 @@ def count_events(path: Path) -> int:
     return sum(read_trace(path).meta["events"].values())
 
 
-def time_trace_cmd(path: Path, repeat: int) -> float:
-    best = float("inf")
+def _cpu_s(who) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def time_trace_cmd(path: Path, repeat: int) -> tuple[float, float]:
+    """(best wall seconds, best CPU seconds) of `trace-cmd report -i path > /dev/null`."""
+    best = best_cpu = float("inf")
     for _ in range(repeat):
+        c0 = _cpu_s(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         with open(os.devnull, "wb") as null:
             subprocess.run(["trace-cmd", "report", "-i", str(path)], stdout=null, stderr=subprocess.DEVNULL,
                            check=True)
         best = min(best, time.perf_counter() - t0)
-    return best
+        best_cpu = min(best_cpu, _cpu_s(resource.RUSAGE_CHILDREN) - c0)
+    return best, best_cpu
 
 
 def trace_cmd_event_count(path: Path) -> int:
@@ -110,17 +119,19 @@ def trace_cmd_event_count(path: Path) -> int:
     return n - header
 
 
-def time_abtest(path: Path, repeat: int) -> tuple[float, float, int]:
-    """(best decode seconds, best convert seconds, events) in this process."""
+def time_abtest(path: Path, repeat: int) -> tuple[float, float, float, int]:
+    """(best decode wall s, best decode CPU s (all threads), best convert wall s, events) in this process."""
     from abtest.trace.api import Trace
     from abtest.trace.readers import read_trace
     read_trace(path)  # warm the page cache and imports
-    best_dec = best_conv = float("inf")
+    best_dec = best_cpu = best_conv = float("inf")
     n = 0
     for _ in range(repeat):
+        c0 = _cpu_s(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
         d = read_trace(path)
         best_dec = min(best_dec, time.perf_counter() - t0)
+        best_cpu = min(best_cpu, _cpu_s(resource.RUSAGE_SELF) - c0)
         n = sum(d.meta["events"].values())
         del d
     for _ in range(repeat):
@@ -131,7 +142,7 @@ def time_abtest(path: Path, repeat: int) -> tuple[float, float, int]:
             best_conv = min(best_conv, time.perf_counter() - t0)
         finally:
             shutil.rmtree(out, ignore_errors=True)
-    return best_dec, best_conv, n
+    return best_dec, best_cpu, best_conv, n
 
 
 _RSS_CHILD = r"""
@@ -163,10 +174,11 @@ def measure_rss(path: Path) -> dict:
 
 
 def bench_file(path: Path, repeat: int, check_count: bool) -> dict:
-    tc = time_trace_cmd(path, repeat)
-    dec, conv, n = time_abtest(path, repeat)
+    tc, tc_cpu = time_trace_cmd(path, repeat)
+    dec, dec_cpu, conv, n = time_abtest(path, repeat)
     row = {"file": str(path), "size_mb": path.stat().st_size / 1e6, "events": n, "trace_cmd_s": tc,
-           "abtest_decode_s": dec, "abtest_convert_s": conv}
+           "trace_cmd_cpu_s": tc_cpu, "abtest_decode_s": dec, "abtest_decode_cpu_s": dec_cpu,
+           "abtest_convert_s": conv, "load_avg_1min": os.getloadavg()[0]}
     if check_count:
         row["trace_cmd_events"] = trace_cmd_event_count(path)
     row.update(measure_rss(path))
@@ -174,19 +186,25 @@ def bench_file(path: Path, repeat: int, check_count: bool) -> dict:
 
 
 def print_table(rows: list[dict]) -> None:
-    hdr = (f"{'file':<46} {'MB':>6} {'events':>9} {'tc-report Mev/s':>15} {'decode Mev/s':>12} {'ratio':>6} "
-           f"{'convert Mev/s':>13} {'ratio':>6} {'peakRSS MB':>10} {'tables MB':>9} {'RSS/tab':>7} {'base MB':>7}")
+    """Wall-clock rates (Mev/s = million events per second) and ratios vs trace-cmd report; the CPU-time
+    ratio (user+sys, all threads) is less sensitive to other load on the machine."""
+    hdr = (f"{'file':<40} {'MB':>5} {'events':>8} {'tc Mev/s':>8} {'decode':>7} {'x':>5} {'convert':>7} {'x':>5} "
+           f"{'cpu x':>5} {'peakMB':>6} {'tabMB':>6} {'RSS/tab':>7} {'(-base)':>7} {'load':>4}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
         n = r["events"]
         tc, dec, conv = n / r["trace_cmd_s"] / 1e6, n / r["abtest_decode_s"] / 1e6, n / r["abtest_convert_s"] / 1e6
-        name = r["file"][-46:]
-        print(f"{name:<46} {r['size_mb']:>6.1f} {n:>9} {tc:>15.3f} {dec:>12.2f} {dec / tc:>6.1f} {conv:>13.2f} "
-              f"{conv / tc:>6.1f} {r['peak_kb'] / 1024:>10.0f} {r['tables_bytes'] / 2**20:>9.1f} "
-              f"{r['peak_kb'] * 1024 / max(1, r['tables_bytes']):>7.2f} {r['base_kb'] / 1024:>7.0f}")
+        cpu_x = r["trace_cmd_cpu_s"] / max(r["abtest_decode_cpu_s"], 1e-9)
+        tab = max(1, r["tables_bytes"])
+        print(f"{r['file'][-40:]:<40} {r['size_mb']:>5.1f} {n:>8} {tc:>8.3f} {dec:>7.2f} {dec / tc:>5.1f} "
+              f"{conv:>7.2f} {conv / tc:>5.1f} {cpu_x:>5.1f} {r['peak_kb'] / 1024:>6.0f} {tab / 2**20:>6.1f} "
+              f"{r['peak_kb'] * 1024 / tab:>7.2f} {(r['peak_kb'] - r['base_kb']) * 1024 / tab:>7.2f} "
+              f"{r['load_avg_1min']:>4.1f}")
         if "trace_cmd_events" in r and r["trace_cmd_events"] != n:
             print(f"   !! event count differs: trace-cmd report printed {r['trace_cmd_events']} events")
+    print("decode/convert: abtest Mev/s (wall); x: ratio to trace-cmd report; cpu x: trace-cmd CPU s / abtest CPU s;"
+          " RSS/tab: peak RSS / tables size; (-base): same without the interpreter+imports baseline")
 
 
 def main() -> None:

@@ -188,10 +188,12 @@ def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
     unknown.append(("payload", 0, 0, tf.KIND_TAIL_BIN, False, 0, 0, 0))
     printk = {a: s.encode() for a, s in tf.parse_printk_formats(lay.printk).items()}
     needs_syms = any(index.get(i, ("", ""))[1] == "bprint" for i in counts) and any(b"%p" in f for f in printk.values())
-    kallsyms = tf.parse_kallsyms(lay.kallsyms) if needs_syms else ([], [])
+    kallsyms = lay.kallsyms if needs_syms else b""  # parsed in Rust, for %pS / %ps
     res = recs.columns(specs, unknown, ph.commit_size, printk, kallsyms)
     stats = recs.stats()
-    del recs
+    cpus_with_data = sorted({cd.cpu for cd in lay.cpu_data if cd.size > 0})
+    del recs, bufs  # release the records and the (inflated) ring-buffer pages before building frames
+    lay.cpu_data = []
     raw: dict[str, pl.DataFrame] = {}
     for ev_id, cols in res["events"].items():
         name = names.get(ev_id, f"unknown_event_{ev_id}") if ev_id in formats else f"unknown_event_{ev_id}"
@@ -217,6 +219,7 @@ def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
         warnings.append("host/guest time synchronisation data present but not applied")
     meta = _meta(lay, stats, lost, lost_per_cpu, unknown_pages, warnings)
     meta["event_formats"] = len(index)
+    meta["cpus_with_data"] = cpus_with_data
     return {k: raw[k] for k in sorted(raw)}, meta
 
 
@@ -229,7 +232,6 @@ def _meta(lay: Layout, res: dict, lost: int, lost_per_cpu: dict, unknown_pages: 
         "compression": lay.compression,
         "clock": lay.clock,
         "cpus": int(lay.cpus),
-        "cpus_with_data": sorted({cd.cpu for cd in lay.cpu_data if cd.size > 0}),
         "page_size": lay.page_size,
         "kernel": {
             "release": uname.get("release"), "version": uname.get("version"), "arch": uname.get("arch"),

@@ -188,20 +188,6 @@ def parse_printk_formats(text: str) -> dict[int, str]:
     return out
 
 
-def parse_kallsyms(text: str) -> tuple[list[int], list[str]]:
-    """/proc/kallsyms text -> (sorted addresses, names) for symbol lookup of %pS / ip values."""
-    pairs = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 3:
-            try:
-                pairs.append((int(parts[0], 16), parts[2]))
-            except ValueError:
-                continue
-    pairs.sort()
-    return [a for a, _ in pairs], [n for _, n in pairs]
-
-
 def parse_cmdlines(text: str) -> dict[int, str]:
     """saved_cmdlines: `pid comm` lines -> {pid: comm}."""
     out = {}

@@ -52,7 +52,7 @@ class Layout:
     header_event: str = ""
     ftrace_formats: list[str] = field(default_factory=list)
     event_formats: list[tuple[str, str]] = field(default_factory=list)  # (system, format text)
-    kallsyms: str = ""
+    kallsyms: bytes = b""  # /proc/kallsyms text, kept as bytes (only bprint %pS needs it)
     printk: str = ""
     cmdlines: str = ""
     cpus: int = 0
@@ -260,7 +260,7 @@ def _parse_v6(c: _Cursor, lay: Layout) -> None:
     _read_header_info(c, lay)
     _read_ftrace_events(c, lay)
     _read_event_formats(c, lay)
-    lay.kallsyms = c.text(c.u32("kallsyms size"), "kallsyms")
+    lay.kallsyms = c.take(c.u32("kallsyms size"), "kallsyms")
     lay.printk = c.text(c.u32("printk formats size"), "printk formats")
     lay.cmdlines = c.text(c.u64("saved cmdlines size"), "saved cmdlines")
     header_cpus = c.u32("cpu count")
@@ -378,7 +378,7 @@ def _parse_v7(c: _Cursor, lay: Layout) -> None:
         fn(_read_section(c, sections[opt], inflater, opt, what), lay)
     if OPT_KALLSYMS in sections:
         s = _read_section(c, sections[OPT_KALLSYMS], inflater, OPT_KALLSYMS, "kallsyms")
-        lay.kallsyms = s.text(s.u32("kallsyms size"), "kallsyms")
+        lay.kallsyms = s.take(s.u32("kallsyms size"), "kallsyms")
     if OPT_PRINTK in sections:
         s = _read_section(c, sections[OPT_PRINTK], inflater, OPT_PRINTK, "printk formats")
         lay.printk = s.text(s.u32("printk formats size"), "printk formats")

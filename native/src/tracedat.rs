@@ -311,6 +311,21 @@ impl TypeColumns {
     }
 }
 
+/// /proc/kallsyms text (`address type name [module]` lines) -> (sorted addresses, names).
+fn parse_kallsyms(text: &[u8]) -> (Vec<u64>, Vec<String>) {
+    let mut pairs: Vec<(u64, String)> = Vec::new();
+    for line in text.split(|&c| c == b'\n') {
+        let mut it = line.split(|&c| c == b' ' || c == b'\t').filter(|t| !t.is_empty());
+        let (Some(addr), Some(_kind), Some(name)) = (it.next(), it.next(), it.next()) else { continue };
+        let Ok(addr) = std::str::from_utf8(addr) else { continue };
+        if let Ok(a) = u64::from_str_radix(addr, 16) {
+            pairs.push((a, String::from_utf8_lossy(name).into_owned()));
+        }
+    }
+    pairs.sort_by_key(|p| p.0);
+    pairs.into_iter().unzip()
+}
+
 /// One pass over all records in time order, filling the columns of the types this thread owns
 /// (`slot[type]` = index into `mine`, u32::MAX = another thread's type).
 #[inline(never)]
@@ -422,10 +437,32 @@ fn tracedat_walk(
         handles.into_iter().map(|h| h.join().expect("trace.dat walker thread panicked")).collect()
     });
     let mut ranges = Vec::with_capacity(out.bufs.len());
-    let mut recs = Records::default();
-    let mut si = 0usize;
+    let mut parts = Vec::with_capacity(results.len());
     for r in results {
-        let (part, per_src) = r.map_err(|e| PyValueError::new_err((e.msg, e.src, e.pos)))?;
+        parts.push(r.map_err(|e| PyValueError::new_err((e.msg, e.src, e.pos)))?);
+    }
+    // concatenate: grow the first part in place (large reallocations are remapped, not copied) and
+    // drop every other part as soon as it is appended
+    let total: usize = parts.iter().map(|p| p.0.ts.len()).sum();
+    let mut parts = parts.into_iter();
+    let (mut recs, first_src) = match parts.next() {
+        Some(p) => p,
+        None => (Records::default(), Vec::new()),
+    };
+    let extra = total - recs.ts.len();
+    recs.ts.reserve_exact(extra);
+    recs.src.reserve_exact(extra);
+    recs.pos.reserve_exact(extra);
+    recs.len.reserve_exact(extra);
+    recs.ty.reserve_exact(extra);
+    let mut si = 0usize;
+    for (a, b, st) in first_src {
+        ranges.push((a, b));
+        out.pages += st.pages;
+        out.lost.push((out.cpus[si], st.lost, st.lost_unknown_pages));
+        si += 1;
+    }
+    for (part, per_src) in parts {
         let base = recs.ts.len();
         for (a, b, st) in per_src {
             ranges.push((base + a, base + b));
@@ -491,7 +528,8 @@ impl TraceDatRecords {
     }
 
     /// Fill the columns of every event type. events: {id: [FieldSpec]}; unknown_fields: used for ids
-    /// without a format; printk: {address: format bytes}; kallsyms: (sorted addresses, names).
+    /// without a format; printk: {address: format bytes}; kallsyms: /proc/kallsyms text (for %pS in
+    /// bprint formats; empty when not needed).
     /// Returns {"events": {id: {"ts", "__buffer_cpu", field...}}, "short_fields": n, "missing_formats": n}.
     #[pyo3(signature = (events, unknown_fields, long_size, printk, kallsyms))]
     fn columns<'py>(
@@ -501,8 +539,9 @@ impl TraceDatRecords {
         unknown_fields: Vec<FieldSpec>,
         long_size: usize,
         printk: HashMap<u64, Vec<u8>>,
-        kallsyms: (Vec<u64>, Vec<String>),
+        kallsyms: Vec<u8>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let kallsyms = parse_kallsyms(&kallsyms);
         // event types present, with their record counts; each thread owns a set of types (largest first
         // to the least loaded thread) and makes one pass over all records in time order, filling the
         // columns of its own types: record bytes are read once, in file order per CPU.
