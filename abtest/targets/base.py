@@ -69,8 +69,8 @@ class Target:
     Attributes:
         name: label used in messages and meta.json.
         platform: the target file's [platform] table (dict) or None.
-        root_prefix: prefix that makes a shell command run as root ('' when already root,
-            'sudo -n' or "su -c" style wrappers otherwise); decided by `ensure_root`.
+        root_wrap: how a shell command is made to run as root: '' (already root), 'sudo -n' or
+            'su -c'; None until `ensure_root` has found out.
     """
     name: str = "target"
     platform: dict | None = None

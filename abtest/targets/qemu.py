@@ -23,6 +23,7 @@ import hashlib
 import lzma
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -117,7 +118,7 @@ def fetch_kernel(package_glob: str, log: Callable[[str], None] = lambda m: None)
                 errors.append(f"{name}: {r.stderr.strip()[-300:]}")
                 continue
             # only vmlinuz and the NIC driver: a few MB instead of the whole module tree
-            tar = subprocess.run(f"dpkg-deb --fsys-tarfile {shlex_quote(str(debs[0]))} | tar -x -C {shlex_quote(str(tmp))} "
+            tar = subprocess.run(f"dpkg-deb --fsys-tarfile {shlex.quote(str(debs[0]))} | tar -x -C {shlex.quote(str(tmp))} "
                                  "--wildcards './boot/vmlinuz-*' '*/drivers/net/ethernet/intel/e1000/e1000.ko*'",
                                  shell=True, capture_output=True, text=True, timeout=600)
             if tar.returncode != 0:
@@ -132,11 +133,6 @@ def fetch_kernel(package_glob: str, log: Callable[[str], None] = lambda m: None)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     raise TargetError(f"could not fetch a kernel for {package_glob!r}: {'; '.join(errors)}")
-
-
-def shlex_quote(s: str) -> str:
-    import shlex
-    return shlex.quote(s)
 
 
 def _kernel_from_dir(name: str, d: Path) -> KernelImage:
@@ -223,7 +219,7 @@ def build_initramfs(kernel: KernelImage, extra_binaries: tuple[str, ...] = ()) -
         for ld in ("/lib64/ld-linux-x86-64.so.2",):
             _copy(ld, root)
         for m in kernel.modules:
-            _decompress_module(m, root / "lib/modules" / m.name.split(".ko")[0].__add__(".ko"))
+            _decompress_module(m, root / "lib/modules" / (m.name.split(".ko")[0] + ".ko"))
         shutil.copy(host_key, root / "etc/dropbear/dropbear_ed25519_host_key")
         (root / "root/.ssh/authorized_keys").write_text(client.with_suffix(".pub").read_text())
         os.chmod(root / "root/.ssh", 0o700)
