@@ -9,12 +9,13 @@ from __future__ import annotations
 from abtest.collectors.workloads.android import (GameWorkload, GeekbenchWorkload, JankbenchWorkload,
                                                  PCMarkWorkload, YouTubeWorkload)
 from abtest.collectors.workloads.base import Workload, WorkloadError, parse_spec
-from abtest.collectors.workloads.linux import (HackbenchWorkload, KernelBuildWorkload, RtAppWorkload,
+from abtest.collectors.workloads.linux import (CyclictestWorkload, HackbenchWorkload, KernelBuildWorkload, RtAppWorkload,
                                                ShellWorkload, StressNgWorkload, SysbenchWorkload)
 
 REGISTRY: dict[str, type[Workload]] = {
     "shell": ShellWorkload,
     "hackbench": HackbenchWorkload,
+    "cyclictest": CyclictestWorkload,
     "stress-ng": StressNgWorkload,
     "sysbench": SysbenchWorkload,
     "rt-app": RtAppWorkload,

@@ -143,3 +143,30 @@ class KernelBuildWorkload(Workload):
 
     def parse(self, res: RunResult) -> dict:
         return {}  # build_s is the measured workload duration (added by the orchestrator as duration_s)
+
+
+class CyclictestWorkload(Workload):
+    """cyclictest (rt-tests): `threads` timer threads waking every `interval_us` for `loops` periods at
+    SCHED_FIFO `priority`. `dma_latency_us` is written to /dev/cpu_dma_latency for the run (cyclictest's
+    own default of 0 keeps every CPU out of its idle states, which hides what an idle governor does, so
+    the default here leaves idle states usable). Metrics from its summary lines (us, lower is better):
+    latency_avg_us (mean of the per-thread averages), latency_max_us (max over threads),
+    latency_min_us (min over threads)."""
+    KIND = "cyclictest"
+    DEFAULTS = {"threads": 2, "interval_us": 2000, "loops": 500, "priority": 90, "dma_latency_us": 1000000}
+    TOOLS = ("cyclictest",)
+
+    def command(self, remote_dir: str) -> str:
+        p = self.params
+        return (f"cyclictest -q -t {int(p['threads'])} -i {int(p['interval_us'])} -l {int(p['loops'])} "
+                f"-p {int(p['priority'])} --latency={int(p['dma_latency_us'])}")
+
+    def parse(self, res: RunResult) -> dict:
+        rows = re.findall(r"^T:\s*\d+.*?Min:\s*(\d+)\s+Act:\s*\d+\s+Avg:\s*(\d+)\s+Max:\s*(\d+)",
+                          res.stdout, re.M)
+        if not rows:
+            raise WorkloadError(f"cyclictest printed no 'T:' summary lines: {res.stdout[-300:]!r} {res.stderr[-300:]!r}")
+        mins, avgs, maxs = ([int(r[i]) for r in rows] for i in range(3))
+        return {"latency_avg_us": metric(sum(avgs) / len(avgs), "us", True),
+                "latency_max_us": metric(max(maxs), "us", True),
+                "latency_min_us": metric(min(mins), "us", True)}
