@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 mod perfetto;
 mod perfetto_decode;
 mod perfetto_merge;
+mod perfetto_packets;
 mod perfetto_sort;
 mod perfetto_tables;
 mod perfetto_wire;
