@@ -8,7 +8,7 @@ typed columns. No Python code runs per event.
 Raw table columns: ts (Int64, ns on the trace clock, after trace-cmd's OFFSET / DATE / TSC2NSEC
 corrections), cpu (Int32, ring buffer the event was in), common_pid (Int32), then every field of the
 event's format under its kernel name and width: u32 -> UInt32, s64 -> Int64, char[N] (comm and other
-names) -> Categorical, __data_loc char[] -> Utf8, other fixed arrays -> List(int), other dynamic arrays ->
+names, and __data_loc comm / *_comm) -> Categorical, other __data_loc char[] -> Utf8, other fixed arrays -> List(int), other dynamic arrays ->
 Binary (kernel_stack/user_stack `caller` -> List(UInt64) of the `size` recorded entries).
 An event with its own `cpu` field (sched_load_*, ...) keeps it as `cpu`; the ring-buffer CPU is then
 `buffer_cpu`.
@@ -20,6 +20,7 @@ Events whose id has no format in the file land in `unknown_event_<id>` with the 
 """
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
 
@@ -76,6 +77,8 @@ def _field_spec(ev: tf.EventFormat, f: tf.Field, long_size: int) -> tuple:
             kind, aux_off, aux_size = tf.KIND_BPRINT_TEXT, fmt.offset, fmt.size
     elif ev.system == "ftrace" and ev.name == "bputs" and f.name == "str" and f.kind == tf.KIND_INT:
         kind = tf.KIND_PRINTK_STR
+    elif f.kind == tf.KIND_DATA_LOC_STR and (f.name == "comm" or f.name.endswith("_comm")):
+        kind = tf.KIND_DATA_LOC_CAT  # newer kernels store comm as __data_loc: same Categorical as char[16]
     elif ev.system == "ftrace" and ev.name in ("kernel_stack", "user_stack") and f.name == "caller":
         # the format declares caller[8] (or a bare `caller`), the record holds `size` entries
         count = ev.field("size")
@@ -162,9 +165,18 @@ def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
     Only event types with records get a table (the file carries the formats of every event the kernel
     knows, thousands of them); meta["event_formats"] counts the formats present.
     """
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the decode allocates few, large objects: cyclic GC passes would only cost time
+    try:
+        return _read(Path(path), data)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _read(path: Path, data) -> tuple[dict[str, pl.DataFrame], dict]:
     from abtest import _native
 
-    path = Path(path)
     lay = parse_layout(path, data)
     index = _format_index(path, lay)
     names = _table_names(index)

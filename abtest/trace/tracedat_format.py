@@ -22,6 +22,7 @@ KIND_TAIL_BIN = 9     # <other> name[] of size 0: bytes to the end of the record
 KIND_BPRINT_TEXT = 10  # bprint `buf`: printk-style format applied to the binary args -> Utf8
 KIND_PRINTK_STR = 11  # bputs `str` / bprint-like pointer to a constant string -> Utf8
 KIND_TAIL_LIST = 12   # integers to the end of the record (optionally capped by a count field) -> List
+KIND_DATA_LOC_CAT = 13  # __data_loc char[] task names (comm, *_comm): dictionary-encoded -> Categorical
 
 _FIELD_RE = re.compile(
     r"field:(?P<decl>[^;]*);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);(?:\s*signed:(?P<signed>-?\d+);)?"

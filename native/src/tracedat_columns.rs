@@ -30,6 +30,7 @@ pub const KIND_TAIL_BIN: u8 = 9;
 pub const KIND_BPRINT_TEXT: u8 = 10;
 pub const KIND_PRINTK_STR: u8 = 11;
 pub const KIND_TAIL_LIST: u8 = 12;
+pub const KIND_DATA_LOC_CAT: u8 = 13;
 
 /// (name, offset, size, kind, signed, elem_size, aux_offset, aux_size)
 pub type FieldSpec = (String, usize, usize, u8, bool, usize, usize, usize);
@@ -220,7 +221,7 @@ impl Builder {
         let var = |text| Col::Var { text, offsets: { let mut o = Vec::with_capacity(n + 1); o.push(0); o }, bytes: Vec::new() };
         let col = match kind {
             KIND_INT => Col::Num(Num::new(size, signed, n)),
-            KIND_CHAR_ARRAY => Col::Cat {
+            KIND_CHAR_ARRAY | KIND_DATA_LOC_CAT => Col::Cat {
                 codes: Vec::with_capacity(n), map: FxMap::default(), small: FxMap128::default(), offsets: vec![0],
                 bytes: Vec::new(),
             },
@@ -243,6 +244,30 @@ impl Builder {
                     0
                 });
                 num.push(v);
+            }
+            Col::Cat { codes, map, small, offsets, bytes } if kind == KIND_DATA_LOC_CAT => {
+                let v = trim_nul(dyn_slice(r, off, size, be, false));
+                let code = if v.len() <= 16 {
+                    let mut k = [0u8; 16];
+                    k[..v.len()].copy_from_slice(v);
+                    let key = u128::from_le_bytes(k);
+                    *small.entry(key).or_insert_with(|| {
+                        let c = (offsets.len() - 1) as u32;
+                        push_var(offsets, bytes, v, true);
+                        c
+                    })
+                } else {
+                    match map.get(v) {
+                        Some(&c) => c,
+                        None => {
+                            let c = (offsets.len() - 1) as u32;
+                            push_var(offsets, bytes, v, true);
+                            map.insert(v.to_vec(), c);
+                            c
+                        }
+                    }
+                };
+                codes.push(code);
             }
             Col::Cat { codes, map, small, offsets, bytes } => {
                 if size == 16 && off + 16 <= r.len() {
@@ -349,7 +374,8 @@ impl Builder {
     /// needs the whole record).
     pub fn fixed_extent(&self) -> Option<usize> {
         match self.col {
-            Col::Num(_) | Col::Cat { .. } | Col::List { .. } => Some(self.spec.1 + self.spec.2),
+            Col::Num(_) | Col::List { .. } => Some(self.spec.1 + self.spec.2),
+            Col::Cat { .. } if self.spec.3 == KIND_CHAR_ARRAY => Some(self.spec.1 + self.spec.2),
             _ => None,
         }
     }
