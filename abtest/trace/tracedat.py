@@ -237,7 +237,6 @@ def _read(path: Path, data) -> tuple[dict[str, pl.DataFrame], dict]:
 
 def _meta(lay: Layout, res: dict, lost: int, lost_per_cpu: dict, unknown_pages: dict, warnings: list) -> dict:
     uname = tf.parse_uname(lay.uname)
-    cmdlines = tf.parse_cmdlines(lay.cmdlines)
     return {
         "format": "trace.dat",
         "format_version": str(lay.version),
@@ -258,7 +257,7 @@ def _meta(lay: Layout, res: dict, lost: int, lost_per_cpu: dict, unknown_pages: 
         "lost_events_per_cpu": lost_per_cpu,
         "lost_events_exact": not unknown_pages,
         "lost_pages_without_count_per_cpu": unknown_pages,
-        "saved_cmdlines": len(cmdlines),
+        "saved_cmdlines": sum(1 for line in lay.cmdlines.splitlines() if line.strip()),
         "ring_buffer_pages": int(res["pages"]),
         "records": int(res["records"]),
         "instances_not_decoded": lay.instances,

@@ -324,20 +324,26 @@ def _read_section(c: _Cursor, off: int, inflater: _Inflater, want_id: int | None
 
 
 def _cpu_chunks(c: _Cursor, off: int, size: int, cpu: int) -> list[tuple[bytes, int, int, str]]:
-    """v7 compressed flyrecord data of one CPU: u32 chunk count, then (u32 csize, u32 usize, data) chunks."""
+    """v7 compressed flyrecord data of one CPU: u32 chunk count, then (u32 csize, u32 usize, data) chunks.
+
+    Returns (compressed data view, uncompressed size, file offset of the chunk header, description)."""
     # the recorded size counts the chunks, not the leading u32 chunk count
-    s = _Cursor(c.path, c.data, off, min(len(c.data), off + 4 + size))
+    end = min(len(c.data), off + 4 + size)
+    s = _Cursor(c.path, c.data, off, end)
     s.endian = c.endian
     n = s.u32(f"CPU {cpu} chunk count")
-    items = []
+    hdr = struct.Struct(c.endian + "II")
+    view, pos, items = c.view, s.pos, []
     for i in range(n):
-        at = s.pos
-        csize = s.u32(f"CPU {cpu} chunk {i} compressed size")
-        usize = s.u32(f"CPU {cpu} chunk {i} uncompressed size")
-        if s.pos + csize > s.end:
-            s.take(csize, f"CPU {cpu} chunk {i} data")  # raises with offset
-        items.append((c.view[s.pos:s.pos + csize], usize, at, f"CPU {cpu} chunk {i}"))
-        s.pos += csize
+        if pos + 8 > end:
+            s.pos = pos
+            s.take(8, f"CPU {cpu} chunk {i} header")  # raises with the offset
+        csize, usize = hdr.unpack_from(view, pos)
+        if pos + 8 + csize > end:
+            s.pos = pos + 8
+            s.take(csize, f"CPU {cpu} chunk {i} data")  # raises with the offset
+        items.append((view[pos + 8:pos + 8 + csize], usize, pos, f"CPU {cpu} chunk {i}"))
+        pos += 8 + csize
     return items
 
 
