@@ -163,3 +163,25 @@ def test_truncated_large_trace_reports_absolute_offset(pixel_bytes, tmp_path, mo
     path.write_bytes(blob[:cut])
     e = _assert_error(path, max_offset=cut)
     assert e.offset > len(blob) // 2
+
+
+def test_mutated_bytes_give_a_result_or_a_format_error(pixel_bytes, tmp_path):
+    """Random byte changes inside a real trace: the reader either decodes (the change kept the protobuf
+    valid) or raises TraceFormatError - never another exception, a crash or a hang."""
+    end = max(s for s in _packet_starts(pixel_bytes) if s <= 300_000)
+    base = pixel_bytes[:end]
+    rnd = random.Random(11)
+    outcomes = {"decoded": 0, "error": 0}
+    path = tmp_path / "mutated.perfetto-trace"
+    for _ in range(60):
+        blob = bytearray(base)
+        for _ in range(rnd.randint(1, 8)):
+            blob[rnd.randrange(16, len(blob))] = rnd.randrange(256)
+        path.write_bytes(bytes(blob))
+        try:
+            read_trace(path)
+            outcomes["decoded"] += 1
+        except TraceFormatError as e:
+            assert e.offset is not None and 0 <= e.offset <= len(blob)
+            outcomes["error"] += 1
+    assert outcomes["error"] > 0

@@ -114,7 +114,8 @@ pub struct Decoder<'s> {
     pub rails: Rails,
     pub meta: Meta,
     pub warnings: Vec<String>,
-    pub(crate) unknown_ids_warned: FnvMap<u32, ()>,
+    /// tables of event ids outside the schema (one warning each)
+    pub(crate) unknown_ids: FnvMap<u32, usize>,
     pub(crate) sequences_seen: FnvMap<u32, ()>,
     /// sequences whose first packet seen here says the packet before it was dropped (see merge)
     pub(crate) first_seen_dropped: Vec<u32>,
@@ -145,7 +146,7 @@ impl<'s> Decoder<'s> {
             rails: Rails::default(),
             meta: Meta::default(),
             warnings: Vec::new(),
-            unknown_ids_warned: FnvMap::default(),
+            unknown_ids: FnvMap::default(),
             sequences_seen: FnvMap::default(),
             first_seen_dropped: Vec::new(),
             event_spans: Vec::new(),
@@ -317,14 +318,17 @@ impl<'s> Decoder<'s> {
         let idx = match schema.events.get(i).and_then(|s| s.as_ref()) {
             Some(spec) => self.table_by_name(spec.name.as_bytes(), Some(spec)),
             None => {
-                if self.unknown_ids_warned.insert(id, ()).is_none() {
-                    self.warnings.push(format!(
-                        "ftrace event with FtraceEvent field id {} is not in abtest's perfetto schema: \
-                         kept as table ftrace_event_{} with raw field_<n> columns",
-                        id, id
-                    ));
+                if let Some(&t) = self.unknown_ids.get(&id) {
+                    return t;
                 }
-                self.table_by_name(format!("ftrace_event_{}", id).as_bytes(), None)
+                self.warnings.push(format!(
+                    "ftrace event with FtraceEvent field id {} is not in abtest's perfetto schema: \
+                     kept as table ftrace_event_{} with raw field_<n> columns",
+                    id, id
+                ));
+                let t = self.table_by_name(format!("ftrace_event_{}", id).as_bytes(), None);
+                self.unknown_ids.insert(id, t);
+                t
             }
         };
         if i < self.by_id.len() {

@@ -346,13 +346,17 @@ pub struct Table {
     pub cpu: Vec<i32>,
     /// cols[0] = common_pid (i32), cols[1] = common_flags (u32), then the event fields
     pub cols: Vec<Column>,
-    /// field number -> column index (-1 = not yet seen)
+    /// field number -> column index (-1 = not yet seen), for numbers below DIRECT_FIELD_NUMBERS
     by_number: Vec<i32>,
+    /// (field number, column index) of larger field numbers
+    far_fields: Vec<(u32, usize)>,
     /// true when a field number outside the schema was met (reported as a warning)
     pub unknown_fields: Vec<u32>,
 }
 
 pub const COL_PID: usize = 0;
+/// Field numbers below this are looked up in a direct table (perfetto's events use < 100).
+const DIRECT_FIELD_NUMBERS: usize = 1024;
 pub const COL_FLAGS: usize = 1;
 
 impl Table {
@@ -366,6 +370,7 @@ impl Table {
                 Column::new(FieldSpec::from_proto(0, "common_flags", "uint32", false)),
             ],
             by_number: Vec::new(),
+            far_fields: Vec::new(),
             unknown_fields: Vec::new(),
         };
         if let Some(s) = spec {
@@ -384,7 +389,10 @@ impl Table {
     pub fn add_column(&mut self, spec: FieldSpec) -> usize {
         let idx = self.cols.len();
         let n = spec.number as usize;
-        if spec.number > 0 {
+        if n >= DIRECT_FIELD_NUMBERS {
+            // large field numbers (only in corrupt or exotic data): no table indexed by number
+            self.far_fields.push((spec.number, idx));
+        } else if n > 0 {
             if self.by_number.len() <= n {
                 self.by_number.resize(n + 1, -1);
             }
@@ -399,6 +407,11 @@ impl Table {
         let n = number as usize;
         if n < self.by_number.len() && self.by_number[n] >= 0 {
             return self.by_number[n] as usize;
+        }
+        if n >= DIRECT_FIELD_NUMBERS {
+            if let Some(&(_, i)) = self.far_fields.iter().find(|(f, _)| *f == number) {
+                return i;
+            }
         }
         self.unknown_fields.push(number);
         self.add_column(FieldSpec::unknown(number, v))
