@@ -20,8 +20,11 @@ import pytest
 from abtest.trace.api import Trace
 from abtest.trace.readers import read_trace
 
-pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
-                         reason="the perfetto package (dev dependency) provides the independent decoder")
+try:  # perfetto's generated protobuf classes (dev dependency): the independent decoder / encoder
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+except ImportError:  # pragma: no cover - `make setup` installs it with the dev extras
+    pb = None
+needs_pb = pytest.mark.skipif(pb is None, reason="needs the perfetto package (dev dependency): pip install perfetto")
 
 PIXEL = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
 SYSTING = "systing/trace.pb"
@@ -69,6 +72,7 @@ def test_cli_info_json_pixel(traces, tmp_path):
     assert info["start_ns"] < info["end_ns"]
 
 
+@needs_pb
 def test_pixel_power_rails(pixel):
     data, ref = pixel
     rails = data.tables["power_rail"]
@@ -97,6 +101,7 @@ def test_pixel_power_rails(pixel):
     assert rails.sort("ts").group_by("rail").agg((pl.col("energy_uj").diff() >= 0).all().alias("mono"))["mono"].all()
 
 
+@needs_pb
 def test_pixel_battery_counters(pixel):
     data, ref = pixel
     want = [(p.timestamp, p.battery.charge_counter_uah, p.battery.current_ua, p.battery.capacity_percent)
@@ -106,6 +111,7 @@ def test_pixel_battery_counters(pixel):
     assert got.select("ts", "charge_counter_uah", "current_ua", "capacity_percent").rows() == sorted(want)
 
 
+@needs_pb
 def test_pixel_cpu_idle_and_frequency_values(pixel):
     data, ref = pixel
     idle, freq = [], []
@@ -165,6 +171,7 @@ def _check_compact_switch(got: pl.DataFrame, sw: list) -> None:
     assert got["prev_pid"].null_count() == want["cpu"].n_unique()
 
 
+@needs_pb
 def test_pixel_compact_sched_switch(pixel):
     data, ref = pixel
     sw, wk = _reference_compact(ref)
@@ -172,6 +179,7 @@ def test_pixel_compact_sched_switch(pixel):
     _check_compact_switch(data.tables["sched_switch"], sw)
 
 
+@needs_pb
 def test_systing_compact_switch_waking_softirq_irq(systing):
     data, ref = systing
     sw, wk = _reference_compact(ref)
@@ -195,6 +203,7 @@ def test_systing_compact_switch_waking_softirq_irq(systing):
     assert [(a, int(b), c) for a, b, c in got_irq.rows()] == sorted(irq)
 
 
+@needs_pb
 def test_nowinandroid_print_text(traces):
     data = read_trace(traces / NOWINANDROID)
     ref = _reference(traces, NOWINANDROID)
@@ -208,6 +217,7 @@ def test_nowinandroid_print_text(traces):
                                                    if p.HasField("system_info"))
 
 
+@needs_pb
 def test_metadata_system_and_cpu_info(pixel):
     data, ref = pixel
     si = next(p.system_info for p in ref.packet if p.HasField("system_info"))
@@ -280,6 +290,7 @@ def _write(tmp_path: Path, packets: list, name="synthetic.pftrace") -> Path:
     return path
 
 
+@needs_pb
 def test_generic_events_become_tables(tmp_path):
     evs = [
         _generic(1000, 0, "cpu_idle_miss", {"cpu_id": 2, "state": 1, "below": 1}),
@@ -299,6 +310,7 @@ def test_generic_events_become_tables(tmp_path):
     assert other.select("common_pid", "delta", "tag").row(0) == (43, -5, "x")
 
 
+@needs_pb
 def test_compressed_packets_zlib_and_zstd(tmp_path):
     import zstandard
     inner = pb.Trace()
@@ -317,6 +329,7 @@ def test_compressed_packets_zlib_and_zstd(tmp_path):
     assert data.meta["perfetto"]["compressed_blocks"] == 2
 
 
+@needs_pb
 def test_lost_events_from_ftrace_stats_and_bundle_flag(tmp_path):
     e = pb.FtraceEvent(timestamp=10, pid=1)
     e.cpu_frequency.state, e.cpu_frequency.cpu_id = 1_000_000, 0
@@ -360,6 +373,7 @@ def test_unknown_event_id_is_kept_with_a_warning(tmp_path):
     assert any("ftrace_event_9999" in w for w in data.meta["warnings"])
 
 
+@needs_pb
 def test_events_described_inside_the_trace(tmp_path):
     """FtraceEventBundle.generic_event_descriptors: an event id outside perfetto's schema, with its
     DescriptorProto (built with google.protobuf's descriptor_pb2) carried in the bundle."""
@@ -382,6 +396,7 @@ def test_events_described_inside_the_trace(tmp_path):
     assert not any("4321" in w for w in data.meta["warnings"])
 
 
+@needs_pb
 def test_repeated_field_becomes_a_list(tmp_path):
     e = pb.FtraceEvent(timestamp=50, pid=3)
     e.sys_enter.id = 63
