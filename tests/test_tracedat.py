@@ -168,3 +168,25 @@ def test_cli_info_json_exact(rel, expected):
     assert info["lost_events"] == 0
     cpus_line = next(line for line in ref.report_lines(str(TRACES / rel)) if line.startswith("cpus="))
     assert info["cpus"] == int(cpus_line.split("=")[1])
+
+
+@pytest.mark.parametrize("rel", TRACEDAT_FILES)
+def test_global_event_order_equals_trace_cmd_report(rel):
+    """All events merged by (ts, cpu) come out in exactly the order `trace-cmd report` prints them."""
+    raw, _ = raw_of(rel)
+    parts = []
+    for name, df in raw.items():
+        cpu = "buffer_cpu" if "buffer_cpu" in df.columns else "cpu"
+        parts.append(df.select("ts", pl.col(cpu).alias("c"), pl.lit(name).alias("event")))
+    merged = pl.concat(parts).sort(["ts", "c"], maintain_order=True)
+    ours = list(zip(merged["ts"].to_list(), merged["c"].to_list(), merged["event"].to_list()))
+    theirs = [(ts, cpu, ev) for ev, rows in ref.events(str(TRACES / rel)).items() for ts, cpu, _p, _r in rows]
+    theirs_in_order = []
+    for line in ref.report_lines(str(TRACES / rel)):
+        m = ref._LINE.match(line)
+        if m:
+            ns = m.group("ns")
+            ts = int(m.group("s")) * 1_000_000_000 + int(ns) if ns is not None else int(m.group("s"))
+            theirs_in_order.append((ts, int(m.group("cpu")), m.group("event")))
+    assert len(theirs_in_order) == len(theirs)
+    assert ours == theirs_in_order
