@@ -25,6 +25,7 @@ def info_dict(t: Trace) -> dict:
         "duration_s": ((m["end_ns"] - m["start_ns"]) / 1e9) if m.get("start_ns") is not None and m.get("end_ns") is not None else None,
         "clock": m.get("clock"),
         "events": t.events,
+        "samples": m.get("samples", {}),
         "event_aliases": m.get("event_aliases", {}),
         "lost_events": int(m.get("lost_events") or 0),
         "lost_events_per_cpu": m.get("lost_events_per_cpu", {}),
@@ -63,6 +64,8 @@ def info(file: str, as_json: bool, no_cache: bool) -> None:
         for name, n in sorted(d["events"].items(), key=lambda kv: -kv[1]):
             tab.add_row(name, f"{n:,}")
         con.print(tab)
+        for name, n in d["samples"].items():
+            con.print(f"{name}: {n:,} counter samples")
         for w in d["warnings"]:
             con.print(f"[yellow]warning:[/] {w}")
     if d["lost_events"]:

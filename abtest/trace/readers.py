@@ -14,10 +14,10 @@ import polars as pl
 from abtest.trace.detect import detect_format
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.model import TraceData
-from abtest.trace.schema import canonicalize, event_counts
+from abtest.trace.schema import canonicalize, event_counts, sample_counts
 
 # Bumped whenever a reader's output changes: part of the cache key.
-READER_VERSION = "2"
+READER_VERSION = "3"
 
 _TEXT_FORMATS = ("ftrace-text", "atrace", "atrace-z", "systrace-html")
 
@@ -101,6 +101,7 @@ def read_trace(path: str | os.PathLike) -> TraceData:
     tables = canonicalize(raw, meta)
     _fill_span(tables, meta)
     meta["events"] = event_counts(tables)
+    meta["samples"] = sample_counts(tables)
     return TraceData(tables=tables, meta=meta)
 
 

@@ -202,14 +202,25 @@ def canonicalize(raw: dict[str, pl.DataFrame], meta: dict) -> dict[str, pl.DataF
     return out
 
 
+# Tables that hold counter samples, not trace events: reported by `sample_counts`, not `event_counts`.
+SAMPLE_TABLES = ("power_rail", "battery_counters")
+
+
+def sample_counts(tables: dict[str, pl.DataFrame]) -> dict[str, int]:
+    """Rows of the counter-sample tables (power rails, battery counters) in the trace."""
+    return {name: tables[name].height for name in SAMPLE_TABLES if name in tables}
+
+
 def event_counts(tables: dict[str, pl.DataFrame]) -> dict[str, int]:
     """Per-event counts as the kernel names the events (after variant normalisation).
 
     The `marker` table is split back into print / bprint / bputs / tracing_mark_write.
-    `power_rail` counts samples. Empty tables are reported with 0.
+    Counter-sample tables (SAMPLE_TABLES) are not events and are left out.
     """
     counts: dict[str, int] = {}
     for name, df in tables.items():
+        if name in SAMPLE_TABLES:
+            continue
         if name == "marker":
             for row in df.group_by("event").len().iter_rows():
                 counts[str(row[0])] = int(row[1])

@@ -1,0 +1,44 @@
+"""notebooks/ab_compare.ipynb runs top to bottom (nbclient, this venv's python3 kernel) on a run store and
+draws its figures. The store is the bundled examples/idle-governors (real recordings, see PROVENANCE.md)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "notebooks" / "ab_compare.ipynb"
+STORE = ROOT / "examples" / "idle-governors"
+
+
+def _ensure_kernelspec() -> None:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if "python3" not in KernelSpecManager().find_kernel_specs():
+        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix"], check=True,
+                       capture_output=True)
+
+
+def test_ab_compare_notebook_executes(tmp_path, monkeypatch):
+    assert (STORE / "menu").is_dir() and (STORE / "haltpoll").is_dir(), "bundled store missing"
+    _ensure_kernelspec()
+    monkeypatch.setenv("ABTEST_NOTEBOOK_STORE", str(STORE))
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=600,
+                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client.execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    # per-iteration dots, idle misses, idle residency, and power per channel (store's or the Pixel's)
+    assert len(images) >= 3
+    text = "\n".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert "iterations of menu" in text
+    md = [o for o in outputs if "text/markdown" in o.get("data", {})]
+    assert md and "haltpoll" in md[0]["data"]["text/markdown"]
