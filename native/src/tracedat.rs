@@ -48,8 +48,10 @@ const BLOCK_ROWS: usize = 1024;
 
 impl TypeColumns {
     fn new(ty: u16, n: usize, builders: Vec<Builder>) -> TypeColumns {
-        let extents: Option<Vec<usize>> = builders.iter().map(|b| b.fixed_extent()).collect();
-        let stride = extents.map(|e| e.into_iter().max().unwrap_or(0).max(1));
+        // fields with a fixed place are filled block-wise; the others (strings found through
+        // __data_loc, tails) record by record
+        let max_fixed = builders.iter().filter_map(|b| b.fixed_extent()).max();
+        let stride = max_fixed.map(|e| e.max(1));
         let block = match stride {
             Some(st) => vec![0u8; st * BLOCK_ROWS],
             None => Vec::new(),
@@ -60,33 +62,33 @@ impl TypeColumns {
 
     #[inline(always)]
     fn push(&mut self, r: &[u8], env: &mut Env) {
-        match self.stride {
-            Some(st) => {
-                let dst = &mut self.block[self.pending * st..(self.pending + 1) * st];
-                if r.len() >= st {
-                    dst.copy_from_slice(&r[..st]);
-                } else {
-                    dst[..r.len()].copy_from_slice(r);
-                    dst[r.len()..].fill(0);
-                    self.short_rows += 1;
-                }
-                self.pending += 1;
-                if self.pending == BLOCK_ROWS {
-                    self.flush(env);
-                }
+        if let Some(st) = self.stride {
+            let dst = &mut self.block[self.pending * st..(self.pending + 1) * st];
+            if r.len() >= st {
+                dst.copy_from_slice(&r[..st]);
+            } else {
+                dst[..r.len()].copy_from_slice(r);
+                dst[r.len()..].fill(0);
+                self.short_rows += 1;
             }
-            None => {
-                for b in self.builders.iter_mut() {
-                    b.push(r, env);
-                }
+            self.pending += 1;
+        }
+        for b in self.builders.iter_mut() {
+            if b.fixed_extent().is_none() {
+                b.push(r, env);
             }
+        }
+        if self.pending == BLOCK_ROWS {
+            self.flush(env);
         }
     }
 
     fn flush(&mut self, env: &mut Env) {
         if let Some(st) = self.stride {
             for b in self.builders.iter_mut() {
-                b.push_block(&self.block, st, self.pending, env);
+                if b.fixed_extent().is_some() {
+                    b.push_block(&self.block, st, self.pending, env);
+                }
             }
             self.pending = 0;
         }
