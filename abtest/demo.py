@@ -1,10 +1,10 @@
 """`make demo` / `make demo-live`: abtest's main job, end to end, on a fresh clone.
 
 Default: compare the bundled run store examples/idle-governors (recorded by this project on a real
-x86_64 machine: cpuidle governor menu vs haltpoll, cyclictest, see its PROVENANCE.md) with
+x86_64 machine: cpuidle governor menu vs ladder, cyclictest, see its PROVENANCE.md) with
 `abtest compare`, print the key tables and write a self-contained HTML report.
 
---live: first collect a new store on this machine (local target, cpuidle governor menu vs haltpoll,
+--live: first collect a new store on this machine (local target, cpuidle governor menu vs ladder,
 cyclictest, ABAB-interleaved iterations; needs root and tracefs), then compare it the same way.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import click
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_STORE = ROOT / "examples" / "idle-governors"
 OUT = ROOT / "out"
-LABEL_A, LABEL_B = "menu", "haltpoll"
+LABEL_A, LABEL_B = "menu", "ladder"
 WORKLOAD = "cyclictest"
 # The metrics a reviewer of an idle-governor change looks at first (the full set is in the HTML report).
 KEY_METRICS = ("latency_*", "idle.misses.too_*", "idle.wakeups_per_s", "latency.gmean_us", "latency.p99_us",
@@ -39,9 +39,9 @@ def _abtest(args: list[str]) -> int:
 
 
 def collect_live(store: Path, iterations: int) -> None:
-    """Collect menu vs haltpoll on this machine into `store` (resumes a partial store)."""
+    """Collect menu vs ladder on this machine into `store` (resumes a partial store)."""
     args = ["collect", "--target", "localhost", "--label", LABEL_A, "--label", LABEL_B,
-            "--workload", f"{WORKLOAD}:loops=500", "-n", str(iterations), "--store", str(store),
+            "--workload", f"{WORKLOAD}:loops=500,dma_latency_us=0", "-n", str(iterations), "--store", str(store),
             "--analysis", "idle", "--analysis", "latency"]
     if (store / LABEL_A).exists():
         args.append("--resume")
@@ -54,7 +54,7 @@ def collect_live(store: Path, iterations: int) -> None:
 @click.option("--live", is_flag=True, help="collect a new store on this machine first (root, tracefs)")
 @click.option("--store", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="compare this store instead of the bundled one")
-@click.option("-n", "--iterations", default=5, show_default=True, help="iterations per label (--live)")
+@click.option("-n", "--iterations", default=8, show_default=True, help="iterations per label (--live)")
 def main(live: bool, store: Path | None, iterations: int) -> None:
     """Run a real A/B comparison end to end and write an HTML report."""
     t0 = time.perf_counter()

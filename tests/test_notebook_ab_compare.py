@@ -26,7 +26,7 @@ def _ensure_kernelspec() -> None:
 
 
 def test_ab_compare_notebook_executes(tmp_path, monkeypatch):
-    assert (STORE / "menu").is_dir() and (STORE / "haltpoll").is_dir(), "bundled store missing"
+    assert (STORE / "menu").is_dir() and (STORE / "ladder").is_dir(), "bundled store missing"
     _ensure_kernelspec()
     monkeypatch.setenv("ABTEST_NOTEBOOK_STORE", str(STORE))
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -41,4 +41,4 @@ def test_ab_compare_notebook_executes(tmp_path, monkeypatch):
     text = "\n".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "iterations of menu" in text
     md = [o for o in outputs if "text/markdown" in o.get("data", {})]
-    assert md and "haltpoll" in md[0]["data"]["text/markdown"]
+    assert md and "ladder" in md[0]["data"]["text/markdown"]
