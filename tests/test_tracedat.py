@@ -292,3 +292,64 @@ def test_standin_v6_every_event_header_kind(tmp_path, endian):
     if endian == ">":  # and trace-cmd agrees on the big-endian stand-in
         assert {ev: len(rows) for ev, rows in ref.events(str(path)).items()} == {"test_event": 3}
         assert ref.compare_fields(raw, str(path)) == 3
+
+
+def _standin_v7_zlib(e: str) -> tuple[bytes, list]:
+    """The same content as `_standin_tracedat`, as a trace.dat v7 with zlib-compressed sections and a
+    zlib-compressed flyrecord chunk (trace-cmd here can write neither zlib nor big-endian files)."""
+    import zlib
+    v6, expected = _standin_tracedat(e)
+    page = v6[-4096:]
+    fmt = _FMT.encode()
+    cmdlines = b"7 alpha\n"
+    out = bytearray(b"\x17\x08\x44tracing7\0" + (b"\1" if e == ">" else b"\0") + b"\x08"
+                    + struct.pack(e + "I", 4096) + b"zlib\0" + b"1.2.13\0")
+    opt_off_at = len(out)
+    out += b"\0" * 8
+
+    def section(sec_id: int, payload: bytes) -> int:
+        at = len(out)
+        blob = zlib.compress(payload)
+        out.extend(struct.pack(e + "HHIQ", sec_id, 1, 0, 8 + len(blob)) + struct.pack(e + "II", len(blob), len(payload))
+                   + blob)
+        return at
+
+    header_info = (b"header_page\0" + struct.pack(e + "Q", len(_HEADER_PAGE)) + _HEADER_PAGE.encode()
+                   + b"header_event\0" + struct.pack(e + "Q", 4) + b"none")
+    offs = {16: section(16, header_info),
+            18: section(18, struct.pack(e + "I", 1) + b"test\0" + struct.pack(e + "IQ", 1, len(fmt)) + fmt),
+            21: section(21, struct.pack(e + "Q", len(cmdlines)) + cmdlines)}
+    buf_sec = len(out)
+    blob = zlib.compress(page)
+    chunk = struct.pack(e + "II", len(blob), len(page)) + blob
+    out += struct.pack(e + "HHIQ", 3, 1, 0, 4 + len(chunk))
+    cpu_off = len(out)
+    out += struct.pack(e + "I", 1) + chunk
+    opts = b""
+    for opt_id, off in offs.items():
+        opts += struct.pack(e + "HIQ", opt_id, 8, off)
+    opts += struct.pack(e + "HI", 8, 4) + struct.pack(e + "I", 1)
+    clock = b"[local] global\0"
+    opts += struct.pack(e + "HI", 4, len(clock)) + clock
+    buffer_opt = (struct.pack(e + "Q", buf_sec) + b"\0" + b"local\0" + struct.pack(e + "II", 4096, 1)
+                  + struct.pack(e + "IQQ", 0, cpu_off, len(chunk)))
+    opts += struct.pack(e + "HI", 3, len(buffer_opt)) + buffer_opt
+    opts += struct.pack(e + "HIQ", 0, 8, 0)
+    opt_off = len(out)
+    out += struct.pack(e + "HHIQ", 0, 0, 0, len(opts)) + opts
+    out[opt_off_at:opt_off_at + 8] = struct.pack(e + "Q", opt_off)
+    return bytes(out), expected
+
+
+@pytest.mark.parametrize("endian", ["<", ">"], ids=["little", "big"])
+def test_standin_v7_zlib(tmp_path, endian):
+    blob, expected = _standin_v7_zlib(endian)
+    path = tmp_path / "standin-v7-zlib.dat"
+    path.write_bytes(blob)
+    raw, meta = tracedat.read(path, blob)
+    assert (meta["format_version"], meta["compression"], meta["clock"], meta["cpus"]) == ("7", "zlib", "local", 1)
+    df = raw["test_event"]
+    got = list(zip(df["ts"].to_list(), df["pid"].to_list(), df["comm"].to_list(), df["value"].to_list(),
+                   df["msg"].to_list()))
+    assert got == expected
+    assert meta["lost_events"] == 17
