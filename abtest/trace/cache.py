@@ -49,7 +49,7 @@ def write_tables(data: TraceData, out_dir: str | os.PathLike) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         for name, df in data.tables.items():
-            df.write_parquet(tmp / f"{name}.parquet", compression="zstd", statistics=True)
+            df.write_parquet(tmp / f"{name}.parquet", compression="lz4", statistics=True)
         (tmp / "meta.json").write_text(json.dumps(data.meta, indent=1, sort_keys=True, default=str))
         (tmp / ".complete").touch()
         if out_dir.exists():
