@@ -348,18 +348,6 @@ def clusters_of(trace) -> pl.DataFrame:
                         schema={"cpu": pl.Int32, "cluster": pl.Int32})
 
 
-def _has_rows(trace, name: str) -> bool:
-    """True when the trace has a non-empty table `name` (readers may keep empty tables for every format)."""
-    return name in trace.tables and trace.df(name, windowed=False).height > 0
-
-
-def _require(trace, analysis: str, *names: str) -> None:
-    """MissingEventsError naming the events that are absent or recorded with no event at all."""
-    from abtest.trace.errors import MissingEventsError
-
-    missing = [n for n in names if not _has_rows(trace, n)]
-    if missing:
-        raise MissingEventsError(analysis, missing, str(trace.path))
 
 
 class IdleAnalysis:
@@ -372,7 +360,7 @@ class IdleAnalysis:
         return int(self.trace.start_ns), int(self.trace.end_ns)
 
     def _cpu_idle(self) -> pl.DataFrame:
-        _require(self.trace, "idle", *EVENTS)
+        self.trace.require("idle", *EVENTS)
         return self.trace.df("cpu_idle", windowed=False)
 
     def idle_states(self) -> pl.DataFrame | None:
@@ -407,7 +395,7 @@ class IdleAnalysis:
 
     def miss_source(self) -> str | None:
         """"cpu_idle_miss" when the trace has it, "derived" when the platform gives target residencies, else None."""
-        if _has_rows(self.trace, "cpu_idle_miss"):
+        if ("cpu_idle_miss" in self.trace.tables):
             return "cpu_idle_miss"
         st = self.idle_states()
         if st is not None and st["target_residency_us"].null_count() == 0:
@@ -420,7 +408,7 @@ class IdleAnalysis:
         cpu_idle = self._cpu_idle()
         lo, hi = self._span()
         if src == "cpu_idle_miss":
-            _require(self.trace, "idle misses", "cpu_idle_miss")
+            self.trace.require("idle misses", "cpu_idle_miss")
             ev = self.trace.df("cpu_idle_miss", windowed=False)
         elif src == "derived":
             st = self.idle_states()

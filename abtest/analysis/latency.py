@@ -135,18 +135,6 @@ def plot_latency_cdf(latency: pl.DataFrame, top_tasks: int = 5, *, ax=None):
     return fig
 
 
-def _has_rows(trace, name: str) -> bool:
-    """True when the trace has a non-empty table `name` (readers may keep empty tables for every format)."""
-    return name in trace.tables and trace.df(name, windowed=False).height > 0
-
-
-def _require(trace, analysis: str, *names: str) -> None:
-    """MissingEventsError naming the events that are absent or recorded with no event at all."""
-    from abtest.trace.errors import MissingEventsError
-
-    missing = [n for n in names if not _has_rows(trace, n)]
-    if missing:
-        raise MissingEventsError(analysis, missing, str(trace.path))
 
 
 class LatencyAnalysis:
@@ -159,16 +147,16 @@ class LatencyAnalysis:
         """"sched_waking" when present, else "sched_wakeup" (MissingEventsError when neither)."""
         from abtest.trace.errors import MissingEventsError
 
-        _require(self.trace, "wakeup latency", "sched_switch")
+        self.trace.require("wakeup latency", "sched_switch")
         for name in ("sched_waking", "sched_wakeup"):
-            if _has_rows(self.trace, name):
+            if name in self.trace.tables:
                 return name
         raise MissingEventsError("wakeup latency", ["sched_waking"], str(self.trace.path))
 
     def df_wakeups(self) -> pl.DataFrame:
         name = self.wakeup_event()
         parts = [_wakeup_frame(self.trace.df(name, windowed=False), name.removeprefix("sched_"))]
-        if _has_rows(self.trace, "sched_wakeup_new"):
+        if ("sched_wakeup_new" in self.trace.tables):
             parts.append(_wakeup_frame(self.trace.df("sched_wakeup_new", windowed=False), "wakeup_new"))
         return pl.concat(parts)
 

@@ -196,18 +196,6 @@ def plot_balance(per_cpu: pl.DataFrame, *, ax=None):
     return fig
 
 
-def _has_rows(trace, name: str) -> bool:
-    """True when the trace has a non-empty table `name` (readers may keep empty tables for every format)."""
-    return name in trace.tables and trace.df(name, windowed=False).height > 0
-
-
-def _require(trace, analysis: str, *names: str) -> None:
-    """MissingEventsError naming the events that are absent or recorded with no event at all."""
-    from abtest.trace.errors import MissingEventsError
-
-    missing = [n for n in names if not _has_rows(trace, n)]
-    if missing:
-        raise MissingEventsError(analysis, missing, str(trace.path))
 
 
 class PlacementAnalysis:
@@ -217,7 +205,7 @@ class PlacementAnalysis:
         self.trace = trace
 
     def df_intervals(self, include_idle: bool = False) -> pl.DataFrame:
-        _require(self.trace, "placement", *EVENTS)
+        self.trace.require("placement", *EVENTS)
         return df_task_intervals(self.trace.df("sched_switch", windowed=False), start_ns=self.trace.start_ns,
                                  end_ns=self.trace.end_ns, include_idle=include_idle)
 
@@ -225,7 +213,7 @@ class PlacementAnalysis:
         return df_task_residency(self.df_intervals())
 
     def df_migrations(self) -> pl.DataFrame:
-        mig = self.trace.df("sched_migrate_task", windowed=False) if _has_rows(self.trace, "sched_migrate_task") else None
+        mig = self.trace.df("sched_migrate_task", windowed=False) if ("sched_migrate_task" in self.trace.tables) else None
         return df_migrations(self.df_intervals(), mig, start_ns=self.trace.start_ns, end_ns=self.trace.end_ns)
 
     def clusters(self) -> pl.DataFrame:
@@ -254,7 +242,7 @@ def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
     pa = PlacementAnalysis(trace)
     iv = pa.df_intervals()
     res = df_task_residency(iv)
-    has_mig = _has_rows(trace, "sched_migrate_task")
+    has_mig = ("sched_migrate_task" in trace.tables)
     mig = df_migrations(iv, trace.df("sched_migrate_task", windowed=False) if has_mig else None,
                         start_ns=trace.start_ns, end_ns=trace.end_ns)
     min_ns = int((trace.end_ns - trace.start_ns) * min_runtime_pct / 100.0)
