@@ -254,10 +254,7 @@ def test_frame_timeline_nowinandroid(traces):
     events. Expected values: plain Python over the raw slice rows (a different query than the parser's)."""
     from abtest.interop import perfetto_engine
 
-    try:
-        perfetto_engine.select_engine()
-    except perfetto_engine.EngineUnavailableError as e:
-        pytest.skip(f"no Perfetto trace_processor here: {e}")
+    perfetto_engine.select_engine()  # make setup installs the offline engine: its absence is a failure
     path = traces / "nowinandroid" / "trace.perfetto-trace"
     raw = perfetto_engine.query(path, "select ts, dur, jank_type, layer_name from actual_frame_timeline_slice")
     by_layer: dict = {}
