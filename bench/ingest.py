@@ -207,6 +207,25 @@ def print_table(rows: list[dict]) -> None:
           " RSS/tab: peak RSS / tables size; (-base): same without the interpreter+imports baseline")
 
 
+CONVERT_TARGET_X = 30.0  # `abtest trace convert` events/s vs `trace-cmd report` events/s
+RSS_TARGET_X = 3.0  # peak RSS of a decode vs the in-memory size of the resulting tables
+
+
+def print_targets(r: dict) -> None:
+    """The two targets of the benchmark trace (first row), stated plainly with met / NOT met."""
+    n = r["events"]
+    convert_x = (n / r["abtest_convert_s"]) / (n / r["trace_cmd_s"])
+    rss_x = r["peak_kb"] * 1024 / max(1, r["tables_bytes"])
+    rss_x_nobase = (r["peak_kb"] - r["base_kb"]) * 1024 / max(1, r["tables_bytes"])
+    print(f"\nbenchmark trace: {r['file']} ({n:,} events, load avg {r['load_avg_1min']:.1f})")
+    print(f"  convert speed: abtest trace convert {r['abtest_convert_s']:.3f} s vs trace-cmd report "
+          f"{r['trace_cmd_s']:.3f} s -> {convert_x:.1f}x (target >= {CONVERT_TARGET_X:.0f}x: "
+          f"{'met' if convert_x >= CONVERT_TARGET_X else 'NOT met'})")
+    print(f"  peak RSS: {r['peak_kb'] / 1024:.0f} MB vs tables {r['tables_bytes'] / 2**20:.1f} MB -> {rss_x:.2f}x "
+          f"(target <= {RSS_TARGET_X:.0f}x: {'met' if rss_x <= RSS_TARGET_X else 'NOT met'}; "
+          f"{rss_x_nobase:.2f}x without the {r['base_kb'] / 1024:.0f} MB interpreter+imports baseline)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", type=Path, help="benchmark this trace.dat instead of the recorded one")
@@ -233,6 +252,7 @@ def main() -> None:
         for p in sorted(SHARED.rglob("*.dat")):
             rows.append(bench_file(p, args.repeat, check_count=False))
     print_table(rows)
+    print_targets(rows[0])
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

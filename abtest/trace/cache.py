@@ -49,7 +49,9 @@ def write_tables(data: TraceData, out_dir: str | os.PathLike) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         for name, df in data.tables.items():
-            df.write_parquet(tmp / f"{name}.parquet", compression="lz4", statistics=True)
+            # LZ4: cheap to write and read. No column statistics: they cost ~25 % of the write time
+            # (2.58 M-event bench trace) and nothing here filters on them (tables are read whole).
+            df.write_parquet(tmp / f"{name}.parquet", compression="lz4", statistics=False)
         (tmp / "meta.json").write_text(json.dumps(data.meta, indent=1, sort_keys=True, default=str))
         (tmp / ".complete").touch()
         if out_dir.exists():
