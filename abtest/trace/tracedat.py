@@ -21,6 +21,7 @@ Events whose id has no format in the file land in `unknown_event_<id>` with the 
 from __future__ import annotations
 
 import gc
+import mmap
 import re
 from pathlib import Path
 
@@ -30,7 +31,7 @@ import pyarrow as pa
 
 from abtest.trace import tracedat_format as tf
 from abtest.trace.errors import TraceFormatError
-from abtest.trace.tracedat_layout import Layout, parse_layout
+from abtest.trace.tracedat_layout import Layout, load_kallsyms, parse_layout
 
 _INT_DTYPES = {np.dtype(t): d for t, d in (
     ("int8", pl.Int8), ("int16", pl.Int16), ("int32", pl.Int32), ("int64", pl.Int64),
@@ -200,8 +201,11 @@ def _read(path: Path, data) -> tuple[dict[str, pl.DataFrame], dict]:
     unknown.append(("payload", 0, 0, tf.KIND_TAIL_BIN, False, 0, 0, 0))
     printk = {a: s.encode() for a, s in tf.parse_printk_formats(lay.printk).items()}
     needs_syms = any(index.get(i, ("", ""))[1] == "bprint" for i in counts) and any(b"%p" in f for f in printk.values())
-    kallsyms = lay.kallsyms if needs_syms else b""  # parsed in Rust, for %pS / %ps
-    res = recs.columns(specs, unknown, ph.commit_size, printk, kallsyms)
+    kallsyms = load_kallsyms(lay) if needs_syms else b""  # parsed in Rust, for %pS / %ps
+    # the column pass may give back the pages of the sources it has consumed: inflated chunks (dropped
+    # right after) and read-only file mappings (they fault back in unchanged); never a caller's bytes
+    release = [cd.file_offset is None or isinstance(cd.buf, mmap.mmap) for cd in lay.cpu_data if cd.size > 0]
+    res = recs.columns(specs, unknown, ph.commit_size, printk, kallsyms, release)
     stats = recs.stats()
     cpus_with_data = sorted({cd.cpu for cd in lay.cpu_data if cd.size > 0})
     del recs, bufs  # release the records and the (inflated) ring-buffer pages before building frames

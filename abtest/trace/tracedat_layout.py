@@ -53,7 +53,9 @@ class Layout:
     header_event: str = ""
     ftrace_formats: list[str] = field(default_factory=list)
     event_formats: list[tuple[str, str]] = field(default_factory=list)  # (system, format text)
-    kallsyms: bytes = b""  # /proc/kallsyms text, kept as bytes (only bprint %pS needs it)
+    # /proc/kallsyms text (only bprint %pS needs it): validated while parsing, then read again on demand
+    # by load_kallsyms() so its megabytes are not held while the ring buffers are decoded
+    kallsyms_loader: object = None
     printk: str = ""
     cmdlines: str = ""
     cpus: int = 0
@@ -261,7 +263,11 @@ def _parse_v6(c: _Cursor, lay: Layout) -> None:
     _read_header_info(c, lay)
     _read_ftrace_events(c, lay)
     _read_event_formats(c, lay)
-    lay.kallsyms = c.take(c.u32("kallsyms size"), "kallsyms")
+    n = c.u32("kallsyms size")
+    at = c.pos
+    c.take(n, "kallsyms")
+    data = c.data
+    lay.kallsyms_loader = lambda: bytes(data[at:at + n])
     lay.printk = c.text(c.u32("printk formats size"), "printk formats")
     lay.cmdlines = c.text(c.u64("saved cmdlines size"), "saved cmdlines")
     header_cpus = c.u32("cpu count")
@@ -384,8 +390,11 @@ def _parse_v7(c: _Cursor, lay: Layout) -> None:
             continue
         fn(_read_section(c, sections[opt], inflater, opt, what), lay)
     if OPT_KALLSYMS in sections:
-        s = _read_section(c, sections[OPT_KALLSYMS], inflater, OPT_KALLSYMS, "kallsyms")
-        lay.kallsyms = s.take(s.u32("kallsyms size"), "kallsyms")
+        def load_kallsyms(at=sections[OPT_KALLSYMS]) -> bytes:
+            s = _read_section(c, at, inflater, OPT_KALLSYMS, "kallsyms")
+            return s.take(s.u32("kallsyms size"), "kallsyms")
+        load_kallsyms()  # validated now (a corrupt section is an error even when unused), kept on demand
+        lay.kallsyms_loader = load_kallsyms
     if OPT_PRINTK in sections:
         s = _read_section(c, sections[OPT_PRINTK], inflater, OPT_PRINTK, "printk formats")
         lay.printk = s.text(s.u32("printk formats size"), "printk formats")
@@ -432,6 +441,11 @@ def _parse_v7(c: _Cursor, lay: Layout) -> None:
         del pending
         _drop_mapped_pages(c.data, first, last)
     lay.cpus = lay.cpus or (max((d.cpu for d in lay.cpu_data), default=-1) + 1)
+
+
+def load_kallsyms(lay: Layout) -> bytes:
+    """The file's /proc/kallsyms text (empty when the file has none)."""
+    return lay.kallsyms_loader() if lay.kallsyms_loader is not None else b""
 
 
 def _drop_mapped_pages(data, start: int, end: int) -> None:

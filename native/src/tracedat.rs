@@ -14,6 +14,8 @@
 //! Submodules: tracedat_pages (page walk, time order), tracedat_columns (column builders),
 //! tracedat_printf (bprint formatting).
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use numpy::IntoPyArray;
 use pyo3::buffer::PyBuffer;
@@ -110,11 +112,81 @@ fn parse_kallsyms(text: &[u8]) -> (Vec<u64>, Vec<String>) {
     pairs.into_iter().unzip()
 }
 
+/// Give the memory of the whole pages inside `s` back to the kernel (MADV_DONTNEED). Used only on
+/// buffers the caller hands over for this (a read-only file mapping, whose pages fault back in from the
+/// file; or inflated chunks it drops right after the column pass, whose pages then read as zeros).
+#[cfg(target_os = "linux")]
+fn release_pages(s: &[u8]) {
+    extern "C" {
+        fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+        fn sysconf(name: i32) -> i64;
+    }
+    const MADV_DONTNEED: i32 = 4;
+    const SC_PAGESIZE: i32 = 30;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { sysconf(SC_PAGESIZE) }.max(4096) as usize;
+    let start = s.as_ptr() as usize;
+    let lo = start.div_ceil(page) * page;
+    let hi = (start + s.len()) / page * page;
+    if hi > lo {
+        // SAFETY: [lo, hi) lies inside `s`; the caller guarantees nothing reads these bytes again
+        // (or that they are file-backed and read back unchanged).
+        unsafe { madvise(lo as *mut std::ffi::c_void, hi - lo, MADV_DONTNEED) };
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn release_pages(_s: &[u8]) {}
+
+/// Keep glibc from raising its mmap threshold (it does so after large blocks are freed, up to 32 MiB):
+/// the record arrays (tens of MB) are then always mmapped, so `realloc` remaps instead of copying and
+/// `free` gives the memory back at once instead of leaving it resident in the heap.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn fix_mmap_threshold() {
+    extern "C" {
+        fn mallopt(param: i32, value: i32) -> i32;
+    }
+    const M_MMAP_THRESHOLD: i32 = -3;
+    // SAFETY: mallopt only sets an allocator tunable.
+    unsafe { mallopt(M_MMAP_THRESHOLD, 256 * 1024) };
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn fix_mmap_threshold() {}
+
+/// release_pages over (address, length) spans, merging exact neighbours (chunks inflated side by side)
+/// so that there are few madvise calls (each one interrupts the other threads of the process).
+fn release_spans(mut spans: Vec<(usize, usize)>) {
+    spans.sort_unstable();
+    let mut cur: Option<(usize, usize)> = None;
+    for (a, n) in spans {
+        cur = match cur {
+            Some((ca, cn)) if a == ca + cn => Some((ca, cn + n)),
+            Some((ca, cn)) => {
+                // SAFETY: (ca, cn) is the union of adjacent released sources, all of them live buffers.
+                release_pages(unsafe { std::slice::from_raw_parts(ca as *const u8, cn) });
+                Some((a, n))
+            }
+            None => Some((a, n)),
+        };
+    }
+    if let Some((ca, cn)) = cur {
+        // SAFETY: as above.
+        release_pages(unsafe { std::slice::from_raw_parts(ca as *const u8, cn) });
+    }
+}
+
+/// Steps of the column pass when pages are released as they are consumed: after each step a thread
+/// publishes its progress and releases the sources every thread has passed.
+const RELEASE_SLICES: usize = 64;
+
 /// One pass over all records in time order, filling the columns of the types this thread owns
 /// (`slot[type]` = index into `mine`, u32::MAX = another thread's type).
+/// `last`: this is the final slice of the pass (flush the staged blocks, count the short rows).
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn fill_columns(order: &[u32], recs: &Records, srcs: &[&[u8]], cpus: &[i32], slot: &[u32],
-                mine: &mut [TypeColumns], env: &mut Env) {
+                mine: &mut [TypeColumns], env: &mut Env, last: bool) {
     for &i in order {
         let i = i as usize;
         let s = slot[recs.ty[i] as usize];
@@ -124,10 +196,13 @@ fn fill_columns(order: &[u32], recs: &Records, srcs: &[&[u8]], cpus: &[i32], slo
         let tc = &mut mine[s as usize];
         let si = recs.src[i] as usize;
         let p = recs.pos[i] as usize;
-        let r = &srcs[si][p..p + recs.len[i] as usize];
+        let r = &srcs[si][p..p + recs.record_len(i)];
         tc.ts.push(recs.ts[i]);
         tc.cpu.push(cpus[si]);
         tc.push(r, env);
+    }
+    if !last {
+        return;
     }
     for tc in mine.iter_mut() {
         tc.flush(env);
@@ -179,6 +254,7 @@ fn tracedat_walk(
     if lay.data_off >= lay.page_size {
         return Err(PyValueError::new_err(("page header larger than the page", 0usize, 0usize)));
     }
+    fix_mmap_threshold();
     let clock = Clock { tsc: tsc2nsec, offset_ns: ts_offset_ns };
     let mut out = TraceDatRecords {
         bufs: Vec::new(), spans: Vec::new(), cpus: Vec::new(), be: big_endian, recs: Records::default(),
@@ -254,11 +330,19 @@ fn tracedat_walk(
             out.lost.push((out.cpus[si], st.lost, st.lost_unknown_pages));
             si += 1;
         }
-        recs.ts.extend_from_slice(&part.ts);
-        recs.src.extend_from_slice(&part.src);
-        recs.pos.extend_from_slice(&part.pos);
-        recs.len.extend_from_slice(&part.len);
-        recs.ty.extend_from_slice(&part.ty);
+        // append field by field, freeing each of the part's fields at once (keeps the transient small)
+        let Records { ts, src, pos, len, ty, long } = part;
+        recs.long.extend(long.into_iter().map(|(k, l)| (k + base as u32, l)));
+        recs.ts.extend_from_slice(&ts);
+        drop(ts);
+        recs.src.extend_from_slice(&src);
+        drop(src);
+        recs.pos.extend_from_slice(&pos);
+        drop(pos);
+        recs.len.extend_from_slice(&len);
+        drop(len);
+        recs.ty.extend_from_slice(&ty);
+        drop(ty);
     }
     // consecutive sources of one CPU (v7 chunks) form one run when their timestamps continue in order
     let mut runs: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
@@ -313,9 +397,13 @@ impl TraceDatRecords {
 
     /// Fill the columns of every event type. events: {id: [FieldSpec]}; unknown_fields: used for ids
     /// without a format; printk: {address: format bytes}; kallsyms: /proc/kallsyms text (for %pS in
-    /// bprint formats; empty when not needed).
+    /// bprint formats; empty when not needed); release: per source, true when the caller hands its
+    /// pages over (a read-only file mapping, or an inflated chunk it drops afterwards): the pass then
+    /// runs in time slices and gives each such source's pages back to the kernel once all its records
+    /// are consumed, so the ring-buffer pages and the columns are not both resident at the peak.
     /// Returns {"events": {id: {"ts", "__buffer_cpu", field...}}, "short_fields": n, "missing_formats": n}.
-    #[pyo3(signature = (events, unknown_fields, long_size, printk, kallsyms))]
+    #[pyo3(signature = (events, unknown_fields, long_size, printk, kallsyms, release=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
     fn columns<'py>(
         &mut self,
         py: Python<'py>,
@@ -324,6 +412,7 @@ impl TraceDatRecords {
         long_size: usize,
         printk: HashMap<u64, Vec<u8>>,
         kallsyms: Vec<u8>,
+        release: Vec<bool>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let kallsyms = parse_kallsyms(&kallsyms);
         // event types present, with their record counts; each thread owns a set of types (largest first
@@ -346,35 +435,78 @@ impl TraceDatRecords {
         }
         let srcs: Vec<&[u8]> = (0..self.bufs.len()).map(|si| self.src(si)).collect();
         let (recs, cpus, be, order) = (&self.recs, &self.cpus, self.be, &self.order);
-        let parts: Vec<(Vec<TypeColumns>, u64, u64)> = std::thread::scope(|sc| {
-            let handles: Vec<_> = (0..nthreads).map(|me| {
-                let (types, owner, counts, srcs, events, unknown_fields) =
-                    (&types, &owner, &counts, &srcs, &events, &unknown_fields);
-                let (printk, kallsyms) = (&printk, &kallsyms);
+        // per thread: its types' columns and slot table, kept across the time slices
+        let mut states: Vec<(Vec<u32>, Vec<TypeColumns>)> = (0..nthreads).map(|me| {
+            let mut slot = vec![u32::MAX; 1 << 16];
+            let mut mine: Vec<TypeColumns> = Vec::new();
+            for &(t, _) in types.iter().filter(|&&(t, _)| owner[t as usize] as usize == me) {
+                let n = counts[t as usize];
+                let fields = events.get(&t).unwrap_or(&unknown_fields);
+                slot[t as usize] = mine.len() as u32;
+                mine.push(TypeColumns::new(t, n, fields.iter().map(|f| Builder::new(f, n)).collect()));
+            }
+            (slot, mine)
+        }).collect();
+        let releasing = release.iter().any(|&r| r);
+        // position in `order` of the last record of each source: its pages are free after that
+        let mut last_use = vec![0usize; srcs.len()];
+        if releasing {
+            for (k, &i) in order.iter().enumerate() {
+                last_use[recs.src[i as usize] as usize] = k;
+            }
+        }
+        // sources to release, by the position of their last record; released by whichever thread sees
+        // that every thread has passed that position (no barrier between the threads)
+        let mut by_last: Vec<(usize, usize)> = (0..srcs.len())
+            .filter(|&si| release.get(si).copied().unwrap_or(false))
+            .map(|si| (last_use[si], si)).collect();
+        by_last.sort_unstable();
+        let progress: Vec<AtomicUsize> = (0..states.len()).map(|_| AtomicUsize::new(0)).collect();
+        let cursor = Mutex::new(0usize);
+        let nslices = if releasing { RELEASE_SLICES } else { 1 };
+        let slice_len = order.len().div_ceil(nslices).max(1);
+        let counts_done: Vec<(u64, u64)> = std::thread::scope(|sc| {
+            let handles: Vec<_> = states.iter_mut().enumerate().map(|(me, (slot, mine))| {
+                let (srcs, printk, kallsyms) = (&srcs, &printk, &kallsyms);
+                let (progress, cursor, by_last) = (&progress, &cursor, &by_last);
                 sc.spawn(move || {
                     let mut env = Env {
                         be, long_size, printk, sym_addrs: &kallsyms.0, sym_names: &kallsyms.1,
                         short_fields: 0, missing_formats: 0,
                     };
-                    let mut slot = vec![u32::MAX; 1 << 16];
-                    let mut mine: Vec<TypeColumns> = Vec::new();
-                    for &(t, _) in types.iter().filter(|&&(t, _)| owner[t as usize] as usize == me) {
-                        let n = counts[t as usize];
-                        let fields = events.get(&t).unwrap_or(unknown_fields);
-                        slot[t as usize] = mine.len() as u32;
-                        mine.push(TypeColumns::new(t, n, fields.iter().map(|f| Builder::new(f, n)).collect()));
+                    let mut start = 0usize;
+                    loop {
+                        let end = (start + slice_len).min(order.len());
+                        let last = end == order.len();
+                        fill_columns(&order[start..end], recs, srcs, cpus, slot, mine, &mut env, last);
+                        if last {
+                            break;
+                        }
+                        progress[me].store(end, Ordering::Release);
+                        let done = progress.iter().map(|p| p.load(Ordering::Acquire)).min().unwrap_or(0);
+                        if let Ok(mut c) = cursor.try_lock() {
+                            let mut spans: Vec<(usize, usize)> = Vec::new();
+                            while *c < by_last.len() && by_last[*c].0 < done {
+                                let s = srcs[by_last[*c].1];
+                                spans.push((s.as_ptr() as usize, s.len()));
+                                *c += 1;
+                            }
+                            release_spans(spans);
+                        }
+                        start = end;
                     }
-                    fill_columns(order, recs, srcs, cpus, &slot, &mut mine, &mut env);
-                    (mine, env.short_fields, env.missing_formats)
+                    (env.short_fields, env.missing_formats)
                 })
             }).collect();
             handles.into_iter().map(|h| h.join().expect("trace.dat column thread panicked")).collect()
         });
-        let out = PyDict::new(py);
         let (mut short_fields, mut missing_formats) = (0u64, 0u64);
-        for (done, short, missing) in parts {
+        for (short, missing) in counts_done {
             short_fields += short;
             missing_formats += missing;
+        }
+        let out = PyDict::new(py);
+        for (_, done) in states {
             for tc in done {
                 let cols = PyDict::new(py);
                 cols.set_item("ts", tc.ts.into_pyarray(py))?;

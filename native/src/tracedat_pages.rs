@@ -45,14 +45,34 @@ impl Clock {
     }
 }
 
-/// Event records of all CPUs, struct-of-arrays (22 bytes per event).
+/// Event records of all CPUs, struct-of-arrays (20 bytes per event).
 #[derive(Default)]
 pub struct Records {
     pub ts: Vec<i64>,
     pub src: Vec<u32>,
     pub pos: Vec<u32>,
-    pub len: Vec<u32>,
+    /// record length in bytes; LONG_RECORD means "see `long`"
+    pub len: Vec<u16>,
     pub ty: Vec<u16>,
+    /// (record index, length) of the rare records of >= 65,535 bytes (sub-buffers above 64 KiB), by index
+    pub long: Vec<(u32, u32)>,
+}
+
+pub const LONG_RECORD: u16 = u16::MAX;
+
+impl Records {
+    /// Length in bytes of record `i`.
+    #[inline(always)]
+    pub fn record_len(&self, i: usize) -> usize {
+        let l = self.len[i];
+        if l != LONG_RECORD {
+            return l as usize;
+        }
+        match self.long.binary_search_by_key(&(i as u32), |&(k, _)| k) {
+            Ok(k) => self.long[k].1 as usize,
+            Err(_) => l as usize,
+        }
+    }
 }
 
 pub struct DecodeError {
@@ -156,7 +176,12 @@ pub fn walk_cpu(si: usize, data: &[u8], lay: &PageLayout, clock: &Clock, recs: &
             recs.ts.push(clock.apply(ts));
             recs.src.push(si as u32);
             recs.pos.push((base + data_at) as u32);
-            recs.len.push(data_len as u32);
+            if data_len >= LONG_RECORD as usize {
+                recs.long.push((recs.len.len() as u32, data_len as u32));
+                recs.len.push(LONG_RECORD);
+            } else {
+                recs.len.push(data_len as u16);
+            }
             recs.ty.push(ty);
             i = data_at + data_len;
         }
