@@ -1,6 +1,6 @@
 """`abtest compare` end to end on a store built from the real x86-vm traces, plus bad-input handling.
 
-What is real: the three traces in /work/shared/traces/x86-vm were recorded on an x86_64 VM (2 CPUs, Linux
+What is real: the three traces in ../shared/traces/x86-vm were recorded on an x86_64 VM (2 CPUs, Linux
 6.18, cpuidle driver haltpoll) under the haltpoll, menu and ladder cpuidle governors running the same workload
 (hackbench, then `cyclictest -t 2 -i 2000 -l 500`). There is one trace per governor, so the iterations are
 TIME WINDOWS of each trace: `trace-cmd split` (the real tool) cuts the cyclictest phase (the 0.9 s before the
@@ -27,7 +27,7 @@ from scipy import stats as sps
 from abtest.cli import cli
 from abtest.compare.store import write_iteration
 
-X86 = Path("/work/shared/traces/x86-vm")
+X86 = Path(__file__).resolve().parents[2] / "shared" / "traces" / "x86-vm"
 WINDOW_MS = 150
 WINDOWS = {"haltpoll": 6, "ladder": 6, "menu": 3}
 # `trace-cmd report -t` prints seconds with 9 decimals, or integer ns (no decimal point, no space) for
@@ -97,7 +97,7 @@ def governor_store(tmp_path_factory):
         expected[gov] = []
         for i, f in enumerate(files[:n]):
             it = write_iteration(store / gov / "cyclictest" / f"{i + 1}", {}, {
-                "kernel": {"release": "6.18 (per /work/shared/traces/README.md)", "machine": "x86_64"},
+                "kernel": {"release": "6.18 (per ../shared/traces/README.md)", "machine": "x86_64"},
                 "hardware": {"cpus": 2, "cpu_model": "x86_64 virtual machine"},
                 "governors": {"cpuidle_driver": "haltpoll", "cpuidle": gov},
                 "settings": {"window": f"trace-cmd split window {i + 1} ({WINDOW_MS} ms)"}}, complete=False)
@@ -268,14 +268,12 @@ def test_live_collect_then_compare(tmp_path):
     /tmp/abtest-tracefs.lock itself and restores the cpuidle governor) runs hackbench 3 times under the menu
     and haltpoll governors, then `abtest compare` reads that store. The per-iteration idle exits are checked
     against `trace-cmd report` of each recorded trace.dat; hackbench_time_s against metrics.json."""
-    if not Path("/sys/devices/system/cpu/cpuidle/current_governor").exists():
-        pytest.skip("no cpuidle governors on this machine")
+    # this project's machines (DESIGN.md) switch cpuidle governors: their absence is a failure, not a skip
+    assert Path("/sys/devices/system/cpu/cpuidle/current_governor").exists(), "no cpuidle governors here"
     store = tmp_path / "results"
     p = subprocess.run([sys.executable, "-m", "abtest.cli", "collect", "--target", "localhost", "--label", "menu",
                         "--label", "haltpoll", "--workload", "hackbench:groups=2,loops=50", "-n", "3",
                         "--store", str(store), "--no-progress"], capture_output=True, text=True, timeout=600)
-    if p.returncode != 0 and ("Permission denied" in p.stderr or "tracefs" in p.stderr.lower()):
-        pytest.skip(f"cannot trace here: {p.stderr.strip()[-300:]}")
     assert p.returncode == 0, p.stdout + p.stderr
     doc = _compare_json(store, "haltpoll", "menu")
     (w,) = doc["workloads"]

@@ -348,17 +348,7 @@ def test_lost_events_from_ftrace_stats_and_bundle_flag(tmp_path):
     assert any("lost events" in w for w in data.meta["warnings"])
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _ld(field: int, payload: bytes) -> bytes:
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+from pb_writer import ld as _ld, varint as _varint  # noqa: E402
 
 
 def test_unknown_event_id_is_kept_with_a_warning(tmp_path):

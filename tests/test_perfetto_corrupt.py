@@ -18,17 +18,7 @@ from abtest.trace.readers import read_trace
 PIXEL = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _ld(field: int, payload: bytes) -> bytes:
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+from pb_writer import ld as _ld, varint as _varint  # noqa: E402
 
 
 def _packet_starts(data: bytes) -> set[int]:

@@ -11,7 +11,7 @@ from abtest.compare.comparison import CompareError, compare_labels
 from abtest.compare.store import (Iteration, StoreError, default_store_root, find_trace, load_label, load_store,
                                   write_iteration)
 
-REAL_TRACE = Path("/work/shared/traces/x86-vm/x86-menu-hackbench-cyclictest.dat")
+REAL_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
 
 
 def _m(v, unit="mW", lib=True):
