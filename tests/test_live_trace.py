@@ -31,7 +31,8 @@ def _read(path: Path) -> str:
 
 @pytest.fixture
 def live_trace(tracefs_lock, tmp_path):
-    """Record a short real trace; yields the trace.dat path. Restores tracefs even on failure."""
+    """Record a short real trace; yields the trace.dat path (the tracefs `trace` text of the same buffer is
+    next to it, suffix .txt). Restores tracefs even on failure."""
     fs: Path = tracefs_lock
     available = [e for e in EVENTS if (fs / "events" / e / "enable").exists()]
     saved = {
@@ -51,6 +52,9 @@ def live_trace(tracefs_lock, tmp_path):
         subprocess.run(["cyclictest", "-q", "-t", "1", "-i", "2000", "-l", "250"], check=True,
                        capture_output=True, timeout=120)
         (fs / "tracing_on").write_text("0")
+        # the kernel's own text of the same ring buffer, before `trace-cmd extract` consumes it
+        # (tests/test_text_flags.py compares it with the extracted file)
+        out.with_suffix(".txt").write_text((fs / "trace").read_text())
         subprocess.run(["trace-cmd", "extract", "-o", str(out)], check=True, capture_output=True, timeout=120)
         yield out
     finally:

@@ -116,8 +116,9 @@ def test_fields_comm_with_space_and_flags(traces):
     raw, meta = _raw(path)
     row = _row(raw["sched_waking"], _ts_ns(line), 3)
     assert row == {"ts": 26_186_336_632_000, "cpu": 3, "common_pid": 2711, "common_comm": "Web Content",
-                   "comm": "Timer", "pid": 2745, "prio": 120, "target_cpu": 1}
-    assert meta["text_columns"] == {"tgid": False, "flags": True}
+                   "comm": "Timer", "pid": 2745, "prio": 120, "target_cpu": 1,
+                   "common_flags": 0x01, "common_preempt_count": 0}  # "d...": irqs off, preempt depth 0
+    assert meta["text_columns"] == {"tgid": False, "flags": True, "flags_bits": 0xFF}
     sw = _line(path, "26186.336680: sched_switch")
     row = _row(raw["sched_switch"], _ts_ns(sw), 2)
     assert (row["prev_comm"], row["prev_pid"], row["prev_state"], row["next_comm"], row["next_pid"]) == (
@@ -149,13 +150,14 @@ def test_fields_tgid_column(traces):
     path = traces / "catapult/decompressed_atrace_data.txt"
     raw, meta = _raw(path)
     df = raw["tracing_mark_write"]
-    assert meta["text_columns"] == {"tgid": True, "flags": True}
+    assert meta["text_columns"] == {"tgid": True, "flags": True, "flags_bits": 0xFF}
     assert meta["cpus"] == 6 and meta["lost_events"] == 0
     line = _line(path, "683202.104223: tracing_mark_write: S|13580|deliverInputEvent|263")
     assert line.startswith(" ndroid.systemui-13580 (13580) [001] ...1")
     row = _row(df, 683_202_104_223_000, 1)
     assert row["common_comm"] == "ndroid.systemui" and row["common_pid"] == 13580 and row["common_tgid"] == 13580
     assert row["buf"] == "S|13580|deliverInputEvent|263"
+    assert (row["common_flags"], row["common_preempt_count"]) == (0, 1)  # "...1"
     row = _row(df, 683_202_104_223_000, 0)  # "<...>-18926 (-----) [000]": unknown tgid
     assert (row["common_comm"], row["common_pid"], row["common_tgid"]) == ("<...>", 18926, None)
     assert df.schema["common_tgid"] == pl.Int32
@@ -338,7 +340,8 @@ def test_tracecmd_latency_format(tracecmd_reports):
     plain, _ = _raw(tracecmd_reports["plugin"])
     assert meta["text_columns"]["flags"]
     for ev, df in plain.items():
-        assert lat[ev].drop("common_comm").equals(df.drop("common_comm")), ev
+        # the decoded flags columns are checked against the binary fields in tests/test_text_flags.py
+        assert lat[ev].drop("common_comm", "common_flags", "common_preempt_count").equals(df.drop("common_comm")), ev
         assert (df["common_comm"].str.slice(0, 8) == lat[ev]["common_comm"]).all(), ev
 
 
@@ -430,14 +433,14 @@ def test_live_tracefs_text_equals_trace_cmd_extract(tracefs_lock, tmp_path):
         subprocess.run(["trace-cmd", "report", "-R", str(dat)], stdout=f, check=True, timeout=120)
     text, meta = _raw(text_path)
     ref, ref_meta = _raw(report)
-    assert meta["text_columns"] == {"tgid": True, "flags": True} and meta["lost_events"] == 0
+    assert meta["text_columns"] == {"tgid": True, "flags": True, "flags_bits": 0xFF} and meta["lost_events"] == 0
     assert ref_meta["instances"] == [inst.name]
     assert {k: v.height for k, v in text.items() if k != "tracing_mark_write"} == {
         k: v.height for k, v in ref.items() if k != "print"}
     assert text["sched_switch"].height > 50
     assert text["tracing_mark_write"]["buf"].to_list() == ref["print"]["buf"].to_list() == ["abtest live text test"]
     for ev in ("sched_switch", "sched_wakeup", "sched_waking"):
-        a = text[ev].drop("common_tgid")
+        a = text[ev].drop("common_tgid", "common_flags", "common_preempt_count")  # flags: tests/test_text_flags.py
         # both the kernel's `trace` file and trace-cmd print ns rounded to the nearest us; trace-cmd
         # sometimes prints the raw ns count for instance buffers: round it the same way
         b = ref[ev].drop("instance").with_columns((pl.col("ts") + 500) // 1000 * 1000)

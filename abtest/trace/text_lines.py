@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.text_fields import parse_event_payload
+from abtest.trace.text_flags import KERNEL_FLAG_BITS, LATENCY_FORM_FLAG_BITS, flags_columns
 
 # The fixed middle of an event line ("-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC:"), searched unanchored:
 # its first match starts at the PID's dash, so COMM is everything before it (comm may hold spaces,
@@ -154,15 +155,17 @@ def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
     tail = pl.col("_tail")
     df = df.with_columns(tail.str.extract_groups(EVENT_FIELDS_RE).alias("g")).unnest("g")
     df = df.with_columns(pl.coalesce(_G_CPU, _G_CPU_LAT).alias(_G_CPU),
-                         pl.coalesce(_G_FLAGS, _G_FLAGS_LAT).alias(_G_FLAGS)).drop(_G_CPU_LAT, _G_FLAGS_LAT)
+                         pl.coalesce(_G_FLAGS, _G_FLAGS_LAT).alias(_G_FLAGS),
+                         pl.col(_G_FLAGS_LAT).is_not_null().alias("_latency_form")).drop(_G_CPU_LAT, _G_FLAGS_LAT)
     return df.with_columns(
         text.str.slice(0, pl.col("_pos")).str.strip_chars_start().alias("_comm"),
         tail.str.slice(pl.col(_G_HEAD).str.len_chars()).alias("_rest"),
     ).drop("_tail")
 
 
-def _event_frame(ev: pl.DataFrame, has_tgid: bool) -> pl.DataFrame:
-    """Split line parts -> _line/ts/cpu/common_pid/common_comm[/common_tgid]/event/payload."""
+def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFrame:
+    """Split line parts -> _line/ts/cpu/common_pid/common_comm[/common_tgid]/event/payload
+    [/common_flags/common_preempt_count] (abtest/trace/text_flags.py)."""
     frac = pl.col(_G_FRAC)
     sec = pl.col(_G_SEC).cast(pl.Int64)
     # no fraction: a raw clock count (counter / x86-tsc clocks, trace-cmd's instance output), kept as is
@@ -183,6 +186,8 @@ def _event_frame(ev: pl.DataFrame, has_tgid: bool) -> pl.DataFrame:
         pl.when(event == OLD_MARKER_EVENT).then(pl.lit("tracing_mark_write")).otherwise(event).alias("event"),
         pl.col("_rest").str.strip_chars().alias("payload"),
     ]
+    if has_flags:
+        cols += flags_columns(pl.col(_G_FLAGS), pl.col("_latency_form"))
     return ev.select(cols)
 
 
@@ -218,6 +223,24 @@ def _split_instance_prefix(groups: pl.DataFrame, meta: dict) -> pl.DataFrame:
                                  .otherwise(pl.col("_comm")).alias("_comm"))
     meta["instances"] = sorted(groups["_instance"].drop_nulls().unique().to_list())
     return groups
+
+
+_FLAG_COLUMNS = ("common_flags", "common_preempt_count")
+
+
+def _flags_meta(events: pl.DataFrame, groups: pl.DataFrame, meta: dict) -> None:
+    """Which common_flags bits the text shows (text_flags.py), and rows whose flags did not decode."""
+    latency_form = bool(groups["_latency_form"].any())
+    meta["text_columns"]["flags_bits"] = LATENCY_FORM_FLAG_BITS if latency_form else KERNEL_FLAG_BITS
+    present = groups[_G_FLAGS].is_not_null()
+    undecoded = int((events["common_flags"].is_null() & present).sum())
+    if latency_form:
+        meta["text_columns"]["flags_note"] = (
+            "flags column in trace-cmd report -l form: common_flags holds only the bits it prints "
+            "(0x1f: irqs-off, need-resched, hardirq, softirq); PREEMPT_RESCHED, NMI and BH_OFF are not shown")
+    if undecoded:
+        meta.setdefault("warnings", []).append(
+            f"{undecoded} flags columns did not decode (unknown letters): common_flags/common_preempt_count null")
 
 
 def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame]:
@@ -270,7 +293,8 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
     if raw_clock:
         warnings.append(f"{raw_clock} timestamps have no fraction: kept as raw clock counts (ns only if "
                         f"the trace clock counts ns)")
-    events = _event_frame(groups, has_tgid)
+    has_flags = groups[_G_FLAGS].null_count() < groups.height
+    events = _event_frame(groups, has_tgid, has_flags)
     events = _attach_stacks(events, others.filter(pl.col("_kind") == "stack"), path)
     old_markers = int((groups[_G_EVENT] == OLD_MARKER_EVENT).sum())
     if old_markers:
@@ -282,7 +306,9 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
                         f"their raw text is kept in column buf")
     if events.is_empty():
         warnings.append("trace holds no events (headers only)")
-    meta["text_columns"] = {"tgid": has_tgid, "flags": bool(groups[_G_FLAGS].null_count() < groups.height)}
+    meta["text_columns"] = {"tgid": has_tgid, "flags": bool(has_flags)}
+    if has_flags:
+        _flags_meta(events, groups, meta)
     tables: dict[str, pl.DataFrame] = {}
     for (name,), part in events.partition_by("event", as_dict=True, maintain_order=True).items():
         parsed = parse_event_payload(part.drop("event"), name).drop("_line")
@@ -291,6 +317,8 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
                 parsed = parsed.drop("buf", strict=False).rename({"stack": "buf"})
             elif parsed["stack"].null_count() == parsed.height:
                 parsed = parsed.drop("stack")
+        if has_flags:  # at the end, where trace.dat tables have them
+            parsed = parsed.select(pl.exclude(_FLAG_COLUMNS), *_FLAG_COLUMNS)
         tables[name] = parsed
     switch = tables.get("sched_switch")
     if switch is not None and "prev_state" in switch.columns and switch["prev_state"].null_count():
