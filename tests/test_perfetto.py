@@ -156,7 +156,13 @@ def _reference_compact(ref):
     return sw, wk
 
 
-def _check_compact_switch(got: pl.DataFrame, sw: list) -> None:
+def _reference_renames(ref) -> list[tuple[int, int, str]]:
+    """(ts, pid, newcomm) of every task_rename event, from the protobuf runtime's decode."""
+    return sorted((e.timestamp, e.task_rename.pid, e.task_rename.newcomm) for p in ref.packet
+                  if p.HasField("ftrace_events") for e in p.ftrace_events.event if e.HasField("task_rename"))
+
+
+def _check_compact_switch(got: pl.DataFrame, sw: list, renames: list[tuple[int, int, str]] = ()) -> None:
     want = pl.DataFrame(sw, schema=["ts", "cpu", "prev_state", "next_comm", "next_pid", "next_prio"],
                         orient="row").sort(["cpu", "ts"], maintain_order=True)
     got = got.sort(["cpu", "ts"], maintain_order=True)
@@ -166,7 +172,13 @@ def _check_compact_switch(got: pl.DataFrame, sw: list) -> None:
     assert got["next_comm"].cast(pl.Utf8).to_list() == want["next_comm"].to_list()
     # prev_* = next_* of the previous switch on the same CPU; null for each CPU's first switch
     prev = want.with_columns(pl.col("next_pid").shift(1).over("cpu").alias("prev_pid"),
-                             pl.col("next_comm").shift(1).over("cpu").alias("prev_comm"))
+                             pl.col("next_comm").shift(1).over("cpu").alias("prev_comm"),
+                             pl.col("ts").shift(1).over("cpu").alias("prev_in_ts"))
+    # ... except that a task renamed while running (task_rename between its switch-in and this switch)
+    # is switched out under its new comm, as the kernel prints it
+    for ts, pid, newcomm in renames:
+        prev = prev.with_columns(pl.when((pl.col("prev_pid") == pid) & (pl.col("prev_in_ts") <= ts) & (pl.col("ts") >= ts))
+                                 .then(pl.lit(newcomm)).otherwise(pl.col("prev_comm")).alias("prev_comm"))
     assert got["prev_pid"].to_list() == prev["prev_pid"].to_list()
     assert got["prev_comm"].cast(pl.Utf8).to_list() == prev["prev_comm"].to_list()
     assert got["prev_pid"].null_count() == want["cpu"].n_unique()
@@ -177,14 +189,14 @@ def test_pixel_compact_sched_switch(pixel):
     data, ref = pixel
     sw, wk = _reference_compact(ref)
     assert len(sw) == 49849 and not wk
-    _check_compact_switch(data.tables["sched_switch"], sw)
+    _check_compact_switch(data.tables["sched_switch"], sw, _reference_renames(ref))
 
 
 @needs_pb
 def test_systing_compact_switch_waking_softirq_irq(systing):
     data, ref = systing
     sw, wk = _reference_compact(ref)
-    _check_compact_switch(data.tables["sched_switch"], sw)
+    _check_compact_switch(data.tables["sched_switch"], sw, _reference_renames(ref))
     want_wk = pl.DataFrame(wk, schema=["ts", "cpu", "comm", "pid", "target_cpu", "prio"], orient="row")
     got_wk = data.tables["sched_waking"].select("ts", "cpu", pl.col("comm").cast(pl.Utf8), "pid", "target_cpu", "prio")
     key = ["ts", "cpu", "pid"]

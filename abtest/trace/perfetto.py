@@ -13,6 +13,8 @@ What is decoded (see docs/perfetto.md):
   warning. Bundles' GenericEventDescriptors (events described inside the trace) are honoured.
 - CompactSched -> rows of sched_switch / sched_waking (see `_compact_switch_frame`).
 - PowerRails -> `power_rail` (see `_power_rail_frame`); BatteryCounters -> `battery_counters`.
+- SysStats.cpufreq_khz (traced's polling of scaling_cur_freq) -> `cpu_frequency_polled` (ts = packet time
+  ns, cpu, frequency_khz Int64), a counter-sample table apart from the cpu_frequency events.
 - SystemInfo, CpuInfo, FtraceStats, TraceStats, ClockSnapshot -> metadata (abtest.trace.perfetto_meta).
 - compressed_packets (zlib) and zstd_compressed_packets are inflated and walked recursively.
 """
@@ -147,13 +149,16 @@ def _compact_switch_frame(c: dict, strings: _Strings) -> pl.DataFrame:
 def _compact_waking_frame(c: dict, strings: _Strings) -> pl.DataFrame:
     """CompactSched waking arrays -> sched_waking rows (cpu = the CPU that ran the waker).
 
-    common_pid (the waker) is not stored by compact sched and is null.
+    common_pid (the waker) is not stored by compact sched: it is the task running on `cpu` at `ts`,
+    i.e. next_pid of the last sched_switch (compact or full) on that CPU before the waking, derived by
+    the native decoder (perfetto_sort.rs `waker_pids`). It is null before the CPU's first switch and
+    when a switch on that CPU has the waking's exact ts and names another task (order unknown).
     """
     flags = pa.array(c["common_flags"], type=pa.uint32(), mask=~c["common_flags_valid"])
     return pl.DataFrame({
         "ts": _ts(c["ts"]),
         "cpu": pl.Series(c["cpu"], dtype=pl.Int32),
-        "common_pid": pl.repeat(None, len(c["ts"]), dtype=pl.Int32, eager=True),
+        "common_pid": pl.Series(pa.array(c["waker_pid"], type=pa.int32(), mask=~c["waker_valid"])),
         "common_flags": pl.Series(flags),
         "comm": strings.gather("comm", pl.Series(c["comm"], dtype=pl.UInt32)),
         "pid": pl.Series(c["pid"], dtype=pl.Int32),
@@ -211,6 +216,8 @@ def tables_from_decoded(out: dict, warnings: list[str]) -> dict[str, pl.DataFram
             raw[t["name"]] = _table_frame(t, strings)
     if "battery_counters" in raw:  # a device-wide counter: no CPU (the decoder wrote -1)
         raw["battery_counters"] = raw["battery_counters"].drop("cpu")
+    if "cpu_frequency_polled" in raw:  # SysStats.cpufreq_khz samples: kHz as Int64, like cpu_frequency
+        raw["cpu_frequency_polled"] = raw["cpu_frequency_polled"].with_columns(pl.col("frequency_khz").cast(pl.Int64))
     if len(out["compact_switch"]["ts"]):
         _merge(raw, "sched_switch", _compact_switch_frame(out["compact_switch"], strings))
     if len(out["compact_waking"]["ts"]):

@@ -203,11 +203,11 @@ def canonicalize(raw: dict[str, pl.DataFrame], meta: dict) -> dict[str, pl.DataF
 
 
 # Tables that hold counter samples, not trace events: reported by `sample_counts`, not `event_counts`.
-SAMPLE_TABLES = ("power_rail", "battery_counters")
+SAMPLE_TABLES = ("power_rail", "battery_counters", "cpu_frequency_polled")
 
 
 def sample_counts(tables: dict[str, pl.DataFrame]) -> dict[str, int]:
-    """Rows of the counter-sample tables (power rails, battery counters) in the trace."""
+    """Rows of the counter-sample tables (power rails, battery counters, polled CPU frequency) in the trace."""
     return {name: tables[name].height for name in SAMPLE_TABLES if name in tables}
 
 

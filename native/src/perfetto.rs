@@ -130,6 +130,8 @@ fn to_python<'py>(py: Python<'py>, d: Decoder) -> PyResult<Bound<'py, PyDict>> {
     wk.set_item("comm", np(py, w.comm))?;
     wk.set_item("common_flags", np(py, w.common_flags))?;
     wk.set_item("common_flags_valid", np(py, w.flags_valid))?;
+    wk.set_item("waker_pid", np(py, w.waker_pid))?;
+    wk.set_item("waker_valid", np(py, w.waker_valid))?;
     out.set_item("compact_waking", wk)?;
 
     let r = d.rails;

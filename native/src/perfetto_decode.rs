@@ -2,13 +2,15 @@
 //!
 //! Decoded packets (field numbers of perfetto.protos.TracePacket): ftrace_events (1),
 //! clock_snapshot (6), timestamp (8), ftrace_stats (34), trace_stats (35), power_rails (40),
-//! battery (38), previous_packet_dropped (42), system_info (45), compressed_packets (50, zlib),
+//! battery (38), sys_stats (7, cpufreq_khz only), previous_packet_dropped (42), system_info (45), compressed_packets (50, zlib),
 //! timestamp_clock_id (58), cpu_info (67), zstd_compressed_packets (133).
 //! Other packet kinds are counted per field number (meta "packets_not_decoded").
 use std::io::Read;
 
-use crate::perfetto_sort::{sort_compact_switch, sort_compact_waking, sort_rails, sort_table, PrevTask};
-use crate::perfetto_tables::{EventSpec, FieldSpec, FnvMap, Interner, Kind, Table, COL_FLAGS, COL_PID};
+use crate::perfetto_sort::{
+    sort_compact_switch, sort_compact_waking, sort_rails, sort_table, waker_pids, PrevTask, Renames,
+};
+use crate::perfetto_tables::{Data, EventSpec, FieldSpec, FnvMap, Interner, Kind, Table, COL_FLAGS, COL_PID};
 use crate::perfetto_wire::{bytes_of, err, packed_varints, string_of, DResult, DecodeError, Msg, Value};
 
 /// FtraceEvent field number of GenericFtraceEvent.
@@ -40,6 +42,9 @@ pub struct CompactWaking {
     pub comm: Vec<u32>,
     pub common_flags: Vec<u32>,
     pub flags_valid: Vec<bool>,
+    /// the waker (task running on `cpu`), derived after sorting by `perfetto_sort::waker_pids`
+    pub waker_pid: Vec<i32>,
+    pub waker_valid: Vec<bool>,
 }
 
 pub struct RailDesc {
@@ -207,7 +212,11 @@ impl<'s> Decoder<'s> {
                 58 => clock_id = Some(v.as_u64() as u32),
                 10 => seq = Some(v.as_u64() as u32),
                 42 => dropped_before = v.as_u64() != 0,
-                1 | 6 | 34 | 35 | 38 | 40 | 45 | 50 | 67 | 133 => {
+                // sys_stats (7): only cpufreq_khz is read, so it also stays counted as not decoded
+                7 | 1 | 6 | 34 | 35 | 38 | 40 | 45 | 50 | 67 | 133 => {
+                    if num == 7 {
+                        *self.meta.packets_not_decoded.entry(7).or_insert(0) += 1;
+                    }
                     if np < 2 {
                         payloads[np] = Some((num, v));
                         np += 1;
@@ -247,6 +256,7 @@ impl<'s> Decoder<'s> {
                 45 => self.decode_system_info(pb, poff)?,
                 67 => self.decode_cpu_info(pb, poff)?,
                 38 => self.decode_battery(pb, poff, ts)?,
+                7 => self.decode_sys_stats(pb, poff, ts)?,
                 50 | 133 => self.decode_compressed(pb, poff, num == 133, depth)?,
                 _ => {}
             }
@@ -622,10 +632,10 @@ impl<'s> Decoder<'s> {
         Ok(())
     }
 
-    /// Pad columns, derive compact prev_* and sort every table by ts (stable).
+    /// Pad columns, sort every table by ts (stable), derive compact prev_* and compact wakers.
     pub fn finish(&mut self) {
         for t in &mut self.tables {
-            t.finish();
+            t.finish_written();
             if !t.unknown_fields.is_empty() {
                 let mut u = t.unknown_fields.clone();
                 u.sort_unstable();
@@ -636,18 +646,61 @@ impl<'s> Decoder<'s> {
                 ));
             }
         }
+        let renames = Renames::from_table(self.tables.iter().find(|t| t.name == "task_rename"));
         // sorting is independent per table: the compact sched switches (usually the largest) on a
-        // second thread, everything else here
+        // second thread together with the smallest tables, the largest tables here, so that both
+        // threads get about the same number of rows
         let (switch, waking, rails, tables) = (&mut self.switch, &mut self.waking, &mut self.rails, &mut self.tables);
+        let mut order: Vec<&mut Table> = tables.iter_mut().collect();
+        order.sort_by_key(|t| std::cmp::Reverse(t.rows()));
+        let total: usize = order.iter().map(|t| t.rows()).sum::<usize>() + switch.ts.len() + waking.ts.len();
+        let mut here_rows = waking.ts.len() + rails.ts.len();
+        let mut split = 0;
+        while split < order.len() && 2 * (here_rows + order[split].rows()) <= total + order[split].rows() {
+            here_rows += order[split].rows();
+            split += 1;
+        }
+        let (mine, theirs) = order.split_at_mut(split);
+        let renames = &renames;
         self.prev = std::thread::scope(|scope| {
-            let handle = scope.spawn(|| sort_compact_switch(switch));
+            let handle = scope.spawn(move || {
+                let prev = sort_compact_switch(switch, renames);
+                for t in theirs.iter_mut() {
+                    sort_table(t);
+                }
+                prev
+            });
             sort_compact_waking(waking);
             sort_rails(rails);
-            for t in tables.iter_mut() {
+            for t in mine.iter_mut() {
                 sort_table(t);
             }
             handle.join().expect("sorting thread panicked")
         });
+        self.derive_wakers();
+    }
+
+    /// common_pid of compact sched_waking rows: see `perfetto_sort::waker_pids`.
+    fn derive_wakers(&mut self) {
+        let w = &mut self.waking;
+        if w.ts.is_empty() {
+            return;
+        }
+        let s = &self.switch;
+        let mut sources: Vec<(&[i64], &[i32], &[i32], Option<&[bool]>)> = Vec::new();
+        if !s.ts.is_empty() {
+            sources.push((&s.ts, &s.cpu, &s.next_pid, None));
+        }
+        if let Some(t) = self.tables.iter().find(|t| t.name == "sched_switch") {
+            if let Some(c) = t.cols.iter().find(|c| c.spec.name == "next_pid" && c.data.len() == t.rows()) {
+                if let Data::I32(v) = &c.data {
+                    sources.push((&t.ts, &t.cpu, v, c.valid.as_deref()));
+                }
+            }
+        }
+        let (pid, valid) = waker_pids(&w.ts, &w.cpu, &sources);
+        w.waker_pid = pid;
+        w.waker_valid = valid;
     }
 }
 

@@ -96,6 +96,47 @@ impl<'s> Decoder<'s> {
         Ok(())
     }
 
+    /// SysStats (packet field 7): `cpufreq_khz` (field 11, one value per CPU, read by traced from
+    /// /sys/devices/system/cpu/cpu*/cpufreq/scaling_cur_freq) -> table cpu_frequency_polled, one row per
+    /// CPU: ts = packet timestamp (as trace_processor times it), cpu = position in the list,
+    /// frequency_khz. The other SysStats counters are not read.
+    pub(crate) fn decode_sys_stats(&mut self, b: &[u8], off: usize, ts: Option<u64>) -> DResult<()> {
+        let mut m = Msg::new(b, off);
+        let mut khz = std::mem::take(&mut self.packed);
+        khz.clear();
+        while let Some((num, v)) = m.next_field()? {
+            if num == 11 {
+                packed_varints(&v, &mut khz)?;
+            }
+        }
+        if !khz.is_empty() {
+            match ts {
+                None => {
+                    let w = "sys_stats packets without a timestamp: their cpufreq_khz samples were skipped".to_string();
+                    if !self.warnings.contains(&w) {
+                        self.warnings.push(w);
+                    }
+                }
+                Some(ts) => {
+                    let spec = EventSpec {
+                        name: "cpu_frequency_polled".to_string(),
+                        fields: vec![FieldSpec::from_proto(1, "frequency_khz", "uint32", false)],
+                    };
+                    let ti = self.table_by_name(b"cpu_frequency_polled", Some(&spec));
+                    let t = &mut self.tables[ti];
+                    let col = t.cols.iter().position(|c| c.spec.name == "frequency_khz").unwrap_or(0);
+                    for (cpu, &f) in khz.iter().enumerate() {
+                        let row = t.rows();
+                        t.cols[col].put_i64(row, f as i64);
+                        t.push_row(ts as i64, cpu as i32);
+                    }
+                }
+            }
+        }
+        self.packed = khz;
+        Ok(())
+    }
+
     pub(crate) fn decode_system_info(&mut self, b: &[u8], off: usize) -> DResult<()> {
         let mut m = Msg::new(b, off);
         while let Some((num, v)) = m.next_field()? {

@@ -1,39 +1,82 @@
 //! Ordering of decoded rows by timestamp (stable: ties keep file order), done once in the decoder so
 //! that the Python side receives tables already sorted by ts (and flags them sorted).
 use crate::perfetto_decode::{CompactSwitch, CompactWaking, Rails};
-use crate::perfetto_tables::{Column, Data, Table};
+use crate::perfetto_tables::{Column, Data, FnvMap, Table};
 
 /// Stable permutation that orders `ts` ascending, or None when it already is.
-/// LSD radix sort on (ts - min): O(n) per pass, digits of at most 12 bits. When the span and the row
-/// index fit together in 64 bits, each key carries its row index in its low bits (one array moved).
 pub fn argsort_ts(ts: &[i64]) -> Option<Vec<u32>> {
     if ts.windows(2).all(|w| w[0] <= w[1]) {
         return None;
     }
-    let n = ts.len();
-    let min = *ts.iter().min().unwrap();
-    let span = ts.iter().map(|&t| t.wrapping_sub(min) as u64).max().unwrap_or(0);
-    let bits = 64 - span.leading_zeros();
-    let idx_bits = 64 - ((n as u64).saturating_sub(1)).leading_zeros().min(63);
-    if bits + idx_bits > 64 {
-        return Some(argsort_pairs(ts, min, bits));
-    }
-    let mut keys: Vec<u64> = ts
-        .iter()
-        .enumerate()
-        .map(|(i, &t)| ((t.wrapping_sub(min) as u64) << idx_bits) | i as u64)
-        .collect();
-    radix_passes(&mut keys, None, bits, idx_bits);
-    let mask = (1u64 << idx_bits) - 1;
-    Some(keys.iter().map(|&k| (k & mask) as u32).collect())
+    Some(argsort_values(ts))
 }
 
-/// Fallback for spans too wide to share 64 bits with the row index: (key, index) moved together.
-fn argsort_pairs(ts: &[i64], min: i64, bits: u32) -> Vec<u32> {
-    let mut keys: Vec<u64> = ts.iter().map(|&t| t.wrapping_sub(min) as u64).collect();
-    let mut idx: Vec<u32> = (0..ts.len() as u32).collect();
-    radix_passes(&mut keys, Some(&mut idx), bits, 0);
-    idx
+/// Stable argsort of `ts` (positions into `ts`).
+/// LSD radix sort on (ts - min): O(n) per pass, digits of at most 12 bits. When the span and the row
+/// index fit together in 64 bits, each key carries its row index in its low bits (one array moved).
+/// Wider spans (e.g. a few events far from the rest) are first split by their top 11 bits (one stable
+/// counting pass, MSD); each part then has its own, narrower span and is sorted the same way.
+fn argsort_values(ts: &[i64]) -> Vec<u32> {
+    let n = ts.len();
+    if n <= 32 {
+        let mut v: Vec<u32> = (0..n as u32).collect();
+        v.sort_by_key(|&i| ts[i as usize]); // stable
+        return v;
+    }
+    let (mut min, mut max) = (ts[0], ts[0]);
+    for &t in ts {
+        min = min.min(t);
+        max = max.max(t);
+    }
+    let span = max.wrapping_sub(min) as u64;
+    let bits = 64 - span.leading_zeros();
+    let idx_bits = 64 - ((n as u64).saturating_sub(1)).leading_zeros().min(63);
+    if bits + idx_bits <= 64 {
+        let mut keys: Vec<u64> = ts
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| ((t.wrapping_sub(min) as u64) << idx_bits) | i as u64)
+            .collect();
+        radix_passes(&mut keys, None, bits, idx_bits);
+        let mask = (1u64 << idx_bits) - 1;
+        return keys.iter().map(|&k| (k & mask) as u32).collect();
+    }
+    // MSD split: bucket b holds the values whose (ts - min) has top digit b, in their original order
+    const DIGIT: u32 = 11;
+    let shift = bits - DIGIT;
+    let mut start = vec![0usize; (1 << DIGIT) + 1];
+    for &t in ts {
+        start[((t.wrapping_sub(min) as u64) >> shift) as usize + 1] += 1;
+    }
+    for b in 0..(1 << DIGIT) {
+        start[b + 1] += start[b];
+    }
+    let mut fill = start.clone();
+    let mut vals = vec![0i64; n];
+    let mut pos = vec![0u32; n];
+    for (i, &t) in ts.iter().enumerate() {
+        let b = ((t.wrapping_sub(min) as u64) >> shift) as usize;
+        vals[fill[b]] = t;
+        pos[fill[b]] = i as u32;
+        fill[b] += 1;
+    }
+    let mut out = Vec::with_capacity(n);
+    for b in 0..(1 << DIGIT) {
+        let (lo, hi) = (start[b], start[b + 1]);
+        match hi - lo {
+            0 => {}
+            1 => out.push(pos[lo]),
+            _ => {
+                let part = &vals[lo..hi];
+                if part.windows(2).all(|w| w[0] <= w[1]) {
+                    out.extend_from_slice(&pos[lo..hi]);
+                } else {
+                    out.extend(argsort_values(part).iter().map(|&j| pos[lo + j as usize]));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Stable LSD radix sort of `keys` on bits [low, low + bits), carrying `idx` along when given.
@@ -88,35 +131,15 @@ fn radix_passes(keys: &mut Vec<u64>, mut idx: Option<&mut Vec<u32>>, bits: u32, 
     }
 }
 
-/// Stable reorder of `perm` (row indices) grouped by cpu: per-CPU sequences in the order of `perm`.
-fn group_by_cpu(perm: &[u32], cpu: &[i32]) -> Vec<u32> {
-    let mut ids: Vec<i32> = cpu.to_vec();
-    ids.sort_unstable();
-    ids.dedup();
-    let bucket = |c: i32| ids.binary_search(&c).unwrap();
-    let mut count = vec![0usize; ids.len() + 1];
-    let dense: Vec<usize> = cpu.iter().map(|&c| bucket(c)).collect();
-    for &d in &dense {
-        count[d + 1] += 1;
-    }
-    for b in 0..ids.len() {
-        count[b + 1] += count[b];
-    }
-    let mut out = vec![0u32; perm.len()];
-    for &i in perm {
-        let d = dense[i as usize];
-        out[count[d]] = i;
-        count[d] += 1;
-    }
-    out
-}
-
 #[inline]
 fn gather<T: Copy>(v: &[T], perm: &[u32]) -> Vec<T> {
     perm.iter().map(|&i| v[i as usize]).collect()
 }
 
 fn permute_column(c: &mut Column, perm: &[u32]) {
+    if c.data.len() == 0 {
+        return; // written by no row
+    }
     match &mut c.data {
         Data::I32(v) => *v = gather(v, perm),
         Data::I64(v) => *v = gather(v, perm),
@@ -151,42 +174,140 @@ pub struct PrevTask {
     pub valid: Vec<bool>,
 }
 
-/// Derive prev_* (the next_* of the previous switch on the same CPU, in ts order) and sort by ts.
-pub fn sort_compact_switch(s: &mut CompactSwitch) -> PrevTask {
+/// CPU number -> dense slot 0.. (direct table for ordinary CPU numbers, a map for odd ones).
+#[derive(Default)]
+pub struct CpuSlots {
+    direct: Vec<u32>,
+    far: FnvMap<i32, u32>,
+    pub len: usize,
+}
+
+impl CpuSlots {
+    const DIRECT: i32 = 4096;
+
+    #[inline]
+    pub fn slot(&mut self, cpu: i32) -> usize {
+        if (0..Self::DIRECT).contains(&cpu) {
+            let c = cpu as usize;
+            if self.direct.len() <= c {
+                self.direct.resize(c + 1, u32::MAX);
+            }
+            if self.direct[c] == u32::MAX {
+                self.direct[c] = self.len as u32;
+                self.len += 1;
+            }
+            return self.direct[c] as usize;
+        }
+        let next = self.len as u32;
+        let s = *self.far.entry(cpu).or_insert(next);
+        if s == next {
+            self.len += 1;
+        }
+        s as usize
+    }
+}
+
+/// task_rename events: pid -> [(ts, newcomm string id)] in ts order (file order on ties).
+#[derive(Default)]
+pub struct Renames {
+    by_pid: FnvMap<i32, Vec<(i64, u32)>>,
+}
+
+impl Renames {
+    /// From the (unsorted) task_rename table: rows with both `pid` and `newcomm`.
+    pub fn from_table(t: Option<&Table>) -> Renames {
+        let mut r = Renames::default();
+        let Some(t) = t else { return r };
+        let col = |name: &str| t.cols.iter().find(|c| c.spec.name == name);
+        let (Some(pid), Some(comm)) = (col("pid"), col("newcomm")) else { return r };
+        let ok = |c: &Column, i: usize| i < c.data.len() && c.valid.as_ref().is_none_or(|m| m[i]);
+        let Data::Str(comm_ids) = &comm.data else { return r };
+        for i in 0..t.rows() {
+            if !ok(pid, i) || !ok(comm, i) {
+                continue;
+            }
+            let p = match &pid.data {
+                Data::I32(v) => v[i],
+                Data::I64(v) => v[i] as i32,
+                Data::U32(v) => v[i] as i32,
+                Data::U64(v) => v[i] as i32,
+                _ => continue,
+            };
+            r.by_pid.entry(p).or_default().push((t.ts[i], comm_ids[i]));
+        }
+        for v in r.by_pid.values_mut() {
+            v.sort_by_key(|x| x.0); // stable
+        }
+        r
+    }
+
+    /// newcomm of the last rename of `pid` with since <= ts <= until, if any.
+    #[inline]
+    fn comm_at(&self, pid: i32, since: i64, until: i64) -> Option<u32> {
+        let v = self.by_pid.get(&pid)?;
+        let k = v.partition_point(|x| x.0 <= until);
+        (k > 0 && v[k - 1].0 >= since).then(|| v[k - 1].1)
+    }
+}
+
+/// Sort the compact switches by ts (stable) and derive prev_*: the next_* of the previous switch on
+/// the same CPU in that order (the task the CPU switches away from), with the comm updated by any
+/// task_rename of that pid between its switch-in and this switch (both ends included): the kernel
+/// prints the task's current comm as prev_comm.
+pub fn sort_compact_switch(s: &mut CompactSwitch, renames: &Renames) -> PrevTask {
     let n = s.ts.len();
-    let perm = argsort_ts(&s.ts).unwrap_or_else(|| (0..n as u32).collect());
+    let perm = argsort_ts(&s.ts);
     let mut prev = PrevTask {
         pid: vec![0; n],
         prio: vec![0; n],
         comm: vec![0; n],
         valid: vec![false; n],
     };
-    let by_cpu = group_by_cpu(&perm, &s.cpu);
-    let mut last: Option<u32> = None;
-    for &i in &by_cpu {
-        let i = i as usize;
-        if let Some(p) = last {
-            let p = p as usize;
-            if s.cpu[p] == s.cpu[i] {
-                prev.pid[i] = s.next_pid[p];
-                prev.prio[i] = s.next_prio[p];
-                prev.comm[i] = s.next_comm[p];
-                prev.valid[i] = true;
+    let mut slots = CpuSlots::default();
+    // per CPU slot: (ts, pid, prio, comm) of the last switch-in
+    let mut last: Vec<Option<(i64, i32, i32, u32)>> = Vec::new();
+    let check_renames = !renames.by_pid.is_empty();
+    let mut step = |k: usize, ts: i64, cpu: i32, pid: i32, prio: i32, comm: u32, prev: &mut PrevTask| {
+        let c = slots.slot(cpu);
+        if c >= last.len() {
+            last.resize(c + 1, None);
+        }
+        if let Some(l) = last[c] {
+            prev.pid[k] = l.1;
+            prev.prio[k] = l.2;
+            prev.comm[k] = if check_renames { renames.comm_at(l.1, l.0, ts).unwrap_or(l.3) } else { l.3 };
+            prev.valid[k] = true;
+        }
+        last[c] = Some((ts, pid, prio, comm));
+    };
+    match perm {
+        None => {
+            for k in 0..n {
+                step(k, s.ts[k], s.cpu[k], s.next_pid[k], s.next_prio[k], s.next_comm[k], &mut prev);
             }
         }
-        last = Some(i as u32);
-    }
-    if perm.iter().enumerate().any(|(k, &i)| k as u32 != i) {
-        s.ts = gather(&s.ts, &perm);
-        s.cpu = gather(&s.cpu, &perm);
-        s.prev_state = gather(&s.prev_state, &perm);
-        s.next_pid = gather(&s.next_pid, &perm);
-        s.next_prio = gather(&s.next_prio, &perm);
-        s.next_comm = gather(&s.next_comm, &perm);
-        prev.pid = gather(&prev.pid, &perm);
-        prev.prio = gather(&prev.prio, &perm);
-        prev.comm = gather(&prev.comm, &perm);
-        prev.valid = gather(&prev.valid, &perm);
+        Some(perm) => {
+            let mut o = CompactSwitch {
+                ts: Vec::with_capacity(n),
+                cpu: Vec::with_capacity(n),
+                prev_state: Vec::with_capacity(n),
+                next_pid: Vec::with_capacity(n),
+                next_prio: Vec::with_capacity(n),
+                next_comm: Vec::with_capacity(n),
+            };
+            for (k, &i) in perm.iter().enumerate() {
+                let i = i as usize;
+                let (ts, cpu, pid, prio, comm) = (s.ts[i], s.cpu[i], s.next_pid[i], s.next_prio[i], s.next_comm[i]);
+                o.ts.push(ts);
+                o.cpu.push(cpu);
+                o.prev_state.push(s.prev_state[i]);
+                o.next_pid.push(pid);
+                o.next_prio.push(prio);
+                o.next_comm.push(comm);
+                step(k, ts, cpu, pid, prio, comm, &mut prev);
+            }
+            *s = o;
+        }
     }
     prev
 }
@@ -201,6 +322,8 @@ pub fn sort_compact_waking(w: &mut CompactWaking) {
         w.comm = gather(&w.comm, &perm);
         w.common_flags = gather(&w.common_flags, &perm);
         w.flags_valid = gather(&w.flags_valid, &perm);
+        w.waker_pid.clear();
+        w.waker_valid.clear();
     }
 }
 
@@ -211,4 +334,56 @@ pub fn sort_rails(r: &mut Rails) {
         r.packet_ts = gather(&r.packet_ts, &perm);
         r.energy_uws = gather(&r.energy_uws, &perm);
     }
+}
+
+/// The waker of each compact sched_waking (sorted by ts): the task running on the waking's CPU, i.e.
+/// next_pid of the last sched_switch on that CPU before it (compact and full ftrace switches, both
+/// sorted by ts). Unknown (valid = false) before the CPU's first switch, and when switches on that CPU
+/// carry the same ts as the waking and would give a different task (the order of a waking and a
+/// switch with equal ts is not recorded).
+pub fn waker_pids(
+    wake_ts: &[i64],
+    wake_cpu: &[i32],
+    switches: &[(&[i64], &[i32], &[i32], Option<&[bool]>)],
+) -> (Vec<i32>, Vec<bool>) {
+    let mut slots = CpuSlots::default();
+    // (ts, next_pid) of the last switch per CPU slot (None before the CPU's first switch); one cursor
+    // per sorted source
+    let mut current: Vec<Option<(i64, i32)>> = Vec::new();
+    let mut cursor = vec![0usize; switches.len()];
+    let n = wake_ts.len();
+    let (mut pid, mut valid) = (vec![0i32; n], vec![false; n]);
+    for k in 0..n {
+        let t = wake_ts[k];
+        // apply every switch before t, source by source (a later switch of another source wins)
+        for (s, &(ts, cpu, next_pid, ok)) in switches.iter().enumerate() {
+            let mut j = cursor[s];
+            while j < ts.len() && ts[j] < t {
+                if ok.is_none_or(|v| v[j]) {
+                    let c = slots.slot(cpu[j]);
+                    if c >= current.len() {
+                        current.resize(c + 1, None);
+                    }
+                    if current[c].is_none_or(|(t0, _)| ts[j] >= t0) {
+                        current[c] = Some((ts[j], next_pid[j]));
+                    }
+                }
+                j += 1;
+            }
+            cursor[s] = j;
+        }
+        let c = slots.slot(wake_cpu[k]);
+        let Some(Some((_, running))) = current.get(c).copied() else { continue };
+        // a switch on this CPU at exactly t: the waking may come before or after it
+        let tie_elsewhere = switches.iter().enumerate().any(|(s, &(ts, cpu, next_pid, ok))| {
+            (cursor[s]..ts.len())
+                .take_while(|&j| ts[j] == t)
+                .any(|j| cpu[j] == wake_cpu[k] && ok.is_none_or(|v| v[j]) && next_pid[j] != running)
+        });
+        if !tie_elsewhere {
+            pid[k] = running;
+            valid[k] = true;
+        }
+    }
+    (pid, valid)
 }

@@ -472,10 +472,21 @@ impl Table {
         self.cpu.push(cpu);
     }
 
+    /// Pad every column to the row count (nulls), including columns no row wrote.
     pub fn finish(&mut self) {
         let rows = self.rows();
         for c in &mut self.cols {
             c.finish(rows);
+        }
+    }
+
+    /// Pad the columns some row wrote; columns no row wrote stay empty (not returned to Python).
+    pub fn finish_written(&mut self) {
+        let rows = self.rows();
+        for c in &mut self.cols {
+            if c.data.len() > 0 {
+                c.finish(rows);
+            }
         }
     }
 }
