@@ -17,7 +17,7 @@ from abtest.trace.model import TraceData
 from abtest.trace.schema import canonicalize, event_counts, sample_counts
 
 # Bumped whenever a reader's output changes: part of the cache key.
-READER_VERSION = "5"
+READER_VERSION = "6"
 
 _TEXT_FORMATS = ("ftrace-text", "atrace", "atrace-z", "systrace-html")
 
