@@ -262,26 +262,7 @@ def test_fields_agree(rel, kind):
             keys = ["ts", "cpu", *cols]
             only_tp = theirs.join(ours, on=keys, how="anti", nulls_equal=True)
             only_ours = ours.join(theirs, on=keys, how="anti", nulls_equal=True)
-            if kind == "perfetto" and event == "sched_switch" and "task_rename" in t.tables and only_tp.height:
-                # KNOWN abtest READER BUG (reported): a task renamed while running (task_rename, e.g.
-                # "kworker/dying" on worker exit) switches out under its new comm, as the kernel prints it and
-                # TP shows; abtest's compact decoding still gives the comm it was switched in with.
-                renames = t.df("task_rename").select(pl.col("pid").cast(pl.Int64).alias("prev_pid"),
-                                                     pl.col("newcomm").cast(pl.String).alias("prev_comm"),
-                                                     pl.col("ts").alias("rename_ts"))
-                explained_by_rename = only_tp.join(renames, on=["prev_pid", "prev_comm"], how="inner") \
-                    .filter(pl.col("rename_ts") < pl.col("ts")).select(keys).unique()
-                ours_same_row = only_tp.drop("prev_comm").join(ours.drop("prev_comm"), on=[k for k in keys if k != "prev_comm"],
-                                                               how="anti", nulls_equal=True)
-                assert ours_same_row.is_empty(), ours_same_row.head()  # only prev_comm differs
-                assert explained_by_rename.height == only_tp.height, only_tp.join(explained_by_rename, on=keys, how="anti")
-                print(f"\n{rel}: {only_tp.height} sched_switch rows whose prev_comm abtest does not update after "
-                      "task_rename (known reader bug)")
-                at = only_tp.select("ts", "cpu")  # set these rows aside on both sides, compare the rest
-                ours = ours.join(at, on=["ts", "cpu"], how="anti")
-                theirs = theirs.join(at, on=["ts", "cpu"], how="anti")
-                only_tp = theirs.join(ours, on=keys, how="anti", nulls_equal=True)
-                only_ours = ours.join(theirs, on=keys, how="anti", nulls_equal=True)
+            # renamed tasks switch out under their new comm in both (abtest reader fixed; tests/test_perfetto_derived.py)
             assert only_tp.is_empty(), (event, only_tp.head())
             explained = int(stats.get(SKIP_STATS.get(event, ""), 0) or 0) if kind == "perfetto" else 0
             if kind == "text" and _unterminated_last_event(TRACES / rel) == event:
