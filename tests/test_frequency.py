@@ -136,6 +136,12 @@ def test_pixel7pro_opp_residency_plain_sweep(traces):
     assert freq.height == 11998
     rows = [(ts, "i", c, s) for ts, c, s in t.df("cpu_idle").select("ts", "cpu", "state").iter_rows()]
     rows += [(ts, "f", c, k) for ts, c, k in freq.select("ts", "cpu", "frequency_khz").iter_rows()]
+    # polled sys_stats samples count only before the CPU's first cpu_frequency event
+    first_event = {}
+    for ts, c in sorted(freq.select("ts", "cpu").iter_rows()):
+        first_event.setdefault(c, ts)
+    rows += [(ts, "f", c, k) for ts, c, k in t.df("cpu_frequency_polled").select("ts", "cpu", "frequency_khz").iter_rows()
+             if ts < first_event.get(c, 1 << 62)]
     first_idle = {}
     for ts, kind, c, v in sorted(r for r in rows if r[1] == "i"):
         first_idle.setdefault(c, v)
@@ -159,5 +165,9 @@ def test_pixel7pro_opp_residency_plain_sweep(traces):
     assert got == want
     doms = dict(fq.df_cpu_domains(freq).iter_rows())
     assert doms == {0: 0, 1: 0, 2: 0, 3: 0, 4: 4, 5: 4, 6: 6, 7: 6}  # Tensor G2: 4 little, 2 mid, 2 big
+    # the X1 CPUs (6, 7) have no cpu_frequency event for the first 17.95 s: the polled samples cover
+    # that, so only the time before the first poll stays unknown
+    unknown = {c: tn for (c, f), (tn, _) in got.items() if f is None}
+    assert first_event[6] - start > 17_000_000_000 and unknown[6] < 300_000_000 and unknown[7] < 300_000_000
     stats = t.frequency.df_frequency_stats()
     assert stats["transitions"].sum() <= 11998 and (stats["transitions_per_s"] > 0).all()

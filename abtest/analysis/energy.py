@@ -339,7 +339,8 @@ class EnergyAnalysis:
         if idle is None:
             self.trace.require("energy.df_energy_estimate (activity)", "sched_switch")
             sw = self.trace.df("sched_switch", windowed=False)
-        return df_energy_estimate(self.trace.df("cpu_frequency", windowed=False), plat, cpu_idle=idle,
+        from abtest.analysis.frequency import trace_cpu_frequency  # seeded with polled samples (perfetto)
+        return df_energy_estimate(trace_cpu_frequency(self.trace), plat, cpu_idle=idle,
                                   sched_switch=sw, **self._win())
 
     def plot_power_per_rail(self, ax=None):

@@ -5,7 +5,10 @@ Needs ``cpu_frequency`` (ts, cpu, frequency_khz). Uses ``cpu_idle`` when present
 inferred (CPUs whose cpu_frequency value sequences are identical share a domain).
 
 Before a CPU's first cpu_frequency event the frequency is unknown: those intervals have
-``frequency_khz`` = null and are reported as such (never attributed to an OPP).
+``frequency_khz`` = null and are reported as such (never attributed to an OPP). Perfetto traces may also
+hold polled frequencies (``cpu_frequency_polled``: the sys_stats cpufreq readings); the samples taken
+before a CPU's first cpu_frequency event fill that gap (df_cpu_frequency_seeded), later ones are not used
+(the events are exact, the polls only instants).
 """
 from __future__ import annotations
 
@@ -15,11 +18,27 @@ from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import (df_cpu_idle_intervals, df_intervals, df_intervals_join, window_of)
 
 EVENTS = ("cpu_frequency",)
-OPTIONAL_EVENTS = ("cpu_idle", "cpu_frequency_limits")
+OPTIONAL_EVENTS = ("cpu_idle", "cpu_frequency_limits", "cpu_frequency_polled")
 
-__all__ = ["EVENTS", "OPTIONAL_EVENTS", "df_frequency_intervals", "df_cpu_domains", "df_opp_residency",
+__all__ = ["EVENTS", "OPTIONAL_EVENTS", "df_cpu_frequency_seeded", "df_frequency_intervals", "df_cpu_domains", "df_opp_residency",
            "df_domain_opp_residency", "df_frequency_stats", "df_transitions", "df_oscillations",
            "plot_opp_residency", "FrequencyAnalysis", "summary"]
+
+
+def df_cpu_frequency_seeded(cpu_frequency: pl.DataFrame, polled: pl.DataFrame | None) -> pl.DataFrame:
+    """``ts (ns), cpu, frequency_khz`` events, plus the polled samples (``cpu_frequency_polled``) of each CPU
+    taken before its first cpu_frequency event (all of them for a CPU without events), in time order.
+
+    Events: cpu_frequency, cpu_frequency_polled.
+    """
+    ev = cpu_frequency.select("ts", pl.col("cpu").cast(pl.Int32), pl.col("frequency_khz").cast(pl.Int64))
+    if polled is None or polled.is_empty():
+        return ev
+    first = ev.group_by("cpu").agg(pl.col("ts").min().alias("_first"))
+    seeds = (polled.select("ts", pl.col("cpu").cast(pl.Int32), pl.col("frequency_khz").cast(pl.Int64))
+             .join(first, on="cpu", how="left")
+             .filter(pl.col("_first").is_null() | (pl.col("ts") < pl.col("_first"))).drop("_first"))
+    return pl.concat([seeds, ev]).sort("ts", "cpu", maintain_order=True)
 
 
 def df_frequency_intervals(cpu_frequency: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
@@ -231,6 +250,12 @@ def plot_opp_residency(residency: pl.DataFrame, *, key: str = "cpu", active: boo
     return fig
 
 
+def trace_cpu_frequency(trace) -> pl.DataFrame:
+    """The trace's cpu_frequency events, seeded with its polled samples when it has them (whole trace)."""
+    polled = trace.df("cpu_frequency_polled", windowed=False) if trace.has_events("cpu_frequency_polled") else None
+    return df_cpu_frequency_seeded(trace.df("cpu_frequency", windowed=False), polled)
+
+
 class FrequencyAnalysis:
     """The frequency analyses bound to a Trace (``trace.frequency``); window and platform come from it."""
 
@@ -239,7 +264,7 @@ class FrequencyAnalysis:
 
     def _freq(self, what: str) -> pl.DataFrame:
         self.trace.require(f"frequency.{what}", *EVENTS)
-        return self.trace.df("cpu_frequency", windowed=False)
+        return trace_cpu_frequency(self.trace)
 
     def _idle(self) -> pl.DataFrame | None:
         return self.trace.df("cpu_idle", windowed=False) if self.trace.has_events("cpu_idle") else None
