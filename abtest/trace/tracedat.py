@@ -160,56 +160,143 @@ def _decode_error(path, lay: Layout, err: ValueError) -> TraceFormatError:
     return TraceFormatError(path, str(err))
 
 
-def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
+# How the last read() decoded its file (for tests and benchmarks): {"path": "fused" | "indexed",
+# "fallback": why the streaming path was not used (None when it was)}.
+last_decode: dict = {}
+
+
+def read(path, data, *, fused: bool = True) -> tuple[dict[str, pl.DataFrame], dict]:
     """Decode a trace.dat held in `data` (bytes or mmap). Returns (raw tables by event name, meta).
 
     Only event types with records get a table (the file carries the formats of every event the kernel
     knows, thousands of them); meta["event_formats"] counts the formats present.
+    fused=True (default): the streaming decode (inflate, walk and columns in one pass per CPU, then a
+    per-table merge); it falls back to the record-index path when a CPU's timestamps go backwards or
+    the data is corrupt (that path then orders the records or raises the exact error). fused=False:
+    the record-index path only. Both give identical tables.
     """
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the decode allocates few, large objects: cyclic GC passes would only cost time
     try:
-        return _read(Path(path), data)
+        return _read(Path(path), data, fused)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _read(path: Path, data) -> tuple[dict[str, pl.DataFrame], dict]:
+class _Setup:
+    """What both decode paths need from the file layout (per event *type*, never per event)."""
+
+    def __init__(self, path: Path, lay: Layout):
+        self.index = _format_index(path, lay)
+        self.names = _table_names(self.index)
+        self.ph = tf.parse_header_page(lay.header_page, lay.long_size)
+        self.first = tf.parse_event_format(next(iter(self.index.values()))[2], "")
+        ctype = self.first.field("common_type")
+        self.id_field = (ctype.offset, ctype.size) if ctype else (0, 2)
+        self.clock_off = lay.ts_offset_ns + lay.date_offset_ns
+        self.tsc = lay.tsc2nsec if (lay.tsc2nsec and lay.tsc2nsec[0]) else None
+        ph = self.ph
+        self.page = (lay.page_size, ph.ts_offset, ph.ts_size, ph.commit_offset, ph.commit_size, ph.data_offset)
+        self.unknown = [_field_spec(self.first, f, ph.commit_size) for f in _ordered_fields(self.first)
+                        if f.name.startswith("common_")]
+        self.unknown.append(("payload", 0, 0, tf.KIND_TAIL_BIN, False, 0, 0, 0))
+        self.printk = {a: s.encode() for a, s in tf.parse_printk_formats(lay.printk).items()}
+
+    def specs(self, formats: dict[int, tf.EventFormat]) -> dict[int, list]:
+        return {i: [_field_spec(ev, f, self.ph.commit_size) for f in _ordered_fields(ev)] for i, ev in formats.items()}
+
+
+def _read(path: Path, data, fused: bool) -> tuple[dict[str, pl.DataFrame], dict]:
+    lay = parse_layout(path, data, inflate=not fused)
+    setup = _Setup(path, lay)
+    if fused:
+        out = _read_fused(path, data, lay, setup)
+        if out is not None:
+            return out
+        if lay.chunks:  # compressed chunks were only located: inflate them for the record-index path
+            lay = parse_layout(path, data)
+    else:
+        last_decode.update(path="indexed", fallback="fused=False")
+    return _read_indexed(path, lay, setup)
+
+
+def _read_fused(path: Path, data, lay: Layout, setup: _Setup):
+    """The streaming decode (native/src/tracedat_fused.rs); None when the record-index path must run."""
     from abtest import _native
 
-    lay = parse_layout(path, data)
-    index = _format_index(path, lay)
-    names = _table_names(index)
-    ph = tf.parse_header_page(lay.header_page, lay.long_size)
-    first = tf.parse_event_format(next(iter(index.values()))[2], "")
-    ctype = first.field("common_type")
-    id_field = (ctype.offset, ctype.size) if ctype else (0, 2)
-    clock_off = lay.ts_offset_ns + lay.date_offset_ns
-    tsc = lay.tsc2nsec if (lay.tsc2nsec and lay.tsc2nsec[0]) else None
+    if lay.chunks:
+        groups = lay.chunks
+    else:
+        groups = [(cd.cpu, [(cd.start, cd.size, 0)]) for cd in lay.cpu_data if cd.size > 0]
+        if any(cd.buf is not data for cd in lay.cpu_data):
+            groups = None
+    cpus = [cpu for cpu, _ in groups or []]
+    if groups is None or len(set(cpus)) != len(cpus):
+        last_decode.update(path="indexed", fallback="CPU data not one run per CPU in the file")
+        return None
+    formats: dict[int, tf.EventFormat] = {}
+    bad: dict[int, str] = {}
+
+    def resolve(ev_id: int):
+        """Field specs of event id `ev_id` (None: no usable format; its records keep the raw payload)."""
+        got, warn = _parse_formats(setup.index, [ev_id])
+        if warn:
+            bad[ev_id] = warn[0]
+        if ev_id not in got:
+            return None
+        formats[ev_id] = got[ev_id]
+        return setup.specs(got)[ev_id]
+
+    def kallsyms() -> bytes:
+        return load_kallsyms(lay)
+
+    # bprint %pS needs the kernel symbols: fetched by the decoder on its first bprint record, if any
+    syms = kallsyms if any(b"%p" in f for f in setup.printk.values()) else None
+    release = isinstance(data, mmap.mmap)
+    res = _native.tracedat_fused(data, groups, lay.compression, setup.page, lay.big_endian, setup.id_field,
+                                 setup.tsc, setup.clock_off, resolve, setup.unknown, setup.ph.commit_size,
+                                 setup.printk, syms, release)
+    if "fallback" in res:
+        last_decode.update(path="indexed", fallback=res["fallback"])
+        return None
+    last_decode.update(path="fused", fallback=None)
+    lay.chunks = []
+    warnings = lay.warnings + [bad[i] for i in sorted(bad)]
+    return _finish(lay, setup, formats, warnings, res, res["stats"], sorted(cpus))
+
+
+def _read_indexed(path: Path, lay: Layout, setup: _Setup):
+    """The record-index path: page walk -> record index -> time order -> column pass."""
+    from abtest import _native
+
     bufs = [(cd.cpu, cd.buf, cd.start, cd.size) for cd in lay.cpu_data if cd.size > 0]
-    page = (lay.page_size, ph.ts_offset, ph.ts_size, ph.commit_offset, ph.commit_size, ph.data_offset)
     try:
-        recs = _native.tracedat_walk(bufs, page, lay.big_endian, id_field, tsc, clock_off)
+        recs = _native.tracedat_walk(bufs, setup.page, lay.big_endian, setup.id_field, setup.tsc, setup.clock_off)
     except ValueError as e:
         raise _decode_error(path, lay, e) from None
     counts = recs.event_counts()
-    formats, warnings = _parse_formats(index, counts)
+    formats, warnings = _parse_formats(setup.index, sorted(counts))
     warnings = lay.warnings + warnings
-    specs = {i: [_field_spec(ev, f, ph.commit_size) for f in _ordered_fields(ev)] for i, ev in formats.items()}
-    unknown = [_field_spec(first, f, ph.commit_size) for f in _ordered_fields(first) if f.name.startswith("common_")]
-    unknown.append(("payload", 0, 0, tf.KIND_TAIL_BIN, False, 0, 0, 0))
-    printk = {a: s.encode() for a, s in tf.parse_printk_formats(lay.printk).items()}
-    needs_syms = any(index.get(i, ("", ""))[1] == "bprint" for i in counts) and any(b"%p" in f for f in printk.values())
+    specs = setup.specs(formats)
+    needs_syms = (any(setup.index.get(i, ("", ""))[1] == "bprint" for i in counts)
+                  and any(b"%p" in f for f in setup.printk.values()))
     kallsyms = load_kallsyms(lay) if needs_syms else b""  # parsed in Rust, for %pS / %ps
     # the column pass may give back the pages of the sources it has consumed: inflated chunks (dropped
     # right after) and read-only file mappings (they fault back in unchanged); never a caller's bytes
     release = [cd.file_offset is None or isinstance(cd.buf, mmap.mmap) for cd in lay.cpu_data if cd.size > 0]
-    res = recs.columns(specs, unknown, ph.commit_size, printk, kallsyms, release)
+    res = recs.columns(specs, setup.unknown, setup.ph.commit_size, setup.printk, kallsyms, release)
     stats = recs.stats()
     cpus_with_data = sorted({cd.cpu for cd in lay.cpu_data if cd.size > 0})
     del recs, bufs  # release the records and the (inflated) ring-buffer pages before building frames
     lay.cpu_data = []
+    return _finish(lay, setup, formats, warnings, res, stats, cpus_with_data)
+
+
+def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict, stats: dict,
+            cpus_with_data: list) -> tuple[dict[str, pl.DataFrame], dict]:
+    """Decoder columns + statistics -> (raw tables by name, meta)."""
+    index, names = setup.index, setup.names
     raw: dict[str, pl.DataFrame] = {}
     for ev_id, cols in res["events"].items():
         name = names.get(ev_id, f"unknown_event_{ev_id}") if ev_id in formats else f"unknown_event_{ev_id}"

@@ -3,7 +3,8 @@
 Walks the header, header_page/header_event, ftrace and event format sections, kallsyms,
 printk formats, saved cmdlines, options (v6 options block; v7 option sections with their
 compressed HEADER_INFO / EVENT_FORMATS / ... sections) and locates the per-CPU ring-buffer
-data (v7 compressed flyrecord chunks are inflated here with zlib / zstandard).
+data (v7 compressed flyrecord chunks are inflated here with zlib / zstandard, or only located when
+the streaming decoder inflates them itself).
 Every malformed or truncated structure raises TraceFormatError with the file byte offset.
 """
 from __future__ import annotations
@@ -72,6 +73,9 @@ class Layout:
     instances: list[str] = field(default_factory=list)  # named (non-top) buffers, not decoded
     warnings: list[str] = field(default_factory=list)
     has_time_shift: bool = False
+    # v7 compressed data located but not inflated (parse_layout(..., inflate=False)): per CPU in file
+    # order, (cpu, [(file offset of the compressed chunk data, compressed size, inflated size), ...])
+    chunks: list[tuple[int, list[tuple[int, int, int]]]] = field(default_factory=list)
 
 
 class _Cursor:
@@ -354,7 +358,7 @@ def _cpu_chunks(c: _Cursor, off: int, size: int, cpu: int) -> list[tuple[bytes, 
     return items
 
 
-def _parse_v7(c: _Cursor, lay: Layout) -> None:
+def _parse_v7(c: _Cursor, lay: Layout, inflate: bool = True) -> None:
     lay.compression = c.cstr("compression algorithm name") or None
     lay.compression_version = c.cstr("compression algorithm version") or None
     if lay.compression == "none":
@@ -428,7 +432,11 @@ def _parse_v7(c: _Cursor, lay: Layout) -> None:
         _check_span(c.path, c.data, off, size, f"CPU {cpu} ring-buffer data")
         if size == 0:
             continue
-        if lay.compression:  # chunks hold whole pages: each one is decoded as its own source
+        if lay.compression and not inflate:  # located only: the decoder inflates them
+            spans = [(at + 8, len(blob), usize) for blob, usize, at, _ in _cpu_chunks(c, off, size, cpu)]
+            if spans:
+                lay.chunks.append((cpu, spans))
+        elif lay.compression:  # chunks hold whole pages: each one is decoded as its own source
             pending += [(cpu, i, item) for i, item in enumerate(_cpu_chunks(c, off, size, cpu))]
         else:
             lay.cpu_data.append(CpuData(cpu, c.data, off, size, off))
@@ -440,7 +448,8 @@ def _parse_v7(c: _Cursor, lay: Layout) -> None:
         last = max(item[2] + 8 + len(item[0]) for _, _, item in pending)
         del pending
         _drop_mapped_pages(c.data, first, last)
-    lay.cpus = lay.cpus or (max((d.cpu for d in lay.cpu_data), default=-1) + 1)
+    cpus_seen = [d.cpu for d in lay.cpu_data] + [cpu for cpu, _ in lay.chunks]
+    lay.cpus = lay.cpus or (max(cpus_seen, default=-1) + 1)
 
 
 def load_kallsyms(lay: Layout) -> bytes:
@@ -462,8 +471,11 @@ def _drop_mapped_pages(data, start: int, end: int) -> None:
             pass
 
 
-def parse_layout(path, data) -> Layout:
-    """Parse the trace.dat at `path` (contents `data`: bytes or mmap) up to the event data."""
+def parse_layout(path, data, inflate: bool = True) -> Layout:
+    """Parse the trace.dat at `path` (contents `data`: bytes or mmap) up to the event data.
+
+    v7 compressed CPU data: inflated into `cpu_data` (one entry per chunk), or with inflate=False only
+    located (`chunks`; the streaming decoder inflates them)."""
     c = _Cursor(path, data, 0)
     if len(data) == 0:
         raise TraceFormatError(path, "file is empty", offset=0, expected="a trace.dat file")
@@ -492,5 +504,5 @@ def parse_layout(path, data) -> Layout:
     if lay.version == 6:
         _parse_v6(c, lay)
     else:
-        _parse_v7(c, lay)
+        _parse_v7(c, lay, inflate)
     return lay

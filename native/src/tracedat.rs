@@ -30,6 +30,10 @@ mod tracedat_columns;
 use tracedat_columns::{Builder, Env, FieldSpec};
 #[path = "tracedat_pages.rs"]
 mod tracedat_pages;
+#[path = "tracedat_merge.rs"]
+mod tracedat_merge;
+#[path = "tracedat_fused.rs"]
+mod tracedat_fused;
 use tracedat_pages::{split_balanced, time_order, walk_cpu, worker_count, Clock, CpuStats, DecodeError, PageLayout, Records};
 
 /// Columns of one event type, built off the GIL.
@@ -385,7 +389,9 @@ impl TraceDatRecords {
             let prev: u64 = lost.get_item(cpu)?.map(|v| v.extract().unwrap_or(0)).unwrap_or(0);
             lost.set_item(cpu, prev + n)?;
             if u > 0 {
-                unknown.set_item(cpu, u)?;
+                // summed over the CPU's sources (v7: one per chunk)
+                let prev_u: u64 = unknown.get_item(cpu)?.map(|v| v.extract().unwrap_or(0)).unwrap_or(0);
+                unknown.set_item(cpu, prev_u + u)?;
             }
         }
         d.set_item("lost", lost)?;
@@ -414,7 +420,7 @@ impl TraceDatRecords {
         kallsyms: Vec<u8>,
         release: Vec<bool>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let kallsyms = parse_kallsyms(&kallsyms);
+        let kallsyms = tracedat_columns::Syms::ready(parse_kallsyms(&kallsyms));
         // event types present, with their record counts; each thread owns a set of types (largest first
         // to the least loaded thread) and makes one pass over all records in time order, filling the
         // columns of its own types: record bytes are read once, in file order per CPU.
@@ -471,7 +477,7 @@ impl TraceDatRecords {
                 let (progress, cursor, by_last) = (&progress, &cursor, &by_last);
                 sc.spawn(move || {
                     let mut env = Env {
-                        be, long_size, printk, sym_addrs: &kallsyms.0, sym_names: &kallsyms.1,
+                        be, long_size, printk, syms: kallsyms,
                         short_fields: 0, missing_formats: 0,
                     };
                     let mut start = 0usize;
@@ -528,6 +534,7 @@ impl TraceDatRecords {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tracedat_walk, m)?)?;
+    m.add_function(wrap_pyfunction!(tracedat_fused::tracedat_fused, m)?)?;
     m.add_class::<TraceDatRecords>()?;
     Ok(())
 }

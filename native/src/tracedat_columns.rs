@@ -83,10 +83,33 @@ pub struct Env<'a> {
     pub be: bool,
     pub long_size: usize,
     pub printk: &'a HashMap<u64, Vec<u8>>,
-    pub sym_addrs: &'a [u64],
-    pub sym_names: &'a [String],
+    pub syms: &'a Syms,
     pub short_fields: u64,
     pub missing_formats: u64,
+}
+
+/// Kernel symbols for bprint `%pS` (sorted addresses, names): given up front, or loaded on first use
+/// (the streaming decode only learns that a bprint event exists when it meets one).
+pub struct Syms {
+    cell: std::sync::OnceLock<(Vec<u64>, Vec<String>)>,
+    loader: Option<SymLoader>,
+}
+
+pub type SymLoader = Box<dyn Fn() -> (Vec<u64>, Vec<String>) + Send + Sync>;
+
+impl Syms {
+    pub fn ready(syms: (Vec<u64>, Vec<String>)) -> Syms {
+        Syms { cell: std::sync::OnceLock::from(syms), loader: None }
+    }
+
+    pub fn lazy(loader: Option<SymLoader>) -> Syms {
+        Syms { cell: std::sync::OnceLock::new(), loader }
+    }
+
+    pub fn get(&self) -> (&[u64], &[String]) {
+        let (a, n) = self.cell.get_or_init(|| self.loader.as_ref().map(|f| f()).unwrap_or_default());
+        (a, n)
+    }
 }
 
 pub enum Num {
@@ -126,7 +149,7 @@ impl Num {
             Num::I64(x) => x.push(v as i64),
         }
     }
-    fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         match self {
             Num::U8(x) => x.len(),
             Num::I8(x) => x.len(),
@@ -152,7 +175,7 @@ impl Num {
     }
 }
 
-enum Col {
+pub enum Col {
     Num(Num),
     Var { text: bool, offsets: Vec<i64>, bytes: Vec<u8> },
     Cat { codes: Vec<u32>, map: FxMap, small: FxMap128, offsets: Vec<i64>, bytes: Vec<u8> },
@@ -161,8 +184,8 @@ enum Col {
 }
 
 pub struct Builder {
-    spec: FieldSpec,
-    col: Col,
+    pub spec: FieldSpec,
+    pub col: Col,
 }
 
 /// Index of the first zero byte of 16 little-endian bytes (16 if none), branch-free per half.
@@ -346,7 +369,7 @@ impl Builder {
                         let addr = rd(r, self.spec.6, self.spec.7, be).unwrap_or(0);
                         let s = match env.printk.get(&addr) {
                             Some(fmt) => format_bprint(fmt, r.get(off..).unwrap_or(&[]), env.long_size, be,
-                                                       (env.sym_addrs, env.sym_names)),
+                                                       env.syms.get()),
                             None => {
                                 env.missing_formats += 1;
                                 format!("[UNKNOWN PRINTK FORMAT 0x{:x}]", addr)

@@ -92,6 +92,25 @@ pub struct CpuStats {
 #[inline(never)]
 pub fn walk_cpu(si: usize, data: &[u8], lay: &PageLayout, clock: &Clock, recs: &mut Records, st: &mut CpuStats)
     -> Result<(), DecodeError> {
+    walk_pages(si, data, lay, clock, st, |ts, ty, rec, pos| {
+        recs.ts.push(ts);
+        recs.src.push(si as u32);
+        recs.pos.push(pos as u32);
+        if rec.len() >= LONG_RECORD as usize {
+            recs.long.push((recs.len.len() as u32, rec.len() as u32));
+            recs.len.push(LONG_RECORD);
+        } else {
+            recs.len.push(rec.len() as u16);
+        }
+        recs.ty.push(ty);
+    })
+}
+
+/// Walk every page of `data` (whole ring-buffer pages of one CPU; `si` names the source in errors),
+/// calling `emit(timestamp ns, type id, record bytes, byte position of the record in data)` per event.
+#[inline(always)]
+pub fn walk_pages<F: FnMut(i64, u16, &[u8], usize)>(si: usize, data: &[u8], lay: &PageLayout, clock: &Clock,
+                                                    st: &mut CpuStats, mut emit: F) -> Result<(), DecodeError> {
     let ps = lay.page_size;
     let err = |pos: usize, msg: String| DecodeError { src: si, pos, msg };
     if data.len() % ps != 0 {
@@ -173,16 +192,7 @@ pub fn walk_cpu(si: usize, data: &[u8], lay: &PageLayout, clock: &Clock, recs: &
                 Some(t) => t as u16,
                 None => return Err(err(base + i, format!("event record of {} bytes too short for its type id", data_len))),
             };
-            recs.ts.push(clock.apply(ts));
-            recs.src.push(si as u32);
-            recs.pos.push((base + data_at) as u32);
-            if data_len >= LONG_RECORD as usize {
-                recs.long.push((recs.len.len() as u32, data_len as u32));
-                recs.len.push(LONG_RECORD);
-            } else {
-                recs.len.push(data_len as u16);
-            }
-            recs.ty.push(ty);
+            emit(clock.apply(ts), ty, rec, base + data_at);
             i = data_at + data_len;
         }
     }

@@ -1,0 +1,456 @@
+//! Streaming trace.dat decode: inflate, walk and fill columns per CPU in one pass, then merge per table.
+//!
+//! One job per CPU (its ring-buffer data: v7 compressed chunks, or one stored span of the file), run on
+//! min(CPUs with data, cores) threads. A job inflates its chunks one by one into a reused buffer
+//! (zstd / zlib, 10 pages of 4 KiB per chunk as trace-cmd writes them), walks the pages of each chunk
+//! while they are hot in cache and pushes every record straight into that CPU's column builders of its
+//! event type (tracedat_columns, fixed-layout types staged in blocks). No record index, no copy of the
+//! inflated data. The compressed chunks' pages of a file mapping are given back to the kernel as they
+//! are consumed (the caller says when the buffer is a read-only mapping).
+//!
+//! Each table is then the merge of its per-CPU runs by timestamp (tracedat_merge), which reproduces the
+//! record-index path exactly when every CPU's timestamps are non-decreasing. When they are not, or on
+//! any decode or inflate error, this returns {"fallback": reason} and the caller uses the record-index
+//! path (tracedat_walk + columns), which orders such traces and reports errors with their exact
+//! positions and messages.
+//!
+//! Field layouts come from a Python callable (event id -> field specs or None), called once per event
+//! type that occurs, under the GIL, from the thread that meets the type first; likewise the kallsyms
+//! text for bprint `%pS`, fetched on the first bprint record. The GIL is released otherwise.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::tracedat_columns::{Builder, Env, FieldSpec, SymLoader, Syms};
+use super::tracedat_merge::{gather_builder, gather_slices, merge_segments};
+use super::tracedat_pages::{walk_pages, worker_count, Clock, CpuStats, PageLayout};
+use super::{fix_mmap_threshold, parse_kallsyms, release_pages, TypeColumns};
+
+/// Stored (uncompressed) CPU data is walked in pieces of this many bytes (rounded down to whole pages),
+/// so that a file mapping's pages can be given back as the walk passes them.
+const RAW_PIECE: usize = 1 << 20;
+/// Compressed input consumed before its file pages are given back (fewer, larger madvise calls).
+const RELEASE_STEP: usize = 1 << 20;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Comp {
+    Stored,
+    Zstd,
+    Zlib,
+}
+
+/// One CPU's data: (start, size, inflated size) spans of the file buffer, in order.
+struct Job {
+    cpu: i32,
+    first_src: usize,
+    spans: Vec<(usize, usize, usize)>,
+}
+
+/// Field specs per event id, asked of Python once per id.
+struct SpecCache<'a> {
+    resolver: &'a Py<PyAny>,
+    unknown: &'a [FieldSpec],
+    cache: Mutex<HashMap<u16, Arc<Vec<FieldSpec>>>>,
+    error: Mutex<Option<PyErr>>,
+}
+
+impl SpecCache<'_> {
+    fn get(&self, ty: u16) -> Arc<Vec<FieldSpec>> {
+        let mut cache = self.cache.lock().unwrap();
+        if let Some(s) = cache.get(&ty) {
+            return s.clone();
+        }
+        // the GIL is taken while holding the cache lock; no thread holding the GIL waits for this lock
+        let got: PyResult<Option<Vec<FieldSpec>>> =
+            Python::with_gil(|py| self.resolver.call1(py, (ty,))?.extract(py));
+        let specs = match got {
+            Ok(Some(v)) => v,
+            Ok(None) => self.unknown.to_vec(),
+            Err(e) => {
+                self.error.lock().unwrap().get_or_insert(e);
+                self.unknown.to_vec()
+            }
+        };
+        let specs = Arc::new(specs);
+        cache.insert(ty, specs.clone());
+        specs
+    }
+}
+
+struct Inflater {
+    comp: Comp,
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+    zlib: flate2::Decompress,
+}
+
+impl Inflater {
+    fn new(comp: Comp) -> Result<Inflater, String> {
+        let zstd = if comp == Comp::Zstd {
+            Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        Ok(Inflater { comp, zstd, zlib: flate2::Decompress::new(true) })
+    }
+
+    /// Inflate `src` into `buf` (cleared first), which must come out exactly `size` bytes.
+    fn inflate(&mut self, src: &[u8], size: usize, buf: &mut Vec<u8>) -> Result<(), String> {
+        buf.clear();
+        buf.reserve(size);
+        match self.comp {
+            Comp::Zstd => {
+                let d = self.zstd.as_mut().expect("zstd context");
+                d.decompress_to_buffer(src, buf).map_err(|e| e.to_string())?;
+            }
+            Comp::Zlib => {
+                self.zlib.reset(true);
+                let st = self.zlib.decompress_vec(src, buf, flate2::FlushDecompress::Finish)
+                    .map_err(|e| e.to_string())?;
+                if st != flate2::Status::StreamEnd {
+                    return Err("zlib stream does not end inside the chunk's inflated size".into());
+                }
+            }
+            Comp::Stored => unreachable!("stored data is not inflated"),
+        }
+        if buf.len() != size {
+            return Err(format!("inflated to {} bytes, header says {}", buf.len(), size));
+        }
+        Ok(())
+    }
+}
+
+/// Everything a job reads besides its own data.
+struct Ctx<'a> {
+    file: &'a [u8],
+    lay: &'a PageLayout,
+    clock: &'a Clock,
+    specs: &'a SpecCache<'a>,
+    printk: &'a HashMap<u64, Vec<u8>>,
+    syms: &'a Syms,
+    long_size: usize,
+    release: bool,
+    abort: &'a AtomicBool,
+}
+
+/// One CPU's decoded columns, per event type in order of first appearance.
+struct CpuOut {
+    cpu: i32,
+    types: Vec<TypeColumns>,
+    stats: CpuStats,
+    monotonic: bool,
+    short_fields: u64,
+    missing_formats: u64,
+}
+
+fn decode_job(job: &Job, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Vec<u8>) -> Result<CpuOut, String> {
+    let mut env = Env { be: ctx.lay.be, long_size: ctx.long_size, printk: ctx.printk, syms: ctx.syms,
+                        short_fields: 0, missing_formats: 0 };
+    let mut slot = vec![u32::MAX; 1 << 16];
+    let mut types: Vec<TypeColumns> = Vec::new();
+    let mut stats = CpuStats::default();
+    let (mut last, mut monotonic) = (i64::MIN, true);
+    let ps = ctx.lay.page_size;
+    let mut released = job.spans.first().map(|s| s.0).unwrap_or(0);
+    for (k, &(start, size, inflated)) in job.spans.iter().enumerate() {
+        if ctx.abort.load(Ordering::Relaxed) {
+            return Err("stopped: another CPU's data failed".into());
+        }
+        let src = ctx.file.get(start..start + size).ok_or("CPU data outside the file")?;
+        let pieces: Vec<&[u8]> = if comp == Comp::Stored {
+            let step = (RAW_PIECE / ps).max(1) * ps;
+            src.chunks(step).collect()
+        } else {
+            inf.inflate(src, inflated, buf).map_err(|e| format!("CPU {} chunk {}: {}", job.cpu, k, e))?;
+            vec![buf.as_slice()]
+        };
+        for piece in pieces {
+            tracedat_pages_walk(job.first_src + k, piece, ctx, &mut stats, &mut slot, &mut types, &mut env,
+                                &mut last, &mut monotonic)?;
+            if ctx.release && comp == Comp::Stored {
+                release_pages(piece);
+            }
+        }
+        if ctx.release && comp != Comp::Stored && start + size - released >= RELEASE_STEP {
+            release_pages(&ctx.file[released..start + size]);
+            released = start + size;
+        }
+    }
+    if ctx.release && comp != Comp::Stored {
+        if let Some(&(start, size, _)) = job.spans.last() {
+            release_pages(&ctx.file[released.min(start + size)..start + size]);
+        }
+    }
+    for tc in types.iter_mut() {
+        tc.flush(&mut env);
+        env.short_fields += tc.short_rows;
+    }
+    Ok(CpuOut { cpu: job.cpu, types, stats, monotonic, short_fields: env.short_fields,
+                missing_formats: env.missing_formats })
+}
+
+/// Walk the pages of `data`, pushing each record into its type's builders (created on first sight).
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn tracedat_pages_walk(si: usize, data: &[u8], ctx: &Ctx, stats: &mut CpuStats, slot: &mut [u32],
+                       types: &mut Vec<TypeColumns>, env: &mut Env, last: &mut i64, monotonic: &mut bool)
+    -> Result<(), String> {
+    walk_pages(si, data, ctx.lay, ctx.clock, stats, |ts, ty, rec, _pos| {
+        *monotonic &= ts >= *last;
+        *last = ts;
+        let mut s = slot[ty as usize];
+        if s == u32::MAX {
+            let specs = ctx.specs.get(ty);
+            s = types.len() as u32;
+            slot[ty as usize] = s;
+            types.push(TypeColumns::new(ty, 0, specs.iter().map(|f| Builder::new(f, 0)).collect()));
+        }
+        let tc = &mut types[s as usize];
+        tc.ts.push(ts);
+        tc.push(rec, env);
+    }).map_err(|e| e.msg)
+}
+
+/// One table: timestamps, ring-buffer CPU, field columns, in time order.
+struct Merged {
+    ty: u16,
+    ts: Vec<i64>,
+    cpu: Vec<i32>,
+    builders: Vec<Builder>,
+}
+
+/// Merge one event type's per-CPU runs (in job order: ties go to the earlier CPU).
+fn merge_type(ty: u16, parts: Vec<(i32, TypeColumns)>) -> Merged {
+    if parts.len() == 1 {
+        let (cpu, tc) = parts.into_iter().next().unwrap();
+        let n = tc.ts.len();
+        return Merged { ty, ts: tc.ts, cpu: vec![cpu; n], builders: tc.builders };
+    }
+    let rows: usize = parts.iter().map(|p| p.1.ts.len()).sum();
+    let mut cpus = Vec::with_capacity(parts.len());
+    let mut tss = Vec::with_capacity(parts.len());
+    let mut fields = Vec::with_capacity(parts.len());
+    for (cpu, tc) in parts {
+        cpus.push(cpu);
+        tss.push(tc.ts);
+        fields.push(tc.builders.into_iter());
+    }
+    let runs: Vec<&[i64]> = tss.iter().map(|v| v.as_slice()).collect();
+    let segs = merge_segments(&runs);
+    let ts = gather_slices(&runs, segs.iter().map(|&(p, a, n)| (p as usize, a as usize, (a + n) as usize)), rows);
+    drop(runs);
+    drop(tss);
+    let mut cpu = Vec::with_capacity(rows);
+    for &(p, _, n) in &segs {
+        cpu.resize(cpu.len() + n as usize, cpus[p as usize]);
+    }
+    let nfields = fields[0].len();
+    let mut builders = Vec::with_capacity(nfields);
+    for _ in 0..nfields {
+        let parts: Vec<Builder> = fields.iter_mut().map(|it| it.next().expect("same fields per CPU")).collect();
+        builders.push(gather_builder(parts, &segs, rows));
+    }
+    Merged { ty, ts, cpu, builders }
+}
+
+/// Result of the threaded part (no GIL).
+enum Outcome {
+    Done { tables: Vec<Merged>, stats: Vec<(i32, CpuStats)>, short_fields: u64, missing_formats: u64 },
+    Fallback(String),
+}
+
+fn run(jobs: &[Job], ctx: &Ctx, comp: Comp) -> Outcome {
+    // decode: one job per CPU, biggest first, on min(jobs, cores) threads
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&j| std::cmp::Reverse(jobs[j].spans.iter().map(|s| s.2.max(s.1)).sum::<usize>()));
+    let nthreads = worker_count().min(jobs.len()).max(1);
+    let next = AtomicUsize::new(0);
+    let outs: Vec<Mutex<Option<Result<CpuOut, String>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|sc| {
+        for _ in 0..nthreads {
+            sc.spawn(|| {
+                let mut inf = match Inflater::new(comp) {
+                    Ok(i) => i,
+                    Err(e) => {
+                        ctx.abort.store(true, Ordering::Relaxed);
+                        *outs[0].lock().unwrap() = Some(Err(e));
+                        return;
+                    }
+                };
+                let mut buf = Vec::new();
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= order.len() {
+                        break;
+                    }
+                    let j = order[k];
+                    let r = decode_job(&jobs[j], ctx, comp, &mut inf, &mut buf);
+                    if r.is_err() {
+                        ctx.abort.store(true, Ordering::Relaxed);
+                    }
+                    *outs[j].lock().unwrap() = Some(r);
+                }
+            });
+        }
+    });
+    let mut cpu_outs = Vec::with_capacity(jobs.len());
+    for o in outs {
+        match o.into_inner().unwrap() {
+            Some(Ok(out)) => cpu_outs.push(out),
+            Some(Err(e)) => return Outcome::Fallback(e),
+            None => return Outcome::Fallback("stopped: another CPU's data failed".into()),
+        }
+    }
+    if let Some(o) = cpu_outs.iter().find(|o| !o.monotonic) {
+        return Outcome::Fallback(format!("CPU {} timestamps go backwards", o.cpu));
+    }
+    // merge: per event type, its per-CPU runs in job order; types spread over the threads, biggest first
+    let (mut short_fields, mut missing_formats) = (0u64, 0u64);
+    let mut by_type: HashMap<u16, Vec<(i32, TypeColumns)>> = HashMap::new();
+    let mut stats = Vec::with_capacity(cpu_outs.len());
+    for o in cpu_outs {
+        short_fields += o.short_fields;
+        missing_formats += o.missing_formats;
+        stats.push((o.cpu, o.stats));
+        for tc in o.types {
+            by_type.entry(tc.ty).or_default().push((o.cpu, tc));
+        }
+    }
+    let mut work: Vec<(u16, usize, Vec<(i32, TypeColumns)>)> = by_type.into_iter()
+        .map(|(ty, parts)| (ty, parts.iter().map(|p| p.1.ts.len()).sum(), parts)).collect();
+    work.sort_by_key(|w| (std::cmp::Reverse(w.1), w.0));
+    let work: Vec<Mutex<Option<(u16, Vec<(i32, TypeColumns)>)>>> =
+        work.into_iter().map(|(ty, _, parts)| Mutex::new(Some((ty, parts)))).collect();
+    let merged: Vec<Mutex<Option<Merged>>> = work.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        for _ in 0..worker_count().min(work.len()).max(1) {
+            sc.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if k >= work.len() {
+                    break;
+                }
+                let (ty, parts) = work[k].lock().unwrap().take().unwrap();
+                *merged[k].lock().unwrap() = Some(merge_type(ty, parts));
+            });
+        }
+    });
+    let tables = merged.into_iter().map(|m| m.into_inner().unwrap().unwrap()).collect();
+    Outcome::Done { tables, stats, short_fields, missing_formats }
+}
+
+/// Streaming decode of a trace.dat's ring-buffer data (see the module doc).
+/// file: the whole file (bytes or mmap); cpus: [(cpu, [(start, size, inflated size)])] in file order
+/// (inflated size ignored when `compression` is None); compression: None, "zstd" or "zlib";
+/// page / big_endian / id_field / tsc2nsec / ts_offset_ns: as tracedat_walk; resolver(id) -> [FieldSpec]
+/// or None (then `unknown_fields`); printk: {address: format}; kallsyms_loader: () -> kallsyms text, or
+/// None; release: `file` is a read-only mapping whose consumed pages may be given back.
+/// Returns {"fallback": reason} or {"events": {id: {"ts", "__buffer_cpu", field...}}, "short_fields",
+/// "missing_formats", "stats": {"lost", "lost_unknown_pages", "pages", "records"}}.
+#[pyfunction]
+#[pyo3(signature = (file, cpus, compression, page, big_endian, id_field, tsc2nsec, ts_offset_ns, resolver,
+                    unknown_fields, long_size, printk, kallsyms_loader, release))]
+#[allow(clippy::too_many_arguments)]
+pub fn tracedat_fused<'py>(
+    py: Python<'py>,
+    file: PyBuffer<u8>,
+    cpus: Vec<(i32, Vec<(usize, usize, usize)>)>,
+    compression: Option<String>,
+    page: (usize, usize, usize, usize, usize, usize),
+    big_endian: bool,
+    id_field: (usize, usize),
+    tsc2nsec: Option<(u32, u32, u64)>,
+    ts_offset_ns: i64,
+    resolver: Py<PyAny>,
+    unknown_fields: Vec<FieldSpec>,
+    long_size: usize,
+    printk: HashMap<u64, Vec<u8>>,
+    kallsyms_loader: Option<Py<PyAny>>,
+    release: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let comp = match compression.as_deref() {
+        None => Comp::Stored,
+        Some("zstd") => Comp::Zstd,
+        Some("zlib") => Comp::Zlib,
+        Some(other) => return Err(PyValueError::new_err(format!("unsupported compression {other:?}"))),
+    };
+    let lay = PageLayout {
+        page_size: page.0, ts_off: page.1, ts_size: page.2, commit_off: page.3, commit_size: page.4,
+        data_off: page.5, be: big_endian, id_off: id_field.0, id_size: id_field.1,
+    };
+    let out = PyDict::new(py);
+    if lay.data_off >= lay.page_size {
+        out.set_item("fallback", "page header larger than the page")?;
+        return Ok(out);
+    }
+    fix_mmap_threshold();
+    // SAFETY: read-only view of a buffer object that `file` keeps alive for this whole call.
+    let data = unsafe { std::slice::from_raw_parts(file.buf_ptr() as *const u8, file.len_bytes()) };
+    let clock = Clock { tsc: tsc2nsec, offset_ns: ts_offset_ns };
+    let mut jobs = Vec::with_capacity(cpus.len());
+    let mut src = 0usize;
+    for (cpu, spans) in cpus {
+        let n = spans.len();
+        jobs.push(Job { cpu, first_src: src, spans });
+        src += n;
+    }
+    let specs = SpecCache { resolver: &resolver, unknown: &unknown_fields, cache: Mutex::new(HashMap::new()),
+                            error: Mutex::new(None) };
+    let loader: Option<SymLoader> = kallsyms_loader.map(|f| -> SymLoader {
+        Box::new(move || {
+            let text: Vec<u8> = Python::with_gil(|py| f.call0(py).and_then(|t| t.extract(py))).unwrap_or_default();
+            parse_kallsyms(&text)
+        })
+    });
+    let syms = Syms::lazy(loader);
+    let abort = AtomicBool::new(false);
+    let ctx = Ctx { file: data, lay: &lay, clock: &clock, specs: &specs, printk: &printk, syms: &syms,
+                    long_size, release, abort: &abort };
+    let outcome = py.allow_threads(|| run(&jobs, &ctx, comp));
+    if let Some(e) = specs.error.lock().unwrap().take() {
+        return Err(e);
+    }
+    let (tables, stats, short_fields, missing_formats) = match outcome {
+        Outcome::Fallback(reason) => {
+            out.set_item("fallback", reason)?;
+            return Ok(out);
+        }
+        Outcome::Done { tables, stats, short_fields, missing_formats } => (tables, stats, short_fields, missing_formats),
+    };
+    let events = PyDict::new(py);
+    let mut records = 0usize;
+    for t in tables {
+        records += t.ts.len();
+        let cols = PyDict::new(py);
+        cols.set_item("ts", numpy::IntoPyArray::into_pyarray(t.ts, py))?;
+        cols.set_item("__buffer_cpu", numpy::IntoPyArray::into_pyarray(t.cpu, py))?;
+        for b in t.builders {
+            let name = b.name().to_string();
+            cols.set_item(name, b.into_py(py)?)?;
+        }
+        events.set_item(t.ty, cols)?;
+    }
+    let st = PyDict::new(py);
+    let (lost, unknown) = (PyDict::new(py), PyDict::new(py));
+    let mut pages = 0u64;
+    for (cpu, s) in &stats {
+        lost.set_item(cpu, s.lost)?;
+        if s.lost_unknown_pages > 0 {
+            unknown.set_item(cpu, s.lost_unknown_pages)?;
+        }
+        pages += s.pages;
+    }
+    st.set_item("lost", lost)?;
+    st.set_item("lost_unknown_pages", unknown)?;
+    st.set_item("pages", pages)?;
+    st.set_item("records", records)?;
+    out.set_item("events", events)?;
+    out.set_item("short_fields", short_fields)?;
+    out.set_item("missing_formats", missing_formats)?;
+    out.set_item("stats", st)?;
+    Ok(out)
+}
