@@ -27,7 +27,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::tracedat_columns::{Builder, Env, FieldSpec, SymLoader, Syms};
-use super::tracedat_merge::{gather_builder, gather_slices, merge_segments};
+use super::tracedat_merge::{gather_builder, merge_segments, merge_vec};
 use super::tracedat_pages::{walk_pages, worker_count, Clock, CpuStats, PageLayout};
 use super::{fix_mmap_threshold, parse_kallsyms, release_pages, TypeColumns};
 
@@ -155,6 +155,8 @@ fn decode_job(job: &Job, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Ve
     let mut stats = CpuStats::default();
     let (mut last, mut monotonic) = (i64::MIN, true);
     let ps = ctx.lay.page_size;
+    let mut tinfl = std::time::Duration::ZERO;
+    let tstart = std::time::Instant::now();
     let mut released = job.spans.first().map(|s| s.0).unwrap_or(0);
     for (k, &(start, size, inflated)) in job.spans.iter().enumerate() {
         if ctx.abort.load(Ordering::Relaxed) {
@@ -165,7 +167,9 @@ fn decode_job(job: &Job, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Ve
             let step = (RAW_PIECE / ps).max(1) * ps;
             src.chunks(step).collect()
         } else {
+            let ti = std::time::Instant::now();
             inf.inflate(src, inflated, buf).map_err(|e| format!("CPU {} chunk {}: {}", job.cpu, k, e))?;
+            tinfl += ti.elapsed();
             vec![buf.as_slice()]
         };
         for piece in pieces {
@@ -184,6 +188,9 @@ fn decode_job(job: &Job, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Ve
         if let Some(&(start, size, _)) = job.spans.last() {
             release_pages(&ctx.file[released.min(start + size)..start + size]);
         }
+    }
+    if std::env::var_os("ABTEST_FUSED_TIMING").is_some() {
+        eprintln!("cpu {} inflate {:?} total {:?} thread cpu {:?} minflt {}", job.cpu, tinfl, tstart.elapsed(), tcpu(), tflt());
     }
     for tc in types.iter_mut() {
         tc.flush(&mut env);
@@ -215,6 +222,22 @@ fn tracedat_pages_walk(si: usize, data: &[u8], ctx: &Ctx, stats: &mut CpuStats, 
     }).map_err(|e| e.msg)
 }
 
+fn tflt() -> i64 {
+    extern "C" { fn getrusage(who: i32, r: *mut [i64; 18]) -> i32; }
+    let mut r = [0i64; 18];
+    unsafe { getrusage(1, &mut r) };
+    r[8]
+}
+
+fn tcpu() -> std::time::Duration {
+    #[repr(C)]
+    struct Ts { s: i64, ns: i64 }
+    extern "C" { fn clock_gettime(c: i32, t: *mut Ts) -> i32; }
+    let mut t = Ts { s: 0, ns: 0 };
+    unsafe { clock_gettime(3, &mut t) };
+    std::time::Duration::new(t.s as u64, t.ns as u32)
+}
+
 /// One table: timestamps, ring-buffer CPU, field columns, in time order.
 struct Merged {
     ty: u16,
@@ -241,9 +264,16 @@ fn merge_type(ty: u16, parts: Vec<(i32, TypeColumns)>) -> Merged {
     }
     let runs: Vec<&[i64]> = tss.iter().map(|v| v.as_slice()).collect();
     let segs = merge_segments(&runs);
-    let ts = gather_slices(&runs, segs.iter().map(|&(p, a, n)| (p as usize, a as usize, (a + n) as usize)), rows);
     drop(runs);
-    drop(tss);
+    if std::env::var_os("ABTEST_FUSED_TIMING").is_some() {
+        eprintln!("type {} rows {} segs {} fields {}", ty, rows, segs.len(), fields[0].len());
+    }
+    // the largest run's arrays become the table's (grown in place)
+    let base = (0..tss.len()).max_by_key(|&p| (tss[p].len(), std::cmp::Reverse(p))).unwrap_or(0);
+    let ts = merge_vec(tss, base, segs.len(), |k| {
+        let (p, a, n) = segs[k];
+        (p as usize, a as usize, (a + n) as usize)
+    });
     let mut cpu = Vec::with_capacity(rows);
     for &(p, _, n) in &segs {
         cpu.resize(cpu.len() + n as usize, cpus[p as usize]);
@@ -252,7 +282,7 @@ fn merge_type(ty: u16, parts: Vec<(i32, TypeColumns)>) -> Merged {
     let mut builders = Vec::with_capacity(nfields);
     for _ in 0..nfields {
         let parts: Vec<Builder> = fields.iter_mut().map(|it| it.next().expect("same fields per CPU")).collect();
-        builders.push(gather_builder(parts, &segs, rows));
+        builders.push(gather_builder(parts, &segs, rows, base));
     }
     Merged { ty, ts, cpu, builders }
 }
@@ -268,6 +298,7 @@ fn run(jobs: &[Job], ctx: &Ctx, comp: Comp) -> Outcome {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&j| std::cmp::Reverse(jobs[j].spans.iter().map(|s| s.2.max(s.1)).sum::<usize>()));
     let nthreads = worker_count().min(jobs.len()).max(1);
+    let t0 = std::time::Instant::now();
     let next = AtomicUsize::new(0);
     let outs: Vec<Mutex<Option<Result<CpuOut, String>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
     std::thread::scope(|sc| {
@@ -297,6 +328,7 @@ fn run(jobs: &[Job], ctx: &Ctx, comp: Comp) -> Outcome {
             });
         }
     });
+    let t1 = std::time::Instant::now();
     let mut cpu_outs = Vec::with_capacity(jobs.len());
     for o in outs {
         match o.into_inner().unwrap() {
@@ -328,17 +360,25 @@ fn run(jobs: &[Job], ctx: &Ctx, comp: Comp) -> Outcome {
     let merged: Vec<Mutex<Option<Merged>>> = work.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     std::thread::scope(|sc| {
-        for _ in 0..worker_count().min(work.len()).max(1) {
-            sc.spawn(|| loop {
+        let nthr = worker_count().min(work.len()).max(1);
+        let (next, work, merged) = (&next, &work, &merged);
+        for _ in 0..nthr {
+            sc.spawn(move || loop {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 if k >= work.len() {
                     break;
                 }
                 let (ty, parts) = work[k].lock().unwrap().take().unwrap();
                 *merged[k].lock().unwrap() = Some(merge_type(ty, parts));
+                if k + nthr >= work.len() && std::env::var_os("ABTEST_FUSED_TIMING").is_some() {
+                    eprintln!("merge thread cpu {:?} minflt {}", tcpu(), tflt());
+                }
             });
         }
     });
+    if std::env::var_os("ABTEST_FUSED_TIMING").is_some() {
+        eprintln!("decode {:?} merge {:?}", t1 - t0, t0.elapsed() - (t1 - t0));
+    }
     let tables = merged.into_iter().map(|m| m.into_inner().unwrap().unwrap()).collect();
     Outcome::Done { tables, stats, short_fields, missing_formats }
 }

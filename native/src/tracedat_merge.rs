@@ -6,8 +6,9 @@
 //! the record-index path (tracedat_pages::time_order) restricted to the type, as long as every CPU's
 //! timestamps never go backwards (the caller checks that and otherwise uses the record-index path).
 //!
-//! The merge is described by segments (run, first row, rows): every column is then gathered segment by
-//! segment with slice copies. Text dictionaries (Categorical columns) are rebuilt in order of first
+//! The merge is described by segments (run, first row, rows): every column is then merged segment by
+//! segment with slice copies, in place in the largest run's arrays (grown to the table's size and filled
+//! from the back), so that only the other runs' rows are written to new memory. Text dictionaries (Categorical columns) are rebuilt in order of first
 //! appearance in the merged table, as a single time-ordered pass would have built them.
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -55,87 +56,133 @@ pub fn merge_segments(ts: &[&[i64]]) -> Vec<Seg> {
     segs
 }
 
-/// Copy `ranges` (run, first element, end element) of the runs `parts`, in order.
-pub fn gather_slices<T: Copy>(parts: &[&[T]], ranges: impl Iterator<Item = (usize, usize, usize)>, total: usize)
-    -> Vec<T> {
-    let mut out = Vec::with_capacity(total);
-    for (p, a, b) in ranges {
-        out.extend_from_slice(&parts[p][a..b]);
+/// Merge element ranges `ranges` (run, first element, end element; in output order) of `parts` into one
+/// vector, in place in `parts[base]`: it is grown to the total (a large block is remapped, not copied)
+/// and filled from the back, so that each of its own elements moves only towards the end and is read
+/// before anything overwrites it. Only the other runs' elements touch new memory.
+/// `range(k)` = (run, first element, end element) of segment k of `nseg` (no range list is
+/// allocated: the segments of a large table are many).
+pub fn merge_vec<T: Copy, R: Fn(usize) -> (usize, usize, usize)>(mut parts: Vec<Vec<T>>, base: usize, nseg: usize,
+                                                                  range: R) -> Vec<T> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let mut out = std::mem::take(&mut parts[base]);
+    out.reserve_exact(total - out.len());
+    let dst = out.as_mut_ptr();
+    let mut w = total;
+    for k in (0..nseg).rev() {
+        let (p, lo, hi) = range(k);
+        let n = hi - lo;
+        assert!(n <= w && (p == base || hi <= parts[p].len()), "merge ranges do not cover the runs");
+        w -= n;
+        // SAFETY: [w, w + n) < total <= capacity; own elements: lo <= w (an element's place in the merge
+        // is at or after its place in its run) and [lo, hi) is not yet overwritten (filled from the back);
+        // other runs: [lo, hi) lies in that run (checked above).
+        unsafe {
+            if p == base {
+                if lo != w {
+                    std::ptr::copy(dst.add(lo), dst.add(w), n);
+                }
+            } else {
+                std::ptr::copy_nonoverlapping(parts[p].as_ptr().add(lo), dst.add(w), n);
+            }
+        }
     }
+    assert!(w == 0, "merge ranges do not cover the runs");
+    // SAFETY: every index below total was written above (the ranges cover the output exactly).
+    unsafe { out.set_len(total) };
     out
 }
 
-/// Gather a numeric column: element ranges of each run (all runs have the same variant: one field spec).
-fn gather_num(parts: Vec<Num>, ranges: &[(usize, usize, usize)]) -> Num {
-    let total: usize = ranges.iter().map(|r| r.2 - r.1).sum();
+/// Element range of segment `s` when every row holds `count` elements.
+#[inline(always)]
+fn scaled(s: &Seg, count: usize) -> (usize, usize, usize) {
+    (s.0 as usize, s.1 as usize * count, (s.1 + s.2) as usize * count)
+}
+
+/// Merge a numeric column along merge_vec's ranges (all runs have the same variant: one field spec).
+fn merge_num<R: Fn(usize) -> (usize, usize, usize)>(parts: Vec<Num>, base: usize, nseg: usize, range: R) -> Num {
     macro_rules! g {
         ($var:ident) => {{
-            let v: Vec<&[_]> = parts.iter().map(|p| match p {
-                Num::$var(x) => x.as_slice(),
+            let v: Vec<Vec<_>> = parts.into_iter().map(|p| match p {
+                Num::$var(x) => x,
                 _ => unreachable!("runs of one field share its type"),
             }).collect();
-            Num::$var(gather_slices(&v, ranges.iter().copied(), total))
+            Num::$var(merge_vec(v, base, nseg, &range))
         }};
     }
-    match parts.first() {
-        None | Some(Num::U8(_)) => if parts.is_empty() { Num::U8(Vec::new()) } else { g!(U8) },
-        Some(Num::I8(_)) => g!(I8),
-        Some(Num::U16(_)) => g!(U16),
-        Some(Num::I16(_)) => g!(I16),
-        Some(Num::U32(_)) => g!(U32),
-        Some(Num::I32(_)) => g!(I32),
-        Some(Num::U64(_)) => g!(U64),
-        Some(Num::I64(_)) => g!(I64),
+    match parts[0] {
+        Num::U8(_) => g!(U8),
+        Num::I8(_) => g!(I8),
+        Num::U16(_) => g!(U16),
+        Num::I16(_) => g!(I16),
+        Num::U32(_) => g!(U32),
+        Num::I32(_) => g!(I32),
+        Num::U64(_) => g!(U64),
+        Num::I64(_) => g!(I64),
     }
 }
 
-/// Row segments -> element ranges through per-row offsets (offsets[k] = first element of row k).
-fn offset_ranges(offsets: &[&[i64]], segs: &[Seg]) -> Vec<(usize, usize, usize)> {
-    segs.iter().map(|&(p, a, n)| {
-        let o = offsets[p as usize];
+/// Merge per-row offsets (offsets[k] = first element of row k, one more entry than rows), in place in
+/// the base run as merge_vec does. Returns the merged offsets and the element ranges of the segments.
+fn merge_offsets(mut parts: Vec<Vec<i64>>, base: usize, segs: &[Seg], rows: usize)
+    -> (Vec<i64>, Vec<(usize, usize, usize)>) {
+    let ranges: Vec<(usize, usize, usize)> = segs.iter().map(|&(p, a, n)| {
+        let o = &parts[p as usize];
         (p as usize, o[a as usize] as usize, o[(a + n) as usize] as usize)
-    }).collect()
-}
-
-/// Offsets of the gathered rows: each segment's offsets rebased onto the output.
-fn gather_offsets(offsets: &[&[i64]], segs: &[Seg], rows: usize) -> Vec<i64> {
-    let mut out = Vec::with_capacity(rows + 1);
-    out.push(0i64);
-    for &(p, a, n) in segs {
-        let o = &offsets[p as usize][a as usize..=(a + n) as usize];
-        let delta = *out.last().unwrap() - o[0];
-        out.extend(o[1..].iter().map(|&x| x + delta));
+    }).collect();
+    let mut out = std::mem::take(&mut parts[base]);
+    out.reserve_exact(rows + 1 - out.len());
+    let dst = out.as_mut_ptr();
+    // output element offset at the end of each segment, from the back
+    let mut end: i64 = ranges.iter().map(|r| (r.2 - r.1) as i64).sum();
+    let mut w = rows;
+    for (k, &(p, a, n)) in segs.iter().enumerate().rev() {
+        let (p, a, n) = (p as usize, a as usize, n as usize);
+        w -= n;
+        let len = (ranges[k].2 - ranges[k].1) as i64;
+        let start = end - len;
+        // SAFETY: rows w+1..=w+n of the output (<= rows < capacity); the base run's own entries a..=a+n
+        // sit at or before them and are read (descending) before being overwritten, entry a (this
+        // segment's start, read first) is not overwritten here (w + 1 > a).
+        unsafe {
+            let src: *const i64 = if p == base { dst } else { parts[p].as_ptr() };
+            let first = *src.add(a);
+            for j in (1..=n).rev() {
+                *dst.add(w + j) = *src.add(a + j) - first + start;
+            }
+        }
+        end = start;
     }
-    out
+    // SAFETY: entry 0 of the base run is 0 and stays; entries 1..=rows were written above.
+    unsafe {
+        *dst = 0;
+        out.set_len(rows + 1);
+    }
+    (out, ranges)
 }
 
-/// Merge one field's per-run builders along `segs` (consumes them; `rows` = rows of the merged table).
-pub fn gather_builder(parts: Vec<Builder>, segs: &[Seg], rows: usize) -> Builder {
+/// Merge one field's per-run builders along `segs` (consumes them; `rows` = rows of the merged table;
+/// `base` = the run whose arrays are grown into the merged ones, best the largest).
+pub fn gather_builder(parts: Vec<Builder>, segs: &[Seg], rows: usize, base: usize) -> Builder {
     let spec = parts[0].spec.clone();
     let cols: Vec<Col> = parts.into_iter().map(|b| b.col).collect();
     let col = match &cols[0] {
         Col::Num(_) => {
-            let ranges: Vec<_> = segs.iter().map(|&(p, a, n)| (p as usize, a as usize, (a + n) as usize)).collect();
-            Col::Num(gather_num(cols.into_iter().map(|c| match c { Col::Num(n) => n, _ => unreachable!() }).collect(),
-                                &ranges))
+            let nums = cols.into_iter().map(|c| match c { Col::Num(n) => n, _ => unreachable!() }).collect();
+            Col::Num(merge_num(nums, base, segs.len(), |k| scaled(&segs[k], 1)))
         }
         Col::List { count, .. } => {
             let count = *count;
-            let ranges: Vec<_> = segs.iter()
-                .map(|&(p, a, n)| (p as usize, a as usize * count, (a + n) as usize * count)).collect();
-            let flat = gather_num(cols.into_iter().map(|c| match c { Col::List { flat, .. } => flat, _ => unreachable!() })
-                                  .collect(), &ranges);
-            Col::List { count, flat }
+            let flats = cols.into_iter().map(|c| match c { Col::List { flat, .. } => flat, _ => unreachable!() }).collect();
+            Col::List { count, flat: merge_num(flats, base, segs.len(), |k| scaled(&segs[k], count)) }
         }
         Col::VarList { .. } => {
             let (offs, flats): (Vec<Vec<i64>>, Vec<Num>) = cols.into_iter().map(|c| match c {
                 Col::VarList { offsets, flat } => (offsets, flat),
                 _ => unreachable!(),
             }).unzip();
-            let o: Vec<&[i64]> = offs.iter().map(|v| v.as_slice()).collect();
-            let ranges = offset_ranges(&o, segs);
-            let offsets = gather_offsets(&o, segs, rows);
-            Col::VarList { offsets, flat: gather_num(flats, &ranges) }
+            let (offsets, ranges) = merge_offsets(offs, base, segs, rows);
+            Col::VarList { offsets, flat: merge_num(flats, base, ranges.len(), |k| ranges[k]) }
         }
         Col::Var { text, .. } => {
             let text = *text;
@@ -143,43 +190,58 @@ pub fn gather_builder(parts: Vec<Builder>, segs: &[Seg], rows: usize) -> Builder
                 Col::Var { offsets, bytes, .. } => (offsets, bytes),
                 _ => unreachable!(),
             }).unzip();
-            let o: Vec<&[i64]> = offs.iter().map(|v| v.as_slice()).collect();
-            let b: Vec<&[u8]> = bytes.iter().map(|v| v.as_slice()).collect();
-            let ranges = offset_ranges(&o, segs);
-            let total = ranges.iter().map(|r| r.2 - r.1).sum();
-            Col::Var { text, offsets: gather_offsets(&o, segs, rows), bytes: gather_slices(&b, ranges.into_iter(), total) }
+            let (offsets, ranges) = merge_offsets(offs, base, segs, rows);
+            Col::Var { text, offsets, bytes: merge_vec(bytes, base, ranges.len(), |k| ranges[k]) }
         }
-        Col::Cat { .. } => gather_cat(cols, segs, rows),
+        Col::Cat { .. } => merge_cat(cols, segs, rows, base),
     };
     Builder { spec, col }
 }
 
 /// Categorical columns: codes remapped onto one dictionary whose entries appear in order of first use
-/// in the merged table (equal texts from different runs share one code).
-fn gather_cat(cols: Vec<Col>, segs: &[Seg], rows: usize) -> Col {
-    let parts: Vec<(&[u32], &[i64], &[u8])> = cols.iter().map(|c| match c {
-        Col::Cat { codes, offsets, bytes, .. } => (codes.as_slice(), offsets.as_slice(), bytes.as_slice()),
+/// in the merged table (equal texts from different runs share one code), then merged in place.
+fn merge_cat(cols: Vec<Col>, segs: &[Seg], rows: usize, base: usize) -> Col {
+    let mut parts: Vec<(Vec<u32>, Vec<i64>, Vec<u8>)> = cols.into_iter().map(|c| match c {
+        Col::Cat { codes, offsets, bytes, .. } => (codes, offsets, bytes),
         _ => unreachable!(),
     }).collect();
+    // dictionary in order of first use: a read-only pass in merged order
     let mut remap: Vec<Vec<u32>> = parts.iter().map(|p| vec![u32::MAX; p.1.len() - 1]).collect();
-    let mut seen: HashMap<&[u8], u32, BuildHasherDefault<FxHasher>> = HashMap::default();
-    let (mut codes, mut offsets, mut bytes) = (Vec::with_capacity(rows), vec![0i64], Vec::new());
-    for &(p, a, n) in segs {
-        let (src, off, txt) = parts[p as usize];
-        let map = &mut remap[p as usize];
-        for &c in &src[a as usize..(a + n) as usize] {
-            let mut g = map[c as usize];
-            if g == u32::MAX {
-                let s = &txt[off[c as usize] as usize..off[c as usize + 1] as usize];
-                g = *seen.entry(s).or_insert_with(|| {
-                    bytes.extend_from_slice(s);
-                    offsets.push(bytes.len() as i64);
-                    (offsets.len() - 2) as u32
-                });
-                map[c as usize] = g;
+    let (mut offsets, mut bytes) = (vec![0i64], Vec::new());
+    {
+        let mut seen: HashMap<&[u8], u32, BuildHasherDefault<FxHasher>> = HashMap::default();
+        for &(p, a, n) in segs {
+            let (src, off, txt) = &parts[p as usize];
+            let map = &mut remap[p as usize];
+            for &c in &src[a as usize..(a + n) as usize] {
+                if map[c as usize] == u32::MAX {
+                    let s = &txt[off[c as usize] as usize..off[c as usize + 1] as usize];
+                    map[c as usize] = *seen.entry(s).or_insert_with(|| {
+                        bytes.extend_from_slice(s);
+                        offsets.push(bytes.len() as i64);
+                        (offsets.len() - 2) as u32
+                    });
+                }
             }
-            codes.push(g);
         }
     }
+    let mut codes = std::mem::take(&mut parts[base].0);
+    codes.reserve_exact(rows - codes.len());
+    let dst = codes.as_mut_ptr();
+    let mut w = rows;
+    for &(p, a, n) in segs.iter().rev() {
+        let (p, a, n) = (p as usize, a as usize, n as usize);
+        w -= n;
+        let map = &remap[p];
+        // SAFETY: as in merge_vec (own codes move towards the end and are read, descending, first).
+        unsafe {
+            let src: *const u32 = if p == base { dst } else { parts[p].0.as_ptr() };
+            for j in (0..n).rev() {
+                *dst.add(w + j) = map[*src.add(a + j) as usize];
+            }
+        }
+    }
+    // SAFETY: rows 0..rows were all written above.
+    unsafe { codes.set_len(rows) };
     Col::Cat { codes, map: Default::default(), small: Default::default(), offsets, bytes }
 }
