@@ -42,6 +42,8 @@ struct TypeColumns {
     ts: Vec<i64>,
     cpu: Vec<i32>,
     builders: Vec<Builder>,
+    /// indices of the builders filled record by record (variable place: strings, tails)
+    var: Vec<usize>,
     /// Some(stride) when every field has a fixed place: records are staged in `block` at this stride
     /// and the fields filled block-wise.
     stride: Option<usize>,
@@ -62,7 +64,8 @@ impl TypeColumns {
             Some(st) => vec![0u8; st * BLOCK_ROWS],
             None => Vec::new(),
         };
-        TypeColumns { ty, ts: Vec::with_capacity(n), cpu: Vec::with_capacity(n), builders, stride, block,
+        let var = (0..builders.len()).filter(|&j| builders[j].fixed_extent().is_none()).collect();
+        TypeColumns { ty, ts: Vec::with_capacity(n), cpu: Vec::with_capacity(n), builders, var, stride, block,
                       pending: 0, short_rows: 0 }
     }
 
@@ -71,7 +74,16 @@ impl TypeColumns {
         if let Some(st) = self.stride {
             let dst = &mut self.block[self.pending * st..(self.pending + 1) * st];
             if r.len() >= st {
-                dst.copy_from_slice(&r[..st]);
+                // fixed-size moves for the usual strides (a memcpy call per record costs more)
+                macro_rules! cp {
+                    ($($n:literal)*) => {
+                        match st {
+                            $($n => dst[..$n].copy_from_slice(&r[..$n]),)*
+                            _ => dst.copy_from_slice(&r[..st]),
+                        }
+                    };
+                }
+                cp!(4 8 12 16 20 24 28 32 36 40 44 48 52 56 60 64 68 72 76 80);
             } else {
                 dst[..r.len()].copy_from_slice(r);
                 dst[r.len()..].fill(0);
@@ -79,10 +91,8 @@ impl TypeColumns {
             }
             self.pending += 1;
         }
-        for b in self.builders.iter_mut() {
-            if b.fixed_extent().is_none() {
-                b.push(r, env);
-            }
+        for &j in &self.var {
+            self.builders[j].push(r, env);
         }
         if self.pending == BLOCK_ROWS {
             self.flush(env);

@@ -274,11 +274,15 @@ impl Builder {
                     let mut k = [0u8; 16];
                     k[..v.len()].copy_from_slice(v);
                     let key = u128::from_le_bytes(k);
-                    *small.entry(key).or_insert_with(|| {
-                        let c = (offsets.len() - 1) as u32;
-                        push_var(offsets, bytes, v, true);
-                        c
-                    })
+                    match small.get(&key) {
+                        Some(&c) => c,
+                        None => {
+                            let c = (offsets.len() - 1) as u32;
+                            push_var(offsets, bytes, v, true);
+                            small.insert(key, c);
+                            c
+                        }
+                    }
                 } else {
                     match map.get(v) {
                         Some(&c) => c,
