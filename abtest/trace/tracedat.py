@@ -256,7 +256,7 @@ def _read_fused(path: Path, data, lay: Layout, setup: _Setup):
     release = isinstance(data, mmap.mmap)
     res = _native.tracedat_fused(data, groups, lay.compression, setup.page, lay.big_endian, setup.id_field,
                                  setup.tsc, setup.clock_off, resolve, setup.unknown, setup.ph.commit_size,
-                                 setup.printk, syms, release)
+                                 setup.printk, syms, release, lay.deferred_sections)
     if "fallback" in res:
         last_decode.update(path="indexed", fallback=res["fallback"])
         return None

@@ -76,6 +76,10 @@ class Layout:
     # v7 compressed data located but not inflated (parse_layout(..., inflate=False)): per CPU in file
     # order, (cpu, [(file offset of the compressed chunk data, compressed size, inflated size), ...])
     chunks: list[tuple[int, list[tuple[int, int, int]]]] = field(default_factory=list)
+    # compressed sections not inflated yet (parse_layout(..., inflate=False)): (file offset of the
+    # compressed data, compressed size, inflated size) of sections that start with a u32 length of the
+    # rest (kallsyms); the decoder checks that they inflate (else the full parse reports the error)
+    deferred_sections: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 class _Cursor:
@@ -305,8 +309,12 @@ def _check_span(path, data, off: int, size: int, what: str) -> None:
                                offset=min(off, len(data)), expected=f"{size} bytes of {what} (file truncated?)")
 
 
-def _read_section(c: _Cursor, off: int, inflater: _Inflater, want_id: int | None, what: str) -> _Cursor:
-    """v7: read the section header at `off` and return a cursor over its (inflated) contents."""
+def _read_section(c: _Cursor, off: int, inflater: _Inflater, want_id: int | None, what: str,
+                  defer: list | None = None) -> _Cursor | None:
+    """v7: read the section header at `off` and return a cursor over its (inflated) contents.
+
+    With `defer` (a list), a compressed section is checked up to its compressed data, which is not
+    inflated: (data offset, compressed size, inflated size) is appended to `defer` and None returned."""
     if off >= len(c.data):
         raise TraceFormatError(c.path, f"file ends before the {what} section it points to (section offset {off}, "
                                f"file size {len(c.data)} bytes: truncated?)", offset=len(c.data),
@@ -325,6 +333,11 @@ def _read_section(c: _Cursor, off: int, inflater: _Inflater, want_id: int | None
     if flags & SECTION_COMPRESSED:
         csize = s.u32(f"{what} compressed size")
         usize = s.u32(f"{what} uncompressed size")
+        if defer is not None:  # checked and located only: the caller inflates it later
+            if s.pos + csize > s.end:
+                s.take(csize, f"{what} compressed data")  # raises with the offset
+            defer.append((s.pos, csize, usize))
+            return None
         blob = s.take(csize, f"{what} compressed data")
         inner = _Cursor(c.path, inflater.inflate(blob, usize, start, f"{what} section"), 0, base=start,
                         what=f"compressed {what} section at offset {start}")
@@ -397,7 +410,11 @@ def _parse_v7(c: _Cursor, lay: Layout, inflate: bool = True) -> None:
         def load_kallsyms(at=sections[OPT_KALLSYMS]) -> bytes:
             s = _read_section(c, at, inflater, OPT_KALLSYMS, "kallsyms")
             return s.take(s.u32("kallsyms size"), "kallsyms")
-        load_kallsyms()  # validated now (a corrupt section is an error even when unused), kept on demand
+        # validated now (a corrupt section is an error even when unused), kept on demand; with
+        # inflate=False a compressed section is only located and the streaming decoder inflates it to check
+        if inflate or _read_section(c, sections[OPT_KALLSYMS], inflater, OPT_KALLSYMS, "kallsyms",
+                                    defer=lay.deferred_sections) is not None:
+            load_kallsyms()
         lay.kallsyms_loader = load_kallsyms
     if OPT_PRINTK in sections:
         s = _read_section(c, sections[OPT_PRINTK], inflater, OPT_PRINTK, "printk formats")

@@ -293,7 +293,20 @@ enum Outcome {
     Fallback(String),
 }
 
-fn run(jobs: &[Job], ctx: &Ctx, comp: Comp) -> Outcome {
+/// Inflate a compressed metadata section that starts with a u32 length of the rest (kallsyms) and check
+/// both sizes, as the layout parser would when reading it.
+fn verify_section(ctx: &Ctx, inf: &mut Inflater, buf: &mut Vec<u8>, (start, size, inflated): (usize, usize, usize))
+    -> Result<(), String> {
+    let src = ctx.file.get(start..start + size).ok_or("section outside the file")?;
+    inf.inflate(src, inflated, buf)?;
+    let n = super::tracedat_columns::rd(buf, 0, 4, ctx.lay.be).ok_or("section shorter than its length word")?;
+    if 4 + n as usize > buf.len() {
+        return Err("section length word beyond the section".into());
+    }
+    Ok(())
+}
+
+fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) -> Outcome {
     // decode: one job per CPU, biggest first, on min(jobs, cores) threads
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&j| std::cmp::Reverse(jobs[j].spans.iter().map(|s| s.2.max(s.1)).sum::<usize>()));
@@ -301,6 +314,8 @@ fn run(jobs: &[Job], ctx: &Ctx, comp: Comp) -> Outcome {
     let t0 = std::time::Instant::now();
     let next = AtomicUsize::new(0);
     let outs: Vec<Mutex<Option<Result<CpuOut, String>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
+    // deferred section checks run after the CPU jobs, on whichever thread is free first
+    let checks: Vec<Mutex<Option<Result<(), String>>>> = verify.iter().map(|_| Mutex::new(None)).collect();
     std::thread::scope(|sc| {
         for _ in 0..nthreads {
             sc.spawn(|| {
@@ -315,8 +330,13 @@ fn run(jobs: &[Job], ctx: &Ctx, comp: Comp) -> Outcome {
                 let mut buf = Vec::new();
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
-                    if k >= order.len() {
+                    if k >= order.len() + verify.len() {
                         break;
+                    }
+                    if k >= order.len() {
+                        let r = verify_section(ctx, &mut inf, &mut buf, verify[k - order.len()]);
+                        *checks[k - order.len()].lock().unwrap() = Some(r);
+                        continue;
                     }
                     let j = order[k];
                     let r = decode_job(&jobs[j], ctx, comp, &mut inf, &mut buf);
@@ -335,6 +355,11 @@ fn run(jobs: &[Job], ctx: &Ctx, comp: Comp) -> Outcome {
             Some(Ok(out)) => cpu_outs.push(out),
             Some(Err(e)) => return Outcome::Fallback(e),
             None => return Outcome::Fallback("stopped: another CPU's data failed".into()),
+        }
+    }
+    for (c, &(start, _, _)) in checks.into_iter().zip(verify) {
+        if let Some(Err(e)) = c.into_inner().unwrap() {
+            return Outcome::Fallback(format!("compressed section data at offset {start}: {e}"));
         }
     }
     if let Some(o) = cpu_outs.iter().find(|o| !o.monotonic) {
@@ -388,12 +413,15 @@ fn run(jobs: &[Job], ctx: &Ctx, comp: Comp) -> Outcome {
 /// (inflated size ignored when `compression` is None); compression: None, "zstd" or "zlib";
 /// page / big_endian / id_field / tsc2nsec / ts_offset_ns: as tracedat_walk; resolver(id) -> [FieldSpec]
 /// or None (then `unknown_fields`); printk: {address: format}; kallsyms_loader: () -> kallsyms text, or
-/// None; release: `file` is a read-only mapping whose consumed pages may be given back.
+/// None; release: `file` is a read-only mapping whose consumed pages may be given back; verify:
+/// [(start, size, inflated size)] compressed metadata sections (u32 length + data, i.e. kallsyms) the
+/// layout parser located without inflating: inflated and checked on a thread that is free (a failure
+/// means fallback, and the full parse then reports it).
 /// Returns {"fallback": reason} or {"events": {id: {"ts", "__buffer_cpu", field...}}, "short_fields",
 /// "missing_formats", "stats": {"lost", "lost_unknown_pages", "pages", "records"}}.
 #[pyfunction]
 #[pyo3(signature = (file, cpus, compression, page, big_endian, id_field, tsc2nsec, ts_offset_ns, resolver,
-                    unknown_fields, long_size, printk, kallsyms_loader, release))]
+                    unknown_fields, long_size, printk, kallsyms_loader, release, verify=Vec::new()))]
 #[allow(clippy::too_many_arguments)]
 pub fn tracedat_fused<'py>(
     py: Python<'py>,
@@ -411,6 +439,7 @@ pub fn tracedat_fused<'py>(
     printk: HashMap<u64, Vec<u8>>,
     kallsyms_loader: Option<Py<PyAny>>,
     release: bool,
+    verify: Vec<(usize, usize, usize)>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let comp = match compression.as_deref() {
         None => Comp::Stored,
@@ -450,7 +479,7 @@ pub fn tracedat_fused<'py>(
     let abort = AtomicBool::new(false);
     let ctx = Ctx { file: data, lay: &lay, clock: &clock, specs: &specs, printk: &printk, syms: &syms,
                     long_size, release, abort: &abort };
-    let outcome = py.allow_threads(|| run(&jobs, &ctx, comp));
+    let outcome = py.allow_threads(|| run(&jobs, &verify, &ctx, comp));
     if let Some(e) = specs.error.lock().unwrap().take() {
         return Err(e);
     }

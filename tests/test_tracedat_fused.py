@@ -1,0 +1,117 @@
+"""The streaming trace.dat decode (native/src/tracedat_fused.rs) against the record-index path it replaces
+as the default (`tracedat.read(..., fused=False)`, which test_tracedat.py checks field by field against
+`trace-cmd report`): identical tables (values, dtypes, row order, categorical codes) and metadata on every
+real trace.dat under ../shared/traces, the benchmark trace, and hand-made edge cases: a CPU whose
+timestamps go backwards (the streaming path must hand over to the record-index path), a corrupt kallsyms
+section (same error), zlib stand-ins."""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from abtest.trace import tracedat, tracedat_layout
+from abtest.trace.errors import TraceFormatError
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT.parent / "shared" / "traces"
+TRACEDAT_FILES = ["langraph/trace.dat", "lisa/sched_load-trace.dat", "trappy/trace.dat", "trappy/trace_idle.dat",
+                  "x86-vm/x86-haltpoll-hackbench-cyclictest.dat", "x86-vm/x86-ladder-hackbench-cyclictest.dat",
+                  "x86-vm/x86-menu-hackbench-cyclictest.dat"]
+BENCH_TRACE = Path.home() / ".cache" / "abtest" / "bench" / "hackbench-sched-power.dat"
+
+
+def _assert_same(fused: tuple, indexed: tuple) -> None:
+    (a, meta_a), (b, meta_b) = fused, indexed
+    assert list(a) == list(b)
+    for name in a:
+        assert_frame_equal(a[name], b[name])  # values, dtypes, order
+        assert a[name].equals(b[name]), name
+        for col, dtype in a[name].schema.items():
+            if dtype == pl.Categorical:  # same dictionary codes, not only the same strings
+                assert a[name][col].to_physical().equals(b[name][col].to_physical()), (name, col)
+    assert meta_a == meta_b
+
+
+def _both(path: Path, data: bytes) -> tuple[tuple, dict, tuple]:
+    fused = tracedat.read(path, data)
+    how = dict(tracedat.last_decode)
+    indexed = tracedat.read(path, data, fused=False)
+    return fused, how, indexed
+
+
+def test_every_shared_file_listed(traces):
+    assert sorted(str(p.relative_to(traces)) for p in traces.rglob("*.dat")) == sorted(TRACEDAT_FILES)
+
+
+@pytest.mark.parametrize("rel", TRACEDAT_FILES)
+def test_fused_equals_record_index_path(rel):
+    p = TRACES / rel
+    fused, how, indexed = _both(p, p.read_bytes())
+    assert how == {"path": "fused", "fallback": None}
+    _assert_same(fused, indexed)
+
+
+def test_fused_equals_record_index_path_on_the_bench_trace():
+    """2.58 M events, 2 CPUs, v7 zstd: the trace bench/ingest.py records (and caches) on this machine."""
+    if not BENCH_TRACE.exists():
+        pytest.skip(f"{BENCH_TRACE} not recorded yet: run `.venv/bin/python bench/ingest.py` once")
+    fused, how, indexed = _both(BENCH_TRACE, BENCH_TRACE.read_bytes())
+    assert how == {"path": "fused", "fallback": None}
+    assert sum(df.height for df in fused[0].values()) > 2_000_000
+    _assert_same(fused, indexed)
+
+
+def test_backwards_timestamps_fall_back_to_the_record_index_path(tmp_path):
+    """A ring-buffer page whose header timestamp lies before the previous page's events: the per-table
+    merge of per-CPU runs would not reproduce the global stable sort, so the record-index path runs."""
+    src = TRACES / "lisa" / "sched_load-trace.dat"
+    data = bytearray(src.read_bytes())
+    lay = tracedat_layout.parse_layout(src, bytes(data))
+    cd = max((c for c in lay.cpu_data if c.size), key=lambda c: c.size)
+    assert cd.size >= 3 * lay.page_size
+    second = cd.file_offset + lay.page_size
+    first_ts = struct.unpack_from("<Q", data, cd.file_offset)[0]
+    struct.pack_into("<Q", data, second, first_ts - 1_000_000)  # 1 ms before the CPU's first page
+    p = tmp_path / "backwards.dat"
+    p.write_bytes(bytes(data))
+    fused, how, indexed = _both(p, bytes(data))
+    assert how["path"] == "indexed" and "backwards" in how["fallback"]
+    _assert_same(fused, indexed)
+    assert all(df["ts"].is_sorted() for df in fused[0].values())
+
+
+def test_corrupt_kallsyms_section_same_error(tmp_path):
+    """The v7 kallsyms section is only located by the layout pass and inflated by the decoder: a corrupt
+    one still raises the layout parser's error (offset of the section)."""
+    src = TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
+    data = bytearray(src.read_bytes())
+    lay = tracedat_layout.parse_layout(src, bytes(data), inflate=False)
+    assert len(lay.deferred_sections) == 1
+    start, csize, _ = lay.deferred_sections[0]
+    assert data[start:start + 4] == b"\x28\xb5\x2f\xfd"  # zstd frame magic
+    data[start + csize // 2: start + csize // 2 + 64] = bytes(64)
+    p = tmp_path / "bad-kallsyms.dat"
+    p.write_bytes(bytes(data))
+    errors = []
+    for fused in (True, False):
+        with pytest.raises(TraceFormatError) as ei:
+            tracedat.read(p, bytes(data), fused=fused)
+        errors.append((str(ei.value), ei.value.offset))
+    assert errors[0] == errors[1]
+    assert "kallsyms" in errors[0][0]
+
+
+@pytest.mark.parametrize("endian", ["<", ">"], ids=["little", "big"])
+def test_zlib_standin_fused(tmp_path, endian):
+    from test_tracedat import _standin_v7_zlib  # the hand-built v7 zlib file (stand-in, see that test)
+
+    blob, _expected = _standin_v7_zlib(endian)
+    p = tmp_path / "standin-v7-zlib.dat"
+    p.write_bytes(blob)
+    fused, how, indexed = _both(p, blob)
+    assert how == {"path": "fused", "fallback": None}
+    _assert_same(fused, indexed)
