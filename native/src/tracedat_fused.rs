@@ -155,8 +155,6 @@ fn decode_job(job: &Job, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Ve
     let mut stats = CpuStats::default();
     let (mut last, mut monotonic) = (i64::MIN, true);
     let ps = ctx.lay.page_size;
-    let mut tinfl = std::time::Duration::ZERO;
-    let tstart = std::time::Instant::now();
     let mut released = job.spans.first().map(|s| s.0).unwrap_or(0);
     for (k, &(start, size, inflated)) in job.spans.iter().enumerate() {
         if ctx.abort.load(Ordering::Relaxed) {
@@ -167,13 +165,11 @@ fn decode_job(job: &Job, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Ve
             let step = (RAW_PIECE / ps).max(1) * ps;
             src.chunks(step).collect()
         } else {
-            let ti = std::time::Instant::now();
             inf.inflate(src, inflated, buf).map_err(|e| format!("CPU {} chunk {}: {}", job.cpu, k, e))?;
-            tinfl += ti.elapsed();
             vec![buf.as_slice()]
         };
         for piece in pieces {
-            tracedat_pages_walk(job.first_src + k, piece, ctx, &mut stats, &mut slot, &mut types, &mut env,
+            walk_into_columns(job.first_src + k, piece, ctx, &mut stats, &mut slot, &mut types, &mut env,
                                 &mut last, &mut monotonic)?;
             if ctx.release && comp == Comp::Stored {
                 release_pages(piece);
@@ -189,9 +185,6 @@ fn decode_job(job: &Job, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Ve
             release_pages(&ctx.file[released.min(start + size)..start + size]);
         }
     }
-    if std::env::var_os("ABTEST_FUSED_TIMING").is_some() {
-        eprintln!("cpu {} inflate {:?} total {:?} thread cpu {:?} minflt {}", job.cpu, tinfl, tstart.elapsed(), tcpu(), tflt());
-    }
     for tc in types.iter_mut() {
         tc.flush(&mut env);
         env.short_fields += tc.short_rows;
@@ -203,7 +196,7 @@ fn decode_job(job: &Job, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Ve
 /// Walk the pages of `data`, pushing each record into its type's builders (created on first sight).
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-fn tracedat_pages_walk(si: usize, data: &[u8], ctx: &Ctx, stats: &mut CpuStats, slot: &mut [u32],
+fn walk_into_columns(si: usize, data: &[u8], ctx: &Ctx, stats: &mut CpuStats, slot: &mut [u32],
                        types: &mut Vec<TypeColumns>, env: &mut Env, last: &mut i64, monotonic: &mut bool)
     -> Result<(), String> {
     walk_pages(si, data, ctx.lay, ctx.clock, stats, |ts, ty, rec, _pos| {
@@ -222,21 +215,8 @@ fn tracedat_pages_walk(si: usize, data: &[u8], ctx: &Ctx, stats: &mut CpuStats, 
     }).map_err(|e| e.msg)
 }
 
-fn tflt() -> i64 {
-    extern "C" { fn getrusage(who: i32, r: *mut [i64; 18]) -> i32; }
-    let mut r = [0i64; 18];
-    unsafe { getrusage(1, &mut r) };
-    r[8]
-}
-
-fn tcpu() -> std::time::Duration {
-    #[repr(C)]
-    struct Ts { s: i64, ns: i64 }
-    extern "C" { fn clock_gettime(c: i32, t: *mut Ts) -> i32; }
-    let mut t = Ts { s: 0, ns: 0 };
-    unsafe { clock_gettime(3, &mut t) };
-    std::time::Duration::new(t.s as u64, t.ns as u32)
-}
+/// One event type's per-CPU columns, in job order: (CPU, columns).
+type Runs = Vec<(i32, TypeColumns)>;
 
 /// One table: timestamps, ring-buffer CPU, field columns, in time order.
 struct Merged {
@@ -247,7 +227,7 @@ struct Merged {
 }
 
 /// Merge one event type's per-CPU runs (in job order: ties go to the earlier CPU).
-fn merge_type(ty: u16, parts: Vec<(i32, TypeColumns)>) -> Merged {
+fn merge_type(ty: u16, parts: Runs) -> Merged {
     if parts.len() == 1 {
         let (cpu, tc) = parts.into_iter().next().unwrap();
         let n = tc.ts.len();
@@ -265,9 +245,6 @@ fn merge_type(ty: u16, parts: Vec<(i32, TypeColumns)>) -> Merged {
     let runs: Vec<&[i64]> = tss.iter().map(|v| v.as_slice()).collect();
     let segs = merge_segments(&runs);
     drop(runs);
-    if std::env::var_os("ABTEST_FUSED_TIMING").is_some() {
-        eprintln!("type {} rows {} segs {} fields {}", ty, rows, segs.len(), fields[0].len());
-    }
     // the largest run's arrays become the table's (grown in place)
     let base = (0..tss.len()).max_by_key(|&p| (tss[p].len(), std::cmp::Reverse(p))).unwrap_or(0);
     let ts = merge_vec(tss, base, segs.len(), |k| {
@@ -311,7 +288,6 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&j| std::cmp::Reverse(jobs[j].spans.iter().map(|s| s.2.max(s.1)).sum::<usize>()));
     let nthreads = worker_count().min(jobs.len()).max(1);
-    let t0 = std::time::Instant::now();
     let next = AtomicUsize::new(0);
     let outs: Vec<Mutex<Option<Result<CpuOut, String>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
     // deferred section checks run after the CPU jobs, on whichever thread is free first
@@ -348,7 +324,6 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
             });
         }
     });
-    let t1 = std::time::Instant::now();
     let mut cpu_outs = Vec::with_capacity(jobs.len());
     for o in outs {
         match o.into_inner().unwrap() {
@@ -367,7 +342,7 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
     }
     // merge: per event type, its per-CPU runs in job order; types spread over the threads, biggest first
     let (mut short_fields, mut missing_formats) = (0u64, 0u64);
-    let mut by_type: HashMap<u16, Vec<(i32, TypeColumns)>> = HashMap::new();
+    let mut by_type: HashMap<u16, Runs> = HashMap::new();
     let mut stats = Vec::with_capacity(cpu_outs.len());
     for o in cpu_outs {
         short_fields += o.short_fields;
@@ -377,17 +352,16 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
             by_type.entry(tc.ty).or_default().push((o.cpu, tc));
         }
     }
-    let mut work: Vec<(u16, usize, Vec<(i32, TypeColumns)>)> = by_type.into_iter()
+    let mut work: Vec<(u16, usize, Runs)> = by_type.into_iter()
         .map(|(ty, parts)| (ty, parts.iter().map(|p| p.1.ts.len()).sum(), parts)).collect();
     work.sort_by_key(|w| (std::cmp::Reverse(w.1), w.0));
-    let work: Vec<Mutex<Option<(u16, Vec<(i32, TypeColumns)>)>>> =
+    let work: Vec<Mutex<Option<(u16, Runs)>>> =
         work.into_iter().map(|(ty, _, parts)| Mutex::new(Some((ty, parts)))).collect();
     let merged: Vec<Mutex<Option<Merged>>> = work.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     std::thread::scope(|sc| {
-        let nthr = worker_count().min(work.len()).max(1);
         let (next, work, merged) = (&next, &work, &merged);
-        for _ in 0..nthr {
+        for _ in 0..worker_count().min(work.len()).max(1) {
             sc.spawn(move || loop {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 if k >= work.len() {
@@ -395,15 +369,9 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
                 }
                 let (ty, parts) = work[k].lock().unwrap().take().unwrap();
                 *merged[k].lock().unwrap() = Some(merge_type(ty, parts));
-                if k + nthr >= work.len() && std::env::var_os("ABTEST_FUSED_TIMING").is_some() {
-                    eprintln!("merge thread cpu {:?} minflt {}", tcpu(), tflt());
-                }
             });
         }
     });
-    if std::env::var_os("ABTEST_FUSED_TIMING").is_some() {
-        eprintln!("decode {:?} merge {:?}", t1 - t0, t0.elapsed() - (t1 - t0));
-    }
     let tables = merged.into_iter().map(|m| m.into_inner().unwrap().unwrap()).collect();
     Outcome::Done { tables, stats, short_fields, missing_formats }
 }

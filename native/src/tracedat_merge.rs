@@ -78,12 +78,19 @@ pub fn merge_vec<T: Copy, R: Fn(usize) -> (usize, usize, usize)>(mut parts: Vec<
         // is at or after its place in its run) and [lo, hi) is not yet overwritten (filled from the back);
         // other runs: [lo, hi) lies in that run (checked above).
         unsafe {
-            if p == base {
-                if lo != w {
-                    std::ptr::copy(dst.add(lo), dst.add(w), n);
+            let src: *const T = if p == base { dst } else { parts[p].as_ptr() };
+            if p == base && lo == w {
+                // already in place
+            } else if n <= 8 {
+                // short segments (CPUs interleave every few rows): element moves, descending so that an
+                // own element is read before its slot is overwritten
+                for j in (0..n).rev() {
+                    *dst.add(w + j) = *src.add(lo + j);
                 }
+            } else if p == base {
+                std::ptr::copy(src.add(lo), dst.add(w), n);
             } else {
-                std::ptr::copy_nonoverlapping(parts[p].as_ptr().add(lo), dst.add(w), n);
+                std::ptr::copy_nonoverlapping(src.add(lo), dst.add(w), n);
             }
         }
     }
