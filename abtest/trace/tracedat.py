@@ -1,9 +1,12 @@
 """trace-cmd trace.dat (file versions 6 and 7) -> raw polars tables, one per kernel event.
 
 `read(path, data)` parses the file layout and event formats in Python (small, per event *type*),
-then hands every CPU's ring-buffer pages to the compiled decoder (`abtest._native.tracedat_decode`,
-native/src/tracedat.rs), which walks pages and event headers, sorts records by timestamp and fills
-typed columns. No Python code runs per event.
+then hands every CPU's ring-buffer data to the compiled decoder. Default: the streaming decode
+(`abtest._native.tracedat_fused`, native/src/tracedat_fused.rs): per CPU, v7 chunks are inflated one by
+one and walked at once, records go straight into that CPU's typed columns, and each table is then the
+merge of its per-CPU runs by timestamp. Fallback (a CPU whose timestamps go backwards, corrupt data):
+the record-index path (`tracedat_walk` + `columns`, native/src/tracedat.rs), which orders such traces
+by a stable sort and reports errors with their exact positions. No Python code runs per event.
 
 Raw table columns: ts (Int64, ns on the trace clock, after trace-cmd's OFFSET / DATE / TSC2NSEC
 corrections), cpu (Int32, ring buffer the event was in), common_pid (Int32), then every field of the
