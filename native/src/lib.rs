@@ -11,6 +11,7 @@ mod perfetto_packets;
 mod perfetto_sort;
 mod perfetto_tables;
 mod perfetto_wire;
+mod parquet_write;
 mod tracedat;
 
 #[pymodule]
@@ -18,5 +19,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     tracedat::register(m)?;
     perfetto::register(m)?;
+    parquet_write::register(m)?;
     Ok(())
 }
