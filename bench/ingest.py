@@ -12,7 +12,11 @@ Measured (wall clock, same machine, same run):
 - abtest decode: `read_trace(FILE)` in-process (canonical polars tables, no cache), best of --repeat;
 - abtest convert: decode + one parquet file per table + meta.json (what `abtest trace convert` does);
 - peak RSS of a fresh process that decodes the file (VmHWM) vs the in-memory size of the resulting
-  tables (sum of DataFrame.estimated_size()); the interpreter + imports baseline is shown separately.
+  tables (sum of DataFrame.estimated_size()); the interpreter + imports baseline is shown separately;
+- write only (benchmark trace): the decoded tables written once per repeat into a fresh directory by
+  abtest's parquet writer (`write_parquet_tables`, what convert uses) and by polars'
+  `write_parquet(compression="lz4", statistics=False)` (the writer convert used before), wall and CPU
+  time (best of --repeat) and the total size of the files.
 """
 from __future__ import annotations
 
@@ -145,6 +149,52 @@ def time_abtest(path: Path, repeat: int) -> tuple[float, float, float, int]:
     return best_dec, best_cpu, best_conv, n
 
 
+def time_write(path: Path, repeat: int) -> dict:
+    """Write-only stage on the decoded tables of `path`: abtest's parquet writer vs polars' (best of
+    `repeat`, each into a fresh directory)."""
+    from abtest.trace.parquet_write import write_parquet_tables
+    from abtest.trace.readers import read_trace
+    tables = read_trace(path).tables
+
+    def polars_write(out: Path) -> None:
+        for name, df in tables.items():
+            df.write_parquet(out / f"{name}.parquet", compression="lz4", statistics=False)
+
+    res = {}
+    for label, fn in (("polars", polars_write), ("abtest", lambda out: write_parquet_tables(tables, out))):
+        best = best_cpu = float("inf")
+        size = 0
+        for _ in range(repeat):
+            out = Path(tempfile.mkdtemp(prefix="abtest-bench-write-"))
+            try:
+                c0 = _cpu_s(resource.RUSAGE_SELF)
+                t0 = time.perf_counter()
+                fn(out)
+                best = min(best, time.perf_counter() - t0)
+                best_cpu = min(best_cpu, _cpu_s(resource.RUSAGE_SELF) - c0)
+                size = sum(p.stat().st_size for p in out.glob("*.parquet"))
+            finally:
+                shutil.rmtree(out, ignore_errors=True)
+        res[label] = {"wall_s": best, "cpu_s": best_cpu, "bytes": size}
+    res["tables"] = len(tables)
+    res["rows"] = sum(len(df) for df in tables.values())
+    res["tables_bytes"] = sum(df.estimated_size() for df in tables.values())
+    return res
+
+
+def print_write(w: dict) -> None:
+    """The write-only stage: one line per writer and the ratios."""
+    print(f"\nwrite only ({w['tables']} tables, {w['rows']:,} rows, {w['tables_bytes'] / 2**20:.1f} MB in memory; "
+          f"best of the repeats):")
+    for label, name in (("abtest", "abtest parquet writer"), ("polars", "polars write_parquet lz4")):
+        r = w[label]
+        print(f"  {name:<26} wall {r['wall_s'] * 1e3:7.1f} ms  CPU {r['cpu_s'] * 1e3:7.1f} ms  "
+              f"files {r['bytes'] / 1e6:6.1f} MB")
+    a, p = w["abtest"], w["polars"]
+    print(f"  abtest vs polars: {p['wall_s'] / a['wall_s']:.1f}x faster (wall), {p['cpu_s'] / a['cpu_s']:.1f}x less CPU, "
+          f"files {a['bytes'] / p['bytes']:.2f}x the size")
+
+
 _RSS_CHILD = r"""
 import json, sys
 sys.path.insert(0, {root!r})
@@ -248,10 +298,12 @@ def main() -> None:
             loops = int(loops * 1.5 * max(1.0, args.min_events / max(n, 1)))
         print(f"benchmark trace: {path} ({n} events)", file=sys.stderr)
     rows = [bench_file(path, args.repeat, check_count=True)]
+    rows[0]["write"] = time_write(path, args.repeat)
     if not args.no_shared:
         for p in sorted(SHARED.rglob("*.dat")):
             rows.append(bench_file(p, args.repeat, check_count=False))
     print_table(rows)
+    print_write(rows[0]["write"])
     print_targets(rows[0])
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

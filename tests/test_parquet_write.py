@@ -27,9 +27,10 @@ BENCH_TRACE = Path.home() / ".cache" / "abtest" / "bench" / "hackbench-sched-pow
 NOT_TRACES = {".md", ".json", ".yml"}
 
 CONFIGS = [
-    {},  # the default: LZ4_RAW pages, DELTA_BINARY_PACKED integers
-    {"compression": "uncompressed", "delta": "never"},
-    {"compression": "lz4_raw", "delta": "sorted", "row_group_rows": 1000, "page_rows": 300},
+    {},  # the default
+    {"compression": "uncompressed", "ints": "plain"},
+    {"compression": "lz4_raw", "ints": "delta", "row_group_rows": 1000, "page_rows": 300},
+    {"compression": "uncompressed", "ints": "auto", "row_group_rows": 1000, "page_rows": 300},
 ]
 
 
@@ -148,7 +149,8 @@ def _edge_frame() -> pl.DataFrame:
     })
 
 
-@pytest.mark.parametrize("kw", CONFIGS + [{"row_group_rows": 5, "page_rows": 2, "delta": "all"}])
+@pytest.mark.parametrize("kw", CONFIGS + [{"row_group_rows": 5, "page_rows": 2, "ints": "delta"},
+                                {"row_group_rows": 5, "page_rows": 2, "ints": "auto"}])
 def test_edge_cases(tmp_path, kw):
     df = _edge_frame()
     multi = pl.concat([df.slice(0, 7), df.slice(7)], rechunk=False)

@@ -102,11 +102,14 @@ def _polars_write(df: pl.DataFrame, path: Path) -> None:
 
 
 def write_parquet_tables(tables: dict[str, pl.DataFrame], out_dir: str | os.PathLike, *,
-                         compression: str = "lz4_raw", row_group_rows: int = ROW_GROUP_ROWS,
-                         page_rows: int = PAGE_ROWS, delta: str = "all", threads: int = 0) -> dict[str, int]:
+                         compression: str = "uncompressed", row_group_rows: int = ROW_GROUP_ROWS,
+                         page_rows: int = PAGE_ROWS, ints: str = "auto", threads: int = 0) -> dict[str, int]:
     """Write `out_dir/<name>.parquet` for every table; returns {name: file size in bytes}.
 
-    compression: "lz4_raw" (LZ4 block per page) or "uncompressed". threads: 0 = one per CPU.
+    compression: "uncompressed" (default: the encodings already make the files smaller than polars' LZ4
+    ones on the bench trace, and LZ4 costs more time than it saves in bytes written) or "lz4_raw" (LZ4
+    block per page). ints: "auto" (delta for sorted 64-bit, dictionary for small spans, else PLAIN;
+    see native/src/parquet_ints.rs), "delta" or "plain". threads: 0 = one per CPU.
     Tables with a dtype the Rust writer does not cover are written by polars (module docstring).
     """
     out_dir = Path(out_dir)
@@ -128,7 +131,7 @@ def write_parquet_tables(tables: dict[str, pl.DataFrame], out_dir: str | os.Path
         jobs.append((str(path), _arrow_schema(df), df.height, cols))
         names.append(name)
     if jobs:
-        written = _native.parquet_write_tables(jobs, compression, row_group_rows, page_rows, delta, threads)
+        written = _native.parquet_write_tables(jobs, compression, row_group_rows, page_rows, ints, threads)
         sizes.update(zip(names, written))
     del keep
     return sizes

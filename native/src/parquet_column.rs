@@ -3,12 +3,14 @@
 //!
 //! Every column is OPTIONAL, as polars writes them: flat columns carry definition levels (width 1,
 //! taken straight from the Arrow validity bitmap), List columns repetition (width 1) and definition
-//! levels (width 2: 0 null list, 1 empty list, 2 null element, 3 element). Values: PLAIN, or
-//! DELTA_BINARY_PACKED for integer columns (per `Delta`), or a PLAIN dictionary page + RLE_DICTIONARY
-//! indices for Categorical columns. v1 data pages of at most `page_rows` rows.
+//! levels (width 2: 0 null list, 1 empty list, 2 null element, 3 element). Values: PLAIN floats,
+//! booleans, strings, binary and list elements; integers as `parquet_ints` chooses (delta, dictionary
+//! or PLAIN); a PLAIN dictionary page + RLE_DICTIONARY indices for Categorical columns. v1 data pages
+//! of at most `page_rows` rows.
 use std::io::Write;
 
 use super::enc;
+use super::ints;
 use super::thrift::{self, Logical};
 
 #[cfg(not(target_endian = "little"))]
@@ -117,7 +119,7 @@ pub struct Col {
 
 impl Col {
     #[inline]
-    fn valid(&self, i: usize) -> bool {
+    pub fn valid(&self, i: usize) -> bool {
         match self.validity {
             None => true,
             Some(v) => v[(self.offset + i) >> 3] >> ((self.offset + i) & 7) & 1 == 1,
@@ -244,20 +246,21 @@ impl Col {
     }
 }
 
-/// Which integer columns get DELTA_BINARY_PACKED (the others PLAIN).
+/// How integer columns are encoded (see `parquet_ints`).
 #[derive(Clone, Copy)]
-pub enum Delta {
-    /// every integer column
-    All,
-    /// 64-bit integer chunks without nulls whose values never decrease (`ts`)
-    Sorted,
-    Never,
+pub enum IntMode {
+    /// per chunk: DELTA_BINARY_PACKED when sorted 64-bit, dictionary when the span is small, else PLAIN
+    Auto,
+    /// DELTA_BINARY_PACKED everywhere
+    Delta,
+    /// PLAIN everywhere
+    Plain,
 }
 
 pub struct Opts {
     pub lz4: bool,
     pub page_rows: usize,
-    pub delta: Delta,
+    pub ints: IntMode,
 }
 
 /// What the footer needs to know about one written column chunk (absolute file offsets).
@@ -279,24 +282,26 @@ pub struct Sink {
     pub lz4: bool,
     comp: Vec<u8>,
     hdr: Vec<u8>,
-    body: Vec<u8>,
+    pub body: Vec<u8>,
     i32s: Vec<i32>,
     i64s: Vec<i64>,
-    idx: Vec<u32>,
+    pub idx: Vec<u32>,
+    /// value -> dictionary index of small-span integer chunks
+    pub table: Vec<u32>,
     levels: [Vec<u8>; 2],
 }
 
 impl Sink {
     pub fn new() -> Self {
         Sink { w: Box::new(std::io::sink()), pos: 0, lz4: false, comp: Vec::new(), hdr: Vec::new(), body: Vec::new(), i32s: Vec::new(),
-               i64s: Vec::new(), idx: Vec::new(), levels: [Vec::new(), Vec::new()] }
+               i64s: Vec::new(), idx: Vec::new(), table: Vec::new(), levels: [Vec::new(), Vec::new()] }
     }
 
     /// Drop scratch buffers larger than 16 MiB (kept otherwise for the next call).
     pub fn shrink(&mut self) {
         const MAX: usize = 16 << 20;
         if self.body.capacity() > MAX || self.comp.capacity() > MAX || self.i64s.capacity() * 8 > MAX
-            || self.i32s.capacity() * 4 > MAX || self.idx.capacity() * 4 > MAX {
+            || self.i32s.capacity() * 4 > MAX || self.idx.capacity() * 4 > MAX || self.table.capacity() * 4 > MAX {
             *self = Sink::new();
         }
     }
@@ -307,7 +312,7 @@ impl Sink {
     }
 
     /// Header + (compressed) `self.body` as one page.
-    fn page(&mut self, st: &mut ChunkStats, kind: i32, num_values: usize, encoding: i32) -> std::io::Result<()> {
+    pub fn page(&mut self, st: &mut ChunkStats, kind: i32, num_values: usize, encoding: i32) -> std::io::Result<()> {
         let body = std::mem::take(&mut self.body);
         let stored: &[u8] = if self.lz4 {
             self.comp.resize(lz4_flex::block::get_maximum_output_size(body.len()), 0);
@@ -331,7 +336,7 @@ impl Sink {
 }
 
 /// Definition levels of a flat column for rows [p0, p1), with the v1 4-byte length prefix.
-fn flat_def_levels(body: &mut Vec<u8>, col: &Col, p0: usize, p1: usize) {
+pub fn flat_def_levels(body: &mut Vec<u8>, col: &Col, p0: usize, p1: usize) {
     let at = body.len();
     body.extend_from_slice(&[0; 4]);
     match col.validity {
@@ -342,7 +347,7 @@ fn flat_def_levels(body: &mut Vec<u8>, col: &Col, p0: usize, p1: usize) {
     body[at..at + 4].copy_from_slice(&n.to_le_bytes());
 }
 
-fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+pub fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
     // SAFETY: plain integers; the host is little-endian (compile_error above), as PLAIN requires
     unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }
@@ -372,25 +377,37 @@ pub fn write_chunk(sink: &mut Sink, col: &Col, r0: usize, r1: usize, opts: &Opts
 }
 
 fn write_flat(sink: &mut Sink, st: &mut ChunkStats, col: &Col, r0: usize, r1: usize, opts: &Opts)
-                        -> std::io::Result<()> {
-    let delta = col.kind.is_int()
-        && match opts.delta {
-            Delta::All => true,
-            Delta::Sorted => {
-                matches!(col.kind, Kind::I64)
-                    && !col.has_nulls(r0, r1)
-                    && (r0 + 1..r1).all(|i| (col.u64_at(i) as i64) >= (col.u64_at(i - 1) as i64))
-            }
-            Delta::Never => false,
+              -> std::io::Result<()> {
+    if col.kind.is_int() {
+        return if col.kind.physical() == 2 {
+            let mut scratch = std::mem::take(&mut sink.i64s);
+            let vals = col.view::<i64>(r0, r1).unwrap_or_else(|| {
+                scratch.clear();
+                col.gather_i64(r0, r1, &mut scratch);
+                &scratch
+            });
+            let res = ints::write_ints(sink, st, col, r0, r1, opts, vals);
+            sink.i64s = scratch;
+            res
+        } else {
+            let mut scratch = std::mem::take(&mut sink.i32s);
+            let view = if matches!(col.kind, Kind::I32 | Kind::U32) { col.view::<i32>(r0, r1) } else { None };
+            let vals = view.unwrap_or_else(|| {
+                scratch.clear();
+                col.gather_i32(r0, r1, &mut scratch);
+                &scratch
+            });
+            let res = ints::write_ints(sink, st, col, r0, r1, opts, vals);
+            sink.i32s = scratch;
+            res
         };
-    let encoding = if delta { thrift::ENC_DELTA_BINARY_PACKED } else { thrift::ENC_PLAIN };
-    st.encodings.push(encoding);
+    }
+    st.encodings.push(thrift::ENC_PLAIN);
     let mut p0 = r0;
     while p0 < r1 {
         let p1 = (p0 + opts.page_rows).min(r1);
         let mut body = std::mem::take(&mut sink.body);
         flat_def_levels(&mut body, col, p0, p1);
-        let nulls = col.has_nulls(p0, p1);
         match col.kind {
             Kind::Bool => enc::plain_bools(
                 &mut body,
@@ -406,48 +423,15 @@ fn write_flat(sink: &mut Sink, st: &mut ChunkStats, col: &Col, r0: usize, r1: us
                     }
                 }
             }
-            Kind::F32 | Kind::F64 | Kind::I64 | Kind::U64 if !delta && !nulls => {
-                body.extend_from_slice(col.raw(p0, p1));
-            }
-            Kind::F32 | Kind::F64 => {
+            _ if !col.has_nulls(p0, p1) => body.extend_from_slice(col.raw(p0, p1)),
+            _ => {
                 for i in (p0..p1).filter(|&i| col.valid(i)) {
                     body.extend_from_slice(col.raw(i, i + 1));
                 }
             }
-            k if k.physical() == 2 => {
-                let vals = match col.view::<i64>(p0, p1) {
-                    Some(v) => v,
-                    None => {
-                        sink.i64s.clear();
-                        col.gather_i64(p0, p1, &mut sink.i64s);
-                        &sink.i64s
-                    }
-                };
-                if delta {
-                    enc::delta_i64(&mut body, vals);
-                } else {
-                    body.extend_from_slice(as_bytes(vals));
-                }
-            }
-            k => {
-                let view = if matches!(k, Kind::I32 | Kind::U32) { col.view::<i32>(p0, p1) } else { None };
-                let vals = match view {
-                    Some(v) => v,
-                    None => {
-                        sink.i32s.clear();
-                        col.gather_i32(p0, p1, &mut sink.i32s);
-                        &sink.i32s
-                    }
-                };
-                if delta {
-                    enc::delta_i32(&mut body, vals);
-                } else {
-                    body.extend_from_slice(as_bytes(vals));
-                }
-            }
         }
         sink.body = body;
-        sink.page(st, thrift::PAGE_DATA, p1 - p0, encoding)?;
+        sink.page(st, thrift::PAGE_DATA, p1 - p0, thrift::ENC_PLAIN)?;
         p0 = p1;
     }
     Ok(())

@@ -51,14 +51,22 @@ pub fn pack_slice<T: Copy + Into<u64>>(out: &mut Vec<u8>, vals: &[T], width: u32
     if width == 0 {
         return;
     }
-    let n = vals.len().div_ceil(8) * width as usize; // bytes
+    let mut rest = vals;
+    if width <= PACK32_MAX_WIDTH {
+        let mut blocks = vals.chunks_exact(32);
+        for b in &mut blocks {
+            pack32(out, b.try_into().unwrap(), width);
+        }
+        rest = blocks.remainder();
+    }
+    let n = rest.len().div_ceil(8) * width as usize; // bytes
     let start = out.len();
     out.resize(start + n + 8, 0);
     let dst = &mut out[start..];
     if width <= 32 {
         // accumulate in a u64, spill 32 bits at a time (v < 2^32 and < 32 bits pending: no overflow)
         let (mut acc, mut nbits, mut at) = (0u64, 0u32, 0usize);
-        for &v in vals {
+        for &v in rest {
             acc |= v.into() << nbits;
             nbits += width;
             if nbits >= 32 {
@@ -72,8 +80,8 @@ pub fn pack_slice<T: Copy + Into<u64>>(out: &mut Vec<u8>, vals: &[T], width: u32
         out.truncate(start + n);
     } else {
         out.truncate(start);
-        let pad = vals.len().next_multiple_of(8) - vals.len();
-        pack(out, vals.iter().map(|&v| v.into()).chain(std::iter::repeat_n(0, pad)), width);
+        let pad = rest.len().next_multiple_of(8) - rest.len();
+        pack(out, rest.iter().map(|&v| v.into()).chain(std::iter::repeat_n(0, pad)), width);
     }
 }
 
@@ -157,29 +165,29 @@ const DELTA_BLOCK: usize = 128;
 const DELTA_MINIBLOCKS: usize = 4;
 const DELTA_MINI: usize = DELTA_BLOCK / DELTA_MINIBLOCKS;
 
-/// Bit-pack exactly 32 values at `W` bits (4 * W bytes); `W` known at compile time so the loop
-/// unrolls into fixed shifts.
+/// Bit-pack exactly 32 values at `W` <= 32 bits (4 * W bytes). Each value's bit position is
+/// `i * W`, a constant once the loop is unrolled (`W` is a compile-time constant), so every shift
+/// and word index is fixed.
 #[inline(always)]
 fn pack32_w<T: Copy + Into<u64>, const W: u32>(out: &mut Vec<u8>, vals: &[T; 32]) {
-    let start = out.len();
-    out.resize(start + 4 * W as usize, 0);
-    let dst = &mut out[start..];
-    let mut acc: u128 = 0;
-    let mut nbits = 0u32;
-    let mut at = 0;
-    for &v in vals {
-        acc |= (v.into() as u128) << nbits;
-        nbits += W;
-        if nbits >= 64 {
-            dst[at..at + 8].copy_from_slice(&(acc as u64).to_le_bytes());
-            at += 8;
-            acc >>= 64;
-            nbits -= 64;
-        }
+    let mut words = [0u64; 17];
+    macro_rules! put {
+        ($($i:literal)*) => {$(
+            let v = vals[$i].into();
+            let bit = $i * W;
+            let (w, off) = ((bit >> 6) as usize, bit & 63);
+            words[w] |= v << off;
+            if off + W > 64 {
+                words[w + 1] |= v >> (64 - off);
+            }
+        )*};
     }
-    if nbits > 0 {
-        let n = (nbits / 8) as usize;
-        dst[at..at + n].copy_from_slice(&(acc as u64).to_le_bytes()[..n]);
+    put!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+    let n = 4 * W as usize;
+    let start = out.len();
+    out.resize(start + n, 0);
+    for (k, chunk) in out[start..].chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&words[k].to_le_bytes()[..chunk.len()]);
     }
 }
 
@@ -188,15 +196,19 @@ macro_rules! pack32_dispatch {
         match $w {
             0 => {}
             $($n => pack32_w::<_, $n>($out, $vals),)*
-            w => pack_slice($out, &$vals[..], w),
+            w => {
+                let pad = 32usize.saturating_sub($vals.len());
+                pack($out, $vals.iter().map(|&v| v.into()).chain(std::iter::repeat_n(0, pad)), w)
+            }
         }
     };
 }
 
-/// Bit-pack one 32-value delta miniblock.
+const PACK32_MAX_WIDTH: u32 = 32;
+
+/// Bit-pack one block of 32 values.
 fn pack32<T: Copy + Into<u64>>(out: &mut Vec<u8>, vals: &[T; 32], w: u32) {
-    pack32_dispatch!(out, vals, w, 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32
-                     33 34 35 36 37 38 39 40);
+    pack32_dispatch!(out, vals, w, 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32);
 }
 
 macro_rules! delta_impl {

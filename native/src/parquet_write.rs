@@ -24,8 +24,10 @@ mod enc;
 mod thrift;
 #[path = "parquet_column.rs"]
 mod column;
+#[path = "parquet_ints.rs"]
+mod ints;
 
-use column::{write_chunk, Col, Delta, Kind, Opts, Sink};
+use column::{write_chunk, Col, IntMode, Kind, Opts, Sink};
 use thrift::{ChunkMeta, Logical, RowGroupMeta, SchemaElem};
 
 struct Table {
@@ -155,9 +157,9 @@ fn extract_col(obj: &Bound<'_, PyAny>) -> PyResult<Col> {
 /// column tuple layout in `extract_col`. `compression`: "lz4_raw" or "uncompressed". Returns the file
 /// sizes in bytes. Buffers must stay alive and unchanged during the call (the GIL is released).
 #[pyfunction]
-#[pyo3(signature = (tables, compression="lz4_raw", row_group_rows=1 << 20, page_rows=1 << 17, delta="all", threads=0))]
+#[pyo3(signature = (tables, compression="lz4_raw", row_group_rows=1 << 20, page_rows=1 << 17, ints="auto", threads=0))]
 fn parquet_write_tables(py: Python<'_>, tables: Vec<Bound<'_, PyTuple>>, compression: &str, row_group_rows: usize,
-                        page_rows: usize, delta: &str, threads: usize) -> PyResult<Vec<u64>> {
+                        page_rows: usize, ints: &str, threads: usize) -> PyResult<Vec<u64>> {
     let lz4 = match compression {
         "lz4_raw" => true,
         "uncompressed" => false,
@@ -195,13 +197,13 @@ fn parquet_write_tables(py: Python<'_>, tables: Vec<Bound<'_, PyTuple>>, compres
         }
         tabs.push(tab);
     }
-    let delta = match delta {
-        "all" => Delta::All,
-        "sorted" => Delta::Sorted,
-        "never" => Delta::Never,
-        d => return Err(PyValueError::new_err(format!("delta {d:?}: expected all, sorted or never"))),
+    let ints = match ints {
+        "auto" => IntMode::Auto,
+        "delta" => IntMode::Delta,
+        "plain" => IntMode::Plain,
+        d => return Err(PyValueError::new_err(format!("ints {d:?}: expected auto, delta or plain"))),
     };
-    let opts = Opts { lz4, page_rows, delta };
+    let opts = Opts { lz4, page_rows, ints };
     let threads = if threads == 0 { std::thread::available_parallelism().map_or(2, |n| n.get()) } else { threads };
     let res = py.allow_threads(|| run(&tabs, &opts, threads));
     res.map_err(PyOSError::new_err)
