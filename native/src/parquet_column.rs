@@ -297,13 +297,22 @@ impl Sink {
                i64s: Vec::new(), idx: Vec::new(), table: Vec::new(), levels: [Vec::new(), Vec::new()] }
     }
 
-    /// Drop scratch buffers larger than 16 MiB (kept otherwise for the next call).
+    /// Free the scratch buffers larger than 2 MiB (a whole chunk's values or indices) at the end of a
+    /// call, so that the process does not keep them; page-sized ones stay for the next call.
     pub fn shrink(&mut self) {
-        const MAX: usize = 16 << 20;
-        if self.body.capacity() > MAX || self.comp.capacity() > MAX || self.i64s.capacity() * 8 > MAX
-            || self.i32s.capacity() * 4 > MAX || self.idx.capacity() * 4 > MAX || self.table.capacity() * 4 > MAX {
-            *self = Sink::new();
+        fn cap<T>(v: &mut Vec<T>) {
+            if v.capacity() * std::mem::size_of::<T>() > 2 << 20 {
+                *v = Vec::new();
+            }
         }
+        cap(&mut self.body);
+        cap(&mut self.comp);
+        cap(&mut self.i32s);
+        cap(&mut self.i64s);
+        cap(&mut self.idx);
+        cap(&mut self.table);
+        cap(&mut self.levels[0]);
+        cap(&mut self.levels[1]);
     }
 
     pub fn write(&mut self, b: &[u8]) -> std::io::Result<()> {
