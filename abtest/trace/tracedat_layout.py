@@ -204,6 +204,16 @@ def _read_ftrace_events(c: _Cursor, lay: Layout) -> None:
 
 
 def _read_event_formats(c: _Cursor, lay: Layout) -> None:
+    from abtest import _native
+
+    # one native pass over the ~2,300 formats; anything unusual (truncation, invalid UTF-8) is left to
+    # the Python loop below, which raises with the offset
+    got = _native.tracedat_event_formats(c.data, c.pos, c.end, c.endian == ">")
+    if got is not None:
+        c.pos, systems = got
+        for system, texts in systems:
+            lay.event_formats += [(system, t) for t in texts]
+        return
     nsys = c.u32("event system count")
     for _ in range(nsys):
         system = c.cstr("event system name")
@@ -372,6 +382,8 @@ def _cpu_chunks(c: _Cursor, off: int, size: int, cpu: int) -> list[tuple[bytes, 
 
 
 def _parse_v7(c: _Cursor, lay: Layout, inflate: bool = True) -> None:
+    from abtest import _native
+
     lay.compression = c.cstr("compression algorithm name") or None
     lay.compression_version = c.cstr("compression algorithm version") or None
     if lay.compression == "none":
@@ -450,7 +462,9 @@ def _parse_v7(c: _Cursor, lay: Layout, inflate: bool = True) -> None:
         if size == 0:
             continue
         if lay.compression and not inflate:  # located only: the decoder inflates them
-            spans = [(at + 8, len(blob), usize) for blob, usize, at, _ in _cpu_chunks(c, off, size, cpu)]
+            spans = _native.tracedat_chunk_spans(c.data, off, off + 4 + size, lay.big_endian)
+            if spans is None:  # a chunk runs past the CPU's data: the Python walk raises with the offset
+                spans = [(at + 8, len(blob), usize) for blob, usize, at, _ in _cpu_chunks(c, off, size, cpu)]
             if spans:
                 lay.chunks.append((cpu, spans))
         elif lay.compression:  # chunks hold whole pages: each one is decoded as its own source

@@ -13,11 +13,13 @@ mod perfetto_tables;
 mod perfetto_wire;
 mod parquet_write;
 mod tracedat;
+mod tracedat_layout;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     tracedat::register(m)?;
+    tracedat_layout::register(m)?;
     perfetto::register(m)?;
     parquet_write::register(m)?;
     Ok(())
