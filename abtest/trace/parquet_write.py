@@ -62,12 +62,16 @@ def _col(name: str, kind: str, a: pa.Array, keep: list, child=None) -> tuple:
     return (name, kind, len(a), a.offset, _buf(validity), _buf(values), _buf(data), child)
 
 
-def _column_spec(name: str, s: pl.Series, keep: list) -> tuple | None:
-    """Column tuple, or None when the dtype is not supported (the table then goes to polars)."""
+def _column_spec(name: str, s: pl.Series, keep: list, cats: dict | None = None) -> tuple | None:
+    """Column tuple, or None when the dtype is not supported (the table then goes to polars).
+
+    cats: {Categorical dtype: its categories column tuple}, shared by the columns of one write (all
+    Categorical columns of abtest's tables use the global categories: exported once per write)."""
     dt = s.dtype
     base = dt.base_type()
-    if base in _NUMERIC:
-        return _col(name, _NUMERIC[base], _array(s), keep)
+    kind = _NUMERIC.get(base)
+    if kind is not None:
+        return _col(name, kind, _array(s), keep)
     if base == pl.Boolean:
         return _col(name, "bool", _array(s), keep)
     if base == pl.String:
@@ -79,10 +83,15 @@ def _column_spec(name: str, s: pl.Series, keep: list) -> tuple | None:
         kind = _CODES.get(codes.dtype)
         if kind is None:
             return None
-        cats = _array(dt.categories.to_series())
-        if cats.null_count or not pa.types.is_large_string(cats.type):
-            return None
-        return _col(name, kind, _array(codes), keep, child=_col("", "str", cats, keep))
+        child = cats.get(dt) if cats is not None else None
+        if child is None:
+            arr = _array(dt.categories.to_series())
+            if arr.null_count or not pa.types.is_large_string(arr.type):
+                return None
+            child = _col("", "str", arr, keep)
+            if cats is not None:
+                cats[dt] = child
+        return _col(name, kind, _array(codes), keep, child=child)
     if base == pl.List and dt.inner.base_type() in _NUMERIC:
         a = _array(s)
         if not pa.types.is_large_list(a.type):
@@ -114,12 +123,13 @@ def write_parquet_tables(tables: dict[str, pl.DataFrame], out_dir: str | os.Path
     """
     out_dir = Path(out_dir)
     jobs, names, keep = [], [], []
+    cats: dict = {}
     sizes: dict[str, int] = {}
     for name, df in tables.items():
         path = out_dir / f"{name}.parquet"
         cols = [] if df.width else None
         for c, s in zip(df.columns, df.iter_columns()):
-            spec = _column_spec(c, s, keep)
+            spec = _column_spec(c, s, keep, cats)
             if spec is None:
                 cols = None
                 break

@@ -121,12 +121,13 @@ def _decode(path: Path, data, fmt: str) -> tuple[dict[str, pl.DataFrame], dict]:
 def _fill_span(tables: dict[str, pl.DataFrame], meta: dict) -> None:
     """start_ns / end_ns: first and last event timestamp over all tables (unless the reader knew better)."""
     starts, ends, cpus = [], [], []
+    need_cpus = not meta.get("cpus")  # the max CPU number is scanned only when the reader did not know
     for df in tables.values():
         if df.is_empty() or "ts" not in df.columns:
             continue
         starts.append(df["ts"].min())
         ends.append(df["ts"].max())
-        if "cpu" in df.columns:
+        if need_cpus and "cpu" in df.columns:
             m = df["cpu"].max()
             if m is not None:
                 cpus.append(int(m))

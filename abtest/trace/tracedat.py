@@ -360,7 +360,7 @@ def _meta(lay: Layout, res: dict, lost: int, lost_per_cpu: dict, unknown_pages: 
         "lost_events_per_cpu": lost_per_cpu,
         "lost_events_exact": not unknown_pages,
         "lost_pages_without_count_per_cpu": unknown_pages,
-        "saved_cmdlines": sum(1 for line in lay.cmdlines.splitlines() if line.strip()),
+        "saved_cmdlines": sum(map(bool, map(str.strip, lay.cmdlines.splitlines()))),  # non-blank lines
         "ring_buffer_pages": int(res["pages"]),
         "records": int(res["records"]),
         "instances_not_decoded": lay.instances,
