@@ -108,6 +108,11 @@ def _ordered_fields(ev: tf.EventFormat) -> list[tf.Field]:
     return pid + own + other_common
 
 
+def _dictionary(offsets, data) -> pa.Array:
+    """Arrow large_utf8 array over the decoder's (offsets i64[n+1], bytes) buffers (no copy)."""
+    return pa.Array.from_buffers(pa.large_utf8(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
 def _to_series(name: str, col) -> pl.Series:
     """Rust column -> polars Series (numpy ints zero-copy where polars allows; strings via Arrow buffers)."""
     if isinstance(col, np.ndarray):
@@ -126,8 +131,7 @@ def _to_series(name: str, col) -> pl.Series:
         return s.reshape((n, count)).cast(pl.List(s.dtype)).alias(name)
     if tag == "cat":
         codes, offsets, data = col[1], col[2], col[3]
-        dictionary = pa.Array.from_buffers(pa.large_utf8(), len(offsets) - 1,
-                                           [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        dictionary = _dictionary(offsets, data)
         # the codes index the dictionary the decoder built from the same records: arrow's per-code
         # bounds check (safe=True, ~0.5 ns per code) is skipped
         return pl.Series(name, pa.DictionaryArray.from_arrays(pa.array(codes), dictionary, safe=False))
@@ -138,15 +142,44 @@ def _to_series(name: str, col) -> pl.Series:
     raise TypeError(f"unknown column tag {tag!r}")
 
 
+def _frames(tables: list[dict]) -> list[pl.DataFrame]:
+    """Decoder columns of each table -> DataFrames (same order). The decoder returns the ring-buffer CPU as
+    `__buffer_cpu`: it becomes `cpu`, unless the event has its own `cpu` field (e.g. sched_load_*), which
+    then keeps the name `cpu` (the CPU the event is about) and the ring-buffer CPU is kept as `buffer_cpu`.
+
+    Categorical columns: each column's small dictionary becomes a Categorical first, one after the other
+    in table and column order (this assigns polars' global category ids in the order a column-by-column
+    conversion assigns them, so ids and parquet files do not depend on timing); then every column's
+    codes are mapped through its dictionary by one `gather` each, all columns of all tables in one
+    `collect_all` on polars' threads. Integer columns are taken from numpy without a copy."""
+    out: list = []
+    lazy: list[int] = []
+    for cols in tables:
+        cpu_name = "buffer_cpu" if "cpu" in cols else "cpu"
+        series, cats = [], []
+        for k, v in cols.items():
+            name = cpu_name if k == "__buffer_cpu" else k
+            if isinstance(v, tuple) and v[0] == "cat":
+                lut = pl.Series(name, _dictionary(v[2], v[3])).cast(pl.Categorical)
+                series.append(pl.Series(name, v[1]))  # u32 codes into the dictionary
+                cats.append(pl.lit(lut).gather(pl.col(name)).alias(name))
+            else:
+                series.append(_to_series(name, v))
+        series[0] = series[0].set_sorted()  # ts: the decoder emits every table in timestamp order
+        df = pl.DataFrame(series)
+        if cats:
+            lazy.append(len(out))
+            df = df.lazy().with_columns(cats)
+        out.append(df)
+    if lazy:
+        for i, df in zip(lazy, pl.collect_all([out[i] for i in lazy], engine="in-memory")):
+            out[i] = df
+    return out
+
+
 def _frame(cols: dict) -> pl.DataFrame:
-    """Decoder columns -> DataFrame. The decoder returns the ring-buffer CPU as `__buffer_cpu`: it becomes
-    `cpu`, unless the event has its own `cpu` field (e.g. sched_load_*), which then keeps the name `cpu`
-    (the CPU the event is about) and the ring-buffer CPU is kept as `buffer_cpu`."""
-    series = [_to_series(k, v) for k, v in cols.items()]
-    series[0] = series[0].set_sorted()  # ts: the decoder emits every table in timestamp order
-    if "cpu" in cols:
-        return pl.DataFrame([s.alias("buffer_cpu") if s.name == "__buffer_cpu" else s for s in series])
-    return pl.DataFrame([s.alias("cpu") if s.name == "__buffer_cpu" else s for s in series])
+    """One table's decoder columns -> DataFrame (see _frames)."""
+    return _frames([cols])[0]
 
 
 def _table_names(index: dict[int, tuple[str, str, str]]) -> dict[int, str]:
@@ -310,12 +343,14 @@ def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict
     """Decoder columns + statistics -> (raw tables by name, meta)."""
     index, names = setup.index, setup.names
     raw: dict[str, pl.DataFrame] = {}
-    for ev_id, cols in res["events"].items():
+    frames = _frames(list(res["events"].values()))
+    for (ev_id, cols), frame in zip(res["events"].items(), frames):
         name = names.get(ev_id, f"unknown_event_{ev_id}") if ev_id in formats else f"unknown_event_{ev_id}"
         if ev_id not in formats:
             warnings.append(f"{len(cols['ts'])} events with id {ev_id} have no usable format in the file "
                             f"(table {name}, raw bytes in `payload`)")
-        raw[name] = _frame(cols)
+        raw[name] = frame
+    del frames
     unknown_pages = {str(c): int(n) for c, n in stats["lost_unknown_pages"].items()}
     # a page flagged RB_MISSED_EVENTS without a stored count lost at least one event: count it as 1
     lost_per_cpu = {str(c): int(n) + unknown_pages.get(str(c), 0) for c, n in sorted(stats["lost"].items())}
