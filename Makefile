@@ -32,6 +32,8 @@ $(STAMP): pyproject.toml $(NATIVE_SRC)
 
 # Rebuild only the Rust extension (fast path while working on native/).
 native:
+	@[ -x $(PY) ] || $(MAKE) setup
+	@[ -x $(VENV)/bin/maturin ] || $(PY) -m pip install -q 'maturin>=1.5,<2'
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
 
 test: setup
