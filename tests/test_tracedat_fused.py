@@ -115,3 +115,16 @@ def test_zlib_standin_fused(tmp_path, endian):
     fused, how, indexed = _both(p, blob)
     assert how == {"path": "fused", "fallback": None}
     _assert_same(fused, indexed)
+
+
+@pytest.mark.parametrize("mode", ["rows", "segments"])
+def test_both_merge_styles_equal_the_record_index_path(mode, monkeypatch):
+    """The per-table merge moves columns row by row (runs interleaving every few rows) or by slice copies
+    of segments (long runs), chosen per table; each style forced on every shared trace.dat and the bench
+    trace gives the record-index path's tables."""
+    monkeypatch.setenv("ABTEST_FUSED_MERGE", mode)
+    paths = [TRACES / rel for rel in TRACEDAT_FILES] + ([BENCH_TRACE] if BENCH_TRACE.exists() else [])
+    for p in paths:
+        fused, how, indexed = _both(p, p.read_bytes())
+        assert how == {"path": "fused", "fallback": None}, p
+        _assert_same(fused, indexed)

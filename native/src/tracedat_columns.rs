@@ -178,9 +178,43 @@ impl Num {
 pub enum Col {
     Num(Num),
     Var { text: bool, offsets: Vec<i64>, bytes: Vec<u8> },
-    Cat { codes: Vec<u32>, map: FxMap, small: FxMap128, offsets: Vec<i64>, bytes: Vec<u8> },
+    Cat { codes: Vec<u32>, map: FxMap, small: FxMap128, cache: Box<NameCache>, offsets: Vec<i64>, bytes: Vec<u8> },
     List { count: usize, flat: Num },
     VarList { offsets: Vec<i64>, flat: Num },
+}
+
+/// Direct-mapped cache in front of a Categorical's dictionary for names up to 16 bytes (key: the name
+/// zero-padded to a u128): a trace repeats a few task names millions of times.
+pub struct NameCache([(u128, u32); NAME_CACHE]);
+
+const NAME_CACHE: usize = 64;
+
+impl Default for NameCache {
+    fn default() -> Self {
+        NameCache([(0, u32::MAX); NAME_CACHE])
+    }
+}
+
+/// Code of the name `v` whose key is `key` (see NameCache), added to the dictionary if new.
+#[inline(always)]
+fn small_code(cache: &mut NameCache, small: &mut FxMap128, offsets: &mut Vec<i64>, bytes: &mut Vec<u8>, key: u128,
+              v: &[u8]) -> u32 {
+    let h = ((key as u64) ^ ((key >> 64) as u64).rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let e = &mut cache.0[(h >> 58) as usize % NAME_CACHE];
+    if e.0 == key && e.1 != u32::MAX {
+        return e.1;
+    }
+    let c = match small.get(&key) {
+        Some(&c) => c,
+        None => {
+            let c = (offsets.len() - 1) as u32;
+            push_var(offsets, bytes, v, true);
+            small.insert(key, c);
+            c
+        }
+    };
+    *e = (key, c);
+    c
 }
 
 pub struct Builder {
@@ -245,8 +279,8 @@ impl Builder {
         let col = match kind {
             KIND_INT => Col::Num(Num::new(size, signed, n)),
             KIND_CHAR_ARRAY | KIND_DATA_LOC_CAT => Col::Cat {
-                codes: Vec::with_capacity(n), map: FxMap::default(), small: FxMap128::default(), offsets: vec![0],
-                bytes: Vec::new(),
+                codes: Vec::with_capacity(n), map: FxMap::default(), small: FxMap128::default(),
+                cache: Box::default(), offsets: vec![0], bytes: Vec::new(),
             },
             KIND_NUM_ARRAY => Col::List { count: size / elem.max(1), flat: Num::new(elem, signed, n * (size / elem.max(1))) },
             KIND_TAIL_LIST => Col::VarList { offsets: vec![0], flat: Num::new(elem, signed, n) },
@@ -268,21 +302,33 @@ impl Builder {
                 });
                 num.push(v);
             }
-            Col::Cat { codes, map, small, offsets, bytes } if kind == KIND_DATA_LOC_CAT => {
+            Col::Cat { codes, map, small, cache, offsets, bytes } if kind == KIND_DATA_LOC_CAT => {
+                // __data_loc name: u32 (length << 16) | offset; the text ends at its first NUL
+                let dl = rd(r, off, 4, be).unwrap_or(0) as usize;
+                let (start, len) = (dl & 0xffff, dl >> 16);
+                if r.len() >= 16 && start <= r.len() {
+                    // the 16 bytes from `start` (or the record's last 16, shifted down) as one u128
+                    let (raw, avail) = if start + 16 <= r.len() {
+                        (u128::from_le_bytes(r[start..start + 16].try_into().unwrap()), 16)
+                    } else {
+                        let tail = u128::from_le_bytes(r[r.len() - 16..].try_into().unwrap());
+                        let shift = start + 16 - r.len();
+                        (if shift >= 16 { 0 } else { tail >> (8 * shift) }, 16 - shift)
+                    };
+                    let n = first_nul(raw).min(len).min(avail);
+                    // n == 16 with more bytes available and no NUL: maybe longer than 16, so the slow path
+                    if n < 16 || len <= 16 || avail < 16 {
+                        let key = if n >= 16 { raw } else { raw & ((1u128 << (8 * n)) - 1) };
+                        codes.push(small_code(cache, small, offsets, bytes, key, &r[start..start + n]));
+                        return;
+                    }
+                }
                 let v = trim_nul(dyn_slice(r, off, size, be, false));
                 let code = if v.len() <= 16 {
                     let mut k = [0u8; 16];
                     k[..v.len()].copy_from_slice(v);
                     let key = u128::from_le_bytes(k);
-                    match small.get(&key) {
-                        Some(&c) => c,
-                        None => {
-                            let c = (offsets.len() - 1) as u32;
-                            push_var(offsets, bytes, v, true);
-                            small.insert(key, c);
-                            c
-                        }
-                    }
+                    small_code(cache, small, offsets, bytes, key, v)
                 } else {
                     match map.get(v) {
                         Some(&c) => c,
@@ -296,22 +342,13 @@ impl Builder {
                 };
                 codes.push(code);
             }
-            Col::Cat { codes, map, small, offsets, bytes } => {
+            Col::Cat { codes, map, small, cache, offsets, bytes } => {
                 if size == 16 && off + 16 <= r.len() {
                     // TASK_COMM_LEN names: the 16 bytes, zeroed from the first NUL on, are the key
                     let raw = u128::from_le_bytes(r[off..off + 16].try_into().unwrap());
                     let len = first_nul(raw);
                     let key = if len >= 16 { raw } else { raw & ((1u128 << (8 * len)) - 1) };
-                    let code = match small.get(&key) {
-                        Some(&c) => c,
-                        None => {
-                            let c = (offsets.len() - 1) as u32;
-                            push_var(offsets, bytes, &r[off..off + len], true);
-                            small.insert(key, c);
-                            c
-                        }
-                    };
-                    codes.push(code);
+                    codes.push(small_code(cache, small, offsets, bytes, key, &r[off..off + len]));
                     return;
                 }
                 let v = trim_nul(r.get(off..off + size).unwrap_or(&[]));
@@ -320,16 +357,7 @@ impl Builder {
                     let mut k = [0u8; 16];
                     k[..v.len()].copy_from_slice(v);
                     let key = u128::from_le_bytes(k) ^ ((v.len() as u128) << 120);
-                    let code = match small.get(&key) {
-                        Some(&c) => c,
-                        None => {
-                            let c = (offsets.len() - 1) as u32;
-                            push_var(offsets, bytes, v, true);
-                            small.insert(key, c);
-                            c
-                        }
-                    };
-                    codes.push(code);
+                    codes.push(small_code(cache, small, offsets, bytes, key, v));
                     return;
                 }
                 let code = match map.get(v) {
@@ -411,11 +439,22 @@ impl Builder {
     /// loop per field instead of a dispatch per field per record.
     pub fn push_block(&mut self, rows: &[u8], stride: usize, n: usize, env: &mut Env) {
         let (off, size, be) = (self.spec.1, self.spec.2, env.be);
+        assert!(n * stride <= rows.len(), "staged block shorter than its rows");
         macro_rules! ints {
             ($v:expr, $t:ty, $w:expr, $conv:expr) => {{
-                for k in 0..n {
-                    let b: [u8; $w] = rows[k * stride + off..k * stride + off + $w].try_into().unwrap();
-                    $v.push($conv(b) as $t);
+                assert!(off + $w <= stride, "field outside the staged row");
+                $v.reserve(n);
+                let len = $v.len();
+                // SAFETY: row k's field is rows[k * stride + off..][..$w], inside `rows` (both checked above);
+                // the n slots after len are reserved and each written once before set_len.
+                unsafe {
+                    let src = rows.as_ptr().add(off);
+                    let dst = $v.as_mut_ptr().add(len);
+                    for k in 0..n {
+                        let b = std::ptr::read_unaligned(src.add(k * stride) as *const [u8; $w]);
+                        dst.add(k).write($conv(b) as $t);
+                    }
+                    $v.set_len(len + n);
                 }
             }};
         }
@@ -446,6 +485,22 @@ impl Builder {
                     self.push(&rows[k * stride..(k + 1) * stride], env);
                 }
             }
+        }
+    }
+
+    /// Bytes per row this field's column holds (a size estimate for scheduling the merge).
+    pub fn elem_bytes(&self) -> usize {
+        match &self.col {
+            Col::Num(n) => match n {
+                Num::U8(_) | Num::I8(_) => 1,
+                Num::U16(_) | Num::I16(_) => 2,
+                Num::U32(_) | Num::I32(_) => 4,
+                Num::U64(_) | Num::I64(_) => 8,
+            },
+            // codes, plus the dictionary pass
+            Col::Cat { .. } => 8,
+            Col::List { count, .. } => 8 * count,
+            Col::Var { .. } | Col::VarList { .. } => 16,
         }
     }
 

@@ -27,7 +27,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::tracedat_columns::{Builder, Env, FieldSpec, SymLoader, Syms};
-use super::tracedat_merge::{gather_builder, merge_segments, merge_vec};
+use super::tracedat_merge::{cpu_column, gather_builder, plan_merge, Plan};
 use super::tracedat_pages::{walk_pages, worker_count, Clock, CpuStats, PageLayout};
 use super::{fix_mmap_threshold, parse_kallsyms, release_pages, TypeColumns};
 
@@ -226,42 +226,127 @@ struct Merged {
     builders: Vec<Builder>,
 }
 
-/// Merge one event type's per-CPU runs (in job order: ties go to the earlier CPU).
-fn merge_type(ty: u16, parts: Runs) -> Merged {
-    if parts.len() == 1 {
-        let (cpu, tc) = parts.into_iter().next().unwrap();
-        let n = tc.ts.len();
-        return Merged { ty, ts: tc.ts, cpu: vec![cpu; n], builders: tc.builders };
+/// One table being merged: its runs' columns, field-major ([field][run]), and once planned its merged
+/// timestamps / CPUs and the plan moving every field.
+struct Table {
+    ty: u16,
+    rows: usize,
+    cpus: Vec<i32>,
+    ts_runs: Vec<Vec<i64>>,
+    fields: Vec<Vec<Builder>>,
+    merged: Option<(Vec<i64>, Vec<i32>, Option<Plan>)>,
+}
+
+impl Table {
+    fn new(ty: u16, parts: Runs) -> Table {
+        let rows = parts.iter().map(|p| p.1.ts.len()).sum();
+        let nfields = parts[0].1.builders.len();
+        let mut fields: Vec<Vec<Builder>> = (0..nfields).map(|_| Vec::with_capacity(parts.len())).collect();
+        let (mut cpus, mut ts_runs) = (Vec::new(), Vec::new());
+        for (cpu, tc) in parts {
+            cpus.push(cpu);
+            ts_runs.push(tc.ts);
+            assert!(tc.builders.len() == nfields, "same fields per CPU");
+            for (f, b) in fields.iter_mut().zip(tc.builders) {
+                f.push(b);
+            }
+        }
+        Table { ty, rows, cpus, ts_runs, fields, merged: None }
     }
-    let rows: usize = parts.iter().map(|p| p.1.ts.len()).sum();
-    let mut cpus = Vec::with_capacity(parts.len());
-    let mut tss = Vec::with_capacity(parts.len());
-    let mut fields = Vec::with_capacity(parts.len());
-    for (cpu, tc) in parts {
-        cpus.push(cpu);
-        tss.push(tc.ts);
-        fields.push(tc.builders.into_iter());
+
+    /// Merge the timestamps (ties go to the earlier run, i.e. CPU in job order) and derive the plan.
+    fn plan(&mut self) {
+        let ts_runs = std::mem::take(&mut self.ts_runs);
+        self.merged = Some(if ts_runs.len() == 1 {
+            let ts = ts_runs.into_iter().next().unwrap();
+            let cpu = vec![self.cpus[0]; ts.len()];
+            (ts, cpu, None)
+        } else {
+            let (ts, plan) = plan_merge(ts_runs);
+            let cpu = cpu_column(&plan, &self.cpus);
+            if std::env::var_os("ABTEST_FUSED_MODES").is_some() {
+                eprintln!("mode runs {} rows {} {}", plan.runs, plan.rows, if plan.sel.is_empty() { "segs" } else { "sel" });
+            }
+            (ts, cpu, Some(plan))
+        });
     }
-    let runs: Vec<&[i64]> = tss.iter().map(|v| v.as_slice()).collect();
-    let segs = merge_segments(&runs);
-    drop(runs);
-    // the largest run's arrays become the table's (grown in place)
-    let base = (0..tss.len()).max_by_key(|&p| (tss[p].len(), std::cmp::Reverse(p))).unwrap_or(0);
-    let ts = merge_vec(tss, base, segs.len(), |k| {
-        let (p, a, n) = segs[k];
-        (p as usize, a as usize, (a + n) as usize)
+}
+
+/// Merge every event type's per-CPU runs into its table, on min(types, cores) threads: first each
+/// table's timestamps (which fixes its row order), then its fields, every (table, field) a separate
+/// piece of work, biggest first, so that the threads stay busy until the end.
+fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
+    let mut tables: Vec<Table> = by_type.into_iter().map(|(ty, parts)| Table::new(ty, parts)).collect();
+    tables.sort_by_key(|t| (std::cmp::Reverse(t.rows), t.ty));
+    let nthreads = worker_count().max(1);
+    let t0 = std::time::Instant::now();
+    {
+        let slots: Vec<Mutex<&mut Table>> = tables.iter_mut().map(Mutex::new).collect();
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|sc| {
+            for _ in 0..nthreads.min(slots.len()) {
+                sc.spawn(|| loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= slots.len() {
+                        break;
+                    }
+                    let c0 = thread_ms();
+                    let f0 = thread_faults();
+                    let mut t = slots[k].lock().unwrap();
+                    t.plan();
+                    if timing() && t.rows > 100000 {
+                        eprintln!("plan {} rows {} cpu {:.1} ms faults {}", t.ty, t.rows, thread_ms() - c0, thread_faults() - f0);
+                    }
+                });
+            }
+        });
+    }
+    let t1 = std::time::Instant::now();
+    // fields: (table, field, element bytes x rows) for the merged tables, biggest first
+    let mut work: Vec<(usize, usize, usize)> = Vec::new();
+    for (t, tab) in tables.iter().enumerate() {
+        if tab.cpus.len() > 1 {
+            for (f, parts) in tab.fields.iter().enumerate() {
+                work.push((t, f, tab.rows * parts[0].elem_bytes()));
+            }
+        }
+    }
+    work.sort_by_key(|w| std::cmp::Reverse(w.2));
+    let inputs: Vec<Mutex<Vec<Builder>>> = work.iter()
+        .map(|&(t, f, _)| Mutex::new(std::mem::take(&mut tables[t].fields[f]))).collect();
+    let outputs: Vec<Mutex<Option<Builder>>> = work.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        let (tables, work, inputs, outputs, next) = (&tables, &work, &inputs, &outputs, &next);
+        for _ in 0..nthreads.min(work.len()) {
+            sc.spawn(move || loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if k >= work.len() {
+                    break;
+                }
+                let parts = std::mem::take(&mut *inputs[k].lock().unwrap());
+                let plan = tables[work[k].0].merged.as_ref().unwrap().2.as_ref().unwrap();
+                let c0 = thread_ms();
+                let f0 = thread_faults();
+                let name = parts[0].name().to_string();
+                *outputs[k].lock().unwrap() = Some(gather_builder(parts, plan));
+                if timing() && tables[work[k].0].rows > 100000 {
+                    eprintln!("field {} {} cpu {:.1} ms faults {}", tables[work[k].0].ty, name, thread_ms() - c0, thread_faults() - f0);
+                }
+            });
+        }
     });
-    let mut cpu = Vec::with_capacity(rows);
-    for &(p, _, n) in &segs {
-        cpu.resize(cpu.len() + n as usize, cpus[p as usize]);
+    if timing() {
+        eprintln!("merge: plans {:.1} ms, fields {:.1} ms", (t1 - t0).as_secs_f64() * 1e3, t1.elapsed().as_secs_f64() * 1e3);
     }
-    let nfields = fields[0].len();
-    let mut builders = Vec::with_capacity(nfields);
-    for _ in 0..nfields {
-        let parts: Vec<Builder> = fields.iter_mut().map(|it| it.next().expect("same fields per CPU")).collect();
-        builders.push(gather_builder(parts, &segs, rows, base));
+    for (&(t, f, _), out) in work.iter().zip(outputs) {
+        tables[t].fields[f] = vec![out.into_inner().unwrap().unwrap()];
     }
-    Merged { ty, ts, cpu, builders }
+    tables.into_iter().map(|tab| {
+        let (ts, cpu, _) = tab.merged.unwrap();
+        let builders = tab.fields.into_iter().map(|mut f| f.pop().unwrap()).collect();
+        Merged { ty: tab.ty, ts, cpu, builders }
+    }).collect()
 }
 
 /// Result of the threaded part (no GIL).
@@ -283,7 +368,32 @@ fn verify_section(ctx: &Ctx, inf: &mut Inflater, buf: &mut Vec<u8>, (start, size
     Ok(())
 }
 
+/// Thread CPU time in ms (timing instrumentation).
+pub fn thread_ms() -> f64 {
+    #[repr(C)]
+    struct Ts { s: i64, ns: i64 }
+    extern "C" { fn clock_gettime(c: i32, t: *mut Ts) -> i32; }
+    let mut t = Ts { s: 0, ns: 0 };
+    unsafe { clock_gettime(3, &mut t) };
+    t.s as f64 * 1e3 + t.ns as f64 * 1e-6
+}
+
+/// Minor page faults of this thread so far (timing instrumentation).
+pub fn thread_faults() -> i64 {
+    #[repr(C)]
+    struct Ru { f: [i64; 18] }
+    extern "C" { fn getrusage(who: i32, r: *mut Ru) -> i32; }
+    let mut r = Ru { f: [0; 18] };
+    unsafe { getrusage(1, &mut r) };
+    r.f[8]
+}
+
+fn timing() -> bool {
+    std::env::var_os("ABTEST_FUSED_TIMING").is_some()
+}
+
 fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) -> Outcome {
+    let t0 = std::time::Instant::now();
     // decode: one job per CPU, biggest first, on min(jobs, cores) threads
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&j| std::cmp::Reverse(jobs[j].spans.iter().map(|s| s.2.max(s.1)).sum::<usize>()));
@@ -315,7 +425,12 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
                         continue;
                     }
                     let j = order[k];
+                    let c0 = thread_ms();
+                    let f0 = thread_faults();
                     let r = decode_job(&jobs[j], ctx, comp, &mut inf, &mut buf);
+                    if timing() {
+                        eprintln!("decode job {} cpu {:.1} ms faults {}, wall end {:.1}", j, thread_ms() - c0, thread_faults() - f0, t0.elapsed().as_secs_f64() * 1e3);
+                    }
                     if r.is_err() {
                         ctx.abort.store(true, Ordering::Relaxed);
                     }
@@ -352,27 +467,11 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
             by_type.entry(tc.ty).or_default().push((o.cpu, tc));
         }
     }
-    let mut work: Vec<(u16, usize, Runs)> = by_type.into_iter()
-        .map(|(ty, parts)| (ty, parts.iter().map(|p| p.1.ts.len()).sum(), parts)).collect();
-    work.sort_by_key(|w| (std::cmp::Reverse(w.1), w.0));
-    let work: Vec<Mutex<Option<(u16, Runs)>>> =
-        work.into_iter().map(|(ty, _, parts)| Mutex::new(Some((ty, parts)))).collect();
-    let merged: Vec<Mutex<Option<Merged>>> = work.iter().map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|sc| {
-        let (next, work, merged) = (&next, &work, &merged);
-        for _ in 0..worker_count().min(work.len()).max(1) {
-            sc.spawn(move || loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                if k >= work.len() {
-                    break;
-                }
-                let (ty, parts) = work[k].lock().unwrap().take().unwrap();
-                *merged[k].lock().unwrap() = Some(merge_type(ty, parts));
-            });
-        }
-    });
-    let tables = merged.into_iter().map(|m| m.into_inner().unwrap().unwrap()).collect();
+    let t1 = std::time::Instant::now();
+    let tables = merge_tables(by_type);
+    if timing() {
+        eprintln!("decode wall {:.1} ms, merge wall {:.1} ms", (t1 - t0).as_secs_f64() * 1e3, t1.elapsed().as_secs_f64() * 1e3);
+    }
     Outcome::Done { tables, stats, short_fields, missing_formats }
 }
 

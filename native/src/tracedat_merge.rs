@@ -16,6 +16,40 @@ use std::hash::BuildHasherDefault;
 
 use super::tracedat_columns::{Builder, Col, FxHasher, Num};
 
+/// Map in the spare capacity of a vector that is about to be filled (MADV_POPULATE_WRITE, Linux 5.14+):
+/// one call instead of a page fault per 4 KiB page; huge pages where the range allows (THP `madvise`).
+/// Only the whole pages inside the spare capacity are touched; a kernel without the call ignores it.
+#[cfg(target_os = "linux")]
+pub fn prefault<T>(v: &Vec<T>) {
+    extern "C" {
+        fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+    }
+    const MADV_HUGEPAGE: i32 = 14;
+    const MADV_POPULATE_WRITE: i32 = 23;
+    const PAGE: usize = 4096;
+    const HUGE: usize = 2 << 20;
+    let start = v.as_ptr() as usize + v.len() * std::mem::size_of::<T>();
+    let end = v.as_ptr() as usize + v.capacity() * std::mem::size_of::<T>();
+    if end - start < 16 * PAGE {
+        return;
+    }
+    let (hlo, hhi) = (start.div_ceil(HUGE) * HUGE, end / HUGE * HUGE);
+    let (lo, hi) = (start.div_ceil(PAGE) * PAGE, end / PAGE * PAGE);
+    // SAFETY: both ranges lie inside the vector's allocation, in its unused capacity; the calls only set a
+    // paging hint and map zero pages where nothing was mapped (no content changes).
+    unsafe {
+        if hhi > hlo && std::env::var_os("ABTEST_NOHUGE").is_none() {
+            madvise(hlo as *mut std::ffi::c_void, hhi - hlo, MADV_HUGEPAGE);
+        }
+        if std::env::var_os("ABTEST_NOPOP").is_none() {
+        madvise(lo as *mut std::ffi::c_void, hi - lo, MADV_POPULATE_WRITE);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn prefault<T>(_v: &Vec<T>) {}
+
 /// (run, first row, number of rows) of a merged table, in output order.
 pub type Seg = (u32, u32, u32);
 
@@ -67,6 +101,7 @@ pub fn merge_vec<T: Copy, R: Fn(usize) -> (usize, usize, usize)>(mut parts: Vec<
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let mut out = std::mem::take(&mut parts[base]);
     out.reserve_exact(total - out.len());
+    prefault(&out);
     let dst = out.as_mut_ptr();
     let mut w = total;
     for k in (0..nseg).rev() {
@@ -168,87 +203,338 @@ fn merge_offsets(mut parts: Vec<Vec<i64>>, base: usize, segs: &[Seg], rows: usiz
     (out, ranges)
 }
 
-/// Merge one field's per-run builders along `segs` (consumes them; `rows` = rows of the merged table;
-/// `base` = the run whose arrays are grown into the merged ones, best the largest).
-pub fn gather_builder(parts: Vec<Builder>, segs: &[Seg], rows: usize, base: usize) -> Builder {
+/// How the runs of one table interleave: the run of every merged row (`sel`, when the runs interleave
+/// every few rows: each column is then gathered row by row, branch-free) or the segments (runs of rows
+/// from one run: each column is then moved with slice copies). Both describe the same order.
+pub struct Plan {
+    /// rows of the merged table
+    pub rows: usize,
+    /// the run whose arrays are grown into the merged ones (the largest)
+    pub base: usize,
+    /// number of runs
+    pub runs: usize,
+    /// run of each merged row (empty when `segs` alone is used)
+    pub sel: Vec<u8>,
+    /// segments (empty when the gather goes by `sel`; built from `sel` for variable-length columns)
+    pub segs: Vec<Seg>,
+}
+
+/// Average segment length (rows) from which columns are merged by slice copies rather than row by row.
+const SEG_MIN_AVG: usize = 16;
+
+/// Merge style: chosen per table from its average segment length, or forced for tests through the
+/// environment variable ABTEST_FUSED_MERGE=rows|segments (read per table: a few per trace).
+fn forced_mode() -> Option<bool> {
+    match std::env::var("ABTEST_FUSED_MERGE").as_deref() {
+        Ok("segments") => Some(true),
+        Ok("rows") => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether a table of `rows` rows in `nsegs` segments over `runs` runs is merged by segments.
+fn by_segments(rows: usize, nsegs: usize, runs: usize) -> bool {
+    runs > 256 || forced_mode().unwrap_or(nsegs * SEG_MIN_AVG <= rows)
+}
+
+impl Plan {
+    /// Segments of the merge (computed from `sel` when the plan gathers row by row).
+    pub fn segments(&self) -> std::borrow::Cow<'_, [Seg]> {
+        if !self.segs.is_empty() || self.sel.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.segs);
+        }
+        let mut pos = vec![0u32; self.runs];
+        let mut segs = Vec::new();
+        let mut i = 0;
+        while i < self.sel.len() {
+            let s = self.sel[i];
+            let mut j = i + 1;
+            while j < self.sel.len() && self.sel[j] == s {
+                j += 1;
+            }
+            let n = (j - i) as u32;
+            segs.push((s as u32, pos[s as usize], n));
+            pos[s as usize] += n;
+            i = j;
+        }
+        std::borrow::Cow::Owned(segs)
+    }
+}
+
+/// Merge the sorted timestamp runs `ts` (ties: lower run first) into one vector (in place in the largest
+/// run) and return it with the plan that moves every other column the same way. Needs >= 2 runs.
+pub fn plan_merge(mut ts: Vec<Vec<i64>>) -> (Vec<i64>, Plan) {
+    let lens: Vec<usize> = ts.iter().map(|v| v.len()).collect();
+    let rows: usize = lens.iter().sum();
+    let base = (0..ts.len()).max_by_key(|&p| (lens[p], std::cmp::Reverse(p))).unwrap_or(0);
+    if ts.len() == 2 {
+        let (merged, sel, nsegs) = merge2(&mut ts, base);
+        let mut plan = Plan { rows, base, runs: 2, sel, segs: Vec::new() };
+        if by_segments(rows, nsegs, 2) {
+            plan.segs = plan.segments().into_owned();
+            plan.sel = Vec::new();
+        }
+        return (merged, plan);
+    }
+    let segs = {
+        let runs: Vec<&[i64]> = ts.iter().map(|v| v.as_slice()).collect();
+        merge_segments(&runs)
+    };
+    let merged = merge_vec(ts, base, segs.len(), |k| scaled(&segs[k], 1));
+    let mut plan = Plan { rows, base, runs: lens.len(), sel: Vec::new(), segs };
+    if !by_segments(rows, plan.segs.len(), lens.len()) {
+        let mut sel = Vec::with_capacity(rows);
+        for &(p, _, n) in &plan.segs {
+            sel.resize(sel.len() + n as usize, p as u8);
+        }
+        plan.sel = sel;
+        plan.segs = Vec::new();
+    }
+    (merged, plan)
+}
+
+/// Two-run merge from the back, in place in run `base`: returns the merged timestamps, the run of every
+/// row and the number of segments. Ties: run 0 first (so, from the back, run 1 is taken first).
+fn merge2(ts: &mut [Vec<i64>], base: usize) -> (Vec<i64>, Vec<u8>, usize) {
+    let (la, lb) = (ts[0].len(), ts[1].len());
+    let rows = la + lb;
+    let other = std::mem::take(&mut ts[1 - base]);
+    let mut out = std::mem::take(&mut ts[base]);
+    out.reserve_exact(rows - out.len());
+    prefault(&out);
+    let mut sel: Vec<u8> = Vec::with_capacity(rows);
+    prefault(&sel);
+    let o = out.as_mut_ptr();
+    let (a, b): (*const i64, *const i64) = if base == 0 { (o, other.as_ptr()) } else { (other.as_ptr(), o) };
+    let sp = sel.as_mut_ptr();
+    let (mut ia, mut ib, mut w) = (la, lb, rows);
+    let mut prev = 2u8;
+    let mut nsegs = 0usize;
+    // SAFETY: ia <= la, ib <= lb index the runs; w = ia + ib <= rows < capacity. The base run's element
+    // read at ia - 1 or ib - 1 lies at or before w - 1 (the other run's remaining count is added), and is
+    // read before out[w - 1] is written; elements after it were already read.
+    unsafe {
+        while ia > 0 && ib > 0 {
+            let (x, y) = (*a.add(ia - 1), *b.add(ib - 1));
+            let take_b = y >= x;
+            w -= 1;
+            *o.add(w) = if take_b { y } else { x };
+            let s = take_b as u8;
+            *sp.add(w) = s;
+            nsegs += (s != prev) as usize;
+            prev = s;
+            ib -= take_b as usize;
+            ia -= (!take_b) as usize;
+        }
+        // at most one run has rows left: one more segment
+        nsegs += ((ia > 0 && prev != 0) || (ib > 0 && prev != 1)) as usize;
+        while ia > 0 {
+            ia -= 1;
+            w -= 1;
+            *o.add(w) = *a.add(ia);
+            *sp.add(w) = 0;
+        }
+        while ib > 0 {
+            ib -= 1;
+            w -= 1;
+            *o.add(w) = *b.add(ib);
+            *sp.add(w) = 1;
+        }
+        out.set_len(rows);
+        sel.set_len(rows);
+    }
+    (out, sel, nsegs)
+}
+
+/// Gather one element per row along `sel` (in place in parts[plan.base], filled from the back).
+fn gather_sel<T: Copy>(mut parts: Vec<Vec<T>>, plan: &Plan) -> Vec<T> {
+    let (rows, base, sel) = (plan.rows, plan.base, &plan.sel[..]);
+    let lens: Vec<usize> = parts.iter().map(|p| p.len()).collect();
+    assert!(lens.iter().sum::<usize>() == rows && sel.len() == rows, "merge plan does not fit the runs");
+    let mut out = std::mem::take(&mut parts[base]);
+    out.reserve_exact(rows - out.len());
+    prefault(&out);
+    let o = out.as_mut_ptr();
+    let ptrs: Vec<*const T> = (0..parts.len()).map(|p| if p == base { o as *const T } else { parts[p].as_ptr() })
+        .collect();
+    // SAFETY: every run p is read at positions below lens[p], each once, from the back; `sel` holds
+    // lens[p] entries p (checked by the debug count below through the final positions); own elements of
+    // the base run are read at or before the row being written, as in merge2.
+    unsafe {
+        if ptrs.len() == 2 {
+            let (a, b) = (ptrs[0], ptrs[1]);
+            let (mut ia, mut ib) = (lens[0], lens[1]);
+            for w in (0..rows).rev() {
+                let s = *sel.get_unchecked(w) as usize;
+                ib -= s;
+                ia -= 1 - s;
+                let p = if s != 0 { b.add(ib) } else { a.add(ia) };
+                *o.add(w) = *p;
+            }
+            assert!(ia == 0 && ib == 0, "merge plan does not fit the runs");
+        } else {
+            let mut pos = lens.clone();
+            for w in (0..rows).rev() {
+                let s = *sel.get_unchecked(w) as usize;
+                let q = pos.get_mut(s).expect("run index in the merge plan");
+                *q = q.checked_sub(1).expect("merge plan does not fit the runs");
+                *o.add(w) = *ptrs.get_unchecked(s).add(*q);
+            }
+        }
+        out.set_len(rows);
+    }
+    out
+}
+
+/// Merge a numeric column along the plan's rows (one element per row).
+fn merge_num_rows(parts: Vec<Num>, plan: &Plan) -> Num {
+    if plan.sel.is_empty() {
+        return merge_num(parts, plan.base, plan.segs.len(), |k| scaled(&plan.segs[k], 1));
+    }
+    macro_rules! g {
+        ($var:ident) => {{
+            let v: Vec<Vec<_>> = parts.into_iter().map(|p| match p {
+                Num::$var(x) => x,
+                _ => unreachable!("runs of one field share its type"),
+            }).collect();
+            Num::$var(gather_sel(v, plan))
+        }};
+    }
+    match parts[0] {
+        Num::U8(_) => g!(U8),
+        Num::I8(_) => g!(I8),
+        Num::U16(_) => g!(U16),
+        Num::I16(_) => g!(I16),
+        Num::U32(_) => g!(U32),
+        Num::I32(_) => g!(I32),
+        Num::U64(_) => g!(U64),
+        Num::I64(_) => g!(I64),
+    }
+}
+
+/// The ring-buffer CPU of every merged row.
+pub fn cpu_column(plan: &Plan, cpus: &[i32]) -> Vec<i32> {
+    if !plan.sel.is_empty() {
+        if cpus.len() == 2 {
+            let mut cpu = Vec::with_capacity(plan.rows);
+            prefault(&cpu);
+            let (c0, c1) = (cpus[0], cpus[1]);
+            cpu.extend(plan.sel.iter().map(|&s| if s != 0 { c1 } else { c0 }));
+            return cpu;
+        }
+        return plan.sel.iter().map(|&s| cpus[s as usize]).collect();
+    }
+    let mut cpu = Vec::with_capacity(plan.rows);
+    for &(p, _, n) in &plan.segs {
+        cpu.resize(cpu.len() + n as usize, cpus[p as usize]);
+    }
+    cpu
+}
+
+/// Merge one field's per-run builders along the plan (consumes them).
+pub fn gather_builder(parts: Vec<Builder>, plan: &Plan) -> Builder {
     let spec = parts[0].spec.clone();
     let cols: Vec<Col> = parts.into_iter().map(|b| b.col).collect();
+    let (rows, base) = (plan.rows, plan.base);
     let col = match &cols[0] {
         Col::Num(_) => {
             let nums = cols.into_iter().map(|c| match c { Col::Num(n) => n, _ => unreachable!() }).collect();
-            Col::Num(merge_num(nums, base, segs.len(), |k| scaled(&segs[k], 1)))
+            Col::Num(merge_num_rows(nums, plan))
         }
         Col::List { count, .. } => {
             let count = *count;
+            let segs = plan.segments();
             let flats = cols.into_iter().map(|c| match c { Col::List { flat, .. } => flat, _ => unreachable!() }).collect();
             Col::List { count, flat: merge_num(flats, base, segs.len(), |k| scaled(&segs[k], count)) }
         }
         Col::VarList { .. } => {
+            let segs = plan.segments();
             let (offs, flats): (Vec<Vec<i64>>, Vec<Num>) = cols.into_iter().map(|c| match c {
                 Col::VarList { offsets, flat } => (offsets, flat),
                 _ => unreachable!(),
             }).unzip();
-            let (offsets, ranges) = merge_offsets(offs, base, segs, rows);
+            let (offsets, ranges) = merge_offsets(offs, base, &segs, rows);
             Col::VarList { offsets, flat: merge_num(flats, base, ranges.len(), |k| ranges[k]) }
         }
         Col::Var { text, .. } => {
             let text = *text;
+            let segs = plan.segments();
             let (offs, bytes): (Vec<Vec<i64>>, Vec<Vec<u8>>) = cols.into_iter().map(|c| match c {
                 Col::Var { offsets, bytes, .. } => (offsets, bytes),
                 _ => unreachable!(),
             }).unzip();
-            let (offsets, ranges) = merge_offsets(offs, base, segs, rows);
+            let (offsets, ranges) = merge_offsets(offs, base, &segs, rows);
             Col::Var { text, offsets, bytes: merge_vec(bytes, base, ranges.len(), |k| ranges[k]) }
         }
-        Col::Cat { .. } => merge_cat(cols, segs, rows, base),
+        Col::Cat { .. } => merge_cat(cols, plan),
     };
     Builder { spec, col }
 }
 
 /// Categorical columns: codes remapped onto one dictionary whose entries appear in order of first use
 /// in the merged table (equal texts from different runs share one code), then merged in place.
-fn merge_cat(cols: Vec<Col>, segs: &[Seg], rows: usize, base: usize) -> Col {
+fn merge_cat(cols: Vec<Col>, plan: &Plan) -> Col {
     let mut parts: Vec<(Vec<u32>, Vec<i64>, Vec<u8>)> = cols.into_iter().map(|c| match c {
         Col::Cat { codes, offsets, bytes, .. } => (codes, offsets, bytes),
         _ => unreachable!(),
     }).collect();
-    // dictionary in order of first use: a read-only pass in merged order
+    // dictionary in order of first use: a read-only pass in merged order, until every code is mapped
     let mut remap: Vec<Vec<u32>> = parts.iter().map(|p| vec![u32::MAX; p.1.len() - 1]).collect();
+    let mut left: usize = remap.iter().map(|m| m.len()).sum();
     let (mut offsets, mut bytes) = (vec![0i64], Vec::new());
     {
         let mut seen: HashMap<&[u8], u32, BuildHasherDefault<FxHasher>> = HashMap::default();
-        for &(p, a, n) in segs {
-            let (src, off, txt) = &parts[p as usize];
-            let map = &mut remap[p as usize];
-            for &c in &src[a as usize..(a + n) as usize] {
-                if map[c as usize] == u32::MAX {
-                    let s = &txt[off[c as usize] as usize..off[c as usize + 1] as usize];
-                    map[c as usize] = *seen.entry(s).or_insert_with(|| {
-                        bytes.extend_from_slice(s);
-                        offsets.push(bytes.len() as i64);
-                        (offsets.len() - 2) as u32
-                    });
+        let mut first_use = |p: usize, c: u32, remap: &mut Vec<Vec<u32>>| {
+            let (_, off, txt) = &parts[p];
+            let s = &txt[off[c as usize] as usize..off[c as usize + 1] as usize];
+            remap[p][c as usize] = *seen.entry(s).or_insert_with(|| {
+                bytes.extend_from_slice(s);
+                offsets.push(bytes.len() as i64);
+                (offsets.len() - 2) as u32
+            });
+        };
+        if plan.sel.is_empty() {
+            'segs: for &(p, a, n) in plan.segs.iter() {
+                let p = p as usize;
+                for i in a as usize..(a + n) as usize {
+                    let c = parts[p].0[i];
+                    if remap[p][c as usize] == u32::MAX {
+                        first_use(p, c, &mut remap);
+                        left -= 1;
+                        if left == 0 {
+                            break 'segs;
+                        }
+                    }
+                }
+            }
+        } else {
+            let mut pos = vec![0usize; parts.len()];
+            for &s in plan.sel.iter() {
+                let p = s as usize;
+                let c = parts[p].0[pos[p]];
+                pos[p] += 1;
+                if remap[p][c as usize] == u32::MAX {
+                    first_use(p, c, &mut remap);
+                    left -= 1;
+                    if left == 0 {
+                        break;
+                    }
                 }
             }
         }
     }
-    let mut codes = std::mem::take(&mut parts[base].0);
-    codes.reserve_exact(rows - codes.len());
-    let dst = codes.as_mut_ptr();
-    let mut w = rows;
-    for &(p, a, n) in segs.iter().rev() {
-        let (p, a, n) = (p as usize, a as usize, n as usize);
-        w -= n;
-        let map = &remap[p];
-        // SAFETY: as in merge_vec (own codes move towards the end and are read, descending, first).
-        unsafe {
-            let src: *const u32 = if p == base { dst } else { parts[p].0.as_ptr() };
-            for j in (0..n).rev() {
-                *dst.add(w + j) = map[*src.add(a + j) as usize];
-            }
+    // codes of each run translated in place, then merged like any other u32 column
+    let codes: Vec<Vec<u32>> = parts.iter_mut().zip(&remap).map(|(p, m)| {
+        let mut v = std::mem::take(&mut p.0);
+        for c in v.iter_mut() {
+            *c = m[*c as usize];
         }
-    }
-    // SAFETY: rows 0..rows were all written above.
-    unsafe { codes.set_len(rows) };
-    Col::Cat { codes, map: Default::default(), small: Default::default(), offsets, bytes }
+        v
+    }).collect();
+    let codes = if plan.sel.is_empty() {
+        merge_vec(codes, plan.base, plan.segs.len(), |k| scaled(&plan.segs[k], 1))
+    } else {
+        gather_sel(codes, plan)
+    };
+    Col::Cat { codes, map: Default::default(), small: Default::default(), cache: Box::default(), offsets, bytes }
 }
