@@ -13,6 +13,7 @@ use numpy::IntoPyArray;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use super::tracedat_merge::{grow, push};
 use super::tracedat_printf::format_bprint;
 
 // field kinds: keep in sync with abtest/trace/tracedat_format.py
@@ -319,7 +320,7 @@ impl Builder {
                     // n == 16 with more bytes available and no NUL: maybe longer than 16, so the slow path
                     if n < 16 || len <= 16 || avail < 16 {
                         let key = if n >= 16 { raw } else { raw & ((1u128 << (8 * n)) - 1) };
-                        codes.push(small_code(cache, small, offsets, bytes, key, &r[start..start + n]));
+                        push(codes, small_code(cache, small, offsets, bytes, key, &r[start..start + n]));
                         return;
                     }
                 }
@@ -340,7 +341,7 @@ impl Builder {
                         }
                     }
                 };
-                codes.push(code);
+                push(codes, code);
             }
             Col::Cat { codes, map, small, cache, offsets, bytes } => {
                 if size == 16 && off + 16 <= r.len() {
@@ -348,7 +349,7 @@ impl Builder {
                     let raw = u128::from_le_bytes(r[off..off + 16].try_into().unwrap());
                     let len = first_nul(raw);
                     let key = if len >= 16 { raw } else { raw & ((1u128 << (8 * len)) - 1) };
-                    codes.push(small_code(cache, small, offsets, bytes, key, &r[off..off + len]));
+                    push(codes, small_code(cache, small, offsets, bytes, key, &r[off..off + len]));
                     return;
                 }
                 let v = trim_nul(r.get(off..off + size).unwrap_or(&[]));
@@ -357,7 +358,7 @@ impl Builder {
                     let mut k = [0u8; 16];
                     k[..v.len()].copy_from_slice(v);
                     let key = u128::from_le_bytes(k) ^ ((v.len() as u128) << 120);
-                    codes.push(small_code(cache, small, offsets, bytes, key, v));
+                    push(codes, small_code(cache, small, offsets, bytes, key, v));
                     return;
                 }
                 let code = match map.get(v) {
@@ -369,7 +370,7 @@ impl Builder {
                         c
                     }
                 };
-                codes.push(code);
+                push(codes, code);
             }
             Col::List { count, flat } => {
                 let count = *count;
@@ -443,7 +444,9 @@ impl Builder {
         macro_rules! ints {
             ($v:expr, $t:ty, $w:expr, $conv:expr) => {{
                 assert!(off + $w <= stride, "field outside the staged row");
-                $v.reserve(n);
+                if $v.capacity() - $v.len() < n {
+                    grow($v, n);
+                }
                 let len = $v.len();
                 // SAFETY: row k's field is rows[k * stride + off..][..$w], inside `rows` (both checked above);
                 // the n slots after len are reserved and each written once before set_len.

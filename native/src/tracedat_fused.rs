@@ -27,7 +27,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::tracedat_columns::{Builder, Env, FieldSpec, SymLoader, Syms};
-use super::tracedat_merge::{cpu_column, gather_builder, plan_merge, Plan};
+use super::tracedat_merge::{cpu_column, gather_builder, plan_merge, push, Plan};
 use super::tracedat_pages::{walk_pages, worker_count, Clock, CpuStats, PageLayout};
 use super::{fix_mmap_threshold, parse_kallsyms, release_pages, TypeColumns};
 
@@ -210,7 +210,7 @@ fn walk_into_columns(si: usize, data: &[u8], ctx: &Ctx, stats: &mut CpuStats, sl
             types.push(TypeColumns::new(ty, 0, specs.iter().map(|f| Builder::new(f, 0)).collect()));
         }
         let tc = &mut types[s as usize];
-        tc.ts.push(ts);
+        push(&mut tc.ts, ts);
         tc.push(rec, env);
     }).map_err(|e| e.msg)
 }
@@ -264,9 +264,6 @@ impl Table {
         } else {
             let (ts, plan) = plan_merge(ts_runs);
             let cpu = cpu_column(&plan, &self.cpus);
-            if std::env::var_os("ABTEST_FUSED_MODES").is_some() {
-                eprintln!("mode runs {} rows {} {}", plan.runs, plan.rows, if plan.sel.is_empty() { "segs" } else { "sel" });
-            }
             (ts, cpu, Some(plan))
         });
     }
@@ -279,7 +276,6 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
     let mut tables: Vec<Table> = by_type.into_iter().map(|(ty, parts)| Table::new(ty, parts)).collect();
     tables.sort_by_key(|t| (std::cmp::Reverse(t.rows), t.ty));
     let nthreads = worker_count().max(1);
-    let t0 = std::time::Instant::now();
     {
         let slots: Vec<Mutex<&mut Table>> = tables.iter_mut().map(Mutex::new).collect();
         let next = AtomicUsize::new(0);
@@ -290,18 +286,11 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
                     if k >= slots.len() {
                         break;
                     }
-                    let c0 = thread_ms();
-                    let f0 = thread_faults();
-                    let mut t = slots[k].lock().unwrap();
-                    t.plan();
-                    if timing() && t.rows > 100000 {
-                        eprintln!("plan {} rows {} cpu {:.1} ms faults {}", t.ty, t.rows, thread_ms() - c0, thread_faults() - f0);
-                    }
+                    slots[k].lock().unwrap().plan();
                 });
             }
         });
     }
-    let t1 = std::time::Instant::now();
     // fields: (table, field, element bytes x rows) for the merged tables, biggest first
     let mut work: Vec<(usize, usize, usize)> = Vec::new();
     for (t, tab) in tables.iter().enumerate() {
@@ -326,19 +315,10 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
                 }
                 let parts = std::mem::take(&mut *inputs[k].lock().unwrap());
                 let plan = tables[work[k].0].merged.as_ref().unwrap().2.as_ref().unwrap();
-                let c0 = thread_ms();
-                let f0 = thread_faults();
-                let name = parts[0].name().to_string();
                 *outputs[k].lock().unwrap() = Some(gather_builder(parts, plan));
-                if timing() && tables[work[k].0].rows > 100000 {
-                    eprintln!("field {} {} cpu {:.1} ms faults {}", tables[work[k].0].ty, name, thread_ms() - c0, thread_faults() - f0);
-                }
             });
         }
     });
-    if timing() {
-        eprintln!("merge: plans {:.1} ms, fields {:.1} ms", (t1 - t0).as_secs_f64() * 1e3, t1.elapsed().as_secs_f64() * 1e3);
-    }
     for (&(t, f, _), out) in work.iter().zip(outputs) {
         tables[t].fields[f] = vec![out.into_inner().unwrap().unwrap()];
     }
@@ -368,32 +348,7 @@ fn verify_section(ctx: &Ctx, inf: &mut Inflater, buf: &mut Vec<u8>, (start, size
     Ok(())
 }
 
-/// Thread CPU time in ms (timing instrumentation).
-pub fn thread_ms() -> f64 {
-    #[repr(C)]
-    struct Ts { s: i64, ns: i64 }
-    extern "C" { fn clock_gettime(c: i32, t: *mut Ts) -> i32; }
-    let mut t = Ts { s: 0, ns: 0 };
-    unsafe { clock_gettime(3, &mut t) };
-    t.s as f64 * 1e3 + t.ns as f64 * 1e-6
-}
-
-/// Minor page faults of this thread so far (timing instrumentation).
-pub fn thread_faults() -> i64 {
-    #[repr(C)]
-    struct Ru { f: [i64; 18] }
-    extern "C" { fn getrusage(who: i32, r: *mut Ru) -> i32; }
-    let mut r = Ru { f: [0; 18] };
-    unsafe { getrusage(1, &mut r) };
-    r.f[8]
-}
-
-fn timing() -> bool {
-    std::env::var_os("ABTEST_FUSED_TIMING").is_some()
-}
-
 fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) -> Outcome {
-    let t0 = std::time::Instant::now();
     // decode: one job per CPU, biggest first, on min(jobs, cores) threads
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&j| std::cmp::Reverse(jobs[j].spans.iter().map(|s| s.2.max(s.1)).sum::<usize>()));
@@ -425,12 +380,7 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
                         continue;
                     }
                     let j = order[k];
-                    let c0 = thread_ms();
-                    let f0 = thread_faults();
                     let r = decode_job(&jobs[j], ctx, comp, &mut inf, &mut buf);
-                    if timing() {
-                        eprintln!("decode job {} cpu {:.1} ms faults {}, wall end {:.1}", j, thread_ms() - c0, thread_faults() - f0, t0.elapsed().as_secs_f64() * 1e3);
-                    }
                     if r.is_err() {
                         ctx.abort.store(true, Ordering::Relaxed);
                     }
@@ -467,11 +417,7 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
             by_type.entry(tc.ty).or_default().push((o.cpu, tc));
         }
     }
-    let t1 = std::time::Instant::now();
     let tables = merge_tables(by_type);
-    if timing() {
-        eprintln!("decode wall {:.1} ms, merge wall {:.1} ms", (t1 - t0).as_secs_f64() * 1e3, t1.elapsed().as_secs_f64() * 1e3);
-    }
     Outcome::Done { tables, stats, short_fields, missing_formats }
 }
 

@@ -6,10 +6,15 @@
 //! the record-index path (tracedat_pages::time_order) restricted to the type, as long as every CPU's
 //! timestamps never go backwards (the caller checks that and otherwise uses the record-index path).
 //!
-//! The merge is described by segments (run, first row, rows): every column is then merged segment by
-//! segment with slice copies, in place in the largest run's arrays (grown to the table's size and filled
-//! from the back), so that only the other runs' rows are written to new memory. Text dictionaries (Categorical columns) are rebuilt in order of first
-//! appearance in the merged table, as a single time-ordered pass would have built them.
+//! A table's timestamps are merged first (two runs: branch-free, from the back, recording the run of
+//! every merged row); the resulting Plan then moves every other column the same way, each column a
+//! separate piece of work: row by row along the per-row run selector (branch-free) when the runs
+//! interleave every few rows, or by segments (run, first row, rows) with slice copies when the runs
+//! come in long stretches. Either way the merge happens in place in the largest run's arrays (grown to
+//! the table's size and filled from the back), so that only the other runs' rows are written to new
+//! memory, and that new memory is mapped in with one call (MADV_POPULATE_WRITE) rather than a page fault
+//! per 4 KiB. Text dictionaries (Categorical columns) are rebuilt in order of first appearance in the
+//! merged table, as a single time-ordered pass would have built them.
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::BuildHasherDefault;
@@ -21,6 +26,12 @@ use super::tracedat_columns::{Builder, Col, FxHasher, Num};
 /// Only the whole pages inside the spare capacity are touched; a kernel without the call ignores it.
 #[cfg(target_os = "linux")]
 pub fn prefault<T>(v: &Vec<T>) {
+    prefault_upto(v, usize::MAX)
+}
+
+/// prefault, limited to the first `max_bytes` of the spare capacity.
+#[cfg(target_os = "linux")]
+pub fn prefault_upto<T>(v: &Vec<T>, max_bytes: usize) {
     extern "C" {
         fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
     }
@@ -30,6 +41,7 @@ pub fn prefault<T>(v: &Vec<T>) {
     const HUGE: usize = 2 << 20;
     let start = v.as_ptr() as usize + v.len() * std::mem::size_of::<T>();
     let end = v.as_ptr() as usize + v.capacity() * std::mem::size_of::<T>();
+    let end = end.min(start.saturating_add(max_bytes));
     if end - start < 16 * PAGE {
         return;
     }
@@ -38,17 +50,38 @@ pub fn prefault<T>(v: &Vec<T>) {
     // SAFETY: both ranges lie inside the vector's allocation, in its unused capacity; the calls only set a
     // paging hint and map zero pages where nothing was mapped (no content changes).
     unsafe {
-        if hhi > hlo && std::env::var_os("ABTEST_NOHUGE").is_none() {
+        if hhi > hlo {
             madvise(hlo as *mut std::ffi::c_void, hhi - hlo, MADV_HUGEPAGE);
         }
-        if std::env::var_os("ABTEST_NOPOP").is_none() {
         madvise(lo as *mut std::ffi::c_void, hi - lo, MADV_POPULATE_WRITE);
-        }
     }
 }
 
 #[cfg(not(target_os = "linux"))]
 pub fn prefault<T>(_v: &Vec<T>) {}
+
+#[cfg(not(target_os = "linux"))]
+pub fn prefault_upto<T>(_v: &Vec<T>, _max_bytes: usize) {}
+
+/// Most of a growing column's new capacity mapped in ahead (see `grow`).
+const PREFAULT_AHEAD: usize = 2 << 20;
+
+/// Make room for `extra` more elements (capacity at least doubled, as Vec does), mapping in up to
+/// PREFAULT_AHEAD bytes of the new capacity at once instead of one page fault per 4 KiB as it fills.
+#[inline(never)]
+pub fn grow<T>(v: &mut Vec<T>, extra: usize) {
+    v.reserve(extra.max(v.capacity()).max(256));
+    prefault_upto(v, PREFAULT_AHEAD);
+}
+
+/// Push with `grow` when full.
+#[inline(always)]
+pub fn push<T>(v: &mut Vec<T>, x: T) {
+    if v.len() == v.capacity() {
+        grow(v, 1);
+    }
+    v.push(x);
+}
 
 /// (run, first row, number of rows) of a merged table, in output order.
 pub type Seg = (u32, u32, u32);
