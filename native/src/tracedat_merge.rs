@@ -390,9 +390,10 @@ fn gather_sel<T: Copy>(mut parts: Vec<Vec<T>>, plan: &Plan) -> Vec<T> {
     let o = out.as_mut_ptr();
     let ptrs: Vec<*const T> = (0..parts.len()).map(|p| if p == base { o as *const T } else { parts[p].as_ptr() })
         .collect();
-    // SAFETY: every run p is read at positions below lens[p], each once, from the back; `sel` holds
-    // lens[p] entries p (checked by the debug count below through the final positions); own elements of
-    // the base run are read at or before the row being written, as in merge2.
+    // SAFETY: every run p is read at positions below lens[p], each once, from the back: `sel` holds
+    // exactly lens[p] entries p, as plan_merge built it from these runs' timestamps (the k > 2 path also
+    // checks every step, the 2-run path the final counts); own elements of the base run are read at or
+    // before the row being written, as in merge2.
     unsafe {
         if ptrs.len() == 2 {
             let (a, b) = (ptrs[0], ptrs[1]);
