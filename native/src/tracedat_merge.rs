@@ -380,7 +380,13 @@ fn merge2(ts: &mut [Vec<i64>], base: usize) -> (Vec<i64>, Vec<u8>, usize) {
 }
 
 /// Gather one element per row along `sel` (in place in parts[plan.base], filled from the back).
-fn gather_sel<T: Copy>(mut parts: Vec<Vec<T>>, plan: &Plan) -> Vec<T> {
+fn gather_sel<T: Copy>(parts: Vec<Vec<T>>, plan: &Plan) -> Vec<T> {
+    gather_sel_with(parts, plan, |_, v| v)
+}
+
+/// gather_sel, each element passed through `f(run, element)` on its way.
+#[inline(always)]
+fn gather_sel_with<T: Copy, F: Fn(usize, T) -> T>(mut parts: Vec<Vec<T>>, plan: &Plan, f: F) -> Vec<T> {
     let (rows, base, sel) = (plan.rows, plan.base, &plan.sel[..]);
     let lens: Vec<usize> = parts.iter().map(|p| p.len()).collect();
     assert!(lens.iter().sum::<usize>() == rows && sel.len() == rows, "merge plan does not fit the runs");
@@ -397,22 +403,22 @@ fn gather_sel<T: Copy>(mut parts: Vec<Vec<T>>, plan: &Plan) -> Vec<T> {
     unsafe {
         if ptrs.len() == 2 {
             let (a, b) = (ptrs[0], ptrs[1]);
-            let (mut ia, mut ib) = (lens[0], lens[1]);
+            // rows left of run 1; those of run 0 are then w - ib (both runs' rows left add up to w)
+            let mut ib = lens[1];
             for w in (0..rows).rev() {
                 let s = *sel.get_unchecked(w) as usize;
                 ib -= s;
-                ia -= 1 - s;
-                let p = if s != 0 { b.add(ib) } else { a.add(ia) };
-                *o.add(w) = *p;
+                let p = if s != 0 { b.add(ib) } else { a.add(w - ib) };
+                *o.add(w) = f(s, *p);
             }
-            assert!(ia == 0 && ib == 0, "merge plan does not fit the runs");
+            assert!(ib == 0, "merge plan does not fit the runs");
         } else {
             let mut pos = lens.clone();
             for w in (0..rows).rev() {
                 let s = *sel.get_unchecked(w) as usize;
                 let q = pos.get_mut(s).expect("run index in the merge plan");
                 *q = q.checked_sub(1).expect("merge plan does not fit the runs");
-                *o.add(w) = *ptrs.get_unchecked(s).add(*q);
+                *o.add(w) = f(s, *ptrs.get_unchecked(s).add(*q));
             }
         }
         out.set_len(rows);
@@ -557,18 +563,20 @@ fn merge_cat(cols: Vec<Col>, plan: &Plan) -> Col {
             }
         }
     }
-    // codes of each run translated in place, then merged like any other u32 column
-    let codes: Vec<Vec<u32>> = parts.iter_mut().zip(&remap).map(|(p, m)| {
-        let mut v = std::mem::take(&mut p.0);
-        for c in v.iter_mut() {
-            *c = m[*c as usize];
-        }
-        v
-    }).collect();
+    // codes of each run translated onto the merged dictionary while merged like any other u32 column
+    let codes: Vec<Vec<u32>> = parts.iter_mut().map(|p| std::mem::take(&mut p.0)).collect();
     let codes = if plan.sel.is_empty() {
+        let codes = codes.into_iter().zip(&remap).map(|(mut v, m)| {
+            for c in v.iter_mut() {
+                *c = m[*c as usize];
+            }
+            v
+        }).collect();
         merge_vec(codes, plan.base, plan.segs.len(), |k| scaled(&plan.segs[k], 1))
     } else {
-        gather_sel(codes, plan)
+        let maps: Vec<&[u32]> = remap.iter().map(|m| m.as_slice()).collect();
+        // SAFETY: every code of run s is below its dictionary's size, the length of remap[s].
+        gather_sel_with(codes, plan, |s, c| unsafe { *maps.get_unchecked(s).get_unchecked(c as usize) })
     };
     Col::Cat { codes, map: Default::default(), small: Default::default(), cache: Box::default(), offsets, bytes }
 }
