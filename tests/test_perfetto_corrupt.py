@@ -141,9 +141,9 @@ def test_corrupt_compressed_packets(tmp_path):
 
 
 def test_truncated_large_trace_reports_absolute_offset(pixel_bytes, tmp_path, monkeypatch):
-    """With ABTEST_PERFETTO_THREADS=2, files above 8 MB are decoded in two halves on two threads: an
-    error in the second half still names its offset in the file."""
-    monkeypatch.setenv("ABTEST_PERFETTO_THREADS", "2")
+    """Files above 8 MB are decoded in two halves on two threads (the default): an error in the second
+    half still names its offset in the file."""
+    monkeypatch.delenv("ABTEST_PERFETTO_THREADS", raising=False)
     blob = pixel_bytes * 4
     starts = _packet_starts(blob)
     cut = int(len(blob) * 0.8)

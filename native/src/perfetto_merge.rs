@@ -1,6 +1,6 @@
-//! Optional two-thread decoding of large traces (ABTEST_PERFETTO_THREADS=2): the Trace is split at
-//! a TracePacket boundary near its middle, each half is decoded by its own `Decoder`, and the second
-//! is appended to the first (file order is kept, so sorting ties still follow the file).
+//! Two-thread decoding of large traces (the default when the process may use >= 2 cores;
+//! ABTEST_PERFETTO_THREADS=1 turns it off): the Trace is split at a TracePacket boundary near its
+//! middle, each half is decoded by its own `Decoder`, and the second is appended to the first (file order is kept, so sorting ties still follow the file).
 use crate::perfetto_decode::{Decoder, Schema};
 use crate::perfetto_tables::{Column, Data, Table};
 use crate::perfetto_wire::DResult;
@@ -11,9 +11,12 @@ const PARALLEL_MIN_BYTES: usize = 8 << 20;
 /// Offset of the first top-level TracePacket starting at or after the middle of `buf`, or None
 /// (small buffer, or anything unexpected: the single-threaded decoder then reports it).
 fn split_point(buf: &[u8]) -> Option<usize> {
-    // opt-in (ABTEST_PERFETTO_THREADS=2): on this project's shared 2-core machines the split was
-    // measured slower than one thread (merge cost, no idle core), so one thread is the default
-    let wanted = std::env::var("ABTEST_PERFETTO_THREADS").is_ok_and(|v| v == "2");
+    // two threads when the process may use two cores (measured on an otherwise idle 2-core machine:
+    // native decode 168-196 -> 210-259 MB/s wall on 126 MB, docs/perfetto.md); ABTEST_PERFETTO_THREADS=1
+    // forces one thread (e.g. on a machine whose cores are all busy)
+    let forced_single = std::env::var("ABTEST_PERFETTO_THREADS").is_ok_and(|v| v == "1");
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let wanted = !forced_single && cores >= 2;
     if !wanted || buf.len() < PARALLEL_MIN_BYTES {
         return None;
     }
@@ -43,7 +46,7 @@ fn split_point(buf: &[u8]) -> Option<usize> {
     (pos < buf.len()).then_some(pos)
 }
 
-/// Decode a whole Trace (two threads above PARALLEL_MIN_BYTES when asked) and finish it (sorted tables).
+/// Decode a whole Trace (two threads above PARALLEL_MIN_BYTES unless turned off) and finish it (sorted tables).
 pub fn decode_all<'s>(buf: &[u8], schema: &'s Schema) -> DResult<Decoder<'s>> {
     let mut d = match split_point(buf) {
         None => {
