@@ -8,7 +8,7 @@
 use std::io::Read;
 
 use crate::perfetto_sort::{
-    sort_compact_switch, sort_compact_waking, sort_rails, sort_table, waker_pids, PrevTask, Renames,
+    derive_prev, sort_compact_switch, sort_compact_waking, sort_rails, sort_table, waker_pids, PrevTask, Renames,
 };
 use crate::perfetto_tables::{Data, EventSpec, FieldSpec, FnvMap, Interner, Kind, Table, COL_FLAGS, COL_PID};
 use crate::perfetto_wire::{bytes_of, err, packed_varints, string_of, DResult, DecodeError, Msg, Value};
@@ -662,13 +662,12 @@ impl<'s> Decoder<'s> {
         }
         let (mine, theirs) = order.split_at_mut(split);
         let renames = &renames;
-        self.prev = std::thread::scope(|scope| {
+        std::thread::scope(|scope| {
             let handle = scope.spawn(move || {
-                let prev = sort_compact_switch(switch, renames);
+                sort_compact_switch(switch);
                 for t in theirs.iter_mut() {
                     sort_table(t);
                 }
-                prev
             });
             sort_compact_waking(waking);
             sort_rails(rails);
@@ -677,31 +676,35 @@ impl<'s> Decoder<'s> {
             }
             handle.join().expect("sorting thread panicked")
         });
-        self.derive_wakers();
+        // both derivations read the sorted switches: prev_* on a second thread, wakers here
+        let (switch, waking, tables) = (&self.switch, &mut self.waking, &self.tables);
+        self.prev = std::thread::scope(|scope| {
+            let handle = scope.spawn(move || derive_prev(switch, renames));
+            derive_wakers(waking, switch, tables);
+            handle.join().expect("prev_* thread panicked")
+        });
     }
+}
 
-    /// common_pid of compact sched_waking rows: see `perfetto_sort::waker_pids`.
-    fn derive_wakers(&mut self) {
-        let w = &mut self.waking;
-        if w.ts.is_empty() {
-            return;
-        }
-        let s = &self.switch;
-        let mut sources: Vec<(&[i64], &[i32], &[i32], Option<&[bool]>)> = Vec::new();
-        if !s.ts.is_empty() {
-            sources.push((&s.ts, &s.cpu, &s.next_pid, None));
-        }
-        if let Some(t) = self.tables.iter().find(|t| t.name == "sched_switch") {
-            if let Some(c) = t.cols.iter().find(|c| c.spec.name == "next_pid" && c.data.len() == t.rows()) {
-                if let Data::I32(v) = &c.data {
-                    sources.push((&t.ts, &t.cpu, v, c.valid.as_deref()));
-                }
+/// common_pid of compact sched_waking rows: see `perfetto_sort::waker_pids`.
+fn derive_wakers(w: &mut CompactWaking, s: &CompactSwitch, tables: &[Table]) {
+    if w.ts.is_empty() {
+        return;
+    }
+    let mut sources: Vec<(&[i64], &[i32], &[i32], Option<&[bool]>)> = Vec::new();
+    if !s.ts.is_empty() {
+        sources.push((&s.ts, &s.cpu, &s.next_pid, None));
+    }
+    if let Some(t) = tables.iter().find(|t| t.name == "sched_switch") {
+        if let Some(c) = t.cols.iter().find(|c| c.spec.name == "next_pid" && c.data.len() == t.rows()) {
+            if let Data::I32(v) = &c.data {
+                sources.push((&t.ts, &t.cpu, v, c.valid.as_deref()));
             }
         }
-        let (pid, valid) = waker_pids(&w.ts, &w.cpu, &sources);
-        w.waker_pid = pid;
-        w.waker_valid = valid;
     }
+    let (pid, valid) = waker_pids(&w.ts, &w.cpu, &sources);
+    w.waker_pid = pid;
+    w.waker_valid = valid;
 }
 
 /// GenericFtraceEvent.Field {name 1, str_value 3, int_value 4, uint_value 5} -> named columns.

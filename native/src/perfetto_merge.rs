@@ -138,35 +138,67 @@ fn append_table(a: &mut Table, mut b: Table, remap: &[u32]) {
 }
 
 impl<'s> Decoder<'s> {
-    /// Append the tables, rows and metadata of `b` (decoded from the bytes after ours).
+    /// Append the tables, rows and metadata of `b` (decoded from the bytes after ours). The tables are
+    /// appended on two threads (split by row count; the compact sched and rail rows on this one).
     pub fn append(&mut self, mut b: Decoder<'s>) {
         let remap: Vec<u32> = b.strings.values.iter().map(|s| self.strings.intern(s)).collect();
+        let mut incoming: Vec<Option<Table>> = Vec::new();
         for t in b.tables.drain(..) {
             let ai = self.table_by_name(t.name.as_bytes(), None);
-            append_table(&mut self.tables[ai], t, &remap);
+            if incoming.len() <= ai {
+                incoming.resize_with(ai + 1, || None);
+            }
+            incoming[ai] = Some(t);
         }
-        let (s, bs) = (&mut self.switch, b.switch);
-        s.ts.extend(bs.ts);
-        s.cpu.extend(bs.cpu);
-        s.prev_state.extend(bs.prev_state);
-        s.next_pid.extend(bs.next_pid);
-        s.next_prio.extend(bs.next_prio);
-        s.next_comm.extend(bs.next_comm.iter().map(|&i| remap[i as usize]));
-        let (w, bw) = (&mut self.waking, b.waking);
-        w.ts.extend(bw.ts);
-        w.cpu.extend(bw.cpu);
-        w.pid.extend(bw.pid);
-        w.target_cpu.extend(bw.target_cpu);
-        w.prio.extend(bw.prio);
-        w.comm.extend(bw.comm.iter().map(|&i| remap[i as usize]));
-        w.common_flags.extend(bw.common_flags);
-        w.flags_valid.extend(bw.flags_valid);
-        let (r, br) = (&mut self.rails, b.rails);
-        r.desc.extend(br.desc);
-        r.ts.extend(br.ts);
-        r.index.extend(br.index);
-        r.packet_ts.extend(br.packet_ts);
-        r.energy_uws.extend(br.energy_uws);
+        let mut pairs: Vec<(&mut Table, Table)> = self
+            .tables
+            .iter_mut()
+            .zip(incoming)
+            .filter_map(|(a, b)| b.map(|b| (a, b)))
+            .collect();
+        pairs.sort_by_key(|(_, b)| std::cmp::Reverse(b.rows()));
+        let total: usize = pairs.iter().map(|(_, b)| b.rows()).sum::<usize>() + b.switch.ts.len() + b.waking.ts.len();
+        // the largest tables go to the other thread until it has about half of the rows
+        let (mut theirs_rows, mut split) = (0usize, 0usize);
+        while split < pairs.len() && 2 * (theirs_rows + pairs[split].1.rows()) <= total + pairs[split].1.rows() {
+            theirs_rows += pairs[split].1.rows();
+            split += 1;
+        }
+        let mine = pairs.split_off(split);
+        let theirs = pairs;
+        let remap = &remap;
+        let (s, w, r) = (&mut self.switch, &mut self.waking, &mut self.rails);
+        let (bs, bw, br) = (b.switch, b.waking, b.rails);
+        std::thread::scope(|scope| {
+            let handle = scope.spawn(move || {
+                for (a, b) in theirs {
+                    append_table(a, b, remap);
+                }
+            });
+            for (a, b) in mine {
+                append_table(a, b, remap);
+            }
+            s.ts.extend(bs.ts);
+            s.cpu.extend(bs.cpu);
+            s.prev_state.extend(bs.prev_state);
+            s.next_pid.extend(bs.next_pid);
+            s.next_prio.extend(bs.next_prio);
+            s.next_comm.extend(bs.next_comm.iter().map(|&i| remap[i as usize]));
+            w.ts.extend(bw.ts);
+            w.cpu.extend(bw.cpu);
+            w.pid.extend(bw.pid);
+            w.target_cpu.extend(bw.target_cpu);
+            w.prio.extend(bw.prio);
+            w.comm.extend(bw.comm.iter().map(|&i| remap[i as usize]));
+            w.common_flags.extend(bw.common_flags);
+            w.flags_valid.extend(bw.flags_valid);
+            r.desc.extend(br.desc);
+            r.ts.extend(br.ts);
+            r.index.extend(br.index);
+            r.packet_ts.extend(br.packet_ts);
+            r.energy_uws.extend(br.energy_uws);
+            handle.join().expect("appending thread panicked")
+        });
         self.append_meta(b.meta, &b.first_seen_dropped, b.sequences_seen);
         for w in b.warnings {
             if !self.warnings.contains(&w) {

@@ -183,7 +183,7 @@ pub struct CpuSlots {
 }
 
 impl CpuSlots {
-    const DIRECT: i32 = 4096;
+    pub const DIRECT: i32 = 4096;
 
     #[inline]
     pub fn slot(&mut self, cpu: i32) -> usize {
@@ -211,9 +211,14 @@ impl CpuSlots {
 #[derive(Default)]
 pub struct Renames {
     by_pid: FnvMap<i32, Vec<(i64, u32)>>,
+    /// bit (pid mod 2^16) is set when some pid with those low bits was renamed: most switches skip
+    /// the map lookup (one bit test per switch instead of a hash)
+    filter: Vec<u64>,
 }
 
 impl Renames {
+    const FILTER_BITS: u32 = 16;
+
     /// From the (unsorted) task_rename table: rows with both `pid` and `newcomm`.
     pub fn from_table(t: Option<&Table>) -> Renames {
         let mut r = Renames::default();
@@ -235,79 +240,83 @@ impl Renames {
             };
             r.by_pid.entry(p).or_default().push((t.ts[i], comm_ids[i]));
         }
-        for v in r.by_pid.values_mut() {
+        r.filter = vec![0u64; (1usize << Self::FILTER_BITS) / 64];
+        for (&p, v) in r.by_pid.iter_mut() {
             v.sort_by_key(|x| x.0); // stable
+            let b = Self::filter_bit(p);
+            r.filter[b / 64] |= 1 << (b % 64);
         }
         r
+    }
+
+    #[inline]
+    fn filter_bit(pid: i32) -> usize {
+        (pid as u32 & ((1 << Self::FILTER_BITS) - 1)) as usize
     }
 
     /// newcomm of the last rename of `pid` with since <= ts <= until, if any.
     #[inline]
     fn comm_at(&self, pid: i32, since: i64, until: i64) -> Option<u32> {
+        let b = Self::filter_bit(pid);
+        if self.filter.get(b / 64).is_none_or(|w| w & (1 << (b % 64)) == 0) {
+            return None;
+        }
         let v = self.by_pid.get(&pid)?;
         let k = v.partition_point(|x| x.0 <= until);
         (k > 0 && v[k - 1].0 >= since).then(|| v[k - 1].1)
     }
 }
 
-/// Sort the compact switches by ts (stable) and derive prev_*: the next_* of the previous switch on
-/// the same CPU in that order (the task the CPU switches away from), with the comm updated by any
-/// task_rename of that pid between its switch-in and this switch (both ends included): the kernel
-/// prints the task's current comm as prev_comm.
-pub fn sort_compact_switch(s: &mut CompactSwitch, renames: &Renames) -> PrevTask {
+/// Sort the compact switches by ts (stable), one column at a time (one sequential pass over the
+/// permutation each). prev_* are derived afterwards from the sorted rows (`derive_prev`).
+pub fn sort_compact_switch(s: &mut CompactSwitch) {
+    if let Some(perm) = argsort_ts(&s.ts) {
+        s.ts = gather(&s.ts, &perm);
+        s.cpu = gather(&s.cpu, &perm);
+        s.prev_state = gather(&s.prev_state, &perm);
+        s.next_pid = gather(&s.next_pid, &perm);
+        s.next_prio = gather(&s.next_prio, &perm);
+        s.next_comm = gather(&s.next_comm, &perm);
+    }
+}
+
+/// prev_* of compact switches sorted by ts: the next_* of the previous switch on the same CPU in that
+/// order (the task the CPU switches away from), with the comm updated by any task_rename of that pid
+/// between its switch-in and this switch (both ends included): the kernel prints the task's current
+/// comm as prev_comm. One sequential pass.
+pub fn derive_prev(s: &CompactSwitch, renames: &Renames) -> PrevTask {
     let n = s.ts.len();
-    let perm = argsort_ts(&s.ts);
     let mut prev = PrevTask {
         pid: vec![0; n],
         prio: vec![0; n],
         comm: vec![0; n],
         valid: vec![false; n],
     };
+    // CPU numbers -> dense slots; ordinary CPU numbers (0..4096) index `last` directly
+    let direct = s.cpu.iter().all(|&c| (0..CpuSlots::DIRECT).contains(&c));
     let mut slots = CpuSlots::default();
-    // per CPU slot: (ts, pid, prio, comm) of the last switch-in
-    let mut last: Vec<Option<(i64, i32, i32, u32)>> = Vec::new();
+    let width = if direct { s.cpu.iter().max().map_or(0, |&m| m as usize + 1) } else { 0 };
+    // per CPU slot: (ts, pid, prio, comm) of the last switch-in (None before the first)
+    let mut last: Vec<Option<(i64, i32, i32, u32)>> = vec![None; width];
     let check_renames = !renames.by_pid.is_empty();
-    let mut step = |k: usize, ts: i64, cpu: i32, pid: i32, prio: i32, comm: u32, prev: &mut PrevTask| {
-        let c = slots.slot(cpu);
-        if c >= last.len() {
-            last.resize(c + 1, None);
-        }
+    for k in 0..n {
+        let (ts, cpu) = (s.ts[k], s.cpu[k]);
+        let c = if direct {
+            cpu as usize
+        } else {
+            let c = slots.slot(cpu);
+            if c >= last.len() {
+                last.resize(c + 1, None);
+            }
+            c
+        };
         if let Some(l) = last[c] {
             prev.pid[k] = l.1;
             prev.prio[k] = l.2;
             prev.comm[k] = if check_renames { renames.comm_at(l.1, l.0, ts).unwrap_or(l.3) } else { l.3 };
             prev.valid[k] = true;
         }
-        last[c] = Some((ts, pid, prio, comm));
-    };
-    match perm {
-        None => {
-            for k in 0..n {
-                step(k, s.ts[k], s.cpu[k], s.next_pid[k], s.next_prio[k], s.next_comm[k], &mut prev);
-            }
-        }
-        Some(perm) => {
-            let mut o = CompactSwitch {
-                ts: Vec::with_capacity(n),
-                cpu: Vec::with_capacity(n),
-                prev_state: Vec::with_capacity(n),
-                next_pid: Vec::with_capacity(n),
-                next_prio: Vec::with_capacity(n),
-                next_comm: Vec::with_capacity(n),
-            };
-            for (k, &i) in perm.iter().enumerate() {
-                let i = i as usize;
-                let (ts, cpu, pid, prio, comm) = (s.ts[i], s.cpu[i], s.next_pid[i], s.next_prio[i], s.next_comm[i]);
-                o.ts.push(ts);
-                o.cpu.push(cpu);
-                o.prev_state.push(s.prev_state[i]);
-                o.next_pid.push(pid);
-                o.next_prio.push(prio);
-                o.next_comm.push(comm);
-                step(k, ts, cpu, pid, prio, comm, &mut prev);
-            }
-            *s = o;
-        }
+        last[c] = Some((ts, s.next_pid[k], s.next_prio[k], s.next_comm[k]));
     }
     prev
 }
