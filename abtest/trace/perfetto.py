@@ -26,15 +26,14 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.perfetto_meta import build_meta
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "data" / "perfetto_ftrace_fields.json"
 
-_ARROW_TYPES = {"i32": pa.int32(), "i64": pa.int64(), "u32": pa.uint32(), "u64": pa.uint64(),
-                "bool": pa.bool_(), "f64": pa.float64(), "str": pa.uint32()}
+_NUMPY_TYPES = {"i32": np.int32, "i64": np.int64, "u32": np.uint32, "u64": np.uint64,
+                "bool": np.bool_, "f64": np.float64, "str": np.uint32}
 # string columns that repeat a few values (task names, rails): built Categorical straight from the
 # decoder's string dictionary (canonicalize() would otherwise cast them, hashing every row)
 CATEGORICAL_COLUMNS = frozenset({"comm", "prev_comm", "next_comm", "common_comm", "oldcomm", "newcomm",
@@ -85,11 +84,18 @@ class _Strings:
         return self.utf8.gather(ids).alias(name)
 
 
+def _nullable(name: str, values: np.ndarray, valid: np.ndarray | None) -> pl.Series:
+    """numpy values + validity (None: all valid) -> polars Series of the same dtype, nulls where not valid.
+    Built from a numpy masked array, not via pyarrow: polars' pyarrow path imports pandas on first use
+    (~0.35 s once per process, measured), which dominated reading a small trace."""
+    if valid is None:
+        return pl.Series(name, values)
+    return pl.Series(name, np.ma.masked_array(values, mask=~valid))
+
+
 def _series(name: str, kind: str, values: np.ndarray, valid: np.ndarray | None, strings: _Strings) -> pl.Series:
     """One native column -> polars Series (str columns are ids into `strings`)."""
-    mask = None if valid is None else ~valid
-    arr = pa.array(values, type=_ARROW_TYPES.get(kind, pa.uint32()), mask=mask)
-    s = pl.Series(name, arr)
+    s = _nullable(name, values.astype(_NUMPY_TYPES.get(kind, np.uint32), copy=False), valid)
     if kind in _LIST_TYPES:
         s = strings.utf8.gather(s).alias(name)
     elif kind == "str":
@@ -130,15 +136,15 @@ def _compact_switch_frame(c: dict, strings: _Strings) -> pl.DataFrame:
     CPU. common_pid (the task current when the event fired) is that same prev_pid. The native decoder
     derives them (perfetto_sort.rs) and returns the rows sorted by ts.
     """
-    mask = ~c["prev_valid"]
-    prev_pid = pl.Series("prev_pid", pa.array(c["prev_pid"], type=pa.int32(), mask=mask))
+    valid = c["prev_valid"]
+    prev_pid = _nullable("prev_pid", c["prev_pid"], valid)
     return pl.DataFrame([
         _ts(c["ts"]),
         pl.Series("cpu", c["cpu"], dtype=pl.Int32),
         prev_pid.alias("common_pid"),
-        strings.gather("prev_comm", pl.Series(pa.array(c["prev_comm"], type=pa.uint32(), mask=mask))),
+        strings.gather("prev_comm", _nullable("prev_comm", c["prev_comm"], valid)),
         prev_pid,
-        pl.Series("prev_prio", pa.array(c["prev_prio"], type=pa.int32(), mask=mask)),
+        _nullable("prev_prio", c["prev_prio"], valid),
         pl.Series("prev_state", c["prev_state"], dtype=pl.Int64),
         strings.gather("next_comm", pl.Series(c["next_comm"], dtype=pl.UInt32)),
         pl.Series("next_pid", c["next_pid"], dtype=pl.Int32),
@@ -154,12 +160,11 @@ def _compact_waking_frame(c: dict, strings: _Strings) -> pl.DataFrame:
     the native decoder (perfetto_sort.rs `waker_pids`). It is null before the CPU's first switch and
     when a switch on that CPU has the waking's exact ts and names another task (order unknown).
     """
-    flags = pa.array(c["common_flags"], type=pa.uint32(), mask=~c["common_flags_valid"])
     return pl.DataFrame({
         "ts": _ts(c["ts"]),
         "cpu": pl.Series(c["cpu"], dtype=pl.Int32),
-        "common_pid": pl.Series(pa.array(c["waker_pid"], type=pa.int32(), mask=~c["waker_valid"])),
-        "common_flags": pl.Series(flags),
+        "common_pid": _nullable("common_pid", c["waker_pid"], c["waker_valid"]),
+        "common_flags": _nullable("common_flags", c["common_flags"], c["common_flags_valid"]),
         "comm": strings.gather("comm", pl.Series(c["comm"], dtype=pl.UInt32)),
         "pid": pl.Series(c["pid"], dtype=pl.Int32),
         "prio": pl.Series(c["prio"], dtype=pl.Int32),
