@@ -83,6 +83,27 @@ def record(out: Path, hackbench_loops: int, buffer_kb: int) -> None:
             _w("tracing_on", saved["tracing_on"].strip())
 
 
+def ensure_bench_trace(path: Path = BENCH_TRACE, min_events: int = 2_000_000, loops: int = 2500,
+                       buffer_kb: int = 196608) -> tuple[Path, int]:
+    """(path, events) of a trace.dat holding >= min_events, recorded with hackbench when `path` holds fewer.
+
+    Each recording goes to a temporary file renamed over `path` once `trace-cmd extract` has finished, so an
+    interrupted recording never leaves a partial trace behind; loops grow until the count is reached.
+    """
+    n = count_events(path) if path.exists() else 0
+    while n < min_events:
+        print(f"recording {path} (hackbench -g 4 -l {loops}; have {n} events) ...", file=sys.stderr)
+        tmp = path.with_name(path.name + ".recording")
+        try:
+            record(tmp, loops, buffer_kb)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        n = count_events(path)
+        loops = int(loops * 1.5 * max(1.0, min_events / max(n, 1)))
+    return path, n
+
+
 def count_events(path: Path) -> int:
     from abtest.trace.readers import read_trace
     return sum(read_trace(path).meta["events"].values())
@@ -288,14 +309,7 @@ def main() -> None:
     args = ap.parse_args()
     path = args.trace
     if path is None:
-        path = BENCH_TRACE
-        n = count_events(path) if path.exists() else 0
-        loops = args.hackbench_loops
-        while n < args.min_events:
-            print(f"recording {path} (hackbench -g 4 -l {loops}; have {n} events) ...", file=sys.stderr)
-            record(path, loops, args.buffer_kb)
-            n = count_events(path)
-            loops = int(loops * 1.5 * max(1.0, args.min_events / max(n, 1)))
+        path, n = ensure_bench_trace(BENCH_TRACE, args.min_events, args.hackbench_loops, args.buffer_kb)
         print(f"benchmark trace: {path} ({n} events)", file=sys.stderr)
     rows = [bench_file(path, args.repeat, check_count=True)]
     rows[0]["write"] = time_write(path, args.repeat)

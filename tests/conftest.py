@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -59,3 +60,16 @@ def tracefs_lock():
             yield ensure_tracefs()
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def bench_trace() -> Path:
+    """The >= 2 M-event trace.dat bench/ingest.py benchmarks (~/.cache/abtest/bench/hackbench-sched-power.dat),
+    recorded live on this machine (tracefs + hackbench + `trace-cmd extract`, ~30-60 s) when it is missing."""
+    spec = importlib.util.spec_from_file_location("abtest_bench_ingest", ROOT / "bench" / "ingest.py")
+    ingest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ingest)
+    ensure_tracefs()
+    path, events = ingest.ensure_bench_trace()
+    assert events >= 2_000_000
+    return path

@@ -23,7 +23,6 @@ from abtest.trace.cache import write_tables
 from abtest.trace.parquet_write import write_parquet_tables
 from abtest.trace.readers import read_trace
 
-BENCH_TRACE = Path.home() / ".cache" / "abtest" / "bench" / "hackbench-sched-power.dat"
 NOT_TRACES = {".md", ".json", ".yml"}
 
 CONFIGS = [
@@ -87,10 +86,8 @@ def test_every_shared_trace_round_trips(traces, tmp_path):
     assert {"Int32", "Int64", "UInt8", "UInt32", "UInt64", "Float64", "String", "Categorical", "List"} <= seen
 
 
-def test_bench_trace_round_trips(tmp_path):
-    if not BENCH_TRACE.exists():
-        pytest.skip(f"{BENCH_TRACE} not recorded yet (bench/ingest.py records it)")
-    data = read_trace(BENCH_TRACE)
+def test_bench_trace_round_trips(tmp_path, bench_trace):
+    data = read_trace(bench_trace)
     assert sum(len(df) for df in data.tables.values()) > 2_000_000
     check_tables(data.tables, tmp_path / "default")
     # several row groups and pages on the big tables

@@ -21,7 +21,6 @@ TRACES = ROOT.parent / "shared" / "traces"
 TRACEDAT_FILES = ["langraph/trace.dat", "lisa/sched_load-trace.dat", "trappy/trace.dat", "trappy/trace_idle.dat",
                   "x86-vm/x86-haltpoll-hackbench-cyclictest.dat", "x86-vm/x86-ladder-hackbench-cyclictest.dat",
                   "x86-vm/x86-menu-hackbench-cyclictest.dat"]
-BENCH_TRACE = Path.home() / ".cache" / "abtest" / "bench" / "hackbench-sched-power.dat"
 
 
 def _assert_same(fused: tuple, indexed: tuple) -> None:
@@ -55,11 +54,9 @@ def test_fused_equals_record_index_path(rel):
     _assert_same(fused, indexed)
 
 
-def test_fused_equals_record_index_path_on_the_bench_trace():
-    """2.58 M events, 2 CPUs, v7 zstd: the trace bench/ingest.py records (and caches) on this machine."""
-    if not BENCH_TRACE.exists():
-        pytest.skip(f"{BENCH_TRACE} not recorded yet: run `.venv/bin/python bench/ingest.py` once")
-    fused, how, indexed = _both(BENCH_TRACE, BENCH_TRACE.read_bytes())
+def test_fused_equals_record_index_path_on_the_bench_trace(bench_trace):
+    """>= 2 M events, v7 zstd: the trace bench/ingest.py records (and caches) on this machine."""
+    fused, how, indexed = _both(bench_trace, bench_trace.read_bytes())
     assert how == {"path": "fused", "fallback": None}
     assert sum(df.height for df in fused[0].values()) > 2_000_000
     _assert_same(fused, indexed)
@@ -118,12 +115,12 @@ def test_zlib_standin_fused(tmp_path, endian):
 
 
 @pytest.mark.parametrize("mode", ["rows", "segments"])
-def test_both_merge_styles_equal_the_record_index_path(mode, monkeypatch):
+def test_both_merge_styles_equal_the_record_index_path(mode, monkeypatch, bench_trace):
     """The per-table merge moves columns row by row (runs interleaving every few rows) or by slice copies
     of segments (long runs), chosen per table; each style forced on every shared trace.dat and the bench
     trace gives the record-index path's tables."""
     monkeypatch.setenv("ABTEST_FUSED_MERGE", mode)
-    paths = [TRACES / rel for rel in TRACEDAT_FILES] + ([BENCH_TRACE] if BENCH_TRACE.exists() else [])
+    paths = [TRACES / rel for rel in TRACEDAT_FILES] + [bench_trace]
     for p in paths:
         fused, how, indexed = _both(p, p.read_bytes())
         assert how == {"path": "fused", "fallback": None}, p
