@@ -11,6 +11,8 @@ Measured (wall clock, same machine, same run):
 - trace-cmd report: `trace-cmd report -i FILE > /dev/null`, events/s = events / seconds (best of --repeat);
 - abtest decode: `read_trace(FILE)` in-process (canonical polars tables, no cache), best of --repeat;
 - abtest convert: decode + one parquet file per table + meta.json (what `abtest trace convert` does);
+- the three run back to back in each of --repeat rounds (a machine whose speed drifts slows both sides
+  alike); besides the best-of ratios, the median and range of the per-round convert ratios are printed;
 - peak RSS of a fresh process that decodes the file (VmHWM) vs the in-memory size of the resulting
   tables (sum of DataFrame.estimated_size()); the interpreter + imports baseline is shown separately;
 - write only (benchmark trace): the decoded tables written once per repeat into a fresh directory by
@@ -26,6 +28,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -114,18 +117,14 @@ def _cpu_s(who) -> float:
     return r.ru_utime + r.ru_stime
 
 
-def time_trace_cmd(path: Path, repeat: int) -> tuple[float, float]:
-    """(best wall seconds, best CPU seconds) of `trace-cmd report -i path > /dev/null`."""
-    best = best_cpu = float("inf")
-    for _ in range(repeat):
-        c0 = _cpu_s(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        with open(os.devnull, "wb") as null:
-            subprocess.run(["trace-cmd", "report", "-i", str(path)], stdout=null, stderr=subprocess.DEVNULL,
-                           check=True)
-        best = min(best, time.perf_counter() - t0)
-        best_cpu = min(best_cpu, _cpu_s(resource.RUSAGE_CHILDREN) - c0)
-    return best, best_cpu
+def trace_cmd_once(path: Path) -> tuple[float, float]:
+    """(wall s, CPU s) of one `trace-cmd report -i path > /dev/null`."""
+    c0 = _cpu_s(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    with open(os.devnull, "wb") as null:
+        subprocess.run(["trace-cmd", "report", "-i", str(path)], stdout=null, stderr=subprocess.DEVNULL,
+                       check=True)
+    return time.perf_counter() - t0, _cpu_s(resource.RUSAGE_CHILDREN) - c0
 
 
 def trace_cmd_event_count(path: Path) -> int:
@@ -144,30 +143,43 @@ def trace_cmd_event_count(path: Path) -> int:
     return n - header
 
 
-def time_abtest(path: Path, repeat: int) -> tuple[float, float, float, int]:
-    """(best decode wall s, best decode CPU s (all threads), best convert wall s, events) in this process."""
-    from abtest.trace.api import Trace
+def decode_once(path: Path) -> tuple[float, float, int]:
+    """(wall s, CPU s of all threads, events) of one in-process `read_trace(path)` (no cache)."""
     from abtest.trace.readers import read_trace
-    read_trace(path)  # warm the page cache and imports
-    best_dec = best_cpu = best_conv = float("inf")
-    n = 0
-    for _ in range(repeat):
-        c0 = _cpu_s(resource.RUSAGE_SELF)
+    c0 = _cpu_s(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    d = read_trace(path)
+    wall, cpu = time.perf_counter() - t0, _cpu_s(resource.RUSAGE_SELF) - c0
+    return wall, cpu, sum(d.meta["events"].values())
+
+
+def convert_once(path: Path) -> float:
+    """Wall s of one in-process `abtest trace convert` (Trace(path, use_cache=False).to_dir(fresh dir))."""
+    from abtest.trace.api import Trace
+    out = Path(tempfile.mkdtemp(prefix="abtest-bench-"))
+    try:
         t0 = time.perf_counter()
-        d = read_trace(path)
-        best_dec = min(best_dec, time.perf_counter() - t0)
-        best_cpu = min(best_cpu, _cpu_s(resource.RUSAGE_SELF) - c0)
-        n = sum(d.meta["events"].values())
-        del d
+        Trace(path, use_cache=False).to_dir(out)
+        return time.perf_counter() - t0
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def time_rounds(path: Path, repeat: int) -> dict:
+    """`repeat` rounds of trace-cmd report, abtest decode and abtest convert run back to back, so that a
+    machine whose speed drifts from minute to minute slows both sides alike. Best of the rounds for each,
+    and the per-round convert ratios (trace-cmd wall / convert wall)."""
+    decode_once(path)  # warm the page cache and imports
+    rounds = []
     for _ in range(repeat):
-        out = Path(tempfile.mkdtemp(prefix="abtest-bench-"))
-        try:
-            t0 = time.perf_counter()
-            Trace(path, use_cache=False).to_dir(out)
-            best_conv = min(best_conv, time.perf_counter() - t0)
-        finally:
-            shutil.rmtree(out, ignore_errors=True)
-    return best_dec, best_cpu, best_conv, n
+        tc, tc_cpu = trace_cmd_once(path)
+        dec, dec_cpu, n = decode_once(path)
+        conv = convert_once(path)
+        rounds.append((tc, tc_cpu, dec, dec_cpu, conv))
+    best = [min(r[k] for r in rounds) for k in range(5)]
+    return {"events": n, "trace_cmd_s": best[0], "trace_cmd_cpu_s": best[1], "abtest_decode_s": best[2],
+            "abtest_decode_cpu_s": best[3], "abtest_convert_s": best[4],
+            "convert_x_per_round": [r[0] / r[4] for r in rounds]}
 
 
 def time_write(path: Path, repeat: int) -> dict:
@@ -245,11 +257,8 @@ def measure_rss(path: Path) -> dict:
 
 
 def bench_file(path: Path, repeat: int, check_count: bool) -> dict:
-    tc, tc_cpu = time_trace_cmd(path, repeat)
-    dec, dec_cpu, conv, n = time_abtest(path, repeat)
-    row = {"file": str(path), "size_mb": path.stat().st_size / 1e6, "events": n, "trace_cmd_s": tc,
-           "trace_cmd_cpu_s": tc_cpu, "abtest_decode_s": dec, "abtest_decode_cpu_s": dec_cpu,
-           "abtest_convert_s": conv, "load_avg_1min": os.getloadavg()[0]}
+    row = {"file": str(path), "size_mb": path.stat().st_size / 1e6, **time_rounds(path, repeat),
+           "load_avg_1min": os.getloadavg()[0]}
     if check_count:
         row["trace_cmd_events"] = trace_cmd_event_count(path)
     row.update(measure_rss(path))
@@ -292,6 +301,9 @@ def print_targets(r: dict) -> None:
     print(f"  convert speed: abtest trace convert {r['abtest_convert_s']:.3f} s vs trace-cmd report "
           f"{r['trace_cmd_s']:.3f} s -> {convert_x:.1f}x (target >= {CONVERT_TARGET_X:.0f}x: "
           f"{'met' if convert_x >= CONVERT_TARGET_X else 'NOT met'})")
+    per_round = sorted(r["convert_x_per_round"])
+    print(f"  per round (trace-cmd report and convert back to back, {len(per_round)} rounds): median "
+          f"{statistics.median(per_round):.1f}x, range {per_round[0]:.1f}-{per_round[-1]:.1f}x")
     print(f"  peak RSS: {r['peak_kb'] / 1024:.0f} MB vs tables {r['tables_bytes'] / 2**20:.1f} MB -> {rss_x:.2f}x "
           f"(target <= {RSS_TARGET_X:.0f}x: {'met' if rss_x <= RSS_TARGET_X else 'NOT met'}; "
           f"{rss_x_nobase:.2f}x without the {r['base_kb'] / 1024:.0f} MB interpreter+imports baseline)")
