@@ -168,6 +168,34 @@ pub fn merge_vec<T: Copy, R: Fn(usize) -> (usize, usize, usize)>(mut parts: Vec<
     out
 }
 
+/// One arm of merge_runs!: the runs' vectors of variant `$var` bound to `$v`, `$merged` rewrapped.
+macro_rules! num_arm {
+    ($parts:ident, $var:ident, $v:ident, $merged:expr) => {{
+        let $v: Vec<Vec<_>> = $parts.into_iter().map(|p| match p {
+            Num::$var(x) => x,
+            _ => unreachable!("runs of one field share its type"),
+        }).collect();
+        Num::$var($merged)
+    }};
+}
+
+/// Merge same-variant numeric runs `$parts` (Vec<Num>, one field spec): `$merged` computes the merged
+/// vector from `$v: Vec<Vec<T>>` for whichever element type T the field has.
+macro_rules! merge_runs {
+    ($parts:ident, $v:ident => $merged:expr) => {
+        match $parts[0] {
+            Num::U8(_) => num_arm!($parts, U8, $v, $merged),
+            Num::I8(_) => num_arm!($parts, I8, $v, $merged),
+            Num::U16(_) => num_arm!($parts, U16, $v, $merged),
+            Num::I16(_) => num_arm!($parts, I16, $v, $merged),
+            Num::U32(_) => num_arm!($parts, U32, $v, $merged),
+            Num::I32(_) => num_arm!($parts, I32, $v, $merged),
+            Num::U64(_) => num_arm!($parts, U64, $v, $merged),
+            Num::I64(_) => num_arm!($parts, I64, $v, $merged),
+        }
+    };
+}
+
 /// Element range of segment `s` when every row holds `count` elements.
 #[inline(always)]
 fn scaled(s: &Seg, count: usize) -> (usize, usize, usize) {
@@ -176,25 +204,7 @@ fn scaled(s: &Seg, count: usize) -> (usize, usize, usize) {
 
 /// Merge a numeric column along merge_vec's ranges (all runs have the same variant: one field spec).
 fn merge_num<R: Fn(usize) -> (usize, usize, usize)>(parts: Vec<Num>, base: usize, nseg: usize, range: R) -> Num {
-    macro_rules! g {
-        ($var:ident) => {{
-            let v: Vec<Vec<_>> = parts.into_iter().map(|p| match p {
-                Num::$var(x) => x,
-                _ => unreachable!("runs of one field share its type"),
-            }).collect();
-            Num::$var(merge_vec(v, base, nseg, &range))
-        }};
-    }
-    match parts[0] {
-        Num::U8(_) => g!(U8),
-        Num::I8(_) => g!(I8),
-        Num::U16(_) => g!(U16),
-        Num::I16(_) => g!(I16),
-        Num::U32(_) => g!(U32),
-        Num::I32(_) => g!(I32),
-        Num::U64(_) => g!(U64),
-        Num::I64(_) => g!(I64),
-    }
+    merge_runs!(parts, v => merge_vec(v, base, nseg, &range))
 }
 
 /// Merge per-row offsets (offsets[k] = first element of row k, one more entry than rows), in place in
@@ -431,25 +441,7 @@ fn merge_num_rows(parts: Vec<Num>, plan: &Plan) -> Num {
     if plan.sel.is_empty() {
         return merge_num(parts, plan.base, plan.segs.len(), |k| scaled(&plan.segs[k], 1));
     }
-    macro_rules! g {
-        ($var:ident) => {{
-            let v: Vec<Vec<_>> = parts.into_iter().map(|p| match p {
-                Num::$var(x) => x,
-                _ => unreachable!("runs of one field share its type"),
-            }).collect();
-            Num::$var(gather_sel(v, plan))
-        }};
-    }
-    match parts[0] {
-        Num::U8(_) => g!(U8),
-        Num::I8(_) => g!(I8),
-        Num::U16(_) => g!(U16),
-        Num::I16(_) => g!(I16),
-        Num::U32(_) => g!(U32),
-        Num::I32(_) => g!(I32),
-        Num::U64(_) => g!(U64),
-        Num::I64(_) => g!(I64),
-    }
+    merge_runs!(parts, v => gather_sel(v, plan))
 }
 
 /// The ring-buffer CPU of every merged row.
