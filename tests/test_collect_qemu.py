@@ -31,7 +31,7 @@ def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
                                  text=True).stdout.split()
     proc = subprocess.Popen([sys.executable, "-m", "abtest.cli", "collect", "--target", str(target),
                              "--kernel", "kernelA", "--kernel", "kernelB",
-                             "--workload", "hackbench:groups=1,loops=20,timeout_s=120", "--retries", "2",
+                             "--workload", "hackbench:groups=1,loops=20,timeout_s=120", "--retries", "3",
                              "-n", "2", "--store", str(store), "--no-progress", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     killed = []
@@ -61,9 +61,14 @@ def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
     summary = json.loads(out)
     assert summary["done"] == 4
     assert killed, "the kernelB VM was not found to kill"
-    # kernelA booted once and reused (ABAB without rebooting); kernelB relaunched once after its VM died
-    assert err.count("booting kernelA") == 1, err
-    assert err.count("booting kernelB") == 2 and summary["retries"] >= 1, err
+    # kernelA booted once and reused (ABAB without rebooting); kernelB relaunched once after its VM was
+    # killed. A guest kernel panic under TCG (seen in CI with 6.12) costs one more boot, which the
+    # collector logs with the panic line; such boots are counted out here, never hidden.
+    panics = {lab: err.count(f"{lab}: guest died during boot") + err.count(f"{lab}: VM exited (guest kernel panic")
+              for lab in ("kernelA", "kernelB")}
+    assert err.count("booting kernelA") == 1 + panics["kernelA"], err
+    assert err.count("booting kernelB") == 2 + panics["kernelB"] and summary["retries"] >= 1, err
+    assert "kernelB: VM exited (no panic in the serial log)" in err, err  # our SIGKILL, reported as such
     releases = {}
     for label, glob in (("kernelA", "6.1.*"), ("kernelB", "6.12.*")):
         for it in (1, 2):

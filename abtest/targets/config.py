@@ -22,7 +22,7 @@
     settings = { cpuidle_governor = "menu" }
     [platform]                   # capacities, OPPs, energy model, rail groups (see docs/collect.md)
 
-The QEMU kind takes [qemu] (memory_mb, smp, append) and per kernel `package = "linux-image-6.1.0-*-amd64"`.
+The QEMU kind takes [qemu] (memory_mb, smp, append, boot_timeout_s, boot_attempts) and per kernel `package = "linux-image-6.1.0-*-amd64"`.
 """
 from __future__ import annotations
 

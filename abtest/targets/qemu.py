@@ -271,6 +271,16 @@ def write_newc_cpio(root: Path, f) -> None:
     f.write(_newc_entry("TRAILER!!!", 0, b"", 0))
 
 
+def guest_death_reason(serial_log: str) -> str:
+    """One line on why a guest stopped, from its serial log: the kernel's panic message and the RIP of
+    the oops when present ("no panic in the serial log" otherwise, e.g. the qemu process was killed)."""
+    panic = re.findall(r"Kernel panic - not syncing: ([^\r\n]*)", serial_log)
+    rip = re.findall(r"RIP: \S+:(\S+)", serial_log)
+    if not panic:
+        return "no panic in the serial log"
+    return f"guest kernel panic: {panic[-1].strip()}" + (f" at {rip[-1]}" if rip else "")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -373,13 +383,29 @@ class QemuProvider:
         self.targets: dict[str, SshTarget] = {}
 
     def _boot(self, label: str, boot: BootEntry) -> SshTarget:
+        """Start the label's VM. A guest that dies during boot (a kernel panic under emulation) is
+        relaunched, up to [qemu] boot_attempts times in all (default 3); each death is logged with the
+        guest's panic line."""
         q = self.cfg.qemu
         kernel = fetch_kernel(boot.package, log=self.log)
         initrd = build_initramfs(kernel, tuple(q.get("extra_binaries", ())))
-        vm = QemuVM(kernel, initrd, memory_mb=int(q.get("memory_mb", 512)), smp=int(q.get("smp", 2)),
-                    append=f"{q.get('append', '')} {boot.append}".strip())
-        self.log(f"booting {label}: {kernel.package} ({kernel.release}) under QEMU TCG")
-        vm.start(timeout_s=float(q.get("boot_timeout_s", boot.timeout_s if boot.timeout_s != 300.0 else 120.0)))
+        attempts = max(1, int(q.get("boot_attempts", 3)))
+        timeout_s = float(q.get("boot_timeout_s", boot.timeout_s if boot.timeout_s != 300.0 else 120.0))
+        for attempt in range(1, attempts + 1):
+            vm = QemuVM(kernel, initrd, memory_mb=int(q.get("memory_mb", 512)), smp=int(q.get("smp", 2)),
+                        append=f"{q.get('append', '')} {boot.append}".strip())
+            self.log(f"booting {label}: {kernel.package} ({kernel.release}) under QEMU TCG")
+            try:
+                vm.start(timeout_s=timeout_s)
+                break
+            except TargetError:
+                died = not vm.alive()
+                reason = guest_death_reason(vm.log_text())
+                vm.stop()
+                if not died or attempt == attempts:
+                    raise
+                self.log(f"[yellow]{label}: guest died during boot ({reason}); relaunching "
+                         f"(boot attempt {attempt + 1}/{attempts})[/]")
         self.log(f"{label}: {kernel.release} up in {vm.boot_s:.1f} s on 127.0.0.1:{vm.port}")
         self.vms[label] = vm
         t = vm.target(f"{self.cfg.name}:{label}")
@@ -408,6 +434,8 @@ class QemuProvider:
             except TargetError:
                 pass  # hung guest: relaunch it
         if vm is not None:
+            if not vm.alive():
+                self.log(f"[yellow]{label.name}: VM exited ({guest_death_reason(vm.log_text())}); relaunching[/]")
             vm.stop()  # kills a hung qemu; removes the work dir of a dead one
         self.vms.pop(label.name, None)
         old = self.targets.pop(label.name, None)
