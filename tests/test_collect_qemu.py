@@ -65,7 +65,7 @@ def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
     # killed. A guest kernel panic under TCG (seen in CI with 6.12) costs one more boot, which the
     # collector logs with the panic line; such boots are counted out here, never hidden.
     panics = {lab: err.count(f"{lab}: guest died during boot") + err.count(f"{lab}: VM exited (guest kernel panic")
-              for lab in ("kernelA", "kernelB")}
+              + err.count(f"{lab}: VM hung") for lab in ("kernelA", "kernelB")}
     assert err.count("booting kernelA") == 1 + panics["kernelA"], err
     assert err.count("booting kernelB") == 2 + panics["kernelB"] and summary["retries"] >= 1, err
     assert "kernelB: VM exited (no panic in the serial log)" in err, err  # our SIGKILL, reported as such
@@ -92,3 +92,36 @@ def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
     qemu_after = subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True,
                                 text=True).stdout.split()
     assert set(qemu_after) <= set(qemu_before)
+
+
+def test_guest_that_panics_at_boot_is_relaunched_then_reported(tmp_path):
+    """A real guest kernel panic at boot (6.1 with rdinit=/nonexistent: no init, no root fs):
+    the provider relaunches it up to boot_attempts, logs each death with the panic line, then raises
+    with the serial-log tail; no qemu of ours is left running."""
+    from abtest.collectors.orchestrate import LabelSpec
+    from abtest.targets.base import TargetError
+    from abtest.targets.config import parse_target
+    from abtest.targets.qemu import QemuProvider
+
+    cfg = parse_target({"name": "qemu-panic", "kind": "qemu",
+                        "qemu": {"memory_mb": 512, "smp": 2, "append": "rdinit=/nonexistent", "boot_attempts": 2,
+                                 "boot_timeout_s": 120.0},
+                        "boot": {"kernelA": {"package": "linux-image-6.1.0-*-amd64", "expect_release": "6.1.*"}}})
+    logs: list[str] = []
+    provider = QemuProvider(cfg, log=logs.append)
+    qemu_before = set(subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True,
+                                     text=True).stdout.split())
+    try:
+        with pytest.raises(TargetError, match="qemu exited during boot") as exc:
+            provider.activate(LabelSpec("kernelA", boot=cfg.boot["kernelA"]))
+    finally:
+        provider.close()
+    assert "(guest kernel panic: " in str(exc.value)
+    died = [m for m in logs if "guest died during boot" in m]
+    assert len(died) == 1 and "guest kernel panic: " in died[0], logs
+    print(died[0])
+    assert "boot attempt 2/2" in died[0]
+    assert sum(m.startswith("booting kernelA") for m in logs) == 2, logs
+    qemu_after = set(subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True,
+                                    text=True).stdout.split())
+    assert qemu_after <= qemu_before

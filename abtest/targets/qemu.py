@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from rich.markup import escape
+
 from abtest.targets.base import TargetError, TargetTimeout
 from abtest.targets.config import BootEntry, TargetConfig
 from abtest.targets.ssh import SshTarget
@@ -321,7 +323,8 @@ class QemuVM:
         self.pid = int(self.pidfile.read_text().strip())
         while time.monotonic() - t0 < timeout_s:
             if not self.alive():
-                raise TargetError(f"qemu exited during boot of {self.kernel.release}; serial log tail: {self.log_tail()}")
+                raise TargetError(f"qemu exited during boot of {self.kernel.release} "
+                                  f"({guest_death_reason(self.log_text())}); serial log tail: {self.log_tail()}")
             if "ABTEST-READY" in self.log_text():
                 try:
                     with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
@@ -404,7 +407,7 @@ class QemuProvider:
                 vm.stop()
                 if not died or attempt == attempts:
                     raise
-                self.log(f"[yellow]{label}: guest died during boot ({reason}); relaunching "
+                self.log(f"[yellow]{label}: guest died during boot ({escape(reason)}); relaunching "
                          f"(boot attempt {attempt + 1}/{attempts})[/]")
         self.log(f"{label}: {kernel.release} up in {vm.boot_s:.1f} s on 127.0.0.1:{vm.port}")
         self.vms[label] = vm
@@ -417,7 +420,10 @@ class QemuProvider:
         if label.boot is None or not label.boot.package:
             raise TargetError(f"label {label.name}: a qemu target needs [boot.{label.name}] package = \"...\"")
         vm = self.vms.get(label.name)
-        if vm is None or not vm.alive():
+        if vm is not None and not vm.alive():
+            self._forget(label.name, f"VM exited ({guest_death_reason(vm.log_text())})")
+            vm = None
+        if vm is None:
             self._boot(label.name, label.boot)
         t = self.targets[label.name]
         rel = t.uname_r()
@@ -426,22 +432,27 @@ class QemuProvider:
         return t
 
     def recover(self, label, timeout_s: float = 120) -> SshTarget:
+        """The label's target after a failed iteration: the same VM if it answers again within 30 s,
+        otherwise a new one (a hung VM is stopped by its PID; a dead one is logged with its panic line)."""
         vm = self.vms.get(label.name)
         if vm is not None and vm.alive():
             try:
                 self.targets[label.name].wait_until_back(timeout_s=30, poll_s=1)
                 return self.activate(label)
-            except TargetError:
-                pass  # hung guest: relaunch it
+            except TargetError as e:
+                if vm.alive():
+                    self._forget(label.name, f"VM hung ({e})")
+        return self.activate(label)
+
+    def _forget(self, label: str, why: str) -> None:
+        """Log why the label's VM is being replaced, stop it (by PID) and drop its target."""
+        self.log(f"[yellow]{label}: {escape(why)}; relaunching[/]")
+        vm = self.vms.pop(label, None)
         if vm is not None:
-            if not vm.alive():
-                self.log(f"[yellow]{label.name}: VM exited ({guest_death_reason(vm.log_text())}); relaunching[/]")
             vm.stop()  # kills a hung qemu; removes the work dir of a dead one
-        self.vms.pop(label.name, None)
-        old = self.targets.pop(label.name, None)
+        old = self.targets.pop(label, None)
         if old is not None:
             old.close()
-        return self.activate(label)
 
     def boot_times(self) -> dict[str, float | None]:
         return {label: vm.boot_s for label, vm in self.vms.items()}
