@@ -24,11 +24,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("qemu-system-x86
                                 reason="needs qemu-system-x86 and dropbear-bin (make setup installs them)")]
 
 
+def _abtest_qemus() -> set[str]:
+    """PIDs of the qemu processes abtest started (their command lines name an abtest-vm- work dir)."""
+    return set(subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True,
+                              text=True).stdout.split())
+
+
 def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
     target = ROOT / "targets" / "examples" / "qemu-debian.toml"
     store = tmp_path / "store"
-    qemu_before = subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True,
-                                 text=True).stdout.split()
+    qemu_before = _abtest_qemus()
     proc = subprocess.Popen([sys.executable, "-m", "abtest.cli", "collect", "--target", str(target),
                              "--kernel", "kernelA", "--kernel", "kernelB",
                              "--workload", "hackbench:groups=1,loops=20,timeout_s=120", "--retries", "3",
@@ -89,9 +94,7 @@ def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
             print(label, it, rel, meta["timings"])
     assert releases["kernelA"] != releases["kernelB"]
     # no VM left running
-    qemu_after = subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True,
-                                text=True).stdout.split()
-    assert set(qemu_after) <= set(qemu_before)
+    assert _abtest_qemus() <= qemu_before
 
 
 def test_guest_that_panics_at_boot_is_relaunched_then_reported(tmp_path):
@@ -109,8 +112,7 @@ def test_guest_that_panics_at_boot_is_relaunched_then_reported(tmp_path):
                         "boot": {"kernelA": {"package": "linux-image-6.1.0-*-amd64", "expect_release": "6.1.*"}}})
     logs: list[str] = []
     provider = QemuProvider(cfg, log=logs.append)
-    qemu_before = set(subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True,
-                                     text=True).stdout.split())
+    qemu_before = _abtest_qemus()
     try:
         with pytest.raises(TargetError, match="qemu exited during boot") as exc:
             provider.activate(LabelSpec("kernelA", boot=cfg.boot["kernelA"]))
@@ -119,9 +121,6 @@ def test_guest_that_panics_at_boot_is_relaunched_then_reported(tmp_path):
     assert "(guest kernel panic: " in str(exc.value)
     died = [m for m in logs if "guest died during boot" in m]
     assert len(died) == 1 and "guest kernel panic: " in died[0], logs
-    print(died[0])
     assert "boot attempt 2/2" in died[0]
     assert sum(m.startswith("booting kernelA") for m in logs) == 2, logs
-    qemu_after = set(subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True,
-                                    text=True).stdout.split())
-    assert qemu_after <= qemu_before
+    assert _abtest_qemus() <= qemu_before

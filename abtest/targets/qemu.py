@@ -303,6 +303,7 @@ class QemuVM:
         self.serial_log = self.dir / "serial.log"
         self.pid: int | None = None
         self.boot_s: float | None = None
+        self.death_reason: str | None = None  # set when qemu exits during boot (guest_death_reason)
 
     def argv(self) -> list[str]:
         # loglevel=4: warnings (RCU stalls, soft lockups, oopses) reach the serial log for diagnosis
@@ -323,8 +324,9 @@ class QemuVM:
         self.pid = int(self.pidfile.read_text().strip())
         while time.monotonic() - t0 < timeout_s:
             if not self.alive():
+                self.death_reason = guest_death_reason(self.log_text())
                 raise TargetError(f"qemu exited during boot of {self.kernel.release} "
-                                  f"({guest_death_reason(self.log_text())}); serial log tail: {self.log_tail()}")
+                                  f"({self.death_reason}); serial log tail: {self.log_tail()}")
             if "ABTEST-READY" in self.log_text():
                 try:
                     with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
@@ -402,12 +404,10 @@ class QemuProvider:
                 vm.start(timeout_s=timeout_s)
                 break
             except TargetError:
-                died = not vm.alive()
-                reason = guest_death_reason(vm.log_text())
                 vm.stop()
-                if not died or attempt == attempts:
+                if vm.death_reason is None or attempt == attempts:
                     raise
-                self.log(f"[yellow]{label}: guest died during boot ({escape(reason)}); relaunching "
+                self.log(f"[yellow]{label}: guest died during boot ({escape(vm.death_reason)}); relaunching "
                          f"(boot attempt {attempt + 1}/{attempts})[/]")
         self.log(f"{label}: {kernel.release} up in {vm.boot_s:.1f} s on 127.0.0.1:{vm.port}")
         self.vms[label] = vm
