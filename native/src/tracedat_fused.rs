@@ -282,6 +282,7 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
         std::thread::scope(|sc| {
             for _ in 0..nthreads.min(slots.len()) {
                 sc.spawn(|| loop {
+                    let _unmap = unmap_frees();
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     if k >= slots.len() {
                         break;
@@ -309,6 +310,7 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
         let (tables, work, inputs, outputs, next) = (&tables, &work, &inputs, &outputs, &next);
         for _ in 0..nthreads.min(work.len()) {
             sc.spawn(move || loop {
+                let _unmap = unmap_frees();
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 if k >= work.len() {
                     break;
@@ -328,6 +330,15 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
         Merged { ty: tab.ty, ts, cpu, builders }
     }).collect()
 }
+
+/// Blocks freed on this merge thread are unmapped at once (the runs it consumed; see alloc_reuse).
+#[cfg(target_os = "linux")]
+fn unmap_frees() -> crate::alloc_reuse::UnmapFrees {
+    crate::alloc_reuse::UnmapFrees::enter()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn unmap_frees() {}
 
 /// Result of the threaded part (no GIL).
 enum Outcome {
