@@ -1,10 +1,11 @@
 //! The extension's global allocator: large blocks, once freed, are kept mapped for reuse.
 //!
-//! On the VMs abtest is measured on, a fresh anonymous 4 KiB page costs 3-4.5 µs to map in (fault,
-//! zeroing, memory-cgroup charge): a trace.dat convert of 2.6 M events maps ~150 MB, a quarter of its
-//! CPU time (docs/ingest.md). Within one decode, column vectors grow by doubling and leave the smaller
-//! block behind; a process that decodes one trace after another (a comparison of N runs of kernel A
-//! and B, a notebook) frees the previous trace's columns and maps the same sizes again.
+//! On the VMs abtest is measured on, a fresh anonymous 4 KiB page costs microseconds to map in (fault,
+//! zeroing, memory-cgroup charge), and a trace.dat convert of 2.6 M events allocated ~51,000 of them.
+//! Within one decode, column vectors grow by doubling and leave the smaller block behind; a process
+//! that decodes one trace after another (a comparison of N runs of kernel A and B, a notebook) frees the
+//! previous trace's columns and maps the same sizes again. Reusing them took ~24,000 page allocations
+//! and 9 % of the CPU time off each such convert (docs/ingest.md, "Memory reuse").
 //!
 //! So blocks of at least `LARGE` bytes (column vectors, parquet pages) are mapped directly (mmap; the
 //! first page of each mapping holds its length) and a freed one is kept in a small cache of mapped
@@ -17,6 +18,8 @@
 //! their size (~50 MB on the benchmark trace). Smaller blocks go to the system allocator (malloc).
 //!
 //! `abtest._native.release_cached_memory()` unmaps the cached blocks; `cached_memory()` counts them.
+//! When no mapping can be made (vm.max_map_count reached), or with `ABTEST_NATIVE_MAP=0`, a large
+//! block comes from the system allocator instead, with the same header page (marked SYSTEM_BLOCK).
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -39,6 +42,9 @@ struct Cache {
 static CACHE: Mutex<Cache> = Mutex::new(Cache { blocks: [(0, 0); SLOTS], n: 0, bytes: 0 });
 /// Bytes the cache may hold (0: no reuse); set by `configure`.
 static CAP: AtomicUsize = AtomicUsize::new(0);
+/// Large blocks are mapped (1) or all taken from the system allocator (0, ABTEST_NATIVE_MAP=0); set by
+/// `configure`.
+static MAP: AtomicUsize = AtomicUsize::new(1);
 
 extern "C" {
     fn mmap(addr: *mut u8, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut u8;
@@ -79,6 +85,8 @@ pub fn configure() {
     let mb = std::env::var("ABTEST_NATIVE_CACHE_MB").ok().and_then(|v| v.trim().parse::<usize>().ok())
         .unwrap_or(256);
     CAP.store(mb.saturating_mul(1 << 20), Ordering::SeqCst);
+    let map = std::env::var("ABTEST_NATIVE_MAP").map(|v| v.trim() != "0").unwrap_or(true);
+    MAP.store(map as usize, Ordering::SeqCst);
 }
 
 /// Unmap every cached block; returns the bytes given back.
@@ -150,9 +158,9 @@ unsafe fn give_back(base: usize, len: usize) {
     munmap(base as *mut u8, len);
 }
 
-/// Data pointer of a mapping of `len` bytes at `base` (its length stored in the header page).
+/// Data pointer of a block at `base`: a mapping of `len` bytes, or SYSTEM_BLOCK (stored in the header).
 ///
-/// SAFETY: base is a live mapping of len >= HEADER bytes.
+/// SAFETY: base is a live block of at least HEADER bytes.
 unsafe fn publish(base: *mut u8, len: usize) -> *mut u8 {
     *(base as *mut usize) = len;
     base.add(HEADER)
@@ -166,8 +174,17 @@ unsafe fn mapping_of(ptr: *mut u8) -> (usize, usize) {
     (base as usize, *(base as *const usize))
 }
 
-/// A large block: a cached mapping that fits, else a fresh one (zero-filled by the kernel).
-/// `zeroed`: a reused block is cleared first.
+/// Header value of a large block that lives in the system allocator (no mapping could be made, e.g.
+/// the process has reached vm.max_map_count): freed and grown through malloc.
+const SYSTEM_BLOCK: usize = 0;
+
+/// Layout of a large block of `size` bytes held by the system allocator (header page included).
+fn system_layout(size: usize) -> Option<Layout> {
+    Layout::from_size_align(size.checked_add(HEADER)?, PAGE).ok()
+}
+
+/// A large block: a cached mapping that fits, else a fresh one (zero-filled by the kernel), else (no
+/// mapping could be made) one from the system allocator. `zeroed`: a reused block is cleared first.
 unsafe fn alloc_large(size: usize, zeroed: bool) -> *mut u8 {
     let Some(len) = mapping_len(size) else { return std::ptr::null_mut() };
     if let Some((base, blen)) = take_cached(len) {
@@ -177,11 +194,60 @@ unsafe fn alloc_large(size: usize, zeroed: bool) -> *mut u8 {
         }
         return p;
     }
-    let base = mmap(std::ptr::null_mut(), len, PROT_READ_WRITE, MAP_PRIVATE_ANONYMOUS, -1, 0);
-    if base == MAP_FAILED {
-        return std::ptr::null_mut();
+    if MAP.load(Ordering::Relaxed) != 0 {
+        let base = mmap(std::ptr::null_mut(), len, PROT_READ_WRITE, MAP_PRIVATE_ANONYMOUS, -1, 0);
+        if base != MAP_FAILED {
+            return publish(base, len);
+        }
     }
-    publish(base, len)
+    let Some(sys) = system_layout(size) else { return std::ptr::null_mut() };
+    let base = if zeroed { System.alloc_zeroed(sys) } else { System.alloc(sys) };
+    if base.is_null() {
+        return base;
+    }
+    publish(base, SYSTEM_BLOCK)
+}
+
+/// Free a large block (a mapping, or a system-allocator block of `size` bytes).
+unsafe fn free_large(ptr: *mut u8, size: usize) {
+    let (base, len) = mapping_of(ptr);
+    if len == SYSTEM_BLOCK {
+        if let Some(sys) = system_layout(size) {
+            System.dealloc(base as *mut u8, sys);
+        }
+    } else {
+        give_back(base, len);
+    }
+}
+
+/// Grow a large block to `new_size` bytes: in place when its mapping is long enough, into a cached
+/// block that fits (one copy), by mremap (no copy), else into any new large block (one copy).
+unsafe fn grow_large(ptr: *mut u8, size: usize, new_size: usize) -> *mut u8 {
+    let (base, len) = mapping_of(ptr);
+    let Some(need) = mapping_len(new_size) else { return std::ptr::null_mut() };
+    if len != SYSTEM_BLOCK {
+        if need <= len {
+            return ptr; // fits the mapping (a reused block larger than asked, or shrinking)
+        }
+        if let Some((nb, nlen)) = take_cached(need) {
+            let p = publish(nb as *mut u8, nlen);
+            std::ptr::copy_nonoverlapping(ptr, p, size);
+            give_back(base, len);
+            return p;
+        }
+        let nb = mremap(base as *mut u8, len, need, MREMAP_MAYMOVE);
+        if nb != MAP_FAILED {
+            return publish(nb, need);
+        }
+    }
+    // a system block, or mremap refused (a range that madvise split into several VMAs:
+    // tracedat_merge::prefault marks parts of a vector MADV_HUGEPAGE; or no mapping to be had)
+    let p = alloc_large(new_size, false);
+    if !p.is_null() {
+        std::ptr::copy_nonoverlapping(ptr, p, size.min(new_size));
+        free_large(ptr, size);
+    }
+    p
 }
 
 unsafe impl GlobalAlloc for ReuseAlloc {
@@ -203,8 +269,7 @@ unsafe impl GlobalAlloc for ReuseAlloc {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if is_large(&layout) {
-            let (base, len) = mapping_of(ptr);
-            give_back(base, len);
+            free_large(ptr, layout.size());
         } else {
             System.dealloc(ptr, layout)
         }
@@ -214,31 +279,7 @@ unsafe impl GlobalAlloc for ReuseAlloc {
         let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
         match (is_large(&layout), is_large(&new_layout)) {
             (false, false) => System.realloc(ptr, layout, new_size),
-            (true, true) => {
-                let (base, len) = mapping_of(ptr);
-                let Some(need) = mapping_len(new_size) else { return std::ptr::null_mut() };
-                if need <= len {
-                    return ptr; // fits the mapping (a reused block larger than asked, or shrinking)
-                }
-                if let Some((nb, nlen)) = take_cached(need) {
-                    let p = publish(nb as *mut u8, nlen);
-                    std::ptr::copy_nonoverlapping(ptr, p, layout.size());
-                    give_back(base, len);
-                    return p;
-                }
-                let nb = mremap(base as *mut u8, len, need, MREMAP_MAYMOVE);
-                if nb != MAP_FAILED {
-                    return publish(nb, need);
-                }
-                // mremap refuses a range that madvise split into several VMAs (tracedat_merge::prefault
-                // marks parts of a vector MADV_HUGEPAGE): a new mapping and one copy
-                let p = alloc_large(new_size, false);
-                if !p.is_null() {
-                    std::ptr::copy_nonoverlapping(ptr, p, layout.size());
-                    give_back(base, len);
-                }
-                p
-            }
+            (true, true) => grow_large(ptr, layout.size(), new_size),
             _ => {
                 // one side small: allocate the other kind, copy the common prefix, free the old block
                 let p = self.alloc(new_layout);
