@@ -92,7 +92,7 @@ pub fn configure() {
 /// Unmap every cached block; returns the bytes given back.
 pub fn release_cached() -> usize {
     let blocks: Vec<(usize, usize)> = {
-        let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = lock();
         let v = c.blocks[..c.n].to_vec();
         c.n = 0;
         c.bytes = 0;
@@ -107,8 +107,13 @@ pub fn release_cached() -> usize {
 
 /// (blocks, bytes) held by the cache.
 pub fn cached() -> (usize, usize) {
-    let c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let c = lock();
     (c.n, c.bytes)
+}
+
+/// The cache, locked (a panic while it was held cannot leave it inconsistent: its updates do not panic).
+fn lock() -> std::sync::MutexGuard<'static, Cache> {
+    CACHE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn mapping_len(size: usize) -> Option<usize> {
@@ -125,7 +130,7 @@ fn take_cached(len: usize) -> Option<(usize, usize)> {
     if CAP.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = lock();
     let n = c.n;
     let best = (0..n).filter(|&i| c.blocks[i].1 >= len).min_by_key(|&i| c.blocks[i].1)?;
     let (base, blen) = c.blocks[best];
@@ -146,7 +151,7 @@ fn take_cached(len: usize) -> Option<(usize, usize)> {
 unsafe fn give_back(base: usize, len: usize) {
     if !UNMAP_FREES.try_with(|c| c.get()).unwrap_or(true) {
         let cap = CAP.load(Ordering::Relaxed);
-        let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = lock();
         if c.n < SLOTS && c.bytes + len <= cap {
             let n = c.n;
             c.blocks[n] = (base, len);

@@ -281,13 +281,15 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
         let next = AtomicUsize::new(0);
         std::thread::scope(|sc| {
             for _ in 0..nthreads.min(slots.len()) {
-                sc.spawn(|| loop {
+                sc.spawn(|| {
                     let _unmap = unmap_frees();
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    if k >= slots.len() {
-                        break;
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        if k >= slots.len() {
+                            break;
+                        }
+                        slots[k].lock().unwrap().plan();
                     }
-                    slots[k].lock().unwrap().plan();
                 });
             }
         });
@@ -309,15 +311,17 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
     std::thread::scope(|sc| {
         let (tables, work, inputs, outputs, next) = (&tables, &work, &inputs, &outputs, &next);
         for _ in 0..nthreads.min(work.len()) {
-            sc.spawn(move || loop {
+            sc.spawn(move || {
                 let _unmap = unmap_frees();
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                if k >= work.len() {
-                    break;
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= work.len() {
+                        break;
+                    }
+                    let parts = std::mem::take(&mut *inputs[k].lock().unwrap());
+                    let plan = tables[work[k].0].merged.as_ref().unwrap().2.as_ref().unwrap();
+                    *outputs[k].lock().unwrap() = Some(gather_builder(parts, plan));
                 }
-                let parts = std::mem::take(&mut *inputs[k].lock().unwrap());
-                let plan = tables[work[k].0].merged.as_ref().unwrap().2.as_ref().unwrap();
-                *outputs[k].lock().unwrap() = Some(gather_builder(parts, plan));
             });
         }
     });
