@@ -333,17 +333,19 @@ def print_targets(r: dict) -> None:
     rss_x_nobase = (r["peak_kb"] - r["base_kb"]) * 1024 / max(1, r["tables_bytes"])
     print(f"\nbenchmark trace: {r['file']} ({n:,} events, load avg {r['load_avg_1min']:.1f})")
     print(f"  convert speed: abtest trace convert {r['abtest_convert_s']:.3f} s vs trace-cmd report "
-          f"{r['trace_cmd_s']:.3f} s -> {convert_x:.1f}x (target >= {CONVERT_TARGET_X:.0f}x: "
-          f"{'met' if convert_x >= CONVERT_TARGET_X else 'NOT met'})")
+          f"{r['trace_cmd_s']:.3f} s -> {convert_x:.1f}x (target >= {CONVERT_TARGET_X:.0f}x in a process that "
+          f"has converted before: {'met' if convert_x >= CONVERT_TARGET_X else 'NOT met'})")
     per_round = sorted(r["convert_x_per_round"])
     print(f"  per round (trace-cmd report and convert back to back, {len(per_round)} rounds): median "
           f"{statistics.median(per_round):.1f}x, range {per_round[0]:.1f}-{per_round[-1]:.1f}x")
     if "first_convert_s" in r:
         first = sorted(r["first_convert_s"])
+        first_x = r["trace_cmd_s"] / first[0]
         print(f"  first convert of a fresh process ({len(first)} processes, imports excluded, no memory to reuse): "
-              f"best {first[0]:.3f} s -> {r['trace_cmd_s'] / first[0]:.1f}x, median "
+              f"best {first[0]:.3f} s -> {first_x:.1f}x, median "
               f"{statistics.median(first):.3f} s -> {r['trace_cmd_s'] / statistics.median(first):.1f}x "
-              f"(vs the best trace-cmd report)")
+              f"(vs the best trace-cmd report; what a lone `abtest trace convert` gets: target "
+              f"{'met' if first_x >= CONVERT_TARGET_X else 'NOT met'})")
     print(f"  peak RSS: {r['peak_kb'] / 1024:.0f} MB vs tables {r['tables_bytes'] / 2**20:.1f} MB -> {rss_x:.2f}x "
           f"(target <= {RSS_TARGET_X:.0f}x: {'met' if rss_x <= RSS_TARGET_X else 'NOT met'}; "
           f"{rss_x_nobase:.2f}x without the {r['base_kb'] / 1024:.0f} MB interpreter+imports baseline)")

@@ -3,7 +3,7 @@ as the default (`tracedat.read(..., fused=False)`, which test_tracedat.py checks
 `trace-cmd report`): identical tables (values, dtypes, row order, categorical codes) and metadata on every
 real trace.dat under ../shared/traces, the benchmark trace, and hand-made edge cases: a CPU whose
 timestamps go backwards (the streaming path must hand over to the record-index path), a corrupt kallsyms
-section (same error), zlib stand-ins."""
+section (same error), zlib stand-ins; each CPU's data decoded in several pieces and joined again."""
 from __future__ import annotations
 
 import struct
@@ -125,3 +125,30 @@ def test_both_merge_styles_equal_the_record_index_path(mode, monkeypatch, bench_
         fused, how, indexed = _both(p, p.read_bytes())
         assert how == {"path": "fused", "fallback": None}, p
         _assert_same(fused, indexed)
+
+
+@pytest.mark.parametrize("pieces", [2, 7])
+def test_pieces_of_a_cpu_join_to_the_record_index_tables(pieces, monkeypatch, bench_trace):
+    """Each CPU's chunks (v7 compressed chunks, or 1 MiB of stored pages) decoded as `pieces` separate
+    pieces (ABTEST_FUSED_PIECES; a thread that runs out of work takes over the back half of another CPU's
+    remaining chunks in the same way) and joined again before the merge (native/src/tracedat_split.rs):
+    the record-index path's tables and metadata (lost events added up per CPU), on every shared
+    trace.dat and the bench trace."""
+    monkeypatch.setenv("ABTEST_FUSED_PIECES", str(pieces))
+    for p in [TRACES / rel for rel in TRACEDAT_FILES] + [bench_trace]:
+        fused, how, indexed = _both(p, p.read_bytes())
+        assert how == {"path": "fused", "fallback": None}, p
+        _assert_same(fused, indexed)
+
+
+def test_native_unit_tests():
+    """The Rust unit tests of the extension (work sharing between decode threads: every chunk decoded
+    once, seams between pieces in time order), run by cargo."""
+    import shutil
+    import subprocess
+
+    cargo = shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")
+    r = subprocess.run([cargo, "test", "--release", "--lib"], cwd=ROOT / "native", capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "test result: ok." in r.stdout and " 0 failed" in r.stdout

@@ -34,6 +34,8 @@ mod tracedat_pages;
 mod tracedat_merge;
 #[path = "tracedat_fused.rs"]
 mod tracedat_fused;
+#[path = "tracedat_split.rs"]
+mod tracedat_split;
 use tracedat_pages::{split_balanced, time_order, walk_cpu, worker_count, Clock, CpuStats, DecodeError, PageLayout, Records};
 
 /// Columns of one event type, built off the GIL.

@@ -1,7 +1,9 @@
 //! Streaming trace.dat decode: inflate, walk and fill columns per CPU in one pass, then merge per table.
 //!
 //! One job per CPU (its ring-buffer data: v7 compressed chunks, or one stored span of the file), run on
-//! min(CPUs with data, cores) threads. A job inflates its chunks one by one into a reused buffer
+//! min(CPUs with data, cores) threads; a thread left without a job takes over the back half of the
+//! chunks another job has left, as a piece of that CPU joined to it again before the merge
+//! (tracedat_split). A job inflates its chunks one by one into a reused buffer
 //! (zstd / zlib, 10 pages of 4 KiB per chunk as trace-cmd writes them), walks the pages of each chunk
 //! while they are hot in cache and pushes every record straight into that CPU's column builders of its
 //! event type (tracedat_columns, fixed-layout types staged in blocks). No record index, no copy of the
@@ -29,10 +31,12 @@ use pyo3::types::PyDict;
 use super::tracedat_columns::{Builder, Env, FieldSpec, SymLoader, Syms};
 use super::tracedat_merge::{cpu_column, gather_builder, plan_merge, push, Plan};
 use super::tracedat_pages::{walk_pages, worker_count, Clock, CpuStats, PageLayout};
+use super::tracedat_split::{add_stats, backwards_seam, initial_ranges, join_pieces, ts_span, Share, SpanRange};
 use super::{fix_mmap_threshold, parse_kallsyms, release_pages, TypeColumns};
 
 /// Stored (uncompressed) CPU data is walked in pieces of this many bytes (rounded down to whole pages),
-/// so that a file mapping's pages can be given back as the walk passes them.
+/// so that a file mapping's pages can be given back as the walk passes them, and so that another thread
+/// can take over part of a CPU's data.
 const RAW_PIECE: usize = 1 << 20;
 /// Compressed input consumed before its file pages are given back (fewer, larger madvise calls).
 const RELEASE_STEP: usize = 1 << 20;
@@ -147,33 +151,54 @@ struct CpuOut {
     missing_formats: u64,
 }
 
-fn decode_job(job: &Job, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Vec<u8>) -> Result<CpuOut, String> {
+/// Stored spans cut into pieces of RAW_PIECE bytes (rounded down to whole pages; the last piece of a span
+/// holds the rest).
+fn stored_pieces(spans: &[(usize, usize, usize)], page_size: usize) -> Vec<(usize, usize, usize)> {
+    let step = (RAW_PIECE / page_size.max(1)).max(1) * page_size.max(1);
+    let mut out = Vec::new();
+    for &(start, size, _) in spans {
+        let mut at = 0;
+        while at < size || (size == 0 && at == 0) {
+            let n = step.min(size - at);
+            out.push((start + at, n, n));
+            at += step;
+            if size == 0 {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Decode the chunks of `range` (a piece of job `job`, taken one at a time as long as the range has any).
+fn decode_job(job: &Job, range: &SpanRange, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Vec<u8>)
+    -> Result<CpuOut, String> {
     let mut env = Env { be: ctx.lay.be, long_size: ctx.long_size, printk: ctx.printk, syms: ctx.syms,
                         short_fields: 0, missing_formats: 0 };
     let mut slot = vec![u32::MAX; 1 << 16];
     let mut types: Vec<TypeColumns> = Vec::new();
     let mut stats = CpuStats::default();
     let (mut last, mut monotonic) = (i64::MIN, true);
-    let ps = ctx.lay.page_size;
-    let mut released = job.spans.first().map(|s| s.0).unwrap_or(0);
-    for (k, &(start, size, inflated)) in job.spans.iter().enumerate() {
+    let mut released = job.spans.get(range.start).map(|s| s.0).unwrap_or(0);
+    let mut last_span = None;
+    while let Some(k) = range.claim() {
+        let (start, size, inflated) = job.spans[k];
+        last_span = Some(job.spans[k]);
         if ctx.abort.load(Ordering::Relaxed) {
             return Err("stopped: another CPU's data failed".into());
         }
         let src = ctx.file.get(start..start + size).ok_or("CPU data outside the file")?;
-        let pieces: Vec<&[u8]> = if comp == Comp::Stored {
-            let step = (RAW_PIECE / ps).max(1) * ps;
-            src.chunks(step).collect()
+        // (the source index only names the data in an error message, of which the fallback keeps the text)
+        if comp == Comp::Stored {
+            walk_into_columns(job.first_src, src, ctx, &mut stats, &mut slot, &mut types, &mut env, &mut last,
+                              &mut monotonic)?;
+            if ctx.release {
+                release_pages(src);
+            }
         } else {
             inf.inflate(src, inflated, buf).map_err(|e| format!("CPU {} chunk {}: {}", job.cpu, k, e))?;
-            vec![buf.as_slice()]
-        };
-        for piece in pieces {
-            walk_into_columns(job.first_src + k, piece, ctx, &mut stats, &mut slot, &mut types, &mut env,
-                                &mut last, &mut monotonic)?;
-            if ctx.release && comp == Comp::Stored {
-                release_pages(piece);
-            }
+            walk_into_columns(job.first_src + k, buf, ctx, &mut stats, &mut slot, &mut types, &mut env, &mut last,
+                              &mut monotonic)?;
         }
         if ctx.release && comp != Comp::Stored && start + size - released >= RELEASE_STEP {
             release_pages(&ctx.file[released..start + size]);
@@ -181,7 +206,7 @@ fn decode_job(job: &Job, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Ve
         }
     }
     if ctx.release && comp != Comp::Stored {
-        if let Some(&(start, size, _)) = job.spans.last() {
+        if let Some((start, size, _)) = last_span {
             release_pages(&ctx.file[released.min(start + size)..start + size]);
         }
     }
@@ -226,13 +251,13 @@ struct Merged {
     builders: Vec<Builder>,
 }
 
-/// One table being merged: its runs' columns, field-major ([field][run]), and once planned its merged
-/// timestamps / CPUs and the plan moving every field.
+/// One table being merged: its runs as decoded (a CPU's pieces not yet joined); once planned, its runs'
+/// field columns, field-major ([field][run]), its merged timestamps / CPUs and the plan moving every field.
 struct Table {
     ty: u16,
     rows: usize,
+    parts: Runs,
     cpus: Vec<i32>,
-    ts_runs: Vec<Vec<i64>>,
     fields: Vec<Vec<Builder>>,
     merged: Option<(Vec<i64>, Vec<i32>, Option<Plan>)>,
 }
@@ -240,23 +265,24 @@ struct Table {
 impl Table {
     fn new(ty: u16, parts: Runs) -> Table {
         let rows = parts.iter().map(|p| p.1.ts.len()).sum();
+        Table { ty, rows, parts, cpus: Vec::new(), fields: Vec::new(), merged: None }
+    }
+
+    /// Join each CPU's pieces into one run, split the runs into timestamps and field columns, merge the
+    /// timestamps (ties go to the earlier run, i.e. CPU in file order) and derive the plan.
+    fn plan(&mut self) {
+        let parts = join_pieces(std::mem::take(&mut self.parts));
         let nfields = parts[0].1.builders.len();
-        let mut fields: Vec<Vec<Builder>> = (0..nfields).map(|_| Vec::with_capacity(parts.len())).collect();
-        let (mut cpus, mut ts_runs) = (Vec::new(), Vec::new());
+        self.fields = (0..nfields).map(|_| Vec::with_capacity(parts.len())).collect();
+        let mut ts_runs = Vec::with_capacity(parts.len());
         for (cpu, tc) in parts {
-            cpus.push(cpu);
+            self.cpus.push(cpu);
             ts_runs.push(tc.ts);
             assert!(tc.builders.len() == nfields, "same fields per CPU");
-            for (f, b) in fields.iter_mut().zip(tc.builders) {
+            for (f, b) in self.fields.iter_mut().zip(tc.builders) {
                 f.push(b);
             }
         }
-        Table { ty, rows, cpus, ts_runs, fields, merged: None }
-    }
-
-    /// Merge the timestamps (ties go to the earlier run, i.e. CPU in job order) and derive the plan.
-    fn plan(&mut self) {
-        let ts_runs = std::mem::take(&mut self.ts_runs);
         self.merged = Some(if ts_runs.len() == 1 {
             let ts = ts_runs.into_iter().next().unwrap();
             let cpu = vec![self.cpus[0]; ts.len()];
@@ -364,13 +390,17 @@ fn verify_section(ctx: &Ctx, inf: &mut Inflater, buf: &mut Vec<u8>, (start, size
 }
 
 fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) -> Outcome {
-    // decode: one job per CPU, biggest first, on min(jobs, cores) threads
+    // decode: one job per CPU, biggest first, on min(jobs, cores) threads; then the deferred section
+    // checks; then a thread with nothing left to start takes over half of the chunks a job has left
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&j| std::cmp::Reverse(jobs[j].spans.iter().map(|s| s.2.max(s.1)).sum::<usize>()));
-    let nthreads = worker_count().min(jobs.len()).max(1);
+    // a thread more than there are CPUs may take over chunks (stored data is one chunk per CPU)
+    let nthreads = worker_count().min(jobs.iter().map(|j| j.spans.len()).sum()).max(1);
+    let initial = initial_ranges(&jobs.iter().map(|j| j.spans.len()).collect::<Vec<_>>(), &order);
+    let share = Share::new(&initial);
     let next = AtomicUsize::new(0);
-    let outs: Vec<Mutex<Option<Result<CpuOut, String>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
-    // deferred section checks run after the CPU jobs, on whichever thread is free first
+    // (job, first chunk, result) of every piece decoded
+    let outs: Mutex<Vec<(usize, usize, Result<CpuOut, String>)>> = Mutex::new(Vec::new());
     let checks: Vec<Mutex<Option<Result<(), String>>>> = verify.iter().map(|_| Mutex::new(None)).collect();
     std::thread::scope(|sc| {
         for _ in 0..nthreads {
@@ -379,39 +409,45 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
                     Ok(i) => i,
                     Err(e) => {
                         ctx.abort.store(true, Ordering::Relaxed);
-                        *outs[0].lock().unwrap() = Some(Err(e));
+                        outs.lock().unwrap().push((0, 0, Err(e)));
                         return;
                     }
                 };
                 let mut buf = Vec::new();
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
-                    if k >= order.len() + verify.len() {
-                        break;
-                    }
-                    if k >= order.len() {
-                        let r = verify_section(ctx, &mut inf, &mut buf, verify[k - order.len()]);
-                        *checks[k - order.len()].lock().unwrap() = Some(r);
+                    let range = if k < initial.len() {
+                        share.initial(k)
+                    } else if k < initial.len() + verify.len() {
+                        let r = verify_section(ctx, &mut inf, &mut buf, verify[k - initial.len()]);
+                        *checks[k - initial.len()].lock().unwrap() = Some(r);
                         continue;
-                    }
-                    let j = order[k];
-                    let r = decode_job(&jobs[j], ctx, comp, &mut inf, &mut buf);
+                    } else if ctx.abort.load(Ordering::Relaxed) {
+                        break;
+                    } else {
+                        match share.steal() {
+                            Some(r) => r,
+                            None => break,
+                        }
+                    };
+                    let r = decode_job(&jobs[range.job], &range, ctx, comp, &mut inf, &mut buf);
                     if r.is_err() {
                         ctx.abort.store(true, Ordering::Relaxed);
                     }
-                    *outs[j].lock().unwrap() = Some(r);
+                    outs.lock().unwrap().push((range.job, range.start, r));
                 }
             });
         }
     });
-    let mut cpu_outs = Vec::with_capacity(jobs.len());
-    for o in outs {
-        match o.into_inner().unwrap() {
-            Some(Ok(out)) => cpu_outs.push(out),
-            Some(Err(e)) => return Outcome::Fallback(e),
-            None => return Outcome::Fallback("stopped: another CPU's data failed".into()),
+    let mut pieces = outs.into_inner().unwrap();
+    if let Some(pos) = pieces.iter().position(|p| p.2.is_err()) {
+        if let (_, _, Err(e)) = pieces.swap_remove(pos) {
+            return Outcome::Fallback(e);
         }
     }
+    // pieces in data order: jobs in file order, each job's pieces by first chunk
+    pieces.sort_by_key(|p| (p.0, p.1));
+    let cpu_outs: Vec<CpuOut> = pieces.into_iter().filter_map(|p| p.2.ok()).collect();
     for (c, &(start, _, _)) in checks.into_iter().zip(verify) {
         if let Some(Err(e)) = c.into_inner().unwrap() {
             return Outcome::Fallback(format!("compressed section data at offset {start}: {e}"));
@@ -420,14 +456,22 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
     if let Some(o) = cpu_outs.iter().find(|o| !o.monotonic) {
         return Outcome::Fallback(format!("CPU {} timestamps go backwards", o.cpu));
     }
-    // merge: per event type, its per-CPU runs in job order; types spread over the threads, biggest first
+    // consecutive pieces of one CPU: a later one must not start before an earlier one ends
+    let spans: Vec<(i32, Option<(i64, i64)>)> = cpu_outs.iter().map(|o| (o.cpu, ts_span(&o.types))).collect();
+    if let Some(cpu) = backwards_seam(&spans) {
+        return Outcome::Fallback(format!("CPU {cpu} timestamps go backwards"));
+    }
+    // merge: per event type, its per-CPU runs in data order; types spread over the threads, biggest first
     let (mut short_fields, mut missing_formats) = (0u64, 0u64);
     let mut by_type: HashMap<u16, Runs> = HashMap::new();
-    let mut stats = Vec::with_capacity(cpu_outs.len());
+    let mut stats: Vec<(i32, CpuStats)> = Vec::with_capacity(cpu_outs.len());
     for o in cpu_outs {
         short_fields += o.short_fields;
         missing_formats += o.missing_formats;
-        stats.push((o.cpu, o.stats));
+        match stats.last_mut() {
+            Some((cpu, st)) if *cpu == o.cpu => *st = add_stats(st, &o.stats),
+            _ => stats.push((o.cpu, o.stats)),
+        }
         for tc in o.types {
             by_type.entry(tc.ty).or_default().push((o.cpu, tc));
         }
@@ -492,6 +536,9 @@ pub fn tracedat_fused<'py>(
     let mut src = 0usize;
     for (cpu, spans) in cpus {
         let n = spans.len();
+        // stored data in whole-page pieces of about RAW_PIECE bytes, so that another thread can take
+        // over part of it (compressed data comes in chunks already)
+        let spans = if comp == Comp::Stored { stored_pieces(&spans, lay.page_size) } else { spans };
         jobs.push(Job { cpu, first_src: src, spans });
         src += n;
     }

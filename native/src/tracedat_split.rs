@@ -1,0 +1,221 @@
+//! Even decode work for the streaming trace.dat decode (tracedat_fused): idle threads take over the
+//! back half of a busy CPU's remaining chunks.
+//!
+//! One decode job per CPU leaves a core idle whenever one job takes longer than the others: on the
+//! benchmark trace (2 CPUs, 58 and 64 MB inflated) the two jobs ended 1-43 ms apart, and cutting the data
+//! into equal-sized parts up front did not help (the same work takes 115-210 ms from run to run on the
+//! VM). So the work is shared out as it goes: a job takes its CPU's chunks one at a time from the front
+//! of a range (`SpanRange`); a thread with nothing left to start splits the range with the most chunks
+//! left and takes its back half as a new range (`Share::steal`), which may be split again in turn. Each
+//! range is decoded into a *piece* of its CPU. Afterwards the consecutive pieces of a CPU are joined
+//! back into one run per event type (`join_pieces`: the longest piece is grown in place and the others
+//! copied in, in data order), so the merge by timestamp still sees one run per CPU and the tables are
+//! exactly those of one job per CPU.
+use std::sync::{Arc, Mutex};
+
+use super::tracedat_columns::Builder;
+use super::tracedat_merge::{gather_builder, merge_vec, Plan, Seg};
+use super::tracedat_pages::CpuStats;
+use super::TypeColumns;
+
+/// A range is split only while it has at least this many chunks left (~40 KB inflated each).
+const MIN_STEAL: usize = 8;
+
+/// Chunks [start, end) of job `job` (a CPU); `claim` = (next chunk to take, end), end lowered by a steal.
+pub struct SpanRange {
+    pub job: usize,
+    pub start: usize,
+    claim: Mutex<(usize, usize)>,
+}
+
+impl SpanRange {
+    /// The next chunk of this range to decode, if any is left.
+    pub fn claim(&self) -> Option<usize> {
+        let mut c = self.claim.lock().unwrap_or_else(|e| e.into_inner());
+        if c.0 < c.1 {
+            c.0 += 1;
+            return Some(c.0 - 1);
+        }
+        None
+    }
+}
+
+/// Every range being decoded or waiting to be.
+pub struct Share {
+    ranges: Mutex<Vec<Arc<SpanRange>>>,
+}
+
+impl Share {
+    /// The ranges to start with: (job, first chunk, end chunk), in the order threads take them.
+    pub fn new(initial: &[(usize, usize, usize)]) -> Share {
+        let ranges = initial.iter()
+            .map(|&(job, start, end)| Arc::new(SpanRange { job, start, claim: Mutex::new((start, end)) })).collect();
+        Share { ranges: Mutex::new(ranges) }
+    }
+
+    /// Initial range `k` (as given to `new`).
+    pub fn initial(&self, k: usize) -> Arc<SpanRange> {
+        self.ranges.lock().unwrap_or_else(|e| e.into_inner())[k].clone()
+    }
+
+    /// Split the range with the most chunks left (at least MIN_STEAL): its owner keeps the front half,
+    /// the caller gets the back half as a new range.
+    pub fn steal(&self) -> Option<Arc<SpanRange>> {
+        let mut ranges = self.ranges.lock().unwrap_or_else(|e| e.into_inner());
+        let (victim, left) = ranges.iter().enumerate()
+            .map(|(i, r)| {
+                let c = r.claim.lock().unwrap_or_else(|e| e.into_inner());
+                (i, c.1 - c.0)
+            })
+            .max_by_key(|&(i, left)| (left, std::cmp::Reverse(i)))?;
+        if left < MIN_STEAL {
+            return None;
+        }
+        let (job, mid, end) = {
+            let mut c = ranges[victim].claim.lock().unwrap_or_else(|e| e.into_inner());
+            let (mid, end) = (c.0 + (c.1 - c.0) / 2, c.1);
+            c.1 = mid;
+            (ranges[victim].job, mid, end)
+        };
+        let r = Arc::new(SpanRange { job, start: mid, claim: Mutex::new((mid, end)) });
+        ranges.push(r.clone());
+        Some(r)
+    }
+}
+
+/// Initial ranges for jobs of `spans[j]` chunks taken in `order`: each job whole, or cut into `pieces`
+/// ranges of about equal chunk counts (ABTEST_FUSED_PIECES, for tests: makes the joins deterministic).
+pub fn initial_ranges(spans: &[usize], order: &[usize]) -> Vec<(usize, usize, usize)> {
+    let pieces = std::env::var("ABTEST_FUSED_PIECES").ok().and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(1).max(1);
+    let mut out = Vec::with_capacity(order.len() * pieces);
+    for &j in order {
+        let n = spans[j];
+        for p in 0..pieces {
+            let (a, b) = (n * p / pieces, n * (p + 1) / pieces);
+            if b > a || (p == 0 && n == 0) {
+                out.push((j, a, b));
+            }
+        }
+    }
+    out
+}
+
+/// Statistics of two pieces of one CPU added up.
+pub fn add_stats(a: &CpuStats, b: &CpuStats) -> CpuStats {
+    CpuStats { lost: a.lost + b.lost, lost_unknown_pages: a.lost_unknown_pages + b.lost_unknown_pages,
+               pages: a.pages + b.pages }
+}
+
+/// Earliest and latest timestamp of a piece's records (None: no records). Within a piece whose
+/// timestamps never go backwards these are its first and last record's.
+pub fn ts_span(types: &[TypeColumns]) -> Option<(i64, i64)> {
+    let first = types.iter().filter_map(|t| t.ts.first()).min()?;
+    let last = types.iter().filter_map(|t| t.ts.last()).max()?;
+    Some((*first, *last))
+}
+
+/// The first CPU whose consecutive pieces go backwards in time (a piece starting before the previous
+/// piece of its CPU ends), given each piece's (cpu, ts_span) in data order.
+pub fn backwards_seam(pieces: &[(i32, Option<(i64, i64)>)]) -> Option<i32> {
+    let mut end: Option<(i32, i64)> = None;
+    for &(cpu, span) in pieces {
+        let Some((first, last)) = span else { continue };
+        if matches!(end, Some((c, t)) if c == cpu && first < t) {
+            return Some(cpu);
+        }
+        end = Some((cpu, last));
+    }
+    None
+}
+
+/// One event type's runs in data order ([(cpu, columns)]), with the consecutive pieces of each CPU
+/// joined into one run.
+pub fn join_pieces(parts: Vec<(i32, TypeColumns)>) -> Vec<(i32, TypeColumns)> {
+    let mut out: Vec<(i32, TypeColumns)> = Vec::with_capacity(parts.len());
+    let mut same: Vec<TypeColumns> = Vec::new();
+    let mut cpu = None;
+    for (c, tc) in parts {
+        if cpu != Some(c) && !same.is_empty() {
+            out.push((cpu.unwrap(), concat(std::mem::take(&mut same))));
+        }
+        cpu = Some(c);
+        same.push(tc);
+    }
+    if let Some(c) = cpu {
+        out.push((c, concat(same)));
+    }
+    out
+}
+
+/// Concatenate one CPU's pieces of an event type (in data order) into one run.
+fn concat(mut parts: Vec<TypeColumns>) -> TypeColumns {
+    if parts.len() == 1 {
+        return parts.pop().unwrap();
+    }
+    let segs: Vec<Seg> = parts.iter().enumerate().map(|(k, p)| (k as u32, 0, p.ts.len() as u32)).collect();
+    let rows = parts.iter().map(|p| p.ts.len()).sum();
+    let base = (0..parts.len()).max_by_key(|&k| (parts[k].ts.len(), std::cmp::Reverse(k))).unwrap_or(0);
+    let plan = Plan { rows, base, runs: parts.len(), sel: Vec::new(), segs };
+    let (ty, short_rows) = (parts[0].ty, parts.iter().map(|p| p.short_rows).sum());
+    let nfields = parts[0].builders.len();
+    let mut fields: Vec<Vec<Builder>> = (0..nfields).map(|_| Vec::with_capacity(parts.len())).collect();
+    let mut ts_runs = Vec::with_capacity(parts.len());
+    for tc in parts {
+        assert!(tc.builders.len() == nfields, "same fields in every piece of a type");
+        ts_runs.push(tc.ts);
+        for (f, b) in fields.iter_mut().zip(tc.builders) {
+            f.push(b);
+        }
+    }
+    let segs = &plan.segs;
+    let ts = merge_vec(ts_runs, base, segs.len(), |k| (segs[k].0 as usize, 0, segs[k].2 as usize));
+    let builders = fields.into_iter().map(|f| gather_builder(f, &plan)).collect();
+    TypeColumns { ty, ts, cpu: Vec::new(), builders, var: Vec::new(), stride: None, block: Vec::new(), pending: 0,
+                  short_rows }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{backwards_seam, initial_ranges, Share};
+
+    #[test]
+    fn steals_cover_every_chunk_once() {
+        let share = Share::new(&[(0, 0, 40), (1, 0, 3)]);
+        let (a, b) = (share.initial(0), share.initial(1));
+        let mut seen = vec![Vec::new(); 2];
+        for _ in 0..5 {
+            seen[0].push(a.claim().unwrap());
+        }
+        while let Some(k) = b.claim() {
+            seen[1].push(k);
+        }
+        let c = share.steal().expect("35 chunks left in job 0");
+        assert_eq!((c.job, c.start), (0, 22));
+        // [5, 22) has 17 chunks left, [22, 40) 18: the latter is split
+        let d = share.steal().expect("18 chunks left in job 0's back range");
+        assert_eq!((d.job, d.start), (0, 31));
+        for r in [&a, &c, &d] {
+            while let Some(k) = r.claim() {
+                seen[r.job].push(k);
+            }
+        }
+        assert!(share.steal().is_none());
+        seen[0].sort();
+        assert_eq!(seen[0], (0..40).collect::<Vec<_>>());
+        assert_eq!(seen[1], vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn initial_ranges_cover_each_job() {
+        assert_eq!(initial_ranges(&[5, 0, 2], &[0, 2, 1]), vec![(0, 0, 5), (2, 0, 2), (1, 0, 0)]);
+    }
+
+    #[test]
+    fn seams_in_time_order() {
+        let ok = [(0, Some((1, 5))), (0, None), (0, Some((5, 9))), (1, Some((2, 3))), (1, Some((3, 4)))];
+        assert_eq!(backwards_seam(&ok), None);
+        let bad = [(0, Some((1, 5))), (1, Some((0, 1))), (1, Some((2, 3))), (1, Some((2, 2))), (1, Some((1, 9)))];
+        assert_eq!(backwards_seam(&bad), Some(1));
+    }
+}
