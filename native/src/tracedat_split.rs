@@ -3,14 +3,14 @@
 //!
 //! One decode job per CPU leaves a core idle whenever one job takes longer than the others: on the
 //! benchmark trace (2 CPUs, 58 and 64 MB inflated) the two jobs ended 1-43 ms apart, and cutting the data
-//! into equal-sized parts up front did not help (the same work takes 115-210 ms from run to run on the
-//! VM). So the work is shared out as it goes: a job takes its CPU's chunks one at a time from the front
-//! of a range (`SpanRange`); a thread with nothing left to start splits the range with the most chunks
-//! left and takes its back half as a new range (`Share::steal`), which may be split again in turn. Each
-//! range is decoded into a *piece* of its CPU. Afterwards the consecutive pieces of a CPU are joined
-//! back into one run per event type (`join_pieces`: the longest piece is grown in place and the others
-//! copied in, in data order), so the merge by timestamp still sees one run per CPU and the tables are
-//! exactly those of one job per CPU.
+//! into equal-sized parts up front did not help (the same work takes 115-230 ms from run to run on the
+//! VM). So the work is shared out as it goes: a job takes its CPU's chunks (v7 compressed chunks, or
+//! 1 MiB runs of stored pages) one at a time from the front of a range (`SpanRange`); a thread with
+//! nothing left to start splits the range with the most chunks left and takes its back half as a new
+//! range (`Share::steal`), which may be split again in turn. Each range is decoded into a *piece* of its
+//! CPU. Afterwards the consecutive pieces of a CPU are joined back into one run per event type
+//! (`join_pieces`: the longest piece is grown in place and the others copied in, in data order), so the
+//! merge by timestamp still sees one run per CPU and the tables are exactly those of one job per CPU.
 use std::sync::{Arc, Mutex};
 
 use super::tracedat_columns::Builder;
@@ -18,7 +18,8 @@ use super::tracedat_merge::{gather_builder, merge_vec, Plan, Seg};
 use super::tracedat_pages::CpuStats;
 use super::TypeColumns;
 
-/// A range is split only while it has at least this many chunks left (~40 KB inflated each).
+/// A range is split only while it has at least this many chunks left (a v7 chunk inflates to ~40 KB; a
+/// stored chunk is 1 MiB).
 const MIN_STEAL: usize = 8;
 
 /// Chunks [start, end) of job `job` (a CPU); `claim` = (next chunk to take, end), end lowered by a steal.
