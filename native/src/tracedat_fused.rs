@@ -31,13 +31,13 @@ use pyo3::types::PyDict;
 use super::tracedat_columns::{Builder, Env, FieldSpec, SymLoader, Syms};
 use super::tracedat_merge::{cpu_column, gather_builder, plan_merge, push, Plan};
 use super::tracedat_pages::{walk_pages, worker_count, Clock, CpuStats, PageLayout};
-use super::tracedat_split::{add_stats, backwards_seam, initial_ranges, join_pieces, ts_span, Share, SpanRange};
+use super::tracedat_split::{
+    add_stats, backwards_seam, initial_ranges, join_pieces, stored_pieces, ts_span, Share, SpanRange,
+};
 use super::{fix_mmap_threshold, parse_kallsyms, release_pages, TypeColumns};
 
-/// Stored (uncompressed) CPU data is walked in pieces of this many bytes (rounded down to whole pages),
-/// so that a file mapping's pages can be given back as the walk passes them, and so that another thread
-/// can take over part of a CPU's data.
-const RAW_PIECE: usize = 1 << 20;
+/// Error of a job that stopped because another one failed.
+const STOPPED: &str = "stopped: another CPU's data failed";
 /// Compressed input consumed before its file pages are given back (fewer, larger madvise calls).
 const RELEASE_STEP: usize = 1 << 20;
 
@@ -151,25 +151,6 @@ struct CpuOut {
     missing_formats: u64,
 }
 
-/// Stored spans cut into pieces of RAW_PIECE bytes (rounded down to whole pages; the last piece of a span
-/// holds the rest).
-fn stored_pieces(spans: &[(usize, usize, usize)], page_size: usize) -> Vec<(usize, usize, usize)> {
-    let step = (RAW_PIECE / page_size.max(1)).max(1) * page_size.max(1);
-    let mut out = Vec::new();
-    for &(start, size, _) in spans {
-        let mut at = 0;
-        while at < size || (size == 0 && at == 0) {
-            let n = step.min(size - at);
-            out.push((start + at, n, n));
-            at += step;
-            if size == 0 {
-                break;
-            }
-        }
-    }
-    out
-}
-
 /// Decode the chunks of `range` (a piece of job `job`, taken one at a time as long as the range has any).
 fn decode_job(job: &Job, range: &SpanRange, ctx: &Ctx, comp: Comp, inf: &mut Inflater, buf: &mut Vec<u8>)
     -> Result<CpuOut, String> {
@@ -185,7 +166,7 @@ fn decode_job(job: &Job, range: &SpanRange, ctx: &Ctx, comp: Comp, inf: &mut Inf
         let (start, size, inflated) = job.spans[k];
         last_span = Some(job.spans[k]);
         if ctx.abort.load(Ordering::Relaxed) {
-            return Err("stopped: another CPU's data failed".into());
+            return Err(STOPPED.into());
         }
         let src = ctx.file.get(start..start + size).ok_or("CPU data outside the file")?;
         // (the source index only names the data in an error message, of which the fallback keeps the text)
@@ -439,15 +420,22 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
             });
         }
     });
+    // pieces in data order: jobs in file order, each job's pieces by first chunk
     let mut pieces = outs.into_inner().unwrap();
-    if let Some(pos) = pieces.iter().position(|p| p.2.is_err()) {
-        if let (_, _, Err(e)) = pieces.swap_remove(pos) {
-            return Outcome::Fallback(e);
+    pieces.sort_by_key(|p| (p.0, p.1));
+    let mut cpu_outs: Vec<CpuOut> = Vec::with_capacity(pieces.len());
+    let mut errors: Vec<String> = Vec::new();
+    for (_, _, r) in pieces {
+        match r {
+            Ok(o) => cpu_outs.push(o),
+            Err(e) => errors.push(e),
         }
     }
-    // pieces in data order: jobs in file order, each job's pieces by first chunk
-    pieces.sort_by_key(|p| (p.0, p.1));
-    let cpu_outs: Vec<CpuOut> = pieces.into_iter().filter_map(|p| p.2.ok()).collect();
+    if !errors.is_empty() {
+        // the error itself rather than a piece that stopped because of it
+        let i = errors.iter().position(|e| !e.starts_with(STOPPED)).unwrap_or(0);
+        return Outcome::Fallback(errors.swap_remove(i));
+    }
     for (c, &(start, _, _)) in checks.into_iter().zip(verify) {
         if let Some(Err(e)) = c.into_inner().unwrap() {
             return Outcome::Fallback(format!("compressed section data at offset {start}: {e}"));

@@ -18,6 +18,10 @@ use super::tracedat_merge::{gather_builder, merge_vec, Plan, Seg};
 use super::tracedat_pages::CpuStats;
 use super::TypeColumns;
 
+/// Stored (uncompressed) CPU data is walked in pieces of this many bytes (rounded down to whole pages),
+/// so that a file mapping's pages can be given back as the walk passes them, and so that another thread
+/// can take over part of a CPU's data.
+const RAW_PIECE: usize = 1 << 20;
 /// A range is split only while it has at least this many chunks left (a v7 chunk inflates to ~40 KB; a
 /// stored chunk is 1 MiB).
 const MIN_STEAL: usize = 8;
@@ -82,6 +86,20 @@ impl Share {
         ranges.push(r.clone());
         Some(r)
     }
+}
+
+/// Stored spans cut into pieces of RAW_PIECE bytes (rounded down to whole pages; the last piece of a span
+/// holds the rest).
+pub fn stored_pieces(spans: &[(usize, usize, usize)], page_size: usize) -> Vec<(usize, usize, usize)> {
+    let step = (RAW_PIECE / page_size.max(1)).max(1) * page_size.max(1);
+    let mut out = Vec::new();
+    for &(start, size, _) in spans {
+        for at in (0..size).step_by(step) {
+            let n = step.min(size - at);
+            out.push((start + at, n, n));
+        }
+    }
+    out
 }
 
 /// Initial ranges for jobs of `spans[j]` chunks taken in `order`: each job whole, or cut into `pieces`
@@ -178,7 +196,7 @@ fn concat(mut parts: Vec<TypeColumns>) -> TypeColumns {
 
 #[cfg(test)]
 mod tests {
-    use super::{backwards_seam, initial_ranges, Share};
+    use super::{backwards_seam, initial_ranges, stored_pieces, Share};
 
     #[test]
     fn steals_cover_every_chunk_once() {
@@ -218,5 +236,15 @@ mod tests {
         assert_eq!(backwards_seam(&ok), None);
         let bad = [(0, Some((1, 5))), (1, Some((0, 1))), (1, Some((2, 3))), (1, Some((2, 2))), (1, Some((1, 9)))];
         assert_eq!(backwards_seam(&bad), Some(1));
+    }
+
+    #[test]
+    fn stored_data_in_whole_page_pieces() {
+        let mib = 1 << 20;
+        let got = stored_pieces(&[(100, 2 * mib + 5 * 4096, 0), (9, 0, 0), (7, 4096, 0)], 4096);
+        assert_eq!(got, vec![(100, mib, mib), (100 + mib, mib, mib), (100 + 2 * mib, 5 * 4096, 5 * 4096),
+                             (7, 4096, 4096)]);
+        // pages larger than a piece: one page per piece
+        assert_eq!(stored_pieces(&[(0, 3 * 4 * mib, 0)], 4 * mib).len(), 3);
     }
 }
