@@ -184,7 +184,12 @@ def _page_with_room(data: bytes, lay, commit_size: int = 8) -> tuple[int, int]:
     raise AssertionError("no page with room")
 
 
-def test_lost_events_counted_per_cpu(tmp_path):
+@pytest.mark.parametrize("pieces", [None, "3"], ids=["one-job-per-cpu", "3-pieces-per-cpu"])
+def test_lost_events_counted_per_cpu(tmp_path, monkeypatch, pieces):
+    """Lost events per CPU, also when each CPU's pages are decoded as 3 pieces and joined (the counts of
+    a CPU's pieces add up)."""
+    if pieces:
+        monkeypatch.setenv("ABTEST_FUSED_PIECES", pieces)
     data = bytearray(V6.read_bytes())
     lay = tracedat_layout.parse_layout(V6, bytes(data))
     page, commit = _page_with_room(bytes(data), lay)
@@ -203,7 +208,10 @@ def test_lost_events_counted_per_cpu(tmp_path):
     assert r.returncode == 0 and "4242 events were lost" in r.stderr
 
 
-def test_lost_events_without_stored_count(tmp_path):
+@pytest.mark.parametrize("pieces", [None, "3"], ids=["one-job-per-cpu", "3-pieces-per-cpu"])
+def test_lost_events_without_stored_count(tmp_path, monkeypatch, pieces):
+    if pieces:
+        monkeypatch.setenv("ABTEST_FUSED_PIECES", pieces)
     data = bytearray(V6.read_bytes())
     lay = tracedat_layout.parse_layout(V6, bytes(data))
     page, commit = _page_with_room(bytes(data), lay)

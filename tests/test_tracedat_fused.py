@@ -62,17 +62,23 @@ def test_fused_equals_record_index_path_on_the_bench_trace(bench_trace):
     _assert_same(fused, indexed)
 
 
-def test_backwards_timestamps_fall_back_to_the_record_index_path(tmp_path):
+@pytest.mark.parametrize("pieces", [None, "2"], ids=["one-job-per-cpu", "pieces-per-cpu"])
+def test_backwards_timestamps_fall_back_to_the_record_index_path(tmp_path, monkeypatch, pieces):
     """A ring-buffer page whose header timestamp lies before the previous page's events: the per-table
-    merge of per-CPU runs would not reproduce the global stable sort, so the record-index path runs."""
+    merge of per-CPU runs would not reproduce the global stable sort, so the record-index path runs. With
+    pieces forced (one page per chunk, 2 pieces per CPU) the page is the first of the CPU's second piece:
+    the check at the seam between a CPU's pieces must catch it."""
+    if pieces:
+        monkeypatch.setenv("ABTEST_FUSED_PIECES", pieces)
     src = TRACES / "lisa" / "sched_load-trace.dat"
     data = bytearray(src.read_bytes())
     lay = tracedat_layout.parse_layout(src, bytes(data))
     cd = max((c for c in lay.cpu_data if c.size), key=lambda c: c.size)
     assert cd.size >= 3 * lay.page_size
-    second = cd.file_offset + lay.page_size
+    pages = cd.size // lay.page_size
+    middle = cd.file_offset + (pages // 2) * lay.page_size  # with 2 pieces, the second one's first page
     first_ts = struct.unpack_from("<Q", data, cd.file_offset)[0]
-    struct.pack_into("<Q", data, second, first_ts - 1_000_000)  # 1 ms before the CPU's first page
+    struct.pack_into("<Q", data, middle, first_ts - 1_000_000)  # 1 ms before the CPU's first page
     p = tmp_path / "backwards.dat"
     p.write_bytes(bytes(data))
     fused, how, indexed = _both(p, bytes(data))

@@ -88,10 +88,20 @@ impl Share {
     }
 }
 
+/// Pieces per job forced by ABTEST_FUSED_PIECES (tests only: makes the joins deterministic).
+fn forced_pieces() -> Option<usize> {
+    std::env::var("ABTEST_FUSED_PIECES").ok().and_then(|v| v.trim().parse::<usize>().ok()).map(|n| n.max(1))
+}
+
 /// Stored spans cut into pieces of RAW_PIECE bytes (rounded down to whole pages; the last piece of a span
-/// holds the rest).
+/// holds the rest); of one page each when pieces are forced (so that even a small CPU's data is split).
 pub fn stored_pieces(spans: &[(usize, usize, usize)], page_size: usize) -> Vec<(usize, usize, usize)> {
-    let step = (RAW_PIECE / page_size.max(1)).max(1) * page_size.max(1);
+    let piece = if forced_pieces().is_some() { 1 } else { RAW_PIECE };
+    stored_pieces_of(spans, page_size, piece)
+}
+
+fn stored_pieces_of(spans: &[(usize, usize, usize)], page_size: usize, piece: usize) -> Vec<(usize, usize, usize)> {
+    let step = (piece / page_size.max(1)).max(1) * page_size.max(1);
     let mut out = Vec::new();
     for &(start, size, _) in spans {
         for at in (0..size).step_by(step) {
@@ -102,11 +112,10 @@ pub fn stored_pieces(spans: &[(usize, usize, usize)], page_size: usize) -> Vec<(
     out
 }
 
-/// Initial ranges for jobs of `spans[j]` chunks taken in `order`: each job whole, or cut into `pieces`
-/// ranges of about equal chunk counts (ABTEST_FUSED_PIECES, for tests: makes the joins deterministic).
+/// Initial ranges for jobs of `spans[j]` chunks taken in `order`: each job whole, or cut into the forced
+/// number of ranges of about equal chunk counts.
 pub fn initial_ranges(spans: &[usize], order: &[usize]) -> Vec<(usize, usize, usize)> {
-    let pieces = std::env::var("ABTEST_FUSED_PIECES").ok().and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(1).max(1);
+    let pieces = forced_pieces().unwrap_or(1);
     let mut out = Vec::with_capacity(order.len() * pieces);
     for &j in order {
         let n = spans[j];
@@ -196,7 +205,7 @@ fn concat(mut parts: Vec<TypeColumns>) -> TypeColumns {
 
 #[cfg(test)]
 mod tests {
-    use super::{backwards_seam, initial_ranges, stored_pieces, Share};
+    use super::{backwards_seam, initial_ranges, stored_pieces_of, Share, RAW_PIECE};
 
     #[test]
     fn steals_cover_every_chunk_once() {
@@ -241,10 +250,12 @@ mod tests {
     #[test]
     fn stored_data_in_whole_page_pieces() {
         let mib = 1 << 20;
-        let got = stored_pieces(&[(100, 2 * mib + 5 * 4096, 0), (9, 0, 0), (7, 4096, 0)], 4096);
+        let got = stored_pieces_of(&[(100, 2 * mib + 5 * 4096, 0), (9, 0, 0), (7, 4096, 0)], 4096, RAW_PIECE);
         assert_eq!(got, vec![(100, mib, mib), (100 + mib, mib, mib), (100 + 2 * mib, 5 * 4096, 5 * 4096),
                              (7, 4096, 4096)]);
         // pages larger than a piece: one page per piece
-        assert_eq!(stored_pieces(&[(0, 3 * 4 * mib, 0)], 4 * mib).len(), 3);
+        assert_eq!(stored_pieces_of(&[(0, 3 * 4 * mib, 0)], 4 * mib, RAW_PIECE).len(), 3);
+        // forced pieces (tests): one page each
+        assert_eq!(stored_pieces_of(&[(0, 5 * 4096, 0)], 4096, 1).len(), 5);
     }
 }
