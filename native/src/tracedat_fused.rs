@@ -32,7 +32,7 @@ use super::tracedat_columns::{Builder, Env, FieldSpec, SymLoader, Syms};
 use super::tracedat_merge::{cpu_column, gather_builder, plan_merge, push, Plan};
 use super::tracedat_pages::{walk_pages, worker_count, Clock, CpuStats, PageLayout};
 use super::tracedat_split::{
-    add_stats, backwards_seam, initial_ranges, join_pieces, stored_pieces, ts_span, Share, SpanRange,
+    backwards_seam, initial_ranges, join_pieces, stored_pieces, ts_span, Share, SpanRange,
 };
 use super::{fix_mmap_threshold, parse_kallsyms, release_pages, TypeColumns};
 
@@ -457,7 +457,7 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
         short_fields += o.short_fields;
         missing_formats += o.missing_formats;
         match stats.last_mut() {
-            Some((cpu, st)) if *cpu == o.cpu => *st = add_stats(st, &o.stats),
+            Some((cpu, st)) if *cpu == o.cpu => st.add(&o.stats),
             _ => stats.push((o.cpu, o.stats)),
         }
         for tc in o.types {

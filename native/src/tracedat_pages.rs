@@ -88,6 +88,15 @@ pub struct CpuStats {
     pub pages: u64,
 }
 
+impl CpuStats {
+    /// Add the counts of another part of the same CPU's data.
+    pub fn add(&mut self, o: &CpuStats) {
+        self.lost += o.lost;
+        self.lost_unknown_pages += o.lost_unknown_pages;
+        self.pages += o.pages;
+    }
+}
+
 /// Walk every page of one CPU's ring-buffer data, appending records.
 #[inline(never)]
 pub fn walk_cpu(si: usize, data: &[u8], lay: &PageLayout, clock: &Clock, recs: &mut Records, st: &mut CpuStats)

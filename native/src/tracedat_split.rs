@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex};
 
 use super::tracedat_columns::Builder;
 use super::tracedat_merge::{gather_builder, merge_vec, Plan, Seg};
-use super::tracedat_pages::CpuStats;
 use super::TypeColumns;
 
 /// Stored (uncompressed) CPU data is walked in pieces of this many bytes (rounded down to whole pages),
@@ -121,18 +120,13 @@ pub fn initial_ranges(spans: &[usize], order: &[usize]) -> Vec<(usize, usize, us
         let n = spans[j];
         for p in 0..pieces {
             let (a, b) = (n * p / pieces, n * (p + 1) / pieces);
+            // a job without chunks keeps one empty range: its CPU still gets its (empty) statistics
             if b > a || (p == 0 && n == 0) {
                 out.push((j, a, b));
             }
         }
     }
     out
-}
-
-/// Statistics of two pieces of one CPU added up.
-pub fn add_stats(a: &CpuStats, b: &CpuStats) -> CpuStats {
-    CpuStats { lost: a.lost + b.lost, lost_unknown_pages: a.lost_unknown_pages + b.lost_unknown_pages,
-               pages: a.pages + b.pages }
 }
 
 /// Earliest and latest timestamp of a piece's records (None: no records). Within a piece whose
