@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import tracedat_ref as ref
+from live_record import record
 from abtest.trace import tracedat
 from abtest.trace.readers import read_trace
 
@@ -25,45 +25,14 @@ EVENTS = ("sched/sched_switch", "sched/sched_wakeup", "sched/sched_waking", "pow
           "power/cpu_idle_miss")
 
 
-def _read(path: Path) -> str:
-    return path.read_text()
-
-
 @pytest.fixture
 def live_trace(tracefs_lock, tmp_path):
     """Record a short real trace; yields the trace.dat path (the tracefs `trace` text of the same buffer is
-    next to it, suffix .txt). Restores tracefs even on failure."""
-    fs: Path = tracefs_lock
-    available = [e for e in EVENTS if (fs / "events" / e / "enable").exists()]
-    saved = {
-        "tracing_on": _read(fs / "tracing_on").strip(),
-        "buffer_size_kb": _read(fs / "buffer_size_kb").split()[0],
-        "enabled": {e: _read(fs / "events" / e / "enable").strip() for e in available},
-    }
+    next to it, suffix .txt, for tests/test_text_flags.py). Restores tracefs even on failure."""
     out = tmp_path / "live.dat"
-    try:
-        (fs / "tracing_on").write_text("0")
-        (fs / "trace").write_text("")
-        (fs / "buffer_size_kb").write_text("8192")
-        for e in available:
-            (fs / "events" / e / "enable").write_text("1")
-        (fs / "tracing_on").write_text("1")
-        subprocess.run(["hackbench", "-l", "50"], check=True, capture_output=True, timeout=120)
-        subprocess.run(["cyclictest", "-q", "-t", "1", "-i", "2000", "-l", "250"], check=True,
-                       capture_output=True, timeout=120)
-        (fs / "tracing_on").write_text("0")
-        # the kernel's own text of the same ring buffer, before `trace-cmd extract` consumes it
-        # (tests/test_text_flags.py compares it with the extracted file)
-        out.with_suffix(".txt").write_text((fs / "trace").read_text())
-        subprocess.run(["trace-cmd", "extract", "-o", str(out)], check=True, capture_output=True, timeout=120)
-        yield out
-    finally:
-        (fs / "tracing_on").write_text("0")
-        for e, state in saved["enabled"].items():
-            (fs / "events" / e / "enable").write_text(state if state in ("0", "1") else "0")
-        (fs / "trace").write_text("")
-        (fs / "buffer_size_kb").write_text(saved["buffer_size_kb"])
-        (fs / "tracing_on").write_text(saved["tracing_on"])
+    yield record(tracefs_lock, out, list(EVENTS), 8192,
+                 [["hackbench", "-l", "50"], ["cyclictest", "-q", "-t", "1", "-i", "2000", "-l", "250"]],
+                 text_copy=out.with_suffix(".txt"))
 
 
 def test_live_trace_matches_trace_cmd_report(live_trace, tmp_path):

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import bisect
 import re
 import struct
 import subprocess
@@ -97,3 +98,98 @@ def compare_fields(raw: dict, path: str) -> int:
                     assert _ours_as_text(v_mine, dt) == v_ref, (ev, name, v_mine, v_ref, their)
             checked += 1
     return checked
+
+
+def _printed_integer_matches(value: int, text: str, bits: int) -> bool:
+    """True when `text`, as `trace-cmd report -R` prints a field through its print format (decimal,
+    0x-hex, bare hex such as `%llx`, octal such as `%o`, `(nil)`), is `value`, compared as `bits`-bit
+    two's complement (a u64 -1 prints as -1 or 0xffffffffffffffff)."""
+    mask = (1 << bits) - 1
+    if text == "(nil)":
+        return value == 0
+    for base in (10, 16, 8):
+        try:
+            if (int(text, base) & mask) == (value & mask):
+                return True
+        except ValueError:
+            pass
+    return False
+
+
+_INT_BITS = {pl.Int8: 8, pl.UInt8: 8, pl.Int16: 16, pl.UInt16: 16, pl.Int32: 32, pl.UInt32: 32}
+
+
+class Symbols:
+    """Kernel symbol lookup over the kallsyms text a trace.dat carries (`addr type name [module]` lines)."""
+
+    def __init__(self, kallsyms: str):
+        pairs = sorted((int(a, 16), n) for a, _t, n, *_ in (ln.split() for ln in kallsyms.splitlines())
+                       if int(a, 16))
+        self.addrs = [a for a, _ in pairs]
+        self.names = [n for _, n in pairs]
+
+    def printed(self, addr: int) -> set[str]:
+        """How trace-cmd may print `addr`: the symbol at the nearest address at or below it, as `name` (`%ps`)
+        or `name+0xoff` (`%pS`, also `+0x0`), for every symbol at that address."""
+        i = bisect.bisect_right(self.addrs, addr)
+        if i == 0:
+            return set()
+        at = self.addrs[i - 1]
+        lo = bisect.bisect_left(self.addrs, at)
+        off = addr - at
+        return {n for n in self.names[lo:i]} | {f"{n}+0x{off:x}" for n in self.names[lo:i]}
+
+
+def compare_fields_as_printed(raw: dict, path: str, printk: dict[int, str], syms: Symbols) -> dict[str, int]:
+    """Like compare_fields, for files holding any kernel event: an integer field may be printed in the
+    radix of its event's print format (see _printed_integer_matches), a `const char *` field as the
+    constant string it points to (looked up in the file's printk formats, `printk`: address -> text),
+    a code address as its kernel symbol (looked up in the file's kallsyms, `syms`). Asserts on the
+    first difference; returns counts: events checked, fields matched through printk formats and symbols."""
+    checked = via_printk = via_symbol = 0
+    for ev, rows in events(path).items():
+        if ev == "bprint":
+            continue
+        df = raw[ev]
+        cpu_col = "buffer_cpu" if "buffer_cpu" in df.columns else "cpu"
+        names = [c for c in df.columns if c not in ("ts", "buffer_cpu", "common_pid") and
+                 not (c == "cpu" and cpu_col == "cpu") and not c.startswith("common_")]
+        dtypes = [df.schema[c] for c in names]
+        ours = sorted(zip(df["ts"].to_list(), df[cpu_col].to_list(), df["common_pid"].to_list(),
+                          *[df[c].to_list() for c in names]), key=lambda r: (r[0], r[1]))
+        theirs = sorted(rows, key=lambda r: (r[0], r[1]))
+        assert len(ours) == len(theirs), ev
+        for mine, their in zip(ours, theirs):
+            assert mine[:3] == their[:3], (ev, mine[:3], their)
+            values = parse_fields(their[3].strip(), names)
+            assert values is not None, (ev, names, their[3])
+            for name, dt, v_mine, v_ref in zip(names, dtypes, mine[3:], values):
+                if ev == "kernel_stack" and name == "caller":
+                    continue  # compared by compare_fields on the sched traces; trace-cmd reads past the record
+                if name == "buf" and ev == "print":
+                    assert v_mine.rstrip("\n") == v_ref, (ev, v_mine, v_ref)
+                elif isinstance(v_mine, int) and v_mine in printk and printk[v_mine].strip('"') == v_ref:
+                    via_printk += 1
+                elif isinstance(v_mine, int) and v_ref in syms.printed(v_mine & (1 << 64) - 1):
+                    via_symbol += 1
+                elif isinstance(v_mine, int):
+                    assert _printed_integer_matches(v_mine, v_ref, _INT_BITS.get(dt, 64)), (ev, name, v_mine, v_ref)
+                else:
+                    assert _ours_as_text(v_mine, dt) == v_ref, (ev, name, v_mine, v_ref, their)
+            checked += 1
+    return {"events": checked, "printk": via_printk, "symbols": via_symbol}
+
+
+def dropped_per_cpu(path: str) -> tuple[dict[int, int], dict[int, int]]:
+    """trace-cmd report's lost-event markers per CPU: (sum of the `CPU:N [M EVENTS DROPPED]` counts,
+    number of `CPU:N [EVENTS DROPPED]` markers, printed for a page flagged as having lost events whose
+    count the kernel had no room to store)."""
+    counted: dict[int, int] = defaultdict(int)
+    uncounted: dict[int, int] = defaultdict(int)
+    for line in report_lines(path, raw=False):
+        m = re.match(r"^\s*CPU:(\d+) \[(?:(\d+) )?EVENTS DROPPED\]", line)
+        if m and m.group(2) is not None:
+            counted[int(m.group(1))] += int(m.group(2))
+        elif m:
+            uncounted[int(m.group(1))] += 1
+    return dict(counted), dict(uncounted)

@@ -1,0 +1,57 @@
+"""Record a real trace on this machine: tracefs event switches, a workload, `trace-cmd extract`.
+
+`trace-cmd record` is not usable here (EPERM on set_ftrace_filter), so events are enabled through
+tracefs files and the ring buffers are read with `trace-cmd extract` (trace.dat v7, zstd). The caller
+must hold the tracefs lock (fixture `tracefs_lock`): tracefs is global. Every tracefs setting touched
+is restored afterwards, also when the workload or the extraction fails.
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+
+def _read(path: Path) -> str:
+    return path.read_text()
+
+
+def _enabled_events(fs: Path) -> list[Path]:
+    """The enable files of every event that is on now."""
+    return [p for p in (fs / "events").glob("*/*/enable") if _read(p).strip() == "1"]
+
+
+def record(fs: Path, out: Path, events: list[str] | None, buffer_kb: int, commands: list[list[str]],
+           text_copy: Path | None = None) -> Path:
+    """Trace `commands` (run one after the other) into `out`.
+
+    events: tracefs event paths such as "sched/sched_switch" (those missing on this kernel are skipped),
+    or None for every event the kernel has (`events/enable`). buffer_kb: per-CPU ring buffer size.
+    text_copy: where to save the kernel's own `trace` text of the same buffer (before extraction
+    consumes it)."""
+    saved_on = _read(fs / "tracing_on").strip()
+    saved_kb = _read(fs / "buffer_size_kb").split()[0]
+    saved_enabled = _enabled_events(fs)
+    switches = [fs / "events" / "enable"] if events is None else \
+        [fs / "events" / e / "enable" for e in events if (fs / "events" / e / "enable").exists()]
+    try:
+        (fs / "tracing_on").write_text("0")
+        (fs / "trace").write_text("")
+        (fs / "buffer_size_kb").write_text(str(buffer_kb))
+        for s in switches:
+            s.write_text("1")
+        (fs / "tracing_on").write_text("1")
+        for cmd in commands:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+        (fs / "tracing_on").write_text("0")
+        if text_copy is not None:
+            text_copy.write_text(_read(fs / "trace"))
+        subprocess.run(["trace-cmd", "extract", "-o", str(out)], check=True, capture_output=True, timeout=120)
+        return out
+    finally:
+        (fs / "tracing_on").write_text("0")
+        (fs / "events" / "enable").write_text("0")
+        for p in saved_enabled:
+            p.write_text("1")
+        (fs / "trace").write_text("")
+        (fs / "buffer_size_kb").write_text(saved_kb)
+        (fs / "tracing_on").write_text(saved_on)
