@@ -7,7 +7,8 @@ kmem, block, ext4, writeback, x86_fpu, rcu, ...) and overflows the 2 MiB per-CPU
 file also carries real lost-event markers: their per-CPU sums must equal trace-cmd's
 `CPU:N [M EVENTS DROPPED]` lines (plus 1 for each `CPU:N [EVENTS DROPPED]` page, whose count the kernel
 could not store; the total is then flagged inexact). The tracefs lock is held and every setting is restored
-(tests/live_record.py).
+(tests/live_record.py). The `trace-cmd report` text of the same file must give the text reader the same
+events and lost events.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import subprocess
 import tracedat_ref as ref
 from live_record import record
 from abtest.trace import tracedat, tracedat_format, tracedat_layout
+from abtest.trace.readers import read_trace
 
 
 def test_every_kernel_event_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_path):
@@ -56,3 +58,13 @@ def test_every_kernel_event_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_pa
     for name in raw:
         assert raw6[name].equals(raw[name]), name
     assert meta6["lost_events_per_cpu"] == meta["lost_events_per_cpu"]
+
+    # the same file as `trace-cmd report` text: the text reader finds the same events and lost events
+    txt = tmp_path / "all-events.txt"
+    txt.write_text("\n".join(ref.report_lines(str(out), raw=False)) + "\n")
+    as_text, as_dat = read_trace(txt).meta, read_trace(out).meta
+    assert as_text["format"] == "ftrace-text"
+    assert as_text["events"] == as_dat["events"]
+    assert {str(c): n for c, n in as_text["lost_events_per_cpu"].items() if n} == meta["lost_events_per_cpu"]
+    assert (as_text["lost_events"], as_text["lost_events_exact"]) == (as_dat["lost_events"],
+                                                                       as_dat["lost_events_exact"])

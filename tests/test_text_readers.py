@@ -254,7 +254,17 @@ def test_lost_event_lines_counted_per_cpu(traces, tmp_path):
     data = read_trace(path)
     assert data.meta["lost_events_per_cpu"] == {5: 3, 6: 127}
     assert data.meta["lost_events"] == 130
+    assert data.meta["lost_events_exact"] is True
     assert data.meta["events"] == {"cpu_idle": 8, "sched_switch": 7}
+    # trace-cmd's marker for a page that lost events without room for their count: 1, a lower bound
+    # (as the trace.dat reader counts that page; tests/test_live_all_events.py checks both on a real file)
+    lines.insert(14, "CPU:5 [EVENTS DROPPED]")
+    path.write_text("\n".join(lines) + "\n")
+    data = read_trace(path)
+    assert data.meta["lost_events_per_cpu"] == {5: 4, 6: 127}
+    assert data.meta["lost_events"] == 131
+    assert data.meta["lost_events_exact"] is False
+    assert any("lower bound" in w for w in data.meta["warnings"])
 
 
 def test_atrace_z_inflates_to_decompressed_twin(traces):

@@ -155,7 +155,7 @@ def _finish_meta(meta: dict) -> None:
     overwritten = meta.get("overwritten_events", 0)
     meta["lost_events"] = lost + overwritten
     if lost:
-        meta["warnings"].append(f"{lost} events lost (CPU:N [LOST M EVENTS] lines) on CPUs "
+        meta["warnings"].append(f"{lost} events lost (lost-event lines) on CPUs "
                                 f"{sorted(per_cpu)}: per-CPU counts in lost_events_per_cpu")
     if overwritten:
         meta["warnings"].append(

@@ -96,7 +96,7 @@ def read_trace(path: str | os.PathLike) -> TraceData:
     meta["source_path"] = str(path)
     meta["source_size"] = size
     for key, default in (("clock", None), ("lost_events", 0), ("lost_events_per_cpu", {}),
-                         ("kernel", {}), ("platform", None), ("warnings", [])):
+                         ("lost_events_exact", True), ("kernel", {}), ("platform", None), ("warnings", [])):
         meta.setdefault(key, default)
     tables = canonicalize(raw, meta)
     _fill_span(tables, meta)

@@ -136,11 +136,14 @@ def _lost_meta(lost: pl.DataFrame, meta: dict) -> None:
                  pl.coalesce(pl.col("2"), pl.col("3")).cast(pl.Int64).alias("n"))
     per_cpu = meta.setdefault("lost_events_per_cpu", {})
     for cpu, n, unknown in g.group_by("cpu").agg(pl.col("n").sum(), pl.col("n").null_count().alias("u")).sort("cpu").iter_rows():
-        per_cpu[int(cpu)] = per_cpu.get(int(cpu), 0) + int(n)
+        # a marker without a count stands for at least one lost event: counted as 1, as the trace.dat
+        # reader counts a ring-buffer page flagged without a stored count
+        per_cpu[int(cpu)] = per_cpu.get(int(cpu), 0) + int(n) + int(unknown)
         if unknown:
             meta.setdefault("warnings", []).append(
-                f"CPU {cpu}: {unknown} 'EVENTS DROPPED' marker(s) without a count: more events were lost than counted")
-            meta["lost_events_unknown"] = True
+                f"CPU {cpu}: {unknown} 'EVENTS DROPPED' marker(s) without a count, counted as 1 each: "
+                "lost_events is a lower bound")
+            meta["lost_events_exact"] = False
 
 
 def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
