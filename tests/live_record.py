@@ -21,15 +21,18 @@ def _enabled_events(fs: Path) -> list[Path]:
 
 
 def record(fs: Path, out: Path, events: list[str] | None, buffer_kb: int, commands: list[list[str]],
-           text_copy: Path | None = None) -> Path:
+           text_copy: Path | None = None, stats: dict[int, str] | None = None, overwrite: bool = True) -> Path:
     """Trace `commands` (run one after the other) into `out`.
 
     events: tracefs event paths such as "sched/sched_switch" (those missing on this kernel are skipped),
     or None for every event the kernel has (`events/enable`). buffer_kb: per-CPU ring buffer size.
     text_copy: where to save the kernel's own `trace` text of the same buffer (before extraction
-    consumes it)."""
+    consumes it). stats: filled with each CPU's tracefs `per_cpu/cpuN/stats` text, read before the
+    extraction. overwrite: the ring buffer's mode (`options/overwrite`; False: a full buffer refuses
+    new events instead of overwriting the oldest)."""
     saved_on = _read(fs / "tracing_on").strip()
     saved_kb = _read(fs / "buffer_size_kb").split()[0]
+    saved_overwrite = _read(fs / "options" / "overwrite").strip()
     saved_enabled = _enabled_events(fs)
     switches = [fs / "events" / "enable"] if events is None else \
         [fs / "events" / e / "enable" for e in events if (fs / "events" / e / "enable").exists()]
@@ -37,6 +40,7 @@ def record(fs: Path, out: Path, events: list[str] | None, buffer_kb: int, comman
         (fs / "tracing_on").write_text("0")
         (fs / "trace").write_text("")
         (fs / "buffer_size_kb").write_text(str(buffer_kb))
+        (fs / "options" / "overwrite").write_text("1" if overwrite else "0")
         for s in switches:
             s.write_text("1")
         (fs / "tracing_on").write_text("1")
@@ -45,6 +49,9 @@ def record(fs: Path, out: Path, events: list[str] | None, buffer_kb: int, comman
         (fs / "tracing_on").write_text("0")
         if text_copy is not None:
             text_copy.write_text(_read(fs / "trace"))
+        if stats is not None:
+            for p in (fs / "per_cpu").glob("cpu*/stats"):
+                stats[int(p.parent.name[3:])] = _read(p)
         subprocess.run(["trace-cmd", "extract", "-o", str(out)], check=True, capture_output=True, timeout=120)
         return out
     finally:
@@ -54,4 +61,5 @@ def record(fs: Path, out: Path, events: list[str] | None, buffer_kb: int, comman
             p.write_text("1")
         (fs / "trace").write_text("")
         (fs / "buffer_size_kb").write_text(saved_kb)
+        (fs / "options" / "overwrite").write_text(saved_overwrite)
         (fs / "tracing_on").write_text(saved_on)

@@ -1,17 +1,17 @@
 """Every event this kernel has, recorded live on this machine, decoded by abtest and checked value by value
-against `trace-cmd report` on the same file.
+against `trace-cmd report` on the same file; lost events checked against the kernel's own counters.
 
 With all ~1,500 events on (tracefs `events/enable`) a short workload (hackbench, a directory walk, a
-file written with fsync) produces 100+ event types from many subsystems (sched, irq, timer, syscalls,
+file written with fsync) produces 200+ event types from many subsystems (sched, irq, timer, syscalls,
 kmem, block, ext4, writeback, x86_fpu, rcu, ...) and overflows the 2 MiB per-CPU ring buffers, so the
-file also carries real lost-event markers: their per-CPU sums must equal trace-cmd's
-`CPU:N [M EVENTS DROPPED]` lines (plus 1 for each `CPU:N [EVENTS DROPPED]` page, whose count the kernel
-could not store; the total is then flagged inexact). The tracefs lock is held and every setting is restored
-(tests/live_record.py). The `trace-cmd report` text of the same file must give the text reader the same
-events and lost events.
+file also carries real lost-event markers. Reference for lost events: tracefs `per_cpu/cpuN/stats`,
+read right before `trace-cmd extract` (overwrite mode: `overrun`; non-overwrite mode: `dropped
+events`, which no page marks and `trace-cmd report` does not show). The tracefs lock is held and every
+setting is restored (tests/live_record.py).
 """
 from __future__ import annotations
 
+import re
 import subprocess
 
 import tracedat_ref as ref
@@ -19,13 +19,30 @@ from live_record import record
 from abtest.trace import tracedat, tracedat_format, tracedat_layout
 from abtest.trace.readers import read_trace
 
+WORKLOAD = [["hackbench", "-l", "20"], ["sh", "-c", "ls -R /usr/lib > /dev/null"]]
+
+
+def _counters(stats_text: str) -> dict[str, int]:
+    """`overrun: 12` lines of a tracefs per-CPU stats file."""
+    return {k: int(v) for k, v in re.findall(r"^([a-z ]+): (\d+)$", stats_text, re.M)}
+
+
+def _kernel_lost(stats: dict[int, str]) -> dict[str, int]:
+    """Events each CPU's ring buffer lost, as the kernel counted them (CPUs with none left out)."""
+    out = {}
+    for cpu, text in stats.items():
+        c = _counters(text)
+        n = c["overrun"] + c.get("dropped events", 0) + c.get("commit overrun", 0)
+        if n:
+            out[str(cpu)] = n
+    return out
+
 
 def test_every_kernel_event_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_path):
-    out = record(tracefs_lock, tmp_path / "all-events.dat", None, 2048, [
-        ["hackbench", "-l", "20"],
-        ["sh", "-c", "ls -R /usr/lib > /dev/null"],
+    stats: dict[int, str] = {}
+    out = record(tracefs_lock, tmp_path / "all-events.dat", None, 2048, WORKLOAD + [
         ["dd", "if=/dev/zero", f"of={tmp_path / 'written'}", "bs=1M", "count=8", "conv=fsync"],
-    ])
+    ], stats=stats, text_copy=tmp_path / "kernel.txt")
     data = out.read_bytes()
     raw, meta = tracedat.read(out, data)
     reference = ref.events(str(out))
@@ -40,14 +57,16 @@ def test_every_kernel_event_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_pa
     assert checked["events"] == sum(counts.values()) - counts.get("bprint", 0)
     assert checked["symbols"] > 0  # code addresses (call sites, ips) were checked against kallsyms
 
-    # lost events: a page whose count the kernel could not store adds 1 (a lower bound) and marks the
-    # total inexact (docs/ingest.md); trace-cmd prints `[EVENTS DROPPED]` without a number for it
+    # lost events: the kernel's counters; trace-cmd prints `[M EVENTS DROPPED]` for pages with a stored
+    # count and `[EVENTS DROPPED]` for a page the kernel had no room to store it in
     counted, uncounted = ref.dropped_per_cpu(str(out))
     assert sum(counted.values()) > 0, "the ring buffers did not overflow: no lost events to check"
-    expected = {cpu: counted.get(cpu, 0) + uncounted.get(cpu, 0) for cpu in set(counted) | set(uncounted)}
-    assert meta["lost_events_per_cpu"] == {str(cpu): n for cpu, n in expected.items() if n}
-    assert meta["lost_events"] == sum(expected.values())
-    assert meta.get("lost_events_exact", True) == (not uncounted)
+    kernel = _kernel_lost(stats)
+    assert {c: n for c, n in meta["lost_events_per_cpu"].items() if n} == kernel
+    assert meta["lost_events"] == sum(kernel.values()) and meta["lost_events_exact"] is True
+    for cpu, n in counted.items():  # the pages' counts add up to the kernel's overrun where all are stored
+        if not uncounted.get(cpu):
+            assert n == kernel[str(cpu)], cpu
 
     # the same file rewritten as v6 without compression decodes to the very same tables
     v6 = tmp_path / "all-events-v6.dat"
@@ -59,12 +78,39 @@ def test_every_kernel_event_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_pa
         assert raw6[name].equals(raw[name]), name
     assert meta6["lost_events_per_cpu"] == meta["lost_events_per_cpu"]
 
-    # the same file as `trace-cmd report` text: the text reader finds the same events and lost events
+    # the same file as `trace-cmd report` text: the same events; the text carries only trace-cmd's
+    # markers, so an uncounted one counts 1 there and the total is flagged as a lower bound
     txt = tmp_path / "all-events.txt"
     txt.write_text("\n".join(ref.report_lines(str(out), raw=False)) + "\n")
-    as_text, as_dat = read_trace(txt).meta, read_trace(out).meta
+    as_text = read_trace(txt).meta
     assert as_text["format"] == "ftrace-text"
-    assert as_text["events"] == as_dat["events"]
-    assert {str(c): n for c, n in as_text["lost_events_per_cpu"].items() if n} == meta["lost_events_per_cpu"]
-    assert (as_text["lost_events"], as_text["lost_events_exact"]) == (as_dat["lost_events"],
-                                                                       as_dat["lost_events_exact"])
+    assert as_text["events"] == read_trace(out).meta["events"]
+    markers = {str(c): counted.get(c, 0) + uncounted.get(c, 0) for c in set(counted) | set(uncounted)}
+    assert {str(c): n for c, n in as_text["lost_events_per_cpu"].items() if n} == \
+        {c: n for c, n in markers.items() if n}
+    assert as_text["lost_events_exact"] == (not uncounted)
+
+    # the kernel's own text of the same buffer (tracefs `trace`, syscall lines in the kernel's
+    # `sys_read(fd: 3, ...)` / `sys_read -> 0x64` forms): the same events, and as lost events the
+    # entries-written - entries-in-buffer of its header, which is the overrun total
+    kernel_text = read_trace(tmp_path / "kernel.txt").meta
+    assert kernel_text["events"] == as_text["events"]
+    assert any(name.startswith("sys_exit_") for name in kernel_text["events"])
+    assert kernel_text["lost_events"] == meta["lost_events"]
+
+
+def test_events_refused_by_a_full_buffer_are_reported(tracefs_lock, tmp_path):
+    """Non-overwrite mode: a full ring buffer refuses new events. No page marks them and `trace-cmd
+    report` prints nothing about them; the file's saved ring-buffer statistics count them."""
+    stats: dict[int, str] = {}
+    out = record(tracefs_lock, tmp_path / "refused.dat", None, 1024, WORKLOAD, stats=stats, overwrite=False)
+    kernel = _kernel_lost(stats)
+    assert sum(_counters(t).get("dropped events", 0) for t in stats.values()) > 0, stats
+    assert ref.dropped_per_cpu(str(out)) == ({}, {})
+    meta = read_trace(out).meta
+    assert {c: n for c, n in meta["lost_events_per_cpu"].items() if n} == kernel
+    assert meta["lost_events"] == sum(kernel.values()) and meta["lost_events_exact"] is True
+    assert any("non-overwrite" in w for w in meta["warnings"])
+    # the events that did fit decode as trace-cmd reports them
+    counts = {name: df.height for name, df in tracedat.read(out, out.read_bytes())[0].items()}
+    assert counts == {ev: len(rows) for ev, rows in ref.events(str(out)).items()}

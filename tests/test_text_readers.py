@@ -519,3 +519,24 @@ def test_text_reader_agrees_with_trace_dat_reader(traces, tmp_path):
         assert {"ts", "cpu"} <= set(cols) and len(cols) >= 4, (ev, a.columns, b.columns)
         as_text = [pl.col(pl.Categorical).cast(pl.Utf8)]
         assert a.select(cols).with_columns(as_text).equals(b.select(cols).with_columns(as_text)), ev
+
+
+def test_kernel_syscall_line_forms(tmp_path):
+    """The kernel prints syscall events without an `EVENT:` name (kernel/trace/trace_syscalls.c). The
+    lines below are copied from tracefs `trace` text recorded on this machine with every event on
+    (tests/test_live_all_events.py reads whole such files)."""
+    path = tmp_path / "syscalls.txt"
+    path.write_text(
+        "# tracer: nop\n#\n# entries-in-buffer/entries-written: 5/5   #P:2\n#\n"
+        "       hackbench-3008    [000] ..... 55060.726663: sys_read -> 0x64\n"
+        "       hackbench-3008    [000] ..... 55060.726669: sys_read(fd: 7, buf: 0x7fffb4c35680, count: 0x64)\n"
+        "       hackbench-3008    [000] ..... 55060.726793: sys_exit_group(error_code: 0)\n"
+        "       hackbench-2681    [000] ..... 55060.731749: sys_wait4 -> 0xa8f\n"
+        "          python-2565    [000] ..... 55060.757724: sys_vfork()\n")
+    data = read_trace(path)
+    assert data.meta["events"] == {"sys_enter_exit_group": 1, "sys_enter_read": 1, "sys_enter_vfork": 1,
+                                   "sys_exit_read": 1, "sys_exit_wait4": 1}
+    enter = data.tables["sys_enter_read"].row(0, named=True)
+    assert (enter["fd"], enter["count"], enter["ts"]) == (7, "0x64", 55060726669000)
+    assert data.tables["sys_exit_wait4"]["ret"].to_list() == ["0xa8f"]
+    assert data.tables["sys_enter_exit_group"]["error_code"].to_list() == [0]

@@ -11,6 +11,8 @@ event line     ``COMM-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC: EVENT: PAYLOAD`` (or 
                fraction digits and becomes exact Int64 ns (integer arithmetic, never float).
                EVENT ``<stack trace>`` / ``<user stack trace>`` (no colon) -> kernel_stack / user_stack.
 function line  ``... SEC.FRAC: func <-parent`` (function tracer) -> event ``function`` (ip, parent_ip).
+syscall line   ``... SEC.FRAC: sys_read(fd: 7, count: 0x64)`` / ``sys_read -> 0x64`` (the kernel's own
+               text of syscall events) -> events ``sys_enter_read`` (fd, count, ...) / ``sys_exit_read`` (ret).
 stack line     `` => symbol`` continuation of the previous event -> joined into its ``stack`` column
                (``buf`` for kernel_stack / user_stack events).
 lost line      ``CPU:N [LOST M EVENTS]`` (tracefs), ``CPU:N [M EVENTS DROPPED]`` /
@@ -51,6 +53,12 @@ EVENT_FIELDS_RE = (
 (_G_HEAD, _G_PID, _G_TGID, _G_CPU, _G_FLAGS, _G_CPU_LAT, _G_FLAGS_LAT, _G_SEC, _G_FRAC, _G_EVENT,
  _G_STACK) = (str(i) for i in range(1, 12))
 FUNCTION_PAYLOAD_RE = r"^[^ \t]+[ \t]+<-[^ \t]+"
+# The kernel prints syscall events in forms of its own, with no ``EVENT:`` name
+# (kernel/trace/trace_syscalls.c): entry ``sys_read(fd: 7, buf: 0x7ffc1000, count: 0x64)`` is event
+# sys_enter_read, exit ``sys_read -> 0x64`` is event sys_exit_read (trace-cmd report prints the
+# `sys_enter_read:` / `sys_exit_read:` names instead, which need nothing special).
+SYSCALL_ENTER_RE = r"^sys_([A-Za-z0-9_]+)\((.*)\)[ \t]*$"
+SYSCALL_EXIT_RE = r"^sys_([A-Za-z0-9_]+) -> ([^ \t]+)[ \t]*$"
 HEADER_RE = r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
 LOST_RE = r"^\s*CPU:(\d+) \[(?:LOST (\d+) EVENTS|(\d+) EVENTS DROPPED|EVENTS DROPPED)\]\s*$"
 STACK_RE = r"^\s*=> "
@@ -160,10 +168,28 @@ def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(pl.coalesce(_G_CPU, _G_CPU_LAT).alias(_G_CPU),
                          pl.coalesce(_G_FLAGS, _G_FLAGS_LAT).alias(_G_FLAGS),
                          pl.col(_G_FLAGS_LAT).is_not_null().alias("_latency_form")).drop(_G_CPU_LAT, _G_FLAGS_LAT)
-    return df.with_columns(
+    df = df.with_columns(
         text.str.slice(0, pl.col("_pos")).str.strip_chars_start().alias("_comm"),
         tail.str.slice(pl.col(_G_HEAD).str.len_chars()).alias("_rest"),
     ).drop("_tail")
+    return _syscall_columns(df)
+
+
+def _syscall_columns(df: pl.DataFrame) -> pl.DataFrame:
+    """+ ``_sys_event`` / ``_sys_payload``: the event name and ``key=value`` payload of lines in the
+    kernel's syscall forms (SYSCALL_ENTER_RE / SYSCALL_EXIT_RE), null on other lines."""
+    nameless = pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
+    df = df.with_columns(
+        pl.when(nameless).then(pl.col("_rest").str.extract_groups(SYSCALL_ENTER_RE)).alias("_enter"),
+        pl.when(nameless).then(pl.col("_rest").str.extract_groups(SYSCALL_EXIT_RE)).alias("_exit"),
+    )
+    enter, exit_ = pl.col("_enter").struct, pl.col("_exit").struct
+    # "fd: 7, buf: 0x7ffc1000" -> "fd=7 buf=0x7ffc1000" (argument values are numbers, never ", ")
+    args = enter.field("2").str.replace_all(r"(?:^|, )([A-Za-z0-9_]+): ", " ${1}=").str.strip_chars()
+    return df.with_columns(
+        pl.coalesce(pl.lit("sys_enter_") + enter.field("1"), pl.lit("sys_exit_") + exit_.field("1")).alias("_sys_event"),
+        pl.coalesce(args, pl.lit("ret=") + exit_.field("2")).alias("_sys_payload"),
+    ).drop("_enter", "_exit")
 
 
 def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFrame:
@@ -173,7 +199,8 @@ def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFr
     sec = pl.col(_G_SEC).cast(pl.Int64)
     # no fraction: a raw clock count (counter / x86-tsc clocks, trace-cmd's instance output), kept as is
     ts = pl.when(frac.is_null()).then(sec).otherwise(sec * 1_000_000_000 + frac.str.pad_end(9, "0").cast(pl.Int64))
-    event = pl.coalesce(pl.col(_G_EVENT), pl.col(_G_STACK).replace(STACK_EVENT_NAMES), pl.lit("function"))
+    event = pl.coalesce(pl.col(_G_EVENT), pl.col(_G_STACK).replace(STACK_EVENT_NAMES), pl.col("_sys_event"),
+                        pl.lit("function"))
     cols = [
         pl.col("_line"),
         ts.alias("ts"),
@@ -187,7 +214,7 @@ def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFr
         cols.append(pl.col("_instance").alias("instance"))
     cols += [
         pl.when(event == OLD_MARKER_EVENT).then(pl.lit("tracing_mark_write")).otherwise(event).alias("event"),
-        pl.col("_rest").str.strip_chars().alias("payload"),
+        pl.coalesce(pl.col("_sys_payload"), pl.col("_rest").str.strip_chars()).alias("payload"),
     ]
     if has_flags:
         cols += flags_columns(pl.col(_G_FLAGS), pl.col("_latency_form"))
@@ -277,7 +304,7 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
                                        f"(record trace events, or use trace.dat)")
         _raise_bad_line(path, bad, "unrecognised line")
     groups = lines.filter(is_event)
-    bad = groups.filter(pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
+    bad = groups.filter(pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null() & pl.col("_sys_event").is_null()
                         & ~pl.col("_rest").str.contains(FUNCTION_PAYLOAD_RE))
     if bad.height:
         _raise_bad_line(path, bad, "unrecognised line")

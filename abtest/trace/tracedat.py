@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from abtest.trace import tracedat_format as tf
 from abtest.trace.errors import TraceFormatError
+from abtest.trace.tracedat_lost import LostEvents, lost_events
 from abtest.trace.tracedat_layout import Layout, load_kallsyms, parse_layout
 
 _INT_DTYPES = {np.dtype(t): d for t, d in (
@@ -352,14 +353,12 @@ def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict
         raw[name] = frame
     del frames
     unknown_pages = {str(c): int(n) for c, n in stats["lost_unknown_pages"].items()}
-    # a page flagged RB_MISSED_EVENTS without a stored count lost at least one event: count it as 1
-    lost_per_cpu = {str(c): int(n) + unknown_pages.get(str(c), 0) for c, n in sorted(stats["lost"].items())}
-    lost = sum(lost_per_cpu.values())
-    if lost:
-        warnings.append(f"{lost} events lost in the ring buffer (per CPU: {lost_per_cpu})")
-    if unknown_pages:
-        warnings.append(f"events lost before {sum(unknown_pages.values())} ring-buffer pages without a stored "
-                        f"count (per CPU: {unknown_pages}): lost_events is a lower bound")
+    lost = lost_events({int(c): int(n) for c, n in stats["lost"].items()},
+                       {int(c): int(n) for c, n in stats["lost_unknown_pages"].items()}, lay.cpustats)
+    lost_per_cpu = {str(c): n for c, n in lost.per_cpu.items()}
+    if lost.total:
+        warnings.append(f"{lost.total} events lost in the ring buffer (per CPU: {lost_per_cpu})")
+    warnings += lost.warnings
     if res["short_fields"]:
         warnings.append(f"{res['short_fields']} field values lay beyond their record's end and read as 0")
     if res["missing_formats"]:
@@ -367,13 +366,13 @@ def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict
                         f"the file")
     if lay.has_time_shift or lay.guests:
         warnings.append("host/guest time synchronisation data present but not applied")
-    meta = _meta(lay, stats, lost, lost_per_cpu, unknown_pages, warnings)
+    meta = _meta(lay, stats, lost, unknown_pages, warnings)
     meta["event_formats"] = len(index)
     meta["cpus_with_data"] = cpus_with_data
     return {k: raw[k] for k in sorted(raw)}, meta
 
 
-def _meta(lay: Layout, res: dict, lost: int, lost_per_cpu: dict, unknown_pages: dict, warnings: list) -> dict:
+def _meta(lay: Layout, res: dict, lost: LostEvents, unknown_pages: dict, warnings: list) -> dict:
     uname = tf.parse_uname(lay.uname)
     return {
         "format": "trace.dat",
@@ -391,9 +390,9 @@ def _meta(lay: Layout, res: dict, lost: int, lost_per_cpu: dict, unknown_pages: 
         "tracer_version": lay.tracer_version,
         "ts_offset_ns": lay.ts_offset_ns + lay.date_offset_ns,
         "tsc2nsec": list(lay.tsc2nsec) if lay.tsc2nsec else None,
-        "lost_events": lost,
-        "lost_events_per_cpu": lost_per_cpu,
-        "lost_events_exact": not unknown_pages,
+        "lost_events": lost.total,
+        "lost_events_per_cpu": {str(c): n for c, n in lost.per_cpu.items()},
+        "lost_events_exact": lost.exact,
         "lost_pages_without_count_per_cpu": unknown_pages,
         "saved_cmdlines": sum(map(bool, map(str.strip, lay.cmdlines.splitlines()))),  # non-blank lines
         "ring_buffer_pages": int(res["pages"]),
