@@ -29,7 +29,7 @@ def info_dict(t: Trace) -> dict:
         "event_aliases": m.get("event_aliases", {}),
         "lost_events": int(m.get("lost_events") or 0),
         "lost_events_per_cpu": m.get("lost_events_per_cpu", {}),
-        # False when some lost-event marker carried no count (each counted as 1: a lower bound)
+        # False when some lost-event count is unknown (counted as 1 each: lost_events is a lower bound)
         "lost_events_exact": bool(m.get("lost_events_exact", True)),
         "kernel": m.get("kernel", {}),
         "platform": m.get("platform"),
