@@ -56,13 +56,12 @@ def _ours_as_text(value, dtype) -> str:
     return str(value)
 
 
-def compare_fields(raw: dict, path: str) -> int:
-    """Assert that every event in `trace-cmd report -R -t path` (except bprint, whose raw form is the
-    binary argument block) has the same ts, cpu, common_pid and field values in the raw tables.
-    Returns the number of events checked."""
-    reference = events(path)
-    checked = 0
-    for ev, rows in reference.items():
+def _event_pairs(raw: dict, path: str):
+    """Every event of `trace-cmd report -R -t path` except bprint (whose raw form is the binary argument
+    block) with its row of the raw table, matched in (ts, cpu) order: yields (event, field names, their
+    dtypes, our row (ts, cpu, common_pid, fields...), trace-cmd's field texts). Asserts equal counts per
+    event and equal ts, cpu and common_pid."""
+    for ev, rows in events(path).items():
         if ev == "bprint":
             continue
         df = raw[ev]
@@ -78,25 +77,34 @@ def compare_fields(raw: dict, path: str) -> int:
             assert mine[:3] == their[:3], (ev, mine[:3], their)
             values = parse_fields(their[3].strip(), names)
             assert values is not None, (ev, names, their[3])
-            for name, dt, v_mine, v_ref in zip(names, dtypes, mine[3:], values):
-                if ev == "kernel_stack" and name == "caller":
-                    # the table holds the `size` real entries; trace-cmd prints the declared 8 slots,
-                    # reading past a shorter record: compare the entries both have
-                    size = mine[3 + names.index("size")]
-                    assert len(v_mine) == size, (ev, v_mine, size)
-                    ours_txt = _ours_as_text(v_mine[:8], dt)[len("ARRAY["):-1]
-                    assert v_ref[len("ARRAY["):-1].startswith(ours_txt), (ev, ours_txt, v_ref)
-                elif name == "buf" and ev == "print":
-                    assert v_mine.rstrip("\n") == v_ref, (ev, v_mine, v_ref)
-                elif name == "ip" and not v_ref.lstrip("-").isdigit() and not v_ref.startswith("0x"):
-                    continue  # trace-cmd prints the symbol name of an ip; the table keeps the address
-                elif v_ref.startswith("0x") and isinstance(v_mine, int):
-                    assert v_mine == int(v_ref, 16), (ev, name, v_mine, v_ref)
-                elif isinstance(v_mine, int):  # e.g. target_cpu is printed as %03d
-                    assert v_mine == int(v_ref, 10), (ev, name, v_mine, v_ref)
-                else:
-                    assert _ours_as_text(v_mine, dt) == v_ref, (ev, name, v_mine, v_ref, their)
-            checked += 1
+            yield ev, names, dtypes, mine, values
+
+
+def compare_fields(raw: dict, path: str) -> int:
+    """Assert that every event in `trace-cmd report -R -t path` (except bprint, whose raw form is the
+    binary argument block) has the same ts, cpu, common_pid and field values in the raw tables.
+    Returns the number of events checked."""
+    checked = 0
+    for ev, names, dtypes, mine, values in _event_pairs(raw, path):
+        for name, dt, v_mine, v_ref in zip(names, dtypes, mine[3:], values):
+            if ev == "kernel_stack" and name == "caller":
+                # the table holds the `size` real entries; trace-cmd prints the declared 8 slots,
+                # reading past a shorter record: compare the entries both have
+                size = mine[3 + names.index("size")]
+                assert len(v_mine) == size, (ev, v_mine, size)
+                ours_txt = _ours_as_text(v_mine[:8], dt)[len("ARRAY["):-1]
+                assert v_ref[len("ARRAY["):-1].startswith(ours_txt), (ev, ours_txt, v_ref)
+            elif name == "buf" and ev == "print":
+                assert v_mine.rstrip("\n") == v_ref, (ev, v_mine, v_ref)
+            elif name == "ip" and not v_ref.lstrip("-").isdigit() and not v_ref.startswith("0x"):
+                continue  # trace-cmd prints the symbol name of an ip; the table keeps the address
+            elif v_ref.startswith("0x") and isinstance(v_mine, int):
+                assert v_mine == int(v_ref, 16), (ev, name, v_mine, v_ref)
+            elif isinstance(v_mine, int):  # e.g. target_cpu is printed as %03d
+                assert v_mine == int(v_ref, 10), (ev, name, v_mine, v_ref)
+            else:
+                assert _ours_as_text(v_mine, dt) == v_ref, (ev, name, v_mine, v_ref, mine[:3])
+        checked += 1
     return checked
 
 
@@ -137,7 +145,7 @@ class Symbols:
         at = self.addrs[i - 1]
         lo = bisect.bisect_left(self.addrs, at)
         off = addr - at
-        return {n for n in self.names[lo:i]} | {f"{n}+0x{off:x}" for n in self.names[lo:i]}
+        return set(self.names[lo:i]) | {f"{n}+0x{off:x}" for n in self.names[lo:i]}
 
 
 def compare_fields_as_printed(raw: dict, path: str, printk: dict[int, str], syms: Symbols) -> dict[str, int]:
@@ -147,36 +155,21 @@ def compare_fields_as_printed(raw: dict, path: str, printk: dict[int, str], syms
     a code address as its kernel symbol (looked up in the file's kallsyms, `syms`). Asserts on the
     first difference; returns counts: events checked, fields matched through printk formats and symbols."""
     checked = via_printk = via_symbol = 0
-    for ev, rows in events(path).items():
-        if ev == "bprint":
-            continue
-        df = raw[ev]
-        cpu_col = "buffer_cpu" if "buffer_cpu" in df.columns else "cpu"
-        names = [c for c in df.columns if c not in ("ts", "buffer_cpu", "common_pid") and
-                 not (c == "cpu" and cpu_col == "cpu") and not c.startswith("common_")]
-        dtypes = [df.schema[c] for c in names]
-        ours = sorted(zip(df["ts"].to_list(), df[cpu_col].to_list(), df["common_pid"].to_list(),
-                          *[df[c].to_list() for c in names]), key=lambda r: (r[0], r[1]))
-        theirs = sorted(rows, key=lambda r: (r[0], r[1]))
-        assert len(ours) == len(theirs), ev
-        for mine, their in zip(ours, theirs):
-            assert mine[:3] == their[:3], (ev, mine[:3], their)
-            values = parse_fields(their[3].strip(), names)
-            assert values is not None, (ev, names, their[3])
-            for name, dt, v_mine, v_ref in zip(names, dtypes, mine[3:], values):
-                if ev == "kernel_stack" and name == "caller":
-                    continue  # compared by compare_fields on the sched traces; trace-cmd reads past the record
-                if name == "buf" and ev == "print":
-                    assert v_mine.rstrip("\n") == v_ref, (ev, v_mine, v_ref)
-                elif isinstance(v_mine, int) and v_mine in printk and printk[v_mine].strip('"') == v_ref:
-                    via_printk += 1
-                elif isinstance(v_mine, int) and v_ref in syms.printed(v_mine & (1 << 64) - 1):
-                    via_symbol += 1
-                elif isinstance(v_mine, int):
-                    assert _printed_integer_matches(v_mine, v_ref, _INT_BITS.get(dt, 64)), (ev, name, v_mine, v_ref)
-                else:
-                    assert _ours_as_text(v_mine, dt) == v_ref, (ev, name, v_mine, v_ref, their)
-            checked += 1
+    for ev, names, dtypes, mine, values in _event_pairs(raw, path):
+        for name, dt, v_mine, v_ref in zip(names, dtypes, mine[3:], values):
+            if ev == "kernel_stack" and name == "caller":
+                continue  # compared by compare_fields on the sched traces; trace-cmd reads past the record
+            if name == "buf" and ev == "print":
+                assert v_mine.rstrip("\n") == v_ref, (ev, v_mine, v_ref)
+            elif isinstance(v_mine, int) and v_mine in printk and printk[v_mine].strip('"') == v_ref:
+                via_printk += 1
+            elif isinstance(v_mine, int) and v_ref in syms.printed(v_mine & (1 << 64) - 1):
+                via_symbol += 1
+            elif isinstance(v_mine, int):
+                assert _printed_integer_matches(v_mine, v_ref, _INT_BITS.get(dt, 64)), (ev, name, v_mine, v_ref)
+            else:
+                assert _ours_as_text(v_mine, dt) == v_ref, (ev, name, v_mine, v_ref, mine[:3])
+        checked += 1
     return {"events": checked, "printk": via_printk, "symbols": via_symbol}
 
 

@@ -178,7 +178,9 @@ def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
 def _syscall_columns(df: pl.DataFrame) -> pl.DataFrame:
     """+ ``_sys_event`` / ``_sys_payload``: the event name and ``key=value`` payload of lines in the
     kernel's syscall forms (SYSCALL_ENTER_RE / SYSCALL_EXIT_RE), null on other lines."""
-    nameless = pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
+    nameless = pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null() & pl.col("_rest").str.starts_with("sys_")
+    if not df.select(nameless.any()).item():  # the usual case: the regular expressions are not run at all
+        return df.with_columns(pl.lit(None, pl.String).alias("_sys_event"), pl.lit(None, pl.String).alias("_sys_payload"))
     df = df.with_columns(
         pl.when(nameless).then(pl.col("_rest").str.extract_groups(SYSCALL_ENTER_RE)).alias("_enter"),
         pl.when(nameless).then(pl.col("_rest").str.extract_groups(SYSCALL_EXIT_RE)).alias("_exit"),

@@ -352,12 +352,10 @@ def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict
                             f"(table {name}, raw bytes in `payload`)")
         raw[name] = frame
     del frames
-    unknown_pages = {str(c): int(n) for c, n in stats["lost_unknown_pages"].items()}
-    lost = lost_events({int(c): int(n) for c, n in stats["lost"].items()},
-                       {int(c): int(n) for c, n in stats["lost_unknown_pages"].items()}, lay.cpustats)
-    lost_per_cpu = {str(c): n for c, n in lost.per_cpu.items()}
+    uncounted = {int(c): int(n) for c, n in stats["lost_unknown_pages"].items()}
+    lost = lost_events({int(c): int(n) for c, n in stats["lost"].items()}, uncounted, lay.cpustats)
     if lost.total:
-        warnings.append(f"{lost.total} events lost in the ring buffer (per CPU: {lost_per_cpu})")
+        warnings.append(f"{lost.total} events lost in the ring buffer (per CPU: {_str_keys(lost.per_cpu)})")
     warnings += lost.warnings
     if res["short_fields"]:
         warnings.append(f"{res['short_fields']} field values lay beyond their record's end and read as 0")
@@ -366,13 +364,18 @@ def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict
                         f"the file")
     if lay.has_time_shift or lay.guests:
         warnings.append("host/guest time synchronisation data present but not applied")
-    meta = _meta(lay, stats, lost, unknown_pages, warnings)
+    meta = _meta(lay, stats, lost, uncounted, warnings)
     meta["event_formats"] = len(index)
     meta["cpus_with_data"] = cpus_with_data
     return {k: raw[k] for k in sorted(raw)}, meta
 
 
-def _meta(lay: Layout, res: dict, lost: LostEvents, unknown_pages: dict, warnings: list) -> dict:
+def _str_keys(per_cpu: dict[int, int]) -> dict[str, int]:
+    """{cpu: n} with the CPU numbers as strings, as meta (and its JSON) holds per-CPU counts."""
+    return {str(c): n for c, n in per_cpu.items()}
+
+
+def _meta(lay: Layout, res: dict, lost: LostEvents, uncounted: dict[int, int], warnings: list) -> dict:
     uname = tf.parse_uname(lay.uname)
     return {
         "format": "trace.dat",
@@ -391,9 +394,9 @@ def _meta(lay: Layout, res: dict, lost: LostEvents, unknown_pages: dict, warning
         "ts_offset_ns": lay.ts_offset_ns + lay.date_offset_ns,
         "tsc2nsec": list(lay.tsc2nsec) if lay.tsc2nsec else None,
         "lost_events": lost.total,
-        "lost_events_per_cpu": {str(c): n for c, n in lost.per_cpu.items()},
+        "lost_events_per_cpu": _str_keys(lost.per_cpu),
         "lost_events_exact": lost.exact,
-        "lost_pages_without_count_per_cpu": unknown_pages,
+        "lost_pages_without_count_per_cpu": _str_keys(uncounted),
         "saved_cmdlines": sum(map(bool, map(str.strip, lay.cmdlines.splitlines()))),  # non-blank lines
         "ring_buffer_pages": int(res["pages"]),
         "records": int(res["records"]),
