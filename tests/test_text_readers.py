@@ -18,6 +18,7 @@ import pytest
 
 from abtest.trace import ftrace_text
 from abtest.trace.detect import detect_format
+from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
 from abtest.trace.schema import EVENT_ALIASES
 
@@ -540,3 +541,28 @@ def test_kernel_syscall_line_forms(tmp_path):
     assert (enter["fd"], enter["count"], enter["ts"]) == (7, "0x64", 55060726669000)
     assert data.tables["sys_exit_wait4"]["ret"].to_list() == ["0xa8f"]
     assert data.tables["sys_enter_exit_group"]["error_code"].to_list() == [0]
+
+
+def test_multi_line_kernel_messages(tmp_path):
+    """A newline inside a printk message continues the console event on the next lines of the kernel's
+    text (lines as tracefs printed them on this machine). Only after a console event: an unrecognised
+    line after any other event, a trace_marker write included, is still an error."""
+    head = "# tracer: nop\n#\n"
+    path = tmp_path / "multi.txt"
+    path.write_text(
+        head + "              sh-1670    [001] d.... 57952.875240: console: abtest console test one\n"
+        "              sh-1670    [001] d.... 57952.875267: console: two\nlines\nand three\n"
+        "              sh-1671    [000] ..... 57952.875300: tracing_mark_write: abtest marker\n"
+        "              sh-1671    [000] d..2. 57952.875400: sched_switch: prev_comm=sh prev_pid=1671 prev_prio=120 "
+        "prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120\n")
+    data = read_trace(path)
+    assert data.tables["console"]["buf"].to_list() == ["abtest console test one", "two\nlines\nand three"]
+    assert data.tables["marker"]["text"].to_list() == ["abtest marker"]
+    assert data.meta["events"]["sched_switch"] == 1
+    assert any("continue the text" in w for w in data.meta["warnings"])
+    bad = tmp_path / "bad.txt"
+    for event in ("sched_switch: prev_comm=sh prev_pid=1671 prev_prio=120 prev_state=S ==> next_comm=swapper/0 "
+                  "next_pid=0 next_prio=120", "tracing_mark_write: abtest marker"):
+        bad.write_text(head + f"              sh-1671    [000] d..2. 57952.875400: {event}\ngarbage here\n")
+        with pytest.raises(TraceFormatError, match="line 4"):
+            read_trace(bad)

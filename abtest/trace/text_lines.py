@@ -17,6 +17,8 @@ stack line     `` => symbol`` continuation of the previous event -> joined into 
                (``buf`` for kernel_stack / user_stack events).
 lost line      ``CPU:N [LOST M EVENTS]`` (tracefs), ``CPU:N [M EVENTS DROPPED]`` /
                ``CPU:N [EVENTS DROPPED]`` (trace-cmd report): counted per CPU in the metadata.
+text line      an unrecognised line right after a ``console`` event (or after such lines) is the rest of
+               the kernel message's text (a newline inside it): joined to its payload with a warning.
 header         ``# ...`` comments (``# tracer: X``; ``# entries-in-buffer/entries-written: X/Y   #P:N``
                gives the CPU count and, when Y > X, the events overwritten in the ring buffer),
                trace-cmd report headers ``version = N``, ``cpus=N``, ``CPU N is empty``, blank lines.
@@ -66,6 +68,10 @@ ENTRIES_RE = r"^#\s*entries-in-buffer/entries-written:\s*(\d+)/(\d+)\s+#P:(\d+)"
 BINARY_RE = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
 STACK_EVENT_NAMES = {"<stack trace>": "kernel_stack", "<user stack trace>": "user_stack"}
 OLD_MARKER_EVENT = "0"
+# Events whose text may hold newlines that carry the event on over the next lines: kernel messages
+# (printk's `console` event). Marker writes are not joined: in atrace/systrace text nearly every line is
+# one, so a garbage line would pass as the rest of one (such a line stays an error; use trace.dat).
+TEXT_PAYLOAD_EVENTS = ["console"]
 EXPECTED_LINE = ("an ftrace event line 'COMM-PID [CPU] SECONDS.FRACTION: EVENT: FIELDS', "
                  "a '#' comment or a trace-cmd report header")
 
@@ -223,6 +229,32 @@ def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFr
     return ev.select(cols)
 
 
+def _join_continuations(lines: pl.DataFrame, others: pl.DataFrame, warnings: list) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Unrecognised lines that follow a free-text event (TEXT_PAYLOAD_EVENTS, with only such lines in
+    between) are the rest of its text: appended to its payload after a newline. Returns the event lines
+    with those payloads, and the unrecognised lines left (an error for the caller)."""
+    kind = pl.col("_kind")
+    owners = pl.concat([
+        lines.filter(pl.col("_pos").is_not_null())
+        .select("_line", pl.col(_G_EVENT).is_in(TEXT_PAYLOAD_EVENTS).fill_null(False).alias("_text")),
+        others.select("_line", pl.when(kind != "bad").then(pl.lit(False)).alias("_text")),
+    ]).sort("_line").with_columns(
+        pl.when(pl.col("_text").is_not_null()).then(pl.col("_line")).forward_fill().alias("_owner"),
+        pl.col("_text").forward_fill().fill_null(False).alias("_owner_text"),
+    )
+    more = owners.filter(pl.col("_text").is_null() & pl.col("_owner_text")).select("_line", "_owner")
+    if more.is_empty():
+        return lines, others.filter(kind == "bad")
+    joined = (more.join(others.select("_line", "text"), on="_line").sort("_line")
+              .group_by("_owner", maintain_order=True).agg(pl.col("text").str.join("\n").alias("_more")))
+    warnings.append(f"{more.height} lines continue the text of {joined.height} console events (newlines "
+                    f"inside kernel messages): joined to it")
+    lines = lines.join(joined, left_on="_line", right_on="_owner", how="left").with_columns(
+        pl.when(pl.col("_more").is_null()).then(pl.col("_rest"))
+        .otherwise(pl.col("_rest") + "\n" + pl.col("_more")).alias("_rest")).drop("_more")
+    return lines, others.filter(kind == "bad").join(more, on="_line", how="anti")
+
+
 def _attach_stacks(events: pl.DataFrame, stacks: pl.DataFrame, path) -> pl.DataFrame:
     """`` => sym`` lines -> newline-joined ``stack`` text on the event line they follow."""
     if stacks.is_empty():
@@ -299,6 +331,8 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
         .otherwise(pl.lit("bad")).alias("_kind")
     )
     bad = others.filter(pl.col("_kind") == "bad")
+    if bad.height:
+        lines, bad = _join_continuations(lines, others, warnings)
     if bad.height:
         tracer = others["text"].str.extract(r"^#\s*tracer:\s*(\S+)").drop_nulls()
         if tracer.len() and tracer[0] in ("function_graph", "wakeup", "wakeup_rt", "irqsoff", "preemptoff"):

@@ -350,7 +350,7 @@ def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict
         if ev_id not in formats:
             warnings.append(f"{len(cols['ts'])} events with id {ev_id} have no usable format in the file "
                             f"(table {name}, raw bytes in `payload`)")
-        raw[name] = frame
+        raw[name] = _constant_strings(frame, formats[ev_id], setup.printk) if ev_id in formats else frame
     del frames
     uncounted = {int(c): int(n) for c, n in stats["lost_unknown_pages"].items()}
     lost = lost_events({int(c): int(n) for c, n in stats["lost"].items()}, uncounted, lay.cpustats)
@@ -368,6 +368,28 @@ def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict
     meta["event_formats"] = len(index)
     meta["cpus_with_data"] = cpus_with_data
     return {k: raw[k] for k in sorted(raw)}, meta
+
+
+_CHAR_POINTER = re.compile(r"\bchar\s*\*$")
+
+
+def _constant_strings(frame: pl.DataFrame, ev: tf.EventFormat, printk: dict[int, bytes]) -> pl.DataFrame:
+    """`const char *` fields that point to constant strings the kernel exported with the trace (the
+    file's printk formats, where tracepoint_string() puts them; e.g. rcu_utilization `s`, wbt_step
+    `msg`) -> those strings, as trace-cmd prints them (NULL -> null). A field holding any other address
+    (a user-space or heap pointer, e.g. a syscall's `filename`) keeps its integer addresses."""
+    names = [f.name for f in ev.fields if f.kind == tf.KIND_INT and _CHAR_POINTER.search(f.type)
+             and f.name in frame.columns]
+    if not names or not printk:
+        return frame
+    addresses = pl.Series(list(printk), dtype=pl.UInt64)
+    texts = pl.Series([t.decode(errors="replace") for t in printk.values()], dtype=pl.String)
+    for name in names:
+        col = frame[name].cast(pl.UInt64)
+        pointed = set(col.filter(col != 0).unique().to_list())
+        if pointed and pointed <= printk.keys():
+            frame = frame.with_columns(col.replace_strict(addresses, texts, default=None).alias(name))
+    return frame
 
 
 def _str_keys(per_cpu: dict[int, int]) -> dict[str, int]:

@@ -72,6 +72,9 @@ def _classify(decl: str, offset: int, size: int, signed_txt: str | None) -> Fiel
     # split "type name" (name may carry [N]); data_loc form is "char[] name"
     type_part, _, name = decl.rpartition(" ")
     type_part = type_part.strip()
+    if name.startswith("*"):  # "const char *name": the stars belong to the type
+        stars = len(name) - len(name.lstrip("*"))
+        type_part, name = f"{type_part} {'*' * stars}".strip(), name[stars:]
     count_txt = None
     m = _ARRAY_RE.match(name)
     if m:
