@@ -7,7 +7,8 @@ from many subsystems (sched, irq, timer, syscalls, kmem, block, ext4, writeback,
 overflows the 2 MiB per-CPU ring buffers, so the file also carries real lost-event markers. Reference
 for lost events: tracefs `per_cpu/cpuN/stats`, read right before `trace-cmd extract` (overwrite mode:
 `overrun`; non-overwrite mode: `dropped events`, which no page marks and `trace-cmd report` does not
-show). The tracefs lock is held and every setting is restored (tests/live_record.py).
+show). The tracefs lock is held and every setting is restored (tests/live_record.py). The file's
+`abtest trace convert` output must read back to the same tables.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import polars as pl
 
 import tracedat_ref as ref
 from live_record import record
+from test_convert import assert_convert_matches
 from abtest.trace import tracedat, tracedat_format, tracedat_layout
 from abtest.trace.readers import read_trace
 
@@ -89,6 +91,11 @@ def test_every_kernel_event_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_pa
     for name in raw:
         assert raw6[name].equals(raw[name]), name
     assert meta6["lost_events_per_cpu"] == meta["lost_events_per_cpu"]
+
+    # `abtest trace convert` (most tables written from the decoder's arrays) reads back to the same
+    # tables and meta as read_trace(); tables with `char *` or list fields take the frame path
+    kept = assert_convert_matches(out, tmp_path / "converted")
+    assert sum(kept.values()) > 100 and not all(kept.values())
 
     # the same file as `trace-cmd report` text: the same events; the text carries only trace-cmd's
     # markers, so an uncounted one counts 1 there and the total is flagged as a lower bound

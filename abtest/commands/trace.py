@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from abtest.trace.api import Trace
+from abtest.trace.api import convert as convert_trace
 
 
 def info_dict(t: Trace) -> dict:
@@ -83,10 +84,9 @@ def info(file: str, as_json: bool, no_cache: bool) -> None:
 def convert(file: str, out_dir: str) -> None:
     """Decode FILE into one parquet file per canonical table plus meta.json in OUT_DIR."""
     t0 = time.perf_counter()
-    t = Trace(file, use_cache=False)
-    out = t.to_dir(out_dir)
-    n = sum(t.events.values())
+    data = convert_trace(file, out_dir)
+    n = sum(data.meta["events"].values())
     dt = time.perf_counter() - t0
-    click.echo(f"wrote {len(t.tables)} tables, {n:,} events to {out} in {dt:.2f} s", err=True)
-    if t.meta.get("lost_events"):
-        click.secho(f"WARNING: {t.meta['lost_events']} events were lost in the ring buffer", fg="yellow", err=True)
+    click.echo(f"wrote {len(data.tables)} tables, {n:,} events to {out_dir} in {dt:.2f} s", err=True)
+    if data.meta.get("lost_events"):
+        click.secho(f"WARNING: {data.meta['lost_events']} events were lost in the ring buffer", fg="yellow", err=True)

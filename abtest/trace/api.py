@@ -19,6 +19,19 @@ from abtest.trace.model import TraceData
 from abtest.trace.readers import read_trace
 
 
+def convert(path: str | os.PathLike, out_dir: str | os.PathLike) -> TraceData:
+    """Decode `path` and write its canonical tables (one parquet file each) + meta.json into out_dir, as
+    `abtest trace convert` does (layout of abtest.trace.cache; written atomically). Returns the TraceData
+    written: its meta, and tables that may be DecodedTables (abtest.trace.decoded), not for analysis.
+
+    A trace.dat's tables that `canonicalize()` leaves unchanged go from the decoder's arrays to the
+    parquet writer without polars frames; the files read back to the frames `Trace(path).df()` gives.
+    """
+    data = read_trace(path, for_writing=True)
+    cache.write_tables(data, out_dir)
+    return data
+
+
 class Trace:
     """A decoded trace with lazy table access.
 
@@ -52,11 +65,10 @@ class Trace:
         key = cache.content_key(self.path)
         entry = cache.cache_root() / key
         if not cache.is_complete(entry):
-            data = read_trace(self.path)
             try:
-                cache.write_tables(data, entry)
+                convert(self.path, entry)
             except OSError:  # read-only cache dir: keep going uncached
-                self._data = data
+                self._data = read_trace(self.path)
                 return
         self._entry = entry
 

@@ -25,6 +25,7 @@ import polars as pl
 import pyarrow as pa
 
 from abtest import _native
+from abtest.trace.decoded import DecodedTable
 
 _NUMERIC = {
     pl.Int8: "i8", pl.Int16: "i16", pl.Int32: "i32", pl.Int64: "i64",
@@ -110,7 +111,7 @@ def _polars_write(df: pl.DataFrame, path: Path) -> None:
     df.write_parquet(path, compression="lz4", statistics=False)
 
 
-def write_parquet_tables(tables: dict[str, pl.DataFrame], out_dir: str | os.PathLike, *,
+def write_parquet_tables(tables: dict[str, pl.DataFrame | DecodedTable], out_dir: str | os.PathLike, *,
                          compression: str = "uncompressed", row_group_rows: int = ROW_GROUP_ROWS,
                          page_rows: int = PAGE_ROWS, ints: str = "auto", threads: int = 0) -> dict[str, int]:
     """Write `out_dir/<name>.parquet` for every table; returns {name: file size in bytes}.
@@ -120,6 +121,7 @@ def write_parquet_tables(tables: dict[str, pl.DataFrame], out_dir: str | os.Path
     bytes; docs/ingest.md) or "lz4_raw" (LZ4 block per page). ints: "auto" (delta for sorted 64-bit, dictionary for small spans, else PLAIN;
     see native/src/parquet_ints.rs), "delta" or "plain". threads: 0 = one per CPU.
     Tables with a dtype the Rust writer does not cover are written by polars (module docstring).
+    A DecodedTable (the trace.dat decoder's arrays, abtest.trace.decoded) is written from those arrays.
     """
     out_dir = Path(out_dir)
     jobs, names, keep = [], [], []
@@ -127,6 +129,11 @@ def write_parquet_tables(tables: dict[str, pl.DataFrame], out_dir: str | os.Path
     sizes: dict[str, int] = {}
     for name, df in tables.items():
         path = out_dir / f"{name}.parquet"
+        if isinstance(df, DecodedTable):
+            schema = _arrow_schema(pl.DataFrame(schema=df.polars_schema()))
+            jobs.append((str(path), schema, df.height, df.writer_columns(keep)))
+            names.append(name)
+            continue
         cols = [] if df.width else None
         for c, s in zip(df.columns, df.iter_columns()):
             spec = _column_spec(c, s, keep, cats)

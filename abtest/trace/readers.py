@@ -11,10 +11,11 @@ from pathlib import Path
 
 import polars as pl
 
+from abtest.trace.decoded import DecodedTable
 from abtest.trace.detect import detect_format
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.model import TraceData
-from abtest.trace.schema import canonicalize, event_counts, sample_counts
+from abtest.trace.schema import canonicalize, event_counts, sample_counts, unchanged_by_canonicalize
 
 # Bumped whenever a reader's output changes: part of the cache key.
 READER_VERSION = "6"
@@ -59,8 +60,12 @@ def _unwrap(path: Path, data: bytes, fmt: str) -> tuple[bytes, str]:
     return data, ""
 
 
-def read_trace(path: str | os.PathLike) -> TraceData:
-    """Decode any supported trace file into canonical tables + metadata (no cache)."""
+def read_trace(path: str | os.PathLike, *, for_writing: bool = False) -> TraceData:
+    """Decode any supported trace file into canonical tables + metadata (no cache).
+
+    for_writing=True: tables of a trace.dat that `canonicalize()` leaves unchanged come back as
+    `DecodedTable`s (the decoder's arrays, abtest.trace.decoded) instead of DataFrames; only the parquet
+    writer (`cache.write_tables`) takes such TraceData. Same tables and meta otherwise."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -87,7 +92,7 @@ def read_trace(path: str | os.PathLike) -> TraceData:
     else:
         with open(path, "rb") as f:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    raw, meta = _decode(path, data, fmt)
+    raw, meta = _decode(path, data, fmt, for_writing)
     # A trace.dat carries the format of every event the kernel knows; only events that occur
     # become tables (so `require()` can say clearly which events were not recorded).
     raw = {name: df for name, df in raw.items() if df.height > 0}
@@ -98,17 +103,23 @@ def read_trace(path: str | os.PathLike) -> TraceData:
     for key, default in (("clock", None), ("lost_events", 0), ("lost_events_per_cpu", {}),
                          ("lost_events_exact", True), ("kernel", {}), ("platform", None), ("warnings", [])):
         meta.setdefault(key, default)
-    tables = canonicalize(raw, meta)
+    kept = {name: t for name, t in raw.items() if isinstance(t, DecodedTable)}
+    tables = canonicalize({name: t for name, t in raw.items() if name not in kept}, meta)
+    tables.update(kept)
     _fill_span(tables, meta)
     meta["events"] = event_counts(tables)
     meta["samples"] = sample_counts(tables)
     return TraceData(tables=tables, meta=meta)
 
 
-def _decode(path: Path, data, fmt: str) -> tuple[dict[str, pl.DataFrame], dict]:
+def _keep_decoded(name: str, table: DecodedTable) -> bool:
+    return unchanged_by_canonicalize(name, table.polars_schema())
+
+
+def _decode(path: Path, data, fmt: str, for_writing: bool) -> tuple[dict, dict]:
     if fmt == "trace.dat":
         from abtest.trace import tracedat
-        return tracedat.read(path, data)
+        return tracedat.read(path, data, keep_decoded=_keep_decoded if for_writing else None)
     if fmt == "perfetto":
         from abtest.trace import perfetto
         return perfetto.read(path, data)
@@ -118,11 +129,18 @@ def _decode(path: Path, data, fmt: str) -> tuple[dict[str, pl.DataFrame], dict]:
     raise TraceFormatError(path, f"no reader for format {fmt!r}")
 
 
-def _fill_span(tables: dict[str, pl.DataFrame], meta: dict) -> None:
+def _fill_span(tables: dict, meta: dict) -> None:
     """start_ns / end_ns: first and last event timestamp over all tables (unless the reader knew better)."""
     starts, ends, cpus = [], [], []
     need_cpus = not meta.get("cpus")  # the max CPU number is scanned only when the reader did not know
     for df in tables.values():
+        if isinstance(df, DecodedTable):  # sorted by ts, never empty
+            first, last = df.ts_bounds()
+            starts.append(first)
+            ends.append(last)
+            if need_cpus and "cpu" in df.columns:
+                cpus.append(df.max_of("cpu"))
+            continue
         if df.is_empty() or "ts" not in df.columns:
             continue
         starts.append(df["ts"].min())

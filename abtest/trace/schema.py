@@ -173,6 +173,16 @@ def _event_cpu_convention(df: pl.DataFrame) -> pl.DataFrame:
             .with_columns(pl.col("cpu").cast(pl.Int32, strict=False)))
 
 
+def unchanged_by_canonicalize(name: str, schema: dict[str, pl.DataType]) -> bool:
+    """True when `canonicalize()` returns the raw table `name` with these columns as it is, provided it
+    is sorted by ts (the trace.dat decoder's tables are): no rename, cast, merge or derived column."""
+    if name in MARKER_EVENTS or name in _CANON_FUNCS or EVENT_ALIASES.get(name, name) != name:
+        return False
+    if name.startswith("sched_pelt_") or "field_cpu" in schema:
+        return False
+    return not any(schema.get(c) == pl.Utf8 for c in _COMM_COLUMNS)
+
+
 def canonicalize(raw: dict[str, pl.DataFrame], meta: dict) -> dict[str, pl.DataFrame]:
     """Raw reader tables -> canonical tables (pure; records renames in meta["event_aliases"])."""
     out: dict[str, pl.DataFrame] = {}

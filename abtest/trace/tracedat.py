@@ -26,12 +26,14 @@ from __future__ import annotations
 import gc
 import mmap
 import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from abtest.trace import decoded
 from abtest.trace import tracedat_format as tf
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.tracedat_lost import LostEvents, lost_events
@@ -156,10 +158,8 @@ def _frames(tables: list[dict]) -> list[pl.DataFrame]:
     out: list = []
     lazy: list[int] = []
     for cols in tables:
-        cpu_name = "buffer_cpu" if "cpu" in cols else "cpu"
         series, cats = [], []
-        for k, v in cols.items():
-            name = cpu_name if k == "__buffer_cpu" else k
+        for name, v in _cpu_names(cols).items():
             if isinstance(v, tuple) and v[0] == "cat":
                 lut = pl.Series(name, _dictionary(v[2], v[3])).cast(pl.Categorical)
                 series.append(pl.Series(name, v[1]))  # u32 codes into the dictionary
@@ -178,17 +178,29 @@ def _frames(tables: list[dict]) -> list[pl.DataFrame]:
     return out
 
 
+def _cpu_names(cols: dict) -> dict:
+    """The decoder's `__buffer_cpu` column renamed: `cpu`, or `buffer_cpu` when the event has its own
+    `cpu` field (see _frames)."""
+    if "__buffer_cpu" not in cols:
+        return cols
+    cpu_name = "buffer_cpu" if "cpu" in cols else "cpu"
+    return {(cpu_name if k == "__buffer_cpu" else k): v for k, v in cols.items()}
+
+
 def _frame(cols: dict) -> pl.DataFrame:
     """One table's decoder columns -> DataFrame (see _frames)."""
     return _frames([cols])[0]
 
 
-def _table_names(index: dict[int, tuple[str, str, str]]) -> dict[int, str]:
-    """Event id -> table name: the kernel event name, `system:name` when two systems share a name."""
-    seen: dict[str, int] = {}
-    for _system, name, _text in index.values():
-        seen[name] = seen.get(name, 0) + 1
-    return {i: (name if seen[name] == 1 else f"{system}:{name}") for i, (system, name, _t) in index.items()}
+def _name_counts(index: dict[int, tuple[str, str, str]]) -> Counter:
+    """How many event formats of the file carry each event name (a name two systems share is qualified)."""
+    return Counter(name for _system, name, _text in index.values())
+
+
+def _table_name(index: dict[int, tuple[str, str, str]], counts: Counter, ev_id: int) -> str:
+    """Table name of an event id: the kernel event name, `system:name` when two systems share a name."""
+    system, name, _text = index[ev_id]
+    return name if counts[name] == 1 else f"{system}:{name}"
 
 
 def _decode_error(path, lay: Layout, err: ValueError) -> TraceFormatError:
@@ -211,7 +223,7 @@ def _decode_error(path, lay: Layout, err: ValueError) -> TraceFormatError:
 last_decode: dict = {}
 
 
-def read(path, data, *, fused: bool = True) -> tuple[dict[str, pl.DataFrame], dict]:
+def read(path, data, *, fused: bool = True, keep_decoded=None) -> tuple[dict, dict]:
     """Decode a trace.dat held in `data` (bytes or mmap). Returns (raw tables by event name, meta).
 
     Only event types with records get a table (the file carries the formats of every event the kernel
@@ -220,11 +232,15 @@ def read(path, data, *, fused: bool = True) -> tuple[dict[str, pl.DataFrame], di
     per-table merge); it falls back to the record-index path when a CPU's timestamps go backwards or
     the data is corrupt (that path then orders the records or raises the exact error). fused=False:
     the record-index path only. Both give identical tables.
+    keep_decoded: optional `(table name, DecodedTable) -> bool`; a table it accepts is returned as that
+    DecodedTable (the decoder's arrays, for writing parquet without polars: abtest.trace.decoded) instead
+    of a DataFrame. Offered only for tables of integer, text and dictionary columns whose fields need no
+    later resolution (no `char *` fields).
     """
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the decode allocates few, large objects: cyclic GC passes would only cost time
     try:
-        return _read(Path(path), data, fused)
+        return _read(Path(path), data, fused, keep_decoded)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -235,7 +251,7 @@ class _Setup:
 
     def __init__(self, path: Path, lay: Layout):
         self.index = _format_index(path, lay)
-        self.names = _table_names(self.index)
+        self.name_counts = _name_counts(self.index)
         self.ph = tf.parse_header_page(lay.header_page, lay.long_size)
         self.first = tf.parse_event_format(next(iter(self.index.values()))[2], "")
         ctype = self.first.field("common_type")
@@ -253,21 +269,21 @@ class _Setup:
         return {i: [_field_spec(ev, f, self.ph.commit_size) for f in _ordered_fields(ev)] for i, ev in formats.items()}
 
 
-def _read(path: Path, data, fused: bool) -> tuple[dict[str, pl.DataFrame], dict]:
+def _read(path: Path, data, fused: bool, keep_decoded) -> tuple[dict, dict]:
     lay = parse_layout(path, data, inflate=not fused)
     setup = _Setup(path, lay)
     if fused:
-        out = _read_fused(path, data, lay, setup)
+        out = _read_fused(path, data, lay, setup, keep_decoded)
         if out is not None:
             return out
         if lay.chunks:  # compressed chunks were only located: inflate them for the record-index path
             lay = parse_layout(path, data)
     else:
         last_decode.update(path="indexed", fallback="fused=False")
-    return _read_indexed(path, lay, setup)
+    return _read_indexed(path, lay, setup, keep_decoded)
 
 
-def _read_fused(path: Path, data, lay: Layout, setup: _Setup):
+def _read_fused(path: Path, data, lay: Layout, setup: _Setup, keep_decoded):
     """The streaming decode (native/src/tracedat_fused.rs); None when the record-index path must run."""
     from abtest import _native
 
@@ -309,10 +325,10 @@ def _read_fused(path: Path, data, lay: Layout, setup: _Setup):
     last_decode.update(path="fused", fallback=None)
     lay.chunks = []
     warnings = lay.warnings + [bad[i] for i in sorted(bad)]
-    return _finish(lay, setup, formats, warnings, res, res["stats"], sorted(cpus))
+    return _finish(lay, setup, formats, warnings, res, res["stats"], sorted(cpus), keep_decoded)
 
 
-def _read_indexed(path: Path, lay: Layout, setup: _Setup):
+def _read_indexed(path: Path, lay: Layout, setup: _Setup, keep_decoded):
     """The record-index path: page walk -> record index -> time order -> column pass."""
     from abtest import _native
 
@@ -336,22 +352,33 @@ def _read_indexed(path: Path, lay: Layout, setup: _Setup):
     cpus_with_data = sorted({cd.cpu for cd in lay.cpu_data if cd.size > 0})
     del recs, bufs  # release the records and the (inflated) ring-buffer pages before building frames
     lay.cpu_data = []
-    return _finish(lay, setup, formats, warnings, res, stats, cpus_with_data)
+    return _finish(lay, setup, formats, warnings, res, stats, cpus_with_data, keep_decoded)
 
 
 def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict, stats: dict,
-            cpus_with_data: list) -> tuple[dict[str, pl.DataFrame], dict]:
-    """Decoder columns + statistics -> (raw tables by name, meta)."""
-    index, names = setup.index, setup.names
-    raw: dict[str, pl.DataFrame] = {}
-    frames = _frames(list(res["events"].values()))
-    for (ev_id, cols), frame in zip(res["events"].items(), frames):
-        name = names.get(ev_id, f"unknown_event_{ev_id}") if ev_id in formats else f"unknown_event_{ev_id}"
+            cpus_with_data: list, keep_decoded=None) -> tuple[dict, dict]:
+    """Decoder columns + statistics -> (raw tables by name, meta). Tables `keep_decoded` accepts (see
+    `read`) stay DecodedTables; the others become DataFrames."""
+    index = setup.index
+    raw: dict = {}
+    to_frame = []
+    for ev_id, cols in res["events"].items():
+        name = _table_name(index, setup.name_counts, ev_id) if ev_id in formats else f"unknown_event_{ev_id}"
         if ev_id not in formats:
             warnings.append(f"{len(cols['ts'])} events with id {ev_id} have no usable format in the file "
                             f"(table {name}, raw bytes in `payload`)")
+        cols = _cpu_names(cols)
+        table = None
+        if (keep_decoded is not None and ev_id in formats and not _pointer_fields(formats[ev_id], cols)
+                and decoded.writable(cols)):
+            table = decoded.DecodedTable(cols)
+        if table is not None and keep_decoded(name, table):
+            raw[name] = table
+        else:
+            to_frame.append((ev_id, name, cols))
+    for (ev_id, name, _cols), frame in zip(to_frame, _frames([cols for _, _, cols in to_frame])):
         raw[name] = _constant_strings(frame, formats[ev_id], setup.printk) if ev_id in formats else frame
-    del frames
+    del to_frame
     uncounted = {int(c): int(n) for c, n in stats["lost_unknown_pages"].items()}
     lost = lost_events({int(c): int(n) for c, n in stats["lost"].items()}, uncounted, lay.cpustats)
     if lost.total:
@@ -373,13 +400,18 @@ def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict
 _CHAR_POINTER = re.compile(r"\bchar\s*\*$")
 
 
+def _pointer_fields(ev: tf.EventFormat, columns) -> list[str]:
+    """Integer fields declared `char *` (candidates for `_constant_strings`)."""
+    return [f.name for f in ev.fields if f.kind == tf.KIND_INT and _CHAR_POINTER.search(f.type)
+            and f.name in columns]
+
+
 def _constant_strings(frame: pl.DataFrame, ev: tf.EventFormat, printk: dict[int, bytes]) -> pl.DataFrame:
     """`const char *` fields that point to constant strings the kernel exported with the trace (the
     file's printk formats, where tracepoint_string() puts them; e.g. rcu_utilization `s`, wbt_step
     `msg`) -> those strings, as trace-cmd prints them (NULL -> null). A field holding any other address
     (a user-space or heap pointer, e.g. a syscall's `filename`) keeps its integer addresses."""
-    names = [f.name for f in ev.fields if f.kind == tf.KIND_INT and _CHAR_POINTER.search(f.type)
-             and f.name in frame.columns]
+    names = _pointer_fields(ev, frame.columns)
     if not names or not printk:
         return frame
     addresses = pl.Series(list(printk), dtype=pl.UInt64)

@@ -1,0 +1,109 @@
+"""`abtest trace convert` / `abtest.trace.api.convert` / the parquet cache: a trace.dat's tables that
+canonicalize() leaves unchanged are written from the decoder's arrays without polars frames
+(abtest.trace.decoded). The files must read back (polars and pyarrow) to exactly the tables `read_trace()`
+gives, meta.json must equal its metadata, and the predicate that picks those tables must agree with
+canonicalize() itself on every raw table of every real trace. Real traces: every trace.dat under
+../shared/traces, the 2.58 M-event benchmark trace, and text / perfetto traces (which take the frame path)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from polars.testing import assert_frame_equal
+
+from abtest.trace.api import Trace, convert
+from abtest.trace.decoded import DecodedTable
+from abtest.trace.readers import _decode, read_trace
+from abtest.trace.schema import canonicalize, unchanged_by_canonicalize
+from abtest.trace.parquet_write import write_parquet_tables
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT.parent / "shared" / "traces"
+TRACEDAT_FILES = sorted(str(p.relative_to(TRACES)) for p in TRACES.rglob("*.dat"))
+OTHER_FILES = ["lisa/trace_txt-trace.txt", "trappy/trace.txt"]
+
+
+def assert_convert_matches(path: Path, out: Path) -> dict:
+    """convert(path, out) against read_trace(path): same table names, frames (dtypes, values, order),
+    pyarrow schemas (with polars' field metadata) and meta. Returns {table: kept as DecodedTable}."""
+    written = convert(path, out)
+    ref = read_trace(path)
+    assert sorted(p.stem for p in out.glob("*.parquet")) == sorted(ref.tables)
+    assert json.loads((out / "meta.json").read_text()) == json.loads(json.dumps(ref.meta, default=str))
+    frames_dir = out.parent / (out.name + "-frames")
+    write_parquet_tables(ref.tables, frames_dir.mkdir(parents=True) or frames_dir)
+    for name, df in ref.tables.items():
+        got = pl.read_parquet(out / f"{name}.parquet")
+        assert_frame_equal(got, df)
+        assert got.equals(df), name
+        assert pq.read_schema(out / f"{name}.parquet") == pq.read_schema(frames_dir / f"{name}.parquet"), name
+        assert (pq.read_table(out / f"{name}.parquet").to_pylist()
+                == pq.read_table(frames_dir / f"{name}.parquet").to_pylist()), name
+    return {name: isinstance(t, DecodedTable) for name, t in written.tables.items()}
+
+
+@pytest.mark.parametrize("rel", TRACEDAT_FILES)
+def test_convert_equals_read_trace_on_shared_tracedat(rel, tmp_path):
+    kept = assert_convert_matches(TRACES / rel, tmp_path / "out")
+    # the tables canonicalize() changes, and those with list columns (kernel_stack), go through frames;
+    # all others are written from the arrays
+    schemas = {n: read_trace(TRACES / rel).tables[n].schema for n in kept}
+    framed = {n for n in kept if n in ("cpu_idle", "cpu_frequency", "cpu_idle_miss", "marker")
+              or n.startswith("sched_pelt_") or any(isinstance(d, pl.List) for d in schemas[n].values())}
+    assert {n for n, k in kept.items() if not k} == framed
+    assert any(kept.values()), kept
+
+
+def test_convert_equals_read_trace_on_bench_trace(bench_trace, tmp_path):
+    kept = assert_convert_matches(bench_trace, tmp_path / "out")
+    assert kept["sched_switch"] and kept["sched_stat_runtime"] and kept["sched_waking"]
+    assert not kept["cpu_idle"]  # state -1 and cpu from cpu_id: canonicalize() changes it
+
+
+@pytest.mark.parametrize("rel", OTHER_FILES)
+def test_convert_of_text_traces_takes_the_frame_path(rel, tmp_path):
+    kept = assert_convert_matches(TRACES / rel, tmp_path / "out")
+    assert not any(kept.values())
+
+
+@pytest.mark.parametrize("rel", TRACEDAT_FILES + OTHER_FILES + ["PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"])
+def test_unchanged_by_canonicalize_agrees_with_canonicalize(rel):
+    """Every raw table the predicate accepts comes out of canonicalize() as it went in (text and perfetto
+    readers give comm columns as text, which canonicalize() casts: none of theirs is accepted)."""
+    path = TRACES / rel
+    data = path.read_bytes()
+    fmt = read_trace(path).meta["format"]
+    raw, meta = _decode(path, data, fmt, False)
+    accepted, changed = 0, 0
+    for name, df in raw.items():
+        if df.height == 0:
+            continue
+        out = canonicalize({name: df}, dict(meta))
+        same = list(out) == [name] and out[name].schema == df.schema and out[name].equals(df)
+        if unchanged_by_canonicalize(name, dict(df.schema)):
+            accepted += 1
+            assert same, name
+        changed += not same
+    assert accepted if fmt == "trace.dat" else changed  # each file exercises one side at least
+
+
+def test_cli_convert_and_cache_use_the_same_files(tmp_path, monkeypatch):
+    """`abtest trace convert` writes what the cache holds; Trace() served from that cache equals read_trace."""
+    path = TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
+    out = tmp_path / "cli"
+    r = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "convert", str(path), "-o", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "wrote 8 tables" in r.stderr
+    monkeypatch.setenv("ABTEST_CACHE_DIR", str(tmp_path / "cache"))
+    t = Trace(path)
+    ref = read_trace(path)
+    assert t.tables == sorted(ref.tables) == sorted(p.stem for p in out.glob("*.parquet"))
+    for name in t.tables:
+        assert_frame_equal(t.df(name), ref.tables[name])
+        assert_frame_equal(pl.read_parquet(out / f"{name}.parquet"), ref.tables[name])
