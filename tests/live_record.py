@@ -63,3 +63,67 @@ def record(fs: Path, out: Path, events: list[str] | None, buffer_kb: int, comman
         (fs / "buffer_size_kb").write_text(saved_kb)
         (fs / "options" / "overwrite").write_text(saved_overwrite)
         (fs / "tracing_on").write_text(saved_on)
+
+
+def record_instances(fs: Path, out: Path, top_events: list[str], instances: dict[str, dict],
+                     commands: list[list[str]], stats: dict[str | None, dict[int, str]] | None = None,
+                     with_top: bool = True) -> Path:
+    """Trace `commands` into the top buffer (`top_events`) and into named trace instances at once, then
+    `trace-cmd extract [-t] -B NAME...` into `out` (which also removes the instances).
+
+    instances: {name: {"events": [...], "buffer_kb": int, "clock": str | None, "marker": str | None,
+    "overwrite": bool}}; an instance's `marker` text is written to its own trace_marker during the
+    recording; overwrite False: its full buffer refuses new events. with_top=False
+    extracts only the instances (no -t: the file then has no top buffer). stats: filled with every
+    buffer's per-CPU tracefs stats ({None: top, name: instance}), read before the extraction."""
+    saved_on = _read(fs / "tracing_on").strip()
+    saved_enabled = _enabled_events(fs)
+    dirs = {name: fs / "instances" / name for name in instances}
+    try:
+        (fs / "tracing_on").write_text("0")
+        (fs / "trace").write_text("")
+        for e in top_events:
+            (fs / "events" / e / "enable").write_text("1")
+        for name, spec in instances.items():
+            d = dirs[name]
+            d.mkdir()
+            (d / "tracing_on").write_text("0")
+            (d / "buffer_size_kb").write_text(str(spec.get("buffer_kb", 1024)))
+            if spec.get("clock"):
+                (d / "trace_clock").write_text(spec["clock"])
+            if spec.get("overwrite") is False:
+                (d / "options" / "overwrite").write_text("0")
+            for e in spec["events"]:
+                (d / "events" / e / "enable").write_text("1")
+        for d in dirs.values():
+            (d / "tracing_on").write_text("1")
+        (fs / "tracing_on").write_text("1")
+        for cmd in commands:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+        for name, spec in instances.items():
+            if spec.get("marker"):
+                (dirs[name] / "trace_marker").write_text(spec["marker"])
+        (fs / "tracing_on").write_text("0")
+        for d in dirs.values():
+            (d / "tracing_on").write_text("0")
+        if stats is not None:
+            for key, base in [(None, fs)] + list(dirs.items()):
+                stats[key] = {int(p.parent.name[3:]): _read(p) for p in (base / "per_cpu").glob("cpu*/stats")}
+        cmd = ["trace-cmd", "extract"] + (["-t"] if with_top else [])
+        for name in instances:
+            cmd += ["-B", name]
+        subprocess.run(cmd + ["-o", str(out)], check=True, capture_output=True, timeout=120)
+        return out
+    finally:
+        (fs / "tracing_on").write_text("0")
+        for name, d in dirs.items():
+            if d.exists():
+                (d / "tracing_on").write_text("0")
+                for e in instances[name]["events"]:
+                    (d / "events" / e / "enable").write_text("0")
+                d.rmdir()
+        (fs / "events" / "enable").write_text("0")
+        for p in saved_enabled:
+            p.write_text("1")
+        (fs / "trace").write_text("")
+        (fs / "tracing_on").write_text(saved_on)

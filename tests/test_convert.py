@@ -107,3 +107,23 @@ def test_cli_convert_and_cache_use_the_same_files(tmp_path, monkeypatch):
     for name in t.tables:
         assert_frame_equal(t.df(name), ref.tables[name])
         assert_frame_equal(pl.read_parquet(out / f"{name}.parquet"), ref.tables[name])
+
+
+def test_merge_buffers_reports_clock_mismatch_and_adds_lost_events():
+    """tracedat_instances.merge_buffers on two hand-made buffers (a stand-in for a file whose BUFFER
+    options name different clocks, which trace-cmd extract 3.1.6 here cannot write)."""
+    from abtest.trace.tracedat_instances import merge_buffers
+    from abtest.trace.tracedat_layout import Instance
+
+    def buf(ts, lost):
+        df = pl.DataFrame({"ts": ts, "cpu": [0] * len(ts), "common_pid": [1] * len(ts)},
+                          schema={"ts": pl.Int64, "cpu": pl.Int32, "common_pid": pl.Int32})
+        return {"sched_switch": df}, {"lost_events_per_cpu": {"0": lost}, "lost_events": lost, "lost_events_exact": True,
+                                      "ring_buffer_pages": 1, "records": len(ts), "cpus_with_data": [0], "warnings": [],
+                                      "clock": "boot"}
+    raw, meta = merge_buffers(buf([1, 5], 2), [(Instance("x", clock="mono"), buf([3, 5], 4))], "boot", True)
+    assert raw["sched_switch"]["ts"].to_list() == [1, 3, 5, 5]
+    assert raw["sched_switch"]["instance"].to_list() == [None, "x", None, "x"]  # ties: top buffer first
+    assert meta["lost_events"] == 6 and meta["lost_events_per_cpu"] == {"0": 6} and meta["records"] == 4
+    assert meta["instances"] == ["x"] and meta["instance_buffers"]["x"]["clock"] == "mono"
+    assert any("'x' records on the 'mono' clock" in w for w in meta["warnings"])

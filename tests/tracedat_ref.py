@@ -16,8 +16,9 @@ import polars as pl
 
 # `-t` prints "secs.nanosecs" for clocks trace-cmd knows to be in ns (local, global, perf, ...) and the
 # raw counter value without a decimal point for the others (e.g. boot): both are parsed to an int.
-_LINE = re.compile(r"^\s*(?P<comm>.*)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s*(?P<s>\d+)(?:\.(?P<ns>\d{9}))?:\s+"
-                   r"(?P<event>[\w:]+):\s?(?P<rest>.*)$")
+# Events of a named trace instance are prefixed with `NAME:` and padding.
+_LINE = re.compile(r"^(?:(?P<inst>[^\s:]+):\s{2,})?\s*(?P<comm>.*)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s*"
+                   r"(?P<s>\d+)(?:\.(?P<ns>\d{9}))?:\s+(?P<event>[\w:]+):\s?(?P<rest>.*)$")
 
 
 @lru_cache(maxsize=32)
@@ -28,15 +29,17 @@ def report_lines(path: str, raw: bool = True) -> tuple[str, ...]:
     return tuple(out.splitlines())
 
 
-def events(path: str, raw: bool = True) -> dict[str, list[tuple[int, int, int, str]]]:
-    """{event: [(ts_ns, cpu, common_pid, rest-of-line)]} in report order."""
+def events(path: str, raw: bool = True, with_instance: bool = False) -> dict[str, list[tuple]]:
+    """{event: [(ts_ns, cpu, common_pid, rest-of-line)]} in report order; with_instance: a fifth item, the
+    trace instance whose buffer held the event (None for the top buffer)."""
     out: dict[str, list] = defaultdict(list)
     for line in report_lines(path, raw):
         m = _LINE.match(line)
         if m:
             ns = m.group("ns")
             ts = int(m.group("s")) * 1_000_000_000 + int(ns) if ns is not None else int(m.group("s"))
-            out[m.group("event")].append((ts, int(m.group("cpu")), int(m.group("pid")), m.group("rest").rstrip()))
+            row = (ts, int(m.group("cpu")), int(m.group("pid")), m.group("rest").rstrip())
+            out[m.group("event")].append(row + (m.group("inst"),) if with_instance else row)
     return dict(out)
 
 
@@ -66,12 +69,13 @@ def _event_pairs(raw: dict, path: str):
             continue
         df = raw[ev]
         cpu_col = "buffer_cpu" if "buffer_cpu" in df.columns else "cpu"
-        names = [c for c in df.columns if c not in ("ts", "buffer_cpu", "common_pid") and
+        names = [c for c in df.columns if c not in ("ts", "buffer_cpu", "common_pid", "instance") and
                  not (c == "cpu" and cpu_col == "cpu") and not c.startswith("common_")]
         dtypes = [df.schema[c] for c in names]
+        # (ts, cpu, pid): events of two buffers (trace instances) may share ts and cpu
         ours = sorted(zip(df["ts"].to_list(), df[cpu_col].to_list(), df["common_pid"].to_list(),
-                          *[df[c].to_list() for c in names]), key=lambda r: (r[0], r[1]))
-        theirs = sorted(rows, key=lambda r: (r[0], r[1]))
+                          *[df[c].to_list() for c in names]), key=lambda r: (r[0], r[1], r[2]))
+        theirs = sorted(rows, key=lambda r: (r[0], r[1], r[2]))
         assert len(ours) == len(theirs), ev
         for mine, their in zip(ours, theirs):
             assert mine[:3] == their[:3], (ev, mine[:3], their)

@@ -18,7 +18,7 @@ from abtest.trace.model import TraceData
 from abtest.trace.schema import canonicalize, event_counts, sample_counts, unchanged_by_canonicalize
 
 # Bumped whenever a reader's output changes: part of the cache key.
-READER_VERSION = "6"
+READER_VERSION = "7"
 
 _TEXT_FORMATS = ("ftrace-text", "atrace", "atrace-z", "systrace-html")
 

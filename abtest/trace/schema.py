@@ -31,6 +31,10 @@ marker              ts, cpu, pid (Int32), text (Utf8), event (Categorical: print
 power_rail          ts, rail (Categorical, e.g. S4M_VDD_CPUCL0), subsystem (Categorical),
                     energy_uj (Float64, cumulative energy counter as sampled, uJ = uWs)
 any other event     a table named after it, ts, cpu, common_pid and every field of its format.
+
+Traces with named trace instances (tracefs instances/NAME, `trace-cmd record -B NAME`) add a column
+`instance` (Categorical) to every table: the instance whose ring buffer held the event, null for the
+top-level buffer; meta["instances"] lists the names.
 """
 from __future__ import annotations
 
@@ -141,16 +145,15 @@ def _build_marker(raw: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
         if df is None:
             continue
         pid = pl.col("common_pid") if "common_pid" in df.columns else pl.lit(None, pl.Int32)
-        parts.append(df.select(
-            pl.col("ts").cast(pl.Int64),
-            pl.col("cpu").cast(pl.Int32),
-            pid.cast(pl.Int32).alias("pid"),
-            _marker_text_column(name, df),
-            pl.lit(name).alias("event"),
-        ))
+        cols = [pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32), pid.cast(pl.Int32).alias("pid"),
+                _marker_text_column(name, df), pl.lit(name).alias("event")]
+        if "instance" in df.columns:
+            cols.append(pl.col("instance").cast(pl.String))
+        parts.append(df.select(cols))
     if not parts:
         return None
-    return pl.concat(parts).sort("ts", maintain_order=True).with_columns(pl.col("event").cast(pl.Categorical))
+    marker = pl.concat(parts, how="diagonal_relaxed").sort("ts", maintain_order=True)
+    return _categorical(marker.with_columns(pl.col("event").cast(pl.Categorical)), ("instance",))
 
 
 _CANON_FUNCS = {
@@ -160,7 +163,7 @@ _CANON_FUNCS = {
     "cpu_frequency_limits": _canon_cpu_frequency_limits,
 }
 
-_COMM_COLUMNS = ("comm", "prev_comm", "next_comm", "common_comm", "rail", "subsystem")
+_COMM_COLUMNS = ("comm", "prev_comm", "next_comm", "common_comm", "rail", "subsystem", "instance")
 
 
 def _event_cpu_convention(df: pl.DataFrame) -> pl.DataFrame:

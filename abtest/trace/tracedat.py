@@ -36,6 +36,7 @@ import pyarrow as pa
 from abtest.trace import decoded
 from abtest.trace import tracedat_format as tf
 from abtest.trace.errors import TraceFormatError
+from abtest.trace.tracedat_instances import instance_view, merge_buffers
 from abtest.trace.tracedat_lost import LostEvents, lost_events
 from abtest.trace.tracedat_layout import Layout, load_kallsyms, parse_layout
 
@@ -272,12 +273,33 @@ class _Setup:
 def _read(path: Path, data, fused: bool, keep_decoded) -> tuple[dict, dict]:
     lay = parse_layout(path, data, inflate=not fused)
     setup = _Setup(path, lay)
+    if not lay.instances:
+        return _read_buffer(path, data, lay, setup, fused, keep_decoded, None)
+    # named trace instances: every buffer decoded on its own, tables merged (tracedat_instances)
+    top_has_data = bool(lay.cpu_data or lay.chunks)
+    top = _read_buffer(path, data, lay, setup, fused, None, None)
+    how = dict(last_decode)
+    parts = []
+    for i, inst in enumerate(lay.instances):
+        parts.append((inst, _read_buffer(path, data, instance_view(lay, inst), setup, fused, None, i)))
+        if last_decode["fallback"] and not how["fallback"]:
+            how = dict(last_decode)
+    last_decode.update(how)
+    return merge_buffers(top, parts, lay.clock, top_has_data)
+
+
+def _read_buffer(path: Path, data, lay: Layout, setup: _Setup, fused: bool, keep_decoded,
+                 instance: int | None) -> tuple[dict, dict]:
+    """Decode one buffer: the top one (instance None, `lay` the file's layout) or named instance number
+    `instance` (`lay` its view, tracedat_instances.instance_view)."""
     if fused:
         out = _read_fused(path, data, lay, setup, keep_decoded)
         if out is not None:
             return out
         if lay.chunks:  # compressed chunks were only located: inflate them for the record-index path
             lay = parse_layout(path, data)
+            if instance is not None:
+                lay = instance_view(lay, lay.instances[instance])
     else:
         last_decode.update(path="indexed", fallback="fused=False")
     return _read_indexed(path, lay, setup, keep_decoded)
@@ -454,6 +476,6 @@ def _meta(lay: Layout, res: dict, lost: LostEvents, uncounted: dict[int, int], w
         "saved_cmdlines": sum(map(bool, map(str.strip, lay.cmdlines.splitlines()))),  # non-blank lines
         "ring_buffer_pages": int(res["pages"]),
         "records": int(res["records"]),
-        "instances_not_decoded": lay.instances,
+        "instances": [],
         "warnings": warnings,
     }

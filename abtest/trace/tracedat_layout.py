@@ -41,6 +41,18 @@ class CpuData:
 
 
 @dataclass
+class Instance:
+    """A named trace instance (tracefs `instances/NAME`, `trace-cmd record -B NAME`): its own ring buffers,
+    clock and saved per-CPU statistics; event formats and everything else are shared with the file."""
+
+    name: str
+    clock: str | None = None
+    cpu_data: list[CpuData] = field(default_factory=list)
+    chunks: list[tuple[int, list[tuple[int, int, int]]]] = field(default_factory=list)  # as Layout.chunks
+    cpustats: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
 class Layout:
     """Everything trace.dat holds besides the event records."""
 
@@ -70,7 +82,7 @@ class Layout:
     cpustats: dict[int, str] = field(default_factory=dict)
     trace_id: int | None = None
     guests: list[str] = field(default_factory=list)
-    instances: list[str] = field(default_factory=list)  # named (non-top) buffers, not decoded
+    instances: list[Instance] = field(default_factory=list)  # named (non-top) buffers, in file order
     warnings: list[str] = field(default_factory=list)
     has_time_shift: bool = False
     # v7 compressed data located but not inflated (parse_layout(..., inflate=False)): per CPU in file
@@ -238,9 +250,14 @@ def _apply_option(path, lay: Layout, opt_id: int, payload: bytes, at: int, e: st
             lay.warnings.append(f"ignored unparsable OFFSET option {txt!r}")
     elif opt_id == OPT_CPUSTAT:
         txt = _cstr_of(payload)
-        first = txt.splitlines()[0] if txt else ""
-        cpu = int(first.split()[-1]) if first.startswith("CPU:") else len(lay.cpustats)
-        lay.cpustats[cpu] = txt
+        first = txt.strip().splitlines()[0] if txt.strip() else ""
+        if first.startswith("Buffer:"):  # the statistics that follow belong to this named instance
+            sections["cpustat_buffer"] = first[len("Buffer:"):].strip()
+            return
+        name = sections.get("cpustat_buffer")
+        stats = sections.setdefault("instance_cpustats", {}).setdefault(name, {}) if name else lay.cpustats
+        cpu = int(first.split()[-1]) if first.startswith("CPU:") else len(stats)
+        stats[cpu] = txt
     elif opt_id == OPT_TRACECLOCK:
         from abtest.trace.tracedat_format import parse_trace_clock
         lay.clock = parse_trace_clock(_cstr_of(payload))
@@ -308,9 +325,36 @@ def _parse_v6(c: _Cursor, lay: Layout) -> None:
         _check_span(c.path, c.data, off, size, f"CPU {cpu} ring-buffer data")
         lay.cpu_data.append(CpuData(cpu, c.data, off, size, off))
     for payload, at in sections.get("buffers", []):
-        name = _cstr_of(payload[8:])
-        lay.instances.append(name)
-        lay.warnings.append(f"trace instance buffer {name!r} present but not decoded (top buffer only)")
+        lay.instances.append(_v6_instance(c, payload, at, header_cpus, sections))
+
+
+def _v6_instance(c: _Cursor, payload: bytes, at: int, cpus: int, sections: dict) -> Instance:
+    """v6 BUFFER option (u64 offset, name): at the offset 'flyrecord\0', (u64 offset, u64 size) per CPU,
+    then the instance's trace clock (u64 length, text such as `[boot]`)."""
+    if len(payload) < 9:
+        raise TraceFormatError(c.path, f"BUFFER option of {len(payload)} bytes", offset=at,
+                               expected="a u64 offset and an instance name")
+    off = struct.unpack(c.endian + "Q", payload[:8])[0]
+    inst = Instance(_cstr_of(payload[8:]))
+    what = f"trace instance {inst.name!r} flyrecord header (BUFFER option at offset {at})"
+    if off >= len(c.data):
+        raise TraceFormatError(c.path, f"{what} points past the end of the file ({off} >= {len(c.data)} bytes)",
+                               offset=at, expected="an offset inside the file (truncated?)")
+    s = _Cursor(c.path, c.data, off)
+    s.endian = c.endian
+    s.expect(b"flyrecord\0", f"'flyrecord\\0' at the start of the {what}")
+    for cpu in range(cpus):
+        data_off = s.u64(f"instance {inst.name!r} CPU {cpu} data offset")
+        size = s.u64(f"instance {inst.name!r} CPU {cpu} data size")
+        _check_span(c.path, c.data, data_off, size, f"instance {inst.name!r} CPU {cpu} ring-buffer data")
+        inst.cpu_data.append(CpuData(cpu, c.data, data_off, size, data_off))
+    if s.end - s.pos >= 8:
+        n = s.u64(f"instance {inst.name!r} clock length")
+        if 0 < n <= 4096 and s.end - s.pos >= n:
+            from abtest.trace.tracedat_format import parse_trace_clock
+            inst.clock = parse_trace_clock(s.take(n, "instance clock").decode("utf-8", "replace"))
+    inst.cpustats = sections.get("instance_cpustats", {}).get(inst.name, {})
+    return inst
 
 
 def _check_span(path, data, off: int, size: int, what: str) -> None:
@@ -434,23 +478,36 @@ def _parse_v7(c: _Cursor, lay: Layout, inflate: bool = True) -> None:
     if OPT_CMDLINES in sections:
         s = _read_section(c, sections[OPT_CMDLINES], inflater, OPT_CMDLINES, "saved cmdlines")
         lay.cmdlines = s.text(s.u64("saved cmdlines size"), "saved cmdlines")
-    top = None
+    top, named = None, []
     for payload, at in sections.get("buffers", []):
         b = _Cursor(c.path, payload, 0, base=at, what=f"BUFFER option at offset {at}")
         b.endian = c.endian
         b.u64("buffer section offset")
         name = b.cstr("buffer instance name")
         if name:
-            lay.instances.append(name)
-            lay.warnings.append(f"trace instance buffer {name!r} present but not decoded (top buffer only)")
-            continue
-        top = (b, payload)
-    if top is None:
+            named.append((name, b))
+        else:
+            top = b
+    if top is None and not named:
         raise TraceFormatError(c.path, "no BUFFER option for the top trace instance", offset=None,
                                expected="a flyrecord BUFFER option")
-    b, _ = top
-    clock = b.cstr("buffer trace clock")
-    lay.clock = lay.clock or clock or None
+    if top is not None:  # `trace-cmd extract -B NAME` without -t writes only the named instances
+        clock = _v7_buffer(c, top, lay, lay, inflate, inflater)
+        lay.clock = lay.clock or clock
+    for name, b in named:
+        inst = Instance(name, cpustats=sections.get("instance_cpustats", {}).get(name, {}))
+        inst.clock = _v7_buffer(c, b, lay, inst, inflate, inflater)
+        lay.instances.append(inst)
+    cpus_seen = [d.cpu for d in lay.cpu_data] + [cpu for cpu, _ in lay.chunks]
+    lay.cpus = lay.cpus or (max(cpus_seen, default=-1) + 1)
+
+
+def _v7_buffer(c: _Cursor, b: _Cursor, lay: Layout, into, inflate: bool, inflater: "_Inflater") -> str | None:
+    """The rest of a v7 BUFFER option (clock, page size, per-CPU data): the CPU data goes to
+    `into.cpu_data` (stored, or inflated chunks) or `into.chunks` (located only). Returns the clock."""
+    from abtest import _native
+
+    clock = b.cstr("buffer trace clock") or None
     b.u32("buffer page size")
     ncpu = b.u32("buffer cpu count")
     pending = []  # compressed chunks: (cpu, chunk index, item)
@@ -466,21 +523,20 @@ def _parse_v7(c: _Cursor, lay: Layout, inflate: bool = True) -> None:
             if spans is None:  # a chunk runs past the CPU's data: the Python walk raises with the offset
                 spans = [(at + 8, len(blob), usize) for blob, usize, at, _ in _cpu_chunks(c, off, size, cpu)]
             if spans:
-                lay.chunks.append((cpu, spans))
+                into.chunks.append((cpu, spans))
         elif lay.compression:  # chunks hold whole pages: each one is decoded as its own source
             pending += [(cpu, i, item) for i, item in enumerate(_cpu_chunks(c, off, size, cpu))]
         else:
-            lay.cpu_data.append(CpuData(cpu, c.data, off, size, off))
+            into.cpu_data.append(CpuData(cpu, c.data, off, size, off))
     if pending:
         bufs = inflater.inflate_many([item for _, _, item in pending])
         for (cpu, i, _), buf in zip(pending, bufs):
-            lay.cpu_data.append(CpuData(cpu, buf, 0, len(buf), None, chunk=i))
+            into.cpu_data.append(CpuData(cpu, buf, 0, len(buf), None, chunk=i))
         first = min(item[2] for _, _, item in pending)
         last = max(item[2] + 8 + len(item[0]) for _, _, item in pending)
         del pending
         _drop_mapped_pages(c.data, first, last)
-    cpus_seen = [d.cpu for d in lay.cpu_data] + [cpu for cpu, _ in lay.chunks]
-    lay.cpus = lay.cpus or (max(cpus_seen, default=-1) + 1)
+    return clock
 
 
 def load_kallsyms(lay: Layout) -> bytes:

@@ -1,0 +1,124 @@
+"""Named trace instances (tracefs `instances/NAME`, what `trace-cmd record -B NAME` records), recorded live
+on this machine and extracted with `trace-cmd extract -t -B A -B B` (top buffer + two instances) and
+`trace-cmd extract -B C` (an instance alone, no top buffer), checked against `trace-cmd report` of the
+same files: every event of every buffer lands in its table with the right `instance`, every field equal;
+lost events per buffer against the kernel's own counters of that buffer; the v6 rewrite and the report
+text give the same tables. Instance B records in non-overwrite mode with a small buffer, so the events
+its full buffer refused must be reported for B alone (trace-cmd saves every buffer's statistics in the
+file: those of B must not be taken for the top buffer's)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import polars as pl
+
+import tracedat_ref as ref
+from live_record import record_instances
+from test_convert import assert_convert_matches
+from abtest.trace import tracedat
+from abtest.trace.readers import read_trace
+
+WORKLOAD = [["hackbench", "-l", "20"]]
+
+
+def _kernel_lost(stats: dict[int, str]) -> dict[str, int]:
+    """Events each CPU's buffer lost (overwritten, refused, commit overrun) as the kernel counted them."""
+    out = {}
+    for cpu, text in stats.items():
+        c = {k: int(v) for k, v in re.findall(r"^([a-z ]+): (\d+)$", text, re.M)}
+        out[str(cpu)] = c["overrun"] + c.get("dropped events", 0) + c.get("commit overrun", 0)
+    return out
+
+
+def _instances_of(raw: dict) -> dict[str, list[tuple]]:
+    """{event: sorted [(ts, cpu, pid, instance)]} of raw tables."""
+    out = {}
+    for name, df in raw.items():
+        cpu = "buffer_cpu" if "buffer_cpu" in df.columns else "cpu"
+        out[name] = sorted(zip(df["ts"].to_list(), df[cpu].to_list(), df["common_pid"].to_list(),
+                               df["instance"].cast(pl.String).to_list()), key=lambda r: (r[0], r[1], r[2], r[3] or ""))
+    return out
+
+
+def _report_instances(path: str) -> dict[str, list[tuple]]:
+    return {ev: sorted(((ts, cpu, pid, inst) for ts, cpu, pid, _rest, inst in rows), key=lambda r: (r[0], r[1], r[2], r[3] or ""))
+            for ev, rows in ref.events(path, with_instance=True).items()}
+
+
+def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
+    a, b = f"abtest_a_{os.getpid()}", f"abtest_b_{os.getpid()}"
+    stats: dict = {}
+    out = record_instances(
+        tracefs_lock, tmp_path / "instances.dat", ["sched/sched_switch", "sched/sched_wakeup"],
+        {a: {"events": ["sched/sched_switch", "irq/softirq_raise"], "buffer_kb": 1024, "marker": "abtest in A"},
+         b: {"events": ["sched/sched_waking"], "buffer_kb": 8, "overwrite": False}},
+        WORKLOAD, stats=stats)
+    raw, meta = tracedat.read(out, out.read_bytes())
+    assert sorted(meta["instances"]) == [a, b]  # in file order
+    # every event of every buffer, with its buffer, as trace-cmd report prints them
+    assert _instances_of(raw) == _report_instances(str(out))
+    assert ref.compare_fields(raw, str(out)) == sum(df.height for df in raw.values())
+    ours = raw["sched_switch"]["instance"].cast(pl.String)
+    assert ours.null_count() > 100 and (ours == a).sum() > 100  # recorded by both buffers, merged in time order
+    assert raw["sched_switch"]["ts"].is_sorted()
+    assert set(raw["sched_waking"]["instance"].cast(pl.String)) == {b}
+    assert raw["print"]["buf"].to_list() == ["abtest in A\n"] and raw["print"]["instance"].to_list() == [a]
+    # per-buffer clocks (trace-cmd extract 3.1.6 writes the top buffer's clock for every buffer)
+    buffers = meta["instance_buffers"]
+    assert meta["clock"] == buffers[a]["clock"] == buffers[b]["clock"] == "boot"
+    assert not [w for w in meta["warnings"] if "clock" in w]
+    # lost events: B's full buffer refused events (non-overwrite mode, marked in no page): they come from
+    # B's saved statistics, and only B's; the totals add up over the buffers
+    kernel = {key: _kernel_lost(s) for key, s in stats.items()}
+    assert sum(kernel[b].values()) > 0
+    assert buffers[b]["lost_events_per_cpu"] == {c: n for c, n in kernel[b].items()}
+    assert buffers[a]["lost_events"] == sum(kernel[a].values())
+    total = {c: kernel[None][c] + kernel[a][c] + kernel[b][c] for c in kernel[None]}
+    assert meta["lost_events_per_cpu"] == {c: n for c, n in total.items()}
+    assert meta["lost_events"] == sum(total.values())
+
+    # canonical tables: the marker table and every other table keep `instance` (Categorical)
+    data = read_trace(out)
+    assert data.tables["sched_switch"].schema["instance"] == pl.Categorical
+    marker = data.tables["marker"]
+    assert marker["text"].to_list() == ["abtest in A"] and marker["instance"].cast(pl.String).to_list() == [a]
+    assert data.meta["events"] == {ev: len(rows) for ev, rows in ref.events(str(out)).items()}
+
+    # the same file as v6 (BUFFER options pointing to per-instance flyrecord headers): the same tables
+    v6 = tmp_path / "instances-v6.dat"
+    subprocess.run(["trace-cmd", "convert", "-i", str(out), "-o", str(v6), "--file-version", "6",
+                    "--compression", "none"], check=True, capture_output=True)
+    raw6, meta6 = tracedat.read(v6, v6.read_bytes())
+    assert sorted(raw6) == sorted(raw)
+    for name in raw:
+        assert raw6[name].equals(raw[name]), name
+    assert meta6["instance_buffers"] == buffers
+
+    # trace-cmd's report text of the file: same events, same instance per event
+    txt = tmp_path / "instances.txt"
+    txt.write_text("\n".join(ref.report_lines(str(out), raw=False)) + "\n")
+    as_text = read_trace(txt)
+    assert as_text.meta["events"] == data.meta["events"] and as_text.meta["instances"] == sorted([a, b])
+    for name in ("sched_switch", "sched_waking", "marker"):
+        assert (as_text.tables[name]["instance"].cast(pl.String).to_list()
+                == data.tables[name]["instance"].cast(pl.String).to_list()), name
+
+    # `abtest trace convert` of the file (frames only: tables of several buffers are merged)
+    kept = assert_convert_matches(out, tmp_path / "converted")
+    assert not any(kept.values())
+
+
+def test_instance_without_top_buffer(tracefs_lock, tmp_path):
+    """`trace-cmd extract -B NAME` without -t writes a file whose only buffer is the instance."""
+    c = f"abtest_c_{os.getpid()}"
+    out = record_instances(tracefs_lock, tmp_path / "only.dat", [],
+                           {c: {"events": ["sched/sched_switch", "sched/sched_wakeup"], "buffer_kb": 1024}},
+                           WORKLOAD, with_top=False)
+    raw, meta = tracedat.read(out, out.read_bytes())
+    assert meta["instances"] == [c] and meta["clock"] == "boot"
+    assert _instances_of(raw) == _report_instances(str(out))
+    assert ref.compare_fields(raw, str(out)) == sum(df.height for df in raw.values()) > 100
+    assert {ev: df.height for ev, df in raw.items()} == {ev: len(rows) for ev, rows in ref.events(str(out)).items()}
+    assert not [w for w in meta["warnings"] if "clock" in w]
