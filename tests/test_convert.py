@@ -127,3 +127,16 @@ def test_merge_buffers_reports_clock_mismatch_and_adds_lost_events():
     assert meta["lost_events"] == 6 and meta["lost_events_per_cpu"] == {"0": 6} and meta["records"] == 4
     assert meta["instances"] == ["x"] and meta["instance_buffers"]["x"]["clock"] == "mono"
     assert any("'x' records on the 'mono' clock" in w for w in meta["warnings"])
+
+
+def test_trace_without_a_writable_cache_decodes_in_memory(tmp_path, monkeypatch):
+    """A cache root that cannot hold directories (here a regular file): Trace() keeps its tables in memory."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("ABTEST_CACHE_DIR", str(blocker))
+    path = TRACES / "trappy" / "trace.dat"
+    t = Trace(path)
+    ref = read_trace(path)
+    assert t.tables == sorted(ref.tables)
+    for name in t.tables:
+        assert_frame_equal(t.df(name), ref.tables[name])
