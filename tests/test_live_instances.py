@@ -13,11 +13,13 @@ import re
 import subprocess
 
 import polars as pl
+import pytest
 
 import tracedat_ref as ref
 from live_record import record_instances
 from test_convert import assert_convert_matches
-from abtest.trace import tracedat
+from abtest.trace import tracedat, tracedat_layout
+from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
 
 WORKLOAD = [["hackbench", "-l", "20"]]
@@ -108,6 +110,21 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     # `abtest trace convert` of the file (frames only: tables of several buffers are merged)
     kept = assert_convert_matches(out, tmp_path / "converted")
     assert not any(kept.values())
+
+    # a corrupt chunk of an instance's ring-buffer data is an error naming the instance, the CPU and the
+    # chunk's offset, never a shorter trace
+    lay = tracedat_layout.parse_layout(out, out.read_bytes(), inflate=False)
+    inst = next(i for i in lay.instances if i.name == a)
+    cpu, spans = inst.chunks[0]
+    start, size, _inflated = spans[-1]
+    bad = bytearray(out.read_bytes())
+    bad[start + 4:start + size - 4] = b"\xff" * (size - 8)
+    corrupt = tmp_path / "corrupt.dat"
+    corrupt.write_bytes(bytes(bad))
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(corrupt)
+    assert f"instance {a!r} CPU {cpu} chunk {len(spans) - 1}" in str(err.value)
+    assert err.value.offset == start - 8  # the chunk's header
 
 
 def test_instance_without_top_buffer(tracefs_lock, tmp_path):

@@ -209,13 +209,14 @@ def _decode_error(path, lay: Layout, err: ValueError) -> TraceFormatError:
         msg, si, pos = err.args
         cd = lay.cpu_data[si] if si < len(lay.cpu_data) else None
         if cd is not None and cd.file_offset is not None:
-            return TraceFormatError(path, f"CPU {cd.cpu} ring buffer: {msg}", offset=cd.file_offset + pos,
-                                    expected="a well-formed ring-buffer page")
+            return TraceFormatError(path, f"{lay.buffer_label}CPU {cd.cpu} ring buffer: {msg}",
+                                    offset=cd.file_offset + pos, expected="a well-formed ring-buffer page")
         cpu = cd.cpu if cd is not None else "?"
         chunk = cd.chunk if cd is not None else "?"
         page = pos // lay.page_size
-        return TraceFormatError(path, f"CPU {cpu} ring buffer, compressed chunk {chunk}, byte {pos} (page {page}) "
-                                f"of the inflated chunk: {msg}", expected="a well-formed ring-buffer page")
+        return TraceFormatError(path, f"{lay.buffer_label}CPU {cpu} ring buffer, compressed chunk {chunk}, byte "
+                                f"{pos} (page {page}) of the inflated chunk: {msg}",
+                                expected="a well-formed ring-buffer page")
     return TraceFormatError(path, str(err))
 
 

@@ -22,7 +22,8 @@ def instance_view(lay: Layout, inst: Instance) -> Layout:
     """The layout as the decoder sees one instance: its CPU data, statistics and clock; no layout warnings
     or deferred sections (those belong to the file and are reported / checked with the top buffer)."""
     return dataclasses.replace(lay, cpu_data=inst.cpu_data, chunks=inst.chunks, cpustats=inst.cpustats,
-                               clock=inst.clock or lay.clock, warnings=[], deferred_sections=[], instances=[])
+                               clock=inst.clock or lay.clock, warnings=[], deferred_sections=[], instances=[],
+                               buffer_label=f"instance {inst.name!r} ")
 
 
 def _tagged(df: pl.DataFrame, name: str | None) -> pl.DataFrame:

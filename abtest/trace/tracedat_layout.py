@@ -92,6 +92,8 @@ class Layout:
     # compressed data, compressed size, inflated size) of sections that start with a u32 length of the
     # rest (kallsyms); the decoder checks that they inflate (else the full parse reports the error)
     deferred_sections: list[tuple[int, int, int]] = field(default_factory=list)
+    # names the buffer in error messages: "" for the top buffer, "instance 'NAME' " in an instance's view
+    buffer_label: str = ""
 
 
 class _Cursor:
@@ -401,26 +403,27 @@ def _read_section(c: _Cursor, off: int, inflater: _Inflater, want_id: int | None
     return inner
 
 
-def _cpu_chunks(c: _Cursor, off: int, size: int, cpu: int) -> list[tuple[bytes, int, int, str]]:
+def _cpu_chunks(c: _Cursor, off: int, size: int, cpu: int, buffer: str = "") -> list[tuple[bytes, int, int, str]]:
     """v7 compressed flyrecord data of one CPU: u32 chunk count, then (u32 csize, u32 usize, data) chunks.
+    `buffer` prefixes the descriptions (e.g. "instance 'foo' ").
 
     Returns (compressed data view, uncompressed size, file offset of the chunk header, description)."""
     # the recorded size counts the chunks, not the leading u32 chunk count
     end = min(len(c.data), off + 4 + size)
     s = _Cursor(c.path, c.data, off, end)
     s.endian = c.endian
-    n = s.u32(f"CPU {cpu} chunk count")
+    n = s.u32(f"{buffer}CPU {cpu} chunk count")
     hdr = struct.Struct(c.endian + "II")
     view, pos, items = c.view, s.pos, []
     for i in range(n):
         if pos + 8 > end:
             s.pos = pos
-            s.take(8, f"CPU {cpu} chunk {i} header")  # raises with the offset
+            s.take(8, f"{buffer}CPU {cpu} chunk {i} header")  # raises with the offset
         csize, usize = hdr.unpack_from(view, pos)
         if pos + 8 + csize > end:
             s.pos = pos + 8
-            s.take(csize, f"CPU {cpu} chunk {i} data")  # raises with the offset
-        items.append((view[pos + 8:pos + 8 + csize], usize, pos, f"CPU {cpu} chunk {i}"))
+            s.take(csize, f"{buffer}CPU {cpu} chunk {i} data")  # raises with the offset
+        items.append((view[pos + 8:pos + 8 + csize], usize, pos, f"{buffer}CPU {cpu} chunk {i}"))
         pos += 8 + csize
     return items
 
@@ -510,22 +513,23 @@ def _v7_buffer(c: _Cursor, b: _Cursor, lay: Layout, into, inflate: bool, inflate
     clock = b.cstr("buffer trace clock") or None
     b.u32("buffer page size")
     ncpu = b.u32("buffer cpu count")
+    buffer = f"instance {into.name!r} " if isinstance(into, Instance) else ""
     pending = []  # compressed chunks: (cpu, chunk index, item)
     for _ in range(ncpu):
         cpu = b.u32("buffer cpu id")
-        off = b.u64(f"CPU {cpu} data offset")
-        size = b.u64(f"CPU {cpu} data size")
-        _check_span(c.path, c.data, off, size, f"CPU {cpu} ring-buffer data")
+        off = b.u64(f"{buffer}CPU {cpu} data offset")
+        size = b.u64(f"{buffer}CPU {cpu} data size")
+        _check_span(c.path, c.data, off, size, f"{buffer}CPU {cpu} ring-buffer data")
         if size == 0:
             continue
         if lay.compression and not inflate:  # located only: the decoder inflates them
             spans = _native.tracedat_chunk_spans(c.data, off, off + 4 + size, lay.big_endian)
             if spans is None:  # a chunk runs past the CPU's data: the Python walk raises with the offset
-                spans = [(at + 8, len(blob), usize) for blob, usize, at, _ in _cpu_chunks(c, off, size, cpu)]
+                spans = [(at + 8, len(blob), usize) for blob, usize, at, _ in _cpu_chunks(c, off, size, cpu, buffer)]
             if spans:
                 into.chunks.append((cpu, spans))
         elif lay.compression:  # chunks hold whole pages: each one is decoded as its own source
-            pending += [(cpu, i, item) for i, item in enumerate(_cpu_chunks(c, off, size, cpu))]
+            pending += [(cpu, i, item) for i, item in enumerate(_cpu_chunks(c, off, size, cpu, buffer))]
         else:
             into.cpu_data.append(CpuData(cpu, c.data, off, size, off))
     if pending:
