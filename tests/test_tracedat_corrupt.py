@@ -93,8 +93,8 @@ def _first_zstd_chunk_offset(path: Path) -> int:
     seen = []
     orig = tracedat_layout._cpu_chunks
 
-    def spy(cur, off, size, cpu):
-        got = orig(cur, off, size, cpu)
+    def spy(cur, off, size, cpu, buffer=""):
+        got = orig(cur, off, size, cpu, buffer)
         seen.extend(got)
         return got
 
