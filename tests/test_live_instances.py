@@ -8,9 +8,11 @@ its full buffer refused must be reported for B alone (trace-cmd saves every buff
 file: those of B must not be taken for the top buffer's)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import sys
 
 import polars as pl
 import pytest
@@ -87,6 +89,11 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     marker = data.tables["marker"]
     assert marker["text"].to_list() == ["abtest in A"] and marker["instance"].cast(pl.String).to_list() == [a]
     assert data.meta["events"] == {ev: len(rows) for ev, rows in ref.events(str(out)).items()}
+    info = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", str(out), "--json", "--no-cache"],
+                          capture_output=True, text=True, timeout=300, check=True)
+    doc = json.loads(info.stdout)
+    assert doc["events"] == data.meta["events"] and sorted(doc["instances"]) == [a, b]
+    assert doc["lost_events"] == meta["lost_events"] and "lost in the ring buffer" in info.stderr
 
     # the same file as v6 (BUFFER options pointing to per-instance flyrecord headers): the same tables
     v6 = tmp_path / "instances-v6.dat"

@@ -34,6 +34,8 @@ def info_dict(t: Trace) -> dict:
         "lost_events_exact": bool(m.get("lost_events_exact", True)),
         "kernel": m.get("kernel", {}),
         "platform": m.get("platform"),
+        # named trace instances (tracefs instances/NAME) whose events are in the tables, column `instance`
+        "instances": m.get("instances", []),
         "warnings": m.get("warnings", []),
     }
 
@@ -60,6 +62,8 @@ def info(file: str, as_json: bool, no_cache: bool) -> None:
                   f"{' (' + d['wrapper'] + ')' if d['wrapper'] else ''}  cpus={d['cpus']}  clock={d['clock']}")
         if d["duration_s"] is not None:
             con.print(f"span: {d['start_ns']} .. {d['end_ns']} ns ({d['duration_s']:.3f} s)")
+        if d["instances"]:
+            con.print(f"trace instances: {', '.join(d['instances'])} (tables: column `instance`, null = top buffer)")
         k = d["kernel"] or {}
         if k.get("release") or k.get("version"):
             con.print(f"kernel: {k.get('release') or ''} {k.get('version') or ''}".strip())
