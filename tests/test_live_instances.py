@@ -96,13 +96,7 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     assert doc["lost_events"] == meta["lost_events"] and "lost in the ring buffer" in info.stderr
 
     # the same file as v6 (BUFFER options pointing to per-instance flyrecord headers): the same tables
-    v6 = tmp_path / "instances-v6.dat"
-    subprocess.run(["trace-cmd", "convert", "-i", str(out), "-o", str(v6), "--file-version", "6",
-                    "--compression", "none"], check=True, capture_output=True)
-    raw6, meta6 = tracedat.read(v6, v6.read_bytes())
-    assert sorted(raw6) == sorted(raw)
-    for name in raw:
-        assert raw6[name].equals(raw[name]), name
+    meta6 = ref.assert_v6_rewrite_matches(out, tmp_path / "instances-v6.dat", raw)
     assert meta6["instance_buffers"] == buffers
 
     # trace-cmd's report text of the file: same events, same instance per event

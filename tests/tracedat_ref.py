@@ -197,3 +197,17 @@ def dropped_per_cpu(path: str) -> tuple[dict[int, int], dict[int, int]]:
         elif m:
             uncounted[int(m.group(1))] += 1
     return dict(counted), dict(uncounted)
+
+
+def assert_v6_rewrite_matches(path, out, raw: dict) -> dict:
+    """Rewrite trace.dat `path` as uncompressed v6 into `out` (`trace-cmd convert`), decode it and assert the
+    raw tables equal `raw` (the decode of `path`). Returns the rewrite's meta."""
+    from abtest.trace import tracedat
+
+    subprocess.run(["trace-cmd", "convert", "-i", str(path), "-o", str(out), "--file-version", "6",
+                    "--compression", "none"], check=True, capture_output=True)
+    raw6, meta6 = tracedat.read(out, out.read_bytes())
+    assert sorted(raw6) == sorted(raw)
+    for name in raw:
+        assert raw6[name].equals(raw[name]), name
+    return meta6
