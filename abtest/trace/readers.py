@@ -9,7 +9,6 @@ import zipfile
 import zlib
 from pathlib import Path
 
-
 from abtest.trace.decoded import DecodedTable
 from abtest.trace.detect import detect_format
 from abtest.trace.errors import TraceFormatError
