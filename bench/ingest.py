@@ -15,7 +15,8 @@ Measured (wall clock, same machine, same run):
   the clock starts), --repeat processes; the in-process rounds above reuse the memory an earlier decode freed
   (native/src/alloc_reuse.rs), a lone `abtest trace convert` cannot;
 - the three run back to back in each of --repeat rounds (a machine whose speed drifts slows both sides
-  alike); besides the best-of ratios, the median and range of the per-round convert ratios are printed;
+  alike); besides the best-of ratios, the median and range of the per-round convert ratios are printed,
+  in wall time and in CPU time (user+sys of all threads: trace-cmd report runs on one, convert on two);
 - peak RSS of a fresh process that decodes the file (VmHWM) vs the in-memory size of the resulting
   tables (sum of DataFrame.estimated_size()); the interpreter + imports baseline is shown separately;
 - write only (benchmark trace): the decoded tables written once per repeat into a fresh directory by
@@ -156,15 +157,17 @@ def decode_once(path: Path) -> tuple[float, float, int]:
     return wall, cpu, sum(d.meta["events"].values())
 
 
-def convert_once(path: Path) -> float:
-    """Wall s of one in-process `abtest trace convert` (`abtest.trace.api.convert(path, fresh dir)`, what
-    the command runs: tables canonicalize() leaves unchanged go from the decoder's arrays to parquet)."""
+def convert_once(path: Path) -> tuple[float, float]:
+    """(wall s, CPU s of all threads) of one in-process `abtest trace convert` (`abtest.trace.api.convert(path,
+    fresh dir)`, what the command runs: tables canonicalize() leaves unchanged go from the decoder's arrays
+    to parquet)."""
     from abtest.trace.api import convert
     out = Path(tempfile.mkdtemp(prefix="abtest-bench-"))
     try:
+        c0 = _cpu_s(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
         convert(path, out / "tables")
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, _cpu_s(resource.RUSAGE_SELF) - c0
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -178,12 +181,13 @@ def time_rounds(path: Path, repeat: int) -> dict:
     for _ in range(repeat):
         tc, tc_cpu = trace_cmd_once(path)
         dec, dec_cpu, n = decode_once(path)
-        conv = convert_once(path)
-        rounds.append((tc, tc_cpu, dec, dec_cpu, conv))
-    best = [min(r[k] for r in rounds) for k in range(5)]
+        conv, conv_cpu = convert_once(path)
+        rounds.append((tc, tc_cpu, dec, dec_cpu, conv, conv_cpu))
+    best = [min(r[k] for r in rounds) for k in range(6)]
     return {"events": n, "trace_cmd_s": best[0], "trace_cmd_cpu_s": best[1], "abtest_decode_s": best[2],
-            "abtest_decode_cpu_s": best[3], "abtest_convert_s": best[4],
-            "convert_x_per_round": [r[0] / r[4] for r in rounds]}
+            "abtest_decode_cpu_s": best[3], "abtest_convert_s": best[4], "abtest_convert_cpu_s": best[5],
+            "convert_x_per_round": [r[0] / r[4] for r in rounds],
+            "convert_cpu_x_per_round": [r[1] / r[5] for r in rounds]}
 
 
 def time_write(path: Path, repeat: int) -> dict:
@@ -339,6 +343,12 @@ def print_targets(r: dict) -> None:
     per_round = sorted(r["convert_x_per_round"])
     print(f"  per round (trace-cmd report and convert back to back, {len(per_round)} rounds): median "
           f"{statistics.median(per_round):.1f}x, range {per_round[0]:.1f}-{per_round[-1]:.1f}x")
+    if "convert_cpu_x_per_round" in r:
+        cpu_rounds = sorted(r["convert_cpu_x_per_round"])
+        print(f"  CPU time (user+sys, all threads; convert uses 2 threads): trace-cmd report "
+              f"{r['trace_cmd_cpu_s']:.3f} s vs convert {r['abtest_convert_cpu_s']:.3f} s, best of the rounds -> "
+              f"{r['trace_cmd_cpu_s'] / r['abtest_convert_cpu_s']:.1f}x; per round median "
+              f"{statistics.median(cpu_rounds):.1f}x, range {cpu_rounds[0]:.1f}-{cpu_rounds[-1]:.1f}x")
     if "first_convert_s" in r:
         first = sorted(r["first_convert_s"])
         first_x = r["trace_cmd_s"] / first[0]
