@@ -6,8 +6,9 @@ Every buffer is decoded on its own (tracedat.read decodes a view of the layout p
 of all buffers are then merged by event name, in timestamp order (ties: the top buffer first, then the
 instances in file order), with a column `instance` (the instance name; null for the top buffer), as
 abtest's text reader does with trace-cmd report's `NAME:` line prefix. Lost events and ring-buffer
-statistics add up over the buffers; meta["instances"] lists the names, meta["instance_buffers"] gives
-each instance's clock, per-event counts and lost events.
+statistics add up over the buffers; meta["instances"] lists the names (sorted, as the text reader lists
+them), meta["instance_buffers"] gives each instance's clock, per-event counts and lost events, in file
+order.
 """
 from __future__ import annotations
 
@@ -66,6 +67,6 @@ def merge_buffers(top: tuple[dict, dict], parts: list[tuple[Instance, tuple[dict
                                    "lost_events_exact": m["lost_events_exact"]}
     meta["warnings"] = warnings
     meta["clock"] = top_clock if top_has_data else per_instance[parts[0][0].name]["clock"]
-    meta["instances"] = [inst.name for inst, _ in parts]
+    meta["instances"] = sorted(inst.name for inst, _ in parts)  # as the text reader lists them
     meta["instance_buffers"] = per_instance
     return raw, meta
