@@ -98,6 +98,14 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     # the same file as v6 (BUFFER options pointing to per-instance flyrecord headers): the same tables
     meta6 = ref.assert_v6_rewrite_matches(out, tmp_path / "instances-v6.dat", raw)
     assert meta6["instance_buffers"] == buffers
+    # uncompressed v7 (stored per-CPU data per buffer), and the record-index decode path: the same tables
+    v7 = tmp_path / "instances-v7-stored.dat"
+    subprocess.run(["trace-cmd", "convert", "-i", str(out), "-o", str(v7), "--file-version", "7",
+                    "--compression", "none"], check=True, capture_output=True)
+    for other, _ in (tracedat.read(v7, v7.read_bytes()), tracedat.read(out, out.read_bytes(), fused=False)):
+        assert sorted(other) == sorted(raw)
+        for name in raw:
+            assert other[name].equals(raw[name]), name
 
     # trace-cmd's report text of the file: same events, same instance per event
     txt = tmp_path / "instances.txt"
