@@ -277,7 +277,7 @@ def _read(path: Path, data, fused: bool, keep_decoded) -> tuple[dict, dict]:
     if not lay.instances:
         return _read_buffer(path, data, lay, setup, fused, keep_decoded, None)
     # named trace instances: every buffer decoded on its own, tables merged (tracedat_instances)
-    top_has_data = bool(lay.cpu_data or lay.chunks)
+    top_has_data = any(cd.size for cd in lay.cpu_data) or bool(lay.chunks)
     top = _read_buffer(path, data, lay, setup, fused, None, None)
     how = dict(last_decode)
     parts = []
