@@ -92,6 +92,10 @@ def _field_spec(ev: tf.EventFormat, f: tf.Field, long_size: int) -> tuple:
             kind, aux_off, aux_size = tf.KIND_BPRINT_TEXT, fmt.offset, fmt.size
     elif ev.system == "ftrace" and ev.name == "bputs" and f.name == "str" and f.kind == tf.KIND_INT:
         kind = tf.KIND_PRINTK_STR
+    elif ev.system == "ftrace" and ev.name == "raw_data" and f.name == "buf" and f.kind == tf.KIND_TAIL_STR:
+        # trace_marker_raw writes: binary data (declared `char buf[]`), kept as the record's bytes, its
+        # alignment padding to 4 bytes included (the kernel stores no length), as trace-cmd prints them
+        kind = tf.KIND_TAIL_BIN
     elif f.kind == tf.KIND_DATA_LOC_STR and (f.name == "comm" or f.name.endswith("_comm")):
         kind = tf.KIND_DATA_LOC_CAT  # newer kernels store comm as __data_loc: same Categorical as char[16]
     elif ev.system == "ftrace" and ev.name in ("kernel_stack", "user_stack") and f.name == "caller":
