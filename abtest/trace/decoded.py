@@ -15,11 +15,12 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-_INT_KINDS = {np.dtype(t): (t, d) for t, d in (
-    ("int8", pl.Int8), ("int16", pl.Int16), ("int32", pl.Int32), ("int64", pl.Int64),
-    ("uint8", pl.UInt8), ("uint16", pl.UInt16), ("uint32", pl.UInt32), ("uint64", pl.UInt64))}
-_WRITER_INT = {"int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-               "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64"}
+# numpy integer dtype of a decoder column -> (polars dtype, the parquet writer's column kind)
+_INTS = {np.dtype(t): (d, k) for t, d, k in (
+    ("int8", pl.Int8, "i8"), ("int16", pl.Int16, "i16"), ("int32", pl.Int32, "i32"), ("int64", pl.Int64, "i64"),
+    ("uint8", pl.UInt8, "u8"), ("uint16", pl.UInt16, "u16"), ("uint32", pl.UInt32, "u32"),
+    ("uint64", pl.UInt64, "u64"))}
+INT_DTYPES = {t: d for t, (d, _k) in _INTS.items()}  # numpy integer dtype -> polars dtype
 _TEXT_TAGS = {"utf8": ("str", pl.String), "binary": ("bin", pl.Binary)}
 
 
@@ -27,7 +28,7 @@ def writable(columns: dict) -> bool:
     """True when every decoder column is of a kind DecodedTable writes (integers, text, categorical)."""
     for col in columns.values():
         if isinstance(col, np.ndarray):
-            if col.dtype not in _INT_KINDS:
+            if col.dtype not in _INTS:
                 return False
         elif col[0] != "cat" and col[0] not in _TEXT_TAGS:
             return False
@@ -45,10 +46,6 @@ class DecodedTable:
         self.columns = columns
         self.height = len(columns["ts"])
 
-    @property
-    def names(self) -> list[str]:
-        return list(self.columns)
-
     def ts_bounds(self) -> tuple[int, int] | None:
         """(first, last) timestamp in ns (the decoder emits tables sorted by ts); None when empty."""
         ts = self.columns["ts"]
@@ -64,7 +61,7 @@ class DecodedTable:
         schema = {}
         for name, col in self.columns.items():
             if isinstance(col, np.ndarray):
-                schema[name] = _INT_KINDS[col.dtype][1]
+                schema[name] = _INTS[col.dtype][0]
             elif col[0] == "cat":
                 schema[name] = pl.Categorical
             else:
@@ -78,8 +75,7 @@ class DecodedTable:
         for name, col in self.columns.items():
             keep.append(col)
             if isinstance(col, np.ndarray):
-                kind = _WRITER_INT[_INT_KINDS[col.dtype][0]]
-                out.append((name, kind, self.height, 0, (0, 0), _buf(col), (0, 0), None))
+                out.append((name, _INTS[col.dtype][1], self.height, 0, (0, 0), _buf(col), (0, 0), None))
             elif col[0] == "cat":
                 codes, offsets, data = col[1], col[2], col[3]
                 if codes.dtype != np.uint32:

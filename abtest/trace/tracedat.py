@@ -40,9 +40,7 @@ from abtest.trace.tracedat_instances import instance_view, merge_buffers
 from abtest.trace.tracedat_lost import LostEvents, lost_events
 from abtest.trace.tracedat_layout import Layout, load_kallsyms, parse_layout
 
-_INT_DTYPES = {np.dtype(t): d for t, d in (
-    ("int8", pl.Int8), ("int16", pl.Int16), ("int32", pl.Int32), ("int64", pl.Int64),
-    ("uint8", pl.UInt8), ("uint16", pl.UInt16), ("uint32", pl.UInt32), ("uint64", pl.UInt64))}
+_INT_DTYPES = decoded.INT_DTYPES  # numpy integer dtype -> polars dtype
 
 
 _ID_RE = re.compile(r"^ID:\s*(\d+)", re.M)
