@@ -253,7 +253,7 @@ def test_lost_event_lines_counted_per_cpu(traces, tmp_path):
     path = tmp_path / "lost.txt"
     path.write_text("\n".join(lines) + "\n")
     data = read_trace(path)
-    assert data.meta["lost_events_per_cpu"] == {5: 3, 6: 127}
+    assert data.meta["lost_events_per_cpu"] == {"5": 3, "6": 127}  # keys as meta.json (the cache) gives them
     assert data.meta["lost_events"] == 130
     assert data.meta["lost_events_exact"] is True
     assert data.meta["events"] == {"cpu_idle": 8, "sched_switch": 7}
@@ -262,7 +262,7 @@ def test_lost_event_lines_counted_per_cpu(traces, tmp_path):
     lines.insert(14, "CPU:5 [EVENTS DROPPED]")
     path.write_text("\n".join(lines) + "\n")
     data = read_trace(path)
-    assert data.meta["lost_events_per_cpu"] == {5: 4, 6: 127}
+    assert data.meta["lost_events_per_cpu"] == {"5": 4, "6": 127}
     assert data.meta["lost_events"] == 131
     assert data.meta["lost_events_exact"] is False
     assert any("lower bound" in w for w in data.meta["warnings"])

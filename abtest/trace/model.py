@@ -16,7 +16,7 @@ class TraceData:
         format_version (str|None), wrapper (None | "gzip" | "zip"),
         clock (str|None), cpus (int: number of CPUs in the trace),
         lost_events (int: total events lost in the ring buffer, 0 when none were reported),
-        lost_events_per_cpu ({cpu: count}),
+        lost_events_per_cpu ({cpu number as a string: count}, as meta.json gives it back),
         kernel ({"release", "version", "cmdline", "arch", "long_size", "endian"}),
         platform (dict|None: cpu capacities, freq domains, OPPs, idle states, energy model),
         event_aliases ({canonical name: raw kernel name} where a variant was renamed),

@@ -101,6 +101,9 @@ def read_trace(path: str | os.PathLike, *, for_writing: bool = False) -> TraceDa
     for key, default in (("clock", None), ("lost_events", 0), ("lost_events_per_cpu", {}),
                          ("lost_events_exact", True), ("kernel", {}), ("platform", None), ("warnings", [])):
         meta.setdefault(key, default)
+    # one key type for every reader, the one meta.json (the cache) gives back: the CPU number as a string
+    meta["lost_events_per_cpu"] = {str(cpu): n for cpu, n in
+                                   sorted(meta["lost_events_per_cpu"].items(), key=lambda kv: int(kv[0]))}
     kept = {name: t for name, t in raw.items() if isinstance(t, DecodedTable)}
     tables = canonicalize({name: t for name, t in raw.items() if name not in kept}, meta)
     tables.update(kept)
