@@ -9,6 +9,9 @@ event line     ``COMM-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC: EVENT: PAYLOAD`` (or 
                FLAGS is the irqs-off/need-resched/hardirq/preempt column (``d..2``, ``dn.4``, ``.N.1``,
                ``d..2.``), present in tracefs output and ``trace-cmd report -l``. SEC.FRAC has 1..9
                fraction digits and becomes exact Int64 ns (integer arithmetic, never float).
+               The kernel's latency format (``options/latency-format``): ``comm-pid  1d..2. 13382us+:``,
+               the CPU run into the kernel's flags letters, the time in microseconds since the ring
+               buffer's start (ts = that x 1000; meta ``time_origin`` "buffer start") then a delay mark.
                EVENT ``<stack trace>`` / ``<user stack trace>`` (no colon) -> kernel_stack / user_stack.
 function line  ``... SEC.FRAC: func <-parent`` (function tracer) -> event ``function`` (ip, parent_ip).
 syscall line   ``... SEC.FRAC: sys_read(fd: 7, count: 0x64)`` / ``sys_read -> 0x64`` (the kernel's own
@@ -46,14 +49,18 @@ _D, _S, _NS, _W = "[0-9]", "[ \t]", "[^ \t]", "[A-Za-z0-9_]"
 # where the CPU digits run straight into the flags ("1...1.", "0d..1.").
 _CPU_HEAD = rf"(?:\[{_D}+\]{_S}*(?:[.a-zA-Z]{_NS}*{_S}+)?|{_D}+[.a-zA-Z]{_NS}*{_S}+)"
 _CPU_FIELDS = rf"(?:\[({_D}+)\]{_S}*(?:([.a-zA-Z]{_NS}*){_S}+)?|({_D}+)([.a-zA-Z]{_NS}*){_S}+)"
-EVENT_HEAD_RE = rf"-{_D}+{_S}+(?:\({_S}*(?:{_D}+|-+)\){_S}+)?{_CPU_HEAD}{_D}+(?:\.{_D}{{1,9}})?:(?:{_S}|$)"
+# Time: SEC.FRAC, a bare count (raw clocks), or the kernel's latency format (options/latency-format):
+# microseconds since the buffer's start, then a delay mark (' ', '+', '!', '#', '*', '@', '$').
+_LAT_MARK = "[ +!#*@$]"
+EVENT_HEAD_RE = (rf"-{_D}+{_S}+(?:\({_S}*(?:{_D}+|-+)\){_S}+)?{_CPU_HEAD}{_D}+(?:\.{_D}{{1,9}}|us{_LAT_MARK})?"
+                 rf":(?:{_S}|$)")
 # The same, anchored after the dash, with groups; group 1 = the whole head up to the payload.
 EVENT_FIELDS_RE = (
     rf"^(({_D}+){_S}+(?:\(({_S}*{_D}+|-+)\){_S}+)?{_CPU_FIELDS}"
-    rf"({_D}+)(?:\.({_D}{{1,9}}))?:(?:{_S}+|$)(?:({_W}[A-Za-z0-9_.]*):(?:{_S}+|$)|(<[a-z ]+>){_S}*$)?)"
+    rf"({_D}+)(?:\.({_D}{{1,9}})|(us){_LAT_MARK})?:(?:{_S}+|$)(?:({_W}[A-Za-z0-9_.]*):(?:{_S}+|$)|(<[a-z ]+>){_S}*$)?)"
 )
-(_G_HEAD, _G_PID, _G_TGID, _G_CPU, _G_FLAGS, _G_CPU_LAT, _G_FLAGS_LAT, _G_SEC, _G_FRAC, _G_EVENT,
- _G_STACK) = (str(i) for i in range(1, 12))
+(_G_HEAD, _G_PID, _G_TGID, _G_CPU, _G_FLAGS, _G_CPU_LAT, _G_FLAGS_LAT, _G_SEC, _G_FRAC, _G_US, _G_EVENT,
+ _G_STACK) = (str(i) for i in range(1, 13))
 FUNCTION_PAYLOAD_RE = r"^[^ \t]+[ \t]+<-[^ \t]+"
 # The kernel prints syscall events in forms of its own, with no ``EVENT:`` name
 # (kernel/trace/trace_syscalls.c): entry ``sys_read(fd: 7, buf: 0x7ffc1000, count: 0x64)`` is event
@@ -65,6 +72,8 @@ HEADER_RE = r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded a
 LOST_RE = r"^\s*CPU:(\d+) \[(?:LOST (\d+) EVENTS|(\d+) EVENTS DROPPED|EVENTS DROPPED)\]\s*$"
 STACK_RE = r"^\s*=> "
 ENTRIES_RE = r"^#\s*entries-in-buffer/entries-written:\s*(\d+)/(\d+)\s+#P:(\d+)"
+# the same counts in the kernel's latency-format header: "# latency: 0 us, #3037/3037, CPU#0 | (M:... #P:2)"
+LATENCY_HEADER_RE = r"^#\s*latency: \d+ us, #(\d+)/(\d+), CPU#\d+ \|.*#P:(\d+)\)"
 BINARY_RE = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
 STACK_EVENT_NAMES = {"<stack trace>": "kernel_stack", "<user stack trace>": "user_stack"}
 OLD_MARKER_EVENT = "0"
@@ -127,7 +136,8 @@ def _header_meta(other: pl.DataFrame, meta: dict) -> int | None:
     if version.len():
         meta["format_version"] = version[0]
     cpus = text.str.extract(r"^cpus=(\d+)").drop_nulls()
-    entries = text.str.extract_groups(ENTRIES_RE).struct.unnest().drop_nulls()
+    entries = pl.concat([text.str.extract_groups(rx).struct.unnest().drop_nulls()
+                         for rx in (ENTRIES_RE, LATENCY_HEADER_RE)])
     in_buffer = None
     if entries.height:
         in_buffer, written, ncpu = (int(v) for v in entries.row(0))
@@ -171,9 +181,12 @@ def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(text.str.slice(pl.col("_pos") + 1).alias("_tail"))  # "PID [(TGID)] [CPU] ..."
     tail = pl.col("_tail")
     df = df.with_columns(tail.str.extract_groups(EVENT_FIELDS_RE).alias("g")).unnest("g")
+    # "_latency_form": trace-cmd report -l's flags letters (CPU digits run into the flags); the kernel's
+    # own latency format prints them the same way, with the kernel's letters and a microsecond time
     df = df.with_columns(pl.coalesce(_G_CPU, _G_CPU_LAT).alias(_G_CPU),
                          pl.coalesce(_G_FLAGS, _G_FLAGS_LAT).alias(_G_FLAGS),
-                         pl.col(_G_FLAGS_LAT).is_not_null().alias("_latency_form")).drop(_G_CPU_LAT, _G_FLAGS_LAT)
+                         (pl.col(_G_FLAGS_LAT).is_not_null() & pl.col(_G_US).is_null()).alias("_latency_form"),
+                         ).drop(_G_CPU_LAT, _G_FLAGS_LAT)
     df = df.with_columns(
         text.str.slice(0, pl.col("_pos")).str.strip_chars_start().alias("_comm"),
         tail.str.slice(pl.col(_G_HEAD).str.len_chars()).alias("_rest"),
@@ -205,8 +218,11 @@ def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFr
     [/common_flags/common_preempt_count] (abtest/trace/text_flags.py)."""
     frac = pl.col(_G_FRAC)
     sec = pl.col(_G_SEC).cast(pl.Int64)
-    # no fraction: a raw clock count (counter / x86-tsc clocks, trace-cmd's instance output), kept as is
-    ts = pl.when(frac.is_null()).then(sec).otherwise(sec * 1_000_000_000 + frac.str.pad_end(9, "0").cast(pl.Int64))
+    # no fraction: a raw clock count (counter / x86-tsc clocks, trace-cmd's instance output), kept as is;
+    # the kernel's latency format: microseconds since the buffer's start
+    ts = (pl.when(pl.col(_G_US).is_not_null()).then(sec * 1000)
+          .when(frac.is_null()).then(sec)
+          .otherwise(sec * 1_000_000_000 + frac.str.pad_end(9, "0").cast(pl.Int64)))
     event = pl.coalesce(pl.col(_G_EVENT), pl.col(_G_STACK).replace(STACK_EVENT_NAMES), pl.col("_sys_event"),
                         pl.lit("function"))
     cols = [
@@ -355,7 +371,13 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
         _lost_meta(lost, meta)
     has_tgid = groups[_G_TGID].null_count() < groups.height
     groups = _split_instance_prefix(groups, meta)
-    raw_clock = int(groups[_G_FRAC].is_null().sum())
+    latency_us = int(groups[_G_US].is_not_null().sum())
+    if latency_us:
+        meta["time_origin"] = "buffer start"
+        warnings.append(f"{latency_us} timestamps in the kernel's latency format (options/latency-format): "
+                        f"microseconds since the ring buffer's start, not the trace clock; comm cut to 8 "
+                        f"characters")
+    raw_clock = int((groups[_G_FRAC].is_null() & groups[_G_US].is_null()).sum())
     if raw_clock:
         warnings.append(f"{raw_clock} timestamps have no fraction: kept as raw clock counts (ns only if "
                         f"the trace clock counts ns)")
