@@ -24,7 +24,10 @@ text line      an unrecognised line right after a ``console`` event (or after su
                the kernel message's text (a newline inside it): joined to its payload with a warning.
 header         ``# ...`` comments (``# tracer: X``; ``# entries-in-buffer/entries-written: X/Y   #P:N``
                gives the CPU count and, when Y > X, the events overwritten in the ring buffer),
-               trace-cmd report headers ``version = N``, ``cpus=N``, ``CPU N is empty``, blank lines.
+               trace-cmd report headers ``version = N``, ``cpus=N``, ``CPU N is empty``, blank lines,
+               ``--verbose``'s plugin / print-handler lines, ``-w``'s wakeup-latency summary (its
+               `` Latency: N usecs`` after sched_switch lines is dropped, with a warning).
+               ``--ts-diff``'s ``(+23)`` before the event name is skipped.
 
 Anything else raises TraceFormatError naming the file, the 1-based line number and the line start.
 Old (2.6/3.x) kernels printed trace_marker writes with event name ``0`` (the print event's ip was 0):
@@ -46,18 +49,23 @@ from abtest.trace.text_flags import KERNEL_FLAG_BITS, LATENCY_FORM_FLAG_BITS, fl
 # captures ~3x slower.
 _D, _S, _NS, _W = "[0-9]", "[ \t]", "[^ \t]", "[A-Za-z0-9_]"
 # CPU column: "[001]" then an optional flags column ("d..2."), or trace-cmd report -l's latency form
-# where the CPU digits run straight into the flags ("1...1.", "0d..1.").
-_CPU_HEAD = rf"(?:\[{_D}+\]{_S}*(?:[.a-zA-Z]{_NS}*{_S}+)?|{_D}+[.a-zA-Z]{_NS}*{_S}+)"
-_CPU_FIELDS = rf"(?:\[({_D}+)\]{_S}*(?:([.a-zA-Z]{_NS}*){_S}+)?|({_D}+)([.a-zA-Z]{_NS}*){_S}+)"
+# where the CPU digits run straight into the flags ("1...1.", "0d..1."); a raw-clock time (no fraction)
+# may run straight into 5 flags letters there too ("1d..2.70077748285446:").
+_LAT_FLAGS = rf"[.a-zA-Z]{_NS}*{_S}+|[.a-zA-Z]{_NS}{{4}}"
+_CPU_HEAD = rf"(?:\[{_D}+\]{_S}*(?:[.a-zA-Z]{_NS}*{_S}+)?|{_D}+(?:{_LAT_FLAGS}))"
+_CPU_FIELDS = rf"(?:\[({_D}+)\]{_S}*(?:([.a-zA-Z]{_NS}*){_S}+)?|({_D}+)({_LAT_FLAGS}))"
 # Time: SEC.FRAC, a bare count (raw clocks), or the kernel's latency format (options/latency-format):
 # microseconds since the buffer's start, then a delay mark (' ', '+', '!', '#', '*', '@', '$').
 _LAT_MARK = "[ +!#*@$]"
 EVENT_HEAD_RE = (rf"-{_D}+{_S}+(?:\({_S}*(?:{_D}+|-+)\){_S}+)?{_CPU_HEAD}{_D}+(?:\.{_D}{{1,9}}|us{_LAT_MARK})?"
                  rf":(?:{_S}|$)")
+# `trace-cmd report --ts-diff`: the time since the previous event, "(+23)", before the event name
+_TS_DIFF = rf"\(\+{_D}+(?:\.{_D}+)?\){_S}+"
 # The same, anchored after the dash, with groups; group 1 = the whole head up to the payload.
 EVENT_FIELDS_RE = (
     rf"^(({_D}+){_S}+(?:\(({_S}*{_D}+|-+)\){_S}+)?{_CPU_FIELDS}"
-    rf"({_D}+)(?:\.({_D}{{1,9}})|(us){_LAT_MARK})?:(?:{_S}+|$)(?:({_W}[A-Za-z0-9_.]*):(?:{_S}+|$)|(<[a-z ]+>){_S}*$)?)"
+    rf"({_D}+)(?:\.({_D}{{1,9}})|(us){_LAT_MARK})?:(?:{_S}+|$)(?:{_TS_DIFF})?"
+    rf"(?:({_W}[A-Za-z0-9_.]*):(?:{_S}+|$)|(<[a-z ]+>){_S}*$)?)"
 )
 (_G_HEAD, _G_PID, _G_TGID, _G_CPU, _G_FLAGS, _G_CPU_LAT, _G_FLAGS_LAT, _G_SEC, _G_FRAC, _G_US, _G_EVENT,
  _G_STACK) = (str(i) for i in range(1, 13))
@@ -68,7 +76,13 @@ FUNCTION_PAYLOAD_RE = r"^[^ \t]+[ \t]+<-[^ \t]+"
 # `sys_enter_read:` / `sys_exit_read:` names instead, which need nothing special).
 SYSCALL_ENTER_RE = r"^sys_([A-Za-z0-9_]+)\((.*)\)[ \t]*$"
 SYSCALL_EXIT_RE = r"^sys_([A-Za-z0-9_]+) -> ([^ \t]+)[ \t]*$"
-HEADER_RE = r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
+HEADER_RE = (r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
+             # trace-cmd report --verbose's plugin list; -w's wakeup-latency summary at the end
+             r"|^(?:registering plugin: |overriding event \(\d+\) |removing override handler for event \(\d+\) )"
+             r"|^(?:(?:RT )?(?:Average wakeup latency|Maximum Latency|Minimum Latency): |RT task timings:)")
+WAKEUP_SUMMARY_RE = r"^(?:RT )?Average wakeup latency: "
+# what trace-cmd report -w appends to the sched_switch that ends a measured wakeup
+WAKEUP_LATENCY_SUFFIX_RE = r"[ \t]+Latency: [0-9]+\.[0-9]+ usecs$"
 LOST_RE = r"^\s*CPU:(\d+) \[(?:LOST (\d+) EVENTS|(\d+) EVENTS DROPPED|EVENTS DROPPED)\]\s*$"
 STACK_RE = r"^\s*=> "
 ENTRIES_RE = r"^#\s*entries-in-buffer/entries-written:\s*(\d+)/(\d+)\s+#P:(\d+)"
@@ -184,7 +198,7 @@ def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
     # "_latency_form": trace-cmd report -l's flags letters (CPU digits run into the flags); the kernel's
     # own latency format prints them the same way, with the kernel's letters and a microsecond time
     df = df.with_columns(pl.coalesce(_G_CPU, _G_CPU_LAT).alias(_G_CPU),
-                         pl.coalesce(_G_FLAGS, _G_FLAGS_LAT).alias(_G_FLAGS),
+                         pl.coalesce(_G_FLAGS, pl.col(_G_FLAGS_LAT).str.strip_chars_end()).alias(_G_FLAGS),
                          (pl.col(_G_FLAGS_LAT).is_not_null() & pl.col(_G_US).is_null()).alias("_latency_form"),
                          ).drop(_G_CPU_LAT, _G_FLAGS_LAT)
     df = df.with_columns(
@@ -383,6 +397,13 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
                         f"the trace clock counts ns)")
     has_flags = groups[_G_FLAGS].null_count() < groups.height
     events = _event_frame(groups, has_tgid, has_flags)
+    if others["text"].str.contains(WAKEUP_SUMMARY_RE).any():
+        # trace-cmd report -w: its wakeup latencies are not part of the events
+        suffix = events["payload"].str.contains(WAKEUP_LATENCY_SUFFIX_RE) & (events["event"] == "sched_switch")
+        events = events.with_columns(pl.when(suffix).then(pl.col("payload").str.replace(WAKEUP_LATENCY_SUFFIX_RE, ""))
+                                     .otherwise(pl.col("payload")).alias("payload"))
+        warnings.append(f"trace-cmd report -w text: its wakeup latencies (' Latency: N usecs' after "
+                        f"{int(suffix.sum())} sched_switch lines) and summary are not read")
     events = _attach_stacks(events, others.filter(pl.col("_kind") == "stack"), path)
     old_markers = int((groups[_G_EVENT] == OLD_MARKER_EVENT).sum())
     if old_markers:
