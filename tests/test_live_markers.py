@@ -2,7 +2,8 @@
 to `trace_marker_raw` (ftrace `raw_data`: a u32 id, then the bytes, declared `char buf[]`). The binary
 payload must come out as bytes (not text cut at the first NUL): the record's tail, as `trace-cmd report`
 prints it (`# 3e8 00 01 ...`), i.e. the bytes written plus the record's alignment padding to 4 bytes (the
-kernel stores no length; the padding holds whatever the page held). Both decode paths must agree. The tracefs lock is held and every switch restored."""
+kernel stores no length; the padding holds whatever the page held). Both decode paths must agree, and the
+text reader must give the same id and bytes from the kernel's text and from trace-cmd report's. The tracefs lock is held and every switch restored."""
 from __future__ import annotations
 
 import os
@@ -39,6 +40,8 @@ def test_text_and_binary_markers(tracefs_lock, tmp_path):
             _write(fs / "trace_marker_raw", struct.pack("<I", 0x3E8 + i) + payload)
         _write(fs / "trace_marker", b"abtest text marker")
         (fs / "tracing_on").write_text("0")
+        kernel_txt = tmp_path / "kernel.txt"  # the kernel's own text: "# 3e8 buf: 00 01 ...", no event name
+        kernel_txt.write_text((fs / "trace").read_text())
         subprocess.run(["trace-cmd", "extract", "-o", str(out)], check=True, capture_output=True, timeout=120)
     finally:
         (fs / "tracing_on").write_text("0")
@@ -62,3 +65,11 @@ def test_text_and_binary_markers(tracefs_lock, tmp_path):
     canon = read_trace(out).tables
     assert "abtest text marker" in canon["marker"]["text"].to_list()
     assert canon["raw_data"]["buf"].to_list()[-len(PAYLOADS):] == rd["buf"].to_list()
+    # the same writes as text: the kernel's (`# 3e8 buf: 00 01 ...`) and trace-cmd report's (`raw_data: #
+    # 3e8 00 01 ...`) give the same id (UInt32) and bytes (Binary)
+    report_txt = tmp_path / "report.txt"
+    report_txt.write_text("\n".join(ref.report_lines(str(out), raw=False)) + "\n")
+    for text in (kernel_txt, report_txt):
+        got = read_trace(text).tables["raw_data"].filter(pl.col("id") >= 0x3E8)
+        assert got.schema["id"] == pl.UInt32 and got.schema["buf"] == pl.Binary, text
+        assert got.select("id", "buf").equals(rd.select("id", "buf")), text

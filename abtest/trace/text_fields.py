@@ -305,6 +305,22 @@ def parse_marker(df: pl.DataFrame, event: str) -> pl.DataFrame:
     ).drop("payload")
 
 
+def parse_raw_data(df: pl.DataFrame) -> pl.DataFrame:
+    """trace_marker_raw writes (ftrace ``raw_data``) -> ``id`` (UInt32) and ``buf`` (Binary), as the trace.dat
+    reader gives them: the kernel prints ``# 3e8 buf: 00 01 02 00``, trace-cmd report ``# 3e8 00 01 02 00``
+    (the id in hex, then the record's bytes: those written plus the alignment padding). Payloads in
+    another form (trace-cmd report -R's ``id=03e8 buf=...``, whose bytes it prints as text) keep their
+    key=value parse."""
+    printed = r"^#[ \t]*([0-9a-fA-F]+)(?:[ \t]+buf:)?((?:[ \t]+[0-9a-fA-F]{2})*)[ \t]*$"
+    if not df["payload"].str.contains(printed).all():
+        return parse_key_values(df)
+    g = pl.col("payload").str.extract_groups(printed)
+    return df.with_columns(
+        g.struct.field("1").str.to_integer(base=16).cast(pl.UInt32).alias("id"),
+        g.struct.field("2").str.replace_all(r"[ \t]", "").str.decode("hex").alias("buf"),
+    ).drop("payload")
+
+
 def parse_function(df: pl.DataFrame) -> pl.DataFrame:
     """function tracer lines ``func <-parent`` -> ip, parent_ip (symbols as printed)."""
     g = pl.col("payload").str.extract_groups(r"^(\S+)\s+<-(\S+)")
@@ -321,6 +337,8 @@ def parse_event_payload(df: pl.DataFrame, event: str) -> pl.DataFrame:
         return parse_marker(df, event)
     if event == "function":
         return parse_function(df)
+    if event == "raw_data":
+        return parse_raw_data(df)
     if event in ("kernel_stack", "user_stack"):
         return df.rename({"payload": "buf"})
     return parse_key_values(df)

@@ -16,6 +16,8 @@ event line     ``COMM-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC: EVENT: PAYLOAD`` (or 
 function line  ``... SEC.FRAC: func <-parent`` (function tracer) -> event ``function`` (ip, parent_ip).
 syscall line   ``... SEC.FRAC: sys_read(fd: 7, count: 0x64)`` / ``sys_read -> 0x64`` (the kernel's own
                text of syscall events) -> events ``sys_enter_read`` (fd, count, ...) / ``sys_exit_read`` (ret).
+raw_data line  ``... SEC.FRAC: # 3e8 buf: 00 01 02 00`` (the kernel's text of a trace_marker_raw write, no
+               event name) -> event ``raw_data`` (id, buf: bytes), as trace-cmd's ``raw_data: # 3e8 00 01 ..``.
 stack line     `` => symbol`` continuation of the previous event -> joined into its ``stack`` column
                (``buf`` for kernel_stack / user_stack events).
 lost line      ``CPU:N [LOST M EVENTS]`` (tracefs), ``CPU:N [M EVENTS DROPPED]`` /
@@ -76,6 +78,8 @@ FUNCTION_PAYLOAD_RE = r"^[^ \t]+[ \t]+<-[^ \t]+"
 # `sys_enter_read:` / `sys_exit_read:` names instead, which need nothing special).
 SYSCALL_ENTER_RE = r"^sys_([A-Za-z0-9_]+)\((.*)\)[ \t]*$"
 SYSCALL_EXIT_RE = r"^sys_([A-Za-z0-9_]+) -> ([^ \t]+)[ \t]*$"
+# The kernel prints a trace_marker_raw write (ftrace raw_data) as "# 3e8 buf: 00 01 02 00", no event name
+RAW_DATA_RE = r"^# [0-9a-fA-F]+ buf:(?: [0-9a-fA-F]{2})*[ \t]*$"
 HEADER_RE = (r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
              # trace-cmd report --verbose's plugin list; -w's wakeup-latency summary at the end
              r"|^(?:registering plugin: |overriding event \(\d+\) |removing override handler for event \(\d+\) )"
@@ -205,15 +209,21 @@ def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
         text.str.slice(0, pl.col("_pos")).str.strip_chars_start().alias("_comm"),
         tail.str.slice(pl.col(_G_HEAD).str.len_chars()).alias("_rest"),
     ).drop("_tail")
-    return _syscall_columns(df)
+    return _named_by_form(df)
 
 
-def _syscall_columns(df: pl.DataFrame) -> pl.DataFrame:
-    """+ ``_sys_event`` / ``_sys_payload``: the event name and ``key=value`` payload of lines in the
-    kernel's syscall forms (SYSCALL_ENTER_RE / SYSCALL_EXIT_RE), null on other lines."""
-    nameless = pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null() & pl.col("_rest").str.starts_with("sys_")
-    if not df.select(nameless.any()).item():  # the usual case: the regular expressions are not run at all
-        return df.with_columns(pl.lit(None, pl.String).alias("_sys_event"), pl.lit(None, pl.String).alias("_sys_payload"))
+def _named_by_form(df: pl.DataFrame) -> pl.DataFrame:
+    """+ ``_form_event`` / ``_form_payload``: the event name and payload of lines the kernel prints with
+    no ``EVENT:`` name, named by their form: syscalls (SYSCALL_ENTER_RE / SYSCALL_EXIT_RE, ``key=value``
+    payload) and trace_marker_raw writes (RAW_DATA_RE -> ``raw_data``); null on other lines."""
+    unnamed = pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
+    raw_data = unnamed & pl.col("_rest").str.contains(RAW_DATA_RE)
+    nameless = unnamed & pl.col("_rest").str.starts_with("sys_")
+    if not df.select(nameless.any() | raw_data.any()).item():  # the usual case: no further regex is run
+        return df.with_columns(pl.lit(None, pl.String).alias("_form_event"), pl.lit(None, pl.String).alias("_form_payload"))
+    if not df.select(nameless.any()).item():
+        return df.with_columns(pl.when(raw_data).then(pl.lit("raw_data")).alias("_form_event"),
+                               pl.when(raw_data).then(pl.col("_rest")).alias("_form_payload"))
     df = df.with_columns(
         pl.when(nameless).then(pl.col("_rest").str.extract_groups(SYSCALL_ENTER_RE)).alias("_enter"),
         pl.when(nameless).then(pl.col("_rest").str.extract_groups(SYSCALL_EXIT_RE)).alias("_exit"),
@@ -222,8 +232,9 @@ def _syscall_columns(df: pl.DataFrame) -> pl.DataFrame:
     # "fd: 7, buf: 0x7ffc1000" -> "fd=7 buf=0x7ffc1000" (argument values are numbers, never ", ")
     args = enter.field("2").str.replace_all(r"(?:^|, )([A-Za-z0-9_]+): ", " ${1}=").str.strip_chars()
     return df.with_columns(
-        pl.coalesce(pl.lit("sys_enter_") + enter.field("1"), pl.lit("sys_exit_") + exit_.field("1")).alias("_sys_event"),
-        pl.coalesce(args, pl.lit("ret=") + exit_.field("2")).alias("_sys_payload"),
+        pl.coalesce(pl.lit("sys_enter_") + enter.field("1"), pl.lit("sys_exit_") + exit_.field("1"),
+                    pl.when(raw_data).then(pl.lit("raw_data"))).alias("_form_event"),
+        pl.coalesce(args, pl.lit("ret=") + exit_.field("2"), pl.when(raw_data).then(pl.col("_rest"))).alias("_form_payload"),
     ).drop("_enter", "_exit")
 
 
@@ -237,7 +248,7 @@ def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFr
     ts = (pl.when(pl.col(_G_US).is_not_null()).then(sec * 1000)
           .when(frac.is_null()).then(sec)
           .otherwise(sec * 1_000_000_000 + frac.str.pad_end(9, "0").cast(pl.Int64)))
-    event = pl.coalesce(pl.col(_G_EVENT), pl.col(_G_STACK).replace(STACK_EVENT_NAMES), pl.col("_sys_event"),
+    event = pl.coalesce(pl.col(_G_EVENT), pl.col(_G_STACK).replace(STACK_EVENT_NAMES), pl.col("_form_event"),
                         pl.lit("function"))
     cols = [
         pl.col("_line"),
@@ -252,7 +263,7 @@ def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFr
         cols.append(pl.col("_instance").alias("instance"))
     cols += [
         pl.when(event == OLD_MARKER_EVENT).then(pl.lit("tracing_mark_write")).otherwise(event).alias("event"),
-        pl.coalesce(pl.col("_sys_payload"), pl.col("_rest").str.strip_chars()).alias("payload"),
+        pl.coalesce(pl.col("_form_payload"), pl.col("_rest").str.strip_chars()).alias("payload"),
     ]
     if has_flags:
         cols += flags_columns(pl.col(_G_FLAGS), pl.col("_latency_form"))
@@ -370,7 +381,7 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
                                        f"(record trace events, or use trace.dat)")
         _raise_bad_line(path, bad, "unrecognised line")
     groups = lines.filter(is_event)
-    bad = groups.filter(pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null() & pl.col("_sys_event").is_null()
+    bad = groups.filter(pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null() & pl.col("_form_event").is_null()
                         & ~pl.col("_rest").str.contains(FUNCTION_PAYLOAD_RE))
     if bad.height:
         _raise_bad_line(path, bad, "unrecognised line")
