@@ -217,25 +217,26 @@ def _named_by_form(df: pl.DataFrame) -> pl.DataFrame:
     no ``EVENT:`` name, named by their form: syscalls (SYSCALL_ENTER_RE / SYSCALL_EXIT_RE, ``key=value``
     payload) and trace_marker_raw writes (RAW_DATA_RE -> ``raw_data``); null on other lines."""
     unnamed = pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
-    raw_data = unnamed & pl.col("_rest").str.contains(RAW_DATA_RE)
-    nameless = unnamed & pl.col("_rest").str.starts_with("sys_")
-    if not df.select(nameless.any() | raw_data.any()).item():  # the usual case: no further regex is run
+    syscall = unnamed & pl.col("_rest").str.starts_with("sys_")
+    raw_data = unnamed & pl.col("_rest").str.starts_with("# ")
+    has_syscall, has_raw_data = df.select(syscall.any().alias("s"), raw_data.any().alias("r")).row(0)
+    if not (has_syscall or has_raw_data):  # the usual case: no regular expression is run
         return df.with_columns(pl.lit(None, pl.String).alias("_form_event"), pl.lit(None, pl.String).alias("_form_payload"))
-    if not df.select(nameless.any()).item():
-        return df.with_columns(pl.when(raw_data).then(pl.lit("raw_data")).alias("_form_event"),
-                               pl.when(raw_data).then(pl.col("_rest")).alias("_form_payload"))
-    df = df.with_columns(
-        pl.when(nameless).then(pl.col("_rest").str.extract_groups(SYSCALL_ENTER_RE)).alias("_enter"),
-        pl.when(nameless).then(pl.col("_rest").str.extract_groups(SYSCALL_EXIT_RE)).alias("_exit"),
-    )
-    enter, exit_ = pl.col("_enter").struct, pl.col("_exit").struct
-    # "fd: 7, buf: 0x7ffc1000" -> "fd=7 buf=0x7ffc1000" (argument values are numbers, never ", ")
-    args = enter.field("2").str.replace_all(r"(?:^|, )([A-Za-z0-9_]+): ", " ${1}=").str.strip_chars()
-    return df.with_columns(
-        pl.coalesce(pl.lit("sys_enter_") + enter.field("1"), pl.lit("sys_exit_") + exit_.field("1"),
-                    pl.when(raw_data).then(pl.lit("raw_data"))).alias("_form_event"),
-        pl.coalesce(args, pl.lit("ret=") + exit_.field("2"), pl.when(raw_data).then(pl.col("_rest"))).alias("_form_payload"),
-    ).drop("_enter", "_exit")
+    raw_data = raw_data & pl.col("_rest").str.contains(RAW_DATA_RE)
+    events = [pl.when(raw_data).then(pl.lit("raw_data"))]
+    payloads = [pl.when(raw_data).then(pl.col("_rest"))]
+    if has_syscall:
+        df = df.with_columns(
+            pl.when(syscall).then(pl.col("_rest").str.extract_groups(SYSCALL_ENTER_RE)).alias("_enter"),
+            pl.when(syscall).then(pl.col("_rest").str.extract_groups(SYSCALL_EXIT_RE)).alias("_exit"),
+        )
+        enter, exit_ = pl.col("_enter").struct, pl.col("_exit").struct
+        # "fd: 7, buf: 0x7ffc1000" -> "fd=7 buf=0x7ffc1000" (argument values are numbers, never ", ")
+        args = enter.field("2").str.replace_all(r"(?:^|, )([A-Za-z0-9_]+): ", " ${1}=").str.strip_chars()
+        events += [pl.lit("sys_enter_") + enter.field("1"), pl.lit("sys_exit_") + exit_.field("1")]
+        payloads += [args, pl.lit("ret=") + exit_.field("2")]
+    return df.with_columns(pl.coalesce(events).alias("_form_event"),
+                           pl.coalesce(payloads).alias("_form_payload")).drop("_enter", "_exit", strict=False)
 
 
 def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFrame:
