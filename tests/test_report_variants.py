@@ -59,7 +59,7 @@ def test_report_variants_of_a_shared_trace(traces, tmp_path):
 
 def test_report_variants_of_a_raw_clock_trace(tracefs_lock, tmp_path):
     fs = tracefs_lock
-    assert "boot" in (fs / "trace_clock").read_text()  # every kernel since 3.x offers it
+    assert "boot" in (fs / "trace_clock").read_text()  # the boot clock: Linux 4.10+
     saved = next(c for c in (fs / "trace_clock").read_text().split() if c.startswith("[")).strip("[]")
     try:
         (fs / "trace_clock").write_text("boot")
