@@ -1,6 +1,8 @@
 """`trace-cmd report` text saved with the options a kernel engineer uses: `-l` (latency-form flags, comm cut
 to 8 characters), `--ts-diff` (`(+23)` before the event name), `-w` (wakeup latencies appended to
-sched_switch lines and a summary at the end), `--verbose` (plugin and handler lines first), `-t`, and their
+sched_switch lines and a summary at the end), `--verbose` (plugin and handler lines first), `--boundary`
+(ring-buffer page starts between the events), `--debug` (those with the page's time and offset, padding /
+time-extend / time-stamp records, `[delta:offset:size]` after each event), `-t`, and their
 combinations. Each must give the tables of the plain report: same events, lost events and every field.
 
 Two real files: a shared trace.dat whose clock trace-cmd prints as SEC.USEC, and a trace recorded here with
@@ -15,7 +17,8 @@ import subprocess
 from live_record import record
 from abtest.trace.readers import read_trace
 
-VARIANTS = [["-l"], ["--ts-diff"], ["-l", "--ts-diff"], ["-w"], ["--verbose"], ["-t"], ["-t", "-l", "--ts-diff"]]
+VARIANTS = [["-l"], ["--ts-diff"], ["-l", "--ts-diff"], ["-w"], ["--verbose"], ["--boundary"], ["--debug"],
+            ["-t"], ["-t", "-l", "--ts-diff"]]
 
 
 def _report(dat, opts: list[str], out):
@@ -48,6 +51,8 @@ def _assert_variants_match(dat, tmp_path) -> dict[str, str]:
                 assert table["common_comm"].cast(str).equals(want["common_comm"].cast(str).str.slice(0, 8)), name
         if "-w" in opts:
             assert any("report -w" in w for w in got.meta["warnings"]), got.meta["warnings"]
+        if "--debug" in opts:
+            assert any("report --debug" in w for w in got.meta["warnings"]), got.meta["warnings"]
     return texts
 
 
@@ -55,6 +60,7 @@ def test_report_variants_of_a_shared_trace(traces, tmp_path):
     texts = _assert_variants_match(traces / "x86-vm/x86-menu-hackbench-cyclictest.dat", tmp_path)
     assert re.search(r"\] +\d+\.\d{6}: \(\+\d+\) ", texts["--ts-diff"])
     assert "Average wakeup latency:" in texts["-w"] and " Latency: " in texts["-w"]
+    assert "[SUBBUFFER START]" in texts["--boundary"] and " TIME STAMP: timestamp:" in texts["--debug"]
 
 
 def test_report_variants_of_a_raw_clock_trace(tracefs_lock, tmp_path):

@@ -29,7 +29,9 @@ header         ``# ...`` comments (``# tracer: X``; ``# entries-in-buffer/entrie
                trace-cmd report headers ``version = N``, ``cpus=N``, ``CPU N is empty``, blank lines,
                ``--verbose``'s plugin / print-handler lines, ``-w``'s wakeup-latency summary (its
                `` Latency: N usecs`` after sched_switch lines is dropped, with a warning).
-               ``--ts-diff``'s ``(+23)`` before the event name is skipped.
+               ``--ts-diff``'s ``(+23)`` before the event name is skipped; ``--boundary`` / ``--debug``
+               page-start lines, ``--debug``'s padding / time-extend / time-stamp lines and its
+               ``[delta:offset:size]`` after each event are dropped (the last with a warning).
 
 Anything else raises TraceFormatError naming the file, the 1-based line number and the line start.
 Old (2.6/3.x) kernels printed trace_marker writes with event name ``0`` (the print event's ip was 0):
@@ -83,10 +85,17 @@ RAW_DATA_RE = r"^# [0-9a-fA-F]+ buf:(?: [0-9a-fA-F]{2})*[ \t]*$"
 HEADER_RE = (r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
              # trace-cmd report --verbose's plugin list; -w's wakeup-latency summary at the end
              r"|^(?:registering plugin: |overriding event \(\d+\) |removing override handler for event \(\d+\) )"
-             r"|^(?:(?:RT )?(?:Average wakeup latency|Maximum Latency|Minimum Latency): |RT task timings:)")
+             r"|^(?:(?:RT )?(?:Average wakeup latency|Maximum Latency|Minimum Latency): |RT task timings:)"
+             # ring-buffer page starts (--boundary; with --debug: [page ts:offset], then the page's
+             # padding / time-extend / absolute-time records on lines of their own)
+             r"|^CPU:\d+ \[SUBBUFFER START\](?: \[\d+:0x[0-9a-f]+\])?\s*$"
+             r"|^ (?:(?:PADDING|TIME EXTEND): delta|TIME STAMP: timestamp):-?\d+ length:\d+\s*$")
 WAKEUP_SUMMARY_RE = r"^(?:RT )?Average wakeup latency: "
 # what trace-cmd report -w appends to the sched_switch that ends a measured wakeup
 WAKEUP_LATENCY_SUFFIX_RE = r"[ \t]+Latency: [0-9]+\.[0-9]+ usecs$"
+# trace-cmd report --debug: page starts between the events, [delta:offset:size] after each event
+DEBUG_PAGE_RE = r"^CPU:\d+ \[SUBBUFFER START\] \["
+DEBUG_SUFFIX_RE = r"[ \t]\[[0-9]+:0x[0-9a-f]+:[0-9]+\]$"
 LOST_RE = r"^\s*CPU:(\d+) \[(?:LOST (\d+) EVENTS|(\d+) EVENTS DROPPED|EVENTS DROPPED)\]\s*$"
 STACK_RE = r"^\s*=> "
 ENTRIES_RE = r"^#\s*entries-in-buffer/entries-written:\s*(\d+)/(\d+)\s+#P:(\d+)"
@@ -416,6 +425,9 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
                                      .otherwise(pl.col("payload")).alias("payload"))
         warnings.append(f"trace-cmd report -w text: its wakeup latencies (' Latency: N usecs' after "
                         f"{int(suffix.sum())} sched_switch lines) and summary are not read")
+    if others["text"].str.contains(DEBUG_PAGE_RE).any():
+        events = events.with_columns(pl.col("payload").str.replace(DEBUG_SUFFIX_RE, ""))
+        warnings.append("trace-cmd report --debug text: its [delta:offset:size] after each event is not read")
     events = _attach_stacks(events, others.filter(pl.col("_kind") == "stack"), path)
     old_markers = int((groups[_G_EVENT] == OLD_MARKER_EVENT).sum())
     if old_markers:
