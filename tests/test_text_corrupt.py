@@ -200,3 +200,18 @@ def test_utf8_bom_is_tolerated(traces, tmp_path):
     path = tmp_path / "bom.txt"
     path.write_bytes(b"\xef\xbb\xbf" + (traces / "trappy/trace_no_trailing_line.txt").read_bytes())
     assert read_trace(path).meta["events"] == {"cpu_idle": 9, "sched_switch": 1}
+
+
+def test_report_of_several_input_files_is_refused_clearly(traces, tmp_path):
+    """`trace-cmd report -i A -i B` (real trace-cmd on two shared trace.dat files): each line carries its
+    file's name and each file a 'FILE: cpus=N' header; refused with a message saying what to do."""
+    x86 = traces / "x86-vm"
+    out = subprocess.run(["trace-cmd", "report", "-i", str(x86 / "x86-menu-hackbench-cyclictest.dat"),
+                          "-i", str(x86 / "x86-ladder-hackbench-cyclictest.dat")],
+                         check=True, capture_output=True, text=True).stdout
+    path = tmp_path / "two-files.txt"
+    path.write_text(out)
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(path)
+    assert e.value.line == 1 and "several input files" in str(e.value)
+    assert _cli_info(path).returncode == 2

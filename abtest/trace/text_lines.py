@@ -389,6 +389,10 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
         if tracer.len() and tracer[0] in ("function_graph", "wakeup", "wakeup_rt", "irqsoff", "preemptoff"):
             _raise_bad_line(path, bad, f"the {tracer[0]} tracer's own output format is not supported "
                                        f"(record trace events, or use trace.dat)")
+        several = bad.filter(pl.col("text").str.contains(r"^\s*\S+: cpus=\d+\s*$"))
+        if several.height:
+            _raise_bad_line(path, several, "a `trace-cmd report` of several input files (a 'FILE: cpus=N' "
+                                           "header each) is not supported: report each file on its own")
         _raise_bad_line(path, bad, "unrecognised line")
     groups = lines.filter(is_event)
     bad = groups.filter(pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null() & pl.col("_form_event").is_null()
