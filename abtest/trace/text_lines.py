@@ -53,24 +53,34 @@ from abtest.trace.text_flags import KERNEL_FLAG_BITS, LATENCY_FORM_FLAG_BITS, fl
 # captures ~3x slower.
 _D, _S, _NS, _W = "[0-9]", "[ \t]", "[^ \t]", "[A-Za-z0-9_]"
 # CPU column: "[001]" then an optional flags column ("d..2."), or trace-cmd report -l's latency form
-# where the CPU digits run straight into the flags ("1...1.", "0d..1."); a raw-clock time (no fraction)
-# may run straight into 5 flags letters there too ("1d..2.70077748285446:").
-_LAT_FLAGS = rf"[.a-zA-Z]{_NS}*{_S}+|[.a-zA-Z]{_NS}{{4}}"
-_CPU_HEAD = rf"(?:\[{_D}+\]{_S}*(?:[.a-zA-Z]{_NS}*{_S}+)?|{_D}+(?:{_LAT_FLAGS}))"
-_CPU_FIELDS = rf"(?:\[({_D}+)\]{_S}*(?:([.a-zA-Z]{_NS}*){_S}+)?|({_D}+)({_LAT_FLAGS}))"
+# where the CPU digits run straight into the flags ("1...1.", "0d..1."). trace-cmd report -l of a
+# raw-clock trace runs the time (no fraction) straight into 5 flags letters ("1d..2.70077748285446:"):
+# that form has regexes of its own (GLUED_*), used only for a file whose lines need them, because the
+# extra alternative halves the speed of the capture regex on every other file.
+_LAT_FLAGS = rf"[.a-zA-Z]{_NS}*{_S}+"
+_GLUED_FLAGS = rf"[.a-zA-Z]{_NS}*{_S}+|[.a-zA-Z]{_NS}{{4}}"
 # Time: SEC.FRAC, a bare count (raw clocks), or the kernel's latency format (options/latency-format):
 # microseconds since the buffer's start, then a delay mark (' ', '+', '!', '#', '*', '@', '$').
 _LAT_MARK = "[ +!#*@$]"
-EVENT_HEAD_RE = (rf"-{_D}+{_S}+(?:\({_S}*(?:{_D}+|-+)\){_S}+)?{_CPU_HEAD}{_D}+(?:\.{_D}{{1,9}}|us{_LAT_MARK})?"
-                 rf":(?:{_S}|$)")
 # `trace-cmd report --ts-diff`: the time since the previous event, "(+23)", before the event name
 _TS_DIFF = rf"\(\+{_D}+(?:\.{_D}+)?\){_S}+"
-# The same, anchored after the dash, with groups; group 1 = the whole head up to the payload.
-EVENT_FIELDS_RE = (
-    rf"^(({_D}+){_S}+(?:\(({_S}*{_D}+|-+)\){_S}+)?{_CPU_FIELDS}"
-    rf"({_D}+)(?:\.({_D}{{1,9}})|(us){_LAT_MARK})?:(?:{_S}+|$)(?:{_TS_DIFF})?"
-    rf"(?:({_W}[A-Za-z0-9_.]*):(?:{_S}+|$)|(<[a-z ]+>){_S}*$)?)"
-)
+
+
+def _event_head_re(lat_flags: str) -> str:
+    cpu = rf"(?:\[{_D}+\]{_S}*(?:[.a-zA-Z]{_NS}*{_S}+)?|{_D}+(?:{lat_flags}))"
+    return rf"-{_D}+{_S}+(?:\({_S}*(?:{_D}+|-+)\){_S}+)?{cpu}{_D}+(?:\.{_D}{{1,9}}|us{_LAT_MARK})?:(?:{_S}|$)"
+
+
+def _event_fields_re(lat_flags: str) -> str:
+    """The head again, anchored after the dash, with groups; group 1 = the whole head up to the payload."""
+    cpu = rf"(?:\[({_D}+)\]{_S}*(?:([.a-zA-Z]{_NS}*){_S}+)?|({_D}+)({lat_flags}))"
+    return (rf"^(({_D}+){_S}+(?:\(({_S}*{_D}+|-+)\){_S}+)?{cpu}"
+            rf"({_D}+)(?:\.({_D}{{1,9}})|(us){_LAT_MARK})?:(?:{_S}+|$)(?:{_TS_DIFF})?"
+            rf"(?:({_W}[A-Za-z0-9_.]*):(?:{_S}+|$)|(<[a-z ]+>){_S}*$)?)")
+
+
+EVENT_HEAD_RE, EVENT_FIELDS_RE = _event_head_re(_LAT_FLAGS), _event_fields_re(_LAT_FLAGS)
+GLUED_HEAD_RE, GLUED_FIELDS_RE = _event_head_re(_GLUED_FLAGS), _event_fields_re(_GLUED_FLAGS)
 (_G_HEAD, _G_PID, _G_TGID, _G_CPU, _G_FLAGS, _G_CPU_LAT, _G_FLAGS_LAT, _G_SEC, _G_FRAC, _G_US, _G_EVENT,
  _G_STACK) = (str(i) for i in range(1, 13))
 FUNCTION_PAYLOAD_RE = r"^[^ \t]+[ \t]+<-[^ \t]+"
@@ -205,9 +215,13 @@ def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
     # intermediate results are materialised as columns: a polars expression reused inside another
     # expression is recomputed each time
     df = lines.with_columns(text.str.find(EVENT_HEAD_RE).alias("_pos"))
+    fields_re = EVENT_FIELDS_RE
+    if df["_pos"].null_count() and df.filter(pl.col("_pos").is_null())["text"].str.contains(GLUED_HEAD_RE).any():
+        df = lines.with_columns(text.str.find(GLUED_HEAD_RE).alias("_pos"))
+        fields_re = GLUED_FIELDS_RE
     df = df.with_columns(text.str.slice(pl.col("_pos") + 1).alias("_tail"))  # "PID [(TGID)] [CPU] ..."
     tail = pl.col("_tail")
-    df = df.with_columns(tail.str.extract_groups(EVENT_FIELDS_RE).alias("g")).unnest("g")
+    df = df.with_columns(tail.str.extract_groups(fields_re).alias("g")).unnest("g")
     # "_latency_form": trace-cmd report -l's flags letters (CPU digits run into the flags); the kernel's
     # own latency format prints them the same way, with the kernel's letters and a microsecond time
     df = df.with_columns(pl.coalesce(_G_CPU, _G_CPU_LAT).alias(_G_CPU),
