@@ -7,12 +7,28 @@ is restored afterwards, also when the workload or the extraction fails.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 
 def _read(path: Path) -> str:
     return path.read_text()
+
+
+def kernel_lost(stats: dict) -> dict[str, int]:
+    """{CPU as a string: events its ring buffer lost (overwritten, refused, commit overrun)} as the kernel
+    counted them, from the per-CPU tracefs `stats` texts that `record(..., stats=)` collects."""
+    out = {}
+    for cpu, text in stats.items():
+        c = stats_counters(text)
+        out[str(cpu)] = c["overrun"] + c.get("dropped events", 0) + c.get("commit overrun", 0)
+    return out
+
+
+def stats_counters(text: str) -> dict[str, int]:
+    """The `overrun: 12` lines of a tracefs per-CPU stats file."""
+    return {k: int(v) for k, v in re.findall(r"^([a-z ]+): (\d+)$", text, re.M)}
 
 
 def _enabled_events(fs: Path) -> list[Path]:

@@ -12,12 +12,11 @@ show). The tracefs lock is held and every setting is restored (tests/live_record
 """
 from __future__ import annotations
 
-import re
 
 import polars as pl
 
 import tracedat_ref as ref
-from live_record import record
+from live_record import kernel_lost, record, stats_counters
 from test_convert import assert_convert_matches
 from abtest.trace import tracedat, tracedat_format, tracedat_layout
 from abtest.trace.readers import read_trace
@@ -27,20 +26,9 @@ KMSG = r"abtest test: a kernel message\nof two lines"
 MARK = "abtest marker"
 
 
-def _counters(stats_text: str) -> dict[str, int]:
-    """`overrun: 12` lines of a tracefs per-CPU stats file."""
-    return {k: int(v) for k, v in re.findall(r"^([a-z ]+): (\d+)$", stats_text, re.M)}
-
-
 def _kernel_lost(stats: dict[int, str]) -> dict[str, int]:
     """Events each CPU's ring buffer lost, as the kernel counted them (CPUs with none left out)."""
-    out = {}
-    for cpu, text in stats.items():
-        c = _counters(text)
-        n = c["overrun"] + c.get("dropped events", 0) + c.get("commit overrun", 0)
-        if n:
-            out[str(cpu)] = n
-    return out
+    return {cpu: n for cpu, n in kernel_lost(stats).items() if n}
 
 
 def test_every_kernel_event_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_path):
@@ -123,7 +111,7 @@ def test_events_refused_by_a_full_buffer_are_reported(tracefs_lock, tmp_path):
     stats: dict[int, str] = {}
     out = record(tracefs_lock, tmp_path / "refused.dat", None, 1024, WORKLOAD, stats=stats, overwrite=False)
     kernel = _kernel_lost(stats)
-    assert sum(_counters(t).get("dropped events", 0) for t in stats.values()) > 0, stats
+    assert sum(stats_counters(t).get("dropped events", 0) for t in stats.values()) > 0, stats
     assert ref.dropped_per_cpu(str(out)) == ({}, {})
     meta = read_trace(out).meta
     assert {c: n for c, n in meta["lost_events_per_cpu"].items() if n} == kernel

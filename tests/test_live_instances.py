@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 
@@ -18,22 +17,13 @@ import polars as pl
 import pytest
 
 import tracedat_ref as ref
-from live_record import record_instances
+from live_record import kernel_lost, record_instances
 from test_convert import assert_convert_matches
 from abtest.trace import tracedat, tracedat_layout
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
 
 WORKLOAD = [["hackbench", "-l", "20"]]
-
-
-def _kernel_lost(stats: dict[int, str]) -> dict[str, int]:
-    """Events each CPU's buffer lost (overwritten, refused, commit overrun) as the kernel counted them."""
-    out = {}
-    for cpu, text in stats.items():
-        c = {k: int(v) for k, v in re.findall(r"^([a-z ]+): (\d+)$", text, re.M)}
-        out[str(cpu)] = c["overrun"] + c.get("dropped events", 0) + c.get("commit overrun", 0)
-    return out
 
 
 def _instances_of(raw: dict) -> dict[str, list[tuple]]:
@@ -75,7 +65,7 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     assert not [w for w in meta["warnings"] if "clock" in w]
     # lost events: B's full buffer refused events (non-overwrite mode, marked in no page): they come from
     # B's saved statistics, and only B's; the totals add up over the buffers
-    kernel = {key: _kernel_lost(s) for key, s in stats.items()}
+    kernel = {key: kernel_lost(s) for key, s in stats.items()}
     assert sum(kernel[b].values()) > 0
     assert buffers[b]["lost_events_per_cpu"] == {c: n for c, n in kernel[b].items()}
     assert buffers[a]["lost_events"] == sum(kernel[a].values())

@@ -7,31 +7,19 @@ of large pages. The tracefs lock is held; the sub-buffer size and every switch a
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 
 import pytest
 
 import tracedat_ref as ref
-from live_record import record
+from live_record import kernel_lost, record
 from test_convert import assert_convert_matches
 from abtest.trace import tracedat, tracedat_layout
 from abtest.trace.readers import read_trace
 
 EVENTS = ["sched/sched_switch", "sched/sched_wakeup", "sched/sched_waking", "power/cpu_idle"]
 MARK = "abtest subbuf marker " + "x" * 3000  # one record of ~3 KiB: fits any sub-buffer
-
-
-def _kernel_lost(stats: dict[int, str]) -> dict[str, int]:
-    """Events each CPU's ring buffer lost, as the kernel counted them (CPUs with none left out)."""
-    out = {}
-    for cpu, text in stats.items():
-        c = {k: int(v) for k, v in re.findall(r"^([a-z ]+): (\d+)$", text, re.M)}
-        n = c["overrun"] + c.get("dropped events", 0) + c.get("commit overrun", 0)
-        if n:
-            out[str(cpu)] = n
-    return out
 
 
 @pytest.mark.parametrize("subbuf_kb", [16, 128])
@@ -70,7 +58,7 @@ def test_large_subbuffers_decode_as_trace_cmd_reports_them(tracefs_lock, tmp_pat
 
     # lost events: the kernel's counters (saved in the file by trace-cmd); the counts stored in the large
     # pages' headers add up to them, except on a CPU whose flagged page had no room left for its count
-    kernel = _kernel_lost(stats)
+    kernel = {cpu: n for cpu, n in kernel_lost(stats).items() if n}
     assert kernel, "the ring buffers did not overflow: no lost events to check"
     assert {c: n for c, n in meta["lost_events_per_cpu"].items() if n} == kernel
     assert meta["lost_events"] == sum(kernel.values()) and meta["lost_events_exact"] is True

@@ -294,6 +294,21 @@ def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFr
     return ev.select(cols)
 
 
+def _drop_report_annotations(events: pl.DataFrame, other_text: pl.Series, warnings: list) -> pl.DataFrame:
+    """What `trace-cmd report -w` / `--debug` append to event lines (known by their summary / page-start
+    lines among the other lines) is removed from the payloads, with a warning: it is not part of the events."""
+    if other_text.str.contains(WAKEUP_SUMMARY_RE).any():
+        suffix = events["payload"].str.contains(WAKEUP_LATENCY_SUFFIX_RE) & (events["event"] == "sched_switch")
+        events = events.with_columns(pl.when(suffix).then(pl.col("payload").str.replace(WAKEUP_LATENCY_SUFFIX_RE, ""))
+                                     .otherwise(pl.col("payload")).alias("payload"))
+        warnings.append(f"trace-cmd report -w text: its wakeup latencies (' Latency: N usecs' after "
+                        f"{int(suffix.sum())} sched_switch lines) and summary are not read")
+    if other_text.str.contains(DEBUG_PAGE_RE).any():
+        events = events.with_columns(pl.col("payload").str.replace(DEBUG_SUFFIX_RE, ""))
+        warnings.append("trace-cmd report --debug text: its [delta:offset:size] after each event is not read")
+    return events
+
+
 def _join_continuations(lines: pl.DataFrame, others: pl.DataFrame, warnings: list) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Unrecognised lines that follow a free-text event (TEXT_PAYLOAD_EVENTS, with only such lines in
     between) are the rest of its text: appended to its payload after a newline. Returns the event lines
@@ -436,16 +451,7 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict) -> dict[str, pl.DataFrame
                         f"the trace clock counts ns)")
     has_flags = groups[_G_FLAGS].null_count() < groups.height
     events = _event_frame(groups, has_tgid, has_flags)
-    if others["text"].str.contains(WAKEUP_SUMMARY_RE).any():
-        # trace-cmd report -w: its wakeup latencies are not part of the events
-        suffix = events["payload"].str.contains(WAKEUP_LATENCY_SUFFIX_RE) & (events["event"] == "sched_switch")
-        events = events.with_columns(pl.when(suffix).then(pl.col("payload").str.replace(WAKEUP_LATENCY_SUFFIX_RE, ""))
-                                     .otherwise(pl.col("payload")).alias("payload"))
-        warnings.append(f"trace-cmd report -w text: its wakeup latencies (' Latency: N usecs' after "
-                        f"{int(suffix.sum())} sched_switch lines) and summary are not read")
-    if others["text"].str.contains(DEBUG_PAGE_RE).any():
-        events = events.with_columns(pl.col("payload").str.replace(DEBUG_SUFFIX_RE, ""))
-        warnings.append("trace-cmd report --debug text: its [delta:offset:size] after each event is not read")
+    events = _drop_report_annotations(events, others["text"], warnings)
     events = _attach_stacks(events, others.filter(pl.col("_kind") == "stack"), path)
     old_markers = int((groups[_G_EVENT] == OLD_MARKER_EVENT).sum())
     if old_markers:
