@@ -7,7 +7,9 @@ use pyo3::prelude::*;
 #[cfg(target_os = "linux")]
 mod alloc_reuse;
 mod perfetto;
+mod perfetto_compact;
 mod perfetto_decode;
+mod perfetto_generic;
 mod perfetto_merge;
 mod perfetto_packets;
 mod perfetto_sort;

@@ -1,4 +1,5 @@
-//! Python entry points of the perfetto protobuf reader (decoding lives in perfetto_decode.rs).
+//! Python entry points of the perfetto protobuf reader (decoding lives in perfetto_decode.rs and
+//! the perfetto_* modules it uses).
 //!
 //! `perfetto_schema(events)` builds the ftrace field schema once (from the JSON in
 //! abtest/trace/data); `perfetto_decode(buffer, schema)` walks a whole Trace with the GIL released

@@ -10,8 +10,9 @@ use std::io::Read;
 use crate::perfetto_sort::{
     derive_prev, sort_compact_switch, sort_compact_waking, sort_rails, sort_table, waker_pids, PrevTask, Renames,
 };
-use crate::perfetto_tables::{Data, EventSpec, FieldSpec, FnvMap, Interner, Kind, Table, COL_FLAGS, COL_PID};
-use crate::perfetto_wire::{bytes_of, err, packed_varints, string_of, DResult, DecodeError, Msg, Value};
+use crate::perfetto_tables::{Data, EventSpec, FnvMap, Interner, Table, COL_FLAGS, COL_PID};
+use crate::perfetto_generic::decode_generic_fields;
+use crate::perfetto_wire::{err, DResult, DecodeError, Msg, Value};
 
 /// FtraceEvent field number of GenericFtraceEvent.
 const GENERIC_EVENT_ID: u32 = 327;
@@ -111,7 +112,7 @@ pub struct Decoder<'s> {
     pub tables: Vec<Table>,
     by_id: Vec<i32>,
     by_name: FnvMap<Box<[u8]>, usize>,
-    dyn_ids: FnvMap<u32, usize>,
+    pub(crate) dyn_ids: FnvMap<u32, usize>,
     pub strings: Interner,
     pub switch: CompactSwitch,
     pub waking: CompactWaking,
@@ -127,8 +128,8 @@ pub struct Decoder<'s> {
     event_spans: Vec<(usize, usize)>,
     pub(crate) scratch: Vec<(usize, String)>,
     pub(crate) packed: Vec<u64>,
-    compact_cols: [Vec<u64>; 13],
-    compact_interned: Vec<u32>,
+    pub(crate) compact_cols: [Vec<u64>; 13],
+    pub(crate) compact_interned: Vec<u32>,
 }
 
 /// Packet fields that carry bookkeeping rather than data (not reported as "not decoded").
@@ -455,183 +456,6 @@ impl<'s> Decoder<'s> {
         Ok(())
     }
 
-    /// GenericFtraceEvent: table named after event_name (field 1).
-    fn generic_table(&mut self, b: &[u8], off: usize) -> DResult<Option<usize>> {
-        let mut m = Msg::new(b, off);
-        while let Some((num, v)) = m.next_field()? {
-            if num == 1 {
-                let name = bytes_of(&v);
-                return Ok(Some(self.table_by_name(name, None)));
-            }
-        }
-        self.meta.events_without_payload += 1;
-        Ok(None)
-    }
-
-    /// FtraceEventBundle.GenericEventDescriptor: field_id (1) -> DescriptorProto (2) of an event.
-    fn decode_event_descriptor(&mut self, b: &[u8], off: usize) -> DResult<()> {
-        let mut m = Msg::new(b, off);
-        let mut field_id: Option<u32> = None;
-        let mut desc: Option<(&[u8], usize)> = None;
-        while let Some((num, v)) = m.next_field()? {
-            match (num, v) {
-                (1, v) => field_id = Some(v.as_u64() as u32),
-                (2, Value::Bytes(db, doff)) => desc = Some((db, doff)),
-                _ => {}
-            }
-        }
-        let (Some(id), Some((db, doff))) = (field_id, desc) else {
-            return Ok(());
-        };
-        let mut dm = Msg::new(db, doff);
-        let mut name = String::new();
-        let mut fields = Vec::new();
-        while let Some((num, v)) = dm.next_field()? {
-            match num {
-                1 => name = string_of(&v),
-                2 => {
-                    let Value::Bytes(fb, foff) = v else { continue };
-                    let mut fm = Msg::new(fb, foff);
-                    let (mut fname, mut number, mut label, mut ftype) = (String::new(), 0u32, 1u64, 9u64);
-                    while let Some((n2, v2)) = fm.next_field()? {
-                        match n2 {
-                            1 => fname = string_of(&v2),
-                            3 => number = v2.as_u64() as u32,
-                            4 => label = v2.as_u64(),
-                            5 => ftype = v2.as_u64(),
-                            _ => {}
-                        }
-                    }
-                    if number > 0 {
-                        fields.push(FieldSpec::from_proto(
-                            number,
-                            &fname,
-                            proto_type_name(ftype),
-                            label == 3,
-                        ));
-                    }
-                }
-                _ => {}
-            }
-        }
-        if name.is_empty() {
-            name = format!("ftrace_event_{}", id);
-        }
-        let spec = EventSpec {
-            name: name.clone(),
-            fields,
-        };
-        let t = self.table_by_name(name.as_bytes(), Some(&spec));
-        self.dyn_ids.insert(id, t);
-        Ok(())
-    }
-
-    /// CompactSched: delta-encoded switch / waking columns with an intern table of comms.
-    fn decode_compact(&mut self, b: &[u8], off: usize, cpu: i32) -> DResult<()> {
-        let mut cols = std::mem::take(&mut self.compact_cols);
-        for c in cols.iter_mut() {
-            c.clear();
-        }
-        let mut interned = std::mem::take(&mut self.compact_interned);
-        interned.clear();
-        let r = self.decode_compact_into(b, off, cpu, &mut cols, &mut interned);
-        self.compact_cols = cols;
-        self.compact_interned = interned;
-        r
-    }
-
-    fn decode_compact_into(
-        &mut self,
-        b: &[u8],
-        off: usize,
-        cpu: i32,
-        cols: &mut [Vec<u64>; 13],
-        interned: &mut Vec<u32>,
-    ) -> DResult<()> {
-        let mut m = Msg::new(b, off);
-        while let Some((num, v)) = m.next_field()? {
-            match num {
-                5 => interned.push(self.strings.intern(bytes_of(&v))),
-                1..=12 => packed_varints(&v, &mut cols[num as usize])?,
-                _ => {}
-            }
-        }
-        let n = cols[1].len();
-        for (f, what) in [
-            (2, "switch_prev_state"),
-            (3, "switch_next_pid"),
-            (4, "switch_next_prio"),
-            (6, "switch_next_comm_index"),
-        ] {
-            if cols[f].len() != n {
-                return err(
-                    off,
-                    format!(
-                        "CompactSched {} has {} entries, switch_timestamp has {}",
-                        what,
-                        cols[f].len(),
-                        n
-                    ),
-                );
-            }
-        }
-        let nw = cols[7].len();
-        for (f, what) in [
-            (8, "waking_pid"),
-            (9, "waking_target_cpu"),
-            (10, "waking_prio"),
-            (11, "waking_comm_index"),
-        ] {
-            if cols[f].len() != nw {
-                return err(
-                    off,
-                    format!(
-                        "CompactSched {} has {} entries, waking_timestamp has {}",
-                        what,
-                        cols[f].len(),
-                        nw
-                    ),
-                );
-            }
-        }
-        let comm = |idx: u64, interned: &[u32]| -> DResult<u32> {
-            interned.get(idx as usize).copied().ok_or_else(|| DecodeError {
-                offset: off,
-                msg: format!(
-                    "CompactSched comm index {} outside its intern table of {} strings",
-                    idx,
-                    interned.len()
-                ),
-            })
-        };
-        let s = &mut self.switch;
-        let mut acc: u64 = 0;
-        for i in 0..n {
-            acc = acc.wrapping_add(cols[1][i]);
-            s.ts.push(acc as i64);
-            s.cpu.push(cpu);
-            s.prev_state.push(cols[2][i] as i64);
-            s.next_pid.push(cols[3][i] as i32);
-            s.next_prio.push(cols[4][i] as i32);
-            s.next_comm.push(comm(cols[6][i], interned)?);
-        }
-        let w = &mut self.waking;
-        let has_flags = cols[12].len() == nw;
-        let mut acc: u64 = 0;
-        for i in 0..nw {
-            acc = acc.wrapping_add(cols[7][i]);
-            w.ts.push(acc as i64);
-            w.cpu.push(cpu);
-            w.pid.push(cols[8][i] as i32);
-            w.target_cpu.push(cols[9][i] as i32);
-            w.prio.push(cols[10][i] as i32);
-            w.comm.push(comm(cols[11][i], interned)?);
-            w.common_flags.push(if has_flags { cols[12][i] as u32 } else { 0 });
-            w.flags_valid.push(has_flags);
-        }
-        Ok(())
-    }
-
     /// Pad columns, sort every table by ts (stable), derive compact prev_* and compact wakers.
     pub fn finish(&mut self) {
         for t in &mut self.tables {
@@ -705,65 +529,4 @@ fn derive_wakers(w: &mut CompactWaking, s: &CompactSwitch, tables: &[Table]) {
     let (pid, valid) = waker_pids(&w.ts, &w.cpu, &sources);
     w.waker_pid = pid;
     w.waker_valid = valid;
-}
-
-/// GenericFtraceEvent.Field {name 1, str_value 3, int_value 4, uint_value 5} -> named columns.
-fn decode_generic_fields(t: &mut Table, row: usize, m: &mut Msg, strings: &mut Interner) -> DResult<()> {
-    while let Some((num, v)) = m.next_field()? {
-        if num != 2 {
-            continue;
-        }
-        let Some(mut fm) = Msg::from_value(&v) else { continue };
-        let mut name: &[u8] = b"";
-        let mut val: Option<(u32, Value)> = None;
-        while let Some((n2, v2)) = fm.next_field()? {
-            match n2 {
-                1 => name = bytes_of(&v2),
-                3 | 4 | 5 => val = Some((n2, v2)),
-                _ => {}
-            }
-        }
-        let Some((kind_field, v2)) = val else { continue };
-        let name = String::from_utf8_lossy(name);
-        match kind_field {
-            3 => {
-                let ci = t.column_named(&name, Kind::Str);
-                let id = strings.intern(bytes_of(&v2));
-                t.cols[ci].put_str(row, id);
-            }
-            4 => {
-                let ci = t.column_named(&name, Kind::I64);
-                t.cols[ci].put_i64(row, v2.as_u64() as i64);
-            }
-            _ => {
-                let ci = t.column_named(&name, Kind::U64);
-                t.cols[ci].put_i64(row, v2.as_u64() as i64);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// google.protobuf.FieldDescriptorProto.Type number -> type name.
-fn proto_type_name(t: u64) -> &'static str {
-    match t {
-        1 => "double",
-        2 => "float",
-        3 => "int64",
-        4 => "uint64",
-        5 => "int32",
-        6 => "fixed64",
-        7 => "fixed32",
-        8 => "bool",
-        9 => "string",
-        11 => "message",
-        12 => "bytes",
-        13 => "uint32",
-        14 => "enum",
-        15 => "sfixed32",
-        16 => "sfixed64",
-        17 => "sint32",
-        18 => "sint64",
-        _ => "bytes",
-    }
 }
