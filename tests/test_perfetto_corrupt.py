@@ -127,6 +127,36 @@ def test_empty_file(tmp_path):
     assert r.returncode == 2 and "empty" in r.stderr
 
 
+def _compact_sched_trace(columns: dict[int, list[int]]) -> bytes:
+    """A Trace with one FtraceEventBundle (cpu 0) holding a CompactSched of these packed columns (field
+    number -> values) and an intern table with one comm."""
+    compact = _ld(5, b"task") + b"".join(_ld(f, b"".join(_varint(v) for v in vals)) for f, vals in columns.items())
+    return _ld(1, _ld(1, b"\x08\x00" + _ld(4, compact)))
+
+
+@pytest.mark.parametrize("short, message", [
+    (2, "CompactSched switch_prev_state has 1 entries, switch_timestamp has 2"),
+    (6, "CompactSched switch_next_comm_index has 1 entries, switch_timestamp has 2"),
+    (9, "CompactSched waking_target_cpu has 1 entries, waking_timestamp has 2"),
+])
+def test_compact_sched_columns_of_unequal_length(tmp_path, short, message):
+    """CompactSched's columns must have one entry per event: a column that is short is named, with the
+    offset of the bundle's compact_sched field; the same columns of equal length decode to 2 + 2 rows."""
+    switch = {1: [10, 5], 2: [0, 1], 3: [101, 102], 4: [120, 120], 6: [0, 0]}
+    waking = {7: [3, 4], 8: [101, 102], 9: [1, 0], 10: [120, 120], 11: [0, 0]}
+    ok = tmp_path / "compact-ok.pftrace"
+    ok.write_bytes(_compact_sched_trace({**switch, **waking}))
+    d = read_trace(ok)
+    assert d.tables["sched_switch"]["ts"].to_list() == [10, 15]
+    assert d.tables["sched_waking"]["target_cpu"].to_list() == [1, 0]
+    cols = {**switch, **waking}
+    cols[short] = cols[short][:1]
+    bad = tmp_path / "compact-short.pftrace"
+    bad.write_bytes(_compact_sched_trace(cols))
+    e = _assert_error(bad, max_offset=12)
+    assert message in str(e)
+
+
 def test_corrupt_compressed_packets(tmp_path):
     good = zlib.compress(_ld(1, b"\x40\x01"))  # a Trace with one packet {timestamp(8)=1}
     p = tmp_path / "zlib.pftrace"

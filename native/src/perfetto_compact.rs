@@ -34,44 +34,18 @@ impl<'s> Decoder<'s> {
                 _ => {}
             }
         }
-        let n = cols[1].len();
-        for (f, what) in [
+        let n = same_lengths(&cols[..], off, (1, "switch_timestamp"), &[
             (2, "switch_prev_state"),
             (3, "switch_next_pid"),
             (4, "switch_next_prio"),
             (6, "switch_next_comm_index"),
-        ] {
-            if cols[f].len() != n {
-                return err(
-                    off,
-                    format!(
-                        "CompactSched {} has {} entries, switch_timestamp has {}",
-                        what,
-                        cols[f].len(),
-                        n
-                    ),
-                );
-            }
-        }
-        let nw = cols[7].len();
-        for (f, what) in [
+        ])?;
+        let nw = same_lengths(&cols[..], off, (7, "waking_timestamp"), &[
             (8, "waking_pid"),
             (9, "waking_target_cpu"),
             (10, "waking_prio"),
             (11, "waking_comm_index"),
-        ] {
-            if cols[f].len() != nw {
-                return err(
-                    off,
-                    format!(
-                        "CompactSched {} has {} entries, waking_timestamp has {}",
-                        what,
-                        cols[f].len(),
-                        nw
-                    ),
-                );
-            }
-        }
+        ])?;
         let comm = |idx: u64, interned: &[u32]| -> DResult<u32> {
             interned.get(idx as usize).copied().ok_or_else(|| DecodeError {
                 offset: off,
@@ -109,4 +83,16 @@ impl<'s> Decoder<'s> {
         }
         Ok(())
     }
+}
+
+/// Entries of the CompactSched column `first` (field number, name), after checking that each of the
+/// `others` has as many (an error at `off` names the first that does not).
+fn same_lengths(cols: &[Vec<u64>], off: usize, first: (usize, &str), others: &[(usize, &str)]) -> DResult<usize> {
+    let n = cols[first.0].len();
+    for &(f, what) in others {
+        if cols[f].len() != n {
+            return err(off, format!("CompactSched {} has {} entries, {} has {}", what, cols[f].len(), first.1, n));
+        }
+    }
+    Ok(n)
 }
