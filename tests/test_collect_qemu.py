@@ -44,7 +44,7 @@ def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
     def kill_kernel_b_vm_mid_iteration():
         """Fault: when kernelB's last iteration is in flight, kill its VM (our own qemu, by PID)."""
         t0 = time.monotonic()
-        while proc.poll() is None and time.monotonic() - t0 < 500:
+        while proc.poll() is None and time.monotonic() - t0 < 1400:
             if list((store / "kernelB" / "hackbench").glob(".tmp-2-*")):
                 for pid in subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*vmlinuz-6.12.*abtest-vm-"],
                                           capture_output=True, text=True).stdout.split():
@@ -56,7 +56,9 @@ def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
     watcher = threading.Thread(target=kill_kernel_b_vm_mid_iteration)
     watcher.start()
     try:
-        out, err = proc.communicate(timeout=800)
+        # ~70 s here (2026-11-22); the bound leaves room for one hung-guest recovery under a slow host (a stop
+        # command's 300 s timeout, the 30 s recovery wait, a new boot and the iteration again)
+        out, err = proc.communicate(timeout=1500)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # lets the collector stop its VMs
@@ -122,5 +124,40 @@ def test_guest_that_panics_at_boot_is_relaunched_then_reported(tmp_path):
     died = [m for m in logs if "guest died during boot" in m]
     assert len(died) == 1 and "guest kernel panic: " in died[0], logs
     assert "boot attempt 2/2" in died[0]
+    assert sum(m.startswith("booting kernelA") for m in logs) == 2, logs
+    assert _abtest_qemus() <= qemu_before
+
+
+def test_hung_guest_is_stopped_and_replaced():
+    """A guest that stops answering while its qemu is still there (frozen here with SIGSTOP, our own qemu,
+    by PID): after the recovery wait the provider logs it as hung, kills that qemu by its PID and boots a
+    new VM, which answers. (A guest hung this way under TCG in a CI run; recovery then failed on a wrong
+    keyword argument, so the collect stopped instead of relaunching the VM.)"""
+    from abtest.collectors.orchestrate import LabelSpec
+    from abtest.targets.config import parse_target
+    from abtest.targets.qemu import QemuProvider
+
+    cfg = parse_target({"name": "qemu-hang", "kind": "qemu",
+                        "qemu": {"memory_mb": 512, "smp": 2, "boot_timeout_s": 120.0},
+                        "boot": {"kernelA": {"package": "linux-image-6.1.0-*-amd64", "expect_release": "6.1.*"}}})
+    logs: list[str] = []
+    provider = QemuProvider(cfg, log=logs.append)
+    label = LabelSpec("kernelA", boot=cfg.boot["kernelA"])
+    qemu_before = _abtest_qemus()
+    frozen = None
+    try:
+        provider.activate(label)
+        frozen = provider.vms["kernelA"].pid
+        os.kill(frozen, signal.SIGSTOP)
+        target = provider.recover(label, timeout_s=5)
+        assert fnmatch.fnmatch(target.uname_r(), "6.1.*")
+        assert provider.vms["kernelA"].pid != frozen
+        assert str(frozen) not in _abtest_qemus(), "the hung qemu is still running"
+    finally:
+        if frozen is not None and str(frozen) in _abtest_qemus():
+            os.kill(frozen, signal.SIGKILL)  # our own qemu, left over by a failure above
+        provider.close()
+    hung = [m for m in logs if "kernelA: VM hung" in m]
+    assert len(hung) == 1 and "not back after 5 s" in hung[0], logs
     assert sum(m.startswith("booting kernelA") for m in logs) == 2, logs
     assert _abtest_qemus() <= qemu_before

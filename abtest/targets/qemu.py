@@ -431,13 +431,14 @@ class QemuProvider:
             raise TargetError(f"label {label.name}: guest runs {rel}, expected {label.boot.expect_release!r}")
         return t
 
-    def recover(self, label, timeout_s: float = 120) -> SshTarget:
-        """The label's target after a failed iteration: the same VM if it answers again within 30 s,
-        otherwise a new one (a hung VM is stopped by its PID; a dead one is logged with its panic line)."""
+    def recover(self, label, timeout_s: float = 30) -> SshTarget:
+        """The label's target after a failed iteration: the same VM if it answers again within
+        `timeout_s` seconds (plus the ssh connect timeout of the attempt under way), otherwise a new one
+        (a hung VM is stopped by its PID; a dead one is logged with its panic line)."""
         vm = self.vms.get(label.name)
         if vm is not None and vm.alive():
             try:
-                self.targets[label.name].wait_until_back(timeout_s=30, poll_s=1)
+                self.targets[label.name].wait_until_back(timeout_s, poll_s=1)
                 return self.activate(label)
             except TargetError as e:
                 if vm.alive():
