@@ -29,7 +29,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::tracedat_columns::{Builder, Env, FieldSpec, SymLoader, Syms};
-use super::tracedat_merge::{cpu_column, gather_builder, plan_merge, push, Plan};
+use super::tracedat_merge::{cpu_column, gather_builder, plan_merge, push, set_growth_hint, Plan};
 use super::tracedat_pages::{walk_pages, worker_count, Clock, CpuStats, PageLayout};
 use super::tracedat_split::{
     backwards_seam, initial_ranges, join_pieces, stored_pieces, ts_span, Share, SpanRange,
@@ -162,9 +162,17 @@ fn decode_job(job: &Job, range: &SpanRange, ctx: &Ctx, comp: Comp, inf: &mut Inf
     let (mut last, mut monotonic) = (i64::MIN, true);
     let mut released = job.spans.get(range.start).map(|s| s.0).unwrap_or(0);
     let mut last_span = None;
+    // inflated bytes before each chunk of the job (for the growth hint: decoded vs still to decode)
+    let before: Vec<usize> = std::iter::once(0).chain(job.spans.iter().scan(0usize, |acc, s| {
+        *acc += s.2.max(s.1);
+        Some(*acc)
+    })).collect();
     while let Some(k) = range.claim() {
         let (start, size, inflated) = job.spans[k];
         last_span = Some(job.spans[k]);
+        // this chunk counted as half decoded: its columns grow while it is walked
+        let done = before[k] - before[range.start] + (before[k + 1] - before[k]) / 2;
+        set_growth_hint(done, before[range.end().max(k + 1)] - before[range.start] - done);
         if ctx.abort.load(Ordering::Relaxed) {
             return Err(STOPPED.into());
         }
@@ -186,6 +194,7 @@ fn decode_job(job: &Job, range: &SpanRange, ctx: &Ctx, comp: Comp, inf: &mut Inf
             released = start + size;
         }
     }
+    set_growth_hint(0, 0);
     if ctx.release && comp != Comp::Stored {
         if let Some((start, size, _)) = last_span {
             release_pages(&ctx.file[released.min(start + size)..start + size]);

@@ -42,6 +42,11 @@ impl SpanRange {
         }
         None
     }
+
+    /// End of the range now (lowered when another thread takes over its back half).
+    pub fn end(&self) -> usize {
+        self.claim.lock().unwrap_or_else(|e| e.into_inner()).1
+    }
 }
 
 /// Every range being decoded or waiting to be.
