@@ -70,6 +70,6 @@ def bench_trace() -> Path:
     ingest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ingest)
     ensure_tracefs()
-    path, events = ingest.ensure_bench_trace()
+    path, events = ingest.ensure_bench_trace(min_events=2_000_000)
     assert events >= 2_000_000
     return path

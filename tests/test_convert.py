@@ -140,3 +140,74 @@ def test_trace_without_a_writable_cache_decodes_in_memory(tmp_path, monkeypatch)
     assert t.tables == sorted(ref.tables)
     for name in t.tables:
         assert_frame_equal(t.df(name), ref.tables[name])
+
+
+def _decode_for_writing(path: Path, keep_runs: bool) -> dict:
+    """tracedat.read of `path` as convert() calls it (DecodedTables for the tables canonicalize() keeps),
+    with the multi-CPU tables' integer / dictionary columns kept as their runs or merged into arrays."""
+    import mmap
+
+    from abtest.trace import tracedat
+    from abtest.trace.readers import _keep_decoded
+
+    with open(path, "rb") as f:
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        raw, _meta = tracedat.read(path, data, keep_decoded=_keep_decoded, keep_runs=keep_runs)
+    return raw
+
+
+def _run_columns(raw: dict) -> list:
+    from abtest import _native
+
+    return [(name, col, c) for name, t in raw.items() if isinstance(t, DecodedTable)
+            for col, c in t.columns.items() if isinstance(c, _native.RunColumn)]
+
+
+@pytest.mark.parametrize("merge", ["auto", "segments", "rows"])
+@pytest.mark.parametrize("rel", TRACEDAT_FILES)
+def test_tables_written_from_runs_equal_those_from_arrays(rel, merge, tmp_path, monkeypatch):
+    """Columns held as their per-CPU runs (RunColumn: the parquet writer gathers each row group from the
+    runs, native/src/tracedat_lazy.rs) give byte-identical files to the merged arrays: default layout,
+    and row groups of 1,000 rows with 300-row pages (many row groups, the CPUs interleaving inside each);
+    the merge plan both as a per-row run selector and as segments (ABTEST_FUSED_MERGE)."""
+    if merge != "auto":
+        monkeypatch.setenv("ABTEST_FUSED_MERGE", merge)
+    runs, arrays = _decode_for_writing(TRACES / rel, True), _decode_for_writing(TRACES / rel, False)
+    assert sorted(runs) == sorted(arrays)
+    assert not _run_columns(arrays)
+    multi_cpu = {n for n, t in arrays.items() if isinstance(t, DecodedTable) and len(set(t.columns["cpu"])) > 1}
+    assert {n for n, _c, _v in _run_columns(runs)} == multi_cpu
+    for layout in ({}, {"row_group_rows": 1000, "page_rows": 300}):
+        a, b = tmp_path / f"runs{len(layout)}", tmp_path / f"arrays{len(layout)}"
+        a.mkdir()
+        b.mkdir()
+        write_parquet_tables(runs, a, **layout)
+        write_parquet_tables(arrays, b, **layout)
+        for name in arrays:
+            assert (a / f"{name}.parquet").read_bytes() == (b / f"{name}.parquet").read_bytes(), (name, layout)
+
+
+@pytest.mark.parametrize("rel", [r for r in TRACEDAT_FILES if "x86-vm" in r or "lisa" in r])
+def test_run_columns_materialize_to_the_merged_arrays(rel):
+    """tracedat_materialize (used when such a table becomes a polars frame after all) gives the arrays the
+    merge builds: integers, the CPU column, Categorical codes and dictionary."""
+    import numpy as np
+
+    from abtest import _native
+
+    runs, arrays = _decode_for_writing(TRACES / rel, True), _decode_for_writing(TRACES / rel, False)
+    found = _run_columns(runs)
+    assert found
+    merged = _native.tracedat_materialize([c for _n, _col, c in found])
+    for (name, col, rc), got in zip(found, merged):
+        want = arrays[name].columns[col]
+        assert len(rc) == arrays[name].height
+        if isinstance(want, np.ndarray):
+            assert rc.kind == {"int32": "i32"}.get(str(want.dtype), rc.kind)
+            assert got.dtype == want.dtype and np.array_equal(got, want), (name, col)
+            assert rc.max() == int(want.max())
+        else:
+            assert rc.kind == "cat32" and rc.max() is None
+            assert got[0] == want[0] == "cat"
+            for g, w in zip(got[1:], want[1:]):
+                assert np.array_equal(g, w), (name, col)

@@ -9,11 +9,16 @@ global category order, so the files are not byte-identical to those written from
 
 Columns (native/src/tracedat_columns.rs): numpy integer arrays, ("cat", codes u32, dictionary offsets
 i64, dictionary bytes) and ("utf8" | "binary", offsets i64, bytes). Tables with list columns stay frames.
+A column may also be a `RunColumn` (native/src/tracedat_lazy.rs): a numeric or Categorical column of a
+table merged from several CPUs, held as its per-CPU runs and the merge plan; the parquet writer gathers
+its values row group by row group, so the merged column is never built in memory (same file content).
 """
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
+
+from abtest._native import RunColumn
 
 # numpy integer dtype of a decoder column -> (polars dtype, the parquet writer's column kind)
 _INTS = {np.dtype(t): (d, k) for t, d, k in (
@@ -22,12 +27,17 @@ _INTS = {np.dtype(t): (d, k) for t, d, k in (
     ("uint64", pl.UInt64, "u64"))}
 INT_DTYPES = {t: d for t, (d, _k) in _INTS.items()}  # numpy integer dtype -> polars dtype
 _TEXT_TAGS = {"utf8": ("str", pl.String), "binary": ("bin", pl.Binary)}
+# a RunColumn's writer kind -> polars dtype
+_RUN_KINDS = {k: d for _t, (d, k) in _INTS.items()} | {"cat32": pl.Categorical}
 
 
 def writable(columns: dict) -> bool:
     """True when every decoder column is of a kind DecodedTable writes (integers, text, categorical)."""
     for col in columns.values():
-        if isinstance(col, np.ndarray):
+        if isinstance(col, RunColumn):
+            if col.kind not in _RUN_KINDS:
+                return False
+        elif isinstance(col, np.ndarray):
             if col.dtype not in _INTS:
                 return False
         elif col[0] != "cat" and col[0] not in _TEXT_TAGS:
@@ -54,13 +64,17 @@ class DecodedTable:
     def max_of(self, name: str) -> int | None:
         """Largest value of an integer column (e.g. `cpu`); None when empty."""
         col = self.columns[name]
+        if isinstance(col, RunColumn):
+            return col.max()
         return int(col.max()) if len(col) else None
 
     def polars_schema(self) -> dict[str, pl.DataType]:
         """The dtypes the table has as a polars frame (what `tracedat._frames` builds)."""
         schema = {}
         for name, col in self.columns.items():
-            if isinstance(col, np.ndarray):
+            if isinstance(col, RunColumn):
+                schema[name] = _RUN_KINDS[col.kind]
+            elif isinstance(col, np.ndarray):
                 schema[name] = _INTS[col.dtype][0]
             elif col[0] == "cat":
                 schema[name] = pl.Categorical
@@ -74,7 +88,9 @@ class DecodedTable:
         out = []
         for name, col in self.columns.items():
             keep.append(col)
-            if isinstance(col, np.ndarray):
+            if isinstance(col, RunColumn):
+                out.append((name, col))  # gathered from its runs by the writer, row group by row group
+            elif isinstance(col, np.ndarray):
                 out.append((name, _INTS[col.dtype][1], self.height, 0, (0, 0), _buf(col), (0, 0), None))
             elif col[0] == "cat":
                 codes, offsets, data = col[1], col[2], col[3]

@@ -227,7 +227,7 @@ def _decode_error(path, lay: Layout, err: ValueError) -> TraceFormatError:
 last_decode: dict = {}
 
 
-def read(path, data, *, fused: bool = True, keep_decoded=None) -> tuple[dict, dict]:
+def read(path, data, *, fused: bool = True, keep_decoded=None, keep_runs: bool = True) -> tuple[dict, dict]:
     """Decode a trace.dat held in `data` (bytes or mmap). Returns (raw tables by event name, meta).
 
     Only event types with records get a table (the file carries the formats of every event the kernel
@@ -240,11 +240,14 @@ def read(path, data, *, fused: bool = True, keep_decoded=None) -> tuple[dict, di
     DecodedTable (the decoder's arrays, for writing parquet without polars: abtest.trace.decoded) instead
     of a DataFrame. Offered only for tables of integer, text and dictionary columns whose fields need no
     later resolution (no `char *` fields).
+    keep_runs (with keep_decoded, streaming decode): the integer and dictionary columns of such a table
+    merged from several CPUs stay as their per-CPU runs (`_native.RunColumn`), which the parquet writer
+    gathers row group by row group instead of the merged arrays being built; False: arrays. Same files.
     """
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the decode allocates few, large objects: cyclic GC passes would only cost time
     try:
-        return _read(Path(path), data, fused, keep_decoded)
+        return _read(Path(path), data, fused, keep_decoded, keep_runs)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -273,11 +276,11 @@ class _Setup:
         return {i: [_field_spec(ev, f, self.ph.commit_size) for f in _ordered_fields(ev)] for i, ev in formats.items()}
 
 
-def _read(path: Path, data, fused: bool, keep_decoded) -> tuple[dict, dict]:
+def _read(path: Path, data, fused: bool, keep_decoded, keep_runs: bool = True) -> tuple[dict, dict]:
     lay = parse_layout(path, data, inflate=not fused)
     setup = _Setup(path, lay)
     if not lay.instances:
-        return _read_buffer(path, data, lay, setup, fused, keep_decoded, None)
+        return _read_buffer(path, data, lay, setup, fused, keep_decoded, None, keep_runs)
     # named trace instances: every buffer decoded on its own, tables merged (tracedat_instances)
     top_has_data = any(cd.size for cd in lay.cpu_data) or bool(lay.chunks)
     top = _read_buffer(path, data, lay, setup, fused, None, None)
@@ -292,11 +295,11 @@ def _read(path: Path, data, fused: bool, keep_decoded) -> tuple[dict, dict]:
 
 
 def _read_buffer(path: Path, data, lay: Layout, setup: _Setup, fused: bool, keep_decoded,
-                 instance: int | None) -> tuple[dict, dict]:
+                 instance: int | None, keep_runs: bool = False) -> tuple[dict, dict]:
     """Decode one buffer: the top one (instance None, `lay` the file's layout) or named instance number
     `instance` (`lay` its view, tracedat_instances.instance_view)."""
     if fused:
-        out = _read_fused(path, data, lay, setup, keep_decoded)
+        out = _read_fused(path, data, lay, setup, keep_decoded, keep_runs)
         if out is not None:
             return out
         if lay.chunks:  # compressed chunks were only located: inflate them for the record-index path
@@ -308,7 +311,7 @@ def _read_buffer(path: Path, data, lay: Layout, setup: _Setup, fused: bool, keep
     return _read_indexed(path, lay, setup, keep_decoded)
 
 
-def _read_fused(path: Path, data, lay: Layout, setup: _Setup, keep_decoded):
+def _read_fused(path: Path, data, lay: Layout, setup: _Setup, keep_decoded, keep_runs: bool = False):
     """The streaming decode (native/src/tracedat_fused.rs); None when the record-index path must run."""
     from abtest import _native
 
@@ -341,9 +344,11 @@ def _read_fused(path: Path, data, lay: Layout, setup: _Setup, keep_decoded):
     # bprint %pS needs the kernel symbols: fetched by the decoder on its first bprint record, if any
     syms = kallsyms if any(b"%p" in f for f in setup.printk.values()) else None
     release = isinstance(data, mmap.mmap)
+    # tables to be written (keep_decoded, keep_runs): numeric / Categorical columns of tables merged from
+    # several CPUs stay as their runs (RunColumn), gathered by the parquet writer (native/src/tracedat_lazy.rs)
     res = _native.tracedat_fused(data, groups, lay.compression, setup.page, lay.big_endian, setup.id_field,
                                  setup.tsc, setup.clock_off, resolve, setup.unknown, setup.ph.commit_size,
-                                 setup.printk, syms, release, lay.deferred_sections)
+                                 setup.printk, syms, release, lay.deferred_sections, keep_decoded is not None and keep_runs)
     if "fallback" in res:
         last_decode.update(path="indexed", fallback=res["fallback"])
         return None
@@ -401,6 +406,7 @@ def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict
             raw[name] = table
         else:
             to_frame.append((ev_id, name, cols))
+    _materialize([cols for _, _, cols in to_frame])
     for (ev_id, name, _cols), frame in zip(to_frame, _frames([cols for _, _, cols in to_frame])):
         raw[name] = _constant_strings(frame, formats[ev_id], setup.printk) if ev_id in formats else frame
     del to_frame
@@ -420,6 +426,17 @@ def _finish(lay: Layout, setup: _Setup, formats: dict, warnings: list, res: dict
     meta["event_formats"] = len(index)
     meta["cpus_with_data"] = cpus_with_data
     return {k: raw[k] for k in sorted(raw)}, meta
+
+
+def _materialize(tables: list[dict]) -> None:
+    """Replace the RunColumns (columns held as their per-CPU runs, see `read_fused`) of these tables'
+    column dicts by the decoder's arrays, merged on the native threads."""
+    from abtest import _native
+
+    where = [(cols, name) for cols in tables for name, v in cols.items() if isinstance(v, _native.RunColumn)]
+    if where:
+        for (cols, name), arr in zip(where, _native.tracedat_materialize([cols[n] for cols, n in where])):
+            cols[name] = arr
 
 
 _CHAR_POINTER = re.compile(r"\bchar\s*\*$")

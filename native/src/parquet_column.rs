@@ -8,6 +8,9 @@
 //! or PLAIN); a PLAIN dictionary page + RLE_DICTIONARY indices for Categorical columns. v1 data pages
 //! of at most `page_rows` rows.
 use std::io::Write;
+use std::sync::Arc;
+
+use crate::tracedat::tracedat_lazy::RunField;
 
 use super::enc;
 use super::ints;
@@ -105,7 +108,9 @@ impl Kind {
     }
 }
 
-/// One Arrow array as raw buffers (values, plus string bytes for Str/Bin), `offset` in elements.
+/// One Arrow array as raw buffers (values, plus string bytes for Str/Bin), `offset` in elements; or
+/// a trace.dat table's column held as its per-CPU runs (`runs`: values gathered per row group by
+/// `Table::write`, see tracedat_lazy; `values` empty, `child` the Categorical dictionary).
 pub struct Col {
     pub name: String,
     pub kind: Kind,
@@ -115,6 +120,7 @@ pub struct Col {
     pub values: &'static [u8],
     pub data: &'static [u8],
     pub child: Option<Box<Col>>,
+    pub runs: Option<Arc<RunField>>,
 }
 
 impl Col {
@@ -208,6 +214,9 @@ impl Col {
 
     /// Check that every buffer covers what the array's length and offset say it holds.
     pub fn check(&self) -> Result<(), String> {
+        if self.runs.is_some() {
+            return self.child.as_ref().map_or(Ok(()), |c| c.check()); // filled per row group
+        }
         let need_bits = self.offset + self.len;
         if let Some(v) = self.validity {
             if v.len() * 8 < need_bits {
@@ -289,12 +298,15 @@ pub struct Sink {
     /// value -> dictionary index of small-span integer chunks
     pub table: Vec<u32>,
     levels: [Vec<u8>; 2],
+    /// one row group's values of a column held as its runs (see `Col::runs`), 8-byte aligned
+    pub runs: Vec<u64>,
 }
 
 impl Sink {
     pub fn new() -> Self {
         Sink { w: Box::new(std::io::sink()), pos: 0, lz4: false, comp: Vec::new(), hdr: Vec::new(), body: Vec::new(), i32s: Vec::new(),
-               i64s: Vec::new(), idx: Vec::new(), table: Vec::new(), levels: [Vec::new(), Vec::new()] }
+               i64s: Vec::new(), idx: Vec::new(), table: Vec::new(), levels: [Vec::new(), Vec::new()],
+               runs: Vec::new() }
     }
 
     /// Free the scratch buffers larger than 2 MiB (a whole chunk's values or indices) at the end of a
@@ -313,6 +325,7 @@ impl Sink {
         cap(&mut self.table);
         cap(&mut self.levels[0]);
         cap(&mut self.levels[1]);
+        cap(&mut self.runs);
     }
 
     pub fn write(&mut self, b: &[u8]) -> std::io::Result<()> {

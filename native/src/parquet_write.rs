@@ -30,6 +30,8 @@ mod ints;
 use column::{write_chunk, Col, IntMode, Kind, Opts, Sink};
 use thrift::{ChunkMeta, Logical, RowGroupMeta, SchemaElem};
 
+use crate::tracedat::tracedat_lazy::{RunColumn, RunField};
+
 struct Table {
     path: String,
     arrow_schema: String,
@@ -92,7 +94,10 @@ impl Table {
             let r1 = (r0 + self.row_group_rows).min(self.rows);
             let mut metas = Vec::with_capacity(self.cols.len());
             for c in &self.cols {
-                let st = write_chunk(sink, c, r0, r1, opts).map_err(|e| format!("{}: {e}", self.path))?;
+                let st = match &c.runs {
+                    None => write_chunk(sink, c, r0, r1, opts),
+                    Some(runs) => write_runs_chunk(sink, c, runs, r0, r1, opts),
+                }.map_err(|e| format!("{}: {e}", self.path))?;
                 metas.push(ChunkMeta {
                     physical: st.physical,
                     encodings: st.encodings,
@@ -125,6 +130,26 @@ impl Table {
     }
 }
 
+/// Column chunk [r0, r1) of a column held as its runs: the rows gathered into the sink's scratch buffer
+/// (reused by every such column on this thread), then encoded as an array of those values.
+fn write_runs_chunk(sink: &mut Sink, c: &Col, runs: &RunField, r0: usize, r1: usize, opts: &Opts)
+    -> Result<column::ChunkStats, String> {
+    let mut scratch = std::mem::take(&mut sink.runs);
+    let bytes = runs.fill(r0, r1, &mut scratch);
+    // SAFETY: `scratch` holds `bytes` initialised bytes and is neither moved nor changed until it is put
+    // back below, after the last use of `view`.
+    let values: &'static [u8] = unsafe { std::slice::from_raw_parts(scratch.as_ptr() as *const u8, bytes) };
+    let child = c.child.as_ref().map(|d| Box::new(Col { name: d.name.clone(), kind: d.kind, len: d.len, offset: 0,
+                                                          validity: None, values: d.values, data: d.data, child: None,
+                                                          runs: None }));
+    let view = Col { name: c.name.clone(), kind: c.kind, len: r1 - r0, offset: 0, validity: None, values, data: &[],
+                     child, runs: None };
+    let st = write_chunk(sink, &view, 0, r1 - r0, opts);
+    drop(view);
+    sink.runs = scratch;
+    st
+}
+
 fn addr_slice(t: &Bound<'_, PyTuple>, i: usize) -> PyResult<Option<&'static [u8]>> {
     let (addr, size): (usize, usize) = t.get_item(i)?.extract()?;
     if addr == 0 {
@@ -135,9 +160,22 @@ fn addr_slice(t: &Bound<'_, PyTuple>, i: usize) -> PyResult<Option<&'static [u8]
     Ok(Some(unsafe { std::slice::from_raw_parts(addr as *const u8, size) }))
 }
 
-/// (name, kind, len, offset, (validity addr, size), (values addr, size), (data addr, size), child|None)
+/// (name, kind, len, offset, (validity addr, size), (values addr, size), (data addr, size), child|None),
+/// or (name, RunColumn): a trace.dat column held as its runs (tracedat_lazy).
 fn extract_col(obj: &Bound<'_, PyAny>) -> PyResult<Col> {
     let t = obj.downcast::<PyTuple>()?;
+    if t.len() == 2 {
+        let rc = t.get_item(1)?;
+        let field = rc.downcast::<RunColumn>()?.get().field.clone();
+        let kind = Kind::parse(field.kind()).expect("a writer kind");
+        // SAFETY (both slices): the dictionary lives in the RunField, which the Col keeps alive (`runs`).
+        let child = field.dictionary().map(|(offsets, bytes)| Box::new(Col {
+            name: String::new(), kind: Kind::Str, len: offsets.len() / 8 - 1, offset: 0, validity: None,
+            values: unsafe { std::slice::from_raw_parts(offsets.as_ptr(), offsets.len()) },
+            data: unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) }, child: None, runs: None }));
+        return Ok(Col { name: t.get_item(0)?.extract()?, kind, len: field.rows(), offset: 0, validity: None,
+                        values: &[], data: &[], child, runs: Some(field) });
+    }
     let kind_s: String = t.get_item(1)?.extract()?;
     let kind = Kind::parse(&kind_s).ok_or_else(|| PyValueError::new_err(format!("unknown column kind {kind_s:?}")))?;
     let child = t.get_item(7)?;
@@ -150,6 +188,7 @@ fn extract_col(obj: &Bound<'_, PyAny>) -> PyResult<Col> {
         values: addr_slice(t, 5)?.unwrap_or(&[]),
         data: addr_slice(t, 6)?.unwrap_or(&[]),
         child: if child.is_none() { None } else { Some(Box::new(extract_col(&child)?)) },
+        runs: None,
     })
 }
 

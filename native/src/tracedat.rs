@@ -36,6 +36,8 @@ mod tracedat_merge;
 mod tracedat_fused;
 #[path = "tracedat_split.rs"]
 mod tracedat_split;
+#[path = "tracedat_lazy.rs"]
+pub(crate) mod tracedat_lazy;
 use tracedat_pages::{split_balanced, time_order, walk_cpu, worker_count, Clock, CpuStats, DecodeError, PageLayout, Records};
 
 /// Columns of one event type, built off the GIL.
@@ -548,5 +550,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tracedat_walk, m)?)?;
     m.add_function(wrap_pyfunction!(tracedat_fused::tracedat_fused, m)?)?;
     m.add_class::<TraceDatRecords>()?;
+    m.add_class::<tracedat_lazy::RunColumn>()?;
+    m.add_function(wrap_pyfunction!(tracedat_lazy::tracedat_materialize, m)?)?;
     Ok(())
 }

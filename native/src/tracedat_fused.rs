@@ -28,8 +28,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::tracedat_columns::{Builder, Env, FieldSpec, SymLoader, Syms};
-use super::tracedat_merge::{cpu_column, gather_builder, plan_merge, push, set_growth_hint, Plan};
+use super::tracedat_columns::{Builder, Col, Env, FieldSpec, SymLoader, Syms};
+use super::tracedat_lazy::{RunColumn, RunField};
+use super::tracedat_merge::{cat_dictionary, cpu_column, gather_builder, plan_merge, push, set_growth_hint, Plan};
 use super::tracedat_pages::{walk_pages, worker_count, Clock, CpuStats, PageLayout};
 use super::tracedat_split::{
     backwards_seam, initial_ranges, join_pieces, stored_pieces, ts_span, Share, SpanRange,
@@ -237,8 +238,15 @@ type Runs = Vec<(i32, TypeColumns)>;
 struct Merged {
     ty: u16,
     ts: Vec<i64>,
-    cpu: Vec<i32>,
-    builders: Vec<Builder>,
+    cpu: Column,
+    builders: Vec<Column>,
+}
+
+/// A merged column: its arrays, or (lazy merge) its runs and the table's plan (tracedat_lazy).
+enum Column {
+    Built(Builder),
+    Cpu(Vec<i32>),
+    Runs(RunField),
 }
 
 /// One table being merged: its runs as decoded (a CPU's pieces not yet joined); once planned, its runs'
@@ -249,7 +257,7 @@ struct Table {
     parts: Runs,
     cpus: Vec<i32>,
     fields: Vec<Vec<Builder>>,
-    merged: Option<(Vec<i64>, Vec<i32>, Option<Plan>)>,
+    merged: Option<(Vec<i64>, Option<Vec<i32>>, Option<Arc<Plan>>)>,
 }
 
 impl Table {
@@ -259,8 +267,9 @@ impl Table {
     }
 
     /// Join each CPU's pieces into one run, split the runs into timestamps and field columns, merge the
-    /// timestamps (ties go to the earlier run, i.e. CPU in file order) and derive the plan.
-    fn plan(&mut self) {
+    /// timestamps (ties go to the earlier run, i.e. CPU in file order) and derive the plan. `lazy`: the
+    /// CPU column of a table of several runs is left to the plan (no array).
+    fn plan(&mut self, lazy: bool) {
         let parts = join_pieces(std::mem::take(&mut self.parts));
         let nfields = parts[0].1.builders.len();
         self.fields = (0..nfields).map(|_| Vec::with_capacity(parts.len())).collect();
@@ -276,19 +285,27 @@ impl Table {
         self.merged = Some(if ts_runs.len() == 1 {
             let ts = ts_runs.into_iter().next().unwrap();
             let cpu = vec![self.cpus[0]; ts.len()];
-            (ts, cpu, None)
+            (ts, Some(cpu), None)
         } else {
             let (ts, plan) = plan_merge(ts_runs);
-            let cpu = cpu_column(&plan, &self.cpus);
-            (ts, cpu, Some(plan))
+            let cpu = (!lazy).then(|| cpu_column(&plan, &self.cpus));
+            (ts, cpu, Some(Arc::new(plan)))
         });
     }
 }
 
+/// Whether a field of a table of several runs stays as its runs under the lazy merge (numeric and
+/// Categorical fields; text and list fields are merged into arrays).
+fn stays_runs(b: &Builder) -> bool {
+    matches!(b.col, Col::Num(_) | Col::Cat { .. })
+}
+
 /// Merge every event type's per-CPU runs into its table, on min(types, cores) threads: first each
 /// table's timestamps (which fixes its row order), then its fields, every (table, field) a separate
-/// piece of work, biggest first, so that the threads stay busy until the end.
-fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
+/// piece of work, biggest first, so that the threads stay busy until the end. `lazy`: the numeric,
+/// Categorical and CPU columns of tables of several runs stay as their runs (tracedat_lazy; only a
+/// Categorical field's dictionary is merged), for the parquet writer to gather row group by row group.
+fn merge_tables(by_type: HashMap<u16, Runs>, lazy: bool) -> Vec<Merged> {
     let mut tables: Vec<Table> = by_type.into_iter().map(|(ty, parts)| Table::new(ty, parts)).collect();
     tables.sort_by_key(|t| (std::cmp::Reverse(t.rows), t.ty));
     let nthreads = worker_count().max(1);
@@ -304,7 +321,7 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
                         if k >= slots.len() {
                             break;
                         }
-                        slots[k].lock().unwrap().plan();
+                        slots[k].lock().unwrap().plan(lazy);
                     }
                 });
             }
@@ -315,6 +332,9 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
     for (t, tab) in tables.iter().enumerate() {
         if tab.cpus.len() > 1 {
             for (f, parts) in tab.fields.iter().enumerate() {
+                if lazy && matches!(parts[0].col, Col::Num(_)) {
+                    continue; // nothing to merge: the runs are the column
+                }
                 work.push((t, f, tab.rows * parts[0].elem_bytes()));
             }
         }
@@ -322,7 +342,7 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
     work.sort_by_key(|w| std::cmp::Reverse(w.2));
     let inputs: Vec<Mutex<Vec<Builder>>> = work.iter()
         .map(|&(t, f, _)| Mutex::new(std::mem::take(&mut tables[t].fields[f]))).collect();
-    let outputs: Vec<Mutex<Option<Builder>>> = work.iter().map(|_| Mutex::new(None)).collect();
+    let outputs: Vec<Mutex<Option<Column>>> = work.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     std::thread::scope(|sc| {
         let (tables, work, inputs, outputs, next) = (&tables, &work, &inputs, &outputs, &next);
@@ -336,19 +356,56 @@ fn merge_tables(by_type: HashMap<u16, Runs>) -> Vec<Merged> {
                     }
                     let parts = std::mem::take(&mut *inputs[k].lock().unwrap());
                     let plan = tables[work[k].0].merged.as_ref().unwrap().2.as_ref().unwrap();
-                    *outputs[k].lock().unwrap() = Some(gather_builder(parts, plan));
+                    let out = if lazy && stays_runs(&parts[0]) {
+                        Column::Runs(cat_runs(parts, plan.clone()))
+                    } else {
+                        Column::Built(gather_builder(parts, plan))
+                    };
+                    *outputs[k].lock().unwrap() = Some(out);
                 }
             });
         }
     });
+    let mut done: Vec<Vec<Option<Column>>> = tables.iter().map(|t| t.fields.iter().map(|_| None).collect()).collect();
     for (&(t, f, _), out) in work.iter().zip(outputs) {
-        tables[t].fields[f] = vec![out.into_inner().unwrap().unwrap()];
+        done[t][f] = out.into_inner().unwrap();
     }
-    tables.into_iter().map(|tab| {
-        let (ts, cpu, _) = tab.merged.unwrap();
-        let builders = tab.fields.into_iter().map(|mut f| f.pop().unwrap()).collect();
+    tables.into_iter().zip(done).map(|(tab, done)| {
+        let (ts, cpu, plan) = tab.merged.unwrap();
+        let cpu = match cpu {
+            Some(c) => Column::Cpu(c),
+            None => Column::Runs(RunField::cpu(tab.cpus.clone(), plan.clone().expect("a plan"))),
+        };
+        let builders = tab.fields.into_iter().zip(done).map(|(mut f, d)| match d {
+            Some(c) => c,
+            None if f.len() == 1 => Column::Built(f.pop().unwrap()),
+            // a numeric field left as its runs (lazy)
+            None => Column::Runs(num_runs(f, plan.clone().expect("a plan"))),
+        }).collect();
         Merged { ty: tab.ty, ts, cpu, builders }
     }).collect()
+}
+
+/// A numeric field's runs as a run column.
+fn num_runs(parts: Vec<Builder>, plan: Arc<Plan>) -> RunField {
+    let spec = parts[0].spec.clone();
+    let nums = parts.into_iter().map(|b| match b.col {
+        Col::Num(n) => n,
+        _ => unreachable!("a numeric field"),
+    }).collect();
+    RunField::num(spec, nums, plan)
+}
+
+/// A Categorical field's runs as a run column: its merged dictionary computed, the codes left as they are.
+fn cat_runs(parts: Vec<Builder>, plan: Arc<Plan>) -> RunField {
+    let spec = parts[0].spec.clone();
+    let runs: Vec<(Vec<u32>, Vec<i64>, Vec<u8>)> = parts.into_iter().map(|b| match b.col {
+        Col::Cat { codes, offsets, bytes, .. } => (codes, offsets, bytes),
+        _ => unreachable!("a Categorical field"),
+    }).collect();
+    let dictionary = cat_dictionary(&runs, &plan);
+    let codes = runs.into_iter().map(|r| r.0).collect();
+    RunField::cat(spec, codes, dictionary, plan)
 }
 
 /// Blocks freed on this merge thread are unmapped at once (the runs it consumed; see alloc_reuse).
@@ -379,7 +436,7 @@ fn verify_section(ctx: &Ctx, inf: &mut Inflater, buf: &mut Vec<u8>, (start, size
     Ok(())
 }
 
-fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) -> Outcome {
+fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp, lazy: bool) -> Outcome {
     // decode: one job per CPU, biggest first, on min(jobs, cores) threads; then the deferred section
     // checks; then a thread with nothing left to start takes over half of the chunks a job has left
     let mut order: Vec<usize> = (0..jobs.len()).collect();
@@ -473,8 +530,17 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
             by_type.entry(tc.ty).or_default().push((o.cpu, tc));
         }
     }
-    let tables = merge_tables(by_type);
+    let tables = merge_tables(by_type, lazy);
     Outcome::Done { tables, stats, short_fields, missing_formats }
+}
+
+/// A merged column's Python value: a numpy array, a ("cat" | "utf8" | ..., ...) tuple, or a RunColumn.
+fn column_py(py: Python<'_>, c: Column) -> PyResult<PyObject> {
+    Ok(match c {
+        Column::Built(b) => b.into_py(py)?,
+        Column::Cpu(v) => numpy::IntoPyArray::into_pyarray(v, py).into_any().unbind(),
+        Column::Runs(f) => Py::new(py, RunColumn { field: Arc::new(f) })?.into_any(),
+    })
 }
 
 /// Streaming decode of a trace.dat's ring-buffer data (see the module doc).
@@ -486,11 +552,13 @@ fn run(jobs: &[Job], verify: &[(usize, usize, usize)], ctx: &Ctx, comp: Comp) ->
 /// [(start, size, inflated size)] compressed metadata sections (u32 length + data, i.e. kallsyms) the
 /// layout parser located without inflating: inflated and checked on a thread that is free (a failure
 /// means fallback, and the full parse then reports it).
+/// lazy: the numeric, Categorical and CPU columns of tables merged from several CPUs come back as
+/// RunColumns (tracedat_lazy: their runs and the merge plan, for the parquet writer) instead of arrays.
 /// Returns {"fallback": reason} or {"events": {id: {"ts", "__buffer_cpu", field...}}, "short_fields",
 /// "missing_formats", "stats": {"lost", "lost_unknown_pages", "pages", "records"}}.
 #[pyfunction]
 #[pyo3(signature = (file, cpus, compression, page, big_endian, id_field, tsc2nsec, ts_offset_ns, resolver,
-                    unknown_fields, long_size, printk, kallsyms_loader, release, verify=Vec::new()))]
+                    unknown_fields, long_size, printk, kallsyms_loader, release, verify=Vec::new(), lazy=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn tracedat_fused<'py>(
     py: Python<'py>,
@@ -509,6 +577,7 @@ pub fn tracedat_fused<'py>(
     kallsyms_loader: Option<Py<PyAny>>,
     release: bool,
     verify: Vec<(usize, usize, usize)>,
+    lazy: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let comp = match compression.as_deref() {
         None => Comp::Stored,
@@ -551,7 +620,7 @@ pub fn tracedat_fused<'py>(
     let abort = AtomicBool::new(false);
     let ctx = Ctx { file: data, lay: &lay, clock: &clock, specs: &specs, printk: &printk, syms: &syms,
                     long_size, release, abort: &abort };
-    let outcome = py.allow_threads(|| run(&jobs, &verify, &ctx, comp));
+    let outcome = py.allow_threads(|| run(&jobs, &verify, &ctx, comp, lazy));
     if let Some(e) = specs.error.lock().unwrap().take() {
         return Err(e);
     }
@@ -568,10 +637,14 @@ pub fn tracedat_fused<'py>(
         records += t.ts.len();
         let cols = PyDict::new(py);
         cols.set_item("ts", numpy::IntoPyArray::into_pyarray(t.ts, py))?;
-        cols.set_item("__buffer_cpu", numpy::IntoPyArray::into_pyarray(t.cpu, py))?;
+        cols.set_item("__buffer_cpu", column_py(py, t.cpu)?)?;
         for b in t.builders {
-            let name = b.name().to_string();
-            cols.set_item(name, b.into_py(py)?)?;
+            let name = match &b {
+                Column::Built(b) => b.name().to_string(),
+                Column::Runs(f) => f.name().to_string(),
+                Column::Cpu(_) => unreachable!("a field column"),
+            };
+            cols.set_item(name, column_py(py, b)?)?;
         }
         events.set_item(t.ty, cols)?;
     }

@@ -537,51 +537,7 @@ fn merge_cat(cols: Vec<Col>, plan: &Plan) -> Col {
         Col::Cat { codes, offsets, bytes, .. } => (codes, offsets, bytes),
         _ => unreachable!(),
     }).collect();
-    // dictionary in order of first use: a read-only pass in merged order, until every code is mapped
-    let mut remap: Vec<Vec<u32>> = parts.iter().map(|p| vec![u32::MAX; p.1.len() - 1]).collect();
-    let mut left: usize = remap.iter().map(|m| m.len()).sum();
-    let (mut offsets, mut bytes) = (vec![0i64], Vec::new());
-    {
-        let mut seen: HashMap<&[u8], u32, BuildHasherDefault<FxHasher>> = HashMap::default();
-        let mut first_use = |p: usize, c: u32, remap: &mut Vec<Vec<u32>>| {
-            let (_, off, txt) = &parts[p];
-            let s = &txt[off[c as usize] as usize..off[c as usize + 1] as usize];
-            remap[p][c as usize] = *seen.entry(s).or_insert_with(|| {
-                bytes.extend_from_slice(s);
-                offsets.push(bytes.len() as i64);
-                (offsets.len() - 2) as u32
-            });
-        };
-        if plan.sel.is_empty() {
-            'segs: for &(p, a, n) in plan.segs.iter() {
-                let p = p as usize;
-                for i in a as usize..(a + n) as usize {
-                    let c = parts[p].0[i];
-                    if remap[p][c as usize] == u32::MAX {
-                        first_use(p, c, &mut remap);
-                        left -= 1;
-                        if left == 0 {
-                            break 'segs;
-                        }
-                    }
-                }
-            }
-        } else {
-            let mut pos = vec![0usize; parts.len()];
-            for &s in plan.sel.iter() {
-                let p = s as usize;
-                let c = parts[p].0[pos[p]];
-                pos[p] += 1;
-                if remap[p][c as usize] == u32::MAX {
-                    first_use(p, c, &mut remap);
-                    left -= 1;
-                    if left == 0 {
-                        break;
-                    }
-                }
-            }
-        }
-    }
+    let (remap, offsets, bytes) = cat_dictionary(&parts, plan);
     // codes of each run translated onto the merged dictionary while merged like any other u32 column
     let codes: Vec<Vec<u32>> = parts.iter_mut().map(|p| std::mem::take(&mut p.0)).collect();
     let codes = if plan.sel.is_empty() {
@@ -598,4 +554,54 @@ fn merge_cat(cols: Vec<Col>, plan: &Plan) -> Col {
         gather_sel_with(codes, plan, |s, c| unsafe { *maps.get_unchecked(s).get_unchecked(c as usize) })
     };
     Col::Cat { codes, map: Default::default(), small: Default::default(), cache: Box::default(), offsets, bytes }
+}
+
+/// The merged dictionary of a Categorical field's runs (`parts`: codes, dictionary offsets, dictionary
+/// bytes of each run), its entries in order of first use in the merged table (equal texts from
+/// different runs share one code): (each run's code -> merged code, offsets, bytes). A read-only pass
+/// in merged order that stops once every code of every run is mapped.
+pub fn cat_dictionary(parts: &[(Vec<u32>, Vec<i64>, Vec<u8>)], plan: &Plan) -> (Vec<Vec<u32>>, Vec<i64>, Vec<u8>) {
+    let mut remap: Vec<Vec<u32>> = parts.iter().map(|p| vec![u32::MAX; p.1.len() - 1]).collect();
+    let mut left: usize = remap.iter().map(|m| m.len()).sum();
+    let (mut offsets, mut bytes) = (vec![0i64], Vec::new());
+    let mut seen: HashMap<&[u8], u32, BuildHasherDefault<FxHasher>> = HashMap::default();
+    let mut first_use = |p: usize, c: u32, remap: &mut Vec<Vec<u32>>| {
+        let (_, off, txt) = &parts[p];
+        let s = &txt[off[c as usize] as usize..off[c as usize + 1] as usize];
+        remap[p][c as usize] = *seen.entry(s).or_insert_with(|| {
+            bytes.extend_from_slice(s);
+            offsets.push(bytes.len() as i64);
+            (offsets.len() - 2) as u32
+        });
+    };
+    if plan.sel.is_empty() {
+        'segs: for &(p, a, n) in plan.segs.iter() {
+            let p = p as usize;
+            for i in a as usize..(a + n) as usize {
+                let c = parts[p].0[i];
+                if remap[p][c as usize] == u32::MAX {
+                    first_use(p, c, &mut remap);
+                    left -= 1;
+                    if left == 0 {
+                        break 'segs;
+                    }
+                }
+            }
+        }
+    } else {
+        let mut pos = vec![0usize; parts.len()];
+        for &s in plan.sel.iter() {
+            let p = s as usize;
+            let c = parts[p].0[pos[p]];
+            pos[p] += 1;
+            if remap[p][c as usize] == u32::MAX {
+                first_use(p, c, &mut remap);
+                left -= 1;
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+    }
+    (remap, offsets, bytes)
 }
