@@ -38,6 +38,8 @@ mod tracedat_fused;
 mod tracedat_split;
 #[path = "tracedat_lazy.rs"]
 pub(crate) mod tracedat_lazy;
+#[path = "tracedat_tables.rs"]
+mod tracedat_tables;
 use tracedat_pages::{split_balanced, time_order, walk_cpu, worker_count, Clock, CpuStats, DecodeError, PageLayout, Records};
 
 /// Columns of one event type, built off the GIL.
