@@ -13,8 +13,9 @@ Measured (wall clock, same machine, same run):
 - abtest decode: `read_trace(FILE)` in-process (canonical polars tables, no cache), best of --repeat;
 - abtest convert: decode + one parquet file per table + meta.json (what `abtest trace convert` does);
 - abtest convert, first in a fresh process: one convert per new interpreter (all imports done before
-  the clock starts), --repeat processes; the in-process rounds above reuse the memory an earlier decode freed
-  (native/src/alloc_reuse.rs), a lone `abtest trace convert` cannot;
+  the clock starts), one process per round (its ratio also paired with that round's trace-cmd report);
+  the in-process rounds above reuse the memory an earlier decode freed (native/src/alloc_reuse.rs), a lone
+  `abtest trace convert` cannot;
 - the three run back to back in each of --repeat rounds (a machine whose speed drifts slows both sides
   alike); besides the best-of ratios, the median and range of the per-round convert ratios are printed,
   in wall time and in CPU time (user+sys of all threads: trace-cmd report runs on one, convert on two);
@@ -175,22 +176,30 @@ def convert_once(path: Path) -> tuple[float, float]:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def time_rounds(path: Path, repeat: int) -> dict:
+def time_rounds(path: Path, repeat: int, first_convert: bool = False) -> dict:
     """`repeat` rounds of trace-cmd report, abtest decode and abtest convert run back to back, so that a
     machine whose speed drifts from minute to minute slows both sides alike. Best of the rounds for each,
-    and the per-round convert ratios (trace-cmd wall / convert wall)."""
+    and the per-round convert ratios (trace-cmd wall / convert wall). first_convert: each round also
+    times the first convert of a fresh process (`measure_first_convert`), paired with that round's
+    trace-cmd report."""
     decode_once(path)  # warm the page cache and imports
-    rounds = []
+    rounds, firsts = [], []
     for _ in range(repeat):
         tc, tc_cpu = trace_cmd_once(path)
         dec, dec_cpu, n = decode_once(path)
         conv, conv_cpu = convert_once(path)
         rounds.append((tc, tc_cpu, dec, dec_cpu, conv, conv_cpu))
+        if first_convert:
+            firsts.append(measure_first_convert(path, 1)[0])
     best = [min(r[k] for r in rounds) for k in range(6)]
-    return {"events": n, "trace_cmd_s": best[0], "trace_cmd_cpu_s": best[1], "abtest_decode_s": best[2],
-            "abtest_decode_cpu_s": best[3], "abtest_convert_s": best[4], "abtest_convert_cpu_s": best[5],
-            "convert_x_per_round": [r[0] / r[4] for r in rounds],
-            "convert_cpu_x_per_round": [r[1] / r[5] for r in rounds]}
+    out = {"events": n, "trace_cmd_s": best[0], "trace_cmd_cpu_s": best[1], "abtest_decode_s": best[2],
+           "abtest_decode_cpu_s": best[3], "abtest_convert_s": best[4], "abtest_convert_cpu_s": best[5],
+           "convert_x_per_round": [r[0] / r[4] for r in rounds],
+           "convert_cpu_x_per_round": [r[1] / r[5] for r in rounds]}
+    if first_convert:
+        out["first_convert_s"] = firsts
+        out["first_convert_x_per_round"] = [r[0] / f for r, f in zip(rounds, firsts)]
+    return out
 
 
 def time_write(path: Path, repeat: int) -> dict:
@@ -298,8 +307,8 @@ def measure_rss(path: Path) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def bench_file(path: Path, repeat: int, check_count: bool) -> dict:
-    row = {"file": str(path), "size_mb": path.stat().st_size / 1e6, **time_rounds(path, repeat),
+def bench_file(path: Path, repeat: int, check_count: bool, first_convert: bool = False) -> dict:
+    row = {"file": str(path), "size_mb": path.stat().st_size / 1e6, **time_rounds(path, repeat, first_convert),
            "load_avg_1min": os.getloadavg()[0]}
     if check_count:
         row["trace_cmd_events"] = trace_cmd_event_count(path)
@@ -360,6 +369,10 @@ def print_targets(r: dict) -> None:
               f"{statistics.median(first):.3f} s -> {r['trace_cmd_s'] / statistics.median(first):.1f}x "
               f"(vs the best trace-cmd report; what a lone `abtest trace convert` gets: target "
               f"{'met' if first_x >= CONVERT_TARGET_X else 'NOT met'})")
+    if "first_convert_x_per_round" in r:
+        fr = sorted(r["first_convert_x_per_round"])
+        print(f"    paired with each round's trace-cmd report: median {statistics.median(fr):.1f}x, range "
+              f"{fr[0]:.1f}-{fr[-1]:.1f}x")
     print(f"  peak RSS: {r['peak_kb'] / 1024:.0f} MB vs tables {r['tables_bytes'] / 2**20:.1f} MB -> {rss_x:.2f}x "
           f"(target <= {RSS_TARGET_X:.0f}x: {'met' if rss_x <= RSS_TARGET_X else 'NOT met'}; "
           f"{rss_x_nobase:.2f}x without the {r['base_kb'] / 1024:.0f} MB interpreter+imports baseline)")
@@ -380,9 +393,8 @@ def main() -> None:
     if path is None:
         path, n = ensure_bench_trace(BENCH_TRACE, args.min_events, args.hackbench_loops, args.buffer_kb)
         print(f"benchmark trace: {path} ({n} events)", file=sys.stderr)
-    rows = [bench_file(path, args.repeat, check_count=True)]
+    rows = [bench_file(path, args.repeat, check_count=True, first_convert=True)]
     rows[0]["write"] = time_write(path, args.repeat)
-    rows[0]["first_convert_s"] = measure_first_convert(path, args.repeat)
     if not args.no_shared:
         for p in sorted(SHARED.rglob("*.dat")):
             rows.append(bench_file(p, args.repeat, check_count=False))
