@@ -46,6 +46,7 @@ macro_rules! num_slices {
 impl RunField {
     /// A numeric field (runs of one Num variant, in the plan's run order).
     pub fn num(spec: FieldSpec, runs: Vec<Num>, plan: Arc<Plan>) -> RunField {
+        assert!(runs.iter().map(|r| r.len()).eq(plan.lens.iter().copied()), "runs do not fit the merge plan");
         RunField { spec: Some(spec), vals: Vals::Num(runs), plan }
     }
 
@@ -53,11 +54,13 @@ impl RunField {
     pub fn cat(spec: FieldSpec, codes: Vec<Vec<u32>>, dictionary: (Vec<Vec<u32>>, Vec<i64>, Vec<u8>),
                plan: Arc<Plan>) -> RunField {
         let (remap, offsets, bytes) = dictionary;
+        assert!(codes.iter().map(|r| r.len()).eq(plan.lens.iter().copied()), "runs do not fit the merge plan");
         RunField { spec: Some(spec), vals: Vals::Cat { codes, remap, offsets, bytes }, plan }
     }
 
     /// The ring-buffer CPU column: `cpus[r]` on every row of run r.
     pub fn cpu(cpus: Vec<i32>, plan: Arc<Plan>) -> RunField {
+        assert!(cpus.len() == plan.lens.len(), "one CPU per run");
         RunField { spec: None, vals: Vals::Cpu(cpus), plan }
     }
 
@@ -103,24 +106,9 @@ impl RunField {
     pub fn max(&self) -> Option<i64> {
         match &self.vals {
             Vals::Num(runs) => runs.iter().filter_map(num_max).max(),
-            Vals::Cpu(cpus) => cpus.iter().zip(self.run_lengths()).filter(|(_, n)| *n > 0).map(|(&c, _)| c as i64).max(),
+            Vals::Cpu(cpus) => cpus.iter().zip(&self.plan.lens).filter(|(_, &n)| n > 0).map(|(&c, _)| c as i64).max(),
             Vals::Cat { .. } => None,
         }
-    }
-
-    /// Rows of each run.
-    fn run_lengths(&self) -> Vec<usize> {
-        let mut n = vec![0usize; self.plan.runs];
-        if self.plan.sel.is_empty() {
-            for &(p, _, k) in &self.plan.segs {
-                n[p as usize] += k as usize;
-            }
-        } else {
-            for &s in &self.plan.sel {
-                n[s as usize] += 1;
-            }
-        }
-        n
     }
 
     /// Bytes per value of the merged column (Categorical: u32 codes).
@@ -265,15 +253,14 @@ unsafe fn fill_rows<T: Copy, F: Fn(usize, T) -> T>(runs: &[&[T]], plan: &Plan, r
         return;
     }
     let sel = &plan.sel;
-    assert!(sel.len() == plan.rows, "merge plan does not fit the table");
+    assert!(sel.len() == plan.rows && runs.iter().map(|r| r.len()).eq(plan.lens.iter().copied()),
+            "merge plan does not fit the runs");
     // each run's position at row r0: how many of the rows before it it holds
     let mut pos = vec![0usize; runs.len()];
     if runs.len() == 2 {
+        // in bounds throughout: sel holds exactly lens[p] entries p (Plan), so no prefix of it takes more
         let before: usize = sel[..r0].iter().map(|&s| s as usize).sum();
-        let within: usize = sel[r0..r1].iter().map(|&s| s as usize).sum();
         let (mut ia, mut ib) = (r0 - before, before);
-        assert!(ib + within <= runs[1].len() && ia + (r1 - r0 - within) <= runs[0].len(),
-                "merge plan does not fit the runs");
         let (a, b) = (runs[0].as_ptr(), runs[1].as_ptr());
         for (w, &s) in sel[r0..r1].iter().enumerate() {
             let s = s as usize;

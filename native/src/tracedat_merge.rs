@@ -281,8 +281,8 @@ pub struct Plan {
     pub rows: usize,
     /// the run whose arrays are grown into the merged ones (the largest)
     pub base: usize,
-    /// number of runs
-    pub runs: usize,
+    /// rows of each run (as many entries as runs); `sel` holds exactly lens[p] entries p
+    pub lens: Vec<usize>,
     /// run of each merged row (empty when `segs` alone is used)
     pub sel: Vec<u8>,
     /// segments (empty when the gather goes by `sel`; built from `sel` for variable-length columns)
@@ -313,7 +313,7 @@ impl Plan {
         if !self.segs.is_empty() || self.sel.is_empty() {
             return std::borrow::Cow::Borrowed(&self.segs);
         }
-        let mut pos = vec![0u32; self.runs];
+        let mut pos = vec![0u32; self.lens.len()];
         let mut segs = Vec::new();
         let mut i = 0;
         while i < self.sel.len() {
@@ -339,7 +339,7 @@ pub fn plan_merge(mut ts: Vec<Vec<i64>>) -> (Vec<i64>, Plan) {
     let base = (0..ts.len()).max_by_key(|&p| (lens[p], std::cmp::Reverse(p))).unwrap_or(0);
     if ts.len() == 2 {
         let (merged, sel, nsegs) = merge2(&mut ts, base);
-        let mut plan = Plan { rows, base, runs: 2, sel, segs: Vec::new() };
+        let mut plan = Plan { rows, base, lens: lens.clone(), sel, segs: Vec::new() };
         if by_segments(rows, nsegs, 2) {
             plan.segs = plan.segments().into_owned();
             plan.sel = Vec::new();
@@ -351,7 +351,7 @@ pub fn plan_merge(mut ts: Vec<Vec<i64>>) -> (Vec<i64>, Plan) {
         merge_segments(&runs)
     };
     let merged = merge_vec(ts, base, segs.len(), |k| scaled(&segs[k], 1));
-    let mut plan = Plan { rows, base, runs: lens.len(), sel: Vec::new(), segs };
+    let mut plan = Plan { rows, base, lens: lens.clone(), sel: Vec::new(), segs };
     if !by_segments(rows, plan.segs.len(), lens.len()) {
         let mut sel = Vec::with_capacity(rows);
         for &(p, _, n) in &plan.segs {

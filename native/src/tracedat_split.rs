@@ -183,7 +183,7 @@ fn concat(mut parts: Vec<TypeColumns>) -> TypeColumns {
     let segs: Vec<Seg> = parts.iter().enumerate().map(|(k, p)| (k as u32, 0, p.ts.len() as u32)).collect();
     let rows = parts.iter().map(|p| p.ts.len()).sum();
     let base = (0..parts.len()).max_by_key(|&k| (parts[k].ts.len(), std::cmp::Reverse(k))).unwrap_or(0);
-    let plan = Plan { rows, base, runs: parts.len(), sel: Vec::new(), segs };
+    let plan = Plan { rows, base, lens: parts.iter().map(|p| p.ts.len()).collect(), sel: Vec::new(), segs };
     let (ty, short_rows) = (parts[0].ty, parts.iter().map(|p| p.short_rows).sum());
     let nfields = parts[0].builders.len();
     let mut fields: Vec<Vec<Builder>> = (0..nfields).map(|_| Vec::with_capacity(parts.len())).collect();
