@@ -45,10 +45,18 @@ def wait_for(cond, timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def complete_markers(store: Path) -> list[Path]:
+    """`.complete` of every iteration renamed into place. An iteration writes `.complete` into its
+    `.tmp-*` directory before the rename (abtest/collectors/store_writer.py), and pathlib's `*` matches
+    dot-directories, so those are left out: until renamed, an iteration is not complete (an interrupt
+    then discards it)."""
+    return [p for p in store.glob("*/*/*/.complete") if not p.parent.name.startswith(".")]
+
+
 def snapshot(store: Path) -> dict[str, bytes]:
     """meta.json bytes of every complete iteration."""
     return {str(p.parent.relative_to(store)): (p.parent / "meta.json").read_bytes()
-            for p in store.glob("*/*/*/.complete")}
+            for p in complete_markers(store)}
 
 
 @pytest.mark.tracefs
@@ -93,7 +101,7 @@ def test_sigint_then_resume(sshd, tmp_path):
     args = ("--label", "a", "--label", "b", "--workload", "shell:name=sleep,cmd='sleep 1'", "-n", "3", "--no-trace")
     proc = start_collect(target, store, *args)
     try:
-        wait_for(lambda: len(list(store.glob("*/*/*/.complete"))) >= 2, 120, "two complete iterations")
+        wait_for(lambda: len(complete_markers(store)) >= 2, 120, "two complete iterations")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
