@@ -16,6 +16,10 @@ Measured (wall clock, same machine, same run):
   the clock starts), one process per round (its ratio also paired with that round's trace-cmd report);
   the in-process rounds above reuse the memory an earlier decode freed (native/src/alloc_reuse.rs), a lone
   `abtest trace convert` cannot;
+- a lone CLI run, one per round: the installed `abtest trace convert FILE -o DIR` end to end (interpreter
+  start-up, imports, convert, exit: what a user waits for), and `abtest --version` (interpreter start-up +
+  `import abtest`, which imports polars, pyarrow and numpy, + exit) as the start-up it pays before any
+  convert work; the difference is the CLI convert without interpreter start-up;
 - the three run back to back in each of --repeat rounds (a machine whose speed drifts slows both sides
   alike); besides the best-of ratios, the median and range of the per-round convert ratios are printed,
   in wall time and in CPU time (user+sys of all threads: trace-cmd report runs on one, convert on two);
@@ -176,14 +180,33 @@ def convert_once(path: Path) -> tuple[float, float]:
         shutil.rmtree(out, ignore_errors=True)
 
 
+ABTEST_CLI = ([str(ROOT / ".venv" / "bin" / "abtest")] if (ROOT / ".venv" / "bin" / "abtest").exists()
+              else [sys.executable, "-m", "abtest.cli"])
+
+
+def measure_cli(path: Path) -> tuple[float, float]:
+    """(wall s of a lone `abtest trace convert path -o DIR` process, wall s of a lone `abtest --version`)."""
+    out = Path(tempfile.mkdtemp(prefix="abtest-bench-cli-"))
+    try:
+        t0 = time.perf_counter()
+        subprocess.run(ABTEST_CLI + ["trace", "convert", str(path), "-o", str(out / "tables")], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cli = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    subprocess.run(ABTEST_CLI + ["--version"], check=True, stdout=subprocess.DEVNULL)
+    return cli, time.perf_counter() - t0
+
+
 def time_rounds(path: Path, repeat: int, first_convert: bool = False) -> dict:
     """`repeat` rounds of trace-cmd report, abtest decode and abtest convert run back to back, so that a
     machine whose speed drifts from minute to minute slows both sides alike. Best of the rounds for each,
     and the per-round convert ratios (trace-cmd wall / convert wall). first_convert: each round also
     times the first convert of a fresh process (`measure_first_convert`), paired with that round's
-    trace-cmd report."""
+    trace-cmd report, and a lone CLI run (`measure_cli`)."""
     decode_once(path)  # warm the page cache and imports
-    rounds, firsts = [], []
+    rounds, firsts, clis = [], [], []
     for _ in range(repeat):
         tc, tc_cpu = trace_cmd_once(path)
         dec, dec_cpu, n = decode_once(path)
@@ -191,6 +214,7 @@ def time_rounds(path: Path, repeat: int, first_convert: bool = False) -> dict:
         rounds.append((tc, tc_cpu, dec, dec_cpu, conv, conv_cpu))
         if first_convert:
             firsts.append(measure_first_convert(path, 1)[0])
+            clis.append(measure_cli(path))
     best = [min(r[k] for r in rounds) for k in range(6)]
     out = {"events": n, "trace_cmd_s": best[0], "trace_cmd_cpu_s": best[1], "abtest_decode_s": best[2],
            "abtest_decode_cpu_s": best[3], "abtest_convert_s": best[4], "abtest_convert_cpu_s": best[5],
@@ -199,6 +223,8 @@ def time_rounds(path: Path, repeat: int, first_convert: bool = False) -> dict:
     if first_convert:
         out["first_convert_s"] = firsts
         out["first_convert_x_per_round"] = [r[0] / f for r, f in zip(rounds, firsts)]
+        out["cli_convert_s"] = [c for c, _ in clis]
+        out["cli_startup_s"] = [v for _, v in clis]
     return out
 
 
@@ -373,6 +399,15 @@ def print_targets(r: dict) -> None:
         fr = sorted(r["first_convert_x_per_round"])
         print(f"    paired with each round's trace-cmd report: median {statistics.median(fr):.1f}x, range "
               f"{fr[0]:.1f}-{fr[-1]:.1f}x")
+    if "cli_convert_s" in r:
+        cli, start = sorted(r["cli_convert_s"]), sorted(r["cli_startup_s"])
+        net = sorted(c - v for c, v in zip(r["cli_convert_s"], r["cli_startup_s"]))
+        tc = r["trace_cmd_s"]
+        print(f"  lone CLI run ({len(cli)} runs): `abtest trace convert` end to end best {cli[0]:.3f} s, median "
+              f"{statistics.median(cli):.3f} s -> {tc / cli[0]:.1f}x / {tc / statistics.median(cli):.1f}x; of which "
+              f"start-up (`abtest --version`: interpreter, imports, exit) best {start[0]:.3f} s, median "
+              f"{statistics.median(start):.3f} s; without it best {net[0]:.3f} s, median {statistics.median(net):.3f} s "
+              f"-> {tc / net[0]:.1f}x / {tc / statistics.median(net):.1f}x")
     print(f"  peak RSS: {r['peak_kb'] / 1024:.0f} MB vs tables {r['tables_bytes'] / 2**20:.1f} MB -> {rss_x:.2f}x "
           f"(target <= {RSS_TARGET_X:.0f}x: {'met' if rss_x <= RSS_TARGET_X else 'NOT met'}; "
           f"{rss_x_nobase:.2f}x without the {r['base_kb'] / 1024:.0f} MB interpreter+imports baseline)")

@@ -5,8 +5,6 @@ import json
 import time
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from abtest.trace.api import Trace
 from abtest.trace.api import convert as convert_trace
@@ -56,6 +54,8 @@ def info(file: str, as_json: bool, no_cache: bool) -> None:
     if as_json:
         click.echo(json.dumps(d, sort_keys=False, default=str))
     else:
+        from rich.console import Console
+        from rich.table import Table
         con = Console()
         con.print(f"[bold]{d['file']}[/]  format={d['format']}"
                   f"{' v' + str(d['format_version']) if d['format_version'] else ''}"
@@ -94,3 +94,6 @@ def convert(file: str, out_dir: str) -> None:
     click.echo(f"wrote {len(data.tables)} tables, {n:,} events to {out_dir} in {dt:.2f} s", err=True)
     if data.meta.get("lost_events"):
         click.secho(f"WARNING: {data.meta['lost_events']} events were lost in the ring buffer", fg="yellow", err=True)
+
+
+COMMANDS = [trace]
