@@ -31,6 +31,13 @@ def stats_counters(text: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^([a-z ]+): (\d+)$", text, re.M)}
 
 
+def current_clock(fs: Path) -> str:
+    """The trace clock tracefs `fs` uses now (the bracketed name in `trace_clock`): `trace-cmd extract`
+    writes it into the file. It is the machine's default unless something set it (`local` on a kernel
+    booted without `trace_clock=`)."""
+    return re.search(r"\[([^\]]+)\]", _read(fs / "trace_clock")).group(1)
+
+
 def _enabled_events(fs: Path) -> list[Path]:
     """The enable files of every event that is on now."""
     return [p for p in (fs / "events").glob("*/*/enable") if _read(p).strip() == "1"]

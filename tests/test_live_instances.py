@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 import tracedat_ref as ref
-from live_record import kernel_lost, record_instances
+from live_record import current_clock, kernel_lost, record_instances
 from test_convert import assert_convert_matches
 from abtest.trace import tracedat, tracedat_layout
 from abtest.trace.errors import TraceFormatError
@@ -44,6 +44,7 @@ def _report_instances(path: str) -> dict[str, list[tuple]]:
 def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     a, b = f"abtest_a_{os.getpid()}", f"abtest_b_{os.getpid()}"
     stats: dict = {}
+    clock = current_clock(tracefs_lock)
     out = record_instances(
         tracefs_lock, tmp_path / "instances.dat", ["sched/sched_switch", "sched/sched_wakeup"],
         {a: {"events": ["sched/sched_switch", "irq/softirq_raise"], "buffer_kb": 1024, "marker": "abtest in A"},
@@ -61,7 +62,7 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     assert raw["print"]["buf"].to_list() == ["abtest in A\n"] and raw["print"]["instance"].to_list() == [a]
     # per-buffer clocks (trace-cmd extract 3.1.6 writes the top buffer's clock for every buffer)
     buffers = meta["instance_buffers"]
-    assert meta["clock"] == buffers[a]["clock"] == buffers[b]["clock"] == "boot"
+    assert meta["clock"] == buffers[a]["clock"] == buffers[b]["clock"] == clock
     assert not [w for w in meta["warnings"] if "clock" in w]
     # lost events: B's full buffer refused events (non-overwrite mode, marked in no page): they come from
     # B's saved statistics, and only B's; the totals add up over the buffers
@@ -129,11 +130,12 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
 def test_instance_without_top_buffer(tracefs_lock, tmp_path):
     """`trace-cmd extract -B NAME` without -t writes a file whose only buffer is the instance."""
     c = f"abtest_c_{os.getpid()}"
+    clock = current_clock(tracefs_lock)
     out = record_instances(tracefs_lock, tmp_path / "only.dat", [],
                            {c: {"events": ["sched/sched_switch", "sched/sched_wakeup"], "buffer_kb": 1024}},
                            WORKLOAD, with_top=False)
     raw, meta = tracedat.read(out, out.read_bytes())
-    assert meta["instances"] == [c] and meta["clock"] == "boot"
+    assert meta["instances"] == [c] and meta["clock"] == clock
     assert _instances_of(raw) == _report_instances(str(out))
     assert ref.compare_fields(raw, str(out)) == sum(df.height for df in raw.values()) > 100
     assert {ev: df.height for ev, df in raw.items()} == {ev: len(rows) for ev, rows in ref.events(str(out)).items()}

@@ -22,10 +22,12 @@ def test_kernel_latency_format_text(tracefs_lock, tmp_path):
     fs = tracefs_lock
     option = fs / "options" / "latency-format"
     saved_option = option.read_text().strip()
+    saved_kb = (fs / "buffer_size_kb").read_text().split()[0]  # the machine's default may be a few KiB
     default_txt, latency_txt, dat = tmp_path / "default.txt", tmp_path / "latency.txt", tmp_path / "same.dat"
     try:
         (fs / "tracing_on").write_text("0")
         (fs / "trace").write_text("")
+        (fs / "buffer_size_kb").write_text("4096")
         for e in EVENTS:
             (fs / "events" / e / "enable").write_text("1")
         (fs / "tracing_on").write_text("1")
@@ -43,6 +45,7 @@ def test_kernel_latency_format_text(tracefs_lock, tmp_path):
         for e in EVENTS:
             (fs / "events" / e / "enable").write_text("0")
         (fs / "trace").write_text("")
+        (fs / "buffer_size_kb").write_text(saved_kb)
 
     assert "latency trace v" in latency_txt.read_text()[:400]
     lat, plain = read_trace(latency_txt), read_trace(default_txt)

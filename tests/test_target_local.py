@@ -161,3 +161,23 @@ def test_thermal_cooldown_waits_for_the_hottest_zone(tmp_path):
     assert out["reached"] is False and out["max_temp_c"] == 90.0
     out = wait_cooldown(LocalTarget(), thermal_max_c=45.0, temp_glob=f"{tmp_path}/none*", poll_s=0.05)
     assert out["reached"] is None and out["zones"] == 0
+
+
+def test_cpuidle_governor_on_a_machine_without_idle_states_is_reported():
+    """This machine's own cpuidle driver decides: `none` (no idle state on any CPU: the firecracker guests
+    CI runs on since 2026-11-25) must be reported when a label sets a cpuidle governor; a driver with idle
+    states (haltpoll on the earlier machines) must not."""
+    driver = Path("/sys/devices/system/cpu/cpuidle/current_driver").read_text().strip()
+    has_states = bool(list(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpuidle/state[0-9]*")))
+    mgr = SettingsManager(LocalTarget())
+    governor = Path("/sys/devices/system/cpu/cpuidle/current_governor").read_text().strip()
+    try:
+        mgr.apply({"cpuidle_governor": "ladder"})
+        mgr.apply({"cpuidle_governor": "menu"})
+    finally:
+        mgr.restore()
+    assert Path("/sys/devices/system/cpu/cpuidle/current_governor").read_text().strip() == governor
+    if driver == "none" or not has_states:
+        assert len(mgr.warnings) == 1 and f"cpuidle driver is {driver!r}" in mgr.warnings[0]
+    else:
+        assert mgr.warnings == []

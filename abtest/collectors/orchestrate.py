@@ -382,7 +382,10 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
                         st = states.get(id(t))
                         if st is None:
                             st = states[id(t)] = make_state(t, cc, events)
+                        said = len(st.settings.warnings)
                         applied = st.settings.apply(label.settings) if label.settings else {}
+                        for w in st.settings.warnings[said:]:
+                            log(f"[yellow]warning: {w}[/]")
                         boot_meta = vars(label.boot) if label.boot else None
                         writer = IterationWriter(store, step.label, step.workload, step.iteration)
                         run_iteration(st, cc, label, wl, step.iteration, attempt, writer, applied, boot_meta)

@@ -6,6 +6,8 @@
 Keys: `cpuidle_governor`, `cpufreq_governor` (every policy), and `sysfs:<absolute path>` for any
 sysfs/procfs/debugfs file (e.g. `sysfs:/proc/sys/kernel/sched_schedstats=1`). Every write is read
 back and checked; the values found before the first change are restored by `restore`.
+A `cpuidle_governor` on a target whose cpuidle driver is `none` (no idle states: the governor never runs)
+is taken but reported in `SettingsManager.warnings`: labels that differ only by it compare one setting.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import shlex
 from abtest.targets.base import Target, TargetError
 
 CPUIDLE_GOVERNOR = "/sys/devices/system/cpu/cpuidle/current_governor"
+CPUIDLE_DRIVER = "/sys/devices/system/cpu/cpuidle/current_driver"
 CPUFREQ_GLOB = "/sys/devices/system/cpu/cpufreq/policy*/scaling_governor"
 
 
@@ -54,11 +57,16 @@ class SettingsManager:
     def __init__(self, target: Target):
         self.target = target
         self.original: dict[str, str] = {}
+        self.warnings: list[str] = []  # said once per manager (target)
 
     def apply(self, settings: dict) -> dict:
         """Write each setting, verify it, return {path: value now}. Raises SettingError."""
         now = {}
         for key, value in settings.items():
+            if key == "cpuidle_governor" and not self.warnings:
+                warning = cpuidle_governor_warning(self.target)
+                if warning:
+                    self.warnings.append(warning)
             for path in _paths(self.target, key):
                 q = shlex.quote(path)
                 if path not in self.original:
@@ -85,6 +93,20 @@ class SettingsManager:
         self.original.clear()
         if errors:
             raise SettingError("restoring settings failed: " + "; ".join(errors))
+
+
+def cpuidle_governor_warning(target: Target) -> str | None:
+    """Why a cpuidle governor cannot act on `target` (its cpuidle driver is `none`, or it has no idle state
+    on any CPU), or None when it can."""
+    res = target.run(f"cat {CPUIDLE_DRIVER} 2>/dev/null; ls -d /sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]* "
+                     "2>/dev/null | wc -l", 30)
+    lines = res.stdout.split()
+    driver = lines[0] if len(lines) == 2 else "unknown"
+    states = int(lines[-1]) if lines and lines[-1].isdigit() else 0
+    if driver == "none" or states == 0:
+        return (f"{target.name}: cpuidle driver is {driver!r} and no CPU has an idle state: the cpuidle governor "
+                f"never runs there, so labels that differ only by cpuidle_governor compare the same system")
+    return None
 
 
 def _current(text: str) -> str:
