@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from shared_data import PLATFORMS, TRACES  # ../shared beside the checkout (or $ABTEST_SHARED)
+
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-TRACES = SHARED / "traces"
-PLATFORMS = SHARED / "platforms"
 TRACEFS = Path("/sys/kernel/tracing")
 TRACEFS_LOCK = "/tmp/abtest-tracefs.lock"
 
@@ -33,7 +32,8 @@ def _isolated_cache(tmp_path_factory):
 def traces() -> Path:
     """../shared/traces (real traces from real systems)."""
     if not TRACES.is_dir():
-        pytest.fail(f"{TRACES} is missing: the shared test traces must sit beside the repository")
+        pytest.fail(f"{TRACES} is missing: the shared test traces must sit beside the repository "
+                    "(or set ABTEST_SHARED to the directory holding traces/ and platforms/)")
     return TRACES
 
 

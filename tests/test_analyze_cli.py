@@ -16,9 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from abtest.cli import cli
+from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
+SHARED_TRACES = TRACES
 EXPECTED = json.loads((SHARED_TRACES / "expected-counts.json").read_text())
 TRACE_FILES = sorted(k for k in EXPECTED if not k.endswith(".yml"))
 TOP_KEYS = {"file", "format", "duration_s", "window_s", "lost_events", "platform", "idle", "latency", "frequency",

@@ -26,8 +26,9 @@ from scipy import stats as sps
 
 from abtest.cli import cli
 from abtest.compare.store import write_iteration
+from shared_data import TRACES
 
-X86 = Path(__file__).resolve().parents[2] / "shared" / "traces" / "x86-vm"
+X86 = TRACES / "x86-vm"
 WINDOW_MS = 150
 WINDOWS = {"haltpoll": 6, "ladder": 6, "menu": 3}
 # `trace-cmd report -t` prints seconds with 9 decimals, or integer ns (no decimal point, no space) for

@@ -21,9 +21,9 @@ from abtest.trace.decoded import DecodedTable
 from abtest.trace.readers import _decode, read_trace
 from abtest.trace.schema import canonicalize, unchanged_by_canonicalize
 from abtest.trace.parquet_write import write_parquet_tables
+from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT.parent / "shared" / "traces"
 TRACEDAT_FILES = sorted(str(p.relative_to(TRACES)) for p in TRACES.rglob("*.dat"))
 OTHER_FILES = ["lisa/trace_txt-trace.txt", "trappy/trace.txt"]
 

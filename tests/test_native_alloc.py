@@ -15,8 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shared_data import TRACES
+
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT.parent / "shared" / "traces"
 FILES = ["lisa/sched_load-trace.dat", "x86-vm/x86-menu-hackbench-cyclictest.dat", "langraph/trace.dat"]
 
 # Prints one JSON line: a digest of every table (rows, schema, hash of the rows' values) per (file, path,

@@ -10,8 +10,9 @@ from abtest.compare import metrics as metrics_mod
 from abtest.compare.comparison import CompareError, compare_labels
 from abtest.compare.store import (Iteration, StoreError, default_store_root, find_trace, load_label, load_store,
                                   write_iteration)
+from shared_data import TRACES
 
-REAL_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
+REAL_TRACE = TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
 
 
 def _m(v, unit="mW", lib=True):

@@ -34,8 +34,8 @@ import polars as pl
 import pytest
 
 from abtest.interop import perfetto_engine as pe
+from shared_data import TRACES
 
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
 COMPARED = ("sched_switch", "sched_waking", "sched_wakeup", "cpu_idle", "cpu_frequency")
 SKIP_STATS = {"sched_switch": "compact_sched_switch_skipped", "sched_waking": "compact_sched_waking_skipped"}
 

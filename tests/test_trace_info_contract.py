@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from abtest.cli import cli
 from abtest.trace.schema import EVENT_ALIASES
+from shared_data import TRACES
 
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
 EXPECTED = json.loads((TRACES / "expected-counts.json").read_text())
 FILES = sorted(k for k in EXPECTED if not k.endswith(".yml"))
 OLD_MARKER = {"0": "tracing_mark_write"}

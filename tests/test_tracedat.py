@@ -15,9 +15,9 @@ import pytest
 import tracedat_ref as ref
 from abtest.trace import tracedat
 from abtest.trace.readers import read_trace
+from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT.parent / "shared" / "traces"
 TRACEDAT_FILES = ["langraph/trace.dat", "lisa/sched_load-trace.dat", "trappy/trace.dat", "trappy/trace_idle.dat",
                   "x86-vm/x86-haltpoll-hackbench-cyclictest.dat", "x86-vm/x86-ladder-hackbench-cyclictest.dat",
                   "x86-vm/x86-menu-hackbench-cyclictest.dat"]

@@ -18,9 +18,9 @@ import pytest
 from abtest.trace import tracedat_layout
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
+from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT.parent / "shared" / "traces"
 V6 = TRACES / "lisa" / "sched_load-trace.dat"
 V6_32BIT = TRACES / "trappy" / "trace.dat"
 V7 = TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"

@@ -15,9 +15,9 @@ from polars.testing import assert_frame_equal
 
 from abtest.trace import tracedat, tracedat_layout
 from abtest.trace.errors import TraceFormatError
+from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT.parent / "shared" / "traces"
 TRACEDAT_FILES = ["langraph/trace.dat", "lisa/sched_load-trace.dat", "trappy/trace.dat", "trappy/trace_idle.dat",
                   "x86-vm/x86-haltpoll-hackbench-cyclictest.dat", "x86-vm/x86-ladder-hackbench-cyclictest.dat",
                   "x86-vm/x86-menu-hackbench-cyclictest.dat"]

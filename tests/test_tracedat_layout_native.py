@@ -12,9 +12,9 @@ import pytest
 from abtest import _native
 from abtest.trace import tracedat, tracedat_layout
 from abtest.trace.errors import TraceFormatError
+from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT.parent / "shared" / "traces"
 BENCH = Path.home() / ".cache" / "abtest" / "bench" / "hackbench-sched-power.dat"
 FILES = sorted(TRACES.rglob("*.dat")) + ([BENCH] if BENCH.exists() else [])
 
