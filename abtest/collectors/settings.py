@@ -57,13 +57,15 @@ class SettingsManager:
     def __init__(self, target: Target):
         self.target = target
         self.original: dict[str, str] = {}
-        self.warnings: list[str] = []  # said once per manager (target)
+        self.warnings: list[str] = []  # what the target cannot do with the settings, said once
+        self._cpuidle_checked = False  # the cpuidle driver is looked at once per target, not per iteration
 
     def apply(self, settings: dict) -> dict:
         """Write each setting, verify it, return {path: value now}. Raises SettingError."""
         now = {}
         for key, value in settings.items():
-            if key == "cpuidle_governor" and not self.warnings:
+            if key == "cpuidle_governor" and not self._cpuidle_checked:
+                self._cpuidle_checked = True
                 warning = cpuidle_governor_warning(self.target)
                 if warning:
                     self.warnings.append(warning)
