@@ -169,7 +169,15 @@ def test_cpuidle_governor_on_a_machine_without_idle_states_is_reported():
     states (haltpoll on the earlier machines) must not."""
     driver = Path("/sys/devices/system/cpu/cpuidle/current_driver").read_text().strip()
     has_states = bool(list(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpuidle/state[0-9]*")))
-    mgr = SettingsManager(LocalTarget())
+    class CountingLocal(LocalTarget):  # the real local target, counting the driver look-ups
+        driver_reads = 0
+
+        def run(self, cmd, *args, **kwargs):
+            if "current_driver" in str(cmd):
+                CountingLocal.driver_reads += 1
+            return super().run(cmd, *args, **kwargs)
+
+    mgr = SettingsManager(CountingLocal())
     governor = Path("/sys/devices/system/cpu/cpuidle/current_governor").read_text().strip()
     try:
         mgr.apply({"cpuidle_governor": "ladder"})
@@ -177,6 +185,7 @@ def test_cpuidle_governor_on_a_machine_without_idle_states_is_reported():
     finally:
         mgr.restore()
     assert Path("/sys/devices/system/cpu/cpuidle/current_governor").read_text().strip() == governor
+    assert CountingLocal.driver_reads == 1  # once per target, not per iteration
     if driver == "none" or not has_states:
         assert len(mgr.warnings) == 1 and f"cpuidle driver is {driver!r}" in mgr.warnings[0]
     else:
