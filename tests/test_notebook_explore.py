@@ -22,8 +22,9 @@ def _ensure_kernelspec() -> None:
                        capture_output=True)
 
 
-def test_explore_notebook_executes(traces):
+def test_explore_notebook_executes(traces, monkeypatch):
     _ensure_kernelspec()
+    monkeypatch.setenv("ABTEST_SHARED_TRACES", str(traces))  # the kernel inherits it: same traces as the tests
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=600,
                                      resources={"metadata": {"path": str(NOTEBOOK.parent)}})
