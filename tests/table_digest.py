@@ -3,6 +3,9 @@ tests/data/binary_decoder_tables.json holds them for every shared trace.dat and 
 decoded by the reader before the native rewrite (issue 26), and tests/test_binary_decoder_tables.py
 checks that today's readers give the same tables.
 
+The fixture's "mutated" part holds the raw tables (tracedat.read) of shared traces changed in a way the
+test module repeats (e.g. a ring-buffer page moved back in time), as main's record-index path decoded them.
+
 A table digest is its height, its columns in order with their polars dtype (Categorical shown as
 Categorical, its values compared as text) and one sha256 per column over the repr of its Python values
 (None for null). `python tests/table_digest.py` rewrites the fixture from the installed reader.
@@ -58,9 +61,11 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from shared_data import TRACES
 
-    out = {str(p.relative_to(TRACES)): trace_digest(p) for p in binary_traces(TRACES)}
+    old = json.loads(FIXTURE.read_text()) if FIXTURE.exists() else {}
+    out = {"traces": {str(p.relative_to(TRACES)): trace_digest(p) for p in binary_traces(TRACES)},
+           "mutated": old.get("mutated", {})}  # made once by the reader of main (see the test module)
     FIXTURE.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {FIXTURE}: {len(out)} traces")
+    print(f"wrote {FIXTURE}: {len(out['traces'])} traces")
 
 
 if __name__ == "__main__":
