@@ -229,18 +229,14 @@ def time_rounds(path: Path, repeat: int, first_convert: bool = False) -> dict:
 
 
 def time_write(path: Path, repeat: int) -> dict:
-    """Write-only stage on the decoded tables of `path`: abtest's parquet writer vs polars' (best of
-    `repeat`, each into a fresh directory)."""
-    from abtest.trace.parquet_write import write_parquet_tables
+    """Write-only stage on the decoded tables of `path`, as abtest writes them (abtest.trace.cache.write_tables,
+    polars, tables in parallel threads): parquet (what `trace convert` writes) and Arrow IPC (the cache a
+    first `Trace()` open writes). Best of `repeat`, each into a fresh directory."""
+    from abtest.trace import cache
     from abtest.trace.readers import read_trace
-    tables = read_trace(path).tables
-
-    def polars_write(out: Path) -> None:
-        for name, df in tables.items():
-            df.write_parquet(out / f"{name}.parquet", compression="lz4", statistics=False)
-
+    data = read_trace(path)
     res = {}
-    for label, fn in (("polars", polars_write), ("abtest", lambda out: write_parquet_tables(tables, out))):
+    for fmt in ("parquet", "ipc"):
         best = best_cpu = float("inf")
         size = 0
         for _ in range(repeat):
@@ -248,30 +244,27 @@ def time_write(path: Path, repeat: int) -> dict:
             try:
                 c0 = _cpu_s(resource.RUSAGE_SELF)
                 t0 = time.perf_counter()
-                fn(out)
+                cache.write_tables(data, out / "t", fmt=fmt)
                 best = min(best, time.perf_counter() - t0)
                 best_cpu = min(best_cpu, _cpu_s(resource.RUSAGE_SELF) - c0)
-                size = sum(p.stat().st_size for p in out.glob("*.parquet"))
+                size = sum(p.stat().st_size for p in (out / "t").glob("*" + cache.SUFFIX[fmt]))
             finally:
                 shutil.rmtree(out, ignore_errors=True)
-        res[label] = {"wall_s": best, "cpu_s": best_cpu, "bytes": size}
-    res["tables"] = len(tables)
-    res["rows"] = sum(len(df) for df in tables.values())
-    res["tables_bytes"] = sum(df.estimated_size() for df in tables.values())
+        res[fmt] = {"wall_s": best, "cpu_s": best_cpu, "bytes": size}
+    res["tables"] = len(data.tables)
+    res["rows"] = sum(len(df) for df in data.tables.values())
+    res["tables_bytes"] = sum(df.estimated_size() for df in data.tables.values())
     return res
 
 
 def print_write(w: dict) -> None:
-    """The write-only stage: one line per writer and the ratios."""
+    """The write-only stage: one line per format."""
     print(f"\nwrite only ({w['tables']} tables, {w['rows']:,} rows, {w['tables_bytes'] / 2**20:.1f} MB in memory; "
-          f"best of the repeats):")
-    for label, name in (("abtest", "abtest parquet writer"), ("polars", "polars write_parquet lz4")):
-        r = w[label]
+          f"best of the repeats; polars writers, tables in parallel):")
+    for fmt, name in (("parquet", "parquet (trace convert)"), ("ipc", "Arrow IPC (Trace() cache)")):
+        r = w[fmt]
         print(f"  {name:<26} wall {r['wall_s'] * 1e3:7.1f} ms  CPU {r['cpu_s'] * 1e3:7.1f} ms  "
               f"files {r['bytes'] / 1e6:6.1f} MB")
-    a, p = w["abtest"], w["polars"]
-    print(f"  abtest vs polars: {p['wall_s'] / a['wall_s']:.1f}x faster (wall), {p['cpu_s'] / a['cpu_s']:.1f}x less CPU, "
-          f"files {a['bytes'] / p['bytes']:.2f}x the size")
 
 
 _RSS_CHILD = r"""
@@ -303,7 +296,7 @@ sys.path.insert(0, {root!r})
 import polars, numpy, pyarrow, zstandard
 import numpy.ma, pyarrow.compute  # polars imports these on first use (~60 ms): import time, not convert time
 from abtest.trace.api import convert
-import abtest._native, abtest.trace.readers, abtest.trace.tracedat, abtest.trace.parquet_write
+import abtest._native, abtest.trace.readers, abtest.trace.tracedat, abtest.trace.cache
 out = Path(tempfile.mkdtemp(prefix="abtest-bench-"))
 try:
     t0 = time.perf_counter()

@@ -29,3 +29,24 @@ def test_tables_and_meta_unchanged(traces, rel):
     for name, table in want["tables"].items():
         assert got["tables"][name] == table, f"{rel}: table {name} differs"
     assert got["meta"] == want["meta"]
+
+
+def test_page_moved_back_in_time_orders_like_a_stable_sort(tmp_path):
+    """The lisa trace's largest CPU's middle page stamped 1 ms before that CPU's first page: every table
+    is what main's record-index path made of it (a stable sort by timestamp of all records in file order),
+    and the metadata says so in one more warning than main gave."""
+    src = TRACES / "lisa" / "sched_load-trace.dat"
+    data = bytearray(src.read_bytes())
+    lay = tracedat.layout(src, bytes(data))
+    cpu = max((c for c in lay["buffers"][0]["cpus"] if c["size"]), key=lambda c: c["size"])
+    middle = cpu["offset"] + (cpu["size"] // lay["page_size"] // 2) * lay["page_size"]
+    first_ts = struct.unpack_from("<Q", data, cpu["offset"])[0]
+    struct.pack_into("<Q", data, middle, first_ts - 1_000_000)
+    raw, meta = tracedat.read(src, bytes(data))
+    want = EXPECTED["mutated"]["lisa/sched_load-trace.dat:backwards-page"]
+    assert {n: table_digest(df) for n, df in sorted(raw.items())} == want["tables"]
+    new = [w for w in meta["warnings"] if w not in want["meta"]["warnings"]]
+    assert new == [f"CPU {cpu['cpu']}: 1 records are earlier than the record before them on that CPU (ring-buffer "
+                   f"pages out of time order); every table is ordered by timestamp"]
+    meta["warnings"] = want["meta"]["warnings"]
+    assert json.loads(json.dumps(meta, default=str)) == want["meta"]

@@ -19,16 +19,12 @@ from abtest.trace.model import TraceData
 from abtest.trace.readers import read_trace
 
 
-def convert(path: str | os.PathLike, out_dir: str | os.PathLike) -> TraceData:
-    """Decode `path` and write its canonical tables (one parquet file each) + meta.json into out_dir, as
-    `abtest trace convert` does (layout of abtest.trace.cache; written atomically). Returns the TraceData
-    written: its meta, and tables that may be DecodedTables (abtest.trace.decoded), not for analysis.
-
-    A trace.dat's tables that `canonicalize()` leaves unchanged go from the decoder's arrays to the
-    parquet writer without polars frames; the files read back to the frames `Trace(path).df()` gives.
-    """
-    data = read_trace(path, for_writing=True)
-    cache.write_tables(data, out_dir)
+def convert(path: str | os.PathLike, out_dir: str | os.PathLike, *, fmt: str = "parquet") -> TraceData:
+    """Decode `path` and write its canonical tables (one file each, `fmt` "parquet" or "ipc") + meta.json
+    into out_dir, as `abtest trace convert` does (layout of abtest.trace.cache; written atomically).
+    Returns the TraceData written."""
+    data = read_trace(path)
+    cache.write_tables(data, out_dir, fmt=fmt)
     return data
 
 
@@ -65,11 +61,13 @@ class Trace:
         key = cache.content_key(self.path)
         entry = cache.cache_root() / key
         if not cache.is_complete(entry):
+            data = read_trace(self.path)
             try:
-                convert(self.path, entry)
+                cache.write_tables(data, entry, fmt="ipc")
             except OSError:  # read-only cache dir: keep going uncached
-                self._data = read_trace(self.path)
+                self._data = data
                 return
+            self._frames.update(data.tables)  # this Trace keeps the decoded tables; later opens map the cache
         self._entry = entry
 
     # -- metadata ------------------------------------------------------------------------------
@@ -137,7 +135,7 @@ class Trace:
             if name not in self.tables:
                 raise MissingEventsError(f"table {name!r}", [name], str(self.path))
             if self._entry is not None:
-                self._frames[name] = pl.read_parquet(cache.table_path(self._entry, name))
+                self._frames[name] = cache.read_table(self._entry, name)
             else:
                 self._frames[name] = self._data.tables[name]
         df = self._frames[name]

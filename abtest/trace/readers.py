@@ -9,14 +9,13 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from abtest.trace.decoded import DecodedTable
 from abtest.trace.detect import detect_format
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.model import TraceData
-from abtest.trace.schema import canonicalize, event_counts, sample_counts, unchanged_by_canonicalize
+from abtest.trace.schema import canonicalize, event_counts, sample_counts
 
 # Bumped whenever a reader's output changes: part of the cache key.
-READER_VERSION = "8"
+READER_VERSION = "9"
 
 _TEXT_FORMATS = ("ftrace-text", "atrace", "atrace-z", "systrace-html")
 
@@ -58,12 +57,8 @@ def _unwrap(path: Path, data: bytes, fmt: str) -> tuple[bytes, str]:
     return data, ""
 
 
-def read_trace(path: str | os.PathLike, *, for_writing: bool = False) -> TraceData:
-    """Decode any supported trace file into canonical tables + metadata (no cache).
-
-    for_writing=True: tables of a trace.dat that `canonicalize()` leaves unchanged come back as
-    `DecodedTable`s (the decoder's arrays, abtest.trace.decoded) instead of DataFrames; only the parquet
-    writer (`cache.write_tables`) takes such TraceData. Same tables and meta otherwise."""
+def read_trace(path: str | os.PathLike) -> TraceData:
+    """Decode any supported trace file into canonical tables + metadata (no cache)."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -90,7 +85,7 @@ def read_trace(path: str | os.PathLike, *, for_writing: bool = False) -> TraceDa
     else:
         with open(path, "rb") as f:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    raw, meta = _decode(path, data, fmt, for_writing)
+    raw, meta = _decode(path, data, fmt)
     # A trace.dat carries the format of every event the kernel knows; only events that occur
     # become tables (so `require()` can say clearly which events were not recorded).
     raw = {name: df for name, df in raw.items() if df.height > 0}
@@ -104,23 +99,17 @@ def read_trace(path: str | os.PathLike, *, for_writing: bool = False) -> TraceDa
     # one key type for every reader, the one meta.json (the cache) gives back: the CPU number as a string
     meta["lost_events_per_cpu"] = {str(cpu): n for cpu, n in
                                    sorted(meta["lost_events_per_cpu"].items(), key=lambda kv: int(kv[0]))}
-    kept = {name: t for name, t in raw.items() if isinstance(t, DecodedTable)}
-    tables = canonicalize({name: t for name, t in raw.items() if name not in kept}, meta)
-    tables.update(kept)
+    tables = canonicalize(raw, meta)
     _fill_span(tables, meta)
     meta["events"] = event_counts(tables)
     meta["samples"] = sample_counts(tables)
     return TraceData(tables=tables, meta=meta)
 
 
-def _keep_decoded(name: str, table: DecodedTable) -> bool:
-    return unchanged_by_canonicalize(name, table.polars_schema())
-
-
-def _decode(path: Path, data, fmt: str, for_writing: bool) -> tuple[dict, dict]:
+def _decode(path: Path, data, fmt: str) -> tuple[dict, dict]:
     if fmt == "trace.dat":
         from abtest.trace import tracedat
-        return tracedat.read(path, data, keep_decoded=_keep_decoded if for_writing else None)
+        return tracedat.read(path, data)
     if fmt == "perfetto":
         from abtest.trace import perfetto
         return perfetto.read(path, data)
@@ -135,13 +124,6 @@ def _fill_span(tables: dict, meta: dict) -> None:
     starts, ends, cpus = [], [], []
     need_cpus = not meta.get("cpus")  # the max CPU number is scanned only when the reader did not know
     for df in tables.values():
-        if isinstance(df, DecodedTable):  # sorted by ts, never empty
-            first, last = df.ts_bounds()
-            starts.append(first)
-            ends.append(last)
-            if need_cpus and "cpu" in df.columns:
-                cpus.append(df.max_of("cpu"))
-            continue
         if df.is_empty() or "ts" not in df.columns:
             continue
         starts.append(df["ts"].min())

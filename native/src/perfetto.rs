@@ -75,7 +75,7 @@ fn perfetto_decode<'py>(py: Python<'py>, data: PyBuffer<u8>, schema: &PySchema) 
     // SAFETY: the buffer stays alive (and is read-only for us) for the whole call.
     let bytes: &[u8] = unsafe { std::slice::from_raw_parts(data.buf_ptr() as *const u8, data.len_bytes()) };
     let inner = &schema.inner;
-    let result = py.allow_threads(|| decode_all(bytes, inner));
+    let result = py.detach(|| decode_all(bytes, inner));
     let d = result.map_err(|e| PyValueError::new_err((e.offset, e.msg)))?;
     to_python(py, d)
 }

@@ -7,13 +7,25 @@
 //! - `%s`: the string bytes inline, NUL-terminated, no alignment;
 //! - `%p` with an alphanumeric extension other than S s x K e: the already formatted text inline;
 //! - `*` width/precision: an int.
+//!
+//! Widths and precisions are capped at MAX_WIDTH characters (a hostile format or argument would
+//! otherwise size a padding of up to 2^31 characters per record).
+
+/// Longest text one record formats to: twice the format, 16 characters per argument byte, plus 256
+/// (real records stay far below; widths could otherwise grow a record's text without bound).
+pub fn max_text_len(fmt: &[u8], args: &[u8]) -> usize {
+    2 * fmt.len() + 16 * args.len() + 256
+}
+
+/// Largest field width / precision applied (characters).
+pub const MAX_WIDTH: usize = 4096;
 
 /// Read unsigned little/big endian integer of `size` bytes at `*pos` (after aligning), advance.
 fn take_uint(args: &[u8], pos: &mut usize, size: usize, align: usize, be: bool) -> Option<u64> {
     if align > 1 {
-        *pos = (*pos + align - 1) & !(align - 1);
+        *pos = pos.checked_add(align - 1)? & !(align - 1);
     }
-    let b = args.get(*pos..*pos + size)?;
+    let b = args.get(*pos..pos.checked_add(size)?)?;
     *pos += size;
     let mut v: u64 = 0;
     if be {
@@ -62,8 +74,8 @@ fn pad(out: &mut String, sign: &str, prefix: &str, digits: &str, sp: &Spec, nume
             if digits == "0" && p == 0 {
                 digits.clear();
             }
-            while digits.len() < p {
-                digits.insert(0, '0');
+            if digits.len() < p {
+                digits = "0".repeat(p - digits.len()) + &digits;
             }
         }
     }
@@ -99,11 +111,16 @@ pub fn lookup_symbol<'a>(addrs: &[u64], names: &'a [String], addr: u64) -> Optio
 
 /// Format `fmt` with the vbin_printf argument block `args`.
 /// `long_size` is the kernel's `long` width in bytes (4 or 8); `be` the file endianness.
+/// The text stops at `max_text_len(fmt, args)` bytes (see there).
 pub fn format_bprint(fmt: &[u8], args: &[u8], long_size: usize, be: bool, syms: (&[u64], &[String])) -> String {
     let mut out = String::with_capacity(fmt.len() + 16);
+    let cap = max_text_len(fmt, args);
     let mut pos = 0usize;
     let mut i = 0usize;
     while i < fmt.len() {
+        if out.len() > cap {
+            break;
+        }
         let c = fmt[i];
         if c != b'%' {
             let start = i;
@@ -140,11 +157,11 @@ pub fn format_bprint(fmt: &[u8], args: &[u8], long_size: usize, be: bool, syms: 
             if w < 0 {
                 sp.left = true;
             }
-            sp.width = w.unsigned_abs() as usize;
+            sp.width = (w.unsigned_abs() as usize).min(MAX_WIDTH);
             i += 1;
         } else {
             while i < fmt.len() && fmt[i].is_ascii_digit() {
-                sp.width = sp.width * 10 + (fmt[i] - b'0') as usize;
+                sp.width = (sp.width * 10 + (fmt[i] - b'0') as usize).min(MAX_WIDTH);
                 i += 1;
             }
         }
@@ -152,11 +169,11 @@ pub fn format_bprint(fmt: &[u8], args: &[u8], long_size: usize, be: bool, syms: 
             i += 1;
             let mut p = 0usize;
             if i < fmt.len() && fmt[i] == b'*' {
-                p = sign_extend(take_uint(args, &mut pos, 4, 4, be).unwrap_or(0), 4).max(0) as usize;
+                p = (sign_extend(take_uint(args, &mut pos, 4, 4, be).unwrap_or(0), 4).max(0) as usize).min(MAX_WIDTH);
                 i += 1;
             } else {
                 while i < fmt.len() && fmt[i].is_ascii_digit() {
-                    p = p * 10 + (fmt[i] - b'0') as usize;
+                    p = (p * 10 + (fmt[i] - b'0') as usize).min(MAX_WIDTH);
                     i += 1;
                 }
             }
@@ -243,5 +260,42 @@ pub fn format_bprint(fmt: &[u8], args: &[u8], long_size: usize, be: bool, syms: 
             }
         }
     }
+    if out.len() > cap {
+        let mut end = cap;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fmt(f: &str, args: &[u8]) -> String {
+        format_bprint(f.as_bytes(), args, 8, false, (&[0x1000], &["sym".to_string()]))
+    }
+
+    #[test]
+    fn integers_strings_and_symbols() {
+        let mut a = Vec::new();
+        a.extend((-5i32).to_le_bytes());
+        a.extend(b"hi\0\0");
+        a.extend(0x1010u64.to_le_bytes());
+        assert_eq!(fmt("%d %s %pS|%-4s|", &a), "-5 hi sym+0x10|    |");
+        assert_eq!(fmt("%05x %%", &255u32.to_le_bytes()), "000ff %");
+    }
+
+    #[test]
+    fn hostile_widths_are_capped() {
+        let s = fmt("%999999999999999999999d", &1i32.to_le_bytes());
+        assert_eq!(s.len(), max_text_len(b"%999999999999999999999d", &[0; 4]));
+        assert!(fmt("%4000d%4000d%4000d", &[0; 12]).len() <= max_text_len(b"%4000d%4000d%4000d", &[0; 12]));
+        let mut a = i32::MIN.to_le_bytes().to_vec();
+        a.extend(1i32.to_le_bytes());
+        assert_eq!(fmt("%*d", &a).len(), max_text_len(b"%*d", &a));
+        assert_eq!(fmt("%.*s", &[0xff, 0xff, 0xff, 0x7f, b'x', 0]), "x");
+    }
 }
