@@ -29,6 +29,8 @@ TraceFormatError naming its offset and the limit).
 """
 from __future__ import annotations
 
+import mmap
+
 import polars as pl
 
 from abtest.trace import limits
@@ -53,8 +55,11 @@ def frames(batches: list) -> dict[str, pl.DataFrame]:
     table in timestamp order). Converted one after the other, so that polars assigns its global category
     ids in table and column order (the same ids, and parquet files, whatever the timing)."""
     out = {}
-    for name, batch in batches:
+    batches.reverse()
+    while batches:  # each batch released once converted (its dictionary columns are copied by polars)
+        name, batch = batches.pop()
         df = pl.DataFrame(batch)
+        del batch
         out[name] = df.with_columns(df["ts"].set_sorted())
     return out
 
@@ -65,7 +70,9 @@ def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
     every event the kernel knows, thousands of them); meta["event_formats"] counts the formats present."""
     lim = limits.current()
     try:
-        batches, meta = _native().tracedat_decode(data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes)
+        # a read-only file mapping's pages are given back once decoded (they fault back in from the file)
+        batches, meta = _native().tracedat_decode(data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes,
+                                                  isinstance(data, mmap.mmap))
     except ValueError as e:
         raise format_error(path, e) from None
     meta = dict(meta, format="trace.dat")

@@ -24,13 +24,17 @@ fn py_error(e: Error) -> PyErr {
 }
 
 /// Decode a whole trace.dat held in `data` (bytes or mmap) with the GIL released.
-/// Returns ([(table name, arrow RecordBatch)], meta dict). Limits: see tracedat::Limits.
+/// Returns ([(table name, arrow RecordBatch)], meta dict). Limits: see tracedat::Limits. `file_mapping`:
+/// `data` is a read-only mmap of the file (its pages are released once decoded; never for bytes).
 #[pyfunction]
-#[pyo3(signature = (data, inflate_ratio, inflate_floor, inflated_bytes, threads=0))]
+#[pyo3(signature = (data, inflate_ratio, inflate_floor, inflated_bytes, file_mapping=false, threads=0))]
+#[allow(clippy::too_many_arguments)]
 fn tracedat_decode<'py>(py: Python<'py>, data: PyBuffer<u8>, inflate_ratio: f64, inflate_floor: u64,
-                        inflated_bytes: u64, threads: usize) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyAny>)> {
+                        inflated_bytes: u64, file_mapping: bool, threads: usize)
+                        -> PyResult<(Bound<'py, PyList>, Bound<'py, PyAny>)> {
     let bytes = bytes_of(&data)?;
-    let opts = Options { limits: Limits { inflate_ratio, inflate_floor, inflated_bytes }, threads };
+    let opts = Options { limits: Limits { inflate_ratio, inflate_floor, inflated_bytes }, threads,
+                         release_input: file_mapping && data.readonly() };
     let decoded = py.detach(|| tracedat::decode(bytes, &opts)).map_err(py_error)?;
     let tables = PyList::empty(py);
     for (name, batch) in decoded.tables {

@@ -123,16 +123,16 @@ macro_rules! each_int {
 
 
 impl Ints {
-    pub fn new(size: usize, signed: bool) -> Ints {
+    pub fn new(size: usize, signed: bool, cap: usize) -> Ints {
         match (size, signed) {
-            (1, false) => Ints::U8(Vec::new()),
-            (1, true) => Ints::I8(Vec::new()),
-            (2, false) => Ints::U16(Vec::new()),
-            (2, true) => Ints::I16(Vec::new()),
-            (4, false) => Ints::U32(Vec::new()),
-            (4, true) => Ints::I32(Vec::new()),
-            (_, false) => Ints::U64(Vec::new()),
-            (_, true) => Ints::I64(Vec::new()),
+            (1, false) => Ints::U8(Vec::with_capacity(cap)),
+            (1, true) => Ints::I8(Vec::with_capacity(cap)),
+            (2, false) => Ints::U16(Vec::with_capacity(cap)),
+            (2, true) => Ints::I16(Vec::with_capacity(cap)),
+            (4, false) => Ints::U32(Vec::with_capacity(cap)),
+            (4, true) => Ints::I32(Vec::with_capacity(cap)),
+            (_, false) => Ints::U64(Vec::with_capacity(cap)),
+            (_, true) => Ints::I64(Vec::with_capacity(cap)),
         }
     }
 
@@ -218,18 +218,56 @@ impl Var {
     }
 }
 
-/// Distinct texts in order of first use, and the code of each.
-#[derive(Debug, Clone, Default)]
+/// Entries of a dictionary's cache of recent short texts.
+const RECENT: usize = 64;
+
+/// Distinct texts in order of first use, and the code of each. A trace repeats a few task names
+/// millions of times: texts of up to 16 bytes are keyed by their bytes zero-padded to a u128, looked up
+/// in a small direct-mapped cache of recent keys before the hash map.
+#[derive(Debug, Clone)]
 pub struct Dict {
-    /// texts of up to 16 bytes (no NUL inside), keyed by their bytes zero-padded to a u128
     short: FxMap<u128, u32>,
     long: FxMap<Vec<u8>, u32>,
+    recent: Box<[(u128, u32); RECENT]>,
     pub values: Var,
+}
+
+impl Default for Dict {
+    fn default() -> Dict {
+        Dict::new()
+    }
+}
+
+/// Index of the first zero byte of 16 little-endian bytes (16 if none).
+#[inline(always)]
+fn first_nul(v: u128) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let zero_in = |x: u64| x.wrapping_sub(LO) & !x & HI;
+    let a = zero_in(v as u64);
+    if a != 0 {
+        return (a.trailing_zeros() / 8) as usize;
+    }
+    let b = zero_in((v >> 64) as u64);
+    if b != 0 {
+        return 8 + (b.trailing_zeros() / 8) as usize;
+    }
+    16
 }
 
 impl Dict {
     pub fn new() -> Dict {
-        Dict { values: Var::new(true), ..Dict::default() }
+        Dict { short: FxMap::default(), long: FxMap::default(), recent: Box::new([(0, u32::MAX); RECENT]),
+               values: Var::new(true) }
+    }
+
+    /// Code of the text up to the first NUL of 16 bytes (a `char comm[16]`).
+    #[inline(always)]
+    pub fn code16(&mut self, raw: &[u8; 16]) -> u32 {
+        let v = u128::from_le_bytes(*raw);
+        let n = first_nul(v);
+        let key = if n >= 16 { v } else { v & ((1u128 << (8 * n)) - 1) };
+        self.code_short(key, &raw[..n])
     }
 
     /// Code of `v` (text without NUL), added when new.
@@ -252,12 +290,21 @@ impl Dict {
     /// Code of the text `v` whose zero-padded bytes are `key`.
     #[inline(always)]
     fn code_short(&mut self, key: u128, v: &[u8]) -> u32 {
-        if let Some(&c) = self.short.get(&key) {
-            return c;
+        let h = ((key as u64) ^ ((key >> 64) as u64).rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let e = &mut self.recent[(h >> 58) as usize % RECENT];
+        if e.0 == key && e.1 != u32::MAX {
+            return e.1;
         }
-        let c = self.values.len() as u32;
-        self.values.push(v);
-        self.short.insert(key, c);
+        let c = match self.short.get(&key) {
+            Some(&c) => c,
+            None => {
+                let c = self.values.len() as u32;
+                self.values.push(v);
+                self.short.insert(key, c);
+                c
+            }
+        };
+        *e = (key, c);
         c
     }
 }
@@ -293,12 +340,16 @@ fn dyn_slice(r: &[u8], off: usize, size: usize, be: bool, rel: bool) -> &[u8] {
 }
 
 impl Builder {
-    pub fn new(spec: &Spec) -> Builder {
+    /// A column with room for `cap` rows.
+    pub fn new(spec: &Spec, cap: usize) -> Builder {
         let data = match spec.kind {
-            Kind::Int => Data::Int(Ints::new(spec.size, spec.signed)),
-            Kind::CharArray | Kind::DataLocCat => Data::Cat { codes: Vec::new(), dict: Dict::new() },
-            Kind::NumArray => Data::List { count: spec.size / spec.elem.max(1), flat: Ints::new(spec.elem, spec.signed) },
-            Kind::TailList => Data::VarList { offsets: vec![0], flat: Ints::new(spec.elem, spec.signed) },
+            Kind::Int => Data::Int(Ints::new(spec.size, spec.signed, cap)),
+            Kind::CharArray | Kind::DataLocCat => Data::Cat { codes: Vec::with_capacity(cap), dict: Dict::new() },
+            Kind::NumArray => {
+                let count = spec.size / spec.elem.max(1);
+                Data::List { count, flat: Ints::new(spec.elem, spec.signed, cap * count) }
+            }
+            Kind::TailList => Data::VarList { offsets: vec![0], flat: Ints::new(spec.elem, spec.signed, 0) },
             Kind::DataLocStr | Kind::RelLocStr | Kind::TailStr | Kind::BprintText | Kind::PrintkStr => Data::Var(Var::new(true)),
             Kind::DataLocBin | Kind::RelLocBin | Kind::TailBin | Kind::Bytes => Data::Var(Var::new(false)),
         };
@@ -371,6 +422,65 @@ impl Builder {
         }
     }
 
+    /// Bytes of the record this field reads when it has a fixed place (None: variable place).
+    fn fixed_extent(&self) -> Option<usize> {
+        match (&self.data, self.spec.kind) {
+            (Data::Int(_) | Data::List { .. }, _) | (Data::Cat { .. }, Kind::CharArray) => Some(self.spec.offset + self.spec.size),
+            _ => None,
+        }
+    }
+
+    /// Append this field of `n` records laid out at `stride` bytes in `rows` (fixed-place fields, records
+    /// at least `stride` long): one tight loop per field.
+    fn push_block(&mut self, rows: &[u8], stride: usize, n: usize, env: &mut Env) {
+        let (off, size, be) = (self.spec.offset, self.spec.size, env.be);
+        macro_rules! ints {
+            ($v:expr, $w:literal, $conv:expr) => {{
+                $v.reserve(n);
+                for k in 0..n {
+                    let at = k * stride + off;
+                    let b: [u8; $w] = rows[at..at + $w].try_into().expect("field inside the staged row");
+                    $v.push($conv(b));
+                }
+            }};
+        }
+        match (&mut self.data, be) {
+            (Data::Int(Ints::U8(v)), _) => ints!(v, 1, |b: [u8; 1]| b[0]),
+            (Data::Int(Ints::I8(v)), _) => ints!(v, 1, |b: [u8; 1]| b[0] as i8),
+            (Data::Int(Ints::U16(v)), false) => ints!(v, 2, u16::from_le_bytes),
+            (Data::Int(Ints::U16(v)), true) => ints!(v, 2, u16::from_be_bytes),
+            (Data::Int(Ints::I16(v)), false) => ints!(v, 2, i16::from_le_bytes),
+            (Data::Int(Ints::I16(v)), true) => ints!(v, 2, i16::from_be_bytes),
+            (Data::Int(Ints::U32(v)), false) => ints!(v, 4, u32::from_le_bytes),
+            (Data::Int(Ints::U32(v)), true) => ints!(v, 4, u32::from_be_bytes),
+            (Data::Int(Ints::I32(v)), false) => ints!(v, 4, i32::from_le_bytes),
+            (Data::Int(Ints::I32(v)), true) => ints!(v, 4, i32::from_be_bytes),
+            (Data::Int(Ints::U64(v)), false) if size == 8 => ints!(v, 8, u64::from_le_bytes),
+            (Data::Int(Ints::U64(v)), true) if size == 8 => ints!(v, 8, u64::from_be_bytes),
+            (Data::Int(Ints::I64(v)), false) if size == 8 => ints!(v, 8, i64::from_le_bytes),
+            (Data::Int(Ints::I64(v)), true) if size == 8 => ints!(v, 8, i64::from_be_bytes),
+            (Data::Cat { codes, dict }, _) if size == 16 => {
+                codes.reserve(n);
+                for k in 0..n {
+                    let at = k * stride + off;
+                    codes.push(dict.code16(rows[at..at + 16].try_into().expect("16 bytes")));
+                }
+            }
+            (Data::Cat { codes, dict }, _) => {
+                codes.reserve(n);
+                for k in 0..n {
+                    let at = k * stride + off;
+                    codes.push(dict.code(trim_nul(&rows[at..at + size])));
+                }
+            }
+            _ => {
+                for k in 0..n {
+                    self.push(&rows[k * stride..(k + 1) * stride], env);
+                }
+            }
+        }
+    }
+
     /// The column as an Arrow array (moves the buffers; no copy).
     pub fn into_arrow(self) -> ArrayRef {
         match self.data {
@@ -388,6 +498,68 @@ impl Builder {
                 list_array(offsets, flat)
             }
             Data::VarList { offsets, flat } => list_array(offsets, flat),
+        }
+    }
+}
+
+/// Records staged per block for the fields of fixed place.
+const BLOCK_ROWS: usize = 1024;
+/// Records are staged only up to this many bytes (a field further in is filled record by record).
+const MAX_STRIDE: usize = 512;
+
+/// The columns of one event type being filled: fields of variable place record by record, fields of
+/// fixed place staged: each record's first `stride` bytes are copied into a block, and every
+/// BLOCK_ROWS records each such field is filled in one loop over the block (no dispatch per field per
+/// record).
+pub struct Filler {
+    pub cols: Vec<Builder>,
+    fixed: Vec<usize>,
+    var: Vec<usize>,
+    stride: usize,
+    block: Vec<u8>,
+    pending: usize,
+}
+
+impl Filler {
+    pub fn new(specs: &[Spec], cap: usize) -> Filler {
+        let cols: Vec<Builder> = specs.iter().map(|s| Builder::new(s, cap)).collect();
+        let stride = cols.iter().filter_map(Builder::fixed_extent).max().unwrap_or(0);
+        let staged = |b: &Builder| stride <= MAX_STRIDE && b.fixed_extent().is_some();
+        let fixed = (0..cols.len()).filter(|&j| staged(&cols[j])).collect();
+        let var = (0..cols.len()).filter(|&j| !staged(&cols[j])).collect();
+        let block = if stride <= MAX_STRIDE { vec![0u8; stride * BLOCK_ROWS] } else { Vec::new() };
+        Filler { cols, fixed, var, stride, block, pending: 0 }
+    }
+
+    #[inline(always)]
+    pub fn push(&mut self, r: &[u8], env: &mut Env) {
+        if !self.fixed.is_empty() {
+            if r.len() >= self.stride {
+                let at = self.pending * self.stride;
+                self.block[at..at + self.stride].copy_from_slice(&r[..self.stride]);
+                self.pending += 1;
+            } else {
+                // a record shorter than the format: its fields one by one (values beyond it read as 0)
+                self.flush(env);
+                for &j in &self.fixed {
+                    self.cols[j].push(r, env);
+                }
+            }
+        }
+        for &j in &self.var {
+            self.cols[j].push(r, env);
+        }
+        if self.pending == BLOCK_ROWS {
+            self.flush(env);
+        }
+    }
+
+    pub fn flush(&mut self, env: &mut Env) {
+        if self.pending > 0 {
+            for &j in &self.fixed {
+                self.cols[j].push_block(&self.block, self.stride, self.pending, env);
+            }
+            self.pending = 0;
         }
     }
 }
@@ -422,11 +594,11 @@ mod tests {
         r.extend(((3u32 << 16) | 24).to_le_bytes());
         r.extend(0x10u64.to_le_bytes());
         r.extend(b"xy\0\0");
-        let mut int = Builder::new(&spec(Kind::Int, 0, 4));
-        let mut cat = Builder::new(&spec(Kind::CharArray, 4, 8));
-        let mut dl = Builder::new(&spec(Kind::DataLocStr, 12, 4));
-        let mut pk = Builder::new(&spec(Kind::PrintkStr, 16, 8));
-        let mut short = Builder::new(&spec(Kind::Int, 40, 8));
+        let mut int = Builder::new(&spec(Kind::Int, 0, 4), 0);
+        let mut cat = Builder::new(&spec(Kind::CharArray, 4, 8), 0);
+        let mut dl = Builder::new(&spec(Kind::DataLocStr, 12, 4), 0);
+        let mut pk = Builder::new(&spec(Kind::PrintkStr, 16, 8), 0);
+        let mut short = Builder::new(&spec(Kind::Int, 40, 8), 0);
         for _ in 0..2 {
             for b in [&mut int, &mut cat, &mut dl, &mut pk, &mut short] {
                 b.push(&r, &mut e);
@@ -451,12 +623,42 @@ mod tests {
         let syms = Syms::new(Box::new(|| (Vec::new(), Vec::new())));
         let mut e = env(&printk, &syms);
         let r = 0xFFFF_FFF0u32.to_le_bytes();
-        let mut b = Builder::new(&spec(Kind::RelLocBin, 0, 4));
+        let mut b = Builder::new(&spec(Kind::RelLocBin, 0, 4), 0);
         b.push(&r, &mut e);
-        let mut l = Builder::new(&Spec { elem: 8, aux_off: 0, aux_size: 4, ..spec(Kind::TailList, 4, 0) });
+        let mut l = Builder::new(&Spec { elem: 8, aux_off: 0, aux_size: 4, ..spec(Kind::TailList, 4, 0) }, 0);
         l.push(&r, &mut e);
         assert_eq!(b.into_arrow().len(), 1);
         assert_eq!(l.into_arrow().len(), 1);
+    }
+
+    #[test]
+    fn staged_blocks_equal_record_by_record() {
+        let printk = HashMap::new();
+        let syms = Syms::new(Box::new(|| (Vec::new(), Vec::new())));
+        let specs = vec![spec(Kind::Int, 0, 4), spec(Kind::CharArray, 4, 8), Spec { elem: 2, ..spec(Kind::NumArray, 12, 4) },
+                         spec(Kind::TailBin, 16, 0), spec(Kind::Int, 14, 2)];
+        let mut staged = Filler::new(&specs, 0);
+        let mut plain: Vec<Builder> = specs.iter().map(|s| Builder::new(s, 0)).collect();
+        let (mut e1, mut e2) = (env(&printk, &syms), env(&printk, &syms));
+        for i in 0..2500u32 {
+            let mut r = i.to_le_bytes().to_vec();
+            r.extend(format!("c{:06}", i % 7).as_bytes());
+            r.extend((i as u16).to_le_bytes());
+            r.extend(((i * 3) as u16).to_le_bytes());
+            r.extend(vec![1u8; (i % 5) as usize]);
+            if i % 997 == 0 {
+                r.truncate(10); // a record shorter than the format
+            }
+            staged.push(&r, &mut e1);
+            for b in plain.iter_mut() {
+                b.push(&r, &mut e2);
+            }
+        }
+        staged.flush(&mut e1);
+        assert_eq!(e1.short_fields, e2.short_fields);
+        for (a, b) in staged.cols.into_iter().zip(plain) {
+            assert_eq!(a.into_arrow().to_data(), b.into_arrow().to_data());
+        }
     }
 
     #[test]

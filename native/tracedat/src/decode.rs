@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::columns::{Builder, Env, Syms};
+use crate::columns::{Builder, Env, Filler, Syms};
 use crate::error::Error;
 use crate::events::{EventType, Events};
 use crate::inflate::{Codec, Inflater};
@@ -14,7 +14,7 @@ use crate::layout::{Chunk, CpuPages, Layout};
 use crate::pages::{walk, Clock, PageLayout, PageStats};
 
 /// Data a piece holds (inflated bytes for compressed chunks).
-const PIECE_BYTES: usize = 1 << 20;
+const PIECE_BYTES: usize = 8 << 20;
 
 /// One place of ring-buffer pages: stored in the file, or chunk `index` of its CPU's compressed chunks.
 #[derive(Debug, Clone, Copy)]
@@ -75,6 +75,13 @@ pub struct TypeCols {
     pub cols: Vec<Builder>,
 }
 
+/// A type's columns while its piece is decoded.
+struct Filling {
+    ty: Arc<EventType>,
+    ts: Vec<i64>,
+    fill: Filler,
+}
+
 /// A decoded piece.
 pub struct PieceOut {
     pub types: Vec<TypeCols>,
@@ -98,13 +105,17 @@ pub struct Ctx<'a> {
     pub printk: &'a std::collections::HashMap<u64, Vec<u8>>,
     pub syms: &'a Syms<'a>,
     pub long_size: usize,
+    /// gives the pages of a decoded piece's file bytes back to the kernel (a read-only file mapping)
+    pub release: Option<fn(&[u8])>,
 }
 
-/// Per-thread scratch: inflate buffer and context, event id -> slot in the piece's types.
+/// Per-thread scratch: inflate buffer and context, event id -> slot in the piece's types, and the records
+/// per byte of pages of each type in the thread's previous piece (to size the next piece's columns).
 struct Scratch {
     inflater: Option<Inflater>,
     buf: Vec<u8>,
     slot: Vec<u32>,
+    per_byte: std::collections::HashMap<u16, f64>,
 }
 
 fn label(ctx: &Ctx, p: &Piece) -> String {
@@ -121,6 +132,11 @@ fn decode_piece(ctx: &Ctx, p: &Piece, sc: &mut Scratch) -> Result<PieceOut, Erro
                              first_ts: None, last_ts: None, backwards: 0 };
     let mut last = i64::MIN;
     let mut first = None;
+    let piece_bytes: usize = p.blocks.iter().map(|b| match b {
+        Block::Stored { size, .. } => *size,
+        Block::Chunk { chunk, .. } => chunk.inflated,
+    }).sum();
+    let mut types: Vec<Filling> = Vec::new();
     for blk in &p.blocks {
         let (data, where_): (&[u8], Block) = match *blk {
             Block::Stored { offset, size } => (&ctx.data[offset..offset + size], *blk),
@@ -138,8 +154,9 @@ fn decode_piece(ctx: &Ctx, p: &Piece, sc: &mut Scratch) -> Result<PieceOut, Erro
                 (&sc.buf[..], *blk)
             }
         };
-        let types = &mut out.types;
+        let types = &mut types;
         let slot = &mut sc.slot;
+        let per_byte = &sc.per_byte;
         let mut st = PageStats::default();
         let res = walk(data, &ctx.pages, &ctx.clock, &mut st, |ts, id, rec| {
             out.backwards += (ts < last) as u64;
@@ -150,14 +167,13 @@ fn decode_piece(ctx: &Ctx, p: &Piece, sc: &mut Scratch) -> Result<PieceOut, Erro
                 let ty = ctx.events.get(id);
                 s = types.len() as u32;
                 slot[id as usize] = s;
-                let cols = ty.specs.iter().map(Builder::new).collect();
-                types.push(TypeCols { ty, ts: Vec::new(), cols });
+                // room for as many records as the previous piece of this thread suggests (+5 %)
+                let cap = per_byte.get(&id).map_or(0, |r| (r * piece_bytes as f64 * 1.05) as usize + 16);
+                types.push(Filling { fill: Filler::new(&ty.specs, cap), ty, ts: Vec::with_capacity(cap) });
             }
             let tc = &mut types[s as usize];
             tc.ts.push(ts);
-            for c in tc.cols.iter_mut() {
-                c.push(rec, &mut env);
-            }
+            tc.fill.push(rec, &mut env);
         });
         if let Err(e) = res {
             let what = label(ctx, p);
@@ -179,8 +195,21 @@ fn decode_piece(ctx: &Ctx, p: &Piece, sc: &mut Scratch) -> Result<PieceOut, Erro
         out.stats.lost_unknown_pages += st.lost_unknown_pages;
         out.stats.bad_ts += st.bad_ts;
     }
-    for t in &out.types {
+    if let Some(release) = ctx.release {
+        let span = |b: &Block| match *b {
+            Block::Stored { offset, size } => (offset, offset + size),
+            Block::Chunk { chunk, .. } => (chunk.offset, chunk.offset + chunk.size),
+        };
+        let lo = p.blocks.iter().map(|b| span(b).0).min().unwrap_or(0);
+        let hi = p.blocks.iter().map(|b| span(b).1).max().unwrap_or(0);
+        release(&ctx.data[lo..hi]);
+    }
+    sc.per_byte.clear();
+    for mut t in types {
         sc.slot[t.ty.id as usize] = u32::MAX;
+        sc.per_byte.insert(t.ty.id, t.ts.len() as f64 / piece_bytes.max(1) as f64);
+        t.fill.flush(&mut env);
+        out.types.push(TypeCols { ty: t.ty, ts: t.ts, cols: t.fill.cols });
     }
     out.first_ts = first;
     out.last_ts = (first.is_some()).then_some(last);
@@ -206,7 +235,8 @@ pub fn decode_all(ctx: &Ctx, pieces: &[Piece], threads: usize, extra: &(dyn Fn()
                 if t == threads - 1 {
                     let _ = extra_result.set(extra());
                 }
-                let mut scratch = Scratch { inflater: None, buf: Vec::new(), slot: vec![u32::MAX; 1 << 16] };
+                let mut scratch = Scratch { inflater: None, buf: Vec::new(), slot: vec![u32::MAX; 1 << 16],
+                                            per_byte: Default::default() };
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     if k >= pieces.len() || abort.load(Ordering::Relaxed) {

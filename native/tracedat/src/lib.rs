@@ -47,17 +47,14 @@ use merge::Table;
 use pages::{Clock, PageLayout};
 
 /// How to decode.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
     pub limits: Limits,
     /// decode threads (0: one per core, at most 16)
     pub threads: usize,
-}
-
-impl Default for Options {
-    fn default() -> Options {
-        Options { limits: Limits::default(), threads: 0 }
-    }
+    /// `data` is a read-only file mapping: its pages are given back to the kernel once decoded (they
+    /// would fault back in from the file), so that they do not count in the peak RSS of the merge
+    pub release_input: bool,
 }
 
 /// A decoded trace: (table name, columns) sorted by name, and the metadata.
@@ -102,13 +99,14 @@ pub fn decode(data: &[u8], opts: &Options) -> Result<Decoded, Error> {
     let syms = Syms::new(Box::new(|| text::parse_kallsyms(load_kallsyms().as_deref().unwrap_or(&[]))));
     let pieces = decode::pieces(&lay);
     let ctx = decode::Ctx { data, lay: &lay, pages, clock, events: &events, printk: &printk, syms: &syms,
-                            long_size: header.commit_size };
+                            long_size: header.commit_size, release: opts.release_input.then_some(release_pages) };
     // a compressed kallsyms section is checked even when no record needs it (a corrupt file is an error)
     let check = || match lay.kallsyms {
         layout::Kallsyms::Compressed { .. } => load_kallsyms().clone().map(|_| ()),
         _ => Ok(()),
     };
     let outs = decode::decode_all(&ctx, &pieces, threads, &check)?;
+    merge::release_freed_memory(); // the decode threads' scratch (inflate buffers, staging blocks)
     let mut acc = Accounting::new(&lay);
     acc.add_pieces(&pieces, &outs);
     let tables = merge::merge(&pieces, outs, lay.buffers.len(), threads);
@@ -124,6 +122,23 @@ pub fn decode(data: &[u8], opts: &Options) -> Result<Decoded, Error> {
     skipped.merge(acc.skipped);
     meta.set_import_errors(skipped);
     Ok(Decoded { tables: batches, meta })
+}
+
+/// MADV_DONTNEED over the whole pages inside `data` (a read-only file mapping: the pages fault back in
+/// from the file if read again).
+fn release_pages(data: &[u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let start = data.as_ptr() as usize;
+        let (lo, hi) = (start.div_ceil(page) * page, (start + data.len()) / page * page);
+        if hi > lo {
+            // SAFETY: [lo, hi) lies inside `data`, a read-only file mapping (the caller says so): its
+            // contents do not change, the kernel reads them back from the file when touched again.
+            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED) };
+        }
+    }
 }
 
 /// A table's columns as an Arrow record batch.
