@@ -51,16 +51,18 @@ def format_error(path, err: ValueError) -> TraceFormatError:
 
 
 def frames(batches: list) -> dict[str, pl.DataFrame]:
-    """(name, Arrow record batch) pairs -> {name: DataFrame}, `ts` flagged sorted (the decoder emits every
-    table in timestamp order). Converted one after the other, so that polars assigns its global category
-    ids in table and column order (the same ids, and parquet files, whatever the timing)."""
+    """(name, Arrow record batch) pairs -> {name: DataFrame}, `ts` flagged sorted when it is (the decoders
+    emit tables in timestamp order, except perfetto's sched_switch / sched_waking with compact rows after
+    the full events' ones). Converted one after the other, so that polars assigns its global category ids
+    in table and column order (the same ids, and parquet files, whatever the timing)."""
     out = {}
     batches.reverse()
     while batches:  # each batch released once converted (its dictionary columns are copied by polars)
         name, batch = batches.pop()
         df = pl.DataFrame(batch)
         del batch
-        out[name] = df.with_columns(df["ts"].set_sorted())
+        ts = df["ts"]
+        out[name] = df.with_columns(ts.set_sorted()) if ts.is_sorted() else df
     return out
 
 

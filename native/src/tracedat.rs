@@ -8,7 +8,7 @@ use pyo3_arrow::PyRecordBatch;
 use tracedat::{CpuPages, Error, Limits, Options};
 
 /// The bytes of a buffer object (bytes, mmap), valid while `buf` lives.
-fn bytes_of(buf: &PyBuffer<u8>) -> PyResult<&[u8]> {
+pub fn bytes_of(buf: &PyBuffer<u8>) -> PyResult<&[u8]> {
     if !buf.is_c_contiguous() {
         return Err(PyValueError::new_err((None::<u64>, "buffer is not contiguous", None::<String>)));
     }

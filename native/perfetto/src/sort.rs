@@ -1,7 +1,8 @@
 //! Ordering of decoded rows by timestamp (stable: ties keep file order), done once in the decoder so
 //! that the Python side receives tables already sorted by ts (and flags them sorted).
-use crate::perfetto_decode::{CompactSwitch, CompactWaking, Rails};
-use crate::perfetto_tables::{Column, Data, FnvMap, Table};
+use crate::compact::{CompactSwitch, CompactWaking};
+use crate::packets::Rails;
+use crate::table::{Column, Data, FnvMap, Table};
 
 /// Stable permutation that orders `ts` ascending, or None when it already is.
 pub fn argsort_ts(ts: &[i64]) -> Option<Vec<u32>> {

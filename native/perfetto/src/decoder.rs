@@ -7,112 +7,40 @@
 //! Other packet kinds are counted per field number (meta "packets_not_decoded").
 use std::io::Read;
 
-use crate::perfetto_sort::{
-    derive_prev, sort_compact_switch, sort_compact_waking, sort_rails, sort_table, waker_pids, PrevTask, Renames,
-};
-use crate::perfetto_tables::{Data, EventSpec, FnvMap, Interner, Table, COL_FLAGS, COL_PID};
-use crate::perfetto_generic::decode_generic_fields;
-use crate::perfetto_wire::{err, DResult, DecodeError, Msg, Value};
+use crate::compact::{self, CompactSwitch, CompactWaking};
+use crate::generic::{decode_generic_fields, event_descriptor, generic_name};
+use crate::packets::{self, Meta, Rails};
+use crate::schema::{EventSpec, Schema};
+use crate::sort::{derive_prev, sort_compact_switch, sort_compact_waking, sort_rails, sort_table, waker_pids, PrevTask, Renames};
+use crate::table::{Data, FnvMap, Interner, Table, COL_FLAGS, COL_PID};
+use crate::wire::{err, DResult, DecodeError, Msg, Value};
 
 /// FtraceEvent field number of GenericFtraceEvent.
 const GENERIC_EVENT_ID: u32 = 327;
 const MAX_NESTING: u32 = 4;
 
-/// The static ftrace schema: FtraceEvent field number -> event spec.
-pub struct Schema {
-    pub events: Vec<Option<EventSpec>>,
+/// Limits on what compressed packets may inflate to (see Limits in lib.rs).
+#[derive(Debug, Clone, Copy)]
+pub struct Inflate {
+    pub ratio: f64,
+    pub floor: u64,
+    pub absolute: u64,
 }
 
-#[derive(Default)]
-pub struct CompactSwitch {
-    pub ts: Vec<i64>,
-    pub cpu: Vec<i32>,
-    pub prev_state: Vec<i64>,
-    pub next_pid: Vec<i32>,
-    pub next_prio: Vec<i32>,
-    pub next_comm: Vec<u32>,
-}
-
-#[derive(Default)]
-pub struct CompactWaking {
-    pub ts: Vec<i64>,
-    pub cpu: Vec<i32>,
-    pub pid: Vec<i32>,
-    pub target_cpu: Vec<i32>,
-    pub prio: Vec<i32>,
-    pub comm: Vec<u32>,
-    pub common_flags: Vec<u32>,
-    pub flags_valid: Vec<bool>,
-    /// the waker (task running on `cpu`), derived after sorting by `perfetto_sort::waker_pids`
-    pub waker_pid: Vec<i32>,
-    pub waker_valid: Vec<bool>,
-}
-
-pub struct RailDesc {
-    pub index: u32,
-    pub name: String,
-    pub subsys: String,
-    pub sampling_rate: u32,
-}
-
-#[derive(Default)]
-pub struct Rails {
-    pub desc: Vec<RailDesc>,
-    pub ts: Vec<i64>,
-    pub index: Vec<u32>,
-    /// TracePacket timestamp, ns (-1 = absent)
-    pub packet_ts: Vec<i64>,
-    pub energy_uws: Vec<u64>,
-}
-
-#[derive(Default, Clone)]
-pub struct CpuRec {
-    pub processor: String,
-    pub frequencies_khz: Vec<u32>,
-    pub capacity: Option<u32>,
-}
-
-#[derive(Default, Clone)]
-pub struct FtraceCpuStat {
-    pub phase: u32,
-    pub cpu: u64,
-    pub entries: u64,
-    pub overrun: u64,
-    pub commit_overrun: u64,
-    pub dropped_events: u64,
-}
-
-/// Metadata found while walking the trace (converted to a Python dict by perfetto.rs).
-#[derive(Default)]
-pub struct Meta {
-    pub system_info: Vec<(String, String)>,
-    pub system_info_int: Vec<(String, i64)>,
-    pub utsname: Vec<(String, String)>,
-    pub cpus: Vec<CpuRec>,
-    pub ftrace_cpu_stats: Vec<FtraceCpuStat>,
-    /// (name, value) of TraceStats counters that mean data was lost, summed over buffers
-    pub trace_loss: Vec<(String, u64)>,
-    pub bundles_lost_per_cpu: FnvMap<i32, u64>,
-    pub bundles_without_cpu: u64,
-    pub ftrace_errors: u64,
-    pub ftrace_clocks: Vec<i32>,
-    pub packet_clock_ids: Vec<u32>,
-    pub packets_not_decoded: FnvMap<u32, u64>,
-    pub packets: u64,
-    pub compressed_blocks: u64,
-    pub previous_packet_dropped: u64,
-    pub events_without_timestamp: u64,
-    pub events_without_payload: u64,
-    /// BOOTTIME (clock id 6) reading of the first clock snapshot, ns
-    pub clock_snapshots: Vec<Vec<(u32, u64)>>,
+impl Inflate {
+    /// Largest inflated size allowed for `compressed` bytes: max(ratio x compressed, floor), at most absolute.
+    pub fn max_inflated(&self, compressed: usize) -> u64 {
+        ((self.ratio * compressed as f64).min(u64::MAX as f64) as u64).max(self.floor).min(self.absolute)
+    }
 }
 
 pub struct Decoder<'s> {
     schema: &'s Schema,
+    inflate: Inflate,
     pub tables: Vec<Table>,
     by_id: Vec<i32>,
     by_name: FnvMap<Box<[u8]>, usize>,
-    pub(crate) dyn_ids: FnvMap<u32, usize>,
+    dyn_ids: FnvMap<u32, usize>,
     pub strings: Interner,
     pub switch: CompactSwitch,
     pub waking: CompactWaking,
@@ -126,10 +54,9 @@ pub struct Decoder<'s> {
     /// sequences whose first packet seen here says the packet before it was dropped (see merge)
     pub(crate) first_seen_dropped: Vec<u32>,
     event_spans: Vec<(usize, usize)>,
-    pub(crate) scratch: Vec<(usize, String)>,
-    pub(crate) packed: Vec<u64>,
-    pub(crate) compact_cols: [Vec<u64>; 13],
-    pub(crate) compact_interned: Vec<u32>,
+    scratch: Vec<(usize, String)>,
+    packed: Vec<u64>,
+    compact: compact::Scratch,
 }
 
 /// Packet fields that carry bookkeeping rather than data (not reported as "not decoded").
@@ -138,9 +65,10 @@ fn is_bookkeeping(field: u32) -> bool {
 }
 
 impl<'s> Decoder<'s> {
-    pub fn new(schema: &'s Schema) -> Self {
+    pub fn new(schema: &'s Schema, inflate: Inflate) -> Self {
         Decoder {
             schema,
+            inflate,
             tables: Vec::new(),
             by_id: vec![-1; schema.events.len()],
             by_name: FnvMap::default(),
@@ -158,8 +86,7 @@ impl<'s> Decoder<'s> {
             event_spans: Vec::new(),
             scratch: Vec::new(),
             packed: Vec::new(),
-            compact_cols: Default::default(),
-            compact_interned: Vec::new(),
+            compact: compact::Scratch::default(),
         }
     }
 
@@ -250,12 +177,12 @@ impl<'s> Decoder<'s> {
             };
             match num {
                 1 => self.decode_bundle(pb, poff)?,
-                6 => self.decode_clock_snapshot(pb, poff)?,
-                34 => self.decode_ftrace_stats(pb, poff)?,
-                35 => self.decode_trace_stats(pb, poff)?,
-                40 => self.decode_power_rails(pb, poff, ts, clock_id)?,
-                45 => self.decode_system_info(pb, poff)?,
-                67 => self.decode_cpu_info(pb, poff)?,
+                6 => packets::clock_snapshot(pb, poff, &mut self.meta)?,
+                34 => packets::ftrace_stats(pb, poff, &mut self.meta)?,
+                35 => packets::trace_stats(pb, poff, &mut self.meta)?,
+                40 => packets::power_rails(pb, poff, ts, clock_id, &mut self.rails, &mut self.warnings)?,
+                45 => packets::system_info(pb, poff, &mut self.meta)?,
+                67 => packets::cpu_info(pb, poff, &mut self.meta, &mut self.packed)?,
                 38 => self.decode_battery(pb, poff, ts)?,
                 7 => self.decode_sys_stats(pb, poff, ts)?,
                 50 | 133 => self.decode_compressed(pb, poff, num == 133, depth)?,
@@ -265,41 +192,80 @@ impl<'s> Decoder<'s> {
         Ok(())
     }
 
+    /// compressed_packets (zlib) / zstd_compressed_packets: inflated (at most `Inflate::max_inflated` of
+    /// its size) and walked as a Trace.
     fn decode_compressed(&mut self, b: &[u8], off: usize, zstd: bool, depth: u32) -> DResult<()> {
+        let kind = if zstd { "zstd_compressed_packets" } else { "compressed_packets (zlib)" };
         if depth >= MAX_NESTING {
-            return err(off, "compressed_packets nested too deeply");
+            return err(off, format!("{kind} nested more than {MAX_NESTING} deep"));
         }
         self.meta.compressed_blocks += 1;
-        let mut out = Vec::with_capacity(b.len() * 4);
+        let limit = self.inflate.max_inflated(b.len());
+        let mut out = Vec::with_capacity((b.len() * 4).min(limit as usize));
         let res = if zstd {
-            match ruzstd::decoding::StreamingDecoder::new(b) {
-                Ok(mut d) => d.read_to_end(&mut out).map(|_| ()).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            }
+            zstd::stream::read::Decoder::new(b).and_then(|d| d.take(limit.saturating_add(1)).read_to_end(&mut out))
         } else {
-            flate2::read::ZlibDecoder::new(b)
-                .read_to_end(&mut out)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        };
-        let kind = if zstd {
-            "zstd_compressed_packets"
-        } else {
-            "compressed_packets (zlib)"
+            flate2::read::ZlibDecoder::new(b).take(limit.saturating_add(1)).read_to_end(&mut out)
         };
         if let Err(e) = res {
-            return err(off, format!("corrupt {}: {}", kind, e));
+            return err(off, format!("corrupt {kind}: {e}"));
+        }
+        if out.len() as u64 > limit {
+            return err(off, format!(
+                "{kind} of {} bytes inflates beyond {limit} bytes, the limit for its size (max(ratio {} x compressed \
+                 size, floor {}), at most {}; settings ABTEST_MAX_INFLATE_RATIO / _FLOOR_BYTES, \
+                 ABTEST_MAX_INFLATED_BYTES): a decompression bomb or an unusually large block",
+                b.len(), self.inflate.ratio, self.inflate.floor, self.inflate.absolute));
         }
         self.decode_trace(&out, 0, depth + 1).map_err(|e| DecodeError {
             offset: off,
-            msg: format!(
-                "inside {} (offset {} of the {} decompressed bytes): {}",
-                kind,
-                e.offset,
-                out.len(),
-                e.msg
-            ),
+            msg: format!("inside {} (offset {} of the {} decompressed bytes): {}", kind, e.offset, out.len(), e.msg),
         })
+    }
+
+    /// BatteryCounters (packet field 38) -> table battery_counters (ts = packet timestamp, cpu = -1).
+    fn decode_battery(&mut self, b: &[u8], off: usize, ts: Option<u64>) -> DResult<()> {
+        let Some(ts) = ts else {
+            return err(off, "BatteryCounters packet without a timestamp");
+        };
+        let ti = self.table_by_name(b"battery_counters", Some(&packets::battery_spec()));
+        let t = &mut self.tables[ti];
+        let row = t.rows();
+        t.decode_fields(row, &mut Msg::new(b, off), &mut self.strings, &mut self.scratch)?;
+        t.push_row(ts as i64, -1);
+        Ok(())
+    }
+
+    /// SysStats cpufreq_khz -> table cpu_frequency_polled, one row per CPU: ts = packet timestamp (as
+    /// trace_processor times it), cpu = position in the list, frequency_khz.
+    fn decode_sys_stats(&mut self, b: &[u8], off: usize, ts: Option<u64>) -> DResult<()> {
+        let mut khz = std::mem::take(&mut self.packed);
+        packets::cpufreq_khz(b, off, &mut khz)?;
+        match (khz.is_empty(), ts) {
+            (true, _) => {}
+            (false, None) => {
+                let w = "sys_stats packets without a timestamp: their cpufreq_khz samples were skipped".to_string();
+                if !self.warnings.contains(&w) {
+                    self.warnings.push(w);
+                }
+            }
+            (false, Some(ts)) => {
+                let spec = EventSpec {
+                    name: "cpu_frequency_polled".to_string(),
+                    fields: vec![crate::schema::FieldSpec::from_proto(1, "frequency_khz", "uint32", false)],
+                };
+                let ti = self.table_by_name(b"cpu_frequency_polled", Some(&spec));
+                let t = &mut self.tables[ti];
+                let col = t.cols.iter().position(|c| c.spec.name == "frequency_khz").unwrap_or(0);
+                for (cpu, &f) in khz.iter().enumerate() {
+                    let row = t.rows();
+                    t.cols[col].put_i64(row, f as i64);
+                    t.push_row(ts as i64, cpu as i32);
+                }
+            }
+        }
+        self.packed = khz;
+        Ok(())
     }
 
     // ---------------------------------------------------------------- ftrace bundles
@@ -376,7 +342,10 @@ impl<'s> Decoder<'s> {
                 8 => self.meta.ftrace_errors += 1,
                 11 => {
                     if let Value::Bytes(db, doff) = v {
-                        self.decode_event_descriptor(db, doff)?;
+                        if let Some((id, spec)) = event_descriptor(db, doff)? {
+                            let t = self.table_by_name(spec.name.as_bytes(), Some(&spec));
+                            self.dyn_ids.insert(id, t);
+                        }
                     }
                 }
                 _ => {}
@@ -396,7 +365,7 @@ impl<'s> Decoder<'s> {
         }
         self.event_spans = spans;
         if let Some((cb, coff)) = compact {
-            self.decode_compact(cb, coff, cpu)?;
+            compact::decode(cb, coff, cpu, &mut self.strings, &mut self.compact, &mut self.switch, &mut self.waking)?;
         }
         Ok(())
     }
@@ -431,9 +400,12 @@ impl<'s> Decoder<'s> {
         };
         let generic = id == GENERIC_EVENT_ID && !self.dyn_ids.contains_key(&id);
         let ti = if generic {
-            match self.generic_table(pb, poff)? {
-                Some(t) => t,
-                None => return Ok(()),
+            match generic_name(pb, poff)? {
+                Some(name) => self.table_by_name(name, None),
+                None => {
+                    self.meta.events_without_payload += 1;
+                    return Ok(());
+                }
             }
         } else {
             self.table_for_id(id)

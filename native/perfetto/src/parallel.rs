@@ -1,22 +1,20 @@
-//! Two-thread decoding of large traces (the default when the process may use >= 2 cores;
-//! ABTEST_PERFETTO_THREADS=1 turns it off): the Trace is split at a TracePacket boundary near its
+//! Two-thread decoding of large traces (the default when the process may use >= 2 cores): the Trace is split at a TracePacket boundary near its
 //! middle, each half is decoded by its own `Decoder`, and the second is appended to the first (file order is kept, so sorting ties still follow the file).
-use crate::perfetto_decode::{Decoder, Schema};
-use crate::perfetto_tables::{Column, Data, Table};
-use crate::perfetto_wire::DResult;
+use crate::decoder::{Decoder, Inflate};
+use crate::schema::Schema;
+use crate::table::{Column, Data, Table};
+use crate::wire::DResult;
 
 /// Traces smaller than this are decoded on one thread.
 const PARALLEL_MIN_BYTES: usize = 8 << 20;
 
 /// Offset of the first top-level TracePacket starting at or after the middle of `buf`, or None
 /// (small buffer, or anything unexpected: the single-threaded decoder then reports it).
-fn split_point(buf: &[u8]) -> Option<usize> {
+fn split_point(buf: &[u8], two_threads: bool) -> Option<usize> {
     // two threads when the process may use two cores (measured on an otherwise idle 2-core machine:
-    // native decode 168-196 -> 210-259 MB/s wall on 126 MB, docs/perfetto.md); ABTEST_PERFETTO_THREADS=1
-    // forces one thread (e.g. on a machine whose cores are all busy)
-    let forced_single = std::env::var("ABTEST_PERFETTO_THREADS").is_ok_and(|v| v == "1");
+    // native decode 168-196 -> 210-259 MB/s wall on 126 MB, docs/perfetto.md)
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let wanted = !forced_single && cores >= 2;
+    let wanted = two_threads && cores >= 2;
     if !wanted || buf.len() < PARALLEL_MIN_BYTES {
         return None;
     }
@@ -47,20 +45,20 @@ fn split_point(buf: &[u8]) -> Option<usize> {
 }
 
 /// Decode a whole Trace (two threads above PARALLEL_MIN_BYTES unless turned off) and finish it (sorted tables).
-pub fn decode_all<'s>(buf: &[u8], schema: &'s Schema) -> DResult<Decoder<'s>> {
-    let mut d = match split_point(buf) {
+pub fn decode_all<'s>(buf: &[u8], schema: &'s Schema, inflate: Inflate, two_threads: bool) -> DResult<Decoder<'s>> {
+    let mut d = match split_point(buf, two_threads) {
         None => {
-            let mut d = Decoder::new(schema);
+            let mut d = Decoder::new(schema, inflate);
             d.decode_trace(buf, 0, 0)?;
             d
         }
         Some(mid) => {
             let (first, second) = std::thread::scope(|scope| {
                 let later = scope.spawn(|| {
-                    let mut d = Decoder::new(schema);
+                    let mut d = Decoder::new(schema, inflate);
                     d.decode_trace(&buf[mid..], mid, 0).map(|_| d)
                 });
-                let mut d = Decoder::new(schema);
+                let mut d = Decoder::new(schema, inflate);
                 let first = d.decode_trace(&buf[..mid], 0, 0).map(|_| d);
                 (first, later.join().expect("decoding thread panicked"))
             });
@@ -209,9 +207,9 @@ impl<'s> Decoder<'s> {
 
     fn append_meta(
         &mut self,
-        b: crate::perfetto_decode::Meta,
+        b: crate::packets::Meta,
         first_seen_dropped: &[u32],
-        seqs: crate::perfetto_tables::FnvMap<u32, ()>,
+        seqs: crate::table::FnvMap<u32, ()>,
     ) {
         let m = &mut self.meta;
         // a sequence that started in the first half: its drop flag in the second half is a real loss

@@ -1,4 +1,4 @@
-//! Columnar builders for the perfetto reader: event schemas, a string interner and event tables.
+//! Columnar tables of the perfetto decoder: a string interner and one table per event kind.
 //!
 //! Every ftrace event kind becomes one `Table`: `ts` (i64 ns), `cpu` (i32) and one `Column` per
 //! field. Columns are filled row by row; a field absent from an event becomes a null (a validity
@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::perfetto_wire::{bytes_of, zigzag, Value};
+use crate::schema::{Enc, EventSpec, FieldSpec, Kind, LIST_SEP};
+use crate::wire::{bytes_of, packed_varints, zigzag, DResult, Msg, Value};
 
 /// FNV-1a: a fast hash for short keys (comm strings, field names).
 #[derive(Default)]
@@ -51,95 +52,7 @@ impl Interner {
     }
 }
 
-/// Column value type (Python side: Int32, Int64, UInt32, UInt64, Boolean, Float64, Utf8).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind {
-    I32,
-    I64,
-    U32,
-    U64,
-    Bool,
-    F64,
-    Str,
-}
-
-/// How a field's wire value is interpreted.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Enc {
-    Plain,  // varint / fixed as two's complement or unsigned
-    Zigzag, // sint32 / sint64
-    Float,  // fixed32 holding an f32
-    Double, // fixed64 holding an f64
-    Text,   // string / bytes / nested message (kept as text)
-}
-
-#[derive(Clone, Debug)]
-pub struct FieldSpec {
-    pub number: u32,
-    pub name: String,
-    pub kind: Kind,
-    pub enc: Enc,
-    /// repeated field: kept as one text value per event, elements separated by LIST_SEP
-    pub repeated: bool,
-    /// element type of a repeated field (the column type of a non-repeated one)
-    pub elem: Kind,
-}
-
-/// Separator of the elements of a repeated field in its text column (ASCII unit separator).
-pub const LIST_SEP: char = '\u{1f}';
-
-impl FieldSpec {
-    /// Build from a protobuf type name as written in perfetto_ftrace_fields.json.
-    pub fn from_proto(number: u32, name: &str, proto_type: &str, repeated: bool) -> FieldSpec {
-        let (kind, enc) = match proto_type {
-            "int32" | "enum" | "sfixed32" => (Kind::I32, Enc::Plain),
-            "sint32" => (Kind::I32, Enc::Zigzag),
-            "int64" | "sfixed64" => (Kind::I64, Enc::Plain),
-            "sint64" => (Kind::I64, Enc::Zigzag),
-            "uint32" | "fixed32" => (Kind::U32, Enc::Plain),
-            "uint64" | "fixed64" => (Kind::U64, Enc::Plain),
-            "bool" => (Kind::Bool, Enc::Plain),
-            "double" => (Kind::F64, Enc::Double),
-            "float" => (Kind::F64, Enc::Float),
-            _ => (Kind::Str, Enc::Text), // string, bytes, message
-        };
-        let elem = kind;
-        let kind = if repeated { Kind::Str } else { kind };
-        FieldSpec {
-            number,
-            name: name.to_string(),
-            kind,
-            enc,
-            repeated,
-            elem,
-        }
-    }
-
-    /// A field with no known name: column `field_<n>`, typed from its wire type.
-    pub fn unknown(number: u32, v: &Value) -> FieldSpec {
-        let (kind, enc) = match v {
-            Value::Varint(_) => (Kind::I64, Enc::Plain),
-            Value::Fixed64(_) => (Kind::U64, Enc::Plain),
-            Value::Fixed32(_) => (Kind::U32, Enc::Plain),
-            Value::Bytes(..) => (Kind::Str, Enc::Text),
-        };
-        FieldSpec {
-            number,
-            name: format!("field_{}", number),
-            kind,
-            enc,
-            repeated: false,
-            elem: kind,
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct EventSpec {
-    pub name: String,
-    pub fields: Vec<FieldSpec>,
-}
-
+/// The values of one column.
 pub enum Data {
     I32(Vec<i32>),
     I64(Vec<i64>),
@@ -294,7 +207,7 @@ fn scalar(v: &Value) -> u64 {
     match v {
         Value::Bytes(..) => {
             let mut out = Vec::new();
-            let _ = crate::perfetto_wire::packed_varints(v, &mut out);
+            let _ = packed_varints(v, &mut out);
             out.last().copied().unwrap_or(0)
         }
         other => other.as_u64(),
@@ -308,7 +221,7 @@ pub fn element_text(spec: &FieldSpec, v: &Value, out: &mut String) {
         (_, Value::Bytes(..)) if spec.enc != Enc::Text => {
             // packed repeated scalars
             let mut vals = Vec::new();
-            let _ = crate::perfetto_wire::packed_varints(v, &mut vals);
+            let _ = packed_varints(v, &mut vals);
             for (i, x) in vals.iter().enumerate() {
                 if i > 0 || !out.is_empty() {
                     out.push(LIST_SEP);
@@ -439,10 +352,10 @@ impl Table {
     pub fn decode_fields(
         &mut self,
         row: usize,
-        msg: &mut crate::perfetto_wire::Msg,
+        msg: &mut Msg,
         strings: &mut Interner,
         scratch: &mut Vec<(usize, String)>,
-    ) -> crate::perfetto_wire::DResult<()> {
+    ) -> DResult<()> {
         while let Some((num, v)) = msg.next_field()? {
             let ci = self.column_for(num, &v);
             let col = &mut self.cols[ci];
