@@ -25,26 +25,19 @@ What is decoded (see docs/perfetto.md):
 """
 from __future__ import annotations
 
-import os
-
 import polars as pl
 
 from abtest.trace import limits
 from abtest.trace.tracedat import format_error, frames
 
 
-def read(path, data, *, threads: int | None = None) -> tuple[dict[str, pl.DataFrame], dict]:
-    """Decode a perfetto Trace held in `data` (bytes or mmap of the file at `path`). `threads`: 1 decodes
-    on one thread, 0 on two for traces of 8 MiB and more on a machine with two cores; None: 1 when
-    ABTEST_PERFETTO_THREADS=1 (e.g. on a machine whose cores are all busy), else 0."""
+def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
+    """Decode a perfetto Trace held in `data` (bytes or mmap of the file at `path`)."""
     from abtest import _native
 
-    if threads is None:
-        threads = 1 if os.environ.get("ABTEST_PERFETTO_THREADS") == "1" else 0
     lim = limits.current()
     try:
-        batches, meta = _native.perfetto_decode(data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes,
-                                                threads)
+        batches, meta = _native.perfetto_decode(data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes)
     except ValueError as e:
         raise format_error(path, e) from None
     meta = dict(meta, format="perfetto")

@@ -9,14 +9,18 @@ use perfetto::Limits;
 
 /// Decode a whole perfetto Trace held in `data` (bytes or mmap) with the GIL released.
 /// Returns ([(table name, arrow RecordBatch)], meta dict); ValueError((offset, message, expected)) on
-/// bad input. `threads`: 1 = one thread; otherwise two for large traces.
+/// bad input.
 #[pyfunction]
-#[pyo3(signature = (data, inflate_ratio, inflate_floor, inflated_bytes, threads=0))]
-fn perfetto_decode<'py>(py: Python<'py>, data: PyBuffer<u8>, inflate_ratio: f64, inflate_floor: u64,
-                        inflated_bytes: u64, threads: usize) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyAny>)> {
+fn perfetto_decode<'py>(
+    py: Python<'py>,
+    data: PyBuffer<u8>,
+    inflate_ratio: f64,
+    inflate_floor: u64,
+    inflated_bytes: u64) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyAny>)> {
     let bytes = crate::tracedat::bytes_of(&data)?;
     let limits = Limits { inflate_ratio, inflate_floor, inflated_bytes };
-    let decoded = py.detach(|| perfetto::decode(bytes, limits, threads))
+    let decoded = py
+        .detach(|| perfetto::decode(bytes, limits))
         .map_err(|e| PyValueError::new_err((Some(e.offset), e.message, Some(e.expected))))?;
     let tables = PyList::empty(py);
     for (name, batch) in decoded.tables {

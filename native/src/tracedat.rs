@@ -29,12 +29,21 @@ fn py_error(e: Error) -> PyErr {
 #[pyfunction]
 #[pyo3(signature = (data, inflate_ratio, inflate_floor, inflated_bytes, file_mapping=false, threads=0))]
 #[allow(clippy::too_many_arguments)]
-fn tracedat_decode<'py>(py: Python<'py>, data: PyBuffer<u8>, inflate_ratio: f64, inflate_floor: u64,
-                        inflated_bytes: u64, file_mapping: bool, threads: usize)
-                        -> PyResult<(Bound<'py, PyList>, Bound<'py, PyAny>)> {
+fn tracedat_decode<'py>(
+    py: Python<'py>,
+    data: PyBuffer<u8>,
+    inflate_ratio: f64,
+    inflate_floor: u64,
+    inflated_bytes: u64,
+    file_mapping: bool,
+    threads: usize,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyAny>)> {
     let bytes = bytes_of(&data)?;
-    let opts = Options { limits: Limits { inflate_ratio, inflate_floor, inflated_bytes }, threads,
-                         release_input: file_mapping && data.readonly() };
+    let opts = Options {
+        limits: Limits { inflate_ratio, inflate_floor, inflated_bytes },
+        threads,
+        release_input: file_mapping && data.readonly(),
+    };
     let decoded = py.detach(|| tracedat::decode(bytes, &opts)).map_err(py_error)?;
     let tables = PyList::empty(py);
     for (name, batch) in decoded.tables {
@@ -89,7 +98,10 @@ fn tracedat_layout<'py>(py: Python<'py>, data: PyBuffer<u8>) -> PyResult<Bound<'
 /// ({address: printk format bytes}, kallsyms text bytes) of a trace.dat (for tests comparing bprint text
 /// and symbols with trace-cmd).
 #[pyfunction]
-fn tracedat_printk_kallsyms<'py>(py: Python<'py>, data: PyBuffer<u8>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyBytes>)> {
+fn tracedat_printk_kallsyms<'py>(
+    py: Python<'py>,
+    data: PyBuffer<u8>,
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyBytes>)> {
     let (printk, kallsyms) = tracedat::printk_and_kallsyms(bytes_of(&data)?, Limits::default()).map_err(py_error)?;
     let d = PyDict::new(py);
     for (a, f) in printk {

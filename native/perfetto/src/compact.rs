@@ -50,8 +50,15 @@ fn same_lengths(cols: &[Vec<u64>], off: usize, first: (usize, &str), others: &[(
 }
 
 /// Decode one CompactSched message of CPU `cpu` (at offset `off`), appending to `sw` and `wk`.
-pub fn decode(b: &[u8], off: usize, cpu: i32, strings: &mut Interner, sc: &mut Scratch, sw: &mut CompactSwitch,
-              wk: &mut CompactWaking) -> DResult<()> {
+pub fn decode(
+    b: &[u8],
+    off: usize,
+    cpu: i32,
+    strings: &mut Interner,
+    sc: &mut Scratch,
+    sw: &mut CompactSwitch,
+    wk: &mut CompactWaking,
+) -> DResult<()> {
     let Scratch { cols, interned } = sc;
     for c in cols.iter_mut() {
         c.clear();
@@ -65,10 +72,18 @@ pub fn decode(b: &[u8], off: usize, cpu: i32, strings: &mut Interner, sc: &mut S
             _ => {}
         }
     }
-    let n = same_lengths(&cols[..], off, (1, "switch_timestamp"),
-                         &[(2, "switch_prev_state"), (3, "switch_next_pid"), (4, "switch_next_prio"), (6, "switch_next_comm_index")])?;
-    let nw = same_lengths(&cols[..], off, (7, "waking_timestamp"),
-                          &[(8, "waking_pid"), (9, "waking_target_cpu"), (10, "waking_prio"), (11, "waking_comm_index")])?;
+    let n = same_lengths(
+        &cols[..],
+        off,
+        (1, "switch_timestamp"),
+        &[(2, "switch_prev_state"), (3, "switch_next_pid"), (4, "switch_next_prio"), (6, "switch_next_comm_index")],
+    )?;
+    let nw = same_lengths(
+        &cols[..],
+        off,
+        (7, "waking_timestamp"),
+        &[(8, "waking_pid"), (9, "waking_target_cpu"), (10, "waking_prio"), (11, "waking_comm_index")],
+    )?;
     let comm = |idx: u64| -> DResult<u32> {
         interned.get(idx as usize).copied().ok_or_else(|| DecodeError {
             offset: off,

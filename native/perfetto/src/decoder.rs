@@ -11,7 +11,9 @@ use crate::compact::{self, CompactSwitch, CompactWaking};
 use crate::generic::{decode_generic_fields, event_descriptor, generic_name};
 use crate::packets::{self, Meta, Rails};
 use crate::schema::{EventSpec, Schema};
-use crate::sort::{derive_prev, sort_compact_switch, sort_compact_waking, sort_rails, sort_table, waker_pids, PrevTask, Renames};
+use crate::sort::{
+    derive_prev, sort_compact_switch, sort_compact_waking, sort_rails, sort_table, waker_pids, PrevTask, Renames,
+};
 use crate::table::{Data, FnvMap, Interner, Table, COL_FLAGS, COL_PID};
 use crate::wire::{err, DResult, DecodeError, Msg, Value};
 
@@ -49,10 +51,8 @@ pub struct Decoder<'s> {
     pub meta: Meta,
     pub warnings: Vec<String>,
     /// tables of event ids outside the schema (one warning each)
-    pub(crate) unknown_ids: FnvMap<u32, usize>,
-    pub(crate) sequences_seen: FnvMap<u32, ()>,
-    /// sequences whose first packet seen here says the packet before it was dropped (see merge)
-    pub(crate) first_seen_dropped: Vec<u32>,
+    unknown_ids: FnvMap<u32, usize>,
+    sequences_seen: FnvMap<u32, ()>,
     event_spans: Vec<(usize, usize)>,
     scratch: Vec<(usize, String)>,
     packed: Vec<u64>,
@@ -82,7 +82,6 @@ impl<'s> Decoder<'s> {
             warnings: Vec::new(),
             unknown_ids: FnvMap::default(),
             sequences_seen: FnvMap::default(),
-            first_seen_dropped: Vec::new(),
             event_spans: Vec::new(),
             scratch: Vec::new(),
             packed: Vec::new(),
@@ -114,10 +113,7 @@ impl<'s> Decoder<'s> {
                 Some((f, _)) => {
                     return err(
                         at,
-                        format!(
-                            "field {} at top level; expected TracePacket (field 1, length-delimited)",
-                            f
-                        ),
+                        format!("field {} at top level; expected TracePacket (field 1, length-delimited)", f),
                     )
                 }
             }
@@ -161,8 +157,6 @@ impl<'s> Decoder<'s> {
         };
         if dropped_before && !first_on_seq {
             self.meta.previous_packet_dropped += 1;
-        } else if dropped_before {
-            self.first_seen_dropped.push(seq.unwrap_or(0));
         }
         if let Some(c) = clock_id {
             if !self.meta.packet_clock_ids.contains(&c) {
@@ -211,11 +205,14 @@ impl<'s> Decoder<'s> {
             return err(off, format!("corrupt {kind}: {e}"));
         }
         if out.len() as u64 > limit {
-            return err(off, format!(
+            return err(
+                off,
+                format!(
                 "{kind} of {} bytes inflates beyond {limit} bytes, the limit for its size (max(ratio {} x compressed \
                  size, floor {}), at most {}; settings ABTEST_MAX_INFLATE_RATIO / _FLOOR_BYTES, \
                  ABTEST_MAX_INFLATED_BYTES): a decompression bomb or an unusually large block",
-                b.len(), self.inflate.ratio, self.inflate.floor, self.inflate.absolute));
+                b.len(), self.inflate.ratio, self.inflate.floor, self.inflate.absolute),
+            );
         }
         self.decode_trace(&out, 0, depth + 1).map_err(|e| DecodeError {
             offset: off,
@@ -393,10 +390,7 @@ impl<'s> Decoder<'s> {
             return Ok(());
         };
         let Value::Bytes(pb, poff) = v else {
-            return err(
-                off,
-                format!("FtraceEvent field {} (the event) is not length-delimited", id),
-            );
+            return err(off, format!("FtraceEvent field {} (the event) is not length-delimited", id));
         };
         let generic = id == GENERIC_EVENT_ID && !self.dyn_ids.contains_key(&id);
         let ti = if generic {
@@ -443,42 +437,15 @@ impl<'s> Decoder<'s> {
             }
         }
         let renames = Renames::from_table(self.tables.iter().find(|t| t.name == "task_rename"));
-        // sorting is independent per table: the compact sched switches (usually the largest) on a
-        // second thread together with the smallest tables, the largest tables here, so that both
-        // threads get about the same number of rows
-        let (switch, waking, rails, tables) = (&mut self.switch, &mut self.waking, &mut self.rails, &mut self.tables);
-        let mut order: Vec<&mut Table> = tables.iter_mut().collect();
-        order.sort_by_key(|t| std::cmp::Reverse(t.rows()));
-        let total: usize = order.iter().map(|t| t.rows()).sum::<usize>() + switch.ts.len() + waking.ts.len();
-        let mut here_rows = waking.ts.len() + rails.ts.len();
-        let mut split = 0;
-        while split < order.len() && 2 * (here_rows + order[split].rows()) <= total + order[split].rows() {
-            here_rows += order[split].rows();
-            split += 1;
+        sort_compact_switch(&mut self.switch);
+        sort_compact_waking(&mut self.waking);
+        sort_rails(&mut self.rails);
+        for t in self.tables.iter_mut() {
+            sort_table(t);
         }
-        let (mine, theirs) = order.split_at_mut(split);
-        let renames = &renames;
-        std::thread::scope(|scope| {
-            let handle = scope.spawn(move || {
-                sort_compact_switch(switch);
-                for t in theirs.iter_mut() {
-                    sort_table(t);
-                }
-            });
-            sort_compact_waking(waking);
-            sort_rails(rails);
-            for t in mine.iter_mut() {
-                sort_table(t);
-            }
-            handle.join().expect("sorting thread panicked")
-        });
-        // both derivations read the sorted switches: prev_* on a second thread, wakers here
-        let (switch, waking, tables) = (&self.switch, &mut self.waking, &self.tables);
-        self.prev = std::thread::scope(|scope| {
-            let handle = scope.spawn(move || derive_prev(switch, renames));
-            derive_wakers(waking, switch, tables);
-            handle.join().expect("prev_* thread panicked")
-        });
+        // both derivations read the sorted switches
+        derive_wakers(&mut self.waking, &self.switch, &self.tables);
+        self.prev = derive_prev(&self.switch, &renames);
     }
 }
 

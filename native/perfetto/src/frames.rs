@@ -30,8 +30,18 @@ use crate::schema::{Kind, LIST_SEP};
 use crate::table::{Column, Data, Interner};
 
 /// String columns that repeat a few values (task names, rails): dictionary-encoded.
-const CATEGORICAL: &[&str] = &["comm", "prev_comm", "next_comm", "common_comm", "oldcomm", "newcomm", "parent_comm",
-                               "child_comm", "rail", "subsystem"];
+const CATEGORICAL: &[&str] = &[
+    "comm",
+    "prev_comm",
+    "next_comm",
+    "common_comm",
+    "oldcomm",
+    "newcomm",
+    "parent_comm",
+    "child_comm",
+    "rail",
+    "subsystem",
+];
 
 fn nulls(valid: Option<&[bool]>) -> Option<NullBuffer> {
     valid.map(|v| NullBuffer::from(v.to_vec())).filter(|n| n.null_count() > 0)
@@ -120,7 +130,8 @@ fn column_array(c: &Column, strings: &Interner) -> ArrayRef {
 
 /// Named columns -> record batch (nullable where a column has nulls).
 fn batch(cols: Vec<(String, ArrayRef)>) -> RecordBatch {
-    let fields: Vec<Field> = cols.iter().map(|(n, a)| Field::new(n, a.data_type().clone(), a.null_count() > 0)).collect();
+    let fields: Vec<Field> =
+        cols.iter().map(|(n, a)| Field::new(n, a.data_type().clone(), a.null_count() > 0)).collect();
     RecordBatch::try_new(Arc::new(Schema::new(fields)), cols.into_iter().map(|c| c.1).collect())
         .expect("columns of the table's length")
 }
@@ -137,8 +148,10 @@ fn ts_array(v: &[i64]) -> ArrayRef {
 fn event_table(t: &crate::table::Table, strings: &Interner) -> Vec<(String, ArrayRef)> {
     let written: Vec<&Column> = t.cols.iter().filter(|c| c.written()).collect();
     let own_cpu = written.iter().any(|c| c.spec.name == "cpu");
-    let mut out = vec![("ts".to_string(), ts_array(&t.ts)),
-                       ((if own_cpu { "buffer_cpu" } else { "cpu" }).to_string(), i32s(&t.cpu))];
+    let mut out = vec![
+        ("ts".to_string(), ts_array(&t.ts)),
+        ((if own_cpu { "buffer_cpu" } else { "cpu" }).to_string(), i32s(&t.cpu)),
+    ];
     for c in written {
         let mut name = c.spec.name.clone();
         if out.iter().any(|(n, _)| *n == name) {
@@ -163,25 +176,28 @@ fn concat(a: Vec<(String, ArrayRef)>, b: Vec<(String, ArrayRef)>) -> Vec<(String
     let mut names: Vec<String> = a.iter().map(|c| c.0.clone()).collect();
     names.extend(b.iter().map(|c| c.0.clone()).filter(|n| !a.iter().any(|c| c.0 == *n)));
     let get = |cols: &[(String, ArrayRef)], n: &str| cols.iter().find(|c| c.0 == n).map(|c| c.1.clone());
-    names.into_iter().map(|name| {
-        let (x, y) = (get(&a, &name), get(&b, &name));
-        let t = match (&x, &y) {
-            (Some(x), Some(y)) => common_type(x.data_type(), y.data_type()),
-            (Some(x), None) => x.data_type().clone(),
-            (None, Some(y)) => y.data_type().clone(),
-            (None, None) => DataType::Null,
-        };
-        let fit = |v: Option<ArrayRef>, len: usize| -> ArrayRef {
-            match v {
-                Some(v) if v.data_type() == &t => v,
-                Some(v) => arrow_cast::cast(&v, &t).unwrap_or_else(|_| new_null_array(&t, len)),
-                None => new_null_array(&t, len),
-            }
-        };
-        let (x, y) = (fit(x, na), fit(y, nb));
-        let joined = arrow_select::concat::concat(&[x.as_ref(), y.as_ref()]).expect("columns of one type");
-        (name, joined)
-    }).collect()
+    names
+        .into_iter()
+        .map(|name| {
+            let (x, y) = (get(&a, &name), get(&b, &name));
+            let t = match (&x, &y) {
+                (Some(x), Some(y)) => common_type(x.data_type(), y.data_type()),
+                (Some(x), None) => x.data_type().clone(),
+                (None, Some(y)) => y.data_type().clone(),
+                (None, None) => DataType::Null,
+            };
+            let fit = |v: Option<ArrayRef>, len: usize| -> ArrayRef {
+                match v {
+                    Some(v) if v.data_type() == &t => v,
+                    Some(v) => arrow_cast::cast(&v, &t).unwrap_or_else(|_| new_null_array(&t, len)),
+                    None => new_null_array(&t, len),
+                }
+            };
+            let (x, y) = (fit(x, na), fit(y, nb));
+            let joined = arrow_select::concat::concat(&[x.as_ref(), y.as_ref()]).expect("columns of one type");
+            (name, joined)
+        })
+        .collect()
 }
 
 fn common_type(x: &DataType, y: &DataType) -> DataType {
@@ -265,8 +281,10 @@ fn power_rail(d: &Decoder, warnings: &mut Vec<String>) -> Vec<(String, ArrayRef)
         missing.sort_unstable();
         missing.dedup();
         let list: Vec<String> = missing.iter().map(u32::to_string).collect();
-        warnings.push(format!("power_rails: energy samples for rail indices [{}] have no rail_descriptor (rail name null)",
-                              list.join(", ")));
+        warnings.push(format!(
+            "power_rails: energy samples for rail indices [{}] have no rail_descriptor (rail name null)",
+            list.join(", ")
+        ));
     }
     let packet_ts: Int64Array = r.packet_ts.iter().map(|&t| (t >= 0).then_some(t)).collect();
     vec![
@@ -282,13 +300,11 @@ fn power_rail(d: &Decoder, warnings: &mut Vec<String>) -> Vec<(String, ArrayRef)
 /// Every table of a finished decoder (in order: event tables as first met, then the compact rows, then
 /// power_rail); `warnings` gets the rails without a descriptor.
 pub fn tables(d: &Decoder, warnings: &mut Vec<String>) -> Vec<(String, RecordBatch)> {
-    let mut out: Vec<(String, Vec<(String, ArrayRef)>)> = d.tables.iter().filter(|t| !t.ts.is_empty())
-        .map(|t| (t.name.clone(), event_table(t, &d.strings))).collect();
-    let mut add = |name: &str, cols: Vec<(String, ArrayRef)>| {
-        match out.iter_mut().find(|(n, _)| n == name) {
-            Some((_, existing)) => *existing = concat(std::mem::take(existing), cols),
-            None => out.push((name.to_string(), cols)),
-        }
+    let mut out: Vec<(String, Vec<(String, ArrayRef)>)> =
+        d.tables.iter().filter(|t| !t.ts.is_empty()).map(|t| (t.name.clone(), event_table(t, &d.strings))).collect();
+    let mut add = |name: &str, cols: Vec<(String, ArrayRef)>| match out.iter_mut().find(|(n, _)| n == name) {
+        Some((_, existing)) => *existing = concat(std::mem::take(existing), cols),
+        None => out.push((name.to_string(), cols)),
     };
     if !d.switch.ts.is_empty() {
         add("sched_switch", compact_switch(d));

@@ -4,8 +4,7 @@
 //! The decoder owns the format: the wire walk (wire), the ftrace schema compiled in (schema), packets
 //! (decoder: ftrace bundles and events; compact: CompactSched; generic: events described in the trace;
 //! packets: power rails, battery, system / CPU info, statistics, clocks), compressed packets (within
-//! `Limits`), two-thread decoding of large traces (parallel), time order and derived columns (sort), the
-//! tables (frames) and the metadata (meta). Tables are sorted by ts (stable: ties keep file order).
+//! `Limits`), time order and derived columns (sort), the tables (frames) and the metadata (meta). Tables are sorted by ts (stable: ties keep file order).
 //! Bad input is an `Error` naming the byte offset (inside a compressed block: the block's offset).
 
 mod compact;
@@ -14,7 +13,6 @@ mod frames;
 mod generic;
 mod meta;
 mod packets;
-mod parallel;
 mod schema;
 mod sort;
 mod table;
@@ -61,16 +59,24 @@ pub struct Decoded {
     pub meta: Meta,
 }
 
-/// Decode the perfetto trace in `data`. `threads`: 1 decodes on one thread; otherwise traces of 8 MiB and
-/// more are decoded in two halves on two threads when the machine has two cores.
-pub fn decode(data: &[u8], limits: Limits, threads: usize) -> Result<Decoded, Error> {
+/// Decode the perfetto trace in `data` (on the calling thread).
+pub fn decode(data: &[u8], limits: Limits) -> Result<Decoded, Error> {
     let schema = schema::Schema::builtin();
-    let inflate = decoder::Inflate { ratio: limits.inflate_ratio, floor: limits.inflate_floor, absolute: limits.inflated_bytes };
-    let d = parallel::decode_all(data, schema, inflate, threads != 1)
-        .map_err(|e| Error { offset: e.offset, message: format!("corrupt perfetto protobuf: {}", e.msg),
-                             expected: "a serialized perfetto Trace (repeated TracePacket, field 1)".into() })?;
+    let inflate =
+        decoder::Inflate { ratio: limits.inflate_ratio, floor: limits.inflate_floor, absolute: limits.inflated_bytes };
+    let mut d = decoder::Decoder::new(schema, inflate);
+    d.decode_trace(data, 0, 0).map_err(|e| Error {
+        offset: e.offset,
+        message: format!("corrupt perfetto protobuf: {}", e.msg),
+        expected: "a serialized perfetto Trace (repeated TracePacket, field 1)".into(),
+    })?;
+    d.finish();
     if d.meta.packets == 0 {
-        return Err(Error { offset: 0, message: "no TracePacket found".into(), expected: "at least one TracePacket".into() });
+        return Err(Error {
+            offset: 0,
+            message: "no TracePacket found".into(),
+            expected: "at least one TracePacket".into(),
+        });
     }
     let mut warnings = d.warnings.clone();
     let tables = frames::tables(&d, &mut warnings);

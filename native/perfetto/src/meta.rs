@@ -113,8 +113,11 @@ fn lost_events(m: &Found) -> (BTreeMap<u64, u64>, BTreeMap<i64, u64>, Vec<String
     let mut warnings = Vec::new();
     if !pages.is_empty() {
         let items: Vec<String> = pages.iter().map(|(c, n)| format!("{c}: {n}")).collect();
-        warnings.push(format!("ftrace reported lost events in {} bundles (per CPU: {{{}}}); the exact number lost is unknown",
-                              pages.values().sum::<u64>(), items.join(", ")));
+        warnings.push(format!(
+            "ftrace reported lost events in {} bundles (per CPU: {{{}}}); the exact number lost is unknown",
+            pages.values().sum::<u64>(),
+            items.join(", ")
+        ));
     }
     if !end.is_empty() && start.is_empty() {
         warnings.push("ftrace_stats has no START_OF_TRACE phase: lost events counted from end-of-trace totals".into());
@@ -148,24 +151,41 @@ pub fn build(m: &Found, mut warnings: Vec<String>, schema: &Schema) -> Meta {
             kernel.insert(key.to_string(), v.clone());
         }
     }
-    let device = si.iter().filter(|(k, _)| !matches!(k.as_str(), "hz" | "page_size" | "num_cpus"))
-        .map(|(k, v)| (k.clone(), v.clone())).collect();
+    let device = si
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "hz" | "page_size" | "num_cpus"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let platform = (!m.cpus.is_empty()).then(|| {
-        let cpus: Vec<PlatformCpu> = m.cpus.iter().enumerate().map(|(i, c)| {
-            let mut opps = c.frequencies_khz.clone();
-            opps.sort_unstable();
-            PlatformCpu { cpu: i as u64, processor: (!c.processor.is_empty()).then(|| c.processor.clone()),
-                          capacity: c.capacity, opps_khz: opps }
-        }).collect();
+        let cpus: Vec<PlatformCpu> = m
+            .cpus
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut opps = c.frequencies_khz.clone();
+                opps.sort_unstable();
+                PlatformCpu {
+                    cpu: i as u64,
+                    processor: (!c.processor.is_empty()).then(|| c.processor.clone()),
+                    capacity: c.capacity,
+                    opps_khz: opps,
+                }
+            })
+            .collect();
         let caps = cpus.iter().map(|c| c.capacity.map(|k| (c.cpu.to_string(), k))).collect::<Option<BTreeMap<_, _>>>();
         Platform { source: "perfetto cpu_info".into(), cpus, cpu_capacities: caps }
     });
     let (per_cpu, pages, lost_warnings) = lost_events(m);
     warnings.extend(lost_warnings);
-    let loss: BTreeMap<String, u64> = m.trace_loss.iter().filter(|(_, v)| *v > 0).map(|(k, v)| (k.clone(), *v)).collect();
+    let loss: BTreeMap<String, u64> =
+        m.trace_loss.iter().filter(|(_, v)| *v > 0).map(|(k, v)| (k.clone(), *v)).collect();
     if !loss.is_empty() {
-        let items: Vec<String> = m.trace_loss.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("'{k}': {v}")).collect();
-        warnings.push(format!("perfetto's trace buffer lost data ({{{}}}); events may be missing from the trace", items.join(", ")));
+        let items: Vec<String> =
+            m.trace_loss.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("'{k}': {v}")).collect();
+        warnings.push(format!(
+            "perfetto's trace buffer lost data ({{{}}}); events may be missing from the trace",
+            items.join(", ")
+        ));
     }
     let counts = [
         (m.previous_packet_dropped, "packets say the packet before them was dropped"),
@@ -182,9 +202,10 @@ pub fn build(m: &Found, mut warnings: Vec<String>, schema: &Schema) -> Meta {
         let items: Vec<String> = clocks.iter().map(|c| format!("'{c}'")).collect();
         warnings.push(format!("ftrace bundles use several clocks: [{}]", items.join(", ")));
     }
-    let clock = clocks.first().cloned().or_else(|| {
-        (m.packet_clock_ids.is_empty() || m.packet_clock_ids.contains(&6)).then(|| "boot".to_string())
-    });
+    let clock = clocks
+        .first()
+        .cloned()
+        .or_else(|| (m.packet_clock_ids.is_empty() || m.packet_clock_ids.contains(&6)).then(|| "boot".to_string()));
     let num_cpus = match si.get("num_cpus") {
         Some(Scalar::Int(n)) if *n != 0 => Some(*n as u64),
         _ => None,
@@ -192,9 +213,11 @@ pub fn build(m: &Found, mut warnings: Vec<String>, schema: &Schema) -> Meta {
     let cpus = num_cpus.or((!m.cpus.is_empty()).then_some(m.cpus.len() as u64));
     let mut packet_clock_ids: Vec<String> = m.packet_clock_ids.iter().map(|&c| builtin_clock(c)).collect();
     packet_clock_ids.sort();
-    let not_decoded = m.packets_not_decoded.iter().map(|(f, n)| {
-        (schema.packet_fields.get(f).cloned().unwrap_or_else(|| format!("field_{f}")), *n)
-    }).collect();
+    let not_decoded = m
+        .packets_not_decoded
+        .iter()
+        .map(|(f, n)| (schema.packet_fields.get(f).cloned().unwrap_or_else(|| format!("field_{f}")), *n))
+        .collect();
     Meta {
         format_version: match si.get("tracing_service_version") {
             Some(Scalar::Str(s)) => Some(s.clone()),
@@ -212,8 +235,12 @@ pub fn build(m: &Found, mut warnings: Vec<String>, schema: &Schema) -> Meta {
             packets: m.packets,
             compressed_blocks: m.compressed_blocks,
             packet_clock_ids,
-            clock_snapshots: m.clock_snapshots.iter().take(2)
-                .map(|snap| snap.iter().map(|(c, ts)| (builtin_clock(*c), *ts)).collect()).collect(),
+            clock_snapshots: m
+                .clock_snapshots
+                .iter()
+                .take(2)
+                .map(|snap| snap.iter().map(|(c, ts)| (builtin_clock(*c), *ts)).collect())
+                .collect(),
             bundles_with_lost_events_per_cpu: keyed(&pages),
             trace_buffer_loss: loss,
             packets_not_decoded: not_decoded,

@@ -65,10 +65,15 @@ pub struct Meta {
     pub clock_snapshots: Vec<Vec<(u32, u64)>>,
 }
 
-
 /// PowerRails (packet field 40): descriptors and energy samples.
-pub fn power_rails(b: &[u8], off: usize, ts: Option<u64>, clock: Option<u32>, rails: &mut Rails,
-                   warnings: &mut Vec<String>) -> DResult<()> {
+pub fn power_rails(
+    b: &[u8],
+    off: usize,
+    ts: Option<u64>,
+    clock: Option<u32>,
+    rails: &mut Rails,
+    warnings: &mut Vec<String>,
+) -> DResult<()> {
     let mut m = Msg::new(b, off);
     if clock.is_some_and(|c| c != 6) {
         warnings.push(format!(
@@ -80,12 +85,7 @@ pub fn power_rails(b: &[u8], off: usize, ts: Option<u64>, clock: Option<u32>, ra
         let Some(mut sm) = Msg::from_value(&v) else { continue };
         match num {
             1 => {
-                let mut d = RailDesc {
-                    index: 0,
-                    name: String::new(),
-                    subsys: String::new(),
-                    sampling_rate: 0,
-                };
+                let mut d = RailDesc { index: 0, name: String::new(), subsys: String::new(), sampling_rate: 0 };
                 while let Some((n2, v2)) = sm.next_field()? {
                     match n2 {
                         1 => d.index = v2.as_u64() as u32,

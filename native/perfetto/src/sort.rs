@@ -4,132 +4,16 @@ use crate::compact::{CompactSwitch, CompactWaking};
 use crate::packets::Rails;
 use crate::table::{Column, Data, FnvMap, Table};
 
-/// Stable permutation that orders `ts` ascending, or None when it already is.
+/// Stable permutation that orders `ts` ascending, or None when it already is. (The rows come as runs
+/// already in order, e.g. one per CPU bundle: the standard stable sort merges such runs in about linear
+/// time.)
 pub fn argsort_ts(ts: &[i64]) -> Option<Vec<u32>> {
     if ts.windows(2).all(|w| w[0] <= w[1]) {
         return None;
     }
-    Some(argsort_values(ts))
-}
-
-/// Stable argsort of `ts` (positions into `ts`).
-/// LSD radix sort on (ts - min): O(n) per pass, digits of at most 12 bits. When the span and the row
-/// index fit together in 64 bits, each key carries its row index in its low bits (one array moved).
-/// Wider spans (e.g. a few events far from the rest) are first split by their top 11 bits (one stable
-/// counting pass, MSD); each part then has its own, narrower span and is sorted the same way.
-fn argsort_values(ts: &[i64]) -> Vec<u32> {
-    let n = ts.len();
-    if n <= 32 {
-        let mut v: Vec<u32> = (0..n as u32).collect();
-        v.sort_by_key(|&i| ts[i as usize]); // stable
-        return v;
-    }
-    let (mut min, mut max) = (ts[0], ts[0]);
-    for &t in ts {
-        min = min.min(t);
-        max = max.max(t);
-    }
-    let span = max.wrapping_sub(min) as u64;
-    let bits = 64 - span.leading_zeros();
-    let idx_bits = 64 - ((n as u64).saturating_sub(1)).leading_zeros().min(63);
-    if bits + idx_bits <= 64 {
-        let mut keys: Vec<u64> = ts
-            .iter()
-            .enumerate()
-            .map(|(i, &t)| ((t.wrapping_sub(min) as u64) << idx_bits) | i as u64)
-            .collect();
-        radix_passes(&mut keys, None, bits, idx_bits);
-        let mask = (1u64 << idx_bits) - 1;
-        return keys.iter().map(|&k| (k & mask) as u32).collect();
-    }
-    // MSD split: bucket b holds the values whose (ts - min) has top digit b, in their original order
-    const DIGIT: u32 = 11;
-    let shift = bits - DIGIT;
-    let mut start = vec![0usize; (1 << DIGIT) + 1];
-    for &t in ts {
-        start[((t.wrapping_sub(min) as u64) >> shift) as usize + 1] += 1;
-    }
-    for b in 0..(1 << DIGIT) {
-        start[b + 1] += start[b];
-    }
-    let mut fill = start.clone();
-    let mut vals = vec![0i64; n];
-    let mut pos = vec![0u32; n];
-    for (i, &t) in ts.iter().enumerate() {
-        let b = ((t.wrapping_sub(min) as u64) >> shift) as usize;
-        vals[fill[b]] = t;
-        pos[fill[b]] = i as u32;
-        fill[b] += 1;
-    }
-    let mut out = Vec::with_capacity(n);
-    for b in 0..(1 << DIGIT) {
-        let (lo, hi) = (start[b], start[b + 1]);
-        match hi - lo {
-            0 => {}
-            1 => out.push(pos[lo]),
-            _ => {
-                let part = &vals[lo..hi];
-                if part.windows(2).all(|w| w[0] <= w[1]) {
-                    out.extend_from_slice(&pos[lo..hi]);
-                } else {
-                    out.extend(argsort_values(part).iter().map(|&j| pos[lo + j as usize]));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Stable LSD radix sort of `keys` on bits [low, low + bits), carrying `idx` along when given.
-fn radix_passes(keys: &mut Vec<u64>, mut idx: Option<&mut Vec<u32>>, bits: u32, low: u32) {
-    let n = keys.len();
-    // as few passes as digits of at most 12 bits allow (e.g. 3 passes for a 68 s span in ns)
-    let passes = bits.div_ceil(12).max(1);
-    let digit = bits.div_ceil(passes);
-    let buckets = 1usize << digit;
-    let mask = (buckets - 1) as u64;
-    // histograms of every digit in one read of the keys
-    let mut counts = vec![0usize; passes as usize * buckets];
-    for &k in keys.iter() {
-        for p in 0..passes {
-            counts[p as usize * buckets + ((k >> (low + p * digit)) & mask) as usize] += 1;
-        }
-    }
-    let mut keys2 = vec![0u64; n];
-    let mut idx2 = if idx.is_some() { vec![0u32; n] } else { Vec::new() };
-    for p in 0..passes {
-        let shift = low + p * digit;
-        let count = &mut counts[p as usize * buckets..(p as usize + 1) * buckets];
-        if count.iter().any(|&c| c == n) {
-            continue; // every key has the same digit: this pass would not move anything
-        }
-        let mut sum = 0;
-        for c in count.iter_mut() {
-            let here = *c;
-            *c = sum;
-            sum += here;
-        }
-        match idx.as_deref_mut() {
-            None => {
-                for &k in keys.iter() {
-                    let d = ((k >> shift) & mask) as usize;
-                    keys2[count[d]] = k;
-                    count[d] += 1;
-                }
-            }
-            Some(ix) => {
-                for j in 0..n {
-                    let k = keys[j];
-                    let d = ((k >> shift) & mask) as usize;
-                    keys2[count[d]] = k;
-                    idx2[count[d]] = ix[j];
-                    count[d] += 1;
-                }
-                std::mem::swap(ix, &mut idx2);
-            }
-        }
-        std::mem::swap(keys, &mut keys2);
-    }
+    let mut perm: Vec<u32> = (0..ts.len() as u32).collect();
+    perm.sort_by_key(|&i| ts[i as usize]);
+    Some(perm)
 }
 
 #[inline]
@@ -287,12 +171,7 @@ pub fn sort_compact_switch(s: &mut CompactSwitch) {
 /// comm as prev_comm. One sequential pass.
 pub fn derive_prev(s: &CompactSwitch, renames: &Renames) -> PrevTask {
     let n = s.ts.len();
-    let mut prev = PrevTask {
-        pid: vec![0; n],
-        prio: vec![0; n],
-        comm: vec![0; n],
-        valid: vec![false; n],
-    };
+    let mut prev = PrevTask { pid: vec![0; n], prio: vec![0; n], comm: vec![0; n], valid: vec![false; n] };
     // CPU numbers -> dense slots; ordinary CPU numbers (0..4096) index `last` directly
     let direct = s.cpu.iter().all(|&c| (0..CpuSlots::DIRECT).contains(&c));
     let mut slots = CpuSlots::default();

@@ -128,11 +128,7 @@ fn pad<T: Copy + Default>(v: &mut Vec<T>, valid: &mut Option<Vec<bool>>, rows: u
 impl Column {
     pub fn new(spec: FieldSpec) -> Column {
         let data = Data::new(spec.kind);
-        Column {
-            spec,
-            data,
-            valid: None,
-        }
+        Column { spec, data, valid: None }
     }
 
     /// True if at least one row has a value.
@@ -383,14 +379,6 @@ impl Table {
     pub fn push_row(&mut self, ts: i64, cpu: i32) {
         self.ts.push(ts);
         self.cpu.push(cpu);
-    }
-
-    /// Pad every column to the row count (nulls), including columns no row wrote.
-    pub fn finish(&mut self) {
-        let rows = self.rows();
-        for c in &mut self.cols {
-            c.finish(rows);
-        }
     }
 
     /// Pad the columns some row wrote; columns no row wrote stay empty (not returned to Python).

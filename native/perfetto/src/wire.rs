@@ -14,10 +14,7 @@ pub struct DecodeError {
 pub type DResult<T> = Result<T, DecodeError>;
 
 pub fn err<T>(offset: usize, msg: impl Into<String>) -> DResult<T> {
-    Err(DecodeError {
-        offset,
-        msg: msg.into(),
-    })
+    Err(DecodeError { offset, msg: msg.into() })
 }
 
 /// The value of one field as found on the wire.
@@ -166,10 +163,7 @@ impl<'a> Msg<'a> {
                 Value::Fixed32(u32::from_le_bytes(a))
             }
             wt => {
-                return err(
-                    tag_off,
-                    format!("unsupported wire type {} (field {}) in tag 0x{:x}", wt, field, tag),
-                );
+                return err(tag_off, format!("unsupported wire type {} (field {}) in tag 0x{:x}", wt, field, tag));
             }
         };
         Ok(Some((field as u32, v)))
@@ -181,11 +175,7 @@ pub fn packed_varints(v: &Value, out: &mut Vec<u64>) -> DResult<()> {
     match *v {
         Value::Varint(x) => out.push(x),
         Value::Bytes(b, off) => {
-            let mut m = Msg {
-                buf: b,
-                pos: 0,
-                base: off,
-            };
+            let mut m = Msg { buf: b, pos: 0, base: off };
             while m.pos < b.len() {
                 out.push(m.varint()?);
             }

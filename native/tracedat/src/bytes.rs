@@ -105,10 +105,7 @@ impl<'a> Reader<'a> {
 
     pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
         if n > self.left() {
-            return self.fail(
-                format!("truncated while reading {what}: need {n} bytes, {} left", self.left()),
-                what,
-            );
+            return self.fail(format!("truncated while reading {what}: need {n} bytes, {} left", self.left()), what);
         }
         let s = &self.data[self.pos..self.pos + n];
         self.pos += n;

@@ -121,7 +121,6 @@ macro_rules! each_int {
     };
 }
 
-
 impl Ints {
     pub fn new(size: usize, signed: bool, cap: usize) -> Ints {
         match (size, signed) {
@@ -257,8 +256,12 @@ fn first_nul(v: u128) -> usize {
 
 impl Dict {
     pub fn new() -> Dict {
-        Dict { short: FxMap::default(), long: FxMap::default(), recent: Box::new([(0, u32::MAX); RECENT]),
-               values: Var::new(true) }
+        Dict {
+            short: FxMap::default(),
+            long: FxMap::default(),
+            recent: Box::new([(0, u32::MAX); RECENT]),
+            values: Var::new(true),
+        }
     }
 
     /// Code of the text up to the first NUL of 16 bytes (a `char comm[16]`).
@@ -314,10 +317,19 @@ impl Dict {
 pub enum Data {
     Int(Ints),
     Var(Var),
-    Cat { codes: Vec<u32>, dict: Dict },
+    Cat {
+        codes: Vec<u32>,
+        dict: Dict,
+    },
     /// `count` elements per row
-    List { count: usize, flat: Ints },
-    VarList { offsets: Vec<i64>, flat: Ints },
+    List {
+        count: usize,
+        flat: Ints,
+    },
+    VarList {
+        offsets: Vec<i64>,
+        flat: Ints,
+    },
 }
 
 /// One column being filled.
@@ -350,7 +362,9 @@ impl Builder {
                 Data::List { count, flat: Ints::new(spec.elem, spec.signed, cap * count) }
             }
             Kind::TailList => Data::VarList { offsets: vec![0], flat: Ints::new(spec.elem, spec.signed, 0) },
-            Kind::DataLocStr | Kind::RelLocStr | Kind::TailStr | Kind::BprintText | Kind::PrintkStr => Data::Var(Var::new(true)),
+            Kind::DataLocStr | Kind::RelLocStr | Kind::TailStr | Kind::BprintText | Kind::PrintkStr => {
+                Data::Var(Var::new(true))
+            }
             Kind::DataLocBin | Kind::RelLocBin | Kind::TailBin | Kind::Bytes => Data::Var(Var::new(false)),
         };
         Builder { spec: spec.clone(), data }
@@ -393,7 +407,9 @@ impl Builder {
             }
             Data::Var(var) => match kind {
                 Kind::Bytes => var.push(r.get(off..off + size).unwrap_or(&[])),
-                Kind::DataLocStr | Kind::RelLocStr => var.push(trim_nul(dyn_slice(r, off, size, be, kind == Kind::RelLocStr))),
+                Kind::DataLocStr | Kind::RelLocStr => {
+                    var.push(trim_nul(dyn_slice(r, off, size, be, kind == Kind::RelLocStr)))
+                }
                 Kind::DataLocBin | Kind::RelLocBin => var.push(dyn_slice(r, off, size, be, kind == Kind::RelLocBin)),
                 Kind::TailStr => var.push(trim_nul(r.get(off..).unwrap_or(&[]))),
                 Kind::BprintText => {
@@ -425,7 +441,9 @@ impl Builder {
     /// Bytes of the record this field reads when it has a fixed place (None: variable place).
     fn fixed_extent(&self) -> Option<usize> {
         match (&self.data, self.spec.kind) {
-            (Data::Int(_) | Data::List { .. }, _) | (Data::Cat { .. }, Kind::CharArray) => Some(self.spec.offset + self.spec.size),
+            (Data::Int(_) | Data::List { .. }, _) | (Data::Cat { .. }, Kind::CharArray) => {
+                Some(self.spec.offset + self.spec.size)
+            }
             _ => None,
         }
     }
@@ -635,8 +653,13 @@ mod tests {
     fn staged_blocks_equal_record_by_record() {
         let printk = HashMap::new();
         let syms = Syms::new(Box::new(|| (Vec::new(), Vec::new())));
-        let specs = vec![spec(Kind::Int, 0, 4), spec(Kind::CharArray, 4, 8), Spec { elem: 2, ..spec(Kind::NumArray, 12, 4) },
-                         spec(Kind::TailBin, 16, 0), spec(Kind::Int, 14, 2)];
+        let specs = vec![
+            spec(Kind::Int, 0, 4),
+            spec(Kind::CharArray, 4, 8),
+            Spec { elem: 2, ..spec(Kind::NumArray, 12, 4) },
+            spec(Kind::TailBin, 16, 0),
+            spec(Kind::Int, 14, 2),
+        ];
         let mut staged = Filler::new(&specs, 0);
         let mut plain: Vec<Builder> = specs.iter().map(|s| Builder::new(s, 0)).collect();
         let (mut e1, mut e2) = (env(&printk, &syms), env(&printk, &syms));

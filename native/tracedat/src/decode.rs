@@ -126,16 +126,33 @@ fn label(ctx: &Ctx, p: &Piece) -> String {
 }
 
 fn decode_piece(ctx: &Ctx, p: &Piece, sc: &mut Scratch) -> Result<PieceOut, Error> {
-    let mut env = Env { be: ctx.lay.big_endian, long_size: ctx.long_size, printk: ctx.printk, syms: ctx.syms,
-                        short_fields: 0, missing_formats: 0 };
-    let mut out = PieceOut { types: Vec::new(), stats: PageStats::default(), short_fields: 0, missing_formats: 0,
-                             first_ts: None, last_ts: None, backwards: 0 };
+    let mut env = Env {
+        be: ctx.lay.big_endian,
+        long_size: ctx.long_size,
+        printk: ctx.printk,
+        syms: ctx.syms,
+        short_fields: 0,
+        missing_formats: 0,
+    };
+    let mut out = PieceOut {
+        types: Vec::new(),
+        stats: PageStats::default(),
+        short_fields: 0,
+        missing_formats: 0,
+        first_ts: None,
+        last_ts: None,
+        backwards: 0,
+    };
     let mut last = i64::MIN;
     let mut first = None;
-    let piece_bytes: usize = p.blocks.iter().map(|b| match b {
-        Block::Stored { size, .. } => *size,
-        Block::Chunk { chunk, .. } => chunk.inflated,
-    }).sum();
+    let piece_bytes: usize = p
+        .blocks
+        .iter()
+        .map(|b| match b {
+            Block::Stored { size, .. } => *size,
+            Block::Chunk { chunk, .. } => chunk.inflated,
+        })
+        .sum();
     let mut types: Vec<Filling> = Vec::new();
     for blk in &p.blocks {
         let (data, where_): (&[u8], Block) = match *blk {
@@ -178,10 +195,18 @@ fn decode_piece(ctx: &Ctx, p: &Piece, sc: &mut Scratch) -> Result<PieceOut, Erro
         if let Err(e) = res {
             let what = label(ctx, p);
             return Err(match where_ {
-                Block::Stored { offset, .. } => Error::at((offset + e.pos) as u64, format!("{what} ring buffer: {}", e.msg)),
-                Block::Chunk { chunk, index } => Error::at(chunk.offset as u64 - 8, format!(
-                    "{what} ring buffer, compressed chunk {index}, byte {} (page {}) of the inflated chunk: {}",
-                    e.pos, e.pos / ctx.lay.page_size, e.msg)),
+                Block::Stored { offset, .. } => {
+                    Error::at((offset + e.pos) as u64, format!("{what} ring buffer: {}", e.msg))
+                }
+                Block::Chunk { chunk, index } => Error::at(
+                    chunk.offset as u64 - 8,
+                    format!(
+                        "{what} ring buffer, compressed chunk {index}, byte {} (page {}) of the inflated chunk: {}",
+                        e.pos,
+                        e.pos / ctx.lay.page_size,
+                        e.msg
+                    ),
+                ),
             }
             .expected("a well-formed ring-buffer page"));
         }
@@ -221,8 +246,12 @@ fn decode_piece(ctx: &Ctx, p: &Piece, sc: &mut Scratch) -> Result<PieceOut, Erro
 /// Decode `pieces` on up to `threads` threads; the outputs in the pieces' order. On errors, the error of
 /// the earliest piece in data order (the pieces after it may not have been decoded). `extra`: a check
 /// run on one of the threads alongside (the compressed kallsyms section).
-pub fn decode_all(ctx: &Ctx, pieces: &[Piece], threads: usize, extra: &(dyn Fn() -> Result<(), Error> + Sync))
-    -> Result<Vec<PieceOut>, Error> {
+pub fn decode_all(
+    ctx: &Ctx,
+    pieces: &[Piece],
+    threads: usize,
+    extra: &(dyn Fn() -> Result<(), Error> + Sync),
+) -> Result<Vec<PieceOut>, Error> {
     let next = AtomicUsize::new(0);
     let abort = AtomicBool::new(false);
     let results: Vec<Mutex<Option<Result<PieceOut, Error>>>> = pieces.iter().map(|_| Mutex::new(None)).collect();
@@ -235,8 +264,12 @@ pub fn decode_all(ctx: &Ctx, pieces: &[Piece], threads: usize, extra: &(dyn Fn()
                 if t == threads - 1 {
                     let _ = extra_result.set(extra());
                 }
-                let mut scratch = Scratch { inflater: None, buf: Vec::new(), slot: vec![u32::MAX; 1 << 16],
-                                            per_byte: Default::default() };
+                let mut scratch = Scratch {
+                    inflater: None,
+                    buf: Vec::new(),
+                    slot: vec![u32::MAX; 1 << 16],
+                    per_byte: Default::default(),
+                };
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     if k >= pieces.len() || abort.load(Ordering::Relaxed) {

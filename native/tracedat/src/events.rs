@@ -49,8 +49,16 @@ fn ordered(fields: &[Field]) -> Vec<&Field> {
 
 /// The column of field `f` of event `ev` (`long_size`: the kernel's long, for stack entries).
 fn spec(ev: &EventFormat, f: &Field, long_size: usize) -> Spec {
-    let mut s = Spec { name: f.name.clone(), offset: f.offset, size: f.size, kind: f.kind, signed: f.signed,
-                       elem: f.elem, aux_off: 0, aux_size: 0 };
+    let mut s = Spec {
+        name: f.name.clone(),
+        offset: f.offset,
+        size: f.size,
+        kind: f.kind,
+        signed: f.signed,
+        elem: f.elem,
+        aux_off: 0,
+        aux_size: 0,
+    };
     let ftrace = ev.system == "ftrace";
     match (ftrace, ev.name.as_str(), f.name.as_str(), f.kind) {
         (true, "bprint", "buf", _) => {
@@ -108,19 +116,38 @@ impl Events {
         for (_, name, _) in index.values() {
             *name_counts.entry(name.clone()).or_insert(0) += 1;
         }
-        let mut ev = Events { count: index.len(), index, texts: formats, name_counts, long_size, id_field: (0, 2),
-                              unknown: Vec::new(), cache: Mutex::new(HashMap::new()) };
+        let mut ev = Events {
+            count: index.len(),
+            index,
+            texts: formats,
+            name_counts,
+            long_size,
+            id_field: (0, 2),
+            unknown: Vec::new(),
+            cache: Mutex::new(HashMap::new()),
+        };
         // the common fields of records without a usable format come from the first format that parses
         let first = order.iter().find_map(|id| ev.parse(*id).ok());
         if let Some(first) = first {
             if let Some(ct) = first.field("common_type") {
                 ev.id_field = (ct.offset, ct.size);
             }
-            ev.unknown = ordered(&first.fields).into_iter().filter(|f| f.name.starts_with("common_"))
-                .map(|f| spec(&first, f, long_size)).collect();
+            ev.unknown = ordered(&first.fields)
+                .into_iter()
+                .filter(|f| f.name.starts_with("common_"))
+                .map(|f| spec(&first, f, long_size))
+                .collect();
         }
-        ev.unknown.push(Spec { name: "payload".into(), offset: 0, size: 0, kind: Kind::TailBin, signed: false, elem: 0,
-                               aux_off: 0, aux_size: 0 });
+        ev.unknown.push(Spec {
+            name: "payload".into(),
+            offset: 0,
+            size: 0,
+            kind: Kind::TailBin,
+            signed: false,
+            elem: 0,
+            aux_off: 0,
+            aux_size: 0,
+        });
         distinct_names(&mut ev.unknown);
         ev
     }
@@ -138,8 +165,12 @@ impl Events {
 
     fn resolve(&self, id: u16) -> EventType {
         let unknown = |warning| EventType {
-            id, table: format!("unknown_event_{id}"), specs: self.unknown.clone(),
-            char_pointer: vec![false; self.unknown.len()], known: false, warning,
+            id,
+            table: format!("unknown_event_{id}"),
+            specs: self.unknown.clone(),
+            char_pointer: vec![false; self.unknown.len()],
+            known: false,
+            warning,
         };
         let Some((system, name, _)) = self.index.get(&(id as u64)) else { return unknown(None) };
         let ev = match self.parse(id as u64) {
@@ -151,7 +182,11 @@ impl Events {
         let mut specs: Vec<Spec> = fields.iter().map(|f| spec(&ev, f, self.long_size)).collect();
         let char_pointer = fields.iter().zip(&specs).map(|(f, s)| f.is_char_pointer() && s.kind == Kind::Int).collect();
         distinct_names(&mut specs);
-        let table = if self.name_counts.get(name).copied().unwrap_or(0) == 1 { name.clone() } else { format!("{system}:{name}") };
+        let table = if self.name_counts.get(name).copied().unwrap_or(0) == 1 {
+            name.clone()
+        } else {
+            format!("{system}:{name}")
+        };
         EventType { id, table, specs, char_pointer, known: true, warning: None }
     }
 }

@@ -155,8 +155,8 @@ fn classify(decl: &str, offset: usize, size: usize, signed: Option<bool>) -> Fie
         type_part = t.trim().to_string();
         count = Some(String::new());
     }
-    let signed = signed.unwrap_or(!(type_part.starts_with("unsigned") || type_part.starts_with('u')
-        || type_part.starts_with("bool")));
+    let signed = signed
+        .unwrap_or(!(type_part.starts_with("unsigned") || type_part.starts_with('u') || type_part.starts_with("bool")));
     let base = type_part.replace("const ", "");
     let base = base.trim();
     let is_char = matches!(base, "char" | "signed char" | "const char");
@@ -227,9 +227,8 @@ fn line_value<'t>(t: &'t str, key: &str, digits: bool) -> Option<&'t str> {
     let starts = std::iter::once(0).chain(t.match_indices('\n').map(|(i, _)| i + 1));
     starts.filter(|&p| t[p..].starts_with(key)).find_map(|p| {
         let rest = t[p + key.len()..].trim_start();
-        let end = rest
-            .find(|c: char| if digits { !c.is_ascii_digit() } else { c.is_whitespace() })
-            .unwrap_or(rest.len());
+        let end =
+            rest.find(|c: char| if digits { !c.is_ascii_digit() } else { c.is_whitespace() }).unwrap_or(rest.len());
         (end > 0).then(|| &rest[..end])
     })
 }
@@ -254,8 +253,8 @@ pub struct PageHeader {
 /// events/header_page (`field: u64 timestamp; offset:0; size:8; signed:0;` ...); `long_size` gives the
 /// defaults of a file without one.
 pub fn parse_header_page(text: &str, long_size: usize) -> PageHeader {
-    let mut ph = PageHeader { ts_offset: 0, ts_size: 8, commit_offset: 8, commit_size: long_size,
-                              data_offset: 8 + long_size };
+    let mut ph =
+        PageHeader { ts_offset: 0, ts_size: 8, commit_offset: 8, commit_size: long_size, data_offset: 8 + long_size };
     for part in text.split("field:").skip(1) {
         let line = format!("field:{part}");
         let Some((decl, off, size, _)) = field_line(&line) else { continue };
@@ -281,9 +280,19 @@ mod tests {
         let ev = parse_event_format(SWITCH, "sched").unwrap();
         assert_eq!((ev.id, ev.name.as_str()), (316, "sched_switch"));
         let kinds: Vec<_> = ev.fields.iter().map(|f| (f.name.as_str(), f.kind)).collect();
-        assert_eq!(kinds, vec![("common_type", Kind::Int), ("common_pid", Kind::Int), ("prev_comm", Kind::CharArray),
-                               ("prev_state", Kind::Int), ("name", Kind::DataLocStr), ("args", Kind::NumArray),
-                               ("fmt", Kind::Int), ("buf", Kind::TailStr)]);
+        assert_eq!(
+            kinds,
+            vec![
+                ("common_type", Kind::Int),
+                ("common_pid", Kind::Int),
+                ("prev_comm", Kind::CharArray),
+                ("prev_state", Kind::Int),
+                ("name", Kind::DataLocStr),
+                ("args", Kind::NumArray),
+                ("fmt", Kind::Int),
+                ("buf", Kind::TailStr)
+            ]
+        );
         assert!(ev.field("prev_state").unwrap().signed && !ev.field("common_type").unwrap().signed);
         assert_eq!(ev.field("args").unwrap().elem, 8);
         assert!(ev.field("fmt").unwrap().is_char_pointer());

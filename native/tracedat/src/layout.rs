@@ -89,9 +89,15 @@ pub struct Buffer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kallsyms {
     None,
-    Stored { offset: usize, size: usize },
+    Stored {
+        offset: usize,
+        size: usize,
+    },
     /// compressed v7 section at file offset `section`: u32 size + text once inflated
-    Compressed { section: u64, chunk: Chunk },
+    Compressed {
+        section: u64,
+        chunk: Chunk,
+    },
 }
 
 /// Everything a trace.dat holds besides the event records.
@@ -131,16 +137,23 @@ enum Section {
 }
 
 /// Inflate a compressed v7 section (its declared size already checked against the limits).
-fn inflate_section(data: &[u8], codec: Option<Codec>, inflater: Option<&mut Inflater>, start: u64, chunk: Chunk,
-                   what: &str) -> Result<Vec<u8>> {
+fn inflate_section(
+    data: &[u8],
+    codec: Option<Codec>,
+    inflater: Option<&mut Inflater>,
+    start: u64,
+    chunk: Chunk,
+    what: &str,
+) -> Result<Vec<u8>> {
     let codec_name = codec.map_or("none", Codec::name);
     let Some(inf) = inflater else {
         return Err(Error::at(start, format!("compressed {what} section in a file without compression")));
     };
     let mut out = Vec::new();
     let src = &data[chunk.offset..chunk.offset + chunk.size];
-    inf.inflate(src, chunk.inflated, &mut out)
-        .map_err(|e| Error::at(start, format!("{e} in {what} section")).expected(format!("a valid {codec_name} stream")))?;
+    inf.inflate(src, chunk.inflated, &mut out).map_err(|e| {
+        Error::at(start, format!("{e} in {what} section")).expected(format!("a valid {codec_name} stream"))
+    })?;
     Ok(out)
 }
 
@@ -153,7 +166,12 @@ pub fn kallsyms_text(data: &[u8], lay: &Layout) -> Result<Vec<u8>> {
         Kallsyms::Compressed { section, chunk } => {
             let mut inf = lay.codec.map(Inflater::new).transpose().map_err(Error::nowhere)?;
             let out = inflate_section(data, lay.codec, inf.as_mut(), section, chunk, "kallsyms")?;
-            let mut c = Reader::within(&out, lay.big_endian, section, &format!("compressed kallsyms section at offset {section}"));
+            let mut c = Reader::within(
+                &out,
+                lay.big_endian,
+                section,
+                &format!("compressed kallsyms section at offset {section}"),
+            );
             let n = c.u32("kallsyms size")? as usize;
             Ok(c.take(n, "kallsyms")?.to_vec())
         }
@@ -183,7 +201,9 @@ struct Parser<'a> {
 fn check_span(data: &[u8], off: u64, size: u64, what: &str) -> Result<()> {
     if off.checked_add(size).is_none_or(|end| end > data.len() as u64) {
         let msg = format!("{what} runs past the end of the file ({off}+{size} > {} bytes)", data.len());
-        return Err(Error::at(off.min(data.len() as u64), msg).expected(format!("{size} bytes of {what} (file truncated?)")));
+        return Err(
+            Error::at(off.min(data.len() as u64), msg).expected(format!("{size} bytes of {what} (file truncated?)"))
+        );
     }
     Ok(())
 }
@@ -271,7 +291,8 @@ impl<'a> Parser<'a> {
                     }
                     None => {
                         lay.warnings.push(format!(
-                            "CPUSTAT option at offset {at} names no readable CPU ({}): its statistics are not used", repr(&first)
+                            "CPUSTAT option at offset {at} names no readable CPU ({}): its statistics are not used",
+                            repr(&first)
                         ));
                         lay.skipped.add("tracedat_cpustat_unreadable", 1, at, first);
                     }
@@ -367,9 +388,11 @@ impl<'a> Parser<'a> {
         let q = repr(&name);
         let what = format!("trace instance {} flyrecord header (BUFFER option at offset {at})", repr(&name));
         if off >= self.data.len() as u64 {
-            return Err(Error::at(at, format!("{what} points past the end of the file ({off} >= {} bytes)",
-                                             self.data.len()))
-                .expected("an offset inside the file (truncated?)"));
+            return Err(Error::at(
+                at,
+                format!("{what} points past the end of the file ({off} >= {} bytes)", self.data.len()),
+            )
+            .expected("an offset inside the file (truncated?)"));
         }
         let mut s = self.reader(off as usize);
         s.expect(b"flyrecord\0", &format!("'flyrecord\\0' at the start of the {what}"))?;
@@ -421,8 +444,13 @@ impl<'a> Parser<'a> {
     }
 
     /// Run `f` over the contents of the v7 section at `off` (inflated first when compressed).
-    fn with_section<T>(&mut self, off: u64, want: u16, what: &str,
-                       f: impl FnOnce(&mut Self, &mut Reader) -> Result<T>) -> Result<T> {
+    fn with_section<T>(
+        &mut self,
+        off: u64,
+        want: u16,
+        what: &str,
+        f: impl FnOnce(&mut Self, &mut Reader) -> Result<T>,
+    ) -> Result<T> {
         match self.locate(off, want, what)? {
             Section::Stored { pos, end } => {
                 let mut c = self.reader(pos);
@@ -431,7 +459,8 @@ impl<'a> Parser<'a> {
             }
             Section::Compressed { start, chunk } => {
                 let out = inflate_section(self.data, self.lay.codec, self.inflater.as_mut(), start, chunk, what)?;
-                let mut c = Reader::within(&out, self.be, start, &format!("compressed {what} section at offset {start}"));
+                let mut c =
+                    Reader::within(&out, self.be, start, &format!("compressed {what} section at offset {start}"));
                 f(self, &mut c)
             }
         }
@@ -460,17 +489,15 @@ impl<'a> Parser<'a> {
             if !seen.insert(opt_off) {
                 return Err(Error::at(opt_off, "options sections form a loop"));
             }
-            opt_off = self.with_section(opt_off, OPT_DONE, "options", |p, s| {
-                loop {
-                    let at = s.pos;
-                    let id = s.u16("option id")?;
-                    let size = s.u32("option size")? as usize;
-                    let payload = s.take(size, &format!("option {id} data"))?;
-                    if id == OPT_DONE {
-                        return Ok(if payload.len() >= 8 { rd(payload, 0, 8, p.be).unwrap_or(0) } else { 0 });
-                    }
-                    p.option(id, payload, s.file_offset(at), &mut o);
+            opt_off = self.with_section(opt_off, OPT_DONE, "options", |p, s| loop {
+                let at = s.pos;
+                let id = s.u16("option id")?;
+                let size = s.u32("option size")? as usize;
+                let payload = s.take(size, &format!("option {id} data"))?;
+                if id == OPT_DONE {
+                    return Ok(if payload.len() >= 8 { rd(payload, 0, 8, p.be).unwrap_or(0) } else { 0 });
                 }
+                p.option(id, payload, s.file_offset(at), &mut o);
             })?;
         }
         if o.latency {
@@ -514,7 +541,9 @@ impl<'a> Parser<'a> {
             }
         }
         if top.is_none() && named.is_empty() {
-            return Err(Error::nowhere("no BUFFER option for the top trace instance").expected("a flyrecord BUFFER option"));
+            return Err(
+                Error::nowhere("no BUFFER option for the top trace instance").expected("a flyrecord BUFFER option")
+            );
         }
         if let Some(mut t) = top {
             // `trace-cmd extract -B NAME` without -t writes only the named instances
@@ -567,11 +596,15 @@ impl<'a> Parser<'a> {
                 continue;
             }
             if cpu >= bound {
-                let why = if known_cpus > 0 { format!("the file records {}", cpu_count_txt(known_cpus)) }
-                          else { format!("Linux has at most {MAX_CPUS} CPUs") };
+                let why = if known_cpus > 0 {
+                    format!("the file records {}", cpu_count_txt(known_cpus))
+                } else {
+                    format!("Linux has at most {MAX_CPUS} CPUs")
+                };
                 self.lay.warnings.push(format!(
                     "{label}ring-buffer data of CPU id {cpu} (BUFFER option at offset {at}) skipped: {why}; \
-                     {size} bytes at offset {off} not decoded"));
+                     {size} bytes at offset {off} not decoded"
+                ));
                 self.lay.skipped.add("tracedat_cpu_id_out_of_range", 1, at, format!("{label}CPU id {cpu}: {why}"));
                 continue;
             }
@@ -598,7 +631,8 @@ impl<'a> Parser<'a> {
             let isize = s.u32(&format!("{label}CPU {cpu} chunk {i} header"))? as usize;
             let at = s.pos;
             s.take(csize, &format!("{label}CPU {cpu} chunk {i} data"))?;
-            self.limits.check(isize as u64, csize)
+            self.limits
+                .check(isize as u64, csize)
                 .map_err(|m| Error::at(hdr as u64, format!("{label}CPU {cpu} chunk {i} {m}")))?;
             if isize % self.lay.page_size != 0 {
                 return Err(Error::at(hdr as u64, format!(
@@ -621,7 +655,9 @@ pub fn parse(data: &[u8], limits: Limits) -> Result<Layout> {
     let at = c.pos as u64;
     let version = c.cstr("file version", 16)?;
     if version != "6" && version != "7" {
-        return Err(Error::at(at, format!("unsupported trace.dat version {}", repr(&version))).expected("version 6 or 7"));
+        return Err(
+            Error::at(at, format!("unsupported trace.dat version {}", repr(&version))).expected("version 6 or 7")
+        );
     }
     let at = c.pos as u64;
     let endian = c.u8("endianness byte")?;
@@ -642,11 +678,28 @@ pub fn parse(data: &[u8], limits: Limits) -> Result<Layout> {
             .expected("a power of two between 64 B and 16 MiB"));
     }
     let lay = Layout {
-        version: if version == "6" { 6 } else { 7 }, big_endian: be, long_size, page_size, codec: None,
-        header_page: String::new(), formats: Vec::new(), kallsyms: Kallsyms::None, printk: String::new(),
-        cmdlines: String::new(), cpus: 0, clock: None, uname: None, tracer_version: None, ts_offset_ns: 0,
-        date_offset_ns: 0, tsc2nsec: None, has_time_shift: false, guests: Vec::new(), buffers: Vec::new(),
-        warnings: Vec::new(), skipped: ImportLog::default(),
+        version: if version == "6" { 6 } else { 7 },
+        big_endian: be,
+        long_size,
+        page_size,
+        codec: None,
+        header_page: String::new(),
+        formats: Vec::new(),
+        kallsyms: Kallsyms::None,
+        printk: String::new(),
+        cmdlines: String::new(),
+        cpus: 0,
+        clock: None,
+        uname: None,
+        tracer_version: None,
+        ts_offset_ns: 0,
+        date_offset_ns: 0,
+        tsc2nsec: None,
+        has_time_shift: false,
+        guests: Vec::new(),
+        buffers: Vec::new(),
+        warnings: Vec::new(),
+        skipped: ImportLog::default(),
     };
     let mut p = Parser { data, be, limits, inflater: None, lay };
     if p.lay.version == 6 {

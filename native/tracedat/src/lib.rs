@@ -89,8 +89,13 @@ pub fn decode(data: &[u8], opts: &Options) -> Result<Decoded, Error> {
     let threads = worker_count(opts.threads);
     let header = format::parse_header_page(&lay.header_page, lay.long_size);
     let events = events::Events::new(lay.formats.clone(), header.commit_size);
-    let pages = PageLayout { page_size: lay.page_size, header, be: lay.big_endian, id_off: events.id_field.0,
-                             id_size: events.id_field.1 };
+    let pages = PageLayout {
+        page_size: lay.page_size,
+        header,
+        be: lay.big_endian,
+        id_off: events.id_field.0,
+        id_size: events.id_field.1,
+    };
     let tsc = lay.tsc2nsec.filter(|t| t.0 != 0);
     let clock = Clock { tsc, offset_ns: lay.ts_offset_ns.saturating_add(lay.date_offset_ns) };
     let printk = text::parse_printk_formats(&lay.printk);
@@ -98,8 +103,17 @@ pub fn decode(data: &[u8], opts: &Options) -> Result<Decoded, Error> {
     let load_kallsyms = || kallsyms.get_or_init(|| layout::kallsyms_text(data, &lay));
     let syms = Syms::new(Box::new(|| text::parse_kallsyms(load_kallsyms().as_deref().unwrap_or(&[]))));
     let pieces = decode::pieces(&lay);
-    let ctx = decode::Ctx { data, lay: &lay, pages, clock, events: &events, printk: &printk, syms: &syms,
-                            long_size: header.commit_size, release: opts.release_input.then_some(release_pages) };
+    let ctx = decode::Ctx {
+        data,
+        lay: &lay,
+        pages,
+        clock,
+        events: &events,
+        printk: &printk,
+        syms: &syms,
+        long_size: header.commit_size,
+        release: opts.release_input.then_some(release_pages),
+    };
     // a compressed kallsyms section is checked even when no record needs it (a corrupt file is an error)
     let check = || match lay.kallsyms {
         layout::Kallsyms::Compressed { .. } => load_kallsyms().clone().map(|_| ()),
@@ -144,10 +158,14 @@ fn release_pages(data: &[u8]) {
 /// A table's columns as an Arrow record batch.
 fn record_batch(t: Table, lay: &Layout, has_instances: bool, printk: &HashMap<u64, Vec<u8>>) -> RecordBatch {
     let own_cpu = t.ty.specs.iter().any(|s| s.name == "cpu");
-    let mut fields = vec![Field::new("ts", DataType::Int64, false),
-                          Field::new(if own_cpu { "buffer_cpu" } else { "cpu" }, DataType::Int32, false)];
-    let mut arrays: Vec<ArrayRef> = vec![Arc::new(Int64Array::new(ScalarBuffer::from(t.ts), None)),
-                                         Arc::new(Int32Array::new(ScalarBuffer::from(t.cpu), None))];
+    let mut fields = vec![
+        Field::new("ts", DataType::Int64, false),
+        Field::new(if own_cpu { "buffer_cpu" } else { "cpu" }, DataType::Int32, false),
+    ];
+    let mut arrays: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::new(ScalarBuffer::from(t.ts), None)),
+        Arc::new(Int32Array::new(ScalarBuffer::from(t.cpu), None)),
+    ];
     for (b, &char_pointer) in t.cols.into_iter().zip(&t.ty.char_pointer) {
         let name = b.spec.name.clone();
         let array = match constant_strings(&b, char_pointer && t.ty.known, printk) {
@@ -183,7 +201,8 @@ fn constant_strings(b: &Builder, char_pointer: bool, printk: &HashMap<u64, Vec<u
     if pointed.is_empty() || !pointed.iter().all(|a| printk.contains_key(a)) {
         return None;
     }
-    let texts: HashMap<u64, String> = pointed.iter().map(|a| (*a, String::from_utf8_lossy(&printk[a]).into_owned())).collect();
+    let texts: HashMap<u64, String> =
+        pointed.iter().map(|a| (*a, String::from_utf8_lossy(&printk[a]).into_owned())).collect();
     let array: LargeStringArray = (0..n).map(|i| texts.get(&ints.get(i)).map(String::as_str)).collect();
     Some(Arc::new(array))
 }
@@ -218,8 +237,11 @@ impl Accounting {
     fn new(lay: &Layout) -> Accounting {
         let top_present = lay.buffers.first().is_some_and(|b| b.name.is_none());
         let offset = if top_present { 0 } else { 1 };
-        Accounting { buffers: vec![BufferCounts::default(); lay.buffers.len() + offset],
-                     slot: (0..lay.buffers.len()).map(|b| b + offset).collect(), skipped: ImportLog::default() }
+        Accounting {
+            buffers: vec![BufferCounts::default(); lay.buffers.len() + offset],
+            slot: (0..lay.buffers.len()).map(|b| b + offset).collect(),
+            skipped: ImportLog::default(),
+        }
     }
 
     fn add_pieces(&mut self, pieces: &[decode::Piece], outs: &[decode::PieceOut]) {
@@ -247,8 +269,12 @@ impl Accounting {
                 prev = Some((p.buffer, p.cpu, last));
             }
             if let Some(at) = o.stats.first_bad_ts {
-                self.skipped.add("tracedat_timestamp_out_of_range", o.stats.bad_ts, at as u64,
-                                 "record timestamp beyond the signed 64-bit ns range");
+                self.skipped.add(
+                    "tracedat_timestamp_out_of_range",
+                    o.stats.bad_ts,
+                    at as u64,
+                    "record timestamp beyond the signed 64-bit ns range",
+                );
             }
         }
     }
@@ -266,17 +292,29 @@ impl Accounting {
     }
 
     /// One buffer's warnings (as the file's own if `top`) and lost events.
-    fn buffer_warnings(b: &BufferCounts, lay: &Layout, top: bool, cpustats: &BTreeMap<u32, String>)
-        -> (Vec<String>, meta::LostEvents) {
+    fn buffer_warnings(
+        b: &BufferCounts,
+        lay: &Layout,
+        top: bool,
+        cpustats: &BTreeMap<u32, String>,
+    ) -> (Vec<String>, meta::LostEvents) {
         let mut w = if top { lay.warnings.clone() } else { Vec::new() };
         w.extend(b.types.values().filter_map(|t| t.warning.clone()));
         for t in b.types.values().filter(|t| !t.known) {
-            w.push(format!("{} events with id {} have no usable format in the file (table {}, raw bytes in `payload`)",
-                           b.events.get(&t.table).copied().unwrap_or(0), t.id, t.table));
+            w.push(format!(
+                "{} events with id {} have no usable format in the file (table {}, raw bytes in `payload`)",
+                b.events.get(&t.table).copied().unwrap_or(0),
+                t.id,
+                t.table
+            ));
         }
         let lost = meta::lost_events(&b.lost, &b.uncounted, cpustats);
         if lost.total() > 0 {
-            w.push(format!("{} events lost in the ring buffer (per CPU: {})", lost.total(), meta::per_cpu_text(&lost.per_cpu)));
+            w.push(format!(
+                "{} events lost in the ring buffer (per CPU: {})",
+                lost.total(),
+                meta::per_cpu_text(&lost.per_cpu)
+            ));
         }
         w.extend(lost.warnings.iter().cloned());
         if b.short_fields > 0 {
@@ -286,12 +324,17 @@ impl Accounting {
             w.push(format!("{} bprint/bputs events reference printk formats missing from the file", b.missing_formats));
         }
         if b.bad_ts > 0 {
-            w.push(format!("{} records have timestamps beyond the signed 64-bit ns range (corrupt ring-buffer \
-                            page timestamps): not imported", b.bad_ts));
+            w.push(format!(
+                "{} records have timestamps beyond the signed 64-bit ns range (corrupt ring-buffer \
+                            page timestamps): not imported",
+                b.bad_ts
+            ));
         }
         for (cpu, n) in &b.backwards {
-            w.push(format!("CPU {cpu}: {n} records are earlier than the record before them on that CPU (ring-buffer \
-                            pages out of time order); every table is ordered by timestamp"));
+            w.push(format!(
+                "CPU {cpu}: {n} records are earlier than the record before them on that CPU (ring-buffer \
+                            pages out of time order); every table is ordered by timestamp"
+            ));
         }
         if lay.has_time_shift || !lay.guests.is_empty() {
             w.push("host/guest time synchronisation data present but not applied".into());
@@ -316,19 +359,34 @@ impl Accounting {
             warnings.extend(w.into_iter().map(|w| format!("instance {}: {w}", bytes::repr(&name))));
             let clock = buf.clock.clone().or_else(|| lay.clock.clone());
             if top_has_data && clock != lay.clock {
-                warnings.push(format!("instance {} records on the {} clock, the top buffer on {}: their timestamps \
-                                       are not comparable", bytes::repr(&name), py_opt(&clock), py_opt(&lay.clock)));
+                warnings.push(format!(
+                    "instance {} records on the {} clock, the top buffer on {}: their timestamps \
+                                       are not comparable",
+                    bytes::repr(&name),
+                    py_opt(&clock),
+                    py_opt(&lay.clock)
+                ));
             }
             for (c, n) in &lost.per_cpu {
                 *lost_per_cpu.entry(*c).or_insert(0) += n;
             }
             exact &= lost.exact;
-            instance_buffers.push((name, InstanceBuffer {
-                clock, events: counts.events.clone(), lost_events: lost.total(),
-                lost_events_per_cpu: meta::str_keys(&lost.per_cpu), lost_events_exact: lost.exact,
-            }));
+            instance_buffers.push((
+                name,
+                InstanceBuffer {
+                    clock,
+                    events: counts.events.clone(),
+                    lost_events: lost.total(),
+                    lost_events_per_cpu: meta::str_keys(&lost.per_cpu),
+                    lost_events_exact: lost.exact,
+                },
+            ));
         }
-        let clock = if top_has_data || instance_buffers.is_empty() { lay.clock.clone() } else { instance_buffers[0].1.clock.clone() };
+        let clock = if top_has_data || instance_buffers.is_empty() {
+            lay.clock.clone()
+        } else {
+            instance_buffers[0].1.clock.clone()
+        };
         let mut instances: Vec<String> = instance_buffers.iter().map(|(n, _)| n.clone()).collect();
         instances.sort();
         let cpus_with_data: BTreeSet<u32> = self.buffers.iter().flat_map(|b| b.cpus.iter().copied()).collect();
@@ -338,9 +396,15 @@ impl Accounting {
             clock,
             cpus: lay.cpus as u64,
             page_size: lay.page_size as u64,
-            kernel: Kernel { release: uname.release, version: uname.version, arch: uname.arch, uname: uname.uname,
-                             long_size: lay.long_size as u64, kernel_long_size: header.commit_size as u64,
-                             endian: if lay.big_endian { "big" } else { "little" }.into() },
+            kernel: Kernel {
+                release: uname.release,
+                version: uname.version,
+                arch: uname.arch,
+                uname: uname.uname,
+                long_size: lay.long_size as u64,
+                kernel_long_size: header.commit_size as u64,
+                endian: if lay.big_endian { "big" } else { "little" }.into(),
+            },
             tracer_version: lay.tracer_version.clone(),
             ts_offset_ns: lay.ts_offset_ns.saturating_add(lay.date_offset_ns),
             tsc2nsec: lay.tsc2nsec.map(|(m, s, o)| vec![m as u64, s as u64, o]),

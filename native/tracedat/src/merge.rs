@@ -141,7 +141,13 @@ fn run_end(part: &[i64], start: usize, below: impl Fn(i64) -> bool) -> usize {
 fn gather_ints(parts: Vec<Ints>, segs: &[Seg], scale: usize, rows: usize) -> Ints {
     macro_rules! go {
         ($var:ident) => {{
-            let v: Vec<_> = parts.iter().map(|p| match p { Ints::$var(v) => v.as_slice(), _ => &[] }).collect();
+            let v: Vec<_> = parts
+                .iter()
+                .map(|p| match p {
+                    Ints::$var(v) => v.as_slice(),
+                    _ => &[],
+                })
+                .collect();
             Ints::$var(gather(&v, segs, scale, rows))
         }};
     }
@@ -185,17 +191,35 @@ fn gather_data(parts: Vec<Data>, segs: &[Seg], rows: usize) -> Data {
     let Some(first) = parts.first() else { return Data::Int(Ints::U8(Vec::new())) };
     match first {
         Data::Int(_) => {
-            let ints = parts.into_iter().map(|d| match d { Data::Int(i) => i, _ => Ints::U8(Vec::new()) }).collect();
+            let ints = parts
+                .into_iter()
+                .map(|d| match d {
+                    Data::Int(i) => i,
+                    _ => Ints::U8(Vec::new()),
+                })
+                .collect();
             Data::Int(gather_ints(ints, segs, 1, rows))
         }
         Data::List { count, .. } => {
             let count = *count;
-            let flats = parts.into_iter().map(|d| match d { Data::List { flat, .. } => flat, _ => Ints::U8(Vec::new()) }).collect();
+            let flats = parts
+                .into_iter()
+                .map(|d| match d {
+                    Data::List { flat, .. } => flat,
+                    _ => Ints::U8(Vec::new()),
+                })
+                .collect();
             Data::List { count, flat: gather_ints(flats, segs, count, rows) }
         }
         Data::Var(v) => {
             let utf8 = v.utf8;
-            let vars: Vec<Var> = parts.into_iter().map(|d| match d { Data::Var(v) => v, _ => Var::new(utf8) }).collect();
+            let vars: Vec<Var> = parts
+                .into_iter()
+                .map(|d| match d {
+                    Data::Var(v) => v,
+                    _ => Var::new(utf8),
+                })
+                .collect();
             let offs: Vec<&[i64]> = vars.iter().map(|v| v.offsets.as_slice()).collect();
             let (offsets, ranges) = gather_offsets(&offs, segs, rows);
             let bytes: Vec<&[u8]> = vars.iter().map(|v| v.bytes.as_slice()).collect();
@@ -203,10 +227,13 @@ fn gather_data(parts: Vec<Data>, segs: &[Seg], rows: usize) -> Data {
             Data::Var(Var { bytes: gather_bytes(&bytes, &ranges, total), offsets, utf8 })
         }
         Data::VarList { .. } => {
-            let (offs, flats): (Vec<Vec<i64>>, Vec<Ints>) = parts.into_iter().map(|d| match d {
-                Data::VarList { offsets, flat } => (offsets, flat),
-                _ => (vec![0], Ints::U8(Vec::new())),
-            }).unzip();
+            let (offs, flats): (Vec<Vec<i64>>, Vec<Ints>) = parts
+                .into_iter()
+                .map(|d| match d {
+                    Data::VarList { offsets, flat } => (offsets, flat),
+                    _ => (vec![0], Ints::U8(Vec::new())),
+                })
+                .unzip();
             let o: Vec<&[i64]> = offs.iter().map(|v| v.as_slice()).collect();
             let (offsets, ranges) = gather_offsets(&o, segs, rows);
             let total = *offsets.last().unwrap_or(&0) as usize;
@@ -254,13 +281,14 @@ fn merge_table(pieces: &[Piece], mut parts: Vec<(usize, TypeCols)>, nbuffers: us
     }
     let ty = parts[0].1.ty.clone();
     let rows: usize = parts.iter().map(|p| p.1.ts.len()).sum();
-    let same_run: Vec<bool> = (0..parts.len()).map(|k| {
-        k > 0 && {
-            let (a, b) = (&pieces[parts[k - 1].0], &pieces[parts[k].0]);
-            a.buffer == b.buffer && a.cpu == b.cpu
-                && parts[k - 1].1.ts.last() <= parts[k].1.ts.first()
-        }
-    }).collect();
+    let same_run: Vec<bool> = (0..parts.len())
+        .map(|k| {
+            k > 0 && {
+                let (a, b) = (&pieces[parts[k - 1].0], &pieces[parts[k].0]);
+                a.buffer == b.buffer && a.cpu == b.cpu && parts[k - 1].1.ts.last() <= parts[k].1.ts.first()
+            }
+        })
+        .collect();
     let segs = {
         let ts: Vec<&[i64]> = parts.iter().map(|p| p.1.ts.as_slice()).collect();
         merge_segments(&ts, &same_run)
@@ -283,8 +311,10 @@ fn merge_table(pieces: &[Piece], mut parts: Vec<(usize, TypeCols)>, nbuffers: us
     let mut cols = Vec::with_capacity(ncols);
     for j in 0..ncols {
         let spec = parts[0].1.cols[j].spec.clone();
-        let datas: Vec<Data> = parts.iter_mut()
-            .map(|(_, t)| std::mem::replace(&mut t.cols[j].data, Data::Int(Ints::U8(Vec::new())))).collect();
+        let datas: Vec<Data> = parts
+            .iter_mut()
+            .map(|(_, t)| std::mem::replace(&mut t.cols[j].data, Data::Int(Ints::U8(Vec::new()))))
+            .collect();
         cols.push(Builder { spec, data: gather_data(datas, &segs, rows) });
         if rows >= TRIM_ROWS {
             release_freed_memory();
@@ -346,7 +376,8 @@ pub fn merge(pieces: &[Piece], outs: Vec<PieceOut>, nbuffers: usize, threads: us
             });
         }
     });
-    let mut tables: Vec<Table> = done.into_iter().filter_map(|t| t.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
+    let mut tables: Vec<Table> =
+        done.into_iter().filter_map(|t| t.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
     tables.sort_by_key(|t| t.ty.id);
     tables
 }
@@ -421,18 +452,42 @@ mod tests {
     #[test]
     fn columns_follow_segments() {
         let segs = [(1, 0, 1), (0, 0, 2), (1, 1, 1)];
-        let a = Data::Var({ let mut v = Var::new(true); v.push(b"a"); v.push(b"bb"); v });
-        let b = Data::Var({ let mut v = Var::new(true); v.push(b"c"); v.push(b""); v });
+        let a = Data::Var({
+            let mut v = Var::new(true);
+            v.push(b"a");
+            v.push(b"bb");
+            v
+        });
+        let b = Data::Var({
+            let mut v = Var::new(true);
+            v.push(b"c");
+            v.push(b"");
+            v
+        });
         let Data::Var(v) = gather_data(vec![a, b], &segs, 4) else { panic!() };
-        assert_eq!((0..4).map(|i| v.get(i).to_vec()).collect::<Vec<_>>(), vec![b"c".to_vec(), b"a".to_vec(), b"bb".to_vec(), vec![]]);
+        assert_eq!(
+            (0..4).map(|i| v.get(i).to_vec()).collect::<Vec<_>>(),
+            vec![b"c".to_vec(), b"a".to_vec(), b"bb".to_vec(), vec![]]
+        );
         let mut d1 = Dict::new();
         let c1 = vec![d1.code(b"x"), d1.code(b"y")];
         let mut d2 = Dict::new();
         let c2 = vec![d2.code(b"y"), d2.code(b"z")];
-        let Data::Cat { codes, dict } = gather_data(vec![Data::Cat { codes: c1, dict: d1 }, Data::Cat { codes: c2, dict: d2 }], &segs, 4) else { panic!() };
+        let Data::Cat { codes, dict } =
+            gather_data(vec![Data::Cat { codes: c1, dict: d1 }, Data::Cat { codes: c2, dict: d2 }], &segs, 4)
+        else {
+            panic!()
+        };
         let texts: Vec<&[u8]> = codes.iter().map(|&c| dict.values.get(c as usize)).collect();
         assert_eq!(texts, vec![&b"y"[..], b"x", b"y", b"z"]);
-        let l = gather_data(vec![Data::List { count: 2, flat: Ints::U16(vec![1, 2, 3, 4]) }, Data::List { count: 2, flat: Ints::U16(vec![5, 6, 7, 8]) }], &segs, 4);
+        let l = gather_data(
+            vec![
+                Data::List { count: 2, flat: Ints::U16(vec![1, 2, 3, 4]) },
+                Data::List { count: 2, flat: Ints::U16(vec![5, 6, 7, 8]) },
+            ],
+            &segs,
+            4,
+        );
         assert!(matches!(l, Data::List { flat: Ints::U16(v), .. } if v == vec![5, 6, 1, 2, 3, 4, 7, 8]));
     }
 }

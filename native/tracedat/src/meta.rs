@@ -90,33 +90,42 @@ impl LostEvents {
 /// `cpustats`: CPU -> the CPUSTAT text (tracefs per_cpu/cpuN/stats). The kernel's `overrun` counts
 /// overwritten events (the page counts add up to it and it settles uncounted pages); `dropped events`
 /// and `commit overrun` (events refused) appear in no page: only the statistics know them.
-pub fn lost_events(page_counts: &BTreeMap<u32, u64>, uncounted: &BTreeMap<u32, u64>,
-                   cpustats: &BTreeMap<u32, String>) -> LostEvents {
+pub fn lost_events(
+    page_counts: &BTreeMap<u32, u64>,
+    uncounted: &BTreeMap<u32, u64>,
+    cpustats: &BTreeMap<u32, String>,
+) -> LostEvents {
     let mut out = LostEvents { exact: true, ..LostEvents::default() };
     let mut cpus: Vec<u32> = page_counts.keys().chain(uncounted.keys()).chain(cpustats.keys()).copied().collect();
     cpus.sort_unstable();
     cpus.dedup();
     for cpu in cpus {
-        let (counted, unknown) = (page_counts.get(&cpu).copied().unwrap_or(0), uncounted.get(&cpu).copied().unwrap_or(0));
+        let (counted, unknown) =
+            (page_counts.get(&cpu).copied().unwrap_or(0), uncounted.get(&cpu).copied().unwrap_or(0));
         let stat = cpustats.get(&cpu).map(|t| parse_cpustat(t)).filter(|s| !s.is_empty());
         let overrun = stat.as_ref().and_then(|s| s.get("overrun").copied());
         let mut overwritten = counted + unknown;
         match overrun {
             Some(o) if unknown > 0 && o >= counted + unknown => {
                 overwritten = o;
-                out.warnings.push(format!(
+                out.warnings
+                    .push(format!(
                     "CPU {cpu}: {unknown} ring-buffer page(s) follow lost events without a stored count; the count, \
                      {o}, is the kernel's overrun counter saved in the file"));
             }
             _ if unknown > 0 => {
                 out.exact = false;
-                out.warnings.push(format!(
+                out.warnings
+                    .push(format!(
                     "CPU {cpu}: {unknown} ring-buffer page(s) follow lost events without a stored count and the file \
                      has no usable ring-buffer statistics: each counts 1, so lost_events is a lower bound"));
             }
-            Some(o) if o != counted => out.warnings.push(format!(
+            Some(o) if o != counted => {
+                out.warnings
+                    .push(format!(
                 "CPU {cpu}: the pages count {counted} overwritten events, the ring-buffer statistics saved in the \
-                 file {o}: the pages' count is used")),
+                 file {o}: the pages' count is used"))
+            }
             _ => {}
         }
         let refused = stat.as_ref().map_or(0, |s| {
@@ -125,7 +134,8 @@ pub fn lost_events(page_counts: &BTreeMap<u32, u64>, uncounted: &BTreeMap<u32, u
         if refused > 0 {
             out.warnings.push(format!(
                 "CPU {cpu}: {refused} events dropped by the kernel (buffer full in non-overwrite mode, or commit \
-                 overruns), known only from the ring-buffer statistics saved in the file: the data does not mark where"));
+                 overruns), known only from the ring-buffer statistics saved in the file: the data does not mark where"
+            ));
         }
         if page_counts.contains_key(&cpu) || overwritten > 0 || refused > 0 {
             out.per_cpu.insert(cpu, overwritten + refused);
@@ -150,8 +160,10 @@ mod tests {
 
     /// tracefs per_cpu/cpuN/stats text (older kernels print no "dropped events" line).
     fn stat(overrun: u64, dropped: Option<u64>, commit: u64) -> String {
-        let mut t = format!("CPU: 0\nentries: 0\noverrun: {overrun}\ncommit overrun: {commit}\nbytes: 0\n\
-                             oldest event ts: 55061.649037\nnow ts: 55062.067842\n");
+        let mut t = format!(
+            "CPU: 0\nentries: 0\noverrun: {overrun}\ncommit overrun: {commit}\nbytes: 0\n\
+                             oldest event ts: 55061.649037\nnow ts: 55062.067842\n"
+        );
         if let Some(d) = dropped {
             t += &format!("dropped events: {d}\nread events: 58156\n");
         }
@@ -159,8 +171,11 @@ mod tests {
     }
 
     fn lost(pages: &[(u32, u64)], unknown: &[(u32, u64)], stats: &[(u32, String)]) -> LostEvents {
-        lost_events(&pages.iter().copied().collect(), &unknown.iter().copied().collect(),
-                    &stats.iter().cloned().collect())
+        lost_events(
+            &pages.iter().copied().collect(),
+            &unknown.iter().copied().collect(),
+            &stats.iter().cloned().collect(),
+        )
     }
 
     #[test]
@@ -172,7 +187,8 @@ mod tests {
 
     #[test]
     fn an_uncounted_page_is_settled_by_the_overrun_counter() {
-        let r = lost(&[(0, 990426), (1, 0)], &[(1, 1)], &[(0, stat(990426, Some(0), 0)), (1, stat(1411942, Some(0), 0))]);
+        let r =
+            lost(&[(0, 990426), (1, 0)], &[(1, 1)], &[(0, stat(990426, Some(0), 0)), (1, stat(1411942, Some(0), 0))]);
         assert_eq!(r.per_cpu, BTreeMap::from([(0, 990426), (1, 1411942)]));
         assert!(r.exact && r.warnings.iter().any(|w| w.contains("1411942") && w.contains("overrun")));
     }

@@ -68,8 +68,13 @@ pub struct PageError {
 /// Walk every page of `data` (whole ring-buffer pages of one CPU), calling
 /// `emit(timestamp ns, type id, record bytes)` per event record.
 #[inline(always)]
-pub fn walk<F: FnMut(i64, u16, &[u8])>(data: &[u8], lay: &PageLayout, clock: &Clock, st: &mut PageStats,
-                                       mut emit: F) -> Result<(), PageError> {
+pub fn walk<F: FnMut(i64, u16, &[u8])>(
+    data: &[u8],
+    lay: &PageLayout,
+    clock: &Clock,
+    st: &mut PageStats,
+    mut emit: F,
+) -> Result<(), PageError> {
     let ps = lay.page_size;
     let h = lay.header;
     let be = lay.be;
@@ -78,8 +83,10 @@ pub fn walk<F: FnMut(i64, u16, &[u8])>(data: &[u8], lay: &PageLayout, clock: &Cl
         return Err(err(0, format!("page header ({} bytes) larger than the page ({ps} bytes)", h.data_offset)));
     }
     if data.len() % ps != 0 {
-        return Err(err(data.len() - data.len() % ps, format!(
-            "CPU data ends with a partial ring-buffer page ({} of {ps} bytes)", data.len() % ps)));
+        return Err(err(
+            data.len() - data.len() % ps,
+            format!("CPU data ends with a partial ring-buffer page ({} of {ps} bytes)", data.len() % ps),
+        ));
     }
     for (pi, page) in data.chunks_exact(ps).enumerate() {
         let base = pi * ps;
@@ -90,8 +97,10 @@ pub fn walk<F: FnMut(i64, u16, &[u8])>(data: &[u8], lay: &PageLayout, clock: &Cl
         let commit = (commit_raw & RB_COMMIT_MASK) as usize;
         let end = h.data_offset + commit;
         if end > ps {
-            return Err(err(base + h.commit_offset, format!(
-                "page header commit {commit} exceeds the page's data area ({} bytes)", ps - h.data_offset)));
+            return Err(err(
+                base + h.commit_offset,
+                format!("page header commit {commit} exceeds the page's data area ({} bytes)", ps - h.data_offset),
+            ));
         }
         if commit_raw & RB_MISSED_EVENTS != 0 {
             if commit_raw & RB_MISSED_STORED != 0 {
@@ -145,9 +154,13 @@ pub fn walk<F: FnMut(i64, u16, &[u8])>(data: &[u8], lay: &PageLayout, clock: &Cl
                 n => (i + 4, n as usize * 4),
             };
             if data_at + data_len > end {
-                return Err(err(base + i, format!(
-                    "event record of {data_len} bytes runs past the page's committed data ({} bytes left)",
-                    end.saturating_sub(data_at))));
+                return Err(err(
+                    base + i,
+                    format!(
+                        "event record of {data_len} bytes runs past the page's committed data ({} bytes left)",
+                        end.saturating_sub(data_at)
+                    ),
+                ));
             }
             ts = ts.and_then(|t| t.checked_add(delta));
             let rec = &page[data_at..data_at + data_len];

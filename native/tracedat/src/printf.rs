@@ -209,7 +209,15 @@ pub fn format_bprint(fmt: &[u8], args: &[u8], long_size: usize, be: bool, syms: 
         match conv {
             b'd' | b'i' => {
                 let v = sign_extend(take_uint(args, &mut pos, size, align8(size), be).unwrap_or(0), size);
-                let sign = if v < 0 { "-" } else if sp.plus { "+" } else if sp.space { " " } else { "" };
+                let sign = if v < 0 {
+                    "-"
+                } else if sp.plus {
+                    "+"
+                } else if sp.space {
+                    " "
+                } else {
+                    ""
+                };
                 pad(&mut out, sign, "", &v.unsigned_abs().to_string(), &sp, true);
             }
             b'u' | b'x' | b'X' | b'o' => {

@@ -138,7 +138,10 @@ mod tests {
     #[test]
     fn uname_clock_cpustat() {
         let u = parse_uname(Some("Linux vm 6.1.0 #1 SMP x86_64"));
-        assert_eq!((u.release.as_deref(), u.version.as_deref(), u.arch.as_deref()), (Some("6.1.0"), Some("#1 SMP"), Some("x86_64")));
+        assert_eq!(
+            (u.release.as_deref(), u.version.as_deref(), u.arch.as_deref()),
+            (Some("6.1.0"), Some("#1 SMP"), Some("x86_64"))
+        );
         assert_eq!(parse_uname(Some("Linux x")).release, None);
         assert_eq!(parse_trace_clock("[local] global"), Some("local".into()));
         assert_eq!(parse_trace_clock("boot\0"), Some("boot".into()));
