@@ -16,7 +16,8 @@ fn perfetto_decode<'py>(
     data: PyBuffer<u8>,
     inflate_ratio: f64,
     inflate_floor: u64,
-    inflated_bytes: u64) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyAny>)> {
+    inflated_bytes: u64,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyAny>)> {
     let bytes = crate::tracedat::bytes_of(&data)?;
     let limits = Limits { inflate_ratio, inflate_floor, inflated_bytes };
     let decoded = py

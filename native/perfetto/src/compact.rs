@@ -50,6 +50,7 @@ fn same_lengths(cols: &[Vec<u64>], off: usize, first: (usize, &str), others: &[(
 }
 
 /// Decode one CompactSched message of CPU `cpu` (at offset `off`), appending to `sw` and `wk`.
+#[allow(clippy::needless_range_loop)] // row i of several parallel columns
 pub fn decode(
     b: &[u8],
     off: usize,

@@ -13,6 +13,7 @@ use crate::packets::{self, Meta, Rails};
 use crate::schema::{EventSpec, Schema};
 use crate::sort::{
     derive_prev, sort_compact_switch, sort_compact_waking, sort_rails, sort_table, waker_pids, PrevTask, Renames,
+    Switches,
 };
 use crate::table::{Data, FnvMap, Interner, Table, COL_FLAGS, COL_PID};
 use crate::wire::{err, DResult, DecodeError, Msg, Value};
@@ -435,6 +436,15 @@ impl<'s> Decoder<'s> {
                     t.name, u
                 ));
             }
+            if t.dropped_values > 0 {
+                self.warnings.push(format!(
+                    "{}: {} field values not kept: the table reached its limit of {} columns (fields outside \
+                     abtest's perfetto schema)",
+                    t.name,
+                    t.dropped_values,
+                    crate::table::MAX_COLUMNS
+                ));
+            }
         }
         let renames = Renames::from_table(self.tables.iter().find(|t| t.name == "task_rename"));
         sort_compact_switch(&mut self.switch);
@@ -454,7 +464,7 @@ fn derive_wakers(w: &mut CompactWaking, s: &CompactSwitch, tables: &[Table]) {
     if w.ts.is_empty() {
         return;
     }
-    let mut sources: Vec<(&[i64], &[i32], &[i32], Option<&[bool]>)> = Vec::new();
+    let mut sources: Vec<Switches> = Vec::new();
     if !s.ts.is_empty() {
         sources.push((&s.ts, &s.cpu, &s.next_pid, None));
     }

@@ -5,7 +5,7 @@ use crate::table::{Interner, Table};
 use crate::wire::{bytes_of, string_of, DResult, Msg, Value};
 
 /// GenericFtraceEvent: its event_name (field 1), the table it goes to; None when it has none.
-pub fn generic_name<'a>(b: &'a [u8], off: usize) -> DResult<Option<&'a [u8]>> {
+pub fn generic_name(b: &[u8], off: usize) -> DResult<Option<&[u8]>> {
     let mut m = Msg::new(b, off);
     while let Some((num, v)) = m.next_field()? {
         if num == 1 {
@@ -74,7 +74,7 @@ pub fn decode_generic_fields(t: &mut Table, row: usize, m: &mut Msg, strings: &m
         while let Some((n2, v2)) = fm.next_field()? {
             match n2 {
                 1 => name = bytes_of(&v2),
-                3 | 4 | 5 => val = Some((n2, v2)),
+                3..=5 => val = Some((n2, v2)),
                 _ => {}
             }
         }
@@ -82,16 +82,16 @@ pub fn decode_generic_fields(t: &mut Table, row: usize, m: &mut Msg, strings: &m
         let name = String::from_utf8_lossy(name);
         match kind_field {
             3 => {
-                let ci = t.column_named(&name, Kind::Str);
+                let Some(ci) = t.column_named(&name, Kind::Str) else { continue };
                 let id = strings.intern(bytes_of(&v2));
                 t.cols[ci].put_str(row, id);
             }
             4 => {
-                let ci = t.column_named(&name, Kind::I64);
+                let Some(ci) = t.column_named(&name, Kind::I64) else { continue };
                 t.cols[ci].put_i64(row, v2.as_u64() as i64);
             }
             _ => {
-                let ci = t.column_named(&name, Kind::U64);
+                let Some(ci) = t.column_named(&name, Kind::U64) else { continue };
                 t.cols[ci].put_i64(row, v2.as_u64() as i64);
             }
         }

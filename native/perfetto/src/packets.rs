@@ -278,27 +278,22 @@ pub fn trace_stats(b: &[u8], off: usize, meta: &mut Meta) -> DResult<()> {
             found.push((k.to_string(), x));
         }
     };
+    // buffer_stats (1) only: chunks_discarded (8) / patches_discarded (9) / invalid_packets (10) count over
+    // every session the tracing service ever ran, not this trace: not reported
     while let Some((num, v)) = m.next_field()? {
-        match num {
-            1 => {
-                let Some(mut bm) = Msg::from_value(&v) else { continue };
-                while let Some((n2, v2)) = bm.next_field()? {
-                    let k = match n2 {
-                        3 => "chunks_overwritten",
-                        13 => "bytes_overwritten",
-                        18 => "chunks_discarded",
-                        6 => "patches_failed",
-                        9 => "abi_violations",
-                        19 => "trace_writer_packet_loss",
-                        22 => "oversized_packets_dropped",
-                        _ => continue,
-                    };
-                    add(k, v2.as_u64());
-                }
-            }
-            // chunks_discarded (8) / patches_discarded (9) / invalid_packets (10) count over every
-            // session the tracing service ever ran, not this trace: not reported
-            _ => {}
+        let Some(mut bm) = Msg::from_value(&v).filter(|_| num == 1) else { continue };
+        while let Some((n2, v2)) = bm.next_field()? {
+            let k = match n2 {
+                3 => "chunks_overwritten",
+                13 => "bytes_overwritten",
+                18 => "chunks_discarded",
+                6 => "patches_failed",
+                9 => "abi_violations",
+                19 => "trace_writer_packet_loss",
+                22 => "oversized_packets_dropped",
+                _ => continue,
+            };
+            add(k, v2.as_u64());
         }
     }
     // several TraceStats packets may exist (periodic + final): keep the last one's values

@@ -225,16 +225,15 @@ pub fn sort_rails(r: &mut Rails) {
     }
 }
 
+/// Switches sorted by ts: (ts, cpu, next_pid, valid rows or None for all).
+pub type Switches<'a> = (&'a [i64], &'a [i32], &'a [i32], Option<&'a [bool]>);
+
 /// The waker of each compact sched_waking (sorted by ts): the task running on the waking's CPU, i.e.
 /// next_pid of the last sched_switch on that CPU before it (compact and full ftrace switches, both
 /// sorted by ts). Unknown (valid = false) before the CPU's first switch, and when switches on that CPU
 /// carry the same ts as the waking and would give a different task (the order of a waking and a
 /// switch with equal ts is not recorded).
-pub fn waker_pids(
-    wake_ts: &[i64],
-    wake_cpu: &[i32],
-    switches: &[(&[i64], &[i32], &[i32], Option<&[bool]>)],
-) -> (Vec<i32>, Vec<bool>) {
+pub fn waker_pids(wake_ts: &[i64], wake_cpu: &[i32], switches: &[Switches]) -> (Vec<i32>, Vec<bool>) {
     let mut slots = CpuSlots::default();
     // (ts, next_pid) of the last switch per CPU slot (None before the CPU's first switch); one cursor
     // per sorted source

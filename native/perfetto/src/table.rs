@@ -259,9 +259,15 @@ pub struct Table {
     by_number: Vec<i32>,
     /// (field number, column index) of larger field numbers
     far_fields: Vec<(u32, usize)>,
-    /// true when a field number outside the schema was met (reported as a warning)
+    /// field numbers outside the schema that were met (reported as a warning)
     pub unknown_fields: Vec<u32>,
+    /// field values not kept because the table had MAX_COLUMNS columns (reported as a warning)
+    pub dropped_values: u64,
 }
+
+/// Columns of one table at most: fields beyond the schema (field_<n>, generic events' names) could
+/// otherwise add a column per event, each padded to every row (time and memory quadratic in the rows).
+pub const MAX_COLUMNS: usize = 256;
 
 pub const COL_PID: usize = 0;
 /// Field numbers below this are looked up in a direct table (perfetto's events use < 100).
@@ -281,6 +287,7 @@ impl Table {
             by_number: Vec::new(),
             far_fields: Vec::new(),
             unknown_fields: Vec::new(),
+            dropped_values: 0,
         };
         if let Some(s) = spec {
             for f in &s.fields {
@@ -311,27 +318,37 @@ impl Table {
         idx
     }
 
+    /// A new column, or None (and the value counted as dropped) when the table is full.
+    fn new_column(&mut self, spec: FieldSpec) -> Option<usize> {
+        if self.cols.len() >= MAX_COLUMNS {
+            self.dropped_values += 1;
+            return None;
+        }
+        Some(self.add_column(spec))
+    }
+
     #[inline]
-    pub fn column_for(&mut self, number: u32, v: &Value) -> usize {
+    pub fn column_for(&mut self, number: u32, v: &Value) -> Option<usize> {
         let n = number as usize;
         if n < self.by_number.len() && self.by_number[n] >= 0 {
-            return self.by_number[n] as usize;
+            return Some(self.by_number[n] as usize);
         }
         if n >= DIRECT_FIELD_NUMBERS {
             if let Some(&(_, i)) = self.far_fields.iter().find(|(f, _)| *f == number) {
-                return i;
+                return Some(i);
             }
         }
+        let c = self.new_column(FieldSpec::unknown(number, v))?;
         self.unknown_fields.push(number);
-        self.add_column(FieldSpec::unknown(number, v))
+        Some(c)
     }
 
     /// Column by name and kind (generic events); created on first use.
-    pub fn column_named(&mut self, name: &str, kind: Kind) -> usize {
+    pub fn column_named(&mut self, name: &str, kind: Kind) -> Option<usize> {
         if let Some(i) = self.cols.iter().position(|c| c.spec.name == name) {
             let existing = self.cols[i].spec.kind;
             if existing == kind || (kind != Kind::Str && existing != Kind::Str) {
-                return i;
+                return Some(i);
             }
             let alt = format!("{}_{}", name, if kind == Kind::Str { "str" } else { "int" });
             return self.column_named(&alt, kind);
@@ -341,7 +358,7 @@ impl Table {
             Kind::U64 => "uint64",
             _ => "int64",
         };
-        self.add_column(FieldSpec::from_proto(0, name, proto, false))
+        self.new_column(FieldSpec::from_proto(0, name, proto, false))
     }
 
     /// Decode one serialized event message into row `row` (= self.rows() before push_row).
@@ -353,7 +370,7 @@ impl Table {
         scratch: &mut Vec<(usize, String)>,
     ) -> DResult<()> {
         while let Some((num, v)) = msg.next_field()? {
-            let ci = self.column_for(num, &v);
+            let Some(ci) = self.column_for(num, &v) else { continue };
             let col = &mut self.cols[ci];
             if col.spec.repeated {
                 let pos = match scratch.iter().position(|(c, _)| *c == ci) {

@@ -121,7 +121,7 @@ impl<'a> Msg<'a> {
         }
         let tag_off = self.offset();
         let tag = self.varint()?;
-        let field = (tag >> 3) as u64;
+        let field = tag >> 3;
         if field == 0 || field > (1 << 29) {
             return err(tag_off, format!("invalid field number {} in tag 0x{:x}", field, tag));
         }

@@ -155,6 +155,7 @@ impl Ints {
     }
 
     /// The value at `i` as u64 (two's complement for signed widths).
+    #[allow(clippy::unnecessary_cast)] // u64 for the U64 variant, a conversion for the others
     pub fn get(&self, i: usize) -> u64 {
         each_int!(self, v => v[i] as u64)
     }
@@ -520,8 +521,10 @@ impl Builder {
     }
 }
 
-/// Records staged per block for the fields of fixed place.
+/// Records staged per block for the fields of fixed place (at most BLOCK_BYTES of them: a file with
+/// thousands of wide formats cannot make the blocks large).
 const BLOCK_ROWS: usize = 1024;
+const BLOCK_BYTES: usize = 16 << 10;
 /// Records are staged only up to this many bytes (a field further in is filled record by record).
 const MAX_STRIDE: usize = 512;
 
@@ -534,6 +537,7 @@ pub struct Filler {
     fixed: Vec<usize>,
     var: Vec<usize>,
     stride: usize,
+    rows: usize,
     block: Vec<u8>,
     pending: usize,
 }
@@ -545,8 +549,9 @@ impl Filler {
         let staged = |b: &Builder| stride <= MAX_STRIDE && b.fixed_extent().is_some();
         let fixed = (0..cols.len()).filter(|&j| staged(&cols[j])).collect();
         let var = (0..cols.len()).filter(|&j| !staged(&cols[j])).collect();
-        let block = if stride <= MAX_STRIDE { vec![0u8; stride * BLOCK_ROWS] } else { Vec::new() };
-        Filler { cols, fixed, var, stride, block, pending: 0 }
+        let rows = (BLOCK_BYTES / stride.max(1)).clamp(1, BLOCK_ROWS);
+        let block = if stride <= MAX_STRIDE { vec![0u8; stride * rows] } else { Vec::new() };
+        Filler { cols, fixed, var, stride, rows, block, pending: 0 }
     }
 
     #[inline(always)]
@@ -567,7 +572,7 @@ impl Filler {
         for &j in &self.var {
             self.cols[j].push(r, env);
         }
-        if self.pending == BLOCK_ROWS {
+        if self.pending == self.rows {
             self.flush(env);
         }
     }

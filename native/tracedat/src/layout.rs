@@ -634,7 +634,7 @@ impl<'a> Parser<'a> {
             self.limits
                 .check(isize as u64, csize)
                 .map_err(|m| Error::at(hdr as u64, format!("{label}CPU {cpu} chunk {i} {m}")))?;
-            if isize % self.lay.page_size != 0 {
+            if !isize.is_multiple_of(self.lay.page_size) {
                 return Err(Error::at(hdr as u64, format!(
                     "{label}CPU {cpu} chunk {i} declares {isize} inflated bytes, not whole ring-buffer pages of {} bytes",
                     self.lay.page_size)).expected("a multiple of the page size"));

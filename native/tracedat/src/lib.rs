@@ -75,8 +75,11 @@ pub fn layout(data: &[u8], limits: Limits) -> Result<Layout, Error> {
     layout::parse(data, limits)
 }
 
+/// printk formats: {address: format bytes}.
+pub type Printk = HashMap<u64, Vec<u8>>;
+
 /// The printk formats ({address: format}) and kallsyms text of the file in `data`.
-pub fn printk_and_kallsyms(data: &[u8], limits: Limits) -> Result<(HashMap<u64, Vec<u8>>, Vec<u8>), Error> {
+pub fn printk_and_kallsyms(data: &[u8], limits: Limits) -> Result<(Printk, Vec<u8>), Error> {
     let lay = layout::parse(data, limits)?;
     Ok((text::parse_printk_formats(&lay.printk), layout::kallsyms_text(data, &lay)?))
 }

@@ -19,6 +19,9 @@ use crate::events::EventType;
 /// (part, first row, rows) of a merged table, in output order.
 type Seg = (u32, u32, u32);
 
+/// One event type's columns in each piece: (piece index, columns), in data order.
+type Parts = Vec<(usize, TypeCols)>;
+
 /// One event type's merged table.
 pub struct Table {
     pub ty: Arc<EventType>,
@@ -37,9 +40,9 @@ pub struct Table {
 fn merge_segments(ts: &[&[i64]], same_run: &[bool]) -> Vec<Seg> {
     // runs: consecutive parts; a cursor (part, row) per run
     let mut runs: Vec<(usize, usize)> = Vec::new(); // (first part, end part)
-    for k in 0..ts.len() {
+    for (k, &same) in same_run.iter().enumerate().take(ts.len()) {
         match runs.last_mut() {
-            Some(r) if same_run[k] => r.1 = k + 1,
+            Some(r) if same => r.1 = k + 1,
             _ => runs.push((k, k + 1)),
         }
     }
@@ -273,7 +276,7 @@ fn sort_part(t: &mut TypeCols) {
 }
 
 /// Merge one event type's parts ((piece index, columns) in data order).
-fn merge_table(pieces: &[Piece], mut parts: Vec<(usize, TypeCols)>, nbuffers: usize) -> Table {
+fn merge_table(pieces: &[Piece], mut parts: Parts, nbuffers: usize) -> Table {
     for (_, t) in parts.iter_mut() {
         if !is_sorted(&t.ts) {
             sort_part(t);
@@ -352,15 +355,15 @@ pub fn release_freed_memory() {
 /// Every event type's table from the decoded pieces (in data order), merged on up to `threads` threads,
 /// the largest tables first; tables in order of event id.
 pub fn merge(pieces: &[Piece], outs: Vec<PieceOut>, nbuffers: usize, threads: usize) -> Vec<Table> {
-    let mut by_type: HashMap<u16, Vec<(usize, TypeCols)>> = HashMap::new();
+    let mut by_type: HashMap<u16, Parts> = HashMap::new();
     for (k, out) in outs.into_iter().enumerate() {
         for t in out.types {
             by_type.entry(t.ty.id).or_default().push((k, t));
         }
     }
-    let mut jobs: Vec<(u16, Vec<(usize, TypeCols)>)> = by_type.into_iter().collect();
+    let mut jobs: Vec<(u16, Parts)> = by_type.into_iter().collect();
     jobs.sort_by_key(|(id, parts)| (Reverse(parts.iter().map(|p| p.1.ts.len()).sum::<usize>()), *id));
-    let jobs: Vec<Mutex<Option<Vec<(usize, TypeCols)>>>> = jobs.into_iter().map(|j| Mutex::new(Some(j.1))).collect();
+    let jobs: Vec<Mutex<Option<Parts>>> = jobs.into_iter().map(|j| Mutex::new(Some(j.1))).collect();
     let done: Vec<Mutex<Option<Table>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     std::thread::scope(|sc| {

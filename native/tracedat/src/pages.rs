@@ -82,7 +82,7 @@ pub fn walk<F: FnMut(i64, u16, &[u8])>(
     if h.data_offset >= ps {
         return Err(err(0, format!("page header ({} bytes) larger than the page ({ps} bytes)", h.data_offset)));
     }
-    if data.len() % ps != 0 {
+    if !data.len().is_multiple_of(ps) {
         return Err(err(
             data.len() - data.len() % ps,
             format!("CPU data ends with a partial ring-buffer page ({} of {ps} bytes)", data.len() % ps),

@@ -85,14 +85,14 @@ fn pad(out: &mut String, sign: &str, prefix: &str, digits: &str, sp: &Spec, nume
         out.push_str(sign);
         out.push_str(prefix);
         out.push_str(&digits);
-        out.extend(std::iter::repeat(' ').take(fill));
+        out.extend(std::iter::repeat_n(' ', fill));
     } else if sp.zero && numeric && sp.prec.is_none() {
         out.push_str(sign);
         out.push_str(prefix);
-        out.extend(std::iter::repeat('0').take(fill));
+        out.extend(std::iter::repeat_n('0', fill));
         out.push_str(&digits);
     } else {
-        out.extend(std::iter::repeat(' ').take(fill));
+        out.extend(std::iter::repeat_n(' ', fill));
         out.push_str(sign);
         out.push_str(prefix);
         out.push_str(&digits);
