@@ -102,8 +102,26 @@ fn merge_segments(ts: &[&[i64]], same_run: &[bool]) -> Vec<Seg> {
     segs
 }
 
+/// A vector for `n` elements; a large one asks for transparent huge pages (Linux, THP in `madvise` mode:
+/// the kernel then maps it in 2 MiB at a time rather than faulting in every 4 KiB page).
+fn output<T>(n: usize) -> Vec<T> {
+    let v: Vec<T> = Vec::with_capacity(n);
+    let bytes = n * std::mem::size_of::<T>();
+    #[cfg(target_os = "linux")]
+    if bytes >= 4 << 20 {
+        let (start, end) = (v.as_ptr() as usize, v.as_ptr() as usize + bytes);
+        let (lo, hi) = (start.div_ceil(2 << 20) * (2 << 20), end / (2 << 20) * (2 << 20));
+        if hi > lo {
+            // SAFETY: [lo, hi) lies inside the vector's allocation (its unused capacity); the call only sets
+            // a paging hint on it.
+            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+        }
+    }
+    v
+}
+
 fn gather<T: Copy>(parts: &[&[T]], segs: &[Seg], scale: usize, rows: usize) -> Vec<T> {
-    let mut out = Vec::with_capacity(rows * scale);
+    let mut out = output(rows * scale);
     for &(p, a, n) in segs {
         let (a, n) = (a as usize * scale, n as usize * scale);
         let src = &parts[p as usize][a..a + n];
