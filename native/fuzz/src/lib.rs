@@ -27,7 +27,7 @@ impl Rng {
         Rng(seed | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -36,7 +36,7 @@ impl Rng {
 
     /// Uniform in 0..n (n > 0).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 }
 
@@ -89,7 +89,7 @@ pub fn mutate(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
                 d[at..at + w].copy_from_slice(&bytes[..w]);
             }
             _ => {
-                let insert: Vec<u8> = (0..1 + rng.below(64)).map(|_| rng.next() as u8).collect();
+                let insert: Vec<u8> = (0..1 + rng.below(64)).map(|_| rng.next_u64() as u8).collect();
                 d.splice(at..at, insert);
             }
         }
@@ -151,7 +151,7 @@ pub fn run(target: &str, seeds: Vec<(String, Vec<u8>)>, decode: fn(&[u8]) -> Res
     let mut rng = Rng::new(seed);
     let (mut max_kb, mut max_time) = (0u64, Duration::ZERO);
     while Instant::now() < end {
-        let case = rng.next();
+        let case = rng.next_u64();
         let mut r = Rng::new(case);
         let (name, data) = &seeds[r.below(seeds.len())];
         let input = Arc::new(mutate(data, &mut r));
