@@ -116,3 +116,28 @@ pub fn decode(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packed(field: u8, vals: &[u8]) -> Vec<u8> {
+        [vec![field << 3 | 2, vals.len() as u8], vals.to_vec()].concat()
+    }
+
+    #[test]
+    fn delta_timestamps_and_interned_comms() {
+        let mut b = [packed(1, &[10, 5]), packed(2, &[0, 1]), packed(3, &[7, 8]), packed(4, &[120, 120])].concat();
+        b.extend([0x2a, 1, b'x', 0x2a, 1, b'y']); // field 5: interned comms
+        b.extend(packed(6, &[1, 0]));
+        let (mut strings, mut sc) = (Interner::default(), Scratch::default());
+        let (mut sw, mut wk) = (CompactSwitch::default(), CompactWaking::default());
+        decode(&b, 0, 3, &mut strings, &mut sc, &mut sw, &mut wk).unwrap();
+        assert_eq!((sw.ts.clone(), sw.cpu.clone(), sw.next_pid.clone()), (vec![10, 15], vec![3, 3], vec![7, 8]));
+        assert_eq!(strings.values[sw.next_comm[0] as usize].as_ref(), b"y");
+        b.extend(packed(1, &[1])); // one more timestamp than the other switch columns
+        let e = decode(&b, 50, 3, &mut strings, &mut sc, &mut sw, &mut wk).unwrap_err();
+        assert_eq!(e.offset, 50);
+        assert!(e.msg.contains("switch_prev_state has 2 entries"), "{}", e.msg);
+    }
+}

@@ -479,3 +479,36 @@ fn derive_wakers(w: &mut CompactWaking, s: &CompactSwitch, tables: &[Table]) {
     w.waker_pid = pid;
     w.waker_valid = valid;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compressed_packets_stop_at_the_limit() {
+        use std::io::Write;
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(&vec![0u8; 1 << 20]).unwrap();
+        let block = z.finish().unwrap();
+        let varint = |mut n: usize, out: &mut Vec<u8>| {
+            while n >= 0x80 {
+                out.push((n as u8) | 0x80);
+                n >>= 7;
+            }
+            out.push(n as u8);
+        };
+        let ld = |field: usize, p: &[u8]| {
+            let mut out = Vec::new();
+            varint(field << 3 | 2, &mut out);
+            varint(p.len(), &mut out);
+            out.extend(p);
+            out
+        };
+        let trace = ld(1, &ld(50, &block));
+        let inflate = Inflate { ratio: 10.0, floor: 1000, absolute: 1 << 30 };
+        let mut d = Decoder::new(Schema::builtin(), inflate);
+        let e = d.decode_trace(&trace, 0, 0).unwrap_err();
+        assert!(e.msg.contains("inflates beyond") && e.msg.contains(&inflate.max_inflated(block.len()).to_string()));
+        assert!(e.offset > 0 && e.offset < 8);
+    }
+}

@@ -247,3 +247,22 @@ pub fn build(m: &Found, mut warnings: Vec<String>, schema: &Schema) -> Meta {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packets::FtraceCpuStat;
+
+    #[test]
+    fn lost_events_from_stats_phases_and_flagged_bundles() {
+        let stat = |phase, cpu, overrun| FtraceCpuStat { phase, cpu, overrun, ..FtraceCpuStat::default() };
+        let mut m = Found { ftrace_cpu_stats: vec![stat(1, 0, 5), stat(2, 0, 12), stat(2, 1, 3)], ..Found::default() };
+        m.bundles_lost_per_cpu.insert(1, 4);
+        let (per_cpu, pages, warnings) = lost_events(&m);
+        assert_eq!(per_cpu, BTreeMap::from([(0, 7), (1, 4)]));
+        assert_eq!(pages, BTreeMap::from([(1, 4)]));
+        assert_eq!(warnings.len(), 1);
+        let meta = build(&m, Vec::new(), Schema::builtin());
+        assert_eq!((meta.lost_events, meta.clock.as_deref(), meta.cpus), (11, Some("boot"), None));
+    }
+}

@@ -275,3 +275,29 @@ pub fn waker_pids(wake_ts: &[i64], wake_cpu: &[i32], switches: &[Switches]) -> (
     }
     (pid, valid)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stable_order_and_prev_tasks_per_cpu() {
+        assert_eq!(argsort_ts(&[1, 2, 2]), None);
+        assert_eq!(argsort_ts(&[5, 1, 5, 0]), Some(vec![3, 1, 0, 2]));
+        let s = CompactSwitch {
+            ts: vec![10, 11, 12, 13],
+            cpu: vec![0, 1, 0, 0],
+            prev_state: vec![0; 4],
+            next_pid: vec![100, 200, 101, 102],
+            next_prio: vec![120; 4],
+            next_comm: vec![0, 1, 2, 3],
+        };
+        let p = derive_prev(&s, &Renames::default());
+        assert_eq!(p.valid, vec![false, false, true, true]);
+        assert_eq!((p.pid[2], p.pid[3], p.comm[3]), (100, 101, 2));
+        // the waker: the task switched in last on the waking's CPU; unknown before its first switch
+        let (pid, valid) = waker_pids(&[9, 12, 14], &[0, 1, 0], &[(&s.ts, &s.cpu, &s.next_pid, None)]);
+        assert_eq!(valid, vec![false, true, true]);
+        assert_eq!((pid[1], pid[2]), (200, 102));
+    }
+}

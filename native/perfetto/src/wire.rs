@@ -203,3 +203,28 @@ pub fn bytes_of<'a>(v: &Value<'a>) -> &'a [u8] {
 pub fn string_of(v: &Value) -> String {
     String::from_utf8_lossy(bytes_of(v)).into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_varints_and_errors_with_offsets() {
+        // field 1 varint 300, field 2 bytes "ab", field 3 fixed32 7
+        let b = [0x08, 0xac, 0x02, 0x12, 0x02, b'a', b'b', 0x1d, 7, 0, 0, 0];
+        let mut m = Msg::new(&b, 100);
+        assert_eq!(m.next_field().unwrap().map(|(n, v)| (n, v.as_u64())), Some((1, 300)));
+        let (n, v) = m.next_field().unwrap().unwrap();
+        assert_eq!((n, bytes_of(&v), Msg::from_value(&v).unwrap().offset()), (2, &b"ab"[..], 105));
+        assert_eq!(m.next_field().unwrap().map(|(n, v)| (n, v.as_u64())), Some((3, 7)));
+        assert!(m.next_field().unwrap().is_none());
+        let e = Msg::new(&[0x12, 0x05, b'a'], 10).next_field().unwrap_err();
+        assert_eq!(e.offset, 11);
+        assert!(Msg::new(&[0xff; 11], 0).next_field().is_err());
+        assert!(Msg::new(&[0x0b], 0).next_field().unwrap_err().msg.contains("wire type 3"));
+        assert_eq!((zigzag(1), zigzag(4)), (-1, 2));
+        let mut out = Vec::new();
+        packed_varints(&Value::Bytes(&[1, 0x96, 0x01], 0), &mut out).unwrap();
+        assert_eq!(out, vec![1, 150]);
+    }
+}
