@@ -15,6 +15,6 @@ except PackageNotFoundError:  # running from a source tree without install
     __version__ = "0.0.0+src"
 
 from abtest.trace.errors import TraceFormatError, MissingEventsError  # noqa: E402
-from abtest.trace.api import Trace  # noqa: E402
+from abtest.session import Trace  # noqa: E402
 
 __all__ = ["Trace", "TraceFormatError", "MissingEventsError", "__version__"]

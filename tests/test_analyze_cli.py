@@ -130,7 +130,7 @@ def test_perfetto_engine_idle_residency_equals_native():
     time on the Pixel 7 Pro trace equals abtest's to the ns once the lead-in before each CPU's first
     cpu_idle event is taken out (Perfetto starts counting at that event; abtest infers the lead-in:
     active when the first event is an entry, idle-unknown when it is an exit)."""
-    from abtest.interop import perfetto_engine
+    from abtest.trace import perfetto_engine
 
     perfetto_engine.select_engine()  # make setup installs the offline engine: its absence is a failure
     path = SHARED_TRACES / "PerfettoTraceScript" / "pixel7pro-power-rails.perfetto-trace"

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from scipy import stats as sps
 
 from abtest.cli import cli
-from abtest.compare.store import write_iteration
+from abtest.store.writer import write_iteration
 from shared_data import TRACES
 
 X86 = TRACES / "x86-vm"
@@ -56,8 +56,11 @@ def independent_metrics(path: Path) -> dict:
     running: dict[int, int] = {}
     pending: dict[int, float] = {}
     lat_us = []
+    first = last = None
     for m in _report(path):
         ev, body, ts = m["event"], m["body"], _seconds(m["ts"])
+        first = ts if first is None else first
+        last = ts
         if ev == "cpu_idle_miss" and "type=below" in body:
             below += 1
         elif ev == "cpu_idle":
@@ -73,7 +76,8 @@ def independent_metrics(path: Path) -> dict:
             if nxt in pending:
                 lat_us.append((ts - pending.pop(nxt)) * 1e6)
     gmean = math.exp(sum(math.log(x) for x in lat_us) / len(lat_us)) if lat_us else None
-    return {"idle.misses.too_shallow_count": below, "idle.wakeups_total": exits, "latency.gmean_us": gmean,
+    return {"idle.too_shallow_pct": 100.0 * below / exits if exits else None,
+            "idle.wakeups_per_s": exits / (last - first), "latency.gmean_us": gmean,
             "cpu_idle_events": idle_events}
 
 
@@ -119,11 +123,15 @@ def _compare_json(store, a, b, *extra):
     return json.loads(r.output)
 
 
-def _expected_verdict(va, vb, lower_is_better, alpha=0.05, min_effect=1.0):
-    """The documented rule, computed here with scipy directly."""
+def _expected_verdict(va, vb, lower_is_better, alpha=0.05, min_effect=1.0, aggregation="mean"):
+    """The documented rule, computed here with scipy directly (a gmean metric: on the logarithms, delta =
+    ratio of geometric means - 1)."""
+    if aggregation == "gmean":
+        va, vb = np.log(va), np.log(vb)
     p_w = sps.ttest_ind(va, vb, equal_var=False).pvalue
     p_u = sps.mannwhitneyu(va, vb, alternative="two-sided").pvalue
-    d = 100 * (np.mean(vb) - np.mean(va)) / abs(np.mean(va))
+    d = (100 * (np.exp(np.mean(vb) - np.mean(va)) - 1) if aggregation == "gmean"
+         else 100 * (np.mean(vb) - np.mean(va)) / abs(np.mean(va)))
     if p_w < alpha and p_u < alpha and abs(d) >= min_effect:
         if lower_is_better is None:
             return {"changed"}, p_w, p_u, d
@@ -138,17 +146,17 @@ def test_real_traces_end_to_end(governor_store):
     (w,) = doc["workloads"]
     assert w["n_a"] == 6 and w["n_b"] == 6 and w["iterations_a"] == ["1", "2", "3", "4", "5", "6"]
     metrics = {m["name"]: m for m in w["metrics"]}
-    for name, exact in (("idle.misses.too_shallow_count", True), ("idle.wakeups_total", True),
+    for name, exact in (("idle.too_shallow_pct", True), ("idle.wakeups_per_s", True),
                         ("latency.gmean_us", False)):
         m = metrics[name]
         exp_a = [e[name] for e in expected["haltpoll"]]
         exp_b = [e[name] for e in expected["ladder"]]
         if exact:
-            assert m["values_a"] == exp_a and m["values_b"] == exp_b, name
+            assert m["values_a"] == pytest.approx(exp_a, rel=1e-9) and m["values_b"] == pytest.approx(exp_b, rel=1e-9), name
         else:
             assert m["values_a"] == pytest.approx(exp_a, rel=0.02), name
             assert m["values_b"] == pytest.approx(exp_b, rel=0.02), name
-        verdicts, p_w, p_u, d = _expected_verdict(exp_a, exp_b, m["lower_is_better"])
+        verdicts, p_w, p_u, d = _expected_verdict(exp_a, exp_b, m["lower_is_better"], aggregation=m["aggregation"])
         assert m["verdict"] in verdicts, (name, m["verdict"], p_w, p_u, d)
         assert m["delta_pct"] == pytest.approx(d, rel=0.05 if not exact else 1e-9)
         if exact:
@@ -156,7 +164,8 @@ def test_real_traces_end_to_end(governor_store):
     # the finding on this data: ladder wakes cyclictest later than haltpoll (gmean ~+40 %)
     lat = metrics["latency.gmean_us"]
     assert lat["verdict"] == "regression" and lat["delta_pct"] > 20 and lat["unit"] == "us"
-    assert metrics["idle.wakeups_total"]["lower_is_better"] is None  # a count has no "better"
+    assert metrics["idle.wakeups_per_s"]["lower_is_better"] is None  # a rate of wakeups has no "better"
+    assert lat["aggregation"] == "gmean" and lat["value_b"] / lat["value_a"] - 1 == pytest.approx(lat["delta_pct"] / 100)
     assert w["meta_b"]["governors.cpuidle"] == "ladder"
     idle_table = next(t for t in doc["tables"] if t["key"] == "idle")
     assert [r[1] for r in idle_table["rows"]] == ["haltpoll", "ladder", "perc_diff"]
@@ -173,8 +182,8 @@ def test_three_labels_incomplete_excluded_and_cache(governor_store):
     assert not (store / "menu" / "cyclictest" / "4" / ".abtest-metrics.json").exists()
     doc = _compare_json(store, "menu", "ladder")
     w = doc["workloads"][0]
-    got = w["metrics"][[m["name"] for m in w["metrics"]].index("idle.misses.too_shallow_count")]["values_a"]
-    assert got == [e["idle.misses.too_shallow_count"] for e in expected["menu"]]
+    got = w["metrics"][[m["name"] for m in w["metrics"]].index("idle.too_shallow_pct")]["values_a"]
+    assert got == pytest.approx([e["idle.too_shallow_pct"] for e in expected["menu"]], rel=1e-9)
 
 
 def test_label_paths_and_html(governor_store, tmp_path):
@@ -247,7 +256,7 @@ def test_missing_power_data(tmp_path):
             "ts_ns,rail,subsystem,energy_uj\n0,VDD_CPUCL0,cpu,0\n1000000000,VDD_CPUCL0,cpu,100000\n")
     r = _run("a", "b", "--store", str(tmp_path))
     assert r.exit_code == 0, r.output
-    assert "metrics only in a: power.channel.CPU-Little_mw" in r.output
+    assert "metrics only in a: power.CPU, power.CPU-Little" in r.output
     _mk(tmp_path, "c", "w", [1.0, 2.0], complete=False)
     for i in range(2):
         (tmp_path / "c" / "w" / str(i) / "metrics.json").write_text('{"metrics": {}}')
@@ -290,14 +299,14 @@ def test_live_collect_then_compare(tmp_path):
         indep = [independent_metrics(it / "trace.dat") for it in its]
         # on a saturated machine (other jobs on both CPUs) a CPU may never go idle during the run: then the
         # trace has no cpu_idle event, the idle analysis is skipped for that iteration and the notes say so
-        exits[key] = [e["idle.wakeups_total"] for e in indep if e["cpu_idle_events"]]
+        exits[key] = [e["idle.wakeups_per_s"] for e in indep if e["cpu_idle_events"]]
         skipped = [n for n in w["notes"] if n.startswith(f"{label}/hackbench/") and "idle: skipped" in n]
         assert len(skipped) == sum(1 for e in indep if not e["cpu_idle_events"])
     if exits["values_a"] and exits["values_b"]:
         for key in ("values_a", "values_b"):
-            assert metrics["idle.wakeups_total"][key] == exits[key]
+            assert metrics["idle.wakeups_per_s"][key] == pytest.approx(exits[key], rel=1e-9)
     else:
-        assert "idle.wakeups_total" not in metrics
+        assert "idle.wakeups_per_s" not in metrics
         side = "metrics_only_in_a" if exits["values_a"] else "metrics_only_in_b"
-        assert ("idle.wakeups_total" in w[side]) == bool(exits["values_a"] or exits["values_b"])
+        assert ("idle.wakeups_per_s" in w[side]) == bool(exits["values_a"] or exits["values_b"])
     assert metrics["hackbench_time_s"]["verdict"] in ("regression", "improvement", "no change", "inconclusive")

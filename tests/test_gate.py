@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from abtest.cli import cli
 from abtest.compare.gate import ThresholdsError, load_thresholds
-from abtest.compare.store import write_iteration
+from abtest.store.writer import write_iteration
 
 REPO = Path(__file__).resolve().parents[1]
 DEV = (-2.0, -1.0, 0.0, 1.0, 2.0)  # zero-sum deviations, x 1 % of the value: CV ~1.6 %

@@ -25,7 +25,7 @@ from abtest.collectors.ftrace import FtraceCollector, TracefsLock, analysis_even
 from abtest.collectors.meta import META_SCRIPT, collect_target_meta, host_tools, parse_meta_output
 from abtest.collectors.power import PowerSampler, write_power_csv
 from abtest.collectors.settings import SettingsManager
-from abtest.collectors.store_writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
+from abtest.store.writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
 from abtest.collectors.workloads.base import Workload, WorkloadError, metric
 from abtest.targets.base import Target, TargetConnectionError, TargetError, TargetTimeout
 from abtest.targets.config import BootEntry, TargetConfig, make_target

@@ -24,7 +24,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from abtest.trace.api import Trace
+from abtest.session import Trace
 from abtest.trace.errors import MissingEventsError
 
 # JSON key -> module that provides summary(trace); order = order of the terminal report
@@ -35,7 +35,7 @@ ANALYSES: dict[str, str] = {
     "load_tracking": "abtest.analysis.load_tracking",
     "energy": "abtest.analysis.energy",
     "placement": "abtest.analysis.placement",
-    "frames": "abtest.analysis.workload_frames",
+    "frames": "abtest.analysis.frames",
 }
 
 _NOT_REQUESTED = "not requested (--only)"
@@ -105,9 +105,9 @@ def _jsonable(x):
 
 def _perfetto_dict(path: str) -> dict:
     try:
-        from abtest.interop import perfetto_engine
+        from abtest.trace import perfetto_engine
     except ModuleNotFoundError as e:
-        raise click.ClickException(f"--engine perfetto needs abtest.interop.perfetto_engine, which is missing ({e})") from e
+        raise click.ClickException(f"--engine perfetto needs abtest.trace.perfetto_engine, which is missing ({e})") from e
     try:
         res = perfetto_engine.analyze(path)
     except (perfetto_engine.EngineUnavailableError, RuntimeError) as e:

@@ -9,7 +9,7 @@ import click
 
 from abtest.collectors.orchestrate import CollectConfig, CollectError, LabelSpec, collect as run_collect
 from abtest.collectors.settings import SettingError, parse_label
-from abtest.collectors.store_writer import STORE_ENV, default_store
+from abtest.store.writer import STORE_ENV, default_store
 from abtest.collectors.workloads import WorkloadError, make_workload
 from abtest.targets.base import TargetError
 from abtest.targets.config import TargetConfigError, load_target_file

@@ -6,12 +6,14 @@ Exit codes: 0 ok / gate passed; 1 gate found a significant regression beyond a t
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import click
 
-from abtest.compare.store import STORE_ENV, StoreError, default_store_root, load_label
+from abtest.store.layout import STORE_ENV, default_store_root
+from abtest.store.reader import StoreError, load_label
 
 
 class BadInput(click.ClickException):
@@ -36,9 +38,11 @@ def resolve_label(arg: str, store: Path):
                    f"labels in the store: {', '.join(labels) or 'none'} (set --store or {STORE_ENV})")
 
 
-def _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache, metric_patterns=()):
+def _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache, metric_patterns=(), tasks=(),
+                    jobs=None):
     from abtest.compare.comparison import CompareError, compare_labels
     from abtest.compare.verdict import Policy
+    from abtest.store.config import load_store_config
     from abtest.trace.errors import TraceFormatError
 
     root = Path(store) if store else default_store_root()
@@ -46,9 +50,12 @@ def _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache
     if la.path.resolve() == lb.path.resolve():
         raise BadInput(f"A and B are the same label directory ({la.path})")
     try:
+        config = load_store_config(root if root.is_dir() else None)
         return compare_labels(la, lb, workload=workload, policy=Policy(alpha=alpha, min_effect_pct=min_effect),
                               with_trace=not no_trace, use_cache=not no_cache,
-                              metric_patterns=tuple(metric_patterns))
+                              metric_patterns=tuple(metric_patterns), tasks=tuple(tasks), config=config,
+                              jobs=jobs if jobs is not None else (os.cpu_count() or 1),
+                              progress=sys.stderr.isatty())
     except (CompareError, StoreError, TraceFormatError) as e:
         raise BadInput(str(e)) from e
 
@@ -61,6 +68,11 @@ _common = [
     click.option("--workload", default=None, help="Only this workload (default: all workloads in both)."),
     click.option("--no-trace", is_flag=True, help="Skip trace analyses (metrics.json and power.csv only)."),
     click.option("--no-cache", is_flag=True, help="Recompute per-iteration metrics; do not write caches."),
+    click.option("--task", "tasks", multiple=True, metavar="NAME",
+                 help="Compare per-task metrics of this task name (comm; repeatable). Default: the store's "
+                      "abtest.toml list for the workload, else the 10 busiest names present in every iteration."),
+    click.option("--jobs", "-j", type=click.IntRange(1), default=None,
+                 help="Processes analysing iterations in parallel (default: the number of CPUs)."),
 ]
 
 
@@ -81,8 +93,9 @@ def _with_common(f):
 @click.option("--min-effect", type=click.FloatRange(0), default=1.0, show_default=True,
               help="Smallest change (percent) called a regression/improvement.")
 @click.option("--metric", "metric_patterns", multiple=True,
-              help="Only metrics matching this shell pattern, e.g. 'power.channel.*' (repeatable).")
-def compare(a, b, store, workload, no_trace, no_cache, fmt, html_path, alpha, min_effect, metric_patterns):
+              help="Only metrics matching this shell pattern, e.g. 'power.*' (repeatable; `abtest metrics` lists keys).")
+def compare(a, b, store, workload, no_trace, no_cache, tasks, jobs, fmt, html_path, alpha, min_effect,
+            metric_patterns):
     """Compare kernel label B against baseline A: seed-style tables, statistics and a verdict per metric.
 
     A and B are labels in the store (STORE/<label>/<workload>/<iteration>/) or paths to label directories.
@@ -90,7 +103,7 @@ def compare(a, b, store, workload, no_trace, no_cache, fmt, html_path, alpha, mi
     """
     from abtest.compare.tables import seed_tables
 
-    c = _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache, metric_patterns)
+    c = _run_comparison(a, b, store, workload, alpha, min_effect, no_trace, no_cache, metric_patterns, tasks, jobs)
     tables = seed_tables(c)
     if fmt == "json":
         doc = c.to_json()
@@ -118,21 +131,24 @@ def compare(a, b, store, workload, no_trace, no_cache, fmt, html_path, alpha, mi
               help="TOML file: alpha and [metrics.<name>] max_regression_pct (see ci/thresholds.toml).")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
               help="Write JUnit XML (one testcase per workload and gated metric).")
-def gate(a, b, store, workload, no_trace, no_cache, thresholds_path, junit_path):
+def gate(a, b, store, workload, no_trace, no_cache, tasks, jobs, thresholds_path, junit_path):
     """CI gate: exit 1 if B regresses significantly beyond a threshold vs A, 2 on bad input / too few data."""
-    from abtest.compare.gate import ERROR, FAIL, SKIP, ThresholdsError, junit_xml, load_thresholds, run_gate
+    from abtest.compare.gate import (ERROR, FAIL, SKIP, ThresholdsError, excluded_lines, junit_xml, load_thresholds,
+                                     run_gate)
 
     try:
         th = load_thresholds(thresholds_path)
     except ThresholdsError as e:
         raise BadInput(str(e)) from e
-    c = _run_comparison(a, b, store, workload, th.alpha, 1.0, no_trace, no_cache)
+    c = _run_comparison(a, b, store, workload, th.alpha, 1.0, no_trace, no_cache, (), tasks, jobs)
     res = run_gate(c, th)
     mark = {FAIL: "FAIL", ERROR: "ERROR", SKIP: "skip"}
     for chk in res.checks:
         click.echo(f"{mark.get(chk.status, 'ok'):5} {chk.workload}/{chk.metric}: {chk.message}")
     for e in res.errors:
         click.echo(f"ERROR {e}")
+    for line in excluded_lines(res):
+        click.echo(f"note  {line}")
     if junit_path:
         Path(junit_path).write_text(junit_xml(res, thresholds_path))
     verdict = {0: "gate passed", 1: "gate FAILED: significant regression beyond threshold",

@@ -77,6 +77,7 @@ class GateResult:
     label_b: str
     checks: list = field(default_factory=list)
     errors: list = field(default_factory=list)  # errors not tied to one check
+    excluded: list = field(default_factory=list)  # {"label", "workload", "path", "reason"}: iterations not used
 
     @property
     def exit_code(self) -> int:
@@ -98,9 +99,13 @@ def _num(where: str, v, *, positive: bool = False, upper: float | None = None) -
 def load_thresholds(path: str | Path) -> Thresholds:
     path = Path(path)
     try:
-        doc = tomllib.loads(path.read_text())
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as e:
         raise ThresholdsError(f"thresholds file {path} not found") from e
+    except UnicodeDecodeError as e:
+        raise ThresholdsError(f"{path}: not UTF-8 text (byte offset {e.start})") from e
+    except OSError as e:
+        raise ThresholdsError(f"{path}: cannot read ({e.strerror})") from e
     except tomllib.TOMLDecodeError as e:
         raise ThresholdsError(f"{path}: invalid TOML: {e}") from e
     alpha = _num(f"{path}: alpha", doc.get("alpha", 0.05), positive=True, upper=1)
@@ -137,6 +142,7 @@ def load_thresholds(path: str | Path) -> Thresholds:
 
 def run_gate(c: Comparison, th: Thresholds) -> GateResult:
     res = GateResult(c.label_a, c.label_b)
+    res.excluded = [{"workload": w.workload, **e} for w in c.workloads for e in w.excluded]
     for t in th.metrics:
         found_anywhere = False
         for w in c.workloads:
@@ -172,10 +178,12 @@ def _check(workload: str, m, t: MetricThreshold, th: Thresholds) -> Check:
         return Check(status=ERROR, message=f"metric {t.name} has no direction; set lower_is_better in the "
                      "thresholds file", **base)
     v = decide(np.asarray(m.values_a), np.asarray(m.values_b), lib,
-               Policy(alpha=t.alpha, min_effect_pct=t.max_regression_pct, min_iterations=th.min_iterations))
+               Policy(alpha=t.alpha, min_effect_pct=t.max_regression_pct, min_iterations=th.min_iterations),
+               aggregation=m.aggregation)
     base.update(delta_pct=v.delta_pct, p_welch=v.p_welch, p_mannwhitney=v.p_mannwhitney)
     d = f"{v.delta_pct:+.2f} %" if v.delta_pct is not None else "n/a"
-    detail = (f"{t.name} {d} (limit {t.max_regression_pct} % worse, alpha {t.alpha}); p Welch "
+    agg = f" ({m.aggregation})" if m.aggregation != "mean" else ""
+    detail = (f"{t.name}{agg} {d} (limit {t.max_regression_pct} % worse, alpha {t.alpha}); p Welch "
               f"{_p(v.p_welch)}, p Mann-Whitney {_p(v.p_mannwhitney)}; n = {n_a} vs {n_b}; {v.text}")
     if v.verdict == REGRESSION:
         return Check(status=FAIL, message=f"significant regression: {detail}", **base)
@@ -186,6 +194,11 @@ def _check(workload: str, m, t: MetricThreshold, th: Thresholds) -> Check:
 
 def _p(p):
     return "n/a" if p is None else f"{p:.4g}"
+
+
+def excluded_lines(res: GateResult) -> list[str]:
+    """One line per iteration the gate did not use (incomplete or broken), with the reason."""
+    return [f"excluded {e['label']}/{e['workload']}: {e['path']}: {e['reason']}" for e in res.excluded]
 
 
 def junit_xml(res: GateResult, thresholds_path: str = "") -> str:
@@ -199,8 +212,10 @@ def junit_xml(res: GateResult, thresholds_path: str = "") -> str:
                           skipped=str(skips), time="0")
     props = ET.SubElement(suite, "properties")
     for k, v in (("label_a", res.label_a), ("label_b", res.label_b), ("thresholds", thresholds_path),
-                 ("exit_code", str(res.exit_code))):
+                 ("exit_code", str(res.exit_code)), ("excluded_iterations", str(len(res.excluded)))):
         ET.SubElement(props, "property", name=k, value=v)
+    if res.excluded:
+        ET.SubElement(suite, "system-out").text = "\n".join(excluded_lines(res))
     for c in res.checks:
         case = ET.SubElement(suite, "testcase", classname=f"abtest.gate.{c.workload}", name=c.metric, time="0")
         if c.status == FAIL:

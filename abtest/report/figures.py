@@ -7,22 +7,18 @@
 """
 from __future__ import annotations
 
-import re
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from abtest.analysis.frequency import OPP_RESIDENCY_PCT, split_opp_group  # noqa: E402
+from abtest.analysis.idle import STATE_RESIDENCY_PCT  # noqa: E402
+from abtest.analysis.power import CHANNEL_ORDER, POWER_CHANNEL  # noqa: E402
 from abtest.compare.comparison import MetricComparison, WorkloadComparison  # noqa: E402
-from abtest.compare.metrics import CHANNELS  # noqa: E402
 
 COLOR_A, COLOR_B = "#1f77b4", "#d62728"
-# Residency metric names (abtest.analysis summaries, flattened by abtest.compare.metrics):
-#   frequency.per_cpu.<cpu>.opp_residency_pct.<khz>    idle.residency_pct.<cpu>.<state name>
-OPP_RESIDENCY = r"^frequency\.per_cpu\.(?P<group>[^.]+)\.opp_residency_pct\.(?P<state>[^.]+)$"
-IDLE_RESIDENCY = r"^idle\.residency_pct\.(?P<group>[^.]+)\.(?P<state>[^.]+)$"
 
 
 def _ci(s):
@@ -60,7 +56,7 @@ def plot_metric_dots(metrics: list[MetricComparison], label_a: str, label_b: str
 
 def plot_power_channels(w: WorkloadComparison, label_a: str, label_b: str):
     """Grouped bars of mean power per channel (mW) with 95 % CI of the mean; None without channel metrics."""
-    ms = [(ch, w.metric(f"power.channel.{ch}_mw")) for ch in CHANNELS]
+    ms = [(ch, w.of(POWER_CHANNEL, ch)) for ch in CHANNEL_ORDER]
     ms = [(ch, m) for ch, m in ms if m is not None and m.a and m.b]
     if not ms:
         return None
@@ -82,30 +78,31 @@ def plot_power_channels(w: WorkloadComparison, label_a: str, label_b: str):
     return fig
 
 
-def residency_metrics(w: WorkloadComparison, pattern: str) -> dict[str, dict[str, MetricComparison]]:
-    """{group (CPU/policy): {state or OPP: metric}} for metric names matching `pattern`."""
+def opp_residency_metrics(w: WorkloadComparison) -> dict[str, dict[str, MetricComparison]]:
+    """{"cpu<N>" (frequency domain): {"<MHz>": metric}} from the declared OPP residency metric."""
     out: dict[str, dict[str, MetricComparison]] = {}
-    for m in w.metrics:
-        hit = re.match(pattern, m.name)
-        if hit:
-            out.setdefault(hit.group("group"), {})[hit.group("state")] = m
+    for m in sorted(w.grouped(OPP_RESIDENCY_PCT), key=lambda m: split_opp_group(m.group)):
+        dom, khz = split_opp_group(m.group)
+        out.setdefault(f"cpu{dom}", {})[f"{khz / 1000:g}"] = m
     return out
 
 
-def _state_key(s: str):
-    return (0, float(s)) if re.fullmatch(r"-?\d+(\.\d+)?", s) else (1, s)
+def idle_residency_metrics(w: WorkloadComparison) -> dict[str, dict[str, MetricComparison]]:
+    """{"all CPUs": {state name: metric}} from the declared idle-state residency metric."""
+    ms = w.grouped(STATE_RESIDENCY_PCT)
+    return {"all CPUs": {m.group: m for m in sorted(ms, key=lambda m: m.group)}} if ms else {}
 
 
-def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, pattern: str, title: str,
+def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, groups: dict, title: str,
                    max_groups: int = 4, xlabel: str = ""):
-    """Side-by-side residency bars (mean % of time) per state or OPP, one panel per CPU/policy group."""
-    groups = residency_metrics(w, pattern)
+    """Side-by-side residency bars (mean % of time) per state or OPP, one panel per group (frequency domain,
+    or all CPUs); `groups` from opp_residency_metrics / idle_residency_metrics."""
     if not groups:
         return None
-    names = sorted(groups, key=_state_key)[:max_groups]
+    names = list(groups)[:max_groups]
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.4), squeeze=False)
     for ax, g in zip(axes.flat, names):
-        states = sorted(groups[g], key=_state_key)
+        states = list(groups[g])
         x = np.arange(len(states))
         ms = [groups[g][s] for s in states]
         ax.bar(x - 0.2, [m.a.mean if m.a else 0 for m in ms], 0.4, color=COLOR_A, label=label_a)
@@ -113,7 +110,7 @@ def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, pattern: s
         ax.set_xticks(x, states, rotation=45, ha="right", fontsize=7)
         ax.set_ylabel("% of time")
         ax.set_xlabel(xlabel, fontsize=8)
-        ax.set_title(f"CPU {g}" if g.isdigit() else g, fontsize=9)
+        ax.set_title(f"domain of {g}" if g.startswith("cpu") else g, fontsize=9)
         ax.legend(fontsize=7)
     fig.suptitle(f"{w.workload}: {title}", fontsize=10)
     fig.tight_layout()

@@ -88,7 +88,7 @@ def dot_plot_metrics(w: WorkloadComparison) -> list[MetricComparison]:
 
     chosen = [m for m in w.metrics if m.lower_is_better is not None and m.a and m.b and informative(m)]
     chosen.sort(key=lambda m: (m.source != "metrics.json", m.verdict.verdict not in ("regression", "improvement"),
-                               ".per_cpu." in m.name, m.name))
+                               m.group is not None, m.name))
     return chosen[:MAX_DOT_PANELS]
 
 
@@ -108,15 +108,15 @@ def workload_figures_html(c: Comparison, w: WorkloadComparison) -> tuple[str, li
                               f"{w.workload}: per-iteration values, mean and 95 % CI"))
     fig = figures.plot_power_channels(w, c.label_a, c.label_b)
     if fig is None:
-        missing.append(f"{w.workload}: no power per channel figure (no power.csv in the iterations)")
+        missing.append(f"{w.workload}: no power per channel figure (no power source in the iterations: power.csv, trace rails, BattOr)")
     parts.append(_figure_html(fig, f"{w.workload}: average power per channel"))
-    fig = figures.plot_residency(w, c.label_a, c.label_b, figures.OPP_RESIDENCY, "OPP residency",
-                                  xlabel="OPP (kHz)")
+    fig = figures.plot_residency(w, c.label_a, c.label_b, figures.opp_residency_metrics(w), "OPP residency",
+                                  xlabel="OPP (MHz)")
     if fig is None:
         missing.append(f"{w.workload}: no OPP residency figure (no frequency residency metrics: "
                        "cpu_frequency events absent or the frequency analysis unavailable)")
     parts.append(_figure_html(fig, f"{w.workload}: OPP residency"))
-    parts.append(_figure_html(figures.plot_residency(w, c.label_a, c.label_b, figures.IDLE_RESIDENCY,
+    parts.append(_figure_html(figures.plot_residency(w, c.label_a, c.label_b, figures.idle_residency_metrics(w),
                                                      "idle-state residency", xlabel="idle state"),
                               f"{w.workload}: idle-state residency"))
     return "".join(parts), missing

@@ -1,7 +1,7 @@
 """Android workloads: YouTube playback, a game, Jankbench, Geekbench, PCMark.
 
 They need a real device to run (none exists here). Orchestration is the `am`/`dumpsys`/pull sequence
-below; result parsing is done by abtest.analysis.workload / workload_frames (written and tested on
+below; result parsing is done by abtest.results.benchmarks / workload_frames (written and tested on
 real-format files there), imported, not duplicated. Metric conversion from those parsers' dicts is
 `metrics_from_result`, tested here.
 """
@@ -29,7 +29,7 @@ _METRIC_KEYS = {
 
 
 def metrics_from_result(result: dict) -> dict:
-    """A parser dict from abtest.analysis.workload(_frames) -> metrics.json entries (None values skipped)."""
+    """A parser dict from abtest.results.benchmarks(_frames) -> metrics.json entries (None values skipped)."""
     out = {}
     for key, (name, unit, lower) in _METRIC_KEYS.items():
         val = result.get(key)
@@ -39,7 +39,7 @@ def metrics_from_result(result: dict) -> dict:
 
 
 def _read_result_file(path: Path) -> dict:
-    from abtest.analysis.workload import read_workload_metrics
+    from abtest.results.benchmarks import read_workload_metrics
     return read_workload_metrics(path)
 
 
@@ -94,7 +94,7 @@ class GameWorkload(_FramesWorkload):
 
 class JankbenchWorkload(Workload):
     """Jankbench: run benchmark ids `benchmarks` (comma list in quotes) `runs` times, wait for the app to
-    finish, pull its BenchmarkResults sqlite DB; metrics jank_pct, mean_frame_ms (abtest.analysis.workload)."""
+    finish, pull its BenchmarkResults sqlite DB; metrics jank_pct, mean_frame_ms (abtest.results.benchmarks)."""
     KIND = "jankbench"
     DEFAULTS = {"benchmarks": "0", "runs": 1, "package": "com.android.benchmark", "wait_s": 600.0}
     TOOLS = ("am", "dumpsys")

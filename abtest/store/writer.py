@@ -14,22 +14,15 @@ import os
 import shutil
 from pathlib import Path
 
-COMPLETE = ".complete"
-STORE_ENV = "ABTEST_STORE"
-DEFAULT_STORE = "results"
+from abtest.store.model import Metric
+
+from abtest.store.layout import COMPLETE_MARKER as COMPLETE
+from abtest.store.layout import STORE_ENV, default_store_root, is_complete, iteration_dir  # noqa: F401 (re-exported)
 
 
 def default_store() -> Path:
     """--store default: $ABTEST_STORE, else ./results."""
-    return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
-
-
-def iteration_dir(store: Path, label: str, workload: str, iteration: int) -> Path:
-    return Path(store) / label / workload / str(iteration)
-
-
-def is_complete(path: Path) -> bool:
-    return (Path(path) / COMPLETE).is_file()
+    return default_store_root()
 
 
 def metric(value: float, unit: str, lower_is_better: bool) -> dict:
@@ -79,3 +72,17 @@ def discard_stale_temps(store: Path) -> list[Path]:
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed
+
+
+def write_iteration(path: str | os.PathLike, metrics: dict, meta: dict | None = None, *,
+                    complete: bool = True) -> Path:
+    """Write an iteration directory in the store layout (for importers and tests): metrics.json from
+    {name: {"value", "unit", "lower_is_better"}} (or Metric), meta.json, then `.complete` last."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    doc = {"metrics": {k: (v.to_json() if isinstance(v, Metric) else v) for k, v in metrics.items()}}
+    (path / "metrics.json").write_text(json.dumps(doc, indent=1))
+    (path / "meta.json").write_text(json.dumps(meta or {}, indent=1))
+    if complete:
+        (path / COMPLETE).touch()
+    return path
