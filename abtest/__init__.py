@@ -7,14 +7,8 @@ Open a trace of any supported format and get canonical polars tables::
     t.events                      # {"sched_switch": 6228, ...}
     t.df("cpu_idle")              # polars DataFrame: ts [ns], cpu, state (-1 = exit)
 """
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("abtest")
-except PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0.0.0+src"
-
-from abtest.trace.errors import TraceFormatError, MissingEventsError  # noqa: E402
-from abtest.session import Trace  # noqa: E402
+from abtest.version import __version__
+from abtest.trace.errors import TraceFormatError, MissingEventsError
+from abtest.session import Trace
 
 __all__ = ["Trace", "TraceFormatError", "MissingEventsError", "__version__"]

@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from abtest import __version__
+from abtest.version import __version__
 from abtest.trace.errors import MissingEventsError, TraceFormatError
 
 # top-level command -> module of abtest/commands that lists it in COMMANDS
@@ -24,6 +24,7 @@ COMMAND_MODULES = {
     "compare": "compare",
     "gate": "compare",
     "collect": "collect",
+    "metrics": "metrics",
     "engines": "interop",
     "sql": "interop",
     "wattson": "interop",

@@ -164,8 +164,34 @@ class Trace:
         return FrequencyAnalysis(self)
 
     @property
+    def power(self):
+        """Measured power per rail and channel (abtest.analysis.power; the trace's power_rail table)."""
+        from abtest.analysis.power import PowerAnalysis
+        return PowerAnalysis(self)
+
+    def metrics(self, analyses: list[str] | None = None, *, tasks: tuple[str, ...] = ()) -> pl.DataFrame:
+        """Every declared metric this trace yields (abtest.analysis.registry), one row per value:
+        analysis, key (full), key_template, group, value, unit, direction, aggregation. Analyses whose
+        required events are absent are left out (`abtest analyze` says why)."""
+        from abtest.analysis import registry
+        rows = []
+        chosen = [registry.BY_NAME[n] for n in analyses] if analyses else \
+            list(registry.TRACE_ANALYSES) + [registry.POWER]
+        for a in chosen:
+            try:
+                vals = registry.compute(a, self, registry.MetricOptions(tasks=tuple(tasks)))
+            except (MissingEventsError, ValueError):
+                continue
+            rows += [{"analysis": a.name, "key": v.key, "key_template": v.spec.key, "group": v.group,
+                      "value": float(v.value), "unit": v.spec.unit, "direction": v.spec.direction.value,
+                      "aggregation": v.spec.aggregation.value} for v in vals]
+        schema = {"analysis": pl.Utf8, "key": pl.Utf8, "key_template": pl.Utf8, "group": pl.Utf8,
+                  "value": pl.Float64, "unit": pl.Utf8, "direction": pl.Utf8, "aggregation": pl.Utf8}
+        return pl.DataFrame(rows, schema=schema)
+
+    @property
     def energy(self):
-        """Power rails and energy-model estimates (abtest.analysis.energy)."""
+        """Energy-model estimates, and measured rails for convenience (abtest.analysis.energy)."""
         from abtest.analysis.energy import EnergyAnalysis
         return EnergyAnalysis(self)
 

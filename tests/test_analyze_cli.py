@@ -23,8 +23,8 @@ SHARED_TRACES = TRACES
 EXPECTED = json.loads((SHARED_TRACES / "expected-counts.json").read_text())
 TRACE_FILES = sorted(k for k in EXPECTED if not k.endswith(".yml"))
 TOP_KEYS = {"file", "format", "duration_s", "window_s", "lost_events", "platform", "idle", "latency", "frequency",
-            "load_tracking", "energy", "placement", "frames", "skipped"}
-ANALYSES = ("idle", "latency", "frequency", "load_tracking", "energy", "placement", "frames")
+            "load_tracking", "power", "energy_model", "placement", "frames", "skipped"}
+ANALYSES = ("power", "idle", "latency", "frequency", "load_tracking", "placement", "energy_model", "frames")
 IDLE_KEYS = {"window_s", "residency_pct", "idle_pct", "cluster_residency_pct", "cluster_all_cpus_idle_pct", "wakeups",
              "wakeups_total", "wakeups_per_s"}
 LATENCY_KEYS = {"wakeup_event", "wakeups", "matched_wakeups", "unmatched_wakeups", "mean_us", "p50_us", "p95_us",

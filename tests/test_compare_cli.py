@@ -54,8 +54,9 @@ def independent_metrics(path: Path) -> dict:
     switch-in (the latest waking before the switch counts), geometric mean in us."""
     below = exits = idle_events = 0
     running: dict[int, int] = {}
-    pending: dict[int, float] = {}
+    pending: dict[int, tuple[float, str]] = {}
     lat_us = []
+    per_comm: dict[str, list[float]] = {}
     first = last = None
     for m in _report(path):
         ev, body, ts = m["event"], m["body"], _seconds(m["ts"])
@@ -69,16 +70,21 @@ def independent_metrics(path: Path) -> dict:
         elif ev == "sched_waking":
             pid = int(re.search(r"\bpid=(\d+)", body)[1])
             if pid != 0 and pid not in running.values():
-                pending[pid] = ts
+                pending[pid] = (ts, re.search(r"\bcomm=(.*?) pid=", body)[1])
         elif ev == "sched_switch":
             nxt = int(re.search(r"==> .*:(\d+) \[", body)[1])
             running[int(m["cpu"])] = nxt
             if nxt in pending:
-                lat_us.append((ts - pending.pop(nxt)) * 1e6)
-    gmean = math.exp(sum(math.log(x) for x in lat_us) / len(lat_us)) if lat_us else None
+                woken, comm = pending.pop(nxt)
+                lat_us.append((ts - woken) * 1e6)
+                per_comm.setdefault(comm, []).append(lat_us[-1])
+
+    def gm(xs):
+        return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+    gmean = gm(lat_us)
     return {"idle.too_shallow_pct": 100.0 * below / exits if exits else None,
             "idle.wakeups_per_s": exits / (last - first), "latency.gmean_us": gmean,
-            "cpu_idle_events": idle_events}
+            "cpu_idle_events": idle_events, "task_gmean_us": {c: gm(v) for c, v in per_comm.items()}}
 
 
 def _split(src: Path, out_dir: Path, n: int) -> list[Path]:
@@ -169,6 +175,27 @@ def test_real_traces_end_to_end(governor_store):
     assert w["meta_b"]["governors.cpuidle"] == "ladder"
     idle_table = next(t for t in doc["tables"] if t["key"] == "idle")
     assert [r[1] for r in idle_table["rows"]] == ["haltpoll", "ladder", "perc_diff"]
+
+
+def test_per_task_metrics_by_name(governor_store):
+    """Per-task wakeup latency is keyed by the task's name (pids differ between runs) and equals trace-cmd's
+    own decoding, per name, in every iteration; --task selects the names compared."""
+    store, expected = governor_store
+    doc = _compare_json(store, "haltpoll", "ladder", "--task", "cyclictest", "--task", "no_such_task")
+    (w,) = doc["workloads"]
+    m = next(m for m in w["metrics"] if m["name"] == "latency.task.cyclictest.gmean_us")
+    assert m["key_template"] == "latency.task.{task}.gmean_us" and m["group"] == "cyclictest"
+    for key, label in (("values_a", "haltpoll"), ("values_b", "ladder")):
+        assert m[key] == pytest.approx([e["task_gmean_us"]["cyclictest"] for e in expected[label]], rel=0.02)
+    tasks = {x["group"] for x in w["metrics"] if x["grouping"] == "task"}
+    assert tasks == {"cyclictest"}  # only the named ones
+    assert any("no_such_task never seen" in n for n in w["notes"])
+    table = next(t for t in doc["tables"] if t["key"] == "tasks")
+    assert {r[1] for r in table["rows"]} == {"cyclictest"}
+    # without --task: the busiest names present in every iteration, cyclictest among them
+    doc = _compare_json(store, "haltpoll", "ladder")
+    names = {x["group"] for x in doc["workloads"][0]["metrics"] if x["grouping"] == "task"}
+    assert "cyclictest" in names and 0 < len(names) <= 10
 
 
 def test_three_labels_incomplete_excluded_and_cache(governor_store):

@@ -7,8 +7,9 @@ cumulative) and are integrated by df_power_per_rail below (piecewise-constant po
 samples, counter wraps/resets handled there). A channel's power is the sum of its rails' average power.
 
 Rail -> channel mapping, first that applies:
-1. an explicit mapping given by the caller (the store's abtest.toml ``[power.channels]`` or the platform file's
-   ``rail_channels``: ``{channel: [rail names]}``);
+1. an explicit mapping given by the caller (the store's abtest.toml ``[power.channels]``, the target file's
+   ``[platform.rails]`` as the collector recorded it in meta.json, or a platform file's ``rail_channels``:
+   ``{channel: [rail names]}``);
 2. a built-in device mapping when the trace's rail names identify the device family (e.g. Google Pixel 6/7/8:
    Tensor ODPM rails S4M_VDD_CPUCL0 = little, S3M_VDD_CPUCL1 = mid, S2M_VDD_CPUCL2 = big, ...G3D = GPU);
 3. generic rail-name patterns (CPU_LITTLE, GPU, DISP, MEM ...), labelled as such.
@@ -220,6 +221,31 @@ def metrics(trace, options=None) -> list[MetricValue]:
     explicit = getattr(options, "rail_channels", None) or (trace.platform or {}).get("rail_channels")
     vals, _ = power_metrics(trace.df("power_rail"), explicit=explicit, start_ns=trace.start_ns, end_ns=trace.end_ns)
     return vals
+
+
+class PowerAnalysis:
+    """Measured power of one trace (``trace.power``); window = the trace's window."""
+
+    def __init__(self, trace):
+        self.trace = trace
+
+    def df_power_per_rail(self, wrap_uj: dict | None = None) -> pl.DataFrame:
+        """df_power_per_rail over the trace's window. Events: power_rail."""
+        self.trace.require("power.df_power_per_rail", *EVENTS)
+        return df_power_per_rail(self.trace.df("power_rail", windowed=False), wrap_uj=wrap_uj,
+                                 start_ns=self.trace.start_ns, end_ns=self.trace.end_ns)
+
+    def mapping(self, explicit: dict | None = None) -> RailMapping:
+        """The rail -> channel mapping for this trace's rails (explicit, else built in; module docstring)."""
+        rails = self.df_power_per_rail()["rail"].to_list()
+        return rail_mapping(rails, explicit or (self.trace.platform or {}).get("rail_channels"))
+
+    def df_power_per_channel(self, explicit: dict | None = None) -> pl.DataFrame:
+        """df_channel_power with this trace's mapping."""
+        return df_channel_power(self.df_power_per_rail(), self.mapping(explicit))
+
+    def plot_power_per_rail(self, ax=None):
+        return plot_power_per_rail(self.df_power_per_rail(), ax=ax)
 
 
 def summary(trace) -> dict:

@@ -6,16 +6,17 @@ reason is under ``skipped``)::
 
     {"file", "format", "duration_s", "window_s": [start, end] | null (s from the trace start),
      "lost_events", "platform": name | null,
-     "idle": {...}, "latency": {...}, "frequency": {...}, "load_tracking": {...},
-     "energy": {...}, "placement": {...}, "frames": {...},
+     "power": {...}, "idle": {...}, "latency": {...}, "frequency": {...}, "load_tracking": {...},
+     "placement": {...}, "energy_model": {...}, "frames": {...},
      "skipped": {analysis: reason}}
+
+The analyses and their order are those of abtest.analysis.registry that have a summary.
 
 See docs/analyze.md for each analysis' keys. Exit status: 0 when at least one analysis ran, 2 when
 none applies (or the file / platform is unreadable).
 """
 from __future__ import annotations
 
-import importlib
 import json
 import math
 
@@ -41,16 +42,10 @@ ANALYSES: dict[str, str] = {
 _NOT_REQUESTED = "not requested (--only)"
 
 
-def _run_one(key: str, module: str, trace: Trace) -> tuple[dict | None, str | None]:
+def _run_one(key: str, analysis, trace: Trace) -> tuple[dict | None, str | None]:
     """(summary, None) or (None, reason). Only "this analysis does not apply" errors are caught."""
     try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name == module:
-            return None, f"analysis module {module} is not available in this build"
-        raise
-    try:
-        res = mod.summary(trace)
+        res = analysis.summary(trace)
     except MissingEventsError as e:
         return None, str(e)
     except ValueError as e:  # e.g. needs platform data the trace does not carry
@@ -73,12 +68,12 @@ def analyze_dict(trace: Trace, *, window_s: tuple[float, float] | None = None,
         "platform": (trace.platform or {}).get("name") if isinstance(trace.platform, dict) else None,
     }
     skipped: dict[str, str] = {}
-    for key, module in ANALYSES.items():
+    for key, analysis in ANALYSES.items():
         if only and key not in only:
             out[key] = None
             skipped[key] = _NOT_REQUESTED
             continue
-        res, why = _run_one(key, module, trace)
+        res, why = _run_one(key, analysis, trace)
         out[key] = _jsonable(res)
         if why:
             skipped[key] = why

@@ -62,7 +62,7 @@ def build_labels(cfg, kernels: tuple[str, ...], label_specs: tuple[str, ...]) ->
 @click.option("--order", type=click.Choice(["interleave", "blocked"]), default="interleave", show_default=True,
               help="interleave = ABAB per iteration; blocked = AA..BB.. (fewer kernel switches)")
 @click.option("--analysis", "analyses", multiple=True,
-              help="record the events these abtest.analysis modules declare (default: all)")
+              help="record the events these analyses declare (repeatable; default: all; `abtest metrics` lists them)")
 @click.option("--event", "extra_events", multiple=True, help="extra ftrace event to record")
 @click.option("--no-trace", is_flag=True, help="do not trace (workload metrics and power only)")
 @click.option("--buffer-size-kb", type=click.IntRange(1), default=None, help="ftrace buffer per CPU [KiB]")
@@ -79,6 +79,10 @@ def collect(target_spec, kernels, label_specs, workload_specs, iterations, store
             no_progress, as_json) -> None:
     """Collect ITERATIONS runs of each WORKLOAD on each kernel/label of TARGET into the run store
     (STORE/<label>/<workload>/<iteration>/ with trace.dat, power.csv, metrics.json, meta.json, .complete)."""
+    from abtest.analysis.registry import BY_NAME, events_for
+    unknown = [a for a in analyses if a not in BY_NAME]
+    if unknown:
+        raise click.UsageError(f"unknown analysis {', '.join(unknown)}; analyses: {', '.join(BY_NAME)}")
     try:
         cfg = load_target_file(resolve_target_file(target_spec))
         labels = build_labels(cfg, kernels, label_specs)
@@ -87,7 +91,8 @@ def collect(target_spec, kernels, label_specs, workload_specs, iterations, store
         raise click.UsageError(str(e)) from e
     cc = CollectConfig(target_cfg=cfg, labels=labels, workloads=workloads, iterations=iterations,
                        store=Path(store) if store else default_store(), resume=resume, order=order,
-                       analyses=list(analyses) or None, extra_events=list(extra_events), trace=not no_trace,
+                       analyses=list(analyses) or None, analysis_events=events_for(list(analyses) or None),
+                       extra_events=list(extra_events), trace=not no_trace,
                        buffer_size_kb=buffer_size_kb, trace_clock=trace_clock, retries=retries,
                        cooldown_fixed_s=cooldown_s, cooldown_thermal_max_c=cooldown_temp_c,
                        progress=not no_progress)

@@ -5,8 +5,8 @@ Thresholds file (see ci/thresholds.toml and docs/compare.md)::
     alpha = 0.05              # significance level (default 0.05)
     min_iterations = 3        # per side and metric, else "not enough data" (default 3)
     fail_on_inconclusive = false   # true: an inconclusive metric counts as not enough data (exit 2)
-    [metrics.soc_power_mw]
-    max_regression_pct = 3.0  # regression allowed, percent of A's mean, in the metric's bad direction
+    [metrics."power.Total"]   # a full metric key (`abtest metrics` lists the declared ones)
+    max_regression_pct = 3.0  # regression allowed, percent of A's aggregate, in the metric's bad direction
     # optional per metric: alpha, lower_is_better (override), workloads = ["youtube", ...],
     # required = false (a metric measured in no compared workload is then skipped instead of an error)
 
@@ -14,8 +14,10 @@ Per (workload, gated metric) the verdict rule of abtest.compare.verdict runs wit
 min_effect_pct = max_regression_pct: the check FAILS when the result is "regression" (significant and at
 least max_regression_pct worse). It is an ERROR when the metric has NaN values, fewer than min_iterations
 on a side, or (when the metric lists `workloads`) is missing there; a gated metric found in no compared
-workload is an error too unless it says `required = false` (a typo in a metric name must not pass
-silently). Exit code: 1 if any check failed, else 2 if any error, else 0.
+workload is an error too unless it says `required = false` and the name is a declared metric (a typo in a
+metric name must not pass silently). The test runs on the metric's declared aggregation (gmean metrics on
+their logarithms, abtest.compare.verdict). With A's aggregate 0 there is no percent scale: a significant
+change in the bad direction fails whatever max_regression_pct says. Exit code: 1 if any check failed, else 2 if any error, else 0.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from abtest.analysis.registry import resolve
 from abtest.compare.comparison import Comparison
 from abtest.compare.verdict import REGRESSION, INCONCLUSIVE, Policy, decide
 
@@ -159,9 +162,12 @@ def run_gate(c: Comparison, th: Thresholds) -> GateResult:
                 continue
             found_anywhere = True
             res.checks.append(_check(w.workload, m, t, th))
-        if not found_anywhere and not t.workloads and t.required:
+        if not found_anywhere and not t.workloads and (t.required or resolve(t.name) is None):
+            why = "" if resolve(t.name) is not None else (
+                "; it is not a declared metric either (`abtest metrics` lists them: e.g. power.Total, fps, "
+                "latency.gmean_us), so this is probably a typo")
             res.errors.append(f"gated metric {t.name} was found in no compared workload "
-                              f"({', '.join(w.workload for w in c.workloads)})")
+                              f"({', '.join(w.workload for w in c.workloads)}){why}")
     return res
 
 

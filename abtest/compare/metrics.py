@@ -17,6 +17,7 @@ a cache file that is a symlink is neither read nor written through.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -127,10 +128,10 @@ def _file_key(p: Path | None) -> list | None:
 
 
 def cache_key(it: Iteration, options: registry.MetricOptions, with_trace: bool) -> dict:
-    from abtest import __version__
+    from abtest.version import __version__
     return {"abtest": __version__, "metrics_version": METRICS_VERSION, "registry": FINGERPRINT,
             "trace": _file_key(it.trace_path) if with_trace else None, "power": _file_key(it.power_path),
-            "battor": _file_key(it.battor_path), "tasks": list(options.tasks), "top_tasks": options.top_tasks,
+            "battor": _file_key(it.battor_path), "platform": _file_key(it.platform_path), "tasks": list(options.tasks), "top_tasks": options.top_tasks,
             "min_task_wakeups": options.min_task_wakeups,
             "rail_channels": {k: list(v) for k, v in (options.rail_channels or {}).items()}}
 
@@ -166,12 +167,24 @@ def _write_cache(path: Path, key: dict, vals: list[Measured], notes: list[str]) 
             pass  # read-only store: nothing was written
 
 
+def _effective_options(it: Iteration, options: registry.MetricOptions) -> registry.MetricOptions:
+    """The rail mapping: the store's abtest.toml, else the target file's [platform.rails] that the collector
+    recorded in meta.json, else none (built-in mappings apply)."""
+    if options.rail_channels:
+        return options
+    rails = (it.meta.get("platform") or {}).get("rails") if isinstance(it.meta.get("platform"), dict) else None
+    if isinstance(rails, dict) and all(isinstance(v, list) for v in rails.values()):
+        return dataclasses.replace(options, rail_channels={k: tuple(v) for k, v in rails.items()})
+    return options
+
+
 def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.MetricOptions(), *,
                     use_cache: bool = True, with_trace: bool = True) -> tuple[list[Measured], list[str]]:
     """Power and trace values of one iteration plus notes; from the cache file when it is current."""
     from abtest.store.power import read_power_csv
     from abtest.trace.errors import TraceFormatError
 
+    options = _effective_options(it, options)
     key = cache_key(it, options, with_trace)
     cache = it.path / METRICS_CACHE_FILE
     if use_cache:
@@ -192,7 +205,8 @@ def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.Me
     if with_trace and it.trace_path is not None:
         from abtest.session import Trace
         try:
-            trace = Trace(it.trace_path, use_cache=False)  # the values are cached; skip the table cache
+            # the values are cached: skip the table cache; a platform file beside the trace applies to it
+            trace = Trace(it.trace_path, use_cache=False, platform=it.platform_path)
             has_rails = "power_rail" in trace.tables and trace.df("power_rail", windowed=False).height > 0
             if power_done and has_rails:
                 notes.append("power from power.csv; the trace's own power rails were not used (one power source "
@@ -201,7 +215,7 @@ def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.Me
             power_done = power_done or any(m.source == "trace:power_rail" for m in tv)
             vals += tv
             notes += tnotes
-        except (TraceFormatError, OSError) as e:
+        except (TraceFormatError, OSError, ValueError) as e:  # ValueError: a platform file it cannot use
             notes.append(f"trace metrics unavailable: {e}")
             failed = True
     if it.battor_path is not None and not power_done:

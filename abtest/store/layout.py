@@ -4,6 +4,8 @@
         trace.dat | *.perfetto-trace | *.pftrace | trace.txt | ...   (optional, any format abtest.Trace reads)
         power.csv      optional; columns ts_ns, rail, subsystem, energy_uj (cumulative counter per rail, uJ)
         battor.txt     optional; a BattOr power-monitor log (another power source)
+        platform.yml   optional; the platform (capacities, OPPs, idle states, energy model: any format
+                       abtest.analysis.platform reads, also platform.toml or a LISA plat_info.yml)
         metrics.json   {"metrics": {"<name>": {"value": <number>, "unit": "<unit>", "lower_is_better": <bool>}}}
         meta.json      kernel release/version/cmdline, hardware, governors, thermal, tool versions, timestamps
         .complete      empty; written last. Without it the iteration is incomplete: it is reported, never used.
@@ -23,11 +25,12 @@ METRICS_FILE = "metrics.json"
 META_FILE = "meta.json"
 POWER_FILE = "power.csv"
 BATTOR_FILES = ("battor.txt", "battor.log")
+PLATFORM_FILES = ("platform.yml", "platform.yaml", "platform.toml", "plat_info.yml")
 STORE_CONFIG_FILE = "abtest.toml"
 METRICS_CACHE_FILE = ".abtest-metrics.json"
 
 # Files in an iteration directory that are never the trace.
-NOT_TRACE = {COMPLETE_MARKER, METRICS_FILE, META_FILE, POWER_FILE, METRICS_CACHE_FILE, *BATTOR_FILES}
+NOT_TRACE = {COMPLETE_MARKER, METRICS_FILE, META_FILE, POWER_FILE, METRICS_CACHE_FILE, *BATTOR_FILES, *PLATFORM_FILES}
 # Trace file names in order of preference (exact names first, then suffixes).
 TRACE_NAMES = ("trace.dat", "trace.perfetto-trace", "trace.pftrace", "trace.pb", "trace.html",
                "trace.ctrace", "trace.txt")
@@ -67,6 +70,14 @@ def find_trace(directory: Path) -> Path | None:
 def find_battor(directory: Path) -> Path | None:
     """A BattOr log in an iteration directory (battor.txt / battor.log), or None."""
     for n in BATTOR_FILES:
+        if (directory / n).is_file():
+            return directory / n
+    return None
+
+
+def find_platform(directory: Path) -> Path | None:
+    """A platform file in an iteration directory (PLATFORM_FILES, first found), or None."""
+    for n in PLATFORM_FILES:
         if (directory / n).is_file():
             return directory / n
     return None

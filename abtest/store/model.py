@@ -42,7 +42,11 @@ class Metric:
         elif isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise StoreError(f"{where}: 'value' must be a number, got {raw!r}")
         else:
-            value = float(raw)
+            try:
+                value = float(raw)
+            except OverflowError:
+                raise StoreError(f"{where}: 'value' {str(raw)[:20]}... is out of the range of a float "
+                                 "(about 1.8e308)") from None
         lib = obj.get("lower_is_better", True)
         if lib is not None and not isinstance(lib, bool):
             raise StoreError(f"{where}: 'lower_is_better' must be true, false or null, got {lib!r}")
@@ -57,7 +61,7 @@ class Iteration:
     label: kernel label (the directory under STORE).  workload: workload name.  index: iteration number
     (trailing digits of the directory name, else its position).  path: the iteration directory.
     complete: `.complete` present.  metrics: name -> Metric (from metrics.json; derived metrics are added by
-    abtest.compare.metrics).  meta: meta.json contents.  trace_path / power_path / battor_path: files or None.
+    abtest.compare.metrics).  meta: meta.json contents.  trace_path / power_path / battor_path / platform_path: files or None.
     name: directory name.  problems: why the iteration is unusable (empty when fine).
     """
     label: str
@@ -70,6 +74,7 @@ class Iteration:
     trace_path: Path | None = None
     power_path: Path | None = None
     battor_path: Path | None = None
+    platform_path: Path | None = None
     name: str = ""
     problems: list = field(default_factory=list)
 

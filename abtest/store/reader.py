@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from abtest.store.layout import (COMPLETE_MARKER, METRICS_FILE, META_FILE, POWER_FILE, STORE_ENV, default_store_root,
-                                 find_battor, find_trace)
+                                 find_battor, find_platform, find_trace)
 from abtest.store.model import Iteration, Metric, StoreError
 from abtest.store.wa import load_wa_output
 
@@ -120,11 +120,15 @@ def _iteration_index(name: str, position: int) -> int:
 def read_metrics_json(path: Path) -> dict[str, Metric]:
     """Parse metrics.json. Raises StoreError naming the file and what was expected."""
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise StoreError(f"{path}: not UTF-8 text (byte offset {e.start}); expected JSON") from e
     except json.JSONDecodeError as e:
         raise StoreError(f"{path}: line {e.lineno} column {e.colno}: invalid JSON ({e.msg}); expected "
                          '{"metrics": {"<name>": {"value": <number>, "unit": "<unit>", '
                          '"lower_is_better": <bool>}}}') from e
+    except ValueError as e:  # e.g. an integer literal longer than Python's 4300-digit conversion limit
+        raise StoreError(f"{path}: {e}") from e
     if not isinstance(doc, dict) or not isinstance(doc.get("metrics"), dict):
         raise StoreError(f"{path}: expected a top-level object with a 'metrics' object")
     return {name: Metric.from_json(m, where=f"{path}: metric {name!r}") for name, m in doc["metrics"].items()}
@@ -146,17 +150,19 @@ def load_iteration(path: str | os.PathLike, *, label: str, workload: str, positi
     meta_path = path / META_FILE
     if meta_path.is_file():
         try:
-            meta = json.loads(meta_path.read_text())
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if not isinstance(meta, dict):
                 problems.append(f"{meta_path}: expected a JSON object")
                 meta = {}
         except json.JSONDecodeError as e:
             problems.append(f"{meta_path}: line {e.lineno}: invalid JSON ({e.msg})")
+        except UnicodeDecodeError as e:
+            problems.append(f"{meta_path}: not UTF-8 text (byte offset {e.start})")
     power = path / POWER_FILE
     return Iteration(
         label=label, workload=workload, index=_iteration_index(path.name, position), path=path,
         complete=(path / COMPLETE_MARKER).exists(), metrics=metrics, meta=meta,
         trace_path=find_trace(path), power_path=power if power.is_file() else None,
-        battor_path=find_battor(path),
+        battor_path=find_battor(path), platform_path=find_platform(path),
         name=path.name, problems=problems,
     )

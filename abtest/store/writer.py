@@ -25,11 +25,6 @@ def default_store() -> Path:
     return default_store_root()
 
 
-def metric(value: float, unit: str, lower_is_better: bool) -> dict:
-    """One metrics.json entry."""
-    return {"value": value, "unit": unit, "lower_is_better": lower_is_better}
-
-
 class IterationWriter:
     """Context for one iteration: `tmp` is where files go; `commit()` finalises, `discard()` drops."""
 
