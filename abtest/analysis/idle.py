@@ -328,13 +328,14 @@ def plot_idle_misses(misses: pl.DataFrame, *, ax=None):
 # bound to a Trace
 # --------------------------------------------------------------------------------------------
 def _platform(trace) -> dict | None:
-    from abtest.analysis.platform import load_platform, platform_from_meta
+    """The trace's platform (abtest.analysis.platform.trace_platform). A platform that does not match the trace
+    raises PlatformMismatchError (its idle states would relabel the trace's); an unreadable one is ignored."""
+    from abtest.analysis.platform import PlatformMismatchError, trace_platform
 
-    p = trace.platform
     try:
-        if isinstance(p, dict) and p.get("domains"):
-            return load_platform(p)
-        return platform_from_meta(trace.meta)
+        return trace_platform(trace)
+    except PlatformMismatchError:
+        raise
     except (ValueError, KeyError, TypeError):
         return None
 
