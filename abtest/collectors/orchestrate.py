@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from abtest.collectors.annotate import TraceAnnotator
 from abtest.collectors.ftrace import FtraceCollector, TracefsLock, requested_events
 from abtest.collectors.meta import META_SCRIPT, collect_target_meta, host_tools, parse_meta_output
 from abtest.collectors.power import PowerSampler, write_power_csv
@@ -250,6 +251,7 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
     collector = st.collector
     session_meta: dict = {}
     sampler = None
+    annotator = None
     phases = {}
     lock_t0 = time.monotonic()
     with TracefsLock(collector is not None and st.is_local):
@@ -259,6 +261,9 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
             if collector:
                 _, out = collector.start(preamble=META_SCRIPT)
                 meta = parse_meta_output(out)
+                annotator = TraceAnnotator.from_settings(t, collector, cfg.trace)  # cgroups + thermal into the trace
+                if annotator:
+                    annotator.start()
             else:
                 meta = collect_target_meta(t)
             kind = cfg.power.get("sampler", "none")
@@ -286,10 +291,17 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
                 power = sampler.stop(writer.tmp / ".power-raw.txt")
                 (writer.tmp / ".power-raw.txt").unlink(missing_ok=True)
                 write_power_csv(power, writer.tmp / "power.csv")
+            if annotator:
+                annotator.stop()
             if collector:
                 session_meta = collector.stop(writer.tmp / getattr(collector, "trace_name", "trace.dat")).as_meta()
             phases["stop_pull_s"] = time.monotonic() - a
         except BaseException:
+            if annotator:
+                try:
+                    annotator.stop()
+                except TargetError:
+                    pass
             if collector:
                 collector.reset()
             if sampler and sampler.pid:
@@ -309,7 +321,7 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
         "boot": boot_meta,
         "settings": {"label": label.settings, "applied": settings_now, "workload": wl.describe(),
                      "events_requested": collector.events if collector else [], "analyses": cc.analyses},
-        "trace": session_meta,
+        "trace": {**session_meta, "annotations": annotator.describe()} if annotator else session_meta,
         "power": ({"sampler": cfg.power.get("sampler"), "period_s": cfg.power.get("period_s", 0.5),
                    "aligned": session_meta.get("trace_clock") == "boot",
                    "clock": "CLOCK_BOOTTIME"} if sampler else None),
