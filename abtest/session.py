@@ -5,7 +5,9 @@ analyses of abtest.analysis).
     t.meta["cpus"], t.events               # metadata, per-event counts
     t.df("sched_switch")                   # canonical table (polars DataFrame), ts in ns
     w = t.window(start_ns, end_ns)         # same trace, tables clipped to [start_ns, end_ns)
-    t.idle.df_residency()                  # analyses (abtest.analysis.*) hang off the trace
+    t.idle.df_residency()                  # analyses (abtest.analysis.*) hang off the trace: idle, latency,
+                                           # frequency, load_tracking, placement, energy, power, tasks,
+                                           # overutilized, thermal, capacity, cgroups
 """
 from __future__ import annotations
 
@@ -212,6 +214,36 @@ class Trace:
         """Task placement and balance (abtest.analysis.placement)."""
         from abtest.analysis.placement import PlacementAnalysis
         return PlacementAnalysis(self)
+
+    @property
+    def tasks(self):
+        """Task states (running / runnable / sleeping / uninterruptible) and activations (abtest.analysis.tasks)."""
+        from abtest.analysis.tasks import TasksAnalysis
+        return TasksAnalysis(self)
+
+    @property
+    def overutilized(self):
+        """Overutilized time per root domain (abtest.analysis.overutilized)."""
+        from abtest.analysis.overutilized import OverutilizedAnalysis
+        return OverutilizedAnalysis(self)
+
+    @property
+    def thermal(self):
+        """Thermal zones, cooling devices, power allocator (abtest.analysis.thermal)."""
+        from abtest.analysis.thermal import ThermalAnalysis
+        return ThermalAnalysis(self)
+
+    @property
+    def capacity(self):
+        """CPU capacity over time and uclamp (abtest.analysis.capacity)."""
+        from abtest.analysis.capacity import CapacityAnalysis
+        return CapacityAnalysis(self)
+
+    @property
+    def cgroups(self):
+        """cgroup membership, wakeup latency and CPU time per cgroup (abtest.analysis.cgroups)."""
+        from abtest.analysis.cgroups import CgroupAnalysis
+        return CgroupAnalysis(self)
 
     def __repr__(self) -> str:
         return f"Trace({str(self.path)!r}, format={self.meta.get('format')!r}, cpus={self.cpus}, events={sum(self.events.values())})"

@@ -38,11 +38,12 @@ WAKE_NEW = re.compile(r"^(?P<c>.*):(?P<p>\d+) \[-?\d+\] CPU:\d+$")
 WAKE_KV = re.compile(r"comm=(?P<c>.*) pid=(?P<p>\d+) prio=")
 
 
-def report_events(path):
-    """(ts_ns, cpu, event, body) from `trace-cmd report -t` of a trace.dat, or the lines of a text trace."""
+def report_events(path, raw: bool = False):
+    """(ts_ns, cpu, event, body) from `trace-cmd report -t` of a trace.dat (``raw``: `-R`, every field as the
+    kernel recorded it, e.g. numeric prev_state), or the lines of a text trace."""
     if str(path).endswith(".dat"):
-        text = subprocess.run(["trace-cmd", "report", "-t", str(path)], capture_output=True, text=True,
-                              check=True).stdout
+        text = subprocess.run(["trace-cmd", "report", "-t", *(["-R"] if raw else []), str(path)],
+                              capture_output=True, text=True, check=True).stdout
     else:
         text = path.read_text()
     for line in text.splitlines():
