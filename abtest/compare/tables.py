@@ -25,8 +25,8 @@ from abtest.analysis.power import CHANNEL_ORDER, POWER_CHANNEL
 from abtest.compare.comparison import Comparison, MetricComparison
 from abtest.results import specs as wl
 
-# Column kinds: how renderers format a raw value.
-TEXT, NUM, INT, PCT, DIFF, PVAL, CI = "text", "num", "int", "pct", "diff", "pval", "ci"
+# Column kinds: how renderers format a raw value. VALDIFF: [value, perc_diff or None] -> "18.54 (+11.40 %)".
+TEXT, NUM, INT, PCT, DIFF, PVAL, CI, VALDIFF = "text", "num", "int", "pct", "diff", "pval", "ci", "valdiff"
 
 
 @dataclass
@@ -197,6 +197,11 @@ def seed_tables(c: Comparison, *, with_all: bool = True) -> list[Table]:
 
 def format_value(value, kind: str) -> str:
     """Text form of a table cell: DIFF '-21.15 %', PCT '2.00 %', PVAL '0.0079', CI '[-22.0, -20.3] %'."""
+    if kind == VALDIFF:
+        v, d = value if value is not None else (None, None)
+        if v is None:
+            return "n/a"
+        return format_value(v, NUM) + (f" ({d:+.2f} %)" if d is not None else "")
     if value is None:
         return ""
     if kind == TEXT:
