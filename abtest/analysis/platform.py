@@ -430,6 +430,31 @@ def trace_platform(trace) -> dict | None:
     return platform_from_meta(trace.meta)
 
 
+def cpu_list_name(cpus) -> str:
+    """"cpu0-3", "cpu0,3-5", "cpu6": a CPU set written as runs of consecutive numbers."""
+    nums = sorted(set(int(c) for c in cpus))
+    if not nums:
+        return "cpu?"
+    runs, start, prev = [], nums[0], nums[0]
+    for n in nums[1:] + [None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        runs.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if n is not None:
+            start = prev = n
+    return "cpu" + ",".join(runs)
+
+
+def domain_names(platform: dict) -> dict[int, str]:
+    """{frequency domain id: its CPUs as cpu_list_name ("cpu0-3", "cpu0,3-5")}."""
+    out = {}
+    for d in platform.get("domains", []):
+        cpus = d.get("cpus") or [c["cpu"] for c in platform.get("cpus", []) if c.get("domain") == d["id"]]
+        out[d["id"]] = cpu_list_name(cpus)
+    return out
+
+
 # -- tables ----------------------------------------------------------------------------------------
 def df_cpus(platform: dict) -> pl.DataFrame:
     """One row per CPU: cpu (Int32), domain (Int32), capacity (Float64, 0..1024 at max OPP, null = unknown)."""

@@ -27,6 +27,7 @@ from abtest.results import specs as wl
 
 # Column kinds: how renderers format a raw value. VALDIFF: [value, perc_diff or None] -> "18.54 (+11.40 %)".
 TEXT, NUM, INT, PCT, DIFF, PVAL, CI, VALDIFF = "text", "num", "int", "pct", "diff", "pval", "ci", "valdiff"
+SIGNED, INTERVAL = "signed", "interval"  # "+4.56"; [lo, hi] -> "[-1.20, 3.40]" (in the column's unit)
 
 
 @dataclass
@@ -216,6 +217,10 @@ def format_value(value, kind: str) -> str:
         return f"{value:.4f}" if value >= 1e-4 else f"{value:.1e}"
     if kind == CI:
         return f"[{value[0]:.2f}, {value[1]:.2f}] %"
+    if kind == SIGNED:
+        return f"{value:+.2f}"
+    if kind == INTERVAL:
+        return f"[{value[0]:.2f}, {value[1]:.2f}]"
     mag = abs(value)
     if mag >= 1e5 or (0 < mag < 1e-3):
         return f"{value:.4g}"

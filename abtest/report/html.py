@@ -128,7 +128,15 @@ def identity_html(c: Comparison, w: WorkloadComparison) -> str:
             f"<th>{_e(c.label_a)}</th><th>{_e(c.label_b)}</th></tr></thead><tbody>{body}</tbody></table>")
 
 
-def comparison_html(c: Comparison, tables: list[Table] | None = None) -> str:
+def explanation_html(ex) -> str:
+    """One workload's explanation: the narrative, then its tables."""
+    from abtest.report.explain import explanation_tables
+    paras = "".join(f"<p>{_e(x)}</p>" for x in ex.narrative) + "".join(f'<p class="warn">{_e(n)}</p>' for n in ex.notes)
+    return (f'<section class="explain" data-workload="{_e(ex.workload)}"><h3>{_e(ex.workload)}</h3>{paras}'
+            + "".join(table_html(t) for t in explanation_tables(ex)) + "</section>")
+
+
+def comparison_html(c: Comparison, tables: list[Table] | None = None, explanations: list | None = None) -> str:
     """The report (see the module docstring for its structure). `tables`: the seed tables (default: all,
     "All metrics" included; it is folded)."""
     tables = tables if tables is not None else seed_tables(c)
@@ -145,6 +153,9 @@ def comparison_html(c: Comparison, tables: list[Table] | None = None) -> str:
     body += ["<h2>Test conditions</h2>"] + [identity_html(c, w) for w in c.workloads]
     body.append("<h2>Results</h2>")
     body += [table_html(t) for t in tables if t.key not in ("summary", "all_metrics")]
+    if explanations:
+        body.append('<h2 id="explain">Where the change came from</h2>')
+        body += [explanation_html(ex) for ex in explanations]
     notes = comparison_notes(c)
     body.append("<h2>Figures</h2>")
     for w in c.workloads:
@@ -164,7 +175,8 @@ def comparison_html(c: Comparison, tables: list[Table] | None = None) -> str:
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-def write_html(c: Comparison, path: str | Path, tables: list[Table] | None = None) -> Path:
+def write_html(c: Comparison, path: str | Path, tables: list[Table] | None = None, *,
+               explanations: list | None = None) -> Path:
     path = Path(path)
-    path.write_text(comparison_html(c, tables), encoding="utf-8")
+    path.write_text(comparison_html(c, tables, explanations), encoding="utf-8")
     return path

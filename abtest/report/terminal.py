@@ -102,3 +102,14 @@ def print_comparison(c: Comparison, console: Console | None = None, tables: list
             console.print(_wrap(n, console.width, "  - "), markup=False, highlight=False)
     console.print(f"[dim]alpha = {c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} %; "
                   "verdict needs Welch's t and Mann-Whitney U to agree (docs/compare.md); all metrics: --all[/]")
+
+
+def print_explanation(console: Console, ex) -> None:
+    """An abtest.compare.explain.Explanation: narrative first, then its tables."""
+    from abtest.report.explain import explanation_tables, explanation_text_lines
+    lines = explanation_text_lines(ex)
+    console.print(lines[0], style="bold", markup=False, highlight=False)
+    for line in lines[1:]:
+        console.print(_wrap(line.strip(), console.width, "  "), markup=False, highlight=False)
+    for t in explanation_tables(ex):
+        print_table(console, t)
