@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -148,10 +149,43 @@ def test_whole_lava_stack_ab_of_two_kernels(lava_stack, tmp_path):
     target.write_text('name = "lab-qemu"\nkind = "qemu"\n[lab]\ntoken_env = "ABTEST_E2E_LAVA_TOKEN"\n'
                       'device_type = "qemu"\nartifacts = "upload"\nimages = "http"\nretries = 2\n'
                       'job_timeout_min = 10\npoll_s = 1.0\n' + KERNELS)
+    argv = [sys.executable, "-m", "abtest.cli", "collect", "--target", str(target), "--lab", stack.url, "--kernel",
+            "kernelA", "--kernel", "kernelB", "--workload", WORKLOAD, "-n", "2", "--store", str(store), "--no-progress",
+            "--json"]
+    env = {**os.environ, "ABTEST_E2E_LAVA_TOKEN": stack.token}
+    # 1. interrupted (Ctrl-C) once jobs run: abtest cancels its jobs in the lab and keeps nothing of them
     t0 = time.monotonic()
-    r = _abtest(["collect", "--target", str(target), "--lab", stack.url, "--kernel", "kernelA", "--kernel",
-                 "kernelB", "--workload", WORKLOAD, "-n", "2", "--store", str(store), "--no-progress", "--json"],
-                env={"ABTEST_E2E_LAVA_TOKEN": stack.token})
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    journal = store / ".lab" / "journal.json"
+    try:
+        running = []
+        while time.monotonic() - t0 < 300 and proc.poll() is None and not running:
+            time.sleep(1)
+            if journal.exists():
+                ids = [a["job_id"] for a in json.loads(journal.read_text())["attempts"] if a["job_id"]]
+                running = [i for i in ids if stack.api(f"jobs/{i}/")["state"] == "Running"]
+        assert running, "no job reached Running"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err[-2000:]
+    canceled = [a for a in json.loads(journal.read_text())["attempts"] if a["state"] == "canceled"]
+    assert {a["job_id"] for a in canceled} >= set(running)
+    t1 = time.monotonic()
+    while time.monotonic() - t1 < 120:
+        states = {a["job_id"]: (lambda j: (j["state"], j["health"]))(stack.api(f"jobs/{a['job_id']}/")) for a in canceled}
+        if all(st == "Finished" for st, _ in states.values()):
+            break
+        time.sleep(1)
+    assert all(st == ("Finished", "Canceled") for st in states.values()), states
+    assert not list(store.glob("kernel*/hackbench/*/.complete"))
+    interrupted_s = time.monotonic() - t0
+    # 2. --resume: everything is resubmitted and collected
+    t0 = time.monotonic()
+    r = _abtest(argv[3:] + ["--resume"], env={"ABTEST_E2E_LAVA_TOKEN": stack.token})
     wall = time.monotonic() - t0
     assert r.returncode == 0, r.stderr[-3000:] + stack.log_tail("worker")
     summary = json.loads(r.stdout)
@@ -171,7 +205,7 @@ def test_whole_lava_stack_ab_of_two_kernels(lava_stack, tmp_path):
             # the token never reaches the store
             for f in (store / label / "hackbench" / str(it)).iterdir():
                 assert stack.token not in f.read_text(errors="replace"), f
-    assert len(job_ids) == 4
+    assert len(job_ids) == 4 and not job_ids & {a["job_id"] for a in canceled}  # canceled jobs never mixed in
     assert stack.token not in (store / ".lab" / "journal.json").read_text()
     cmp = _compare(store)
     w = cmp["workloads"][0]
@@ -179,7 +213,8 @@ def test_whole_lava_stack_ab_of_two_kernels(lava_stack, tmp_path):
     table = {m["name"]: m for m in w["metrics"]}
     assert table["hackbench_time_s"]["a"]["n"] == 2 and table["hackbench_time_s"]["b"]["n"] == 2
     md = _abtest(["compare", "kernelA", "kernelB", "--store", str(store), "--format", "markdown"], timeout=300)
-    print(f"whole stack: 4 jobs in {wall:.1f} s (collect, stack start excluded); jobs:")
+    print(f"whole stack: interrupted run {interrupted_s:.1f} s ({len(canceled)} jobs canceled), then 4 jobs in "
+          f"{wall:.1f} s (collect --resume; stack start excluded); jobs:")
     for j in sorted(summary["jobs"], key=lambda j: j["job_id"]):
         print(f"  job {j['job_id']} {j['label']}/{j['iteration']} on {j['device']}: queued {j['queue_s']} s, "
               f"ran {j['job_s']} s")

@@ -65,6 +65,13 @@ def test_lab_table_is_checked_and_the_token_stays_out_of_describe(tmp_path):
     assert parse_lab(None, "lava-run:/dev/null").is_lava_run
 
 
+def test_labels_on_disjoint_devices_are_flagged():
+    from abtest.collectors.lab.collect import device_confounding
+    assert "confounded" in device_confounding({"A": {"qemu02": 2}, "B": {"qemu01": 2}})[0]
+    assert device_confounding({"A": {"qemu02": 1, "qemu01": 1}, "B": {"qemu01": 2}}) == []
+    assert device_confounding({"A": {"board": 2}, "B": {"board": 2}}) == []
+
+
 def test_plan_alternates_the_label_order_every_round():
     plan = lab_plan(["A", "B"], ["w"], 4)
     assert [p.label for p in plan] == ["A", "B", "B", "A", "A", "B", "B", "A"]

@@ -208,7 +208,7 @@ class _Run:
 def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] | None = None) -> dict:
     """Run the plan through the lab. Returns {"done", "skipped", "retries", "failed": [...],
     "iterations": [...], "jobs": [{"job_id", "label", "workload", "iteration", "attempt", "state", "reason",
-    "device"}], "devices": {label: {device: count}}}. Raises CollectError on unusable input, LabError
+    "device", "queue_s", "job_s"}], "devices": {label: {device: count}}, "warnings": [...]}. Raises CollectError on unusable input, LabError
     when the lab refuses the jobs; KeyboardInterrupt propagates after canceling the jobs in flight."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -238,7 +238,7 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
                                     max_file_bytes=int(cc.lab.max_artifact_mb * (1 << 20)), log=log).start()
     run = _Run(cc, backend, receiver, journal, log)
     summary: dict = {"done": 0, "skipped": len(done_already), "retries": 0, "failed": [], "iterations": [],
-                     "jobs": [], "devices": {}}
+                     "jobs": [], "devices": {}, "warnings": []}
     todo = [p for p in plan if p not in done_already]
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, disable=not cc.progress, transient=False)
@@ -338,7 +338,26 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
         if receiver:
             receiver.stop()
         backend.close()
+    summary["warnings"] = device_confounding(summary["devices"])
+    for w in summary["warnings"]:
+        log(f"[yellow]warning: {w}[/]")
     return summary
+
+
+def device_confounding(devices: dict[str, dict[str, int]]) -> list[str]:
+    """A warning when labels ran on disjoint sets of devices (more than one device in all): then a
+    difference between the labels cannot be told from a difference between the devices. The lab hands
+    queued jobs to whichever device frees first, so alternating the submission order does not prevent
+    it; pin a label-independent device with [lab] tags, or read the per-device split in meta.json."""
+    sets = {label: set(d) for label, d in devices.items() if d}
+    if len(sets) < 2 or len(set().union(*sets.values())) < 2:
+        return []
+    labels = sorted(sets)
+    if any(sets[a] & sets[b] for i, a in enumerate(labels) for b in labels[i + 1:]):
+        return []
+    split = "; ".join(f"{label}: {', '.join(sorted(sets[label]))}" for label in labels)
+    return [f"every label ran on its own devices ({split}): device differences are confounded with the "
+            f"labels; pin one device with [lab] tags or collect more iterations"]
 
 
 def _definition_of(backend, job_id: int) -> str:
