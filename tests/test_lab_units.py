@@ -30,8 +30,8 @@ from abtest.collectors.lab.lava_log import (action_durations, parse_log, read_gu
 from abtest.collectors.lab.receiver import ArtifactReceiver
 from abtest.collectors.meta import parse_meta_output
 from abtest.collectors.orchestrate import CollectError, LabelSpec
-from abtest.collectors.store_writer import IterationWriter
 from abtest.collectors.workloads import make_workload
+from abtest.store.writer import IterationWriter
 from abtest.targets.config import parse_target
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -95,7 +95,8 @@ def collect(target_spec, kernels, label_specs, workload_specs, iterations, store
     if lab_url or (cfg.raw.get("lab") or {}).get("url"):
         from abtest.commands.collect_lab import collect_through_lab
         return collect_through_lab(cfg, labels, workloads, lab_url=lab_url, iterations=iterations, store=store,
-                                   resume=resume, order=order, analyses=analyses, extra_events=extra_events,
+                                   resume=resume, order=order, analyses=analyses,
+                                   analysis_events=events_for(list(analyses) or None), extra_events=extra_events,
                                    trace=not no_trace, buffer_size_kb=buffer_size_kb, trace_clock=trace_clock,
                                    retries=retries if click.get_current_context().get_parameter_source("retries")
                                    == click.core.ParameterSource.COMMANDLINE else None,

@@ -11,11 +11,11 @@ from abtest.collectors.lab.backends import LabError
 from abtest.collectors.lab.collect import LabCollectConfig, collect_lab
 from abtest.collectors.lab.config import LabConfigError, parse_lab
 from abtest.collectors.orchestrate import CollectError
-from abtest.collectors.store_writer import default_store
+from abtest.store.writer import default_store
 
 
 def collect_through_lab(cfg, labels, workloads, *, lab_url, iterations, store, resume, order, analyses,
-                        extra_events, trace, buffer_size_kb, trace_clock, retries, progress, as_json) -> None:
+                        analysis_events, extra_events, trace, buffer_size_kb, trace_clock, retries, progress, as_json) -> None:
     """Run the collection through the lab; exit 0 when every iteration is complete, 1 when some failed
     after their retries (listed with job ids and reasons), 2 on a bad [lab] table, 130 on Ctrl-C."""
     try:
@@ -26,7 +26,8 @@ def collect_through_lab(cfg, labels, workloads, *, lab_url, iterations, store, r
         lab.retries = retries
     cc = LabCollectConfig(lab=lab, target_cfg=cfg, labels=labels, workloads=workloads, iterations=iterations,
                           store=Path(store) if store else default_store(), resume=resume, order=order,
-                          analyses=list(analyses) or None, extra_events=list(extra_events), trace=trace,
+                          analyses=list(analyses) or None, analysis_events=list(analysis_events),
+                          extra_events=list(extra_events), trace=trace,
                           buffer_size_kb=buffer_size_kb, trace_clock=trace_clock, progress=progress)
     try:
         summary = collect_lab(cc)

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from abtest.collectors.ftrace import analysis_events
+from abtest.collectors.ftrace import requested_events
 from abtest.collectors.lab import guest_script as gs
-from abtest.collectors.lab.backends import LabError, LabUnavailable, make_backend
+from abtest.collectors.lab.backends import JobStatus, LabError, LabUnavailable, make_backend
 from abtest.collectors.lab.config import LabConfig, load_token
 from abtest.collectors.lab.harvest import AttemptFailed, HarvestContext, harvest
 from abtest.collectors.lab.images import BootImages, qemu_boot_images
@@ -37,8 +37,8 @@ from abtest.collectors.lab.job import job_definition, qemu_actions
 from abtest.collectors.lab.journal import LAB_DIR, Attempt, Journal
 from abtest.collectors.lab.receiver import ArtifactReceiver
 from abtest.collectors.orchestrate import CollectError, LabelSpec, PlannedIteration
-from abtest.collectors.store_writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
 from abtest.collectors.workloads.base import Workload
+from abtest.store.writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
 from abtest.targets.config import TargetConfig
 
 
@@ -54,6 +54,7 @@ class LabCollectConfig:
     resume: bool = False
     order: str = "interleave"
     analyses: list[str] | None = None
+    analysis_events: list[str] = field(default_factory=list)  # canonical tables the analyses declare
     extra_events: list[str] = field(default_factory=list)
     trace: bool = True
     buffer_size_kb: int | None = None
@@ -102,7 +103,7 @@ class _Run:
         self.workloads = {w.name: w for w in cc.workloads}
         self.images: dict[str, BootImages] = {}
         self.image_urls: dict[str, tuple[str, str]] = {}
-        self.events = list(dict.fromkeys(analysis_events(cc.analyses) + list(cc.extra_events))) if cc.trace else []
+        self.events = list(dict.fromkeys(requested_events(cc.analysis_events) + list(cc.extra_events))) if cc.trace else []
         tr = cc.target_cfg.trace
         self.buffer_size_kb = int(cc.buffer_size_kb or tr.get("buffer_size_kb", 8192))
         self.clock = cc.trace_clock or tr.get("clock", "boot")
@@ -159,7 +160,9 @@ class _Run:
 
     # -- finishing jobs -------------------------------------------------------------------------------
     def harvest_one(self, job_id: int, status) -> tuple[bool, str | None]:
-        """(committed, failure reason)."""
+        """(committed, the iteration path or the failure reason). LabUnavailable while fetching the log
+        leaves the job in flight (polled again)."""
+        log_text = self.backend.log(job_id)
         entry = self.in_flight.pop(job_id)
         a: Attempt = entry["attempt"]
         if entry.get("upload") and self.receiver:
@@ -180,7 +183,6 @@ class _Run:
             failed_attempts=[{"job_id": f.job_id, "reason": f.reason} for f in self.journal.failures(a.slot)])
         writer = IterationWriter(self.cc.store, a.label, a.workload, a.iteration)
         try:
-            log_text = self.backend.log(job_id)
             path = harvest(writer, ctx, status, log_text, received, key=a.key, iteration=a.iteration,
                            attempt=a.attempt, buffer_size_kb=self.buffer_size_kb, clock=self.clock)
         except AttemptFailed as e:
@@ -291,13 +293,17 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
                 for job_id in list(run.in_flight):
                     try:
                         status = backend.status(job_id)
+                        if not status.finished:
+                            continue
+                        a = run.in_flight[job_id]["attempt"]
+                        ok, detail = run.harvest_one(job_id, status)
                     except LabUnavailable as e:
                         log(f"[yellow]polling job {job_id}: {e}[/]")
                         continue
-                    if not status.finished:
-                        continue
-                    a = run.in_flight[job_id]["attempt"]
-                    ok, detail = run.harvest_one(job_id, status)
+                    except LabError as e:  # the lab no longer knows the job (deleted, ...): a failed attempt
+                        a = run.in_flight.pop(job_id)["attempt"]
+                        journal.update(a, state="failed", reason=str(e))
+                        status, ok, detail = JobStatus(job_id, "Finished", "Unknown"), False, str(e)
                     summary["jobs"].append({"job_id": job_id, "label": a.label, "workload": a.workload,
                                             "iteration": a.iteration, "attempt": a.attempt,
                                             "state": "harvested" if ok else "failed",

@@ -31,8 +31,9 @@ from abtest.collectors.lab.lava_log import (LogProblems, action_durations, job_e
 from abtest.collectors.meta import host_tools, parse_meta_output
 from abtest.collectors.power import (hwmon_from_samples, parse_odpm_enabled_rails, parse_odpm_energy,
                                      parse_sysfs_samples, rapl_from_samples, write_power_csv)
-from abtest.collectors.store_writer import IterationWriter
-from abtest.collectors.workloads.base import Workload, WorkloadError, metric
+from abtest.collectors.workloads.base import Workload, WorkloadError
+from abtest.collectors.workloads.base import metrics as workload_metrics
+from abtest.store.writer import IterationWriter
 from abtest.targets.base import RunResult
 from abtest.trace.errors import TraceFormatError
 
@@ -183,7 +184,7 @@ def harvest(writer: IterationWriter, ctx: HarvestContext, status: JobStatus, log
     except WorkloadError as e:
         raise AttemptFailed(f"LAVA job {status.job_id}: {e}") from None
     if workload_s is not None:
-        metrics["duration_s"] = metric(workload_s, "s", True)
+        metrics.update(workload_metrics((ctx.workload.DURATION_METRIC, workload_s)))
     session = None
     if ctx.events_requested:
         session = ftrace_session(_text(small, gs.FTRACE_START_FILE), _text(small, gs.FTRACE_STOP_FILE),
