@@ -218,5 +218,7 @@ def test_whole_lava_stack_ab_of_two_kernels(lava_stack, tmp_path):
     for j in sorted(summary["jobs"], key=lambda j: j["job_id"]):
         print(f"  job {j['job_id']} {j['label']}/{j['iteration']} on {j['device']}: queued {j['queue_s']} s, "
               f"ran {j['job_s']} s")
-    print("\n".join(l for l in md.stdout.splitlines() if l.startswith("| hackbench | hackbench_time_s")
-                    or l.startswith("| hackbench | duration_s") or l.startswith("| workload | metric")))
+    lines = md.stdout.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("### Summary"))
+    end = next(i for i in range(start + 2, len(lines)) if not lines[i].strip())
+    print("\n".join(lines[start:end]))

@@ -32,7 +32,7 @@ from abtest.collectors.lab import guest_script as gs
 from abtest.collectors.lab.backends import JobStatus, LabError, LabUnavailable, make_backend
 from abtest.collectors.lab.config import LabConfig, load_token
 from abtest.collectors.lab.harvest import AttemptFailed, HarvestContext, harvest
-from abtest.collectors.lab.images import BootImages, qemu_boot_images
+from abtest.collectors.lab.images import CONSOLE_PROMPT, BootImages, qemu_boot_images
 from abtest.collectors.lab.job import job_definition, qemu_actions
 from abtest.collectors.lab.journal import LAB_DIR, Attempt, Journal
 from abtest.collectors.lab.receiver import ArtifactReceiver
@@ -83,6 +83,9 @@ def check_supported(cc: LabCollectConfig) -> None:
             raise CollectError(f"label {label.name}: a lab job needs the label's kernel: [boot.{label.name}] "
                                f"package = \"linux-image-...\" (QEMU recipe) or [lab.actions.{label.name}] "
                                f"deploy/boot actions")
+    if any(l.name not in cc.lab.actions for l in cc.labels) and cc.lab.prompt != CONSOLE_PROMPT:
+        raise CollectError(f"[lab] prompt {cc.lab.prompt!r}: the QEMU recipe's console prompt is {CONSOLE_PROMPT!r} "
+                           f"(prompt is for images of [lab.actions])")
     for wl in cc.workloads:
         if type(wl).prepare is not Workload.prepare or type(wl).collect is not Workload.collect:
             raise CollectError(f"workload {wl.name} ({wl.KIND}) pushes inputs or pulls result files, which a "
