@@ -155,11 +155,8 @@ class LavaStack:
         self._run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "lava", "lava"])
         self.timings["postgres_s"] = time.monotonic() - t0
         t1 = time.monotonic()
-        self.manage("migrate", "--no-input")
-        self.timings["migrate_s"] = time.monotonic() - t1
-        t1 = time.monotonic()
         self._provision()
-        self.timings["provision_s"] = time.monotonic() - t1
+        self.timings["migrate_provision_s"] = time.monotonic() - t1
         t1 = time.monotonic()
         # root, like gunicorn here: as lavaserver (its default) it could not create its ipc socket in self.dir
         self._spawn("publisher", ["lava-server", "manage", "lava-publisher", "--host", "127.0.0.1",
@@ -180,19 +177,29 @@ class LavaStack:
         return self
 
     def _provision(self) -> None:
-        self.manage("device-types", "add", "qemu")
-        out = self.manage("workers", "add", self.worker)
-        m = re.search(r"Token:\s*(\S+)", out)
-        if not m:
-            raise RuntimeError(f"`workers add` printed no token: {out!r}")
-        self.worker_token = m.group(1)
-        # the worker's dispatcher configuration: a private prefix for its job directories
-        (self.dir / "dispatcher.d" / f"{self.worker}.yaml").write_text(f"prefix: abtest-e2e-{os.getpid()}-\n")
+        """migrate + device type, worker (its token), devices, superuser, API token: LAVA's own management
+        commands (`lava-server manage migrate`, `device-types add`, `workers add`, `devices add`, `users add`,
+        `tokens add`), run through Django's call_command in one `lava-server manage shell` process (one
+        Django start-up instead of seven)."""
         for name in self.device_names:
             (self.dir / "devices" / f"{name}.jinja2").write_text(self.dictionary)
-            self.manage("devices", "add", "--device-type", "qemu", "--worker", self.worker, name)
-        self.manage("users", "add", "--superuser", "--staff", "--passwd", "abtest-e2e", "abtest")
-        self.token = self.manage("tokens", "add", "--user", "abtest").strip().splitlines()[-1].strip()
+        # the worker's dispatcher configuration: a private prefix for its job directories
+        (self.dir / "dispatcher.d" / f"{self.worker}.yaml").write_text(f"prefix: abtest-e2e-{os.getpid()}-\n")
+        steps = [["migrate", "--no-input"], ["device-types", "add", "qemu"], ["workers", "add", self.worker]]
+        steps += [["devices", "add", "--device-type", "qemu", "--worker", self.worker, n] for n in self.device_names]
+        steps += [["users", "add", "--superuser", "--staff", "--passwd", "abtest-e2e", "abtest"],
+                  ["tokens", "add", "--user", "abtest"]]
+        code = ("import io, json\nfrom django.core.management import call_command\nout = []\n"
+                f"for argv in {json.dumps(steps)}:\n"
+                "    buf = io.StringIO()\n    call_command(*argv, stdout=buf)\n    out.append(buf.getvalue())\n"
+                "print('ABTEST-PROVISION ' + json.dumps(out))\n")
+        stdout = self._run(["lava-server", "manage", "shell", "-c", code], timeout=600)
+        outputs = json.loads(stdout.split("ABTEST-PROVISION ", 1)[1])
+        m = re.search(r"Token:\s*(\S+)", outputs[2])
+        if not m:
+            raise RuntimeError(f"`workers add` printed no token: {outputs[2]!r}")
+        self.worker_token = m.group(1)
+        self.token = outputs[-1].strip().splitlines()[-1].strip()
 
     def _pg_ready(self) -> bool:
         r = subprocess.run([str(PG_BIN / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.pg_port)],
@@ -242,10 +249,11 @@ class LavaStack:
 
     def stop(self) -> None:
         """Stop every process started here, worker first (it stops its lava-run and QEMU), PostgreSQL last;
-        SIGTERM (SIGINT for PostgreSQL: fast shutdown), then SIGKILL by PID after a grace period."""
+        SIGTERM (SIGINT for PostgreSQL: fast shutdown), then SIGKILL by PID after 5 s."""
         for name in ("worker", "scheduler", "gunicorn", "publisher", "postgres"):
             if name not in self.procs:
                 continue
+            t0 = time.monotonic()
             pid, st = self.procs.pop(name)
             popen = self._popens.pop(name)
             tree = _descendants(pid)
@@ -258,7 +266,7 @@ class LavaStack:
                     except ProcessLookupError:
                         pass
             try:
-                popen.wait(timeout=20)
+                popen.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 popen.kill()
                 popen.wait(timeout=10)
@@ -269,6 +277,7 @@ class LavaStack:
                         os.kill(p, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
+            self.timings[f"stop_{name}_s"] = time.monotonic() - t0
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> "LavaStack":
