@@ -240,10 +240,14 @@ def test_generated_job_passes_lavas_own_validation(tmp_path):
                                   test_timeout_min=5, qemu_context=True))
     device = render_device_dictionary(DATA / "qemu-tcg.jinja2", tmp_path / "device.yaml",
                                       {"arch": "amd64", "model": "model=e1000"})
-    (tmp_path / "dispatcher.yaml").write_text("prefix: abtest-validate-\n")
-    r = subprocess.run(["lava-run", "--validate", "--job-id", "1", "--output-dir", str(tmp_path / "out"),
-                        "--device", str(device), "--dispatcher", str(tmp_path / "dispatcher.yaml"), str(job)],
-                       capture_output=True, text=True, timeout=120)
+    prefix = f"abtest-validate-{os.getpid()}-"
+    (tmp_path / "dispatcher.yaml").write_text(f"prefix: {prefix}\n")
+    try:
+        r = subprocess.run(["lava-run", "--validate", "--job-id", "1", "--output-dir", str(tmp_path / "out"),
+                            "--device", str(device), "--dispatcher", str(tmp_path / "dispatcher.yaml"), str(job)],
+                           capture_output=True, text=True, timeout=120)
+    finally:  # the job directory lava-run made for this validation
+        shutil.rmtree(f"/var/lib/lava/dispatcher/tmp/{prefix}1", ignore_errors=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "-net nic,model=e1000" in device.read_text()
 
