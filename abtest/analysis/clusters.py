@@ -11,24 +11,18 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from abtest.analysis.platform import cpu_list_name
+
 __all__ = ["cpus_label", "df_domains_from_frequency", "df_clusters", "trace_clusters"]
 
 
 def cpus_label(cpus: Iterable[int]) -> str:
-    """``cpu`` + the sorted CPU numbers with consecutive runs collapsed: [0, 3, 4, 5] -> "cpu0,3-5"."""
-    cs = sorted(set(int(c) for c in cpus))
+    """``cpu`` + the sorted CPU numbers with consecutive runs collapsed: [0, 3, 4, 5] -> "cpu0,3-5"
+    (abtest.analysis.platform.cpu_list_name; the energy model names its domains the same way)."""
+    cs = list(cpus)
     if not cs:
         raise ValueError("a cluster has at least one CPU")
-    runs: list[str] = []
-    lo = prev = cs[0]
-    for c in cs[1:] + [None]:
-        if c is not None and c == prev + 1:
-            prev = c
-            continue
-        runs.append(str(lo) if lo == prev else f"{lo}-{prev}")
-        if c is not None:
-            lo = prev = c
-    return "cpu" + ",".join(runs)
+    return cpu_list_name(cs)
 
 
 def df_domains_from_frequency(cpu_frequency: pl.DataFrame) -> pl.DataFrame:

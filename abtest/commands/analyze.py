@@ -25,19 +25,12 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from abtest.analysis.registry import ANALYSES as REGISTRY
 from abtest.session import Trace
 from abtest.trace.errors import MissingEventsError
 
-# JSON key -> module that provides summary(trace); order = order of the terminal report
-ANALYSES: dict[str, str] = {
-    "idle": "abtest.analysis.idle",
-    "latency": "abtest.analysis.latency",
-    "frequency": "abtest.analysis.frequency",
-    "load_tracking": "abtest.analysis.load_tracking",
-    "energy": "abtest.analysis.energy",
-    "placement": "abtest.analysis.placement",
-    "frames": "abtest.analysis.frames",
-}
+# JSON key -> the registry's analysis with a summary; order = order of the terminal report
+ANALYSES = {a.name: a for a in REGISTRY if a.summary is not None}
 
 _NOT_REQUESTED = "not requested (--only)"
 
