@@ -67,9 +67,9 @@ def trace_clusters(trace) -> pl.DataFrame:
     plat = trace_platform(trace)
     freq = None
     if not (plat and plat.get("cpus")):
-        from abtest.analysis.frequency import frequency_changes
-        try:
-            freq = frequency_changes(trace)
-        except LookupError:
-            freq = None
+        if "cpu_frequency" in trace.tables:
+            freq = trace.df("cpu_frequency", windowed=False)
+        elif "marker" in trace.tables:
+            from abtest.analysis.meta_events import meta_cpu_frequency
+            freq = meta_cpu_frequency(trace.df("marker", windowed=False))
     return df_clusters(plat, cpu_frequency=freq, cpus_count=trace.cpus or None)
