@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = TRACES
 EXPECTED = json.loads((SHARED_TRACES / "expected-counts.json").read_text())
 TRACE_FILES = sorted(k for k in EXPECTED if not k.endswith(".yml"))
-TOP_KEYS = {"file", "format", "duration_s", "window_s", "lost_events", "platform", "idle", "latency", "frequency",
-            "load_tracking", "power", "energy_model", "placement", "frames", "skipped"}
-ANALYSES = ("power", "idle", "latency", "frequency", "load_tracking", "placement", "energy_model", "frames")
+ANALYSES = ("power", "idle", "latency", "frequency", "load_tracking", "placement", "tasks", "overutilized", "thermal",
+            "capacity", "cgroups", "energy_model", "frames")
+TOP_KEYS = {"file", "format", "duration_s", "window_s", "lost_events", "platform", "skipped", *ANALYSES}
 IDLE_KEYS = {"window_s", "residency_pct", "idle_pct", "cluster_residency_pct", "cluster_all_cpus_idle_pct", "wakeups",
              "wakeups_total", "wakeups_per_s"}
 LATENCY_KEYS = {"definition", "wakeup_event", "wakeups", "matched_wakeups", "unmatched_wakeups", "mean_us", "p50_us",
@@ -58,6 +58,9 @@ def test_analyze_json_on_every_shared_trace(name):
     assert (d["idle"] is not None) == (c.get("cpu_idle", 0) > 0), d["skipped"].get("idle")
     assert (d["placement"] is not None) == has_switch, d["skipped"].get("placement")
     assert (d["latency"] is not None) == (has_switch and (c.get("sched_waking", 0) + c.get("sched_wakeup", 0)) > 0)
+    assert (d["tasks"] is not None) == has_switch, d["skipped"].get("tasks")
+    assert (d["overutilized"] is not None) == (c.get("sched_overutilized", 0) > 0)
+    assert (d["thermal"] is not None) == (c.get("thermal_temperature", 0) + c.get("cdev_update", 0) > 0)
     if d["idle"] is not None:
         assert IDLE_KEYS <= set(d["idle"])
         assert 0 <= d["idle"]["wakeups_total"] <= c["cpu_idle"]  # wakeups are the exit half of cpu_idle
@@ -87,7 +90,7 @@ def test_terminal_report_x86():
     assert res.exit_code == 0
     out = res.stdout
     assert "idle residency" in out and "idle misses (source: cpu_idle_miss)" in out
-    assert "wakeup latency (sched_waking -> sched_switch in)" in out
+    assert "wakeup latency (sched_wakeup -> sched_switch in)" in out
     assert "4,271" in out  # too-shallow misses counted by trace-cmd report (see test_idle)
 
 

@@ -11,7 +11,8 @@ Sources (all optional; the analysis runs on whichever the trace has):
 * ``thermal_zone_trip`` (thermal_zone, id, trip, trip_type): a trip point crossed;
 * ``cdev_update`` (type, target): a cooling device's new state (0 = not throttling);
 * the power allocator (IPA): ``thermal_power_allocator`` (total_req_power, total_granted_power,
-  max_allocatable_power, current_temperature, delta_temperature = control temperature - current, mW / m°C),
+  max_allocatable_power, current_temperature, delta_temperature = control temperature - current, mW / m°C;
+  newer kernels name them tz_id, current_temp, delta_temp),
   ``thermal_power_cpu_limit`` (cpus mask, freq kHz, cdev_state, power) and ``thermal_power_devfreq_limit``.
 
 Definitions: a zone's temperature holds from one sample to the next (step signal); before its first sample
@@ -115,14 +116,18 @@ def df_power_allocator(allocator: pl.DataFrame, *, start_ns: int | None = None, 
         a = a.filter(pl.col("ts") >= start_ns)
     if end_ns is not None:
         a = a.filter(pl.col("ts") < end_ns)
-    zone = pl.col("thermal_zone_id").cast(pl.Int64) if "thermal_zone_id" in a.columns else pl.lit(None, pl.Int64)
-    return a.with_columns(zone.alias("zone_id")).sort("ts").group_by("zone_id").agg(
+    def col(*names: str) -> pl.Expr:  # field names differ across kernel versions (tz_id, current_temp, ...)
+        return next((pl.col(n).cast(pl.Float64) for n in names if n in a.columns), pl.lit(None, pl.Float64))
+
+    cur, delta = col("current_temperature", "current_temp"), col("delta_temperature", "delta_temp")
+    return a.with_columns(col("thermal_zone_id", "tz_id").cast(pl.Int64).alias("zone_id")).sort("ts").group_by(
+        "zone_id").agg(
         pl.len().cast(pl.Int64).alias("samples"),
-        pl.col("total_req_power").cast(pl.Float64).mean().alias("mean_req_power_mw"),
-        pl.col("total_granted_power").cast(pl.Float64).mean().alias("mean_granted_power_mw"),
-        pl.col("max_allocatable_power").cast(pl.Float64).mean().alias("mean_max_allocatable_power_mw"),
-        ((pl.col("current_temperature") + pl.col("delta_temperature")).last() / 1000.0).alias("control_temp_c"),
-        (pl.col("current_temperature").cast(pl.Float64).mean() / 1000.0).alias("mean_current_temp_c"),
+        col("total_req_power").mean().alias("mean_req_power_mw"),
+        col("total_granted_power").mean().alias("mean_granted_power_mw"),
+        col("max_allocatable_power").mean().alias("mean_max_allocatable_power_mw"),
+        ((cur + delta).last() / 1000.0).alias("control_temp_c"),
+        (cur.mean() / 1000.0).alias("mean_current_temp_c"),
     ).sort("zone_id")
 
 
