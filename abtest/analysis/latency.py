@@ -448,7 +448,8 @@ def _chosen(per: pl.DataFrame, options) -> pl.DataFrame:
 
 def metrics(trace, options=None) -> list[MetricValue]:
     """The declared latency metrics of one trace: latency.* (sched_wakeup definition) when the trace has
-    sched_wakeup, latency.waking.* when it has sched_waking, latency.preempt.* always (sched_switch).
+    sched_wakeup, latency.waking.* when it has sched_waking, latency.preempt.* always (sched_switch); per
+    execution / target cluster only when the tasks ran on (or targeted) more than one cluster.
     Per task: the names in ``options.tasks`` and the ``options.top_tasks`` most woken names with at least
     ``options.min_task_wakeups`` wakeups (preemptions for the preemption metric)."""
     la = LatencyAnalysis(trace)
@@ -470,8 +471,10 @@ def metrics(trace, options=None) -> list[MetricValue]:
                     if r[col] is not None:
                         out.append(MetricValue(spec, float(r[col]), r["comm"]))
                 out.append(MetricValue(TASK_WAKEUPS_PER_S, r["wakeups"] / win_s, r["comm"]))
-            for col, g_spec, p_spec in (("cluster", CLUSTER_LATENCY_GMEAN_US, CLUSTER_LATENCY_P95_US),
-                                        ("target_cluster", TARGET_CLUSTER_LATENCY_GMEAN_US, TARGET_CLUSTER_LATENCY_P95_US)):
+            one_cluster = lat["cluster"].n_unique() <= 1 and lat["target_cluster"].n_unique() <= 1
+            for col, g_spec, p_spec in () if one_cluster else (  # one cluster: the overall values already say it
+                    ("cluster", CLUSTER_LATENCY_GMEAN_US, CLUSTER_LATENCY_P95_US),
+                    ("target_cluster", TARGET_CLUSTER_LATENCY_GMEAN_US, TARGET_CLUSTER_LATENCY_P95_US)):
                 for r in df_latency_stats(lat.drop_nulls(col), by=col).iter_rows(named=True):  # one row per cluster
                     if r["gmean_us"] is not None:
                         out.append(MetricValue(g_spec, float(r["gmean_us"]), r[col]))

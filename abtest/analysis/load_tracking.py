@@ -392,7 +392,8 @@ def metrics(trace, options=None) -> list[MetricValue]:
     for r in df_contention(sig, **w).iter_rows(named=True):  # one row per CPU
         if r["contended_pct"] is not None:
             out.append(MetricValue(CPU_CONTENDED_PCT, float(r["contended_pct"]), str(r["cpu"])))
-    for r in lt.df_cluster_signal_means().iter_rows(named=True):  # one row per cluster
+    clusters = lt.df_cluster_signal_means()
+    for r in clusters.iter_rows(named=True) if clusters.height > 1 else ():  # one cluster: the CPUs' values say it
         if r["mean_util"] is not None:
             out.append(MetricValue(CLUSTER_MEAN_UTIL, float(r["mean_util"]), r["cluster"]))
         if r["mean_load"] is not None:
