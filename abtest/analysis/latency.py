@@ -471,7 +471,8 @@ def metrics(trace, options=None) -> list[MetricValue]:
                     if r[col] is not None:
                         out.append(MetricValue(spec, float(r[col]), r["comm"]))
                 out.append(MetricValue(TASK_WAKEUPS_PER_S, r["wakeups"] / win_s, r["comm"]))
-            one_cluster = lat["cluster"].n_unique() <= 1 and lat["target_cluster"].n_unique() <= 1
+            one_cluster = (lat["cluster"].drop_nulls().n_unique() <= 1
+                           and lat["target_cluster"].drop_nulls().n_unique() <= 1)
             for col, g_spec, p_spec in () if one_cluster else (  # one cluster: the overall values already say it
                     ("cluster", CLUSTER_LATENCY_GMEAN_US, CLUSTER_LATENCY_P95_US),
                     ("target_cluster", TARGET_CLUSTER_LATENCY_GMEAN_US, TARGET_CLUSTER_LATENCY_P95_US)):
