@@ -146,8 +146,11 @@ def _print_header(con: Console, d: dict) -> None:
     con.print(Text("; ".join(facts)))
 
 
-def _print_report(d: dict, trace: Trace | None = None) -> None:
-    con = _console()
+def print_report(d: dict, trace: Trace | None = None, con: Console | None = None) -> None:
+    """The terminal report of an analyze_dict() object (tables per analysis, then what did not run).
+    trace: the analysed Trace, for what the summaries do not carry (frequency domains); con: where to print
+    (default: stdout at the terminal's width, or $COLUMNS)."""
+    con = con or _console()
     _print_header(con, d)
     ctx = _context(trace, d)
     for key, analysis in ANALYSES.items():
@@ -172,8 +175,9 @@ def _short(reason: str) -> str:
     return reason.split(". Record them")[0]
 
 
-def _print_perfetto_report(d: dict) -> None:
-    con = _console()
+def print_perfetto_report(d: dict, con: Console | None = None) -> None:
+    """The terminal report of `--engine perfetto` (abtest.trace.perfetto_engine.analyze's object)."""
+    con = con or _console()
     eng = d.get("engine") or {}
     span = d.get("span") or {}
     con.print(Text(str(d["file"]), style="bold"))
@@ -208,7 +212,7 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
         if as_json:
             click.echo(json.dumps(d, default=str))
         else:
-            _print_perfetto_report(d)
+            print_perfetto_report(d)
         return
     if platform_file:
         from abtest.analysis.platform import PlatformFormatError, load_platform
@@ -233,7 +237,7 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
     if as_json:
         click.echo(json.dumps(d))
     else:
-        _print_report(d, trace)
+        print_report(d, trace)
     if all(d[k] is None for k in ANALYSES):
         click.secho(f"error: no analysis applies to {file}: "
                     + "; ".join(f"{k}: {_short(v).replace(f' in {file}', '')}" for k, v in d["skipped"].items()),
