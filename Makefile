@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.abtest-setup
 NATIVE_SRC := $(wildcard native/src/*.rs) native/Cargo.toml
 
-.PHONY: setup system native test demo demo-live notebook bench clean
+.PHONY: setup system native test demo demo-live notebook notebooks bench clean
 
 setup: system $(STAMP)
 
@@ -52,6 +52,10 @@ demo-live: setup
 # the shared traces; their caches go to the user cache directory, never into examples/.
 notebook: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+
+# Re-run the notebooks and save them with their outputs (committed: GitHub shows the figures; ~0.6 MB).
+notebooks: setup
+	$(PY) notebooks/render.py
 
 bench: setup
 	$(VENV)/bin/python bench/ingest.py
