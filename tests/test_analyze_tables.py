@@ -32,8 +32,12 @@ UNIT_KEY = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*_(?:pct|us|ms|ns|s|per_s|k
 
 
 @lru_cache(maxsize=None)
-def _analysis(name: str) -> tuple[Trace, dict]:
-    t = Trace(TRACES / name)
+def _analysis(name: str, platform: str | None = None) -> tuple[Trace, dict]:
+    if platform:
+        from abtest.analysis.platform import load_platform
+        t = Trace(TRACES / name, platform=load_platform(TRACES / platform))
+    else:
+        t = Trace(TRACES / name)
     return t, A.analyze_dict(t)
 
 
@@ -106,6 +110,22 @@ def test_analyze_tables_fit_and_show_everything(name, width):
     for k in ran:
         assert A.ANALYSES[k].title in out
     assert not out.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_analyze_tables_with_platform_energy_model(width):
+    """The Juno trace with its LISA platform file: the energy-model section runs and fits as well."""
+    trace, d = _analysis("lisa/sched_load-trace.dat", "lisa/sched_load-plat_info.yml")
+    assert d["energy_model"] is not None and d["platform"]
+    con, buf = _console(width)
+    A.print_report(d, trace, con)
+    out = buf.getvalue()
+    ctx = A._context(trace, d)
+    grids = [g for k in A.ANALYSES if d[k] is not None for g in _grids(blocks_for(k, d[k], ctx))]
+    check_output(out, width, d, grids)
+    assert "Energy-model estimate per frequency domain" in out
+    total = d["energy_model"]["total_energy_j"]
+    assert re.search(rf"^all\s+{total:.3f}\s", out, re.M)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
