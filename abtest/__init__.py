@@ -12,3 +12,26 @@ from abtest.trace.errors import TraceFormatError, MissingEventsError
 from abtest.session import Trace
 
 __all__ = ["Trace", "TraceFormatError", "MissingEventsError", "__version__"]
+
+
+def explain(a, b, *, store=None, workload: str | None = None, channels: tuple[str, ...] = (), platform=None,
+            **compare_kw):
+    """Where a power change came from, A -> B: a list of abtest.compare.explain.Explanation (one per workload),
+    each with `.narrative`, `.df_contributions()`, `.df_tasks()` (polars) and `.to_json()`.
+
+    a, b: label names in `store` (default ./results or $ABTEST_STORE) or paths to label directories.
+    channels: power channels to decompose (default: those that changed significantly). platform: a platform
+    file (or dict) with an energy model for traces without platform.yml beside them.
+    """
+    from pathlib import Path
+
+    from abtest.compare.explain import explain as _explain
+    from abtest.store.layout import default_store_root
+    from abtest.store.reader import load_label
+    root = Path(store) if store is not None else default_store_root()
+    la = load_label(root / a if (root / a).is_dir() else Path(a))
+    lb = load_label(root / b if (root / b).is_dir() else Path(b))
+    return _explain(la, lb, workload=workload, channels=tuple(channels), platform=platform, **compare_kw)
+
+
+__all__.append("explain")

@@ -23,6 +23,7 @@ COMMAND_MODULES = {
     "analyze": "analyze",
     "compare": "compare",
     "gate": "compare",
+    "explain": "explain",
     "collect": "collect",
     "metrics": "metrics",
     "engines": "interop",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from abtest.analysis.platform import trace_platform
+from abtest.analysis.platform import domain_names, trace_platform
 from abtest.analysis.intervals import df_cpu_idle_intervals, df_intervals, df_intervals_join, window_of
 from abtest.analysis.power import df_channel_power, df_power_per_rail, plot_power_per_rail, rail_mapping
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
@@ -63,14 +63,15 @@ def _opp_power_table(platform: dict) -> pl.DataFrame:
                                       "static_mw": pl.Float64, "idle0_mw": pl.Float64, "idle1_mw": pl.Float64})
 
 
-def energy_estimate_from_activity(activity: pl.DataFrame, platform: dict) -> pl.DataFrame:
-    """Energy-model estimate from per-CPU activity intervals (df_cpu_activity, or a what-if with other frequencies).
+def df_priced_activity(activity: pl.DataFrame, platform: dict) -> pl.DataFrame:
+    """Per-CPU activity intervals priced by the energy model: the pricing every estimate and attribution uses.
 
-    Frequencies not in the model are mapped to the lowest model OPP at or above them (else the highest).
-    Per domain: active_j (busy CPUs x OPP power), idle_j (idle CPUs x idle-state power: per-OPP idle power
-    when the model has it, else the state's power), static_j (domain static power while any CPU is busy),
-    energy_j, avg_power_mw (energy / window), unmodelled_ns (CPU time whose power the model does not give:
-    unknown frequency or state, or a state without power), source (the model's label).
+    ``activity``: df_cpu_activity (cpu, ts, dur, frequency_khz, state). Frequencies not in the model are mapped
+    to the lowest model OPP at or above them (else the highest). Columns: cpu, domain, ts, dur (ns),
+    frequency_khz, state (-1 active, k idle state k, null unknown), opp_khz (the model OPP priced),
+    cpu_mw (busy: the OPP's per-CPU power; idle: the state's power at this OPP when the model has it, else
+    the state's power; null: not priced), static_mw (the domain's static power at this OPP, paid while any CPU
+    of the domain is busy: see df_static_busy).
     """
     if not platform or not platform.get("domains"):
         raise ValueError("energy estimate needs a platform with an energy model (see abtest.analysis.platform)")
@@ -93,26 +94,48 @@ def energy_estimate_from_activity(activity: pl.DataFrame, platform: dict) -> pl.
                    .when(pl.col("state") == 1).then(pl.col("idle1_mw")))
     cpu_mw = (pl.when(pl.col("state") == -1).then(pl.col("power_mw"))
               .when(pl.col("state") >= 0).then(pl.coalesce(idle_opp_mw, pl.col("state_mw"))))
-    m = m.with_columns(cpu_mw.alias("cpu_mw"))
+    return m.with_columns(cpu_mw.alias("cpu_mw")).select(
+        "cpu", "domain", "ts", "dur", "frequency_khz", "state", "opp_khz", "cpu_mw", "static_mw")
+
+
+def df_static_busy(priced: pl.DataFrame) -> pl.DataFrame:
+    """The domain's static power while at least one of its CPUs is busy, at the highest static power among the
+    busy CPUs' OPPs: intervals domain, ts, dur (ns), opp_khz (of that OPP), static_mw."""
+    busy = priced.filter(pl.col("state") == -1).select(
+        "domain", "ts", (pl.col("ts") + pl.col("dur")).alias("end"), "static_mw", "opp_khz")
+    schema = {"domain": pl.Int32, "ts": pl.Int64, "dur": pl.Int64, "opp_khz": pl.Int64, "static_mw": pl.Float64}
+    if busy.height == 0:
+        return pl.DataFrame(schema=schema)
+    steps = pl.concat([busy.select("domain", "ts", pl.lit(1).alias("d"), "static_mw", "opp_khz"),
+                       busy.select("domain", pl.col("end").alias("ts"), pl.lit(-1).alias("d"),
+                                   pl.lit(None, pl.Float64).alias("static_mw"), pl.lit(None, pl.Int64).alias("opp_khz"))])
+    steps = (steps.sort("domain", "ts", "static_mw", nulls_last=True).group_by("domain", "ts", maintain_order=True)
+             .agg(pl.col("d").sum(), pl.col("static_mw").max(), pl.col("opp_khz").sort_by("static_mw").last())
+             .with_columns(pl.col("d").cum_sum().over("domain").alias("n_busy"),
+                           pl.col("static_mw").forward_fill().over("domain"),
+                           pl.col("opp_khz").forward_fill().over("domain")))
+    steps = steps.with_columns((pl.col("ts").shift(-1).over("domain") - pl.col("ts")).alias("dur"))
+    return (steps.filter((pl.col("n_busy") > 0) & pl.col("dur").is_not_null())
+            .select(pl.col("domain").cast(pl.Int32), pl.col("ts").cast(pl.Int64), pl.col("dur").cast(pl.Int64),
+                    pl.col("opp_khz").cast(pl.Int64), pl.col("static_mw").fill_null(0.0).cast(pl.Float64)))
+
+
+def energy_estimate_from_activity(activity: pl.DataFrame, platform: dict) -> pl.DataFrame:
+    """Energy-model estimate from per-CPU activity intervals (df_cpu_activity, or a what-if with other frequencies).
+
+    Pricing: df_priced_activity and df_static_busy. Per domain: active_j (busy CPUs x OPP power), idle_j (idle
+    CPUs x idle-state power: per-OPP idle power when the model has it, else the state's power), static_j (domain
+    static power while any CPU is busy), energy_j, avg_power_mw (energy / window), unmodelled_ns (CPU time whose
+    power the model does not give: unknown frequency or state, or a state without power), source (the model's
+    label).
+    """
+    m = df_priced_activity(activity, platform)
     per_dom = m.group_by("domain").agg(
         (pl.col("cpu_mw") * pl.col("dur")).filter(pl.col("state") == -1).sum().alias("_active"),
         (pl.col("cpu_mw") * pl.col("dur")).filter(pl.col("state") >= 0).sum().alias("_idle"),
         pl.col("dur").filter(pl.col("cpu_mw").is_null()).sum().alias("unmodelled_ns"),
     )
-    # static power: while >= 1 CPU of the domain is busy, at the domain's OPP (the max over busy CPUs)
-    busy = m.filter(pl.col("state") == -1).select("domain", "ts", (pl.col("ts") + pl.col("dur")).alias("end"), "static_mw")
-    steps = pl.concat([busy.select("domain", "ts", pl.lit(1).alias("d"), "static_mw"),
-                       busy.select("domain", pl.col("end").alias("ts"), pl.lit(-1).alias("d"), pl.lit(None, pl.Float64).alias("static_mw"))])
-    if steps.height:
-        steps = (steps.sort("domain", "ts").group_by("domain", "ts", maintain_order=True)
-                 .agg(pl.col("d").sum(), pl.col("static_mw").max())
-                 .with_columns(pl.col("d").cum_sum().over("domain").alias("n_busy"),
-                               pl.col("static_mw").forward_fill().over("domain")))
-        steps = steps.with_columns((pl.col("ts").shift(-1).over("domain") - pl.col("ts")).alias("dur"))
-        static = (steps.filter((pl.col("n_busy") > 0) & pl.col("dur").is_not_null())
-                  .group_by("domain").agg((pl.col("static_mw").fill_null(0) * pl.col("dur")).sum().alias("_static")))
-    else:
-        static = pl.DataFrame(schema={"domain": pl.Int32, "_static": pl.Float64})
+    static = df_static_busy(m).group_by("domain").agg((pl.col("static_mw") * pl.col("dur")).sum().alias("_static"))
     window_ns = (activity["ts"] + activity["dur"]).max() - activity["ts"].min() if activity.height else 0
     out = per_dom.join(static, on="domain", how="left").with_columns(pl.col("_static").fill_null(0.0))
     return out.select(
@@ -222,9 +245,5 @@ def estimate_metrics(trace, options=None) -> list[MetricValue]:
 
 
 def _domain_name(domain, plat: dict) -> str:
-    """'cpu<first>-<last>' for a frequency domain id of the platform (its CPUs), else 'domain<id>'."""
-    for d in plat.get("domains", []):
-        if d.get("id") == domain and d.get("cpus"):
-            cpus = sorted(d["cpus"])
-            return f"cpu{cpus[0]}-{cpus[-1]}" if len(cpus) > 1 else f"cpu{cpus[0]}"
-    return f"domain{domain}"
+    """The domain's CPUs ("cpu0-3", "cpu0,3-5"; abtest.analysis.platform.domain_names), else "domain<id>"."""
+    return domain_names(plat).get(domain, f"domain{domain}")

@@ -74,9 +74,12 @@ def build_labels(cfg, kernels: tuple[str, ...], label_specs: tuple[str, ...]) ->
               help="wait until every thermal zone is at or below this temperature [C]")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @click.option("--json", "as_json", is_flag=True, help="print a JSON summary on stdout")
+@click.option("--lab", "lab_url", default=None,
+              help="run every iteration as a LAVA job: http(s)://SERVER/ or lava-run:DEVICE_FILE "
+                   "(or [lab] url in the target file; docs/lab.md)")
 def collect(target_spec, kernels, label_specs, workload_specs, iterations, store, resume, order, analyses,
             extra_events, no_trace, buffer_size_kb, trace_clock, retries, cooldown_s, cooldown_temp_c,
-            no_progress, as_json) -> None:
+            no_progress, as_json, lab_url) -> None:
     """Collect ITERATIONS runs of each WORKLOAD on each kernel/label of TARGET into the run store
     (STORE/<label>/<workload>/<iteration>/ with trace.dat, power.csv, metrics.json, meta.json, .complete)."""
     from abtest.analysis.registry import BY_NAME, events_for
@@ -89,6 +92,15 @@ def collect(target_spec, kernels, label_specs, workload_specs, iterations, store
         workloads = [make_workload(s) for s in workload_specs]
     except (TargetConfigError, WorkloadError, SettingError) as e:
         raise click.UsageError(str(e)) from e
+    if lab_url or (cfg.raw.get("lab") or {}).get("url"):
+        from abtest.commands.collect_lab import collect_through_lab
+        return collect_through_lab(cfg, labels, workloads, lab_url=lab_url, iterations=iterations, store=store,
+                                   resume=resume, order=order, analyses=analyses,
+                                   analysis_events=events_for(list(analyses) or None), extra_events=extra_events,
+                                   trace=not no_trace, buffer_size_kb=buffer_size_kb, trace_clock=trace_clock,
+                                   retries=retries if click.get_current_context().get_parameter_source("retries")
+                                   == click.core.ParameterSource.COMMANDLINE else None,
+                                   progress=not no_progress, as_json=as_json)
     cc = CollectConfig(target_cfg=cfg, labels=labels, workloads=workloads, iterations=iterations,
                        store=Path(store) if store else default_store(), resume=resume, order=order,
                        analyses=list(analyses) or None, analysis_events=events_for(list(analyses) or None),

@@ -296,8 +296,10 @@ def _compare_workload(label_a: str, label_b: str, workload: str, a: _Side, b: _S
                          f"{len(side.iterations)} used")
     names_a = set().union(*(m.keys() for m in ma))
     names_b = set().union(*(m.keys() for m in mb))
-    metrics = [_compare_metric(name, a.iterations, ma, b.iterations, mb, policy, notes, label_a, label_b)
+    missing: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    metrics = [_compare_metric(name, a.iterations, ma, b.iterations, mb, policy, notes, label_a, label_b, missing)
                for name in sorted(names_a & names_b)]
+    notes += _missing_notes(missing)
     return WorkloadComparison(
         workload=workload, iterations_a=[it.name for it in a.iterations], iterations_b=[it.name for it in b.iterations],
         excluded=a.excluded + b.excluded, metrics=metrics, only_in_a=sorted(names_a - names_b),
@@ -305,8 +307,18 @@ def _compare_workload(label_a: str, label_b: str, workload: str, a: _Side, b: _S
         notes=notes)
 
 
-def _values(name: str, its: list[Iteration], per_it: list[dict], label: str, notes: list[str]
-            ) -> tuple[list[float], list[str], Measured | None]:
+def _missing_notes(missing: dict[tuple[str, tuple[str, ...]], list[str]]) -> list[str]:
+    """One note per (label, iterations) listing the metrics those iterations lack."""
+    out = []
+    for (label, its), names in sorted(missing.items()):
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        out.append(f"{label}: iteration(s) {', '.join(its)} lack {len(names)} metric(s) the others have: {shown} "
+                   "(their statistics use the other iterations)")
+    return out
+
+
+def _values(name: str, its: list[Iteration], per_it: list[dict], label: str, notes: list[str],
+            missing_by: dict | None = None) -> tuple[list[float], list[str], Measured | None]:
     vals, nan_paths, proto = [], [], None
     missing = []
     for it, m in zip(its, per_it):
@@ -320,15 +332,18 @@ def _values(name: str, its: list[Iteration], per_it: list[dict], label: str, not
         else:
             nan_paths.append(str(it.path))
     if missing:
-        notes.append(f"{label}: metric {name} missing in iteration(s) {', '.join(missing)}")
+        if missing_by is None:
+            notes.append(f"{label}: metric {name} missing in iteration(s) {', '.join(missing)}")
+        else:
+            missing_by.setdefault((label, tuple(missing)), []).append(name)
     if nan_paths:
         notes.append(f"{label}: metric {name} is NaN/null in {', '.join(nan_paths)} (excluded from its statistics)")
     return vals, nan_paths, proto
 
 
-def _compare_metric(name, its_a, ma, its_b, mb, policy, notes, label_a, label_b) -> MetricComparison:
-    va, nan_a, proto_a = _values(name, its_a, ma, label_a, notes)
-    vb, nan_b, proto_b = _values(name, its_b, mb, label_b, notes)
+def _compare_metric(name, its_a, ma, its_b, mb, policy, notes, label_a, label_b, missing=None) -> MetricComparison:
+    va, nan_a, proto_a = _values(name, its_a, ma, label_a, notes, missing)
+    vb, nan_b, proto_b = _values(name, its_b, mb, label_b, notes, missing)
     spec: MetricSpec = proto_a.spec
     if not proto_a.declared and proto_b.spec.direction != spec.direction:
         notes.append(f"metric {name}: lower_is_better differs between {label_a} and {label_b}; using {label_a}'s")
@@ -337,8 +352,6 @@ def _compare_metric(name, its_a, ma, its_b, mb, policy, notes, label_a, label_b)
     sb = stats.describe(vb) if vb else None
     v = decide(np.asarray(va), np.asarray(vb), spec.lower_is_better, policy, aggregation=agg)
     value_a, value_b = aggregate(va, agg), aggregate(vb, agg)
-    if v.note and agg == "gmean":
-        notes.append(f"metric {name}: {v.note}")
     ci = stats.bootstrap_delta_ci_pct(va, vb, aggregation=agg) if (len(va) >= 2 and len(vb) >= 2) else None
     return MetricComparison(name=name, spec=spec, group=proto_a.group, source=proto_a.source, values_a=va,
                             values_b=vb, a=sa, b=sb, value_a=value_a, value_b=value_b, delta_pct=v.delta_pct

@@ -190,7 +190,8 @@ def _check(workload: str, m, t: MetricThreshold, th: Thresholds) -> Check:
     d = f"{v.delta_pct:+.2f} %" if v.delta_pct is not None else "n/a"
     agg = f" ({m.aggregation})" if m.aggregation != "mean" else ""
     detail = (f"{t.name}{agg} {d} (limit {t.max_regression_pct} % worse, alpha {t.alpha}); p Welch "
-              f"{_p(v.p_welch)}, p Mann-Whitney {_p(v.p_mannwhitney)}; n = {n_a} vs {n_b}; {v.text}")
+              f"{_p(v.p_welch)}, p Mann-Whitney {_p(v.p_mannwhitney)}; n = {n_a} vs {n_b}; {v.text}"
+              + (f" ({v.note})" if v.note else ""))
     if v.verdict == REGRESSION:
         return Check(status=FAIL, message=f"significant regression: {detail}", **base)
     if v.verdict == INCONCLUSIVE and th.fail_on_inconclusive:

@@ -32,7 +32,7 @@ from abtest.metric_spec import Aggregation, Direction, MetricSpec, MetricValue
 from abtest.store.layout import METRICS_CACHE_FILE
 from abtest.store.model import Iteration, Metric
 
-METRICS_VERSION = 2
+METRICS_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,8 @@ def trace_values(trace, options: registry.MetricOptions, *, with_power: bool
             vals = registry.compute(a, trace, options)
         except MissingEventsError as e:
             if a.name not in ("energy_model",):
-                notes.append(f"{a.name}: skipped ({e})")
+                notes.append(f"{a.name}: skipped, the trace has no {', '.join(e.missing)} events (record them with "
+                             f"`abtest collect`, or `trace-cmd record {' '.join('-e ' + x for x in e.missing)}`)")
             continue
         except ValueError as e:  # needs platform data the trace does not carry, etc.
             notes.append(f"{a.name}: skipped ({e})")

@@ -25,8 +25,9 @@ from abtest.analysis.power import CHANNEL_ORDER, POWER_CHANNEL
 from abtest.compare.comparison import Comparison, MetricComparison
 from abtest.results import specs as wl
 
-# Column kinds: how renderers format a raw value.
-TEXT, NUM, INT, PCT, DIFF, PVAL, CI = "text", "num", "int", "pct", "diff", "pval", "ci"
+# Column kinds: how renderers format a raw value. VALDIFF: [value, perc_diff or None] -> "18.54 (+11.40 %)".
+TEXT, NUM, INT, PCT, DIFF, PVAL, CI, VALDIFF = "text", "num", "int", "pct", "diff", "pval", "ci", "valdiff"
+SIGNED, INTERVAL = "signed", "interval"  # "+4.56"; [lo, hi] -> "[-1.20, 3.40]" (in the column's unit)
 
 
 @dataclass
@@ -197,6 +198,11 @@ def seed_tables(c: Comparison, *, with_all: bool = True) -> list[Table]:
 
 def format_value(value, kind: str) -> str:
     """Text form of a table cell: DIFF '-21.15 %', PCT '2.00 %', PVAL '0.0079', CI '[-22.0, -20.3] %'."""
+    if kind == VALDIFF:
+        v, d = value if value is not None else (None, None)
+        if v is None:
+            return "n/a"
+        return format_value(v, NUM) + (f" ({d:+.2f} %)" if d is not None else "")
     if value is None:
         return ""
     if kind == TEXT:
@@ -211,6 +217,10 @@ def format_value(value, kind: str) -> str:
         return f"{value:.4f}" if value >= 1e-4 else f"{value:.1e}"
     if kind == CI:
         return f"[{value[0]:.2f}, {value[1]:.2f}] %"
+    if kind == SIGNED:
+        return f"{value:+.2f}"
+    if kind == INTERVAL:
+        return f"[{value[0]:.2f}, {value[1]:.2f}]"
     mag = abs(value)
     if mag >= 1e5 or (0 < mag < 1e-3):
         return f"{value:.4g}"

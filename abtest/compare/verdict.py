@@ -157,8 +157,7 @@ def decide(a, b, lower_is_better: bool | None, policy: Policy = Policy(), aggreg
         eq_ci = stats.welch_delta_ci_pct(xa, xb, level=level)
 
     def out(v, text, need=None):
-        return Verdict(v, text + (f"; {note}" if note else ""), sig, d, _finite(pw), _finite(pm), test, eq_ci,
-                       need, aggregation, note)
+        return Verdict(v, text, sig, d, _finite(pw), _finite(pm), test, eq_ci, need, aggregation, note)
 
     if d is None:  # A's aggregate is 0: no percent scale; judge on significance and direction only
         if sig:

@@ -19,6 +19,7 @@ from abtest.analysis.power import CHANNEL_ORDER, POWER_CHANNEL  # noqa: E402
 from abtest.compare.comparison import MetricComparison, WorkloadComparison  # noqa: E402
 
 COLOR_A, COLOR_B = "#1f77b4", "#d62728"
+MAX_DOT_PANELS = 12
 
 
 def _ci(s):
@@ -27,9 +28,34 @@ def _ci(s):
     return (s.ci95_high - s.ci95_low) / 2
 
 
+def _agg_and_ci(vals: list, aggregation: str) -> tuple[float | None, tuple[float, float] | None]:
+    """The declared aggregate of a side and its 95 % CI: Student t on the values (mean), on their logarithms
+    mapped back (gmean: an asymmetric interval), none for the median."""
+    from scipy import stats as sps
+    x = np.asarray(vals, float)
+    if x.size == 0:
+        return None, None
+    if aggregation == "gmean":
+        if np.any(x <= 0):
+            return None, None
+        lx = np.log(x)
+        centre = float(np.exp(lx.mean()))
+        if x.size < 2:
+            return centre, None
+        half = float(sps.t.ppf(0.975, x.size - 1)) * lx.std(ddof=1) / np.sqrt(x.size)
+        return centre, (float(np.exp(lx.mean() - half)), float(np.exp(lx.mean() + half)))
+    if aggregation == "median":
+        return float(np.median(x)), None
+    centre = float(x.mean())
+    if x.size < 2:
+        return centre, None
+    half = float(sps.t.ppf(0.975, x.size - 1)) * x.std(ddof=1) / np.sqrt(x.size)
+    return centre, (centre - half, centre + half)
+
+
 def plot_metric_dots(metrics: list[MetricComparison], label_a: str, label_b: str, ncols: int = 3):
-    """One panel per metric: iteration values as dots (A left, B right), mean as a bar with its 95 % CI.
-    Panel title: metric, unit, delta % and verdict."""
+    """One panel per metric: iteration values as dots (A left, B right), the declared aggregate (mean, gmean or
+    median) as a diamond with its 95 % CI. Panel title: metric, aggregation, delta % and verdict."""
     if not metrics:
         return None
     ncols = min(ncols, len(metrics))
@@ -41,11 +67,15 @@ def plot_metric_dots(metrics: list[MetricComparison], label_a: str, label_b: str
             if not vals:
                 continue
             ax.scatter(x + rng.uniform(-0.12, 0.12, len(vals)), vals, color=color, alpha=0.7, s=18)
-            ax.errorbar(x + 0.25, s.mean, yerr=_ci(s), fmt="D", color="black", capsize=4, ms=4)
+            centre, ci = _agg_and_ci(vals, m.aggregation)
+            if centre is not None:
+                yerr = None if ci is None else [[centre - ci[0]], [ci[1] - centre]]
+                ax.errorbar(x + 0.25, centre, yerr=yerr, fmt="D", color="black", capsize=4, ms=4)
         ax.set_xticks([0, 1], [label_a, label_b])
         ax.set_xlim(-0.5, 1.5)
         d = f"{m.delta_pct:+.2f} %" if m.delta_pct is not None else "n/a"
-        ax.set_title(f"{m.name}\n{d}, {m.verdict.text}", fontsize=8)
+        agg = "" if m.aggregation == "mean" else f" ({m.aggregation})"
+        ax.set_title(f"{m.name}{agg}\n{d}, {m.verdict.text}", fontsize=8)
         ax.set_ylabel(m.unit, fontsize=8)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(metrics):]:
@@ -115,3 +145,47 @@ def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, groups: di
     fig.suptitle(f"{w.workload}: {title}", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def dot_plot_metrics(w: WorkloadComparison) -> list[MetricComparison]:
+    """Metrics worth a dot plot: those with a direction (verdicts) whose values are not one constant; workload
+    metrics (metrics.json) first, then regressions/improvements, then overall before per-CPU values."""
+    def informative(m: MetricComparison) -> bool:
+        return len(set(m.values_a) | set(m.values_b)) > 1
+
+    chosen = [m for m in w.metrics if m.lower_is_better is not None and m.a and m.b and informative(m)]
+    chosen.sort(key=lambda m: (m.source != "metrics.json", m.verdict.verdict not in ("regression", "improvement"),
+                               m.group is not None, m.name))
+    return chosen[:MAX_DOT_PANELS]
+
+
+def workload_figures(w: WorkloadComparison, label_a: str, label_b: str) -> dict:
+    """{name: Figure or None} for one workload: "metrics" (per-iteration dots), "power" (per channel),
+    "opp_residency", "idle_residency"; None where the data is absent."""
+    return {"metrics": plot_metric_dots(dot_plot_metrics(w), label_a, label_b),
+            "power": plot_power_channels(w, label_a, label_b),
+            "opp_residency": plot_residency(w, label_a, label_b, opp_residency_metrics(w), "OPP residency",
+                                            xlabel="OPP (MHz)"),
+            "idle_residency": plot_residency(w, label_a, label_b, idle_residency_metrics(w),
+                                             "idle-state residency", xlabel="idle state")}
+
+
+def write_plots(c, out_dir, formats: tuple[str, ...] = ("png", "svg"), dpi: int = 150) -> list:
+    """Every figure of a comparison as files `<workload>-<figure>.<format>` in out_dir (created); returns the
+    paths written. Figures without data are not written."""
+    import re
+    from pathlib import Path
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for w in c.workloads:
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", w.workload)
+        for name, fig in workload_figures(w, c.label_a, c.label_b).items():
+            if fig is None:
+                continue
+            for fmt in formats:
+                path = out / f"{safe}-{name}.{fmt}"
+                fig.savefig(path, format=fmt, dpi=dpi)
+                written.append(path)
+            plt.close(fig)
+    return written
