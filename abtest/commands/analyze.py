@@ -10,7 +10,9 @@ reason is under ``skipped``)::
      "placement": {...}, "energy_model": {...}, "frames": {...},
      "skipped": {analysis: reason}}
 
-The analyses and their order are those of abtest.analysis.registry that have a summary.
+The analyses and their order are those of abtest.analysis.registry that have a summary. Without --json the
+same object is printed as tables (abtest.commands.analyze_tables: one renderer per analysis, a generic one for
+the others; abtest.commands.text_grid: fitted to the terminal width, $COLUMNS honoured).
 
 See docs/analyze.md for each analysis' keys. Exit status: 0 when at least one analysis ran, 2 when
 none applies (or the file / platform is unreadable).
