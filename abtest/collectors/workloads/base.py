@@ -4,6 +4,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from abtest.safe_io import UnsafePathError, check_name
 from abtest.targets.base import RunResult, Target
 
 
@@ -52,7 +53,10 @@ class Workload:
         if unknown:
             raise WorkloadError(f"workload {self.KIND!r}: unknown parameters {sorted(unknown)}; "
                                 f"it takes {sorted(known)}")
-        self.name = str(params.pop("name", self.KIND))
+        try:  # the name is a directory of the run store: a plain name (no path separator, no leading dot)
+            self.name = check_name(str(params.pop("name", self.KIND)), "workload name")
+        except UnsafePathError as e:
+            raise WorkloadError(str(e)) from e
         self.params = {}
         for key, default in known.items():
             raw = params.get(key, default)
