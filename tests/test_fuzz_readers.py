@@ -54,17 +54,32 @@ class KnownBug:
 
 KNOWN_BUGS = (
     KnownBug(("ftrace-text", "systrace-html", "atrace"), "exception",
-             r"TypeError: '<' not supported between instances of 'NoneType' and 'int'", "ingest",
+             r"TypeError: '<' not supported between instances of '(NoneType|int)' and '(int|NoneType)'", "ingest",
              "text reader: a mangled line (here a u32 0xffffffff written into it) raises TypeError from a "
              "comparison with None instead of being counted in import_errors (issue 27 item 1 class)",
              "ftrace-text:4:1000430"),
-    KnownBug(("wrapped",), "exception", r"zipfile\.BadZipFile|zlib\.error|Error -\d+ while decompressing", "ingest",
-             "zip wrapper: a corrupt member raises BadZipFile / zlib.error past the reader (issue 27 item 5)",
+    KnownBug(("wrapped",), "exception",
+             r"zipfile\.BadZipFile|zlib\.error|Error -\d+ while decompressing|zipfile\.py|in _unwrap", "ingest",
+             "zip wrapper: a corrupt archive or member raises from zipfile past the reader (BadZipFile, zlib.error, "
+             "NotImplementedError, ValueError: negative seek, IndexError from an empty member name; issue 27 item 5)",
              "wrapped:3:1000006"),
     KnownBug(("wrapped",), "unclear-error", r"corrupt or truncated gzip stream|corrupt zstd stream|corrupt zip archive",
              "ingest",
              "gzip/zip/zstd wrapper: the TraceFormatError names the file but no offset (readers._unwrap)",
              "wrapped:2:1000005"),
+    KnownBug(("trace.dat", "wrapped"), "exception",
+             r"ValueError: (unparsable field line|invalid literal for int\(\) with base 10)", "native",
+             "trace.dat header: a malformed event format (field line, id) raises ValueError from "
+             "tracedat_format.py instead of TraceFormatError (issue 27 item 8)",
+             "trace.dat:0:27000821"),
+    KnownBug(("trace.dat", "wrapped"), "exception", r"_constant_strings", "native",
+             "trace.dat: a printk format pointer column that is not an address (a mangled format or a "
+             "string field) fails the strict UInt64 cast in tracedat._constant_strings",
+             "trace.dat:0:100015545"),
+    KnownBug(("trace.dat", "wrapped"), "signal", r"memory allocation of \d+ bytes failed", "native",
+             "trace.dat v7: the Rust inflater trusts a chunk's size field for its allocation (2 GiB here) and "
+             "aborts under the memory bound (issue 27 item 7)",
+             "trace.dat:4:100023754"),
     KnownBug(("trace.dat",), "unclear-error", r"compressed chunk \d+, byte \d+|no HEADER_INFO option", "native",
              "trace.dat v7: errors inside a compressed chunk (and a missing HEADER_INFO option) name the chunk "
              "and the byte in the inflated chunk but set no file offset",

@@ -157,33 +157,40 @@ def _build_marker(raw: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
 
 
 # Integer fields the analyses read, per raw event, with their canonical width. A text reader gives a column
-# as strings when one of its values is not a number (a corrupt line); `_coerce_integers` turns such values
-# into nulls, says how many in meta["warnings"], and keeps every other value of the column.
+# as strings when one of its values is not a number (a corrupt line); a binary one may carry a value that does
+# not fit the canonical width (a cpu_id of 4294967295). `_coerce_integers` turns such values into nulls, says
+# how many in meta["warnings"], and keeps every other value of the column.
 _INTEGER_FIELDS: dict[str, dict[str, pl.DataType]] = {
     "sched_switch": {"prev_pid": pl.Int32, "prev_prio": pl.Int32, "next_pid": pl.Int32, "next_prio": pl.Int32},
     "sched_wakeup": {"pid": pl.Int32, "prio": pl.Int32, "target_cpu": pl.Int32},
     "sched_waking": {"pid": pl.Int32, "prio": pl.Int32, "target_cpu": pl.Int32},
     "sched_wakeup_new": {"pid": pl.Int32, "prio": pl.Int32, "target_cpu": pl.Int32},
     "sched_migrate_task": {"pid": pl.Int32, "prio": pl.Int32, "orig_cpu": pl.Int32, "dest_cpu": pl.Int32},
-    "cpu_idle": {"cpu_id": pl.Int64, "state": pl.Int64},
-    "cpu_idle_miss": {"cpu_id": pl.Int64, "state": pl.Int64, "below": pl.Int64},
-    "cpu_frequency": {"cpu_id": pl.Int64, "state": pl.Int64},
-    "cpu_frequency_limits": {"cpu_id": pl.Int64, "min_freq": pl.Int64, "max_freq": pl.Int64},
+    "cpu_idle": {"cpu_id": pl.Int32, "state": pl.Int64},
+    "cpu_idle_miss": {"cpu_id": pl.Int32, "state": pl.Int64, "below": pl.Int64},
+    "cpu_frequency": {"cpu_id": pl.Int32, "state": pl.Int64},
+    "cpu_frequency_limits": {"cpu_id": pl.Int32, "min_freq": pl.Int64, "max_freq": pl.Int64},
 }
 _COMMON_INTEGER_FIELDS: dict[str, pl.DataType] = {"cpu": pl.Int32, "common_pid": pl.Int32}
 
 
 def _coerce_integers(name: str, df: pl.DataFrame, meta: dict) -> pl.DataFrame:
-    """String columns that must be integers -> integers (values that are not a number, or do not fit the
-    width, become null and are reported in meta["warnings"] with the first of them)."""
+    """Columns that must be integers of a width -> that width (values that are not a number, or do not fit,
+    become null and are reported in meta["warnings"] with the first of them). Columns already of the
+    width are left alone."""
     wanted = {**_COMMON_INTEGER_FIELDS, **_INTEGER_FIELDS.get(name, {})}
-    text_cols = [c for c, t in wanted.items() if c in df.columns and df.schema[c] in (pl.Utf8, pl.Categorical)]
-    if not text_cols:
+    cols = [c for c, t in wanted.items() if c in df.columns and df.schema[c] != t
+            and (df.schema[c] in (pl.Utf8, pl.Categorical) or df.schema[c].is_integer())]
+    if not cols:
         return df
-    exprs = {c: pl.col(c).cast(pl.Utf8).str.strip_chars().cast(pl.Int64, strict=False).cast(wanted[c], strict=False)
-             for c in text_cols}
+    exprs = {}
+    for c in cols:
+        src = pl.col(c)
+        if df.schema[c] in (pl.Utf8, pl.Categorical):
+            src = src.cast(pl.Utf8).str.strip_chars().cast(pl.Int64, strict=False)
+        exprs[c] = src.cast(wanted[c], strict=False)
     bad = df.select([(pl.col(c).is_not_null() & e.is_null()).alias(c) for c, e in exprs.items()])
-    for c in text_cols:
+    for c in cols:
         n = int(bad[c].sum())
         if n:
             first = df.filter(bad[c]).row(0, named=True)
