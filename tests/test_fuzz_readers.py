@@ -16,7 +16,6 @@ import importlib.util
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -39,56 +38,8 @@ CI_EXECS = {"trace.dat": 1200, "perfetto": 2500, "ftrace-text": 2500, "systrace-
             "wrapped": 2500}
 
 
-@dataclass(frozen=True)
-class KnownBug:
-    readers: tuple[str, ...]
-    kind: str  # fuzz outcome kind
-    pattern: str  # regex on the failure detail
-    owner: str
-    reason: str
-    replay: str  # one reproducer: reader:seed-index:case-seed (bench/fuzz.py --replay)
-
-    def matches(self, reader: str, kind: str, detail: str) -> bool:
-        return reader in self.readers and kind == self.kind and re.search(self.pattern, detail) is not None
-
-
-KNOWN_BUGS = (
-    KnownBug(("ftrace-text", "systrace-html", "atrace"), "exception",
-             r"TypeError: '<' not supported between instances of '(NoneType|int)' and '(int|NoneType)'", "ingest",
-             "text reader: a mangled line (here a u32 0xffffffff written into it) raises TypeError from a "
-             "comparison with None instead of being counted in import_errors (issue 27 item 1 class)",
-             "ftrace-text:4:1000430"),
-    KnownBug(("wrapped",), "exception",
-             r"zipfile\.BadZipFile|zlib\.error|Error -\d+ while decompressing|zipfile\.py|in _unwrap", "ingest",
-             "zip wrapper: a corrupt archive or member raises from zipfile past the reader (BadZipFile, zlib.error, "
-             "NotImplementedError, ValueError: negative seek, IndexError from an empty member name; issue 27 item 5)",
-             "wrapped:3:1000006"),
-    KnownBug(("wrapped",), "unclear-error", r"corrupt or truncated gzip stream|corrupt zstd stream|corrupt zip archive",
-             "ingest",
-             "gzip/zip/zstd wrapper: the TraceFormatError names the file but no offset (readers._unwrap)",
-             "wrapped:2:1000005"),
-    KnownBug(("trace.dat", "wrapped"), "exception",
-             r"ValueError: (unparsable field line|invalid literal for int\(\) with base 10)", "native",
-             "trace.dat header: a malformed event format (field line, id) raises ValueError from "
-             "tracedat_format.py instead of TraceFormatError (issue 27 item 8)",
-             "trace.dat:0:27000821"),
-    KnownBug(("trace.dat", "wrapped"), "exception", r"_constant_strings", "native",
-             "trace.dat: a printk format pointer column that is not an address (a mangled format or a "
-             "string field) fails the strict UInt64 cast in tracedat._constant_strings",
-             "trace.dat:0:100015545"),
-    KnownBug(("trace.dat", "wrapped"), "signal", r"memory allocation of \d+ bytes failed", "native",
-             "trace.dat v7: the Rust inflater trusts a chunk's size field for its allocation (2 GiB here) and "
-             "aborts under the memory bound (issue 27 item 7)",
-             "trace.dat:4:100023754"),
-    KnownBug(("trace.dat",), "unclear-error", r"compressed chunk \d+, byte \d+|no HEADER_INFO option", "native",
-             "trace.dat v7: errors inside a compressed chunk (and a missing HEADER_INFO option) name the chunk "
-             "and the byte in the inflated chunk but set no file offset",
-             "trace.dat:4:1000512"),
-)
-
-
-def known_bug(reader: str, kind: str, detail: str) -> KnownBug | None:
-    return next((b for b in KNOWN_BUGS if b.matches(reader, kind, detail)), None)
+KNOWN_BUGS = fuzz.KNOWN_BUGS
+known_bug = fuzz.known_bug
 
 
 @pytest.mark.parametrize("reader", fuzz.READERS)
@@ -97,14 +48,8 @@ def test_fuzz_reader(reader, tmp_path):
                              rss_mb=1024, keep=CI_EXECS[reader], workdir=tmp_path)
     assert stats.execs == CI_EXECS[reader]
     assert stats.counts.get("read", 0) + stats.counts.get("rejected", 0) > 0
-    unknown, known = [], {}
-    for replay, mutations, out in stats.failures:
-        bug = known_bug(reader, out.kind, out.detail)
-        if bug is None:
-            unknown.append(f"{replay} {out.kind} {mutations}: {out.detail.strip()[-600:]}")
-        else:
-            known[bug.replay] = known.get(bug.replay, 0) + 1
-    print(f"{reader}: {stats.as_dict()['counts']} in {stats.seconds:.1f} s; known-bug cases {known}")
+    unknown = [f"{replay} {out.kind} {mutations}: {out.detail.strip()[-600:]}" for replay, mutations, out in stats.failures]
+    print(f"{reader}: {stats.as_dict()['counts']} in {stats.seconds:.1f} s; known-bug cases {stats.as_dict()['known']}")
     assert not unknown, f"{len(unknown)} new reader failures (replay with bench/fuzz.py --replay ID):\n" + \
         "\n".join(unknown[:10])
 

@@ -1,0 +1,89 @@
+"""Coverage-guided fuzzing of one trace reader with atheris (libFuzzer), optional beside bench/fuzz.py.
+
+    pip install atheris            # not a project dependency: a dev tool for longer campaigns
+    python bench/fuzz_atheris.py --reader ftrace-text -- -runs=100000 -timeout=10 -rss_limit_mb=3072
+
+The corpus starts from the reader's real seed traces (bench/fuzz.py READER_SEEDS, written to a temporary
+corpus directory); the mutator is bench/fuzz.py's structured one (truncations, flips, zeroed / duplicated /
+swapped ranges, huge length fields), with libFuzzer's coverage feedback from abtest's Python code (atheris
+instruments abtest.* at import; the Rust decoders are not instrumented: their coverage is invisible here).
+The rule is bench/fuzz.py's: returning, or TraceFormatError with the file and an offset or line, passes;
+a known reader bug (bench/fuzz.py KNOWN_BUGS) is counted and passes; anything else raises, and libFuzzer
+stops with the crashing input saved (crash-*); -timeout and -rss_limit_mb bound time and memory per input.
+Arguments after `--` go to libFuzzer.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import random
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+import atheris
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("abtest_bench_fuzz", ROOT / "bench" / "fuzz.py")
+fuzz = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = fuzz
+_spec.loader.exec_module(fuzz)
+
+with atheris.instrument_imports(include=["abtest"]):
+    from abtest.trace import ftrace_text, perfetto, tracedat  # noqa: F401  (instrumented before first use)
+    from abtest.trace.errors import TraceFormatError
+    from abtest.trace.readers import read_trace
+
+
+class NewReaderBug(AssertionError):
+    """A reader failure that is neither the clear bad-input error nor a known bug."""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reader", choices=fuzz.READERS, required=True)
+    args, libfuzzer_args = ap.parse_known_args()
+    seeds = [fuzz.seed_bytes(s) for s in fuzz.READER_SEEDS[args.reader]]
+    corpus = Path(tempfile.mkdtemp(prefix="abtest-atheris-corpus-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    for i, data in enumerate(seeds):
+        (corpus / f"seed-{i}").write_bytes(data)
+    case = str(corpus.parent / (corpus.name + ".case"))
+    known: dict[str, int] = {}
+
+    def mutator(data: bytes, max_size: int, seed: int) -> bytes:
+        rng = random.Random(seed)
+        buf = bytearray(data if data and rng.random() > 0.05 else seeds[seed % len(seeds)])
+        for _ in range(rng.choice((1, 1, 2, 3))):
+            fuzz.mutate_once(rng, buf)
+        return bytes(buf[:max_size])
+
+    def one_input(data: bytes) -> None:
+        with open(case, "wb") as f:
+            f.write(data)
+        try:
+            read_trace(case)
+        except TraceFormatError as e:
+            if e.offset is None and e.line is None:
+                detail = f"TraceFormatError without file and offset/line: {e}"
+                bug = fuzz.known_bug(args.reader, "unclear-error", detail)
+                if bug is None:
+                    raise NewReaderBug(detail) from e
+                known[bug.replay] = known.get(bug.replay, 0) + 1
+        except Exception as e:  # noqa: BLE001 - classified like bench/fuzz.py
+            detail = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:])
+            bug = fuzz.known_bug(args.reader, "memory" if isinstance(e, MemoryError) else "exception", detail)
+            if bug is None:
+                raise
+            known[bug.replay] = known.get(bug.replay, 0) + 1
+
+    try:
+        atheris.Setup([sys.argv[0], *libfuzzer_args, str(corpus)], one_input, custom_mutator=mutator)
+        atheris.Fuzz()
+    finally:  # libFuzzer exits through here only on some paths; -runs=N ends with sys.exit
+        print(f"known reader bugs hit: {known}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
