@@ -137,6 +137,10 @@ KNOWN_BUGS = (
              "trace.dat: a printk format pointer column that is not an address (a mangled format or a "
              "string field) fails the strict UInt64 cast in tracedat._constant_strings",
              "trace.dat:0:100015545"),
+    KnownBug(("trace.dat", "wrapped"), "exception", r"OverflowError: int too big to convert", "native",
+             "trace.dat: a header value past 64 bits' reach in Python is handed to _native.tracedat_fused, which "
+             "raises OverflowError instead of TraceFormatError",
+             "trace.dat:4:100072934"),
     KnownBug(("trace.dat", "wrapped"), "signal", r"memory allocation of \d+ bytes failed", "native",
              "trace.dat v7: the Rust inflater trusts a chunk's size field for its allocation (2 GiB here) and "
              "aborts under the memory bound (issue 27 item 7)",

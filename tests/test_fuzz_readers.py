@@ -54,7 +54,8 @@ def test_fuzz_reader(reader, tmp_path):
         "\n".join(unknown[:10])
 
 
-@pytest.mark.parametrize("bug", KNOWN_BUGS, ids=[b.replay for b in KNOWN_BUGS])
+@pytest.mark.parametrize("bug", KNOWN_BUGS, ids=[b.replay if ":b64:" not in b.replay else
+                                                  b.replay.split(":b64:")[0] + ":saved-input" for b in KNOWN_BUGS])
 @pytest.mark.xfail(strict=False, reason="known reader bug, see KNOWN_BUGS (issue 27); owned by ingest/native")
 def test_known_reader_bug_reproducer(bug, tmp_path):
     out = fuzz.replay(bug.replay, str(tmp_path / "case"), timeout_s=10.0, mem_mb=1024, rss_mb=1024)
