@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from abtest.collectors.ftrace import FtraceCollector, analysis_events, restore_script
-from abtest.collectors.host_state import StateJournal, TargetLock, stale_journals, state_dir, target_key
+from abtest.collectors.host_state import StateJournal, TargetLock, stale_journals, target_key
 from abtest.collectors.meta import META_SCRIPT, collect_target_meta, host_tools, parse_meta_output
 from abtest.collectors.power import PowerSampler, write_power_csv
 from abtest.collectors.settings import SettingsManager
