@@ -407,7 +407,6 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
     pull (SFTP/adb), plus the workload's own prepare (first time) and collect.
     """
     t, cfg = st.target, cc.target_cfg
-    t_iter0 = time.monotonic()
     start_utc = datetime.now(timezone.utc).isoformat()
     remote_dir = st.remote_dir
     if wl.name not in st.prepared:
