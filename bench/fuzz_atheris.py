@@ -52,6 +52,12 @@ def main() -> None:
     case = str(corpus.parent / (corpus.name + ".case"))
     known: dict[str, int] = {}
 
+    def count_known(bug) -> None:  # printed as it grows: libFuzzer ends the process without unwinding Python
+        known[bug.replay] = known.get(bug.replay, 0) + 1
+        n = known[bug.replay]
+        if n == 1 or n % 1000 == 0:
+            print(f"known reader bug {bug.replay[:60]}: {n} inputs so far", file=sys.stderr, flush=True)
+
     def mutator(data: bytes, max_size: int, seed: int) -> bytes:
         rng = random.Random(seed)
         buf = bytearray(data if data and rng.random() > 0.05 else seeds[seed % len(seeds)])
@@ -70,19 +76,16 @@ def main() -> None:
                 bug = fuzz.known_bug(args.reader, "unclear-error", detail)
                 if bug is None:
                     raise NewReaderBug(detail) from e
-                known[bug.replay] = known.get(bug.replay, 0) + 1
+                count_known(bug)
         except Exception as e:  # noqa: BLE001 - classified like bench/fuzz.py
             detail = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:])
             bug = fuzz.known_bug(args.reader, "memory" if isinstance(e, MemoryError) else "exception", detail)
             if bug is None:
                 raise
-            known[bug.replay] = known.get(bug.replay, 0) + 1
+            count_known(bug)
 
-    try:
-        atheris.Setup([sys.argv[0], *libfuzzer_args, str(corpus)], one_input, custom_mutator=mutator)
-        atheris.Fuzz()
-    finally:  # libFuzzer exits through here only on some paths; -runs=N ends with sys.exit
-        print(f"known reader bugs hit: {known}", file=sys.stderr)
+    atheris.Setup([sys.argv[0], *libfuzzer_args, str(corpus)], one_input, custom_mutator=mutator)
+    atheris.Fuzz()
 
 
 if __name__ == "__main__":
