@@ -118,7 +118,8 @@ KNOWN_BUGS = (
              "zip wrapper: a corrupt archive or member raises from zipfile past the reader (BadZipFile, zlib.error, "
              "NotImplementedError, ValueError: negative seek, IndexError from an empty member name; issue 27 item 5)",
              "wrapped:3:1000006"),
-    KnownBug(("wrapped",), "unclear-error", r"corrupt or truncated gzip stream|corrupt zstd stream|corrupt zip archive",
+    KnownBug(("wrapped",), "unclear-error", r"corrupt or truncated gzip stream|corrupt zstd stream|corrupt zip archive|zip archive holds no trace|"
+             r"wrapper holds no recognisable trace",
              "ingest",
              "gzip/zip/zstd wrapper: the TraceFormatError names the file but no offset (readers._unwrap)",
              "wrapped:2:1000005"),
