@@ -125,10 +125,9 @@ KNOWN_BUGS = (
              "wrapped:2:1000005"),
     KnownBug(("ftrace-text", "systrace-html", "atrace", "wrapped"), "exception", r"in _fill_span", "ingest",
              "readers._fill_span: a table whose ts values are all null (a text line with a mangled timestamp) "
-             "makes int(min(...)) raise TypeError; found by bench/fuzz_atheris.py from trappy/trace_sched.txt",
-             "ftrace-text:b64:dmVyc2lvbiA9IDYKY3B1cz02CiAgICAgICAgIHKBdW/zLzItMjIgICAgWzAwMV0gIDY1NTAuMDE4NTExOiBz"
-             "Y2hlZF9sb2FkX+F2Z19zZjogY3B1cz0wMDAwMDAwMiBsb2FkPTAgdXRpbGl6c2c6IGNwdXM9MN0wMDAwMPkgbG9hZD0wIHV0aWxp"
-             "emF0aW9u"),
+             "makes int(min(...)) raise TypeError (found by bench/fuzz_atheris.py first, then 4 times in the "
+             "100,000-case bench run)",
+             "ftrace-text:8:100026552"),
     KnownBug(("trace.dat", "wrapped"), "exception",
              r"ValueError: (unparsable field line|invalid literal for int\(\) with base 10)", "native",
              "trace.dat header: a malformed event format (field line, id) raises ValueError from "
