@@ -109,7 +109,8 @@ class KnownBug:
 
 KNOWN_BUGS = (
     KnownBug(("ftrace-text", "systrace-html", "atrace"), "exception",
-             r"TypeError: '<' not supported between instances of '(NoneType|int)' and '(int|NoneType)'", "ingest",
+             r"(?s)builtins\.TypeError.*'<' not supported between instances of '(NoneType|int)' and '(int|NoneType)'",
+             "ingest",
              "text reader: a mangled line (here a u32 0xffffffff written into it) raises TypeError from a "
              "comparison with None instead of being counted in import_errors (issue 27 item 1 class)",
              "ftrace-text:4:1000430"),
@@ -128,8 +129,14 @@ KNOWN_BUGS = (
              "makes int(min(...)) raise TypeError (found by bench/fuzz_atheris.py first, then 4 times in the "
              "100,000-case bench run)",
              "ftrace-text:8:100026552"),
+    KnownBug(("ftrace-text", "systrace-html", "atrace", "wrapped"), "exception",
+             r"text_lines\.py:\d+ in _event_frame", "ingest",
+             "text reader: a number that does not fit its column (1111111111111111662 for an i32) fails the strict "
+             "cast in text_lines._event_frame (issue 27 item 2)",
+             "wrapped:4:100027949"),
     KnownBug(("trace.dat", "wrapped"), "exception",
-             r"ValueError: (unparsable field line|invalid literal for int\(\) with base 10)", "native",
+             r"(?s)builtins\.ValueError.*tracedat_format\.py.*(unparsable field line|invalid literal for int)",
+             "native",
              "trace.dat header: a malformed event format (field line, id) raises ValueError from "
              "tracedat_format.py instead of TraceFormatError (issue 27 item 8)",
              "trace.dat:0:27000821"),
@@ -137,7 +144,7 @@ KNOWN_BUGS = (
              "trace.dat: a printk format pointer column that is not an address (a mangled format or a "
              "string field) fails the strict UInt64 cast in tracedat._constant_strings",
              "trace.dat:0:100015545"),
-    KnownBug(("trace.dat", "wrapped"), "exception", r"OverflowError: int too big to convert", "native",
+    KnownBug(("trace.dat", "wrapped"), "exception", r"(?s)builtins\.OverflowError.*int too big to convert", "native",
              "trace.dat: a header value past 64 bits' reach in Python is handed to _native.tracedat_fused, which "
              "raises OverflowError instead of TraceFormatError",
              "trace.dat:4:100072934"),
@@ -228,8 +235,10 @@ def _classify_exception(e: BaseException, path: str) -> tuple[str, str]:
         return "unclear-error", f"TraceFormatError without file and offset/line: {e}"
     if isinstance(e, MemoryError):
         return "memory", "MemoryError"
-    tb = traceback.format_exception(type(e), e, e.__traceback__)
-    return "exception", "".join(tb[-6:])[-3000:]
+    # type first, then every frame (file, line, function: compact), then the message: a long binary message
+    # cannot push what identifies the bug out of the detail
+    frames = "\n".join(f"  {Path(fr.filename).name}:{fr.lineno} in {fr.name}" for fr in traceback.extract_tb(e.__traceback__))
+    return "exception", f"{type(e).__module__}.{type(e).__qualname__}\n{frames}\n{str(e)[:1500]}"
 
 
 def _status_kib(key: str) -> int:

@@ -20,7 +20,6 @@ import os
 import random
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 
 import atheris
@@ -78,8 +77,8 @@ def main() -> None:
                     raise NewReaderBug(detail) from e
                 count_known(bug)
         except Exception as e:  # noqa: BLE001 - classified like bench/fuzz.py
-            detail = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:])
-            bug = fuzz.known_bug(args.reader, "memory" if isinstance(e, MemoryError) else "exception", detail)
+            kind, detail = fuzz._classify_exception(e, case)
+            bug = fuzz.known_bug(args.reader, kind, detail)
             if bug is None:
                 raise
             count_known(bug)
