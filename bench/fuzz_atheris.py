@@ -1,16 +1,17 @@
 """Coverage-guided fuzzing of one trace reader with atheris (libFuzzer), optional beside bench/fuzz.py.
 
     pip install atheris            # not a project dependency: a dev tool for longer campaigns
-    python bench/fuzz_atheris.py --reader ftrace-text -- -runs=100000 -timeout=10 -rss_limit_mb=3072
+    python bench/fuzz_atheris.py --reader ftrace-text -runs=100000 -timeout=10 -rss_limit_mb=3072
 
-The corpus starts from the reader's real seed traces (bench/fuzz.py READER_SEEDS, written to a temporary
-corpus directory); the mutator is bench/fuzz.py's structured one (truncations, flips, zeroed / duplicated /
+The corpus (--corpus, default ./atheris-corpus-<reader>, kept between runs as libFuzzer's corpora are) starts
+from the reader's real seed traces (bench/fuzz.py READER_SEEDS); each input is read from an in-memory file
+(memfd, /proc/self/fd/N), so nothing else is left behind. The mutator is bench/fuzz.py's structured one (truncations, flips, zeroed / duplicated /
 swapped ranges, huge length fields), with libFuzzer's coverage feedback from abtest's Python code (atheris
 instruments abtest.* at import; the Rust decoders are not instrumented: their coverage is invisible here).
 The rule is bench/fuzz.py's: returning, or TraceFormatError with the file and an offset or line, passes;
 a known reader bug (bench/fuzz.py KNOWN_BUGS) is counted and passes; anything else raises, and libFuzzer
 stops with the crashing input saved (crash-*); -timeout and -rss_limit_mb bound time and memory per input.
-Arguments after `--` go to libFuzzer.
+Arguments other than --reader and --corpus go to libFuzzer.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import importlib.util
 import os
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 import atheris
@@ -43,12 +43,15 @@ class NewReaderBug(AssertionError):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reader", choices=fuzz.READERS, required=True)
+    ap.add_argument("--corpus", help="corpus directory (default ./atheris-corpus-<reader>)")
     args, libfuzzer_args = ap.parse_known_args()
     seeds = [fuzz.seed_bytes(s) for s in fuzz.READER_SEEDS[args.reader]]
-    corpus = Path(tempfile.mkdtemp(prefix="abtest-atheris-corpus-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    corpus = Path(args.corpus or f"atheris-corpus-{args.reader}")
+    corpus.mkdir(parents=True, exist_ok=True)
     for i, data in enumerate(seeds):
         (corpus / f"seed-{i}").write_bytes(data)
-    case = str(corpus.parent / (corpus.name + ".case"))
+    case_fd = os.memfd_create("abtest-fuzz-case")
+    case = f"/proc/self/fd/{case_fd}"
     known: dict[str, int] = {}
 
     def count_known(bug) -> None:  # printed as it grows: libFuzzer ends the process without unwinding Python
@@ -65,8 +68,8 @@ def main() -> None:
         return bytes(buf[:max_size])
 
     def one_input(data: bytes) -> None:
-        with open(case, "wb") as f:
-            f.write(data)
+        os.ftruncate(case_fd, 0)
+        os.pwrite(case_fd, data, 0)
         try:
             read_trace(case)
         except TraceFormatError as e:
