@@ -4,8 +4,12 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
+# lava-server + lava-dispatcher + postgresql: LAVA for `abtest collect --lab` and its tests (docs/lab.md).
+# lava-server's postinst skips its database when PostgreSQL is not running (no systemd here): nothing to
+# answer, and the tests run a private stack (tests/lava_stack.py), so no dpkg-reconfigure is needed.
 APT_PKGS := trace-cmd openssh-server openssh-client stress-ng sysbench rt-tests rt-app \
-            qemu-system-x86 busybox-static dropbear-bin adb zstd sqlite3 cpio xz-utils
+            qemu-system-x86 busybox-static dropbear-bin adb zstd sqlite3 cpio xz-utils \
+            lava-server lava-dispatcher postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.abtest-setup
 NATIVE_SRC := $(wildcard native/src/*.rs) native/Cargo.toml

@@ -166,10 +166,10 @@ def decode_once(path: Path) -> tuple[float, float, int]:
 
 
 def convert_once(path: Path) -> tuple[float, float]:
-    """(wall s, CPU s of all threads) of one in-process `abtest trace convert` (`abtest.trace.api.convert(path,
+    """(wall s, CPU s of all threads) of one in-process `abtest trace convert` (`abtest.trace.convert.convert(path,
     fresh dir)`, what the command runs: tables canonicalize() leaves unchanged go from the decoder's arrays
     to parquet)."""
-    from abtest.trace.api import convert
+    from abtest.trace.convert import convert
     out = Path(tempfile.mkdtemp(prefix="abtest-bench-"))
     try:
         c0 = _cpu_s(resource.RUSAGE_SELF)
@@ -302,7 +302,7 @@ from pathlib import Path
 sys.path.insert(0, {root!r})
 import polars, numpy, pyarrow, zstandard
 import numpy.ma, pyarrow.compute  # polars imports these on first use (~60 ms): import time, not convert time
-from abtest.trace.api import convert
+from abtest.trace.convert import convert
 import abtest._native, abtest.trace.readers, abtest.trace.tracedat, abtest.trace.parquet_write
 out = Path(tempfile.mkdtemp(prefix="abtest-bench-"))
 try:

@@ -23,8 +23,8 @@ SHARED_TRACES = TRACES
 EXPECTED = json.loads((SHARED_TRACES / "expected-counts.json").read_text())
 TRACE_FILES = sorted(k for k in EXPECTED if not k.endswith(".yml"))
 TOP_KEYS = {"file", "format", "duration_s", "window_s", "lost_events", "platform", "idle", "latency", "frequency",
-            "load_tracking", "energy", "placement", "frames", "skipped"}
-ANALYSES = ("idle", "latency", "frequency", "load_tracking", "energy", "placement", "frames")
+            "load_tracking", "power", "energy_model", "placement", "frames", "skipped"}
+ANALYSES = ("power", "idle", "latency", "frequency", "load_tracking", "placement", "energy_model", "frames")
 IDLE_KEYS = {"window_s", "residency_pct", "idle_pct", "cluster_residency_pct", "cluster_all_cpus_idle_pct", "wakeups",
              "wakeups_total", "wakeups_per_s"}
 LATENCY_KEYS = {"wakeup_event", "wakeups", "matched_wakeups", "unmatched_wakeups", "mean_us", "p50_us", "p95_us",
@@ -130,7 +130,7 @@ def test_perfetto_engine_idle_residency_equals_native():
     time on the Pixel 7 Pro trace equals abtest's to the ns once the lead-in before each CPU's first
     cpu_idle event is taken out (Perfetto starts counting at that event; abtest infers the lead-in:
     active when the first event is an entry, idle-unknown when it is an exit)."""
-    from abtest.interop import perfetto_engine
+    from abtest.trace import perfetto_engine
 
     perfetto_engine.select_engine()  # make setup installs the offline engine: its absence is a failure
     path = SHARED_TRACES / "PerfettoTraceScript" / "pixel7pro-power-rails.perfetto-trace"

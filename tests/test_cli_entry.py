@@ -33,7 +33,7 @@ def test_trace_commands_import_only_the_trace_command_module(traces, tmp_path):
     loaded = set(got["modules"])
     assert "abtest.commands.trace" in loaded
     for other in ("abtest.commands.collect", "abtest.commands.compare", "abtest.commands.analyze",
-                  "abtest.commands.interop", "abtest.collectors.orchestrate", "abtest.compare.store"):
+                  "abtest.commands.interop", "abtest.collectors.orchestrate", "abtest.store.reader"):
         assert other not in loaded, other
     # the JSON form of `trace info` does not need rich either
     got = _modules_after(["trace", "info", "--json", "--no-cache", str(trace)], tmp_path)

@@ -1,4 +1,4 @@
-"""`abtest trace convert` / `abtest.trace.api.convert` / the parquet cache: a trace.dat's tables that
+"""`abtest trace convert` / `abtest.trace.convert.convert` / the parquet cache: a trace.dat's tables that
 canonicalize() leaves unchanged are written from the decoder's arrays without polars frames
 (abtest.trace.decoded). The files must read back (polars and pyarrow) to exactly the tables `read_trace()`
 gives, meta.json must equal its metadata, and the predicate that picks those tables must agree with
@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
-from abtest.trace.api import Trace, convert
+from abtest.session import Trace
+from abtest.trace.convert import convert
 from abtest.trace.decoded import DecodedTable
 from abtest.trace.readers import _decode, read_trace
 from abtest.trace.schema import canonicalize, unchanged_by_canonicalize

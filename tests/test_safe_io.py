@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from abtest.collectors.store_writer import IterationWriter, discard_stale_temps
+from abtest.store.writer import IterationWriter, discard_stale_temps
 from abtest.safe_io import UnsafePathError, check_name, confined, write_file_no_follow
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,8 +8,9 @@ import pytest
 
 from abtest.compare import metrics as metrics_mod
 from abtest.compare.comparison import CompareError, compare_labels
-from abtest.compare.store import (Iteration, StoreError, default_store_root, find_trace, load_label, load_store,
-                                  write_iteration)
+from abtest.store.layout import default_store_root, find_trace
+from abtest.store.reader import Iteration, StoreError, load_label, load_store
+from abtest.store.writer import write_iteration
 from shared_data import TRACES
 
 REAL_TRACE = TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
@@ -97,9 +98,9 @@ def test_default_store_root(monkeypatch, tmp_path):
 
 
 def test_wa3_directory_is_routed_to_interop(tmp_path, monkeypatch):
-    """A directory with __meta/ or result.json goes to abtest.interop.wa.load_wa_output (replaced here by a
+    """A directory with __meta/ or result.json goes to abtest.store.wa.load_wa_output (replaced here by a
     recording stand-in: the WA parsing itself is tested by the interop helper's tests)."""
-    import abtest.interop.wa as wa
+    import abtest.store.reader as wa
     wa_dir = tmp_path / "wa_out"
     (wa_dir / "__meta").mkdir(parents=True)
     calls = []
@@ -121,19 +122,19 @@ def test_metrics_cache_is_keyed_on_inputs(tmp_path, monkeypatch):
     (d / "power.csv").write_text("ts_ns,rail,subsystem,energy_uj\n0,VDD_X,x,0\n1000000000,VDD_X,x,500000\n")
     it = load_label(tmp_path / "a").complete("w")[0]
     m, notes = metrics_mod.iteration_metrics(it, with_trace=False)
-    assert m["power.rail.VDD_X_mw"].value == pytest.approx(500.0)  # 500000 uJ over 1 s
+    assert m["power.rail.VDD_X"].value == pytest.approx(500.0)  # 500000 uJ over 1 s
     assert m["p"].value == 1.0 and notes == []
     cache = json.loads((d / ".abtest-metrics.json").read_text())
     assert cache["key"]["power"][0] == "power.csv"
     calls = []
     real = metrics_mod.power_metrics
-    monkeypatch.setattr(metrics_mod, "power_metrics", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(metrics_mod, "power_metrics", lambda *a, **k: calls.append(a) or real(*a, **k))
     metrics_mod.iteration_metrics(it, with_trace=False)
     assert calls == []  # served from the cache
     (d / "power.csv").write_text("ts_ns,rail,subsystem,energy_uj\n0,VDD_X,x,0\n1000000000,VDD_X,x,800000\n")
     os.utime(d / "power.csv", ns=(1, 10**18))
     m, _ = metrics_mod.iteration_metrics(it, with_trace=False)
-    assert len(calls) == 1 and m["power.rail.VDD_X_mw"].value == pytest.approx(800.0)
+    assert len(calls) == 1 and m["power.rail.VDD_X"].value == pytest.approx(800.0)
 
 
 def test_bad_power_csv_is_a_note_not_a_crash(tmp_path):

@@ -16,6 +16,7 @@ import polars as pl
 
 from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import (df_cpu_idle_intervals, df_intervals, df_intervals_join, window_of)
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
 
 EVENTS = ("cpu_frequency",)
 OPTIONAL_EVENTS = ("cpu_idle", "cpu_frequency_limits", "cpu_frequency_polled")
@@ -328,3 +329,56 @@ def summary(trace) -> dict:
                                          if v is not None},
         }
     return {"per_cpu": per_cpu}
+
+
+# --------------------------------------------------------------------------------------------
+# Declared metrics (abtest.analysis.registry)
+# --------------------------------------------------------------------------------------------
+CPU_MEAN_MHZ = MetricSpec(
+    "frequency.cpu.{cpu}.mean_mhz", "MHz", Direction.NONE, Aggregation.MEAN, Grouping.CPU, title="mean frequency",
+    description="Time-weighted mean frequency of the CPU over the time its frequency is known (cpu_frequency).")
+CPU_ACTIVE_MEAN_MHZ = MetricSpec(
+    "frequency.cpu.{cpu}.active_mean_mhz", "MHz", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
+    title="mean frequency when active",
+    description="Time-weighted mean frequency over the CPU's non-idle time (needs cpu_idle).")
+CPU_TRANSITIONS_PER_S = MetricSpec(
+    "frequency.cpu.{cpu}.transitions_per_s", "1/s", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
+    title="frequency transitions", description="Frequency changes of the CPU per second of window.")
+
+OPP_RESIDENCY_PCT = MetricSpec(
+    "frequency.opp.{opp}.residency_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.OPP,
+    title="OPP residency",
+    description="Share of the window the frequency domain (named by its first CPU) spent at this OPP; group "
+                "'cpu<N>@<kHz>'. Time before the domain's first cpu_frequency event is unknown and not counted.")
+
+METRICS = (CPU_MEAN_MHZ, CPU_ACTIVE_MEAN_MHZ, CPU_TRANSITIONS_PER_S, OPP_RESIDENCY_PCT)
+
+
+def opp_group(domain: int, khz: int) -> str:
+    """The group value of an OPP metric: "cpu<first CPU of the domain>@<kHz>"."""
+    return f"cpu{domain}@{khz}"
+
+
+def split_opp_group(group: str) -> tuple[int, int]:
+    """(domain's first CPU, kHz) of an opp_group() value."""
+    dom, _, khz = group.partition("@")
+    return int(dom.removeprefix("cpu")), int(khz)
+
+
+def metrics(trace, options=None) -> list[MetricValue]:
+    """The declared frequency metrics of one trace (per CPU, per domain OPP). Needs cpu_frequency."""
+    fa = FrequencyAnalysis(trace)
+    stats = fa.df_frequency_stats()
+    out: list[MetricValue] = []
+    res = fa.df_domain_opp_residency().filter(pl.col("frequency_khz").is_not_null())
+    out += [MetricValue(OPP_RESIDENCY_PCT, float(pct), opp_group(dom, khz))
+            for dom, khz, pct in res.select("domain", "frequency_khz", "pct").iter_rows()]
+    for r in stats.iter_rows(named=True):  # one row per CPU
+        cpu = str(r["cpu"])
+        if r["time_weighted_khz"] is not None:
+            out.append(MetricValue(CPU_MEAN_MHZ, r["time_weighted_khz"] / 1000.0, cpu))
+        if r["active_time_weighted_khz"] is not None:
+            out.append(MetricValue(CPU_ACTIVE_MEAN_MHZ, r["active_time_weighted_khz"] / 1000.0, cpu))
+        if r["transitions_per_s"] is not None:
+            out.append(MetricValue(CPU_TRANSITIONS_PER_S, float(r["transitions_per_s"]), cpu))
+    return out

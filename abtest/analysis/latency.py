@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+
 EVENTS = ("sched_switch", "sched_waking")
 # sched_wakeup replaces sched_waking when the latter was not recorded; sched_wakeup_new adds new tasks
 OPTIONAL_EVENTS = ("sched_wakeup", "sched_wakeup_new")
@@ -204,3 +206,68 @@ def _num(x):
     if isinstance(x, float):
         return None if np.isnan(x) else x
     return int(x)
+
+
+# --------------------------------------------------------------------------------------------
+# Declared metrics (abtest.analysis.registry)
+# --------------------------------------------------------------------------------------------
+_LAT = "Wakeup latency (wakeup event -> the task's next switch-in, module docstring rules) of all matched wakeups"
+LATENCY_GMEAN_US = MetricSpec("latency.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                              title="wakeup latency gmean", headline=True,
+                              description=f"{_LAT}: geometric mean of the positive latencies.")
+LATENCY_MEAN_US = MetricSpec("latency.mean_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                             title="wakeup latency mean", description=f"{_LAT}: arithmetic mean.")
+LATENCY_P50_US = MetricSpec("latency.p50_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                            title="wakeup latency p50", description=f"{_LAT}: median (linear interpolation).")
+LATENCY_P95_US = MetricSpec("latency.p95_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                            title="wakeup latency p95", description=f"{_LAT}: 95th percentile.")
+LATENCY_P99_US = MetricSpec("latency.p99_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                            title="wakeup latency p99", description=f"{_LAT}: 99th percentile.")
+LATENCY_MAX_US = MetricSpec("latency.max_us", "us", Direction.LOWER, Aggregation.MEDIAN,
+                            title="wakeup latency max", description=f"{_LAT}: maximum (median over iterations: "
+                                                                     "one outlier per run is common).")
+LATENCY_WAKEUPS_PER_S = MetricSpec("latency.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
+                                   title="matched wakeups", description="Matched wakeups per second of window.")
+_TASK = ("of the wakeups of threads named {task} (comm at the wakeup; threads sharing a name are pooled, a "
+         "renamed thread counts under each name it had)")
+TASK_LATENCY_GMEAN_US = MetricSpec("latency.task.{task}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                                   Grouping.TASK, title="task wakeup latency gmean",
+                                   description=f"Geometric mean wakeup latency {_TASK}.")
+TASK_LATENCY_P95_US = MetricSpec("latency.task.{task}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                                 Grouping.TASK, title="task wakeup latency p95",
+                                 description=f"95th percentile wakeup latency {_TASK}.")
+TASK_WAKEUPS_PER_S = MetricSpec("latency.task.{task}.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
+                                Grouping.TASK, title="task wakeups",
+                                description=f"Matched wakeups per second of window {_TASK}.")
+
+METRICS = (LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P95_US, LATENCY_P99_US, LATENCY_MAX_US,
+           LATENCY_WAKEUPS_PER_S, TASK_LATENCY_GMEAN_US, TASK_LATENCY_P95_US, TASK_WAKEUPS_PER_S)
+
+
+def metrics(trace, options=None) -> list[MetricValue]:
+    """The declared latency metrics of one trace. Per task: the tasks named in ``options.tasks`` and the
+    ``options.top_tasks`` most woken names with at least ``options.min_task_wakeups`` wakeups."""
+    la = LatencyAnalysis(trace)
+    lat = la.df_latency()
+    win_s = max((trace.end_ns - trace.start_ns) / 1e9, 1e-9)
+    out: list[MetricValue] = [MetricValue(LATENCY_WAKEUPS_PER_S, lat.height / win_s)]
+    if lat.height == 0:
+        return out
+    overall = df_latency_stats(lat, by=None).row(0, named=True)
+    for spec, col in ((LATENCY_GMEAN_US, "gmean_us"), (LATENCY_MEAN_US, "mean_us"), (LATENCY_P50_US, "p50_us"),
+                      (LATENCY_P95_US, "p95_us"), (LATENCY_P99_US, "p99_us"), (LATENCY_MAX_US, "max_us")):
+        if overall[col] is not None:
+            out.append(MetricValue(spec, float(overall[col])))
+    per = df_latency_stats(lat, by="comm")
+    named = tuple(getattr(options, "tasks", ()) or ())
+    top = getattr(options, "top_tasks", 20)
+    floor = getattr(options, "min_task_wakeups", 10)
+    chosen = per.filter(pl.col("comm").is_in(list(named)) | (
+        (pl.col("wakeups") >= floor) & (pl.int_range(pl.len()) < top)))
+    for r in chosen.iter_rows(named=True):  # at most top + len(named) task names
+        if r["gmean_us"] is not None:
+            out.append(MetricValue(TASK_LATENCY_GMEAN_US, float(r["gmean_us"]), r["comm"]))
+        if r["p95_us"] is not None:
+            out.append(MetricValue(TASK_LATENCY_P95_US, float(r["p95_us"]), r["comm"]))
+        out.append(MetricValue(TASK_WAKEUPS_PER_S, r["wakeups"] / win_s, r["comm"]))
+    return out

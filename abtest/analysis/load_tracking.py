@@ -17,6 +17,7 @@ import polars as pl
 from abtest.analysis import pelt_sim, window_sim
 from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import df_intervals, window_of
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
 
 EVENTS = ("sched_switch",)  # enough for the simulated signals
 OPTIONAL_EVENTS = ("sched_pelt_cfs", "sched_pelt_se", "cpu_frequency", "sched_wakeup", "sched_waking",
@@ -247,4 +248,39 @@ def summary(trace) -> dict:
     if lt._nonempty("sched_switch") and (lt._nonempty("sched_pelt_cfs") or lt._nonempty("sched_pelt_se")):
         err = lt.df_pelt_sim_error_summary()
         out["pelt_sim_mae_util"] = {r["kind"]: r["mae_util"] for r in err.iter_rows(named=True)}
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Declared metrics (abtest.analysis.registry)
+# --------------------------------------------------------------------------------------------
+_SRC = "(the kernel's sched_pelt_cfs when it has runnable, else abtest's PELT simulation from sched_switch)"
+CPU_MEAN_UTIL = MetricSpec(
+    "load_tracking.cpu.{cpu}.mean_util", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU, title="mean util",
+    description=f"Time-weighted mean of the CPU's root cfs_rq util_avg in capacity units (1024 = the biggest CPU at "
+                f"its top OPP) {_SRC}.")
+CPU_MEAN_RUNNABLE = MetricSpec(
+    "load_tracking.cpu.{cpu}.mean_runnable", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
+    title="mean runnable", description=f"Time-weighted mean of the CPU's runnable_avg (capacity units) {_SRC}.")
+CPU_CONTENDED_PCT = MetricSpec(
+    "load_tracking.cpu.{cpu}.contended_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
+    title="contended time",
+    description=f"Share of the known time where runnable_avg exceeds util_avg by more than 1 unit {_SRC}.")
+
+METRICS = (CPU_MEAN_UTIL, CPU_MEAN_RUNNABLE, CPU_CONTENDED_PCT)
+
+
+def metrics(trace, options=None) -> list[MetricValue]:
+    """The declared load-tracking metrics of one trace (per CPU). Needs sched_switch or sched_pelt_cfs."""
+    lt = LoadTrackingAnalysis(trace)
+    if not (lt._nonempty("sched_switch") or lt._nonempty("sched_pelt_cfs")):
+        return []
+    cont = lt.df_contention()
+    out: list[MetricValue] = []
+    for r in cont.iter_rows(named=True):  # one row per CPU
+        cpu = str(r["cpu"])
+        for spec, col in ((CPU_MEAN_UTIL, "mean_util"), (CPU_MEAN_RUNNABLE, "mean_runnable"),
+                          (CPU_CONTENDED_PCT, "contended_pct")):
+            if r[col] is not None:
+                out.append(MetricValue(spec, float(r[col]), cpu))
     return out

@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from abtest.ranges import number_ranges
 import yaml
 
 __all__ = ["load_platform", "platform_from_meta", "trace_platform", "df_cpus", "df_opps", "df_idle_states",
@@ -428,6 +430,20 @@ def trace_platform(trace) -> dict | None:
     if isinstance(plat, dict) and plat.get("domains"):
         return load_platform(plat)
     return platform_from_meta(trace.meta)
+
+
+def cpu_list_name(cpus) -> str:
+    """"cpu0-3", "cpu0,3-5", "cpu6": a CPU set written as runs of consecutive numbers."""
+    return "cpu" + (number_ranges(cpus) or "?")
+
+
+def domain_names(platform: dict) -> dict[int, str]:
+    """{frequency domain id: its CPUs as cpu_list_name ("cpu0-3", "cpu0,3-5")}."""
+    out = {}
+    for d in platform.get("domains", []):
+        cpus = d.get("cpus") or [c["cpu"] for c in platform.get("cpus", []) if c.get("domain") == d["id"]]
+        out[d["id"]] = cpu_list_name(cpus)
+    return out
 
 
 # -- tables ----------------------------------------------------------------------------------------

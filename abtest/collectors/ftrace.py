@@ -4,15 +4,14 @@ Works wherever tracefs is writable (this machine refuses `trace-cmd record` beca
 is locked down; writing tracefs files + `trace-cmd extract` works on it, in the QEMU guests and on
 phones). Every step is one shell script per call, so a remote target costs few round trips.
 
-Events: the canonical tables the requested analyses declare (`abtest.analysis.<module>.EVENTS`,
-`OPTIONAL_EVENTS`), mapped to kernel event names (`sched_pelt_cfs` -> sched_pelt_cfs,
+Events: the default set plus the canonical tables the requested analyses declare (the caller passes them:
+`abtest collect` asks abtest.analysis.registry.events_for), mapped to kernel event names (`sched_pelt_cfs` -> sched_pelt_cfs,
 lisa__sched_pelt_cfs or sched_load_cfs_rq, whichever the kernel has). Events a kernel lacks are
 reported in `FtraceSession.missing_events`, never silently dropped. Lost events come from the kernel's
 own per-CPU ring buffer counters (per_cpu/cpuN/stats: overrun + dropped events) read before extract.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import shlex
@@ -24,9 +23,6 @@ from abtest.targets.base import Target, TargetError
 
 DEFAULT_EVENTS = ("sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sched_migrate_task",
                   "cpu_idle", "cpu_idle_miss", "cpu_frequency")
-
-ANALYSIS_MODULES = ("load_tracking", "frequency", "energy", "idle", "latency", "placement", "workload",
-                    "workload_frames")
 
 # canonical table -> kernel event names to try, first that exists wins
 KERNEL_EVENT_CANDIDATES: dict[str, tuple[str, ...]] = {
@@ -40,23 +36,10 @@ KERNEL_EVENT_CANDIDATES: dict[str, tuple[str, ...]] = {
 NOT_FTRACE = {"marker", "power_rail", "print", "bprint", "bputs", "tracing_mark_write"}
 
 
-def analysis_events(analyses: list[str] | None = None) -> list[str]:
-    """Canonical tables the given analysis modules declare (EVENTS + OPTIONAL_EVENTS), plus the default set.
-
-    `analyses=None` asks every module that imports. Unknown module names raise ValueError.
-    """
-    wanted = list(DEFAULT_EVENTS)
-    for mod_name in (analyses if analyses is not None else ANALYSIS_MODULES):
-        try:
-            mod = importlib.import_module(f"abtest.analysis.{mod_name}")
-        except ModuleNotFoundError as e:
-            if analyses is not None and e.name == f"abtest.analysis.{mod_name}":
-                raise ValueError(f"unknown analysis {mod_name!r} (abtest.analysis.{mod_name} does not exist)") from e
-            continue
-        for ev in list(getattr(mod, "EVENTS", ())) + list(getattr(mod, "OPTIONAL_EVENTS", ())):
-            if ev not in wanted:
-                wanted.append(ev)
-    return wanted
+def requested_events(declared: list[str] | None = None) -> list[str]:
+    """The default event set plus `declared` (canonical tables the requested analyses need or can use, in
+    order, duplicates dropped)."""
+    return list(dict.fromkeys(list(DEFAULT_EVENTS) + list(declared or ())))
 
 
 @dataclass

@@ -27,14 +27,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from abtest.collectors.ftrace import FtraceCollector, analysis_events, restore_script
+from abtest.collectors.ftrace import FtraceCollector, requested_events, restore_script
 from abtest.collectors.host_state import StateJournal, TargetLock, stale_journals, target_key
 from abtest.collectors.meta import META_SCRIPT, collect_target_meta, host_tools, parse_meta_output
 from abtest.collectors.power import PowerSampler, write_power_csv
 from abtest.collectors.settings import SettingsManager
-from abtest.collectors.store_writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
-from abtest.collectors.workloads.base import Workload, WorkloadError, metric
+from abtest.collectors.workloads.base import Workload, WorkloadError
+from abtest.collectors.workloads.base import metrics as workload_metrics
 from abtest.safe_io import UnsafePathError, check_name
+from abtest.store.writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
 from abtest.targets.base import Target, TargetConnectionError, TargetError, TargetTimeout
 from abtest.targets.config import BootEntry, TargetConfig, make_target
 
@@ -147,6 +148,7 @@ class CollectConfig:
     resume: bool = False
     order: str = "interleave"
     analyses: list[str] | None = None
+    analysis_events: list[str] = field(default_factory=list)  # canonical tables the analyses declare
     extra_events: list[str] = field(default_factory=list)
     trace: bool = True
     buffer_size_kb: int | None = None
@@ -482,7 +484,7 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
         phases["settings_s"] += time.monotonic() - a
     metrics = wl.parse(res)
     metrics.update(wl.collect(t, writer.tmp, remote_dir))
-    metrics["duration_s"] = metric(workload_s, "s", True)
+    metrics.update(workload_metrics((wl.DURATION_METRIC, workload_s)))
     iteration_s = time.monotonic() - t_work0
     meta.update({
         "label": label.name, "workload": wl.name, "iteration": it, "attempt": attempt,
@@ -547,7 +549,7 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
                            f"continue this collection, or choose another --store")
     for stale in discard_stale_temps(store) if store.exists() else []:
         log(f"removed interrupted iteration {stale}")
-    events = analysis_events(cc.analyses) + [e for e in cc.extra_events]
+    events = requested_events(cc.analysis_events) + [e for e in cc.extra_events]
     events = list(dict.fromkeys(events))
     if provider is None:
         if cc.target_cfg.kind == "qemu":

@@ -6,16 +6,17 @@ reason is under ``skipped``)::
 
     {"file", "format", "duration_s", "window_s": [start, end] | null (s from the trace start),
      "lost_events", "platform": name | null,
-     "idle": {...}, "latency": {...}, "frequency": {...}, "load_tracking": {...},
-     "energy": {...}, "placement": {...}, "frames": {...},
+     "power": {...}, "idle": {...}, "latency": {...}, "frequency": {...}, "load_tracking": {...},
+     "placement": {...}, "energy_model": {...}, "frames": {...},
      "skipped": {analysis: reason}}
+
+The analyses and their order are those of abtest.analysis.registry that have a summary.
 
 See docs/analyze.md for each analysis' keys. Exit status: 0 when at least one analysis ran, 2 when
 none applies (or the file / platform is unreadable).
 """
 from __future__ import annotations
 
-import importlib
 import json
 import math
 
@@ -24,33 +25,20 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from abtest.trace.api import Trace
+from abtest.analysis.registry import ANALYSES as REGISTRY
+from abtest.session import Trace
 from abtest.trace.errors import MissingEventsError
 
-# JSON key -> module that provides summary(trace); order = order of the terminal report
-ANALYSES: dict[str, str] = {
-    "idle": "abtest.analysis.idle",
-    "latency": "abtest.analysis.latency",
-    "frequency": "abtest.analysis.frequency",
-    "load_tracking": "abtest.analysis.load_tracking",
-    "energy": "abtest.analysis.energy",
-    "placement": "abtest.analysis.placement",
-    "frames": "abtest.analysis.workload_frames",
-}
+# JSON key -> the registry's analysis with a summary; order = order of the terminal report
+ANALYSES = {a.name: a for a in REGISTRY if a.summary is not None}
 
 _NOT_REQUESTED = "not requested (--only)"
 
 
-def _run_one(key: str, module: str, trace: Trace) -> tuple[dict | None, str | None]:
+def _run_one(key: str, analysis, trace: Trace) -> tuple[dict | None, str | None]:
     """(summary, None) or (None, reason). Only "this analysis does not apply" errors are caught."""
     try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name == module:
-            return None, f"analysis module {module} is not available in this build"
-        raise
-    try:
-        res = mod.summary(trace)
+        res = analysis.summary(trace)
     except MissingEventsError as e:
         return None, str(e)
     except ValueError as e:  # e.g. needs platform data the trace does not carry
@@ -73,12 +61,12 @@ def analyze_dict(trace: Trace, *, window_s: tuple[float, float] | None = None,
         "platform": (trace.platform or {}).get("name") if isinstance(trace.platform, dict) else None,
     }
     skipped: dict[str, str] = {}
-    for key, module in ANALYSES.items():
+    for key, analysis in ANALYSES.items():
         if only and key not in only:
             out[key] = None
             skipped[key] = _NOT_REQUESTED
             continue
-        res, why = _run_one(key, module, trace)
+        res, why = _run_one(key, analysis, trace)
         out[key] = _jsonable(res)
         if why:
             skipped[key] = why
@@ -105,9 +93,9 @@ def _jsonable(x):
 
 def _perfetto_dict(path: str) -> dict:
     try:
-        from abtest.interop import perfetto_engine
+        from abtest.trace import perfetto_engine
     except ModuleNotFoundError as e:
-        raise click.ClickException(f"--engine perfetto needs abtest.interop.perfetto_engine, which is missing ({e})") from e
+        raise click.ClickException(f"--engine perfetto needs abtest.trace.perfetto_engine, which is missing ({e})") from e
     try:
         res = perfetto_engine.analyze(path)
     except (perfetto_engine.EngineUnavailableError, RuntimeError) as e:

@@ -6,8 +6,8 @@ import time
 
 import click
 
-from abtest.trace.api import Trace
-from abtest.trace.api import convert as convert_trace
+from abtest.session import Trace
+from abtest.trace.convert import convert as convert_trace
 
 
 def info_dict(t: Trace) -> dict:

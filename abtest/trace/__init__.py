@@ -10,8 +10,8 @@ Submodules:
   ftrace_text  ftrace text, trace-cmd report text, atrace, atrace -z, systrace HTML
   perfetto   perfetto protobuf (compiled core in native/src/perfetto.rs)
   cache      content-keyed parquet cache
-  api        the user-facing `Trace` class
-"""
-from abtest.trace.api import Trace
+  convert    decode once, write parquet tables + meta.json (`abtest trace convert`)
+  perfetto_engine / wasm_engine / tp_result  Perfetto trace_processor as a second, independent engine
 
-__all__ = ["Trace"]
+The user-facing `Trace` (tables + analyses) is abtest.session.Trace, exported as abtest.Trace.
+"""

@@ -1,7 +1,7 @@
 """Android workloads: YouTube playback, a game, Jankbench, Geekbench, PCMark.
 
 They need a real device to run (none exists here). Orchestration is the `am`/`dumpsys`/pull sequence
-below; result parsing is done by abtest.analysis.workload / workload_frames (written and tested on
+below; result parsing is done by abtest.results (benchmarks, frames_text; written and tested on
 real-format files there), imported, not duplicated. Metric conversion from those parsers' dicts is
 `metrics_from_result`, tested here.
 """
@@ -13,34 +13,36 @@ import zipfile
 from pathlib import Path
 from xml.etree import ElementTree
 
-from abtest.collectors.workloads.base import Workload, WorkloadError, metric
+from abtest.collectors.workloads.base import Workload, WorkloadError, metrics
+from abtest.results import specs
 from abtest.targets.base import Target
 
-# parser key -> (metric name, unit, lower_is_better)
+# parser key -> the declared metric it is (abtest.results.specs); the first key present wins per metric
 _METRIC_KEYS = {
-    "fps": ("fps", "frames/s", False),
-    "jank_pct": ("jank_pct", "%", True),
-    "missed_vsync_pct": ("jank_pct", "%", True),
-    "mean_frame_ms": ("mean_frame_ms", "ms", True),
-    "mean_frame_interval_ms": ("mean_frame_ms", "ms", True),
-    "p95_frame_ms": ("p95_frame_ms", "ms", True),
-    "single_core_score": ("geekbench_single_core_score", "points", False),
-    "multi_core_score": ("geekbench_multi_core_score", "points", False),
+    "fps": specs.FPS,
+    "jank_pct": specs.JANK_PCT,
+    "missed_vsync_pct": specs.JANK_PCT,
+    "mean_frame_ms": specs.MEAN_FRAME_MS,
+    "mean_frame_interval_ms": specs.MEAN_FRAME_MS,
+    "p95_frame_ms": specs.P95_FRAME_MS,
+    "single_core_score": specs.GEEKBENCH_SINGLE,
+    "multi_core_score": specs.GEEKBENCH_MULTI,
 }
 
 
 def metrics_from_result(result: dict) -> dict:
-    """A parser dict from abtest.analysis.workload(_frames) -> metrics.json entries (None values skipped)."""
+    """A parser dict from abtest.results (benchmarks, frames_text) -> metrics.json entries (None values
+    skipped)."""
     out = {}
-    for key, (name, unit, lower) in _METRIC_KEYS.items():
+    for key, spec in _METRIC_KEYS.items():
         val = result.get(key)
-        if val is not None and name not in out:
-            out[name] = metric(val, unit, lower)
+        if val is not None and spec.key not in out:
+            out.update(metrics((spec, val)))
     return out
 
 
 def _read_result_file(path: Path) -> dict:
-    from abtest.analysis.workload import read_workload_metrics
+    from abtest.results.benchmarks import read_workload_metrics
     return read_workload_metrics(path)
 
 
@@ -109,7 +111,7 @@ class GameWorkload(_FramesWorkload):
 
 class JankbenchWorkload(Workload):
     """Jankbench: run benchmark ids `benchmarks` (comma list in quotes) `runs` times, wait for the app to
-    finish, pull its BenchmarkResults sqlite DB; metrics jank_pct, mean_frame_ms (abtest.analysis.workload)."""
+    finish, pull its BenchmarkResults sqlite DB; metrics jank_pct, mean_frame_ms (abtest.results.benchmarks)."""
     KIND = "jankbench"
     DEFAULTS = {"benchmarks": "0", "runs": 1, "package": "com.android.benchmark", "wait_s": 600.0}
     TOOLS = ("am", "dumpsys")
@@ -218,4 +220,4 @@ class PCMarkWorkload(Workload):
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
         local = outdir / "pcmark-result.pcmark"
         target.pull(f"{remote_dir}/abtest-pcmark.zip", local)
-        return {f"pcmark_{k}": metric(v, "points", False) for k, v in pcmark_scores(local).items()}
+        return metrics(*((specs.PCMARK, v, k) for k, v in pcmark_scores(local).items()))

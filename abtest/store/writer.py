@@ -21,29 +21,15 @@ import shutil
 from pathlib import Path
 
 from abtest.safe_io import UnsafePathError, check_name, confined, make_private_dir, write_file_no_follow
+from abtest.store.model import Metric
 
-COMPLETE = ".complete"
-STORE_ENV = "ABTEST_STORE"
-DEFAULT_STORE = "results"
+from abtest.store.layout import COMPLETE_MARKER as COMPLETE
+from abtest.store.layout import STORE_ENV, default_store_root, is_complete, iteration_dir  # noqa: F401 (re-exported)
 
 
 def default_store() -> Path:
     """--store default: $ABTEST_STORE, else ./results."""
-    return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
-
-
-def iteration_dir(store: Path, label: str, workload: str, iteration: int) -> Path:
-    """STORE/<label>/<workload>/<iteration> (UnsafePathError for a label or workload that is not a plain name)."""
-    return Path(store) / check_name(label, "label") / check_name(workload, "workload name") / str(int(iteration))
-
-
-def is_complete(path: Path) -> bool:
-    return (Path(path) / COMPLETE).is_file()
-
-
-def metric(value: float, unit: str, lower_is_better: bool) -> dict:
-    """One metrics.json entry."""
-    return {"value": value, "unit": unit, "lower_is_better": lower_is_better}
+    return default_store_root()
 
 
 class IterationWriter:
@@ -51,7 +37,9 @@ class IterationWriter:
 
     def __init__(self, store: Path, label: str, workload: str, iteration: int):
         self.store = Path(store)
-        self.final = iteration_dir(store, label, workload, iteration)
+        check_name(label, "label")  # one directory level each: no separator, no `..`, no leading dot
+        check_name(workload, "workload name")
+        self.final = iteration_dir(store, label, workload, int(iteration))
         if is_complete(self.final):
             raise FileExistsError(f"{self.final} is already complete")
         self.store.mkdir(parents=True, exist_ok=True)
@@ -101,3 +89,17 @@ def discard_stale_temps(store: Path) -> list[Path]:
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p)
     return removed
+
+
+def write_iteration(path: str | os.PathLike, metrics: dict, meta: dict | None = None, *,
+                    complete: bool = True) -> Path:
+    """Write an iteration directory in the store layout (for importers and tests): metrics.json from
+    {name: {"value", "unit", "lower_is_better"}} (or Metric), meta.json, then `.complete` last."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    doc = {"metrics": {k: (v.to_json() if isinstance(v, Metric) else v) for k, v in metrics.items()}}
+    (path / "metrics.json").write_text(json.dumps(doc, indent=1))
+    (path / "meta.json").write_text(json.dumps(meta or {}, indent=1))
+    if complete:
+        (path / COMPLETE).touch()
+    return path
