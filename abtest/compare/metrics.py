@@ -29,6 +29,7 @@ from pathlib import Path
 from abtest.analysis import registry
 from abtest.analysis.power import POWER_RAIL, power_metrics
 from abtest.metric_spec import Aggregation, Direction, MetricSpec, MetricValue
+from abtest.safe_io import UnsafePathError, write_file_no_follow
 from abtest.store.layout import METRICS_CACHE_FILE
 from abtest.store.model import Iteration, Metric
 
@@ -166,26 +167,27 @@ def read_cache(path: Path, key: dict) -> tuple[list[Measured], list[str]] | None
 
 
 def _write_cache(path: Path, key: dict, vals: list[Measured], notes: list[str]) -> None:
-    """Atomic write inside the iteration directory; never through a symlink (a planted link is left alone)."""
-    if path.is_symlink() or path.parent.is_symlink():
-        return
-    if path.name != METRICS_CACHE_FILE:  # the user cache directory (cache_file)
+    """Atomic write, never through a symlink: not when the cache file, its iteration, workload or label directory
+    is one (a store's label linked to elsewhere stays untouched), and the file itself is written with
+    abtest.safe_io.write_file_no_follow. A read-only store is fine: nothing is written."""
+    if path.name == METRICS_CACHE_FILE:
+        chain = [path, path.parent, path.parent.parent, path.parent.parent.parent]
+        if any(p.is_symlink() for p in chain):
+            return
+    else:  # the user cache directory (cache_file)
+        if path.is_symlink() or path.parent.is_symlink():
+            return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError:
             return
     doc = {"key": key, "values": [[m.spec.key, m.group, m.value, m.source] for m in vals], "notes": notes}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=0)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass  # read-only store: nothing was written
+        write_file_no_follow(path.parent, path.name, json.dumps(doc, indent=0))
+    except (OSError, UnsafePathError):
+        pass  # read-only store, or a link planted meanwhile: nothing written
+
+
 
 
 def _effective_options(it: Iteration, options: registry.MetricOptions) -> registry.MetricOptions:
