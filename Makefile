@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.abtest-setup
 NATIVE_SRC := $(wildcard native/src/*.rs) native/Cargo.toml
 
-.PHONY: setup system native test demo demo-live bench clean
+.PHONY: setup system native test demo demo-live notebook notebooks bench clean
 
 setup: system $(STAMP)
 
@@ -46,8 +46,20 @@ test: setup
 demo: setup
 	$(VENV)/bin/python -m abtest.demo
 
+# Collects a new A/B on this machine first: Debian kernels 6.1 vs 6.12 under QEMU, or cpuidle governors menu vs
+# ladder when this machine has a cpuidle driver with both (DEMO_VARIANT=kernels|governors|auto).
+DEMO_VARIANT ?= auto
 demo-live: setup
-	$(VENV)/bin/python -m abtest.demo --live
+	$(VENV)/bin/python -m abtest.demo --live --variant $(DEMO_VARIANT)
+
+# JupyterLab on notebooks/ (localhost; as root it needs --allow-root). The notebooks run on the bundled store and
+# the shared traces; their caches go to the user cache directory, never into examples/.
+notebook: setup
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+
+# Re-run the notebooks and save them with their outputs (committed: GitHub shows the figures; ~0.6 MB).
+notebooks: setup
+	$(PY) notebooks/render.py
 
 bench: setup
 	$(VENV)/bin/python bench/ingest.py
