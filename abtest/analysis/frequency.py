@@ -431,8 +431,8 @@ class FrequencyAnalysis:
 
 
 def _pct_map(df: pl.DataFrame, col: str) -> dict[str, float]:
-    """{kHz or "unknown": pct} from residency rows."""
-    return {("unknown" if k is None else str(k)): v for k, v in df.select("frequency_khz", col).iter_rows() if v is not None}
+    """{kHz: pct} from residency rows (the unknown share is reported apart, as unknown_pct)."""
+    return {str(k): v for k, v in df.select("frequency_khz", col).iter_rows() if v is not None and k is not None}
 
 
 def summary(trace) -> dict:
@@ -441,11 +441,11 @@ def summary(trace) -> dict:
     Keys:
       sources: {kernel_events, marker_samples, polled_samples} over the whole trace;
       per_cpu: {cpu: {time_weighted_khz, active_time_weighted_khz, unknown_pct, transitions, transitions_per_s,
-                      oscillations, opp_residency_pct: {kHz | "unknown": % of window},
+                      oscillations, opp_residency_pct: {kHz: % of window},
                       opp_active_residency_pct: {kHz: % of active time}}};
       per_domain: {cluster ("cpu0-3"): {domain (first CPU), mean_khz, active_mean_khz, unknown_pct,
-                   transitions, transitions_per_s, opp_residency_pct: {kHz | "unknown": % of window}}}.
-    opp_residency_pct values (with "unknown", the time before the first known value) sum to 100.
+                   transitions, transitions_per_s, opp_residency_pct: {kHz: % of window}}}.
+    opp_residency_pct values plus unknown_pct (the time before the first known value) sum to 100.
     """
     if not has_frequency(trace):
         return {}
