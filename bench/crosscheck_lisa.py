@@ -71,8 +71,14 @@ def lisa_side(spec: dict) -> dict:
     from lisa.platforms.platinfo import PlatformInfo
     from lisa.trace import Trace, TaskID
 
+    import shutil
+    import tempfile
     plat = PlatformInfo.from_yaml_map(spec["plat"]) if spec.get("plat") else None
-    t = Trace(spec["trace"], plat_info=plat, normalize_time=False) if plat else Trace(spec["trace"], normalize_time=False)
+    # LISA writes a ".<name>.lisa-swap" cache beside the trace it opens: give it a private copy, never the shared
+    # traces (read-only data other tests glob)
+    scratch = tempfile.mkdtemp(prefix="abtest-lisa-")
+    path = shutil.copy(spec["trace"], scratch)
+    t = Trace(path, plat_info=plat, normalize_time=False) if plat else Trace(path, normalize_time=False)
     win = (t.start, t.end)
     out: dict = {"window_s": [t.start, t.end]}
 

@@ -178,9 +178,12 @@ def _coerce_integers(name: str, df: pl.DataFrame, meta: dict) -> pl.DataFrame:
     """Columns that must be integers of a width -> that width (values that are not a number, or do not fit,
     become null and are reported in meta["warnings"] with the first of them). Columns already of the
     width are left alone."""
-    wanted = {**_COMMON_INTEGER_FIELDS, **_INTEGER_FIELDS.get(name, {})}
+    own = _INTEGER_FIELDS.get(name, {})
+    wanted = {**_COMMON_INTEGER_FIELDS, **own}
+    # text columns (a corrupt value) are coerced everywhere; an integer column changes width only in the tables
+    # the analyses read (other tables keep the kernel's widths, as the decoder-to-parquet path writes them)
     cols = [c for c, t in wanted.items() if c in df.columns and df.schema[c] != t
-            and (df.schema[c] in (pl.Utf8, pl.Categorical) or df.schema[c].is_integer())]
+            and (df.schema[c] in (pl.Utf8, pl.Categorical) or (c in own and df.schema[c].is_integer()))]
     if not cols:
         return df
     exprs = {}
