@@ -50,6 +50,18 @@ KNOWN_INT_FIELDS = frozenset({
     "min_freq", "max_freq", "util", "util_avg", "load", "load_avg", "runnable_avg",
 })
 MARKER_LIKE = frozenset({"print", "bprint", "bputs"})
+# Fields the canonical tables (abtest.trace.schema) need as integers: a row where one is not an integer is
+# not imported (abtest.trace.text_lines counts it in import_errors as bad_field_value); INT32_FIELDS must
+# also fit Int32 (the kernel's pid_t / CPU numbers), else value_out_of_range.
+_WAKE_FIELDS = ("pid", "prio", "target_cpu")
+CANONICAL_INT_FIELDS: dict[str, tuple[str, ...]] = {
+    "sched_switch": ("prev_pid", "prev_prio", "next_pid", "next_prio"),
+    "sched_wakeup": _WAKE_FIELDS, "sched_waking": _WAKE_FIELDS, "sched_wakeup_new": _WAKE_FIELDS,
+    "sched_migrate_task": ("pid", "prio", "orig_cpu", "dest_cpu"),
+    "cpu_idle": ("state", "cpu_id"), "cpu_frequency": ("state", "cpu_id"),
+    "cpu_idle_miss": ("state", "cpu_id"), "cpu_frequency_limits": ("min_freq", "max_freq", "cpu_id"),
+}
+INT32_FIELDS = frozenset({"prev_pid", "next_pid", "pid", "target_cpu", "orig_cpu", "dest_cpu", "cpu_id"})
 # Columns every raw table starts with; an event field of the same name is renamed field_<name>
 # (e.g. sched_load_avg_cpu's own ``cpu=7`` -> field_cpu; ``cpu`` stays the ring-buffer CPU).
 COMMON_COLUMNS = frozenset({"ts", "cpu", "common_pid", "common_comm", "common_tgid", "stack"})
@@ -178,6 +190,36 @@ def _general_pairs(df: pl.DataFrame) -> list[pl.DataFrame]:
     return parts
 
 
+_MANY_LAYOUTS = 32
+
+
+def _exploded_pairs(df: pl.DataFrame) -> pl.DataFrame:
+    """General path for payloads of many different ``key=`` layouts (one regex per layout would cost a pass
+    each): every payload is cut at its keys, the pieces exploded to (row, key, value) and pivoted back into
+    columns. Linear in the input whatever the number of layouts. Same rules as `_general_pairs`."""
+    marked = pl.col("payload").str.replace_all(r"(?:^|\s)([A-Za-z_][A-Za-z0-9_.]*)=", "\x1f${1}\x1e")
+    rows = df.with_row_index("_row")
+    pieces = rows.select("_row", marked.str.split("\x1f").alias("_p")).explode("_p").with_columns(
+        pl.int_range(pl.len()).over("_row").alias("_i"))
+    buf = pieces.filter(pl.col("_i") == 0).select("_row", pl.col("_p").str.strip_chars().alias("buf"))
+    kv = pieces.filter(pl.col("_i") > 0).select(
+        "_row", "_i", pl.col("_p").str.split_exact("\x1e", 1).struct.rename_fields(["_k", "_v"]).alias("s")).unnest("s")
+    kv = kv.with_columns(
+        pl.when(pl.col("_k").is_in(list(COMMON_COLUMNS))).then(pl.lit("field_") + pl.col("_k")).otherwise(pl.col("_k"))
+        .alias("_k"), pl.col("_v").str.strip_chars_end(" \t"))
+    nth = pl.int_range(pl.len()).over("_row", "_k")  # a key repeated in one payload: k, k_1, k_2 (as _dedupe)
+    kv = kv.with_columns(pl.when(nth == 0).then(pl.col("_k")).otherwise(pl.col("_k") + "_" + nth.cast(pl.Utf8))
+                         .alias("_k"))
+    order = kv.group_by("_k").agg(pl.col("_row").min().alias("_first"), pl.col("_i").min().alias("_pos")) \
+        .sort("_first", "_pos")["_k"].to_list()
+    wide = kv.pivot(on="_k", index="_row", values="_v", aggregate_function="first") if kv.height else \
+        pl.DataFrame({"_row": pl.Series([], dtype=pl.UInt32)})
+    out = rows.drop("payload").join(buf, on="_row", how="left").join(wide, on="_row", how="left")
+    if out["buf"].eq("").all():
+        out = out.drop("buf")
+    return out.select([c for c in out.columns if c not in order and c != "_row"] + [c for c in order if c in out.columns])
+
+
 def parse_key_values(df: pl.DataFrame) -> pl.DataFrame:
     """Generic ``key=value key2=value two`` payloads.
 
@@ -188,7 +230,8 @@ def parse_key_values(df: pl.DataFrame) -> pl.DataFrame:
     """
     parts, remaining = _simple_pairs(df)
     if not remaining.is_empty():
-        parts += _general_pairs(remaining)
+        layouts = remaining.select(pl.col("payload").str.extract_all(_KEY_RE).list.join(",").n_unique()).item()
+        parts += [_exploded_pairs(remaining)] if layouts > _MANY_LAYOUTS else _general_pairs(remaining)
     out = pl.concat(parts, how="diagonal") if len(parts) > 1 else parts[0]
     if len(parts) > 1 and "_line" in out.columns:
         out = out.sort("_line")
@@ -220,22 +263,29 @@ def _split_forms(df: pl.DataFrame, pattern: str, kernel_prefix: str) -> tuple[pl
     return df.filter("_maybe").drop("_maybe"), df.filter(~pl.col("_maybe")).drop("_maybe")
 
 
+def _byte_slice(col: pl.Expr, start: pl.Expr | int, length: pl.Expr | None = None) -> pl.Expr:
+    """Slice text by byte offsets (what `str.find` returns), valid when the cut points are ASCII characters:
+    `str.slice` counts characters, so a non-ASCII comm would shift the cut."""
+    return col.cast(pl.Binary).bin.slice(start, length).cast(pl.Utf8)
+
+
 def _task_prio_columns(df: pl.DataFrame, src: str, prefix: str) -> pl.DataFrame:
     """trace-cmd plugin ``comm:pid [prio][ STATE]`` in column ``src`` -> ``{prefix}comm``,
-    ``{prefix}pid``, ``{prefix}prio`` and ``_state`` (text after ``]``). comm may hold spaces and
-    colons: the pid is the first ``:digits [``. Intermediate results are materialised column by
-    column (a polars expression reused inside another is recomputed every time)."""
+    ``{prefix}pid``, ``{prefix}prio`` (text, typed by the caller's validation) and ``_state`` (text after
+    ``]``). comm may hold spaces, colons and non-ASCII characters: the pid is the first ``:digits [``.
+    Intermediate results are materialised column by column (a polars expression reused inside another is
+    recomputed every time)."""
     col = pl.col(src)
     df = df.with_columns(col.str.find(r":-?[0-9]+ \[").alias("_b"))
-    df = df.with_columns(col.str.slice(0, pl.col("_b")).alias(f"{prefix}comm"),
-                         col.str.slice(pl.col("_b") + 1).alias("_r"))
+    df = df.with_columns(_byte_slice(col, 0, pl.col("_b")).alias(f"{prefix}comm"),
+                         _byte_slice(col, pl.col("_b") + 1).alias("_r"))
     r = pl.col("_r")
     df = df.with_columns(r.str.find(" [", literal=True).alias("_c"), r.str.find("]", literal=True).alias("_d"))
     c, d = pl.col("_c"), pl.col("_d")
     return df.with_columns(
-        r.str.slice(0, c).cast(pl.Int64).alias(f"{prefix}pid"),
-        r.str.slice(c + 2, d - c - 2).cast(pl.Int64).alias(f"{prefix}prio"),
-        r.str.slice(d + 1).str.strip_chars().alias("_state"),
+        _byte_slice(r, 0, c).alias(f"{prefix}pid"),
+        _byte_slice(r, c + 2, d - c - 2).alias(f"{prefix}prio"),
+        _byte_slice(r, d + 1).str.strip_chars().alias("_state"),
     ).drop("_b", "_r", "_c", "_d")
 
 
@@ -272,9 +322,9 @@ def parse_sched_wakeup(df: pl.DataFrame) -> pl.DataFrame:
         plugin = _task_prio_columns(plugin, "payload", "")
         state = pl.col("_state")  # "CPU:002" or "success=1 CPU:002"
         plugin = plugin.with_columns(state.str.find("CPU:", literal=True).alias("_t"))
-        cols = [state.str.slice(pl.col("_t") + 4).cast(pl.Int64).alias("target_cpu")]
+        cols = [_byte_slice(state, pl.col("_t") + 4).alias("target_cpu")]
         if plugin["_state"].str.starts_with("success=").any():
-            cols.append(state.str.extract(r"^success=([0-9]+)", 1).cast(pl.Int64).alias("success"))
+            cols.append(state.str.extract(r"^success=([0-9]+)", 1).cast(pl.Int64, strict=False).alias("success"))
         parts.append(plugin.with_columns(cols).drop("_t", "_state", "payload"))
     if kernel.height:
         parts.append(parse_key_values(kernel))
