@@ -131,6 +131,7 @@ def finish_tables(tables: dict[str, pl.DataFrame]) -> None:
         if entries is not None and "_kind" in entries.columns and exits["func"].null_count():
             opened = (entries.filter(pl.col("_kind") == "entry")
                       .select("_line", "cpu", "depth", pl.col("func").alias("_open")).sort("_line"))
-            exits = (exits.sort("_line").join_asof(opened, on="_line", by=["cpu", "depth"], strategy="backward")
+            exits = (exits.sort("_line").join_asof(opened, on="_line", by=["cpu", "depth"], strategy="backward",
+                                            check_sortedness=False)
                      .with_columns(pl.coalesce("func", "_open").alias("func")).drop("_open"))
         tables["funcgraph_exit"] = exits

@@ -145,9 +145,8 @@ def _simple_pairs(df: pl.DataFrame, max_layouts: int = 8) -> tuple[list[pl.DataF
             .struct.rename_fields(tokens).alias("_tokens"),
             (pl.col("payload").str.count_matches(" ", literal=True) == len(keys) - 1).alias("_ok"),
         ).unnest("_tokens")
-        ok = pl.col("_ok")
-        for t, k in zip(tokens, keys):
-            ok = ok & pl.col(t).str.starts_with(k + "=")
+        # one flat AND over the tokens (a chain of `&` nests one level per field: quadratic planning)
+        ok = pl.all_horizontal(pl.col("_ok"), *[pl.col(t).str.starts_with(k + "=") for t, k in zip(tokens, keys)])
         split = split.with_columns(ok.alias("_ok"))
         hit = split.filter("_ok")
         if hit.height:
@@ -174,6 +173,9 @@ def _general_pairs(df: pl.DataFrame) -> list[pl.DataFrame]:
         if not sig:
             parts.append(part.rename({"payload": "buf"}).with_columns(pl.col("buf").str.strip_chars()))
             continue
+        if sig.count(",") >= _REGEX_MAX_KEYS:  # a regex of that many lazy groups backtracks badly
+            parts.append(_exploded_pairs(part))
+            continue
         names = _field_names(sig.split(","))
         pattern = "^(.*?)" + "".join(
             ("(?:^|\\s)" if i == 0 else "\\s+") + _regex_escape(k) + "=(.*?)"
@@ -191,6 +193,7 @@ def _general_pairs(df: pl.DataFrame) -> list[pl.DataFrame]:
 
 
 _MANY_LAYOUTS = 32
+_REGEX_MAX_KEYS = 48
 
 
 def _exploded_pairs(df: pl.DataFrame) -> pl.DataFrame:
@@ -220,22 +223,33 @@ def _exploded_pairs(df: pl.DataFrame) -> pl.DataFrame:
     return out.select([c for c in out.columns if c not in order and c != "_row"] + [c for c in order if c in out.columns])
 
 
-def parse_key_values(df: pl.DataFrame) -> pl.DataFrame:
+TOO_MANY_NAMES = "_too_many_field_names"
+
+
+def parse_key_values(df: pl.DataFrame, max_field_names: int = 1024) -> pl.DataFrame:
     """Generic ``key=value key2=value two`` payloads.
 
     A value runs up to the next `` key=`` (so values may hold spaces: ``comm=GPU completion``,
     ``load={24 19}``, ``cpumask=ARRAY[0f, 00]``). Text before the first key (e.g. the clock name of
     ``clock_set_rate``, or ``[FAILED TO PARSE]``) goes to ``buf``; payloads with no key at all go
-    to ``buf`` whole. Columns whose values are all integers become Int64.
+    to ``buf`` whole. Columns whose values are all integers become Int64. When the payloads that do not
+    share one layout name more than `max_field_names` different keys (not an event format: damage, or
+    free text full of ``=``), they keep their text whole in ``buf`` and column TOO_MANY_NAMES is True on
+    them (the caller counts them).
     """
     parts, remaining = _simple_pairs(df)
     if not remaining.is_empty():
-        layouts = remaining.select(pl.col("payload").str.extract_all(_KEY_RE).list.join(",").n_unique()).item()
-        parts += [_exploded_pairs(remaining)] if layouts > _MANY_LAYOUTS else _general_pairs(remaining)
+        keys = remaining.select(pl.col("payload").str.extract_all(_KEY_RE).alias("k"))["k"]
+        layouts = keys.list.join(",").n_unique()
+        names = keys.explode().n_unique() if layouts > _MANY_LAYOUTS else 0
+        if names > max_field_names:  # a table of that many columns is not an event's format: keep the text
+            parts.append(remaining.rename({"payload": "buf"}).with_columns(pl.lit(True).alias(TOO_MANY_NAMES)))
+        else:
+            parts += [_exploded_pairs(remaining)] if layouts > _MANY_LAYOUTS else _general_pairs(remaining)
     out = pl.concat(parts, how="diagonal") if len(parts) > 1 else parts[0]
     if len(parts) > 1 and "_line" in out.columns:
         out = out.sort("_line")
-    untyped = COMMON_COLUMNS | {"_line", "buf"}
+    untyped = COMMON_COLUMNS | {"_line", "buf", TOO_MANY_NAMES}
     return out.with_columns([_typed(out, c) for c in out.columns if c not in untyped and out.schema[c] == pl.Utf8])
 
 

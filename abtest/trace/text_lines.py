@@ -63,7 +63,7 @@ import pyarrow as pa
 from abtest.trace import funcgraph_text, import_log, text_process
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.limits import Limits, current
-from abtest.trace.text_fields import CANONICAL_INT_FIELDS, INT32_FIELDS, parse_event_payload
+from abtest.trace.text_fields import CANONICAL_INT_FIELDS, INT32_FIELDS, TOO_MANY_NAMES, parse_event_payload
 from abtest.trace.text_flags import KERNEL_FLAG_BITS, LATENCY_FORM_FLAG_BITS, flags_columns
 
 # The fixed middle of an event line ("-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC:"), searched unanchored:
@@ -458,8 +458,10 @@ def _flags_meta(events: pl.DataFrame, groups: pl.DataFrame, meta: dict) -> None:
     """Which common_flags bits the text shows (text_flags.py), and rows whose flags did not decode."""
     latency_form = bool(groups["_latency_form"].any())
     meta["text_columns"]["flags_bits"] = LATENCY_FORM_FLAG_BITS if latency_form else KERNEL_FLAG_BITS
-    present = groups[_G_FLAGS].is_not_null()
-    undecoded = int((events["common_flags"].is_null() & present).sum())
+    if events.height != groups.height:  # lines dropped (out of range, truncated) or added (function_graph comments)
+        groups = groups.join(events.select("_line"), on="_line", how="semi")
+        events = events.join(groups.select("_line"), on="_line", how="semi")
+    undecoded = int((events["common_flags"].is_null() & groups[_G_FLAGS].is_not_null()).sum())
     if latency_form:
         meta["text_columns"]["flags_note"] = (
             "flags column in trace-cmd report -l form: common_flags holds only the bits it prints "
@@ -740,6 +742,13 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = N
                 parsed = parsed.drop("buf", strict=False).rename({"stack": "buf"})
             elif parsed["stack"].null_count() == parsed.height:
                 parsed = parsed.drop("stack")
+        if TOO_MANY_NAMES in parsed.columns:
+            many = parsed.filter(pl.col(TOO_MANY_NAMES).fill_null(False))
+            import_log.add_error(meta, "too_many_field_names", many.height, [
+                import_log.example(b, line=ln, source=source, detail=f"the {name} lines name more than 1024 different "
+                                   f"keys: not an event format; payloads kept whole in buf")
+                for ln, b in many.select("_line", "buf").head(import_log.MAX_EXAMPLES).iter_rows()])
+            parsed = parsed.drop(TOO_MANY_NAMES)
         parsed = _validate_fields(name, parsed, meta, source)
         if has_flags and all(c in parsed.columns for c in _FLAG_COLUMNS):  # at the end, as in trace.dat tables
             parsed = parsed.select(pl.exclude(_FLAG_COLUMNS), *_FLAG_COLUMNS)
