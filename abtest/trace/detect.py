@@ -66,9 +66,9 @@ def detect_format(head: bytes) -> str | None:
         return "atrace"
     # text: mostly printable bytes (checked before the perfetto sniff: a text trace that starts
     # with a blank line begins with 0x0a, like a perfetto packet tag)
-    sample = head[:4096]
+    sample = head[:4096].rstrip(b"\x00")  # NUL padding after the text (a file padded to a block size)
     printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 128)
-    is_text = printable >= 0.95 * len(sample)
+    is_text = bool(sample) and printable >= 0.95 * len(sample)
     no_control_bytes = not any(b < 9 or 13 < b < 32 or b == 11 or b == 12 for b in sample)
     if _looks_like_perfetto(head) and not (is_text and no_control_bytes):
         return "perfetto"

@@ -47,7 +47,7 @@ from abtest.trace.errors import TraceFormatError
 from abtest.trace.inflate import inflate
 from abtest.trace.text_lines import (EXPECTED_LINE, ends_with_newline, looks_js_escaped, parse_lines, split_lines,
                                      unescape_js_lines)
-from abtest.trace.text_process import PROCESS_SCHEMA, fill_from_process_table
+from abtest.trace.text_process import PROCESS_SCHEMA, fill_from_process_table, merge_listings
 
 _TRACE_DATA_BLOCK = re.compile(
     rb"<script\s+class=\"trace-data\"\s+type=\"application/text\"\s*>(.*?)</script>", re.S | re.I)
@@ -59,6 +59,7 @@ JSON_PARSE_LIMIT = 64 << 20  # larger JSON blocks are counted by their "ph" keys
 _CGROUP_TITLE = re.compile(rb"^\s*(?:# tracer: ?\r?\n)?CGROUP DUMP\s*\n")
 _ATRACE_DUMP_TITLE = re.compile(rb"^\s*ATRACE_PROCESS_DUMP\s*\n")
 _BATTOR_TITLE = re.compile(rb"^\s*# BattOr")
+_PROCESS_DUMP_TITLE = re.compile(rb"^\s*PROCESS DUMP\s*\n")
 
 
 def read(path, data, fmt: str) -> tuple[dict, dict]:
@@ -75,8 +76,11 @@ def read(path, data, fmt: str) -> tuple[dict, dict]:
         body, first_line = _after_trace_line(path, raw, meta)
         tables = _parse_text(path, body, first_line, meta)
     elif fmt == "atrace-z":
-        body = _inflate_atrace(path, raw, meta)
+        body, after, after_line = _inflate_atrace(path, raw, meta)
         tables = _parse_text(path, body, 1, meta, source="inflated atrace -z stream")
+        if after:  # text after the stream: `atrace -z ...; ps -t` puts the thread listing there
+            for name, df in _parse_text(path, after, after_line, meta).items():
+                tables[name] = pl.concat([tables[name], df], how="diagonal_relaxed") if name in tables else df
     elif fmt == "systrace-html":
         tables = _read_html(path, raw, meta)
     else:
@@ -99,14 +103,20 @@ def _parse_text(path, body: bytes, first_line: int, meta: dict, source: str | No
     return parse_lines(where, lines, meta, source=source, complete=ends_with_newline(body))
 
 
+# lines that are nothing a trace file holds (as opposed to a bad value inside an event line, or a ps
+# listing row that does not fit its header): these decide whether a text is a trace at all
+_NOT_TRACE_KINDS = frozenset({"unrecognised_line", "malformed_event_line", "binary_line", "line_too_long",
+                              "truncated_line", "continuation_line"})
+
+
 def _refuse_if_not_a_trace(path, tables: dict, meta: dict) -> None:
-    """A text with unparseable lines and no event line, or with more unparseable lines than events, is not a
-    trace: refused, naming the first such line."""
+    """A text with unrecognisable lines and no event line, or with more unrecognisable lines than events, is
+    not a trace: refused, naming the first such line."""
     events = meta.pop("_text_event_lines", 0)
-    errors = import_log.error_total(meta)
+    errors = sum(e["count"] for k, e in (meta.get("import_errors") or {}).items() if k in _NOT_TRACE_KINDS)
     if errors == 0 or (events and errors <= events):
         return
-    entries = (meta.get("import_errors") or {}).values()
+    entries = [e for k, e in (meta.get("import_errors") or {}).items() if k in _NOT_TRACE_KINDS]
     firsts = [ex for e in entries for ex in e["examples"][:1] if "line" in ex]
     first = min(firsts, key=lambda ex: ex["line"]) if firsts else {}
     why = "no ftrace event line at all" if not events else \
@@ -122,19 +132,23 @@ def _after_trace_line(path, raw: bytes, meta: dict) -> tuple[bytes, int]:
     m = _TRACE_LINE.search(raw)
     if m is None:
         raise TraceFormatError(path, "no 'TRACE:' line", line=1, expected="atrace output ('TRACE:' then ftrace text)")
-    preamble = raw[: m.end()].splitlines()
-    import_log.add_skipped(meta, "atrace_preamble", len(preamble),
-                           [import_log.example(t.strip(), line=i + 1) for i, t in enumerate(preamble[:3])])
+    _count_preamble(raw[: m.end()], meta)
     return raw[m.end():], raw[: m.end()].count(b"\n") + 1
 
 
-def _inflate_atrace(path, raw: bytes, meta: dict) -> bytes:
+def _count_preamble(preamble: bytes, meta: dict) -> None:
+    """The lines up to and with ``TRACE:`` (``capturing trace... done``, adb messages): non_event_content."""
+    lines = preamble.split(b"\n")[:-1]
+    import_log.add_skipped(meta, "atrace_preamble", len(lines),
+                           [import_log.example(t.strip(), line=i + 1) for i, t in enumerate(lines[:3])])
+
+
+def _inflate_atrace(path, raw: bytes, meta: dict) -> tuple[bytes, bytes, int]:
     m = _TRACE_LINE.search(raw)
     if m is None:
         raise TraceFormatError(path, "no 'TRACE:' line", offset=0, expected="'TRACE:' then a zlib stream")
     start = m.end()
-    import_log.add_skipped(meta, "atrace_preamble", raw[:m.end()].count(b"\n"),
-                           [import_log.example(t.strip(), line=i + 1) for i, t in enumerate(raw[:m.end()].splitlines()[:3])])
+    _count_preamble(raw[: m.end()], meta)
     what = "atrace -z zlib stream"
     try:
         out = inflate(path, raw[start:], "zlib", what=what, base_offset=start)
@@ -148,12 +162,22 @@ def _inflate_atrace(path, raw: bytes, meta: dict) -> bytes:
         except TraceFormatError:
             raise first_error from None
         meta.setdefault("text_quirks", []).append("atrace -z stream with CRLF line ends (adb pty): repaired")
+    end = start + out.consumed
     rest = out.trailing.strip()
+    meta["inflated_size"] = len(out.data)
+    if rest and _is_text(rest):
+        return out.data, out.trailing, raw[:end].count(b"\n") + 1
     if rest:
         meta["warnings"].append(f"{len(rest)} bytes after the atrace -z zlib stream ignored")
-        import_log.add_skipped(meta, "trailing_bytes", len(rest), [import_log.example(rest[:40], offset=start + out.consumed)])
-    meta["inflated_size"] = len(out.data)
-    return out.data
+        import_log.add_skipped(meta, "trailing_bytes", len(rest), [import_log.example(rest[:40], offset=end)])
+    return out.data, b"", 0
+
+
+def _is_text(data: bytes) -> bool:
+    """Mostly printable (the same test as format detection)."""
+    sample = data[:4096]
+    printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 128)
+    return printable >= 0.95 * len(sample)
 
 
 def _html_blocks(raw: bytes) -> list[tuple[int, bytes]]:
@@ -166,8 +190,8 @@ def _html_blocks(raw: bytes) -> list[tuple[int, bytes]]:
 
 
 def _decode_block(content: bytes) -> tuple[str, bytes]:
-    """Classify a block: (kind, content) with kind one of "json", "ftrace", "battor", "cgroup",
-    "atrace_process_dump", "empty", "other" (undecodable base64)."""
+    """Classify a block: (kind, content) with kind one of "json", "ftrace", "process_dump" (ps listings, read
+    like text), "battor", "cgroup", "atrace_process_dump", "empty", "other" (undecodable base64)."""
     s = content.strip()
     if not s:
         return "empty", b""
@@ -179,6 +203,8 @@ def _decode_block(content: bytes) -> tuple[str, bytes]:
         return "cgroup", s
     if _ATRACE_DUMP_TITLE.match(content):
         return "atrace_process_dump", s
+    if _PROCESS_DUMP_TITLE.match(content):
+        return "process_dump", content
     if re.fullmatch(rb"[A-Za-z0-9+/=\s]+", s[:4096] or b"-") and s.startswith(b"H4sI"):
         try:  # base64-encoded gzip (some systrace builds)
             return _decode_block(gzip.decompress(base64.b64decode(s)))
@@ -265,7 +291,7 @@ def _finish_process(tables: dict, meta: dict) -> None:
     process = tables.pop("process", None)
     if process is None or process.is_empty():
         return
-    process = process.unique("pid", keep="last", maintain_order=True).sort("pid").cast(PROCESS_SCHEMA)
+    process = merge_listings(process).cast(PROCESS_SCHEMA)
     fill_from_process_table(tables, process, meta)
     tables["process"] = process
 

@@ -189,8 +189,10 @@ def _account_decoder(tables: dict, meta: dict) -> None:
                 ("ftrace_event_", "ftrace_event_unknown_field_id",
                  "perfetto FtraceEvent field id outside the schema: fields kept as field_<n> in table {name}")):
             if name.startswith(prefix):
+                ev_id = name[len(prefix):]
+                why = next((w for w in meta.get("warnings", []) if f"(id {ev_id})" in w), None)
                 import_log.add_error(meta, kind, df.height, [import_log.example(
-                    None, detail=detail.format(name=name))])
+                    why, detail=detail.format(name=name))])
     if meta.get("format") == "perfetto":
         perf = meta.get("perfetto") or {}
         for packet, n in sorted((perf.get("packets_not_decoded") or {}).items()):

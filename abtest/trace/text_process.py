@@ -21,7 +21,7 @@ toybox thread listing ``ps -AT -o USER,PID,TID,CMD`` (and any header with PID an
     USER           PID   TID CMD
     u0_a41       32710 32753 Profile Saver
 
-Table ``process`` (one row per thread seen; the last listing wins for a thread listed twice):
+Table ``process`` (one row per thread seen; for a thread listed twice each column keeps its last known value):
     pid (Int32: the thread id), tgid (Int32: its process, = pid for a process's main thread),
     ppid (Int32: parent process of the thread group, null where the listing does not give it),
     name (Utf8: the thread's name; the process name for process rows), user (Utf8).
@@ -128,11 +128,21 @@ def process_table(marked: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     table = pl.concat([p.select("_line", "pid", "tgid", "ppid", "name", "user") for p in parts], how="vertical_relaxed")
     in_range = pl.col("pid").is_between(0, 2**31 - 1) & pl.col("tgid").is_between(0, 2**31 - 1)
     bad.append(rows.join(table.filter(~in_range).select("_line"), on="_line", how="semi"))
-    table = (table.filter(in_range).sort("_line").unique("pid", keep="last", maintain_order=True)
-             .select(pl.col("pid").cast(pl.Int32), pl.col("tgid").cast(pl.Int32),
-                     pl.col("ppid").cast(pl.Int32, strict=False), pl.col("name").str.strip_chars(), "user")
-             .sort("pid"))
+    table = merge_listings(table.filter(in_range).sort("_line").drop("_line"))
     return table, pl.concat(bad).sort("_line") if bad else rows.clear()
+
+
+def merge_listings(rows: pl.DataFrame) -> pl.DataFrame:
+    """Rows of several listings (in file order) -> one row per thread: each column's last known value (a
+    thread listing gives the thread's name and group, the process listing its parent); threads take the
+    parent of their thread group's process."""
+    merged = (rows.group_by("pid", maintain_order=True).agg(pl.all().drop_nulls().last())
+              .select(pl.col("pid").cast(pl.Int32), pl.col("tgid").cast(pl.Int32),
+                      pl.col("ppid").cast(pl.Int32, strict=False), pl.col("name").str.strip_chars(), "user"))
+    parents = merged.filter(pl.col("pid") == pl.col("tgid")).select(pl.col("pid").alias("tgid"),
+                                                                     pl.col("ppid").alias("_pp"))
+    return (merged.join(parents, on="tgid", how="left", maintain_order="left")
+            .with_columns(pl.coalesce("ppid", "_pp").alias("ppid")).drop("_pp").sort("pid"))
 
 
 def fill_from_process_table(tables: dict[str, pl.DataFrame], process: pl.DataFrame, meta: dict) -> None:
