@@ -92,6 +92,10 @@ def read(path, data, fmt: str) -> tuple[dict, dict]:
 
 
 def _parse_text(path, body: bytes, first_line: int, meta: dict, source: str | None = None) -> dict[str, pl.DataFrame]:
+    padded = len(body) - len(body.rstrip(b"\x00"))
+    if padded:  # NUL padding after the text (a file or buffer padded to a block size): skipped, counted
+        body = body[:len(body) - padded]
+        import_log.add_skipped(meta, "nul_padding", padded, [import_log.example(None, offset=len(body), source=source)])
     quirks = meta.setdefault("text_quirks", [])
     lines = split_lines(body, first_line, quirks)
     if looks_js_escaped(lines):

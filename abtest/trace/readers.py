@@ -52,7 +52,10 @@ def read_trace(path: str | os.PathLike, *, for_writing: bool = False, limits: Li
         battors = [(m.data, f"{archive.wrapper_name(m) or m.name}") for m in members if m.role == "battor"]
         chosen = archive.choose_trace(members)
         if chosen is None and not battors:
-            raise TraceFormatError(path, f"{fmt} container holds no trace (members: {archive.describe(members)})",
+            corrupt = [m for m in members if m.role == "corrupt"]
+            why = "; ".join(f"member {m.name or '(stream)'} is corrupt: {m.error}" for m in corrupt)
+            raise TraceFormatError(path, f"{fmt} container holds no trace that reads ({why + '; ' if why else ''}"
+                                   f"members: {archive.describe(members)})",
                                    offset=0, expected="a member in a supported trace format")
         if chosen is None:  # a BattOr log alone (compressed or archived)
             data, fmt, wrapper = battors[0][0], "battor", archive.wrapper_name(
