@@ -439,3 +439,34 @@ def test_trace_info_json_carries_the_accounting(traces):
     info = json.loads(r.stdout)
     assert {"import_errors", "non_event_content", "inferred_gaps", "cpus_with_data", "cpus_header"} <= set(info)
     assert info["non_event_content"]["funcgraph_task_switch"]["count"] == 123
+
+
+def test_live_marker_with_newlines_is_joined(tracefs_lock, tmp_path):
+    """Recorded here: trace_marker writes holding newlines (the kernel prints the rest of the text on the
+    next lines, as Android apps' atrace messages did in the refused captures): each message comes back whole
+    in the `marker` table, the continuation lines counted, and a sched_switch after them is still read."""
+    fs = tracefs_lock
+    saved_on = (fs / "tracing_on").read_text().strip()
+    saved_switch = (fs / "events/sched/sched_switch/enable").read_text().strip()
+    messages = ["B|1234|binder transaction\n gid=4", "abtest line one\nline two\nline three"]
+    try:
+        (fs / "tracing_on").write_text("0")
+        (fs / "trace").write_text("")
+        (fs / "events/sched/sched_switch/enable").write_text("1")
+        (fs / "tracing_on").write_text("1")
+        for m in messages:
+            (fs / "trace_marker").write_text(m)
+        subprocess.run(["sleep", "0.05"], check=True)
+        (fs / "tracing_on").write_text("0")
+        text = (fs / "trace").read_text()
+        (fs / "trace").write_text("")
+    finally:
+        (fs / "events/sched/sched_switch/enable").write_text(saved_switch)
+        (fs / "tracing_on").write_text(saved_on)
+    path = tmp_path / "markers.txt"
+    path.write_text(text)
+    data = read_trace(path)
+    got = data.tables["marker"]["text"].to_list()
+    assert got == messages
+    assert data.meta["import_errors"]["continuation_line"]["count"] == 3
+    assert data.meta["events"]["sched_switch"] == sum(": sched_switch:" in ln for ln in text.splitlines())
