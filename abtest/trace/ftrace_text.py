@@ -45,8 +45,8 @@ import polars as pl
 from abtest.trace import import_log
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.inflate import inflate
-from abtest.trace.text_lines import (EXPECTED_LINE, ends_with_newline, looks_js_escaped, parse_lines, split_lines,
-                                     unescape_js_lines)
+from abtest.trace.text_lines import (EXPECTED_LINE, ends_with_newline, is_ascii, looks_js_escaped, parse_lines,
+                                     split_lines, unescape_js_lines)
 from abtest.trace.text_process import PROCESS_SCHEMA, fill_from_process_table, merge_listings
 
 _TRACE_DATA_BLOCK = re.compile(
@@ -92,7 +92,7 @@ def read(path, data, fmt: str) -> tuple[dict, dict]:
 
 
 def _parse_text(path, body: bytes, first_line: int, meta: dict, source: str | None = None) -> dict[str, pl.DataFrame]:
-    padded = len(body) - len(body.rstrip(b"\x00"))
+    padded = len(body) - len(body.rstrip(b"\x00")) if body[-1:] == b"\x00" else 0
     if padded:  # NUL padding after the text (a file or buffer padded to a block size): skipped, counted
         body = body[:len(body) - padded]
         import_log.add_skipped(meta, "nul_padding", padded, [import_log.example(None, offset=len(body), source=source)])
@@ -104,7 +104,7 @@ def _parse_text(path, body: bytes, first_line: int, meta: dict, source: str | No
     if not quirks:
         meta.pop("text_quirks")
     where = f"{path} ({source})" if source else path
-    return parse_lines(where, lines, meta, source=source, complete=ends_with_newline(body))
+    return parse_lines(where, lines, meta, source=source, complete=ends_with_newline(body), ascii_only=is_ascii(body))
 
 
 # lines that are nothing a trace file holds (as opposed to a bad value inside an event line, or a ps

@@ -283,27 +283,30 @@ def _byte_slice(col: pl.Expr, start: pl.Expr | int, length: pl.Expr | None = Non
     return col.cast(pl.Binary).bin.slice(start, length).cast(pl.Utf8)
 
 
-def _task_prio_columns(df: pl.DataFrame, src: str, prefix: str) -> pl.DataFrame:
+def _task_prio_columns(df: pl.DataFrame, src: str, prefix: str, ascii_only: bool = False) -> pl.DataFrame:
     """trace-cmd plugin ``comm:pid [prio][ STATE]`` in column ``src`` -> ``{prefix}comm``,
     ``{prefix}pid``, ``{prefix}prio`` (text, typed by the caller's validation) and ``_state`` (text after
     ``]``). comm may hold spaces, colons and non-ASCII characters: the pid is the first ``:digits [``.
     Intermediate results are materialised column by column (a polars expression reused inside another is
-    recomputed every time)."""
+    recomputed every time). ascii_only: the text has no multi-byte character (character slices are then
+    byte slices, and cheaper)."""
+    def cut(e: pl.Expr, start, length=None) -> pl.Expr:
+        return e.str.slice(start, length) if ascii_only else _byte_slice(e, start, length)
+
     col = pl.col(src)
     df = df.with_columns(col.str.find(r":-?[0-9]+ \[").alias("_b"))
-    df = df.with_columns(_byte_slice(col, 0, pl.col("_b")).alias(f"{prefix}comm"),
-                         _byte_slice(col, pl.col("_b") + 1).alias("_r"))
+    df = df.with_columns(cut(col, 0, pl.col("_b")).alias(f"{prefix}comm"), cut(col, pl.col("_b") + 1).alias("_r"))
     r = pl.col("_r")
     df = df.with_columns(r.str.find(" [", literal=True).alias("_c"), r.str.find("]", literal=True).alias("_d"))
     c, d = pl.col("_c"), pl.col("_d")
     return df.with_columns(
-        _byte_slice(r, 0, c).alias(f"{prefix}pid"),
-        _byte_slice(r, c + 2, d - c - 2).alias(f"{prefix}prio"),
-        _byte_slice(r, d + 1).str.strip_chars().alias("_state"),
+        cut(r, 0, c).alias(f"{prefix}pid"),
+        cut(r, c + 2, d - c - 2).alias(f"{prefix}prio"),
+        cut(r, d + 1).str.strip_chars().alias("_state"),
     ).drop("_b", "_r", "_c", "_d")
 
 
-def parse_sched_switch(df: pl.DataFrame) -> pl.DataFrame:
+def parse_sched_switch(df: pl.DataFrame, ascii_only: bool = False) -> pl.DataFrame:
     """Kernel form ``prev_comm=.. prev_state=S ==> next_comm=..``, trace-cmd plugin form
     ``comm:pid [prio] S ==> comm:pid [prio]`` or numeric ``-R`` form -> kernel field names."""
     plugin, kernel = _split_forms(df, _TRACECMD_SWITCH_RE, "prev_comm=")
@@ -313,10 +316,10 @@ def parse_sched_switch(df: pl.DataFrame) -> pl.DataFrame:
         plugin = plugin.with_columns(p.str.find(" ==> ", literal=True).alias("_a"))
         plugin = plugin.with_columns(p.str.slice(0, pl.col("_a")).alias("_prev"),
                                      p.str.slice(pl.col("_a") + 5).alias("_next"))
-        plugin = _task_prio_columns(plugin, "_prev", "prev_")
+        plugin = _task_prio_columns(plugin, "_prev", "prev_", ascii_only)
         plugin = plugin.with_columns(
             state_letters_to_bits(pl.col("_state"), TRACECMD_PLUGIN_STATE_BITS).alias("prev_state"))
-        plugin = _task_prio_columns(plugin.drop("_state"), "_next", "next_")
+        plugin = _task_prio_columns(plugin.drop("_state"), "_next", "next_", ascii_only)
         parts.append(plugin.drop("_a", "_prev", "_next", "_state", "payload"))
     if kernel.height:
         kernel = kernel.with_columns(pl.col("payload").str.replace(" ==> ", " ", literal=True))
@@ -327,16 +330,17 @@ def parse_sched_switch(df: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
 
 
-def parse_sched_wakeup(df: pl.DataFrame) -> pl.DataFrame:
+def parse_sched_wakeup(df: pl.DataFrame, ascii_only: bool = False) -> pl.DataFrame:
     """sched_wakeup / sched_waking / sched_wakeup_new: kernel ``comm=.. pid=..`` form or the
     trace-cmd plugin form ``comm:pid [prio] [success=1] CPU:002``."""
     plugin, kernel = _split_forms(df, _TRACECMD_WAKE_RE, "comm=")
     parts = []
     if plugin.height:
-        plugin = _task_prio_columns(plugin, "payload", "")
+        plugin = _task_prio_columns(plugin, "payload", "", ascii_only)
         state = pl.col("_state")  # "CPU:002" or "success=1 CPU:002"
         plugin = plugin.with_columns(state.str.find("CPU:", literal=True).alias("_t"))
-        cols = [_byte_slice(state, pl.col("_t") + 4).alias("target_cpu")]
+        cols = [(state.str.slice(pl.col("_t") + 4) if ascii_only else _byte_slice(state, pl.col("_t") + 4))
+                .alias("target_cpu")]
         if plugin["_state"].str.starts_with("success=").any():
             cols.append(state.str.extract(r"^success=([0-9]+)", 1).cast(pl.Int64, strict=False).alias("success"))
         parts.append(plugin.with_columns(cols).drop("_t", "_state", "payload"))
@@ -391,12 +395,12 @@ def parse_function(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(g.struct.field("1").alias("ip"), g.struct.field("2").alias("parent_ip")).drop("payload")
 
 
-def parse_event_payload(df: pl.DataFrame, event: str) -> pl.DataFrame:
-    """Dispatch one event's lines to its payload parser."""
+def parse_event_payload(df: pl.DataFrame, event: str, ascii_only: bool = False) -> pl.DataFrame:
+    """Dispatch one event's lines to its payload parser (ascii_only: no multi-byte character in them)."""
     if event == "sched_switch":
-        return parse_sched_switch(df)
+        return parse_sched_switch(df, ascii_only)
     if event in ("sched_wakeup", "sched_waking", "sched_wakeup_new"):
-        return parse_sched_wakeup(df)
+        return parse_sched_wakeup(df, ascii_only)
     if event in MARKER_LIKE or event == "tracing_mark_write":
         return parse_marker(df, event)
     if event == "function":

@@ -256,7 +256,12 @@ def _lost_meta(lost: pl.DataFrame, meta: dict) -> None:
             meta["lost_events_exact"] = False
 
 
-def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
+def is_ascii(data: bytes) -> bool:
+    """True when no byte is >= 0x80 (byte and character offsets agree on every line)."""
+    return not data or int(np.frombuffer(data, dtype=np.uint8).max()) < 0x80
+
+
+def _split_event_lines(lines: pl.DataFrame, ascii_only: bool | None = None) -> pl.DataFrame:
     """(_line, text) -> + ``_pos`` (null on lines that are not event lines), ``_comm``, the head
     groups (pid, tgid, cpu, flags, sec, frac, event name or ``<stack trace>``) and ``_rest`` (the
     payload, or ``func <-parent`` on function-tracer lines)."""
@@ -270,8 +275,9 @@ def _split_event_lines(lines: pl.DataFrame) -> pl.DataFrame:
         fields_re = GLUED_FIELDS_RE
     # `find` gives a byte offset; `str.slice` counts characters: a non-ASCII comm ("bash-é", CJK) needs
     # the byte slice (the match starts at an ASCII '-', so both halves are valid UTF-8)
-    non_ascii = bool(df.select((text.str.len_bytes() != text.str.len_chars()).any()).item())
-    if non_ascii:
+    if ascii_only is None:
+        ascii_only = not df.select((text.str.len_bytes() != text.str.len_chars()).any()).item()
+    if not ascii_only:
         as_bytes = text.cast(pl.Binary)
         comm = as_bytes.bin.slice(0, pl.col("_pos")).cast(pl.Utf8)
         tail_expr = as_bytes.bin.slice(pl.col("_pos") + 1).cast(pl.Utf8)
@@ -329,13 +335,13 @@ def _time_columns() -> tuple[pl.Expr, pl.Expr]:
     # no fraction: a raw clock count (counter / x86-tsc clocks, trace-cmd's instance output), kept as is;
     # the kernel's latency format: microseconds since the buffer's start
     is_us, is_raw = pl.col(_G_US).is_not_null(), frac.is_null()
-    ok = sec.is_not_null() & (pl.when(is_us).then(sec <= INT64_MAX_SECONDS * 1_000_000)
-                              .when(is_raw).then(pl.lit(True)).otherwise(sec <= INT64_MAX_SECONDS))
-    safe = pl.when(ok).then(sec).otherwise(0)
-    ts = (pl.when(is_us).then(safe * 1000)
-          .when(is_raw).then(safe)
-          .otherwise(safe * 1_000_000_000 + frac.str.pad_end(9, "0").cast(pl.Int64, strict=False)))
-    return pl.when(ok).then(ts), ok
+    # a row that fails `ok` may wrap in the multiplication: it is dropped (and counted) by the caller
+    ok = sec.is_not_null() & (sec <= pl.when(is_us).then(INT64_MAX_SECONDS * 1_000_000)
+                              .when(is_raw).then(pl.lit(2**63 - 1)).otherwise(INT64_MAX_SECONDS))
+    ts = (pl.when(is_us).then(sec * 1000)
+          .when(is_raw).then(sec)
+          .otherwise(sec * 1_000_000_000 + frac.str.pad_end(9, "0").cast(pl.Int64, strict=False)))
+    return ts, ok
 
 
 def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFrame:
@@ -476,7 +482,11 @@ def _screen_raw_lines(lines: pl.DataFrame, meta: dict, source, limits: Limits) -
     """NUL padding (whole lines of NULs, NULs after a line) is skipped and counted; lines holding other
     control bytes and lines longer than the limit are counted as import errors and not parsed."""
     text = pl.col("text")
-    too_long = lines.filter(text.str.len_bytes() > limits.max_line_bytes)
+    has_long, has_ctrl = lines.select((text.str.len_bytes() > limits.max_line_bytes).any().alias("long"),
+                                      text.str.contains(BINARY_RE).any().alias("ctrl")).row(0)
+    if not (has_long or has_ctrl):  # the usual case: nothing to filter (a filter would copy every line)
+        return lines
+    too_long = lines.filter(text.str.len_bytes() > limits.max_line_bytes) if has_long else lines.clear()
     if too_long.height:
         import_log.add_error(meta, "line_too_long", too_long.height,
                              [import_log.example(t, line=ln, source=source, detail=f"{len(t.encode())} bytes, "
@@ -484,7 +494,7 @@ def _screen_raw_lines(lines: pl.DataFrame, meta: dict, source, limits: Limits) -
                               for ln, t in too_long.head(import_log.MAX_EXAMPLES).iter_rows()])
         lines = lines.filter(text.str.len_bytes() <= limits.max_line_bytes)
     ctrl = text.str.contains(BINARY_RE)
-    if not lines.select(ctrl.any()).item():
+    if not has_ctrl:
         return lines
     cleaned = text.str.strip_chars_end("\x00")
     lines = lines.with_columns(ctrl.alias("_ctrl"), cleaned.alias("_clean"))
@@ -580,18 +590,21 @@ def _validate_fields(name: str, parsed: pl.DataFrame, meta: dict, source) -> pl.
     fields = [f for f in CANONICAL_INT_FIELDS.get(name, ()) if f in parsed.columns]
     if not fields:
         return parsed
-    casts, bad_value, out_of_range = [], pl.lit(False), pl.lit(False)
+    casts, bad, oor = [], [], []
     for f in fields:
         col = pl.col(f)
-        as_int = col.cast(pl.Int64, strict=False) if parsed.schema[f] != pl.Utf8 else \
-            col.str.strip_chars().str.to_integer(strict=False)
-        bad_value = bad_value | (col.is_not_null() & as_int.is_null())
+        text = parsed.schema[f] == pl.Utf8
+        as_int = col.str.strip_chars().str.to_integer(strict=False) if text else col.cast(pl.Int64, strict=False)
+        if text:  # typed columns hold integers already: only text columns can hold a non-integer
+            bad.append(col.is_not_null() & as_int.is_null())
         if f in INT32_FIELDS:
-            out_of_range = out_of_range | ~as_int.is_between(-(2**31), 2**31 - 1).fill_null(True)
-        casts.append(as_int.alias(f))
-    checked = parsed.with_columns(bad_value.alias("_bad_value"), out_of_range.alias("_oor"))
+            oor.append(~as_int.is_between(-(2**31), 2**31 - 1).fill_null(True))
+        if text or parsed.schema[f] != pl.Int64:
+            casts.append(as_int.alias(f))
+    flags = [pl.any_horizontal(bad) if bad else pl.lit(False), pl.any_horizontal(oor) if oor else pl.lit(False)]
+    checked = parsed.with_columns(flags[0].alias("_bad_value"), flags[1].alias("_oor"))
     if not checked.select(pl.col("_bad_value").any() | pl.col("_oor").any()).item():
-        return parsed.with_columns(casts)
+        return parsed.with_columns(casts) if casts else parsed
     for flag, kind in (("_bad_value", "bad_field_value"), ("_oor", "value_out_of_range")):
         rows = checked.filter(pl.col(flag))
         if rows.height:
@@ -600,7 +613,8 @@ def _validate_fields(name: str, parsed: pl.DataFrame, meta: dict, source) -> pl.
                                    source=source, detail=f"{name} fields {', '.join(fields)} must be "
                                    + ("integers" if kind == "bad_field_value" else "within Int32"))
                 for r in rows.head(import_log.MAX_EXAMPLES).iter_rows(named=True)])
-    return checked.filter(~pl.col("_bad_value") & ~pl.col("_oor")).drop("_bad_value", "_oor").with_columns(casts)
+    kept = checked.filter(~pl.col("_bad_value") & ~pl.col("_oor")).drop("_bad_value", "_oor")
+    return kept.with_columns(casts) if casts else kept
 
 
 def _truncated_last_line(events: pl.DataFrame, last_line: int) -> bool:
@@ -621,20 +635,22 @@ def _truncated_last_line(events: pl.DataFrame, last_line: int) -> bool:
 
 
 def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = None,
-                complete: bool = True, limits: Limits | None = None) -> dict[str, pl.DataFrame]:
+                complete: bool = True, limits: Limits | None = None,
+                ascii_only: bool | None = None) -> dict[str, pl.DataFrame]:
     """Frame of (``_line``, ``text``) -> raw tables keyed by event name; fills ``meta`` (import accounting in
     meta["import_errors"] / meta["non_event_content"], see the module docstring; table ``process`` when
     the text holds ps listings).
 
     source: how examples name the text when it is not the file itself (e.g. "inflated atrace -z stream");
     complete: False when the text does not end with a line end (its last line may be cut short).
+    ascii_only: the text holds no byte >= 0x80 (`is_ascii`; None: found out here): cheaper slicing.
     Never raises for unparseable lines: the caller decides whether the text is a trace at all
     (meta["_text_event_lines"] counts the lines read as events). An input holding only
     headers/comments gives no tables and a warning."""
     limits = limits or current()
     warnings = meta.setdefault("warnings", [])
     lines = _screen_raw_lines(lines, meta, source, limits)
-    lines = _split_event_lines(lines)
+    lines = _split_event_lines(lines, ascii_only)
     is_event = pl.col("_pos").is_not_null()
     others = _classify_others(lines.filter(~is_event).select("_line", "text"))
     process = None
@@ -701,7 +717,7 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = N
                         f"the trace clock counts ns)")
     has_flags = groups[_G_FLAGS].null_count() < groups.height
     events = _event_frame(groups, has_tgid, has_flags)
-    out_of_range = events.filter(~pl.col("_in_range"))
+    out_of_range = events.filter(~pl.col("_in_range")) if not events["_in_range"].all() else events.clear()
     if out_of_range.height:
         import_log.add_error_lines(meta, "value_out_of_range", groups.join(out_of_range.select("_line"), on="_line",
                                                                            how="semi"),
@@ -736,7 +752,7 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = N
         _flags_meta(events, groups, meta)
     tables: dict[str, pl.DataFrame] = {}
     for (name,), part in events.partition_by("event", as_dict=True, maintain_order=True).items():
-        parsed = _parse_event(name, part.drop("event"), meta, source, limits)
+        parsed = _parse_event(name, part.drop("event"), meta, source, limits, bool(ascii_only))
         if "stack" in parsed.columns:
             if name in STACK_EVENT_NAMES.values():  # the frames are the event's content
                 parsed = parsed.drop("buf", strict=False).rename({"stack": "buf"})
@@ -766,7 +782,7 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = N
     return tables
 
 
-def _parse_event(name: str, part: pl.DataFrame, meta: dict, source, limits: Limits) -> pl.DataFrame:
+def _parse_event(name: str, part: pl.DataFrame, meta: dict, source, limits: Limits, ascii_only: bool) -> pl.DataFrame:
     """One event's lines -> its fields (text_fields), with payloads of more than limits.max_fields fields kept
     whole in ``buf`` (import_errors ``too_many_fields``) and function_graph plugin payloads split."""
     if name in funcgraph_text.EVENTS and not part["payload"].str.starts_with("func=").all():
@@ -778,11 +794,11 @@ def _parse_event(name: str, part: pl.DataFrame, meta: dict, source, limits: Limi
                                    f"plugin form") for ln, p in unfit.head(import_log.MAX_EXAMPLES).iter_rows()])
         parts = [rows]
         if (~plugin).any():
-            parts.append(parse_event_payload(part.filter(~plugin), name))
+            parts.append(parse_event_payload(part.filter(~plugin), name, ascii_only))
         return pl.concat([p for p in parts if p.height] or [rows], how="diagonal_relaxed").sort("_line")
     many = _too_many_fields(part, limits)
     if not many.any():
-        return parse_event_payload(part, name)
+        return parse_event_payload(part, name, ascii_only)
     over = part.filter(many)
     import_log.add_error(meta, "too_many_fields", over.height, [
         import_log.example(p, line=ln, source=source, detail=f"more than {limits.max_fields} key=value fields "
@@ -792,4 +808,4 @@ def _parse_event(name: str, part: pl.DataFrame, meta: dict, source, limits: Limi
     rest = part.filter(~many)
     if rest.is_empty():
         return whole
-    return pl.concat([parse_event_payload(rest, name), whole], how="diagonal_relaxed").sort("_line")
+    return pl.concat([parse_event_payload(rest, name, ascii_only), whole], how="diagonal_relaxed").sort("_line")
