@@ -198,6 +198,15 @@ def test_adb_capture_with_crlf_and_preamble(traces, tmp_path, ending):
     assert any("CRLF" in q for q in data.meta["text_quirks"])
 
 
+def test_preamble_before_the_tracer_header(traces, tmp_path):
+    """A terminal capture: the prompt and command before `# tracer:` are preamble, not errors."""
+    path = tmp_path / "capture.txt"
+    path.write_bytes(b"root@generic:/ # cat /sys/kernel/debug/tracing/trace\n" + (traces / "catapult/atrace_data").read_bytes())
+    data = read_trace(path)
+    assert data.meta["events"] == read_trace(traces / "catapult/atrace_data").meta["events"]
+    assert data.meta["import_errors"] == {} and data.meta["non_event_content"]["preamble"]["count"] == 1
+
+
 def test_mixed_line_ends(traces, tmp_path):
     clean = read_trace(traces / "trappy/trace_thermal.txt")
     lines = (traces / "trappy/trace_thermal.txt").read_bytes().split(b"\n")

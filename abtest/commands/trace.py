@@ -69,6 +69,10 @@ def info(file: str, as_json: bool, no_cache: bool) -> None:
         con.print(f"[bold]{d['file']}[/]  format={d['format']}"
                   f"{' v' + str(d['format_version']) if d['format_version'] else ''}"
                   f"{' (' + d['wrapper'] + ')' if d['wrapper'] else ''}  cpus={d['cpus']}  clock={d['clock']}")
+        data_cpus = d["cpus_with_data"]
+        if data_cpus and len(data_cpus) != d["cpus"]:
+            con.print(f"events on {len(data_cpus)} of the {d['cpus']} CPUs: {', '.join(map(str, data_cpus[:32]))}"
+                      f"{' ...' if len(data_cpus) > 32 else ''}")
         if d["duration_s"] is not None:
             con.print(f"span: {d['start_ns']} .. {d['end_ns']} ns ({d['duration_s']:.3f} s)")
         if d["instances"]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
+import hashlib
 import html
 import json
 import re
@@ -255,8 +256,14 @@ def _read_html(path, raw: bytes, meta: dict) -> dict[str, pl.DataFrame]:
                                         "or a 'var linuxPerfData = \"...\"' string with ftrace text")
     merged: dict[str, list[pl.DataFrame]] = {}
     kinds: dict[str, int] = {}
+    seen: set[bytes] = set()
     for offset, content in blocks:
         line = raw[:offset].count(b"\n") + 1
+        digest = hashlib.blake2b(content, digest_size=16).digest()
+        if digest in seen:  # the same block twice (a viewer that embedded the data again): read once
+            import_log.add_skipped(meta, "duplicate_block", 1, [import_log.example(content[:80], line=line)])
+            continue
+        seen.add(digest)
         kind, body = _decode_block(content)
         kinds[kind] = kinds.get(kind, 0) + 1
         if kind == "json":

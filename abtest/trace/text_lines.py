@@ -512,17 +512,22 @@ def _screen_raw_lines(lines: pl.DataFrame, meta: dict, source, limits: Limits) -
 
 
 def _classify_others(others: pl.DataFrame) -> pl.DataFrame:
+    """Kinds of the lines that are not event lines; unrecognised lines before the ``# tracer:`` header (a
+    shell prompt, the command that dumped the trace) are preamble."""
     text = pl.col("text")
     stripped = text.str.strip_chars()
+    others = others.with_columns(
+        (pl.col("_line") < pl.col("_line").filter(text.str.contains(r"^#\s*tracer:")).min()).fill_null(False)
+        .alias("_before_header"))
     return others.with_columns(
         pl.when(stripped == "").then(pl.lit("blank"))
         .when(stripped.str.starts_with("#")).then(pl.lit("comment"))
         .when(text.str.contains(HEADER_RE)).then(pl.lit("header"))
         .when(text.str.contains(LOST_RE)).then(pl.lit("lost"))
         .when(text.str.contains(STACK_RE)).then(pl.lit("stack"))
-        .when(text.str.contains(PREAMBLE_RE)).then(pl.lit("preamble"))
+        .when(text.str.contains(PREAMBLE_RE) | pl.col("_before_header")).then(pl.lit("preamble"))
         .when(text.str.contains(TRACECMD_STATS_RE)).then(pl.lit("tracecmd_stats"))
-        .otherwise(pl.lit("bad")).alias("_kind"))
+        .otherwise(pl.lit("bad")).alias("_kind")).drop("_before_header")
 
 
 def _process_listings(lines: pl.DataFrame, others: pl.DataFrame, meta: dict, source) -> tuple[pl.DataFrame, pl.DataFrame | None]:
