@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import re
+import struct
 import tarfile
 import zipfile
 import zlib
@@ -32,6 +33,11 @@ from abtest.trace.inflate import inflate
 from abtest.trace.limits import Limits, current, inflate_error
 
 MAX_DEPTH = 3
+# what the standard library's zip / tar readers raise on damaged archives (a damaged central directory
+# can give an empty member name: IndexError in ZipInfo.is_dir)
+_ARCHIVE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, ValueError, OSError, EOFError,
+                   IndexError, KeyError, struct.error, NotImplementedError, RuntimeError, zlib.error,
+                   OverflowError, UnicodeDecodeError)
 TRACE_FORMATS = ("trace.dat", "perfetto", "systrace-html", "atrace-z", "atrace", "ftrace-text")
 # an event line (`comm-pid [cpu] sec.frac:`), a function_graph line (` 0)  ...|`), an ftrace header
 _TEXT_TRACE_RE = re.compile(
@@ -123,7 +129,7 @@ def _zip_members(path, member: Member, prefix: str, limits: Limits, budget: list
     try:
         zf = zipfile.ZipFile(io.BytesIO(member.data))
         infos = [i for i in zf.infolist() if not i.is_dir()]
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as e:
+    except _ARCHIVE_ERRORS as e:
         raise TraceFormatError(path, f"corrupt zip archive{' ' + member.name if member.name else ''} ({e})",
                                offset=0, expected="a zip archive with a readable central directory") from None
     wrapper = _join(member.wrapper, "zip")
@@ -147,8 +153,7 @@ def _zip_members(path, member: Member, prefix: str, limits: Limits, budget: list
             m.data = b"".join(chunks)
         except TraceFormatError:
             raise
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError,
-                ValueError) as e:
+        except _ARCHIVE_ERRORS as e:
             m.role, m.error = "corrupt", f"{type(e).__name__}: {e}"
             out.append(m)
             continue
@@ -170,14 +175,14 @@ def _tar_members(path, member: Member, prefix: str, limits: Limits, budget: list
                 try:
                     f = tf.extractfile(info)
                     m.data = f.read() if f is not None else b""
-                except (tarfile.TarError, OSError, EOFError) as e:
+                except _ARCHIVE_ERRORS as e:
                     m.role, m.error = "corrupt", f"{type(e).__name__}: {e}"
                     out.append(m)
                     continue
                 if len(m.data) != info.size:
                     m.role, m.error = "corrupt", f"truncated tar member ({len(m.data)} of {info.size} bytes)"
                 out.append(m)
-    except tarfile.TarError as e:
+    except _ARCHIVE_ERRORS as e:
         if not out:
             raise TraceFormatError(path, f"corrupt tar archive ({e})", offset=0, expected="a tar archive") from None
         out.append(Member(f"{prefix}(rest of archive)", role="corrupt", wrapper=wrapper, error=str(e)))

@@ -59,7 +59,8 @@ RAIL = "BattOr"
 SUBSYSTEM = "battery"
 _RANGE_RE = re.compile(r"^#\s*(voltage|current)[ _]range\s*\[\s*([-+0-9.eE]+)\s*,\s*([-+0-9.eE]+)\s*\]\s*(\w+)")
 _RATE_RE = re.compile(r"^#\s*sample_rate\s+([0-9.]+)\s*Hz(?:\s*,\s*gain\s+([0-9.]+)\s*x)?")
-_ROW_RE = r"^\s*([-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)\s+([-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?)\s+([-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?)(?:\s+<([^>\s]+)>|\s+(\S+))?\s*$"
+_NUM = r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+_ROW_RE = rf"^\s*({_NUM})\s+({_NUM})\s+({_NUM})(?:\s+<([^>\s]+)>|\s+(\S+))?\s*$"
 CLOCK_SYNC_RE = r"trace_event_clock_sync:\s*name=(\S+)(?:\s+regulator=(\S+))?"
 MIN_PEAK, MIN_MARGIN = 0.5, 0.1
 
@@ -82,14 +83,16 @@ def read_battor(path_or_bytes: str | os.PathLike | bytes) -> tuple[pl.DataFrame,
             if m.group(2):
                 meta["gain"] = float(m.group(2))
     body = lines.filter(~pl.col("text").str.strip_chars().str.starts_with("#") & (pl.col("text").str.strip_chars() != ""))
-    g = body.with_columns(pl.col("text").str.extract_groups(_ROW_RE).alias("g")).unnest("g")
-    bad = g.filter(pl.col("1").is_null())
+    g = body.with_columns(pl.col("text").str.extract_groups(_ROW_RE).alias("g")).unnest("g").with_columns(
+        (pl.col("1").cast(pl.Float64, strict=False) * 1e6).round().cast(pl.Int64, strict=False).alias("_ts"),
+        pl.col("2").cast(pl.Float64, strict=False).alias("_i"), pl.col("3").cast(pl.Float64, strict=False).alias("_v"))
+    usable = pl.col("_ts").is_not_null() & pl.col("_i").is_finite() & pl.col("_v").is_finite()
+    bad = g.filter(~usable.fill_null(False))
     if bad.height:
         import_log.add_error_lines(meta, "battor_row", bad.select("_line", "text"),
                                    detail="expected 'time_ms current_mA voltage_mV [<sync id>]'")
-    rows = g.filter(pl.col("1").is_not_null()).select(
-        "_line", (pl.col("1").cast(pl.Float64) * 1e6).round().cast(pl.Int64, strict=False).alias("ts"),
-        pl.col("2").cast(pl.Float64).alias("current_ma"), pl.col("3").cast(pl.Float64).alias("voltage_mv"),
+    rows = g.filter(usable.fill_null(False)).select(
+        "_line", pl.col("_ts").alias("ts"), pl.col("_i").alias("current_ma"), pl.col("_v").alias("voltage_mv"),
         pl.col("4").alias("_sync"))
     out_of_order = int(rows.select((pl.col("ts").diff() < 0).sum()).item() or 0)
     if out_of_order:

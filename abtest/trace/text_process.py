@@ -67,7 +67,12 @@ def mark_listings(lines: pl.DataFrame, is_event: pl.Expr) -> pl.DataFrame:
 
 
 def _columns(header: str) -> list[str]:
-    return [c.upper() for c in header.split()]
+    """The header's column names, upper case, made unique (a damaged header can repeat a word)."""
+    out: list[str] = []
+    for c in header.split():
+        c = c.upper()
+        out.append(c if c not in out else f"{c}_{len(out)}")
+    return out
 
 
 def _legacy(rows: pl.DataFrame) -> pl.DataFrame:
