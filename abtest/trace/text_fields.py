@@ -145,8 +145,13 @@ def _simple_pairs(df: pl.DataFrame, max_layouts: int = 8) -> tuple[list[pl.DataF
             .struct.rename_fields(tokens).alias("_tokens"),
             (pl.col("payload").str.count_matches(" ", literal=True) == len(keys) - 1).alias("_ok"),
         ).unnest("_tokens")
-        # one flat AND over the tokens (a chain of `&` nests one level per field: quadratic planning)
-        ok = pl.all_horizontal(pl.col("_ok"), *[pl.col(t).str.starts_with(k + "=") for t, k in zip(tokens, keys)])
+        checks = [pl.col(t).str.starts_with(k + "=") for t, k in zip(tokens, keys)]
+        if len(checks) <= 16:  # the usual event: a short chain is the cheapest
+            ok = pl.col("_ok")
+            for c in checks:
+                ok = ok & c
+        else:  # one flat AND (a chain of `&` nests one level per field: quadratic planning on wide payloads)
+            ok = pl.all_horizontal(pl.col("_ok"), *checks)
         split = split.with_columns(ok.alias("_ok"))
         hit = split.filter("_ok")
         if hit.height:

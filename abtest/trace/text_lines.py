@@ -595,31 +595,30 @@ def _validate_fields(name: str, parsed: pl.DataFrame, meta: dict, source) -> pl.
     fields = [f for f in CANONICAL_INT_FIELDS.get(name, ()) if f in parsed.columns]
     if not fields:
         return parsed
-    casts, bad, oor = [], [], []
-    for f in fields:
-        col = pl.col(f)
-        text = parsed.schema[f] == pl.Utf8
-        as_int = col.str.strip_chars().str.to_integer(strict=False) if text else col.cast(pl.Int64, strict=False)
-        if text:  # typed columns hold integers already: only text columns can hold a non-integer
-            bad.append(col.is_not_null() & as_int.is_null())
-        if f in INT32_FIELDS:
-            oor.append(~as_int.is_between(-(2**31), 2**31 - 1).fill_null(True))
-        if text or parsed.schema[f] != pl.Int64:
-            casts.append(as_int.alias(f))
-    flags = [pl.any_horizontal(bad) if bad else pl.lit(False), pl.any_horizontal(oor) if oor else pl.lit(False)]
-    checked = parsed.with_columns(flags[0].alias("_bad_value"), flags[1].alias("_oor"))
-    if not checked.select(pl.col("_bad_value").any() | pl.col("_oor").any()).item():
-        return parsed.with_columns(casts) if casts else parsed
+    text_fields = [f for f in fields if parsed.schema[f] == pl.Utf8]
+    converted = parsed.with_columns(
+        [pl.col(f).str.strip_chars().str.to_integer(strict=False) for f in text_fields]
+        + [pl.col(f).cast(pl.Int64, strict=False) for f in fields if parsed.schema[f] not in (pl.Utf8, pl.Int64)])
+    bad_value = pl.repeat(False, parsed.height, eager=True).alias("_bad_value") if not text_fields else \
+        pl.DataFrame({f: parsed[f].is_not_null() & converted[f].is_null() for f in text_fields}).select(
+            pl.any_horizontal(pl.all()).alias("_bad_value")).to_series()
+    wide = [f for f in fields if f in INT32_FIELDS]
+    out_of_range = pl.repeat(False, parsed.height, eager=True).alias("_oor") if not wide else converted.select(
+        pl.any_horizontal([~pl.col(f).is_between(-(2**31), 2**31 - 1).fill_null(True) for f in wide]).alias("_oor")
+    ).to_series()
+    if not (bad_value.any() or out_of_range.any()):  # the usual case
+        return converted
+    checked = converted.with_columns(bad_value, out_of_range)
+    shown = parsed.with_columns(bad_value, out_of_range)  # examples show the values as printed
     for flag, kind in (("_bad_value", "bad_field_value"), ("_oor", "value_out_of_range")):
-        rows = checked.filter(pl.col(flag))
+        rows = shown.filter(pl.col(flag))
         if rows.height:
             import_log.add_error(meta, kind, rows.height, [
                 import_log.example(f"{name}: " + " ".join(f"{f}={r[f]}" for f in fields), line=r["_line"],
                                    source=source, detail=f"{name} fields {', '.join(fields)} must be "
                                    + ("integers" if kind == "bad_field_value" else "within Int32"))
                 for r in rows.head(import_log.MAX_EXAMPLES).iter_rows(named=True)])
-    kept = checked.filter(~pl.col("_bad_value") & ~pl.col("_oor")).drop("_bad_value", "_oor")
-    return kept.with_columns(casts) if casts else kept
+    return checked.filter(~pl.col("_bad_value") & ~pl.col("_oor")).drop("_bad_value", "_oor")
 
 
 def _truncated_last_line(events: pl.DataFrame, last_line: int) -> bool:
