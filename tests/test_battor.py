@@ -93,6 +93,9 @@ def test_catapult_zip_without_sync_keeps_the_battor_clock(traces, tmp_path):
     assert clock["method"] == "unaligned" and "no clock-sync marker" in clock["reason"]
     assert data.tables["power_rail"]["ts"][0] == 0
     assert any("not aligned" in w for w in data.meta["warnings"])
+    # the trace's span is the events', not stretched back to the BattOr's clock origin
+    plain = read_trace(traces / "catapult/atrace_data").meta
+    assert (data.meta["start_ns"], data.meta["end_ns"]) == (plain["start_ns"], plain["end_ns"])
 
 
 def test_explicit_sync_with_a_live_marker(tracefs_lock, tmp_path):

@@ -88,10 +88,10 @@ def read_trace(path: str | os.PathLike, *, for_writing: bool = False, limits: Li
     tables.update(kept)
     if members:
         _account_members(members, chosen, meta)
+    _fill_span(tables, meta)  # the trace's span: BattOr samples beside it (perhaps on their own clock) stay out
     if battors:
         _add_battor(tables, meta, battors)
     _account_decoder(tables, meta)
-    _fill_span(tables, meta)
     quality.check(tables, meta)
     meta["events"] = event_counts(tables)
     meta["samples"] = sample_counts(tables)
