@@ -30,6 +30,8 @@ marker              ts, cpu, pid (Int32), text (Utf8), event (Categorical: print
                     tracing_mark_write) -- `trace info` counts these per original event
 power_rail          ts, rail (Categorical, e.g. S4M_VDD_CPUCL0), subsystem (Categorical),
                     energy_uj (Float64, cumulative energy counter as sampled, uJ = uWs)
+process             pid (Int32, thread id), tgid (Int32), ppid (Int32), name (Utf8), user (Utf8): the
+                    ps listings of systrace / atrace text (not events; abtest.trace.text_process)
 any other event     a table named after it, ts, cpu, common_pid and every field of its format.
 
 Traces with named trace instances (tracefs instances/NAME, `trace-cmd record -B NAME`) add a column
@@ -265,6 +267,9 @@ def canonicalize(raw: dict[str, pl.DataFrame], meta: dict) -> dict[str, pl.DataF
 
 # Tables that hold counter samples, not trace events: reported by `sample_counts`, not `event_counts`.
 SAMPLE_TABLES = ("power_rail", "battery_counters", "cpu_frequency_polled")
+# Tables that describe the system, not events: `process` (pid, tgid, ppid, name, user) from the ps listings
+# of systrace / atrace text (abtest.trace.text_process). Neither events nor samples.
+DESCRIPTION_TABLES = ("process",)
 
 
 def sample_counts(tables: dict[str, pl.DataFrame]) -> dict[str, int]:
@@ -280,7 +285,7 @@ def event_counts(tables: dict[str, pl.DataFrame]) -> dict[str, int]:
     """
     counts: dict[str, int] = {}
     for name, df in tables.items():
-        if name in SAMPLE_TABLES:
+        if name in SAMPLE_TABLES or name in DESCRIPTION_TABLES:
             continue
         if name == "marker":
             for row in df.group_by("event").len().iter_rows():
