@@ -177,3 +177,21 @@ def test_markers_without_regulator_events_say_why():
     del tables["regulator_enable"], tables["regulator_disable"]
     _aligned, clock = align_to_trace(frame, meta, tables)
     assert clock["method"] == "unaligned" and "no regulator_enable" in clock["reason"]
+
+
+def test_battor_log_in_a_run_store_is_a_power_source(tmp_path):
+    """A battor.txt beside each iteration's data gives power.Total (and the BattOr rail) through the same power
+    path as power.csv: 250 mA at 4012.5 mV for 1 s = 1003.1 mW; B draws 10 % more current."""
+    from abtest.compare.comparison import compare_labels
+    from abtest.store.reader import load_label
+    from abtest.store.writer import write_iteration
+    for label, ma in (("A", 250.0), ("B", 275.0)):
+        for i, s in enumerate((0.99, 1.0, 1.01)):
+            d = write_iteration(tmp_path / label / "w" / str(i), {}, {}, complete=False)
+            (d / "battor.txt").write_bytes(battor_log(np.full(2001, ma * s)))
+            (d / ".complete").touch()
+    c = compare_labels(load_label(tmp_path / "A"), load_label(tmp_path / "B"), with_trace=False, jobs=1)
+    m = c.workloads[0].metric("power.Total")
+    assert m.value_a == pytest.approx(250.0 * 4012.5 / 1000, rel=1e-3)
+    assert m.delta_pct == pytest.approx(10.0, rel=1e-3) and m.verdict.verdict == "regression"
+    assert m.source.startswith("battor.txt (BattOr, clock unaligned)")
