@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from abtest import __version__
+from abtest.version import __version__
 from abtest.trace.errors import MissingEventsError, TraceFormatError
 
 # top-level command -> module of abtest/commands that lists it in COMMANDS
@@ -23,7 +23,9 @@ COMMAND_MODULES = {
     "analyze": "analyze",
     "compare": "compare",
     "gate": "compare",
+    "explain": "explain",
     "collect": "collect",
+    "metrics": "metrics",
     "engines": "interop",
     "sql": "interop",
     "wattson": "interop",

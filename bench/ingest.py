@@ -13,7 +13,7 @@ Measured (wall clock, same machine, same run; --repeat rounds run back to back, 
 speed drifts slows both sides alike; per target the best and the per-round ratios are printed):
 - trace-cmd report: `trace-cmd report -i FILE > /dev/null`;
 - abtest decode: `read_trace(FILE)` in-process (canonical polars tables, no cache);
-- abtest convert: decode + one parquet file per table + meta.json (`abtest.trace.api.convert`);
+- abtest convert: decode + one parquet file per table + meta.json (`abtest.trace.convert.convert`);
 - first `Trace()` open of a fresh process (imports done before the clock starts, empty cache dir): decode
   + the cache write (Arrow IPC), what a notebook's first `Trace(path)` costs; one process per round;
 - first convert of a fresh process (same, `convert` to parquet), one process per round;
@@ -163,9 +163,9 @@ def decode_once(path: Path) -> tuple[float, float, int]:
 
 
 def convert_once(path: Path) -> tuple[float, float]:
-    """(wall s, CPU s of all threads) of one in-process `abtest trace convert` (`abtest.trace.api.convert(path,
+    """(wall s, CPU s of all threads) of one in-process `abtest trace convert` (`abtest.trace.convert.convert(path,
     fresh dir)`, what the command runs)."""
-    from abtest.trace.api import convert
+    from abtest.trace.convert import convert
     out = Path(tempfile.mkdtemp(prefix="abtest-bench-"))
     try:
         c0 = _cpu_s(resource.RUSAGE_SELF)
@@ -295,7 +295,8 @@ import json, os, resource, shutil, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, {root!r})
 import polars, numpy, pyarrow
-from abtest.trace.api import Trace, convert
+from abtest.session import Trace
+from abtest.trace.convert import convert
 import abtest._native, abtest.trace.readers, abtest.trace.tracedat, abtest.trace.cache
 out = Path(tempfile.mkdtemp(prefix="abtest-bench-"))
 os.environ["ABTEST_CACHE_DIR"] = str(out / "cache")

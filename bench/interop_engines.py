@@ -24,7 +24,7 @@ EVENTS = ("sched_switch", "sched_waking", "sched_wakeup", "cpu_idle", "cpu_frequ
 
 
 def tp_counts(path: Path) -> tuple[dict | None, str, float]:
-    from abtest.interop import perfetto_engine as pe
+    from abtest.trace import perfetto_engine as pe
     t0 = time.perf_counter()
     try:
         s = pe.open_session(path, "wasm")
@@ -50,14 +50,14 @@ def tp_counts(path: Path) -> tuple[dict | None, str, float]:
 
 
 def abtest_counts(path: Path) -> tuple[dict | None, float]:
-    from abtest.trace.api import Trace
+    from abtest.session import Trace
     t0 = time.perf_counter()
     t = Trace(path, use_cache=False)
     return t.events, time.perf_counter() - t0
 
 
 def startup(cold: bool) -> list[tuple[str, float]]:
-    code = ("import time; t=time.perf_counter(); from abtest.interop.wasm_engine import WasmTraceProcessor;"
+    code = ("import time; t=time.perf_counter(); from abtest.trace.wasm_engine import WasmTraceProcessor;"
             "tp=WasmTraceProcessor(); print(tp.startup.source, tp.startup.seconds, tp.instantiate_seconds,"
             " time.perf_counter()-t)")
     rows = []

@@ -10,7 +10,7 @@ import polars as pl
 
 ROOT = Path(__file__).resolve().parent.parent
 ABTEST = [str(ROOT / ".venv" / "bin" / "abtest")] if (ROOT / ".venv/bin/abtest").exists() else [sys.executable, "-m", "abtest.cli"]
-ALL_COMMANDS = ["analyze", "collect", "compare", "engines", "gate", "sql", "trace", "wattson"]
+ALL_COMMANDS = ["analyze", "collect", "compare", "engines", "explain", "gate", "metrics", "sql", "trace", "wattson"]
 
 _MODULES_AFTER = r"""
 import json, sys
@@ -33,7 +33,7 @@ def test_trace_commands_import_only_the_trace_command_module(traces, tmp_path):
     loaded = set(got["modules"])
     assert "abtest.commands.trace" in loaded
     for other in ("abtest.commands.collect", "abtest.commands.compare", "abtest.commands.analyze",
-                  "abtest.commands.interop", "abtest.collectors.orchestrate", "abtest.compare.store"):
+                  "abtest.commands.interop", "abtest.collectors.orchestrate", "abtest.store.reader"):
         assert other not in loaded, other
     # the JSON form of `trace info` does not need rich either
     got = _modules_after(["trace", "info", "--json", "--no-cache", str(trace)], tmp_path)

@@ -47,7 +47,7 @@ def wait_for(cond, timeout_s: float, what: str) -> None:
 
 def complete_markers(store: Path) -> list[Path]:
     """`.complete` of every iteration renamed into place. An iteration writes `.complete` into its
-    `.tmp-*` directory before the rename (abtest/collectors/store_writer.py), and pathlib's `*` matches
+    `.tmp-*` directory before the rename (abtest/store/writer.py), and pathlib's `*` matches
     dot-directories, so those are left out: until renamed, an iteration is not complete (an interrupt
     then discards it)."""
     return [p for p in store.glob("*/*/*/.complete") if not p.parent.name.startswith(".")]

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from abtest.collectors.ftrace import analysis_events
+from abtest.analysis.registry import events_for
+from abtest.collectors.ftrace import requested_events
 from abtest.collectors.perfetto_config import ftrace_event_names, make_trace_config
 
 
 def test_config_is_a_valid_trace_config():
     pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
     text_format = pytest.importorskip("google.protobuf.text_format")
-    tables = analysis_events() + ["sched_pelt_cfs", "sched_pelt_se"]
+    tables = requested_events(events_for()) + ["sched_pelt_cfs", "sched_pelt_se"]
     cfg = text_format.Parse(make_trace_config(tables, duration_s=30, rail_poll_ms=100), pb.TraceConfig())
     names = [ds.config.name for ds in cfg.data_sources]
     assert names == ["linux.ftrace", "linux.process_stats", "android.power", "android.surfaceflinger.frametimeline"]

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from scipy import stats as sps
 
 from abtest.cli import cli
-from abtest.compare.store import write_iteration
+from abtest.store.writer import write_iteration
 from shared_data import TRACES
 
 X86 = TRACES / "x86-vm"
@@ -50,31 +50,42 @@ def _report(path: Path) -> list[re.Match]:
 
 def independent_metrics(path: Path) -> dict:
     """From trace-cmd's own decoding: too-shallow idle misses (cpu_idle_miss type=below), idle exits
-    (cpu_idle state=4294967295), and wakeup latency = sched_waking of a task that is not running -> its next
-    switch-in (the latest waking before the switch counts), geometric mean in us."""
+    (cpu_idle state=4294967295), and wakeup latency = sched_wakeup / sched_wakeup_new of a task that is not
+    running -> its next switch-in (the latest wakeup before the switch counts), geometric mean in us."""
     below = exits = idle_events = 0
     running: dict[int, int] = {}
-    pending: dict[int, float] = {}
+    pending: dict[int, tuple[float, str]] = {}
     lat_us = []
+    per_comm: dict[str, list[float]] = {}
+    first = last = None
     for m in _report(path):
         ev, body, ts = m["event"], m["body"], _seconds(m["ts"])
+        first = ts if first is None else first
+        last = ts
         if ev == "cpu_idle_miss" and "type=below" in body:
             below += 1
         elif ev == "cpu_idle":
             idle_events += 1
             exits += "state=4294967295" in body
-        elif ev == "sched_waking":
-            pid = int(re.search(r"\bpid=(\d+)", body)[1])
+        elif ev in ("sched_wakeup", "sched_wakeup_new"):
+            kv = re.search(r"\bcomm=(.*?) pid=(\d+)", body) or re.match(r"^(.*):(\d+) \[-?\d+\] CPU:\d+$", body)
+            pid = int(kv[2])
             if pid != 0 and pid not in running.values():
-                pending[pid] = ts
+                pending[pid] = (ts, kv[1])
         elif ev == "sched_switch":
             nxt = int(re.search(r"==> .*:(\d+) \[", body)[1])
             running[int(m["cpu"])] = nxt
             if nxt in pending:
-                lat_us.append((ts - pending.pop(nxt)) * 1e6)
-    gmean = math.exp(sum(math.log(x) for x in lat_us) / len(lat_us)) if lat_us else None
-    return {"idle.misses.too_shallow_count": below, "idle.wakeups_total": exits, "latency.gmean_us": gmean,
-            "cpu_idle_events": idle_events}
+                woken, comm = pending.pop(nxt)
+                lat_us.append((ts - woken) * 1e6)
+                per_comm.setdefault(comm, []).append(lat_us[-1])
+
+    def gm(xs):
+        return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+    gmean = gm(lat_us)
+    return {"idle.too_shallow_pct": 100.0 * below / exits if exits else None,
+            "idle.wakeups_per_s": exits / (last - first), "latency.gmean_us": gmean,
+            "cpu_idle_events": idle_events, "task_gmean_us": {c: gm(v) for c, v in per_comm.items()}}
 
 
 def _split(src: Path, out_dir: Path, n: int) -> list[Path]:
@@ -119,11 +130,15 @@ def _compare_json(store, a, b, *extra):
     return json.loads(r.output)
 
 
-def _expected_verdict(va, vb, lower_is_better, alpha=0.05, min_effect=1.0):
-    """The documented rule, computed here with scipy directly."""
+def _expected_verdict(va, vb, lower_is_better, alpha=0.05, min_effect=1.0, aggregation="mean"):
+    """The documented rule, computed here with scipy directly (a gmean metric: on the logarithms, delta =
+    ratio of geometric means - 1)."""
+    if aggregation == "gmean":
+        va, vb = np.log(va), np.log(vb)
     p_w = sps.ttest_ind(va, vb, equal_var=False).pvalue
     p_u = sps.mannwhitneyu(va, vb, alternative="two-sided").pvalue
-    d = 100 * (np.mean(vb) - np.mean(va)) / abs(np.mean(va))
+    d = (100 * (np.exp(np.mean(vb) - np.mean(va)) - 1) if aggregation == "gmean"
+         else 100 * (np.mean(vb) - np.mean(va)) / abs(np.mean(va)))
     if p_w < alpha and p_u < alpha and abs(d) >= min_effect:
         if lower_is_better is None:
             return {"changed"}, p_w, p_u, d
@@ -138,17 +153,17 @@ def test_real_traces_end_to_end(governor_store):
     (w,) = doc["workloads"]
     assert w["n_a"] == 6 and w["n_b"] == 6 and w["iterations_a"] == ["1", "2", "3", "4", "5", "6"]
     metrics = {m["name"]: m for m in w["metrics"]}
-    for name, exact in (("idle.misses.too_shallow_count", True), ("idle.wakeups_total", True),
+    for name, exact in (("idle.too_shallow_pct", True), ("idle.wakeups_per_s", True),
                         ("latency.gmean_us", False)):
         m = metrics[name]
         exp_a = [e[name] for e in expected["haltpoll"]]
         exp_b = [e[name] for e in expected["ladder"]]
         if exact:
-            assert m["values_a"] == exp_a and m["values_b"] == exp_b, name
+            assert m["values_a"] == pytest.approx(exp_a, rel=1e-9) and m["values_b"] == pytest.approx(exp_b, rel=1e-9), name
         else:
             assert m["values_a"] == pytest.approx(exp_a, rel=0.02), name
             assert m["values_b"] == pytest.approx(exp_b, rel=0.02), name
-        verdicts, p_w, p_u, d = _expected_verdict(exp_a, exp_b, m["lower_is_better"])
+        verdicts, p_w, p_u, d = _expected_verdict(exp_a, exp_b, m["lower_is_better"], aggregation=m["aggregation"])
         assert m["verdict"] in verdicts, (name, m["verdict"], p_w, p_u, d)
         assert m["delta_pct"] == pytest.approx(d, rel=0.05 if not exact else 1e-9)
         if exact:
@@ -156,10 +171,32 @@ def test_real_traces_end_to_end(governor_store):
     # the finding on this data: ladder wakes cyclictest later than haltpoll (gmean ~+40 %)
     lat = metrics["latency.gmean_us"]
     assert lat["verdict"] == "regression" and lat["delta_pct"] > 20 and lat["unit"] == "us"
-    assert metrics["idle.wakeups_total"]["lower_is_better"] is None  # a count has no "better"
+    assert metrics["idle.wakeups_per_s"]["lower_is_better"] is None  # a rate of wakeups has no "better"
+    assert lat["aggregation"] == "gmean" and lat["value_b"] / lat["value_a"] - 1 == pytest.approx(lat["delta_pct"] / 100)
     assert w["meta_b"]["governors.cpuidle"] == "ladder"
     idle_table = next(t for t in doc["tables"] if t["key"] == "idle")
     assert [r[1] for r in idle_table["rows"]] == ["haltpoll", "ladder", "perc_diff"]
+
+
+def test_per_task_metrics_by_name(governor_store):
+    """Per-task wakeup latency is keyed by the task's name (pids differ between runs) and equals trace-cmd's
+    own decoding, per name, in every iteration; --task selects the names compared."""
+    store, expected = governor_store
+    doc = _compare_json(store, "haltpoll", "ladder", "--task", "cyclictest", "--task", "no_such_task")
+    (w,) = doc["workloads"]
+    m = next(m for m in w["metrics"] if m["name"] == "latency.task.cyclictest.gmean_us")
+    assert m["key_template"] == "latency.task.{task}.gmean_us" and m["group"] == "cyclictest"
+    for key, label in (("values_a", "haltpoll"), ("values_b", "ladder")):
+        assert m[key] == pytest.approx([e["task_gmean_us"]["cyclictest"] for e in expected[label]], rel=0.02)
+    tasks = {x["group"] for x in w["metrics"] if x["grouping"] == "task"}
+    assert tasks == {"cyclictest"}  # only the named ones
+    assert any("no_such_task never seen" in n for n in w["notes"])
+    table = next(t for t in doc["tables"] if t["key"] == "tasks")
+    assert {r[1] for r in table["rows"]} == {"cyclictest"}
+    # without --task: the busiest names present in every iteration, cyclictest among them
+    doc = _compare_json(store, "haltpoll", "ladder")
+    names = {x["group"] for x in doc["workloads"][0]["metrics"] if x["grouping"] == "task"}
+    assert "cyclictest" in names and 0 < len(names) <= 10
 
 
 def test_three_labels_incomplete_excluded_and_cache(governor_store):
@@ -173,8 +210,8 @@ def test_three_labels_incomplete_excluded_and_cache(governor_store):
     assert not (store / "menu" / "cyclictest" / "4" / ".abtest-metrics.json").exists()
     doc = _compare_json(store, "menu", "ladder")
     w = doc["workloads"][0]
-    got = w["metrics"][[m["name"] for m in w["metrics"]].index("idle.misses.too_shallow_count")]["values_a"]
-    assert got == [e["idle.misses.too_shallow_count"] for e in expected["menu"]]
+    got = w["metrics"][[m["name"] for m in w["metrics"]].index("idle.too_shallow_pct")]["values_a"]
+    assert got == pytest.approx([e["idle.too_shallow_pct"] for e in expected["menu"]], rel=1e-9)
 
 
 def test_label_paths_and_html(governor_store, tmp_path):
@@ -247,7 +284,7 @@ def test_missing_power_data(tmp_path):
             "ts_ns,rail,subsystem,energy_uj\n0,VDD_CPUCL0,cpu,0\n1000000000,VDD_CPUCL0,cpu,100000\n")
     r = _run("a", "b", "--store", str(tmp_path))
     assert r.exit_code == 0, r.output
-    assert "metrics only in a: power.channel.CPU-Little_mw" in r.output
+    assert "metrics only in a: power.CPU, power.CPU-Little" in r.output
     _mk(tmp_path, "c", "w", [1.0, 2.0], complete=False)
     for i in range(2):
         (tmp_path / "c" / "w" / str(i) / "metrics.json").write_text('{"metrics": {}}')
@@ -290,14 +327,14 @@ def test_live_collect_then_compare(tmp_path):
         indep = [independent_metrics(it / "trace.dat") for it in its]
         # on a saturated machine (other jobs on both CPUs) a CPU may never go idle during the run: then the
         # trace has no cpu_idle event, the idle analysis is skipped for that iteration and the notes say so
-        exits[key] = [e["idle.wakeups_total"] for e in indep if e["cpu_idle_events"]]
+        exits[key] = [e["idle.wakeups_per_s"] for e in indep if e["cpu_idle_events"]]
         skipped = [n for n in w["notes"] if n.startswith(f"{label}/hackbench/") and "idle: skipped" in n]
         assert len(skipped) == sum(1 for e in indep if not e["cpu_idle_events"])
     if exits["values_a"] and exits["values_b"]:
         for key in ("values_a", "values_b"):
-            assert metrics["idle.wakeups_total"][key] == exits[key]
+            assert metrics["idle.wakeups_per_s"][key] == pytest.approx(exits[key], rel=1e-9)
     else:
-        assert "idle.wakeups_total" not in metrics
+        assert "idle.wakeups_per_s" not in metrics
         side = "metrics_only_in_a" if exits["values_a"] else "metrics_only_in_b"
-        assert ("idle.wakeups_total" in w[side]) == bool(exits["values_a"] or exits["values_b"])
+        assert ("idle.wakeups_per_s" in w[side]) == bool(exits["values_a"] or exits["values_b"])
     assert metrics["hackbench_time_s"]["verdict"] in ("regression", "improvement", "no change", "inconclusive")

@@ -1,4 +1,4 @@
-"""`abtest trace convert` / `abtest.trace.api.convert` and the cache behind `Trace`: tables written by
+"""`abtest trace convert` / `abtest.trace.convert.convert` and the cache behind `Trace`: tables written by
 polars (parquet for convert, Arrow IPC for the cache) must read back (polars and pyarrow) to exactly the
 tables `read_trace()` gives, and meta.json must equal its metadata. Real traces: every trace.dat under
 ../shared/traces, the benchmark trace, text and perfetto traces."""
@@ -15,7 +15,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from abtest.trace import cache
-from abtest.trace.api import Trace, convert
+from abtest.session import Trace
+from abtest.trace.convert import convert
 from abtest.trace.readers import read_trace
 from shared_data import TRACES
 

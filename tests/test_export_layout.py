@@ -70,14 +70,14 @@ def test_export_loads_without_abtest(rel, expected, traces, tmp_path):
         assert tables["cpu_idle"]["state_min"] == -1  # exit from idle, as documented (kernel writes 4294967295)
 
     # what pandas read equals abtest's own canonical table
-    from abtest.trace.api import Trace
+    from abtest.session import Trace
     ours = Trace(traces / rel).df("sched_switch").row(0, named=True)
     assert {k: (str(v) if not isinstance(v, (int, float)) else v) for k, v in ours.items()} == \
         {k: (str(v) if not isinstance(v, (int, float)) else v) for k, v in sw["first"].items()}
 
 
 def test_polars_reads_the_same_layout(traces, tmp_path):
-    from abtest.trace.api import Trace
+    from abtest.session import Trace
     t = Trace(traces / "lisa" / "sched_load-trace.dat")
     out = t.to_dir(tmp_path / "exp")
     back = pl.read_parquet(out / "sched_pelt_cfs.parquet")

@@ -11,22 +11,23 @@ from click.testing import CliRunner
 
 from abtest.cli import cli
 from abtest.compare.gate import ThresholdsError, load_thresholds
-from abtest.compare.store import write_iteration
+from abtest.store.writer import write_iteration
 
 REPO = Path(__file__).resolve().parents[1]
 DEV = (-2.0, -1.0, 0.0, 1.0, 2.0)  # zero-sum deviations, x 1 % of the value: CV ~1.6 %
 
 
-def _store(root, b_power_factor, *, n_b=5, nan_in_b=False, fps=True):
+def _store(root, b_power_factor, *, n_b=5, nan_in_b=False, fps=True, power_key="soc_power_mw"):
+    """soc_power_mw: a user's own metrics.json key (declared by the file); power.Total: the declared channel."""
     for label, factor, n in (("base", 1.0, 5), ("cand", b_power_factor, n_b)):
         for i in range(n):
             d = DEV[i]
-            metrics = {"soc_power_mw": {"value": 1000.0 * factor * (1 + 0.01 * d), "unit": "mW",
-                                        "lower_is_better": True}}
+            metrics = {power_key: {"value": 1000.0 * factor * (1 + 0.01 * d), "unit": "mW",
+                                   "lower_is_better": True}}
             if fps:
                 metrics["fps"] = {"value": 60.0 * (1 + 0.001 * d), "unit": "fps", "lower_is_better": False}
             if nan_in_b and label == "cand" and i == 2:
-                metrics["soc_power_mw"]["value"] = None  # JSON null: a failed measurement
+                metrics[power_key]["value"] = None  # JSON null: a failed measurement
             write_iteration(root / label / "video" / f"{i}", metrics, {"kernel": {"release": label}})
     return root
 
@@ -135,8 +136,8 @@ def test_unknown_label_and_missing_thresholds(tmp_path):
 def test_shipped_thresholds_and_real_exit_code(tmp_path):
     """ci/thresholds.toml parses; the installed entry point (abtest.cli:main) returns the gate's exit code."""
     th = load_thresholds(REPO / "ci" / "thresholds.toml")
-    assert th.alpha == 0.05 and {m.name for m in th.metrics} >= {"soc_power_mw", "fps"}
-    store = _store(tmp_path / "s", 1.05)
+    assert th.alpha == 0.05 and {m.name for m in th.metrics} >= {"power.Total", "fps"}
+    store = _store(tmp_path / "s", 1.05, power_key="power.Total")
     junit = tmp_path / "j.xml"
     p = subprocess.run([sys.executable, "-m", "abtest.cli", "gate", "base", "cand", "--store", str(store),
                         "--thresholds", str(REPO / "ci" / "thresholds.toml"), "--junit", str(junit), "--no-trace"],
@@ -144,11 +145,88 @@ def test_shipped_thresholds_and_real_exit_code(tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr
     assert "gate FAILED" in p.stderr
     suite, cases = _junit(junit)
-    assert cases[("abtest.gate.video", "soc_power_mw")].find("failure") is not None
+    assert cases[("abtest.gate.video", "power.Total")].find("failure") is not None
     # optional metrics absent from the store are skipped, not errors
     skipped = {name for (_, name), c in cases.items() if c.find("skipped") is not None}
-    assert skipped == {"power.channel.Total_mw", "jank_pct", "latency.gmean_us"} and suite.get("skipped") == "3"
+    assert skipped == {"power.CPU", "jank_pct", "latency.gmean_us"} and suite.get("skipped") == "3"
     p = subprocess.run([sys.executable, "-m", "abtest.cli", "gate", "base", "missing", "--store", str(store),
                         "--thresholds", str(REPO / "ci" / "thresholds.toml")], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 2 and "not found" in p.stderr
+
+
+# ---------------------------------------------------------------- statistics at the edges (issue 27, 11-14)
+def _jank_store(root, a_values, b_values, metric="jank_pct"):
+    for label, vals in (("base", a_values), ("cand", b_values)):
+        for i, v in enumerate(vals):
+            write_iteration(root / label / "ui" / str(i), {metric: {"value": v, "unit": "%", "lower_is_better": True}})
+    return root
+
+
+def test_zero_baseline_regression_fails_the_gate(tmp_path):
+    """jank 0 % in every A iteration, ~10 % in B: no percent scale exists, the change is significant and in the
+    bad direction, so the gate fails (it used to say "changed" and pass)."""
+    store = _jank_store(tmp_path / "s", [0.0] * 5, [9.8, 10.1, 10.0, 9.9, 10.2])
+    r, junit = _gate(store, '[metrics.jank_pct]\nmax_regression_pct = 5.0\n', tmp_path)
+    assert r.exit_code == 1, r.output
+    assert "A's mean is 0" in r.output and "regression" in r.output
+    suite, cases = _junit(junit)
+    assert cases[("abtest.gate.ui", "jank_pct")].find("failure") is not None
+
+
+def test_zero_baseline_improvement_and_all_zero(tmp_path):
+    store = _jank_store(tmp_path / "s", [0.0] * 5, [0.0] * 5)
+    r, _ = _gate(store, '[metrics.jank_pct]\nmax_regression_pct = 5.0\n', tmp_path)
+    assert r.exit_code == 0 and "no change" in r.output, r.output
+
+
+def test_many_iterations_do_not_overflow(tmp_path):
+    """600 iterations per side (the exact Mann-Whitney minimum p used 2 / C(n_a + n_b, n_a), which overflows a
+    float beyond ~515 per side): compare and gate give a verdict."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    a = list(100 + rng.normal(0, 1, 600))
+    b = list(103 + rng.normal(0, 1, 600))
+    store = _jank_store(tmp_path / "s", a, b, metric="power.Total")
+    r, _ = _gate(store, '[metrics."power.Total"]\nmax_regression_pct = 1.0\n', tmp_path)
+    assert r.exit_code == 1 and "n = 600 vs 600" in r.output, r.output
+
+
+def test_huge_values_do_not_overflow(tmp_path):
+    """Values near 1e308: the mean of A (and B's +15 %) must not overflow to inf; the gate sees the regression."""
+    import json
+    a = [1.0e308, 1.01e308, 0.99e308, 1.0e308, 1.005e308]
+    b = [1.15e308, 1.16e308, 1.14e308, 1.15e308, 1.155e308]
+    store = _jank_store(tmp_path / "s", a, b, metric="power.Total")
+    r, _ = _gate(store, '[metrics."power.Total"]\nmax_regression_pct = 3.0\n', tmp_path)
+    assert r.exit_code == 1 and "power.Total +14.99 %" in r.output, r.output
+    r = CliRunner().invoke(cli, ["compare", "base", "cand", "--store", str(store), "--format", "json", "--no-trace"])
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.output)["workloads"][0]["metrics"][0]
+    assert m["value_a"] == pytest.approx(sum(x / 1e308 for x in a) / 5 * 1e308, rel=1e-12)
+    assert m["delta_pct"] == pytest.approx(15.0, abs=0.1)
+
+
+def test_unreadable_numbers_and_bytes_are_bad_input(tmp_path):
+    store = _jank_store(tmp_path / "s", [1.0] * 3, [1.0] * 3)
+    (store / "cand" / "ui" / "0" / "metrics.json").write_text('{"metrics": {"jank_pct": {"value": 1' + "0" * 400 + '}}}')
+    (store / "cand" / "ui" / "1" / "meta.json").write_bytes(b'{"kernel": "\xff\xfe"}')
+    r = CliRunner().invoke(cli, ["compare", "base", "cand", "--store", str(store), "--no-trace"])
+    flat = " ".join(r.output.split())  # the terminal form wraps long notes
+    assert "out of the range of a float" in flat and "not UTF-8 text" in flat, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    th = tmp_path / "bad.toml"
+    th.write_bytes(b"[metrics.jank_pct]\nmax_regression_pct = 3.0 # \xff\n")
+    r = CliRunner().invoke(cli, ["gate", "base", "cand", "--store", str(store), "--thresholds", str(th)])
+    assert r.exit_code == 2 and "not UTF-8 text" in r.output, r.output
+
+
+def test_gate_lists_excluded_iterations(tmp_path):
+    store = _store(tmp_path / "s", 1.0)
+    write_iteration(store / "cand" / "video" / "9", {"soc_power_mw": {"value": 1.0, "unit": "mW"}}, complete=False)
+    r, junit = _gate(store, THRESHOLDS, tmp_path)
+    assert "note  excluded cand/video:" in r.output and "incomplete (no .complete marker)" in r.output
+    suite, _ = _junit(junit)
+    props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert props["excluded_iterations"] == "1"
+    assert "incomplete (no .complete marker)" in suite.find("system-out").text

@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 
 from abtest.trace import perfetto
-from abtest.trace.api import Trace
+from abtest.session import Trace
 from abtest.trace.readers import read_trace
 
 try:  # perfetto's generated protobuf classes (dev dependency): the independent decoder / encoder

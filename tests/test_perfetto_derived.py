@@ -1,5 +1,5 @@
 """Values the perfetto reader derives rather than reads, checked on the real shared traces against
-Perfetto's own trace_processor (wasm build, offline; abtest.interop.perfetto_engine) and against the
+Perfetto's own trace_processor (wasm build, offline; abtest.trace.perfetto_engine) and against the
 protobuf runtime's decode (perfetto's generated classes):
 
 * compact sched_switch prev_comm of a task renamed while running (task_rename): the new comm;
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-from abtest.interop import perfetto_engine as pe
+from abtest.trace import perfetto_engine as pe
 from abtest.trace.readers import read_trace
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb  # dev dependency (make setup)

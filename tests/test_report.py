@@ -93,19 +93,20 @@ def test_seed_tables_present(report):
     fps = next(t for t in p.tables if t["id"] == "table-fps_power")
     assert fps["rows"][0][:3] == ["workload", "kernel", "FPS"]
     diffs = {r[0]: r[6] for r in fps["rows"][1:] if r[1] == "B"}
-    # uclamp_mix has no soc_power_mw: its SoC power is the power.csv Total channel (960 -> 852 mW), noted
+    # uclamp_mix's SoC power is the power.csv Total channel (960 -> 852 mW), noted
     assert diffs == {"youtube": "-21.15 %", "game_pubg": "-9.05 %", "game_genshin": "-8.37 %",
                      "uclamp_mix": "-11.25 %"}
     ch = next(t for t in p.tables if t["id"] == "table-power_channels")
-    assert [r[1] for r in ch["rows"][1:7]] == ["CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total"]
+    uclamp = [r for r in ch["rows"][1:] if r[0] == "uclamp_mix"]
+    assert [r[1] for r in uclamp][:12:2] == ["CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total"]
 
 
 def test_figures_are_embedded_pngs(report):
     p, out = report
     assert p.external == []  # self-contained: no scripts, stylesheets or remote images
     srcs = [i["src"] for i in p.images]
-    # per workload a dot plot; uclamp_mix also has power per channel
-    assert len(srcs) == 5
+    # per workload a dot plot and power per channel (power.Total from metrics.json, or power.csv's channels)
+    assert len(srcs) == 8
     for s in srcs:
         assert s.startswith("data:image/png;base64,")
         png = base64.b64decode(s.split(",", 1)[1])
@@ -118,15 +119,15 @@ def test_figures_are_embedded_pngs(report):
 
 
 def test_opp_residency_side_by_side(tmp_path):
-    """OPP residency figure from metrics named like the frequency analysis' summary keys
-    (frequency.per_cpu.<cpu>.opp_residency_pct.<kHz>); values constructed here."""
-    from abtest.compare.store import write_iteration
+    """OPP residency figure from the declared metric frequency.opp.{opp}.residency_pct (group
+    cpu<domain>@<kHz>), written here into metrics.json with constructed values."""
+    from abtest.store.writer import write_iteration
     res = {"A": {500000: 60.0, 1000000: 30.0, 1800000: 10.0}, "B": {500000: 45.0, 1000000: 35.0, 1800000: 20.0}}
     for label in ("A", "B"):
         for i, d in enumerate((-1.0, 0.0, 1.0)):
             write_iteration(tmp_path / label / "w" / str(i), {
-                f"frequency.per_cpu.{cpu}.opp_residency_pct.{khz}": {"value": pct + d, "unit": "%",
-                                                                     "lower_is_better": None}
+                f"frequency.opp.cpu{cpu}@{khz}.residency_pct": {"value": pct + d, "unit": "%",
+                                                                "lower_is_better": None}
                 for cpu in (0, 4) for khz, pct in res[label].items()})
     out = tmp_path / "r.html"
     r = CliRunner().invoke(cli, ["compare", "A", "B", "--store", str(tmp_path), "--html", str(out), "--no-trace"])
@@ -137,4 +138,4 @@ def test_opp_residency_side_by_side(tmp_path):
     assert "no OPP residency figure" not in out.read_text()
     allm = next(t for t in p.tables if t["id"] == "table-all_metrics")
     verdicts = {r[1]: r[-1] for r in allm["rows"][1:]}
-    assert verdicts["frequency.per_cpu.0.opp_residency_pct.1800000"] == "changed (higher)"
+    assert verdicts["frequency.opp.cpu0@1800000.residency_pct"] == "changed (higher)"

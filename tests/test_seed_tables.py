@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from abtest.cli import cli
 from abtest.compare.comparison import compare_labels
-from abtest.compare.store import load_store, write_iteration
+from abtest.store.reader import load_store
+from abtest.store.writer import write_iteration
 from abtest.compare.tables import format_value, seed_tables
 
 DEVIATIONS = (-2.0, -1.0, 0.0, 1.0, 2.0)  # zero-sum: mean of value * (1 + d * spread) is the value
@@ -54,13 +55,13 @@ def build_seed_store(root, *, spread=0.001):
         for w, powers in SEED_POWER_MW.items():
             for i, d in enumerate(DEVIATIONS):
                 write_iteration(root / label / w / f"iter-{i}", {
-                    "soc_power_mw": _m(powers[side] * (1 + d * spread), "mW", True),
+                    "power.Total": _m(powers[side] * (1 + d * spread), "mW", True),
                     "fps": _m(SEED_FPS[w][side] * (1 + d * spread / 10), "fps", False)}, _meta(label))
         for i, d in enumerate(DEVIATIONS):
             it = write_iteration(root / label / "uclamp_mix" / f"iter-{i}", {
                 "jank_pct": _m((4.2, 3.1)[side] * (1 + d * 0.01), "%", True),
-                "geekbench_single": _m((1000.0, 1004.0)[side] * (1 + d * spread), "score", False),
-                "geekbench_multi": _m((3000.0, 2900.0)[side] * (1 + d * spread), "score", False)},
+                "geekbench_single_core_score": _m((1000.0, 1004.0)[side] * (1 + d * spread), "points", False),
+                "geekbench_multi_core_score": _m((3000.0, 2900.0)[side] * (1 + d * spread), "points", False)},
                 _meta(label), complete=False)
             write_power_csv(it / "power.csv", {r: v[side] * (1 + d * spread) for r, v in RAILS.items()})
             (it / ".complete").touch()
@@ -92,21 +93,25 @@ def test_seed_power_channels_from_power_csv(seed_store):
     st = load_store(seed_store)
     c = compare_labels(st.labels["A"], st.labels["B"], workload="uclamp_mix", with_trace=False)
     t = next(t for t in seed_tables(c) if t.key == "power_channels")
-    got = {r[1]: r for r in t.rows}
+    assert [name for name, _ in t.columns] == ["workload", "channel", "tag", "value (mW)", "perc_diff", "verdict"]
+    got = {(r[1], r[2]): r for r in t.rows}
     expect = {"CPU-Little": ["S4M_VDD_CPUCL0"], "CPU-Mid": ["S3M_VDD_CPUCL1"], "CPU-Big": ["S2M_VDD_CPUCL2"],
               "GPU": ["S2S_VDD_G3D"], "CPU": ["S4M_VDD_CPUCL0", "S3M_VDD_CPUCL1", "S2M_VDD_CPUCL2"],
               "Total": list(RAILS)}
     for ch, rails in expect.items():
         a = sum(RAILS[r][0] for r in rails)
         b = sum(RAILS[r][1] for r in rails)
-        assert got[ch][2] == pytest.approx(a, rel=1e-9), ch
-        assert got[ch][3] == pytest.approx(b, rel=1e-9), ch
-        assert got[ch][4] == pytest.approx(100 * (b - a) / a, rel=1e-9), ch
-    # seed order first: CPU, CPU-Big, CPU-Little, CPU-Mid, GPU, Total
-    assert [r[1] for r in t.rows][:6] == ["CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total"]
-    assert got["CPU-Big"][5] == "improvement"  # 400 -> 330 mW
-    assert got["GPU"][5] == "regression"  # 150 -> 152 mW (+1.33 %, tight spread)
-    assert got["Memory"][5] == "no change"  # 80 -> 80 mW, an extra channel after the seed six
+        assert got[(ch, "A")][3] == pytest.approx(a, rel=1e-9), ch
+        assert got[(ch, "A")][4] == 0.0, ch
+        assert got[(ch, "B")][3] == pytest.approx(b, rel=1e-9), ch
+        assert got[(ch, "B")][4] == pytest.approx(100 * (b - a) / a, rel=1e-9), ch
+    # seed order first: CPU, CPU-Big, CPU-Little, CPU-Mid, GPU, Total, one row per kernel tag
+    assert [r[1] for r in t.rows][:12:2] == ["CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total"]
+    assert [r[2] for r in t.rows][:2] == ["A", "B"]
+    assert got[("CPU-Big", "B")][5] == "improvement"  # 400 -> 330 mW
+    assert got[("GPU", "B")][5] == "regression"  # 150 -> 152 mW (+1.33 %, tight spread)
+    assert got[("Memory", "B")][5] == "no change"  # 80 -> 80 mW, an extra channel after the seed six
+    assert any("built-in mapping for Google Pixel 6/7/8" in n for n in t.notes)  # the mapping used is stated
 
 
 def test_seed_geekbench_and_jank(seed_store):
@@ -115,12 +120,12 @@ def test_seed_geekbench_and_jank(seed_store):
     tables = {t.key: t for t in seed_tables(c)}
     gb = tables["geekbench"]
     b = next(r for r in gb.rows if r[1] == "B")
-    assert b[2] == pytest.approx(1004.0) and format_value(b[3], "diff") == "+0.40 %"
-    assert b[4] == pytest.approx(2900.0) and format_value(b[5], "diff") == "-3.33 %"
+    assert b[2] == pytest.approx(1004.0, rel=1e-5) and format_value(b[3], "diff") == "+0.40 %"  # gmean
+    assert b[4] == pytest.approx(2900.0, rel=1e-5) and format_value(b[5], "diff") == "-3.33 %"
     jank = tables["jank"]
     b = next(r for r in jank.rows if r[1] == "B")
     assert b[2] == pytest.approx(3.1) and format_value(b[3], "diff") == "-26.19 %"
-    assert c.workload("uclamp_mix").metric("geekbench_multi").verdict.verdict == "regression"  # score down 3.3 %
+    assert c.workload("uclamp_mix").metric("geekbench_multi_core_score").verdict.verdict == "regression"  # -3.3 %
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
@@ -140,7 +145,8 @@ def test_cli_json_keys(seed_store):
     assert doc["schema"] == "abtest.compare/1" and doc["label_a"] == "A" and doc["label_b"] == "B"
     (w,) = doc["workloads"]
     assert w["workload"] == "youtube" and w["n_a"] == 5 and w["n_b"] == 5
-    m = next(m for m in w["metrics"] if m["name"] == "soc_power_mw")
+    m = next(m for m in w["metrics"] if m["name"] == "power.Total")
+    assert m["key_template"] == "power.{channel}" and m["group"] == "Total" and m["declared"]
     assert round(m["delta_pct"], 2) == -21.15
     assert m["verdict"] == "improvement" and m["a"]["n"] == 5 and m["unit"] == "mW"
     lo, hi = m["bootstrap_ci95_pct"]

@@ -8,8 +8,9 @@ import pytest
 
 from abtest.compare import metrics as metrics_mod
 from abtest.compare.comparison import CompareError, compare_labels
-from abtest.compare.store import (Iteration, StoreError, default_store_root, find_trace, load_label, load_store,
-                                  write_iteration)
+from abtest.store.layout import default_store_root, find_trace
+from abtest.store.reader import Iteration, StoreError, load_label, load_store
+from abtest.store.writer import write_iteration
 from shared_data import TRACES
 
 REAL_TRACE = TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
@@ -97,9 +98,9 @@ def test_default_store_root(monkeypatch, tmp_path):
 
 
 def test_wa3_directory_is_routed_to_interop(tmp_path, monkeypatch):
-    """A directory with __meta/ or result.json goes to abtest.interop.wa.load_wa_output (replaced here by a
+    """A directory with __meta/ or result.json goes to abtest.store.wa.load_wa_output (replaced here by a
     recording stand-in: the WA parsing itself is tested by the interop helper's tests)."""
-    import abtest.interop.wa as wa
+    import abtest.store.reader as wa
     wa_dir = tmp_path / "wa_out"
     (wa_dir / "__meta").mkdir(parents=True)
     calls = []
@@ -121,19 +122,19 @@ def test_metrics_cache_is_keyed_on_inputs(tmp_path, monkeypatch):
     (d / "power.csv").write_text("ts_ns,rail,subsystem,energy_uj\n0,VDD_X,x,0\n1000000000,VDD_X,x,500000\n")
     it = load_label(tmp_path / "a").complete("w")[0]
     m, notes = metrics_mod.iteration_metrics(it, with_trace=False)
-    assert m["power.rail.VDD_X_mw"].value == pytest.approx(500.0)  # 500000 uJ over 1 s
+    assert m["power.rail.VDD_X"].value == pytest.approx(500.0)  # 500000 uJ over 1 s
     assert m["p"].value == 1.0 and notes == []
     cache = json.loads((d / ".abtest-metrics.json").read_text())
     assert cache["key"]["power"][0] == "power.csv"
     calls = []
     real = metrics_mod.power_metrics
-    monkeypatch.setattr(metrics_mod, "power_metrics", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(metrics_mod, "power_metrics", lambda *a, **k: calls.append(a) or real(*a, **k))
     metrics_mod.iteration_metrics(it, with_trace=False)
     assert calls == []  # served from the cache
     (d / "power.csv").write_text("ts_ns,rail,subsystem,energy_uj\n0,VDD_X,x,0\n1000000000,VDD_X,x,800000\n")
     os.utime(d / "power.csv", ns=(1, 10**18))
     m, _ = metrics_mod.iteration_metrics(it, with_trace=False)
-    assert len(calls) == 1 and m["power.rail.VDD_X_mw"].value == pytest.approx(800.0)
+    assert len(calls) == 1 and m["power.rail.VDD_X"].value == pytest.approx(800.0)
 
 
 def test_bad_power_csv_is_a_note_not_a_crash(tmp_path):
@@ -156,3 +157,26 @@ def test_corrupt_trace_is_a_note_and_not_cached(tmp_path):
     assert m["p"].value == 1.0 and not any(k.startswith(("idle.", "latency.")) for k in m)
     assert len(notes) == 1 and notes[0].startswith("trace metrics unavailable:") and "trace.dat" in notes[0]
     assert not (d / ".abtest-metrics.json").exists()
+
+
+def test_compare_never_writes_caches_through_symlinks(tmp_path):
+    """Issue 27 item 16: a planted .abtest-metrics.json symlink and a label directory linked from outside the
+    store are left untouched by compare's cache (the comparison still works)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    victim.write_text("keep me")
+    store = tmp_path / "store"
+    for label in ("a", "b"):
+        for i, v in enumerate((1.0, 1.1, 0.9)):
+            write_iteration(store / label / "w" / str(i), {"p": _m(v)})
+    (store / "a" / "w" / "0" / ".abtest-metrics.json").symlink_to(victim)
+    real_b = outside / "b"
+    (store / "b").rename(real_b)
+    (store / "b").symlink_to(real_b, target_is_directory=True)
+    from abtest.compare.comparison import compare_labels
+    c = compare_labels(load_label(store / "a"), load_label(store / "b"), with_trace=False, jobs=1)
+    assert c.workloads[0].metric("p") is not None
+    assert victim.read_text() == "keep me"
+    assert not any(p.name == ".abtest-metrics.json" for p in real_b.rglob("*"))
+    assert (store / "a" / "w" / "1" / ".abtest-metrics.json").is_file()  # ordinary iterations still cached

@@ -33,7 +33,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from abtest.interop import perfetto_engine as pe
+from abtest.trace import perfetto_engine as pe
 from shared_data import TRACES
 
 COMPARED = ("sched_switch", "sched_waking", "sched_wakeup", "cpu_idle", "cpu_frequency")
@@ -107,7 +107,7 @@ def tp_facts():
 
 
 def _abtest(rel: str):
-    from abtest.trace.api import Trace
+    from abtest.session import Trace
     return Trace(TRACES / rel)
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from abtest.interop import perfetto_engine as pe
-from abtest.interop import wasm_engine
+from abtest.trace import perfetto_engine as pe
+from abtest.trace import wasm_engine
 
 PIXEL = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
 SYSTING = "systing/trace.pb"
@@ -123,7 +123,7 @@ def test_analyze_stdlib_metrics(clean_env, traces):
 
 
 def test_trace_sql_method(clean_env, traces):
-    from abtest.trace.api import Trace
+    from abtest.session import Trace
     t = Trace(traces / SYSTING)
     df = t.sql("select count(*) as n from ftrace_event where name = 'softirq_entry'")
     assert df["n"].to_list() == [4284]
@@ -131,7 +131,7 @@ def test_trace_sql_method(clean_env, traces):
 
 def test_module_cache_cold_then_warm(tmp_path):
     """Cold start compiles the 11 MB module (seconds); the second process deserialises the cached artefact."""
-    code = ("import json,time; t=time.perf_counter(); from abtest.interop.wasm_engine import WasmTraceProcessor;"
+    code = ("import json,time; t=time.perf_counter(); from abtest.trace.wasm_engine import WasmTraceProcessor;"
             "tp=WasmTraceProcessor(); print(json.dumps({'source': tp.startup.source, 'module_s': tp.startup.seconds,"
             "'total_s': time.perf_counter()-t}))")
     env = dict(os.environ, ABTEST_WASM_CACHE_DIR=str(tmp_path / "wasm-cache"))

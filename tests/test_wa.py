@@ -1,4 +1,4 @@
-"""WA3 output directories as run stores (abtest.interop.wa) and LISA plat_info through the platform loader.
+"""WA3 output directories as run stores (abtest.store.wa) and LISA plat_info through the platform loader.
 
 The WA-shaped directories are built here in WA3's real on-disk structure (result.json Result pods,
 .run_state.json, __meta/run_info.json, target_info.json, jobs.json, <id>-<label>-<iteration>/ job dirs with
@@ -17,8 +17,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from abtest.compare.store import load_label, StoreError
-from abtest.interop.wa import energy_csv_to_samples, load_wa_output
+from abtest.store.reader import load_label, StoreError
+from abtest.store.wa import energy_csv_to_samples, load_wa_output
 
 X86 = "x86-vm"
 
@@ -113,10 +113,14 @@ def test_energy_csv_conversion(wa_runs):
     last = power.group_by("rail").agg(pl.col("ts_ns").max(), pl.col("energy_uj").max()).sort("rail")
     # cpu: 2.0 W for 5 s -> 10 J; gpu: cumulative energy column, 0.25 W -> 1.25 J
     assert last.rows() == [("cpu", 5_000_000_000, pytest.approx(10e6)), ("gpu", 5_000_000_000, pytest.approx(1.25e6))]
-    from abtest.compare.metrics import power_metrics
-    m = power_metrics(it.power_path)
-    assert m["power.rail.cpu_mw"].value == pytest.approx(2000.0)
-    assert m["power.rail.gpu_mw"].value == pytest.approx(250.0)
+    from abtest.analysis.power import power_metrics
+    from abtest.store.power import read_power_csv
+    vals, mapping = power_metrics(read_power_csv(it.power_path))
+    m = {v.key: v for v in vals}
+    assert m["power.rail.cpu"].value == pytest.approx(2000.0)
+    assert m["power.rail.gpu"].value == pytest.approx(250.0)
+    assert m["power.GPU"].value == pytest.approx(250.0) and m["power.Total"].value == pytest.approx(2250.0)
+    assert mapping.source.startswith("generic rail-name patterns")
 
 
 def test_energy_csv_errors(tmp_path):
@@ -156,14 +160,14 @@ def test_compare_cli_on_wa_runs(wa_runs):
     assert by["execution_time"]["a"]["mean"] == pytest.approx(10.16)
     assert by["execution_time"]["b"]["mean"] == pytest.approx(12.04)
     assert by["execution_time"]["verdict"] == "regression"  # longer run time, lower is better
-    assert by["power.rail.cpu_mw"]["a"]["mean"] == pytest.approx(2000.0)
-    assert by["power.rail.cpu_mw"]["b"]["mean"] == pytest.approx(2500.0)
+    assert by["power.rail.cpu"]["a"]["mean"] == pytest.approx(2000.0)
+    assert by["power.rail.cpu"]["b"]["mean"] == pytest.approx(2500.0)
     assert "latency[test=pipe]" in by
 
 
 def test_lisa_plat_info_through_platform_loader(traces):
     from abtest.analysis.platform import load_platform
-    from abtest.trace.api import Trace
+    from abtest.session import Trace
     plat = load_platform(traces / "lisa" / "sched_load-plat_info.yml")
     t = Trace(traces / "lisa" / "sched_load-trace.dat", platform=traces / "lisa" / "sched_load-plat_info.yml")
     assert t.platform == plat
@@ -176,6 +180,7 @@ def test_wa_trace_artifact_feeds_trace_metrics(wa_runs):
     from abtest.compare.metrics import derived_metrics
     a, _ = wa_runs
     it = load_wa_output(a)[0]
-    metrics, notes = derived_metrics(it, use_cache=False)
-    assert any(k.startswith("idle.") for k in metrics), notes
-    assert metrics["power.rail.cpu_mw"].value == pytest.approx(2000.0)
+    values, notes = derived_metrics(it, use_cache=False)
+    metrics = {m.key: m for m in values}
+    assert any(m.analysis == "idle" for m in values), notes
+    assert metrics["power.rail.cpu"].value == pytest.approx(2000.0)

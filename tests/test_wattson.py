@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from abtest.interop import perfetto_engine as pe
+from abtest.trace import perfetto_engine as pe
 from abtest.interop.wattson import codename_of, compare_estimates
 
 PIXEL = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"

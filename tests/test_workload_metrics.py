@@ -18,7 +18,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from abtest.analysis import workload, workload_frames
+from abtest.analysis import frames as workload_frames
+from abtest.results import benchmarks as workload, frames_text
 from abtest.trace.errors import TraceFormatError
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -128,7 +129,7 @@ def _sf_expected(path: Path) -> dict:
 def test_surfaceflinger_latency_fps():
     path = DATA / "surfaceflinger_latency.txt"
     exp = _sf_expected(path)
-    m = workload_frames.surfaceflinger_metrics(path)
+    m = frames_text.surfaceflinger_metrics(path)
     assert m["refresh_period_ns"] == exp["period"] == 16_666_666
     assert m["refresh_rate_hz"] == pytest.approx(60.0, abs=1e-3)
     assert m["frames"] == exp["frames"] == 106  # 127 lines - 20 empty - 1 pending
@@ -143,12 +144,12 @@ def test_surfaceflinger_latency_errors(tmp_path):
     bad = tmp_path / "sf.txt"
     bad.write_text("16666666\n1\t2\t3\n4\t5\n")
     with pytest.raises(TraceFormatError, match="line 3") as ei:
-        workload_frames.parse_surfaceflinger_latency(bad)
+        frames_text.parse_surfaceflinger_latency(bad)
     assert ei.value.line == 3
     nohead = tmp_path / "sf2.txt"
     nohead.write_text("refresh\n1\t2\t3\n")
     with pytest.raises(TraceFormatError, match="line 1"):
-        workload_frames.parse_surfaceflinger_latency(nohead)
+        frames_text.parse_surfaceflinger_latency(nohead)
 
 
 # -- gfxinfo framestats -------------------------------------------------------------------------------
@@ -175,7 +176,7 @@ def _gfx_expected(path: Path) -> dict:
 def test_gfxinfo_framestats(name):
     path = DATA / name
     exp = _gfx_expected(path)
-    m = workload_frames.gfxinfo_metrics(path)
+    m = frames_text.gfxinfo_metrics(path)
     assert m["frames"] == exp["frames"] == 118
     assert m["flagged_frames"] == exp["flagged"] == 2
     assert m["mean_frame_ms"] == pytest.approx(exp["mean_ms"])
@@ -194,11 +195,11 @@ def test_gfxinfo_errors(tmp_path):
     p = tmp_path / "g.txt"
     p.write_text("\n".join(broken))
     with pytest.raises(TraceFormatError) as ei:
-        workload_frames.parse_gfxinfo_framestats(p)
+        frames_text.parse_gfxinfo_framestats(p)
     assert ei.value.line == start + 6
     p.write_text("no profile data here\n")
     with pytest.raises(TraceFormatError, match="PROFILEDATA"):
-        workload_frames.parse_gfxinfo_framestats(p)
+        frames_text.parse_gfxinfo_framestats(p)
 
 
 def test_dispatch_by_content():
@@ -252,7 +253,7 @@ def test_frames_from_real_atrace_markers(traces):
 def test_frame_timeline_nowinandroid(traces):
     """nowinandroid/trace.perfetto-trace (Pixel 7 Pro, Android 13) carries SurfaceFlinger FrameTimeline
     events. Expected values: plain Python over the raw slice rows (a different query than the parser's)."""
-    from abtest.interop import perfetto_engine
+    from abtest.trace import perfetto_engine
 
     perfetto_engine.select_engine()  # make setup installs the offline engine: its absence is a failure
     path = traces / "nowinandroid" / "trace.perfetto-trace"

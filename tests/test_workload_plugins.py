@@ -1,6 +1,6 @@
 """Workload plugins: spec parsing, and each Linux workload run for real on this machine (short runs) with
 its output parsed into metrics with units; Android workloads' result files (real formats) converted to
-metrics through abtest.analysis.workload parsers."""
+metrics through abtest.results.benchmarks parsers."""
 from __future__ import annotations
 
 import json
@@ -112,14 +112,14 @@ def test_jankbench_db_to_metrics(tmp_path):
                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
     con.commit()
     con.close()
-    from abtest.analysis.workload import read_workload_metrics
+    from abtest.results.benchmarks import read_workload_metrics
     m = metrics_from_result(read_workload_metrics(db))
     assert m["jank_pct"] == {"value": 25.0, "unit": "%", "lower_is_better": True}
     assert m["mean_frame_ms"]["value"] == pytest.approx(14.25)
 
 
 def test_geekbench_and_surfaceflinger_to_metrics(tmp_path):
-    from abtest.analysis.workload import read_workload_metrics
+    from abtest.results.benchmarks import read_workload_metrics
     gb = tmp_path / "gb.json"
     gb.write_text(json.dumps({"score": 1200, "multicore_score": 3400,
                               "sections": [{"name": "Single-Core", "score": 1200, "workloads": []}]}))

@@ -2,7 +2,7 @@
 
 It speaks the shell's HTTP RPC endpoints that the `perfetto` Python package uses (GET /status,
 POST /parse, GET /notify_eof, POST /query), backed by the real trace_processor compiled to wasm
-(abtest.interop.wasm_engine). So the test exercises the package's real launch/HTTP/proto path
+(abtest.trace.wasm_engine). So the test exercises the package's real launch/HTTP/proto path
 (TraceProcessorConfig(bin_path=...)) end to end; only the process hosting trace_processor differs.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from abtest.interop.wasm_engine import WasmEngineError, WasmTraceProcessor
+from abtest.trace.wasm_engine import WasmEngineError, WasmTraceProcessor
 
 
 def main(argv: list[str]) -> int:

@@ -31,6 +31,7 @@ import numpy as np
 import polars as pl
 
 from abtest.analysis.intervals import df_cpu_idle_intervals
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
 
 EVENTS = ("cpu_idle",)
 OPTIONAL_EVENTS = ("cpu_idle_miss",)
@@ -327,13 +328,14 @@ def plot_idle_misses(misses: pl.DataFrame, *, ax=None):
 # bound to a Trace
 # --------------------------------------------------------------------------------------------
 def _platform(trace) -> dict | None:
-    from abtest.analysis.platform import load_platform, platform_from_meta
+    """The trace's platform (abtest.analysis.platform.trace_platform). A platform that does not match the trace
+    raises PlatformMismatchError (its idle states would relabel the trace's); an unreadable one is ignored."""
+    from abtest.analysis.platform import PlatformMismatchError, trace_platform
 
-    p = trace.platform
     try:
-        if isinstance(p, dict) and p.get("domains"):
-            return load_platform(p)
-        return platform_from_meta(trace.meta)
+        return trace_platform(trace)
+    except PlatformMismatchError:
+        raise
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -357,7 +359,13 @@ class IdleAnalysis:
         self.trace = trace
 
     def _span(self) -> tuple[int, int]:
-        return int(self.trace.start_ns), int(self.trace.end_ns)
+        """The trace window [start_ns, end_ns). A trace with no event has none: MissingEventsError (the idle
+        events are absent), the answer `analyze` gives for any analysis that does not apply."""
+        lo, hi = self.trace.start_ns, self.trace.end_ns
+        if lo is None or hi is None:
+            from abtest.trace.errors import MissingEventsError
+            raise MissingEventsError("idle", list(EVENTS), str(self.trace.path))
+        return int(lo), int(hi)
 
     def _cpu_idle(self) -> pl.DataFrame:
         self.trace.require("idle", *EVENTS)
@@ -373,9 +381,28 @@ class IdleAnalysis:
         st = df_idle_states(plat)
         return st if not st.is_empty() else None
 
+    def _cpu_idle_state(self) -> pl.DataFrame:
+        """cpu_idle events plus marker-carried cpu_idle values (devlib/LISA meta events, see
+        abtest.analysis.meta_events) written before a CPU's first kernel event: they give the state in force
+        at the start. Used for intervals only; wakeups and misses count kernel events alone."""
+        ev = self._cpu_idle()
+        if "marker" not in self.trace.tables:
+            return ev
+        from abtest.analysis.meta_events import meta_cpu_idle
+
+        marks = meta_cpu_idle(self.trace.df("marker", windowed=False))
+        if marks.is_empty():
+            return ev
+        first = ev.group_by(pl.col("cpu").cast(pl.Int32)).agg(pl.col("ts").min().alias("_first"))
+        seeds = (marks.join(first, on="cpu", how="left")
+                 .filter(pl.col("_first").is_null() | (pl.col("ts") < pl.col("_first"))).select("ts", "cpu", "state"))
+        kern = ev.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32), pl.col("state").cast(pl.Int64))
+        return pl.concat([seeds, kern]).sort("ts", maintain_order=True)
+
     def df_intervals(self) -> pl.DataFrame:
         lo, hi = self._span()
-        return df_idle_intervals(self._cpu_idle(), start_ns=lo, end_ns=hi, cpus=list(range(self.trace.cpus)) or None)
+        return df_idle_intervals(self._cpu_idle_state(), start_ns=lo, end_ns=hi,
+                                 cpus=list(range(self.trace.cpus)) or None)
 
     def df_residency(self) -> pl.DataFrame:
         return df_idle_residency(self.df_intervals(), self.idle_states())
@@ -475,3 +502,53 @@ def summary(trace) -> dict:
 
 def _f(x) -> float | None:
     return None if x is None or (isinstance(x, float) and np.isnan(x)) else float(x)
+
+
+# --------------------------------------------------------------------------------------------
+# Declared metrics (abtest.analysis.registry): one value per trace/iteration each
+# --------------------------------------------------------------------------------------------
+TOO_DEEP_PCT = MetricSpec(
+    "idle.too_deep_pct", "%", Direction.LOWER, Aggregation.GMEAN, title="too deep", headline=True,
+    description="Idle entries whose state was deeper than the sleep that followed allowed (cpu_idle_miss 'above', "
+                "else derived from target residencies), as % of all wakeups from idle (all CPUs); the teo seed's "
+                "'too deep %'.")
+TOO_SHALLOW_PCT = MetricSpec(
+    "idle.too_shallow_pct", "%", Direction.LOWER, Aggregation.GMEAN, title="too shallow", headline=True,
+    description="Idle entries where a deeper state would have fitted the sleep (cpu_idle_miss 'below', else "
+                "derived), as % of all wakeups from idle; the teo seed's 'too shallow %'.")
+IDLE_WAKEUPS_PER_S = MetricSpec(
+    "idle.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN, title="idle wakeups",
+    description="Exits from idle (cpu_idle state=-1 after an idle state) per second of window, all CPUs together.")
+IDLE_PCT = MetricSpec(
+    "idle.idle_pct", "%", Direction.NONE, Aggregation.MEAN, title="CPU time idle",
+    description="Share of all CPUs' time spent in any idle state (time with unknown state excluded from neither "
+                "part: it counts in the denominator).")
+STATE_RESIDENCY_PCT = MetricSpec(
+    "idle.state.{idle_state}.residency_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.IDLE_STATE,
+    title="idle state residency",
+    description="Share of all CPUs' time spent in this idle state (by state name from the platform / cpuidle).")
+
+METRICS = (TOO_DEEP_PCT, TOO_SHALLOW_PCT, IDLE_WAKEUPS_PER_S, IDLE_PCT, STATE_RESIDENCY_PCT)
+
+
+def metrics(trace, options=None) -> list[MetricValue]:
+    """The declared idle metrics of one trace (see METRICS). Needs cpu_idle."""
+    ia = IdleAnalysis(trace)
+    lo, hi = ia._span()
+    res = ia.df_residency()
+    total = res["time_ns"].sum()
+    out: list[MetricValue] = []
+    if total:
+        idle_ns = res.filter(pl.col("idle").fill_null(False))["time_ns"].sum()
+        out.append(MetricValue(IDLE_PCT, 100.0 * idle_ns / total))
+        per_state = (res.filter(pl.col("idle").fill_null(False)).group_by("state_name")
+                     .agg(pl.col("time_ns").sum()).sort("state_name"))
+        out += [MetricValue(STATE_RESIDENCY_PCT, 100.0 * t / total, str(name)) for name, t in per_state.iter_rows()]
+    wk = ia.df_wakeups()
+    out.append(MetricValue(IDLE_WAKEUPS_PER_S, float(wk["wakeups"].sum()) / max((hi - lo) / 1e9, 1e-9)))
+    if ia.miss_source() is not None:
+        allrow = ia.df_miss_totals().filter(pl.col("cpu").is_null()).row(0, named=True)
+        if allrow["above_pct"] is not None:
+            out.append(MetricValue(TOO_DEEP_PCT, float(allrow["above_pct"])))
+            out.append(MetricValue(TOO_SHALLOW_PCT, float(allrow["below_pct"])))
+    return out

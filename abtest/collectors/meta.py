@@ -103,7 +103,7 @@ def collect_target_meta(target: Target) -> dict:
 @lru_cache(maxsize=1)
 def host_tools() -> dict:
     """Versions on the collecting host: abtest, python, trace-cmd, adb, qemu (None when absent)."""
-    from abtest import __version__
+    from abtest.version import __version__
 
     def ver(argv: list[str], pattern: str) -> str | None:
         try:

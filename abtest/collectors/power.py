@@ -32,7 +32,7 @@ import polars as pl
 from abtest.targets.base import Target, TargetError
 from abtest.trace.errors import TraceFormatError
 
-POWER_SCHEMA = {"ts_ns": pl.Int64, "rail": pl.Utf8, "subsystem": pl.Utf8, "energy_uj": pl.Float64}
+from abtest.store.power import POWER_SCHEMA, write_power_csv  # noqa: F401 (write_power_csv re-exported for the collectors)
 
 _ODPM_LINE = re.compile(r"^CH(\d+)\(T=(\d+)\)\[([^\]]+)\],\s*(\d+)\s*$")
 _RAILS_LINE = re.compile(r"^CH(\d+)\[([^\]]+)\]:\s*(\S*)\s*$")
@@ -294,9 +294,3 @@ class PowerSampler:
         if self.kind == "rapl":
             return rapl_from_samples(samples, self.names, self.max_range)
         return hwmon_from_samples(samples, self.names)
-
-
-def write_power_csv(df: pl.DataFrame, path: str | Path) -> Path:
-    """Write the run-store power.csv (columns ts_ns, rail, subsystem, energy_uj)."""
-    df.select(list(POWER_SCHEMA)).write_csv(path)
-    return Path(path)

@@ -29,7 +29,7 @@ def measure_startup(info) -> dict:
     t0 = time.perf_counter()
     if info.name == "wasm":
         from pathlib import Path
-        from abtest.interop.wasm_engine import WasmTraceProcessor
+        from abtest.trace.wasm_engine import WasmTraceProcessor
         tp = WasmTraceProcessor(Path(info.path))
         return {"seconds": time.perf_counter() - t0, "module_source": tp.startup.source,
                 "module_seconds": tp.startup.seconds, "instantiate_seconds": tp.instantiate_seconds,
@@ -46,7 +46,7 @@ def measure_startup(info) -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def engines(measure: bool, as_json: bool) -> None:
     """List Perfetto trace_processor engines in discovery order (never downloads anything)."""
-    from abtest.interop.perfetto_engine import EngineUnavailableError, discover
+    from abtest.trace.perfetto_engine import EngineUnavailableError, discover
     try:
         found = discover()
     except EngineUnavailableError as e:
@@ -85,8 +85,8 @@ def engines(measure: bool, as_json: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 def sql(trace_file: str, query: str, engine: str, fmt: str) -> None:
     """Run a PerfettoSQL QUERY on TRACE_FILE with trace_processor."""
-    from abtest.interop.perfetto_engine import EngineQueryError, EngineUnavailableError
-    from abtest.interop.perfetto_engine import query as tp_query
+    from abtest.trace.perfetto_engine import EngineQueryError, EngineUnavailableError
+    from abtest.trace.perfetto_engine import query as tp_query
     try:
         df = tp_query(trace_file, query, engine=engine)
     except (EngineUnavailableError, EngineQueryError) as e:
@@ -114,7 +114,7 @@ def sql(trace_file: str, query: str, engine: str, fmt: str) -> None:
 def wattson(trace_file: str, engine: str, platform_path, curves_dir, assume_device, as_json: bool) -> None:
     """Wattson CPU power estimate (Perfetto) beside abtest's energy model and measured CPU rails."""
     import polars as pl
-    from abtest.interop.perfetto_engine import EngineQueryError, EngineUnavailableError
+    from abtest.trace.perfetto_engine import EngineQueryError, EngineUnavailableError
     from abtest.interop.wattson import compare_estimates
     try:
         report = compare_estimates(trace_file, engine=engine, platform=platform_path, curves_dir=curves_dir,

@@ -12,10 +12,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from abtest.analysis.registry import MetricOptions
 from abtest.compare import stats
-from abtest.compare.metrics import iteration_metrics
-from abtest.compare.store import Iteration, Label
-from abtest.compare.verdict import Policy, Verdict, decide
+from abtest.compare.metrics import Measured, iteration_metrics
+from abtest.compare.verdict import Policy, Verdict, aggregate, decide
+from abtest.metric_spec import Grouping, MetricSpec
+from abtest.store.config import StoreConfig
+from abtest.store.model import Iteration
+from abtest.store.reader import Label
 
 
 class CompareError(ValueError):
@@ -24,26 +28,58 @@ class CompareError(ValueError):
 
 @dataclass
 class MetricComparison:
-    """One metric of one workload, A vs B. values_*: per usable iteration (same order as iterations_*),
-    NaN-free; nan_iterations: iteration paths whose value was NaN/null (excluded and reported)."""
+    """One metric of one workload, A vs B.
+
+    name: full key ("power.CPU-Big"); spec: its declaration (key template, unit, direction, aggregation,
+    grouping); group: the template's placeholder value (None for a scalar). values_*: per usable iteration (same
+    order as iterations_*), NaN-free; nan_iterations: iteration paths whose value was NaN/null (excluded and
+    reported). a / b: descriptive statistics; value_a / value_b: the aggregate the declaration asks for (mean,
+    gmean or median; None when it is not defined, e.g. a gmean over a 0) — delta_pct always compares these two.
+    declared: False when the metric came from a metrics.json key the registry does not declare.
+    """
     name: str
-    unit: str
-    lower_is_better: bool | None
+    spec: MetricSpec
+    group: str | None
     source: str
     values_a: list
     values_b: list
     a: stats.Summary | None
     b: stats.Summary | None
+    value_a: float | None
+    value_b: float | None
     delta_pct: float | None
     bootstrap_ci95_pct: tuple[float, float] | None
     verdict: Verdict
     nan_iterations: list = field(default_factory=list)
+    declared: bool = True
+    analysis: str = ""
+
+    @property
+    def unit(self) -> str:
+        return self.spec.unit
+
+    @property
+    def lower_is_better(self) -> bool | None:
+        return self.spec.lower_is_better
+
+    @property
+    def aggregation(self) -> str:
+        return self.spec.aggregation.value
+
+    @property
+    def title(self) -> str:
+        t = self.spec.title or self.spec.key
+        return f"{t} [{self.group}]" if self.group is not None else t
 
     def to_json(self) -> dict:
         v = self.verdict
         return {
-            "name": self.name, "unit": self.unit, "lower_is_better": self.lower_is_better, "source": self.source,
+            "name": self.name, "key_template": self.spec.key, "group": self.group, "analysis": self.analysis,
+            "declared": self.declared, "title": self.spec.title, "unit": self.unit,
+            "direction": self.spec.direction.value, "lower_is_better": self.lower_is_better,
+            "aggregation": self.aggregation, "grouping": self.spec.group.value, "source": self.source,
             "a": self.a.to_json() if self.a else None, "b": self.b.to_json() if self.b else None,
+            "value_a": _num(self.value_a), "value_b": _num(self.value_b),
             "values_a": self.values_a, "values_b": self.values_b,
             "delta_pct": _num(self.delta_pct),
             "bootstrap_ci95_pct": list(self.bootstrap_ci95_pct) if self.bootstrap_ci95_pct else None,
@@ -51,7 +87,7 @@ class MetricComparison:
             "decision_test": v.decision_test, "significant": v.significant,
             "equivalence_ci90_pct": list(v.equivalence_ci90_pct) if v.equivalence_ci90_pct else None,
             "verdict": v.verdict, "verdict_text": v.text, "need_more_iterations": v.need_more_iterations,
-            "nan_iterations": self.nan_iterations,
+            "aggregation_note": v.note or None, "nan_iterations": self.nan_iterations,
         }
 
 
@@ -71,7 +107,16 @@ class WorkloadComparison:
     notes: list
 
     def metric(self, name: str) -> MetricComparison | None:
+        """The comparison of one metric by its full key ("power.Total"), or None."""
         return next((m for m in self.metrics if m.name == name), None)
+
+    def of(self, spec: MetricSpec, group: str | None = None) -> MetricComparison | None:
+        """The comparison of a declared metric (and group), or None when this workload did not measure it."""
+        return next((m for m in self.metrics if m.spec == spec and m.group == group), None)
+
+    def grouped(self, spec: MetricSpec) -> list[MetricComparison]:
+        """Every group of a grouped declared metric measured here, in the order of the metric list."""
+        return [m for m in self.metrics if m.spec == spec]
 
     def to_json(self) -> dict:
         return {"workload": self.workload, "n_a": len(self.iterations_a), "n_b": len(self.iterations_b),
@@ -108,9 +153,17 @@ def _num(x):
 
 
 def compare_labels(label_a: Label, label_b: Label, *, workload: str | None = None, policy: Policy = Policy(),
-                   with_trace: bool = True, use_cache: bool = True, metric_patterns: tuple = ()) -> Comparison:
+                   with_trace: bool = True, use_cache: bool = True, metric_patterns: tuple = (),
+                   tasks: tuple[str, ...] = (), config: StoreConfig | None = None, jobs: int = 1,
+                   top_tasks: int = 10, progress: bool = False) -> Comparison:
     """Compare every workload present under both labels (or only `workload`). Raises CompareError on bad input.
-    metric_patterns: shell-style patterns (fnmatch); when given, only matching metric names are compared."""
+
+    metric_patterns: shell-style patterns (fnmatch); when given, only matching metric names are compared.
+    tasks: task names whose per-task metrics are compared (plus the store config's list for the workload);
+    when neither names any, the `top_tasks` task names with the most CPU time in A that appear in every
+    iteration of both sides. jobs: processes that analyse iterations in parallel (1: in this process).
+    progress: show a progress bar on stderr while iterations are analysed."""
+    config = config or StoreConfig()
     wa, wb = set(label_a.workloads), set(label_b.workloads)
     if workload is not None:
         missing = [f"{lab.name} ({lab.path})" for lab, ws in ((label_a, wa), (label_b, wb)) if workload not in ws]
@@ -126,9 +179,24 @@ def compare_labels(label_a: Label, label_b: Label, *, workload: str | None = Non
                                f"({label_a.name}: {sorted(wa) or 'none'}; {label_b.name}: {sorted(wb) or 'none'})")
     result = Comparison(label_a.name, label_b.name, str(label_a.path), str(label_b.path), policy, [],
                         sorted(wa - wb) if workload is None else [], sorted(wb - wa) if workload is None else [])
+    sides = {}
+    jobs_list = []
     for w in common:
-        result.workloads.append(_compare_workload(label_a, label_b, w, policy, with_trace, use_cache,
-                                                  metric_patterns))
+        named = tuple(dict.fromkeys(tuple(tasks) + config.tasks_for(w)))
+        options = MetricOptions(tasks=named, rail_channels=config.rail_channels)
+        for label in (label_a, label_b):
+            usable, excluded = _usable(label, w)
+            sides[(label.name, w)] = (usable, excluded, options, named)
+            jobs_list += [(it, options) for it in usable]
+    from abtest.compare.parallel import analyse_iterations
+    results = analyse_iterations(jobs_list, use_cache=use_cache, with_trace=with_trace, jobs=jobs,
+                                 progress=progress)
+    for w in common:
+        side_a = _side(label_a, w, sides, results)
+        side_b = _side(label_b, w, sides, results)
+        named = sides[(label_a.name, w)][3]
+        result.workloads.append(_compare_workload(label_a.name, label_b.name, w, side_a, side_b, policy,
+                                                  metric_patterns, named, top_tasks))
     if not any(w.metrics for w in result.workloads):
         what = f"matching {', '.join(metric_patterns)} " if metric_patterns else ""
         raise CompareError(f"{label_a.name} and {label_b.name} have no metric {what}in common in "
@@ -147,9 +215,8 @@ def not_enough_data(c: Comparison, min_iterations: int = 2) -> list[str]:
     return out
 
 
-def _collect(label: Label, workload: str, with_trace: bool, use_cache: bool
-             ) -> tuple[list[Iteration], list[dict], list[dict], list[str]]:
-    """Usable iterations, their metric dicts, the excluded ones, notes."""
+def _usable(label: Label, workload: str) -> tuple[list[Iteration], list[dict]]:
+    """Usable iterations and the excluded ones ({label, path, reason}); CompareError when none is usable."""
     usable = label.complete(workload)
     excluded = [{"label": label.name, "path": str(it.path),
                  "reason": "; ".join(it.problems) if it.problems else "incomplete (no .complete marker)"}
@@ -158,40 +225,100 @@ def _collect(label: Label, workload: str, with_trace: bool, use_cache: bool
         raise CompareError(f"{label.name}/{workload}: no complete iterations under {label.path / workload}"
                            + (f" ({len(excluded)} excluded: " + "; ".join(e["reason"] for e in excluded) + ")"
                               if excluded else ""))
+    return usable, excluded
+
+
+@dataclass
+class _Side:
+    label: str
+    iterations: list
+    per_it: list  # dict[key, Measured] per usable iteration
+    excluded: list
+    notes: list
+
+
+def _side(label: Label, workload: str, sides: dict, results: dict) -> _Side:
+    usable, excluded, _options, _named = sides[(label.name, workload)]
     per_it, notes = [], []
     for it in usable:
-        m, n = iteration_metrics(it, use_cache=use_cache, with_trace=with_trace)
+        m, n = results[str(it.path)]
         per_it.append(m)
         notes.extend(f"{label.name}/{workload}/{it.name}: {x}" for x in n)
-    return usable, per_it, excluded, notes
+    return _Side(label.name, usable, per_it, excluded, notes)
 
 
-def _compare_workload(label_a: Label, label_b: Label, workload: str, policy: Policy, with_trace: bool,
-                      use_cache: bool, metric_patterns: tuple = ()) -> WorkloadComparison:
-    its_a, ma, ex_a, notes_a = _collect(label_a, workload, with_trace, use_cache)
-    its_b, mb, ex_b, notes_b = _collect(label_b, workload, with_trace, use_cache)
+def _select_tasks(a: _Side, b: _Side, named: tuple[str, ...], top: int, notes: list[str]) -> set[str] | None:
+    """Task names whose per-task metrics are compared: the named ones, else the `top` names with the most
+    CPU time in A among those present in every iteration of both sides. None: no per-task metric at all."""
+    def tasks_in(m: dict) -> set[str]:
+        return {x.group for x in m.values() if x.spec.group is Grouping.TASK}
+    every = [tasks_in(m) for m in a.per_it + b.per_it]
+    if not any(every):
+        return None
+    if named:
+        present = set().union(*every)
+        absent = [t for t in named if t not in present]
+        if absent:
+            notes.append(f"task(s) {', '.join(absent)} never seen in these iterations (per-task metrics need the "
+                         "task to run and be woken; names are comm, at most 15 characters)")
+        return set(named)
+    common = set.intersection(*every)
+    runtime: dict[str, float] = {}
+    for m in a.per_it:
+        for x in m.values():
+            if x.spec.key == "placement.task.{task}.runtime_ms_per_s" and x.group in common:
+                runtime[x.group] = runtime.get(x.group, 0.0) + x.value
+    ranked = sorted(common, key=lambda t: (-runtime.get(t, 0.0), t))
+    chosen = set(ranked[:top])
+    if len(common) > top:
+        notes.append(f"per-task metrics: the {top} task names with the most CPU time in {a.label} of the "
+                     f"{len(common)} present in every iteration (name others with --task)")
+    return chosen
+
+
+def _compare_workload(label_a: str, label_b: str, workload: str, a: _Side, b: _Side, policy: Policy,
+                      metric_patterns: tuple, named: tuple[str, ...], top_tasks: int) -> WorkloadComparison:
+    notes = a.notes + b.notes
+    ma, mb = a.per_it, b.per_it
     if metric_patterns:
         keep = lambda name: any(fnmatch.fnmatchcase(name, p) for p in metric_patterns)  # noqa: E731
         ma = [{k: v for k, v in m.items() if keep(k)} for m in ma]
         mb = [{k: v for k, v in m.items() if keep(k)} for m in mb]
-    notes = notes_a + notes_b
-    for lab, its, ex in ((label_a, its_a, ex_a), (label_b, its_b, ex_b)):
-        if ex:
-            notes.append(f"{lab.name}/{workload}: {len(ex)} iteration(s) excluded, {len(its)} used")
+    tasks = _select_tasks(_Side(a.label, a.iterations, ma, [], []), _Side(b.label, b.iterations, mb, [], []),
+                          named, top_tasks, notes)
+    if tasks is not None:
+        drop = lambda x: x.spec.group is Grouping.TASK and x.group not in tasks  # noqa: E731
+        ma = [{k: v for k, v in m.items() if not drop(v)} for m in ma]
+        mb = [{k: v for k, v in m.items() if not drop(v)} for m in mb]
+    for side in (a, b):
+        if side.excluded:
+            notes.append(f"{side.label}/{workload}: {len(side.excluded)} iteration(s) excluded, "
+                         f"{len(side.iterations)} used")
     names_a = set().union(*(m.keys() for m in ma))
     names_b = set().union(*(m.keys() for m in mb))
-    metrics = []
-    for name in sorted(names_a & names_b):
-        metrics.append(_compare_metric(name, its_a, ma, its_b, mb, policy, notes, label_a.name, label_b.name))
+    missing: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    metrics = [_compare_metric(name, a.iterations, ma, b.iterations, mb, policy, notes, label_a, label_b, missing)
+               for name in sorted(names_a & names_b)]
+    notes += _missing_notes(missing)
     return WorkloadComparison(
-        workload=workload, iterations_a=[it.name for it in its_a], iterations_b=[it.name for it in its_b],
-        excluded=ex_a + ex_b, metrics=metrics, only_in_a=sorted(names_a - names_b),
-        only_in_b=sorted(names_b - names_a), meta_a=summarize_meta(its_a), meta_b=summarize_meta(its_b),
+        workload=workload, iterations_a=[it.name for it in a.iterations], iterations_b=[it.name for it in b.iterations],
+        excluded=a.excluded + b.excluded, metrics=metrics, only_in_a=sorted(names_a - names_b),
+        only_in_b=sorted(names_b - names_a), meta_a=summarize_meta(a.iterations), meta_b=summarize_meta(b.iterations),
         notes=notes)
 
 
-def _values(name: str, its: list[Iteration], per_it: list[dict], label: str, notes: list[str]
-            ) -> tuple[list[float], list[str], object]:
+def _missing_notes(missing: dict[tuple[str, tuple[str, ...]], list[str]]) -> list[str]:
+    """One note per (label, iterations) listing the metrics those iterations lack."""
+    out = []
+    for (label, its), names in sorted(missing.items()):
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        out.append(f"{label}: iteration(s) {', '.join(its)} lack {len(names)} metric(s) the others have: {shown} "
+                   "(their statistics use the other iterations)")
+    return out
+
+
+def _values(name: str, its: list[Iteration], per_it: list[dict], label: str, notes: list[str],
+            missing_by: dict | None = None) -> tuple[list[float], list[str], Measured | None]:
     vals, nan_paths, proto = [], [], None
     missing = []
     for it, m in zip(its, per_it):
@@ -205,26 +332,32 @@ def _values(name: str, its: list[Iteration], per_it: list[dict], label: str, not
         else:
             nan_paths.append(str(it.path))
     if missing:
-        notes.append(f"{label}: metric {name} missing in iteration(s) {', '.join(missing)}")
+        if missing_by is None:
+            notes.append(f"{label}: metric {name} missing in iteration(s) {', '.join(missing)}")
+        else:
+            missing_by.setdefault((label, tuple(missing)), []).append(name)
     if nan_paths:
         notes.append(f"{label}: metric {name} is NaN/null in {', '.join(nan_paths)} (excluded from its statistics)")
     return vals, nan_paths, proto
 
 
-def _compare_metric(name, its_a, ma, its_b, mb, policy, notes, label_a, label_b) -> MetricComparison:
-    va, nan_a, proto_a = _values(name, its_a, ma, label_a, notes)
-    vb, nan_b, proto_b = _values(name, its_b, mb, label_b, notes)
-    lib = proto_a.lower_is_better
-    if proto_b.lower_is_better != lib:
+def _compare_metric(name, its_a, ma, its_b, mb, policy, notes, label_a, label_b, missing=None) -> MetricComparison:
+    va, nan_a, proto_a = _values(name, its_a, ma, label_a, notes, missing)
+    vb, nan_b, proto_b = _values(name, its_b, mb, label_b, notes, missing)
+    spec: MetricSpec = proto_a.spec
+    if not proto_a.declared and proto_b.spec.direction != spec.direction:
         notes.append(f"metric {name}: lower_is_better differs between {label_a} and {label_b}; using {label_a}'s")
+    agg = spec.aggregation.value
     sa = stats.describe(va) if va else None
     sb = stats.describe(vb) if vb else None
-    d = stats.delta_pct(sa.mean, sb.mean) if (sa and sb) else None
-    ci = stats.bootstrap_delta_ci_pct(va, vb) if (len(va) >= 2 and len(vb) >= 2) else None
-    v = decide(np.asarray(va), np.asarray(vb), lib, policy)
-    return MetricComparison(name=name, unit=proto_a.unit, lower_is_better=lib, source=proto_a.source,
-                            values_a=va, values_b=vb, a=sa, b=sb, delta_pct=d, bootstrap_ci95_pct=ci,
-                            verdict=v, nan_iterations=nan_a + nan_b)
+    v = decide(np.asarray(va), np.asarray(vb), spec.lower_is_better, policy, aggregation=agg)
+    value_a, value_b = aggregate(va, agg), aggregate(vb, agg)
+    ci = stats.bootstrap_delta_ci_pct(va, vb, aggregation=agg) if (len(va) >= 2 and len(vb) >= 2) else None
+    return MetricComparison(name=name, spec=spec, group=proto_a.group, source=proto_a.source, values_a=va,
+                            values_b=vb, a=sa, b=sb, value_a=value_a, value_b=value_b, delta_pct=v.delta_pct
+                            if (value_a is not None and value_b is not None) else None,
+                            bootstrap_ci95_pct=ci, verdict=v, nan_iterations=nan_a + nan_b,
+                            declared=proto_a.declared, analysis=proto_a.analysis)
 
 
 _ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d")

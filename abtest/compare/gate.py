@@ -5,8 +5,8 @@ Thresholds file (see ci/thresholds.toml and docs/compare.md)::
     alpha = 0.05              # significance level (default 0.05)
     min_iterations = 3        # per side and metric, else "not enough data" (default 3)
     fail_on_inconclusive = false   # true: an inconclusive metric counts as not enough data (exit 2)
-    [metrics.soc_power_mw]
-    max_regression_pct = 3.0  # regression allowed, percent of A's mean, in the metric's bad direction
+    [metrics."power.Total"]   # a full metric key (`abtest metrics` lists the declared ones)
+    max_regression_pct = 3.0  # regression allowed, percent of A's aggregate, in the metric's bad direction
     # optional per metric: alpha, lower_is_better (override), workloads = ["youtube", ...],
     # required = false (a metric measured in no compared workload is then skipped instead of an error)
 
@@ -14,8 +14,10 @@ Per (workload, gated metric) the verdict rule of abtest.compare.verdict runs wit
 min_effect_pct = max_regression_pct: the check FAILS when the result is "regression" (significant and at
 least max_regression_pct worse). It is an ERROR when the metric has NaN values, fewer than min_iterations
 on a side, or (when the metric lists `workloads`) is missing there; a gated metric found in no compared
-workload is an error too unless it says `required = false` (a typo in a metric name must not pass
-silently). Exit code: 1 if any check failed, else 2 if any error, else 0.
+workload is an error too unless it says `required = false` and the name is a declared metric (a typo in a
+metric name must not pass silently). The test runs on the metric's declared aggregation (gmean metrics on
+their logarithms, abtest.compare.verdict). With A's aggregate 0 there is no percent scale: a significant
+change in the bad direction fails whatever max_regression_pct says. Exit code: 1 if any check failed, else 2 if any error, else 0.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from abtest.analysis.registry import resolve
 from abtest.compare.comparison import Comparison
 from abtest.compare.verdict import REGRESSION, INCONCLUSIVE, Policy, decide
 
@@ -77,6 +80,7 @@ class GateResult:
     label_b: str
     checks: list = field(default_factory=list)
     errors: list = field(default_factory=list)  # errors not tied to one check
+    excluded: list = field(default_factory=list)  # {"label", "workload", "path", "reason"}: iterations not used
 
     @property
     def exit_code(self) -> int:
@@ -98,9 +102,13 @@ def _num(where: str, v, *, positive: bool = False, upper: float | None = None) -
 def load_thresholds(path: str | Path) -> Thresholds:
     path = Path(path)
     try:
-        doc = tomllib.loads(path.read_text())
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as e:
         raise ThresholdsError(f"thresholds file {path} not found") from e
+    except UnicodeDecodeError as e:
+        raise ThresholdsError(f"{path}: not UTF-8 text (byte offset {e.start})") from e
+    except OSError as e:
+        raise ThresholdsError(f"{path}: cannot read ({e.strerror})") from e
     except tomllib.TOMLDecodeError as e:
         raise ThresholdsError(f"{path}: invalid TOML: {e}") from e
     alpha = _num(f"{path}: alpha", doc.get("alpha", 0.05), positive=True, upper=1)
@@ -137,6 +145,7 @@ def load_thresholds(path: str | Path) -> Thresholds:
 
 def run_gate(c: Comparison, th: Thresholds) -> GateResult:
     res = GateResult(c.label_a, c.label_b)
+    res.excluded = [{"workload": w.workload, **e} for w in c.workloads for e in w.excluded]
     for t in th.metrics:
         found_anywhere = False
         for w in c.workloads:
@@ -153,9 +162,12 @@ def run_gate(c: Comparison, th: Thresholds) -> GateResult:
                 continue
             found_anywhere = True
             res.checks.append(_check(w.workload, m, t, th))
-        if not found_anywhere and not t.workloads and t.required:
+        if not found_anywhere and not t.workloads and (t.required or resolve(t.name) is None):
+            why = "" if resolve(t.name) is not None else (
+                "; it is not a declared metric either (`abtest metrics` lists them: e.g. power.Total, fps, "
+                "latency.gmean_us), so this is probably a typo")
             res.errors.append(f"gated metric {t.name} was found in no compared workload "
-                              f"({', '.join(w.workload for w in c.workloads)})")
+                              f"({', '.join(w.workload for w in c.workloads)}){why}")
     return res
 
 
@@ -172,11 +184,14 @@ def _check(workload: str, m, t: MetricThreshold, th: Thresholds) -> Check:
         return Check(status=ERROR, message=f"metric {t.name} has no direction; set lower_is_better in the "
                      "thresholds file", **base)
     v = decide(np.asarray(m.values_a), np.asarray(m.values_b), lib,
-               Policy(alpha=t.alpha, min_effect_pct=t.max_regression_pct, min_iterations=th.min_iterations))
+               Policy(alpha=t.alpha, min_effect_pct=t.max_regression_pct, min_iterations=th.min_iterations),
+               aggregation=m.aggregation)
     base.update(delta_pct=v.delta_pct, p_welch=v.p_welch, p_mannwhitney=v.p_mannwhitney)
     d = f"{v.delta_pct:+.2f} %" if v.delta_pct is not None else "n/a"
-    detail = (f"{t.name} {d} (limit {t.max_regression_pct} % worse, alpha {t.alpha}); p Welch "
-              f"{_p(v.p_welch)}, p Mann-Whitney {_p(v.p_mannwhitney)}; n = {n_a} vs {n_b}; {v.text}")
+    agg = f" ({m.aggregation})" if m.aggregation != "mean" else ""
+    detail = (f"{t.name}{agg} {d} (limit {t.max_regression_pct} % worse, alpha {t.alpha}); p Welch "
+              f"{_p(v.p_welch)}, p Mann-Whitney {_p(v.p_mannwhitney)}; n = {n_a} vs {n_b}; {v.text}"
+              + (f" ({v.note})" if v.note else ""))
     if v.verdict == REGRESSION:
         return Check(status=FAIL, message=f"significant regression: {detail}", **base)
     if v.verdict == INCONCLUSIVE and th.fail_on_inconclusive:
@@ -186,6 +201,11 @@ def _check(workload: str, m, t: MetricThreshold, th: Thresholds) -> Check:
 
 def _p(p):
     return "n/a" if p is None else f"{p:.4g}"
+
+
+def excluded_lines(res: GateResult) -> list[str]:
+    """One line per iteration the gate did not use (incomplete or broken), with the reason."""
+    return [f"excluded {e['label']}/{e['workload']}: {e['path']}: {e['reason']}" for e in res.excluded]
 
 
 def junit_xml(res: GateResult, thresholds_path: str = "") -> str:
@@ -199,8 +219,10 @@ def junit_xml(res: GateResult, thresholds_path: str = "") -> str:
                           skipped=str(skips), time="0")
     props = ET.SubElement(suite, "properties")
     for k, v in (("label_a", res.label_a), ("label_b", res.label_b), ("thresholds", thresholds_path),
-                 ("exit_code", str(res.exit_code))):
+                 ("exit_code", str(res.exit_code)), ("excluded_iterations", str(len(res.excluded)))):
         ET.SubElement(props, "property", name=k, value=v)
+    if res.excluded:
+        ET.SubElement(suite, "system-out").text = "\n".join(excluded_lines(res))
     for c in res.checks:
         case = ET.SubElement(suite, "testcase", classname=f"abtest.gate.{c.workload}", name=c.metric, time="0")
         if c.status == FAIL:

@@ -1,136 +1,133 @@
-"""Per-iteration metrics: metrics.json + power.csv + the iteration's trace, cached next to the iteration.
+"""Per-iteration metrics: every value an iteration yields, each with its declaration (abtest.analysis.registry).
 
-Metric names (see docs/compare.md):
-  <name from metrics.json>        as written by the workload (fps, soc_power_mw, jank_pct, score, ...)
-  power.rail.<RAIL>_mw            average power of one rail over the iteration, mW (from power.csv)
-  power.channel.<CHANNEL>_mw      average power per channel: CPU, CPU-Big, CPU-Little, CPU-Mid, GPU, Total
-                                  (and Display, Memory when such rails exist; abtest.analysis.energy mapping)
-  <analysis>.<key>                numeric leaves of abtest.analysis.<analysis>.summary(trace), nested keys
-                                  joined with "." (analyses: idle, latency, frequency, energy, load_tracking)
+Sources, per iteration directory (see abtest.store.layout):
+  metrics.json   workload-reported values (fps, jank_pct, geekbench scores, ...). A key the registry declares
+                 takes unit, direction and aggregation from its declaration; any other key is the file's own
+                 declaration (its "unit" and "lower_is_better"), kept as is and marked undeclared.
+  power          `power.<Channel>` / `power.rail.<RAIL>` (mW) from ONE source, first present: the store's
+                 power.csv, else the power rails inside the trace (perfetto PowerRails, a Catapult zip's BattOr
+                 log), else a BattOr log beside the trace. Which one was used is the values' `source`.
+  trace          the trace analyses of the registry (idle, latency, frequency, load_tracking, placement,
+                 energy_model): every value they compute, with its spec.
 
-Derived metrics are cached in `<iteration>/.abtest-metrics.json`, keyed on the abtest version, this module's
-METRICS_VERSION, the sizes and mtimes of the trace and power.csv, and which analysis modules are importable.
-A read-only store is fine: the cache is then simply not written.
+Derived values (power + trace) are cached in `<iteration>/.abtest-metrics.json`, keyed on the abtest version,
+METRICS_VERSION, a fingerprint of the registry's declarations, the sizes and mtimes of the trace and power files,
+and the options (named tasks, rail mapping). A read-only store is fine: the cache is then simply not written, and
+a cache file that is a symlink is neither read nor written through. With $ABTEST_METRICS_CACHE=user the caches
+go to the user cache directory instead (`cache_file`), so a store that must stay untouched (the bundled
+examples/, a shared or archived store) is never written to.
 """
 from __future__ import annotations
 
-import importlib
+import dataclasses
+import hashlib
 import json
-import math
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from abtest.compare.store import METRICS_CACHE_FILE, Iteration, Metric
+from abtest.analysis import registry
+from abtest.analysis.power import POWER_RAIL, power_metrics
+from abtest.metric_spec import Aggregation, Direction, MetricSpec, MetricValue
+from abtest.safe_io import UnsafePathError, write_file_no_follow
+from abtest.store.layout import METRICS_CACHE_FILE
+from abtest.store.model import Iteration, Metric
 
-METRICS_VERSION = 1
-TRACE_ANALYSES = ("idle", "latency", "frequency", "energy", "load_tracking")
-CHANNELS = ("CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total")  # seed table order (others follow)
-
-# Direction of "better" for trace summary keys, by substring of the key (first match wins).
-_HIGHER_IS_BETTER = ("fps", "score", "throughput", "bogo", "ops_per")
-_LOWER_IS_BETTER = ("latency", "miss", "too_deep", "too_shallow", "power", "energy", "_mw", "_uj", "_j",
-                    "jank", "lost", "duration")
-_PER_TASK = "tasks."
-_UNIT_SUFFIXES = (("_per_s", "1/s"), ("_pct", "%"), ("_us", "us"), ("_ns", "ns"), ("_ms", "ms"), ("_mw", "mW"),
-                  ("_uj", "uJ"),
-                  ("_j", "J"), ("_khz", "kHz"), ("_mhz", "MHz"), ("_s", "s"), ("_count", "count"))
+METRICS_VERSION = 3
 
 
-def direction_for(key: str, analysis: str = "") -> bool | None:
-    """lower_is_better for a trace-derived key, from its last component (too_deep_pct, gmean_us, ...):
-    True/False by name; for the latency analysis every time value is lower-is-better; None when no
-    direction is implied (residencies, wakeup counts, average frequency...)."""
-    last = key.lower().rsplit(".", 1)[-1]
-    if any(s in last for s in _HIGHER_IS_BETTER):
-        return False
-    if any(s in last for s in _LOWER_IS_BETTER):
-        return True
-    if analysis == "latency" and unit_for(last) in ("us", "ns", "ms", "s"):
-        return True
-    return None
+@dataclass(frozen=True)
+class Measured:
+    """One value of one iteration with its declaration. source: "metrics.json", "power.csv",
+    "trace:power_rail", "trace:<analysis>". declared: False when the spec was made from a metrics.json entry
+    whose key the registry does not declare (the file's own unit and direction)."""
+    spec: MetricSpec
+    value: float
+    group: str | None
+    source: str
+    declared: bool = True
+
+    @property
+    def key(self) -> str:
+        return self.spec.full_key(self.group)
+
+    @property
+    def analysis(self) -> str:
+        return registry.analysis_of(self.spec).name if self.declared else "metrics.json"
 
 
-def unit_for(key: str) -> str:
-    k = key.lower()
-    for suffix, unit in _UNIT_SUFFIXES:
-        if k.endswith(suffix) or f"{suffix}." in k:
-            return unit
-    return ""
+def _registry_fingerprint() -> str:
+    text = json.dumps([s.to_json() for _, s in registry.all_specs()], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def flatten_numeric(d: dict, prefix: str = "") -> dict[str, float]:
-    """Numeric leaves of a nested dict as {"a.b.c": value}. Bools, strings and lists are skipped."""
-    out: dict[str, float] = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, dict):
-            out.update(flatten_numeric(v, key))
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[key] = float(v)
-    return out
+FINGERPRINT = _registry_fingerprint()
 
 
-# ---------------------------------------------------------------- power.csv
-def power_metrics(path: Path) -> dict[str, Metric]:
-    """power.rail.<RAIL>_mw and power.channel.<CHANNEL>_mw for one iteration's power.csv, through
-    abtest.analysis.energy (read_power_csv, df_power_per_rail, df_power_per_channel: counter wrap/reset
-    rules and the rail -> channel mapping are documented there). Raises TraceFormatError on a bad file."""
-    from abtest.analysis.energy import df_power_per_channel, df_power_per_rail, read_power_csv
-
-    per_rail = df_power_per_rail(read_power_csv(path))
-    src = "power.csv"
-    out: dict[str, Metric] = {}
-    for rail, mw in per_rail.select("rail", "avg_power_mw").iter_rows():
-        if mw is not None:
-            out[f"power.rail.{rail}_mw"] = Metric(float(mw), "mW", True, src)
-    channels = df_power_per_channel(per_rail)
-    for ch, mw in channels.select("channel", "avg_power_mw").iter_rows():
-        if mw is not None:
-            out[f"power.channel.{ch}_mw"] = Metric(float(mw), "mW", True, src)
-    return out
+# ---------------------------------------------------------------- metrics.json
+def declared_from_file(name: str, m: Metric) -> tuple[Measured, str | None]:
+    """A metrics.json entry as a Measured value, and a note when the file disagrees with the declaration."""
+    hit = registry.resolve(name)
+    if hit is not None:
+        spec, group = hit
+        note = None
+        if m.unit and m.unit != spec.unit:
+            note = (f"metric {name}: metrics.json says unit {m.unit!r}, the registry declares {spec.unit!r} "
+                    "(the declaration is used)")
+        return Measured(spec, m.value, group, m.source), note
+    safe = name.replace("{", "(").replace("}", ")")
+    spec = MetricSpec(safe, m.unit, Direction.from_lower_is_better(m.lower_is_better), Aggregation.MEAN,
+                      title=safe, description=f"declared by {m.source} (not in the registry)")
+    return Measured(spec, m.value, None, m.source, declared=False), None
 
 
-# ---------------------------------------------------------------- trace
-def available_analyses() -> list[str]:
-    """Analysis modules (of TRACE_ANALYSES) that are importable and have summary()."""
-    names = []
-    for name in TRACE_ANALYSES:
-        try:
-            mod = importlib.import_module(f"abtest.analysis.{name}")
-        except ImportError:
-            continue
-        if callable(getattr(mod, "summary", None)):
-            names.append(name)
-    return names
+# ---------------------------------------------------------------- power + trace
+def _power_from_samples(samples, source: str, options: registry.MetricOptions, *, start_ns: int | None = None,
+                        end_ns: int | None = None) -> list[Measured]:
+    """Power values from power_rail-shaped samples; a channel's source also names the rail mapping used."""
+    vals, mapping = power_metrics(samples, explicit=options.rail_channels, start_ns=start_ns, end_ns=end_ns)
+    return [Measured(v.spec, v.value, v.group, source if v.spec is POWER_RAIL else f"{source}; {mapping.source}")
+            for v in vals if v.is_finite()]
 
 
-def trace_metrics(path: Path, analyses: list[str]) -> tuple[dict[str, Metric], list[str]]:
-    """Metrics from the summaries of `analyses` on the trace at `path`, and notes (skipped analyses,
-    lost events). A trace that cannot be read raises TraceFormatError."""
-    from abtest import Trace
+def _measured(vals: list[MetricValue], source: str) -> list[Measured]:
+    return [Measured(v.spec, v.value, v.group, source) for v in vals if v.is_finite()]
+
+
+def trace_values(trace, options: registry.MetricOptions, *, with_power: bool
+                 ) -> tuple[list[Measured], list[str]]:
+    """Values of every trace analysis (and the trace's power rails when with_power) with notes on what was
+    skipped and why."""
     from abtest.trace.errors import MissingEventsError
 
-    trace = Trace(path, use_cache=False)  # the metrics themselves are cached; skip the per-table parquet cache
+    out: list[Measured] = []
     notes: list[str] = []
     lost = trace.meta.get("lost_events") or 0
     if lost:
-        notes.append(f"{path}: {lost} events lost in the ring buffer; trace metrics are computed from "
+        notes.append(f"{trace.path}: {lost} events lost in the ring buffer; trace metrics are computed from "
                      "incomplete data")
-    out: dict[str, Metric] = {}
-    for name in analyses:
-        mod = importlib.import_module(f"abtest.analysis.{name}")
+    gaps = sum((trace.meta.get("inferred_gaps") or {}).values())
+    if gaps:
+        notes.append(f"sched_switch chains break {gaps} time(s) without a recorded loss: task residency, task "
+                     "states and wakeup latency miss what happened in those gaps")
+    if with_power:
+        out += _power_from_samples(trace.df("power_rail", windowed=False), "trace:power_rail", options,
+                                   start_ns=trace.start_ns, end_ns=trace.end_ns)
+    for a in registry.TRACE_ANALYSES:
         try:
-            summary = mod.summary(trace)
+            vals = registry.compute(a, trace, options)
         except MissingEventsError as e:
-            notes.append(f"{name}: skipped ({e})")
+            if a.name not in ("energy_model",):
+                notes.append(f"{a.name}: skipped, the trace has no {', '.join(e.missing)} events (record them with "
+                             f"`abtest collect`, or `trace-cmd record {' '.join('-e ' + x for x in e.missing)}`)")
             continue
-        for key, value in flatten_numeric(summary or {}).items():
-            if not math.isfinite(value) or key.startswith(_PER_TASK) or f".{_PER_TASK}" in key:
-                continue  # per-task entries are keyed by pid: not comparable across runs
-            out[f"{name}.{key}"] = Metric(value, unit_for(key), direction_for(key, name), f"trace:{name}")
+        except ValueError as e:  # needs platform data the trace does not carry, etc.
+            notes.append(f"{a.name}: skipped ({e})")
+            continue
+        out += _measured(vals, f"trace:{a.name}")
     return out, notes
 
 
-# ---------------------------------------------------------------- cache + entry point
 def _file_key(p: Path | None) -> list | None:
     if p is None:
         return None
@@ -138,58 +135,146 @@ def _file_key(p: Path | None) -> list | None:
     return [p.name, st.st_size, st.st_mtime_ns]
 
 
-def cache_key(it: Iteration, analyses: list[str]) -> dict:
-    from abtest import __version__
-    return {"abtest": __version__, "metrics_version": METRICS_VERSION, "trace": _file_key(it.trace_path),
-            "power": _file_key(it.power_path), "analyses": analyses}
+def cache_key(it: Iteration, options: registry.MetricOptions, with_trace: bool) -> dict:
+    from abtest.version import __version__
+    return {"abtest": __version__, "metrics_version": METRICS_VERSION, "registry": FINGERPRINT,
+            "trace": _file_key(it.trace_path) if with_trace else None, "power": _file_key(it.power_path),
+            "battor": _file_key(it.battor_path), "platform": _file_key(it.platform_path), "tasks": list(options.tasks), "top_tasks": options.top_tasks,
+            "min_task_wakeups": options.min_task_wakeups,
+            "rail_channels": {k: list(v) for k, v in (options.rail_channels or {}).items()}}
 
 
-def derived_metrics(it: Iteration, *, use_cache: bool = True, with_trace: bool = True
-                    ) -> tuple[dict[str, Metric], list[str]]:
-    """Power and trace metrics of one iteration plus notes; from the cache file when it is current."""
-    analyses = available_analyses() if (with_trace and it.trace_path is not None) else []
-    key = cache_key(it, analyses)
-    cache = it.path / METRICS_CACHE_FILE
-    if use_cache and cache.is_file():
+def cache_file(iteration_dir: Path) -> Path:
+    """Where the derived-metrics cache of one iteration lives: `<iteration>/.abtest-metrics.json` (default; it
+    travels with the store), or, with $ABTEST_METRICS_CACHE=user, `<user cache>/metrics/<blake2b-128 of the
+    iteration's resolved path>.json` (user cache: abtest.trace.cache.cache_root(): $ABTEST_CACHE_DIR, else
+    $XDG_CACHE_HOME/abtest, else ~/.cache/abtest). The cache key inside the file still checks the trace and power
+    files' sizes and mtimes, so a store moved or edited never serves stale values."""
+    if os.environ.get("ABTEST_METRICS_CACHE", "store") != "user":
+        return iteration_dir / METRICS_CACHE_FILE
+    from abtest.trace.cache import cache_root
+    digest = hashlib.blake2b(str(Path(iteration_dir).resolve()).encode(), digest_size=16).hexdigest()
+    return cache_root() / "metrics" / f"{digest}.json"
+
+
+def read_cache(path: Path, key: dict) -> tuple[list[Measured], list[str]] | None:
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if doc.get("key") != key:
+            return None
+        vals = [Measured(registry.spec(t), float(v), g, s) for t, g, v, s in doc["values"]]
+        return vals, list(doc.get("notes", []))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError):
+        return None  # stale or damaged cache: recompute
+
+
+def _write_cache(path: Path, key: dict, vals: list[Measured], notes: list[str]) -> None:
+    """Atomic write, never through a symlink: not when the cache file, its iteration, workload or label directory
+    is one (a store's label linked to elsewhere stays untouched), and the file itself is written with
+    abtest.safe_io.write_file_no_follow. A read-only store is fine: nothing is written."""
+    if path.name == METRICS_CACHE_FILE:
+        chain = [path, path.parent, path.parent.parent, path.parent.parent.parent]
+        if any(p.is_symlink() for p in chain):
+            return
+    else:  # the user cache directory (cache_file)
+        if path.is_symlink() or path.parent.is_symlink():
+            return
         try:
-            doc = json.loads(cache.read_text())
-            if doc.get("key") == key:
-                return ({k: Metric.from_json(v, source=v.get("source", "")) for k, v in doc["metrics"].items()},
-                        list(doc.get("notes", [])))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            pass  # stale or damaged cache: recompute
-    metrics: dict[str, Metric] = {}
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return
+    doc = {"key": key, "values": [[m.spec.key, m.group, m.value, m.source] for m in vals], "notes": notes}
+    try:
+        write_file_no_follow(path.parent, path.name, json.dumps(doc, indent=0))
+    except (OSError, UnsafePathError):
+        pass  # read-only store, or a link planted meanwhile: nothing written
+
+
+
+
+def _effective_options(it: Iteration, options: registry.MetricOptions) -> registry.MetricOptions:
+    """The rail mapping: the store's abtest.toml, else the target file's [platform.rails] that the collector
+    recorded in meta.json, else none (built-in mappings apply)."""
+    if options.rail_channels:
+        return options
+    rails = (it.meta.get("platform") or {}).get("rails") if isinstance(it.meta.get("platform"), dict) else None
+    if isinstance(rails, dict) and all(isinstance(v, list) for v in rails.values()):
+        return dataclasses.replace(options, rail_channels={k: tuple(v) for k, v in rails.items()})
+    return options
+
+
+def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.MetricOptions(), *,
+                    use_cache: bool = True, with_trace: bool = True) -> tuple[list[Measured], list[str]]:
+    """Power and trace values of one iteration plus notes; from the cache file when it is current."""
+    from abtest.store.power import read_power_csv
+    from abtest.trace.errors import TraceFormatError
+
+    options = _effective_options(it, options)
+    key = cache_key(it, options, with_trace)
+    cache = cache_file(it.path)
+    if use_cache:
+        hit = read_cache(cache, key)
+        if hit is not None:
+            return hit
+    vals: list[Measured] = []
     notes: list[str] = []
     failed = False
+    power_done = False
     if it.power_path is not None:
-        from abtest.trace.errors import TraceFormatError
         try:
-            metrics.update(power_metrics(it.power_path))
+            vals += _power_from_samples(read_power_csv(it.power_path), "power.csv", options)
+            power_done = True
         except TraceFormatError as e:
             notes.append(f"power metrics unavailable: {e}")
             failed = True
-    if analyses:
-        from abtest.trace.errors import TraceFormatError
+    if with_trace and it.trace_path is not None:
+        from abtest.session import Trace
         try:
-            tm, tnotes = trace_metrics(it.trace_path, analyses)
-        except (TraceFormatError, OSError) as e:
-            tm, tnotes, failed = {}, [f"trace metrics unavailable: {e}"], True
-        metrics.update(tm)
-        notes.extend(tnotes)
+            # the values are cached: skip the table cache; a platform file beside the trace applies to it
+            trace = Trace(it.trace_path, use_cache=False, platform=it.platform_path)
+            has_rails = "power_rail" in trace.tables and trace.df("power_rail", windowed=False).height > 0
+            if power_done and has_rails:
+                notes.append("power from power.csv; the trace's own power rails were not used (one power source "
+                             "per iteration)")
+            tv, tnotes = trace_values(trace, options, with_power=has_rails and not power_done)
+            power_done = power_done or any(m.source == "trace:power_rail" for m in tv)
+            vals += tv
+            notes += tnotes
+        except (TraceFormatError, OSError, ValueError) as e:  # ValueError: a platform file it cannot use
+            notes.append(f"trace metrics unavailable: {e}")
+            failed = True
+    if it.battor_path is not None:
+        if power_done:
+            notes.append(f"power from {'power.csv' if it.power_path else 'the trace'}; {it.battor_path.name} was not "
+                         "used (one power source per iteration)")
+        else:
+            from abtest.store.power import read_battor_samples
+            try:
+                samples, bmeta = read_battor_samples(it.battor_path)
+                clock = (bmeta.get("clock") or {}).get("method", "unaligned")
+                vals += _power_from_samples(samples, f"{it.battor_path.name} (BattOr, clock {clock})", options)
+                n_bad = sum(e["count"] for e in (bmeta.get("import_errors") or {}).values())
+                if n_bad:
+                    notes.append(f"{it.battor_path.name}: {n_bad} line(s) not imported (see abtest trace info)")
+            except (TraceFormatError, OSError) as e:
+                notes.append(f"power metrics unavailable: {e}")
+                failed = True
     if use_cache and not failed:
-        try:
-            cache.write_text(json.dumps({"key": key, "metrics": {k: m.to_json() for k, m in metrics.items()},
-                                         "notes": notes}, indent=1))
-        except OSError:
-            pass  # read-only store
-    return metrics, notes
+        _write_cache(cache, key, vals, notes)
+    return vals, notes
 
 
-def iteration_metrics(it: Iteration, *, use_cache: bool = True, with_trace: bool = True
-                      ) -> tuple[dict[str, Metric], list[str]]:
-    """All metrics of one iteration: metrics.json entries plus derived ones (metrics.json wins on a clash),
-    and notes about what could not be derived."""
-    derived, notes = derived_metrics(it, use_cache=use_cache, with_trace=with_trace)
-    merged = dict(derived)
-    merged.update(it.metrics)
+def iteration_metrics(it: Iteration, options: registry.MetricOptions = registry.MetricOptions(), *,
+                      use_cache: bool = True, with_trace: bool = True) -> tuple[dict[str, Measured], list[str]]:
+    """All values of one iteration by full key: derived ones, then metrics.json's (which win on a clash),
+    and notes about what could not be derived or disagrees with its declaration."""
+    derived, notes = derived_metrics(it, options, use_cache=use_cache, with_trace=with_trace)
+    merged = {m.key: m for m in derived}
+    for name, metric in it.metrics.items():
+        m, note = declared_from_file(name, metric)
+        if note:
+            notes.append(note)
+        merged[m.key] = m
     return merged, notes

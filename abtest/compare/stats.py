@@ -56,10 +56,13 @@ def describe(values) -> Summary:
     if not np.all(np.isfinite(x)):
         raise ValueError("describe() got NaN or infinite values; drop or report them first")
     n = int(x.size)
-    mean = float(x.mean())
-    stdev = float(x.std(ddof=1)) if n >= 2 else None
+    big = float(np.max(np.abs(x)))
+    scale = big if big > 1e100 else 1.0  # values near 1e308 would overflow the sums: compute on x / scale
+    xs = x / scale
+    mean = float(xs.mean()) * scale
+    stdev = float(xs.std(ddof=1)) * scale if n >= 2 else None
     cv = (stdev / abs(mean)) if (stdev is not None and mean != 0) else None
-    gmean = float(sps.gmean(x)) if np.all(x > 0) else None
+    gmean = float(np.exp(np.mean(np.log(x)))) if np.all(x > 0) else None
     lo = hi = None
     if n >= 2:
         half = float(sps.t.ppf(0.975, n - 1)) * stdev / math.sqrt(n)
@@ -109,7 +112,24 @@ def mannwhitney_min_p(n_a: int, n_b: int) -> float:
     2 / C(n_a + n_b, n_a) (complete separation). E.g. 3 vs 3 -> 0.1, 5 vs 5 -> 0.0079."""
     if n_a < 1 or n_b < 1:
         return 1.0
-    return min(1.0, 2.0 / math.comb(n_a + n_b, n_a))
+    log_comb = math.lgamma(n_a + n_b + 1) - math.lgamma(n_a + 1) - math.lgamma(n_b + 1)
+    return min(1.0, 2.0 * math.exp(-log_comb))  # exp underflows to 0.0 for large n, never overflows
+
+
+def welch_diff_ci(a, b, level: float) -> tuple[float, float] | None:
+    """Welch (Satterthwaite) confidence interval of mean(B) - mean(A) in the values' unit; None when a
+    side has fewer than 2 values."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.size < 2 or b.size < 2:
+        return None
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    se = math.sqrt(va + vb)
+    diff = float(b.mean() - a.mean())
+    if se == 0:
+        return (diff, diff)
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = float(sps.t.ppf(0.5 + level / 2, df)) * se
+    return (diff - half, diff + half)
 
 
 def welch_delta_ci_pct(a, b, level: float) -> tuple[float, float] | None:
@@ -130,7 +150,7 @@ def welch_delta_ci_pct(a, b, level: float) -> tuple[float, float] | None:
 
 
 def bootstrap_delta_ci_pct(a, b, *, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
-                           seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
+                           seed: int = BOOTSTRAP_SEED, aggregation: str = "mean") -> tuple[float, float] | None:
     """Percentile bootstrap CI of delta_pct (B vs A), resampling each side independently with replacement.
 
     Seeded, so the same data always prints the same interval. Reported, not used for the verdict: with
@@ -140,9 +160,24 @@ def bootstrap_delta_ci_pct(a, b, *, level: float = 0.95, resamples: int = BOOTST
     a, b = np.asarray(a, float), np.asarray(b, float)
     if a.size < 2 or b.size < 2:
         return None
+    gmean = aggregation == "gmean" and np.all(a > 0) and np.all(b > 0)
+    if gmean:
+        a, b = np.log(a), np.log(b)
+    else:
+        big = float(max(np.max(np.abs(a)), np.max(np.abs(b))))
+        if big > 1e100:
+            a, b = a / big, b / big
     rng = np.random.default_rng(seed)
-    ma = a[rng.integers(0, a.size, (resamples, a.size))].mean(axis=1)
-    mb = b[rng.integers(0, b.size, (resamples, b.size))].mean(axis=1)
+    ma = a[rng.integers(0, a.size, (resamples, a.size))]
+    mb = b[rng.integers(0, b.size, (resamples, b.size))]
+    if gmean:
+        d = 100.0 * np.expm1(mb.mean(axis=1) - ma.mean(axis=1))
+        lo, hi = np.quantile(d, [(1 - level) / 2, 1 - (1 - level) / 2])
+        return float(lo), float(hi)
+    if aggregation == "median":
+        ma, mb = np.median(ma, axis=1), np.median(mb, axis=1)
+    else:
+        ma, mb = ma.mean(axis=1), mb.mean(axis=1)
     if np.any(ma == 0):
         return None
     d = 100.0 * (mb - ma) / np.abs(ma)

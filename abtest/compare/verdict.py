@@ -68,6 +68,8 @@ class Verdict:
     decision_test: str
     equivalence_ci90_pct: tuple[float, float] | None
     need_more_iterations: int | None
+    aggregation: str = "mean"
+    note: str = ""
 
 
 def significant_batch(a: np.ndarray, b: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -93,29 +95,81 @@ def directional_batch(a, b, lower_is_better: bool, policy: Policy = Policy()) ->
     return np.where(big, np.where(worse, 1, -1), 0)
 
 
-def decide(a, b, lower_is_better: bool | None, policy: Policy = Policy()) -> Verdict:
-    """The verdict for one metric: A (baseline) and B samples, NaN-free 1-D sequences."""
+def scale_free(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """a and b divided by their largest magnitude when it is huge or tiny (values near 1e308 would overflow a
+    mean or a variance). Every test and percent change here is invariant to a common scale."""
+    big = float(max(np.max(np.abs(a)) if a.size else 0.0, np.max(np.abs(b)) if b.size else 0.0))
+    if big > 1e100 or 0 < big < 1e-100:
+        return a / big, b / big
+    return a, b
+
+
+def aggregate(x, aggregation: str) -> float | None:
+    """The value a table prints for one side: mean, gmean (None unless every value > 0) or median."""
+    x = np.asarray(x, float)
+    if x.size == 0:
+        return None
+    if aggregation == "gmean":
+        return float(np.exp(np.mean(np.log(x)))) if np.all(x > 0) else None
+    if aggregation == "median":
+        return float(np.median(x))
+    big = float(np.max(np.abs(x)))
+    return float(np.mean(x / big) * big) if big > 1e100 else float(np.mean(x))
+
+
+def decide(a, b, lower_is_better: bool | None, policy: Policy = Policy(), aggregation: str = "mean") -> Verdict:
+    """The verdict for one metric: A (baseline) and B samples, NaN-free 1-D sequences.
+
+    aggregation (the metric's declaration): "mean" — tests and delta on the values; "gmean" — on their
+    logarithms (delta = ratio of geometric means - 1; defined only when every value is > 0, otherwise the
+    arithmetic means decide and `note` says why); "median" — delta between medians, tests as for "mean".
+    """
     a, b = np.asarray(a, float), np.asarray(b, float)
     n_a, n_b = a.size, b.size
-    d = stats.delta_pct(float(a.mean()), float(b.mean())) if n_a and n_b else None
+    note = ""
+    if aggregation == "gmean" and n_a and n_b and not (np.all(a > 0) and np.all(b > 0)):
+        zeros = int(np.sum(a <= 0) + np.sum(b <= 0))
+        note = (f"gmean not defined ({zeros} of {n_a + n_b} iteration values are <= 0): decided on arithmetic "
+                "means")
+        aggregation = "mean"
+    if aggregation == "gmean" and n_a and n_b:
+        xa, xb = np.log(a), np.log(b)
+        d = 100.0 * math.expm1(float(xb.mean() - xa.mean()))
+    else:
+        xa, xb = scale_free(a, b)
+        if aggregation == "median":
+            d = stats.delta_pct(float(np.median(xa)), float(np.median(xb))) if n_a and n_b else None
+        else:
+            d = stats.delta_pct(float(xa.mean()), float(xb.mean())) if n_a and n_b else None
     if n_a < policy.min_iterations or n_b < policy.min_iterations:
         return Verdict(INSUFFICIENT, f"insufficient data (n = {n_a} vs {n_b}; need >= {policy.min_iterations} "
                        "per side)", False, d, None, None, "none", None,
-                       max(policy.min_iterations - min(n_a, n_b), 1))
-    sig_arr, pw_arr, pm_arr = significant_batch(a, b, policy.alpha)
+                       max(policy.min_iterations - min(n_a, n_b), 1), aggregation, note)
+    sig_arr, pw_arr, pm_arr = significant_batch(xa, xb, policy.alpha)
     sig, pw, pm = bool(sig_arr[0]), float(pw_arr[0]), float(pm_arr[0])
     rank_can_decide = stats.mannwhitney_min_p(n_a, n_b) < policy.alpha
     test = "welch+mannwhitney" if rank_can_decide else "welch"
-    eq_ci = stats.welch_delta_ci_pct(a, b, level=1 - 2 * policy.alpha)
+    level = 1 - 2 * policy.alpha
+    if aggregation == "gmean":
+        lo_hi = stats.welch_diff_ci(xa, xb, level)
+        eq_ci = None if lo_hi is None else (100.0 * math.expm1(lo_hi[0]), 100.0 * math.expm1(lo_hi[1]))
+    else:
+        eq_ci = stats.welch_delta_ci_pct(xa, xb, level=level)
 
     def out(v, text, need=None):
-        return Verdict(v, text, sig, d, _finite(pw), _finite(pm), test, eq_ci, need)
+        return Verdict(v, text, sig, d, _finite(pw), _finite(pm), test, eq_ci, need, aggregation, note)
 
-    if d is None:  # mean(A) == 0: no percent scale; judge on significance only
+    if d is None:  # A's aggregate is 0: no percent scale; judge on significance and direction only
         if sig:
-            return out(CHANGED, "changed (A's mean is 0, no percent change)")
-        return out(NO_CHANGE if not np.any(a) and not np.any(b) else INCONCLUSIVE,
-                   "no change" if not np.any(a) and not np.any(b) else "inconclusive (A's mean is 0)")
+            if lower_is_better is None:
+                return out(CHANGED, "changed (A's mean is 0, no percent change)")
+            worse = (xb.mean() > xa.mean()) if lower_is_better else (xb.mean() < xa.mean())
+            return out(REGRESSION if worse else IMPROVEMENT,
+                       f"{REGRESSION if worse else IMPROVEMENT} (A's mean is 0: a significant change from 0 "
+                       "exceeds any percent threshold)")
+        both_zero = not np.any(a) and not np.any(b)
+        return out(NO_CHANGE if both_zero else INCONCLUSIVE,
+                   "no change" if both_zero else "inconclusive (A's mean is 0)")
     if sig and abs(d) >= policy.min_effect_pct:
         if lower_is_better is None:
             return out(CHANGED, f"changed ({'higher' if d > 0 else 'lower'})")
@@ -123,7 +177,7 @@ def decide(a, b, lower_is_better: bool | None, policy: Policy = Policy()) -> Ver
         return out(REGRESSION if worse else IMPROVEMENT, REGRESSION if worse else IMPROVEMENT)
     if eq_ci is not None and -policy.min_effect_pct < eq_ci[0] and eq_ci[1] < policy.min_effect_pct:
         return out(NO_CHANGE, NO_CHANGE)
-    need = _more_iterations(a, b, d, policy)
+    need = _more_iterations(xa, xb, d, policy, log_scale=(aggregation == "gmean"))
     if need is None:
         text = "inconclusive"
     elif need >= MAX_MORE_ITERATIONS:
@@ -138,23 +192,35 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _more_iterations(a: np.ndarray, b: np.ndarray, d: float, policy: Policy) -> int | None:
-    """Extra iterations per side (rule 4), capped at MAX_MORE_ITERATIONS."""
-    sa, sb = stats.describe(a), stats.describe(b)
-    cva = (sa.stdev or 0.0) / abs(sa.mean) if sa.mean else None
-    cvb = (sb.stdev or 0.0) / abs(sa.mean) if sa.mean else None  # B's spread on A's scale
-    if cva is None or cvb is None:
-        return None
-    cv = math.sqrt((cva ** 2 + cvb ** 2) / 2)
+def _more_iterations(a: np.ndarray, b: np.ndarray, d: float, policy: Policy, *, log_scale: bool = False
+                     ) -> int | None:
+    """Extra iterations per side (rule 4), capped at MAX_MORE_ITERATIONS. On a log scale (gmean) the spread
+    of the logarithms is the coefficient of variation and effects are log-ratios."""
+    if log_scale:
+        sd_a = float(a.std(ddof=1)) if a.size > 1 else 0.0
+        sd_b = float(b.std(ddof=1)) if b.size > 1 else 0.0
+        cv = math.sqrt((sd_a ** 2 + sd_b ** 2) / 2)
+
+        def to_eff(pct):  # percent change -> percent on the log scale
+            return 100.0 * abs(math.log1p(pct / 100.0)) if pct > -100 else math.inf
+    else:
+        sa, sb = stats.describe(a), stats.describe(b)
+        if not sa.mean:
+            return None
+        cva = (sa.stdev or 0.0) / abs(sa.mean)
+        cvb = (sb.stdev or 0.0) / abs(sa.mean)  # B's spread on A's scale
+        cv = math.sqrt((cva ** 2 + cvb ** 2) / 2)
+
+        def to_eff(pct):
+            return abs(pct)
     # Target 85 % power of the t-test: the rule (rank test must agree, minimum effect) then reaches about
     # 80 % (simulated in tests/test_stats.py); at least 4 per side so that the rank test can agree.
     if abs(d) >= policy.min_effect_pct:
-        n = stats.iterations_needed(cv, abs(d), alpha=policy.alpha, power=NEED_POWER)
+        n = stats.iterations_needed(cv, to_eff(d), alpha=policy.alpha, power=NEED_POWER)
     else:
-        margin = policy.min_effect_pct - abs(d)
+        margin = to_eff(policy.min_effect_pct) - to_eff(d)
         n = stats.iterations_needed(cv, margin, alpha=policy.alpha, power=NEED_POWER, two_sided=False)
-    if n is not None:
-        n = max(n, 4)
     if n is None:
         return None
+    n = max(n, 4)
     return min(MAX_MORE_ITERATIONS, max(1, n - min(a.size, b.size)))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
-from abtest.interop import perfetto_engine as pe
+from abtest.trace import perfetto_engine as pe
 
 CURVES_ENV = "ABTEST_WATTSON_CURVES"
 
@@ -84,17 +84,17 @@ def _patched_copy(path: Path, old: str, new: str) -> Path:
 
 
 def _rails_mw(trace) -> pl.DataFrame | None:
-    """Measured CPU rails: rail, channel (CPU-Little/Mid/Big per abtest.analysis.energy.DEFAULT_CHANNELS),
+    """Measured CPU rails: rail, channel (CPU-Little/Mid/Big per abtest.analysis.power.rail_mapping),
     avg_power_mw over the time the samples cover."""
     if "power_rail" not in trace.tables:
         return None
-    from abtest.analysis.energy import DEFAULT_CHANNELS, df_power_per_rail
+    from abtest.analysis.power import CPU_CHANNELS, df_power_per_rail, rail_mapping
     per_rail = df_power_per_rail(trace.df("power_rail"))
-    channel = pl.lit(None, pl.String)
-    for name in ("CPU-Big", "CPU-Mid", "CPU-Little"):
-        channel = pl.when(pl.col("rail").str.contains(DEFAULT_CHANNELS[name])).then(pl.lit(name)).otherwise(channel)
-    return (per_rail.with_columns(channel.alias("channel")).filter(pl.col("channel").is_not_null())
-            .select("rail", "channel", "avg_power_mw").sort("rail"))
+    mapping = rail_mapping(per_rail["rail"].to_list())
+    rail_channel = {r: ch for ch in CPU_CHANNELS for r in mapping.channels.get(ch, ())}
+    return (per_rail.with_columns(pl.col("rail").replace_strict(rail_channel, default=None, return_dtype=pl.String)
+                                  .alias("channel"))
+            .filter(pl.col("channel").is_not_null()).select("rail", "channel", "avg_power_mw").sort("rail"))
 
 
 def _energy_model(trace, platform, wattson_device: str | None, curves_dir: Path | None) -> tuple[pl.DataFrame | None, str]:
@@ -130,7 +130,7 @@ def compare_estimates(path: str | os.PathLike, *, engine: str | None = None, ass
     (DataFrame domain/cpus/avg_power_mw/unmodelled_ns/source or None), energy_model_total_mw,
     rails_mw (DataFrame rail/channel/avg_power_mw or None), rails_cpu_total_mw, tp_device_map, notes.
     """
-    from abtest.trace.api import Trace
+    from abtest.session import Trace
     path = Path(path)
     curves = Path(curves_dir) if curves_dir else (Path(os.environ[CURVES_ENV]) if os.environ.get(CURVES_ENV) else None)
     notes: list[str] = []

@@ -7,22 +7,19 @@
 """
 from __future__ import annotations
 
-import re
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from abtest.analysis.frequency import OPP_RESIDENCY_PCT, split_opp_group  # noqa: E402
+from abtest.analysis.idle import STATE_RESIDENCY_PCT  # noqa: E402
+from abtest.analysis.power import CHANNEL_ORDER, POWER_CHANNEL  # noqa: E402
 from abtest.compare.comparison import MetricComparison, WorkloadComparison  # noqa: E402
-from abtest.compare.metrics import CHANNELS  # noqa: E402
 
 COLOR_A, COLOR_B = "#1f77b4", "#d62728"
-# Residency metric names (abtest.analysis summaries, flattened by abtest.compare.metrics):
-#   frequency.per_cpu.<cpu>.opp_residency_pct.<khz>    idle.residency_pct.<cpu>.<state name>
-OPP_RESIDENCY = r"^frequency\.per_cpu\.(?P<group>[^.]+)\.opp_residency_pct\.(?P<state>[^.]+)$"
-IDLE_RESIDENCY = r"^idle\.residency_pct\.(?P<group>[^.]+)\.(?P<state>[^.]+)$"
+MAX_DOT_PANELS = 12
 
 
 def _ci(s):
@@ -31,9 +28,34 @@ def _ci(s):
     return (s.ci95_high - s.ci95_low) / 2
 
 
+def _agg_and_ci(vals: list, aggregation: str) -> tuple[float | None, tuple[float, float] | None]:
+    """The declared aggregate of a side and its 95 % CI: Student t on the values (mean), on their logarithms
+    mapped back (gmean: an asymmetric interval), none for the median."""
+    from scipy import stats as sps
+    x = np.asarray(vals, float)
+    if x.size == 0:
+        return None, None
+    if aggregation == "gmean":
+        if np.any(x <= 0):
+            return None, None
+        lx = np.log(x)
+        centre = float(np.exp(lx.mean()))
+        if x.size < 2:
+            return centre, None
+        half = float(sps.t.ppf(0.975, x.size - 1)) * lx.std(ddof=1) / np.sqrt(x.size)
+        return centre, (float(np.exp(lx.mean() - half)), float(np.exp(lx.mean() + half)))
+    if aggregation == "median":
+        return float(np.median(x)), None
+    centre = float(x.mean())
+    if x.size < 2:
+        return centre, None
+    half = float(sps.t.ppf(0.975, x.size - 1)) * x.std(ddof=1) / np.sqrt(x.size)
+    return centre, (centre - half, centre + half)
+
+
 def plot_metric_dots(metrics: list[MetricComparison], label_a: str, label_b: str, ncols: int = 3):
-    """One panel per metric: iteration values as dots (A left, B right), mean as a bar with its 95 % CI.
-    Panel title: metric, unit, delta % and verdict."""
+    """One panel per metric: iteration values as dots (A left, B right), the declared aggregate (mean, gmean or
+    median) as a diamond with its 95 % CI. Panel title: metric, aggregation, delta % and verdict."""
     if not metrics:
         return None
     ncols = min(ncols, len(metrics))
@@ -45,11 +67,15 @@ def plot_metric_dots(metrics: list[MetricComparison], label_a: str, label_b: str
             if not vals:
                 continue
             ax.scatter(x + rng.uniform(-0.12, 0.12, len(vals)), vals, color=color, alpha=0.7, s=18)
-            ax.errorbar(x + 0.25, s.mean, yerr=_ci(s), fmt="D", color="black", capsize=4, ms=4)
+            centre, ci = _agg_and_ci(vals, m.aggregation)
+            if centre is not None:
+                yerr = None if ci is None else [[centre - ci[0]], [ci[1] - centre]]
+                ax.errorbar(x + 0.25, centre, yerr=yerr, fmt="D", color="black", capsize=4, ms=4)
         ax.set_xticks([0, 1], [label_a, label_b])
         ax.set_xlim(-0.5, 1.5)
         d = f"{m.delta_pct:+.2f} %" if m.delta_pct is not None else "n/a"
-        ax.set_title(f"{m.name}\n{d}, {m.verdict.text}", fontsize=8)
+        agg = "" if m.aggregation == "mean" else f" ({m.aggregation})"
+        ax.set_title(f"{m.name}{agg}\n{d}, {m.verdict.text}", fontsize=8)
         ax.set_ylabel(m.unit, fontsize=8)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(metrics):]:
@@ -60,7 +86,7 @@ def plot_metric_dots(metrics: list[MetricComparison], label_a: str, label_b: str
 
 def plot_power_channels(w: WorkloadComparison, label_a: str, label_b: str):
     """Grouped bars of mean power per channel (mW) with 95 % CI of the mean; None without channel metrics."""
-    ms = [(ch, w.metric(f"power.channel.{ch}_mw")) for ch in CHANNELS]
+    ms = [(ch, w.of(POWER_CHANNEL, ch)) for ch in CHANNEL_ORDER]
     ms = [(ch, m) for ch, m in ms if m is not None and m.a and m.b]
     if not ms:
         return None
@@ -82,30 +108,31 @@ def plot_power_channels(w: WorkloadComparison, label_a: str, label_b: str):
     return fig
 
 
-def residency_metrics(w: WorkloadComparison, pattern: str) -> dict[str, dict[str, MetricComparison]]:
-    """{group (CPU/policy): {state or OPP: metric}} for metric names matching `pattern`."""
+def opp_residency_metrics(w: WorkloadComparison) -> dict[str, dict[str, MetricComparison]]:
+    """{"cpu<N>" (frequency domain): {"<MHz>": metric}} from the declared OPP residency metric."""
     out: dict[str, dict[str, MetricComparison]] = {}
-    for m in w.metrics:
-        hit = re.match(pattern, m.name)
-        if hit:
-            out.setdefault(hit.group("group"), {})[hit.group("state")] = m
+    for m in sorted(w.grouped(OPP_RESIDENCY_PCT), key=lambda m: split_opp_group(m.group)):
+        dom, khz = split_opp_group(m.group)
+        out.setdefault(f"cpu{dom}", {})[f"{khz / 1000:g}"] = m
     return out
 
 
-def _state_key(s: str):
-    return (0, float(s)) if re.fullmatch(r"-?\d+(\.\d+)?", s) else (1, s)
+def idle_residency_metrics(w: WorkloadComparison) -> dict[str, dict[str, MetricComparison]]:
+    """{"all CPUs": {state name: metric}} from the declared idle-state residency metric."""
+    ms = w.grouped(STATE_RESIDENCY_PCT)
+    return {"all CPUs": {m.group: m for m in sorted(ms, key=lambda m: m.group)}} if ms else {}
 
 
-def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, pattern: str, title: str,
+def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, groups: dict, title: str,
                    max_groups: int = 4, xlabel: str = ""):
-    """Side-by-side residency bars (mean % of time) per state or OPP, one panel per CPU/policy group."""
-    groups = residency_metrics(w, pattern)
+    """Side-by-side residency bars (mean % of time) per state or OPP, one panel per group (frequency domain,
+    or all CPUs); `groups` from opp_residency_metrics / idle_residency_metrics."""
     if not groups:
         return None
-    names = sorted(groups, key=_state_key)[:max_groups]
+    names = list(groups)[:max_groups]
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.4), squeeze=False)
     for ax, g in zip(axes.flat, names):
-        states = sorted(groups[g], key=_state_key)
+        states = list(groups[g])
         x = np.arange(len(states))
         ms = [groups[g][s] for s in states]
         ax.bar(x - 0.2, [m.a.mean if m.a else 0 for m in ms], 0.4, color=COLOR_A, label=label_a)
@@ -113,8 +140,52 @@ def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, pattern: s
         ax.set_xticks(x, states, rotation=45, ha="right", fontsize=7)
         ax.set_ylabel("% of time")
         ax.set_xlabel(xlabel, fontsize=8)
-        ax.set_title(f"CPU {g}" if g.isdigit() else g, fontsize=9)
+        ax.set_title(f"domain of {g}" if g.startswith("cpu") else g, fontsize=9)
         ax.legend(fontsize=7)
     fig.suptitle(f"{w.workload}: {title}", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def dot_plot_metrics(w: WorkloadComparison) -> list[MetricComparison]:
+    """Metrics worth a dot plot: those with a direction (verdicts) whose values are not one constant; workload
+    metrics (metrics.json) first, then regressions/improvements, then overall before per-CPU values."""
+    def informative(m: MetricComparison) -> bool:
+        return len(set(m.values_a) | set(m.values_b)) > 1
+
+    chosen = [m for m in w.metrics if m.lower_is_better is not None and m.a and m.b and informative(m)]
+    chosen.sort(key=lambda m: (m.source != "metrics.json", m.verdict.verdict not in ("regression", "improvement"),
+                               m.group is not None, m.name))
+    return chosen[:MAX_DOT_PANELS]
+
+
+def workload_figures(w: WorkloadComparison, label_a: str, label_b: str) -> dict:
+    """{name: Figure or None} for one workload: "metrics" (per-iteration dots), "power" (per channel),
+    "opp_residency", "idle_residency"; None where the data is absent."""
+    return {"metrics": plot_metric_dots(dot_plot_metrics(w), label_a, label_b),
+            "power": plot_power_channels(w, label_a, label_b),
+            "opp_residency": plot_residency(w, label_a, label_b, opp_residency_metrics(w), "OPP residency",
+                                            xlabel="OPP (MHz)"),
+            "idle_residency": plot_residency(w, label_a, label_b, idle_residency_metrics(w),
+                                             "idle-state residency", xlabel="idle state")}
+
+
+def write_plots(c, out_dir, formats: tuple[str, ...] = ("png", "svg"), dpi: int = 150) -> list:
+    """Every figure of a comparison as files `<workload>-<figure>.<format>` in out_dir (created); returns the
+    paths written. Figures without data are not written."""
+    import re
+    from pathlib import Path
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for w in c.workloads:
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", w.workload)
+        for name, fig in workload_figures(w, c.label_a, c.label_b).items():
+            if fig is None:
+                continue
+            for fmt in formats:
+                path = out / f"{safe}-{name}.{fmt}"
+                fig.savefig(path, format=fmt, dpi=dpi)
+                written.append(path)
+            plt.close(fig)
+    return written

@@ -1,11 +1,16 @@
-"""Self-contained HTML report: header (test conditions from meta.json), seed tables, figures as base64 PNG.
+"""Self-contained HTML report: verdicts first, then the summary, the seed tables, figures as base64 PNG, and the
+full metric table and test conditions folded at the end.
 
 One file, no external resources (no scripts, fonts or stylesheets to fetch), so it can be attached to a CI
 job or a mail. Structure (stable, tests parse it):
   <h1>                      title "abtest compare: B vs A"
-  <table class="header">    per workload: field | A | B (kernel, hardware, governors, thermal, settings...)
+  <ul class="verdicts">     one line per workload: counts of verdicts, the largest significant changes
+  <table class="seed" id="table-summary">  headline metrics, cells "value (perc_diff)", verdicts
+  <table class="identity">  per workload: kernel, version, hardware, iterations, date, and what differs
   <table class="seed" id="table-<key>">   one per seed table (abtest.compare.tables keys)
   <figure class="fig"> <img src="data:image/png;base64,..." alt="..."> per figure
+  <details id="all-metrics"> the all_metrics table (folded)
+  <details id="conditions"> <table class="header"> per workload: every meta.json field, A | B (folded)
   <ul class="notes">        excluded iterations, missing metrics, lost events ...
 """
 from __future__ import annotations
@@ -20,16 +25,20 @@ import matplotlib.pyplot as plt
 from abtest.compare.comparison import Comparison, MetricComparison, WorkloadComparison
 from abtest.compare.tables import TEXT, Table, format_value, seed_tables
 from abtest.report import figures
-from abtest.report.header import header_rows, missing_header_fields
-from abtest.report.markdown import comparison_notes
+from abtest.compare.summary import headlines, table_summary
+from abtest.report.header import differing_rows, header_rows, identity_rows, missing_header_fields
+from abtest.report.notes import comparison_notes
 
-MAX_DOT_PANELS = 12
 _CSS = """
 body{font-family:sans-serif;margin:2em;color:#222} table{border-collapse:collapse;margin:1em 0}
 th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px} th{background:#f0f0f0}
 td.num{text-align:right;font-variant-numeric:tabular-nums} tr.differs td{background:#fff6d5}
 .regression{color:#b00;font-weight:bold}.improvement{color:#070;font-weight:bold}.inconclusive{color:#a60}
 figure{margin:1em 0} img{max-width:100%} .warn{color:#a60}
+ul.verdicts{font-size:15px;line-height:1.6;padding:.6em 1.2em;background:#f7f7f7;border-left:4px solid #888}
+ul.verdicts li.has-regression{border-left:0;color:#b00} ul.verdicts li.has-improvement{color:#070}
+details{margin:1em 0} summary{cursor:pointer;font-weight:bold;font-size:17px}
+table.identity th{text-align:left}
 """
 
 
@@ -80,18 +89,6 @@ def header_html(c: Comparison, w: WorkloadComparison) -> str:
             + warn)
 
 
-def dot_plot_metrics(w: WorkloadComparison) -> list[MetricComparison]:
-    """Metrics worth a dot plot: those with a direction (verdicts) whose values are not one constant; workload
-    metrics (metrics.json) first, then regressions/improvements, then overall before per-CPU values."""
-    def informative(m: MetricComparison) -> bool:
-        return len(set(m.values_a) | set(m.values_b)) > 1
-
-    chosen = [m for m in w.metrics if m.lower_is_better is not None and m.a and m.b and informative(m)]
-    chosen.sort(key=lambda m: (m.source != "metrics.json", m.verdict.verdict not in ("regression", "improvement"),
-                               ".per_cpu." in m.name, m.name))
-    return chosen[:MAX_DOT_PANELS]
-
-
 def _figure_html(fig, caption: str) -> str:
     if fig is None:
         return ""
@@ -103,48 +100,83 @@ def _figure_html(fig, caption: str) -> str:
 def workload_figures_html(c: Comparison, w: WorkloadComparison) -> tuple[str, list[str]]:
     """HTML of the workload's figures and notes on figures that could not be drawn."""
     parts, missing = [], []
-    dots = dot_plot_metrics(w)
+    dots = figures.dot_plot_metrics(w)
     parts.append(_figure_html(figures.plot_metric_dots(dots, c.label_a, c.label_b),
                               f"{w.workload}: per-iteration values, mean and 95 % CI"))
     fig = figures.plot_power_channels(w, c.label_a, c.label_b)
     if fig is None:
-        missing.append(f"{w.workload}: no power per channel figure (no power.csv in the iterations)")
+        missing.append(f"{w.workload}: no power per channel figure (no power source in the iterations: power.csv, trace rails, BattOr)")
     parts.append(_figure_html(fig, f"{w.workload}: average power per channel"))
-    fig = figures.plot_residency(w, c.label_a, c.label_b, figures.OPP_RESIDENCY, "OPP residency",
-                                  xlabel="OPP (kHz)")
+    fig = figures.plot_residency(w, c.label_a, c.label_b, figures.opp_residency_metrics(w), "OPP residency",
+                                  xlabel="OPP (MHz)")
     if fig is None:
         missing.append(f"{w.workload}: no OPP residency figure (no frequency residency metrics: "
                        "cpu_frequency events absent or the frequency analysis unavailable)")
     parts.append(_figure_html(fig, f"{w.workload}: OPP residency"))
-    parts.append(_figure_html(figures.plot_residency(w, c.label_a, c.label_b, figures.IDLE_RESIDENCY,
+    parts.append(_figure_html(figures.plot_residency(w, c.label_a, c.label_b, figures.idle_residency_metrics(w),
                                                      "idle-state residency", xlabel="idle state"),
                               f"{w.workload}: idle-state residency"))
     return "".join(parts), missing
 
 
-def comparison_html(c: Comparison, tables: list[Table] | None = None) -> str:
+def identity_html(c: Comparison, w: WorkloadComparison) -> str:
+    rows = identity_rows(c, w) + differing_rows(c, w)
+    differs = ' class="differs"'
+    body = "".join(f"<tr{differs if a != b else ''}><th>{_e(k)}</th><td>{_e(a)}</td><td>{_e(b)}</td></tr>"
+                   for k, a, b in rows)
+    return (f'<table class="identity" data-workload="{_e(w.workload)}"><thead><tr><th>{_e(w.workload)}</th>'
+            f"<th>{_e(c.label_a)}</th><th>{_e(c.label_b)}</th></tr></thead><tbody>{body}</tbody></table>")
+
+
+def explanation_html(ex) -> str:
+    """One workload's explanation: the narrative, then its tables."""
+    from abtest.report.explain import explanation_tables
+    paras = "".join(f"<p>{_e(x)}</p>" for x in ex.narrative) + "".join(f'<p class="warn">{_e(n)}</p>' for n in ex.notes)
+    return (f'<section class="explain" data-workload="{_e(ex.workload)}"><h3>{_e(ex.workload)}</h3>{paras}'
+            + "".join(table_html(t) for t in explanation_tables(ex)) + "</section>")
+
+
+def comparison_html(c: Comparison, tables: list[Table] | None = None, explanations: list | None = None) -> str:
+    """The report (see the module docstring for its structure). `tables`: the seed tables (default: all,
+    "All metrics" included; it is folded)."""
     tables = tables if tables is not None else seed_tables(c)
     title = f"abtest compare: {c.label_b} vs {c.label_a}"
-    body = [f"<h1>{_e(title)}</h1>",
-            f"<p>Baseline: <b>{_e(c.label_a)}</b> ({_e(c.path_a)}); compared: <b>{_e(c.label_b)}</b> "
-            f"({_e(c.path_b)}). Differences are (B - A) / |A|. alpha = {c.policy.alpha}, minimum effect = "
-            f"{c.policy.min_effect_pct} %; a regression/improvement needs Welch's t and Mann-Whitney U to agree.</p>"]
-    body += [header_html(c, w) for w in c.workloads]
+    heads = headlines(c)
+    items = "".join(f'<li class="{"has-regression" if "REGRESSION" in h else "has-improvement" if "IMPROVEMENT" in h else ""}">'
+                    f"{_e(h)}</li>" for h in heads)
+    body = [f"<h1>{_e(title)}</h1>", f'<ul class="verdicts">{items}</ul>',
+            table_html(table_summary(c)),
+            f"<p>Baseline <b>{_e(c.label_a)}</b> ({_e(c.path_a)}), compared <b>{_e(c.label_b)}</b> "
+            f"({_e(c.path_b)}). perc_diff = (B - A) / |A| of each metric's declared aggregate; alpha = "
+            f"{c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} %; a regression/improvement needs "
+            "Welch's t and Mann-Whitney U to agree.</p>"]
+    body += ["<h2>Test conditions</h2>"] + [identity_html(c, w) for w in c.workloads]
     body.append("<h2>Results</h2>")
-    body += [table_html(t) for t in tables]
+    body += [table_html(t) for t in tables if t.key not in ("summary", "all_metrics")]
+    if explanations:
+        body.append('<h2 id="explain">Where the change came from</h2>')
+        body += [explanation_html(ex) for ex in explanations]
     notes = comparison_notes(c)
     body.append("<h2>Figures</h2>")
     for w in c.workloads:
         figs, missing = workload_figures_html(c, w)
         body.append(f"<h3>{_e(w.workload)}</h3>{figs}")
         notes += missing
+    allm = next((t for t in tables if t.key == "all_metrics"), None)
+    if allm is not None:
+        body.append(f'<details id="all-metrics"><summary>All metrics ({len(allm.rows)})</summary>'
+                    f"{table_html(allm)}</details>")
+    body.append('<details id="conditions"><summary>All test conditions (meta.json)</summary>'
+                + "".join(header_html(c, w) for w in c.workloads) + "</details>")
     if notes:
         body.append('<h2>Notes</h2><ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-def write_html(c: Comparison, path: str | Path, tables: list[Table] | None = None) -> Path:
+def write_html(c: Comparison, path: str | Path, tables: list[Table] | None = None, *,
+               explanations: list | None = None) -> Path:
     path = Path(path)
-    path.write_text(comparison_html(c, tables), encoding="utf-8")
+    path.write_text(comparison_html(c, tables, explanations), encoding="utf-8")
     return path

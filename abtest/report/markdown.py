@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 from abtest.compare.comparison import Comparison
-from abtest.compare.tables import TEXT, Table, format_value, seed_tables
-from abtest.report.header import header_rows
+from abtest.compare.tables import Table, seed_tables
+from abtest.compare.summary import headlines, table_summary
+from abtest.report.fit import grid_of
+from abtest.report.header import differing_rows, header_rows, identity_rows
+from abtest.report.notes import comparison_notes
 
 
 def _esc(s: str) -> str:
@@ -11,46 +14,35 @@ def _esc(s: str) -> str:
 
 
 def table_markdown(t: Table) -> str:
-    """One table as a GitHub-flavoured pipe table (numbers right-aligned)."""
-    head = "| " + " | ".join(_esc(c) for c, _ in t.columns) + " |"
-    align = "|" + "|".join(":---" if k == TEXT else "---:" for _, k in t.columns) + "|"
-    lines = [f"### {t.title}", "", head, align]
-    for row in t.rows:
-        lines.append("| " + " | ".join(_esc(format_value(v, k)) for v, (_, k) in zip(row, t.columns)) + " |")
-    lines += [""] + [f"- {n}" for n in t.notes]
+    """One table as a GitHub-flavoured pipe table (numbers right-aligned; a one-workload column folded into
+    the title)."""
+    g = grid_of(t)
+    head = "| " + " | ".join(_esc(c) for c in g.headers) + " |"
+    align = "|" + "|".join("---:" if right else ":---" for right in g.right) + "|"
+    lines = [f"### {g.title}", "", head, align]
+    for row in g.rows:
+        lines.append("| " + " | ".join(_esc(v) for v in row) + " |")
+    lines += [""] + [f"- {n}" for n in g.notes]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def comparison_markdown(c: Comparison, tables: list[Table] | None = None) -> str:
-    tables = tables if tables is not None else seed_tables(c)
+def comparison_markdown(c: Comparison, tables: list[Table] | None = None, *, conditions: bool = False) -> str:
+    """Headlines, the summary table, test conditions (identity and what differs; all with `conditions`), the
+    seed-style tables (`tables`, default: without "All metrics"), notes."""
+    tables = tables if tables is not None else seed_tables(c, with_all=False)
     out = [f"## abtest compare: {c.label_b} vs {c.label_a} (baseline)", ""]
+    out += [f"- {_esc(h)}" for h in headlines(c)] + [""]
+    out.append(table_markdown(table_summary(c)))
     for w in c.workloads:
-        out += [f"#### Test conditions: {w.workload}", "", f"| field | {_esc(c.label_a)} | {_esc(c.label_b)} |",
-                "|:---|:---|:---|"]
-        out += [f"| {_esc(k)} | {_esc(a)} | {_esc(b)} |" for k, a, b in header_rows(c, w)]
+        rows = identity_rows(c, w) + (header_rows(c, w) if conditions else differing_rows(c, w))
+        out += [f"#### Test conditions: {w.workload}" + ("" if conditions else " (identity, and what differs)"), "",
+                f"| field | {_esc(c.label_a)} | {_esc(c.label_b)} |", "|:---|:---|:---|"]
+        out += [f"| {_esc(k)} | {_esc(a)} | {_esc(b)} |" for k, a, b in rows]
         out.append("")
-    out += [table_markdown(t) for t in tables]
-    notes = _notes(c)
+    out += [table_markdown(t) for t in tables if t.key != "summary"]
+    notes = comparison_notes(c)
     if notes:
         out += ["### Notes", ""] + [f"- {_esc(n)}" for n in notes]
     out.append(f"\nVerdicts: alpha = {c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} % "
                "(Welch's t and Mann-Whitney U must agree; see docs/compare.md).")
     return "\n".join(out) + "\n"
-
-
-def _notes(c: Comparison) -> list[str]:
-    out = []
-    if c.workloads_only_in_a:
-        out.append(f"workloads only in {c.label_a} (not compared): {', '.join(c.workloads_only_in_a)}")
-    if c.workloads_only_in_b:
-        out.append(f"workloads only in {c.label_b} (not compared): {', '.join(c.workloads_only_in_b)}")
-    for w in c.workloads:
-        out += [f"{w.workload}: excluded {e['path']}: {e['reason']}" for e in w.excluded]
-        out += [f"{w.workload}: {n}" for n in w.notes]
-        if w.only_in_a or w.only_in_b:
-            out.append(f"{w.workload}: metrics only in {c.label_a}: {', '.join(w.only_in_a) or 'none'}; "
-                       f"only in {c.label_b}: {', '.join(w.only_in_b) or 'none'}")
-    return out
-
-
-comparison_notes = _notes

@@ -10,7 +10,11 @@ Text lines:
     at most ``max_fields`` ``key=value`` fields are split out of one event's payload (default 512; the
     kernel's widest events have a few dozen fields); an event with more keeps its payload whole in ``buf``
     and is counted in import_errors (``too_many_fields``). A line longer than ``max_line_bytes`` (default
-    1 MiB) is not parsed and is counted (``line_too_long``).
+    1 MiB) is not parsed and is counted (``line_too_long``). The lines of one event whose payloads name
+    more than 1024 different keys (abtest.trace.text_fields.parse_key_values: not an event's format) keep
+    their payloads whole in ``buf`` (``too_many_field_names``). Parsing stays linear in the input: payloads
+    of many different layouts, or of more than 48 keys with spaces inside values, are split by one
+    explode/pivot pass instead of a regular expression per layout.
 
 Configuration: environment variables ABTEST_MAX_INFLATE_RATIO, ABTEST_MAX_INFLATE_FLOOR_BYTES,
 ABTEST_MAX_INFLATED_BYTES, ABTEST_MAX_FIELDS_PER_LINE, ABTEST_MAX_LINE_BYTES (read at each call), or

@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import polars as pl
 
-from abtest.trace import limits
+from abtest.trace.limits import Limits, current
 from abtest.trace.tracedat import format_error, frames
 
 
-def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
-    """Decode a perfetto Trace held in `data` (bytes or mmap of the file at `path`)."""
+def read(path, data, *, limits: Limits | None = None) -> tuple[dict[str, pl.DataFrame], dict]:
+    """Decode a perfetto Trace held in `data` (bytes or mmap of the file at `path`). limits: the inflate
+    limits of compressed packets (default: abtest.trace.limits.current(), the environment's)."""
     from abtest import _native
 
-    lim = limits.current()
+    lim = limits or current()
     try:
         batches, meta = _native.perfetto_decode(data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes)
     except ValueError as e:

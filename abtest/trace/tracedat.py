@@ -33,7 +33,7 @@ import mmap
 
 import polars as pl
 
-from abtest.trace import limits
+from abtest.trace.limits import Limits, current
 from abtest.trace.errors import TraceFormatError
 
 
@@ -66,11 +66,12 @@ def frames(batches: list) -> dict[str, pl.DataFrame]:
     return out
 
 
-def read(path, data) -> tuple[dict[str, pl.DataFrame], dict]:
+def read(path, data, *, limits: Limits | None = None) -> tuple[dict[str, pl.DataFrame], dict]:
     """Decode a trace.dat held in `data` (bytes or mmap of the file at `path`). Returns (raw tables by
     event name, meta). Only event types with records get a table (the file carries the formats of
-    every event the kernel knows, thousands of them); meta["event_formats"] counts the formats present."""
-    lim = limits.current()
+    every event the kernel knows, thousands of them); meta["event_formats"] counts the formats present.
+    limits: the inflate limits (default: abtest.trace.limits.current(), the environment's)."""
+    lim = limits or current()
     try:
         # a read-only file mapping's pages are given back once decoded (they fault back in from the file)
         batches, meta = _native().tracedat_decode(data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes,

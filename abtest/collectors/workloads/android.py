@@ -1,52 +1,69 @@
 """Android workloads: YouTube playback, a game, Jankbench, Geekbench, PCMark.
 
 They need a real device to run (none exists here). Orchestration is the `am`/`dumpsys`/pull sequence
-below; result parsing is done by abtest.analysis.workload / workload_frames (written and tested on
+below; result parsing is done by abtest.results (benchmarks, frames_text; written and tested on
 real-format files there), imported, not duplicated. Metric conversion from those parsers' dicts is
 `metrics_from_result`, tested here.
 """
 from __future__ import annotations
 
+import re
 import shlex
 import zipfile
 from pathlib import Path
 from xml.etree import ElementTree
 
-from abtest.collectors.workloads.base import Workload, WorkloadError, metric
+from abtest.collectors.workloads.base import Workload, WorkloadError, metrics
+from abtest.results import specs
 from abtest.targets.base import Target
 
-# parser key -> (metric name, unit, lower_is_better)
+# parser key -> the declared metric it is (abtest.results.specs); the first key present wins per metric
 _METRIC_KEYS = {
-    "fps": ("fps", "frames/s", False),
-    "jank_pct": ("jank_pct", "%", True),
-    "missed_vsync_pct": ("jank_pct", "%", True),
-    "mean_frame_ms": ("mean_frame_ms", "ms", True),
-    "mean_frame_interval_ms": ("mean_frame_ms", "ms", True),
-    "p95_frame_ms": ("p95_frame_ms", "ms", True),
-    "single_core_score": ("geekbench_single_core_score", "points", False),
-    "multi_core_score": ("geekbench_multi_core_score", "points", False),
+    "fps": specs.FPS,
+    "jank_pct": specs.JANK_PCT,
+    "missed_vsync_pct": specs.JANK_PCT,
+    "mean_frame_ms": specs.MEAN_FRAME_MS,
+    "mean_frame_interval_ms": specs.MEAN_FRAME_MS,
+    "p95_frame_ms": specs.P95_FRAME_MS,
+    "single_core_score": specs.GEEKBENCH_SINGLE,
+    "multi_core_score": specs.GEEKBENCH_MULTI,
 }
 
 
 def metrics_from_result(result: dict) -> dict:
-    """A parser dict from abtest.analysis.workload(_frames) -> metrics.json entries (None values skipped)."""
+    """A parser dict from abtest.results (benchmarks, frames_text) -> metrics.json entries (None values
+    skipped)."""
     out = {}
-    for key, (name, unit, lower) in _METRIC_KEYS.items():
+    for key, spec in _METRIC_KEYS.items():
         val = result.get(key)
-        if val is not None and name not in out:
-            out[name] = metric(val, unit, lower)
+        if val is not None and spec.key not in out:
+            out.update(metrics((spec, val)))
     return out
 
 
 def _read_result_file(path: Path) -> dict:
-    from abtest.analysis.workload import read_workload_metrics
+    from abtest.results.benchmarks import read_workload_metrics
     return read_workload_metrics(path)
+
+
+_PACKAGE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+
+
+def check_package(workload: Workload) -> None:
+    """An Android `package` parameter must be a package name (it also becomes a path: /data/data/<package>)."""
+    pkg = workload.params.get("package")
+    if pkg and not _PACKAGE.match(pkg):
+        raise WorkloadError(f"workload {workload.KIND!r}: package {pkg!r} is not an Android package name")
 
 
 class _FramesWorkload(Workload):
     """Shared by YouTube and game: launch, play for duration_s, dump SurfaceFlinger --latency of the
     layer whose name contains `layer` (default: the package), stop the app."""
     TOOLS = ("am", "dumpsys")
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        check_package(self)
 
     def launch_command(self) -> str:  # pragma: no cover
         raise NotImplementedError
@@ -94,10 +111,14 @@ class GameWorkload(_FramesWorkload):
 
 class JankbenchWorkload(Workload):
     """Jankbench: run benchmark ids `benchmarks` (comma list in quotes) `runs` times, wait for the app to
-    finish, pull its BenchmarkResults sqlite DB; metrics jank_pct, mean_frame_ms (abtest.analysis.workload)."""
+    finish, pull its BenchmarkResults sqlite DB; metrics jank_pct, mean_frame_ms (abtest.results.benchmarks)."""
     KIND = "jankbench"
     DEFAULTS = {"benchmarks": "0", "runs": 1, "package": "com.android.benchmark", "wait_s": 600.0}
     TOOLS = ("am", "dumpsys")
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        check_package(self)
 
     def command(self, remote_dir: str) -> str:
         p = self.params
@@ -117,17 +138,28 @@ class JankbenchWorkload(Workload):
 
 class GeekbenchWorkload(Workload):
     """Geekbench command-line edition (`binary`, e.g. geekbench6 on Linux/Android shells that have it):
-    `--export-json`, pulled and parsed; metrics geekbench_single_core_score / multi_core_score (points)."""
+    `--export-json`, pulled and parsed; metrics geekbench_single_core_score / multi_core_score (points).
+
+    `extra_args` are more command-line arguments for geekbench, split the way a shell splits words (quotes
+    group words: `extra_args='--cpu-workers 4'`) and passed as separate, quoted arguments: no shell syntax in
+    them (`;`, `|`, `$(...)`, redirections) is ever run. Use the `shell` workload for a shell command line."""
     KIND = "geekbench"
     DEFAULTS = {"binary": "geekbench6", "extra_args": "--no-upload"}
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        try:
+            self.extra_argv = shlex.split(self.params["extra_args"])
+        except ValueError as e:
+            raise WorkloadError(f"workload 'geekbench': extra_args {self.params['extra_args']!r}: {e}") from e
 
     def prepare(self, target: Target, remote_dir: str) -> None:
         if target.run(["sh", "-c", f"command -v {shlex.quote(self.params['binary'])}"], 30).exit_code:
             raise WorkloadError(f"{target.name}: {self.params['binary']} not found on the target")
 
     def command(self, remote_dir: str) -> str:
-        return (f"{shlex.quote(self.params['binary'])} {self.params['extra_args']} "
-                f"--export-json {shlex.quote(remote_dir + '/abtest-geekbench.json')}")
+        argv = [self.params["binary"], *self.extra_argv, "--export-json", f"{remote_dir}/abtest-geekbench.json"]
+        return " ".join(shlex.quote(a) for a in argv)
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
         local = outdir / "geekbench.json"
@@ -172,6 +204,10 @@ class PCMarkWorkload(Workload):
                 "results_dir": "/sdcard/PCMark for Android"}
     TOOLS = ("am",)
 
+    def __init__(self, **params):
+        super().__init__(**params)
+        check_package(self)
+
     def command(self, remote_dir: str) -> str:
         p = self.params
         rd = shlex.quote(p["results_dir"])
@@ -184,4 +220,4 @@ class PCMarkWorkload(Workload):
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
         local = outdir / "pcmark-result.pcmark"
         target.pull(f"{remote_dir}/abtest-pcmark.zip", local)
-        return {f"pcmark_{k}": metric(v, "points", False) for k, v in pcmark_scores(local).items()}
+        return metrics(*((specs.PCMARK, v, k) for k, v in pcmark_scores(local).items()))

@@ -4,6 +4,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from abtest.results.specs import DURATION, MetricSpec
+from abtest.results.specs import entry as entry_of
+from abtest.safe_io import UnsafePathError, check_name
 from abtest.targets.base import RunResult, Target
 
 
@@ -30,20 +33,29 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     return name.strip(), params
 
 
-def metric(value: float, unit: str, lower_is_better: bool) -> dict:
-    return {"value": float(value), "unit": unit, "lower_is_better": lower_is_better}
+def metrics(*values: tuple) -> dict:
+    """metrics.json entries {full key: {"value", "unit", "lower_is_better"}} from (spec, value) or
+    (spec, value, group) tuples; unit and direction come from the spec's declaration
+    (abtest.results.specs), never from the plugin."""
+    out = {}
+    for spec, value, *group in values:
+        key, entry = entry_of(spec, value, group[0] if group else None)
+        out[key] = entry
+    return out
 
 
 class Workload:
     """A workload plugin.
 
     Class attributes: KIND (registry name), DEFAULTS (param -> default; the type of the default is the
-    type the string from the command line is converted to), TOOLS (binaries that must exist on target).
+    type the string from the command line is converted to), TOOLS (binaries that must exist on target),
+    DURATION_METRIC (the declared metric the measured wall time of the command is written as).
     Params `name` (store directory name, default KIND) and `timeout_s` are common to all.
     """
     KIND = "workload"
     DEFAULTS: dict = {}
     TOOLS: tuple[str, ...] = ()
+    DURATION_METRIC: MetricSpec = DURATION  # what the collector's measured wall time of the command is
 
     def __init__(self, **params):
         known = dict(self.DEFAULTS)
@@ -52,7 +64,10 @@ class Workload:
         if unknown:
             raise WorkloadError(f"workload {self.KIND!r}: unknown parameters {sorted(unknown)}; "
                                 f"it takes {sorted(known)}")
-        self.name = str(params.pop("name", self.KIND))
+        try:  # the name is a directory of the run store: a plain name (no path separator, no leading dot)
+            self.name = check_name(str(params.pop("name", self.KIND)), "workload name")
+        except UnsafePathError as e:
+            raise WorkloadError(str(e)) from e
         self.params = {}
         for key, default in known.items():
             raw = params.get(key, default)

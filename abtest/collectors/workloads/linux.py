@@ -5,12 +5,15 @@ import re
 import shlex
 from pathlib import Path
 
-from abtest.collectors.workloads.base import Workload, WorkloadError, metric
+from abtest.collectors.workloads.base import Workload, WorkloadError, metrics
+from abtest.results import specs
 from abtest.targets.base import RunResult, Target
 
 
 class ShellWorkload(Workload):
-    """Any shell command (`cmd`); metric: the common duration_s only."""
+    """Any shell command (`cmd`), run as root by the target's shell exactly as written (that is its purpose:
+    pipes, loops, redirections; whoever can pass `--workload` can run commands as root on the target);
+    metric: the common duration_s only."""
     KIND = "shell"
     DEFAULTS = {"cmd": ""}
 
@@ -42,7 +45,7 @@ class HackbenchWorkload(Workload):
         m = re.search(r"^Time:\s*([0-9.]+)", res.stdout, re.M)
         if not m:
             raise WorkloadError(f"hackbench printed no 'Time:' line: {res.stdout[-300:]!r} {res.stderr[-300:]!r}")
-        return {"hackbench_time_s": metric(float(m.group(1)), "s", True)}
+        return metrics((specs.HACKBENCH_TIME, float(m.group(1))))
 
 
 class StressNgWorkload(Workload):
@@ -64,8 +67,7 @@ class StressNgWorkload(Workload):
         m = re.search(rx, text)
         if not m:
             raise WorkloadError(f"stress-ng printed no metrics line for {self.params['stressor']!r}: {text[-400:]!r}")
-        return {"bogo_ops": metric(int(m.group(1)), "ops", False),
-                "bogo_ops_per_s": metric(float(m.group(5)), "ops/s", False)}
+        return metrics((specs.BOGO_OPS, int(m.group(1))), (specs.BOGO_OPS_PER_S, float(m.group(5))))
 
 
 class SysbenchWorkload(Workload):
@@ -85,13 +87,13 @@ class SysbenchWorkload(Workload):
         total = re.search(r"total number of events:\s*(\d+)", res.stdout)
         time_s = re.search(r"total time:\s*([0-9.]+)s", res.stdout)
         if eps:
-            out["events_per_s"] = metric(float(eps.group(1)), "events/s", False)
+            out.update(metrics((specs.EVENTS_PER_S, float(eps.group(1)))))
         elif total and time_s and float(time_s.group(1)) > 0:
-            out["events_per_s"] = metric(int(total.group(1)) / float(time_s.group(1)), "events/s", False)
-        for key, name in (("avg", "latency_avg_ms"), ("95th percentile", "latency_p95_ms")):
+            out.update(metrics((specs.EVENTS_PER_S, int(total.group(1)) / float(time_s.group(1)))))
+        for key, spec in (("avg", specs.SYSBENCH_LAT_AVG), ("95th percentile", specs.SYSBENCH_LAT_P95)):
             m = re.search(rf"^\s*{re.escape(key)}:\s*([0-9.]+)", res.stdout, re.M)
             if m:
-                out[name] = metric(float(m.group(1)), "ms", True)
+                out.update(metrics((spec, float(m.group(1)))))
         if not out:
             raise WorkloadError(f"sysbench output has no statistics: {res.stdout[-400:]!r}")
         return out
@@ -120,8 +122,10 @@ class RtAppWorkload(Workload):
 
 class KernelBuildWorkload(Workload):
     """`make -j<jobs> <make_target>` in the target directory `src` (a kernel tree, or any make project),
-    after `make clean` when clean=true (clean time not counted). Metric build_s (lower is better)."""
+    after `make clean` when clean=true (clean time not counted). Metric build_time_s (lower is better): the
+    collector's measured wall time of the make command."""
     KIND = "kbuild"
+    DURATION_METRIC = specs.BUILD_TIME
     DEFAULTS = {"src": "", "jobs": 0, "make_target": "", "clean": True}
     TOOLS = ("make",)
 
@@ -142,7 +146,7 @@ class KernelBuildWorkload(Workload):
         return f"make -C {shlex.quote(self.params['src'])} -j{jobs} {tgt} >/dev/null"
 
     def parse(self, res: RunResult) -> dict:
-        return {}  # build_s is the measured workload duration (added by the orchestrator as duration_s)
+        return {}  # build_time_s is the measured workload duration (written by the orchestrator)
 
 
 class CyclictestWorkload(Workload):
@@ -167,6 +171,5 @@ class CyclictestWorkload(Workload):
         if not rows:
             raise WorkloadError(f"cyclictest printed no 'T:' summary lines: {res.stdout[-300:]!r} {res.stderr[-300:]!r}")
         mins, avgs, maxs = ([int(r[i]) for r in rows] for i in range(3))
-        return {"latency_avg_us": metric(sum(avgs) / len(avgs), "us", True),
-                "latency_max_us": metric(max(maxs), "us", True),
-                "latency_min_us": metric(min(mins), "us", True)}
+        return metrics((specs.CYCLICTEST_AVG, sum(avgs) / len(avgs)), (specs.CYCLICTEST_MAX, max(maxs)),
+                       (specs.CYCLICTEST_MIN, min(mins)))

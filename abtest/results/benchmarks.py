@@ -1,7 +1,7 @@
 """Workload metrics: Jankbench results DB and Geekbench JSON export (scores and frame times).
 
-Frame-rate metrics from SurfaceFlinger / gfxinfo text and trace markers live in
-abtest.analysis.workload_frames; `read_workload_metrics(path)` dispatches on the file's content.
+Frame-rate text from SurfaceFlinger / gfxinfo lives in abtest.results.frames_text, frames from trace
+markers in abtest.analysis.frames; `read_workload_metrics(path)` dispatches on the file's content.
 
 Every metric name carries its unit (``_ms``, ``_pct``, ``_fps``; scores are unitless points).
 
@@ -23,6 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
+from abtest.results.frames_text import gfxinfo_metrics, surfaceflinger_metrics
 from abtest.trace.errors import TraceFormatError
 
 JANKBENCH_TABLE = "ui_results"
@@ -192,8 +193,6 @@ def read_workload_metrics(path: str | os.PathLike) -> dict:
     Kinds: Jankbench sqlite DB, Geekbench JSON, `dumpsys SurfaceFlinger --latency` text,
     `dumpsys gfxinfo <pkg> framestats` text. Raises TraceFormatError for anything else.
     """
-    from abtest.analysis import workload_frames
-
     path = Path(path)
     with open(path, "rb") as f:
         head = f.read(4096)
@@ -203,9 +202,9 @@ def read_workload_metrics(path: str | os.PathLike) -> dict:
     if stripped.startswith(b"{"):
         return read_geekbench_json(path)
     if re.search(rb"(?m)^[ \t]*---PROFILEDATA---[ \t]*\r?$", path.read_bytes()):
-        return workload_frames.gfxinfo_metrics(path)
+        return gfxinfo_metrics(path)
     first = stripped.split(b"\n", 1)[0].strip()
     if first.isdigit():
-        return workload_frames.surfaceflinger_metrics(path)
+        return surfaceflinger_metrics(path)
     raise TraceFormatError(path, f"unrecognised workload result file (first bytes {head[:24]!r})", offset=0,
                            expected="Jankbench DB, Geekbench JSON, SurfaceFlinger --latency or gfxinfo framestats text")

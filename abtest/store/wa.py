@@ -18,7 +18,7 @@ A Result pod: {"status": "OK"|"PARTIAL"|"FAILED"|..., "metrics": [{"name", "valu
 (log|meta|data|export|raw), "description", "classifiers"}], "events": [...], "classifiers": {...},
 "metadata": {...}}.
 
-Mapping onto abtest's store model (abtest.compare.store.Iteration):
+Mapping onto abtest's store model (abtest.store.reader.Iteration):
   kernel label  <- classifier "kernel" (job's, else the run's), else the label given by the caller (the
                    directory name under the store), else __meta/target_info.json kernel_release
   workload      <- the job's WA label (JobSpec.label; WA defaults it to the workload name)
@@ -46,7 +46,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from abtest.compare.store import Iteration, StoreError, find_trace
+from abtest.store.layout import find_trace
+from abtest.store.model import Iteration, StoreError
 
 _JOB_DIR = re.compile(r"^(?P<id>[^-]+)-(?P<label>.+)-(?P<iteration>\d+)$")
 _TRACE_ARTIFACT_SUFFIXES = (".dat", ".perfetto-trace", ".pftrace", ".pb", ".html", ".ctrace", ".txt", ".gz")

@@ -1,10 +1,13 @@
-"""`Trace`: the user-facing handle on one trace file.
+"""`Trace`: the user-facing handle on one trace file (the session: reads through abtest.trace, reaches the
+analyses of abtest.analysis).
 
     t = Trace("trace.dat")                 # decodes once, then served from the parquet cache
     t.meta["cpus"], t.events               # metadata, per-event counts
     t.df("sched_switch")                   # canonical table (polars DataFrame), ts in ns
     w = t.window(start_ns, end_ns)         # same trace, tables clipped to [start_ns, end_ns)
-    t.idle.df_residency()                  # analyses (abtest.analysis.*) hang off the trace
+    t.idle.df_residency()                  # analyses (abtest.analysis.*) hang off the trace: idle, latency,
+                                           # frequency, load_tracking, placement, energy, power, tasks,
+                                           # overutilized, thermal, capacity, cgroups
 """
 from __future__ import annotations
 
@@ -17,15 +20,6 @@ from abtest.trace import cache
 from abtest.trace.errors import MissingEventsError
 from abtest.trace.model import TraceData
 from abtest.trace.readers import read_trace
-
-
-def convert(path: str | os.PathLike, out_dir: str | os.PathLike, *, fmt: str = "parquet") -> TraceData:
-    """Decode `path` and write its canonical tables (one file each, `fmt` "parquet" or "ipc") + meta.json
-    into out_dir, as `abtest trace convert` does (layout of abtest.trace.cache; written atomically).
-    Returns the TraceData written."""
-    data = read_trace(path)
-    cache.write_tables(data, out_dir, fmt=fmt)
-    return data
 
 
 class Trace:
@@ -173,8 +167,34 @@ class Trace:
         return FrequencyAnalysis(self)
 
     @property
+    def power(self):
+        """Measured power per rail and channel (abtest.analysis.power; the trace's power_rail table)."""
+        from abtest.analysis.power import PowerAnalysis
+        return PowerAnalysis(self)
+
+    def metrics(self, analyses: list[str] | None = None, *, tasks: tuple[str, ...] = ()) -> pl.DataFrame:
+        """Every declared metric this trace yields (abtest.analysis.registry), one row per value:
+        analysis, key (full), key_template, group, value, unit, direction, aggregation. Analyses whose
+        required events are absent are left out (`abtest analyze` says why)."""
+        from abtest.analysis import registry
+        rows = []
+        chosen = [registry.BY_NAME[n] for n in analyses] if analyses else \
+            list(registry.TRACE_ANALYSES) + [registry.POWER]
+        for a in chosen:
+            try:
+                vals = registry.compute(a, self, registry.MetricOptions(tasks=tuple(tasks)))
+            except (MissingEventsError, ValueError):
+                continue
+            rows += [{"analysis": a.name, "key": v.key, "key_template": v.spec.key, "group": v.group,
+                      "value": float(v.value), "unit": v.spec.unit, "direction": v.spec.direction.value,
+                      "aggregation": v.spec.aggregation.value} for v in vals]
+        schema = {"analysis": pl.Utf8, "key": pl.Utf8, "key_template": pl.Utf8, "group": pl.Utf8,
+                  "value": pl.Float64, "unit": pl.Utf8, "direction": pl.Utf8, "aggregation": pl.Utf8}
+        return pl.DataFrame(rows, schema=schema)
+
+    @property
     def energy(self):
-        """Power rails and energy-model estimates (abtest.analysis.energy)."""
+        """Energy-model estimates, and measured rails for convenience (abtest.analysis.energy)."""
         from abtest.analysis.energy import EnergyAnalysis
         return EnergyAnalysis(self)
 
@@ -196,11 +216,41 @@ class Trace:
         from abtest.analysis.placement import PlacementAnalysis
         return PlacementAnalysis(self)
 
+    @property
+    def tasks(self):
+        """Task states (running / runnable / sleeping / uninterruptible) and activations (abtest.analysis.tasks)."""
+        from abtest.analysis.tasks import TasksAnalysis
+        return TasksAnalysis(self)
+
+    @property
+    def overutilized(self):
+        """Overutilized time per root domain (abtest.analysis.overutilized)."""
+        from abtest.analysis.overutilized import OverutilizedAnalysis
+        return OverutilizedAnalysis(self)
+
+    @property
+    def thermal(self):
+        """Thermal zones, cooling devices, power allocator (abtest.analysis.thermal)."""
+        from abtest.analysis.thermal import ThermalAnalysis
+        return ThermalAnalysis(self)
+
+    @property
+    def capacity(self):
+        """CPU capacity over time and uclamp (abtest.analysis.capacity)."""
+        from abtest.analysis.capacity import CapacityAnalysis
+        return CapacityAnalysis(self)
+
+    @property
+    def cgroups(self):
+        """cgroup membership, wakeup latency and CPU time per cgroup (abtest.analysis.cgroups)."""
+        from abtest.analysis.cgroups import CgroupAnalysis
+        return CgroupAnalysis(self)
+
     def __repr__(self) -> str:
         return f"Trace({str(self.path)!r}, format={self.meta.get('format')!r}, cpus={self.cpus}, events={sum(self.events.values())})"
 
     def sql(self, query: str, *, engine: str | None = None) -> pl.DataFrame:
         """Run PerfettoSQL on this trace file with Perfetto's trace_processor (an independent engine, not
-        abtest's readers); see abtest.interop.perfetto_engine for engine discovery. Ignores the window."""
-        from abtest.interop.perfetto_engine import query as tp_query
+        abtest's readers); see abtest.trace.perfetto_engine for engine discovery. Ignores the window."""
+        from abtest.trace.perfetto_engine import query as tp_query
         return tp_query(self.path, query, engine=engine)

@@ -1,6 +1,6 @@
 """Perfetto trace_processor as a second, independent engine: discovery, SQL queries, stdlib metrics.
 
-    from abtest.interop import perfetto_engine as pe
+    from abtest.trace import perfetto_engine as pe
     pe.query("trace.perfetto-trace", "select count(*) n from sched")      # -> polars DataFrame
     pe.analyze("trace.perfetto-trace")                                      # -> dict of tables (below)
     pe.discover()                                                          # -> engines found, in order
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import polars as pl
 
-from abtest.interop.tp_result import to_polars
+from abtest.trace.tp_result import to_polars
 
 ENGINE_ENV = "ABTEST_TRACE_PROCESSOR"
 FORCE_ENV = "ABTEST_TP_ENGINE"
@@ -76,7 +76,7 @@ class Session:
     def query(self, sql: str) -> pl.DataFrame:
         with self._lock:
             if self.engine.name == "wasm":
-                from abtest.interop.wasm_engine import WasmEngineError
+                from abtest.trace.wasm_engine import WasmEngineError
                 try:
                     result = self.backend.query_raw(sql)
                 except WasmEngineError as e:
@@ -163,7 +163,7 @@ def discover() -> list[EngineInfo]:
                   "not downloaded (the perfetto package would fetch it from the network at first use; "
                   "abtest never does)")
         found.append(EngineInfo("shell", "perfetto-cache", str(cached), ok, detail, version=pkg))
-    from abtest.interop import wasm_engine
+    from abtest.trace import wasm_engine
     wasm = wasm_engine.find_wasm()
     try:
         import wasmtime  # noqa: F401
@@ -218,7 +218,7 @@ def open_session(path: str | os.PathLike, engine: str | None = None) -> Session:
         raise FileNotFoundError(f"{path}: no such trace file")
     t0 = time.perf_counter()
     if info.name == "wasm":
-        from abtest.interop.wasm_engine import WasmEngineError, WasmTraceProcessor
+        from abtest.trace.wasm_engine import WasmEngineError, WasmTraceProcessor
         try:
             tp = WasmTraceProcessor(Path(info.path))
             tp.load(path)

@@ -1,0 +1,173 @@
+"""The metric registry: every analysis, the events it needs and the metrics it produces, declared once.
+
+`ANALYSES` holds one `Analysis` per concept. Each names the canonical tables it requires and the ones it
+can use, its metrics (abtest.metric_spec.MetricSpec: key, unit, direction, aggregation, grouping) and the
+functions that compute them. The declarations live next to their functions in each analysis module
+(``METRICS`` and ``metrics(trace, options)``); this module only gathers them, by import, so an editor, grep
+and a reader can follow every call.
+
+Who reads it:
+  abtest.session.Trace      `t.metrics()` (all declared values of one trace)
+  abtest analyze            the analyses to run and their summaries
+  abtest collect            the events to enable for the requested analyses (`events_for`)
+  abtest compare / gate     per-iteration values with their spec (unit, direction, aggregation)
+  the seed tables, report   rows found by spec, not by a key's spelling
+  abtest metrics            this registry, printed (docs/metrics.md is generated from it)
+
+Adding a metric: declare a MetricSpec in its analysis module, add it to that module's METRICS, emit it from
+its ``metrics()``. `compute()` refuses a value whose spec the analysis does not declare.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from abtest.analysis import energy, frequency, idle, latency, load_tracking, placement, power
+from abtest.analysis import capacity, cgroups, frames, overutilized, tasks, thermal
+from abtest.metric_spec import Grouping, MetricSpec, MetricValue
+from abtest.results.specs import WORKLOAD_METRICS
+from abtest.trace.errors import MissingEventsError
+
+# Where an analysis' values come from.
+TRACE, METRICS_JSON, POWER_SAMPLES = "trace", "metrics.json", "power samples"
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    """Options of the per-trace metric functions.
+
+    tasks: task names (comm) whose per-task metrics are always computed when the task appears; top_tasks:
+    also the most active task names (by wakeups / CPU time), at most this many; min_task_wakeups: a task
+    needs this many matched wakeups for its latency metrics (fewer say little); rail_channels: explicit
+    rail -> channel mapping ({channel: [rails]}) for power metrics."""
+    tasks: tuple[str, ...] = ()
+    top_tasks: int = 20
+    min_task_wakeups: int = 10
+    rail_channels: dict | None = None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One analysis. events: canonical tables it requires (all of them); optional_events: tables it uses when
+    present (collectors enable both). compute(trace, MetricOptions) -> [MetricValue] for declared metrics
+    (None: values come from elsewhere, see `source`). summary(trace) -> dict for `abtest analyze`.
+    source: TRACE, METRICS_JSON (workload-reported) or POWER_SAMPLES (trace rails or the store's power files).
+    """
+    name: str
+    title: str
+    events: tuple[str, ...]
+    optional_events: tuple[str, ...]
+    metrics: tuple[MetricSpec, ...]
+    compute: Callable | None = None
+    summary: Callable | None = None
+    source: str = TRACE
+    doc: str = ""
+    slow: bool = field(default=False)
+
+    @property
+    def all_events(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.events + self.optional_events))
+
+
+IDLE = Analysis("idle", "Idle residency and idle misses", idle.EVENTS, idle.OPTIONAL_EVENTS, idle.METRICS,
+                idle.metrics, idle.summary, doc="abtest.analysis.idle")
+LATENCY = Analysis("latency", "Wakeup latency", latency.EVENTS, latency.OPTIONAL_EVENTS, latency.METRICS,
+                   latency.metrics, latency.summary, doc="abtest.analysis.latency")
+FREQUENCY = Analysis("frequency", "CPU frequency and OPP residency", frequency.EVENTS, frequency.OPTIONAL_EVENTS,
+                     frequency.METRICS, frequency.metrics, frequency.summary, doc="abtest.analysis.frequency")
+LOAD_TRACKING = Analysis("load_tracking", "PELT util vs runnable", load_tracking.EVENTS,
+                         load_tracking.OPTIONAL_EVENTS, load_tracking.METRICS, load_tracking.metrics,
+                         load_tracking.summary, doc="abtest.analysis.load_tracking", slow=True)
+PLACEMENT = Analysis("placement", "Task placement and CPU time per task", placement.EVENTS,
+                     placement.OPTIONAL_EVENTS, placement.METRICS, placement.metrics, placement.summary,
+                     doc="abtest.analysis.placement")
+POWER = Analysis("power", "Measured power per channel and rail", power.EVENTS, power.OPTIONAL_EVENTS, power.METRICS,
+                 power.metrics, power.summary, source=POWER_SAMPLES, doc="abtest.analysis.power")
+ENERGY_MODEL = Analysis("energy_model", "Energy-model power estimate", energy.ESTIMATE_EVENTS,
+                        energy.ESTIMATE_OPTIONAL_EVENTS, energy.ESTIMATE_METRICS, energy.estimate_metrics,
+                        energy.summary, doc="abtest.analysis.energy")
+TASKS = Analysis("tasks", "Task states and activations per task name", tasks.EVENTS, tasks.OPTIONAL_EVENTS,
+                 tasks.METRICS, tasks.metrics, tasks.summary, doc="abtest.analysis.tasks")
+OVERUTILIZED = Analysis("overutilized", "Overutilized time (EAS off)", overutilized.EVENTS,
+                        overutilized.OPTIONAL_EVENTS, overutilized.METRICS, overutilized.metrics,
+                        overutilized.summary, doc="abtest.analysis.overutilized")
+THERMAL = Analysis("thermal", "Thermal zones, cooling devices, power allocator", thermal.EVENTS,
+                   thermal.OPTIONAL_EVENTS, thermal.METRICS, thermal.metrics, thermal.summary,
+                   doc="abtest.analysis.thermal")
+CAPACITY = Analysis("capacity", "CPU capacity and uclamp", capacity.EVENTS, capacity.OPTIONAL_EVENTS,
+                    capacity.METRICS, capacity.metrics, capacity.summary, doc="abtest.analysis.capacity")
+CGROUPS = Analysis("cgroups", "Wakeup latency and CPU time per cgroup", cgroups.EVENTS, cgroups.OPTIONAL_EVENTS,
+                   cgroups.METRICS, cgroups.metrics, cgroups.summary, doc="abtest.analysis.cgroups")
+FRAMES = Analysis("frames", "Frames from atrace markers / the perfetto frame timeline", frames.EVENTS, (),
+                  (), None, frames.summary, doc="abtest.analysis.frames")
+WORKLOAD = Analysis("workload", "Workload-reported results (metrics.json)", (), (), WORKLOAD_METRICS,
+                    source=METRICS_JSON, doc="abtest.results.specs")
+
+ANALYSES: tuple[Analysis, ...] = (POWER, WORKLOAD, IDLE, LATENCY, FREQUENCY, LOAD_TRACKING, PLACEMENT, TASKS,
+                                  OVERUTILIZED, THERMAL, CAPACITY, CGROUPS, ENERGY_MODEL, FRAMES)
+BY_NAME: dict[str, Analysis] = {a.name: a for a in ANALYSES}
+TRACE_ANALYSES: tuple[Analysis, ...] = tuple(a for a in ANALYSES if a.source == TRACE and a.compute is not None)
+
+
+def all_specs() -> list[tuple[Analysis, MetricSpec]]:
+    """Every declared metric with its analysis, in registry order."""
+    return [(a, s) for a in ANALYSES for s in a.metrics]
+
+
+_SPEC_BY_KEY: dict[str, tuple[Analysis, MetricSpec]] = {}
+for _a, _s in all_specs():
+    if _s.key in _SPEC_BY_KEY:
+        raise RuntimeError(f"metric {_s.key!r} declared twice ({_SPEC_BY_KEY[_s.key][0].name} and {_a.name})")
+    _SPEC_BY_KEY[_s.key] = (_a, _s)
+# grouped templates, most specific (longest literal text) first, for resolve()
+_GROUPED = sorted((s for _, s in _SPEC_BY_KEY.values() if s.group is not Grouping.NONE),
+                  key=lambda s: -len(s.key.replace("{" + s.group.value + "}", "")))
+
+
+def spec(key: str) -> MetricSpec:
+    """The spec declared under this key template (KeyError when none)."""
+    return _SPEC_BY_KEY[key][1]
+
+
+def analysis_of(s: MetricSpec) -> Analysis:
+    return _SPEC_BY_KEY[s.key][0]
+
+
+def resolve(full_key: str) -> tuple[MetricSpec, str | None] | None:
+    """(spec, group value) of a full metric key ("power.CPU-Big" -> (power.{channel}, "CPU-Big")), or None
+    when no declaration covers it (e.g. a user's own metrics.json key). Scalar keys match exactly; grouped
+    templates by their literal head and tail, most specific template first."""
+    hit = _SPEC_BY_KEY.get(full_key)
+    if hit is not None and hit[1].group is Grouping.NONE:
+        return hit[1], None
+    for s in _GROUPED:
+        g = s.match(full_key)
+        if g:
+            return s, g
+    return None
+
+
+def events_for(names: list[str] | tuple[str, ...] | None = None) -> list[str]:
+    """Canonical tables the named analyses require or can use (all trace analyses when None), in order."""
+    chosen = ANALYSES if names is None else [BY_NAME[n] for n in names]
+    return list(dict.fromkeys(ev for a in chosen for ev in a.all_events))
+
+
+class UndeclaredMetricError(RuntimeError):
+    """An analysis computed a value for a metric it does not declare (a bug in that analysis)."""
+
+
+def compute(analysis: Analysis, trace, options: MetricOptions = MetricOptions()) -> list[MetricValue]:
+    """Run one analysis' metric function on a trace and check every value against its declarations.
+    Raises MissingEventsError when a required event is absent (the caller reports it as skipped)."""
+    if analysis.compute is None:
+        return []
+    missing = [e for e in analysis.events if e not in trace.tables]
+    if missing:
+        raise MissingEventsError(analysis.name, missing, str(trace.path))
+    vals = analysis.compute(trace, options)
+    declared = set(analysis.metrics)
+    for v in vals:
+        if v.spec not in declared:
+            raise UndeclaredMetricError(f"analysis {analysis.name} computed {v.key!r}, which it does not declare")
+    return vals

@@ -1,0 +1,77 @@
+"""Analyse the iterations of a comparison, in parallel when asked: cached ones are read in this process, the
+others go to a pool of `jobs` worker processes (spawned, so a worker never inherits polars' thread pool
+mid-operation). A failure in one iteration is reported with its path and does not lose the others.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from abtest.analysis.registry import MetricOptions
+from abtest.compare.metrics import cache_file, read_cache, cache_key, iteration_metrics
+from abtest.store.model import Iteration
+
+
+def _one(it: Iteration, options: MetricOptions, use_cache: bool, with_trace: bool):
+    try:
+        return iteration_metrics(it, options, use_cache=use_cache, with_trace=with_trace)
+    except Exception as e:  # noqa: BLE001 - reported with the iteration's path, the others go on
+        return {}, [f"analysis failed: {type(e).__name__}: {e}"]
+
+
+def _is_cached(it: Iteration, options: MetricOptions, with_trace: bool) -> bool:
+    return read_cache(cache_file(it.path), cache_key(it, options, with_trace)) is not None
+
+
+def analyse_iterations(work: list[tuple[Iteration, MetricOptions]], *, use_cache: bool = True,
+                       with_trace: bool = True, jobs: int = 1, progress: bool = False) -> dict:
+    """{str(iteration path): (metrics by key, notes)} for every (iteration, options) in `work`."""
+    out: dict = {}
+    todo = []
+    for it, options in work:
+        if (use_cache and _is_cached(it, options, with_trace)) or not (with_trace and it.trace_path):
+            out[str(it.path)] = _one(it, options, use_cache, with_trace)
+        else:
+            todo.append((it, options))
+    if not todo:
+        return out
+    bar = _progress(len(todo)) if progress else None
+    try:
+        if jobs <= 1 or len(todo) == 1:
+            for it, options in todo:
+                out[str(it.path)] = _one(it, options, use_cache, with_trace)
+                _advance(bar, it)
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
+                futures = {pool.submit(_one, it, options, use_cache, with_trace): it for it, options in todo}
+                for fut in as_completed(futures):
+                    it = futures[fut]
+                    try:
+                        out[str(it.path)] = fut.result()
+                    except Exception as e:  # noqa: BLE001 - a worker that died: report, keep the others
+                        out[str(it.path)] = ({}, [f"analysis failed: {type(e).__name__}: {e}"])
+                    _advance(bar, it)
+    finally:
+        if bar is not None:
+            bar[0].stop()
+    return out
+
+
+def _progress(total: int):
+    if not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    p = Progress(TextColumn("analysing iterations"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                 TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
+    task = p.add_task("", total=total)
+    p.start()
+    return p, task
+
+
+def _advance(bar, it: Iteration) -> None:
+    if bar is not None:
+        bar[0].update(bar[1], advance=1, description=f"{it.label}/{it.workload}/{it.name}")
+

@@ -1,0 +1,141 @@
+"""What a metric is: its key, unit, direction, how iterations aggregate and how it is grouped.
+
+The vocabulary of the metric registry (abtest.analysis.registry). A `MetricSpec` is declared once, next to
+the function that computes the metric; everything downstream (compare, the seed tables, the report, the gate,
+`abtest metrics`) reads unit, direction, aggregation and grouping from it, never from how a key is spelled.
+
+Keys: a spec's ``key`` is a template. A scalar metric has no placeholder (``idle.too_deep_pct``); a grouped
+metric has exactly one, named after its grouping (``power.{channel}``, ``latency.task.{task}.gmean_us``,
+``frequency.cpu.{cpu}.mean_mhz``). The full key of one measured value is the template with the group value
+filled in (``power.CPU-Big``); compare results, thresholds files and JSON use full keys. Measured values carry
+their spec and group value along, so no key is ever parsed back to find its meaning.
+
+This module imports nothing from abtest: every layer may use it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Direction(str, Enum):
+    """Which way is better. NONE: the metric describes, it does not judge (no regression verdict)."""
+    LOWER = "lower"
+    HIGHER = "higher"
+    NONE = "none"
+
+    @property
+    def lower_is_better(self) -> bool | None:
+        """True / False / None, the store's metrics.json convention."""
+        return {Direction.LOWER: True, Direction.HIGHER: False, Direction.NONE: None}[self]
+
+    @classmethod
+    def from_lower_is_better(cls, lib: bool | None) -> "Direction":
+        return cls.NONE if lib is None else (cls.LOWER if lib else cls.HIGHER)
+
+
+class Aggregation(str, Enum):
+    """How the per-iteration values of one side combine into the value a table prints.
+
+    MEAN: arithmetic mean (power, FPS, percentages of time). GMEAN: geometric mean (latencies, scores,
+    ratios: what the seeds print; defined only when every value is > 0). MEDIAN: for heavy-tailed values."""
+    MEAN = "mean"
+    GMEAN = "gmean"
+    MEDIAN = "median"
+
+
+class Grouping(str, Enum):
+    """What the one placeholder of a grouped key stands for."""
+    NONE = "none"
+    CHANNEL = "channel"        # power channel: CPU, CPU-Big, CPU-Little, CPU-Mid, GPU, Total, ...
+    RAIL = "rail"              # one measured power rail, by its name
+    DOMAIN = "domain"          # energy-model performance domain (cluster), by its first CPU
+    TASK = "task"              # task name (comm); threads sharing a name are pooled
+    CLUSTER = "cluster"        # CPU cluster / frequency domain
+    CPU = "cpu"                # one CPU number
+    IDLE_STATE = "idle_state"  # idle state name (or index when unnamed)
+    OPP = "opp"                # an OPP of a frequency domain: "cpu<first CPU of the domain>@<kHz>"
+    BENCHMARK = "benchmark"    # a sub-test of a benchmark (PCMark test, Jankbench list)
+    ZONE = "zone"              # thermal zone, by its type name (thermal_zone field / sysfs type)
+    COOLING_DEVICE = "cdev"    # thermal cooling device, by its type name (cdev_update type field)
+    ROOT_DOMAIN = "root_domain"  # scheduler root domain, by its CPU span ("0-5")
+    CGROUP = "cgroup"          # cgroup path ("/top-app", "/system.slice/foo.service")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One declared metric.
+
+    key: template (see module docstring); unit: printed unit ("mW", "us", "%", "1/s", "frames/s", "points",
+    "" for a plain number); direction, aggregation, group: as above; title: short human name for tables
+    ("too deep", "wakeup latency gmean"); description: one sentence, with the definition; headline: shown
+    in the summary table of `abtest compare` (one row per key metric).
+    """
+    key: str
+    unit: str
+    direction: Direction
+    aggregation: Aggregation = Aggregation.MEAN
+    group: Grouping = Grouping.NONE
+    title: str = ""
+    description: str = ""
+    headline: bool = False
+
+    def __post_init__(self) -> None:
+        placeholder = "{" + self.group.value + "}"
+        n = self.key.count("{")
+        if self.group is Grouping.NONE and n:
+            raise ValueError(f"metric {self.key!r}: a scalar key has no placeholder")
+        if self.group is not Grouping.NONE and (n != 1 or placeholder not in self.key):
+            raise ValueError(f"metric {self.key!r}: a key grouped by {self.group.value} has exactly one "
+                             f"placeholder {placeholder}")
+
+    @property
+    def lower_is_better(self) -> bool | None:
+        return self.direction.lower_is_better
+
+    def full_key(self, group: str | int | None = None) -> str:
+        """The key of one value: the template with the group filled in (scalar: the key itself)."""
+        if self.group is Grouping.NONE:
+            if group is not None:
+                raise ValueError(f"metric {self.key!r} is not grouped; got group {group!r}")
+            return self.key
+        if group is None or str(group) == "":
+            raise ValueError(f"metric {self.key!r} needs a {self.group.value}")
+        return self.key.replace("{" + self.group.value + "}", str(group))
+
+    def match(self, full_key: str) -> str | None:
+        """The group value if `full_key` is an instance of this template, else None (scalar: "" on equality)."""
+        if self.group is Grouping.NONE:
+            return "" if full_key == self.key else None
+        head, _, tail = self.key.partition("{" + self.group.value + "}")
+        if len(full_key) > len(head) + len(tail) and full_key.startswith(head) and full_key.endswith(tail):
+            return full_key[len(head):len(full_key) - len(tail)]
+        return None
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "unit": self.unit, "direction": self.direction.value,
+                "lower_is_better": self.lower_is_better, "aggregation": self.aggregation.value,
+                "group": self.group.value, "title": self.title, "description": self.description,
+                "headline": self.headline}
+
+
+@dataclass(frozen=True)
+class MetricValue:
+    """One value of a declared metric in one iteration (or one trace). group: the placeholder's value
+    (None for a scalar). value: float in the spec's unit (NaN = could not be computed)."""
+    spec: MetricSpec
+    value: float
+    group: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.spec.full_key(self.group)
+
+    def is_finite(self) -> bool:
+        return isinstance(self.value, (int, float)) and math.isfinite(self.value)
+
+
+def values(spec: MetricSpec, by_group: dict) -> list[MetricValue]:
+    """MetricValues of a grouped spec from {group: value} (None values skipped)."""
+    return [MetricValue(spec, float(v), str(g)) for g, v in by_group.items() if v is not None]

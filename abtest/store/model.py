@@ -1,0 +1,93 @@
+"""Values of the run store: one iteration and the metrics.json entries it carries."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abtest.store.layout import METRICS_FILE
+
+
+class StoreError(ValueError):
+    """A store, label or iteration directory is missing or malformed. The message names the path."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One scalar measured in one iteration.
+
+    value: the number, in `unit`.  lower_is_better: direction of "better" (power, jank, latency: True;
+    fps, score: False; None: no preferred direction, e.g. a residency).  source: where it came from
+    ("metrics.json", "power.csv", "trace:<module>").
+    """
+    value: float
+    unit: str = ""
+    lower_is_better: bool | None = True
+    source: str = METRICS_FILE
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "unit": self.unit, "lower_is_better": self.lower_is_better,
+                "source": self.source}
+
+    @classmethod
+    def from_json(cls, obj, *, where: str = "", source: str = METRICS_FILE) -> "Metric":
+        """Build from the metrics.json entry form `{"value", "unit", "lower_is_better"}` (or a Metric)."""
+        if isinstance(obj, Metric):
+            return obj
+        if not isinstance(obj, dict) or "value" not in obj:
+            raise StoreError(f"{where}: expected an object with 'value', 'unit', 'lower_is_better'; got {obj!r}")
+        raw = obj["value"]
+        if raw is None:
+            value = math.nan
+        elif isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise StoreError(f"{where}: 'value' must be a number, got {raw!r}")
+        else:
+            try:
+                value = float(raw)
+            except OverflowError:
+                raise StoreError(f"{where}: 'value' {str(raw)[:20]}... is out of the range of a float "
+                                 "(about 1.8e308)") from None
+        lib = obj.get("lower_is_better", True)
+        if lib is not None and not isinstance(lib, bool):
+            raise StoreError(f"{where}: 'lower_is_better' must be true, false or null, got {lib!r}")
+        return cls(value=value, unit=str(obj.get("unit", "")), lower_is_better=lib,
+                   source=str(obj.get("source", source)))
+
+
+@dataclass
+class Iteration:
+    """One run of one workload on one kernel.
+
+    label: kernel label (the directory under STORE).  workload: workload name.  index: iteration number
+    (trailing digits of the directory name, else its position).  path: the iteration directory.
+    complete: `.complete` present.  metrics: name -> Metric (from metrics.json; derived metrics are added by
+    abtest.compare.metrics).  meta: meta.json contents.  trace_path / power_path / battor_path / platform_path: files or None.
+    name: directory name.  problems: why the iteration is unusable (empty when fine).
+    """
+    label: str
+    workload: str
+    index: int
+    path: Path
+    complete: bool
+    metrics: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+    trace_path: Path | None = None
+    power_path: Path | None = None
+    battor_path: Path | None = None
+    platform_path: Path | None = None
+    name: str = ""
+    problems: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        if not self.name:
+            self.name = self.path.name
+        # Accept plain metrics.json-style dicts (e.g. from interop converters).
+        self.metrics = {k: Metric.from_json(v, where=f"{self.path}: metric {k!r}") for k, v in self.metrics.items()}
+
+    @property
+    def usable(self) -> bool:
+        """Complete and nothing wrong with it."""
+        return self.complete and not self.problems
+
+
