@@ -106,3 +106,29 @@ def test_plots_are_written_as_files(demo_store, tmp_path):
                      "cyclictest-metrics.svg"]
     assert (tmp_path / "figs" / "cyclictest-metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"<svg" in (tmp_path / "figs" / "cyclictest-metrics.svg").read_bytes()[:500]
+
+
+@pytest.fixture(scope="module")
+def pixel_store(tmp_path_factory):
+    """A/A store of the real Pixel 7 Pro trace (24 power rails), 3 + 3 iterations linking it."""
+    from shared_data import TRACES
+    root = tmp_path_factory.mktemp("pixel") / "store"
+    for label in ("A", "B"):
+        for i in range(3):
+            d = root / label / "idle" / str(i)
+            d.mkdir(parents=True)
+            (d / "trace.perfetto-trace").symlink_to(TRACES / "PerfettoTraceScript" / "pixel7pro-power-rails.perfetto-trace")
+            (d / ".complete").touch()
+    return root
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_first_screen_on_the_pixel_rails_store(pixel_store, columns):
+    out = _compare(pixel_store, columns=columns, a="A", b="B")
+    lines = out.splitlines()
+    assert max(len(x) for x in lines) <= columns
+    first = " ".join("\n".join(lines[:40]).split())
+    assert "Summary: B vs A (baseline)" in first and "no change" in first
+    for ch in ("power CPU (mW)", "power CPU-Little (mW)", "power Total (mW)"):
+        assert ch in first or ch.replace(" (mW)", "") in first, ch
+    assert "469.43 (+0.00 %)" in first  # power.Total of the real rails, A/A
