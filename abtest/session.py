@@ -19,7 +19,6 @@ import polars as pl
 from abtest.trace import cache
 from abtest.trace.errors import MissingEventsError
 from abtest.trace.model import TraceData
-from abtest.trace.convert import convert
 from abtest.trace.readers import read_trace
 
 
@@ -56,11 +55,13 @@ class Trace:
         key = cache.content_key(self.path)
         entry = cache.cache_root() / key
         if not cache.is_complete(entry):
+            data = read_trace(self.path)
             try:
-                convert(self.path, entry)
+                cache.write_tables(data, entry, fmt="ipc")
             except OSError:  # read-only cache dir: keep going uncached
-                self._data = read_trace(self.path)
+                self._data = data
                 return
+            self._frames.update(data.tables)  # this Trace keeps the decoded tables; later opens map the cache
         self._entry = entry
 
     # -- metadata ------------------------------------------------------------------------------
@@ -128,7 +129,7 @@ class Trace:
             if name not in self.tables:
                 raise MissingEventsError(f"table {name!r}", [name], str(self.path))
             if self._entry is not None:
-                self._frames[name] = pl.read_parquet(cache.table_path(self._entry, name))
+                self._frames[name] = cache.read_table(self._entry, name)
             else:
                 self._frames[name] = self._data.tables[name]
         df = self._frames[name]

@@ -17,36 +17,13 @@
 """
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
-
-from abtest.trace.decoded import DecodedTable
-
-
-def _as_frame(table: DecodedTable, names: tuple[str, ...]) -> pl.DataFrame | None:
-    """The integer columns `names` of a decoder table as a frame (per-CPU runs merged on the native side)."""
-    if not all(c in table.columns for c in names):
-        return None
-    cols = {}
-    for name in names:
-        col = table.columns[name]
-        if not isinstance(col, np.ndarray):
-            from abtest import _native
-            if not isinstance(col, _native.RunColumn):
-                return None
-            col = _native.tracedat_materialize([col])[0]
-        cols[name] = col
-    return pl.DataFrame(cols)
 
 
 def inferred_gaps(switch) -> dict[str, int]:
-    """{cpu: chain breaks} of a canonical sched_switch table (a polars frame, or a decoder table, sorted by ts)."""
+    """{cpu: chain breaks} of a canonical sched_switch table (a polars frame sorted by ts)."""
     if switch is None:
         return {}
-    if isinstance(switch, DecodedTable):
-        switch = _as_frame(switch, ("ts", "cpu", "prev_pid", "next_pid"))
-        if switch is None:
-            return {}
     if switch.is_empty() or not {"cpu", "prev_pid", "next_pid"} <= set(switch.columns):
         return {}
     by = ["cpu"] + (["instance"] if "instance" in switch.columns else [])
@@ -61,16 +38,6 @@ def cpus_with_data(tables: dict) -> list[int]:
     """Sorted CPU numbers carried by any table's ``cpu`` column."""
     seen: set[int] = set()
     for df in tables.values():
-        if isinstance(df, DecodedTable):
-            if "cpu" in df.columns:
-                col = df.columns["cpu"]
-                try:
-                    seen.update(int(c) for c in np.unique(np.asarray(col)))
-                except (TypeError, ValueError):
-                    m = df.max_of("cpu")
-                    if m is not None:
-                        seen.add(int(m))
-            continue
         if "cpu" in df.columns and not df.is_empty():
             seen.update(int(c) for c in df["cpu"].drop_nulls().unique().to_list())
     return sorted(seen)

@@ -13,26 +13,22 @@ from pathlib import Path
 import polars as pl
 
 from abtest.trace import archive, import_log, quality
-from abtest.trace.decoded import DecodedTable
 from abtest.trace.detect import ARCHIVES, STREAM_CODECS, detect_format
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.limits import Limits, current
 from abtest.trace.model import TraceData
-from abtest.trace.schema import canonicalize, event_counts, sample_counts, unchanged_by_canonicalize
+from abtest.trace.schema import canonicalize, event_counts, sample_counts
 
 # Bumped whenever a reader's output changes: part of the cache key.
-READER_VERSION = "11"  # 11: ingestion accounting (import_errors, process table) + canonical integer widths only in the analysed tables
+READER_VERSION = "12"  # 12: the native decoders rewritten (same tables; the Trace cache holds Arrow IPC); 11: ingestion accounting (import_errors, process table) + canonical integer widths only in the analysed tables
 
 _TEXT_FORMATS = ("ftrace-text", "atrace", "atrace-z", "systrace-html")
 _EXPECTED = "trace.dat, ftrace text, systrace HTML, atrace, perfetto protobuf, a BattOr log, gzip/zstd/bzip2/xz, zip or tar"
 
 
-def read_trace(path: str | os.PathLike, *, for_writing: bool = False, limits: Limits | None = None) -> TraceData:
+def read_trace(path: str | os.PathLike, *, limits: Limits | None = None) -> TraceData:
     """Decode any supported trace file into canonical tables + metadata (no cache).
 
-    for_writing=True: tables of a trace.dat that `canonicalize()` leaves unchanged come back as
-    `DecodedTable`s (the decoder's arrays, abtest.trace.decoded) instead of DataFrames; only the parquet
-    writer (`cache.write_tables`) takes such TraceData. Same tables and meta otherwise.
     limits: inflate / line limits (abtest.trace.limits; default: the environment's)."""
     path = Path(path)
     limits = limits or current()
@@ -68,7 +64,7 @@ def read_trace(path: str | os.PathLike, *, for_writing: bool = False, limits: Li
     else:
         with open(path, "rb") as f:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    raw, meta = _decode(label, data, fmt, for_writing)
+    raw, meta = _decode(label, data, fmt, limits)
     battors += meta.pop("_battor_texts", [])
     # A trace.dat carries the format of every event the kernel knows; only events that occur
     # become tables (so `require()` can say clearly which events were not recorded).
@@ -83,9 +79,7 @@ def read_trace(path: str | os.PathLike, *, for_writing: bool = False, limits: Li
     # one key type for every reader, the one meta.json (the cache) gives back: the CPU number as a string
     meta["lost_events_per_cpu"] = {str(cpu): n for cpu, n in
                                    sorted(meta["lost_events_per_cpu"].items(), key=lambda kv: int(kv[0]))}
-    kept = {name: t for name, t in raw.items() if isinstance(t, DecodedTable)}
-    tables = canonicalize({name: t for name, t in raw.items() if name not in kept}, meta)
-    tables.update(kept)
+    tables = canonicalize(raw, meta)
     if members:
         _account_members(members, chosen, meta)
     _fill_span(tables, meta)  # the trace's span: BattOr samples beside it (perhaps on their own clock) stay out
@@ -108,17 +102,13 @@ def _refuse_unknown(path: Path, fmt: str | None, head: bytes) -> None:
                                "traces, not JSON trace events", offset=0, expected=_EXPECTED)
 
 
-def _keep_decoded(name: str, table: DecodedTable) -> bool:
-    return unchanged_by_canonicalize(name, table.polars_schema())
-
-
-def _decode(path, data, fmt: str, for_writing: bool) -> tuple[dict, dict]:
+def _decode(path, data, fmt: str, limits: Limits) -> tuple[dict, dict]:
     if fmt == "trace.dat":
         from abtest.trace import tracedat
-        return tracedat.read(path, data, keep_decoded=_keep_decoded if for_writing else None)
+        return tracedat.read(path, data, limits=limits)
     if fmt == "perfetto":
         from abtest.trace import perfetto
-        return perfetto.read(path, data)
+        return perfetto.read(path, data, limits=limits)
     if fmt in _TEXT_FORMATS:
         from abtest.trace import ftrace_text
         return ftrace_text.read(path, data, fmt)
@@ -208,13 +198,6 @@ def _fill_span(tables: dict, meta: dict) -> None:
     starts, ends, cpus = [], [], []
     need_cpus = not meta.get("cpus")  # the max CPU number is scanned only when the reader did not know
     for df in tables.values():
-        if isinstance(df, DecodedTable):  # sorted by ts, never empty
-            first, last = df.ts_bounds()
-            starts.append(first)
-            ends.append(last)
-            if need_cpus and "cpu" in df.columns:
-                cpus.append(df.max_of("cpu"))
-            continue
         if df.is_empty() or "ts" not in df.columns:
             continue
         lo, hi = df["ts"].min(), df["ts"].max()
