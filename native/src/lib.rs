@@ -15,6 +15,7 @@ mod perfetto_packets;
 mod perfetto_sort;
 mod perfetto_tables;
 mod perfetto_wire;
+mod sim;
 mod parquet_write;
 mod tracedat;
 mod tracedat_layout;
@@ -53,5 +54,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tracedat_layout::register(m)?;
     perfetto::register(m)?;
     parquet_write::register(m)?;
+    sim::register(m)?;
     Ok(())
 }

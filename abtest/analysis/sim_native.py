@@ -1,0 +1,91 @@
+"""The compiled simulators (native/src/sim*.rs) behind pelt_sim, window_sim and boost: canonical frames ->
+numpy columns -> Rust -> frames. The models are those documented in the Python modules; the Python
+implementations stay as the reference the tests compare these against (tests/test_sim_native.py).
+
+Columns cross as contiguous numpy arrays of fixed types (ts int64, cpu / pid / prio int32, prev_state int64,
+frequencies and signals float64); nulls become a sentinel (CPU) or 0 (prev_state, prio).
+"""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from abtest import _native
+
+NULL_CPU = -(2**31)  # a missing CPU (null target_cpu): native/src/sim_pelt.rs NULL_CPU
+
+__all__ = ["pelt_simulate"]
+
+
+def _a(df: pl.DataFrame, col: str, dtype, fill) -> np.ndarray:
+    s = df.get_column(col).cast(dtype)
+    if s.null_count():
+        s = s.fill_null(fill)
+    return np.ascontiguousarray(s.to_numpy())
+
+
+def _switches(sw: pl.DataFrame) -> tuple:
+    return (_a(sw, "ts", pl.Int64, 0), _a(sw, "cpu", pl.Int32, NULL_CPU), _a(sw, "prev_pid", pl.Int32, 0),
+            _a(sw, "prev_prio", pl.Int32, 0), _a(sw, "prev_state", pl.Int64, 0), _a(sw, "next_pid", pl.Int32, 0),
+            _a(sw, "next_prio", pl.Int32, 0))
+
+
+def _wakeups(wakeups: list[pl.DataFrame] | None) -> list[tuple]:
+    out = []
+    for wk in wakeups or []:
+        if wk is None or wk.is_empty():
+            continue
+        tgt = "target_cpu" if "target_cpu" in wk.columns else "cpu"
+        out.append((_a(wk, "ts", pl.Int64, 0), _a(wk, "pid", pl.Int32, 0), _a(wk, tgt, pl.Int32, NULL_CPU),
+                    _a(wk, "prio", pl.Int32, 0) if "prio" in wk.columns else np.full(wk.height, 120, np.int32)))
+    return out
+
+
+def _seeds(seeds: pl.DataFrame | None, key: str) -> tuple | None:
+    if seeds is None or seeds.is_empty():
+        return None
+    run = "runnable" if "runnable" in seeds.columns else None
+    return (_a(seeds, key, pl.Int32, -1), _a(seeds, "ts", pl.Int64, 0), _a(seeds, "util", pl.Float64, 0.0),
+            _a(seeds, run, pl.Float64, 0.0) if run else np.zeros(seeds.height))
+
+
+def _frame(d: dict, key: str, key_dtype) -> pl.DataFrame:
+    return pl.DataFrame({key: d[key], "ts": d["ts"], "dur": d["dur"], "x_util": d["x_util"],
+                         "x_runnable": d["x_runnable"], "util": d["util"], "runnable": d["runnable"]}
+                        ).with_columns(pl.col(key).cast(key_dtype))
+
+
+def pelt_simulate(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_ns: int,
+                  cpu_frequency: pl.DataFrame | None = None, wakeups: list[pl.DataFrame] | None = None,
+                  sched_migrate_task: pl.DataFrame | None = None, cpu_seeds: pl.DataFrame | None = None,
+                  task_seeds: pl.DataFrame | None = None, new_pids: list[int] | None = None,
+                  want_cpus: bool = True, attach: bool = True, want_tasks: list[int] | bool = False
+                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The PELT simulation of pelt_sim (df_pelt_sim_cpu / df_pelt_sim_task), compiled.
+
+    spec: pelt_sim.cpu_scale_spec (the simulated CPUs). cpu_seeds ``cpu, ts, util[, runnable]``, task_seeds
+    ``pid, ts, util[, runnable]``. want_tasks: False (no task output), True (every task) or pids.
+    Returns (cpu segments ``cpu, ts, dur, x_util, x_runnable, util, runnable``, task segments ``pid, ...``),
+    sorted by key then ts.
+    """
+    mig = None
+    if sched_migrate_task is not None and not sched_migrate_task.is_empty():
+        mig = (_a(sched_migrate_task, "ts", pl.Int64, 0), _a(sched_migrate_task, "pid", pl.Int32, 0),
+               _a(sched_migrate_task, "dest_cpu", pl.Int32, NULL_CPU))
+    freq = None
+    if cpu_frequency is not None and not cpu_frequency.is_empty():
+        freq = (_a(cpu_frequency, "ts", pl.Int64, 0), _a(cpu_frequency, "cpu", pl.Int32, NULL_CPU),
+                _a(cpu_frequency, "frequency_khz", pl.Float64, float("nan")))
+    cpus = (_a(spec, "cpu", pl.Int32, NULL_CPU), _a(spec, "capacity", pl.Float64, 1024.0),
+            _a(spec, "fmax_khz", pl.Float64, float("nan")), _a(spec, "fill_khz", pl.Float64, float("nan")))
+    if want_tasks is False:
+        tasks = None
+    elif want_tasks is True:
+        tasks = np.zeros(0, np.int32)
+    else:
+        tasks = np.asarray(sorted(set(int(p) for p in want_tasks)) or [-1], np.int32)
+    c, t = _native.pelt_simulate(
+        _switches(sched_switch), _wakeups(wakeups), mig, freq, cpus, _seeds(cpu_seeds, "cpu"),
+        _seeds(task_seeds, "pid"), np.asarray(list(new_pids or []), np.int32), int(start_ns), int(end_ns),
+        bool(want_cpus), bool(attach), tasks)
+    return _frame(c, "cpu", pl.Int32), _frame(t, "pid", pl.Int64)

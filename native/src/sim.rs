@@ -1,0 +1,149 @@
+//! Compiled simulators of abtest/analysis (PELT, window demand, the boost what-if): numpy arrays in,
+//! numpy arrays out, the GIL released while they run. Python wrappers: abtest/analysis/sim_native.py.
+use numpy::{IntoPyArray, PyReadonlyArray1};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+#[path = "sim_events.rs"]
+mod events;
+#[path = "sim_pelt.rs"]
+mod pelt;
+
+use pelt::{CpuSpec, Frequencies, Inputs, Migrations, Seeds, Segments, Switches, Wakeups, Want};
+
+type I64<'py> = PyReadonlyArray1<'py, i64>;
+type I32<'py> = PyReadonlyArray1<'py, i32>;
+type F64<'py> = PyReadonlyArray1<'py, f64>;
+
+fn segments_dict<'py>(py: Python<'py>, s: Segments, key: &str) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item(key, s.key.into_pyarray(py))?;
+    d.set_item("ts", s.ts.into_pyarray(py))?;
+    d.set_item("dur", s.dur.into_pyarray(py))?;
+    d.set_item("x_util", s.x_util.into_pyarray(py))?;
+    d.set_item("x_runnable", s.x_runnable.into_pyarray(py))?;
+    d.set_item("util", s.util.into_pyarray(py))?;
+    d.set_item("runnable", s.runnable.into_pyarray(py))?;
+    Ok(d)
+}
+
+type SeedArrays<'py> = (I32<'py>, I64<'py>, F64<'py>, F64<'py>);
+
+fn seed_slices<'a>(s: &'a Option<SeedArrays<'_>>) -> PyResult<Option<Seeds<'a>>> {
+    Ok(match s {
+        Some(s) => Some(Seeds {
+            id: s.0.as_slice()?,
+            ts: s.1.as_slice()?,
+            util: s.2.as_slice()?,
+            runnable: s.3.as_slice()?,
+        }),
+        None => None,
+    })
+}
+
+/// PELT simulation (abtest.analysis.pelt_sim's model; see native/src/sim_pelt.rs).
+///
+/// switches: (ts, cpu, prev_pid, prev_prio, prev_state, next_pid, next_prio); wakeups: [(ts, pid,
+/// target_cpu, prio)]; migrations: (ts, pid, dest_cpu) | None; frequencies: (ts, cpu, khz) | None; cpus:
+/// (cpu, capacity, fmax_khz, fill_khz) (NaN = unknown); cpu_seeds / task_seeds: (id, ts, util, runnable) |
+/// None; new_pids; want_tasks: None (no task output), empty (all tasks) or pids.
+/// Returns (cpu segments, task segments) as dicts of arrays: cpu|pid, ts, dur, x_util, x_runnable, util,
+/// runnable.
+#[pyfunction]
+#[pyo3(signature = (switches, wakeups, migrations, frequencies, cpus, cpu_seeds, task_seeds, new_pids,
+                    start_ns, end_ns, want_cpus, attach, want_tasks))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn pelt_simulate<'py>(
+    py: Python<'py>,
+    switches: (
+        I64<'py>,
+        I32<'py>,
+        I32<'py>,
+        I32<'py>,
+        I64<'py>,
+        I32<'py>,
+        I32<'py>,
+    ),
+    wakeups: Vec<(I64<'py>, I32<'py>, I32<'py>, I32<'py>)>,
+    migrations: Option<(I64<'py>, I32<'py>, I32<'py>)>,
+    frequencies: Option<(I64<'py>, I32<'py>, F64<'py>)>,
+    cpus: (I32<'py>, F64<'py>, F64<'py>, F64<'py>),
+    cpu_seeds: Option<SeedArrays<'py>>,
+    task_seeds: Option<SeedArrays<'py>>,
+    new_pids: I32<'py>,
+    start_ns: i64,
+    end_ns: i64,
+    want_cpus: bool,
+    attach: bool,
+    want_tasks: Option<I32<'py>>,
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+    let sw = Switches {
+        ts: switches.0.as_slice()?,
+        cpu: switches.1.as_slice()?,
+        prev_pid: switches.2.as_slice()?,
+        prev_prio: switches.3.as_slice()?,
+        prev_state: switches.4.as_slice()?,
+        next_pid: switches.5.as_slice()?,
+        next_prio: switches.6.as_slice()?,
+    };
+    let mut wk = Vec::new();
+    for w in &wakeups {
+        wk.push(Wakeups {
+            ts: w.0.as_slice()?,
+            pid: w.1.as_slice()?,
+            cpu: w.2.as_slice()?,
+            prio: w.3.as_slice()?,
+        });
+    }
+    let mig = match &migrations {
+        Some(m) => Some(Migrations {
+            ts: m.0.as_slice()?,
+            pid: m.1.as_slice()?,
+            dest: m.2.as_slice()?,
+        }),
+        None => None,
+    };
+    let freq = match &frequencies {
+        Some(f) => Some(Frequencies {
+            ts: f.0.as_slice()?,
+            cpu: f.1.as_slice()?,
+            khz: f.2.as_slice()?,
+        }),
+        None => None,
+    };
+    let cs = seed_slices(&cpu_seeds)?;
+    let ts_ = seed_slices(&task_seeds)?;
+    let inp = Inputs {
+        switches: sw,
+        wakeups: wk,
+        migrations: mig,
+        frequencies: freq,
+        cpus: CpuSpec {
+            cpu: cpus.0.as_slice()?,
+            capacity: cpus.1.as_slice()?,
+            fmax_khz: cpus.2.as_slice()?,
+            fill_khz: cpus.3.as_slice()?,
+        },
+        cpu_seeds: cs,
+        task_seeds: ts_,
+        new_pids: new_pids.as_slice()?,
+        start_ns,
+        end_ns,
+    };
+    let sel = match &want_tasks {
+        Some(p) => Some(p.as_slice()?),
+        None => None,
+    };
+    let want = Want {
+        cpus: want_cpus,
+        attach,
+        tasks: sel,
+    };
+    let (c, t) = py.allow_threads(|| pelt::simulate(&inp, &want));
+    Ok((segments_dict(py, c, "cpu")?, segments_dict(py, t, "pid")?))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(pelt_simulate, m)?)?;
+    Ok(())
+}
