@@ -7,7 +7,8 @@ import polars as pl
 import pytest
 
 from abtest import Trace
-from abtest.analysis import pelt_sim
+from abtest.analysis import boost, pelt_sim, window_sim
+from abtest.analysis.platform import load_platform
 
 from shared_data import TRACES
 
@@ -85,3 +86,43 @@ def test_waiting_rules():
         sim = pelt_sim.df_pelt_sim_cpu(sw, wakeups=[wk], start_ns=0, end_ns=40 * ms, backend=backend)
         waiting = sim.filter(pl.col("x_runnable") > pl.col("x_util"))
         assert waiting.select("ts", "dur").rows() == [(10 * ms, 2 * ms)], backend
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_window_demand_native_equals_python(traces, rel):
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    lt = t.load_tracking
+    kw = dict(cpu_frequency=lt._df("cpu_frequency"), platform=lt._sim_common()["platform"], **lt._win())
+    sw = t.df("sched_switch", windowed=False)
+    py, nat = (window_sim.df_window_demand(sw, backend=b, **kw) for b in ("python", "native"))
+    key = ["pid", "window", "window_start_ns", "window_end_ns", "running_ns"]
+    assert nat.select(key).equals(py.select(key))
+    for c in ("window_load", "demand"):
+        assert (nat[c] - py[c]).abs().max() < 1e-9, c
+    # a few pids only
+    pids = py["pid"].unique().sort().head(3).to_list()
+    sub = window_sim.df_window_demand(sw, pids=pids, **kw)
+    assert sub.select(key).equals(py.filter(pl.col("pid").is_in(pids)).select(key))
+
+
+def _toy_platform(cpus: list[int]) -> dict:
+    half = cpus[: max(1, len(cpus) // 2)]
+    doms = [{"cpus": half, "capacity": 446, "opps": [[450_000, 1.0], [800_000, 2.0], [1_200_000, 4.0]]}]
+    if cpus[len(half):]:
+        doms.append({"cpus": cpus[len(half):], "capacity": 1024, "opps": [[600_000, 3.0], [2_000_000, 9.0]]})
+    return load_platform({"domains": doms})
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_boost_requests_native_equals_python(traces, rel):
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    plat = t.platform if "sched_load" in rel else _toy_platform(sorted(t.df("sched_switch")["cpu"].unique().to_list()))
+    sig = t.load_tracking.df_cpu_signals()
+    py, nat = (boost.df_boost_requests(sig, plat, start_ns=t.start_ns, end_ns=t.end_ns, backend=b)
+               for b in ("python", "native"))
+    assert nat.equals(py)
+    assert nat.height > 0

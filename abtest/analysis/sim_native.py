@@ -14,7 +14,7 @@ from abtest import _native
 
 NULL_CPU = -(2**31)  # a missing CPU (null target_cpu): native/src/sim_pelt.rs NULL_CPU
 
-__all__ = ["pelt_simulate"]
+__all__ = ["pelt_simulate", "window_demand", "boost_requests"]
 
 
 def _a(df: pl.DataFrame, col: str, dtype, fill) -> np.ndarray:
@@ -89,3 +89,42 @@ def pelt_simulate(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: i
         _seeds(task_seeds, "pid"), np.asarray(list(new_pids or []), np.int32), int(start_ns), int(end_ns),
         bool(want_cpus), bool(attach), tasks)
     return _frame(c, "cpu", pl.Int32), _frame(t, "pid", pl.Int64)
+
+
+def window_demand(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_ns: int,
+                  cpu_frequency: pl.DataFrame | None, window_ns: int, n_windows: int,
+                  pids: list[int] | None) -> pl.DataFrame:
+    """window_sim.df_window_demand, compiled: ``pid, window, window_start_ns, window_end_ns, running_ns,
+    window_load, demand`` (spec: pelt_sim.cpu_scale_spec)."""
+    sw = (_a(sched_switch, "ts", pl.Int64, 0), _a(sched_switch, "cpu", pl.Int32, NULL_CPU),
+          _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0))
+    if cpu_frequency is not None and not cpu_frequency.is_empty():
+        freq = (_a(cpu_frequency, "ts", pl.Int64, 0), _a(cpu_frequency, "cpu", pl.Int32, NULL_CPU),
+                _a(cpu_frequency, "frequency_khz", pl.Float64, float("nan")))
+    else:
+        freq = (np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float64))
+    cpus = (_a(spec, "cpu", pl.Int32, NULL_CPU), _a(spec, "capacity", pl.Float64, 1024.0),
+            _a(spec, "fmax_khz", pl.Float64, float("nan")), _a(spec, "fill_khz", pl.Float64, float("nan")))
+    sel = None if pids is None else np.asarray(sorted(set(int(p) for p in pids)) or [-1], np.int32)
+    d = _native.window_demand(sw, freq, cpus, int(start_ns), int(end_ns), int(window_ns), int(n_windows), sel)
+    w = pl.col("window") * window_ns + start_ns
+    return pl.DataFrame(d).select(
+        pl.col("pid").cast(pl.Int64), "window", w.alias("window_start_ns"),
+        pl.min_horizontal(w + window_ns, pl.lit(end_ns)).alias("window_end_ns"), "running_ns", "window_load", "demand")
+
+
+def boost_requests(signals: pl.DataFrame, *, cpus: pl.DataFrame, opps: pl.DataFrame, headroom: float, start_ns: int,
+                   end_ns: int) -> pl.DataFrame:
+    """boost.df_boost_requests, compiled: ``domain, ts, dur, util_request_khz, boost_request_khz, util_khz,
+    boost_khz`` (cpus: cpu, domain, capacity; opps: domain, opp_khz)."""
+    nan = float("nan")
+    sig = (_a(signals, "cpu", pl.Int32, NULL_CPU), _a(signals, "ts", pl.Int64, 0), _a(signals, "util", pl.Float64, nan),
+           _a(signals, "runnable", pl.Float64, nan))
+    plat = (_a(cpus, "cpu", pl.Int32, NULL_CPU), _a(cpus, "domain", pl.Int32, NULL_CPU),
+            _a(cpus, "capacity", pl.Float64, 1024.0))
+    op = (_a(opps, "domain", pl.Int32, NULL_CPU), _a(opps, "opp_khz", pl.Int64, 0))
+    d = _native.boost_requests(sig, plat, op, float(headroom), int(start_ns), int(end_ns))
+    unknown = np.iinfo(np.int64).min
+    return pl.DataFrame(d).with_columns(
+        pl.col("domain").cast(pl.Int32), pl.col("util_request_khz", "boost_request_khz").fill_nan(None),
+        *[pl.when(pl.col(c) != unknown).then(pl.col(c)).alias(c) for c in ("util_khz", "boost_khz")])

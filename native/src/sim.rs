@@ -4,10 +4,14 @@ use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+#[path = "sim_boost.rs"]
+mod boost;
 #[path = "sim_events.rs"]
 mod events;
 #[path = "sim_pelt.rs"]
 mod pelt;
+#[path = "sim_window.rs"]
+mod window;
 
 use pelt::{CpuSpec, Frequencies, Inputs, Migrations, Seeds, Segments, Switches, Wakeups, Want};
 
@@ -143,7 +147,107 @@ fn pelt_simulate<'py>(
     Ok((segments_dict(py, c, "cpu")?, segments_dict(py, t, "pid")?))
 }
 
+/// Window demand (abtest.analysis.window_sim's model; see native/src/sim_window.rs).
+///
+/// switches: (ts, cpu, prev_pid, next_pid); frequencies: (ts, cpu, khz); cpus: (cpu, capacity, fmax_khz,
+/// fill_khz); pids: None (every task) or pids. Returns a dict of arrays: pid, window, running_ns,
+/// window_load, demand.
+#[pyfunction]
+#[pyo3(signature = (switches, frequencies, cpus, start_ns, end_ns, window_ns, n_windows, pids))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn window_demand<'py>(
+    py: Python<'py>,
+    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>),
+    frequencies: (I64<'py>, I32<'py>, F64<'py>),
+    cpus: (I32<'py>, F64<'py>, F64<'py>, F64<'py>),
+    start_ns: i64,
+    end_ns: i64,
+    window_ns: i64,
+    n_windows: usize,
+    pids: Option<I32<'py>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    if window_ns <= 0 {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "window_ns must be > 0",
+        ));
+    }
+    let inp = window::Inputs {
+        sw_ts: switches.0.as_slice()?,
+        sw_cpu: switches.1.as_slice()?,
+        prev_pid: switches.2.as_slice()?,
+        next_pid: switches.3.as_slice()?,
+        freq_ts: frequencies.0.as_slice()?,
+        freq_cpu: frequencies.1.as_slice()?,
+        freq_khz: frequencies.2.as_slice()?,
+        cpus: cpus.0.as_slice()?,
+        capacity: cpus.1.as_slice()?,
+        fmax_khz: cpus.2.as_slice()?,
+        fill_khz: cpus.3.as_slice()?,
+        start_ns,
+        end_ns,
+        window_ns,
+        n_windows,
+        pids: match &pids {
+            Some(p) => Some(p.as_slice()?),
+            None => None,
+        },
+    };
+    let d = py.allow_threads(|| window::window_demand(&inp));
+    let out = PyDict::new(py);
+    out.set_item("pid", d.pid.into_pyarray(py))?;
+    out.set_item("window", d.window.into_pyarray(py))?;
+    out.set_item("running_ns", d.running_ns.into_pyarray(py))?;
+    out.set_item("window_load", d.window_load.into_pyarray(py))?;
+    out.set_item("demand", d.demand.into_pyarray(py))?;
+    Ok(out)
+}
+
+/// The boost what-if's per-domain requests (abtest.analysis.boost.df_boost_requests; native/src/sim_boost.rs).
+///
+/// signals: (cpu, ts, util, runnable) with NaN = null; platform: (cpu, domain, capacity); opps: (domain,
+/// khz). Returns a dict of arrays: domain, ts, dur, util_request_khz, boost_request_khz (NaN = unknown),
+/// util_khz, boost_khz (i64 min = unknown).
+#[pyfunction]
+#[pyo3(signature = (signals, platform, opps, headroom, start_ns, end_ns))]
+#[allow(clippy::type_complexity)]
+fn boost_requests<'py>(
+    py: Python<'py>,
+    signals: (I32<'py>, I64<'py>, F64<'py>, F64<'py>),
+    platform: (I32<'py>, I32<'py>, F64<'py>),
+    opps: (I32<'py>, I64<'py>),
+    headroom: f64,
+    start_ns: i64,
+    end_ns: i64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let inp = boost::Inputs {
+        cpu: signals.0.as_slice()?,
+        ts: signals.1.as_slice()?,
+        util: signals.2.as_slice()?,
+        runnable: signals.3.as_slice()?,
+        plat_cpu: platform.0.as_slice()?,
+        plat_domain: platform.1.as_slice()?,
+        plat_capacity: platform.2.as_slice()?,
+        opp_domain: opps.0.as_slice()?,
+        opp_khz: opps.1.as_slice()?,
+        headroom,
+        start_ns,
+        end_ns,
+    };
+    let r = py.allow_threads(|| boost::requests(&inp));
+    let out = PyDict::new(py);
+    out.set_item("domain", r.domain.into_pyarray(py))?;
+    out.set_item("ts", r.ts.into_pyarray(py))?;
+    out.set_item("dur", r.dur.into_pyarray(py))?;
+    out.set_item("util_request_khz", r.util_request_khz.into_pyarray(py))?;
+    out.set_item("boost_request_khz", r.boost_request_khz.into_pyarray(py))?;
+    out.set_item("util_khz", r.util_khz.into_pyarray(py))?;
+    out.set_item("boost_khz", r.boost_khz.into_pyarray(py))?;
+    Ok(out)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pelt_simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(window_demand, m)?)?;
+    m.add_function(wrap_pyfunction!(boost_requests, m)?)?;
     Ok(())
 }
