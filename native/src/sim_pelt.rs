@@ -1061,7 +1061,15 @@ mod tests {
         // task 10 runs on cpu0 (capacity 1024), task 11 on cpu1 (capacity 446), from t = 0
         let sw = switches(&[(0, 0, 0, 0, 10), (0, 1, 0, 0, 11)]);
         let half = (32.0 * PELT_PERIOD_NS) as i64;
-        let (c, t) = run(&sw, vec![], None, &[0, 1], &[1024.0, 446.0], 2000 * MS, Some(&[]));
+        let (c, t) = run(
+            &sw,
+            vec![],
+            None,
+            &[0, 1],
+            &[1024.0, 446.0],
+            2000 * MS,
+            Some(&[]),
+        );
         assert!((at(&t, 10, half, true) - 512.0).abs() < 0.01);
         assert!((at(&t, 10, 1999 * MS, true) - 1024.0).abs() < 0.01);
         assert!((at(&t, 11, 1999 * MS, true) - 446.0).abs() < 0.01);
@@ -1111,7 +1119,12 @@ mod tests {
             (15 * MS, 0, 5, 1, 0),
             (25 * MS, 0, 5, 1, 0),
         ]);
-        let (ts, pid, cpu, prio) = (vec![4 * MS, 20 * MS], vec![5, 5], vec![0, 0], vec![120, 120]);
+        let (ts, pid, cpu, prio) = (
+            vec![4 * MS, 20 * MS],
+            vec![5, 5],
+            vec![0, 0],
+            vec![120, 120],
+        );
         let wk = Wakeups {
             ts: &ts,
             pid: &pid,
@@ -1143,7 +1156,15 @@ mod tests {
             cpu: &cpu,
             prio: &prio,
         };
-        let (c, t) = run(&sw, vec![wk], None, &[0, 1], &[1024.0, 1024.0], 200 * MS, Some(&[7]));
+        let (c, t) = run(
+            &sw,
+            vec![wk],
+            None,
+            &[0, 1],
+            &[1024.0, 1024.0],
+            200 * MS,
+            Some(&[7]),
+        );
         let v = at(&t, 7, 150 * MS - 1, true);
         assert!(v > 100.0);
         // cpu0 loses the task's util at 150 ms, cpu1 gains it
