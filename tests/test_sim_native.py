@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from abtest import Trace
-from abtest.analysis import boost, pelt_sim, window_sim
+from abtest.analysis import boost, latency, pelt_sim, window_sim
 from abtest.analysis.platform import load_platform
 
 from shared_data import TRACES
@@ -123,6 +123,19 @@ def test_boost_requests_native_equals_python(traces, rel):
     plat = t.platform if "sched_load" in rel else _toy_platform(sorted(t.df("sched_switch")["cpu"].unique().to_list()))
     sig = t.load_tracking.df_cpu_signals()
     py, nat = (boost.df_boost_requests(sig, plat, start_ns=t.start_ns, end_ns=t.end_ns, backend=b)
+               for b in ("python", "native"))
+    assert nat.equals(py)
+    assert nat.height > 0
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_wakeup_latency_native_equals_python(traces, rel):
+    t = _open(rel)
+    if t is None or not t.has_events("sched_waking") and not t.has_events("sched_wakeup"):
+        pytest.skip("no sched_switch and wakeups")
+    wk, sw = t.latency.df_wakeups(), t.df("sched_switch", windowed=False)
+    key = ["wakeup_ts", "pid", "kind", "switch_in_ts"]
+    py, nat = (latency.df_wakeup_latency(wk, sw, start_ns=t.start_ns, end_ns=t.end_ns, backend=b).sort(key)
                for b in ("python", "native"))
     assert nat.equals(py)
     assert nat.height > 0

@@ -38,7 +38,7 @@ def _wakeup_frame(waking: pl.DataFrame, kind: str) -> pl.DataFrame:
 
 
 def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
-                      start_ns: int | None = None, end_ns: int | None = None) -> pl.DataFrame:
+                      start_ns: int | None = None, end_ns: int | None = None, backend: str = "native") -> pl.DataFrame:
     """One row per matched wakeup.
 
     Needs: sched_switch and a wakeup table (sched_waking, else sched_wakeup; sched_wakeup_new may be
@@ -47,7 +47,8 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
 
     Returns pid (Int32), comm, kind ("waking"/"wakeup"/"wakeup_new"), wakeup_ts (ns), switch_in_ts
     (ns), cpu (Int32, where the task ran), target_cpu, latency_ns (Int64), latency_us (Float64).
-    Sorted by wakeup_ts.
+    Sorted by wakeup_ts. ``backend``: "native" (the rules replayed in time order, native/src/sim_latency.rs)
+    or "python" (as-of joins: the reference).
     """
     w = wakeups
     if "kind" not in w.columns:
@@ -59,6 +60,9 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
         w = w.filter(pl.col("ts") >= start_ns)
     if end_ns is not None:
         w = w.filter(pl.col("ts") < end_ns)
+    if backend == "native":
+        from abtest.analysis import sim_native
+        return sim_native.wakeup_latency(w, sched_switch)
     sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
                              pl.col("prev_pid").cast(pl.Int32), pl.col("next_pid").cast(pl.Int32))
     # one stream of "pid P switched in/out at ts" (out before in at equal ts: order of the kernel)

@@ -14,7 +14,7 @@ from abtest import _native
 
 NULL_CPU = -(2**31)  # a missing CPU (null target_cpu): native/src/sim_pelt.rs NULL_CPU
 
-__all__ = ["pelt_simulate", "window_demand", "boost_requests"]
+__all__ = ["pelt_simulate", "window_demand", "boost_requests", "wakeup_latency"]
 
 
 def _a(df: pl.DataFrame, col: str, dtype, fill) -> np.ndarray:
@@ -128,3 +128,18 @@ def boost_requests(signals: pl.DataFrame, *, cpus: pl.DataFrame, opps: pl.DataFr
     return pl.DataFrame(d).with_columns(
         pl.col("domain").cast(pl.Int32), pl.col("util_request_khz", "boost_request_khz").fill_nan(None),
         *[pl.when(pl.col(c) != unknown).then(pl.col(c)).alias(c) for c in ("util_khz", "boost_khz")])
+
+
+def wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame) -> pl.DataFrame:
+    """latency.df_wakeup_latency's matching, compiled. ``wakeups``: ts, pid, comm, target_cpu, kind (already
+    restricted to the window and to pid != 0). Same columns as df_wakeup_latency, sorted by wakeup_ts."""
+    sw = (_a(sched_switch, "ts", pl.Int64, 0), _a(sched_switch, "cpu", pl.Int32, NULL_CPU),
+          _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0))
+    wk = [(_a(wakeups, "ts", pl.Int64, 0), _a(wakeups, "pid", pl.Int32, 0))]
+    m = _native.wakeup_latency(sw, wk, -(2**63), 2**63 - 1)
+    hit = wakeups[pl.Series(m["row"], dtype=pl.UInt32)]
+    return hit.select(
+        "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"),
+        pl.Series("switch_in_ts", m["switch_in_ts"]), pl.Series("cpu", m["cpu"]), "target_cpu",
+        (pl.Series(m["switch_in_ts"]) - pl.col("ts")).alias("latency_ns"),
+    ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us"))

@@ -8,6 +8,8 @@ use pyo3::types::PyDict;
 mod boost;
 #[path = "sim_events.rs"]
 mod events;
+#[path = "sim_latency.rs"]
+mod latency;
 #[path = "sim_pelt.rs"]
 mod pelt;
 #[path = "sim_window.rs"]
@@ -245,7 +247,45 @@ fn boost_requests<'py>(
     Ok(out)
 }
 
+/// Wakeup latency matching (abtest.analysis.latency.df_wakeup_latency's rules; native/src/sim_latency.rs).
+///
+/// switches: (ts, cpu, prev_pid, next_pid); wakeups: [(ts, pid)] (only those in [start_ns, end_ns) count).
+/// Returns a dict of arrays, one row per matched wakeup in wakeup time order: table (index into wakeups),
+/// row, switch_in_ts, cpu.
+#[pyfunction]
+#[pyo3(signature = (switches, wakeups, start_ns, end_ns))]
+#[allow(clippy::type_complexity)]
+fn wakeup_latency<'py>(
+    py: Python<'py>,
+    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>),
+    wakeups: Vec<(I64<'py>, I32<'py>)>,
+    start_ns: i64,
+    end_ns: i64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let mut wk = Vec::new();
+    for w in &wakeups {
+        wk.push((w.0.as_slice()?, w.1.as_slice()?));
+    }
+    let inp = latency::Inputs {
+        sw_ts: switches.0.as_slice()?,
+        sw_cpu: switches.1.as_slice()?,
+        prev_pid: switches.2.as_slice()?,
+        next_pid: switches.3.as_slice()?,
+        wakeups: wk,
+        start_ns,
+        end_ns,
+    };
+    let r = py.allow_threads(|| latency::match_wakeups(&inp));
+    let out = PyDict::new(py);
+    out.set_item("table", r.table.into_pyarray(py))?;
+    out.set_item("row", r.row.into_pyarray(py))?;
+    out.set_item("switch_in_ts", r.switch_in_ts.into_pyarray(py))?;
+    out.set_item("cpu", r.cpu.into_pyarray(py))?;
+    Ok(out)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(wakeup_latency, m)?)?;
     m.add_function(wrap_pyfunction!(pelt_simulate, m)?)?;
     m.add_function(wrap_pyfunction!(window_demand, m)?)?;
     m.add_function(wrap_pyfunction!(boost_requests, m)?)?;
