@@ -4,13 +4,17 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
+# lava-server + lava-dispatcher + postgresql: LAVA for `abtest collect --lab` and its tests (docs/lab.md).
+# lava-server's postinst skips its database when PostgreSQL is not running (no systemd here): nothing to
+# answer, and the tests run a private stack (tests/lava_stack.py), so no dpkg-reconfigure is needed.
 APT_PKGS := trace-cmd openssh-server openssh-client stress-ng sysbench rt-tests rt-app \
-            qemu-system-x86 busybox-static dropbear-bin adb zstd sqlite3 cpio xz-utils
+            qemu-system-x86 busybox-static dropbear-bin adb zstd sqlite3 cpio xz-utils \
+            lava-server lava-dispatcher postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.abtest-setup
 NATIVE_SRC := $(wildcard native/src/*.rs) native/Cargo.toml
 
-.PHONY: setup system native test demo demo-live bench clean
+.PHONY: setup system native test demo demo-live notebook notebooks bench clean
 
 setup: system $(STAMP)
 
@@ -42,8 +46,20 @@ test: setup
 demo: setup
 	$(VENV)/bin/python -m abtest.demo
 
+# Collects a new A/B on this machine first: Debian kernels 6.1 vs 6.12 under QEMU, or cpuidle governors menu vs
+# ladder when this machine has a cpuidle driver with both (DEMO_VARIANT=kernels|governors|auto).
+DEMO_VARIANT ?= auto
 demo-live: setup
-	$(VENV)/bin/python -m abtest.demo --live
+	$(VENV)/bin/python -m abtest.demo --live --variant $(DEMO_VARIANT)
+
+# JupyterLab on notebooks/ (localhost; as root it needs --allow-root). The notebooks run on the bundled store and
+# the shared traces; their caches go to the user cache directory, never into examples/.
+notebook: setup
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+
+# Re-run the notebooks and save them with their outputs (committed: GitHub shows the figures; ~0.6 MB).
+notebooks: setup
+	$(PY) notebooks/render.py
 
 bench: setup
 	$(VENV)/bin/python bench/ingest.py

@@ -1,7 +1,6 @@
 """Shared fixtures: paths to the real test traces, a per-session cache dir, and the tracefs lock."""
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import os
 import subprocess
@@ -9,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from abtest.collectors.ftrace import TracefsLock
 from shared_data import PLATFORMS, TRACES  # ../shared beside the checkout (or $ABTEST_SHARED)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACEFS = Path("/sys/kernel/tracing")
-TRACEFS_LOCK = "/tmp/abtest-tracefs.lock"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -52,14 +51,12 @@ def ensure_tracefs() -> Path:
 def tracefs_lock():
     """Serialise use of this machine's (global) tracefs across tests and processes.
 
-    Yields the tracefs mount point. Anything that writes tracefs must hold this lock.
+    Yields the tracefs mount point. Anything that writes tracefs must hold this lock: it is the lock
+    `abtest collect` takes for this machine (abtest.collectors.host_state: /run/abtest/tracefs.lock, plus
+    the legacy /tmp/abtest-tracefs.lock that older checkouts take).
     """
-    with open(TRACEFS_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield ensure_tracefs()
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with TracefsLock(True):
+        yield ensure_tracefs()
 
 
 @pytest.fixture(scope="session")

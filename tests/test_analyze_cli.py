@@ -84,8 +84,8 @@ def test_terminal_report_x86():
     res = _run(["analyze", str(SHARED_TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat")])
     assert res.exit_code == 0
     out = res.stdout
-    assert "idle residency" in out and "idle misses (source: cpu_idle_miss)" in out
-    assert "wakeup latency (sched_waking -> sched_switch in)" in out
+    assert "Idle state residency per CPU" in out and "idle misses per CPU (misses from cpu_idle_miss" in out
+    assert "Wakeup latency (sched_waking -> the task's next sched_switch in)" in out
     assert "4,271" in out  # too-shallow misses counted by trace-cmd report (see test_idle)
 
 

@@ -10,7 +10,7 @@ import polars as pl
 
 ROOT = Path(__file__).resolve().parent.parent
 ABTEST = [str(ROOT / ".venv" / "bin" / "abtest")] if (ROOT / ".venv/bin/abtest").exists() else [sys.executable, "-m", "abtest.cli"]
-ALL_COMMANDS = ["analyze", "collect", "compare", "engines", "gate", "sql", "trace", "wattson"]
+ALL_COMMANDS = ["analyze", "collect", "compare", "engines", "explain", "gate", "metrics", "sql", "trace", "wattson"]
 
 _MODULES_AFTER = r"""
 import json, sys

@@ -14,7 +14,7 @@ PKG = ROOT / "abtest"
 # lower layers only. Packages sharing a layer do not import each other.
 LAYERS = {
     "abtest.metric_spec": 0,                       # the metric vocabulary, imports nothing from abtest
-    "abtest.safe_io": 0, "abtest.version": 0,
+    "abtest.safe_io": 0, "abtest.version": 0, "abtest.ranges": 0,
     "abtest.trace": 1, "abtest.targets": 1,         # bytes -> tables; the remote machines
     "abtest.store": 2, "abtest.results": 2,         # run store layout/read/write; workload result files
     "abtest.analysis": 3, "abtest.collectors": 3,   # tables -> metrics (+ registry); runs -> store

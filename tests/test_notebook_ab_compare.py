@@ -25,10 +25,18 @@ def _ensure_kernelspec() -> None:
                        capture_output=True)
 
 
-def test_ab_compare_notebook_executes(tmp_path, monkeypatch):
+def _caches_in_examples() -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in (ROOT / "examples").rglob(".abtest-metrics.json")}
+
+
+def test_ab_compare_notebook_executes(tmp_path, monkeypatch, traces):
     assert (STORE / "menu").is_dir() and (STORE / "ladder").is_dir(), "bundled store missing"
     _ensure_kernelspec()
     monkeypatch.setenv("ABTEST_NOTEBOOK_STORE", str(STORE))
+    monkeypatch.setenv("ABTEST_SHARED_TRACES", str(traces))  # the Pixel trace of the power cell
+    monkeypatch.setenv("ABTEST_CACHE_DIR", str(tmp_path / "cache"))  # the kernel inherits both
+    monkeypatch.delenv("ABTEST_METRICS_CACHE", raising=False)
+    before = _caches_in_examples()
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=600,
                                      resources={"metadata": {"path": str(NOTEBOOK.parent)}})
@@ -42,3 +50,7 @@ def test_ab_compare_notebook_executes(tmp_path, monkeypatch):
     assert "iterations of menu" in text
     md = [o for o in outputs if "text/markdown" in o.get("data", {})]
     assert md and "ladder" in md[0]["data"]["text/markdown"]
+    # the bundled store stays as committed: the metric caches went to the user cache directory
+    assert "metric caches: user cache directory" in text
+    assert _caches_in_examples() == before
+    assert len(list((tmp_path / "cache" / "metrics").glob("*.json"))) == 16  # 8 iterations per label

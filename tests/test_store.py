@@ -157,3 +157,26 @@ def test_corrupt_trace_is_a_note_and_not_cached(tmp_path):
     assert m["p"].value == 1.0 and not any(k.startswith(("idle.", "latency.")) for k in m)
     assert len(notes) == 1 and notes[0].startswith("trace metrics unavailable:") and "trace.dat" in notes[0]
     assert not (d / ".abtest-metrics.json").exists()
+
+
+def test_compare_never_writes_caches_through_symlinks(tmp_path):
+    """Issue 27 item 16: a planted .abtest-metrics.json symlink and a label directory linked from outside the
+    store are left untouched by compare's cache (the comparison still works)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    victim.write_text("keep me")
+    store = tmp_path / "store"
+    for label in ("a", "b"):
+        for i, v in enumerate((1.0, 1.1, 0.9)):
+            write_iteration(store / label / "w" / str(i), {"p": _m(v)})
+    (store / "a" / "w" / "0" / ".abtest-metrics.json").symlink_to(victim)
+    real_b = outside / "b"
+    (store / "b").rename(real_b)
+    (store / "b").symlink_to(real_b, target_is_directory=True)
+    from abtest.compare.comparison import compare_labels
+    c = compare_labels(load_label(store / "a"), load_label(store / "b"), with_trace=False, jobs=1)
+    assert c.workloads[0].metric("p") is not None
+    assert victim.read_text() == "keep me"
+    assert not any(p.name == ".abtest-metrics.json" for p in real_b.rglob("*"))
+    assert (store / "a" / "w" / "1" / ".abtest-metrics.json").is_file()  # ordinary iterations still cached

@@ -38,7 +38,8 @@ def test_example_target_files_load():
         cfg = load_target_file(f)
         kinds[f.stem] = cfg.kind
         make_target(cfg)  # every example builds its Target
-    assert kinds == {"linux-board": "ssh", "localhost": "local", "pixel6": "adb", "qemu-debian": "qemu",
+    assert kinds == {"lava-qemu": "qemu", "linux-board": "ssh", "localhost": "local", "pixel6": "adb",
+                     "qemu-debian": "qemu",
                      "ssh-localhost": "ssh"}
     px = load_target_file(EXAMPLES / "pixel6.toml")
     assert px.boot["kernelB"].expect_release == "*kernelB*" and px.power["sampler"] == "odpm"

@@ -358,7 +358,13 @@ class IdleAnalysis:
         self.trace = trace
 
     def _span(self) -> tuple[int, int]:
-        return int(self.trace.start_ns), int(self.trace.end_ns)
+        """The trace window [start_ns, end_ns). A trace with no event has none: MissingEventsError (the idle
+        events are absent), the answer `analyze` gives for any analysis that does not apply."""
+        lo, hi = self.trace.start_ns, self.trace.end_ns
+        if lo is None or hi is None:
+            from abtest.trace.errors import MissingEventsError
+            raise MissingEventsError("idle", list(EVENTS), str(self.trace.path))
+        return int(lo), int(hi)
 
     def _cpu_idle(self) -> pl.DataFrame:
         self.trace.require("idle", *EVENTS)

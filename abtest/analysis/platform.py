@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from abtest.ranges import number_ranges
 import yaml
 
 __all__ = ["load_platform", "platform_from_meta", "trace_platform", "df_cpus", "df_opps", "df_idle_states",
@@ -432,18 +434,7 @@ def trace_platform(trace) -> dict | None:
 
 def cpu_list_name(cpus) -> str:
     """"cpu0-3", "cpu0,3-5", "cpu6": a CPU set written as runs of consecutive numbers."""
-    nums = sorted(set(int(c) for c in cpus))
-    if not nums:
-        return "cpu?"
-    runs, start, prev = [], nums[0], nums[0]
-    for n in nums[1:] + [None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        runs.append(f"{start}-{prev}" if prev > start else f"{start}")
-        if n is not None:
-            start = prev = n
-    return "cpu" + ",".join(runs)
+    return "cpu" + (number_ranges(cpus) or "?")
 
 
 def domain_names(platform: dict) -> dict[int, str]:

@@ -12,15 +12,14 @@ own per-CPU ring buffer counters (per_cpu/cpuN/stats: overrun + dropped events) 
 """
 from __future__ import annotations
 
-import fcntl
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from abtest.collectors.host_state import TargetLock
 from abtest.targets.base import Target, TargetError
-
-TRACEFS_LOCK = "/tmp/abtest-tracefs.lock"
 
 DEFAULT_EVENTS = ("sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sched_migrate_task",
                   "cpu_idle", "cpu_idle_miss", "cpu_frequency")
@@ -68,23 +67,56 @@ class FtraceSession:
                 "warnings": self.warnings}
 
 
-class TracefsLock:
-    """fcntl lock on /tmp/abtest-tracefs.lock, taken only when the target is this machine."""
+def TracefsLock(needed: bool = True) -> TargetLock:
+    """This machine's tracefs lock (abtest.collectors.host_state: /run/abtest/tracefs.lock as root, plus the
+    legacy /tmp/abtest-tracefs.lock when it is ours), taken only when `needed` (the target is this machine)."""
+    return TargetLock.tracefs(needed)
 
-    def __init__(self, needed: bool, path: str = TRACEFS_LOCK):
-        self.needed, self.path, self._f = needed, path, None
 
-    def __enter__(self) -> "TracefsLock":
-        if self.needed:
-            self._f = open(self.path, "w")
-            fcntl.flock(self._f, fcntl.LOCK_EX)
-        return self
+# Tracefs values a collection changes and puts back (FtraceCollector.snapshot / restore_script).
+SNAPSHOT_SCRIPT = "\n".join([
+    "echo ABTEST_ORIG tracing_on $(cat tracing_on)",
+    "echo ABTEST_ORIG trace_clock $(sed -e 's/.*\\[//' -e 's/\\].*//' trace_clock)",
+    "echo ABTEST_ORIG buffer_size_kb $(cut -d' ' -f1 buffer_size_kb)",
+    "for c in per_cpu/cpu*; do echo ABTEST_ORIG_CPUBUF ${c##*cpu} $(cut -d' ' -f1 $c/buffer_size_kb); done",
+    "sed 's/^/ABTEST_ORIG_EVENT /' set_event",
+])
+_EVENT_NAME = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_*]+$")
 
-    def __exit__(self, *exc) -> None:
-        if self._f is not None:
-            fcntl.flock(self._f, fcntl.LOCK_UN)
-            self._f.close()
-            self._f = None
+
+def parse_snapshot(stdout: str, tracefs: str) -> dict:
+    """SNAPSHOT_SCRIPT output -> {"path", "tracing_on", "trace_clock", "buffer_size_kb", "buffer_size_kb_per_cpu",
+    "set_event": [group:event, ...]} (values as strings, the way tracefs shows them)."""
+    orig: dict = {"path": tracefs, "set_event": [], "buffer_size_kb_per_cpu": {}}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "ABTEST_ORIG":
+            orig[parts[1]] = parts[2]
+        elif len(parts) == 3 and parts[0] == "ABTEST_ORIG_CPUBUF":
+            orig["buffer_size_kb_per_cpu"][parts[1]] = parts[2]
+        elif len(parts) == 2 and parts[0] == "ABTEST_ORIG_EVENT" and _EVENT_NAME.match(parts[1]):
+            orig["set_event"].append(parts[1])
+    return orig
+
+
+def restore_script(orig: dict) -> str:
+    """Shell lines (run in the tracefs directory) that put back the values of a snapshot: tracing off, the
+    buffer emptied, the original events, buffer size (per CPU when they differed), clock, then tracing_on."""
+    q = shlex.quote
+    lines = ["echo 0 > tracing_on", "echo > set_event"]
+    lines += [f"echo {q(e)} >> set_event" for e in orig.get("set_event", []) if _EVENT_NAME.match(e)]
+    buf = str(orig.get("buffer_size_kb", ""))
+    if buf.isdigit():
+        lines.append(f"echo {buf} > buffer_size_kb")
+    else:  # "X": the CPUs' sizes differed
+        lines += [f"echo {int(v)} > per_cpu/cpu{int(c)}/buffer_size_kb"
+                  for c, v in orig.get("buffer_size_kb_per_cpu", {}).items() if str(v).isdigit() and str(c).isdigit()]
+    if orig.get("trace_clock"):
+        lines.append(f"echo {q(str(orig['trace_clock']))} > trace_clock")
+    lines.append("echo > trace")
+    if str(orig.get("tracing_on")) in ("0", "1"):
+        lines.append(f"echo {orig['tracing_on']} > tracing_on")
+    return "\n".join(lines)
 
 
 class FtraceCollector:
@@ -95,18 +127,25 @@ class FtraceCollector:
         events: canonical table names (see analysis_events) to record.
         buffer_size_kb: ring buffer per CPU in KiB.
         clock: trace clock ("boot" aligns with ODPM/uptime timestamps; falls back to "mono" then "local").
-        remote_dir: scratch directory on the target.
+        remote_dir: private scratch directory on the target (the orchestrator makes one with mktemp -d).
+        owner_uid: uid that must be able to pull the trace (the login user of the connection); the trace file
+            is chown'ed to it and made 0600 (never world-readable: it holds kernel symbol addresses).
+
+    Tracefs state: `snapshot()` reads what a collection changes (tracing_on, enabled events, buffer size,
+    clock) into `original`; `stop()`, `reset()` and `restore()` put those values back (the orchestrator
+    journals them on the host first, abtest.collectors.host_state).
     """
 
     def __init__(self, target: Target, events: list[str] | None = None, *, buffer_size_kb: int = 8192,
-                 clock: str = "boot", remote_dir: str = "/tmp"):
+                 clock: str = "boot", remote_dir: str = "/tmp", owner_uid: int | None = None):
         self.target = target
         self.events = list(events or DEFAULT_EVENTS)
         self.buffer_size_kb = int(buffer_size_kb)
         self.clock = clock
         self.remote_dir = remote_dir
+        self.owner_uid = owner_uid
         self._tracefs: str | None = None
-        self._saved: dict[str, str] = {}
+        self.original: dict | None = None
         self.session = FtraceSession()
 
     trace_name = "trace.dat"
@@ -125,6 +164,20 @@ class FtraceCollector:
     def remote_trace(self) -> str:
         return f"{self.remote_dir}/abtest-trace.dat"
 
+    def snapshot(self) -> dict:
+        """Read the tracefs values a collection changes (one round trip); sets and returns `original`."""
+        res = self.target.run(f"cd {shlex.quote(self.tracefs)} || exit 90\n{SNAPSHOT_SCRIPT}", 30, as_root=True)
+        if res.exit_code != 0:
+            raise TargetError(f"{self.target.name}: cannot read tracefs state in {self.tracefs} "
+                              f"(exit {res.exit_code}): {res.stderr.strip()[-300:]}")
+        self.original = parse_snapshot(res.stdout, self.tracefs)
+        return self.original
+
+    def _restore_lines(self) -> str:
+        if self.original is None:  # nothing snapshotted: quiesce only
+            return "echo 0 > tracing_on\necho > set_event\necho > trace"
+        return restore_script(self.original)
+
     def start(self, preamble: str = "") -> tuple[FtraceSession, str]:
         """Stop tracing, clear the buffer, set buffer size and clock, enable events, start tracing.
 
@@ -134,8 +187,6 @@ class FtraceCollector:
         self.session = FtraceSession(clock=self.clock, buffer_size_kb=self.buffer_size_kb, tracefs=self.tracefs)
         lines = [preamble, f"rm -f {shlex.quote(self.remote_trace)}",
                  f"cd {shlex.quote(self.tracefs)} || exit 90",
-                 "echo ABTEST_SAVED_BUF $(cat buffer_size_kb)",
-                 "echo ABTEST_SAVED_CLOCK $(sed -e 's/.*\\[//' -e 's/\\].*//' trace_clock)",
                  "echo 0 > tracing_on", "echo > set_event",
                  f"echo {self.buffer_size_kb} > buffer_size_kb || echo ABTEST_WARN buffer_size_kb",
                  ]
@@ -157,11 +208,7 @@ class FtraceCollector:
             parts = line.split()
             if not parts:
                 continue
-            if parts[0] == "ABTEST_SAVED_BUF" and len(parts) > 1:
-                self._saved.setdefault("buffer_size_kb", parts[1])
-            elif parts[0] == "ABTEST_SAVED_CLOCK" and len(parts) > 1:
-                self._saved.setdefault("trace_clock", parts[1])
-            elif parts[0] == "ABTEST_CLOCK":
+            if parts[0] == "ABTEST_CLOCK":
                 self.session.clock = parts[1]
             elif parts[0] == "ABTEST_ON":
                 self.session.enabled.append(parts[2])
@@ -181,8 +228,8 @@ class FtraceCollector:
         return f"echo {shlex.quote(text)} > {shlex.quote(self.marker_path)}"
 
     def stop(self, local_trace: str | Path) -> FtraceSession:
-        """Stop tracing, read lost-event counters, `trace-cmd extract`, quiesce tracefs (events off,
-        buffer emptied), pull to `local_trace`. Buffer size and clock stay until `restore()`."""
+        """Stop tracing, read lost-event counters, `trace-cmd extract`, put tracefs back as snapshotted (events,
+        buffer size, clock, tracing_on; buffer emptied), pull to `local_trace` (owner-only there too)."""
         remote = self.remote_trace
         err = f"{self.remote_dir}/abtest-extract.err"
         script = "\n".join([
@@ -192,10 +239,11 @@ class FtraceCollector:
             "o=$(sed -n 's/^overrun: *//p' $c/stats); d=$(sed -n 's/^dropped events: *//p' $c/stats); "
             "echo ABTEST_LOST $n ${o:-0} ${d:-0}; done",
             f"trace-cmd extract -o {shlex.quote(remote)} >/dev/null 2>{shlex.quote(err)}; rc=$?",
-            "echo > set_event; echo > trace",
+            self._restore_lines(),
             f"[ $rc = 0 ] || {{ cat {shlex.quote(err)} >&2; exit 91; }}",
-            f"chmod 644 {shlex.quote(remote)}",
-        ])
+            f"chmod 600 {shlex.quote(remote)}",
+        ] + ([f"chown {int(self.owner_uid)} {shlex.quote(remote)}"]
+             if self.owner_uid not in (None, 0) else []))
         res = self.target.run(script, 300, as_root=True)
         if res.exit_code == 91:
             raise TargetError(f"{self.target.name}: trace-cmd extract failed: {res.stderr.strip()[-500:]}")
@@ -210,27 +258,23 @@ class FtraceCollector:
                 f"{self.session.lost_events} events lost in the ring buffer (per CPU "
                 f"{self.session.lost_events_per_cpu}); raise buffer_size_kb")
         self.target.pull(remote, local_trace)
+        os.chmod(local_trace, 0o600)
         self.session.trace_path = Path(local_trace)
         return self.session
 
     def reset(self) -> None:
-        """Tracing off, events off, buffer emptied (best effort, 15 s at most; after a failure or Ctrl-C)."""
+        """Tracefs put back as snapshotted (tracing off and events off when nothing was snapshotted); best
+        effort, 15 s at most; after a failure or Ctrl-C."""
         try:
-            self.target.run(f"cd {shlex.quote(self.tracefs)} && echo 0 > tracing_on; echo > set_event; "
-                            f"echo > trace", 15, as_root=True)
+            self.target.run(f"cd {shlex.quote(self.tracefs)} || exit 0\n{self._restore_lines()}", 15, as_root=True)
         except TargetError:
             pass
 
-    def restore(self) -> None:
-        """reset() + buffer size and clock as found before the first start; remove the remote trace file."""
-        lines = [f"cd {shlex.quote(self.tracefs)} || exit 0", "echo 0 > tracing_on", "echo > set_event",
-                 "echo > trace"]
-        if "buffer_size_kb" in self._saved:
-            lines.append(f"echo {shlex.quote(self._saved['buffer_size_kb'])} > buffer_size_kb")
-        if "trace_clock" in self._saved:
-            lines.append(f"echo {shlex.quote(self._saved['trace_clock'])} > trace_clock")
-        lines.append(f"rm -f {shlex.quote(self.remote_trace)} {shlex.quote(self.remote_dir + '/abtest-extract.err')}")
+    def restore(self) -> bool:
+        """reset() + remove the remote trace file (end of a collection). True when the target ran it."""
+        lines = [f"cd {shlex.quote(self.tracefs)} || exit 90", self._restore_lines(),
+                 f"rm -f {shlex.quote(self.remote_trace)} {shlex.quote(self.remote_dir + '/abtest-extract.err')}"]
         try:
-            self.target.run("\n".join(lines), 15, as_root=True)
+            return self.target.run("\n".join(lines), 15, as_root=True).exit_code == 0
         except TargetError:
-            pass
+            return False

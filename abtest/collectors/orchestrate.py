@@ -4,15 +4,21 @@
     collect(CollectConfig(...))
 
 For each planned iteration: activate the label (boot its kernel through the target file's boot
-entry and verify `uname -r`, or apply its settings), cool down, start ftrace (+ power sampler), run
-the workload between trace markers, stop, pull, write metrics.json + meta.json + .complete in a temp
-directory and rename it into place. A dropped connection / target reboot / failed workload discards
-the temp directory and retries (bounded); Ctrl-C discards only the iteration in flight; `resume=True`
-skips iterations already complete.
+entry and verify `uname -r`), then under the target lock apply its settings, cool down, start ftrace
+(+ power sampler), run the workload between trace markers, stop, put tracefs and the settings back, pull,
+and write metrics.json + meta.json + .complete in a temp directory renamed into place. A dropped
+connection / target reboot / failed workload discards the temp directory and retries (bounded); Ctrl-C
+discards only the iteration in flight; `resume=True` skips iterations already complete.
+
+Target state (abtest.collectors.host_state): a journal of the original values is written on the host
+before the first change to a target, and removed when the collection ends having put them back; a run
+that finds the journal of a dead run restores it first (`abtest collect --restore` does only that).
+Scratch files on the target live in a private directory made by `mktemp -d` (removed at the end).
 """
 from __future__ import annotations
 
 import fnmatch
+import re
 import shlex
 import subprocess
 import time
@@ -21,13 +27,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from abtest.collectors.ftrace import FtraceCollector, TracefsLock, requested_events
+from abtest.collectors.ftrace import FtraceCollector, requested_events, restore_script
+from abtest.collectors.host_state import StateJournal, TargetLock, stale_journals, target_key
 from abtest.collectors.meta import META_SCRIPT, collect_target_meta, host_tools, parse_meta_output
 from abtest.collectors.power import PowerSampler, write_power_csv
 from abtest.collectors.settings import SettingsManager
-from abtest.store.writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
 from abtest.collectors.workloads.base import Workload, WorkloadError
 from abtest.collectors.workloads.base import metrics as workload_metrics
+from abtest.safe_io import UnsafePathError, check_name
+from abtest.store.writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
 from abtest.targets.base import Target, TargetConnectionError, TargetError, TargetTimeout
 from abtest.targets.config import BootEntry, TargetConfig, make_target
 
@@ -72,6 +80,7 @@ class TargetProvider:
         self.cfg = cfg
         self.target = make_target(cfg)
         self.log = log
+        self.boots = 0  # reboots (and recoveries) so far: the orchestrator re-makes its scratch dir after one
 
     def release_matches(self, target: Target, boot: BootEntry) -> tuple[bool, str]:
         rel = target.uname_r()
@@ -95,6 +104,7 @@ class TargetProvider:
         else:
             t.reboot(boot.command)
         self.wait_rebooted(t, old_boot_id, boot.timeout_s)
+        self.boots += 1
         ok, rel = self.release_matches(t, boot)
         if not ok:
             raise CollectError(f"label {label.name}: booted kernel is {rel}, expected {boot.expect_release!r}")
@@ -119,6 +129,7 @@ class TargetProvider:
     def recover(self, label: LabelSpec, timeout_s: float = 300) -> Target:
         """After a dropped connection: wait until the target answers, then re-activate the label."""
         self.target.wait_until_back(timeout_s)
+        self.boots += 1  # it may have rebooted on its own: scratch dir and state are looked at again
         return self.activate(label)
 
     def close(self) -> None:
@@ -146,8 +157,9 @@ class CollectConfig:
     cooldown_fixed_s: float | None = None
     cooldown_thermal_max_c: float | None = None
     cooldown_timeout_s: float | None = None
-    remote_dir: str = "/tmp"
+    remote_dir: str | None = None  # scratch dir on the target; None: a private one made with mktemp -d
     progress: bool = True
+    state_dir: Path | None = None  # where the state journals live (None: host_state.state_dir())
 
 
 def _workload_script(wl: Workload, marker: str | None, tag: str, remote_dir: str) -> str:
@@ -210,41 +222,197 @@ def _cooldown(t: Target, cc: CollectConfig, cfg: TargetConfig) -> dict:
 
 @dataclass
 class TargetState:
-    """What the orchestrator keeps per connected target across iterations."""
+    """What the orchestrator keeps per connected target across iterations.
+
+    remote_dir: private scratch directory on the target. owner_uid: uid of the connection's login user.
+    boot_id: the target's boot when remote_dir was made. lock: the target lock (this machine: the tracefs
+    lock). journal: this run's state journal for the target (None for QEMU guests: their state dies with them).
+    """
     target: Target
     is_local: bool
     collector: FtraceCollector | None  # or a PerfettoCollector ([trace] backend = "perfetto")
     settings: SettingsManager
+    remote_dir: str = ""
+    owner_uid: int | None = None
+    boot_id: str = ""
+    lock: TargetLock | None = None
+    journal: StateJournal | None = None
+    generation: int = 0
+    made_remote_dir: bool = False
     prepared: set = field(default_factory=set)
 
 
-def make_state(t: Target, cc: CollectConfig, events: list[str]) -> TargetState:
-    trace_cfg = cc.target_cfg.trace
-    collector = None
+_PROBE = ("echo ABTEST_UID $(id -u); echo ABTEST_BOOT $(cat /proc/sys/kernel/random/boot_id)")
+_MKTEMP = ("d=$(mktemp -d \"${TMPDIR:-/tmp}/abtest.XXXXXXXXXX\" 2>/dev/null || "
+           "mktemp -d /data/local/tmp/abtest.XXXXXXXXXX) && chmod 700 \"$d\" && echo ABTEST_DIR \"$d\"")
+
+
+def probe_target(t: Target, *, make_dir: bool) -> dict:
+    """One round trip as the login user: its uid, the target's boot_id and (make_dir) a new private
+    scratch directory (mktemp -d under $TMPDIR or /tmp, else /data/local/tmp)."""
+    res = t.run(_PROBE + ("\n" + _MKTEMP if make_dir else ""), 30)
+    out = {}
+    for line in res.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key in ("ABTEST_UID", "ABTEST_BOOT", "ABTEST_DIR") and value.strip():
+            out[key[7:].lower()] = value.strip()
+    if make_dir and "dir" not in out:
+        raise TargetError(f"{t.name}: cannot make a private scratch directory (mktemp -d): {res.stderr.strip()[-300:]}")
+    return out
+
+
+def _target_desc(cc: CollectConfig, t: Target) -> dict:
+    cfg = cc.target_cfg
+    return {"name": t.name, "kind": cfg.kind, "file": str(cfg.path) if cfg.path else None,
+            "connection": {k: v for k, v in cfg.connection.items() if k in ("host", "port", "user", "serial")}}
+
+
+def make_state(t: Target, cc: CollectConfig, events: list[str], *, generation: int = 0,
+               log: Callable[[str], None] = print) -> TargetState:
+    """Connect-time work for a target: probe it, restore what a dead run left (journal), open this run's
+    journal, make the private scratch directory, build the collector."""
+    cfg = cc.target_cfg
+    info = probe_target(t, make_dir=False)
+    here = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    is_local = cfg.kind == "local" or info.get("boot") == here
+    key = target_key(cfg.kind, cfg.connection, is_local)
+    lock = TargetLock.for_target(key)
+    journal = None
+    if cfg.kind != "qemu":
+        restore_stale_state(t, key, info.get("boot", ""), lock, cc.state_dir, log)
+        journal = StateJournal.open(key, _target_desc(cc, t), info.get("boot", ""), cc.state_dir)
+    st = TargetState(t, is_local, None, SettingsManager(t, on_original=journal.record_setting if journal else None),
+                     owner_uid=int(info["uid"]) if info.get("uid", "").isdigit() else None,
+                     boot_id=info.get("boot", ""), lock=lock, journal=journal, generation=generation)
+    new_remote_dir(st, cc)
+    trace_cfg = cfg.trace
     if cc.trace and trace_cfg.get("backend", "ftrace") == "perfetto":
         from abtest.collectors.perfetto_config import PerfettoCollector
-        collector = PerfettoCollector(t, events)
+        st.collector = PerfettoCollector(t, events, remote_dir=st.remote_dir)
     elif cc.trace:
-        collector = FtraceCollector(
+        st.collector = FtraceCollector(
             t, events, buffer_size_kb=int(cc.buffer_size_kb or trace_cfg.get("buffer_size_kb", 8192)),
-            clock=cc.trace_clock or trace_cfg.get("clock", "boot"), remote_dir=cc.remote_dir)
-    return TargetState(t, t.is_local_machine, collector, SettingsManager(t))
+            clock=cc.trace_clock or trace_cfg.get("clock", "boot"), remote_dir=st.remote_dir,
+            owner_uid=st.owner_uid)
+    return st
+
+
+def new_remote_dir(st: TargetState, cc: CollectConfig) -> None:
+    """Give the state a scratch dir: cc.remote_dir when set, else a new private one (journaled for cleanup)."""
+    if cc.remote_dir:
+        st.remote_dir, st.made_remote_dir = cc.remote_dir, False
+    else:
+        info = probe_target(st.target, make_dir=True)
+        st.remote_dir, st.made_remote_dir = info["dir"], True
+        st.boot_id = info.get("boot", st.boot_id)
+        if st.journal:
+            st.journal.record_remote_dir(st.remote_dir)
+    if st.collector is not None:
+        st.collector.remote_dir = st.remote_dir
+    st.prepared.clear()
+
+
+def after_reboot(st: TargetState, cc: CollectConfig, generation: int) -> None:
+    """The target rebooted (or was recovered): its tracefs and sysfs state is the boot's, the scratch dir
+    may be gone: new scratch dir, originals read again before the next change."""
+    old_boot = st.boot_id
+    st.generation = generation
+    new_remote_dir(st, cc)
+    if st.boot_id != old_boot:
+        st.settings.original.clear()
+        st.settings.changed.clear()
+        if st.collector is not None and hasattr(st.collector, "original"):
+            st.collector.original = None
+        if st.journal:
+            st.journal.doc.update(boot_id=st.boot_id, tracefs=None, settings={})
+            st.journal.record_remote_dir(st.remote_dir)
+
+
+def restore_from_journal(t: Target, doc: dict) -> list[str]:
+    """Write a journal's originals back to the target (tracefs, then settings, each read back), remove the
+    scratch directories it lists. Returns what could not be put back (empty: all restored)."""
+    errors: list[str] = []
+    tr = doc.get("tracefs")
+    if tr and tr.get("path"):
+        res = t.run(f"cd {shlex.quote(tr['path'])} || exit 90\n{restore_script(tr)}\n"
+                    "echo ABTEST_ON $(cat tracing_on); echo ABTEST_CLOCK $(sed -e 's/.*\\[//' -e 's/\\].*//' trace_clock)",
+                    30, as_root=True)
+        got = dict(line.split(" ", 1) for line in res.stdout.splitlines() if line.startswith("ABTEST_") and " " in line)
+        if res.exit_code == 90:
+            errors.append(f"tracefs {tr['path']} not found")
+        elif got.get("ABTEST_ON", "").strip() != str(tr.get("tracing_on")) or \
+                (tr.get("trace_clock") and got.get("ABTEST_CLOCK", "").strip() != tr["trace_clock"]):
+            errors.append(f"tracefs did not take its original values back (now {got})")
+    for path, value in (doc.get("settings") or {}).items():
+        res = t.run(f"echo {shlex.quote(value)} > {shlex.quote(path)}; cat {shlex.quote(path)}", 30, as_root=True)
+        from abtest.collectors.settings import _current
+        if _current(res.stdout) != value:
+            errors.append(f"{path} is {_current(res.stdout)!r}, original {value!r}")
+    dirs = [d for d in doc.get("remote_dirs", []) if re.fullmatch(r"/[\w./-]*/abtest\.[A-Za-z0-9]{10}", d)]
+    if dirs:
+        t.run("rm -rf " + " ".join(shlex.quote(d) for d in dirs), 60, as_root=True)
+    return errors
+
+
+def restore_stale_state(t: Target, key: str, boot_id: str, lock: TargetLock, directory: Path | None,
+                        log: Callable[[str], None] = print) -> dict:
+    """Restore every journal of `key` left by a run that died (under the target lock); drop those from an
+    earlier boot of the target (a reboot reset that state). Raises CollectError when a value cannot be put
+    back (the journal is kept for `abtest collect --restore`). Returns {"restored", "dropped", "live"}."""
+    stale, live = stale_journals(key, directory)
+    out = {"restored": 0, "dropped": 0, "live": len(live)}
+    for doc in live:
+        log(f"[yellow]note: a collection on {key} is running (host pid {doc.get('host_pid')}); "
+            f"this one waits for its lock at each iteration[/]")
+    for i, j in enumerate(stale):
+        if j.doc.get("boot_id") and boot_id and j.doc["boot_id"] != boot_id:
+            log(f"state journal {j.path.name}: target rebooted since, nothing to restore (dropped)")
+            j.drop()
+            out["dropped"] += 1
+            continue
+        with lock:
+            errors = restore_from_journal(t, j.doc)
+        if errors:
+            for rest in stale[i:]:
+                rest.release()
+            raise CollectError(f"{t.name}: a collection (host pid {j.doc.get('host_pid')}) died leaving "
+                               f"changed state; restoring it from {j.path} failed: {'; '.join(errors)}")
+        log(f"restored the state a dead collection (host pid {j.doc.get('host_pid')}) left on {t.name}: "
+            f"{'tracefs ' if j.doc.get('tracefs') else ''}{', '.join(j.doc.get('settings') or {}) or ''}".rstrip())
+        j.drop()
+        out["restored"] += 1
+    return out
+
+
+def restore_target(cfg: TargetConfig, *, state_directory: Path | None = None,
+                   log: Callable[[str], None] = print) -> dict:
+    """`abtest collect --restore`: connect to the target (no boot, no change) and restore what dead
+    collections left on it. Returns {"restored", "dropped", "live"}."""
+    t = make_target(cfg)
+    try:
+        info = probe_target(t, make_dir=False)
+        here = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        key = target_key(cfg.kind, cfg.connection, cfg.kind == "local" or info.get("boot") == here)
+        return restore_stale_state(t, key, info.get("boot", ""), TargetLock.for_target(key), state_directory, log)
+    finally:
+        t.close()
 
 
 def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Workload, it: int, attempt: int,
-                  writer: IterationWriter, settings_now: dict, boot_meta: dict | None) -> None:
+                  writer: IterationWriter, boot_meta: dict | None) -> None:
     """One iteration into writer.tmp; commits on success. Raises on any failure (caller retries).
 
-    Round trips to the target: meta + ftrace start (1), workload between markers (1), ftrace stop +
-    extract (1), pull (SFTP/adb), plus the workload's own prepare (first time) and collect.
+    Under the target lock (this machine: the tracefs lock): apply the label's settings, cool down, start
+    tracing, run the workload, stop, put tracefs and the settings back. Round trips to the target: settings
+    (1-2 per file, when the label has settings) and their restore (1), tracefs snapshot (first iteration
+    only), meta + ftrace start (1), workload between markers (1), ftrace stop + extract + tracefs restore (1),
+    pull (SFTP/adb), plus the workload's own prepare (first time) and collect.
     """
     t, cfg = st.target, cc.target_cfg
-    t_iter0 = time.monotonic()
     start_utc = datetime.now(timezone.utc).isoformat()
-    cool = _cooldown(t, cc, cfg)
-    t_work0 = time.monotonic()  # collection overhead is counted from here (cool-down excluded)
+    remote_dir = st.remote_dir
     if wl.name not in st.prepared:
-        wl.prepare(t, cc.remote_dir)
+        wl.prepare(t, remote_dir)
         st.prepared.add(wl.name)
     tag = f"label={label.name} workload={wl.name} iteration={it}"
     collector = st.collector
@@ -252,10 +420,19 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
     sampler = None
     phases = {}
     lock_t0 = time.monotonic()
-    with TracefsLock(collector is not None and st.is_local):
-        phases["lock_wait_s"] = time.monotonic() - lock_t0  # other users of this machine's tracefs
+    with st.lock:
+        phases["lock_wait_s"] = time.monotonic() - lock_t0  # other collections / tests on this target
         try:
             a = time.monotonic()
+            settings_now = st.settings.apply(label.settings) if label.settings else {}
+            phases["settings_s"] = time.monotonic() - a
+            cool = _cooldown(t, cc, cfg)
+            t_work0 = time.monotonic()  # collection overhead is counted from here (cool-down excluded)
+            a = time.monotonic()
+            if collector is not None and getattr(collector, "original", False) is None:
+                original = collector.snapshot()  # first change of tracefs in this run: journal it first
+                if st.journal:
+                    st.journal.record_tracefs(original)
             if collector:
                 _, out = collector.start(preamble=META_SCRIPT)
                 meta = parse_meta_output(out)
@@ -263,17 +440,17 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
                 meta = collect_target_meta(t)
             kind = cfg.power.get("sampler", "none")
             if kind != "none":
-                sampler = PowerSampler(t, kind, period_s=float(cfg.power.get("period_s", 0.5)), remote_dir=cc.remote_dir,
+                sampler = PowerSampler(t, kind, period_s=float(cfg.power.get("period_s", 0.5)), remote_dir=remote_dir,
                                        sysfs=cfg.power.get("sysfs", "/sys"))
                 sampler.start()
             phases["start_s"] = time.monotonic() - a
             a = time.monotonic()
-            script = _workload_script(wl, collector.marker_path if collector else None, tag, cc.remote_dir)
+            script = _workload_script(wl, collector.marker_path if collector else None, tag, remote_dir)
             res = t.run(script, wl.timeout_s, as_root=True)
             phases["workload_call_s"] = time.monotonic() - a
             wl_stderr = "".join(ln for ln in res.stderr.splitlines(True) if not ln.startswith("ABTEST_WALL_NS "))
             (writer.tmp / "workload.log").write_text(
-                f"$ {wl.command(cc.remote_dir)}\n--- stdout ---\n{res.stdout}\n--- stderr ---\n{wl_stderr}\n"
+                f"$ {wl.command(remote_dir)}\n--- stdout ---\n{res.stdout}\n--- stderr ---\n{wl_stderr}\n"
                 f"--- exit {res.exit_code} ---\n")
             if res.exit_code != 0:
                 raise WorkloadError(f"{t.name}: workload {wl.name} exited {res.exit_code}: "
@@ -297,19 +474,30 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
                     t.run(f"kill {int(sampler.pid)} 2>/dev/null", 30, as_root=True)
                 except TargetError:
                     pass
+            try:  # best effort here: the original error is the one to report; the journal keeps the originals
+                st.settings.restore()
+            except (TargetError, OSError, EOFError):
+                pass
             raise
+        a = time.monotonic()
+        st.settings.restore()  # before the lock goes: the next holder finds the original values
+        phases["settings_s"] += time.monotonic() - a
     metrics = wl.parse(res)
-    metrics.update(wl.collect(t, writer.tmp, cc.remote_dir))
+    metrics.update(wl.collect(t, writer.tmp, remote_dir))
     metrics.update(workload_metrics((wl.DURATION_METRIC, workload_s)))
-    iteration_s = time.monotonic() - t_work0 - phases["lock_wait_s"]
+    iteration_s = time.monotonic() - t_work0
     meta.update({
         "label": label.name, "workload": wl.name, "iteration": it, "attempt": attempt,
         "target": {"name": cfg.name, "kind": cfg.kind, "file": str(cfg.path) if cfg.path else None,
                    "emulated": cfg.kind == "qemu"},
         "boot": boot_meta,
-        "settings": {"label": label.settings, "applied": settings_now, "workload": wl.describe(),
+        "settings": {"label": label.settings, "applied": settings_now,
+                     # values found before the change, put back after the iteration (state journal)
+                     "original": {p: st.settings.original.get(p) for p in settings_now},
+                     "workload": wl.describe(),
                      "events_requested": collector.events if collector else [], "analyses": cc.analyses},
-        "trace": session_meta,
+        "trace": ({**session_meta, "tracefs_original": getattr(collector, "original", None)}
+                  if collector else session_meta),
         "power": ({"sampler": cfg.power.get("sampler"), "period_s": cfg.power.get("period_s", 0.5),
                    "aligned": session_meta.get("trace_clock") == "boot",
                    "clock": "CLOCK_BOOTTIME"} if sampler else None),
@@ -318,7 +506,7 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
         "timestamps": {"start_utc": start_utc, "end_utc": datetime.now(timezone.utc).isoformat()},
         "timings": {"iteration_s": round(iteration_s, 4), "workload_s": round(workload_s, 4),
                     "overhead_s": round(iteration_s - workload_s, 4),
-                    "cooldown_s": round(t_work0 - t_iter0, 4),
+                    "cooldown_s": round(float(cool.get("waited_s", 0.0)), 4),
                     **{k: round(v, 4) for k, v in phases.items()}},
         "platform": cfg.platform,
     })
@@ -345,6 +533,13 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
     if len(wl_by_name) != len(cc.workloads):
         raise CollectError("two workloads share a name; give one name=... to tell them apart")
     label_by_name = {l.name: l for l in cc.labels}
+    try:  # labels and workload names become store directories: plain names only
+        for name in label_by_name:
+            check_name(name, "label")
+        for name in wl_by_name:
+            check_name(name, "workload name")
+    except UnsafePathError as e:
+        raise CollectError(str(e)) from e
     plan = make_plan(list(label_by_name), list(wl_by_name), cc.iterations, cc.order)
     done_already = [p for p in plan if is_complete(iteration_dir(store, p.label, p.workload, p.iteration))]
     if done_already and not cc.resume:
@@ -381,16 +576,20 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
                     writer = None
                     try:
                         t = provider.activate(label)
+                        generation = getattr(provider, "boots", 0)
                         st = states.get(id(t))
                         if st is None:
-                            st = states[id(t)] = make_state(t, cc, events)
+                            st = states[id(t)] = make_state(t, cc, events, generation=generation, log=log)
+                        elif st.generation != generation:
+                            after_reboot(st, cc, generation)
                         said = len(st.settings.warnings)
-                        applied = st.settings.apply(label.settings) if label.settings else {}
-                        for w in st.settings.warnings[said:]:
-                            log(f"[yellow]warning: {w}[/]")
                         boot_meta = vars(label.boot) if label.boot else None
                         writer = IterationWriter(store, step.label, step.workload, step.iteration)
-                        run_iteration(st, cc, label, wl, step.iteration, attempt, writer, applied, boot_meta)
+                        try:
+                            run_iteration(st, cc, label, wl, step.iteration, attempt, writer, boot_meta)
+                        finally:
+                            for w in st.settings.warnings[said:]:
+                                log(f"[yellow]warning: {w}[/]")
                         summary["done"] += 1
                         summary["iterations"].append(str(writer.final))
                         break
@@ -417,11 +616,16 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
     finally:
         for st in states.values():
             try:
-                if st.collector:
-                    with TracefsLock(st.is_local):
-                        st.collector.restore()
-                st.settings.restore()
+                with st.lock:
+                    traced_back = st.collector.restore() if st.collector else True
+                    st.settings.restore()
+                if traced_back is False:
+                    raise TargetError(f"{st.target.name}: putting tracefs back failed")
+                if st.made_remote_dir:
+                    st.target.run(["rm", "-rf", st.remote_dir], 60, as_root=True)
+                if st.journal:
+                    st.journal.close()  # everything is back: nothing for a later run to restore
             except (TargetError, OSError, EOFError) as e:
-                log(f"[red]cleanup on {st.target.name} failed: {e}[/]")
+                log(f"[red]cleanup on {st.target.name} failed: {e}; `abtest collect --restore` retries it[/]")
         provider.close()
     return summary

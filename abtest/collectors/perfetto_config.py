@@ -11,7 +11,10 @@ The trace is pulled as `trace.perfetto-trace`, which abtest.Trace reads (rails b
 """
 from __future__ import annotations
 
+import re
 import shlex
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,27 +41,68 @@ def ftrace_event_names(tables: list[str]) -> list[str]:
     return out
 
 
+# What each string of the config may hold. Every value is also written as an escaped text-proto string, so
+# even an allowed character cannot end the string; the checks refuse what has no business there (quotes,
+# braces, newlines: a config fragment) with a clear error instead of tracing something else.
+_FTRACE_EVENT = re.compile(r"^[A-Za-z0-9_]+/[A-Za-z0-9_*]+$")  # group/name
+_ATRACE_CATEGORY = re.compile(r"^[A-Za-z0-9_]+$")
+_ATRACE_APP = re.compile(r"^(\*|[A-Za-z0-9_.:*-]+)$")  # "*" or a package / process name (glob allowed)
+
+
+class ConfigValueError(ValueError):
+    """A value given for the perfetto config is not a well-formed name (the message says which)."""
+
+
+def _checked(values, pattern: re.Pattern, what: str) -> list[str]:
+    out = []
+    for v in values:
+        if not isinstance(v, str) or not pattern.match(v):
+            raise ConfigValueError(f"{what} {v!r} is not a valid name (allowed: {pattern.pattern})")
+        out.append(v)
+    return out
+
+
+def proto_string(value: str) -> str:
+    """`value` as a protobuf text-format string literal (double quotes; backslash, quote and non-printable
+    bytes escaped as octal)."""
+    out = []
+    for b in value.encode():
+        if b in (0x22, 0x5C):
+            out.append("\\" + chr(b))
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
 def make_trace_config(tables: list[str] | None = None, *, duration_s: float = 60.0, buffer_kb: int = 65536,
                       ftrace_buffer_kb: int = 16384, power_rails: bool = True, rail_poll_ms: int = 250,
                       frame_timeline: bool = True, atrace_categories: tuple[str, ...] = ("gfx", "view", "input"),
-                      atrace_apps: str = "*", extra_ftrace_events: tuple[str, ...] = ()) -> str:
+                      atrace_apps: str | tuple[str, ...] = "*", extra_ftrace_events: tuple[str, ...] = ()) -> str:
     """TraceConfig text proto. duration_s: hard stop (the collector normally stops it earlier).
-    extra_ftrace_events: more "group/name" entries (e.g. "ftrace/print" for trace_marker writes)."""
-    events = list(extra_ftrace_events) + ftrace_event_names(list(tables or DEFAULT_EVENTS))
-    ft = "\n".join(f'      ftrace_events: "{e}"' for e in events)
-    at = "\n".join(f'      atrace_categories: "{c}"' for c in atrace_categories)
+    extra_ftrace_events: more "group/name" entries (e.g. "ftrace/print" for trace_marker writes).
+    atrace_apps: "*" (every app) or package/process names (one string, or several). Every name is checked
+    (ConfigValueError) and written escaped: no value can add anything to the config."""
+    events = _checked(list(extra_ftrace_events) + ftrace_event_names(list(tables or DEFAULT_EVENTS)),
+                      _FTRACE_EVENT, "ftrace event")
+    categories = _checked(atrace_categories, _ATRACE_CATEGORY, "atrace category")
+    apps = _checked([atrace_apps] if isinstance(atrace_apps, str) else list(atrace_apps), _ATRACE_APP, "atrace app")
+    ft = "\n".join(f"      ftrace_events: {proto_string(e)}" for e in events)
+    at = "\n".join(f"      atrace_categories: {proto_string(c)}" for c in categories)
+    ap = "\n".join(f"      atrace_apps: {proto_string(a)}" for a in apps)
     parts = [
-        f"buffers {{ size_kb: {buffer_kb} fill_policy: RING_BUFFER }}",
+        f"buffers {{ size_kb: {int(buffer_kb)} fill_policy: RING_BUFFER }}",
         "buffers { size_kb: 4096 fill_policy: RING_BUFFER }",
         "data_sources {\n  config {\n    name: \"linux.ftrace\"\n    target_buffer: 0\n    ftrace_config {\n"
-        f"{ft}\n{at}\n      atrace_apps: \"{atrace_apps}\"\n      buffer_size_kb: {ftrace_buffer_kb}\n"
+        f"{ft}\n{at}\n{ap}\n      buffer_size_kb: {int(ftrace_buffer_kb)}\n"
         "      drain_period_ms: 250\n      symbolize_ksyms: false\n    }\n  }\n}",
         "data_sources {\n  config {\n    name: \"linux.process_stats\"\n    target_buffer: 1\n"
         "    process_stats_config { scan_all_processes_on_start: true }\n  }\n}",
     ]
     if power_rails:
         parts.append("data_sources {\n  config {\n    name: \"android.power\"\n    target_buffer: 1\n"
-                     f"    android_power_config {{\n      battery_poll_ms: {rail_poll_ms}\n"
+                     f"    android_power_config {{\n      battery_poll_ms: {int(rail_poll_ms)}\n"
                      "      collect_power_rails: true\n"
                      "      battery_counters: BATTERY_COUNTER_CAPACITY_PERCENT\n"
                      "      battery_counters: BATTERY_COUNTER_CHARGE\n"
@@ -79,20 +123,23 @@ class PerfettoCollector:
     events (the config asks for ftrace/print).
     """
 
-    REMOTE_TRACE = "/data/misc/perfetto-traces/abtest.perfetto-trace"
-    REMOTE_CONFIG = "/data/local/tmp/abtest.pbtxt"
+    REMOTE_TRACE = "/data/misc/perfetto-traces/abtest.perfetto-trace"  # where traced may write (SELinux)
     trace_name = "trace.perfetto-trace"
 
     def __init__(self, target: Target, events: list[str] | None = None, *, duration_s: float = 3600.0,
-                 config_text: str | None = None, local_dir: Path | None = None):
+                 config_text: str | None = None, remote_dir: str = "/data/local/tmp"):
         self.target = target
         self.events = list(events or DEFAULT_EVENTS)
         self.config_text = config_text or make_trace_config(self.events, duration_s=duration_s,
                                                             extra_ftrace_events=("ftrace/print",))
-        self.local_dir = Path(local_dir or "/tmp")
+        self.remote_dir = remote_dir  # the orchestrator's private scratch dir (mktemp -d)
         self.pid: int | None = None
         self._tracefs: str | None = None
-        self._pushed = False
+        self._pushed: str | None = None  # remote_dir the config was pushed to
+
+    @property
+    def remote_config(self) -> str:
+        return f"{self.remote_dir}/abtest.pbtxt"
 
     @property
     def marker_path(self) -> str:
@@ -103,13 +150,17 @@ class PerfettoCollector:
     def start(self, preamble: str = "") -> tuple[dict, str]:
         """Push the config (once), then in one round trip run `preamble` and start perfetto in the
         background; returns ({"pid": ...}, stdout)."""
-        if not self._pushed:
-            local = self.local_dir / "abtest-perfetto.pbtxt"
-            local.write_text(self.config_text)
-            self.target.push(local, self.REMOTE_CONFIG)
-            self._pushed = True
+        if self._pushed != self.remote_dir:
+            local_dir = tempfile.mkdtemp(prefix="abtest-perfetto-")  # private (0700) on the host
+            try:
+                local = Path(local_dir) / "abtest.pbtxt"
+                local.write_text(self.config_text)
+                self.target.push(local, self.remote_config)
+            finally:
+                shutil.rmtree(local_dir, ignore_errors=True)
+            self._pushed = self.remote_dir
         res = self.target.run(f"{preamble}\nrm -f {self.REMOTE_TRACE}; perfetto --background --txt -c - "
-                              f"-o {self.REMOTE_TRACE} < {self.REMOTE_CONFIG}", 60, as_root=True)
+                              f"-o {self.REMOTE_TRACE} < {shlex.quote(self.remote_config)}", 60, as_root=True)
         pid = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
         if res.exit_code != 0 or not pid.isdigit():
             raise TargetError(f"{self.target.name}: perfetto did not start: {(res.stderr or res.stdout).strip()[-400:]}")
@@ -141,7 +192,7 @@ class PerfettoCollector:
     def restore(self) -> None:
         self.reset()
         try:
-            self.target.run(f"rm -f {shlex.quote(self.REMOTE_TRACE)} {shlex.quote(self.REMOTE_CONFIG)}", 15,
+            self.target.run(f"rm -f {shlex.quote(self.REMOTE_TRACE)} {shlex.quote(self.remote_config)}", 15,
                             as_root=True)
         except TargetError:
             pass

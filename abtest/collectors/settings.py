@@ -5,7 +5,10 @@
 
 Keys: `cpuidle_governor`, `cpufreq_governor` (every policy), and `sysfs:<absolute path>` for any
 sysfs/procfs/debugfs file (e.g. `sysfs:/proc/sys/kernel/sched_schedstats=1`). Every write is read
-back and checked; the values found before the first change are restored by `restore`.
+back and checked; the values found before the first change are restored by `restore`. The orchestrator
+applies a label's settings at the start of each iteration and restores them at its end, both under the
+target lock (abtest.collectors.host_state), so two collections on one target never run under each other's
+settings; each original value goes to the host's state journal (`on_original`) before its file is written.
 A `cpuidle_governor` on a target whose cpuidle driver is `none` (no idle states: the governor never runs)
 is taken but reported in `SettingsManager.warnings`: labels that differ only by it compare one setting.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import shlex
 
+from abtest.safe_io import UnsafePathError, check_name
 from abtest.targets.base import Target, TargetError
 
 CPUIDLE_GOVERNOR = "/sys/devices/system/cpu/cpuidle/current_governor"
@@ -35,6 +39,10 @@ def parse_label(spec: str) -> tuple[str, dict]:
         settings[key.strip()] = value.strip()
     if not name:
         raise SettingError(f"label spec {spec!r} has no name")
+    try:  # the label is a directory of the run store
+        check_name(name, "label")
+    except UnsafePathError as e:
+        raise SettingError(str(e)) from e
     return name, settings
 
 
@@ -52,11 +60,17 @@ def _paths(target: Target, key: str) -> list[str]:
 
 
 class SettingsManager:
-    """Applies label settings, remembering original values for `restore`."""
+    """Applies label settings, remembering original values for `restore`.
 
-    def __init__(self, target: Target):
+    on_original(path, value): called with each file's original value before the file is first written
+    (the state journal records it there).
+    """
+
+    def __init__(self, target: Target, on_original=None):
         self.target = target
+        self.on_original = on_original
         self.original: dict[str, str] = {}
+        self.changed: set[str] = set()  # files written since the last restore
         self.warnings: list[str] = []  # what the target cannot do with the settings, said once
         self._cpuidle_checked = False  # the cpuidle driver is looked at once per target, not per iteration
 
@@ -76,6 +90,9 @@ class SettingsManager:
                     if cur.exit_code != 0:
                         raise SettingError(f"{self.target.name}: cannot read {path}: {cur.stderr.strip()}")
                     self.original[path] = _current(cur.stdout)
+                    if self.on_original is not None:
+                        self.on_original(path, self.original[path])
+                self.changed.add(path)
                 res = self.target.run(f"echo {shlex.quote(str(value))} > {q} && cat {q}", 30, as_root=True)
                 got = _current(res.stdout)
                 if res.exit_code != 0 or got != str(value):
@@ -85,16 +102,25 @@ class SettingsManager:
         return now
 
     def restore(self) -> None:
-        """Put back every value changed since this manager started (best effort, errors collected)."""
-        errors = []
-        for path, value in self.original.items():
-            try:
-                self.target.run(f"echo {shlex.quote(value)} > {shlex.quote(path)}", 15, as_root=True, check=True)
-            except TargetError as e:
-                errors.append(str(e))
-        self.original.clear()
-        if errors:
-            raise SettingError("restoring settings failed: " + "; ".join(errors))
+        """Put back the original value of every file written since the last restore, in one round trip
+        (each written, read back and checked). The originals are kept: the next `apply` does not read them
+        again (between iterations the files hold them). Raises SettingError naming what did not go back."""
+        paths = [p for p in self.original if p in self.changed]
+        if not paths:
+            return
+        script = "\n".join(f"echo {shlex.quote(self.original[p])} > {shlex.quote(p)}; "
+                           f"echo ABTEST_NOW {i} \"$(cat {shlex.quote(p)})\"" for i, p in enumerate(paths))
+        res = self.target.run(script, 30, as_root=True)
+        now = {}
+        for line in res.stdout.splitlines():
+            if line.startswith("ABTEST_NOW "):
+                idx, _, value = line[len("ABTEST_NOW "):].partition(" ")
+                if idx.isdigit() and int(idx) < len(paths):
+                    now[paths[int(idx)]] = _current(value)
+        bad = [f"{p} is {now.get(p)!r}, original {self.original[p]!r}" for p in paths if now.get(p) != self.original[p]]
+        self.changed.clear()
+        if bad:
+            raise SettingError(f"{self.target.name}: restoring settings failed: " + "; ".join(bad))
 
 
 def cpuidle_governor_warning(target: Target) -> str | None:

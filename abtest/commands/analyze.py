@@ -10,7 +10,9 @@ reason is under ``skipped``)::
      "placement": {...}, "energy_model": {...}, "frames": {...},
      "skipped": {analysis: reason}}
 
-The analyses and their order are those of abtest.analysis.registry that have a summary.
+The analyses and their order are those of abtest.analysis.registry that have a summary. Without --json the
+same object is printed as tables (abtest.commands.analyze_tables: one renderer per analysis, a generic one for
+the others; abtest.commands.text_grid: fitted to the terminal width, $COLUMNS honoured).
 
 See docs/analyze.md for each analysis' keys. Exit status: 0 when at least one analysis ran, 2 when
 none applies (or the file / platform is unreadable).
@@ -23,21 +25,17 @@ import math
 import click
 import polars as pl
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
+from abtest.commands.analyze_tables import Context, blocks_for, perfetto_blocks
+from abtest.commands.text_grid import Grid, print_grid
 from abtest.session import Trace
 from abtest.trace.errors import MissingEventsError
 
-# JSON key -> module that provides summary(trace); order = order of the terminal report
-ANALYSES: dict[str, str] = {
-    "idle": "abtest.analysis.idle",
-    "latency": "abtest.analysis.latency",
-    "frequency": "abtest.analysis.frequency",
-    "load_tracking": "abtest.analysis.load_tracking",
-    "energy": "abtest.analysis.energy",
-    "placement": "abtest.analysis.placement",
-    "frames": "abtest.analysis.frames",
-}
+from abtest.analysis import registry
+
+# JSON key -> registry Analysis with a summary(trace); order = registry order = order of the terminal report
+ANALYSES: dict[str, registry.Analysis] = {a.name: a for a in registry.ANALYSES if a.summary is not None}
 
 _NOT_REQUESTED = "not requested (--only)"
 
@@ -110,101 +108,89 @@ def _perfetto_dict(path: str) -> dict:
     return {"file": path, "engine": "perfetto", **_jsonable(res)}
 
 
-# -- terminal report ------------------------------------------------------------------------------
-def _flatten(d, prefix: str = "") -> list[tuple[str, str]]:
-    rows: list[tuple[str, str]] = []
-    if isinstance(d, dict):
-        for k, v in d.items():
-            rows += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(d, list) and d and isinstance(d[0], dict):
-        for i, v in enumerate(d):
-            rows += _flatten(v, f"{prefix}[{i}]")
-    else:
-        rows.append((prefix, _fmt(d)))
-    return rows
+# -- terminal report ------------------------------------------------------------------------------------
+def _console() -> Console:
+    """rich honours $COLUMNS (also when piped; 80 columns when piped without it)."""
+    return Console(highlight=False)
 
 
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:,.3f}" if abs(v) < 1e6 else f"{v:,.0f}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
-    return str(v)
+def _context(trace: Trace | None, d: dict) -> Context:
+    domains = None
+    if trace is not None and d.get("frequency"):
+        from abtest.analysis.frequency import df_cpu_domains
+        try:
+            doms = df_cpu_domains(trace.df("cpu_frequency", windowed=False))
+            domains = {int(c): int(g) for c, g in doms.iter_rows()}
+        except (LookupError, ValueError, MissingEventsError):
+            domains = None  # the tables then group CPUs by the OPPs they visited
+    return Context(duration_s=d.get("duration_s"), cpu_domains=domains)
 
 
-def _idle_tables(con: Console, idle: dict) -> None:
-    tab = Table("cpu", "state", "residency %", title="idle residency")
-    for cpu, states in idle["residency_pct"].items():
-        for name, pct in states.items():
-            tab.add_row(cpu, name, _fmt(pct))
-    con.print(tab)
-    con.print(f"wakeups: {idle['wakeups_total']:,} ({idle['wakeups_per_s']:.1f}/s)")
-    miss = idle.get("misses")
-    if miss:
-        t = Table("cpu", "wakeups", "too deep", "too deep %", "too shallow", "too shallow %",
-                  title=f"idle misses (source: {miss['source']})")
-        for cpu, m in [*miss["per_cpu"].items(), ("all", miss)]:
-            t.add_row(cpu, _fmt(m["wakeups"]), _fmt(m["too_deep_count"]), _fmt(m["too_deep_pct"]),
-                      _fmt(m["too_shallow_count"]), _fmt(m["too_shallow_pct"]))
-        con.print(t)
+def _print_blocks(con: Console, blocks: list) -> None:
+    for b in blocks:
+        if isinstance(b, Grid):
+            print_grid(con, b)
+        else:
+            con.print(Text(b))
+        con.print()
 
 
-def _latency_tables(con: Console, lat: dict) -> None:
-    t = Table("task", "wakeups", "mean us", "p50 us", "p95 us", "p99 us", "gmean us",
-              title=f"wakeup latency ({lat['wakeup_event']} -> sched_switch in)")
-    rows = [("ALL", {**lat, "wakeups": lat["matched_wakeups"]}), *lat["tasks"].items()]
-    for name, s in rows:
-        t.add_row(name, *(_fmt(s[k]) for k in ("wakeups", "mean_us", "p50_us", "p95_us", "p99_us", "gmean_us")))
-    con.print(t)
+def _print_header(con: Console, d: dict) -> None:
+    dur = f"{d['duration_s']:.3f} s" if d["duration_s"] is not None else "unknown"
+    con.print(Text(str(d["file"]), style="bold"))
+    facts = [f"format: {d['format']}", f"duration: {dur}"]
+    if d["window_s"]:
+        facts.append(f"window: {d['window_s'][0]}-{d['window_s'][1]} s from the trace start")
+    if d["platform"]:
+        facts.append(f"platform: {d['platform']}")
+    if d["lost_events"]:
+        facts.append(f"LOST EVENTS: {d['lost_events']:,}")
+    con.print(Text("; ".join(facts)))
 
 
-def _placement_tables(con: Console, pl_: dict) -> None:
-    mig = "n/a (no sched_migrate_task)" if pl_["migrate_events"] is None else f"{pl_['migrate_events']:,}"
-    con.print(f"tasks: {pl_['tasks']:,}  migrate events: {mig}  observed CPU changes: {pl_['observed_cpu_changes']:,}")
-    t = Table("cluster", "cpu", "tasks", "expected N/M", "runtime share %", "balance index",
-              title=f"placement balance (tasks running >= {pl_['min_runtime_pct']} % of the window)")
-    for cl, c in pl_["clusters"].items():
-        for i, cpu in enumerate(c["cpus"]):
-            t.add_row(cl, str(cpu), _fmt(c["tasks_per_cpu"][str(cpu)]), _fmt(c["expected_tasks_per_cpu"]),
-                      _fmt(c["runtime_share_pct"][str(cpu)]), _fmt(c["balance_index"]) if i == 0 else "")
-    con.print(t)
-
-
-def _print_report(d: dict) -> None:
-    con = Console()
-    dur = f"{d['duration_s']:.3f} s" if d["duration_s"] is not None else "?"
-    con.print(f"[bold]{d['file']}[/]  format={d['format']}  duration={dur}"
-              + (f"  window={d['window_s']} s" if d["window_s"] else ""))
-    for key in ANALYSES:
+def print_report(d: dict, trace: Trace | None = None, con: Console | None = None) -> None:
+    """The terminal report of an analyze_dict() object (tables per analysis, then what did not run).
+    trace: the analysed Trace, for what the summaries do not carry (frequency domains); con: where to print
+    (default: stdout at the terminal's width, or $COLUMNS)."""
+    con = con or _console()
+    _print_header(con, d)
+    ctx = _context(trace, d)
+    for key, analysis in ANALYSES.items():
         val = d.get(key)
         if val is None:
             continue
-        con.rule(key)
-        if key == "idle":
-            _idle_tables(con, val)
-        elif key == "latency":
-            _latency_tables(con, val)
-        elif key == "placement":
-            _placement_tables(con, val)
-        else:
-            rows = _flatten(val)
-            t = Table("metric", "value")
-            for k, v in rows[:60]:
-                t.add_row(k, v)
-            con.print(t)
-            if len(rows) > 60:
-                con.print(f"... {len(rows) - 60} more values (use --json)")
-    for key, why in d["skipped"].items():
-        if why != _NOT_REQUESTED:
-            con.print(f"[yellow]skipped {key}:[/] {_short(why)}")
+        con.rule(Text(analysis.title, style="bold"))
+        _print_blocks(con, blocks_for(key, val, ctx))
+    skipped = [(k, why) for k, why in d["skipped"].items() if why != _NOT_REQUESTED]
+    if skipped:
+        con.rule(Text("Not run", style="bold"))
+        for key, why in skipped:
+            con.print(Text(f"{key}: {_short(why).replace(' in ' + str(d['file']), '')}", style="yellow"))
     if any("Record them" in w for w in d["skipped"].values()):
         con.print("(record missing events with `trace-cmd record -e EVENT`, or enable them under "
                   "/sys/kernel/tracing/events and `trace-cmd extract`, or with `abtest collect`)")
+    con.print(Text("every value: abtest analyze --json (keys: docs/analyze.md)", style="dim"))
 
 
 def _short(reason: str) -> str:
     """First sentence of a skip reason (the how-to-record advice is printed once)."""
     return reason.split(". Record them")[0]
+
+
+def print_perfetto_report(d: dict, con: Console | None = None) -> None:
+    """The terminal report of `--engine perfetto` (abtest.trace.perfetto_engine.analyze's object)."""
+    con = con or _console()
+    eng = d.get("engine") or {}
+    span = d.get("span") or {}
+    con.print(Text(str(d["file"]), style="bold"))
+    facts = [f"engine: Perfetto trace_processor {eng.get('version') or ''} ({eng.get('name')}, from {eng.get('source')})"]
+    if span.get("start_ns") is not None and span.get("end_ns") is not None:
+        facts.append(f"span: {(span['end_ns'] - span['start_ns']) / 1e9:.3f} s")
+    con.print(Text("; ".join(facts)))
+    for title, blocks in perfetto_blocks(d):
+        con.rule(Text(title, style="bold"))
+        _print_blocks(con, blocks)
+    con.print(Text("every value: abtest analyze --engine perfetto --json", style="dim"))
 
 
 @click.command("analyze")
@@ -225,7 +211,10 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
         if window or platform_file or only:
             click.secho("note: --window, --platform and --only do not apply to --engine perfetto", fg="yellow", err=True)
         d = _perfetto_dict(file)
-        click.echo(json.dumps(d, default=str) if as_json else json.dumps(d, indent=1, default=str))
+        if as_json:
+            click.echo(json.dumps(d, default=str))
+        else:
+            print_perfetto_report(d)
         return
     if platform_file:
         from abtest.analysis.platform import PlatformFormatError, load_platform
@@ -250,7 +239,7 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
     if as_json:
         click.echo(json.dumps(d))
     else:
-        _print_report(d)
+        print_report(d, trace)
     if all(d[k] is None for k in ANALYSES):
         click.secho(f"error: no analysis applies to {file}: "
                     + "; ".join(f"{k}: {_short(v).replace(f' in {file}', '')}" for k, v in d["skipped"].items()),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from abtest.collectors.orchestrate import CollectConfig, CollectError, LabelSpec
 from abtest.collectors.settings import SettingError, parse_label
 from abtest.store.writer import STORE_ENV, default_store
 from abtest.collectors.workloads import WorkloadError, make_workload
+from abtest.safe_io import UnsafePathError, check_name
 from abtest.targets.base import TargetError
 from abtest.targets.config import TargetConfigError, load_target_file
 
@@ -42,6 +44,11 @@ def build_labels(cfg, kernels: tuple[str, ...], label_specs: tuple[str, ...]) ->
         labels.append(LabelSpec(name, boot=cfg.boot.get(name), settings=merged))
     if not labels:
         labels.append(LabelSpec("default"))
+    for label in labels:  # kernel labels come from [boot.NAME] tables: the same rule as --label names
+        try:
+            check_name(label.name, "label")
+        except UnsafePathError as e:
+            raise click.BadParameter(str(e), param_hint="--kernel/--label") from e
     names = [l.name for l in labels]
     if len(set(names)) != len(names):
         raise click.BadParameter(f"label names repeat: {names}")
@@ -53,7 +60,7 @@ def build_labels(cfg, kernels: tuple[str, ...], label_specs: tuple[str, ...]) ->
 @click.option("--kernel", "kernels", multiple=True, help="kernel label with a [boot.NAME] entry (repeat: A, B)")
 @click.option("--label", "label_specs", multiple=True,
               help="label NAME[:setting=value,...] on the running kernel, e.g. menu:cpuidle_governor=menu")
-@click.option("--workload", "workload_specs", multiple=True, required=True,
+@click.option("--workload", "workload_specs", multiple=True,
               help="NAME[:param=value,...], e.g. hackbench:groups=2,loops=100 (repeatable)")
 @click.option("--iterations", "-n", default=3, show_default=True, type=click.IntRange(1))
 @click.option("--store", type=click.Path(file_okay=False), envvar=STORE_ENV, default=None,
@@ -74,11 +81,25 @@ def build_labels(cfg, kernels: tuple[str, ...], label_specs: tuple[str, ...]) ->
               help="wait until every thermal zone is at or below this temperature [C]")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @click.option("--json", "as_json", is_flag=True, help="print a JSON summary on stdout")
+@click.option("--lab", "lab_url", default=None,
+              help="run every iteration as a LAVA job: http(s)://SERVER/ or lava-run:DEVICE_FILE "
+                   "(or [lab] url in the target file; docs/lab.md)")
+@click.option("--restore", "restore_only", is_flag=True,
+              help="only put back the state (tracefs, label settings) a collection that died left on TARGET")
 def collect(target_spec, kernels, label_specs, workload_specs, iterations, store, resume, order, analyses,
             extra_events, no_trace, buffer_size_kb, trace_clock, retries, cooldown_s, cooldown_temp_c,
-            no_progress, as_json) -> None:
+            no_progress, as_json, lab_url, restore_only) -> None:
     """Collect ITERATIONS runs of each WORKLOAD on each kernel/label of TARGET into the run store
-    (STORE/<label>/<workload>/<iteration>/ with trace.dat, power.csv, metrics.json, meta.json, .complete)."""
+    (STORE/<label>/<workload>/<iteration>/ with trace.dat, power.csv, metrics.json, meta.json, .complete).
+
+    The original tracefs values and label settings are journaled on the host before the first change and
+    put back after every iteration; after a crash (or SIGKILL) the next collect on the target, or
+    `abtest collect --restore --target TARGET`, restores them (docs/robustness.md)."""
+    if restore_only:
+        _restore(target_spec, as_json)
+        return
+    if not workload_specs:
+        raise click.UsageError("Missing option '--workload' (or pass --restore)")
     from abtest.analysis.registry import BY_NAME, events_for
     unknown = [a for a in analyses if a not in BY_NAME]
     if unknown:
@@ -89,6 +110,15 @@ def collect(target_spec, kernels, label_specs, workload_specs, iterations, store
         workloads = [make_workload(s) for s in workload_specs]
     except (TargetConfigError, WorkloadError, SettingError) as e:
         raise click.UsageError(str(e)) from e
+    if lab_url or (cfg.raw.get("lab") or {}).get("url"):
+        from abtest.commands.collect_lab import collect_through_lab
+        return collect_through_lab(cfg, labels, workloads, lab_url=lab_url, iterations=iterations, store=store,
+                                   resume=resume, order=order, analyses=analyses,
+                                   analysis_events=events_for(list(analyses) or None), extra_events=extra_events,
+                                   trace=not no_trace, buffer_size_kb=buffer_size_kb, trace_clock=trace_clock,
+                                   retries=retries if click.get_current_context().get_parameter_source("retries")
+                                   == click.core.ParameterSource.COMMANDLINE else None,
+                                   progress=not no_progress, as_json=as_json)
     cc = CollectConfig(target_cfg=cfg, labels=labels, workloads=workloads, iterations=iterations,
                        store=Path(store) if store else default_store(), resume=resume, order=order,
                        analyses=list(analyses) or None, analysis_events=events_for(list(analyses) or None),
@@ -110,6 +140,23 @@ def collect(target_spec, kernels, label_specs, workload_specs, iterations, store
     else:
         click.echo(f"{summary['done']} iterations collected, {summary['skipped']} already complete, "
                    f"{summary['retries']} retries; store: {cc.store}", err=True)
+
+
+def _restore(target_spec: str, as_json: bool) -> None:
+    from abtest.collectors.orchestrate import restore_target
+    try:
+        cfg = load_target_file(resolve_target_file(target_spec))
+        out = restore_target(cfg, log=lambda m: click.echo(re.sub(r"\[/?[a-z ]*\]", "", m), err=True))
+    except TargetConfigError as e:
+        raise click.UsageError(str(e)) from e
+    except (CollectError, TargetError, OSError) as e:
+        click.secho(f"error: {e}", fg="red", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps(out))
+    else:
+        click.echo(f"{out['restored']} state journal(s) restored, {out['dropped']} dropped (target rebooted since), "
+                   f"{out['live']} belong to a running collection", err=True)
 
 
 COMMANDS = [collect]

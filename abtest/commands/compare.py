@@ -136,7 +136,7 @@ def compare(a, b, store, workload, no_trace, no_cache, tasks, jobs, fmt, show_al
         console = console_for_output(width)
         print_comparison(c, console, tables=shown, conditions=conditions)
     if with_explain and fmt != "json":
-        from abtest.commands.explain import print_explanations
+        from abtest.report.explain import print_explanations
         click.echo("")
         print_explanations(explanations, "table" if fmt == "table" else fmt, width)
     if html_path:

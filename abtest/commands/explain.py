@@ -3,9 +3,6 @@ the residual the model does not explain, the scheduler signals that moved and a 
 abtest.compare.explain; docs/explain.md)."""
 from __future__ import annotations
 
-import json
-import os
-import sys
 from pathlib import Path
 
 import click
@@ -28,6 +25,7 @@ def explain(a, b, store, workload, no_trace, no_cache, tasks, jobs, channels, pl
     ranked, with confidence intervals from the iterations, and a narrative ready for a mail."""
     from abtest.analysis.platform import PlatformFormatError, load_platform
     from abtest.compare.explain import explain_workload
+    from abtest.report.explain import print_explanations
     from abtest.store.layout import default_store_root
 
     if no_trace:
@@ -43,37 +41,6 @@ def explain(a, b, store, workload, no_trace, no_cache, tasks, jobs, channels, pl
     la, lb = resolve_label(a, root), resolve_label(b, root)
     exs = [explain_workload(c, la, lb, w.workload, channels=tuple(channels), platform=platform) for w in c.workloads]
     print_explanations(exs, fmt, width)
-
-
-def print_explanations(exs, fmt: str, width: int | None = None) -> None:
-    from abtest.report.explain import explanation_tables, explanation_text_lines
-    if fmt == "json":
-        click.echo(json.dumps({"schema": "abtest.explain/1", "workloads": [e.to_json() for e in exs]}, indent=1,
-                              allow_nan=False, default=lambda x: None))
-        return
-    if fmt == "markdown":
-        from abtest.report.markdown import table_markdown
-        for e in exs:
-            click.echo("\n".join(f"> {x}" if i else f"### {x}" for i, x in enumerate(explanation_text_lines(e))))
-            click.echo("")
-            for t in explanation_tables(e):
-                click.echo(table_markdown(t))
-        return
-    if fmt == "text":
-        import textwrap
-        from abtest.report.text import table_text
-        w = width or 80
-        for e in exs:
-            for line in explanation_text_lines(e):
-                click.echo(textwrap.fill(line, w, subsequent_indent="    ", break_long_words=False))
-            click.echo("")
-            for t in explanation_tables(e):
-                click.echo(table_text(t, w))
-        return
-    from abtest.report.terminal import console_for_output, print_explanation
-    con = console_for_output(width)
-    for e in exs:
-        print_explanation(con, e)
 
 
 COMMANDS = [explain]

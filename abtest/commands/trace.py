@@ -38,6 +38,23 @@ def info_dict(t: Trace) -> dict:
     }
 
 
+def format_text(d: dict) -> str:
+    """The format as `trace info` prints it: "trace.dat v7", "ftrace-text (trace-cmd report of a trace.dat v6)",
+    "perfetto (recorded by Perfetto v25.0)", plus the wrapper ("gzip"...). format_version is the file
+    format's version for trace.dat, the "version = N" header of trace-cmd report text, and the tracing
+    service that wrote a perfetto trace ("(N/A)" = Perfetto without a git revision, dropped)."""
+    fmt, ver = d.get("format"), d.get("format_version")
+    if ver:
+        ver = str(ver).removesuffix(" (N/A)")
+        if fmt == "perfetto":
+            fmt = f"perfetto (recorded by {ver})"
+        elif fmt == "trace.dat":
+            fmt = f"trace.dat v{ver}"
+        else:
+            fmt = f"{fmt} (trace-cmd report of a trace.dat v{ver})"
+    return f"{fmt}, {d['wrapper']}-compressed" if d.get("wrapper") else str(fmt)
+
+
 @click.group()
 def trace() -> None:
     """Inspect and convert trace files."""
@@ -57,9 +74,9 @@ def info(file: str, as_json: bool, no_cache: bool) -> None:
         from rich.console import Console
         from rich.table import Table
         con = Console()
-        con.print(f"[bold]{d['file']}[/]  format={d['format']}"
-                  f"{' v' + str(d['format_version']) if d['format_version'] else ''}"
-                  f"{' (' + d['wrapper'] + ')' if d['wrapper'] else ''}  cpus={d['cpus']}  clock={d['clock']}")
+        con.print(f"[bold]{d['file']}[/]", markup=True, highlight=False)
+        con.print(f"format: {format_text(d)}; cpus: {d['cpus']}" + (f"; clock: {d['clock']}" if d["clock"] else ""),
+                  markup=False, highlight=False)
         if d["duration_s"] is not None:
             con.print(f"span: {d['start_ns']} .. {d['end_ns']} ns ({d['duration_s']:.3f} s)")
         if d["instances"]:

@@ -13,7 +13,9 @@ Sources, per iteration directory (see abtest.store.layout):
 Derived values (power + trace) are cached in `<iteration>/.abtest-metrics.json`, keyed on the abtest version,
 METRICS_VERSION, a fingerprint of the registry's declarations, the sizes and mtimes of the trace and power files,
 and the options (named tasks, rail mapping). A read-only store is fine: the cache is then simply not written, and
-a cache file that is a symlink is neither read nor written through.
+a cache file that is a symlink is neither read nor written through. With $ABTEST_METRICS_CACHE=user the caches
+go to the user cache directory instead (`cache_file`), so a store that must stay untouched (the bundled
+examples/, a shared or archived store) is never written to.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from pathlib import Path
 from abtest.analysis import registry
 from abtest.analysis.power import POWER_RAIL, power_metrics
 from abtest.metric_spec import Aggregation, Direction, MetricSpec, MetricValue
+from abtest.safe_io import UnsafePathError, write_file_no_follow
 from abtest.store.layout import METRICS_CACHE_FILE
 from abtest.store.model import Iteration, Metric
 
@@ -137,6 +140,19 @@ def cache_key(it: Iteration, options: registry.MetricOptions, with_trace: bool) 
             "rail_channels": {k: list(v) for k, v in (options.rail_channels or {}).items()}}
 
 
+def cache_file(iteration_dir: Path) -> Path:
+    """Where the derived-metrics cache of one iteration lives: `<iteration>/.abtest-metrics.json` (default; it
+    travels with the store), or, with $ABTEST_METRICS_CACHE=user, `<user cache>/metrics/<blake2b-128 of the
+    iteration's resolved path>.json` (user cache: abtest.trace.cache.cache_root(): $ABTEST_CACHE_DIR, else
+    $XDG_CACHE_HOME/abtest, else ~/.cache/abtest). The cache key inside the file still checks the trace and power
+    files' sizes and mtimes, so a store moved or edited never serves stale values."""
+    if os.environ.get("ABTEST_METRICS_CACHE", "store") != "user":
+        return iteration_dir / METRICS_CACHE_FILE
+    from abtest.trace.cache import cache_root
+    digest = hashlib.blake2b(str(Path(iteration_dir).resolve()).encode(), digest_size=16).hexdigest()
+    return cache_root() / "metrics" / f"{digest}.json"
+
+
 def read_cache(path: Path, key: dict) -> tuple[list[Measured], list[str]] | None:
     if path.is_symlink() or not path.is_file():
         return None
@@ -151,21 +167,27 @@ def read_cache(path: Path, key: dict) -> tuple[list[Measured], list[str]] | None
 
 
 def _write_cache(path: Path, key: dict, vals: list[Measured], notes: list[str]) -> None:
-    """Atomic write inside the iteration directory; never through a symlink (a planted link is left alone)."""
-    if path.is_symlink() or path.parent.is_symlink():
-        return
-    doc = {"key": key, "values": [[m.spec.key, m.group, m.value, m.source] for m in vals], "notes": notes}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=0)
-        os.replace(tmp, path)
-    except OSError:
+    """Atomic write, never through a symlink: not when the cache file, its iteration, workload or label directory
+    is one (a store's label linked to elsewhere stays untouched), and the file itself is written with
+    abtest.safe_io.write_file_no_follow. A read-only store is fine: nothing is written."""
+    if path.name == METRICS_CACHE_FILE:
+        chain = [path, path.parent, path.parent.parent, path.parent.parent.parent]
+        if any(p.is_symlink() for p in chain):
+            return
+    else:  # the user cache directory (cache_file)
+        if path.is_symlink() or path.parent.is_symlink():
+            return
         try:
-            tmp.unlink()
+            path.parent.mkdir(parents=True, exist_ok=True)
         except OSError:
-            pass  # read-only store: nothing was written
+            return
+    doc = {"key": key, "values": [[m.spec.key, m.group, m.value, m.source] for m in vals], "notes": notes}
+    try:
+        write_file_no_follow(path.parent, path.name, json.dumps(doc, indent=0))
+    except (OSError, UnsafePathError):
+        pass  # read-only store, or a link planted meanwhile: nothing written
+
+
 
 
 def _effective_options(it: Iteration, options: registry.MetricOptions) -> registry.MetricOptions:
@@ -187,7 +209,7 @@ def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.Me
 
     options = _effective_options(it, options)
     key = cache_key(it, options, with_trace)
-    cache = it.path / METRICS_CACHE_FILE
+    cache = cache_file(it.path)
     if use_cache:
         hit = read_cache(cache, key)
         if hit is not None:

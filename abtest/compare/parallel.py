@@ -9,7 +9,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from abtest.analysis.registry import MetricOptions
-from abtest.compare.metrics import METRICS_CACHE_FILE, read_cache, cache_key, iteration_metrics
+from abtest.compare.metrics import cache_file, read_cache, cache_key, iteration_metrics
 from abtest.store.model import Iteration
 
 
@@ -21,7 +21,7 @@ def _one(it: Iteration, options: MetricOptions, use_cache: bool, with_trace: boo
 
 
 def _is_cached(it: Iteration, options: MetricOptions, with_trace: bool) -> bool:
-    return read_cache(it.path / METRICS_CACHE_FILE, cache_key(it, options, with_trace)) is not None
+    return read_cache(cache_file(it.path), cache_key(it, options, with_trace)) is not None
 
 
 def analyse_iterations(work: list[tuple[Iteration, MetricOptions]], *, use_cache: bool = True,

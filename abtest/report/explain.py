@@ -3,6 +3,10 @@ then the residual), a per-task table, the scheduler signals that moved, and the 
 terminal, text, markdown and HTML renderers print like every other table."""
 from __future__ import annotations
 
+import json
+
+import click
+
 from abtest.compare.explain import ChannelExplanation, Explanation
 from abtest.compare.tables import INTERVAL, NUM, SIGNED, TEXT, Table
 
@@ -69,3 +73,45 @@ def explanation_text_lines(ex: Explanation) -> list[str]:
     lines += [f"  {x}" for x in ex.narrative] or ["  (nothing to attribute)"]
     lines += [f"  note: {n}" for n in ex.notes]
     return lines
+
+
+def print_explanations(exs, fmt: str, width: int | None = None) -> None:
+    """Explanations on stdout as table (rich), text (ASCII, <= width), markdown or json."""
+    if fmt == "json":
+        click.echo(json.dumps({"schema": "abtest.explain/1", "workloads": [e.to_json() for e in exs]}, indent=1,
+                              allow_nan=False, default=lambda x: None))
+        return
+    if fmt == "markdown":
+        from abtest.report.markdown import table_markdown
+        for e in exs:
+            click.echo("\n".join(f"> {x}" if i else f"### {x}" for i, x in enumerate(explanation_text_lines(e))))
+            click.echo("")
+            for t in explanation_tables(e):
+                click.echo(table_markdown(t))
+        return
+    if fmt == "text":
+        import textwrap
+        from abtest.report.text import table_text
+        w = width or 80
+        for e in exs:
+            for line in explanation_text_lines(e):
+                click.echo(textwrap.fill(line, w, subsequent_indent="    ", break_long_words=False))
+            click.echo("")
+            for t in explanation_tables(e):
+                click.echo(table_text(t, w))
+        return
+    from abtest.report.terminal import console_for_output
+    con = console_for_output(width)
+    for e in exs:
+        print_explanation(con, e)
+
+
+def print_explanation(console, ex: Explanation) -> None:
+    """An abtest.compare.explain.Explanation: narrative first, then its tables."""
+    from abtest.report.terminal import print_table, wrap_line
+    lines = explanation_text_lines(ex)
+    console.print(lines[0], style="bold", markup=False, highlight=False)
+    for line in lines[1:]:
+        console.print(wrap_line(line.strip(), console.width, "  "), markup=False, highlight=False)
+    for t in explanation_tables(ex):
+        print_table(console, t)

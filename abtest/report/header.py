@@ -53,7 +53,10 @@ def missing_header_fields(c: Comparison, w: WorkloadComparison) -> list[str]:
 # list (they stay in `--conditions`, the JSON meta_a/meta_b and the HTML's folded conditions).
 IGNORED_DIFFERENCES = ("boot_id", "timestamps.", "timings.", "tools.", "host_tools.", "target_tools.", "uptime_s",
                        "iteration", "attempt", "label", "target.file", "cooldown.", "date", "started", "finished",
-                       "start_time", "end_time", "wa.run_uuid", "wa.job_id", "wa.start_time", "wa.end_time")
+                       "start_time", "end_time", "wa.run_uuid", "wa.job_id", "wa.start_time", "wa.end_time",
+                       # LAVA lab provenance per job (abtest/collectors/lab): lab.device stays (a condition)
+                       "lab.job_id", "lab.job_url", "lab.attempt_key", "lab.submit_time", "lab.start_time",
+                       "lab.end_time", "lab.files.", "lab.failed_attempts", "lab.log_problems")
 IDENTITY = (("kernel", ("kernel.release",)), ("version", ("kernel.version",)),
             ("hardware", ("hardware.cpu_model", "hardware.target", "hardware.soc", "hardware.model")),
             ("CPUs", ("hardware.cpus",)), ("date", ("timestamps.start_utc", "wa.start_time")))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from abtest.compare.comparison import Comparison
+from abtest.ranges import number_ranges
 
 _ITER_NOTE = re.compile(r"^(?P<label>[^/]+)/(?P<workload>[^/]+)/(?P<it>[^:]+): (?P<text>.*)$", re.S)
 
@@ -13,18 +14,9 @@ _ITER_NOTE = re.compile(r"^(?P<label>[^/]+)/(?P<workload>[^/]+)/(?P<it>[^:]+): (
 def _ranges(names: list[str]) -> str:
     """"1-8" for consecutive integers, else the names joined."""
     try:
-        nums = sorted(int(n) for n in names)
+        return number_ranges(names)
     except ValueError:
         return ", ".join(names)
-    parts, start, prev = [], nums[0], nums[0]
-    for n in nums[1:] + [None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        parts.append(f"{start}-{prev}" if prev > start else f"{start}")
-        if n is not None:
-            start = prev = n
-    return ",".join(parts)
 
 
 def condense(notes: list[str]) -> list[str]:

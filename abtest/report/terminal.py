@@ -29,7 +29,8 @@ def _style(text: str) -> str | None:
     return None
 
 
-def _wrap(text: str, width: int, indent: str) -> str:
+def wrap_line(text: str, width: int, indent: str) -> str:
+    """`text` wrapped at spaces to `width`, first line indented by `indent`, the rest 2 more."""
     return textwrap.fill(text, width, initial_indent=indent, subsequent_indent=" " * (len(indent) + 2),
                          break_long_words=False, break_on_hyphens=False)
 
@@ -71,7 +72,7 @@ def print_table(console: Console, t: Table) -> None:
     for p in parts:
         console.print(_rich(p, console.width))
     for n in g.notes:
-        console.print(_wrap(n, console.width, "  "), style="dim", markup=False, highlight=False)
+        console.print(wrap_line(n, console.width, "  "), style="dim", markup=False, highlight=False)
 
 
 def print_comparison(c: Comparison, console: Console | None = None, tables: list[Table] | None = None, *,
@@ -83,12 +84,12 @@ def print_comparison(c: Comparison, console: Console | None = None, tables: list
     console.print(f"[bold]abtest compare[/]: {c.label_b} vs {c.label_a} (baseline)")
     for h in headlines(c):
         style = "bold red" if "REGRESSION" in h else ("bold green" if "IMPROVEMENT" in h else None)
-        console.print(_wrap(h, console.width, "  "), style=style, markup=False, highlight=False)
+        console.print(wrap_line(h, console.width, "  "), style=style, markup=False, highlight=False)
     print_table(console, table_summary(c))
     for w in c.workloads:
         for line in condition_lines(c, w, full=conditions):
             indent = " " * (len(line) - len(line.lstrip()))
-            console.print(_wrap(line.lstrip(), console.width, indent), markup=False, highlight=False)
+            console.print(wrap_line(line.lstrip(), console.width, indent), markup=False, highlight=False)
         missing = missing_header_fields(c, w)
         if missing:
             console.print(f"  [yellow]meta.json lacks {', '.join(missing)}: the report cannot state them[/]")
@@ -99,17 +100,6 @@ def print_comparison(c: Comparison, console: Console | None = None, tables: list
     if notes:
         console.print("[bold]Notes[/]")
         for n in notes:
-            console.print(_wrap(n, console.width, "  - "), markup=False, highlight=False)
+            console.print(wrap_line(n, console.width, "  - "), markup=False, highlight=False)
     console.print(f"[dim]alpha = {c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} %; "
                   "verdict needs Welch's t and Mann-Whitney U to agree (docs/compare.md); all metrics: --all[/]")
-
-
-def print_explanation(console: Console, ex) -> None:
-    """An abtest.compare.explain.Explanation: narrative first, then its tables."""
-    from abtest.report.explain import explanation_tables, explanation_text_lines
-    lines = explanation_text_lines(ex)
-    console.print(lines[0], style="bold", markup=False, highlight=False)
-    for line in lines[1:]:
-        console.print(_wrap(line.strip(), console.width, "  "), markup=False, highlight=False)
-    for t in explanation_tables(ex):
-        print_table(console, t)

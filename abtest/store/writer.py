@@ -6,6 +6,12 @@ Files are written into a hidden temp directory next to the final one (`.tmp-<ite
 filesystem, so the final rename is atomic and readers skip dot-directories); `.complete` is written
 last, then the directory is renamed into place. An interrupted iteration leaves only a temp directory,
 which `discard_stale_temps` removes on the next run.
+
+Safety (abtest.safe_io): label and workload names are single plain path components (`check_name`); the
+label/workload directories must resolve inside the store (a symlink leading out is refused); the temp
+directory is created private (0700) and opened to the umask's mode only when complete; JSON files and
+`.complete` are written without following symlinks; the trace file stays owner-only (0600: it holds
+kernel symbol addresses).
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
+from abtest.safe_io import UnsafePathError, check_name, confined, make_private_dir, write_file_no_follow
 from abtest.store.model import Metric
 
 from abtest.store.layout import COMPLETE_MARKER as COMPLETE
@@ -29,29 +36,39 @@ class IterationWriter:
     """Context for one iteration: `tmp` is where files go; `commit()` finalises, `discard()` drops."""
 
     def __init__(self, store: Path, label: str, workload: str, iteration: int):
-        self.final = iteration_dir(store, label, workload, iteration)
+        self.store = Path(store)
+        check_name(label, "label")  # one directory level each: no separator, no `..`, no leading dot
+        check_name(workload, "workload name")
+        self.final = iteration_dir(store, label, workload, int(iteration))
         if is_complete(self.final):
             raise FileExistsError(f"{self.final} is already complete")
+        self.store.mkdir(parents=True, exist_ok=True)
         self.final.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.final.parent / f".tmp-{iteration}-{os.getpid()}"
-        if self.tmp.exists():
+        confined(self.final.parent, self.store)  # label/workload dirs must not lead out of the store
+        name = f".tmp-{iteration}-{os.getpid()}"
+        self.tmp = self.final.parent / name
+        if self.tmp.is_symlink():
+            self.tmp.unlink()
+        elif self.tmp.exists():
             shutil.rmtree(self.tmp)
-        self.tmp.mkdir()
+        make_private_dir(self.final.parent, name)
 
     def write_json(self, name: str, obj: dict) -> Path:
-        p = self.tmp / name
-        p.write_text(json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
-        return p
+        return write_file_no_follow(self.tmp, name, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
 
     def commit(self, metrics: dict, meta: dict) -> Path:
         """Write metrics.json, meta.json, then .complete; rename into place; return the final path."""
         self.write_json("metrics.json", {"metrics": metrics})
         self.write_json("meta.json", meta)
-        with open(self.tmp / COMPLETE, "w") as f:
-            f.flush()
-            os.fsync(f.fileno())
+        write_file_no_follow(self.tmp, COMPLETE, b"")
+        confined(self.final.parent, self.store)
+        if self.final.is_symlink():
+            raise UnsafePathError(f"{self.final} is a symlink: not replacing it")
         if self.final.exists():  # a leftover without .complete (not ours: never renamed) -> replace
             shutil.rmtree(self.final)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.tmp, 0o777 & ~umask)  # private while written, the usual mode once complete
         os.rename(self.tmp, self.final)
         return self.final
 
@@ -63,9 +80,14 @@ def discard_stale_temps(store: Path) -> list[Path]:
     """Remove `.tmp-*` directories left by interrupted runs; return what was removed."""
     removed = []
     for p in Path(store).glob("*/*/.tmp-*"):
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
+        if p.is_symlink() or not p.is_dir():
+            continue
+        try:
+            confined(p, store)  # never follow a label directory that leads out of the store
+        except UnsafePathError:
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
     return removed
 
 

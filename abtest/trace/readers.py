@@ -16,7 +16,7 @@ from abtest.trace.model import TraceData
 from abtest.trace.schema import canonicalize, event_counts, sample_counts, unchanged_by_canonicalize
 
 # Bumped whenever a reader's output changes: part of the cache key.
-READER_VERSION = "8"
+READER_VERSION = "9"  # 9: canonical integer fields coerced (schema._coerce_integers)
 
 _TEXT_FORMATS = ("ftrace-text", "atrace", "atrace-z", "systrace-html")
 

@@ -156,6 +156,50 @@ def _build_marker(raw: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
     return _categorical(marker.with_columns(pl.col("event").cast(pl.Categorical)), ("instance",))
 
 
+# Integer fields the analyses read, per raw event, with their canonical width. A text reader gives a column
+# as strings when one of its values is not a number (a corrupt line); a binary one may carry a value that does
+# not fit the canonical width (a cpu_id of 4294967295). `_coerce_integers` turns such values into nulls, says
+# how many in meta["warnings"], and keeps every other value of the column.
+_INTEGER_FIELDS: dict[str, dict[str, pl.DataType]] = {
+    "sched_switch": {"prev_pid": pl.Int32, "prev_prio": pl.Int32, "next_pid": pl.Int32, "next_prio": pl.Int32},
+    "sched_wakeup": {"pid": pl.Int32, "prio": pl.Int32, "target_cpu": pl.Int32},
+    "sched_waking": {"pid": pl.Int32, "prio": pl.Int32, "target_cpu": pl.Int32},
+    "sched_wakeup_new": {"pid": pl.Int32, "prio": pl.Int32, "target_cpu": pl.Int32},
+    "sched_migrate_task": {"pid": pl.Int32, "prio": pl.Int32, "orig_cpu": pl.Int32, "dest_cpu": pl.Int32},
+    "cpu_idle": {"cpu_id": pl.Int32, "state": pl.Int64},
+    "cpu_idle_miss": {"cpu_id": pl.Int32, "state": pl.Int64, "below": pl.Int64},
+    "cpu_frequency": {"cpu_id": pl.Int32, "state": pl.Int64},
+    "cpu_frequency_limits": {"cpu_id": pl.Int32, "min_freq": pl.Int64, "max_freq": pl.Int64},
+}
+_COMMON_INTEGER_FIELDS: dict[str, pl.DataType] = {"cpu": pl.Int32, "common_pid": pl.Int32}
+
+
+def _coerce_integers(name: str, df: pl.DataFrame, meta: dict) -> pl.DataFrame:
+    """Columns that must be integers of a width -> that width (values that are not a number, or do not fit,
+    become null and are reported in meta["warnings"] with the first of them). Columns already of the
+    width are left alone."""
+    wanted = {**_COMMON_INTEGER_FIELDS, **_INTEGER_FIELDS.get(name, {})}
+    cols = [c for c, t in wanted.items() if c in df.columns and df.schema[c] != t
+            and (df.schema[c] in (pl.Utf8, pl.Categorical) or df.schema[c].is_integer())]
+    if not cols:
+        return df
+    exprs = {}
+    for c in cols:
+        src = pl.col(c)
+        if df.schema[c] in (pl.Utf8, pl.Categorical):
+            src = src.cast(pl.Utf8).str.strip_chars().cast(pl.Int64, strict=False)
+        exprs[c] = src.cast(wanted[c], strict=False)
+    bad = df.select([(pl.col(c).is_not_null() & e.is_null()).alias(c) for c, e in exprs.items()])
+    for c in cols:
+        n = int(bad[c].sum())
+        if n:
+            first = df.filter(bad[c]).row(0, named=True)
+            meta.setdefault("warnings", []).append(
+                f"{name}.{c}: {n} value(s) not an integer of the field's width set to null (first {first[c]!r}"
+                + (f" at ts {first['ts']} ns)" if "ts" in first else ")"))
+    return df.with_columns([e.alias(c) for c, e in exprs.items()])
+
+
 _CANON_FUNCS = {
     "cpu_idle": _canon_cpu_idle,
     "cpu_idle_miss": _canon_cpu_idle_miss,
@@ -197,6 +241,7 @@ def canonicalize(raw: dict[str, pl.DataFrame], meta: dict) -> dict[str, pl.DataF
         if name in MARKER_EVENTS:
             continue
         df = _event_cpu_convention(df)
+        df = _coerce_integers(name, df, meta)
         canon = EVENT_ALIASES.get(name, name)
         if canon != name:
             aliases[canon] = name

@@ -7,6 +7,7 @@ real-format files there), imported, not duplicated. Metric conversion from those
 """
 from __future__ import annotations
 
+import re
 import shlex
 import zipfile
 from pathlib import Path
@@ -45,10 +46,24 @@ def _read_result_file(path: Path) -> dict:
     return read_workload_metrics(path)
 
 
+_PACKAGE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+
+
+def check_package(workload: Workload) -> None:
+    """An Android `package` parameter must be a package name (it also becomes a path: /data/data/<package>)."""
+    pkg = workload.params.get("package")
+    if pkg and not _PACKAGE.match(pkg):
+        raise WorkloadError(f"workload {workload.KIND!r}: package {pkg!r} is not an Android package name")
+
+
 class _FramesWorkload(Workload):
     """Shared by YouTube and game: launch, play for duration_s, dump SurfaceFlinger --latency of the
     layer whose name contains `layer` (default: the package), stop the app."""
     TOOLS = ("am", "dumpsys")
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        check_package(self)
 
     def launch_command(self) -> str:  # pragma: no cover
         raise NotImplementedError
@@ -101,6 +116,10 @@ class JankbenchWorkload(Workload):
     DEFAULTS = {"benchmarks": "0", "runs": 1, "package": "com.android.benchmark", "wait_s": 600.0}
     TOOLS = ("am", "dumpsys")
 
+    def __init__(self, **params):
+        super().__init__(**params)
+        check_package(self)
+
     def command(self, remote_dir: str) -> str:
         p = self.params
         pkg = shlex.quote(p["package"])
@@ -119,17 +138,28 @@ class JankbenchWorkload(Workload):
 
 class GeekbenchWorkload(Workload):
     """Geekbench command-line edition (`binary`, e.g. geekbench6 on Linux/Android shells that have it):
-    `--export-json`, pulled and parsed; metrics geekbench_single_core_score / multi_core_score (points)."""
+    `--export-json`, pulled and parsed; metrics geekbench_single_core_score / multi_core_score (points).
+
+    `extra_args` are more command-line arguments for geekbench, split the way a shell splits words (quotes
+    group words: `extra_args='--cpu-workers 4'`) and passed as separate, quoted arguments: no shell syntax in
+    them (`;`, `|`, `$(...)`, redirections) is ever run. Use the `shell` workload for a shell command line."""
     KIND = "geekbench"
     DEFAULTS = {"binary": "geekbench6", "extra_args": "--no-upload"}
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        try:
+            self.extra_argv = shlex.split(self.params["extra_args"])
+        except ValueError as e:
+            raise WorkloadError(f"workload 'geekbench': extra_args {self.params['extra_args']!r}: {e}") from e
 
     def prepare(self, target: Target, remote_dir: str) -> None:
         if target.run(["sh", "-c", f"command -v {shlex.quote(self.params['binary'])}"], 30).exit_code:
             raise WorkloadError(f"{target.name}: {self.params['binary']} not found on the target")
 
     def command(self, remote_dir: str) -> str:
-        return (f"{shlex.quote(self.params['binary'])} {self.params['extra_args']} "
-                f"--export-json {shlex.quote(remote_dir + '/abtest-geekbench.json')}")
+        argv = [self.params["binary"], *self.extra_argv, "--export-json", f"{remote_dir}/abtest-geekbench.json"]
+        return " ".join(shlex.quote(a) for a in argv)
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
         local = outdir / "geekbench.json"
@@ -173,6 +203,10 @@ class PCMarkWorkload(Workload):
     DEFAULTS = {"package": "com.futuremark.pcmark.android.benchmark", "wait_s": 1800.0,
                 "results_dir": "/sdcard/PCMark for Android"}
     TOOLS = ("am",)
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        check_package(self)
 
     def command(self, remote_dir: str) -> str:
         p = self.params

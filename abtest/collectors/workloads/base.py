@@ -6,6 +6,7 @@ from pathlib import Path
 
 from abtest.results.specs import DURATION, MetricSpec
 from abtest.results.specs import entry as entry_of
+from abtest.safe_io import UnsafePathError, check_name
 from abtest.targets.base import RunResult, Target
 
 
@@ -63,7 +64,10 @@ class Workload:
         if unknown:
             raise WorkloadError(f"workload {self.KIND!r}: unknown parameters {sorted(unknown)}; "
                                 f"it takes {sorted(known)}")
-        self.name = str(params.pop("name", self.KIND))
+        try:  # the name is a directory of the run store: a plain name (no path separator, no leading dot)
+            self.name = check_name(str(params.pop("name", self.KIND)), "workload name")
+        except UnsafePathError as e:
+            raise WorkloadError(str(e)) from e
         self.params = {}
         for key, default in known.items():
             raw = params.get(key, default)

@@ -11,7 +11,9 @@ from abtest.targets.base import RunResult, Target
 
 
 class ShellWorkload(Workload):
-    """Any shell command (`cmd`); metric: the common duration_s only."""
+    """Any shell command (`cmd`), run as root by the target's shell exactly as written (that is its purpose:
+    pipes, loops, redirections; whoever can pass `--workload` can run commands as root on the target);
+    metric: the common duration_s only."""
     KIND = "shell"
     DEFAULTS = {"cmd": ""}
 
