@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from abtest import Trace
-from abtest.analysis import boost, latency, pelt_sim, window_sim
+from abtest.analysis import boost, latency, load_tracking, pelt_sim, window_sim
 from abtest.analysis.platform import load_platform
 
 from shared_data import TRACES
@@ -139,3 +139,23 @@ def test_wakeup_latency_native_equals_python(traces, rel):
                for b in ("python", "native"))
     assert nat.equals(py)
     assert nat.height > 0
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_contention_aggregated_while_simulating(traces, rel):
+    """load_tracking's contention figures from the simulation: aggregated in Rust without keeping segments
+    = load_tracking.df_contention on the simulated segments (python backend)."""
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    lt = t.load_tracking
+    sw = t.df("sched_switch", windowed=False)
+    args = lt._sim_cpu_args()
+    nat = pelt_sim.df_cpu_contention(sw, **args)
+    sig = pelt_sim.df_pelt_sim_cpu(sw, backend="python", **args).select("cpu", "ts", "util", "runnable")
+    ref = load_tracking.df_contention(sig, **lt._win())
+    assert nat["cpu"].to_list() == ref["cpu"].to_list()
+    assert nat.select("known_ns", "contended_ns").equals(ref.select("known_ns", "contended_ns"))
+    for c in ("mean_util", "mean_runnable", "runnable_util_ratio", "max_runnable", "contended_pct"):
+        a, b = nat[c].to_list(), ref[c].to_list()
+        assert all((x != x and y != y) or abs(x - y) <= 1e-9 * max(1.0, abs(y)) for x, y in zip(a, b)), c

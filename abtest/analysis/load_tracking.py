@@ -135,24 +135,32 @@ class LoadTrackingAnalysis:
         return dict(cpu_frequency=self._df("cpu_frequency"), wakeups=self._wakeups(), platform=trace_platform(self.trace),
                     **self._win())
 
+    def _sim_cpu_args(self) -> dict:
+        """df_pelt_sim_cpu's arguments for this trace: seeded with the kernel's own first samples when the
+        trace has any (see pelt_sim.kernel_seeds)."""
+        cpu_seeds, task_seeds, new_pids = pelt_sim.kernel_seeds(
+            self.trace.df("sched_switch", windowed=False), sched_pelt_cfs=self._df("sched_pelt_cfs"),
+            sched_pelt_se=self._df("sched_pelt_se"), forks=self._forks(), **self._win())
+        return dict(initial=cpu_seeds, task_initial=task_seeds, new_pids=new_pids,
+                    sched_migrate_task=self._df("sched_migrate_task"), **self._sim_common())
+
+    def _kernel_source(self, source: str) -> bool:
+        kern = self._df("sched_pelt_cfs")
+        return source == "kernel" or (source == "auto" and kern is not None and "runnable" in kern.columns)
+
     # -- signals -----------------------------------------------------------------------------------
     def df_cpu_signals(self, source: str = "auto") -> pl.DataFrame:
         """Per-CPU util / runnable / load samples (see module doc). ``source``: "auto" (kernel when the trace
         has sched_pelt_cfs with runnable, else simulated), "kernel" or "simulated"."""
         kern = self._df("sched_pelt_cfs")
-        if source == "kernel" or (source == "auto" and kern is not None and "runnable" in kern.columns):
+        if self._kernel_source(source):
             self.trace.require("load_tracking.df_cpu_signals(kernel)", "sched_pelt_cfs")
             if kern is None:
                 raise ValueError(f"{self.trace.path}: sched_pelt_cfs is empty")
             w = self._win()
             return df_cpu_signals_kernel(kern).filter((pl.col("ts") >= w["start_ns"]) & (pl.col("ts") < w["end_ns"]))
         self.trace.require("load_tracking.df_cpu_signals(simulated)", *EVENTS)
-        # seeded with the kernel's own first samples when the trace has any (see pelt_sim.kernel_seeds)
-        sw = self.trace.df("sched_switch", windowed=False)
-        cpu_seeds, task_seeds, new_pids = pelt_sim.kernel_seeds(
-            sw, sched_pelt_cfs=kern, sched_pelt_se=self._df("sched_pelt_se"), forks=self._forks(), **self._win())
-        sim = pelt_sim.df_pelt_sim_cpu(sw, initial=cpu_seeds, task_initial=task_seeds, new_pids=new_pids,
-                                       sched_migrate_task=self._df("sched_migrate_task"), **self._sim_common())
+        sim = pelt_sim.df_pelt_sim_cpu(self.trace.df("sched_switch", windowed=False), **self._sim_cpu_args())
         return sim.select("cpu", "ts", "util", "runnable", pl.lit(None, pl.Float64).alias("load"),
                           pl.lit("simulated").alias("source"))
 
@@ -171,7 +179,12 @@ class LoadTrackingAnalysis:
                           "runnable", pl.lit(None, pl.Float64).alias("load"), pl.lit("simulated").alias("source"))
 
     def df_contention(self, source: str = "auto") -> pl.DataFrame:
-        """Per-CPU contention (df_contention) on df_cpu_signals(source), + ``source``."""
+        """Per-CPU contention (df_contention) on df_cpu_signals(source), + ``source``. Simulated signals are
+        aggregated while they are simulated (pelt_sim.df_cpu_contention: the same figures, no segments kept)."""
+        if not self._kernel_source(source):
+            self.trace.require("load_tracking.df_cpu_signals(simulated)", *EVENTS)
+            out = pelt_sim.df_cpu_contention(self.trace.df("sched_switch", windowed=False), **self._sim_cpu_args())
+            return out.with_columns(pl.lit("simulated").alias("source"))
         sig = self.df_cpu_signals(source)
         return df_contention(sig, **self._win()).with_columns(pl.lit(sig["source"][0] if sig.height else None).alias("source"))
 

@@ -59,6 +59,7 @@ _DEAD_BITS = 0x70
 _BLOCK_NS = 15e9  # exp(DECAY_PER_NS * 2 * _BLOCK_NS) ~ e^620 < float64 max
 
 __all__ = ["EVENTS", "OPTIONAL_EVENTS", "PELT_PERIOD_NS", "DECAY_PER_NS", "decay_filter", "df_cpu_scale",
+           "cpu_scale_spec", "df_cpu_contention",
            "df_attach_changes", "kernel_seeds",
            "df_cpu_running", "df_waiting", "df_pelt_sim_cpu", "df_pelt_sim_task", "sample_signal",
            "df_sim_vs_kernel"]
@@ -428,6 +429,43 @@ def df_pelt_sim_cpu(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame |
     seeds = None if initial is None else initial.with_columns(pl.col("cpu").cast(pl.Int32))
     out = _run_filter(seg, "cpu", {"util": "x_util", "runnable": "x_runnable"}, seeds, jumps)
     return out.select("cpu", "ts", "dur", "x_util", "x_runnable", "util", "runnable")
+
+
+def df_cpu_contention(sched_switch: pl.DataFrame, *, margin: float = 1.0, backend: str = "native",
+                      **kw) -> pl.DataFrame:
+    """Contention per CPU of the simulated signals, as load_tracking.df_contention computes it on
+    df_pelt_sim_cpu's output (each segment holds its start values): ``cpu, known_ns, contended_ns (runnable >
+    util + margin), contended_pct, mean_util, mean_runnable (time-weighted), runnable_util_ratio (time-weighted
+    runnable / util where util >= 1), max_runnable``. ``kw``: df_pelt_sim_cpu's arguments. The native backend
+    aggregates while it simulates (no segment is kept: memory does not grow with the trace).
+    """
+    if backend != "native":
+        seg = df_pelt_sim_cpu(sched_switch, backend=backend, **kw)
+        w = pl.col("dur").cast(pl.Float64)
+        pos = pl.col("util") >= 1.0
+        return seg.group_by("cpu").agg(
+            pl.col("dur").sum().alias("known_ns"),
+            pl.col("dur").filter(pl.col("runnable") > pl.col("util") + margin).sum().alias("contended_ns"),
+            ((pl.col("util") * w).sum() / w.sum()).alias("mean_util"),
+            ((pl.col("runnable") * w).sum() / w.sum()).alias("mean_runnable"),
+            ((pl.col("runnable") / pl.col("util") * w).filter(pos).sum() / w.filter(pos).sum()).alias("runnable_util_ratio"),
+            pl.col("runnable").max().alias("max_runnable"),
+        ).with_columns((100.0 * pl.col("contended_ns") / pl.col("known_ns")).alias("contended_pct")).select(
+            "cpu", "known_ns", "contended_ns", "contended_pct", "mean_util", "mean_runnable", "runnable_util_ratio",
+            "max_runnable").sort("cpu")
+    from abtest.analysis import sim_native
+    start_ns, end_ns = window_of(sched_switch, kw.pop("start_ns", None), kw.pop("end_ns", None))
+    platform, cpu_frequency = kw.pop("platform", None), kw.pop("cpu_frequency", None)
+    cpus = kw.pop("cpus", None) or _cpus_of(sched_switch, platform)
+    spec = cpu_scale_spec(cpu_frequency, platform=platform, cpus=cpus, unknown_freq=kw.pop("unknown_freq", "max"))
+    attach = kw.pop("attach", True)
+    initial, task_initial, new_pids = kw.pop("initial", None), kw.pop("task_initial", None), kw.pop("new_pids", None)
+    mig = kw.pop("sched_migrate_task", None)
+    return sim_native.pelt_contention(
+        sched_switch, margin=margin, spec=spec, start_ns=start_ns, end_ns=end_ns, cpu_frequency=cpu_frequency,
+        sched_migrate_task=mig if attach else None, cpu_seeds=_with_ts(initial, "cpu", start_ns),
+        task_seeds=_with_ts(task_initial, "pid", start_ns) if attach else None,
+        new_pids=new_pids if attach else None, attach=attach, **kw)
 
 
 def df_pelt_sim_task(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame | None = None,

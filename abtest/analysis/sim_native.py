@@ -14,7 +14,7 @@ from abtest import _native
 
 NULL_CPU = -(2**31)  # a missing CPU (null target_cpu): native/src/sim_pelt.rs NULL_CPU
 
-__all__ = ["pelt_simulate", "window_demand", "boost_requests", "wakeup_latency"]
+__all__ = ["pelt_simulate", "pelt_contention", "window_demand", "boost_requests", "wakeup_latency"]
 
 
 def _a(df: pl.DataFrame, col: str, dtype, fill) -> np.ndarray:
@@ -68,6 +68,33 @@ def pelt_simulate(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: i
     Returns (cpu segments ``cpu, ts, dur, x_util, x_runnable, util, runnable``, task segments ``pid, ...``),
     sorted by key then ts.
     """
+    c, t, _ = _pelt(sched_switch, spec=spec, start_ns=start_ns, end_ns=end_ns, cpu_frequency=cpu_frequency,
+                    wakeups=wakeups, sched_migrate_task=sched_migrate_task, cpu_seeds=cpu_seeds,
+                    task_seeds=task_seeds, new_pids=new_pids, want_cpus=want_cpus, attach=attach,
+                    want_tasks=want_tasks, margin=None)
+    return _frame(c, "cpu", pl.Int32), _frame(t, "pid", pl.Int64)
+
+
+def pelt_contention(sched_switch: pl.DataFrame, *, margin: float, **kw) -> pl.DataFrame:
+    """Per-CPU contention of the simulated signals (pelt_sim.df_cpu_contention), aggregated while simulating:
+    no segment is kept. Arguments as pelt_simulate."""
+    _, _, a = _pelt(sched_switch, margin=float(margin), want_cpus=True, want_tasks=False, **kw)
+    known = pl.col("known_ns").cast(pl.Float64)
+    return pl.DataFrame(a).select(
+        pl.col("cpu").cast(pl.Int32), "known_ns", "contended_ns",
+        (100.0 * pl.col("contended_ns") / pl.col("known_ns")).alias("contended_pct"),
+        (pl.col("util_ns") / known).alias("mean_util"), (pl.col("runnable_ns") / known).alias("mean_runnable"),
+        # NaN when util never reaches 1 (0 / 0, as the frame version)
+        (pl.col("ratio_ns") / pl.col("ratio_weight_ns").cast(pl.Float64)).alias("runnable_util_ratio"),
+        "max_runnable").filter(pl.col("known_ns") > 0)
+
+
+def _pelt(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_ns: int,
+          cpu_frequency: pl.DataFrame | None = None, wakeups: list[pl.DataFrame] | None = None,
+          sched_migrate_task: pl.DataFrame | None = None, cpu_seeds: pl.DataFrame | None = None,
+          task_seeds: pl.DataFrame | None = None, new_pids: list[int] | None = None,
+          want_cpus: bool = True, attach: bool = True, want_tasks: list[int] | bool = False,
+          margin: float | None = None) -> tuple[dict, dict, dict]:
     mig = None
     if sched_migrate_task is not None and not sched_migrate_task.is_empty():
         mig = (_a(sched_migrate_task, "ts", pl.Int64, 0), _a(sched_migrate_task, "pid", pl.Int32, 0),
@@ -84,11 +111,10 @@ def pelt_simulate(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: i
         tasks = np.zeros(0, np.int32)
     else:
         tasks = np.asarray(sorted(set(int(p) for p in want_tasks)) or [-1], np.int32)
-    c, t = _native.pelt_simulate(
+    return _native.pelt_simulate(
         _switches(sched_switch), _wakeups(wakeups), mig, freq, cpus, _seeds(cpu_seeds, "cpu"),
         _seeds(task_seeds, "pid"), np.asarray(list(new_pids or []), np.int32), int(start_ns), int(end_ns),
-        bool(want_cpus), bool(attach), tasks)
-    return _frame(c, "cpu", pl.Int32), _frame(t, "pid", pl.Int64)
+        bool(want_cpus), bool(attach), tasks, margin)
 
 
 def window_demand(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_ns: int,

@@ -53,11 +53,12 @@ fn seed_slices<'a>(s: &'a Option<SeedArrays<'_>>) -> PyResult<Option<Seeds<'a>>>
 /// target_cpu, prio)]; migrations: (ts, pid, dest_cpu) | None; frequencies: (ts, cpu, khz) | None; cpus:
 /// (cpu, capacity, fmax_khz, fill_khz) (NaN = unknown); cpu_seeds / task_seeds: (id, ts, util, runnable) |
 /// None; new_pids; want_tasks: None (no task output), empty (all tasks) or pids.
-/// Returns (cpu segments, task segments) as dicts of arrays: cpu|pid, ts, dur, x_util, x_runnable, util,
-/// runnable.
+/// Returns (cpu segments, task segments, contention) as dicts of arrays: cpu|pid, ts, dur, x_util,
+/// x_runnable, util, runnable; with `contention_margin`, no CPU segments but per CPU: cpu, known_ns,
+/// contended_ns, util_ns, runnable_ns, ratio_ns, ratio_weight_ns, max_runnable (see sim_pelt.rs Contention).
 #[pyfunction]
 #[pyo3(signature = (switches, wakeups, migrations, frequencies, cpus, cpu_seeds, task_seeds, new_pids,
-                    start_ns, end_ns, want_cpus, attach, want_tasks))]
+                    start_ns, end_ns, want_cpus, attach, want_tasks, contention_margin=None))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn pelt_simulate<'py>(
     py: Python<'py>,
@@ -82,7 +83,8 @@ fn pelt_simulate<'py>(
     want_cpus: bool,
     attach: bool,
     want_tasks: Option<I32<'py>>,
-) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+    contention_margin: Option<f64>,
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let sw = Switches {
         ts: switches.0.as_slice()?,
         cpu: switches.1.as_slice()?,
@@ -142,11 +144,36 @@ fn pelt_simulate<'py>(
     };
     let want = Want {
         cpus: want_cpus,
+        contention_margin,
         attach,
         tasks: sel,
     };
-    let (c, t) = py.allow_threads(|| pelt::simulate(&inp, &want));
-    Ok((segments_dict(py, c, "cpu")?, segments_dict(py, t, "pid")?))
+    let (c, t, agg) = py.allow_threads(|| pelt::simulate(&inp, &want));
+    let a = PyDict::new(py);
+    macro_rules! col {
+        ($name:literal, $f:ident) => {
+            a.set_item(
+                $name,
+                agg.iter()
+                    .map(|x| x.$f)
+                    .collect::<Vec<_>>()
+                    .into_pyarray(py),
+            )?;
+        };
+    }
+    col!("cpu", cpu);
+    col!("known_ns", known_ns);
+    col!("contended_ns", contended_ns);
+    col!("util_ns", util_ns);
+    col!("runnable_ns", runnable_ns);
+    col!("ratio_ns", ratio_ns);
+    col!("ratio_weight_ns", ratio_weight_ns);
+    col!("max_runnable", max_runnable);
+    Ok((
+        segments_dict(py, c, "cpu")?,
+        segments_dict(py, t, "pid")?,
+        a,
+    ))
 }
 
 /// Window demand (abtest.analysis.window_sim's model; see native/src/sim_window.rs).

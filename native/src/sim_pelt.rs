@@ -81,6 +81,8 @@ pub struct Inputs<'a> {
 /// (`tasks` = Some(empty)) or of some pids.
 pub struct Want<'a> {
     pub cpus: bool,
+    /// aggregate each CPU's segments into contention figures (with this margin) instead of returning them
+    pub contention_margin: Option<f64>,
     pub attach: bool,
     pub tasks: Option<&'a [i32]>,
 }
@@ -131,6 +133,40 @@ impl Segments {
 
     pub fn len(&self) -> usize {
         self.ts.len()
+    }
+}
+
+/// Per CPU, over its simulated segments (each holding its start values): the time, the time where
+/// runnable exceeds util by more than the margin, the time-weighted sums of util, runnable and (where
+/// util >= 1) runnable / util, and the highest runnable (load_tracking.df_contention's figures).
+#[derive(Default, Debug, Clone)]
+pub struct Contention {
+    pub cpu: i32,
+    pub known_ns: i64,
+    pub contended_ns: i64,
+    pub util_ns: f64,
+    pub runnable_ns: f64,
+    pub ratio_ns: f64,
+    pub ratio_weight_ns: i64,
+    pub max_runnable: f64,
+}
+
+impl Contention {
+    fn add(&mut self, dur: i64, util: f64, runnable: f64, margin: f64) {
+        let w = dur as f64;
+        self.known_ns += dur;
+        if runnable > util + margin {
+            self.contended_ns += dur;
+        }
+        self.util_ns += util * w;
+        self.runnable_ns += runnable * w;
+        if util >= 1.0 {
+            self.ratio_ns += runnable / util * w;
+            self.ratio_weight_ns += dur;
+        }
+        if self.known_ns == dur || runnable > self.max_runnable {
+            self.max_runnable = runnable;
+        }
     }
 }
 
@@ -310,6 +346,9 @@ struct Cpu {
     u: [f64; 2],
     x: [f64; 2],
     out: Segments,
+    /// aggregate mode: the open segment's start values (clamped) and the figures so far
+    open_vals: [f64; 2],
+    agg: Contention,
 }
 
 const NO_PID: i32 = i32::MIN;
@@ -329,6 +368,21 @@ impl Cpu {
             (f / self.fmax).min(1.0)
         };
         self.scale = self.capacity * ratio;
+    }
+
+    /// A segment starts at `t` with the current values: stored, or opened for aggregation.
+    fn open_segment(&mut self, t: i64, margin: Option<f64>) {
+        if margin.is_some() {
+            self.open_vals = [self.u[0].max(0.0), self.u[1].max(0.0)];
+        } else {
+            self.out.push(self.id, t, self.x, self.u);
+        }
+    }
+
+    /// Aggregate mode: the open segment ends at `t`.
+    fn close_segment(&mut self, t: i64, margin: f64) {
+        let [u, r] = self.open_vals;
+        self.agg.add(t - self.seg_ts, u, r, margin);
     }
 
     fn cfs(&self) -> bool {
@@ -489,23 +543,26 @@ impl<'a> Sim<'a> {
     }
 
     fn start_cpu(&mut self, c: usize, t: i64) {
+        let margin = self.want.contention_margin;
         let cpu = &mut self.cpus[c];
         cpu.started = true;
         cpu.seg_ts = t;
         cpu.u = cpu.seed;
         cpu.x = cpu.inputs();
-        let (id, x, u) = (cpu.id, cpu.x, cpu.u);
-        cpu.out.push(id, t, x, u);
+        cpu.open_segment(t, margin);
     }
 
     fn cpu_boundary(&mut self, c: usize, t: i64) {
+        let margin = self.want.contention_margin;
         let cpu = &mut self.cpus[c];
+        if let Some(m) = margin {
+            cpu.close_segment(t, m);
+        }
         let u = decay(cpu.u, cpu.x, t - cpu.seg_ts);
         cpu.u = [u[0] + cpu.jump[0], u[1] + cpu.jump[1]];
         cpu.seg_ts = t;
         cpu.x = cpu.inputs();
-        let (id, x, u) = (cpu.id, cpu.x, cpu.u);
-        cpu.out.push(id, t, x, u);
+        cpu.open_segment(t, margin);
     }
 
     fn run(&mut self, waits: &Waits, firsts: &[(i32, i32, i32)]) {
@@ -809,9 +866,10 @@ fn finish(segs: &mut Segments, end: i64) {
     }
 }
 
-/// Per-CPU and per-task simulated signals (see the module doc). Returns (cpu segments, task segments),
-/// each sorted by key then time, contiguous per key from its start to end_ns.
-pub fn simulate(inp: &Inputs, want: &Want) -> (Segments, Segments) {
+/// Per-CPU and per-task simulated signals (see the module doc). Returns (cpu segments, task segments,
+/// per-CPU contention in aggregate mode), segments sorted by key then time, contiguous per key from its
+/// start to end_ns.
+pub fn simulate(inp: &Inputs, want: &Want) -> (Segments, Segments, Vec<Contention>) {
     let sw = &inp.switches;
     let mut pid_cols: Vec<&[i32]> = vec![sw.prev_pid, sw.next_pid, inp.new_pids];
     pid_cols.extend(inp.wakeups.iter().map(|w| w.pid));
@@ -870,6 +928,11 @@ pub fn simulate(inp: &Inputs, want: &Want) -> (Segments, Segments) {
         u: [0.0; 2],
         x: [0.0; 2],
         out: Segments::default(),
+        open_vals: [0.0; 2],
+        agg: Contention {
+            cpu: id,
+            ..Default::default()
+        },
     };
     // simulated CPUs first, in the given order
     let spec = &inp.cpus;
@@ -898,7 +961,9 @@ pub fn simulate(inp: &Inputs, want: &Want) -> (Segments, Segments) {
     let n_sim = cpus.iter().filter(|c| c.simulated).count().max(1);
     let per_cpu = (2 * sw.ts.len() + inp.wakeups.iter().map(|w| w.ts.len()).sum::<usize>()) / n_sim;
     for c in cpus.iter_mut().filter(|c| c.simulated) {
-        c.out.reserve(per_cpu);
+        if want.contention_margin.is_none() {
+            c.out.reserve(per_cpu);
+        }
     }
     if let Some(s) = &inp.cpu_seeds {
         // each CPU's simulation starts at its seed (the first one given)
@@ -956,8 +1021,13 @@ pub fn simulate(inp: &Inputs, want: &Want) -> (Segments, Segments) {
         .filter(|&c| sim.cpus[c].simulated)
         .collect();
     order.sort_by_key(|&c| sim.cpus[c].id);
-    for c in order {
+    let mut contention = Vec::new();
+    for &c in &order {
         cpu_out.append(&mut sim.cpus[c].out);
+        if let (Some(m), true) = (want.contention_margin, sim.cpus[c].started) {
+            sim.cpus[c].close_segment(end, m);
+            contention.push(sim.cpus[c].agg.clone());
+        }
     }
     finish(&mut cpu_out, end);
     let mut task_out = Segments::default();
@@ -969,7 +1039,7 @@ pub fn simulate(inp: &Inputs, want: &Want) -> (Segments, Segments) {
         task_out.append(sim.tasks[i].out.as_mut().unwrap());
     }
     finish(&mut task_out, end);
-    (cpu_out, task_out)
+    (cpu_out, task_out, contention)
 }
 
 #[cfg(test)]
@@ -1036,10 +1106,12 @@ mod tests {
         };
         let want = Want {
             cpus: true,
+            contention_margin: None,
             attach: true,
             tasks,
         };
-        simulate(&inp, &want)
+        let (c, t, _) = simulate(&inp, &want);
+        (c, t)
     }
 
     /// The value of key `k`'s signal at `t` (evaluated inside its segment).
@@ -1172,5 +1244,60 @@ mod tests {
         let after0 = at(&c, 0, 150 * MS, true);
         assert!((before0 - after0 - v).abs() < 1e-6);
         assert!((at(&c, 1, 150 * MS, true) - v).abs() < 1e-6);
+    }
+
+    #[test]
+    fn contention_aggregates_equal_the_segments() {
+        let sw = switches(&[
+            (0, 0, 0, 0, 1),
+            (10 * MS, 0, 1, 0, 2),
+            (20 * MS, 0, 2, 1, 1),
+            (30 * MS, 0, 1, 1, 0),
+        ]);
+        let (c, _) = run(&sw, vec![], None, &[0], &[1024.0], 60 * MS, None);
+        let nan = [f64::NAN];
+        let inp = Inputs {
+            switches: Switches {
+                ts: &sw.ts,
+                cpu: &sw.cpu,
+                prev_pid: &sw.prev,
+                prev_prio: &sw.prio,
+                prev_state: &sw.state,
+                next_pid: &sw.next,
+                next_prio: &sw.prio,
+            },
+            wakeups: vec![],
+            migrations: None,
+            frequencies: None,
+            cpus: CpuSpec {
+                cpu: &[0],
+                capacity: &[1024.0],
+                fmax_khz: &nan,
+                fill_khz: &nan,
+            },
+            cpu_seeds: None,
+            task_seeds: None,
+            new_pids: &[],
+            start_ns: 0,
+            end_ns: 60 * MS,
+        };
+        let want = Want {
+            cpus: true,
+            contention_margin: Some(1.0),
+            attach: true,
+            tasks: None,
+        };
+        let (none, _, agg) = simulate(&inp, &want);
+        assert_eq!(none.len(), 0);
+        let mut want_agg = Contention {
+            cpu: 0,
+            ..Default::default()
+        };
+        for i in 0..c.len() {
+            want_agg.add(c.dur[i], c.util[i], c.runnable[i], 1.0);
+        }
+        assert_eq!(agg.len(), 1);
+        assert_eq!(format!("{:?}", agg[0]), format!("{want_agg:?}"));
+        assert!(agg[0].contended_ns > 10 * MS && agg[0].known_ns == 60 * MS);
     }
 }
