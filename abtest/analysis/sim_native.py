@@ -49,6 +49,12 @@ def _seeds(seeds: pl.DataFrame | None, key: str) -> tuple | None:
             _a(seeds, run, pl.Float64, 0.0) if run else np.zeros(seeds.height))
 
 
+def _release() -> None:
+    """Give back to the system what the extension freed (its allocator keeps large freed blocks mapped for
+    the decoders' reuse, native/src/alloc_reuse.rs): an analysis does not reuse them."""
+    _native.release_cached_memory()
+
+
 def _frame(d: dict, key: str, key_dtype) -> pl.DataFrame:
     return pl.DataFrame({key: d[key], "ts": d["ts"], "dur": d["dur"], "x_util": d["x_util"],
                          "x_runnable": d["x_runnable"], "util": d["util"], "runnable": d["runnable"]}
@@ -72,13 +78,16 @@ def pelt_simulate(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: i
                     wakeups=wakeups, sched_migrate_task=sched_migrate_task, cpu_seeds=cpu_seeds,
                     task_seeds=task_seeds, new_pids=new_pids, want_cpus=want_cpus, attach=attach,
                     want_tasks=want_tasks, margin=None)
-    return _frame(c, "cpu", pl.Int32), _frame(t, "pid", pl.Int64)
+    out = _frame(c, "cpu", pl.Int32), _frame(t, "pid", pl.Int64)
+    _release()
+    return out
 
 
 def pelt_contention(sched_switch: pl.DataFrame, *, margin: float, **kw) -> pl.DataFrame:
     """Per-CPU contention of the simulated signals (pelt_sim.df_cpu_contention), aggregated while simulating:
     no segment is kept. Arguments as pelt_simulate."""
     _, _, a = _pelt(sched_switch, margin=float(margin), want_cpus=True, want_tasks=False, **kw)
+    _release()
     known = pl.col("known_ns").cast(pl.Float64)
     return pl.DataFrame(a).select(
         pl.col("cpu").cast(pl.Int32), "known_ns", "contended_ns",
@@ -133,6 +142,7 @@ def window_demand(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: i
             _a(spec, "fmax_khz", pl.Float64, float("nan")), _a(spec, "fill_khz", pl.Float64, float("nan")))
     sel = None if pids is None else np.asarray(sorted(set(int(p) for p in pids)) or [-1], np.int32)
     d = _native.window_demand(sw, freq, cpus, int(start_ns), int(end_ns), int(window_ns), int(n_windows), sel)
+    _release()
     w = pl.col("window") * window_ns + start_ns
     return pl.DataFrame(d).select(
         pl.col("pid").cast(pl.Int64), "window", w.alias("window_start_ns"),
@@ -150,6 +160,7 @@ def boost_requests(signals: pl.DataFrame, *, cpus: pl.DataFrame, opps: pl.DataFr
             _a(cpus, "capacity", pl.Float64, 1024.0))
     op = (_a(opps, "domain", pl.Int32, NULL_CPU), _a(opps, "opp_khz", pl.Int64, 0))
     d = _native.boost_requests(sig, plat, op, float(headroom), int(start_ns), int(end_ns))
+    _release()
     unknown = np.iinfo(np.int64).min
     return pl.DataFrame(d).with_columns(
         pl.col("domain").cast(pl.Int32), pl.col("util_request_khz", "boost_request_khz").fill_nan(None),
@@ -163,6 +174,7 @@ def wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame) -> pl.Data
           _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0))
     wk = [(_a(wakeups, "ts", pl.Int64, 0), _a(wakeups, "pid", pl.Int32, 0))]
     m = _native.wakeup_latency(sw, wk, -(2**63), 2**63 - 1)
+    _release()
     hit = wakeups[pl.Series(m["row"], dtype=pl.UInt32)]
     return hit.select(
         "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"),
