@@ -100,11 +100,12 @@ def df_intervals(
     start_ns, end_ns = window_of(changes, start_ns, end_ns)
     cols = [*key_cols, "ts", *values]
     ch = changes.select(cols).with_columns(pl.col("ts").cast(pl.Int64))
-    # one pass over the rows in (keys, ts, input order): a stable sort, by keys alone when ts is sorted
-    # (trace tables are); every step after it compares a row with its neighbours instead of grouping
-    if key_cols or not ch["ts"].is_sorted():
-        by = key_cols if ch["ts"].is_sorted() and key_cols else [*key_cols, "ts"]
-        ch = ch.sort(by, maintain_order=True)
+    # one pass over the rows in (keys, ts, input order), after stable sorts (by ts only when the table is not
+    # sorted: trace tables are); every step after it compares a row with its neighbours instead of grouping
+    if not ch["ts"].is_sorted():
+        ch = ch.sort("ts", maintain_order=True)
+    if key_cols:  # stable: (keys, ts, input order); one-key sorts are much faster than a sort on several keys
+        ch = ch.sort(key_cols, maintain_order=True)
     same_next = _same_key(key_cols, -1)
     ts_next = pl.col("ts").shift(-1)
     # several changes at one (key, ts): the last one; changes at or after end_ns do not matter
