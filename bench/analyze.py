@@ -261,18 +261,27 @@ def compare_bench(path: Path, iterations: int, jobs: int) -> dict:
 
 # ----------------------------------------------------------------------------------------------- LISA
 def lisa_text(path: Path, out: Path) -> float:
-    """The trace as text LISA's TxtTraceParser reads: `trace-cmd report -N -R -t`, timestamps written as
-    seconds (trace-cmd prints this trace clock's raw nanoseconds, "[000]5793495658850:", which LISA cannot
-    parse). Returns the seconds it took (reported apart from LISA's own time)."""
+    """The trace as text LISA's TxtTraceParser reads (what LISA's own trace.dat path asks trace-cmd for:
+    `trace-cmd report -N -t`), with two fixes LISA 3.1.0 needs on this trace: timestamps written as seconds
+    (trace-cmd prints this trace clock's raw nanoseconds, "[000]5793495658850:"), and spaces inside task names
+    (rustc's "lto cgu.0.rcgu." threads) replaced by "_" in the comm fields (LISA's parser drops every
+    sched_switch otherwise). Returns the seconds it took (reported apart from LISA's own time)."""
+    import re
+    stamp = re.compile(rb"^(.{16}-[0-9]+ +\[[0-9]+\]) *([0-9]+)([0-9]{9}):")
+    comm = re.compile(rb"(\w*comm=)(.*?)(?= \w+=|$)")
     t0 = time.perf_counter()
+    rep = subprocess.Popen(["trace-cmd", "report", "-N", "-t", str(path)], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL)
     with open(out, "wb") as f:
-        rep = subprocess.Popen(["trace-cmd", "report", "-N", "-R", "-t", str(path)], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL)
-        sed = subprocess.Popen(["sed", "-E", r"s/^(.{16}-[0-9]+ +\[[0-9]+\]) *([0-9]+)([0-9]{9}):/\1 \2.\3:/"],
-                               stdin=rep.stdout, stdout=f)
-        rep.stdout.close()
-        sed.wait()
-        rep.wait()
+        for line in rep.stdout:
+            line = stamp.sub(rb"\1 \2.\3:", line, count=1)
+            if b"comm=" in line:
+                cut = line.find(b":", line.find(b"]") + 1)
+                cut = line.find(b":", cut + 1) + 1
+                body = comm.sub(lambda m: m.group(1) + m.group(2).replace(b" ", b"_"), line[cut:].rstrip(b"\n"))
+                line = line[:cut] + body + b"\n"
+            f.write(line)
+    rep.wait()
     return time.perf_counter() - t0
 
 
@@ -347,7 +356,7 @@ def lisa_bench(path: Path, venv: Path, abtest_s: float) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"LISA 3.1.0 ({venv}) on the same trace (s):")
-    print(f"  trace-cmd report -R -t to text (LISA's input; not counted below)  {t_text:8.2f}")
+    print(f"  trace-cmd report -N -t to text, fixed for LISA (its input; not counted below)  {t_text:8.2f}")
     total = 0.0
     for k, v in r["times"].items():
         if isinstance(v, dict):
