@@ -20,21 +20,30 @@ Approximations (documented, measured on the Juno trace, see docs/analysis-load-f
 3. Before a CPU's first cpu_frequency event its frequency is unknown: ``unknown_freq`` = "max" (default,
    f/f_max = 1), "min" (lowest OPP / lowest seen) or "first" (the first value seen).
 4. Without a platform, capacity is 1024 for every CPU and f_max is the highest frequency seen per CPU.
-5. Without sched_wakeup/sched_waking the waiting time of a woken task is unknown and taken as 0; only
-   preempted tasks (switched out runnable) count as waiting. A waiting task migrated by the load balancer
-   is counted on the CPU where it started waiting.
+5. Waiting (runnable, not running; df_waiting): from a switch-out in a runnable state (preemption), or from a
+   wakeup event (sched_waking / sched_wakeup / sched_wakeup_new) of a task that is neither on a CPU nor
+   already waiting, to the task's next switch-in; a wait whose next sched_switch is a switch-out (its
+   switch-in missed) or that no switch-in ends is not counted, nor is a wakeup of a task still on its CPU
+   (the wait starts when it is preempted). Without wakeup events the waiting time of a woken task is unknown
+   and taken as 0 (only preemptions count). A waiting task migrated by the load balancer is counted on the
+   CPU where it started waiting; a task seen on two CPUs at once (skewed per-CPU clocks, lost events) runs
+   where it started first.
 6. The runqueue signal is that of "a CFS task runs on this CPU" (RT/DL tasks with prio < 100 excluded), plus
    jumps when a task's (simulated) utilisation moves between runqueues: wakeup on / migration to another CPU
    (at the switch-in when no wakeup events exist), fork (first appearance of a new task: fork events when
-   recorded, else a pid above every pid seen before the last runqueue seed) and exit (last switch-out with a
-   dead/zombie state bit). The kernel's removals are deferred to the next update and clamped at 0; here the
+   recorded, else a pid above every pid seen before the last runqueue seed) and exit (a switch-out with a
+   dead/zombie state bit; a pid seen again attaches anew). The kernel's removals are deferred to the next update and clamped at 0; here the
    stored values are clamped at 0 but the recurrence is linear.
 7. Group scheduling entities (autogroup / cgroup se) are not simulated; tasks are (pid > 0).
 8. Without a seed an entity starts at 0 at the window start (the kernel carries history from before the
    trace). ``initial`` seeds entities with a known value at a known time (e.g. the kernel's first sample).
 
-Vectorised: the per-segment recurrence is solved in closed form with cumulative sums in numpy, in blocks of
-at most ~15 s of signal time so that exp() stays in float64 range (one vectorised pass per block rank).
+Two implementations of this model, the same segments and values (tests/test_sim_native.py, every shared
+trace): ``backend="native"`` (default) replays the events in time order in the Rust core (native/src/
+sim_pelt.rs: one pass decides which waits count, a second simulates every CPU and task; ~10-15 M input
+events/s), ``backend="python"`` builds the segments with frames and solves the per-segment recurrence in
+closed form with cumulative sums in numpy, in blocks of at most ~15 s of signal time so that exp() stays in
+float64 range (one vectorised pass per block rank): the reference, ~0.1-0.3 M events/s.
 """
 from __future__ import annotations
 
