@@ -12,9 +12,11 @@ APT_PKGS := trace-cmd openssh-server openssh-client stress-ng sysbench rt-tests 
             lava-server lava-dispatcher postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.abtest-setup
-NATIVE_SRC := $(wildcard native/src/*.rs) native/Cargo.toml
+NATIVE_SRC := $(wildcard native/src/*.rs native/*/src/*.rs native/*/src/*.txt native/*/Cargo.toml) native/Cargo.toml
+# seconds of mutation fuzzing per decoder in `make test` (bench/fuzz_native.sh runs longer)
+FUZZ_SECONDS ?= 20
 
-.PHONY: setup system native test demo demo-live notebook notebooks bench clean
+.PHONY: setup system native native-check test demo demo-live notebook notebooks bench clean
 
 setup: system $(STAMP)
 
@@ -40,8 +42,15 @@ native:
 	@[ -x $(VENV)/bin/maturin ] || $(PY) -m pip install -q 'maturin>=1.5,<2'
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
 
-test: setup
+test: setup native-check
 	$(VENV)/bin/pytest -q
+
+# Rust hygiene of native/: formatting, clippy with warnings as errors, the decoders' unit tests and
+# FUZZ_SECONDS of mutation fuzzing per decoder (native/fuzz)
+native-check: setup
+	cd native && cargo fmt --all -- --check
+	cd native && cargo clippy --workspace --all-targets --release -q -- -D warnings
+	cd native && ABTEST_FUZZ_SECONDS=$(FUZZ_SECONDS) cargo test --release -q -p abtest-tracedat -p abtest-perfetto -p abtest-sim -p abtest-fuzz
 
 demo: setup
 	$(VENV)/bin/python -m abtest.demo

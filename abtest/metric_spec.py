@@ -57,6 +57,10 @@ class Grouping(str, Enum):
     IDLE_STATE = "idle_state"  # idle state name (or index when unnamed)
     OPP = "opp"                # an OPP of a frequency domain: "cpu<first CPU of the domain>@<kHz>"
     BENCHMARK = "benchmark"    # a sub-test of a benchmark (PCMark test, Jankbench list)
+    ZONE = "zone"              # thermal zone, by its type name (thermal_zone field / sysfs type)
+    COOLING_DEVICE = "cdev"    # thermal cooling device, by its type name (cdev_update type field)
+    ROOT_DOMAIN = "root_domain"  # scheduler root domain, by its CPU span ("0-5")
+    CGROUP = "cgroup"          # cgroup path ("/top-app", "/system.slice/foo.service")
 
 
 @dataclass(frozen=True)

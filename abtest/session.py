@@ -5,7 +5,9 @@ analyses of abtest.analysis).
     t.meta["cpus"], t.events               # metadata, per-event counts
     t.df("sched_switch")                   # canonical table (polars DataFrame), ts in ns
     w = t.window(start_ns, end_ns)         # same trace, tables clipped to [start_ns, end_ns)
-    t.idle.df_residency()                  # analyses (abtest.analysis.*) hang off the trace
+    t.idle.df_residency()                  # analyses (abtest.analysis.*) hang off the trace: idle, latency,
+                                           # frequency, load_tracking, placement, energy, power, tasks,
+                                           # overutilized, thermal, capacity, cgroups
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import polars as pl
 from abtest.trace import cache
 from abtest.trace.errors import MissingEventsError
 from abtest.trace.model import TraceData
-from abtest.trace.convert import convert
 from abtest.trace.readers import read_trace
 
 
@@ -54,11 +55,13 @@ class Trace:
         key = cache.content_key(self.path)
         entry = cache.cache_root() / key
         if not cache.is_complete(entry):
+            data = read_trace(self.path)
             try:
-                convert(self.path, entry)
+                cache.write_tables(data, entry, fmt="ipc")
             except OSError:  # read-only cache dir: keep going uncached
-                self._data = read_trace(self.path)
+                self._data = data
                 return
+            self._frames.update(data.tables)  # this Trace keeps the decoded tables; later opens map the cache
         self._entry = entry
 
     # -- metadata ------------------------------------------------------------------------------
@@ -126,7 +129,7 @@ class Trace:
             if name not in self.tables:
                 raise MissingEventsError(f"table {name!r}", [name], str(self.path))
             if self._entry is not None:
-                self._frames[name] = pl.read_parquet(cache.table_path(self._entry, name))
+                self._frames[name] = cache.read_table(self._entry, name)
             else:
                 self._frames[name] = self._data.tables[name]
         df = self._frames[name]
@@ -212,6 +215,36 @@ class Trace:
         """Task placement and balance (abtest.analysis.placement)."""
         from abtest.analysis.placement import PlacementAnalysis
         return PlacementAnalysis(self)
+
+    @property
+    def tasks(self):
+        """Task states (running / runnable / sleeping / uninterruptible) and activations (abtest.analysis.tasks)."""
+        from abtest.analysis.tasks import TasksAnalysis
+        return TasksAnalysis(self)
+
+    @property
+    def overutilized(self):
+        """Overutilized time per root domain (abtest.analysis.overutilized)."""
+        from abtest.analysis.overutilized import OverutilizedAnalysis
+        return OverutilizedAnalysis(self)
+
+    @property
+    def thermal(self):
+        """Thermal zones, cooling devices, power allocator (abtest.analysis.thermal)."""
+        from abtest.analysis.thermal import ThermalAnalysis
+        return ThermalAnalysis(self)
+
+    @property
+    def capacity(self):
+        """CPU capacity over time and uclamp (abtest.analysis.capacity)."""
+        from abtest.analysis.capacity import CapacityAnalysis
+        return CapacityAnalysis(self)
+
+    @property
+    def cgroups(self):
+        """cgroup membership, wakeup latency and CPU time per cgroup (abtest.analysis.cgroups)."""
+        from abtest.analysis.cgroups import CgroupAnalysis
+        return CgroupAnalysis(self)
 
     def __repr__(self) -> str:
         return f"Trace({str(self.path)!r}, format={self.meta.get('format')!r}, cpus={self.cpus}, events={sum(self.events.values())})"

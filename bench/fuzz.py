@@ -107,7 +107,8 @@ class KnownBug:
         return reader in self.readers and kind == self.kind and re.search(self.pattern, detail) is not None
 
 
-KNOWN_BUGS = (
+# Reader bugs the fuzzer found and that are fixed: their reproducers must keep passing (tests/test_fuzz_readers.py).
+FIXED_BUGS = (
     KnownBug(("ftrace-text", "systrace-html", "atrace"), "exception",
              r"(?s)builtins\.TypeError.*'<' not supported between instances of '(NoneType|int)' and '(int|NoneType)'",
              "ingest",
@@ -134,6 +135,9 @@ KNOWN_BUGS = (
              "text reader: a number that does not fit its column (1111111111111111662 for an i32) fails the strict "
              "cast in text_lines._event_frame (issue 27 item 2)",
              "wrapped:4:100027949"),
+)
+
+KNOWN_BUGS = (
     KnownBug(("trace.dat", "wrapped"), "exception",
              r"(?s)builtins\.ValueError.*tracedat_format\.py.*(unparsable field line|invalid literal for int)",
              "native",

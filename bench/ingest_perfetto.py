@@ -5,8 +5,8 @@ Usage: .venv/bin/python bench/ingest_perfetto.py [--repeat N] [--target-mb MB] [
 For each perfetto trace in ../shared/traces, and for one larger file made by concatenating them
 (a concatenation of whole Trace files is itself a valid Trace: `repeated TracePacket packet = 1`),
 it prints, best of N runs, in-process (interpreter start-up and imports excluded):
-  - native:    abtest.trace.perfetto.decode (the compiled wire walk alone, numpy columns out)
-  - decode:    abtest.trace.perfetto.read (native wire walk + polars raw tables + metadata)
+  - native:    abtest._native.perfetto_decode (the compiled decoder, one thread: Arrow tables + metadata)
+  - decode:    abtest.trace.perfetto.read (the above + polars raw tables)
   - read_trace: abtest.trace.readers.read_trace (the above + canonicalisation, what `Trace()` runs)
   - reference: the protobuf runtime's parse of the same bytes with perfetto's generated classes
     (perfetto_trace_pb2.Trace.FromString; upb, C) - parsing only, no tables - when the perfetto
@@ -54,14 +54,18 @@ def bench_file(path: Path, repeat: int, note: str = "") -> dict:
 
     data = path.read_bytes()
     size = len(data)
-    perfetto.read(path, data)  # warm-up: schema load, imports
-    w_nat, c_nat, _ = _best(lambda: perfetto.decode(path, data), repeat)
+    from abtest import _native
+    from abtest.trace import limits
+    lim = limits.current()
+    perfetto.read(path, data)  # warm-up: imports
+    w_nat, c_nat, _ = _best(lambda: _native.perfetto_decode(data, lim.inflate_ratio, lim.inflate_floor,
+                                                            lim.inflated_bytes), repeat)
     w_dec, c_dec, (raw, _meta) = _best(lambda: perfetto.read(path, data), repeat)
     events = sum(df.height for df in raw.values())
     del raw
     w_all, c_all, _ = _best(lambda: read_trace(path), repeat)
     print(f"{path.name}{note}: {size / 1e6:.1f} MB, {events:,} events (rows of all raw tables)")
-    print(_row("native", size, events, w_nat, c_nat) + "   [compiled wire walk -> numpy columns]")
+    print(_row("native", size, events, w_nat, c_nat) + "   [compiled decoder -> Arrow tables + meta]")
     print(_row("decode", size, events, w_dec, c_dec))
     print(_row("read_trace", size, events, w_all, c_all))
     out = {"size": size, "events": events, "native_wall": w_nat, "native_cpu": c_nat, "decode_wall": w_dec,

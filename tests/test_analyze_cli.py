@@ -22,13 +22,15 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = TRACES
 EXPECTED = json.loads((SHARED_TRACES / "expected-counts.json").read_text())
 TRACE_FILES = sorted(k for k in EXPECTED if not k.endswith(".yml"))
-TOP_KEYS = {"file", "format", "duration_s", "window_s", "lost_events", "platform", "idle", "latency", "frequency",
-            "load_tracking", "power", "energy_model", "placement", "frames", "skipped"}
-ANALYSES = ("power", "idle", "latency", "frequency", "load_tracking", "placement", "energy_model", "frames")
+ANALYSES = ("power", "idle", "latency", "frequency", "load_tracking", "placement", "tasks", "overutilized", "thermal",
+            "capacity", "cgroups", "energy_model", "frames")
+TOP_KEYS = {"file", "format", "duration_s", "window_s", "lost_events", "platform", "skipped", *ANALYSES}
 IDLE_KEYS = {"window_s", "residency_pct", "idle_pct", "cluster_residency_pct", "cluster_all_cpus_idle_pct", "wakeups",
              "wakeups_total", "wakeups_per_s"}
-LATENCY_KEYS = {"wakeup_event", "wakeups", "matched_wakeups", "unmatched_wakeups", "mean_us", "p50_us", "p95_us",
-                "p99_us", "max_us", "gmean_us", "tasks"}
+LATENCY_KEYS = {"definition", "wakeup_event", "wakeups", "matched_wakeups", "unmatched_wakeups", "mean_us", "p50_us",
+                "p90_us", "p95_us", "p99_us", "max_us", "gmean_us", "tasks", "per_cluster", "per_target_cluster",
+                "preemption"}
+LATENCY_OPTIONAL_KEYS = {"waking", "while_on_cpu_wakeups"}  # both definitions / waking-only traces
 PLACEMENT_KEYS = {"tasks", "migrate_events", "observed_cpu_changes", "min_runtime_pct", "clusters", "top_tasks"}
 
 
@@ -56,12 +58,15 @@ def test_analyze_json_on_every_shared_trace(name):
     assert (d["idle"] is not None) == (c.get("cpu_idle", 0) > 0), d["skipped"].get("idle")
     assert (d["placement"] is not None) == has_switch, d["skipped"].get("placement")
     assert (d["latency"] is not None) == (has_switch and (c.get("sched_waking", 0) + c.get("sched_wakeup", 0)) > 0)
+    assert (d["tasks"] is not None) == has_switch, d["skipped"].get("tasks")
+    assert (d["overutilized"] is not None) == (c.get("sched_overutilized", 0) > 0)
+    assert (d["thermal"] is not None) == (c.get("thermal_temperature", 0) + c.get("cdev_update", 0) > 0)
     if d["idle"] is not None:
         assert IDLE_KEYS <= set(d["idle"])
         assert 0 <= d["idle"]["wakeups_total"] <= c["cpu_idle"]  # wakeups are the exit half of cpu_idle
         assert ("misses" in d["idle"]) == (c.get("cpu_idle_miss", 0) > 0)
     if d["latency"] is not None:
-        assert set(d["latency"]) == LATENCY_KEYS
+        assert LATENCY_KEYS <= set(d["latency"]) <= LATENCY_KEYS | LATENCY_OPTIONAL_KEYS
     if d["placement"] is not None:
         assert set(d["placement"]) == PLACEMENT_KEYS
     for k in ANALYSES:
@@ -85,7 +90,7 @@ def test_terminal_report_x86():
     assert res.exit_code == 0
     out = res.stdout
     assert "Idle state residency per CPU" in out and "idle misses per CPU (misses from cpu_idle_miss" in out
-    assert "Wakeup latency (sched_waking -> the task's next sched_switch in)" in out
+    assert "Wakeup latency (sched_wakeup -> the task's next sched_switch in)" in out
     assert "4,271" in out  # too-shallow misses counted by trace-cmd report (see test_idle)
 
 

@@ -50,8 +50,8 @@ def _report(path: Path) -> list[re.Match]:
 
 def independent_metrics(path: Path) -> dict:
     """From trace-cmd's own decoding: too-shallow idle misses (cpu_idle_miss type=below), idle exits
-    (cpu_idle state=4294967295), and wakeup latency = sched_waking of a task that is not running -> its next
-    switch-in (the latest waking before the switch counts), geometric mean in us."""
+    (cpu_idle state=4294967295), and wakeup latency = sched_wakeup / sched_wakeup_new of a task that is not
+    running -> its next switch-in (the latest wakeup before the switch counts), geometric mean in us."""
     below = exits = idle_events = 0
     running: dict[int, int] = {}
     pending: dict[int, tuple[float, str]] = {}
@@ -67,10 +67,11 @@ def independent_metrics(path: Path) -> dict:
         elif ev == "cpu_idle":
             idle_events += 1
             exits += "state=4294967295" in body
-        elif ev == "sched_waking":
-            pid = int(re.search(r"\bpid=(\d+)", body)[1])
+        elif ev in ("sched_wakeup", "sched_wakeup_new"):
+            kv = re.search(r"\bcomm=(.*?) pid=(\d+)", body) or re.match(r"^(.*):(\d+) \[-?\d+\] CPU:\d+$", body)
+            pid = int(kv[2])
             if pid != 0 and pid not in running.values():
-                pending[pid] = (ts, re.search(r"\bcomm=(.*?) pid=", body)[1])
+                pending[pid] = (ts, kv[1])
         elif ev == "sched_switch":
             nxt = int(re.search(r"==> .*:(\d+) \[", body)[1])
             running[int(m["cpu"])] = nxt

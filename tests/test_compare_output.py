@@ -44,9 +44,9 @@ def test_first_screen_is_the_verdict_and_summary(demo_store, columns):
     lines = out.splitlines()
     assert max(len(x) for x in lines) <= columns, [x for x in lines if len(x) > columns]
     first = "\n".join(lines[:30])  # what a 30-line terminal shows before scrolling
-    assert "REGRESSION wakeup latency gmean (us) +11.40 %" in " ".join(first.split())
+    assert "REGRESSION wakeup latency gmean (us) +13.93 %" in " ".join(first.split())
     assert "Summary: ladder vs menu (baseline)" in first
-    row = next(x for x in lines if "16.64" in x and "18.54 (+11.40 %)" in x)
+    row = next(x for x in lines if "12.47" in x and "14.20 (+13.93 %)" in x)
     assert "regression" in row
     # labels are wrapped at spaces, never cut inside a word: every word of every summary label is whole
     doc = json.loads(_compare(demo_store, "--format", "json"))
@@ -79,7 +79,7 @@ def test_text_format_pastes_into_a_mail(seed_store):
 
 def test_json_carries_summary_and_headlines(demo_store):
     doc = json.loads(_compare(demo_store, "--format", "json"))
-    assert doc["headlines"][0].startswith("cyclictest (8 vs 8 iterations): 3 regressions")
+    assert doc["headlines"][0].startswith("cyclictest (8 vs 8 iterations): 5 regressions")
     keys = [t["key"] for t in doc["tables"]]
     assert keys[0] == "summary" and "all_metrics" in keys  # JSON always has everything
 
@@ -93,7 +93,7 @@ def test_html_puts_verdicts_first_and_folds_the_rest(demo_store, tmp_path):
                                      'id="conditions"')]
     assert order == sorted(order)
     assert re.search(r'<details id="all-metrics"><summary>All metrics \(\d+\)', html)
-    assert "REGRESSION wakeup latency gmean (us) +11.40 %" in html
+    assert "REGRESSION wakeup latency gmean (us) +13.93 %" in html
     p = ReportParser()
     p.feed(html)
     assert p.external == []
@@ -106,3 +106,29 @@ def test_plots_are_written_as_files(demo_store, tmp_path):
                      "cyclictest-metrics.svg"]
     assert (tmp_path / "figs" / "cyclictest-metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"<svg" in (tmp_path / "figs" / "cyclictest-metrics.svg").read_bytes()[:500]
+
+
+@pytest.fixture(scope="module")
+def pixel_store(tmp_path_factory):
+    """A/A store of the real Pixel 7 Pro trace (24 power rails), 3 + 3 iterations linking it."""
+    from shared_data import TRACES
+    root = tmp_path_factory.mktemp("pixel") / "store"
+    for label in ("A", "B"):
+        for i in range(3):
+            d = root / label / "idle" / str(i)
+            d.mkdir(parents=True)
+            (d / "trace.perfetto-trace").symlink_to(TRACES / "PerfettoTraceScript" / "pixel7pro-power-rails.perfetto-trace")
+            (d / ".complete").touch()
+    return root
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_first_screen_on_the_pixel_rails_store(pixel_store, columns):
+    out = _compare(pixel_store, columns=columns, a="A", b="B")
+    lines = out.splitlines()
+    assert max(len(x) for x in lines) <= columns
+    first = " ".join("\n".join(lines[:40]).split())
+    assert "Summary: B vs A (baseline)" in first and "no change" in first
+    for ch in ("power CPU (mW)", "power CPU-Little (mW)", "power Total (mW)"):
+        assert ch in first or ch.replace(" (mW)", "") in first, ch
+    assert "469.43 (+0.00 %)" in first  # power.Total of the real rails, A/A

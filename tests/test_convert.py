@@ -1,9 +1,7 @@
-"""`abtest trace convert` / `abtest.trace.convert.convert` / the parquet cache: a trace.dat's tables that
-canonicalize() leaves unchanged are written from the decoder's arrays without polars frames
-(abtest.trace.decoded). The files must read back (polars and pyarrow) to exactly the tables `read_trace()`
-gives, meta.json must equal its metadata, and the predicate that picks those tables must agree with
-canonicalize() itself on every raw table of every real trace. Real traces: every trace.dat under
-../shared/traces, the 2.58 M-event benchmark trace, and text / perfetto traces (which take the frame path)."""
+"""`abtest trace convert` / `abtest.trace.convert.convert` and the cache behind `Trace`: tables written by
+polars (parquet for convert, Arrow IPC for the cache) must read back (polars and pyarrow) to exactly the
+tables `read_trace()` gives, and meta.json must equal its metadata. Real traces: every trace.dat under
+../shared/traces, the benchmark trace, text and perfetto traces."""
 from __future__ import annotations
 
 import json
@@ -16,85 +14,46 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
+from abtest.trace import cache
 from abtest.session import Trace
 from abtest.trace.convert import convert
-from abtest.trace.decoded import DecodedTable
-from abtest.trace.readers import _decode, read_trace
-from abtest.trace.schema import canonicalize, unchanged_by_canonicalize
-from abtest.trace.parquet_write import write_parquet_tables
+from abtest.trace.readers import read_trace
 from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACEDAT_FILES = sorted(str(p.relative_to(TRACES)) for p in TRACES.rglob("*.dat"))
-OTHER_FILES = ["lisa/trace_txt-trace.txt", "trappy/trace.txt"]
+OTHER_FILES = ["lisa/trace_txt-trace.txt", "trappy/trace.txt", "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"]
 
 
-def assert_convert_matches(path: Path, out: Path) -> dict:
-    """convert(path, out) against read_trace(path): same table names, frames (dtypes, values, order),
-    pyarrow schemas (with polars' field metadata) and meta. Returns {table: kept as DecodedTable}."""
-    written = convert(path, out)
+def assert_convert_matches(path: Path, out: Path, fmt: str = "parquet") -> None:
+    """convert(path, out) against read_trace(path): same table names, frames (dtypes, values, order) read
+    back by polars, rows read back by pyarrow, and meta."""
+    convert(path, out, fmt=fmt)
     ref = read_trace(path)
-    assert sorted(p.stem for p in out.glob("*.parquet")) == sorted(ref.tables)
+    suffix = cache.SUFFIX[fmt]
+    assert sorted(p.name[:-len(suffix)] for p in out.glob(f"*{suffix}")) == sorted(ref.tables)
     assert json.loads((out / "meta.json").read_text()) == json.loads(json.dumps(ref.meta, default=str))
-    frames_dir = out.parent / (out.name + "-frames")
-    write_parquet_tables(ref.tables, frames_dir.mkdir(parents=True) or frames_dir)
     for name, df in ref.tables.items():
-        got = pl.read_parquet(out / f"{name}.parquet")
+        got = cache.read_table(out, name)
         assert_frame_equal(got, df)
         assert got.equals(df), name
-        assert pq.read_schema(out / f"{name}.parquet") == pq.read_schema(frames_dir / f"{name}.parquet"), name
-        assert (pq.read_table(out / f"{name}.parquet").to_pylist()
-                == pq.read_table(frames_dir / f"{name}.parquet").to_pylist()), name
-    return {name: isinstance(t, DecodedTable) for name, t in written.tables.items()}
+        if fmt == "parquet":
+            assert pq.read_table(out / f"{name}.parquet").to_pylist() == df.to_arrow().to_pylist(), name
 
 
-@pytest.mark.parametrize("rel", TRACEDAT_FILES)
-def test_convert_equals_read_trace_on_shared_tracedat(rel, tmp_path):
-    kept = assert_convert_matches(TRACES / rel, tmp_path / "out")
-    # the tables canonicalize() changes, and those with list columns (kernel_stack), go through frames;
-    # all others are written from the arrays
-    schemas = {n: read_trace(TRACES / rel).tables[n].schema for n in kept}
-    framed = {n for n in kept if n in ("cpu_idle", "cpu_frequency", "cpu_idle_miss", "marker")
-              or n.startswith("sched_pelt_") or any(isinstance(d, pl.List) for d in schemas[n].values())}
-    assert {n for n, k in kept.items() if not k} == framed
-    assert any(kept.values()), kept
+@pytest.mark.parametrize("fmt", ["parquet", "ipc"])
+@pytest.mark.parametrize("rel", TRACEDAT_FILES + OTHER_FILES)
+def test_convert_equals_read_trace(rel, fmt, tmp_path):
+    assert_convert_matches(TRACES / rel, tmp_path / "out", fmt)
 
 
 def test_convert_equals_read_trace_on_bench_trace(bench_trace, tmp_path):
-    kept = assert_convert_matches(bench_trace, tmp_path / "out")
-    assert kept["sched_switch"] and kept["sched_stat_runtime"] and kept["sched_waking"]
-    assert not kept["cpu_idle"]  # state -1 and cpu from cpu_id: canonicalize() changes it
+    assert_convert_matches(bench_trace, tmp_path / "out")
 
 
-@pytest.mark.parametrize("rel", OTHER_FILES)
-def test_convert_of_text_traces_takes_the_frame_path(rel, tmp_path):
-    kept = assert_convert_matches(TRACES / rel, tmp_path / "out")
-    assert not any(kept.values())
-
-
-@pytest.mark.parametrize("rel", TRACEDAT_FILES + OTHER_FILES + ["PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"])
-def test_unchanged_by_canonicalize_agrees_with_canonicalize(rel):
-    """Every raw table the predicate accepts comes out of canonicalize() as it went in (text and perfetto
-    readers give comm columns as text, which canonicalize() casts: none of theirs is accepted)."""
-    path = TRACES / rel
-    data = path.read_bytes()
-    fmt = read_trace(path).meta["format"]
-    raw, meta = _decode(path, data, fmt, False)
-    accepted, changed = 0, 0
-    for name, df in raw.items():
-        if df.height == 0:
-            continue
-        out = canonicalize({name: df}, dict(meta))
-        same = list(out) == [name] and out[name].schema == df.schema and out[name].equals(df)
-        if unchanged_by_canonicalize(name, dict(df.schema)):
-            accepted += 1
-            assert same, name
-        changed += not same
-    assert accepted if fmt == "trace.dat" else changed  # each file exercises one side at least
-
-
-def test_cli_convert_and_cache_use_the_same_files(tmp_path, monkeypatch):
-    """`abtest trace convert` writes what the cache holds; Trace() served from that cache equals read_trace."""
+def test_cli_convert_and_cache(tmp_path, monkeypatch):
+    """`abtest trace convert` writes parquet; Trace() decodes once into the cache (Arrow IPC) and a second
+    Trace() of the same file is served from it: all three equal read_trace."""
     path = TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
     out = tmp_path / "cli"
     r = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "convert", str(path), "-o", str(out)],
@@ -102,32 +61,16 @@ def test_cli_convert_and_cache_use_the_same_files(tmp_path, monkeypatch):
     assert r.returncode == 0, r.stderr
     assert "wrote 8 tables" in r.stderr
     monkeypatch.setenv("ABTEST_CACHE_DIR", str(tmp_path / "cache"))
-    t = Trace(path)
     ref = read_trace(path)
-    assert t.tables == sorted(ref.tables) == sorted(p.stem for p in out.glob("*.parquet"))
-    for name in t.tables:
-        assert_frame_equal(t.df(name), ref.tables[name])
+    first, second = Trace(path), Trace(path)
+    assert first._data is None and first._entry == second._entry  # the first open wrote the cache
+    assert sorted(p.stem for p in first._entry.glob("*.arrow")) == sorted(ref.tables)
+    assert first.tables == second.tables == sorted(ref.tables) == sorted(p.stem for p in out.glob("*.parquet"))
+    assert second.meta == first.meta
+    for name in first.tables:
+        assert_frame_equal(first.df(name), ref.tables[name])
+        assert_frame_equal(second.df(name), ref.tables[name])
         assert_frame_equal(pl.read_parquet(out / f"{name}.parquet"), ref.tables[name])
-
-
-def test_merge_buffers_reports_clock_mismatch_and_adds_lost_events():
-    """tracedat_instances.merge_buffers on two hand-made buffers (a stand-in for a file whose BUFFER
-    options name different clocks, which trace-cmd extract 3.1.6 here cannot write)."""
-    from abtest.trace.tracedat_instances import merge_buffers
-    from abtest.trace.tracedat_layout import Instance
-
-    def buf(ts, lost):
-        df = pl.DataFrame({"ts": ts, "cpu": [0] * len(ts), "common_pid": [1] * len(ts)},
-                          schema={"ts": pl.Int64, "cpu": pl.Int32, "common_pid": pl.Int32})
-        return {"sched_switch": df}, {"lost_events_per_cpu": {"0": lost}, "lost_events": lost, "lost_events_exact": True,
-                                      "ring_buffer_pages": 1, "records": len(ts), "cpus_with_data": [0], "warnings": [],
-                                      "clock": "boot"}
-    raw, meta = merge_buffers(buf([1, 5], 2), [(Instance("x", clock="mono"), buf([3, 5], 4))], "boot", True)
-    assert raw["sched_switch"]["ts"].to_list() == [1, 3, 5, 5]
-    assert raw["sched_switch"]["instance"].to_list() == [None, "x", None, "x"]  # ties: top buffer first
-    assert meta["lost_events"] == 6 and meta["lost_events_per_cpu"] == {"0": 6} and meta["records"] == 4
-    assert meta["instances"] == ["x"] and meta["instance_buffers"]["x"]["clock"] == "mono"
-    assert any("'x' records on the 'mono' clock" in w for w in meta["warnings"])
 
 
 def test_trace_without_a_writable_cache_decodes_in_memory(tmp_path, monkeypatch):
@@ -143,72 +86,19 @@ def test_trace_without_a_writable_cache_decodes_in_memory(tmp_path, monkeypatch)
         assert_frame_equal(t.df(name), ref.tables[name])
 
 
-def _decode_for_writing(path: Path, keep_runs: bool) -> dict:
-    """tracedat.read of `path` as convert() calls it (DecodedTables for the tables canonicalize() keeps),
-    with the multi-CPU tables' integer / dictionary columns kept as their runs or merged into arrays."""
-    import mmap
+@pytest.mark.parametrize("fmt", ["parquet", "ipc"])
+def test_write_tables_is_atomic(traces, tmp_path, monkeypatch, fmt):
+    """A directory appears complete or not at all: no temp dir left behind, also when a write fails."""
+    data = read_trace(traces / "x86-vm" / "x86-menu-hackbench-cyclictest.dat")
+    out = cache.write_tables(data, tmp_path / "entry", fmt=fmt)
+    assert cache.is_complete(out) and cache.table_names(out) == sorted(data.tables)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
-    from abtest.trace import tracedat
-    from abtest.trace.readers import _keep_decoded
+    def boom(*a, **k):
+        raise RuntimeError("boom")
 
-    with open(path, "rb") as f:
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        raw, _meta = tracedat.read(path, data, keep_decoded=_keep_decoded, keep_runs=keep_runs)
-    return raw
-
-
-def _run_columns(raw: dict) -> list:
-    from abtest import _native
-
-    return [(name, col, c) for name, t in raw.items() if isinstance(t, DecodedTable)
-            for col, c in t.columns.items() if isinstance(c, _native.RunColumn)]
-
-
-@pytest.mark.parametrize("merge", ["auto", "segments", "rows"])
-@pytest.mark.parametrize("rel", TRACEDAT_FILES)
-def test_tables_written_from_runs_equal_those_from_arrays(rel, merge, tmp_path, monkeypatch):
-    """Columns held as their per-CPU runs (RunColumn: the parquet writer gathers each row group from the
-    runs, native/src/tracedat_lazy.rs) give byte-identical files to the merged arrays: default layout,
-    and row groups of 1,000 rows with 300-row pages (many row groups, the CPUs interleaving inside each);
-    the merge plan both as a per-row run selector and as segments (ABTEST_FUSED_MERGE)."""
-    if merge != "auto":
-        monkeypatch.setenv("ABTEST_FUSED_MERGE", merge)
-    runs, arrays = _decode_for_writing(TRACES / rel, True), _decode_for_writing(TRACES / rel, False)
-    assert sorted(runs) == sorted(arrays)
-    assert not _run_columns(arrays)
-    multi_cpu = {n for n, t in arrays.items() if isinstance(t, DecodedTable) and len(set(t.columns["cpu"])) > 1}
-    assert {n for n, _c, _v in _run_columns(runs)} == multi_cpu
-    for layout in ({}, {"row_group_rows": 1000, "page_rows": 300}):
-        a, b = tmp_path / f"runs{len(layout)}", tmp_path / f"arrays{len(layout)}"
-        a.mkdir()
-        b.mkdir()
-        write_parquet_tables(runs, a, **layout)
-        write_parquet_tables(arrays, b, **layout)
-        for name in arrays:
-            assert (a / f"{name}.parquet").read_bytes() == (b / f"{name}.parquet").read_bytes(), (name, layout)
-
-
-@pytest.mark.parametrize("rel", [r for r in TRACEDAT_FILES if "x86-vm" in r or "lisa" in r])
-def test_run_columns_materialize_to_the_merged_arrays(rel):
-    """tracedat_materialize (used when such a table becomes a polars frame after all) gives the arrays the
-    merge builds: integers, the CPU column, Categorical codes and dictionary."""
-    import numpy as np
-
-    from abtest import _native
-
-    runs, arrays = _decode_for_writing(TRACES / rel, True), _decode_for_writing(TRACES / rel, False)
-    found = _run_columns(runs)
-    assert found
-    merged = _native.tracedat_materialize([c for _n, _col, c in found])
-    for (name, col, rc), got in zip(found, merged):
-        want = arrays[name].columns[col]
-        assert len(rc) == arrays[name].height
-        if isinstance(want, np.ndarray):
-            assert rc.kind == {"int32": "i32"}.get(str(want.dtype), rc.kind)
-            assert got.dtype == want.dtype and np.array_equal(got, want), (name, col)
-            assert rc.max() == int(want.max())
-        else:
-            assert rc.kind == "cat32" and rc.max() is None
-            assert got[0] == want[0] == "cat"
-            for g, w in zip(got[1:], want[1:]):
-                assert np.array_equal(g, w), (name, col)
+    monkeypatch.setattr(cache.json, "dumps", boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        cache.write_tables(data, tmp_path / "bad", fmt=fmt)
+    assert not (tmp_path / "bad").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

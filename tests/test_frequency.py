@@ -85,26 +85,103 @@ def test_juno_opp_residency_matches_report(juno_trace, juno_report):
     assert set(tot["time_ns"]) == {150_000_000}
 
 
+def _freq_stream(rows):
+    """Per cpu [(ts, khz, source)] from report rows: kernel cpu_frequency events and devlib's trace_marker
+    lines (`print: ... cpu_frequency_devlib: state=K cpu_id=C`), in trace order."""
+    per_cpu = defaultdict(list)
+    for ts, ev, rest in rows:
+        m = re.search(r"state=(\d+) cpu_id=(\d+)", rest)
+        if ev == "cpu_frequency":
+            per_cpu[int(m[2])].append((ts, int(m[1]), "kernel"))
+        elif ev == "print" and "cpu_frequency_devlib:" in rest:
+            per_cpu[int(m[2])].append((ts, int(m[1]), "marker"))
+    return per_cpu
+
+
+def _total_trans(evs):
+    """cpufreq total_trans: kernel events changing the value in force (any source), the first one when
+    nothing was known before it."""
+    n, cur = 0, None
+    for _, khz, src in evs:
+        if src == "kernel" and khz != cur:
+            n += 1
+        cur = khz
+    return n
+
+
 def test_juno_stats_transitions_and_domains(juno_trace, juno_report):
     rows = juno_report[1]
     start, end = rows[0][0], max(r[0] for r in rows)
-    per_cpu = defaultdict(list)
-    for ts, ev, rest in rows:
-        if ev == "cpu_frequency":
-            khz, cpu = map(int, re.match(r"state=(\d+) cpu_id=(\d+)", rest).groups())
-            per_cpu[cpu].append((ts, khz))
+    per_cpu = _freq_stream(rows)
     stats = {r["cpu"]: r for r in juno_trace.frequency.df_frequency_stats().iter_rows(named=True)}
     for cpu, evs in per_cpu.items():
-        changes = sum(1 for (_, a), (_, b) in zip(evs, evs[1:]) if a != b)
+        kernel = [(t, k) for t, k, src in evs if src == "kernel"]
+        changes = _total_trans(evs)
+        # the first kernel event of a CPU is a transition: cpufreq emits the event only on a change
+        assert changes == 1 + sum(1 for (_, a), (_, b) in zip(kernel, kernel[1:]) if a != b)
         assert stats[cpu]["transitions"] == changes
         assert stats[cpu]["transitions_per_s"] == pytest.approx(changes / ((end - start) / 1e9))
-        weighted = sum(k * (t2 - t1) for (t1, k), (t2, _) in zip(evs, evs[1:] + [(end, None)]))
+        assert stats[cpu]["marker_samples"] == sum(1 for *_, src in evs if src == "marker") == 1
+        weighted = sum(k * (t2 - t1) for (t1, k, _), (t2, *_) in zip(evs, evs[1:] + [(end, None, None)]))
         assert stats[cpu]["time_weighted_khz"] == pytest.approx(weighted / (end - evs[0][0]))
-        assert stats[cpu]["event_mean_khz"] == pytest.approx(sum(k for _, k in evs) / len(evs))
+        assert stats[cpu]["unknown_ns"] == evs[0][0] - start
+        assert stats[cpu]["event_mean_khz"] == pytest.approx(sum(k for _, k in kernel) / len(kernel))
     doms = fq.df_cpu_domains(juno_trace.df("cpu_frequency"))
     assert dict(doms.iter_rows()) == {0: 0, 1: 1, 2: 1, 3: 0, 4: 0, 5: 0}  # Juno: LITTLE 0,3,4,5; big 1,2
     dres = juno_trace.frequency.df_domain_opp_residency()
     assert dres.group_by("domain").agg(pl.col("time_ns").sum())["time_ns"].to_list() == [end - start] * 2
+    # per domain: the first CPU's figures; OPP shares + the unknown lead-in sum to 100 %
+    dom = {r["cluster"]: r for r in juno_trace.frequency.df_domain_frequency_stats().iter_rows(named=True)}
+    assert set(dom) == {"cpu0,3-5", "cpu1-2"}
+    for name, lead in (("cpu0,3-5", 0), ("cpu1-2", 1)):
+        assert dom[name]["mean_khz"] == pytest.approx(stats[lead]["time_weighted_khz"])
+        assert dom[name]["transitions"] == stats[lead]["transitions"]
+        assert dom[name]["unknown_ns"] == stats[lead]["unknown_ns"]
+        shares = dres.filter(pl.col("domain") == lead)["pct"].sum()
+        assert shares == pytest.approx(100.0)
+    s = fq.summary(juno_trace)
+    d12 = s["per_domain"]["cpu1-2"]
+    assert sum(d12["opp_residency_pct"].values()) + d12["unknown_pct"] == pytest.approx(100.0)
+    assert d12["unknown_pct"] == pytest.approx(100.0 * stats[1]["unknown_ns"] / (end - start))
+
+
+def test_lisa_marker_frequencies_fill_a_trace_without_kernel_events(traces):
+    """LISA's trace_txt test trace (Juno r2) has no cpu_frequency event at all: the CPUs never changed
+    frequency. devlib wrote each CPU's frequency into the trace at start and stop; those marker lines are
+    the only frequency information, and now give every CPU a known frequency after its first marker."""
+    path = traces / "lisa" / "trace_txt-trace.txt"
+    t = Trace(path)
+    assert "cpu_frequency" not in t.tables
+    first, value = {}, {}
+    for line in path.read_text().splitlines():  # independent: the text itself
+        m = re.search(r"\s(\d+)\.(\d{6}): print: .*cpu_frequency_devlib:\s+state=(\d+) cpu_id=(\d+)", line)
+        if m:
+            cpu = int(m[4])
+            first.setdefault(cpu, _ns(m[1], m[2]))
+            value.setdefault(cpu, set()).add(int(m[3]))
+    assert set(first) == set(range(6)) and all(len(v) == 1 for v in value.values())
+    stats = {r["cpu"]: r for r in t.frequency.df_frequency_stats().iter_rows(named=True)}
+    for cpu in range(6):
+        assert stats[cpu]["time_weighted_khz"] == next(iter(value[cpu]))
+        assert stats[cpu]["unknown_ns"] == first[cpu] - t.start_ns
+        assert (stats[cpu]["events"], stats[cpu]["marker_samples"], stats[cpu]["transitions"]) == (0, 2, 0)
+    vals = {v.key: v.value for v in fq.metrics(t)}
+    assert vals["frequency.cluster.cpu1-2.mean_mhz"] == 1200.0 and vals["frequency.cluster.cpu0,3-5.mean_mhz"] == 950.0
+    assert vals["frequency.opp.cpu1@1200000.residency_pct"] + vals["frequency.cluster.cpu1-2.unknown_pct"] == \
+        pytest.approx(100.0)
+
+
+def test_marker_values_are_state_not_transitions():
+    # cpu0: marker 500 MHz, kernel 500 (no change: not a transition), kernel 800 (one), marker 800 (state)
+    # cpu1: kernel 300 first (a transition: nothing known before), marker 600 (state), kernel 600 (no change)
+    ch = pl.DataFrame({"ts": [10, 20, 30, 40, 10, 20, 30], "cpu": [0, 0, 0, 0, 1, 1, 1],
+                       "frequency_khz": [500, 500, 800, 800, 300, 600, 600],
+                       "source": ["marker", "kernel", "kernel", "marker", "kernel", "marker", "kernel"]})
+    tr = fq.df_transitions(ch)
+    assert tr.select("cpu", "ts", "from_khz", "to_khz", "held_ns").rows() == [(0, 30, 500, 800, 20), (1, 10, None, 300, None)]
+    st = {r["cpu"]: r for r in fq.df_frequency_stats(ch, start_ns=0, end_ns=50).iter_rows(named=True)}
+    assert (st[0]["events"], st[0]["marker_samples"], st[0]["transitions"], st[0]["unknown_ns"]) == (2, 2, 1, 10)
+    assert st[1]["time_weighted_khz"] == pytest.approx((300 * 10 + 600 * 30) / 40)
 
 
 def test_oscillation_detection_on_square_wave():
@@ -115,9 +192,10 @@ def test_oscillation_detection_on_square_wave():
     ev = pl.DataFrame({"ts": ts * 2, "cpu": [0] * 11 + [1] * 11, "frequency_khz": f0 + f1})
     osc = fq.df_oscillations(ev, span_pct=50, within_ms=10, start_ns=0, end_ns=44_000_000)
     r0, r1 = osc.row(0, named=True), osc.row(1, named=True)
-    # cpu0: 10 transitions, each a full-range swing after 4 ms; 9 of them reverse the previous one
-    assert (r0["transitions"], r0["rapid_transitions"], r0["oscillations"]) == (10, 10, 9)
-    assert (r1["transitions"], r1["rapid_transitions"], r1["oscillations"]) == (10, 0, 0)
+    # cpu0: 11 transitions (the first event counts: nothing was known before it), 10 of them full-range swings
+    # after 4 ms; 9 of those reverse the previous one
+    assert (r0["transitions"], r0["rapid_transitions"], r0["oscillations"]) == (11, 10, 9)
+    assert (r1["transitions"], r1["rapid_transitions"], r1["oscillations"]) == (11, 0, 0)
     assert fq.df_oscillations(ev, span_pct=50, within_ms=3, start_ns=0, end_ns=44_000_000)["oscillations"][0] == 0
 
 

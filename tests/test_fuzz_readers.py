@@ -62,6 +62,13 @@ def test_known_reader_bug_reproducer(bug, tmp_path):
     assert out.kind not in fuzz.FAILURES, f"{bug.reason}: {out.kind}: {out.detail.strip()[-800:]}"
 
 
+@pytest.mark.parametrize("bug", fuzz.FIXED_BUGS, ids=[b.replay for b in fuzz.FIXED_BUGS])
+def test_fixed_reader_bug_stays_fixed(bug, tmp_path):
+    """Reproducers of reader bugs the fuzzer found and the ingest work fixed (issue 27 items 1, 2, 5)."""
+    out = fuzz.replay(bug.replay, str(tmp_path / "case"), timeout_s=10.0, mem_mb=1024, rss_mb=1024)
+    assert out.kind not in fuzz.FAILURES, f"{bug.reason}: {out.kind}: {out.detail.strip()[-800:]}"
+
+
 @pytest.mark.parametrize("reader", fuzz.READERS)
 def test_rejected_mutant_exits_2_naming_the_file(reader, tmp_path):
     """The CLI contract behind the fuzz rule: the first rejected mutant of each reader's CI cases makes

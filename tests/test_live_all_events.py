@@ -18,7 +18,7 @@ import polars as pl
 import tracedat_ref as ref
 from live_record import kernel_lost, record, stats_counters
 from test_convert import assert_convert_matches
-from abtest.trace import tracedat, tracedat_format, tracedat_layout
+from abtest.trace import tracedat
 from abtest.trace.readers import read_trace
 
 WORKLOAD = [["hackbench", "-l", "20"], ["sh", "-c", "ls -R /usr/lib > /dev/null"]]
@@ -45,9 +45,7 @@ def test_every_kernel_event_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_pa
     assert counts == {ev: len(rows) for ev, rows in reference.items()}
     assert len(counts) >= 100, sorted(counts)
 
-    lay = tracedat_layout.parse_layout(out, data)
-    printk = tracedat_format.parse_printk_formats(lay.printk)
-    syms = ref.Symbols(tracedat_layout.load_kallsyms(lay).decode())
+    printk, syms = ref.printk_and_symbols(out)
     checked = ref.compare_fields_as_printed(raw, str(out), printk, syms)
     assert checked["events"] == sum(counts.values()) - counts.get("bprint", 0)
     assert checked["symbols"] > 0  # code addresses (call sites, ips) were checked against kallsyms
@@ -75,8 +73,7 @@ def test_every_kernel_event_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_pa
 
     # `abtest trace convert` (most tables written from the decoder's arrays) reads back to the same
     # tables and meta as read_trace(); tables with `char *` or list fields take the frame path
-    kept = assert_convert_matches(out, tmp_path / "converted")
-    assert sum(kept.values()) > 100 and not all(kept.values())
+    assert_convert_matches(out, tmp_path / "converted")
 
     # the same file as `trace-cmd report` text: the same events; the text carries only trace-cmd's
     # markers, so an uncounted one counts 1 there and the total is flagged as a lower bound

@@ -19,7 +19,7 @@ import pytest
 import tracedat_ref as ref
 from live_record import current_clock, kernel_lost, record_instances
 from test_convert import assert_convert_matches
-from abtest.trace import tracedat, tracedat_layout
+from abtest.trace import tracedat
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
 
@@ -89,11 +89,11 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     # the same file as v6 (BUFFER options pointing to per-instance flyrecord headers): the same tables
     meta6 = ref.assert_v6_rewrite_matches(out, tmp_path / "instances-v6.dat", raw)
     assert meta6["instance_buffers"] == buffers
-    # uncompressed v7 (stored per-CPU data per buffer), and the record-index decode path: the same tables
+    # uncompressed v7 (stored per-CPU data per buffer): the same tables
     v7 = tmp_path / "instances-v7-stored.dat"
     subprocess.run(["trace-cmd", "convert", "-i", str(out), "-o", str(v7), "--file-version", "7",
                     "--compression", "none"], check=True, capture_output=True)
-    for other, _ in (tracedat.read(v7, v7.read_bytes()), tracedat.read(out, out.read_bytes(), fused=False)):
+    for other, _ in (tracedat.read(v7, v7.read_bytes()),):
         assert sorted(other) == sorted(raw)
         for name in raw:
             assert other[name].equals(raw[name]), name
@@ -108,14 +108,13 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
                 == data.tables[name]["instance"].cast(pl.String).to_list()), name
 
     # `abtest trace convert` of the file (frames only: tables of several buffers are merged)
-    kept = assert_convert_matches(out, tmp_path / "converted")
-    assert not any(kept.values())
+    assert_convert_matches(out, tmp_path / "converted")
 
     # a corrupt chunk of an instance's ring-buffer data is an error naming the instance, the CPU and the
     # chunk's offset, never a shorter trace
-    lay = tracedat_layout.parse_layout(out, out.read_bytes(), inflate=False)
-    inst = next(i for i in lay.instances if i.name == a)
-    cpu, spans = inst.chunks[0]
+    lay = tracedat.layout(out, out.read_bytes())
+    inst = next(b for b in lay["buffers"] if b["name"] == a)
+    cpu, spans = inst["cpus"][0]["cpu"], inst["cpus"][0]["chunks"]
     start, size, _inflated = spans[-1]
     bad = bytearray(out.read_bytes())
     bad[start + 4:start + size - 4] = b"\xff" * (size - 8)

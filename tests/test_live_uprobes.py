@@ -15,7 +15,7 @@ import sys
 import polars as pl
 
 import tracedat_ref as ref
-from abtest.trace import tracedat, tracedat_format, tracedat_layout
+from abtest.trace import tracedat
 from abtest.trace.readers import read_trace
 
 
@@ -87,8 +87,6 @@ def test_uprobe_events_decode_as_trace_cmd_reports_them(tracefs_lock, tmp_path):
     calls, returns = raw[entry].filter(pl.col("common_pid") == pid), raw[ret].filter(pl.col("common_pid") == pid)
     assert calls.height == returns.height and (calls["__probe_ip"] == returns["__probe_func"]).all()
     assert (returns["ts"] > calls["ts"]).all()
-    lay = tracedat_layout.parse_layout(out, data)
-    checked = ref.compare_fields_as_printed(raw, str(out), tracedat_format.parse_printk_formats(lay.printk),
-                                            ref.Symbols(tracedat_layout.load_kallsyms(lay).decode()))
+    checked = ref.compare_fields_as_printed(raw, str(out), *ref.printk_and_symbols(out))
     assert checked["events"] == sum(df.height for df in raw.values())
     assert read_trace(out).meta["events"] == {ev: len(rows) for ev, rows in ref.events(str(out)).items()}

@@ -124,7 +124,9 @@ def test_pelt_vs_window_on_juno(juno):
 
 def test_boost_never_lowers_the_request_on_juno(juno):
     sig = juno.load_tracking.df_cpu_signals()
-    assert sig["source"][0] == "simulated"  # Juno's 4.19 kernel has no runnable_avg
+    # Juno's 4.19 kernel has util but no runnable_avg: util from the kernel, runnable simulated
+    assert sig["util_source"].unique().to_list() == ["kernel"]
+    assert sig["runnable_source"].drop_nulls().unique().to_list() == ["simulated"]
     res = juno.load_tracking.df_boost()
     req = res.requests.drop_nulls("util_khz")
     assert req.height > 100
@@ -172,6 +174,39 @@ def test_missing_events_are_named(traces):
 
 def test_summary_juno(juno):
     s = load_tracking.summary(juno)
-    assert s["signal_source"] == "simulated"
+    assert s["signal_source"] == "kernel util, simulated runnable"
+    assert s["sources"] == {"util": "kernel", "runnable": "simulated", "load": "kernel"}
     assert set(s["per_cpu"]) == {"0", "1", "2", "3", "4", "5"}
     assert s["pelt_sim_mae_util"]["task"] < TASK_MAE_BOUND
+
+
+def test_kernel_util_is_kept_when_runnable_is_missing(juno, traces):
+    """Pre-5.7 kernels (Juno 4.19) trace util and load but no runnable: the kernel's util is reported (it was
+    replaced by the simulation before: CPU0 19.27 instead of 25.57) and only runnable is simulated. Expected
+    means from `trace-cmd report`: each root cfs_rq sample holds until the next, from the CPU's first sample
+    in the window to the window end."""
+    out = subprocess.run(["trace-cmd", "report", "-t", str(traces / JUNO)], capture_output=True, text=True,
+                         check=True).stdout
+    samples: dict[int, list[tuple[int, int, int]]] = {}
+    for m in re.finditer(r"\s(\d+)\.(\d{9}): sched_load_cfs_rq:\s+cpu=(\d+) path=/ load=(\d+) util=(\d+)", out):
+        samples.setdefault(int(m[3]), []).append((int(m[1]) * 10**9 + int(m[2]), int(m[5]), int(m[4])))
+    end = juno.end_ns
+    s = load_tracking.summary(juno)
+    for cpu, rows in samples.items():
+        rows.sort(key=lambda r: r[0])
+        spans = [(b[0] - a[0], a) for a, b in zip(rows, rows[1:] + [(end, 0, 0)])]
+        util = sum(d * a[1] for d, a in spans) / sum(d for d, _ in spans)
+        load = sum(d * a[2] for d, a in spans) / sum(d for d, _ in spans)
+        assert s["per_cpu"][str(cpu)]["mean_util"] == pytest.approx(util)
+        assert s["per_cpu"][str(cpu)]["mean_load"] == pytest.approx(load)
+    assert s["per_cpu"]["0"]["mean_util"] == pytest.approx(25.57, abs=0.01)
+    vals = {v.key: v.value for v in load_tracking.metrics(juno)}
+    assert vals["load_tracking.cpu.0.mean_util"] == pytest.approx(s["per_cpu"]["0"]["mean_util"])
+    # per cluster (workload-processor's PELT per cluster): the mean of the cluster's CPUs' means
+    little = [s["per_cpu"][c]["mean_util"] for c in ("0", "3", "4", "5")]
+    assert vals["load_tracking.cluster.cpu0,3-5.mean_util"] == pytest.approx(sum(little) / 4)
+    assert s["per_cluster"]["cpu1-2"]["mean_load"] == pytest.approx(
+        (s["per_cpu"]["1"]["mean_load"] + s["per_cpu"]["2"]["mean_load"]) / 2)
+    # the fully simulated signals remain available, labelled so
+    sim = juno.load_tracking.df_cpu_signals(source="simulated")
+    assert set(sim["util_source"]) == {"simulated"} and set(sim["source"]) == {"simulated"}

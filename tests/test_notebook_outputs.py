@@ -10,7 +10,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-MIN_FIGURES = {"ab_compare.ipynb": 3, "explore_trace.ipynb": 7}
+MIN_FIGURES = {"ab_compare.ipynb": 3, "explain.ipynb": 2, "explore_trace.ipynb": 7}
 MAX_BYTES = 512 * 1024
 
 

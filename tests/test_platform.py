@@ -132,3 +132,41 @@ def test_platform_from_cpuinfo_meta():
     assert [d["cpus"] for d in p["domains"]] == [[0, 1], [2]]
     assert p["domains"][1]["opps"][0]["capacity"] == 256.0
     assert platform_from_meta({}) is None
+
+
+def test_a_platform_for_another_system_is_refused(traces):
+    """LISA's 6-CPU Juno plat_info on a 2-CPU x86 trace used to be applied silently (its idle-state names
+    relabelled the VM's states): refused now, naming the disagreement, by every analysis that uses it."""
+    from abtest import Trace
+    from abtest.analysis import idle
+    from abtest.analysis.platform import PlatformMismatchError, trace_platform
+
+    x86 = traces / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
+    t = Trace(x86, platform=traces / "lisa" / "sched_load-plat_info.yml")
+    with pytest.raises(PlatformMismatchError, match="juno describes 6 CPUs, the trace has 2"):
+        trace_platform(t)
+    with pytest.raises(PlatformMismatchError):
+        idle.summary(t)
+    # right CPU count, too few idle states: the VM enters state 1 (haltpoll) on both CPUs
+    one_state = {"name": "one-state", "domains": [{"cpus": [0, 1], "opps": [{"frequency_khz": 1000000}],
+                                                    "idle_states": [{"name": "WFI"}]}]}
+    with pytest.raises(PlatformMismatchError, match="CPU0 enters idle state 1 but one-state lists 1 idle states"):
+        trace_platform(Trace(x86, platform=one_state))
+    two_states = {"name": "two-states", "domains": [{"cpus": [0, 1], "opps": [{"frequency_khz": 1000000}],
+                                                     "idle_states": [{"name": "POLL"}, {"name": "haltpoll"}]}]}
+    assert trace_platform(Trace(x86, platform=two_states))["name"] == "two-states"
+
+
+def test_frequencies_outside_the_platform_opps_warn(traces):
+    """LISA's trace_txt test trace is from a Juno r2 (devlib's markers: 950 MHz little, 1.2 GHz big) while
+    its plat_info is a Juno r0's OPP table: the analyses run, with a warning and a note naming the values."""
+    from abtest import Trace
+    from abtest.analysis.platform import PlatformMismatchWarning, trace_platform
+
+    t = Trace(traces / "lisa" / "trace_txt-trace.txt", platform=traces / "lisa" / "trace_txt-plat_info.yml")
+    with pytest.warns(PlatformMismatchWarning, match="CPU1 runs at 1200000 kHz, not OPPs of juno"):
+        plat = trace_platform(t)
+    notes = [n for n in plat["notes"] if "does not match the trace" in n]
+    assert len(notes) == 6  # every CPU
+    ok = Trace(traces / "lisa" / "sched_load-trace.dat", platform=traces / "lisa" / "sched_load-plat_info.yml")
+    assert not any("does not match" in n for n in trace_platform(ok)["notes"])

@@ -544,25 +544,32 @@ def test_kernel_syscall_line_forms(tmp_path):
 
 
 def test_multi_line_kernel_messages(tmp_path):
-    """A newline inside a printk message continues the console event on the next lines of the kernel's
-    text (lines as tracefs printed them on this machine). Only after a console event: an unrecognised
-    line after any other event, a trace_marker write included, is still an error."""
+    """A newline inside a printk message or a trace_marker write continues the event on the next lines of the
+    kernel's text (lines as tracefs printed them on this machine): joined to it and counted (such a line may as
+    well be damage). An unrecognised line after any other event is an import error (counted with its line),
+    and the events are kept."""
     head = "# tracer: nop\n#\n"
     path = tmp_path / "multi.txt"
     path.write_text(
         head + "              sh-1670    [001] d.... 57952.875240: console: abtest console test one\n"
         "              sh-1670    [001] d.... 57952.875267: console: two\nlines\nand three\n"
-        "              sh-1671    [000] ..... 57952.875300: tracing_mark_write: abtest marker\n"
+        "              sh-1671    [000] ..... 57952.875300: tracing_mark_write: abtest marker\n gid=4\n"
         "              sh-1671    [000] d..2. 57952.875400: sched_switch: prev_comm=sh prev_pid=1671 prev_prio=120 "
         "prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120\n")
     data = read_trace(path)
     assert data.tables["console"]["buf"].to_list() == ["abtest console test one", "two\nlines\nand three"]
-    assert data.tables["marker"]["text"].to_list() == ["abtest marker"]
+    assert data.tables["marker"]["text"].to_list() == ["abtest marker\n gid=4"]
     assert data.meta["events"]["sched_switch"] == 1
     assert any("continue the text" in w for w in data.meta["warnings"])
+    assert list(data.meta["import_errors"]) == ["continuation_line"]  # joined, and counted: it may be damage
+    assert [ex["line"] for ex in data.meta["import_errors"]["continuation_line"]["examples"]] == [5, 6, 8]
     bad = tmp_path / "bad.txt"
-    for event in ("sched_switch: prev_comm=sh prev_pid=1671 prev_prio=120 prev_state=S ==> next_comm=swapper/0 "
-                  "next_pid=0 next_prio=120", "tracing_mark_write: abtest marker"):
-        bad.write_text(head + f"              sh-1671    [000] d..2. 57952.875400: {event}\ngarbage here\n")
-        with pytest.raises(TraceFormatError, match="line 4"):
-            read_trace(bad)
+    switch = ("sched_switch: prev_comm=sh prev_pid=1671 prev_prio=120 prev_state=S ==> next_comm=swapper/0 "
+              "next_pid=0 next_prio=120")
+    bad.write_text(head + f"              sh-1671    [000] d..2. 57952.875400: {switch}\ngarbage here\n"
+                   f"              sh-1671    [000] d..2. 57952.875500: {switch}\n")
+    data = read_trace(bad)
+    assert data.meta["events"] == {"sched_switch": 2}
+    assert data.meta["import_errors"]["unrecognised_line"]["count"] == 1
+    example = data.meta["import_errors"]["unrecognised_line"]["examples"][0]
+    assert (example["line"], example["text"]) == (4, "garbage here")

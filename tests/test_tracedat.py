@@ -353,12 +353,3 @@ def test_standin_v7_zlib(tmp_path, endian):
                    df["msg"].to_list()))
     assert got == expected
     assert meta["lost_events"] == 17
-
-
-def test_pointer_field_declared_with_the_star_on_the_name():
-    """`const char *name` (star written against the name, as some out-of-tree and older formats do) is the
-    same field as the kernel's usual `const char * name`: the stars belong to the type."""
-    from abtest.trace import tracedat_format as tf
-    assert tf._classify("const char *filename", 16, 8, "0") == tf._classify("const char * filename", 16, 8, "0")
-    f = tf._classify("const char **argv", 8, 8, "0")
-    assert (f.name, f.type) == ("argv", "const char **")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from abtest.trace import tracedat_layout
+from abtest.trace import tracedat
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
 from shared_data import TRACES
@@ -37,9 +37,14 @@ def _cli_info(path: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
+def _cpu_spans(path: Path, data: bytes | None = None) -> list[tuple[int, int, int]]:
+    """(cpu, file offset, size) of the top buffer's stored per-CPU data with pages."""
+    lay = tracedat.layout(path, data if data is not None else path.read_bytes())
+    return [(c["cpu"], c["offset"], c["size"]) for c in lay["buffers"][0]["cpus"] if c["size"]]
+
+
 def _first_page(path: Path) -> int:
-    lay = tracedat_layout.parse_layout(path, path.read_bytes())
-    return next(cd.file_offset for cd in lay.cpu_data if cd.size > 0)
+    return _cpu_spans(path)[0][1]
 
 
 @pytest.mark.parametrize("src", [V6, V7, V6_32BIT], ids=["v6", "v7-zstd", "v6-32bit"])
@@ -89,21 +94,9 @@ def test_event_header_length_out_of_range(tmp_path):
 
 
 def _first_zstd_chunk_offset(path: Path) -> int:
-    """File offset of CPU 0's first compressed chunk header (u32 csize, u32 usize, zstd frame)."""
-    seen = []
-    orig = tracedat_layout._cpu_chunks
-
-    def spy(cur, off, size, cpu, buffer=""):
-        got = orig(cur, off, size, cpu, buffer)
-        seen.extend(got)
-        return got
-
-    tracedat_layout._cpu_chunks = spy
-    try:
-        tracedat_layout.parse_layout(path, path.read_bytes())
-    finally:
-        tracedat_layout._cpu_chunks = orig
-    return seen[0][2]
+    """File offset of the first CPU's first compressed chunk header (u32 csize, u32 usize, zstd frame)."""
+    lay = tracedat.layout(path, path.read_bytes())
+    return lay["buffers"][0]["cpus"][0]["chunks"][0][0] - 8
 
 
 def test_bad_compression_stream(tmp_path):
@@ -155,8 +148,7 @@ def test_random_byte_flips_never_crash(tmp_path):
     """Flipped bytes inside ring-buffer pages: either a clean decode or a TraceFormatError, never an
     IndexError / Rust panic / silent success with a bogus header."""
     data = V6.read_bytes()
-    lay = tracedat_layout.parse_layout(V6, data)
-    spans = [(cd.file_offset, cd.size) for cd in lay.cpu_data if cd.size]
+    spans = [(off, size) for _cpu, off, size in _cpu_spans(V6)]
     rng = random.Random(1234)
     outcomes = {"ok": 0, "error": 0}
     for k in range(25):
@@ -174,26 +166,20 @@ def test_random_byte_flips_never_crash(tmp_path):
     assert sum(outcomes.values()) == 25
 
 
-def _page_with_room(data: bytes, lay, commit_size: int = 8) -> tuple[int, int]:
-    """A page of the v6 file whose committed data leaves room for a stored missed-events count."""
-    for cd in lay.cpu_data:
-        for page in range(cd.file_offset, cd.file_offset + cd.size, lay.page_size):
+def _page_with_room(data: bytes, commit_size: int = 8) -> tuple[int, int, int]:
+    """(cpu, page offset, commit) of a page of the v6 file whose committed data leaves room for a stored
+    missed-events count."""
+    for cpu, off, size in _cpu_spans(V6, data):
+        for page in range(off, off + size, 4096):
             commit = struct.unpack_from("<Q", data, page + 8)[0] & ((1 << 30) - 1)
-            if 16 + commit + commit_size <= lay.page_size:
-                return page, commit
+            if 16 + commit + commit_size <= 4096:
+                return cpu, page, commit
     raise AssertionError("no page with room")
 
 
-@pytest.mark.parametrize("pieces", [None, "3"], ids=["one-job-per-cpu", "3-pieces-per-cpu"])
-def test_lost_events_counted_per_cpu(tmp_path, monkeypatch, pieces):
-    """Lost events per CPU, also when each CPU's pages are decoded as 3 pieces and joined (the counts of
-    a CPU's pieces add up)."""
-    if pieces:
-        monkeypatch.setenv("ABTEST_FUSED_PIECES", pieces)
+def test_lost_events_counted_per_cpu(tmp_path):
     data = bytearray(V6.read_bytes())
-    lay = tracedat_layout.parse_layout(V6, bytes(data))
-    page, commit = _page_with_room(bytes(data), lay)
-    cpu = next(cd.cpu for cd in lay.cpu_data if cd.file_offset <= page < cd.file_offset + cd.size)
+    cpu, page, commit = _page_with_room(bytes(data))
     flags = (1 << 31) | (1 << 30)  # RB_MISSED_EVENTS | RB_MISSED_STORED
     struct.pack_into("<Q", data, page + 8, commit | flags)
     struct.pack_into("<Q", data, page + 16 + commit, 4242)
@@ -208,13 +194,9 @@ def test_lost_events_counted_per_cpu(tmp_path, monkeypatch, pieces):
     assert r.returncode == 0 and "4242 events were lost" in r.stderr
 
 
-@pytest.mark.parametrize("pieces", [None, "3"], ids=["one-job-per-cpu", "3-pieces-per-cpu"])
-def test_lost_events_without_stored_count(tmp_path, monkeypatch, pieces):
-    if pieces:
-        monkeypatch.setenv("ABTEST_FUSED_PIECES", pieces)
+def test_lost_events_without_stored_count(tmp_path):
     data = bytearray(V6.read_bytes())
-    lay = tracedat_layout.parse_layout(V6, bytes(data))
-    page, commit = _page_with_room(bytes(data), lay)
+    _cpu, page, commit = _page_with_room(bytes(data))
     struct.pack_into("<Q", data, page + 8, commit | (1 << 31))  # RB_MISSED_EVENTS, count not stored
     p = _write(tmp_path, "lost-unknown.dat", bytes(data))
     d = read_trace(p)

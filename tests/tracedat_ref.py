@@ -131,6 +131,15 @@ def _printed_integer_matches(value: int, text: str, bits: int) -> bool:
 _INT_BITS = {pl.Int8: 8, pl.UInt8: 8, pl.Int16: 16, pl.UInt16: 16, pl.Int32: 32, pl.UInt32: 32}
 
 
+def printk_and_symbols(path) -> tuple[dict[int, str], "Symbols"]:
+    """The file's printk formats ({address: format text}) and kernel symbols, as the decoder reads them."""
+    from pathlib import Path
+    from abtest.trace import tracedat
+    printk, kallsyms = tracedat.printk_and_kallsyms(path, Path(path).read_bytes())
+    return ({a: f.decode("utf-8", "replace") for a, f in printk.items()},
+            Symbols(kallsyms.decode("utf-8", "replace")))
+
+
 class Symbols:
     """Kernel symbol lookup over the kallsyms text a trace.dat carries (`addr type name [module]` lines)."""
 

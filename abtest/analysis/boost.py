@@ -55,7 +55,7 @@ def df_boost_requests(signals: pl.DataFrame, platform: dict, *, start_ns: int | 
     """Per-domain requested frequency over time for both scenarios (see BoostResult.requests).
 
     ``signals``: cpu, ts, util, runnable (PELT units; runnable null = unknown -> boost = util). ``backend``:
-    "native" (native/src/sim_boost.rs) or "python" (these frames: the reference).
+    "native" (native/sim/src/boost.rs) or "python" (these frames: the reference).
     """
     if not platform or not platform.get("domains") or not any(d["opps"] for d in platform["domains"]):
         raise ValueError("boost what-if needs a platform with frequency domains and OPPs")

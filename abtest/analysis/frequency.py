@@ -1,28 +1,49 @@
-"""CPU frequency: OPP residency (total and active), average frequency, transitions, rapid oscillation.
+"""CPU frequency: OPP residency (total and active), average frequency per CPU and per domain, transitions,
+rapid oscillation.
 
-Needs ``cpu_frequency`` (ts, cpu, frequency_khz). Uses ``cpu_idle`` when present to split active time
-(CPU not idle) from total time. Frequency domains come from the platform when known, else they are
-inferred (CPUs whose cpu_frequency value sequences are identical share a domain).
+Sources, in one change stream ``ts, cpu, frequency_khz, source`` (frequency_changes):
 
-Before a CPU's first cpu_frequency event the frequency is unknown: those intervals have
-``frequency_khz`` = null and are reported as such (never attributed to an OPP). Perfetto traces may also
-hold polled frequencies (``cpu_frequency_polled``: the sys_stats cpufreq readings); the samples taken
-before a CPU's first cpu_frequency event fill that gap (df_cpu_frequency_seeded), later ones are not used
-(the events are exact, the polls only instants).
+* ``cpu_frequency`` kernel events (source "kernel"): cpufreq emits one per CPU of a policy each time it
+  changes the frequency;
+* the same event carried by trace_marker text (source "marker"; abtest.analysis.meta_events): devlib /
+  LISA / Workload Automation write every CPU's frequency when tracing starts and stops
+  (``cpu_frequency_devlib: state=<kHz> cpu_id=<cpu>``), so a CPU whose frequency never changes still has a
+  known frequency;
+* perfetto's polled sys_stats readings (``cpu_frequency_polled``, source "polled"), used only before a
+  CPU's first kernel event (the events are exact, the polls only instants).
+
+``cpu_idle`` (when present) splits active time (CPU not idle) from total time. Frequency domains come
+from the platform when known, else they are inferred (CPUs whose frequency sequences are identical share a
+domain); a domain is named by its first CPU (``domain`` column) or by its CPUs (``cluster``, see
+abtest.analysis.clusters).
+
+Unknown time: before a CPU's first known value (from any source) the frequency is unknown. Those
+intervals have ``frequency_khz`` = null and are reported as such (``unknown_pct``), never attributed to an
+OPP, so residency shares plus the unknown share sum to 100 %.
+
+Transitions are counted as cpufreq's ``stats/total_trans`` counts them: every kernel event whose
+frequency differs from the value in force before it (known from any source); a CPU's first kernel event
+counts when nothing was known before it (the kernel emits the event only on a change). Marker and polled
+samples are state, never transitions.
 """
 from __future__ import annotations
 
 import polars as pl
 
+from abtest.analysis.clusters import cpus_label, df_domains_from_frequency
+from abtest.analysis.meta_events import meta_cpu_frequency
 from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import (df_cpu_idle_intervals, df_intervals, df_intervals_join, window_of)
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.trace.errors import MissingEventsError
 
-EVENTS = ("cpu_frequency",)
-OPTIONAL_EVENTS = ("cpu_idle", "cpu_frequency_limits", "cpu_frequency_polled")
+# cpu_frequency kernel events, or only marker-carried ones (devlib): either is enough, so none is required
+EVENTS: tuple[str, ...] = ()
+OPTIONAL_EVENTS = ("cpu_frequency", "marker", "cpu_idle", "cpu_frequency_limits", "cpu_frequency_polled")
 
-__all__ = ["EVENTS", "OPTIONAL_EVENTS", "df_cpu_frequency_seeded", "df_frequency_intervals", "df_cpu_domains", "df_opp_residency",
-           "df_domain_opp_residency", "df_frequency_stats", "df_transitions", "df_oscillations",
+__all__ = ["EVENTS", "OPTIONAL_EVENTS", "df_cpu_frequency_seeded", "df_frequency_changes", "frequency_changes",
+           "df_frequency_intervals", "df_cpu_domains", "df_opp_residency", "df_domain_opp_residency",
+           "df_domain_frequency_stats", "df_frequency_stats", "df_transitions", "df_oscillations",
            "plot_opp_residency", "FrequencyAnalysis", "summary"]
 
 
@@ -42,6 +63,32 @@ def df_cpu_frequency_seeded(cpu_frequency: pl.DataFrame, polled: pl.DataFrame | 
     return pl.concat([seeds, ev]).sort("ts", "cpu", maintain_order=True)
 
 
+def df_frequency_changes(cpu_frequency: pl.DataFrame | None, *, marker: pl.DataFrame | None = None,
+                         polled: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The frequency change stream of all sources: ``ts (ns), cpu (Int32), frequency_khz (Int64), source``
+    ("kernel" | "marker" | "polled", see the module docstring), sorted by ts (kernel first at equal ts).
+
+    Events: cpu_frequency; optional marker (devlib/LISA meta events), cpu_frequency_polled.
+    """
+    schema = {"ts": pl.Int64, "cpu": pl.Int32, "frequency_khz": pl.Int64, "source": pl.Utf8}
+    parts = []
+    if cpu_frequency is not None and not cpu_frequency.is_empty():
+        parts.append(cpu_frequency.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
+                                          pl.col("frequency_khz").cast(pl.Int64), pl.lit("kernel").alias("source")))
+    kernel = parts[0] if parts else pl.DataFrame(schema=schema)
+    if polled is not None and not polled.is_empty():
+        seeded = df_cpu_frequency_seeded(kernel.drop("source"), polled)
+        parts.append(seeded.join(kernel.select("ts", "cpu"), on=["ts", "cpu"], how="anti")
+                     .with_columns(pl.lit("polled").alias("source")).select(list(schema)))
+    if marker is not None and not marker.is_empty():
+        parts.append(meta_cpu_frequency(marker).select(list(schema)))
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    order = pl.col("source").replace_strict({"kernel": 0, "polled": 1, "marker": 2}, return_dtype=pl.Int8)
+    return (pl.concat([p.cast(schema) for p in parts]).with_columns(order.alias("_o"))
+            .sort("ts", "_o", "cpu", maintain_order=True).drop("_o"))
+
+
 def df_frequency_intervals(cpu_frequency: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
                            cpus: list[int] | None = None) -> pl.DataFrame:
     """Per-CPU frequency intervals: ``cpu, ts (ns), dur (ns), frequency_khz`` (null = not yet known).
@@ -53,15 +100,14 @@ def df_frequency_intervals(cpu_frequency: pl.DataFrame, *, start_ns: int | None 
 
 
 def df_cpu_domains(cpu_frequency: pl.DataFrame, platform: dict | None = None) -> pl.DataFrame:
-    """``cpu, domain`` (Int32): from the platform, else inferred from identical frequency sequences
-    (domain = smallest CPU of the group). Events: cpu_frequency."""
+    """``cpu, domain`` (Int32; domain = the smallest CPU of the frequency domain): from the platform, else
+    inferred from identical frequency sequences (abtest.analysis.clusters). Events: cpu_frequency."""
     if platform and platform.get("cpus"):
-        return pl.DataFrame([(c["cpu"], c["domain"]) for c in platform["cpus"]], schema={"cpu": pl.Int32, "domain": pl.Int32},
-                            orient="row")
-    seqs = (cpu_frequency.sort("ts").group_by("cpu", maintain_order=True)
-            .agg(pl.col("frequency_khz").alias("_seq")))
-    return (seqs.with_columns(pl.col("cpu").min().over("_seq").alias("domain"))
-            .select(pl.col("cpu").cast(pl.Int32), pl.col("domain").cast(pl.Int32)).sort("cpu"))
+        doms = pl.DataFrame([(c["cpu"], c["domain"]) for c in platform["cpus"]],
+                            schema={"cpu": pl.Int32, "domain": pl.Int32}, orient="row")
+        return doms.select("cpu", pl.col("cpu").min().over("domain").alias("domain")).sort("cpu")
+    kern = cpu_frequency.filter(pl.col("source") == "kernel") if "source" in cpu_frequency.columns else cpu_frequency
+    return df_domains_from_frequency(kern if not kern.is_empty() else cpu_frequency)
 
 
 def _with_idle(freq_iv: pl.DataFrame, cpu_idle: pl.DataFrame | None, start_ns: int, end_ns: int) -> pl.DataFrame:
@@ -140,17 +186,25 @@ def df_domain_opp_residency(cpu_frequency: pl.DataFrame, cpu_idle: pl.DataFrame 
 
 
 def df_transitions(cpu_frequency: pl.DataFrame) -> pl.DataFrame:
-    """Frequency changes per CPU (events that repeat the current value are not transitions).
+    """Frequency transitions per CPU, counted like cpufreq's ``total_trans``.
 
-    Columns: cpu, ts (ns), from_khz, to_khz, held_ns (how long from_khz was in force; null for the first).
-    Events: cpu_frequency.
+    A transition is a kernel event (``source`` "kernel", or any row when the frame has no ``source``)
+    whose frequency differs from the value in force before it (known from any source: a marker-carried
+    value or a polled sample counts as known); a CPU's first kernel event is a transition when nothing
+    was known before it. Marker and polled rows set the state but are never transitions.
+
+    Columns: cpu, ts (ns), from_khz (null: nothing known before), to_khz, held_ns (how long from_khz was in
+    force; null when from_khz is null). Events: cpu_frequency (+ the sources of df_frequency_changes).
     """
-    ev = (cpu_frequency.select(pl.col("cpu").cast(pl.Int32), "ts", pl.col("frequency_khz").cast(pl.Int64))
-          .sort("cpu", "ts"))
-    ev = ev.with_columns(pl.col("frequency_khz").shift(1).over("cpu").alias("from_khz"))
-    ch = ev.filter(pl.col("from_khz").is_null() | (pl.col("from_khz") != pl.col("frequency_khz")))
-    ch = ch.with_columns(pl.col("ts").shift(1).over("cpu").alias("_prev_ts"))
-    return ch.filter(pl.col("from_khz").is_not_null()).select(
+    src = pl.col("source") if "source" in cpu_frequency.columns else pl.lit("kernel")
+    ev = (cpu_frequency.select(pl.col("cpu").cast(pl.Int32), pl.col("ts").cast(pl.Int64),
+                               pl.col("frequency_khz").cast(pl.Int64), src.alias("source"))
+          .with_row_index("_o").sort("cpu", "ts", "_o"))
+    ev = ev.with_columns(pl.col("frequency_khz").shift(1).over("cpu").alias("_prev"))
+    ch = ev.filter(pl.col("_prev").is_null() | (pl.col("_prev") != pl.col("frequency_khz")))
+    ch = ch.with_columns(pl.col("ts").shift(1).over("cpu").alias("_prev_ts"),
+                         pl.col("frequency_khz").shift(1).over("cpu").alias("from_khz"))
+    return ch.filter(pl.col("source") == "kernel").select(
         "cpu", "ts", "from_khz", pl.col("frequency_khz").alias("to_khz"),
         (pl.col("ts") - pl.col("_prev_ts")).alias("held_ns"))
 
@@ -159,35 +213,82 @@ def df_frequency_stats(cpu_frequency: pl.DataFrame, cpu_idle: pl.DataFrame | Non
                        start_ns: int | None = None, end_ns: int | None = None) -> pl.DataFrame:
     """Per-CPU frequency statistics over the window.
 
-    Columns: cpu, events (cpu_frequency events in the window), event_mean_khz (plain mean of the requested
-    values), time_weighted_khz (over the time the frequency is known), active_time_weighted_khz (over
-    non-idle time; null without cpu_idle), known_ns (time with a known frequency), transitions (value
-    changes in the window), transitions_per_s (per second of window).
-    Events: cpu_frequency; optional cpu_idle.
+    ``cpu_frequency``: a change stream (df_frequency_changes; a plain cpu_frequency table counts as kernel
+    events). Columns: cpu, events (kernel cpu_frequency events in the window), marker_samples (marker-carried
+    values in the window), event_mean_khz (plain mean of the kernel events' values), time_weighted_khz (over
+    the time the frequency is known), active_time_weighted_khz (over non-idle time; null without cpu_idle),
+    known_ns (time with a known frequency), unknown_ns (window time before the first known value),
+    transitions (df_transitions in the window), transitions_per_s (per second of window).
+    Events: cpu_frequency or marker; optional cpu_idle.
     """
     start_ns, end_ns = window_of(cpu_frequency, start_ns, end_ns)
     iv = _with_idle(df_frequency_intervals(cpu_frequency, start_ns=start_ns, end_ns=end_ns), cpu_idle, start_ns, end_ns)
-    known = iv.filter(pl.col("frequency_khz").is_not_null())
     f = pl.col("frequency_khz").cast(pl.Float64)
-    act = pl.col("idle") == False  # noqa: E712
-    tw = known.group_by("cpu").agg(
-        pl.col("dur").sum().alias("known_ns"),
-        ((f * pl.col("dur")).sum() / pl.col("dur").sum()).alias("time_weighted_khz"),
+    known = pl.col("frequency_khz").is_not_null()
+    act = known & (pl.col("idle") == False)  # noqa: E712
+    tw = iv.group_by("cpu").agg(
+        pl.col("dur").filter(known).sum().alias("known_ns"),
+        pl.col("dur").filter(~known).sum().alias("unknown_ns"),
+        ((f * pl.col("dur")).filter(known).sum() / pl.col("dur").filter(known).sum()).alias("time_weighted_khz"),
         ((f * pl.col("dur")).filter(act).sum() / pl.col("dur").filter(act).sum()).alias("active_time_weighted_khz"),
     )
-    inwin = cpu_frequency.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
+    src = pl.col("source") if "source" in cpu_frequency.columns else pl.lit("kernel")
+    inwin = cpu_frequency.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns)).with_columns(src.alias("_src"))
+    kern = pl.col("_src") == "kernel"
     evs = inwin.group_by(pl.col("cpu").cast(pl.Int32)).agg(
-        pl.len().cast(pl.Int64).alias("events"), pl.col("frequency_khz").cast(pl.Float64).mean().alias("event_mean_khz"))
+        kern.sum().cast(pl.Int64).alias("events"), (pl.col("_src") == "marker").sum().cast(pl.Int64).alias("marker_samples"),
+        pl.col("frequency_khz").filter(kern).cast(pl.Float64).mean().alias("event_mean_khz"))
     tr = df_transitions(cpu_frequency).filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
     trc = tr.group_by("cpu").agg(pl.len().cast(pl.Int64).alias("transitions"))
     dur_s = (end_ns - start_ns) / 1e9
     out = (tw.join(evs, on="cpu", how="full", coalesce=True).join(trc, on="cpu", how="left")
-           .with_columns(pl.col("transitions").fill_null(0), pl.col("events").fill_null(0)))
+           .with_columns(pl.col("transitions", "events", "marker_samples").fill_null(0)))
     out = out.with_columns((pl.col("transitions") / dur_s if dur_s > 0 else pl.lit(None, pl.Float64)).alias("transitions_per_s"))
     if cpu_idle is None:
         out = out.with_columns(pl.lit(None, pl.Float64).alias("active_time_weighted_khz"))
-    return out.select("cpu", "events", "event_mean_khz", "time_weighted_khz", "active_time_weighted_khz",
-                      "known_ns", "transitions", "transitions_per_s").sort("cpu")
+    return out.select("cpu", "events", "marker_samples", "event_mean_khz", "time_weighted_khz",
+                      "active_time_weighted_khz", "known_ns", "unknown_ns", "transitions", "transitions_per_s").sort("cpu")
+
+
+def df_domain_frequency_stats(cpu_frequency: pl.DataFrame, cpu_idle: pl.DataFrame | None = None, *,
+                              platform: dict | None = None, start_ns: int | None = None,
+                              end_ns: int | None = None) -> pl.DataFrame:
+    """Per frequency domain (cluster): the domain's frequency is that of its first CPU with data (as in
+    df_domain_opp_residency; cpufreq sets one frequency per policy).
+
+    Columns: domain (first CPU), cluster (its CPUs, "cpu0-3"), cpus (list), mean_khz (time-weighted over the
+    known time), active_mean_khz (over the time at least one CPU of the domain is not idle; null without
+    cpu_idle), known_ns, unknown_ns, unknown_pct (% of window with no known frequency), transitions
+    (df_transitions of the first CPU in the window), transitions_per_s.
+    Events: cpu_frequency or marker; optional cpu_idle.
+    """
+    start_ns, end_ns = window_of(cpu_frequency, start_ns, end_ns)
+    res = df_domain_opp_residency(cpu_frequency, cpu_idle, platform=platform, start_ns=start_ns, end_ns=end_ns)
+    f = pl.col("frequency_khz").cast(pl.Float64)
+    known = pl.col("frequency_khz").is_not_null()
+    agg = res.group_by("domain").agg(
+        ((f * pl.col("time_ns")).filter(known).sum() / pl.col("time_ns").filter(known).sum()).alias("mean_khz"),
+        ((f * pl.col("active_ns")).filter(known).sum() / pl.col("active_ns").filter(known).sum()).alias("active_mean_khz"),
+        pl.col("time_ns").filter(known).sum().alias("known_ns"),
+        pl.col("time_ns").filter(~known).sum().alias("unknown_ns"),
+    )
+    doms = df_cpu_domains(cpu_frequency, platform).group_by("domain").agg(pl.col("cpu").sort().alias("cpus"))
+    doms = doms.with_columns(pl.col("cpus").map_elements(cpus_label, return_dtype=pl.Utf8).alias("cluster"))
+    lead = (df_cpu_domains(cpu_frequency, platform).join(cpu_frequency.select(pl.col("cpu").cast(pl.Int32)).unique(), on="cpu")
+            .group_by("domain").agg(pl.col("cpu").min().alias("lead_cpu")))
+    tr = (df_transitions(cpu_frequency).filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
+          .group_by("cpu").agg(pl.len().cast(pl.Int64).alias("transitions")))
+    dur_s = (end_ns - start_ns) / 1e9
+    out = (agg.join(doms, on="domain", how="left").join(lead, on="domain", how="left")
+           .join(tr, left_on="lead_cpu", right_on="cpu", how="left")
+           .with_columns(pl.col("transitions").fill_null(0)))
+    if cpu_idle is None:
+        out = out.with_columns(pl.lit(None, pl.Float64).alias("active_mean_khz"))
+    return out.with_columns(
+        (100.0 * pl.col("unknown_ns") / (end_ns - start_ns)).alias("unknown_pct"),
+        (pl.col("transitions") / dur_s if dur_s > 0 else pl.lit(None, pl.Float64)).alias("transitions_per_s"),
+    ).select("domain", "cluster", "cpus", "mean_khz", "active_mean_khz", "known_ns", "unknown_ns", "unknown_pct",
+             "transitions", "transitions_per_s").sort("domain")
 
 
 def df_oscillations(cpu_frequency: pl.DataFrame, *, span_pct: float = 50.0, within_ms: float = 20.0,
@@ -251,10 +352,30 @@ def plot_opp_residency(residency: pl.DataFrame, *, key: str = "cpu", active: boo
     return fig
 
 
-def trace_cpu_frequency(trace) -> pl.DataFrame:
-    """The trace's cpu_frequency events, seeded with its polled samples when it has them (whole trace)."""
+def frequency_changes(trace) -> pl.DataFrame:
+    """The trace's frequency change stream, all sources (df_frequency_changes over the whole trace).
+    Raises MissingEventsError when the trace has neither cpu_frequency events nor marker-carried ones."""
+    kern = trace.df("cpu_frequency", windowed=False) if trace.has_events("cpu_frequency") else None
+    marker = trace.df("marker", windowed=False) if trace.has_events("marker") else None
     polled = trace.df("cpu_frequency_polled", windowed=False) if trace.has_events("cpu_frequency_polled") else None
-    return df_cpu_frequency_seeded(trace.df("cpu_frequency", windowed=False), polled)
+    ch = df_frequency_changes(kern, marker=marker, polled=polled)
+    if ch.is_empty():
+        raise MissingEventsError("frequency", ["cpu_frequency"], str(trace.path))
+    return ch
+
+
+def trace_cpu_frequency(trace) -> pl.DataFrame:
+    """Alias of frequency_changes (the energy model reads it)."""
+    return frequency_changes(trace)
+
+
+def has_frequency(trace) -> bool:
+    """The trace has cpu_frequency events or marker-carried ones."""
+    try:
+        frequency_changes(trace)
+    except MissingEventsError:
+        return False
+    return True
 
 
 class FrequencyAnalysis:
@@ -262,10 +383,12 @@ class FrequencyAnalysis:
 
     def __init__(self, trace):
         self.trace = trace
+        self._changes: pl.DataFrame | None = None
 
-    def _freq(self, what: str) -> pl.DataFrame:
-        self.trace.require(f"frequency.{what}", *EVENTS)
-        return trace_cpu_frequency(self.trace)
+    def _freq(self, what: str = "") -> pl.DataFrame:
+        if self._changes is None:
+            self._changes = frequency_changes(self.trace)
+        return self._changes
 
     def _idle(self) -> pl.DataFrame | None:
         return self.trace.df("cpu_idle", windowed=False) if self.trace.has_events("cpu_idle") else None
@@ -273,26 +396,32 @@ class FrequencyAnalysis:
     def _win(self) -> dict:
         return {"start_ns": self.trace.start_ns, "end_ns": self.trace.end_ns}
 
+    def df_frequency_changes(self) -> pl.DataFrame:
+        """The change stream (ts, cpu, frequency_khz, source), whole trace."""
+        return self._freq()
+
     def df_frequency_intervals(self) -> pl.DataFrame:
-        return df_frequency_intervals(self._freq("df_frequency_intervals"), **self._win())
+        return df_frequency_intervals(self._freq(), **self._win())
 
     def df_opp_residency(self) -> pl.DataFrame:
-        return df_opp_residency(self._freq("df_opp_residency"), self._idle(), **self._win())
+        return df_opp_residency(self._freq(), self._idle(), **self._win())
 
     def df_domain_opp_residency(self) -> pl.DataFrame:
-        return df_domain_opp_residency(self._freq("df_domain_opp_residency"), self._idle(),
-                                       platform=trace_platform(self.trace), **self._win())
+        return df_domain_opp_residency(self._freq(), self._idle(), platform=trace_platform(self.trace), **self._win())
 
     def df_frequency_stats(self) -> pl.DataFrame:
-        return df_frequency_stats(self._freq("df_frequency_stats"), self._idle(), **self._win())
+        return df_frequency_stats(self._freq(), self._idle(), **self._win())
+
+    def df_domain_frequency_stats(self) -> pl.DataFrame:
+        return df_domain_frequency_stats(self._freq(), self._idle(), platform=trace_platform(self.trace), **self._win())
 
     def df_transitions(self) -> pl.DataFrame:
         w = self._win()
-        tr = df_transitions(self._freq("df_transitions"))
+        tr = df_transitions(self._freq())
         return tr.filter((pl.col("ts") >= w["start_ns"]) & (pl.col("ts") < w["end_ns"]))
 
     def df_oscillations(self, span_pct: float = 50.0, within_ms: float = 20.0) -> pl.DataFrame:
-        return df_oscillations(self._freq("df_oscillations"), span_pct=span_pct, within_ms=within_ms,
+        return df_oscillations(self._freq(), span_pct=span_pct, within_ms=within_ms,
                                platform=trace_platform(self.trace), **self._win())
 
     def plot_opp_residency(self, *, per_domain: bool = False, active: bool = False, ax=None):
@@ -301,57 +430,108 @@ class FrequencyAnalysis:
         return plot_opp_residency(self.df_opp_residency(), key="cpu", active=active, ax=ax)
 
 
-def summary(trace) -> dict:
-    """JSON-serialisable frequency summary (stable keys, units in names); {} without cpu_frequency.
+def _pct_map(df: pl.DataFrame, col: str) -> dict[str, float]:
+    """{kHz: pct} from residency rows (the unknown share is reported apart, as unknown_pct)."""
+    return {str(k): v for k, v in df.select("frequency_khz", col).iter_rows() if v is not None and k is not None}
 
-    Keys: per_cpu: {cpu: {time_weighted_khz, active_time_weighted_khz, transitions, transitions_per_s,
-    oscillations, opp_residency_pct: {khz: pct}, opp_active_residency_pct: {khz: pct}}}.
+
+def summary(trace) -> dict:
+    """JSON-serialisable frequency summary (stable keys, units in names); {} without frequency data.
+
+    Keys:
+      sources: {kernel_events, marker_samples, polled_samples} over the whole trace;
+      per_cpu: {cpu: {time_weighted_khz, active_time_weighted_khz, unknown_pct, transitions, transitions_per_s,
+                      oscillations, opp_residency_pct: {kHz: % of window},
+                      opp_active_residency_pct: {kHz: % of active time}}};
+      per_domain: {cluster ("cpu0-3"): {domain (first CPU), mean_khz, active_mean_khz, unknown_pct,
+                   transitions, transitions_per_s, opp_residency_pct: {kHz: % of window}}}.
+    opp_residency_pct values plus unknown_pct (the time before the first known value) sum to 100.
     """
-    if not trace.has_events(*EVENTS):
+    if not has_frequency(trace):
         return {}
     fa = FrequencyAnalysis(trace)
+    ch = fa.df_frequency_changes()
     stats = fa.df_frequency_stats()
     osc = fa.df_oscillations()
-    res = fa.df_opp_residency().filter(pl.col("frequency_khz").is_not_null())
+    res = fa.df_opp_residency()
+    win = max(trace.end_ns - trace.start_ns, 1)
     per_cpu: dict[str, dict] = {}
-    for row in stats.iter_rows(named=True):
+    for row in stats.iter_rows(named=True):  # one row per CPU
         c = row["cpu"]
         r = res.filter(pl.col("cpu") == c)
         o = osc.filter(pl.col("cpu") == c)
         per_cpu[str(c)] = {
             "time_weighted_khz": row["time_weighted_khz"],
             "active_time_weighted_khz": row["active_time_weighted_khz"],
+            "unknown_pct": 100.0 * (row["unknown_ns"] or 0) / win,
             "transitions": row["transitions"],
             "transitions_per_s": row["transitions_per_s"],
             "oscillations": int(o["oscillations"][0]) if o.height else 0,
-            "opp_residency_pct": {str(k): v for k, v in r.select("frequency_khz", "pct").iter_rows()},
-            "opp_active_residency_pct": {str(k): v for k, v in r.select("frequency_khz", "active_pct").iter_rows()
-                                         if v is not None},
+            "opp_residency_pct": _pct_map(r, "pct"),
+            "opp_active_residency_pct": _pct_map(r.filter(pl.col("frequency_khz").is_not_null()), "active_pct"),
         }
-    return {"per_cpu": per_cpu}
+    dres = fa.df_domain_opp_residency()
+    per_domain: dict[str, dict] = {}
+    for d in fa.df_domain_frequency_stats().iter_rows(named=True):  # one row per domain
+        per_domain[d["cluster"]] = {
+            "domain": d["domain"], "mean_khz": d["mean_khz"], "active_mean_khz": d["active_mean_khz"],
+            "unknown_pct": d["unknown_pct"], "transitions": d["transitions"], "transitions_per_s": d["transitions_per_s"],
+            "opp_residency_pct": _pct_map(dres.filter(pl.col("domain") == d["domain"]), "pct"),
+        }
+    counts = dict(ch.group_by("source").len().iter_rows())
+    return {"sources": {"kernel_events": int(counts.get("kernel", 0)), "marker_samples": int(counts.get("marker", 0)),
+                        "polled_samples": int(counts.get("polled", 0))},
+            "per_cpu": per_cpu, "per_domain": per_domain}
 
 
 # --------------------------------------------------------------------------------------------
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
+_KNOWN = ("over the time its frequency is known (cpu_frequency events, and devlib/LISA frequencies written to "
+          "trace_marker, which give the frequency of a CPU that never changes it)")
 CPU_MEAN_MHZ = MetricSpec(
     "frequency.cpu.{cpu}.mean_mhz", "MHz", Direction.NONE, Aggregation.MEAN, Grouping.CPU, title="mean frequency",
-    description="Time-weighted mean frequency of the CPU over the time its frequency is known (cpu_frequency).")
+    description=f"Time-weighted mean frequency of the CPU {_KNOWN}.")
 CPU_ACTIVE_MEAN_MHZ = MetricSpec(
     "frequency.cpu.{cpu}.active_mean_mhz", "MHz", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
     title="mean frequency when active",
     description="Time-weighted mean frequency over the CPU's non-idle time (needs cpu_idle).")
 CPU_TRANSITIONS_PER_S = MetricSpec(
     "frequency.cpu.{cpu}.transitions_per_s", "1/s", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
-    title="frequency transitions", description="Frequency changes of the CPU per second of window.")
+    title="frequency transitions",
+    description="Frequency transitions of the CPU per second of window, counted like cpufreq's total_trans: every "
+                "kernel cpu_frequency event that changes the value in force (the first one too when nothing was "
+                "known before it); marker-carried values are state, not transitions.")
+DOMAIN_MEAN_MHZ = MetricSpec(
+    "frequency.cluster.{cluster}.mean_mhz", "MHz", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
+    title="cluster mean frequency",
+    description=f"Time-weighted mean frequency of the frequency domain (named by its CPUs, 'cpu0-3'; its first CPU "
+                f"with data stands for the domain) {_KNOWN}.")
+DOMAIN_ACTIVE_MEAN_MHZ = MetricSpec(
+    "frequency.cluster.{cluster}.active_mean_mhz", "MHz", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
+    title="cluster mean frequency when active",
+    description="Time-weighted mean frequency of the domain over the time at least one of its CPUs is not idle "
+                "(needs cpu_idle).")
+DOMAIN_TRANSITIONS_PER_S = MetricSpec(
+    "frequency.cluster.{cluster}.transitions_per_s", "1/s", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
+    title="cluster frequency transitions",
+    description="Frequency transitions of the domain (its first CPU's, counted like cpufreq's total_trans) per "
+                "second of window.")
+DOMAIN_UNKNOWN_PCT = MetricSpec(
+    "frequency.cluster.{cluster}.unknown_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
+    title="frequency unknown",
+    description="Share of the window before the domain's first known frequency: with the domain's OPP residencies "
+                "(frequency.opp.*) it sums to 100 %.")
 
 OPP_RESIDENCY_PCT = MetricSpec(
     "frequency.opp.{opp}.residency_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.OPP,
     title="OPP residency",
     description="Share of the window the frequency domain (named by its first CPU) spent at this OPP; group "
-                "'cpu<N>@<kHz>'. Time before the domain's first cpu_frequency event is unknown and not counted.")
+                "'cpu<N>@<kHz>'. Time before the domain's first known frequency is reported apart, as "
+                "frequency.cluster.{cluster}.unknown_pct.")
 
-METRICS = (CPU_MEAN_MHZ, CPU_ACTIVE_MEAN_MHZ, CPU_TRANSITIONS_PER_S, OPP_RESIDENCY_PCT)
+METRICS = (CPU_MEAN_MHZ, CPU_ACTIVE_MEAN_MHZ, CPU_TRANSITIONS_PER_S, DOMAIN_MEAN_MHZ, DOMAIN_ACTIVE_MEAN_MHZ,
+           DOMAIN_TRANSITIONS_PER_S, DOMAIN_UNKNOWN_PCT, OPP_RESIDENCY_PCT)
 
 
 def opp_group(domain: int, khz: int) -> str:
@@ -366,13 +546,22 @@ def split_opp_group(group: str) -> tuple[int, int]:
 
 
 def metrics(trace, options=None) -> list[MetricValue]:
-    """The declared frequency metrics of one trace (per CPU, per domain OPP). Needs cpu_frequency."""
+    """The declared frequency metrics of one trace (per CPU, per domain, per domain OPP). Needs cpu_frequency
+    events or marker-carried ones (MissingEventsError otherwise)."""
     fa = FrequencyAnalysis(trace)
     stats = fa.df_frequency_stats()
     out: list[MetricValue] = []
     res = fa.df_domain_opp_residency().filter(pl.col("frequency_khz").is_not_null())
     out += [MetricValue(OPP_RESIDENCY_PCT, float(pct), opp_group(dom, khz))
             for dom, khz, pct in res.select("domain", "frequency_khz", "pct").iter_rows()]
+    for d in fa.df_domain_frequency_stats().iter_rows(named=True):  # one row per domain
+        if d["mean_khz"] is not None:
+            out.append(MetricValue(DOMAIN_MEAN_MHZ, d["mean_khz"] / 1000.0, d["cluster"]))
+        if d["active_mean_khz"] is not None:
+            out.append(MetricValue(DOMAIN_ACTIVE_MEAN_MHZ, d["active_mean_khz"] / 1000.0, d["cluster"]))
+        if d["transitions_per_s"] is not None:
+            out.append(MetricValue(DOMAIN_TRANSITIONS_PER_S, float(d["transitions_per_s"]), d["cluster"]))
+        out.append(MetricValue(DOMAIN_UNKNOWN_PCT, float(d["unknown_pct"]), d["cluster"]))
     for r in stats.iter_rows(named=True):  # one row per CPU
         cpu = str(r["cpu"])
         if r["time_weighted_khz"] is not None:

@@ -328,13 +328,14 @@ def plot_idle_misses(misses: pl.DataFrame, *, ax=None):
 # bound to a Trace
 # --------------------------------------------------------------------------------------------
 def _platform(trace) -> dict | None:
-    from abtest.analysis.platform import load_platform, platform_from_meta
+    """The trace's platform (abtest.analysis.platform.trace_platform). A platform that does not match the trace
+    raises PlatformMismatchError (its idle states would relabel the trace's); an unreadable one is ignored."""
+    from abtest.analysis.platform import PlatformMismatchError, trace_platform
 
-    p = trace.platform
     try:
-        if isinstance(p, dict) and p.get("domains"):
-            return load_platform(p)
-        return platform_from_meta(trace.meta)
+        return trace_platform(trace)
+    except PlatformMismatchError:
+        raise
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -380,9 +381,28 @@ class IdleAnalysis:
         st = df_idle_states(plat)
         return st if not st.is_empty() else None
 
+    def _cpu_idle_state(self) -> pl.DataFrame:
+        """cpu_idle events plus marker-carried cpu_idle values (devlib/LISA meta events, see
+        abtest.analysis.meta_events) written before a CPU's first kernel event: they give the state in force
+        at the start. Used for intervals only; wakeups and misses count kernel events alone."""
+        ev = self._cpu_idle()
+        if "marker" not in self.trace.tables:
+            return ev
+        from abtest.analysis.meta_events import meta_cpu_idle
+
+        marks = meta_cpu_idle(self.trace.df("marker", windowed=False))
+        if marks.is_empty():
+            return ev
+        first = ev.group_by(pl.col("cpu").cast(pl.Int32)).agg(pl.col("ts").min().alias("_first"))
+        seeds = (marks.join(first, on="cpu", how="left")
+                 .filter(pl.col("_first").is_null() | (pl.col("ts") < pl.col("_first"))).select("ts", "cpu", "state"))
+        kern = ev.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32), pl.col("state").cast(pl.Int64))
+        return pl.concat([seeds, kern]).sort("ts", maintain_order=True)
+
     def df_intervals(self) -> pl.DataFrame:
         lo, hi = self._span()
-        return df_idle_intervals(self._cpu_idle(), start_ns=lo, end_ns=hi, cpus=list(range(self.trace.cpus)) or None)
+        return df_idle_intervals(self._cpu_idle_state(), start_ns=lo, end_ns=hi,
+                                 cpus=list(range(self.trace.cpus)) or None)
 
     def df_residency(self) -> pl.DataFrame:
         return df_idle_residency(self.df_intervals(), self.idle_states())

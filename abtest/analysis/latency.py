@@ -1,21 +1,41 @@
-"""Wakeup latency: time from a task's wakeup to the moment it starts running (sched_switch in).
+"""Scheduling latency: wakeup latency (woken -> running) and preemption latency (preempted -> running again).
 
-Events: ``sched_switch`` and ``sched_waking`` (preferred: fires when the wakeup starts) or else
-``sched_wakeup``; ``sched_wakeup_new`` (optional) adds the first wakeup of new tasks.
-Record with ``-e sched:sched_switch -e sched:sched_waking -e sched:sched_wakeup_new``.
+Two wakeup-latency definitions, reported side by side:
 
-Matching rules (vectorised with sorted as-of joins, no per-event Python):
+* **wakeup** (the default; metric keys ``latency.*``): ``sched_wakeup`` (or ``sched_wakeup_new``) ->
+  the task's next switch-in. The task is on a runqueue from that event on; this is the latency LISA
+  (``df_latency_wakeup``), runqlat and the kernel's wakeup tracer report.
+* **waking** (keys ``latency.waking.*``): ``sched_waking`` (or ``sched_wakeup_new``) -> next switch-in.
+  sched_waking fires when try_to_wake_up() starts, before the enqueue: it adds the wakeup path itself.
 
-* a wakeup of pid P at time t counts only if P was *not running* at t: the last sched_switch
-  involving P before t switched it out, or (no earlier switch of P in the trace) the next one
-  switches it in. Wakeups of a task still on its CPU (it set itself sleeping but had not switched
-  out yet, so no switch-in follows) are dropped;
-* its latency is the time to the next sched_switch that switches P in (``next_pid == P``),
-  provided P was not switched out in between;
+Events: ``sched_switch`` and ``sched_wakeup`` and/or ``sched_waking``; ``sched_wakeup_new`` (optional) adds
+the first wakeup of new tasks. Record with ``-e sched:sched_switch -e sched:sched_wakeup -e
+sched:sched_waking -e sched:sched_wakeup_new``.
+
+Matching rules (compiled: native/sim/src/latency.rs replays them in time order; the reference with sorted
+as-of joins is ``backend="python"``):
+
+* a wakeup of pid P at time t counts when P was *not running* at t: the last sched_switch involving P
+  before t switched it out, or (no earlier switch of P in the trace) the next one switches it in;
+* its latency is the time to the next sched_switch that switches P in (``next_pid == P``), provided P
+  was not switched out in between;
 * if several wakeups precede the same switch-in, the earliest counts (later ones found the task
-  already runnable);
-* pid 0 (the idle task) is ignored; a wakeup with no switch-in before the end of the trace is
-  dropped (reported as ``unmatched_wakeups`` in the summary).
+  already runnable; LISA counts the last one, see docs/lisa-crosscheck.md);
+* **waking only**: sched_waking can fire while P is still on its CPU, switching out: try_to_wake_up()
+  then waits for P to leave the CPU (``p->on_cpu``) and enqueues it. The trace shows waking (P still
+  running), switch-out of P in a sleeping state, sched_wakeup, switch-in. Such a waking counts (from its
+  own time) when P's next switch is a switch-out in a sleeping state, the switch after it is P's
+  switch-in, and no other wakeup of P lies between the two. ``while_on_cpu`` marks them. (A waking that
+  finds P still queued does not enqueue anything; P keeps running or is preempted, so no sleeping
+  switch-out follows and it is dropped.)
+* pid 0 (the idle task) is ignored; a wakeup with no switch-in before the end of the trace, or of a task
+  still running, is dropped (``unmatched_wakeups`` in the summary).
+
+Preemption latency: a switch-out of P with a runnable prev_state (low byte 0: preempted, "R"/"R+") ->
+P's next switch-in; LISA's ``df_latency_preemption``.
+
+Clusters (execution cluster = where the task ran after the wakeup, target cluster = the wakeup's
+target_cpu) come from abtest.analysis.clusters.
 """
 from __future__ import annotations
 
@@ -23,11 +43,15 @@ import numpy as np
 import polars as pl
 
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.trace.errors import MissingEventsError
 
-EVENTS = ("sched_switch", "sched_waking")
-# sched_wakeup replaces sched_waking when the latter was not recorded; sched_wakeup_new adds new tasks
-OPTIONAL_EVENTS = ("sched_wakeup", "sched_wakeup_new")
+EVENTS = ("sched_switch",)
+# one of sched_wakeup / sched_waking is needed (MissingEventsError from metrics() otherwise)
+OPTIONAL_EVENTS = ("sched_wakeup", "sched_waking", "sched_wakeup_new")
 
+# definition -> the wakeup event it starts from
+DEFINITIONS = {"wakeup": "sched_wakeup", "waking": "sched_waking"}
+DEFINITION_TEXT = {"wakeup": "sched_wakeup -> switch-in", "waking": "sched_waking -> switch-in"}
 
 
 def _wakeup_frame(waking: pl.DataFrame, kind: str) -> pl.DataFrame:
@@ -37,56 +61,119 @@ def _wakeup_frame(waking: pl.DataFrame, kind: str) -> pl.DataFrame:
     return waking.select(cols).with_columns(pl.lit(kind).alias("kind"))
 
 
-def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
-                      start_ns: int | None = None, end_ns: int | None = None, backend: str = "native") -> pl.DataFrame:
-    """One row per matched wakeup.
+def _moves(sched_switch: pl.DataFrame) -> pl.DataFrame:
+    """One stream of "pid P switched in/out at ts": pid, ts, on_cpu, cpu, state (prev_state for switch-outs,
+    null for switch-ins), k (index of the move within the pid). Out before in at equal ts (kernel order)."""
+    sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
+                             pl.col("prev_pid").cast(pl.Int32), pl.col("next_pid").cast(pl.Int32),
+                             (pl.col("prev_state").cast(pl.Int64) if "prev_state" in sched_switch.columns
+                              else pl.lit(None, pl.Int64)).alias("prev_state"))
+    moves = pl.concat([
+        sw.select("ts", pl.col("prev_pid").alias("pid"), pl.lit(False).alias("on_cpu"), "cpu",
+                  pl.col("prev_state").alias("state"), pl.lit(0).alias("_o")),
+        sw.select("ts", pl.col("next_pid").alias("pid"), pl.lit(True).alias("on_cpu"), "cpu",
+                  pl.lit(None, pl.Int64).alias("state"), pl.lit(1).alias("_o")),
+    ]).filter(pl.col("pid") != 0).with_row_index("_seq").sort(["pid", "ts", "_o", "_seq"]).drop("_o", "_seq")
+    moves = moves.unique(["pid", "ts"], keep="last", maintain_order=True)  # as-of needs unique (pid, ts)
+    return moves.with_columns(pl.int_range(pl.len()).over("pid").alias("k"))
 
-    Needs: sched_switch and a wakeup table (sched_waking, else sched_wakeup; sched_wakeup_new may be
-    concatenated). ``wakeups``: ts, pid, comm, target_cpu (or cpu), optional kind. Pass whole
-    tables; ``[start_ns, end_ns)`` selects wakeups by their timestamp.
+
+def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
+                      start_ns: int | None = None, end_ns: int | None = None, rule: str = "wakeup",
+                      backend: str = "native") -> pl.DataFrame:
+    """One row per matched wakeup (module docstring rules).
+
+    Needs: sched_switch and a wakeup table (sched_wakeup for rule "wakeup", sched_waking for rule
+    "waking"; sched_wakeup_new may be concatenated). ``wakeups``: ts, pid, comm, target_cpu (or cpu),
+    optional kind. Pass whole tables; ``[start_ns, end_ns)`` selects wakeups by their timestamp.
+    ``rule="waking"`` also counts a waking that fired while the task was still switching out.
 
     Returns pid (Int32), comm, kind ("waking"/"wakeup"/"wakeup_new"), wakeup_ts (ns), switch_in_ts
-    (ns), cpu (Int32, where the task ran), target_cpu, latency_ns (Int64), latency_us (Float64).
-    Sorted by wakeup_ts. ``backend``: "native" (the rules replayed in time order, native/src/sim_latency.rs)
-    or "python" (as-of joins: the reference).
+    (ns), cpu (Int32, where the task ran), target_cpu, while_on_cpu (Boolean), latency_ns (Int64),
+    latency_us (Float64). Sorted by wakeup_ts. ``backend``: "native" (the rules replayed in time order,
+    native/sim/src/latency.rs) or "python" (as-of joins: the reference, tests/test_sim_native.py).
     """
+    if rule not in DEFINITIONS:
+        raise ValueError(f"rule {rule!r}: expected one of {sorted(DEFINITIONS)}")
     w = wakeups
     if "kind" not in w.columns:
         w = w.with_columns(pl.lit("wakeup").alias("kind"))
     w = w.select(pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Utf8),
                  pl.col("target_cpu" if "target_cpu" in w.columns else "cpu").cast(pl.Int32).alias("target_cpu"),
                  "kind").filter(pl.col("pid") != 0)
+    if backend == "native":
+        from abtest.analysis import sim_native
+        return sim_native.wakeup_latency(w, sched_switch, start_ns=start_ns, end_ns=end_ns,
+                                         while_on_cpu=rule == "waking").sort("wakeup_ts", maintain_order=True)
+    w = w.sort(["pid", "ts"])
+    all_w = w
     if start_ns is not None:
         w = w.filter(pl.col("ts") >= start_ns)
     if end_ns is not None:
         w = w.filter(pl.col("ts") < end_ns)
-    if backend == "native":
-        from abtest.analysis import sim_native
-        return sim_native.wakeup_latency(w, sched_switch)
-    sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
-                             pl.col("prev_pid").cast(pl.Int32), pl.col("next_pid").cast(pl.Int32))
-    # one stream of "pid P switched in/out at ts" (out before in at equal ts: order of the kernel)
-    moves = pl.concat([
-        sw.select("ts", pl.col("prev_pid").alias("pid"), pl.lit(False).alias("on_cpu"), "cpu", pl.lit(0).alias("_o")),
-        sw.select("ts", pl.col("next_pid").alias("pid"), pl.lit(True).alias("on_cpu"), "cpu", pl.lit(1).alias("_o")),
-    ]).filter(pl.col("pid") != 0).with_row_index("_seq").sort(["pid", "ts", "_o", "_seq"]).drop("_o", "_seq")
-    moves = moves.unique(["pid", "ts"], keep="last", maintain_order=True)  # as-of needs unique (pid, ts)
-    w = w.sort(["pid", "ts"])
+    moves = _moves(sched_switch)
     prev = moves.select("pid", "ts", pl.col("on_cpu").alias("prev_on_cpu"))
-    nxt = moves.select("pid", pl.col("ts").alias("next_ts"), pl.col("on_cpu").alias("next_on_cpu"), "cpu")
+    nxt = moves.select("pid", pl.col("ts").alias("next_ts"), pl.col("on_cpu").alias("next_on_cpu"), "cpu",
+                       pl.col("state").alias("next_state"), pl.col("k").alias("next_k"))
     # a switch at exactly the wakeup ts counts as "after" (the wakeup is traced before the switch
     # it causes): the state comes from switches strictly before ts, the match from those at or after.
     j = w.join_asof(prev.with_columns((pl.col("ts") + 1).alias("ts")), on="ts", by="pid",
                     strategy="backward", check_sortedness=False)
     j = j.join_asof(nxt.with_columns(pl.col("next_ts").alias("ts")), on="ts", by="pid",
                     strategy="forward", check_sortedness=False)
-    valid = (pl.col("next_on_cpu") == True) & (  # noqa: E712 (polars expression)
-        pl.col("prev_on_cpu").is_null() | (pl.col("prev_on_cpu") == False))  # noqa: E712
-    m = j.filter(valid).sort(["pid", "next_ts", "ts"]).unique(["pid", "next_ts"], keep="first", maintain_order=True)
+    normal = j.filter((pl.col("next_on_cpu") == True) & (  # noqa: E712 (polars expression)
+        pl.col("prev_on_cpu").is_null() | (pl.col("prev_on_cpu") == False))).select(  # noqa: E712
+        "pid", "comm", "kind", "ts", "next_ts", "cpu", "target_cpu", pl.lit(False).alias("while_on_cpu"))
+    parts = [normal]
+    if rule == "waking":
+        # fired while still on the CPU: next move = sleeping switch-out, the one after = switch-in
+        cand = j.filter((pl.col("prev_on_cpu") == True) & (pl.col("next_on_cpu") == False)  # noqa: E712
+                        & ((pl.col("next_state") & 0xFF) != 0))
+        after = moves.select("pid", (pl.col("k") - 1).alias("next_k"), pl.col("ts").alias("in_ts"),
+                             pl.col("on_cpu").alias("in_on_cpu"), pl.col("cpu").alias("in_cpu"))
+        cand = cand.join(after, on=["pid", "next_k"], how="inner").filter(pl.col("in_on_cpu"))
+        # no other wakeup of the task between its switch-out and that switch-in
+        other = all_w.select("pid", pl.col("ts").alias("other_ts")).with_columns(pl.col("other_ts").alias("_t"))
+        cand = (cand.with_columns((pl.col("next_ts") + 1).alias("_t")).sort(["pid", "_t"])
+                .join_asof(other.sort(["pid", "_t"]), on="_t", by="pid", strategy="forward", check_sortedness=False))
+        race = cand.filter(pl.col("other_ts").is_null() | (pl.col("other_ts") >= pl.col("in_ts"))).select(
+            "pid", "comm", "kind", "ts", pl.col("in_ts").alias("next_ts"), pl.col("in_cpu").alias("cpu"),
+            "target_cpu", pl.lit(True).alias("while_on_cpu"))
+        parts.append(race)
+    m = (pl.concat(parts).sort(["pid", "next_ts", "ts"])
+         .unique(["pid", "next_ts"], keep="first", maintain_order=True))
     return m.select(
         "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"), pl.col("next_ts").alias("switch_in_ts"),
-        "cpu", "target_cpu", (pl.col("next_ts") - pl.col("ts")).alias("latency_ns"),
+        "cpu", "target_cpu", "while_on_cpu", (pl.col("next_ts") - pl.col("ts")).alias("latency_ns"),
     ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us")).sort("wakeup_ts")
+
+
+def df_preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None = None,
+                          end_ns: int | None = None) -> pl.DataFrame:
+    """One row per preemption: a switch-out of a task still runnable (prev_state low byte 0, "R"/"R+") in
+    ``[start_ns, end_ns)`` -> its next switch-in. Needs: sched_switch (whole table).
+
+    Returns pid (Int32), comm (prev_comm), preempt_ts (ns), switch_in_ts (ns), from_cpu, cpu (where it ran
+    again), latency_ns, latency_us. Preemptions with no later switch-in are dropped.
+    """
+    sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
+                             pl.col("prev_pid").cast(pl.Int32).alias("pid"), pl.col("prev_comm").cast(pl.Utf8).alias("comm"),
+                             pl.col("prev_state").cast(pl.Int64))
+    outs = sw.filter((pl.col("pid") != 0) & ((pl.col("prev_state") & 0xFF) == 0))
+    if start_ns is not None:
+        outs = outs.filter(pl.col("ts") >= start_ns)
+    if end_ns is not None:
+        outs = outs.filter(pl.col("ts") < end_ns)
+    moves = _moves(sched_switch).select("pid", pl.col("ts").alias("next_ts"), pl.col("on_cpu").alias("next_on_cpu"),
+                                        pl.col("cpu").alias("next_cpu"))
+    j = (outs.sort(["pid", "ts"]).with_columns((pl.col("ts") + 1).alias("_t"))
+         .join_asof(moves.with_columns(pl.col("next_ts").alias("_t")).sort(["pid", "_t"]), on="_t", by="pid",
+                    strategy="forward", check_sortedness=False))
+    m = j.filter(pl.col("next_on_cpu") == True)  # noqa: E712
+    return m.select("pid", "comm", pl.col("ts").alias("preempt_ts"), pl.col("next_ts").alias("switch_in_ts"),
+                    pl.col("cpu").alias("from_cpu"), pl.col("next_cpu").alias("cpu"),
+                    (pl.col("next_ts") - pl.col("ts")).alias("latency_ns")
+                    ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us")).sort("preempt_ts")
 
 
 def _stats(col: pl.Expr) -> list[pl.Expr]:
@@ -95,6 +182,7 @@ def _stats(col: pl.Expr) -> list[pl.Expr]:
         pl.len().alias("wakeups"),
         col.mean().alias("mean_us"),
         col.quantile(0.5, "linear").alias("p50_us"),
+        col.quantile(0.9, "linear").alias("p90_us"),
         col.quantile(0.95, "linear").alias("p95_us"),
         col.quantile(0.99, "linear").alias("p99_us"),
         col.max().alias("max_us"),
@@ -102,19 +190,31 @@ def _stats(col: pl.Expr) -> list[pl.Expr]:
     ]
 
 
-def df_latency_stats(latency: pl.DataFrame, by: str | list[str] | None = ("pid", "comm")) -> pl.DataFrame:
-    """Latency statistics in us: wakeups, mean_us, p50_us, p95_us, p99_us (linear interpolation
-    between order statistics, as numpy's default), max_us, gmean_us (geometric mean of the strictly
-    positive latencies). ``by``: grouping columns (default per task: pid, comm; None = overall).
+STAT_KEYS = ("wakeups", "mean_us", "p50_us", "p90_us", "p95_us", "p99_us", "max_us", "gmean_us")
 
-    Needs: sched_switch + sched_waking|sched_wakeup (via df_wakeup_latency).
-    A pid that exec()s may show under several comms: each (pid, comm) is its own row.
+
+def df_latency_stats(latency: pl.DataFrame, by: str | list[str] | None = ("pid", "comm")) -> pl.DataFrame:
+    """Latency statistics in us: wakeups (count of rows), mean_us, p50_us, p90_us, p95_us, p99_us (linear
+    interpolation between order statistics, as numpy's default), max_us, gmean_us (geometric mean of the
+    strictly positive latencies). ``by``: grouping columns (default per thread: pid, comm; "comm" = per task
+    name; "cluster" after df_with_clusters; None = overall). Works on df_wakeup_latency and
+    df_preemption_latency rows alike.
     """
     col = pl.col("latency_us")
     if not by:
         return latency.select(_stats(col))
     by = [by] if isinstance(by, str) else list(by)
     return latency.group_by(by).agg(_stats(col)).sort(["wakeups", *by], descending=[True] + [False] * len(by))
+
+
+def df_with_clusters(latency: pl.DataFrame, clusters: pl.DataFrame) -> pl.DataFrame:
+    """Add ``cluster`` (execution cluster: of ``cpu``, where the task ran) and ``target_cluster`` (of
+    ``target_cpu``) from a clusters frame (cpu, cluster; abtest.analysis.clusters)."""
+    cl = clusters.select(pl.col("cpu").cast(pl.Int32), "cluster")
+    out = latency.join(cl, on="cpu", how="left")
+    if "target_cpu" in latency.columns:
+        out = out.join(cl.rename({"cpu": "target_cpu", "cluster": "target_cluster"}), on="target_cpu", how="left")
+    return out
 
 
 def plot_latency_cdf(latency: pl.DataFrame, top_tasks: int = 5, *, ax=None):
@@ -141,67 +241,54 @@ def plot_latency_cdf(latency: pl.DataFrame, top_tasks: int = 5, *, ax=None):
     return fig
 
 
-
-
 class LatencyAnalysis:
-    """Wakeup latency of one trace (window = the trace's window)."""
+    """Scheduling latency of one trace (window = the trace's window). ``definition``: "wakeup" (default,
+    sched_wakeup -> switch-in) or "waking" (sched_waking -> switch-in); see the module docstring."""
 
     def __init__(self, trace):
         self.trace = trace
 
-    def wakeup_event(self) -> str:
-        """"sched_waking" when present, else "sched_wakeup" (MissingEventsError when neither)."""
-        from abtest.trace.errors import MissingEventsError
+    def definitions(self) -> list[str]:
+        """The definitions this trace supports ("wakeup" needs sched_wakeup, "waking" sched_waking)."""
+        return [d for d, ev in DEFINITIONS.items() if ev in self.trace.tables]
 
+    def wakeup_event(self, definition: str = "wakeup") -> str:
+        """The event the definition starts from; MissingEventsError when the trace lacks it or sched_switch."""
         self.trace.require("wakeup latency", "sched_switch")
-        for name in ("sched_waking", "sched_wakeup"):
-            if name in self.trace.tables:
-                return name
-        raise MissingEventsError("wakeup latency", ["sched_waking"], str(self.trace.path))
+        ev = DEFINITIONS[definition]
+        if ev not in self.trace.tables:
+            raise MissingEventsError(f"wakeup latency ({DEFINITION_TEXT[definition]})", [ev], str(self.trace.path))
+        return ev
 
-    def df_wakeups(self) -> pl.DataFrame:
-        name = self.wakeup_event()
+    def df_wakeups(self, definition: str = "wakeup") -> pl.DataFrame:
+        name = self.wakeup_event(definition)
         parts = [_wakeup_frame(self.trace.df(name, windowed=False), name.removeprefix("sched_"))]
-        if ("sched_wakeup_new" in self.trace.tables):
+        if "sched_wakeup_new" in self.trace.tables:
             parts.append(_wakeup_frame(self.trace.df("sched_wakeup_new", windowed=False), "wakeup_new"))
         return pl.concat(parts)
 
-    def df_latency(self) -> pl.DataFrame:
-        return df_wakeup_latency(self.df_wakeups(), self.trace.df("sched_switch", windowed=False),
-                                 start_ns=self.trace.start_ns, end_ns=self.trace.end_ns)
+    def df_latency(self, definition: str = "wakeup") -> pl.DataFrame:
+        return df_wakeup_latency(self.df_wakeups(definition), self.trace.df("sched_switch", windowed=False),
+                                 start_ns=self.trace.start_ns, end_ns=self.trace.end_ns, rule=definition)
 
-    def df_task_stats(self) -> pl.DataFrame:
-        return df_latency_stats(self.df_latency())
+    def df_preemption_latency(self) -> pl.DataFrame:
+        self.trace.require("preemption latency", "sched_switch")
+        return df_preemption_latency(self.trace.df("sched_switch", windowed=False),
+                                     start_ns=self.trace.start_ns, end_ns=self.trace.end_ns)
 
-    def df_stats(self) -> pl.DataFrame:
-        return df_latency_stats(self.df_latency(), by=None)
+    def df_latency_clusters(self, definition: str = "wakeup") -> pl.DataFrame:
+        """df_latency + cluster (execution) and target_cluster."""
+        from abtest.analysis.clusters import trace_clusters
+        return df_with_clusters(self.df_latency(definition), trace_clusters(self.trace))
 
-    def plot_cdf(self, top_tasks: int = 5, ax=None):
-        return plot_latency_cdf(self.df_latency(), top_tasks, ax=ax)
+    def df_task_stats(self, definition: str = "wakeup") -> pl.DataFrame:
+        return df_latency_stats(self.df_latency(definition))
 
+    def df_stats(self, definition: str = "wakeup") -> pl.DataFrame:
+        return df_latency_stats(self.df_latency(definition), by=None)
 
-def summary(trace, top_tasks: int = 10) -> dict:
-    """JSON summary: ``wakeup_event`` ("sched_waking"/"sched_wakeup"), ``wakeups`` (window total),
-    ``matched_wakeups``, ``unmatched_wakeups`` (no switch-in followed, or the task was still
-    running), ``mean_us``, ``p50_us``, ``p95_us``, ``p99_us``, ``max_us``, ``gmean_us`` (all matched
-    wakeups), and ``tasks``: the top_tasks most woken tasks as ``{"<comm>:<pid>": {wakeups, mean_us,
-    p50_us, p95_us, p99_us, max_us, gmean_us}}``."""
-    la = LatencyAnalysis(trace)
-    wk = la.df_wakeups()
-    lo, hi = trace.start_ns, trace.end_ns
-    in_win = wk.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi) & (pl.col("pid") != 0)).height
-    lat = la.df_latency()
-    overall = df_latency_stats(lat, by=None).row(0, named=True)
-    per = df_latency_stats(lat).head(top_tasks)
-    keys = ("wakeups", "mean_us", "p50_us", "p95_us", "p99_us", "max_us", "gmean_us")
-    return {
-        "wakeup_event": la.wakeup_event(),
-        "wakeups": in_win,
-        "matched_wakeups": lat.height,
-        "unmatched_wakeups": in_win - lat.height,
-        **{k: _num(overall[k]) for k in keys if k != "wakeups"},
-        "tasks": {f"{r['comm']}:{r['pid']}": {k: _num(r[k]) for k in keys} for r in per.iter_rows(named=True)},
-    }
+    def plot_cdf(self, top_tasks: int = 5, ax=None, definition: str = "wakeup"):
+        return plot_latency_cdf(self.df_latency(definition), top_tasks, ax=ax)
 
 
 def _num(x):
@@ -212,66 +299,205 @@ def _num(x):
     return int(x)
 
 
+def _stat_dict(row: dict) -> dict:
+    return {k: _num(row[k]) for k in STAT_KEYS}
+
+
+def _definition_summary(la: LatencyAnalysis, definition: str, top_tasks: int) -> dict:
+    trace = la.trace
+    wk = la.df_wakeups(definition)
+    lo, hi = trace.start_ns, trace.end_ns
+    in_win = wk.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi) & (pl.col("pid") != 0)).height
+    lat = la.df_latency_clusters(definition)
+    overall = df_latency_stats(lat, by=None).row(0, named=True)
+    out = {"definition": DEFINITION_TEXT[definition], "wakeup_event": DEFINITIONS[definition],
+           "wakeups": in_win, "matched_wakeups": lat.height, "unmatched_wakeups": in_win - lat.height,
+           **{k: _num(overall[k]) for k in STAT_KEYS if k != "wakeups"}}
+    if definition == "waking":
+        out["while_on_cpu_wakeups"] = int(lat["while_on_cpu"].sum())
+    out["tasks"] = {r["comm"]: _stat_dict(r) for r in df_latency_stats(lat, by="comm").head(top_tasks).iter_rows(named=True)}
+    out["per_cluster"] = {r["cluster"]: _stat_dict(r) for r in df_latency_stats(lat.drop_nulls("cluster"), by="cluster")
+                          .sort("cluster").iter_rows(named=True)}
+    out["per_target_cluster"] = {r["target_cluster"]: _stat_dict(r) for r in df_latency_stats(
+        lat.drop_nulls("target_cluster"), by="target_cluster").sort("target_cluster").iter_rows(named=True)}
+    return out
+
+
+def summary(trace, top_tasks: int = 10) -> dict:
+    """JSON summary.
+
+    Top level: the default definition (sched_wakeup -> switch-in) when the trace has sched_wakeup, else the
+    waking one (``definition`` says which): ``definition``, ``wakeup_event``, ``wakeups`` (window total),
+    ``matched_wakeups``, ``unmatched_wakeups`` (no switch-in followed, or the task was still running),
+    ``mean_us``, ``p50_us``, ``p90_us``, ``p95_us``, ``p99_us``, ``max_us``, ``gmean_us`` (all matched
+    wakeups), ``tasks`` {task name: {wakeups, mean_us, p50_us, p90_us, p95_us, p99_us, max_us, gmean_us}} (the
+    top_tasks most woken names), ``per_cluster`` / ``per_target_cluster`` {cluster: same stats}.
+    ``waking``: the same for sched_waking -> switch-in (+ ``while_on_cpu_wakeups``) when the trace has both.
+    ``preemption``: {preemptions, mean_us, ..., gmean_us, tasks {name: stats}}: preempted -> running again.
+    """
+    la = LatencyAnalysis(trace)
+    defs = la.definitions()
+    la.trace.require("wakeup latency", "sched_switch")
+    if not defs:
+        raise MissingEventsError("wakeup latency", ["sched_wakeup"], str(trace.path))
+    out = _definition_summary(la, defs[0], top_tasks)
+    if len(defs) > 1:
+        out["waking"] = _definition_summary(la, "waking", top_tasks)
+    pre = la.df_preemption_latency()
+    st = df_latency_stats(pre, by=None).row(0, named=True)
+    out["preemption"] = {"preemptions": pre.height, **{k: _num(st[k]) for k in STAT_KEYS if k != "wakeups"},
+                         "tasks": {r["comm"]: {("preemptions" if k == "wakeups" else k): _num(r[k]) for k in STAT_KEYS}
+                                   for r in df_latency_stats(pre, by="comm").head(top_tasks).iter_rows(named=True)}}
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
-_LAT = "Wakeup latency (wakeup event -> the task's next switch-in, module docstring rules) of all matched wakeups"
-LATENCY_GMEAN_US = MetricSpec("latency.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                              title="wakeup latency gmean", headline=True,
-                              description=f"{_LAT}: geometric mean of the positive latencies.")
-LATENCY_MEAN_US = MetricSpec("latency.mean_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                             title="wakeup latency mean", description=f"{_LAT}: arithmetic mean.")
-LATENCY_P50_US = MetricSpec("latency.p50_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                            title="wakeup latency p50", description=f"{_LAT}: median (linear interpolation).")
-LATENCY_P95_US = MetricSpec("latency.p95_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                            title="wakeup latency p95", description=f"{_LAT}: 95th percentile.")
-LATENCY_P99_US = MetricSpec("latency.p99_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                            title="wakeup latency p99", description=f"{_LAT}: 99th percentile.")
-LATENCY_MAX_US = MetricSpec("latency.max_us", "us", Direction.LOWER, Aggregation.MEDIAN,
-                            title="wakeup latency max", description=f"{_LAT}: maximum (median over iterations: "
-                                                                     "one outlier per run is common).")
+_LAT = ("Wakeup latency, sched_wakeup (or sched_wakeup_new) -> the task's next switch-in (LISA's, runqlat's and "
+        "the wakeup tracer's definition; module docstring rules), of all matched wakeups")
+_WAK = ("Wakeup latency from sched_waking (try_to_wake_up() entry, before the enqueue; also a waking fired while "
+        "the task was still switching out) -> next switch-in, of all matched wakeups")
+_PRE = "Preemption latency (switched out still runnable -> switched in again), of all preemptions"
+
+
+def _family(prefix: str, what: str, title: str, headline: bool = False) -> tuple[MetricSpec, ...]:
+    return (
+        MetricSpec(f"{prefix}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} gmean",
+                   headline=headline, description=f"{what}: geometric mean of the positive latencies."),
+        MetricSpec(f"{prefix}.mean_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} mean",
+                   description=f"{what}: arithmetic mean."),
+        MetricSpec(f"{prefix}.p50_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p50",
+                   description=f"{what}: median (linear interpolation)."),
+        MetricSpec(f"{prefix}.p90_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p90",
+                   description=f"{what}: 90th percentile."),
+        MetricSpec(f"{prefix}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p95",
+                   description=f"{what}: 95th percentile."),
+        MetricSpec(f"{prefix}.p99_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p99",
+                   description=f"{what}: 99th percentile."),
+        MetricSpec(f"{prefix}.max_us", "us", Direction.LOWER, Aggregation.MEDIAN, title=f"{title} max",
+                   description=f"{what}: maximum (median over iterations: one outlier per run is common)."),
+    )
+
+
+(LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P90_US, LATENCY_P95_US, LATENCY_P99_US,
+ LATENCY_MAX_US) = _family("latency", _LAT, "wakeup latency", headline=True)
 LATENCY_WAKEUPS_PER_S = MetricSpec("latency.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
-                                   title="matched wakeups", description="Matched wakeups per second of window.")
+                                   title="matched wakeups",
+                                   description="Matched wakeups (sched_wakeup definition) per second of window.")
+WAKING_FAMILY = _family("latency.waking", _WAK, "waking latency")
+WAKING_WAKEUPS_PER_S = MetricSpec("latency.waking.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
+                                  title="matched wakings",
+                                  description="Matched wakeups (sched_waking definition) per second of window.")
+PREEMPT_FAMILY = _family("latency.preempt", _PRE, "preemption latency")
+PREEMPTIONS_PER_S = MetricSpec("latency.preempt.preemptions_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
+                               title="preemptions",
+                               description="Switch-outs of a still-runnable task that later ran again, per second.")
+
 _TASK = ("of the wakeups of threads named {task} (comm at the wakeup; threads sharing a name are pooled, a "
-         "renamed thread counts under each name it had)")
+         "renamed thread counts under each name it had; sched_wakeup definition)")
 TASK_LATENCY_GMEAN_US = MetricSpec("latency.task.{task}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                    Grouping.TASK, title="task wakeup latency gmean",
                                    description=f"Geometric mean wakeup latency {_TASK}.")
+TASK_LATENCY_P50_US = MetricSpec("latency.task.{task}.p50_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                                 Grouping.TASK, title="task wakeup latency p50",
+                                 description=f"Median wakeup latency {_TASK}.")
+TASK_LATENCY_P90_US = MetricSpec("latency.task.{task}.p90_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                                 Grouping.TASK, title="task wakeup latency p90",
+                                 description=f"90th percentile wakeup latency {_TASK}.")
 TASK_LATENCY_P95_US = MetricSpec("latency.task.{task}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                  Grouping.TASK, title="task wakeup latency p95",
                                  description=f"95th percentile wakeup latency {_TASK}.")
+TASK_LATENCY_P99_US = MetricSpec("latency.task.{task}.p99_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                                 Grouping.TASK, title="task wakeup latency p99",
+                                 description=f"99th percentile wakeup latency {_TASK}.")
 TASK_WAKEUPS_PER_S = MetricSpec("latency.task.{task}.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
                                 Grouping.TASK, title="task wakeups",
                                 description=f"Matched wakeups per second of window {_TASK}.")
+TASK_PREEMPT_GMEAN_US = MetricSpec("latency.preempt.task.{task}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                                   Grouping.TASK, title="task preemption latency gmean",
+                                   description="Geometric mean preemption latency of the threads named {task}.")
+_CL = "(execution cluster: where the task ran after the wakeup; clusters named by their CPUs)"
+_TCL = "(target cluster: of the wakeup's target_cpu)"
+CLUSTER_LATENCY_GMEAN_US = MetricSpec("latency.cluster.{cluster}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                                      Grouping.CLUSTER, title="wakeup latency gmean per execution cluster",
+                                      description=f"Geometric mean wakeup latency (sched_wakeup definition) {_CL}.")
+CLUSTER_LATENCY_P95_US = MetricSpec("latency.cluster.{cluster}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN,
+                                    Grouping.CLUSTER, title="wakeup latency p95 per execution cluster",
+                                    description=f"95th percentile wakeup latency (sched_wakeup definition) {_CL}.")
+TARGET_CLUSTER_LATENCY_GMEAN_US = MetricSpec(
+    "latency.target_cluster.{cluster}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN, Grouping.CLUSTER,
+    title="wakeup latency gmean per target cluster",
+    description=f"Geometric mean wakeup latency (sched_wakeup definition) {_TCL}.")
+TARGET_CLUSTER_LATENCY_P95_US = MetricSpec(
+    "latency.target_cluster.{cluster}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN, Grouping.CLUSTER,
+    title="wakeup latency p95 per target cluster",
+    description=f"95th percentile wakeup latency (sched_wakeup definition) {_TCL}.")
 
-METRICS = (LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P95_US, LATENCY_P99_US, LATENCY_MAX_US,
-           LATENCY_WAKEUPS_PER_S, TASK_LATENCY_GMEAN_US, TASK_LATENCY_P95_US, TASK_WAKEUPS_PER_S)
+METRICS = (LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P90_US, LATENCY_P95_US, LATENCY_P99_US,
+           LATENCY_MAX_US, LATENCY_WAKEUPS_PER_S, *WAKING_FAMILY, WAKING_WAKEUPS_PER_S, *PREEMPT_FAMILY,
+           PREEMPTIONS_PER_S, TASK_LATENCY_GMEAN_US, TASK_LATENCY_P50_US, TASK_LATENCY_P90_US, TASK_LATENCY_P95_US,
+           TASK_LATENCY_P99_US, TASK_WAKEUPS_PER_S, TASK_PREEMPT_GMEAN_US, CLUSTER_LATENCY_GMEAN_US,
+           CLUSTER_LATENCY_P95_US, TARGET_CLUSTER_LATENCY_GMEAN_US, TARGET_CLUSTER_LATENCY_P95_US)
+
+_FAMILY_COLS = ("gmean_us", "mean_us", "p50_us", "p90_us", "p95_us", "p99_us", "max_us")
 
 
-def metrics(trace, options=None) -> list[MetricValue]:
-    """The declared latency metrics of one trace. Per task: the tasks named in ``options.tasks`` and the
-    ``options.top_tasks`` most woken names with at least ``options.min_task_wakeups`` wakeups."""
-    la = LatencyAnalysis(trace)
-    lat = la.df_latency()
-    win_s = max((trace.end_ns - trace.start_ns) / 1e9, 1e-9)
-    out: list[MetricValue] = [MetricValue(LATENCY_WAKEUPS_PER_S, lat.height / win_s)]
-    if lat.height == 0:
-        return out
-    overall = df_latency_stats(lat, by=None).row(0, named=True)
-    for spec, col in ((LATENCY_GMEAN_US, "gmean_us"), (LATENCY_MEAN_US, "mean_us"), (LATENCY_P50_US, "p50_us"),
-                      (LATENCY_P95_US, "p95_us"), (LATENCY_P99_US, "p99_us"), (LATENCY_MAX_US, "max_us")):
-        if overall[col] is not None:
-            out.append(MetricValue(spec, float(overall[col])))
-    per = df_latency_stats(lat, by="comm")
+def _family_values(family: tuple[MetricSpec, ...], stats: dict) -> list[MetricValue]:
+    return [MetricValue(spec, float(stats[col])) for spec, col in zip(family, _FAMILY_COLS) if stats[col] is not None]
+
+
+def _chosen(per: pl.DataFrame, options) -> pl.DataFrame:
     named = tuple(getattr(options, "tasks", ()) or ())
     top = getattr(options, "top_tasks", 20)
     floor = getattr(options, "min_task_wakeups", 10)
-    chosen = per.filter(pl.col("comm").is_in(list(named)) | (
-        (pl.col("wakeups") >= floor) & (pl.int_range(pl.len()) < top)))
-    for r in chosen.iter_rows(named=True):  # at most top + len(named) task names
-        if r["gmean_us"] is not None:
-            out.append(MetricValue(TASK_LATENCY_GMEAN_US, float(r["gmean_us"]), r["comm"]))
-        if r["p95_us"] is not None:
-            out.append(MetricValue(TASK_LATENCY_P95_US, float(r["p95_us"]), r["comm"]))
-        out.append(MetricValue(TASK_WAKEUPS_PER_S, r["wakeups"] / win_s, r["comm"]))
+    return per.filter(pl.col("comm").is_in(list(named)) | ((pl.col("wakeups") >= floor) & (pl.int_range(pl.len()) < top)))
+
+
+def metrics(trace, options=None) -> list[MetricValue]:
+    """The declared latency metrics of one trace: latency.* (sched_wakeup definition) when the trace has
+    sched_wakeup, latency.waking.* when it has sched_waking, latency.preempt.* always (sched_switch); per
+    execution / target cluster only when the tasks ran on (or targeted) more than one cluster.
+    Per task: the names in ``options.tasks`` and the ``options.top_tasks`` most woken names with at least
+    ``options.min_task_wakeups`` wakeups (preemptions for the preemption metric)."""
+    la = LatencyAnalysis(trace)
+    defs = la.definitions()
+    if not defs:
+        raise MissingEventsError("wakeup latency", ["sched_wakeup"], str(trace.path))
+    win_s = max((trace.end_ns - trace.start_ns) / 1e9, 1e-9)
+    out: list[MetricValue] = []
+    if "wakeup" in defs:
+        lat = la.df_latency_clusters("wakeup")
+        out.append(MetricValue(LATENCY_WAKEUPS_PER_S, lat.height / win_s))
+        if lat.height:
+            out += _family_values((LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P90_US, LATENCY_P95_US,
+                                   LATENCY_P99_US, LATENCY_MAX_US), df_latency_stats(lat, by=None).row(0, named=True))
+            for r in _chosen(df_latency_stats(lat, by="comm"), options).iter_rows(named=True):  # <= top + named rows
+                for spec, col in ((TASK_LATENCY_GMEAN_US, "gmean_us"), (TASK_LATENCY_P50_US, "p50_us"),
+                                  (TASK_LATENCY_P90_US, "p90_us"), (TASK_LATENCY_P95_US, "p95_us"),
+                                  (TASK_LATENCY_P99_US, "p99_us")):
+                    if r[col] is not None:
+                        out.append(MetricValue(spec, float(r[col]), r["comm"]))
+                out.append(MetricValue(TASK_WAKEUPS_PER_S, r["wakeups"] / win_s, r["comm"]))
+            one_cluster = (lat["cluster"].drop_nulls().n_unique() <= 1
+                           and lat["target_cluster"].drop_nulls().n_unique() <= 1)
+            for col, g_spec, p_spec in () if one_cluster else (  # one cluster: the overall values already say it
+                    ("cluster", CLUSTER_LATENCY_GMEAN_US, CLUSTER_LATENCY_P95_US),
+                    ("target_cluster", TARGET_CLUSTER_LATENCY_GMEAN_US, TARGET_CLUSTER_LATENCY_P95_US)):
+                for r in df_latency_stats(lat.drop_nulls(col), by=col).iter_rows(named=True):  # one row per cluster
+                    if r["gmean_us"] is not None:
+                        out.append(MetricValue(g_spec, float(r["gmean_us"]), r[col]))
+                    out.append(MetricValue(p_spec, float(r["p95_us"]), r[col]))
+    if "waking" in defs:
+        lat = la.df_latency("waking")
+        out.append(MetricValue(WAKING_WAKEUPS_PER_S, lat.height / win_s))
+        if lat.height:
+            out += _family_values(WAKING_FAMILY, df_latency_stats(lat, by=None).row(0, named=True))
+    pre = la.df_preemption_latency()
+    out.append(MetricValue(PREEMPTIONS_PER_S, pre.height / win_s))
+    if pre.height:
+        out += _family_values(PREEMPT_FAMILY, df_latency_stats(pre, by=None).row(0, named=True))
+        for r in _chosen(df_latency_stats(pre, by="comm"), options).iter_rows(named=True):
+            if r["gmean_us"] is not None:
+                out.append(MetricValue(TASK_PREEMPT_GMEAN_US, float(r["gmean_us"]), r["comm"]))
     return out

@@ -2,13 +2,16 @@
 
 Signals come from the kernel's PELT trace events when present (``sched_pelt_cfs`` for the CPU's root CFS
 runqueue, ``sched_pelt_se`` for tasks; any variant, see abtest.trace.schema), else from the PELT simulation
-(abtest.analysis.pelt_sim) over sched_switch. Every signal frame says which it is in ``source``
-("kernel" | "simulated"). Kernels before 5.7 have no runnable_avg: the CPU runnable signal is then simulated
-(seeded at each CPU's first kernel util sample) and ``source`` says "simulated".
+(abtest.analysis.pelt_sim) over sched_switch. The kernel's values are used for every signal the trace
+carries; only what it lacks is simulated. Kernels before 5.7 have util (and load) but no runnable_avg:
+util and load then come from the kernel and runnable alone is simulated (seeded at each CPU's first kernel
+util sample). Each column says where it comes from: ``util_source``, ``runnable_source``, ``load_source``
+("kernel" | "simulated" | null when absent), and ``source`` summarises them ("kernel", "simulated" or
+"kernel util, simulated runnable").
 
 Signal frames: ``cpu`` (or ``pid``, ``comm``), ``ts`` (ns), ``util``, ``runnable``, ``load`` (PELT units:
 util/runnable 0..1024 x CPUs' capacity scale; runnable of a runqueue may exceed 1024 with several runnable
-tasks; null when the source lacks it), ``source``. Values hold until the next sample.
+tasks; null when not known), the source columns. Values hold until the next sample of the same column.
 """
 from __future__ import annotations
 
@@ -58,6 +61,23 @@ def df_task_signals_kernel(sched_pelt_se: pl.DataFrame) -> pl.DataFrame:
                      pl.lit("kernel").alias("source")).sort("pid", "ts")
 
 
+_SIGNAL_COLS = ["cpu", "ts", "util", "runnable", "load", "util_source", "runnable_source", "load_source", "source"]
+
+
+def df_merge_signals(kernel: pl.DataFrame, runnable: pl.DataFrame) -> pl.DataFrame:
+    """Kernel util/load samples (``cpu, ts, util, load, util_source, load_source``) and another runnable signal
+    (``cpu, ts, runnable, runnable_source``) on one per-CPU time axis: every timestamp of either, each column
+    holding its last sample (null before its first). ``source`` names the mix ("kernel util, simulated
+    runnable")."""
+    a = kernel.select("cpu", "ts", "util", "load", "util_source", "load_source")
+    b = runnable.select(pl.col("cpu").cast(a.schema["cpu"]), pl.col("ts").cast(pl.Int64), "runnable", "runnable_source")
+    axis = pl.concat([a.select("cpu", "ts"), b.select("cpu", "ts")]).unique().sort("cpu", "ts")
+    out = (axis.join_asof(a.sort("cpu", "ts"), on="ts", by="cpu", strategy="backward", check_sortedness=False)
+           .join_asof(b.sort("cpu", "ts"), on="ts", by="cpu", strategy="backward", check_sortedness=False))
+    src = pl.concat_str([pl.lit("kernel util, "), pl.col("runnable_source").fill_null("no"), pl.lit(" runnable")])
+    return out.with_columns(src.alias("source")).select(_SIGNAL_COLS)
+
+
 def df_contention(signals: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
                   key: str = "cpu", margin: float = 1.0) -> pl.DataFrame:
     """Contention per CPU (or task): how much runnable exceeds util.
@@ -83,6 +103,33 @@ def df_contention(signals: pl.DataFrame, *, start_ns: int | None = None, end_ns:
     ).with_columns((100.0 * pl.col("contended_ns") / pl.col("known_ns")).alias("contended_pct")).select(
         key, "known_ns", "contended_ns", "contended_pct", "mean_util", "mean_runnable", "runnable_util_ratio",
         "max_runnable").sort(key)
+
+
+def df_signal_means(signals: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
+                    key: str = "cpu") -> pl.DataFrame:
+    """Time-weighted mean of util, runnable and load per CPU (or task), each over the time that signal is
+    known (a sample holds until the next): ``key, mean_util, mean_runnable, mean_load, util_known_ns``."""
+    sig = signals.select(key, "ts", "util", "runnable", "load")
+    start_ns, end_ns = window_of(sig, start_ns, end_ns)
+    iv = df_intervals(sig, ["util", "runnable", "load"], keys=key, start_ns=start_ns, end_ns=end_ns, merge_equal=False)
+    w = pl.col("dur").cast(pl.Float64)
+
+    def mean(c: str) -> pl.Expr:
+        k = pl.col(c).is_not_null()
+        return ((pl.col(c) * w).filter(k).sum() / w.filter(k).sum()).alias(f"mean_{c}")
+
+    return iv.group_by(key).agg(mean("util"), mean("runnable"), mean("load"),
+                                pl.col("dur").filter(pl.col("util").is_not_null()).sum().alias("util_known_ns")
+                                ).sort(key)
+
+
+def _sources(sig: pl.DataFrame) -> pl.DataFrame:
+    """Per CPU: util_source, runnable_source, load_source (the non-null value of each), source."""
+    first = lambda c: pl.col(c).drop_nulls().first().alias(c)  # noqa: E731
+    return sig.group_by("cpu").agg(first("util_source"), first("runnable_source"), first("load_source")).with_columns(
+        pl.when(pl.col("util_source") == pl.col("runnable_source")).then(pl.col("util_source"))
+        .otherwise(pl.concat_str([pl.col("util_source").fill_null("no"), pl.lit(" util, "),
+                                  pl.col("runnable_source").fill_null("no"), pl.lit(" runnable")])).alias("source"))
 
 
 def plot_cpu_util_vs_runnable(signals: pl.DataFrame, *, cpus: list[int] | None = None, axes=None):
@@ -135,34 +182,46 @@ class LoadTrackingAnalysis:
         return dict(cpu_frequency=self._df("cpu_frequency"), wakeups=self._wakeups(), platform=trace_platform(self.trace),
                     **self._win())
 
-    def _sim_cpu_args(self) -> dict:
-        """df_pelt_sim_cpu's arguments for this trace: seeded with the kernel's own first samples when the
-        trace has any (see pelt_sim.kernel_seeds)."""
+    # -- signals -----------------------------------------------------------------------------------
+    def _sim_cpu_args(self, kern: pl.DataFrame | None) -> dict:
+        """pelt_sim's arguments for this trace's CPUs, seeded with the kernel's first samples (kernel_seeds)."""
+        self.trace.require("load_tracking.df_cpu_signals(simulated)", *EVENTS)
+        sw = self.trace.df("sched_switch", windowed=False)
         cpu_seeds, task_seeds, new_pids = pelt_sim.kernel_seeds(
-            self.trace.df("sched_switch", windowed=False), sched_pelt_cfs=self._df("sched_pelt_cfs"),
-            sched_pelt_se=self._df("sched_pelt_se"), forks=self._forks(), **self._win())
+            sw, sched_pelt_cfs=kern, sched_pelt_se=self._df("sched_pelt_se"), forks=self._forks(), **self._win())
         return dict(initial=cpu_seeds, task_initial=task_seeds, new_pids=new_pids,
                     sched_migrate_task=self._df("sched_migrate_task"), **self._sim_common())
 
-    def _kernel_source(self, source: str) -> bool:
-        kern = self._df("sched_pelt_cfs")
-        return source == "kernel" or (source == "auto" and kern is not None and "runnable" in kern.columns)
+    def _simulated_cpu(self, kern: pl.DataFrame | None) -> pl.DataFrame:
+        """abtest's PELT simulation of each CPU's root runqueue (seeded with the kernel's first samples)."""
+        return pelt_sim.df_pelt_sim_cpu(self.trace.df("sched_switch", windowed=False), **self._sim_cpu_args(kern))
 
-    # -- signals -----------------------------------------------------------------------------------
     def df_cpu_signals(self, source: str = "auto") -> pl.DataFrame:
-        """Per-CPU util / runnable / load samples (see module doc). ``source``: "auto" (kernel when the trace
-        has sched_pelt_cfs with runnable, else simulated), "kernel" or "simulated"."""
+        """Per-CPU util / runnable / load samples with per-column sources (see module doc). ``source``:
+        "auto" (each signal from the kernel when the trace carries it, else simulated), "kernel" (kernel
+        columns only; runnable null when the kernel has none) or "simulated" (all simulated)."""
         kern = self._df("sched_pelt_cfs")
-        if self._kernel_source(source):
+        w = self._win()
+        if source not in ("auto", "kernel", "simulated"):
+            raise ValueError(f"source {source!r}: expected auto, kernel or simulated")
+        if source == "kernel" or (source == "auto" and kern is not None):
             self.trace.require("load_tracking.df_cpu_signals(kernel)", "sched_pelt_cfs")
             if kern is None:
                 raise ValueError(f"{self.trace.path}: sched_pelt_cfs is empty")
-            w = self._win()
-            return df_cpu_signals_kernel(kern).filter((pl.col("ts") >= w["start_ns"]) & (pl.col("ts") < w["end_ns"]))
-        self.trace.require("load_tracking.df_cpu_signals(simulated)", *EVENTS)
-        sim = pelt_sim.df_pelt_sim_cpu(self.trace.df("sched_switch", windowed=False), **self._sim_cpu_args())
+            k = df_cpu_signals_kernel(kern).filter((pl.col("ts") >= w["start_ns"]) & (pl.col("ts") < w["end_ns"]))
+            has_run = k["runnable"].null_count() < k.height
+            has_load = k["load"].null_count() < k.height
+            k = k.with_columns(pl.lit("kernel").alias("util_source"),
+                               pl.lit("kernel" if has_run else None, pl.Utf8).alias("runnable_source"),
+                               pl.lit("kernel" if has_load else None, pl.Utf8).alias("load_source"))
+            if has_run or source == "kernel" or not self._nonempty("sched_switch"):
+                return k.with_columns(pl.lit("kernel").alias("source")).select(_SIGNAL_COLS)
+            sim = self._simulated_cpu(kern).select("cpu", "ts", "runnable")
+            return df_merge_signals(k.drop("runnable"), sim.with_columns(pl.lit("simulated").alias("runnable_source")))
+        sim = self._simulated_cpu(kern)
         return sim.select("cpu", "ts", "util", "runnable", pl.lit(None, pl.Float64).alias("load"),
-                          pl.lit("simulated").alias("source"))
+                          pl.lit("simulated").alias("util_source"), pl.lit("simulated").alias("runnable_source"),
+                          pl.lit(None, pl.Utf8).alias("load_source"), pl.lit("simulated").alias("source"))
 
     def df_task_signals(self, source: str = "auto", pids: list[int] | None = None) -> pl.DataFrame:
         """Per-task signals: kernel sched_pelt_se when present ("auto"/"kernel"), else simulated."""
@@ -179,14 +238,32 @@ class LoadTrackingAnalysis:
                           "runnable", pl.lit(None, pl.Float64).alias("load"), pl.lit("simulated").alias("source"))
 
     def df_contention(self, source: str = "auto") -> pl.DataFrame:
-        """Per-CPU contention (df_contention) on df_cpu_signals(source), + ``source``. Simulated signals are
-        aggregated while they are simulated (pelt_sim.df_cpu_contention: the same figures, no segments kept)."""
-        if not self._kernel_source(source):
-            self.trace.require("load_tracking.df_cpu_signals(simulated)", *EVENTS)
-            out = pelt_sim.df_cpu_contention(self.trace.df("sched_switch", windowed=False), **self._sim_cpu_args())
-            return out.with_columns(pl.lit("simulated").alias("source"))
+        """Per-CPU contention (df_contention) on df_cpu_signals(source), + ``util_source``, ``runnable_source``,
+        ``source`` (see the module doc). All-simulated signals are aggregated while they are simulated
+        (pelt_sim.df_cpu_contention: the same figures, no segments kept)."""
+        kern = self._df("sched_pelt_cfs")
+        if source == "simulated" or (source == "auto" and kern is None):
+            out = pelt_sim.df_cpu_contention(self.trace.df("sched_switch", windowed=False), **self._sim_cpu_args(kern))
+            return out.with_columns(*[pl.lit("simulated").alias(c) for c in ("util_source", "runnable_source")],
+                                    pl.lit(None, pl.Utf8).alias("load_source"), pl.lit("simulated").alias("source"))
         sig = self.df_cpu_signals(source)
-        return df_contention(sig, **self._win()).with_columns(pl.lit(sig["source"][0] if sig.height else None).alias("source"))
+        return df_contention(sig, **self._win()).join(_sources(sig), on="cpu", how="left")
+
+    def df_signal_means(self, source: str = "auto") -> pl.DataFrame:
+        """Per-CPU time-weighted means of each signal over its own known time (df_signal_means) + sources."""
+        sig = self.df_cpu_signals(source)
+        return df_signal_means(sig, **self._win()).join(_sources(sig), on="cpu", how="left")
+
+    def df_cluster_signal_means(self, source: str = "auto") -> pl.DataFrame:
+        """Per cluster (abtest.analysis.clusters): ``cluster, cpus, mean_util, mean_runnable, mean_load`` = the mean
+        over the cluster's CPUs of each CPU's time-weighted mean (CPUs without samples are left out)."""
+        from abtest.analysis.clusters import trace_clusters
+
+        means = self.df_signal_means(source)
+        cl = trace_clusters(self.trace).select("cpu", "cluster")
+        return (means.join(cl, on="cpu", how="inner").group_by("cluster")
+                .agg(pl.col("cpu").sort().alias("cpus"), pl.col("mean_util").mean(), pl.col("mean_runnable").mean(),
+                     pl.col("mean_load").mean()).sort("cluster"))
 
     def plot_cpu_util_vs_runnable(self, source: str = "auto", cpus: list[int] | None = None, axes=None):
         return plot_cpu_util_vs_runnable(self.df_cpu_signals(source), cpus=cpus, axes=axes)
@@ -242,22 +319,36 @@ class LoadTrackingAnalysis:
 def summary(trace) -> dict:
     """JSON-serialisable load-tracking summary (stable keys, units in names).
 
-    Keys: signal_source ("kernel" | "simulated"), per_cpu {cpu: {mean_util, mean_runnable, contended_pct,
-    runnable_util_ratio}}, and when the trace has kernel PELT events: pelt_sim_mae_util {cpu, task}.
-    {} when the trace has no sched_switch and no sched_pelt_cfs.
+    Keys: signal_source (one CPU's "kernel" | "simulated" | "kernel util, simulated runnable"), sources {util,
+    runnable, load: "kernel" | "simulated" | null}, per_cpu {cpu: {mean_util, mean_runnable, mean_load (each
+    time-weighted over its own known time), contended_pct, runnable_util_ratio}}, per_cluster {cluster
+    ("cpu0-3"): {mean_util, mean_runnable, mean_load}} (mean over the cluster's CPUs), and when the trace has
+    kernel PELT events: pelt_sim_mae_util {cpu, task}. {} when the trace has no sched_switch and no
+    sched_pelt_cfs.
     """
     lt = LoadTrackingAnalysis(trace)
     if not (lt._nonempty("sched_switch") or lt._nonempty("sched_pelt_cfs")):
         return {}
     out: dict = {}
     try:
-        cont = lt.df_contention()
+        sig = lt.df_cpu_signals()
     except (LookupError, ValueError):
         return {}
-    out["signal_source"] = cont["source"][0] if cont.height else None
-    out["per_cpu"] = {str(r["cpu"]): {"mean_util": r["mean_util"], "mean_runnable": r["mean_runnable"],
+    w = lt._win()
+    srcs = _sources(sig)
+    cont = df_contention(sig, **w).join(srcs, on="cpu", how="left")
+    means = {r["cpu"]: r for r in df_signal_means(sig, **w).iter_rows(named=True)}
+    out["signal_source"] = srcs["source"][0] if srcs.height else None
+    out["sources"] = {c: (srcs[f"{c}_source"].drop_nulls()[0] if srcs[f"{c}_source"].drop_nulls().len() else None)
+                      for c in ("util", "runnable", "load")}
+    out["per_cpu"] = {str(r["cpu"]): {"mean_util": means.get(r["cpu"], {}).get("mean_util"),
+                                      "mean_runnable": means.get(r["cpu"], {}).get("mean_runnable"),
+                                      "mean_load": means.get(r["cpu"], {}).get("mean_load"),
                                       "contended_pct": r["contended_pct"], "runnable_util_ratio": r["runnable_util_ratio"]}
                       for r in cont.iter_rows(named=True)}
+    out["per_cluster"] = {r["cluster"]: {"mean_util": r["mean_util"], "mean_runnable": r["mean_runnable"],
+                                         "mean_load": r["mean_load"]}
+                          for r in lt.df_cluster_signal_means().iter_rows(named=True)}
     if lt._nonempty("sched_switch") and (lt._nonempty("sched_pelt_cfs") or lt._nonempty("sched_pelt_se")):
         err = lt.df_pelt_sim_error_summary()
         out["pelt_sim_mae_util"] = {r["kind"]: r["mae_util"] for r in err.iter_rows(named=True)}
@@ -267,33 +358,54 @@ def summary(trace) -> dict:
 # --------------------------------------------------------------------------------------------
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
-_SRC = "(the kernel's sched_pelt_cfs when it has runnable, else abtest's PELT simulation from sched_switch)"
+_SRC = ("(each signal from the kernel's sched_pelt_cfs when the trace carries it, else abtest's PELT simulation "
+        "from sched_switch: pre-5.7 kernels have util but no runnable, so only runnable is simulated there)")
 CPU_MEAN_UTIL = MetricSpec(
     "load_tracking.cpu.{cpu}.mean_util", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU, title="mean util",
     description=f"Time-weighted mean of the CPU's root cfs_rq util_avg in capacity units (1024 = the biggest CPU at "
-                f"its top OPP) {_SRC}.")
+                f"its top OPP) over the time it is known {_SRC}.")
 CPU_MEAN_RUNNABLE = MetricSpec(
     "load_tracking.cpu.{cpu}.mean_runnable", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
     title="mean runnable", description=f"Time-weighted mean of the CPU's runnable_avg (capacity units) {_SRC}.")
 CPU_CONTENDED_PCT = MetricSpec(
     "load_tracking.cpu.{cpu}.contended_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
     title="contended time",
-    description=f"Share of the known time where runnable_avg exceeds util_avg by more than 1 unit {_SRC}.")
+    description=f"Share of the time both signals are known where runnable_avg exceeds util_avg by more than 1 unit "
+                f"{_SRC}.")
+CLUSTER_MEAN_UTIL = MetricSpec(
+    "load_tracking.cluster.{cluster}.mean_util", "", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
+    title="cluster mean util",
+    description=f"Mean over the cluster's CPUs of their root cfs_rq time-weighted mean util_avg (workload-processor's "
+                f"per-cluster PELT; it averages the raw samples instead) {_SRC}.")
+CLUSTER_MEAN_LOAD = MetricSpec(
+    "load_tracking.cluster.{cluster}.mean_load", "", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
+    title="cluster mean load",
+    description="Mean over the cluster's CPUs of their root cfs_rq time-weighted mean load_avg (kernel PELT events "
+                "only: load is never simulated).")
 
-METRICS = (CPU_MEAN_UTIL, CPU_MEAN_RUNNABLE, CPU_CONTENDED_PCT)
+METRICS = (CPU_MEAN_UTIL, CPU_MEAN_RUNNABLE, CPU_CONTENDED_PCT, CLUSTER_MEAN_UTIL, CLUSTER_MEAN_LOAD)
 
 
 def metrics(trace, options=None) -> list[MetricValue]:
-    """The declared load-tracking metrics of one trace (per CPU). Needs sched_switch or sched_pelt_cfs."""
+    """The declared load-tracking metrics of one trace (per CPU, per cluster). Needs sched_switch or
+    sched_pelt_cfs."""
     lt = LoadTrackingAnalysis(trace)
     if not (lt._nonempty("sched_switch") or lt._nonempty("sched_pelt_cfs")):
         return []
-    cont = lt.df_contention()
+    sig = lt.df_cpu_signals()
+    w = lt._win()
     out: list[MetricValue] = []
-    for r in cont.iter_rows(named=True):  # one row per CPU
-        cpu = str(r["cpu"])
-        for spec, col in ((CPU_MEAN_UTIL, "mean_util"), (CPU_MEAN_RUNNABLE, "mean_runnable"),
-                          (CPU_CONTENDED_PCT, "contended_pct")):
+    for r in df_signal_means(sig, **w).iter_rows(named=True):  # one row per CPU
+        for spec, col in ((CPU_MEAN_UTIL, "mean_util"), (CPU_MEAN_RUNNABLE, "mean_runnable")):
             if r[col] is not None:
-                out.append(MetricValue(spec, float(r[col]), cpu))
+                out.append(MetricValue(spec, float(r[col]), str(r["cpu"])))
+    for r in df_contention(sig, **w).iter_rows(named=True):  # one row per CPU
+        if r["contended_pct"] is not None:
+            out.append(MetricValue(CPU_CONTENDED_PCT, float(r["contended_pct"]), str(r["cpu"])))
+    clusters = lt.df_cluster_signal_means()
+    for r in clusters.iter_rows(named=True) if clusters.height > 1 else ():  # one cluster: the CPUs' values say it
+        if r["mean_util"] is not None:
+            out.append(MetricValue(CLUSTER_MEAN_UTIL, float(r["mean_util"]), r["cluster"]))
+        if r["mean_load"] is not None:
+            out.append(MetricValue(CLUSTER_MEAN_LOAD, float(r["mean_load"]), r["cluster"]))
     return out

@@ -377,7 +377,7 @@ def df_pelt_sim_cpu(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame |
     ``cpu, ts (ns), dur (ns), x_util, x_runnable (input levels), util, runnable`` (PELT units, at ts after any
     jump there). Evaluate anywhere with :func:`sample_signal`. ``initial``: optional ``cpu, ts, util[, runnable]``
     seeding each CPU with that value at that time (its simulation starts there). ``backend``: "native" (the
-    compiled simulator, native/src/sim_pelt.rs) or "python" (this module's frames: the reference).
+    compiled simulator, native/sim/src/pelt.rs) or "python" (this module's frames: the reference).
     Events: sched_switch; optional cpu_frequency, wakeups, sched_migrate_task.
     """
     start_ns, end_ns = window_of(sched_switch, start_ns, end_ns)

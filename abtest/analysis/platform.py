@@ -37,6 +37,8 @@ import json
 import os
 import re
 import tomllib
+import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +47,22 @@ import polars as pl
 from abtest.ranges import number_ranges
 import yaml
 
-__all__ = ["load_platform", "platform_from_meta", "trace_platform", "df_cpus", "df_opps", "df_idle_states",
+__all__ = ["load_platform", "platform_from_meta", "trace_platform", "check_platform", "platform_mismatches",
+           "PlatformMismatchError", "PlatformMismatchWarning", "df_cpus", "df_opps", "df_idle_states",
            "cpu_capacities", "domain_of_cpu"]
 
 
 class PlatformFormatError(ValueError):
     """A platform file is not in a recognised format or lacks required fields (message names the file)."""
+
+
+class PlatformMismatchError(ValueError):
+    """The platform does not describe the traced system: it would relabel idle states or place CPUs in
+    domains they do not belong to. The message lists each disagreement."""
+
+
+class PlatformMismatchWarning(UserWarning):
+    """The platform disagrees with the trace in a way the analyses survive (frequencies outside its OPPs)."""
 
 
 # -- YAML without executing anything ------------------------------------------------------------
@@ -421,9 +433,7 @@ def platform_from_meta(meta: dict) -> dict | None:
                         "domains": domains}, "trace metadata")
 
 
-def trace_platform(trace) -> dict | None:
-    """The platform of a Trace in this module's schema: the one given to Trace(..., platform=...) (any format
-    load_platform reads), else the trace's own metadata (platform_from_meta), else None."""
+def _resolve_platform(trace) -> dict | None:
     plat = trace.platform
     if isinstance(plat, dict) and plat.get("domains") and plat.get("cpus") and "notes" in plat:
         return plat
@@ -431,6 +441,112 @@ def trace_platform(trace) -> dict | None:
         return load_platform(plat)
     return platform_from_meta(trace.meta)
 
+
+# trace -> (platform object checked, checked platform with notes); a window view is checked again
+_CHECKED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def trace_platform(trace) -> dict | None:
+    """The platform of a Trace in this module's schema: the one given to Trace(..., platform=...) (any format
+    load_platform reads), else the trace's own metadata (platform_from_meta), else None.
+
+    The platform is checked against the trace once (check_platform): a platform for another system (CPU
+    count, idle states) raises PlatformMismatchError; frequencies outside its OPPs warn
+    (PlatformMismatchWarning) and are recorded in the returned platform's ``notes``."""
+    plat = _resolve_platform(trace)
+    if plat is None:
+        return None
+    try:
+        hit = _CHECKED.get(trace)
+    except TypeError:  # not weak-referenceable: check every time
+        hit = None
+    if hit is not None and hit[0] is plat:
+        return hit[1]
+    checked = check_platform(plat, trace)
+    try:
+        _CHECKED[trace] = (plat, checked)
+    except TypeError:
+        pass
+    return checked
+
+
+def platform_mismatches(platform: dict, *, cpus: int | None, text_format: bool = False,
+                        cpus_with_events: set[int] | None = None, max_idle_state: dict[int, int] | None = None,
+                        frequencies: dict[int, set[int]] | None = None) -> tuple[list[str], list[str]]:
+    """(errors, warnings) comparing a platform with what a trace shows.
+
+    Errors (the platform describes another system): events on CPUs the platform lacks; a CPU count that
+    differs (a text trace may show fewer CPUs than it had: fewer is only a warning there); an idle state
+    index used on a CPU whose platform entry lists fewer states (its states would be relabelled).
+    Warnings: cpu_frequency values (kernel or marker-carried) that are not OPPs of the CPU's domain.
+    """
+    errors: list[str] = []
+    warns: list[str] = []
+    name = platform.get("name") or "the platform"
+    plat_cpus = sorted(c["cpu"] for c in platform.get("cpus", []))
+    outside = sorted((cpus_with_events or set()) - set(plat_cpus))
+    if outside:
+        errors.append(f"the trace has events on CPUs {outside} that {name} does not describe (it has CPUs "
+                      f"{plat_cpus})")
+    if cpus and plat_cpus and cpus != len(plat_cpus):
+        msg = f"{name} describes {len(plat_cpus)} CPUs, the trace has {cpus}"
+        (warns if text_format and cpus < len(plat_cpus) else errors).append(msg)
+    states = {c["cpu"]: len(c.get("idle_states") or []) for c in platform.get("cpus", [])}
+    for cpu, top in sorted((max_idle_state or {}).items()):
+        n = states.get(cpu)
+        if n and top >= n:
+            errors.append(f"CPU{cpu} enters idle state {top} but {name} lists {n} idle states for it "
+                          f"(index 0..{n - 1}): its idle states would be relabelled")
+    opps = {c: {o["frequency_khz"] for d in platform.get("domains", []) if c in d.get("cpus", []) for o in d.get("opps", [])}
+            for c in plat_cpus}
+    for cpu, seen in sorted((frequencies or {}).items()):
+        allowed = opps.get(cpu)
+        if allowed:
+            extra = sorted(seen - allowed)
+            if extra:
+                warns.append(f"CPU{cpu} runs at {', '.join(f'{k} kHz' for k in extra[:5])}"
+                             f"{' ...' if len(extra) > 5 else ''}, not OPPs of {name} "
+                             f"({', '.join(str(k) for k in sorted(allowed))} kHz)")
+    return errors, warns
+
+
+def check_platform(platform: dict, trace) -> dict:
+    """Check a platform against a Trace (platform_mismatches over its cpu_idle, cpu_frequency, sched_switch and
+    marker-carried frequencies). Raises PlatformMismatchError listing every error; returns the platform, with
+    each warning appended to ``notes`` (and emitted as PlatformMismatchWarning) when there are any."""
+    seen: set[int] = set()
+    for name in ("sched_switch", "cpu_idle", "cpu_frequency"):
+        if name in trace.tables:
+            seen |= set(trace.df(name, windowed=False)["cpu"].cast(pl.Int64).unique().to_list())
+    max_state = None
+    if "cpu_idle" in trace.tables:
+        idle = trace.df("cpu_idle", windowed=False).filter(pl.col("state") >= 0)
+        max_state = dict(idle.group_by(pl.col("cpu").cast(pl.Int64)).agg(pl.col("state").max()).iter_rows())
+    freqs: dict[int, set[int]] = {}
+    frames = []
+    if "cpu_frequency" in trace.tables:
+        frames.append(trace.df("cpu_frequency", windowed=False).select(pl.col("cpu").cast(pl.Int64),
+                                                                        pl.col("frequency_khz").cast(pl.Int64)))
+    if "marker" in trace.tables:
+        from abtest.analysis.meta_events import meta_cpu_frequency
+        frames.append(meta_cpu_frequency(trace.df("marker", windowed=False)).select(
+            pl.col("cpu").cast(pl.Int64), "frequency_khz"))
+    if frames:
+        both = pl.concat(frames).unique()
+        for cpu, khz in both.group_by("cpu").agg(pl.col("frequency_khz")).iter_rows():
+            freqs[cpu] = set(khz)
+    errors, warns = platform_mismatches(
+        platform, cpus=trace.cpus or None, text_format=str(trace.meta.get("format", "")).endswith("text"),
+        cpus_with_events=seen, max_idle_state=max_state, frequencies=freqs)
+    src = platform.get("source") or platform.get("name") or "platform"
+    if errors:
+        raise PlatformMismatchError(f"{src} does not match {trace.path}: " + "; ".join(errors)
+                                    + ". Pass the platform of the traced system (or none).")
+    if not warns:
+        return platform
+    for w in warns:
+        warnings.warn(PlatformMismatchWarning(f"{src} vs {trace.path}: {w}"), stacklevel=3)
+    return {**platform, "notes": list(platform.get("notes") or []) + [f"does not match the trace: {w}" for w in warns]}
 
 def cpu_list_name(cpus) -> str:
     """"cpu0-3", "cpu0,3-5", "cpu6": a CPU set written as runs of consecutive numbers."""

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from abtest.analysis import energy, frequency, idle, latency, load_tracking, placement, power
-from abtest.analysis import frames
+from abtest.analysis import capacity, cgroups, frames, overutilized, tasks, thermal
 from abtest.metric_spec import Grouping, MetricSpec, MetricValue
 from abtest.results.specs import WORKLOAD_METRICS
 from abtest.trace.errors import MissingEventsError
@@ -86,13 +86,25 @@ POWER = Analysis("power", "Measured power per channel and rail", power.EVENTS, p
 ENERGY_MODEL = Analysis("energy_model", "Energy-model power estimate", energy.ESTIMATE_EVENTS,
                         energy.ESTIMATE_OPTIONAL_EVENTS, energy.ESTIMATE_METRICS, energy.estimate_metrics,
                         energy.summary, doc="abtest.analysis.energy")
+TASKS = Analysis("tasks", "Task states and activations per task name", tasks.EVENTS, tasks.OPTIONAL_EVENTS,
+                 tasks.METRICS, tasks.metrics, tasks.summary, doc="abtest.analysis.tasks")
+OVERUTILIZED = Analysis("overutilized", "Overutilized time (EAS off)", overutilized.EVENTS,
+                        overutilized.OPTIONAL_EVENTS, overutilized.METRICS, overutilized.metrics,
+                        overutilized.summary, doc="abtest.analysis.overutilized")
+THERMAL = Analysis("thermal", "Thermal zones, cooling devices, power allocator", thermal.EVENTS,
+                   thermal.OPTIONAL_EVENTS, thermal.METRICS, thermal.metrics, thermal.summary,
+                   doc="abtest.analysis.thermal")
+CAPACITY = Analysis("capacity", "CPU capacity and uclamp", capacity.EVENTS, capacity.OPTIONAL_EVENTS,
+                    capacity.METRICS, capacity.metrics, capacity.summary, doc="abtest.analysis.capacity")
+CGROUPS = Analysis("cgroups", "Wakeup latency and CPU time per cgroup", cgroups.EVENTS, cgroups.OPTIONAL_EVENTS,
+                   cgroups.METRICS, cgroups.metrics, cgroups.summary, doc="abtest.analysis.cgroups")
 FRAMES = Analysis("frames", "Frames from atrace markers / the perfetto frame timeline", frames.EVENTS, (),
                   (), None, frames.summary, doc="abtest.analysis.frames")
 WORKLOAD = Analysis("workload", "Workload-reported results (metrics.json)", (), (), WORKLOAD_METRICS,
                     source=METRICS_JSON, doc="abtest.results.specs")
 
-ANALYSES: tuple[Analysis, ...] = (POWER, WORKLOAD, IDLE, LATENCY, FREQUENCY, LOAD_TRACKING, PLACEMENT,
-                                  ENERGY_MODEL, FRAMES)
+ANALYSES: tuple[Analysis, ...] = (POWER, WORKLOAD, IDLE, LATENCY, FREQUENCY, LOAD_TRACKING, PLACEMENT, TASKS,
+                                  OVERUTILIZED, THERMAL, CAPACITY, CGROUPS, ENERGY_MODEL, FRAMES)
 BY_NAME: dict[str, Analysis] = {a.name: a for a in ANALYSES}
 TRACE_ANALYSES: tuple[Analysis, ...] = tuple(a for a in ANALYSES if a.source == TRACE and a.compute is not None)
 

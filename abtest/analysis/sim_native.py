@@ -12,9 +12,13 @@ import polars as pl
 
 from abtest import _native
 
-NULL_CPU = -(2**31)  # a missing CPU (null target_cpu): native/src/sim_pelt.rs NULL_CPU
+NULL_CPU = -(2**31)  # a missing CPU (null target_cpu): native/sim/src/pelt.rs NULL_CPU
 
 __all__ = ["pelt_simulate", "pelt_contention", "window_demand", "boost_requests", "wakeup_latency"]
+
+
+# prev_state of a switch whose state is unknown (native/sim/src/latency.rs STATE_UNKNOWN)
+STATE_UNKNOWN = -(2**63)
 
 
 def _a(df: pl.DataFrame, col: str, dtype, fill) -> np.ndarray:
@@ -49,11 +53,6 @@ def _seeds(seeds: pl.DataFrame | None, key: str) -> tuple | None:
             _a(seeds, run, pl.Float64, 0.0) if run else np.zeros(seeds.height))
 
 
-def _release() -> None:
-    """Give back to the system what the extension freed (its allocator keeps large freed blocks mapped for
-    the decoders' reuse, native/src/alloc_reuse.rs): an analysis does not reuse them."""
-    _native.release_cached_memory()
-
 
 def _frame(d: dict, key: str, key_dtype) -> pl.DataFrame:
     return pl.DataFrame({key: d[key], "ts": d["ts"], "dur": d["dur"], "x_util": d["x_util"],
@@ -79,7 +78,6 @@ def pelt_simulate(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: i
                     task_seeds=task_seeds, new_pids=new_pids, want_cpus=want_cpus, attach=attach,
                     want_tasks=want_tasks, margin=None)
     out = _frame(c, "cpu", pl.Int32), _frame(t, "pid", pl.Int64)
-    _release()
     return out
 
 
@@ -87,7 +85,6 @@ def pelt_contention(sched_switch: pl.DataFrame, *, margin: float, **kw) -> pl.Da
     """Per-CPU contention of the simulated signals (pelt_sim.df_cpu_contention), aggregated while simulating:
     no segment is kept. Arguments as pelt_simulate."""
     _, _, a = _pelt(sched_switch, margin=float(margin), want_cpus=True, want_tasks=False, **kw)
-    _release()
     known = pl.col("known_ns").cast(pl.Float64)
     return pl.DataFrame(a).select(
         pl.col("cpu").cast(pl.Int32), "known_ns", "contended_ns",
@@ -142,7 +139,6 @@ def window_demand(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: i
             _a(spec, "fmax_khz", pl.Float64, float("nan")), _a(spec, "fill_khz", pl.Float64, float("nan")))
     sel = None if pids is None else np.asarray(sorted(set(int(p) for p in pids)) or [-1], np.int32)
     d = _native.window_demand(sw, freq, cpus, int(start_ns), int(end_ns), int(window_ns), int(n_windows), sel)
-    _release()
     w = pl.col("window") * window_ns + start_ns
     return pl.DataFrame(d).select(
         pl.col("pid").cast(pl.Int64), "window", w.alias("window_start_ns"),
@@ -160,24 +156,28 @@ def boost_requests(signals: pl.DataFrame, *, cpus: pl.DataFrame, opps: pl.DataFr
             _a(cpus, "capacity", pl.Float64, 1024.0))
     op = (_a(opps, "domain", pl.Int32, NULL_CPU), _a(opps, "opp_khz", pl.Int64, 0))
     d = _native.boost_requests(sig, plat, op, float(headroom), int(start_ns), int(end_ns))
-    _release()
     unknown = np.iinfo(np.int64).min
     return pl.DataFrame(d).with_columns(
         pl.col("domain").cast(pl.Int32), pl.col("util_request_khz", "boost_request_khz").fill_nan(None),
         *[pl.when(pl.col(c) != unknown).then(pl.col(c)).alias(c) for c in ("util_khz", "boost_khz")])
 
 
-def wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame) -> pl.DataFrame:
-    """latency.df_wakeup_latency's matching, compiled. ``wakeups``: ts, pid, comm, target_cpu, kind (already
-    restricted to the window and to pid != 0). Same columns as df_wakeup_latency, sorted by wakeup_ts."""
+def wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *, start_ns: int | None, end_ns: int | None,
+                   while_on_cpu: bool) -> pl.DataFrame:
+    """latency.df_wakeup_latency's matching, compiled. ``wakeups``: ts, pid, comm, target_cpu, kind, every
+    wakeup of the trace with pid != 0 (those in ``[start_ns, end_ns)`` are matched, the others can only end a
+    while-on-CPU candidate). Same columns as df_wakeup_latency, sorted by wakeup_ts."""
+    state = (_a(sched_switch, "prev_state", pl.Int64, STATE_UNKNOWN) if "prev_state" in sched_switch.columns
+             else np.full(sched_switch.height, STATE_UNKNOWN, dtype=np.int64))
     sw = (_a(sched_switch, "ts", pl.Int64, 0), _a(sched_switch, "cpu", pl.Int32, NULL_CPU),
-          _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0))
+          _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0), state)
     wk = [(_a(wakeups, "ts", pl.Int64, 0), _a(wakeups, "pid", pl.Int32, 0))]
-    m = _native.wakeup_latency(sw, wk, -(2**63), 2**63 - 1)
-    _release()
+    lo = -(2**63) if start_ns is None else int(start_ns)
+    hi = 2**63 - 1 if end_ns is None else int(end_ns)
+    m = _native.wakeup_latency(sw, wk, lo, hi, bool(while_on_cpu))
     hit = wakeups[pl.Series(m["row"], dtype=pl.UInt32)]
+    switch_in = pl.Series("switch_in_ts", m["switch_in_ts"])
     return hit.select(
-        "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"),
-        pl.Series("switch_in_ts", m["switch_in_ts"]), pl.Series("cpu", m["cpu"]), "target_cpu",
-        (pl.Series(m["switch_in_ts"]) - pl.col("ts")).alias("latency_ns"),
+        "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"), switch_in, pl.Series("cpu", m["cpu"]),
+        "target_cpu", pl.Series("while_on_cpu", m["while_on_cpu"]), (switch_in - pl.col("ts")).alias("latency_ns"),
     ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us"))

@@ -31,7 +31,7 @@ def df_window_demand(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame 
                      unknown_freq: str = "max", backend: str = "native") -> pl.DataFrame:
     """Per task and window: ``pid, window (index), window_start_ns, window_end_ns, running_ns (raw),
     window_load (0..1024, scaled), demand`` (0..1024: the demand in force *after* this window's rollover,
-    i.e. from window_end_ns until the next rollover). ``backend``: "native" (native/src/sim_window.rs) or
+    i.e. from window_end_ns until the next rollover). ``backend``: "native" (native/sim/src/window.rs) or
     "python" (these frames: the reference). Events: sched_switch; optional cpu_frequency.
     """
     start_ns, end_ns = window_of(sched_switch, start_ns, end_ns)

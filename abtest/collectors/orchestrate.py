@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from abtest.collectors.annotate import TraceAnnotator
 from abtest.collectors.ftrace import FtraceCollector, requested_events, restore_script
 from abtest.collectors.host_state import StateJournal, TargetLock, stale_journals, target_key
 from abtest.collectors.meta import META_SCRIPT, collect_target_meta, host_tools, parse_meta_output
@@ -418,6 +419,7 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
     collector = st.collector
     session_meta: dict = {}
     sampler = None
+    annotator = None
     phases = {}
     lock_t0 = time.monotonic()
     with st.lock:
@@ -436,6 +438,9 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
             if collector:
                 _, out = collector.start(preamble=META_SCRIPT)
                 meta = parse_meta_output(out)
+                annotator = TraceAnnotator.from_settings(t, collector, cfg.trace)  # cgroups + thermal into the trace
+                if annotator:
+                    annotator.start()
             else:
                 meta = collect_target_meta(t)
             kind = cfg.power.get("sampler", "none")
@@ -463,10 +468,17 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
                 power = sampler.stop(writer.tmp / ".power-raw.txt")
                 (writer.tmp / ".power-raw.txt").unlink(missing_ok=True)
                 write_power_csv(power, writer.tmp / "power.csv")
+            if annotator:
+                annotator.stop()
             if collector:
                 session_meta = collector.stop(writer.tmp / getattr(collector, "trace_name", "trace.dat")).as_meta()
             phases["stop_pull_s"] = time.monotonic() - a
         except BaseException:
+            if annotator:
+                try:
+                    annotator.stop()
+                except TargetError:
+                    pass
             if collector:
                 collector.reset()
             if sampler and sampler.pid:
@@ -496,7 +508,8 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
                      "original": {p: st.settings.original.get(p) for p in settings_now},
                      "workload": wl.describe(),
                      "events_requested": collector.events if collector else [], "analyses": cc.analyses},
-        "trace": ({**session_meta, "tracefs_original": getattr(collector, "original", None)}
+        "trace": ({**session_meta, "tracefs_original": getattr(collector, "original", None),
+                   **({"annotations": annotator.describe()} if annotator else {})}
                   if collector else session_meta),
         "power": ({"sampler": cfg.power.get("sampler"), "period_s": cfg.power.get("period_s", 0.5),
                    "aligned": session_meta.get("trace_clock") == "boot",

@@ -232,6 +232,9 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
         t0 = trace.start_ns
         trace = trace.window(t0 + int(round(lo * 1e9)), t0 + int(round(hi * 1e9)))
     d = analyze_dict(trace, window_s=window, only=only or None)
+    from abtest.trace.import_log import import_warnings
+    for w in import_warnings(trace.meta):
+        click.secho(f"WARNING: {w}", fg="yellow", err=True)
     if d["lost_events"]:
         click.secho(f"WARNING: {d['lost_events']} events were lost in the ring buffer "
                     f"(per CPU: {trace.meta.get('lost_events_per_cpu')}): results from this trace are incomplete",

@@ -265,16 +265,15 @@ _LAT_COLS = (("wakeups", ""), ("mean_us", "us"), ("p50_us", "us"), ("p95_us", "u
 
 
 def latency_blocks(s: dict, ctx: Context) -> list[Block]:
-    tasks = s.get("tasks") or {}
-    cols = [Column("task", numeric=TEXT), Column("pid", numeric=TEXT)]
+    tasks = s.get("tasks") or {}  # keyed by task name (comm): threads sharing a name are pooled
+    cols = [Column("task", numeric=TEXT)]
     for k, _ in _LAT_COLS:
         name, unit, _f = split_unit(k)
         cols.append(Column(name, unit))
-    g = Grid(f"Wakeup latency ({s.get('wakeup_event')} -> the task's next sched_switch in), us", cols, keys=2)
-    g.add("all tasks", "", fmt(s.get("matched_wakeups")), *(fmt(s.get(k), "us") for k, _ in _LAT_COLS[1:]))
-    for key, r in tasks.items():
-        comm, pid = _split_task(key)
-        g.add(comm, pid, *(fmt(r.get(k), u) for k, u in _LAT_COLS))
+    g = Grid(f"Wakeup latency ({s.get('wakeup_event')} -> the task's next sched_switch in), us", cols, keys=1)
+    g.add("all tasks", fmt(s.get("matched_wakeups")), *(fmt(s.get(k), "us") for k, _ in _LAT_COLS[1:]))
+    for name, r in tasks.items():
+        g.add(name, *(fmt(r.get(k), u) for k, u in _LAT_COLS))
     if tasks:
         g.notes.append(f"the {len(tasks)} most woken tasks; every task: Trace(FILE).latency.df_task_stats() "
                        "(docs/analyze.md)")
@@ -324,7 +323,20 @@ def load_tracking_blocks(s: dict, ctx: Context) -> list[Block]:
         g.add(str(c), fmt(r.get("mean_util")), fmt(r.get("mean_runnable")), fmt(r.get("contended_pct"), "%"),
               fmt(r.get("runnable_util_ratio")))
     g.notes.append("contended: time where runnable exceeds util by more than 1 unit")
-    out.append(g)
+    if per:
+        out.append(g)
+    else:
+        srcs = s.get("sources") or {}
+        out.append("no CPU has both util and runnable in the window (util: "
+                   f"{srcs.get('util') or 'none'}, runnable: {srcs.get('runnable') or 'none'}), so no per-CPU "
+                   "contention")
+    clusters = s.get("per_cluster") or {}
+    if clusters:
+        c = Grid("Root cfs_rq PELT per cluster (mean over the cluster's CPUs, capacity units)",
+                 [Column("cluster", numeric=TEXT), Column("mean util"), Column("mean runnable"), Column("mean load")])
+        for name, r in clusters.items():
+            c.add(str(name), fmt(r.get("mean_util")), fmt(r.get("mean_runnable")), fmt(r.get("mean_load")))
+        out.append(c)
     mae = s.get("pelt_sim_mae_util") or {}
     if mae:
         m = Grid("PELT simulation vs the kernel's PELT events (mean absolute error of util)",

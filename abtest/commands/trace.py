@@ -8,6 +8,7 @@ import click
 
 from abtest.session import Trace
 from abtest.trace.convert import convert as convert_trace
+from abtest.trace.import_log import import_warnings
 
 
 def info_dict(t: Trace) -> dict:
@@ -35,6 +36,14 @@ def info_dict(t: Trace) -> dict:
         # named trace instances (tracefs instances/NAME) whose events are in the tables, column `instance`
         "instances": m.get("instances", []),
         "warnings": m.get("warnings", []),
+        # what the reader could not parse, per kind: {"count", "examples": [{"line"|"offset", "text", ...}]}
+        "import_errors": m.get("import_errors", {}),
+        # what it recognised as not being events (preambles, ps listings, padding...), counted the same way
+        "non_event_content": m.get("non_event_content", {}),
+        # sched_switch chain breaks per CPU (events missing though no loss was recorded)
+        "inferred_gaps": m.get("inferred_gaps", {}),
+        "cpus_with_data": m.get("cpus_with_data", []),
+        "cpus_header": m.get("cpus_header"),
     }
 
 
@@ -77,6 +86,10 @@ def info(file: str, as_json: bool, no_cache: bool) -> None:
         con.print(f"[bold]{d['file']}[/]", markup=True, highlight=False)
         con.print(f"format: {format_text(d)}; cpus: {d['cpus']}" + (f"; clock: {d['clock']}" if d["clock"] else ""),
                   markup=False, highlight=False)
+        data_cpus = d["cpus_with_data"]
+        if data_cpus and len(data_cpus) != d["cpus"]:
+            con.print(f"events on {len(data_cpus)} of the {d['cpus']} CPUs: {', '.join(map(str, data_cpus[:32]))}"
+                      f"{' ...' if len(data_cpus) > 32 else ''}", markup=False, highlight=False)
         if d["duration_s"] is not None:
             con.print(f"span: {d['start_ns']} .. {d['end_ns']} ns ({d['duration_s']:.3f} s)")
         if d["instances"]:
@@ -92,6 +105,11 @@ def info(file: str, as_json: bool, no_cache: bool) -> None:
             con.print(f"{name}: {n:,} counter samples")
         for w in d["warnings"]:
             con.print(f"[yellow]warning:[/] {w}")
+        if d["non_event_content"]:
+            con.print("skipped (recognised, not events): " + ", ".join(
+                f"{k} {v['count']:,}" for k, v in sorted(d["non_event_content"].items())))
+    for w in import_warnings(t.meta):  # unparsed content and broken sched_switch chains
+        click.secho(f"WARNING: {w}", fg="yellow", err=True)
     if d["lost_events"]:
         click.secho(f"WARNING: {d['lost_events']} events were lost in the ring buffer "
                     f"(per CPU: {d['lost_events_per_cpu']}); results from this trace are incomplete",

@@ -53,6 +53,8 @@ class Contribution:
     ci95_mw: tuple | None
     dtime_ms_per_s: float | None
     top_opps_khz: tuple = ()  # tasks: the OPPs where the task's time changed most in the change's direction
+    a_ms_per_s: float | None = None  # time the term covers, mean over A's iterations (ms per s of window)
+    b_ms_per_s: float | None = None
 
     @property
     def label(self) -> str:
@@ -74,7 +76,8 @@ class Contribution:
         return {"kind": self.kind, "domain": self.domain, "opp_khz": self.opp_khz, "state": self.state,
                 "task": self.task, "a_mw": self.a_mw, "b_mw": self.b_mw, "delta_mw": self.delta_mw,
                 "share_pct": self.share_pct, "ci95_mw": list(self.ci95_mw) if self.ci95_mw else None,
-                "dtime_ms_per_s": self.dtime_ms_per_s, "top_opps_khz": list(self.top_opps_khz), "label": self.label}
+                "dtime_ms_per_s": self.dtime_ms_per_s, "a_ms_per_s": self.a_ms_per_s, "b_ms_per_s": self.b_ms_per_s,
+                "top_opps_khz": list(self.top_opps_khz), "label": self.label}
 
 
 @dataclass
@@ -201,7 +204,8 @@ def _term_deltas(ta: list[pl.DataFrame], tb: list[pl.DataFrame], keys: list[str]
     for k, combo in enumerate(combos.iter_rows(named=True)):  # one per term (domain x OPP x ...), not per event
         ma, mb, d, ci = _delta(list(pa[k]), list(pb[k]))
         out.append({**combo, "a": ma, "b": mb, "d": d, "ci": ci, "share": 100.0 * d / total if total else None,
-                    "dtime": float(wb[k].mean() - wa[k].mean())})
+                    "dtime": float(wb[k].mean() - wa[k].mean()), "ta": float(wa[k].mean()),
+                    "tb": float(wb[k].mean())})
     return out
 
 
@@ -255,13 +259,14 @@ def explain_channel(channel: str, its_a: list[Iteration], its_b: list[Iteration]
     if have_model:
         for r in _term_deltas(ta, tb, ["kind", "domain"], total):
             level1.append(Contribution(r["kind"], r["domain"], None, None, None, r["a"], r["b"], r["d"], r["share"],
-                                       r["ci"], r["dtime"]))
+                                       r["ci"], r["dtime"], (), r["ta"], r["tb"]))
         for keys in (["kind", "domain", "opp_khz"], ["kind", "domain", "state", "opp_khz"]):
             kinds = ("active", "static") if "state" not in keys else ("idle",)
             for r in _term_deltas([t.filter(pl.col("kind").is_in(kinds)) for t in ta],
                                   [t.filter(pl.col("kind").is_in(kinds)) for t in tb], keys, total):
                 contributions.append(Contribution(r["kind"], r["domain"], r.get("opp_khz"), r.get("state"), None,
-                                                  r["a"], r["b"], r["d"], r["share"], r["ci"], r["dtime"]))
+                                                  r["a"], r["b"], r["d"], r["share"], r["ci"], r["dtime"], (),
+                                                  r["ta"], r["tb"]))
         if measured:
             res_a = [m - x for m, x in zip(va, model_a)]
             res_b = [m - x for m, x in zip(vb, model_b)]
@@ -273,7 +278,7 @@ def explain_channel(channel: str, its_a: list[Iteration], its_b: list[Iteration]
         for r in _term_deltas([t.filter(pl.col("kind") == "active") for t in ta],
                               [t.filter(pl.col("kind") == "active") for t in tb], ["task", "domain"], total):
             tasks.append(Contribution("task", r["domain"], None, None, r["task"], r["a"], r["b"], r["d"], r["share"],
-                                      r["ci"], r["dtime"]))
+                                      r["ci"], r["dtime"], (), r["ta"], r["tb"]))
         tasks.sort(key=lambda c: -abs(c.delta_mw))
         tasks = tasks[:top_tasks]
         # per task, the OPPs where its time grew most (for the narrative)

@@ -106,6 +106,10 @@ def trace_values(trace, options: registry.MetricOptions, *, with_power: bool
     if lost:
         notes.append(f"{trace.path}: {lost} events lost in the ring buffer; trace metrics are computed from "
                      "incomplete data")
+    gaps = sum((trace.meta.get("inferred_gaps") or {}).values())
+    if gaps:
+        notes.append(f"sched_switch chains break {gaps} time(s) without a recorded loss: task residency, task "
+                     "states and wakeup latency miss what happened in those gaps")
     if with_power:
         out += _power_from_samples(trace.df("power_rail", windowed=False), "trace:power_rail", options,
                                    start_ns=trace.start_ns, end_ns=trace.end_ns)
@@ -241,8 +245,22 @@ def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.Me
         except (TraceFormatError, OSError, ValueError) as e:  # ValueError: a platform file it cannot use
             notes.append(f"trace metrics unavailable: {e}")
             failed = True
-    if it.battor_path is not None and not power_done:
-        notes.append(f"{it.battor_path.name}: BattOr logs are not read as a power source yet")
+    if it.battor_path is not None:
+        if power_done:
+            notes.append(f"power from {'power.csv' if it.power_path else 'the trace'}; {it.battor_path.name} was not "
+                         "used (one power source per iteration)")
+        else:
+            from abtest.store.power import read_battor_samples
+            try:
+                samples, bmeta = read_battor_samples(it.battor_path)
+                clock = (bmeta.get("clock") or {}).get("method", "unaligned")
+                vals += _power_from_samples(samples, f"{it.battor_path.name} (BattOr, clock {clock})", options)
+                n_bad = sum(e["count"] for e in (bmeta.get("import_errors") or {}).values())
+                if n_bad:
+                    notes.append(f"{it.battor_path.name}: {n_bad} line(s) not imported (see abtest trace info)")
+            except (TraceFormatError, OSError) as e:
+                notes.append(f"power metrics unavailable: {e}")
+                failed = True
     if use_cache and not failed:
         _write_cache(cache, key, vals, notes)
     return vals, notes

@@ -189,3 +189,48 @@ def write_plots(c, out_dir, formats: tuple[str, ...] = ("png", "svg"), dpi: int 
                 written.append(path)
             plt.close(fig)
     return written
+
+
+def plot_explain_opps(ch) -> "plt.Figure | None":
+    """An explained channel (abtest.compare.explain.ChannelExplanation): per frequency domain, active time at
+    each OPP (ms per s of window) A vs B, annotated with each OPP's power change (mW)."""
+    rows = [c for c in ch.contributions if c.kind == "active" and c.a_ms_per_s is not None]
+    doms = sorted({c.domain for c in rows})
+    if not doms:
+        return None
+    fig, axes = plt.subplots(1, len(doms), figsize=(4.8 * len(doms), 3.4), squeeze=False)
+    for ax, dom in zip(axes.flat, doms):
+        mine = sorted((c for c in rows if c.domain == dom), key=lambda c: c.opp_khz or 0)
+        x = np.arange(len(mine))
+        ax.bar(x - 0.2, [c.a_ms_per_s for c in mine], 0.4, color=COLOR_A, label="A")
+        ax.bar(x + 0.2, [c.b_ms_per_s for c in mine], 0.4, color=COLOR_B, label="B")
+        for xi, c in zip(x, mine):
+            if abs(c.delta_mw) > 1e-9:
+                ax.annotate(f"{c.delta_mw:+.2f} mW", (xi, max(c.a_ms_per_s, c.b_ms_per_s)), ha="center",
+                            va="bottom", fontsize=7, xytext=(0, 3), textcoords="offset points")
+        ax.set_xticks(x, [f"{(c.opp_khz or 0) / 1000:g}" for c in mine], fontsize=7)
+        ax.set_xlabel("OPP (MHz)", fontsize=8)
+        ax.set_ylabel("active time (ms/s)", fontsize=8)
+        ax.set_title(f"{dom}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{ch.channel}: active time per OPP, A vs B ({ch.delta_mw:+.2f} mW in all)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_explain_tasks(ch, top: int = 8) -> "plt.Figure | None":
+    """An explained channel: CPU time of the tasks that changed power most, per domain, A vs B (ms/s)."""
+    tasks = [c for c in ch.tasks if c.a_ms_per_s is not None][:top]
+    if not tasks:
+        return None
+    y = np.arange(len(tasks))
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(tasks) + 1.4))
+    ax.barh(y - 0.2, [c.a_ms_per_s for c in tasks], 0.4, color=COLOR_A, label="A")
+    ax.barh(y + 0.2, [c.b_ms_per_s for c in tasks], 0.4, color=COLOR_B, label="B")
+    ax.set_yticks(y, [f"{c.task} ({c.domain}) {c.delta_mw:+.2f} mW" for c in tasks], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("CPU time (ms per s of window)")
+    ax.set_title(f"{ch.channel}: tasks by power change (priced by the model)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

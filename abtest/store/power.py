@@ -59,3 +59,17 @@ def write_power_csv(df: pl.DataFrame, path: str | Path) -> Path:
     """Write the run-store power.csv (columns ts_ns, rail, subsystem, energy_uj)."""
     df.select(list(POWER_SCHEMA)).write_csv(path)
     return Path(path)
+
+
+def read_battor_samples(path: str | Path) -> tuple[pl.DataFrame, dict]:
+    """A BattOr log beside a trace (battor.txt) as power_rail-shaped samples (rail "BattOr", the whole device
+    through the battery) and the reader's metadata (abtest.trace.battor.read_battor: sample rate, clock — on its
+    own clock unless aligned — and import_errors). Averages over the log's own span are what a power metric
+    needs, so an unaligned clock is fine for power.<Channel>; the metadata says which clock it is."""
+    from abtest.trace.battor import read_battor
+    frame, meta = read_battor(path)
+    if frame.height < 2:
+        raise TraceFormatError(path, f"only {frame.height} usable BattOr sample(s)",
+                               expected="'time_ms current_mA voltage_mV' rows after the '# BattOr' header")
+    return frame.select("ts", pl.col("rail").cast(pl.Categorical), pl.col("subsystem").cast(pl.Categorical),
+                        pl.col("energy_uj").cast(pl.Float64)), meta

@@ -1,9 +1,16 @@
-"""Content-keyed parquet cache of decoded traces.
+"""Directories of decoded tables: the content-keyed cache behind `Trace`, and what `abtest trace convert`
+writes.
 
-Layout of one entry (also the layout `abtest trace convert` writes, documented in README):
+Layout of one directory (documented in README):
     <dir>/meta.json            metadata (see abtest.trace.model.TraceData)
-    <dir>/<table>.parquet      one file per canonical table
+    <dir>/<table>.parquet      one file per canonical table (`trace convert`, `Trace.to_dir`), or
+    <dir>/<table>.arrow        in the cache: Arrow IPC, uncompressed, memory-mapped when read back
     <dir>/.complete            written last; an entry without it is ignored and rebuilt
+
+Both are written by polars (tables in parallel threads). Parquet: uncompressed, no column statistics
+(the fastest polars writes on the bench trace; docs/ingest.md). The cache uses Arrow IPC because a first
+`Trace()` open writes it and every later open maps it: writing is a copy of the columns (about half the
+time of the parquet write) and reading back costs no decoding.
 
 Cache root: $ABTEST_CACHE_DIR, else $XDG_CACHE_HOME/abtest, else ~/.cache/abtest.
 Key: blake2b-128 of the file's bytes + the reader version, so an edited file or a new reader
@@ -16,13 +23,16 @@ import json
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
 
 from abtest.trace.model import TraceData
-from abtest.trace.parquet_write import write_parquet_tables
 from abtest.trace.readers import READER_VERSION
+
+# table file suffix per format
+SUFFIX = {"parquet": ".parquet", "ipc": ".arrow"}
 
 
 def cache_root() -> Path:
@@ -43,17 +53,23 @@ def content_key(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def write_tables(data: TraceData, out_dir: str | os.PathLike) -> Path:
-    """Write tables + meta.json into out_dir atomically (temp dir, then rename).
+def _write_table(df: pl.DataFrame, path: Path, fmt: str) -> None:
+    if fmt == "ipc":
+        df.write_ipc(path, compression="uncompressed")
+    else:
+        df.write_parquet(path, compression="uncompressed", statistics=False)
 
-    Tables are written by abtest's parquet writer (`abtest.trace.parquet_write`: all tables at once on
-    Rust threads; tables with a dtype it does not cover go to polars' writer); layout in docs/ingest.md.
-    """
+
+def write_tables(data: TraceData, out_dir: str | os.PathLike, *, fmt: str = "parquet") -> Path:
+    """Write every table (`fmt`: "parquet" or "ipc") + meta.json into out_dir atomically (temp dir, then
+    rename). Tables are written by polars, several at once (its writers release the GIL)."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        write_parquet_tables(data.tables, tmp)
+        jobs = sorted(data.tables.items(), key=lambda kv: -kv[1].height)  # the largest first
+        with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1) or 1) as pool:
+            list(pool.map(lambda kv: _write_table(kv[1], tmp / f"{kv[0]}{SUFFIX[fmt]}", fmt), jobs))
         (tmp / "meta.json").write_text(json.dumps(data.meta, indent=1, sort_keys=True, default=str))
         (tmp / ".complete").touch()
         if out_dir.exists():
@@ -74,12 +90,23 @@ def read_meta(entry: Path) -> dict:
 
 
 def table_path(entry: Path, name: str) -> Path:
-    return entry / f"{name}.parquet"
+    """The file of table `name` in `entry` (Arrow IPC in the cache, parquet in a convert directory)."""
+    ipc = entry / f"{name}{SUFFIX['ipc']}"
+    return ipc if ipc.exists() else entry / f"{name}{SUFFIX['parquet']}"
 
 
 def table_names(entry: Path) -> list[str]:
-    return sorted(p.stem for p in entry.glob("*.parquet"))
+    return sorted({p.name[:-len(s)] for s in SUFFIX.values() for p in entry.glob(f"*{s}")})
+
+
+def read_table(entry: Path, name: str) -> pl.DataFrame:
+    """Table `name` of `entry` (polars memory-maps an uncompressed IPC file)."""
+    path = table_path(entry, name)
+    if path.suffix == SUFFIX["ipc"]:
+        return pl.read_ipc(path)
+    return pl.read_parquet(path)
 
 
 def scan_table(entry: Path, name: str) -> pl.LazyFrame:
-    return pl.scan_parquet(table_path(entry, name))
+    path = table_path(entry, name)
+    return pl.scan_ipc(path) if path.suffix == SUFFIX["ipc"] else pl.scan_parquet(path)

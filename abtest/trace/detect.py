@@ -7,6 +7,13 @@ TRACEDAT_MAGIC = b"\x17\x08\x44tracing"
 GZIP_MAGIC = b"\x1f\x8b"
 ZIP_MAGIC = b"PK\x03\x04"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+BZIP2_MAGIC = b"BZh"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+TAR_MAGIC_OFFSET = 257  # "ustar" (POSIX / GNU tar header)
+BATTOR_HEADER = b"# BattOr"
+# the containers readers.py unwraps (abtest.trace.archive): compressed single streams and archives
+STREAM_CODECS = {"gzip": "gzip", "zstd": "zstd", "bzip2": "bz2", "xz": "xz"}
+ARCHIVES = ("zip", "tar")
 
 
 def _looks_like_perfetto(head: bytes) -> bool:
@@ -21,8 +28,9 @@ def _looks_like_perfetto(head: bytes) -> bool:
 
 
 def detect_format(head: bytes) -> str | None:
-    """Return one of: trace.dat, gzip, zip, zstd, perfetto, systrace-html, atrace-z, atrace,
-    ftrace-text; or None when nothing matches (empty or binary garbage).
+    """Return one of: trace.dat, gzip, zip, zstd, bzip2, xz, tar, perfetto, systrace-html, atrace-z, atrace,
+    battor (a BattOr power log), json (Chrome JSON trace events: not read), ftrace-text; or None when nothing
+    matches (empty or binary garbage).
 
     `head` is the first few KiB of the file.
     """
@@ -36,24 +44,36 @@ def detect_format(head: bytes) -> str | None:
         return "zip"
     if head.startswith(ZSTD_MAGIC):
         return "zstd"
+    if head.startswith(XZ_MAGIC):
+        return "xz"
+    if head.startswith(BZIP2_MAGIC) and head[3:4].isdigit():
+        return "bzip2"
+    if head[TAR_MAGIC_OFFSET:TAR_MAGIC_OFFSET + 5] == b"ustar":
+        return "tar"
     stripped = head.lstrip()
-    low = stripped[:200].lower()
-    if low.startswith(b"<!doctype html") or low.startswith(b"<html"):
+    if stripped.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark
+        stripped = stripped[3:].lstrip()
+    if stripped.startswith(BATTOR_HEADER):
+        return "battor"
+    low = stripped[:1024].lower()
+    if low.startswith(b"<!doctype html") or low.startswith(b"<html") or (low.startswith(b"<!--") and b"<html" in low):
         return "systrace-html"
-    # atrace: a "TRACE:" line at the top or after a short preamble ("capturing trace... done")
-    trace_line = re.search(rb"(?:^|\n)TRACE:[ \t]*\r?\n", stripped[:1024])
+    # atrace: a "TRACE:" line at the top or after a preamble ("capturing trace... done", adb messages)
+    trace_line = re.search(rb"(?:^|\n)TRACE:[ \t\r]*\n", stripped[:8192])
     if trace_line is not None:
-        if stripped[trace_line.end():][:1] == b"\x78":  # zlib header (CMF 0x78)
+        if stripped[trace_line.end():].lstrip(b"\r\n")[:1] == b"\x78":  # zlib header (CMF 0x78)
             return "atrace-z"
         return "atrace"
     # text: mostly printable bytes (checked before the perfetto sniff: a text trace that starts
     # with a blank line begins with 0x0a, like a perfetto packet tag)
-    sample = head[:4096]
+    sample = head[:4096].rstrip(b"\x00")  # NUL padding after the text (a file padded to a block size)
     printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 128)
-    is_text = printable >= 0.95 * len(sample)
+    is_text = bool(sample) and printable >= 0.95 * len(sample)
     no_control_bytes = not any(b < 9 or 13 < b < 32 or b == 11 or b == 12 for b in sample)
     if _looks_like_perfetto(head) and not (is_text and no_control_bytes):
         return "perfetto"
     if is_text:
+        if stripped[:1] in (b"{", b"[") and re.match(rb'[\[{]\s*(?:\{\s*)?"', stripped):
+            return "json"
         return "ftrace-text"
     return None

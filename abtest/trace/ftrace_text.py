@@ -4,98 +4,185 @@ Formats (``fmt`` from abtest.trace.detect; gzip/zip/zstd wrappers are already re
 
 ftrace-text     ``trace-cmd report`` output (with or without its ``version = 6`` / ``CPU N is empty`` /
                 ``cpus=N`` header, plugin-formatted or ``-R`` raw), tracefs ``trace`` / ``trace_pipe``
-                text with or without the TGID and flags columns, and JavaScript-escaped systrace text
-                (lines ending in ``\\n\\``).
-atrace          ``atrace`` output: anything up to a ``TRACE:`` line is preamble, then ftrace text.
-atrace-z        ``atrace -z``: ``TRACE:`` then one zlib stream holding ftrace text. A truncated or
-                corrupt stream is an error (never a partial trace).
+                text with or without the TGID and flags columns, the function_graph tracer's text, and
+                JavaScript-escaped systrace text (lines ending in ``\\n\\``).
+atrace          ``atrace`` output: anything up to a ``TRACE:`` line is preamble (``capturing trace...
+                done``, adb messages: counted in ``non_event_content``), then ftrace text; a ``ps`` listing
+                after the trace (``atrace ...; ps -t``) becomes table ``process``.
+atrace-z        ``atrace -z``: ``TRACE:`` then one zlib stream holding ftrace text, inflated under the limits
+                of abtest.trace.limits. A stream whose line ends an ``adb shell`` pty turned into CRLF is
+                repaired (meta ``text_quirks``). A truncated or corrupt stream is an error (never a
+                partial trace).
 systrace-html   systrace HTML: ``<script class="trace-data" type="application/text">`` blocks (the
                 ``<!-- BEGIN TRACE -->`` section of newer systrace) and the legacy
-                ``var linuxPerfData = "..."`` JavaScript string. Blocks holding JSON (Chrome trace
-                events) are skipped with a warning in ``meta["warnings"]``; a file with no ftrace block
-                is an error.
+                ``var linuxPerfData = "..."`` JavaScript string. Each block is classified by content:
+                ftrace text (read; several are merged), ``PROCESS DUMP`` (ps listings -> table
+                ``process``), JSON (systrace's metadata / clock-sync block: counted in
+                ``non_event_content``; Chrome trace events in it are not imported and are counted in
+                ``import_errors``), ``CGROUP DUMP`` and ``ATRACE_PROCESS_DUMP`` (counted), a BattOr log
+                (power samples: abtest.trace.battor, via readers.py), base64+gzip blocks (decoded first).
+                A file with no ftrace block is an error.
 
 Raw tables: ``ts`` (Int64 ns), ``cpu`` (Int32), ``common_pid`` (Int32), ``common_comm`` (Utf8),
-[``common_tgid`` (Int32, null for ``(-----)``) when the TGID column is present], then the event's
-fields (see abtest.trace.text_fields). Line parsing is in abtest.trace.text_lines.
+[``common_tgid`` (Int32, null for ``(-----)``) when the TGID column is present or a ps listing gave it],
+then the event's fields (see abtest.trace.text_fields). Line parsing is in abtest.trace.text_lines;
+unparseable content is accounted in meta ``import_errors`` (abtest.trace.import_log). A text is refused
+only when it holds no event line at all, or more unparseable lines than events: it is not a trace.
 """
 from __future__ import annotations
 
 import base64
 import binascii
 import gzip
+import hashlib
+import html
+import json
 import re
 import zlib
 from pathlib import Path
 
 import polars as pl
 
+from abtest.trace import import_log
 from abtest.trace.errors import TraceFormatError
-from abtest.trace.text_lines import looks_js_escaped, parse_lines, split_lines, unescape_js_lines
+from abtest.trace.inflate import inflate
+from abtest.trace.text_lines import (EXPECTED_LINE, ends_with_newline, is_ascii, looks_js_escaped, parse_lines,
+                                     split_lines, unescape_js_lines)
+from abtest.trace.text_process import PROCESS_SCHEMA, fill_from_process_table, merge_listings
 
 _TRACE_DATA_BLOCK = re.compile(
     rb"<script\s+class=\"trace-data\"\s+type=\"application/text\"\s*>(.*?)</script>", re.S | re.I)
 _LEGACY_BLOCK = re.compile(rb"var\s+linuxPerfData\s*=\s*\"\\?\r?\n(.*?)(?:\";|</script>)", re.S)
 _BEGIN_END = re.compile(rb"<!--\s*BEGIN TRACE\s*-->(.*?)<!--\s*END TRACE\s*-->", re.S)
+_TRACE_LINE = re.compile(rb"^TRACE:[ \t\r]*\n", re.M)
+JSON_PARSE_LIMIT = 64 << 20  # larger JSON blocks are counted by their "ph" keys instead of parsed
+# systrace agents' block titles (catapult systrace/tracing_agents): blocks that are not ftrace text
+_CGROUP_TITLE = re.compile(rb"^\s*(?:# tracer: ?\r?\n)?CGROUP DUMP\s*\n")
+_ATRACE_DUMP_TITLE = re.compile(rb"^\s*ATRACE_PROCESS_DUMP\s*\n")
+_BATTOR_TITLE = re.compile(rb"^\s*# BattOr")
+_PROCESS_DUMP_TITLE = re.compile(rb"^\s*PROCESS DUMP\s*\n")
 
 
-def read(path, data, fmt: str) -> tuple[dict[str, pl.DataFrame], dict]:
-    """Decode one ftrace-text-family trace. ``data``: bytes-like (bytes or mmap)."""
+def read(path, data, fmt: str) -> tuple[dict, dict]:
+    """Decode one ftrace-text-family trace. ``data``: bytes-like (bytes or mmap).
+
+    meta["_battor_texts"]: BattOr logs found in systrace HTML blocks, [(bytes, where)], for readers.py
+    (popped there before the metadata is stored)."""
     path = Path(path)
     raw = bytes(data)
     meta: dict = {"format": fmt, "warnings": [], "clock": None}
     if fmt == "ftrace-text":
         tables = _parse_text(path, raw, 1, meta)
     elif fmt == "atrace":
-        body, first_line = _after_trace_line(path, raw)
+        body, first_line = _after_trace_line(path, raw, meta)
         tables = _parse_text(path, body, first_line, meta)
     elif fmt == "atrace-z":
-        body = _inflate_atrace(path, raw, meta)
-        tables = _parse_text(f"{path} (inflated atrace -z stream)", body, 1, meta)
+        body, after, after_line = _inflate_atrace(path, raw, meta)
+        tables = _parse_text(path, body, 1, meta, source="inflated atrace -z stream")
+        if after:  # text after the stream: `atrace -z ...; ps -t` puts the thread listing there
+            for name, df in _parse_text(path, after, after_line, meta).items():
+                tables[name] = pl.concat([tables[name], df], how="diagonal_relaxed") if name in tables else df
     elif fmt == "systrace-html":
         tables = _read_html(path, raw, meta)
     else:
         raise TraceFormatError(path, f"ftrace_text cannot read format {fmt!r}")
+    _refuse_if_not_a_trace(path, tables, meta)
+    _finish_process(tables, meta)
     _finish_meta(meta)
     return tables, meta
 
 
-def _parse_text(path, body: bytes, first_line: int, meta: dict) -> dict[str, pl.DataFrame]:
-    lines = split_lines(body, first_line)
+def _parse_text(path, body: bytes, first_line: int, meta: dict, source: str | None = None) -> dict[str, pl.DataFrame]:
+    padded = len(body) - len(body.rstrip(b"\x00")) if body[-1:] == b"\x00" else 0
+    if padded:  # NUL padding after the text (a file or buffer padded to a block size): skipped, counted
+        body = body[:len(body) - padded]
+        import_log.add_skipped(meta, "nul_padding", padded, [import_log.example(None, offset=len(body), source=source)])
+    quirks = meta.setdefault("text_quirks", [])
+    lines = split_lines(body, first_line, quirks)
     if looks_js_escaped(lines):
         lines = unescape_js_lines(lines)
-        meta.setdefault("text_quirks", []).append("JavaScript-escaped string (lines end in '\\n\\'): unescaped")
-    return parse_lines(path, lines, meta)
+        quirks.append("JavaScript-escaped string (lines end in '\\n\\'): unescaped")
+    if not quirks:
+        meta.pop("text_quirks")
+    where = f"{path} ({source})" if source else path
+    return parse_lines(where, lines, meta, source=source, complete=ends_with_newline(body), ascii_only=is_ascii(body))
 
 
-def _after_trace_line(path, raw: bytes) -> tuple[bytes, int]:
+# lines that are nothing a trace file holds (as opposed to a bad value inside an event line, or a ps
+# listing row that does not fit its header): these decide whether a text is a trace at all
+_NOT_TRACE_KINDS = frozenset({"unrecognised_line", "malformed_event_line", "binary_line", "line_too_long",
+                              "truncated_line", "continuation_line"})
+
+
+def _refuse_if_not_a_trace(path, tables: dict, meta: dict) -> None:
+    """A text with unrecognisable lines and no event line, or with more unrecognisable lines than events, is
+    not a trace: refused, naming the first such line."""
+    events = meta.pop("_text_event_lines", 0)
+    errors = sum(e["count"] for k, e in (meta.get("import_errors") or {}).items() if k in _NOT_TRACE_KINDS)
+    if errors == 0 or (events and errors <= events):
+        return
+    entries = [e for k, e in (meta.get("import_errors") or {}).items() if k in _NOT_TRACE_KINDS]
+    firsts = [ex for e in entries for ex in e["examples"][:1] if "line" in ex]
+    first = min(firsts, key=lambda ex: ex["line"]) if firsts else {}
+    why = "no ftrace event line at all" if not events else \
+        f"{errors} of {errors + events} lines do not parse (more than the {events} event lines)"
+    detail = f" ({first['detail']})" if first.get("detail") else ""
+    where = f" ({first['source']})" if first.get("source") else ""
+    raise TraceFormatError(f"{path}{where}", f"not a trace: {why}; first unparseable line{detail}: "
+                           f"{first.get('text', '')[:80]!r}", line=first.get("line"), expected=EXPECTED_LINE)
+
+
+def _after_trace_line(path, raw: bytes, meta: dict) -> tuple[bytes, int]:
     """atrace preamble: skip through the ``TRACE:`` line; return (body, 1-based line of body start)."""
-    m = re.search(rb"^TRACE:[ \t]*\r?\n", raw, re.M)
+    m = _TRACE_LINE.search(raw)
     if m is None:
         raise TraceFormatError(path, "no 'TRACE:' line", line=1, expected="atrace output ('TRACE:' then ftrace text)")
+    _count_preamble(raw[: m.end()], meta)
     return raw[m.end():], raw[: m.end()].count(b"\n") + 1
 
 
-def _inflate_atrace(path, raw: bytes, meta: dict) -> bytes:
-    m = re.search(rb"^TRACE:[ \t]*\r?\n", raw, re.M)
+def _count_preamble(preamble: bytes, meta: dict) -> None:
+    """The lines up to and with ``TRACE:`` (``capturing trace... done``, adb messages): non_event_content."""
+    lines = preamble.split(b"\n")[:-1]
+    import_log.add_skipped(meta, "atrace_preamble", len(lines),
+                           [import_log.example(t.strip(), line=i + 1) for i, t in enumerate(lines[:3])])
+
+
+def _inflate_atrace(path, raw: bytes, meta: dict) -> tuple[bytes, bytes, int]:
+    m = _TRACE_LINE.search(raw)
     if m is None:
         raise TraceFormatError(path, "no 'TRACE:' line", offset=0, expected="'TRACE:' then a zlib stream")
     start = m.end()
-    inflater = zlib.decompressobj()
+    _count_preamble(raw[: m.end()], meta)
+    what = "atrace -z zlib stream"
     try:
-        body = inflater.decompress(raw[start:])
-    except zlib.error as e:
-        raise TraceFormatError(path, f"corrupt atrace -z zlib stream ({e})", offset=start,
-                               expected="a complete zlib stream after 'TRACE:'") from e
-    if not inflater.eof:
-        raise TraceFormatError(path, f"truncated atrace -z zlib stream: it ends after {len(raw) - start} "
-                               f"compressed bytes without its end marker ({len(body)} bytes inflated so far)",
-                               offset=len(raw), expected="a complete zlib stream after 'TRACE:'")
-    rest = inflater.unused_data.strip()
+        out = inflate(path, raw[start:], "zlib", what=what, base_offset=start)
+    except TraceFormatError as first_error:
+        # `adb shell` through a pty turns every \n of the binary stream into \r\n (catapult's systrace
+        # undoes it the same way): repair and retry once
+        if b"\r\n" not in raw[start:] or "inflates beyond" in str(first_error):
+            raise
+        try:
+            out = inflate(path, raw[start:].replace(b"\r\n", b"\n"), "zlib", what=what, base_offset=start)
+        except TraceFormatError:
+            raise first_error from None
+        meta.setdefault("text_quirks", []).append("atrace -z stream with CRLF line ends (adb pty): repaired")
+    end = start + out.consumed
+    rest = out.trailing.strip()
+    meta["inflated_size"] = len(out.data)
+    if rest and _is_text(rest):
+        return out.data, out.trailing, raw[:end].count(b"\n") + 1
     if rest:
         meta["warnings"].append(f"{len(rest)} bytes after the atrace -z zlib stream ignored")
-    meta["inflated_size"] = len(body)
-    return body
+        import_log.add_skipped(meta, "trailing_bytes", len(rest), [import_log.example(rest[:40], offset=end)])
+    return out.data, b"", 0
+
+
+def _is_text(data: bytes) -> bool:
+    """Mostly printable (the same test as format detection)."""
+    sample = data[:4096]
+    printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 128)
+    return printable >= 0.95 * len(sample)
 
 
 def _html_blocks(raw: bytes) -> list[tuple[int, bytes]]:
@@ -108,16 +195,57 @@ def _html_blocks(raw: bytes) -> list[tuple[int, bytes]]:
 
 
 def _decode_block(content: bytes) -> tuple[str, bytes]:
-    """Classify a block: ("json", b""), ("ftrace", text) or ("other", b"")."""
+    """Classify a block: (kind, content) with kind one of "json", "ftrace", "process_dump" (ps listings, read
+    like text), "battor", "cgroup", "atrace_process_dump", "empty", "other" (undecodable base64)."""
     s = content.strip()
+    if not s:
+        return "empty", b""
     if s[:1] in (b"{", b"["):
-        return "json", b""
+        return "json", s
+    if _BATTOR_TITLE.match(s):
+        return "battor", s
+    if _CGROUP_TITLE.match(content):
+        return "cgroup", s
+    if _ATRACE_DUMP_TITLE.match(content):
+        return "atrace_process_dump", s
+    if _PROCESS_DUMP_TITLE.match(content):
+        return "process_dump", content
     if re.fullmatch(rb"[A-Za-z0-9+/=\s]+", s[:4096] or b"-") and s.startswith(b"H4sI"):
         try:  # base64-encoded gzip (some systrace builds)
             return _decode_block(gzip.decompress(base64.b64decode(s)))
         except (binascii.Error, OSError, EOFError, zlib.error):
             return "other", b""
+    if (b"&lt;" in s or b"&gt;" in s or b"&amp;" in s) and b"<...>" not in s and b"<idle>" not in s:
+        return "ftrace", html.unescape(content.decode("utf-8", "replace")).encode()  # HTML-escaped text
     return "ftrace", content
+
+
+def _json_block(content: bytes, line: int, meta: dict) -> None:
+    """systrace's JSON block: metadata and clock-sync records (counted, metadata kept in
+    meta["systrace_metadata"]); Chrome trace events in it are not imported (import_errors)."""
+    events: list = []
+    if len(content) <= JSON_PARSE_LIMIT:
+        try:
+            doc = json.loads(content)
+        except ValueError:
+            import_log.add_error(meta, "unparsed_json_block", 1, [import_log.example(content[:80], line=line)])
+            return
+        events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc if isinstance(doc, list) else []
+        if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict):
+            small = {k: v for k, v in doc["metadata"].items() if len(json.dumps(v, default=str)) < 2048}
+            meta.setdefault("systrace_metadata", {}).update(small)
+        phases = [e.get("ph") if isinstance(e, dict) else None for e in events]
+        names = [e.get("name") if isinstance(e, dict) else None for e in events]
+    else:  # too large to parse: count the events by their phase keys
+        phases = [p.decode() for p in re.findall(rb'"ph"\s*:\s*"([^"]*)"', content)]
+        names = [None] * len(phases)
+    meta_events = sum(1 for p, n in zip(phases, names) if p == "M" or n == "clock_sync")
+    import_log.add_skipped(meta, "json_metadata", max(meta_events, 1),
+                           [import_log.example(content[:120], line=line)])
+    other = len(phases) - meta_events
+    if other:
+        import_log.add_error(meta, "json_trace_events", other, [import_log.example(
+            content[:120], line=line, detail="Chrome JSON trace events in a systrace block are not imported")])
 
 
 def _read_html(path, raw: bytes, meta: dict) -> dict[str, pl.DataFrame]:
@@ -127,26 +255,56 @@ def _read_html(path, raw: bytes, meta: dict) -> dict[str, pl.DataFrame]:
                                expected="a <script class=\"trace-data\" type=\"application/text\"> block "
                                         "or a 'var linuxPerfData = \"...\"' string with ftrace text")
     merged: dict[str, list[pl.DataFrame]] = {}
-    parsed = 0
+    kinds: dict[str, int] = {}
+    seen: set[bytes] = set()
     for offset, content in blocks:
         line = raw[:offset].count(b"\n") + 1
-        kind, body = _decode_block(content)
-        if kind != "ftrace":
-            what = "JSON (Chrome trace events)" if kind == "json" else "undecodable data"
-            meta["warnings"].append(f"skipped trace block at line {line}: it holds {what}, not ftrace text")
+        digest = hashlib.blake2b(content, digest_size=16).digest()
+        if digest in seen:  # the same block twice (a viewer that embedded the data again): read once
+            import_log.add_skipped(meta, "duplicate_block", 1, [import_log.example(content[:80], line=line)])
             continue
-        if not body.strip():
+        seen.add(digest)
+        kind, body = _decode_block(content)
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if kind == "json":
+            _json_block(body, line, meta)
+            continue
+        if kind == "battor":
+            meta.setdefault("_battor_texts", []).append((body, f"systrace HTML block at line {line}"))
+            continue
+        if kind in ("cgroup", "atrace_process_dump"):
+            import_log.add_skipped(meta, f"{kind}_block", body.count(b"\n") + 1,
+                                   [import_log.example(body[:80], line=line)])
+            continue
+        if kind == "empty":
             meta["warnings"].append(f"empty trace block at line {line}")
             continue
-        parsed += 1
+        if kind == "other":
+            import_log.add_error(meta, "undecodable_block", 1, [import_log.example(content[:80], line=line)])
+            continue
+        if body[:1] == b"\n":  # the block's text starts on the line after the tag
+            body, line = body[1:], line + 1
         for name, df in _parse_text(path, body, line, meta).items():
             merged.setdefault(name, []).append(df)
-    if parsed == 0:
+    if kinds.get("ftrace", 0) == 0:
+        what = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         raise TraceFormatError(path, f"systrace HTML holds {len(blocks)} trace block(s) but none with ftrace "
-                               f"text ({'; '.join(meta['warnings'])})", offset=0,
-                               expected="a trace-data block with ftrace text")
-    meta["html_blocks"] = {"ftrace": parsed, "skipped": len(blocks) - parsed}
+                               f"text ({what}; JSON blocks hold Chrome trace events or metadata, not ftrace)",
+                               offset=0, expected="a trace-data block with ftrace text")
+    meta["html_blocks"] = {"ftrace": kinds["ftrace"], "skipped": len(blocks) - kinds["ftrace"]}
+    meta["html_block_kinds"] = kinds
     return {n: pl.concat(dfs, how="diagonal_relaxed") if len(dfs) > 1 else dfs[0] for n, dfs in merged.items()}
+
+
+def _finish_process(tables: dict, meta: dict) -> None:
+    """One ``process`` table from every listing in the file (the last listing of a thread wins); task names
+    and thread groups filled from it."""
+    process = tables.pop("process", None)
+    if process is None or process.is_empty():
+        return
+    process = merge_listings(process).cast(PROCESS_SCHEMA)
+    fill_from_process_table(tables, process, meta)
+    tables["process"] = process
 
 
 def _finish_meta(meta: dict) -> None:

@@ -20,7 +20,11 @@ class TraceData:
         kernel ({"release", "version", "cmdline", "arch", "long_size", "endian"}),
         platform (dict|None: cpu capacities, freq domains, OPPs, idle states, energy model),
         event_aliases ({canonical name: raw kernel name} where a variant was renamed),
-        warnings (list[str]).
+        warnings (list[str]),
+        import_errors / non_event_content ({kind: {"count", "examples"}}: what could not be parsed / what
+            was recognised as not being events; abtest.trace.import_log, docs/ingest-policy.md),
+        inferred_gaps ({cpu: sched_switch chain breaks}), cpus_with_data (list[int]), cpus_header (int|None)
+            (abtest.trace.quality).
     """
 
     tables: dict[str, pl.DataFrame]

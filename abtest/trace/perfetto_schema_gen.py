@@ -1,4 +1,5 @@
-"""Development-time generator of abtest/trace/data/perfetto_ftrace_fields.json.
+"""Development-time generator of native/perfetto/src/ftrace_fields.txt (the perfetto decoder's ftrace schema,
+compiled into the extension).
 
 Run it (with the `perfetto` PyPI package installed, a dev dependency only) when perfetto adds ftrace events:
 
@@ -8,16 +9,17 @@ It reads the descriptor of perfetto's `FtraceEvent` message (shipped in the pack
 `perfetto_trace_pb2` module) and writes, for every event of the `FtraceEvent.event` oneof, its field
 number in FtraceEvent, its name, and the (number, name, protobuf type, repeated) of each of its fields.
 These are facts about the wire format (field numbers and names); no perfetto code is copied.
-The reader (abtest.trace.perfetto) loads the JSON at run time and never needs the perfetto package.
+The decoder (native/perfetto, schema.rs) embeds the file and never needs the perfetto package. Lines:
+`event <FtraceEvent field number> <name>`, `field <event number> <field number> <name> <type> <0|1 repeated>`,
+`packet <TracePacket field number> <name>`.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "data" / "perfetto_ftrace_fields.json"
+OUT = Path(__file__).resolve().parents[2] / "native" / "perfetto" / "src" / "ftrace_fields.txt"
 
-# google.protobuf FieldDescriptor.type numbers -> the names used in the JSON (and by native/src/perfetto_schema.rs)
+# google.protobuf FieldDescriptor.type numbers -> the names used in the file (and by native/perfetto/src/schema.rs)
 PROTO_TYPES = {
     1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fixed64", 7: "fixed32", 8: "bool",
     9: "string", 11: "message", 12: "bytes", 13: "uint32", 14: "enum", 15: "sfixed32", 16: "sfixed64",
@@ -49,12 +51,21 @@ def build() -> dict:
     }
 
 
+def text(data: dict) -> str:
+    """The schema as the decoder reads it (see the module docstring)."""
+    lines = ["# " + data["provenance"],
+             "# event <FtraceEvent field number> <name>; field <event number> <field number> <name> <proto type> "
+             "<repeated>;", "# packet <TracePacket field number> <name>"]
+    for eid, ev in data["events"].items():
+        lines.append(f"event {eid} {ev['name']}")
+        lines += [f"field {eid} {n} {name} {ty} {int(rep)}" for n, name, ty, rep in ev["fields"]]
+    lines += [f"packet {n} {name}" for n, name in data["trace_packet_fields"].items()]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     data = build()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    with open(OUT, "w") as f:
-        json.dump(data, f, separators=(",", ":"))
-        f.write("\n")
+    OUT.write_text(text(data))
     print(f"wrote {OUT} ({len(data['events'])} ftrace events)")
 
 

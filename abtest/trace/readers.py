@@ -1,70 +1,37 @@
-"""Dispatch: a path -> TraceData, unwrapping gzip/zip/zstd containers and canonicalising tables."""
+"""Dispatch: a path -> TraceData, opening containers by content (abtest.trace.archive), canonicalising tables,
+adding BattOr power samples, accounting what was not imported and checking the data's quality.
+
+Every reader returns meta["import_errors"] / meta["non_event_content"] (abtest.trace.import_log) for what it
+could not parse / recognised and skipped; `abtest trace info` prints them (`import_log.import_warnings`).
+"""
 from __future__ import annotations
 
-import gzip
-import io
 import mmap
 import os
-import zipfile
-import zlib
 from pathlib import Path
 
-from abtest.trace.decoded import DecodedTable
-from abtest.trace.detect import detect_format
+import polars as pl
+
+from abtest.trace import archive, import_log, quality
+from abtest.trace.detect import ARCHIVES, STREAM_CODECS, detect_format
 from abtest.trace.errors import TraceFormatError
+from abtest.trace.limits import Limits, current
 from abtest.trace.model import TraceData
-from abtest.trace.schema import canonicalize, event_counts, sample_counts, unchanged_by_canonicalize
+from abtest.trace.schema import canonicalize, event_counts, sample_counts
 
 # Bumped whenever a reader's output changes: part of the cache key.
-READER_VERSION = "9"  # 9: canonical integer fields coerced (schema._coerce_integers)
+READER_VERSION = "12"  # 12: the native decoders rewritten (same tables; the Trace cache holds Arrow IPC); 11: ingestion accounting (import_errors, process table) + canonical integer widths only in the analysed tables
 
 _TEXT_FORMATS = ("ftrace-text", "atrace", "atrace-z", "systrace-html")
+_EXPECTED = "trace.dat, ftrace text, systrace HTML, atrace, perfetto protobuf, a BattOr log, gzip/zstd/bzip2/xz, zip or tar"
 
 
-def _unwrap(path: Path, data: bytes, fmt: str) -> tuple[bytes, str]:
-    """Decompress gzip / zip / zstd wrappers; return (inner bytes, wrapper name)."""
-    if fmt == "gzip":
-        try:
-            return gzip.decompress(data), "gzip"
-        except (OSError, EOFError, zlib.error) as e:
-            raise TraceFormatError(path, f"corrupt or truncated gzip stream ({e})", expected="a complete gzip file") from e
-    if fmt == "zstd":
-        import zstandard
-        try:
-            return zstandard.ZstdDecompressor().decompressobj().decompress(data), "zstd"
-        except zstandard.ZstdError as e:
-            raise TraceFormatError(path, f"corrupt zstd stream ({e})") from e
-    if fmt == "zip":
-        try:
-            zf = zipfile.ZipFile(io.BytesIO(data))
-        except zipfile.BadZipFile as e:
-            raise TraceFormatError(path, f"corrupt zip archive ({e})") from e
-        candidates = []
-        for info in zf.infolist():
-            if info.is_dir():
-                continue
-            with zf.open(info) as f:
-                head = f.read(4096)
-            if detect_format(head) not in (None, "zip"):
-                candidates.append((info, detect_format(head)))
-        # prefer binary traces over text members (e.g. a README next to trace.dat)
-        order = ["trace.dat", "perfetto", "gzip", "zstd", "atrace-z", "systrace-html", "atrace", "ftrace-text"]
-        candidates.sort(key=lambda c: order.index(c[1]) if c[1] in order else 99)
-        if not candidates:
-            names = ", ".join(i.filename for i in zf.infolist()) or "(empty archive)"
-            raise TraceFormatError(path, f"zip archive holds no trace (members: {names})",
-                                   expected="a member in a supported trace format")
-        return zf.read(candidates[0][0]), f"zip:{candidates[0][0].filename}"
-    return data, ""
-
-
-def read_trace(path: str | os.PathLike, *, for_writing: bool = False) -> TraceData:
+def read_trace(path: str | os.PathLike, *, limits: Limits | None = None) -> TraceData:
     """Decode any supported trace file into canonical tables + metadata (no cache).
 
-    for_writing=True: tables of a trace.dat that `canonicalize()` leaves unchanged come back as
-    `DecodedTable`s (the decoder's arrays, abtest.trace.decoded) instead of DataFrames; only the parquet
-    writer (`cache.write_tables`) takes such TraceData. Same tables and meta otherwise."""
+    limits: inflate / line limits (abtest.trace.limits; default: the environment's)."""
     path = Path(path)
+    limits = limits or current()
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -74,23 +41,31 @@ def read_trace(path: str | os.PathLike, *, for_writing: bool = False) -> TraceDa
     with open(path, "rb") as f:
         head = f.read(8192)
     fmt = detect_format(head)
-    if fmt is None:
-        raise TraceFormatError(path, f"unrecognised format (first bytes {head[:16]!r})", offset=0,
-                               expected="trace.dat, ftrace text, systrace HTML, atrace, perfetto protobuf, gzip or zip")
-    wrapper = ""
-    if fmt in ("gzip", "zip", "zstd"):
-        data, wrapper = _unwrap(path, path.read_bytes(), fmt)
-        fmt = detect_format(data[:8192])
-        if fmt in ("gzip", "zstd"):  # e.g. .tar-less double wrapping
-            data, inner = _unwrap(path, data, fmt)
-            wrapper += "+" + inner
-            fmt = detect_format(data[:8192])
-        if fmt is None:
-            raise TraceFormatError(path, f"{wrapper} wrapper holds no recognisable trace", offset=0)
+    _refuse_unknown(path, fmt, head)
+    wrapper, label, members, battors, chosen = "", path, [], [], None
+    if fmt in STREAM_CODECS or fmt in ARCHIVES:
+        members = archive.open_members(path, path.read_bytes(), limits)
+        battors = [(m.data, f"{archive.wrapper_name(m) or m.name}") for m in members if m.role == "battor"]
+        chosen = archive.choose_trace(members)
+        if chosen is None and not battors:
+            corrupt = [m for m in members if m.role == "corrupt"]
+            why = "; ".join(f"member {m.name or '(stream)'} is corrupt: {m.error}" for m in corrupt)
+            raise TraceFormatError(path, f"{fmt} container holds no trace that reads ({why + '; ' if why else ''}"
+                                   f"members: {archive.describe(members)})",
+                                   offset=0, expected="a member in a supported trace format")
+        if chosen is None:  # a BattOr log alone (compressed or archived)
+            data, fmt, wrapper = battors[0][0], "battor", archive.wrapper_name(
+                next(m for m in members if m.role == "battor"))
+            battors = battors[1:]
+        else:
+            data, fmt, wrapper = chosen.data, chosen.format, archive.wrapper_name(chosen)
+            if chosen.name:
+                label = f"{path} (member {chosen.name})"
     else:
         with open(path, "rb") as f:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    raw, meta = _decode(path, data, fmt, for_writing)
+    raw, meta = _decode(label, data, fmt, limits)
+    battors += meta.pop("_battor_texts", [])
     # A trace.dat carries the format of every event the kernel knows; only events that occur
     # become tables (so `require()` can say clearly which events were not recorded).
     raw = {name: df for name, df in raw.items() if df.height > 0}
@@ -104,30 +79,118 @@ def read_trace(path: str | os.PathLike, *, for_writing: bool = False) -> TraceDa
     # one key type for every reader, the one meta.json (the cache) gives back: the CPU number as a string
     meta["lost_events_per_cpu"] = {str(cpu): n for cpu, n in
                                    sorted(meta["lost_events_per_cpu"].items(), key=lambda kv: int(kv[0]))}
-    kept = {name: t for name, t in raw.items() if isinstance(t, DecodedTable)}
-    tables = canonicalize({name: t for name, t in raw.items() if name not in kept}, meta)
-    tables.update(kept)
-    _fill_span(tables, meta)
+    tables = canonicalize(raw, meta)
+    if members:
+        _account_members(members, chosen, meta)
+    _fill_span(tables, meta)  # the trace's span: BattOr samples beside it (perhaps on their own clock) stay out
+    if battors:
+        _add_battor(tables, meta, battors)
+    _account_decoder(tables, meta)
+    quality.check(tables, meta)
     meta["events"] = event_counts(tables)
     meta["samples"] = sample_counts(tables)
+    meta.setdefault("import_errors", {})
+    meta.setdefault("non_event_content", {})
     return TraceData(tables=tables, meta=meta)
 
 
-def _keep_decoded(name: str, table: DecodedTable) -> bool:
-    return unchanged_by_canonicalize(name, table.polars_schema())
+def _refuse_unknown(path: Path, fmt: str | None, head: bytes) -> None:
+    if fmt is None:
+        raise TraceFormatError(path, f"unrecognised format (first bytes {head[:16]!r})", offset=0, expected=_EXPECTED)
+    if fmt == "json":
+        raise TraceFormatError(path, "a JSON document (Chrome trace events / Perfetto UI JSON): abtest reads kernel "
+                               "traces, not JSON trace events", offset=0, expected=_EXPECTED)
 
 
-def _decode(path: Path, data, fmt: str, for_writing: bool) -> tuple[dict, dict]:
+def _decode(path, data, fmt: str, limits: Limits) -> tuple[dict, dict]:
     if fmt == "trace.dat":
         from abtest.trace import tracedat
-        return tracedat.read(path, data, keep_decoded=_keep_decoded if for_writing else None)
+        return tracedat.read(path, data, limits=limits)
     if fmt == "perfetto":
         from abtest.trace import perfetto
-        return perfetto.read(path, data)
+        return perfetto.read(path, data, limits=limits)
     if fmt in _TEXT_FORMATS:
         from abtest.trace import ftrace_text
         return ftrace_text.read(path, data, fmt)
+    if fmt == "battor":
+        from abtest.trace import battor
+        frame, bmeta = battor.read_battor(bytes(data))
+        meta = {"format": "battor", "warnings": bmeta.pop("warnings"), "battor": [_battor_summary(bmeta, str(path))]}
+        import_log.merge(meta, bmeta)
+        return {"power_rail": frame}, meta
     raise TraceFormatError(path, f"no reader for format {fmt!r}")
+
+
+def _battor_summary(bmeta: dict, source: str) -> dict:
+    keep = ("sample_rate_hz", "measured_sample_rate_hz", "samples", "duration_s", "voltage_range_mv",
+            "current_range_ma", "gain", "negative_current_samples", "clock")
+    return {"source": source, **{k: bmeta[k] for k in keep if k in bmeta},
+            "sync_markers": len(bmeta.get("sync_markers", []))}
+
+
+def _add_battor(tables: dict, meta: dict, sources: list[tuple[bytes, str]]) -> None:
+    """BattOr logs found beside the trace (archive members, systrace HTML blocks) -> rows of ``power_rail``,
+    aligned to the trace clock when the trace allows it (abtest.trace.battor.align_to_trace)."""
+    from abtest.trace import battor
+    frames = []
+    for data, source in sources:
+        frame, bmeta = battor.read_battor(data)
+        frame, _clock = battor.align_to_trace(frame, bmeta, tables)
+        for kind_map in ("import_errors",):
+            for entry in (bmeta.get(kind_map) or {}).values():
+                for ex in entry["examples"]:
+                    ex["source"] = source
+        import_log.merge(meta, bmeta)
+        meta["warnings"] += [f"{source}: {w}" for w in bmeta["warnings"]]
+        meta.setdefault("battor", []).append(_battor_summary(bmeta, source))
+        frames.append(frame)
+    if "power_rail" in tables and isinstance(tables["power_rail"], pl.DataFrame):
+        frames.insert(0, tables["power_rail"])
+    tables["power_rail"] = pl.concat(frames, how="diagonal_relaxed").sort("ts", maintain_order=True)
+
+
+def _account_members(members: list, chosen, meta: dict) -> None:
+    """Archive members other than the one read: accounted (abtest.trace.archive, rule 4)."""
+    for m in members:
+        if m is chosen or m.role == "battor":
+            continue
+        if m.role == "corrupt":
+            import_log.add_error(meta, "archive_member_corrupt", 1, [import_log.example(
+                None, source=m.name or "(stream)", detail=m.error)])
+        elif m.role in ("trace", "json"):
+            why = (f"{m.format} trace member not read: member {chosen.name!r} was chosen (richest format, then largest)"
+                   if m.role == "trace" and chosen is not None else "Chrome JSON trace events are not read")
+            import_log.add_error(meta, "archive_member_not_imported", 1, [import_log.example(
+                None, source=m.name, detail=why)])
+        else:
+            import_log.add_skipped(meta, "archive_member", 1, [import_log.example(
+                m.data[:80] if m.format == "ftrace-text" else None, source=m.name,
+                detail=f"{m.format or 'binary'} content, {m.size} bytes, not a trace")])
+    meta["archive"] = {"members": [m.summary() for m in members],
+                       "read": chosen.name if chosen is not None else None}
+
+
+def _account_decoder(tables: dict, meta: dict) -> None:
+    """Binary readers: content decoded but not understood becomes import_errors kinds (counted around the
+    decoders' own output): trace.dat events whose format the file lacks or that does not parse
+    (`unknown_event_<id>` tables), perfetto packet kinds abtest does not import and ftrace events of field
+    ids outside perfetto's schema (`ftrace_event_<id>`)."""
+    for name, df in tables.items():
+        for prefix, kind, detail in (
+                ("unknown_event_", "event_format_unparsed",
+                 "the file has no usable format for this event id: records kept as raw bytes in table {name}"),
+                ("ftrace_event_", "ftrace_event_unknown_field_id",
+                 "perfetto FtraceEvent field id outside the schema: fields kept as field_<n> in table {name}")):
+            if name.startswith(prefix):
+                ev_id = name[len(prefix):]
+                why = next((w for w in meta.get("warnings", []) if f"(id {ev_id})" in w), None)
+                import_log.add_error(meta, kind, df.height, [import_log.example(
+                    why, detail=detail.format(name=name))])
+    if meta.get("format") == "perfetto":
+        perf = meta.get("perfetto") or {}
+        for packet, n in sorted((perf.get("packets_not_decoded") or {}).items()):
+            import_log.add_error(meta, f"perfetto_packet_not_imported.{packet}", int(n), [import_log.example(
+                None, detail=f"TracePacket field {packet}: not imported by abtest")])
 
 
 def _fill_span(tables: dict, meta: dict) -> None:
@@ -135,26 +198,19 @@ def _fill_span(tables: dict, meta: dict) -> None:
     starts, ends, cpus = [], [], []
     need_cpus = not meta.get("cpus")  # the max CPU number is scanned only when the reader did not know
     for df in tables.values():
-        if isinstance(df, DecodedTable):  # sorted by ts, never empty
-            first, last = df.ts_bounds()
-            starts.append(first)
-            ends.append(last)
-            if need_cpus and "cpu" in df.columns:
-                cpus.append(df.max_of("cpu"))
-            continue
         if df.is_empty() or "ts" not in df.columns:
             continue
-        starts.append(df["ts"].min())
-        ends.append(df["ts"].max())
+        lo, hi = df["ts"].min(), df["ts"].max()
+        if lo is not None:  # a table without times (function_graph text without its TIME column) has null ts
+            starts.append(lo)
+            ends.append(hi)
         if need_cpus and "cpu" in df.columns:
             m = df["cpu"].max()
             if m is not None:
                 cpus.append(int(m))
-    meta.setdefault("start_ns", int(min(starts)) if starts else None)
-    meta.setdefault("end_ns", int(max(ends)) if ends else None)
     if meta.get("start_ns") is None and starts:
         meta["start_ns"] = int(min(starts))
     if meta.get("end_ns") is None and ends:
         meta["end_ns"] = int(max(ends))
-    if not meta.get("cpus"):
-        meta["cpus"] = (max(cpus) + 1) if cpus else 0
+    meta.setdefault("start_ns", None)
+    meta.setdefault("end_ns", None)

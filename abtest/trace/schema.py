@@ -30,6 +30,8 @@ marker              ts, cpu, pid (Int32), text (Utf8), event (Categorical: print
                     tracing_mark_write) -- `trace info` counts these per original event
 power_rail          ts, rail (Categorical, e.g. S4M_VDD_CPUCL0), subsystem (Categorical),
                     energy_uj (Float64, cumulative energy counter as sampled, uJ = uWs)
+process             pid (Int32, thread id), tgid (Int32), ppid (Int32), name (Utf8), user (Utf8): the
+                    ps listings of systrace / atrace text (not events; abtest.trace.text_process)
 any other event     a table named after it, ts, cpu, common_pid and every field of its format.
 
 Traces with named trace instances (tracefs instances/NAME, `trace-cmd record -B NAME`) add a column
@@ -178,9 +180,12 @@ def _coerce_integers(name: str, df: pl.DataFrame, meta: dict) -> pl.DataFrame:
     """Columns that must be integers of a width -> that width (values that are not a number, or do not fit,
     become null and are reported in meta["warnings"] with the first of them). Columns already of the
     width are left alone."""
-    wanted = {**_COMMON_INTEGER_FIELDS, **_INTEGER_FIELDS.get(name, {})}
+    own = _INTEGER_FIELDS.get(name, {})
+    wanted = {**_COMMON_INTEGER_FIELDS, **own}
+    # text columns (a corrupt value) are coerced everywhere; an integer column changes width only in the tables
+    # the analyses read (other tables keep the kernel's widths, as the decoder-to-parquet path writes them)
     cols = [c for c, t in wanted.items() if c in df.columns and df.schema[c] != t
-            and (df.schema[c] in (pl.Utf8, pl.Categorical) or df.schema[c].is_integer())]
+            and (df.schema[c] in (pl.Utf8, pl.Categorical) or (c in own and df.schema[c].is_integer()))]
     if not cols:
         return df
     exprs = {}
@@ -262,6 +267,9 @@ def canonicalize(raw: dict[str, pl.DataFrame], meta: dict) -> dict[str, pl.DataF
 
 # Tables that hold counter samples, not trace events: reported by `sample_counts`, not `event_counts`.
 SAMPLE_TABLES = ("power_rail", "battery_counters", "cpu_frequency_polled")
+# Tables that describe the system, not events: `process` (pid, tgid, ppid, name, user) from the ps listings
+# of systrace / atrace text (abtest.trace.text_process). Neither events nor samples.
+DESCRIPTION_TABLES = ("process",)
 
 
 def sample_counts(tables: dict[str, pl.DataFrame]) -> dict[str, int]:
@@ -277,7 +285,7 @@ def event_counts(tables: dict[str, pl.DataFrame]) -> dict[str, int]:
     """
     counts: dict[str, int] = {}
     for name, df in tables.items():
-        if name in SAMPLE_TABLES:
+        if name in SAMPLE_TABLES or name in DESCRIPTION_TABLES:
             continue
         if name == "marker":
             for row in df.group_by("event").len().iter_rows():

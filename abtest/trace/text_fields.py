@@ -50,6 +50,18 @@ KNOWN_INT_FIELDS = frozenset({
     "min_freq", "max_freq", "util", "util_avg", "load", "load_avg", "runnable_avg",
 })
 MARKER_LIKE = frozenset({"print", "bprint", "bputs"})
+# Fields the canonical tables (abtest.trace.schema) need as integers: a row where one is not an integer is
+# not imported (abtest.trace.text_lines counts it in import_errors as bad_field_value); INT32_FIELDS must
+# also fit Int32 (the kernel's pid_t / CPU numbers), else value_out_of_range.
+_WAKE_FIELDS = ("pid", "prio", "target_cpu")
+CANONICAL_INT_FIELDS: dict[str, tuple[str, ...]] = {
+    "sched_switch": ("prev_pid", "prev_prio", "next_pid", "next_prio"),
+    "sched_wakeup": _WAKE_FIELDS, "sched_waking": _WAKE_FIELDS, "sched_wakeup_new": _WAKE_FIELDS,
+    "sched_migrate_task": ("pid", "prio", "orig_cpu", "dest_cpu"),
+    "cpu_idle": ("state", "cpu_id"), "cpu_frequency": ("state", "cpu_id"),
+    "cpu_idle_miss": ("state", "cpu_id"), "cpu_frequency_limits": ("min_freq", "max_freq", "cpu_id"),
+}
+INT32_FIELDS = frozenset({"prev_pid", "next_pid", "pid", "target_cpu", "orig_cpu", "dest_cpu", "cpu_id"})
 # Columns every raw table starts with; an event field of the same name is renamed field_<name>
 # (e.g. sched_load_avg_cpu's own ``cpu=7`` -> field_cpu; ``cpu`` stays the ring-buffer CPU).
 COMMON_COLUMNS = frozenset({"ts", "cpu", "common_pid", "common_comm", "common_tgid", "stack"})
@@ -133,9 +145,13 @@ def _simple_pairs(df: pl.DataFrame, max_layouts: int = 8) -> tuple[list[pl.DataF
             .struct.rename_fields(tokens).alias("_tokens"),
             (pl.col("payload").str.count_matches(" ", literal=True) == len(keys) - 1).alias("_ok"),
         ).unnest("_tokens")
-        ok = pl.col("_ok")
-        for t, k in zip(tokens, keys):
-            ok = ok & pl.col(t).str.starts_with(k + "=")
+        checks = [pl.col(t).str.starts_with(k + "=") for t, k in zip(tokens, keys)]
+        if len(checks) <= 16:  # the usual event: a short chain is the cheapest
+            ok = pl.col("_ok")
+            for c in checks:
+                ok = ok & c
+        else:  # one flat AND (a chain of `&` nests one level per field: quadratic planning on wide payloads)
+            ok = pl.all_horizontal(pl.col("_ok"), *checks)
         split = split.with_columns(ok.alias("_ok"))
         hit = split.filter("_ok")
         if hit.height:
@@ -162,6 +178,9 @@ def _general_pairs(df: pl.DataFrame) -> list[pl.DataFrame]:
         if not sig:
             parts.append(part.rename({"payload": "buf"}).with_columns(pl.col("buf").str.strip_chars()))
             continue
+        if sig.count(",") >= _REGEX_MAX_KEYS:  # a regex of that many lazy groups backtracks badly
+            parts.append(_exploded_pairs(part))
+            continue
         names = _field_names(sig.split(","))
         pattern = "^(.*?)" + "".join(
             ("(?:^|\\s)" if i == 0 else "\\s+") + _regex_escape(k) + "=(.*?)"
@@ -178,21 +197,64 @@ def _general_pairs(df: pl.DataFrame) -> list[pl.DataFrame]:
     return parts
 
 
-def parse_key_values(df: pl.DataFrame) -> pl.DataFrame:
+_MANY_LAYOUTS = 32
+_REGEX_MAX_KEYS = 48
+
+
+def _exploded_pairs(df: pl.DataFrame) -> pl.DataFrame:
+    """General path for payloads of many different ``key=`` layouts (one regex per layout would cost a pass
+    each): every payload is cut at its keys, the pieces exploded to (row, key, value) and pivoted back into
+    columns. Linear in the input whatever the number of layouts. Same rules as `_general_pairs`."""
+    marked = pl.col("payload").str.replace_all(r"(?:^|\s)([A-Za-z_][A-Za-z0-9_.]*)=", "\x1f${1}\x1e")
+    rows = df.with_row_index("_row")
+    pieces = rows.select("_row", marked.str.split("\x1f").alias("_p")).explode("_p").with_columns(
+        pl.int_range(pl.len()).over("_row").alias("_i"))
+    buf = pieces.filter(pl.col("_i") == 0).select("_row", pl.col("_p").str.strip_chars().alias("buf"))
+    kv = pieces.filter(pl.col("_i") > 0).select(
+        "_row", "_i", pl.col("_p").str.split_exact("\x1e", 1).struct.rename_fields(["_k", "_v"]).alias("s")).unnest("s")
+    kv = kv.with_columns(
+        pl.when(pl.col("_k").is_in(list(COMMON_COLUMNS))).then(pl.lit("field_") + pl.col("_k")).otherwise(pl.col("_k"))
+        .alias("_k"), pl.col("_v").str.strip_chars_end(" \t"))
+    nth = pl.int_range(pl.len()).over("_row", "_k")  # a key repeated in one payload: k, k_1, k_2 (as _dedupe)
+    kv = kv.with_columns(pl.when(nth == 0).then(pl.col("_k")).otherwise(pl.col("_k") + "_" + nth.cast(pl.Utf8))
+                         .alias("_k"))
+    order = kv.group_by("_k").agg(pl.col("_row").min().alias("_first"), pl.col("_i").min().alias("_pos")) \
+        .sort("_first", "_pos")["_k"].to_list()
+    wide = kv.pivot(on="_k", index="_row", values="_v", aggregate_function="first") if kv.height else \
+        pl.DataFrame({"_row": pl.Series([], dtype=pl.UInt32)})
+    out = rows.drop("payload").join(buf, on="_row", how="left").join(wide, on="_row", how="left")
+    if out["buf"].eq("").all():
+        out = out.drop("buf")
+    return out.select([c for c in out.columns if c not in order and c != "_row"] + [c for c in order if c in out.columns])
+
+
+TOO_MANY_NAMES = "_too_many_field_names"
+
+
+def parse_key_values(df: pl.DataFrame, max_field_names: int = 1024) -> pl.DataFrame:
     """Generic ``key=value key2=value two`` payloads.
 
     A value runs up to the next `` key=`` (so values may hold spaces: ``comm=GPU completion``,
     ``load={24 19}``, ``cpumask=ARRAY[0f, 00]``). Text before the first key (e.g. the clock name of
     ``clock_set_rate``, or ``[FAILED TO PARSE]``) goes to ``buf``; payloads with no key at all go
-    to ``buf`` whole. Columns whose values are all integers become Int64.
+    to ``buf`` whole. Columns whose values are all integers become Int64. When the payloads that do not
+    share one layout name more than `max_field_names` different keys (not an event format: damage, or
+    free text full of ``=``), they keep their text whole in ``buf`` and column TOO_MANY_NAMES is True on
+    them (the caller counts them).
     """
     parts, remaining = _simple_pairs(df)
     if not remaining.is_empty():
-        parts += _general_pairs(remaining)
+        keys = remaining.select(pl.col("payload").str.extract_all(_KEY_RE).alias("k"))["k"]
+        layouts = keys.list.join(",").n_unique()
+        names = keys.explode().n_unique() if layouts > _MANY_LAYOUTS else 0
+        if names > max_field_names:  # a table of that many columns is not an event's format: keep the text
+            parts.append(remaining.rename({"payload": "buf"}).with_columns(pl.lit(True).alias(TOO_MANY_NAMES)))
+        else:
+            parts += [_exploded_pairs(remaining)] if layouts > _MANY_LAYOUTS else _general_pairs(remaining)
     out = pl.concat(parts, how="diagonal") if len(parts) > 1 else parts[0]
     if len(parts) > 1 and "_line" in out.columns:
         out = out.sort("_line")
-    untyped = COMMON_COLUMNS | {"_line", "buf"}
+    untyped = COMMON_COLUMNS | {"_line", "buf", TOO_MANY_NAMES}
     return out.with_columns([_typed(out, c) for c in out.columns if c not in untyped and out.schema[c] == pl.Utf8])
 
 
@@ -220,26 +282,36 @@ def _split_forms(df: pl.DataFrame, pattern: str, kernel_prefix: str) -> tuple[pl
     return df.filter("_maybe").drop("_maybe"), df.filter(~pl.col("_maybe")).drop("_maybe")
 
 
-def _task_prio_columns(df: pl.DataFrame, src: str, prefix: str) -> pl.DataFrame:
+def _byte_slice(col: pl.Expr, start: pl.Expr | int, length: pl.Expr | None = None) -> pl.Expr:
+    """Slice text by byte offsets (what `str.find` returns), valid when the cut points are ASCII characters:
+    `str.slice` counts characters, so a non-ASCII comm would shift the cut."""
+    return col.cast(pl.Binary).bin.slice(start, length).cast(pl.Utf8)
+
+
+def _task_prio_columns(df: pl.DataFrame, src: str, prefix: str, ascii_only: bool = False) -> pl.DataFrame:
     """trace-cmd plugin ``comm:pid [prio][ STATE]`` in column ``src`` -> ``{prefix}comm``,
-    ``{prefix}pid``, ``{prefix}prio`` and ``_state`` (text after ``]``). comm may hold spaces and
-    colons: the pid is the first ``:digits [``. Intermediate results are materialised column by
-    column (a polars expression reused inside another is recomputed every time)."""
+    ``{prefix}pid``, ``{prefix}prio`` (text, typed by the caller's validation) and ``_state`` (text after
+    ``]``). comm may hold spaces, colons and non-ASCII characters: the pid is the first ``:digits [``.
+    Intermediate results are materialised column by column (a polars expression reused inside another is
+    recomputed every time). ascii_only: the text has no multi-byte character (character slices are then
+    byte slices, and cheaper)."""
+    def cut(e: pl.Expr, start, length=None) -> pl.Expr:
+        return e.str.slice(start, length) if ascii_only else _byte_slice(e, start, length)
+
     col = pl.col(src)
     df = df.with_columns(col.str.find(r":-?[0-9]+ \[").alias("_b"))
-    df = df.with_columns(col.str.slice(0, pl.col("_b")).alias(f"{prefix}comm"),
-                         col.str.slice(pl.col("_b") + 1).alias("_r"))
+    df = df.with_columns(cut(col, 0, pl.col("_b")).alias(f"{prefix}comm"), cut(col, pl.col("_b") + 1).alias("_r"))
     r = pl.col("_r")
     df = df.with_columns(r.str.find(" [", literal=True).alias("_c"), r.str.find("]", literal=True).alias("_d"))
     c, d = pl.col("_c"), pl.col("_d")
     return df.with_columns(
-        r.str.slice(0, c).cast(pl.Int64).alias(f"{prefix}pid"),
-        r.str.slice(c + 2, d - c - 2).cast(pl.Int64).alias(f"{prefix}prio"),
-        r.str.slice(d + 1).str.strip_chars().alias("_state"),
+        cut(r, 0, c).alias(f"{prefix}pid"),
+        cut(r, c + 2, d - c - 2).alias(f"{prefix}prio"),
+        cut(r, d + 1).str.strip_chars().alias("_state"),
     ).drop("_b", "_r", "_c", "_d")
 
 
-def parse_sched_switch(df: pl.DataFrame) -> pl.DataFrame:
+def parse_sched_switch(df: pl.DataFrame, ascii_only: bool = False) -> pl.DataFrame:
     """Kernel form ``prev_comm=.. prev_state=S ==> next_comm=..``, trace-cmd plugin form
     ``comm:pid [prio] S ==> comm:pid [prio]`` or numeric ``-R`` form -> kernel field names."""
     plugin, kernel = _split_forms(df, _TRACECMD_SWITCH_RE, "prev_comm=")
@@ -249,10 +321,10 @@ def parse_sched_switch(df: pl.DataFrame) -> pl.DataFrame:
         plugin = plugin.with_columns(p.str.find(" ==> ", literal=True).alias("_a"))
         plugin = plugin.with_columns(p.str.slice(0, pl.col("_a")).alias("_prev"),
                                      p.str.slice(pl.col("_a") + 5).alias("_next"))
-        plugin = _task_prio_columns(plugin, "_prev", "prev_")
+        plugin = _task_prio_columns(plugin, "_prev", "prev_", ascii_only)
         plugin = plugin.with_columns(
             state_letters_to_bits(pl.col("_state"), TRACECMD_PLUGIN_STATE_BITS).alias("prev_state"))
-        plugin = _task_prio_columns(plugin.drop("_state"), "_next", "next_")
+        plugin = _task_prio_columns(plugin.drop("_state"), "_next", "next_", ascii_only)
         parts.append(plugin.drop("_a", "_prev", "_next", "_state", "payload"))
     if kernel.height:
         kernel = kernel.with_columns(pl.col("payload").str.replace(" ==> ", " ", literal=True))
@@ -263,18 +335,19 @@ def parse_sched_switch(df: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
 
 
-def parse_sched_wakeup(df: pl.DataFrame) -> pl.DataFrame:
+def parse_sched_wakeup(df: pl.DataFrame, ascii_only: bool = False) -> pl.DataFrame:
     """sched_wakeup / sched_waking / sched_wakeup_new: kernel ``comm=.. pid=..`` form or the
     trace-cmd plugin form ``comm:pid [prio] [success=1] CPU:002``."""
     plugin, kernel = _split_forms(df, _TRACECMD_WAKE_RE, "comm=")
     parts = []
     if plugin.height:
-        plugin = _task_prio_columns(plugin, "payload", "")
+        plugin = _task_prio_columns(plugin, "payload", "", ascii_only)
         state = pl.col("_state")  # "CPU:002" or "success=1 CPU:002"
         plugin = plugin.with_columns(state.str.find("CPU:", literal=True).alias("_t"))
-        cols = [state.str.slice(pl.col("_t") + 4).cast(pl.Int64).alias("target_cpu")]
+        cols = [(state.str.slice(pl.col("_t") + 4) if ascii_only else _byte_slice(state, pl.col("_t") + 4))
+                .alias("target_cpu")]
         if plugin["_state"].str.starts_with("success=").any():
-            cols.append(state.str.extract(r"^success=([0-9]+)", 1).cast(pl.Int64).alias("success"))
+            cols.append(state.str.extract(r"^success=([0-9]+)", 1).cast(pl.Int64, strict=False).alias("success"))
         parts.append(plugin.with_columns(cols).drop("_t", "_state", "payload"))
     if kernel.height:
         parts.append(parse_key_values(kernel))
@@ -327,12 +400,12 @@ def parse_function(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(g.struct.field("1").alias("ip"), g.struct.field("2").alias("parent_ip")).drop("payload")
 
 
-def parse_event_payload(df: pl.DataFrame, event: str) -> pl.DataFrame:
-    """Dispatch one event's lines to its payload parser."""
+def parse_event_payload(df: pl.DataFrame, event: str, ascii_only: bool = False) -> pl.DataFrame:
+    """Dispatch one event's lines to its payload parser (ascii_only: no multi-byte character in them)."""
     if event == "sched_switch":
-        return parse_sched_switch(df)
+        return parse_sched_switch(df, ascii_only)
     if event in ("sched_wakeup", "sched_waking", "sched_wakeup_new"):
-        return parse_sched_wakeup(df)
+        return parse_sched_wakeup(df, ascii_only)
     if event in MARKER_LIKE or event == "tracing_mark_write":
         return parse_marker(df, event)
     if event == "function":

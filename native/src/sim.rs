@@ -3,17 +3,7 @@
 use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-
-#[path = "sim_boost.rs"]
-mod boost;
-#[path = "sim_events.rs"]
-mod events;
-#[path = "sim_latency.rs"]
-mod latency;
-#[path = "sim_pelt.rs"]
-mod pelt;
-#[path = "sim_window.rs"]
-mod window;
+use sim::{boost, latency, pelt, window};
 
 use pelt::{CpuSpec, Frequencies, Inputs, Migrations, Seeds, Segments, Switches, Wakeups, Want};
 
@@ -37,17 +27,14 @@ type SeedArrays<'py> = (I32<'py>, I64<'py>, F64<'py>, F64<'py>);
 
 fn seed_slices<'a>(s: &'a Option<SeedArrays<'_>>) -> PyResult<Option<Seeds<'a>>> {
     Ok(match s {
-        Some(s) => Some(Seeds {
-            id: s.0.as_slice()?,
-            ts: s.1.as_slice()?,
-            util: s.2.as_slice()?,
-            runnable: s.3.as_slice()?,
-        }),
+        Some(s) => {
+            Some(Seeds { id: s.0.as_slice()?, ts: s.1.as_slice()?, util: s.2.as_slice()?, runnable: s.3.as_slice()? })
+        }
         None => None,
     })
 }
 
-/// PELT simulation (abtest.analysis.pelt_sim's model; see native/src/sim_pelt.rs).
+/// PELT simulation (abtest.analysis.pelt_sim's model; see native/sim/src/pelt.rs).
 ///
 /// switches: (ts, cpu, prev_pid, prev_prio, prev_state, next_pid, next_prio); wakeups: [(ts, pid,
 /// target_cpu, prio)]; migrations: (ts, pid, dest_cpu) | None; frequencies: (ts, cpu, khz) | None; cpus:
@@ -62,15 +49,7 @@ fn seed_slices<'a>(s: &'a Option<SeedArrays<'_>>) -> PyResult<Option<Seeds<'a>>>
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn pelt_simulate<'py>(
     py: Python<'py>,
-    switches: (
-        I64<'py>,
-        I32<'py>,
-        I32<'py>,
-        I32<'py>,
-        I64<'py>,
-        I32<'py>,
-        I32<'py>,
-    ),
+    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>, I64<'py>, I32<'py>, I32<'py>),
     wakeups: Vec<(I64<'py>, I32<'py>, I32<'py>, I32<'py>)>,
     migrations: Option<(I64<'py>, I32<'py>, I32<'py>)>,
     frequencies: Option<(I64<'py>, I32<'py>, F64<'py>)>,
@@ -96,27 +75,14 @@ fn pelt_simulate<'py>(
     };
     let mut wk = Vec::new();
     for w in &wakeups {
-        wk.push(Wakeups {
-            ts: w.0.as_slice()?,
-            pid: w.1.as_slice()?,
-            cpu: w.2.as_slice()?,
-            prio: w.3.as_slice()?,
-        });
+        wk.push(Wakeups { ts: w.0.as_slice()?, pid: w.1.as_slice()?, cpu: w.2.as_slice()?, prio: w.3.as_slice()? });
     }
     let mig = match &migrations {
-        Some(m) => Some(Migrations {
-            ts: m.0.as_slice()?,
-            pid: m.1.as_slice()?,
-            dest: m.2.as_slice()?,
-        }),
+        Some(m) => Some(Migrations { ts: m.0.as_slice()?, pid: m.1.as_slice()?, dest: m.2.as_slice()? }),
         None => None,
     };
     let freq = match &frequencies {
-        Some(f) => Some(Frequencies {
-            ts: f.0.as_slice()?,
-            cpu: f.1.as_slice()?,
-            khz: f.2.as_slice()?,
-        }),
+        Some(f) => Some(Frequencies { ts: f.0.as_slice()?, cpu: f.1.as_slice()?, khz: f.2.as_slice()? }),
         None => None,
     };
     let cs = seed_slices(&cpu_seeds)?;
@@ -142,23 +108,12 @@ fn pelt_simulate<'py>(
         Some(p) => Some(p.as_slice()?),
         None => None,
     };
-    let want = Want {
-        cpus: want_cpus,
-        contention_margin,
-        attach,
-        tasks: sel,
-    };
-    let (c, t, agg) = py.allow_threads(|| pelt::simulate(&inp, &want));
+    let want = Want { cpus: want_cpus, contention_margin, attach, tasks: sel };
+    let (c, t, agg) = py.detach(|| pelt::simulate(&inp, &want));
     let a = PyDict::new(py);
     macro_rules! col {
         ($name:literal, $f:ident) => {
-            a.set_item(
-                $name,
-                agg.iter()
-                    .map(|x| x.$f)
-                    .collect::<Vec<_>>()
-                    .into_pyarray(py),
-            )?;
+            a.set_item($name, agg.iter().map(|x| x.$f).collect::<Vec<_>>().into_pyarray(py))?;
         };
     }
     col!("cpu", cpu);
@@ -169,14 +124,10 @@ fn pelt_simulate<'py>(
     col!("ratio_ns", ratio_ns);
     col!("ratio_weight_ns", ratio_weight_ns);
     col!("max_runnable", max_runnable);
-    Ok((
-        segments_dict(py, c, "cpu")?,
-        segments_dict(py, t, "pid")?,
-        a,
-    ))
+    Ok((segments_dict(py, c, "cpu")?, segments_dict(py, t, "pid")?, a))
 }
 
-/// Window demand (abtest.analysis.window_sim's model; see native/src/sim_window.rs).
+/// Window demand (abtest.analysis.window_sim's model; see native/sim/src/window.rs).
 ///
 /// switches: (ts, cpu, prev_pid, next_pid); frequencies: (ts, cpu, khz); cpus: (cpu, capacity, fmax_khz,
 /// fill_khz); pids: None (every task) or pids. Returns a dict of arrays: pid, window, running_ns,
@@ -196,9 +147,7 @@ fn window_demand<'py>(
     pids: Option<I32<'py>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     if window_ns <= 0 {
-        return Err(pyo3::exceptions::PyValueError::new_err(
-            "window_ns must be > 0",
-        ));
+        return Err(pyo3::exceptions::PyValueError::new_err("window_ns must be > 0"));
     }
     let inp = window::Inputs {
         sw_ts: switches.0.as_slice()?,
@@ -221,7 +170,7 @@ fn window_demand<'py>(
             None => None,
         },
     };
-    let d = py.allow_threads(|| window::window_demand(&inp));
+    let d = py.detach(|| window::window_demand(&inp));
     let out = PyDict::new(py);
     out.set_item("pid", d.pid.into_pyarray(py))?;
     out.set_item("window", d.window.into_pyarray(py))?;
@@ -231,7 +180,7 @@ fn window_demand<'py>(
     Ok(out)
 }
 
-/// The boost what-if's per-domain requests (abtest.analysis.boost.df_boost_requests; native/src/sim_boost.rs).
+/// The boost what-if's per-domain requests (abtest.analysis.boost.df_boost_requests; native/sim/src/boost.rs).
 ///
 /// signals: (cpu, ts, util, runnable) with NaN = null; platform: (cpu, domain, capacity); opps: (domain,
 /// khz). Returns a dict of arrays: domain, ts, dur, util_request_khz, boost_request_khz (NaN = unknown),
@@ -262,7 +211,7 @@ fn boost_requests<'py>(
         start_ns,
         end_ns,
     };
-    let r = py.allow_threads(|| boost::requests(&inp));
+    let r = py.detach(|| boost::requests(&inp));
     let out = PyDict::new(py);
     out.set_item("domain", r.domain.into_pyarray(py))?;
     out.set_item("ts", r.ts.into_pyarray(py))?;
@@ -274,20 +223,22 @@ fn boost_requests<'py>(
     Ok(out)
 }
 
-/// Wakeup latency matching (abtest.analysis.latency.df_wakeup_latency's rules; native/src/sim_latency.rs).
+/// Wakeup latency matching (abtest.analysis.latency.df_wakeup_latency's rules; native/sim/src/latency.rs).
 ///
-/// switches: (ts, cpu, prev_pid, next_pid); wakeups: [(ts, pid)] (only those in [start_ns, end_ns) count).
-/// Returns a dict of arrays, one row per matched wakeup in wakeup time order: table (index into wakeups),
-/// row, switch_in_ts, cpu.
+/// switches: (ts, cpu, prev_pid, next_pid, prev_state (i64::MIN = unknown)); wakeups: [(ts, pid)], every
+/// wakeup of the trace (those in [start_ns, end_ns) are matched); while_on_cpu: also match wakeups that fired
+/// while the task was switching out (rule "waking"). Returns a dict of arrays, one row per matched wakeup in
+/// wakeup time order: table (index into wakeups), row, switch_in_ts, cpu, while_on_cpu.
 #[pyfunction]
-#[pyo3(signature = (switches, wakeups, start_ns, end_ns))]
+#[pyo3(signature = (switches, wakeups, start_ns, end_ns, while_on_cpu))]
 #[allow(clippy::type_complexity)]
 fn wakeup_latency<'py>(
     py: Python<'py>,
-    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>),
+    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>, I64<'py>),
     wakeups: Vec<(I64<'py>, I32<'py>)>,
     start_ns: i64,
     end_ns: i64,
+    while_on_cpu: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let mut wk = Vec::new();
     for w in &wakeups {
@@ -298,16 +249,19 @@ fn wakeup_latency<'py>(
         sw_cpu: switches.1.as_slice()?,
         prev_pid: switches.2.as_slice()?,
         next_pid: switches.3.as_slice()?,
+        prev_state: switches.4.as_slice()?,
         wakeups: wk,
         start_ns,
         end_ns,
+        while_on_cpu,
     };
-    let r = py.allow_threads(|| latency::match_wakeups(&inp));
+    let r = py.detach(|| latency::match_wakeups(&inp));
     let out = PyDict::new(py);
     out.set_item("table", r.table.into_pyarray(py))?;
     out.set_item("row", r.row.into_pyarray(py))?;
     out.set_item("switch_in_ts", r.switch_in_ts.into_pyarray(py))?;
     out.set_item("cpu", r.cpu.into_pyarray(py))?;
+    out.set_item("while_on_cpu", r.while_on_cpu.into_pyarray(py))?;
     Ok(out)
 }
 

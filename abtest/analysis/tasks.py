@@ -1,0 +1,253 @@
+"""Task states and activations per task name: running, runnable, sleeping, uninterruptible (LISA's tasks
+analysis, workload-processor's task activations and residency).
+
+Each thread's state over time, from ``sched_switch`` and ``sched_wakeup`` / ``sched_wakeup_new`` (else
+``sched_waking``):
+
+* switched in -> **running** (on ``cpu``);
+* switched out with prev_state runnable (low byte 0: "R", "R+", preempted) -> **runnable**;
+  ``S`` (bit 0x1) or ``I`` (0x80 alone: an idle kernel thread's wait) -> **sleeping**; ``D`` (0x2) ->
+  **uninterruptible**; ``X``/``Z`` (0x10/0x20: exited; before 4.14 also 0x40, TASK_DEAD) -> not alive (not
+  counted); anything else (stopped, traced, parked) -> **other**. The encoding is told from the trace (a
+  preemption flagged with 0x400 or more means a pre-4.14 kernel);
+* woken while sleeping (or with nothing known yet) -> **runnable** (a wakeup of a task that is running or
+  already runnable changes nothing);
+* before a thread's first event its state is unknown (not counted), except that a first event switching it
+  out says it was running.
+
+Per task name (comm; threads sharing a name are pooled, a renamed thread counts under each name it had) the
+time in each state and its share of the name's known time (the shares sum to 100 %).
+
+Activations (LISA's ``df_task_activation`` / workload-processor's task activations): a run = a contiguous
+stretch on one CPU, from switch-in to switch-out (a preemption ends one). Per name: count, rate, and the
+run durations' mean, median, p95 and max.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from abtest.analysis.intervals import df_intervals, window_of
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+
+EVENTS = ("sched_switch",)
+OPTIONAL_EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_waking")
+STATES = ("running", "runnable", "sleeping", "uninterruptible", "other")
+
+__all__ = ["EVENTS", "OPTIONAL_EVENTS", "STATES", "switch_out_state", "prev_state_encoding", "df_task_state_intervals", "df_task_states",
+           "df_activations", "df_activation_stats", "TasksAnalysis", "summary", "metrics"]
+
+
+def switch_out_state(prev_state: pl.Expr, *, pre_4_14: bool = False) -> pl.Expr:
+    """The state a sched_switch prev_state leaves a task in (module docstring); null = exited.
+
+    Kernels since 4.14 report one TASK_REPORT bit (0x40 = P parked, 0x80 = I idle) and flag a preemption with
+    0x100; older kernels report the raw state, where 0x40 is TASK_DEAD, and flag a preemption with
+    TASK_STATE_MAX (0x400 and up): ``pre_4_14`` selects that reading (see prev_state_encoding)."""
+    s = prev_state.cast(pl.Int64)
+    low = s & 0xFF
+    dead = 0x70 if pre_4_14 else 0x30
+    return (pl.when(low == 0).then(pl.lit("runnable"))
+            .when((s & 0x1) != 0).then(pl.lit("sleeping"))
+            .when((s & 0x2) != 0).then(pl.lit("uninterruptible"))
+            .when((s & dead) != 0).then(pl.lit(None, pl.Utf8))
+            .when(low == 0x80).then(pl.lit("sleeping"))
+            .otherwise(pl.lit("other")))
+
+
+def prev_state_encoding(sched_switch: pl.DataFrame) -> bool:
+    """True when the trace's prev_state values follow the pre-4.14 encoding: some preemption (low byte 0) is
+    flagged with a bit of 0x400 or above (TASK_STATE_MAX) instead of 4.14's 0x100."""
+    s = sched_switch["prev_state"].cast(pl.Int64)
+    return bool((((s & 0xFF) == 0) & (s >= 0x400)).any())
+
+
+def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | None = None, *,
+                            start_ns: int | None = None, end_ns: int | None = None) -> pl.DataFrame:
+    """Per thread: ``pid (Int32), ts (ns), dur (ns), state (Utf8, null = unknown / not alive), cpu (Int32, where it
+    runs; null unless running), comm`` over ``[start_ns, end_ns)``.
+
+    ``sched_switch``: whole table (state at the window start is carried in); ``wakeups``: ts, pid, comm of
+    sched_wakeup + sched_wakeup_new (or sched_waking) rows, whole tables. pid 0 is left out.
+    """
+    sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
+                             pl.col("prev_pid").cast(pl.Int32), pl.col("prev_comm").cast(pl.Utf8),
+                             pl.col("prev_state").cast(pl.Int64), pl.col("next_pid").cast(pl.Int32),
+                             pl.col("next_comm").cast(pl.Utf8))
+    start_ns, end_ns = window_of(sw, start_ns, end_ns)
+    outs = sw.filter(pl.col("prev_pid") != 0).select(
+        "ts", pl.col("prev_pid").alias("pid"), pl.col("prev_comm").alias("comm"),
+        switch_out_state(pl.col("prev_state"), pre_4_14=prev_state_encoding(sw)).alias("state"), pl.lit(None, pl.Int32).alias("cpu"), pl.lit(0).alias("_o"))
+    ins = sw.filter(pl.col("next_pid") != 0).select(
+        "ts", pl.col("next_pid").alias("pid"), pl.col("next_comm").alias("comm"), pl.lit("running").alias("state"),
+        "cpu", pl.lit(2).alias("_o"))
+    moves = pl.concat([outs, ins])
+    parts = [moves]
+    if wakeups is not None and not wakeups.is_empty():
+        wk = wakeups.select(pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Utf8)
+                            ).filter(pl.col("pid") != 0).sort("pid", "ts")
+        last = (moves.sort("pid", "ts", "_o").unique(["pid", "ts"], keep="last", maintain_order=True)
+                .select("pid", pl.col("ts").alias("_mts"), pl.col("state").alias("_prev"),
+                        (pl.col("ts") + 1).alias("ts")))
+        # state from the thread's last switch strictly before the wakeup: only a sleeping (or unknown) one is woken
+        wk = wk.join_asof(last, on="ts", by="pid", strategy="backward", check_sortedness=False)
+        woken = wk.filter(pl.col("_mts").is_null() | pl.col("_prev").is_in(["sleeping", "uninterruptible", "other"]))
+        parts.append(woken.select("ts", "pid", "comm", pl.lit("runnable").alias("state"), pl.lit(None, pl.Int32).alias("cpu"),
+                                  pl.lit(1).alias("_o")))
+    ev = pl.concat(parts).with_row_index("_i").sort("pid", "ts", "_o", "_i")
+    # before a thread's first event: running if that event switches it out, else unknown
+    first = ev.group_by("pid", maintain_order=True).first()
+    seed = first.filter(pl.col("_o") == 0).select(
+        (pl.min_horizontal(pl.col("ts"), pl.lit(start_ns)) - 1).alias("ts"), "pid", "comm",
+        pl.lit("running").alias("state"), pl.lit(None, pl.Int32).alias("cpu"))
+    # the CPU it ran on before that first switch-out: the switch's own CPU
+    seed = seed.join(sw.select("ts", pl.col("prev_pid").alias("pid"), pl.col("cpu").alias("_c"))
+                     .group_by("pid").agg(pl.col("ts").min().alias("_t"), pl.col("_c").sort_by("ts").first()),
+                     on="pid", how="left").with_columns(pl.col("_c").alias("cpu")).drop("_t", "_c")
+    changes = pl.concat([seed, ev.select("ts", "pid", "comm", "state", "cpu")])
+    return df_intervals(changes, ["state", "cpu", "comm"], keys="pid", start_ns=start_ns, end_ns=end_ns)
+
+
+def df_task_states(intervals: pl.DataFrame, by: str = "comm") -> pl.DataFrame:
+    """Time per state per task name (``by="comm"``) or thread (``by="pid"``): ``<by>, known_ns`` and, per state
+    of STATES, ``<state>_ns`` and ``<state>_pct`` (% of the known time). ``intervals``: df_task_state_intervals."""
+    known = intervals.filter(pl.col("state").is_not_null())
+    aggs = [pl.col("dur").sum().alias("known_ns")]
+    aggs += [pl.col("dur").filter(pl.col("state") == s).sum().alias(f"{s}_ns") for s in STATES]
+    out = known.group_by(by).agg(aggs)
+    return out.with_columns([(100.0 * pl.col(f"{s}_ns") / pl.col("known_ns")).alias(f"{s}_pct") for s in STATES]
+                            ).sort("running_ns", descending=True)
+
+
+def df_activations(intervals: pl.DataFrame) -> pl.DataFrame:
+    """Runs (LISA's activations): ``pid, comm, cpu, ts (switch-in, ns), dur (ns)``, one per contiguous stretch on
+    one CPU inside the window. ``intervals``: df_task_state_intervals."""
+    return intervals.filter(pl.col("state") == "running").select("pid", "comm", "cpu", "ts", "dur")
+
+
+def df_activation_stats(activations: pl.DataFrame, by: str = "comm", *, window_ns: int) -> pl.DataFrame:
+    """Per task name (or ``by`` column): ``activations``, ``activations_per_s``, run durations in ms: ``mean_ms``,
+    ``p50_ms``, ``p95_ms``, ``max_ms`` (linear interpolation), ``running_ms`` (sum)."""
+    d = pl.col("dur") / 1e6
+    return activations.group_by(by).agg(
+        pl.len().cast(pl.Int64).alias("activations"), d.mean().alias("mean_ms"), d.quantile(0.5, "linear").alias("p50_ms"),
+        d.quantile(0.95, "linear").alias("p95_ms"), d.max().alias("max_ms"), d.sum().alias("running_ms"),
+    ).with_columns((pl.col("activations") / (window_ns / 1e9)).alias("activations_per_s")).sort("running_ms", descending=True)
+
+
+class TasksAnalysis:
+    """Task states and activations of one trace (``trace.tasks``; window = the trace's window)."""
+
+    def __init__(self, trace):
+        self.trace = trace
+
+    def _wakeups(self) -> pl.DataFrame | None:
+        t = self.trace
+        names = ["sched_wakeup", "sched_wakeup_new"] if "sched_wakeup" in t.tables else ["sched_waking", "sched_wakeup_new"]
+        parts = [t.df(n, windowed=False).select("ts", "pid", "comm") for n in names if n in t.tables]
+        return pl.concat([p.with_columns(pl.col("comm").cast(pl.Utf8), pl.col("pid").cast(pl.Int32)) for p in parts]) if parts else None
+
+    def df_state_intervals(self) -> pl.DataFrame:
+        t = self.trace
+        t.require("task states", *EVENTS)
+        return df_task_state_intervals(t.df("sched_switch", windowed=False), self._wakeups(),
+                                       start_ns=t.start_ns, end_ns=t.end_ns)
+
+    def df_states(self, by: str = "comm") -> pl.DataFrame:
+        return df_task_states(self.df_state_intervals(), by=by)
+
+    def df_activations(self) -> pl.DataFrame:
+        return df_activations(self.df_state_intervals())
+
+    def df_activation_stats(self, by: str = "comm") -> pl.DataFrame:
+        return df_activation_stats(self.df_activations(), by=by, window_ns=self.trace.end_ns - self.trace.start_ns)
+
+    def df_cluster_running(self) -> pl.DataFrame:
+        """Running time per task name and cluster (workload-processor's task residency per cluster):
+        ``comm, cluster, running_ns, pct`` (% of the name's running time)."""
+        from abtest.analysis.clusters import trace_clusters
+        cl = trace_clusters(self.trace).select("cpu", "cluster")
+        res = (self.df_activations().join(cl, on="cpu", how="left").group_by("comm", "cluster")
+               .agg(pl.col("dur").sum().alias("running_ns")))
+        return res.with_columns((100.0 * pl.col("running_ns") / pl.col("running_ns").sum().over("comm")).alias("pct")
+                                ).sort("comm", "cluster")
+
+
+def summary(trace, top_tasks: int = 10) -> dict:
+    """JSON summary: ``wakeup_event`` (what made tasks runnable), ``tasks`` {name: {threads, known_s, running_pct,
+    runnable_pct, sleeping_pct, uninterruptible_pct, other_pct, activations, activations_per_s,
+    activation_mean_ms, activation_p50_ms, activation_p95_ms, activation_max_ms, cluster_running_pct {cluster:
+    %}}} for the top_tasks names by running time. {} without sched_switch."""
+    if "sched_switch" not in trace.tables:
+        return {}
+    ta = TasksAnalysis(trace)
+    iv = ta.df_state_intervals()
+    st = df_task_states(iv).head(top_tasks)
+    act = {r["comm"]: r for r in df_activation_stats(df_activations(iv), window_ns=trace.end_ns - trace.start_ns)
+           .iter_rows(named=True)}
+    threads = dict(iv.group_by("comm").agg(pl.col("pid").n_unique()).iter_rows())
+    clus = ta.df_cluster_running().filter(pl.col("comm").is_in(st["comm"].to_list()))
+    cl: dict[str, dict] = {}
+    for comm, cluster, _, pct in clus.iter_rows():  # top_tasks x clusters rows
+        cl.setdefault(comm, {})[str(cluster)] = pct
+    tasks = {}
+    for r in st.iter_rows(named=True):  # top_tasks rows
+        a = act.get(r["comm"], {})
+        tasks[r["comm"]] = {"threads": int(threads.get(r["comm"], 0)), "known_s": r["known_ns"] / 1e9,
+                            **{f"{s}_pct": r[f"{s}_pct"] for s in STATES},
+                            "activations": a.get("activations", 0), "activations_per_s": a.get("activations_per_s", 0.0),
+                            **{f"activation_{k}": a.get(k) for k in ("mean_ms", "p50_ms", "p95_ms", "max_ms")},
+                            "cluster_running_pct": cl.get(r["comm"], {})}
+    ev = "sched_wakeup" if "sched_wakeup" in trace.tables else ("sched_waking" if "sched_waking" in trace.tables else None)
+    return {"wakeup_event": ev, "tasks": tasks}
+
+
+# --------------------------------------------------------------------------------------------
+# Declared metrics (abtest.analysis.registry)
+# --------------------------------------------------------------------------------------------
+_T = ("of the threads named {task} (sched_switch states, sched_wakeup; share of their known time, same-name "
+      "threads pooled)")
+TASK_RUNNING_PCT = MetricSpec("tasks.task.{task}.running_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.TASK,
+                              title="task running", description=f"Share of time running on a CPU {_T}.")
+TASK_RUNNABLE_PCT = MetricSpec("tasks.task.{task}.runnable_pct", "%", Direction.LOWER, Aggregation.MEAN, Grouping.TASK,
+                               title="task runnable (waiting)",
+                               description=f"Share of time runnable but not running (woken or preempted, waiting for a "
+                                           f"CPU) {_T}.")
+TASK_SLEEPING_PCT = MetricSpec("tasks.task.{task}.sleeping_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.TASK,
+                               title="task sleeping", description=f"Share of time sleeping (S, I) {_T}.")
+TASK_UNINTERRUPTIBLE_PCT = MetricSpec("tasks.task.{task}.uninterruptible_pct", "%", Direction.NONE, Aggregation.MEAN,
+                                      Grouping.TASK, title="task uninterruptible",
+                                      description=f"Share of time in uninterruptible sleep (D: I/O, locks) {_T}.")
+TASK_ACTIVATION_MEAN_MS = MetricSpec("tasks.task.{task}.activation_mean_ms", "ms", Direction.NONE, Aggregation.GMEAN,
+                                     Grouping.TASK, title="task activation mean",
+                                     description="Mean duration of the runs (switch-in to switch-out on one CPU; LISA's "
+                                                 "activations) of the threads named {task}.")
+TASK_ACTIVATION_P95_MS = MetricSpec("tasks.task.{task}.activation_p95_ms", "ms", Direction.NONE, Aggregation.GMEAN,
+                                    Grouping.TASK, title="task activation p95",
+                                    description="95th percentile run duration of the threads named {task}.")
+
+METRICS = (TASK_RUNNING_PCT, TASK_RUNNABLE_PCT, TASK_SLEEPING_PCT, TASK_UNINTERRUPTIBLE_PCT, TASK_ACTIVATION_MEAN_MS,
+           TASK_ACTIVATION_P95_MS)
+
+
+def metrics(trace, options=None) -> list[MetricValue]:
+    """Per task name: the names in ``options.tasks`` and the ``options.top_tasks`` names with the most running
+    time. Needs sched_switch."""
+    ta = TasksAnalysis(trace)
+    iv = ta.df_state_intervals()
+    st = df_task_states(iv)
+    named = list(getattr(options, "tasks", ()) or ())
+    top = getattr(options, "top_tasks", 20)
+    st = st.filter(pl.col("comm").is_in(named) | (pl.int_range(pl.len()) < top))
+    act = {r["comm"]: r for r in df_activation_stats(df_activations(iv), window_ns=trace.end_ns - trace.start_ns)
+           .filter(pl.col("comm").is_in(st["comm"].to_list())).iter_rows(named=True)}
+    out: list[MetricValue] = []
+    for r in st.iter_rows(named=True):  # at most top + len(named) names
+        c = r["comm"]
+        out += [MetricValue(spec, float(r[col]), c) for spec, col in (
+            (TASK_RUNNING_PCT, "running_pct"), (TASK_RUNNABLE_PCT, "runnable_pct"), (TASK_SLEEPING_PCT, "sleeping_pct"),
+            (TASK_UNINTERRUPTIBLE_PCT, "uninterruptible_pct")) if r[col] is not None]
+        a = act.get(c)
+        if a and a["activations"]:
+            out += [MetricValue(TASK_ACTIVATION_MEAN_MS, float(a["mean_ms"]), c),
+                    MetricValue(TASK_ACTIVATION_P95_MS, float(a["p95_ms"]), c)]
+    return out
