@@ -52,6 +52,7 @@ def test_cgroup_snapshot_thermal_sampler_and_attach_events(tracefs_lock, tmp_pat
     child = None
     snapshot = {}
     ann = TraceAnnotator(LocalTarget(), str(fs / "trace_marker"), thermal_period_s=0.2, thermal_root=str(zones))
+    cpu = _cpu_tracing_idle_exits(fs)
     try:
         group.mkdir()
         (group / "cpuset.cpus").write_text((CPUSET / "cpuset.cpus").read_text())
@@ -65,8 +66,10 @@ def test_cgroup_snapshot_thermal_sampler_and_attach_events(tracefs_lock, tmp_pat
         snapshot = {tid: _cpuset_path(me, tid) for tid in map(int, os.listdir(f"/proc/{me}/task"))}
         ann.start()
         assert ann.zones == [(0, "cpu-thermal"), (3, "gpu thermal")] and ann.pid
-        # a task that sleeps 1 ms 300 times; moved into the new cpuset group half-way
-        child = subprocess.Popen(["python3", "-c", "import time\nfor _ in range(300): time.sleep(0.001)"])
+        # a task that sleeps 1 ms 300 times; moved into the new cpuset group half-way. Pinned to a CPU whose
+        # switch-ins from idle the kernel traces (see _cpu_tracing_idle_exits)
+        child = subprocess.Popen(["taskset", "-c", str(cpu), "python3", "-c",
+                                  "import time\nfor _ in range(300): time.sleep(0.001)"])
         time.sleep(0.25)
         (zones / "thermal_zone0" / "temp").write_text("47500\n")
         (group / "tasks").write_text(str(child.pid))
@@ -113,6 +116,32 @@ def test_cgroup_snapshot_thermal_sampler_and_attach_events(tracefs_lock, tmp_pat
     st = {r["zone"]: r for r in thermal.ThermalAnalysis(t).df_zone_stats().iter_rows(named=True)}
     assert st["gpu_thermal"]["marker_samples"] >= 3 and st["cpu-thermal"]["max_c"] == 47.5
     assert 45.0 < st["cpu-thermal"]["mean_c"] < 47.5
+
+
+def _cpu_tracing_idle_exits(fs: Path) -> int:
+    """A CPU on which the kernel traces sched_switch from the idle task to a woken task.
+
+    Machines of this kind (6.18 firecracker guests, haltpoll cpuidle, since 2026-11-25) never trace the
+    switch from idle to a task on CPU 1 (switches into idle are traced): a task sleeping there has wakeups but
+    no switch-ins, so no wakeup latency. Probed here with a sleep loop on each CPU and sched_switch alone."""
+    found = []
+    for cpu in sorted(os.sched_getaffinity(0)):
+        (fs / "tracing_on").write_text("0")
+        (fs / "trace").write_text("")
+        (fs / "events/sched/sched_switch/enable").write_text("1")
+        (fs / "tracing_on").write_text("1")
+        try:
+            subprocess.run(["taskset", "-c", str(cpu), "python3", "-c",
+                            "import time\nfor _ in range(50): time.sleep(0.001)"], check=True, timeout=60)
+        finally:
+            (fs / "tracing_on").write_text("0")
+            (fs / "events/sched/sched_switch/enable").write_text("0")
+        text = (fs / "trace").read_text()
+        (fs / "trace").write_text("")
+        if len(re.findall(rf"\[{cpu:03d}\][^\n]*sched_switch: prev_comm=\S+ prev_pid=0 ", text)) >= 20:
+            return cpu
+        found.append(cpu)
+    pytest.skip(f"this kernel traces no switch from idle to a task on CPUs {found}: no wakeup latency to measure")
 
 
 def threading_id() -> int:

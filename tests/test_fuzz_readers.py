@@ -5,9 +5,10 @@ zeroed / duplicated / swapped ranges, huge length fields), each read by `read_tr
 an address-space cap (+1 GiB), a 10 s bound per case and a peak-RSS bound (+1 GiB). A case passes when the
 reader returns or raises TraceFormatError naming the file and an offset or line; anything else fails the test.
 
-Known reader bugs (filed in issue 27, owned by the ingest and native rewrites in progress) are listed in
-KNOWN_BUGS: the fuzz tests count them apart and do not fail on them, and each has its own reproducer below,
-marked xfail(strict=False): when a fix lands, that reproducer passes (XPASS) and its KNOWN_BUGS entry goes.
+Known reader bugs go in KNOWN_BUGS: the fuzz tests count them apart and do not fail on them, and each has its
+own reproducer below, marked xfail(strict=False): when a fix lands, that reproducer passes (XPASS) and the
+entry moves to FIXED_BUGS, whose reproducers must keep passing. None is open today: the ten found so far
+(issue 27) were fixed by the ingest rewrite (text readers, wrappers) and the native decoders (trace.dat).
 Budget: about 1.5 min on an idle 2-core machine for the six readers.
 """
 from __future__ import annotations
