@@ -58,3 +58,58 @@ def test_join_residency_and_weighted_mean():
     assert _rows(active.select("khz", "time_ns")) == [(500, 5), (1000, 10)]
     tw = time_weighted_mean(freq, "khz", "cpu")
     assert tw["khz_twmean"][0] == pytest.approx((500 * 10 + 1000 * 20) / 30)
+
+
+def _reference(rows, start, end, initial, merge):
+    """df_intervals' contract, one change at a time (rows: (key, ts, value) in input order)."""
+    out = []
+    for key in sorted({r[0] for r in rows}):
+        ch = [r for r in rows if r[0] == key]
+        if not any(ts < end for _, ts, _ in ch):
+            continue  # no change before the window end: the key does not appear
+        ch = sorted(enumerate(ch), key=lambda x: (x[1][1], x[0]))
+        by_ts = {}
+        for _, (_, ts, v) in ch:
+            by_ts[ts] = v  # the last of one timestamp wins
+        before = [ts for ts in by_ts if ts < start]
+        cur = by_ts[max(before)] if before else None
+        if cur is None:
+            cur = initial
+        seq = [(start, cur)] + [(ts, by_ts[ts]) for ts in sorted(by_ts) if start <= ts < end]
+        dedup = {}
+        for ts, v in seq:
+            dedup[ts] = v
+        seq = sorted(dedup.items())
+        iv = [(key, ts, (seq[i + 1][0] if i + 1 < len(seq) else end) - ts, v) for i, (ts, v) in enumerate(seq)]
+        iv = [r for r in iv if r[2] > 0]
+        if merge:
+            m = []
+            for r in iv:
+                if m and m[-1][3] == r[3]:
+                    m[-1] = (m[-1][0], m[-1][1], m[-1][2] + r[2], m[-1][3])
+                else:
+                    m.append(r)
+            iv = m
+        out += iv
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_streams_match_the_contract(seed):
+    import random
+    rnd = random.Random(seed)
+    n = rnd.randint(0, 40)
+    rows = [(rnd.randint(0, 3), rnd.randint(0, 30), rnd.choice([None, 1, 2, 3])) for _ in range(n)]
+    if rnd.random() < 0.5:  # trace tables come sorted by ts
+        rows.sort(key=lambda r: r[1])
+    start, end = sorted(rnd.sample(range(-2, 34), 2))
+    initial = rnd.choice([None, 9])
+    merge = rnd.random() < 0.5
+    ch = pl.DataFrame(rows, schema={"cpu": pl.Int32, "ts": pl.Int64, "f": pl.Int64}, orient="row")
+    got = df_intervals(ch, "f", keys="cpu", start_ns=start, end_ns=end, initial=initial, merge_equal=merge)
+    assert _rows(got) == _reference(rows, start, end, initial, merge)
+    one = [(0, ts, v) for _, ts, v in rows]
+    got = df_intervals(ch.with_columns(pl.lit(0, pl.Int32).alias("cpu")).drop("cpu"), "f", start_ns=start, end_ns=end,
+                       initial=initial, merge_equal=merge)
+    want = [r[1:] for r in _reference(one, start, end, initial, merge)] if rows else [(start, end - start, initial)]
+    assert _rows(got) == [w for w in want if w[1] > 0]

@@ -51,10 +51,11 @@ def _platform_frames(platform: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def df_boost_requests(signals: pl.DataFrame, platform: dict, *, start_ns: int | None = None,
-                      end_ns: int | None = None) -> pl.DataFrame:
+                      end_ns: int | None = None, backend: str = "native") -> pl.DataFrame:
     """Per-domain requested frequency over time for both scenarios (see BoostResult.requests).
 
-    ``signals``: cpu, ts, util, runnable (PELT units; runnable null = unknown -> boost = util).
+    ``signals``: cpu, ts, util, runnable (PELT units; runnable null = unknown -> boost = util). ``backend``:
+    "native" (native/sim/src/boost.rs) or "python" (these frames: the reference).
     """
     if not platform or not platform.get("domains") or not any(d["opps"] for d in platform["domains"]):
         raise ValueError("boost what-if needs a platform with frequency domains and OPPs")
@@ -63,6 +64,10 @@ def df_boost_requests(signals: pl.DataFrame, platform: dict, *, start_ns: int | 
     sig = signals.select(pl.col("cpu").cast(pl.Int32), "ts", pl.col("util").cast(pl.Float64),
                          pl.col("runnable").cast(pl.Float64))
     start_ns, end_ns = window_of(sig, start_ns, end_ns)
+    if backend == "native":
+        from abtest.analysis import sim_native
+        return sim_native.boost_requests(sig, cpus=cpus, opps=opps, headroom=HEADROOM, start_ns=start_ns,
+                                         end_ns=end_ns)
     iv = df_intervals(sig, ["util", "runnable"], keys="cpu", start_ns=start_ns, end_ns=end_ns, merge_equal=False)
     iv = iv.join(cpus, on="cpu").join(fmax, on="domain")
     k = HEADROOM * pl.col("fmax") / pl.col("capacity")

@@ -99,67 +99,62 @@ def df_intervals(
         raise ValueError(f"change stream lacks columns {missing}; it has {changes.columns}")
     start_ns, end_ns = window_of(changes, start_ns, end_ns)
     cols = [*key_cols, "ts", *values]
-    ch = changes.select(cols).with_columns(pl.col("ts").cast(pl.Int64)).with_row_index("_order")
-    ch = ch.sort([*key_cols, "ts", "_order"])
-    # last change per (key, ts): a later event with the same timestamp wins
-    ch = ch.unique([*key_cols, "ts"], keep="last", maintain_order=True).drop("_order")
-
-    before = ch.filter(pl.col("ts") < start_ns)
-    inside = ch.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
+    ch = changes.select(cols).with_columns(pl.col("ts").cast(pl.Int64))
+    # one pass over the rows in (keys, ts, input order), after stable sorts (by ts only when the table is not
+    # sorted: trace tables are); every step after it compares a row with its neighbours instead of grouping
+    if not ch["ts"].is_sorted():
+        ch = ch.sort("ts", maintain_order=True)
+    if key_cols:  # stable: (keys, ts, input order); one-key sorts are much faster than a sort on several keys
+        ch = ch.sort(key_cols, maintain_order=True)
+    same_next = _same_key(key_cols, -1)
+    ts_next = pl.col("ts").shift(-1)
+    # several changes at one (key, ts): the last one; changes at or after end_ns do not matter
+    ch = ch.filter(~(same_next & (ts_next == pl.col("ts"))) & (pl.col("ts") < end_ns))
+    # before start_ns only the last change of each key matters: it is carried in, as the row at start_ns,
+    # unless a change exactly at start_ns replaces it
+    before = pl.col("ts") < start_ns
+    carried = before & ~(_same_key(key_cols, -1) & (ts_next < start_ns))
+    replaced = carried & _same_key(key_cols, -1) & (ts_next == start_ns)
+    ch = ch.filter(~before | (carried & ~replaced))
     init_exprs = _initial_exprs(values, initial, ch.schema)
-
-    # the value carried in at start_ns, per key
+    if initial is not None:  # values carried in that are unknown take the initial ones
+        ch = ch.with_columns([pl.when(pl.col("ts") < start_ns).then(pl.coalesce(pl.col(v), e)).otherwise(pl.col(v))
+                              .alias(v) for v, e in zip(values, init_exprs)])
+    ch = ch.with_columns(pl.max_horizontal("ts", pl.lit(start_ns, pl.Int64)).alias("ts"))
+    # keys whose first change is inside the window (or that have none, from all_keys) start with
+    # the initial value (or null = unknown) at start_ns
+    first = ~_same_key(key_cols, 1)
     if key_cols:
-        carried = before.group_by(key_cols, maintain_order=True).last().drop("ts")
-        key_frame = pl.concat([carried.select(key_cols), inside.select(key_cols)]).unique(maintain_order=True)
-        if all_keys is not None:
-            extra = all_keys if isinstance(all_keys, pl.DataFrame) else pl.DataFrame({key_cols[0]: list(all_keys)})
-            extra = extra.select([pl.col(k).cast(ch.schema[k]) for k in key_cols])
-            key_frame = pl.concat([key_frame, extra]).unique(maintain_order=True)
-        start_rows = key_frame.join(carried, on=key_cols, how="left", nulls_equal=True)
-        if initial is not None:
-            start_rows = start_rows.with_columns(
-                [pl.coalesce(pl.col(v), e).alias(v) for v, e in zip(values, init_exprs)])
-    else:
-        if before.is_empty():
-            start_rows = pl.select(init_exprs)
-        else:
-            start_rows = before.tail(1).drop("ts")
-    start_rows = start_rows.with_columns(pl.lit(start_ns, pl.Int64).alias("ts")).select(cols)
-
-    # a change exactly at start_ns replaces the carried-in row (concat order: start row first)
-    allrows = pl.concat([start_rows.with_columns(pl.lit(0).alias("_p")),
-                         inside.with_columns(pl.lit(1).alias("_p"))], how="vertical_relaxed")
-    allrows = (allrows.sort([*key_cols, "ts", "_p"])
-               .unique([*key_cols, "ts"], keep="last", maintain_order=True).drop("_p"))
-
-    nxt = pl.col("ts").shift(-1)
-    if key_cols:
-        nxt = nxt.over(key_cols)
-    out = allrows.with_columns((nxt.fill_null(end_ns) - pl.col("ts")).alias("dur"))
-    out = out.filter(pl.col("dur") > 0)
-    if merge_equal and out.height > 1:
-        out = _merge_equal(out, key_cols, values)
-    return out.select([*key_cols, "ts", "dur", *values])
+        lead = ch.filter(first & (pl.col("ts") > start_ns)).select(key_cols)
+    else:  # one stream: None = it needs a row at start_ns
+        lead = pl.DataFrame() if ch.height and ch["ts"][0] == start_ns else None
+    if key_cols and all_keys is not None:
+        extra = all_keys if isinstance(all_keys, pl.DataFrame) else pl.DataFrame({key_cols[0]: list(all_keys)})
+        extra = extra.select([pl.col(k).cast(ch.schema[k]) for k in key_cols])
+        extra = extra.join(ch.select(key_cols).unique(), on=key_cols, how="anti", nulls_equal=True)
+        lead = pl.concat([lead, extra]) if lead is not None else extra
+    if key_cols and lead is not None and lead.height:
+        rows = lead.unique(maintain_order=True).with_columns(pl.lit(start_ns, pl.Int64).alias("ts"), *init_exprs)
+        ch = pl.concat([rows.select(cols), ch], how="vertical_relaxed").sort(key_cols, maintain_order=True)
+    elif not key_cols and lead is None:
+        ch = pl.concat([pl.select(pl.lit(start_ns, pl.Int64).alias("ts"), *init_exprs).select(cols), ch],
+                       how="vertical_relaxed")
+    if merge_equal and ch.height > 1:
+        changed = ~_same_key(key_cols, 1)
+        for v in values:
+            changed = changed | pl.col(v).ne_missing(pl.col(v).shift(1))
+        ch = ch.filter(changed)
+    dur = pl.when(_same_key(key_cols, -1)).then(pl.col("ts").shift(-1)).otherwise(pl.lit(end_ns, pl.Int64)) - pl.col("ts")
+    return ch.with_columns(dur.alias("dur")).filter(pl.col("dur") > 0).select([*key_cols, "ts", "dur", *values])
 
 
-def _merge_equal(df: pl.DataFrame, key_cols: list[str], values: list[str]) -> pl.DataFrame:
-    changed = pl.lit(False)
-    for v in values:
-        prev = pl.col(v).shift(1)
-        if key_cols:
-            prev = prev.over(key_cols)
-        changed = changed | pl.col(v).ne_missing(prev)
-    first = pl.int_range(pl.len()) == 0
-    if key_cols:
-        first = first.over(key_cols)
-    seg = (changed | first).cast(pl.Int64).cum_sum()
-    if key_cols:
-        seg = seg.over(key_cols)
-    return (df.with_columns(seg.alias("_seg"))
-            .group_by([*key_cols, "_seg"], maintain_order=True)
-            .agg(pl.col("ts").first(), pl.col("dur").sum(), *[pl.col(v).first() for v in values])
-            .drop("_seg"))
+def _same_key(key_cols: list[str], n: int) -> pl.Expr:
+    """Whether the row ``n`` rows away (rows sorted by keys) has the same keys (nulls equal)."""
+    same = pl.lit(True)
+    for k in key_cols:
+        same = same & pl.col(k).eq_missing(pl.col(k).shift(n))
+    # the frame's first / last row has no neighbour there
+    return same & pl.int_range(pl.len()).shift(n).is_not_null()
 
 
 def df_intervals_join(a: pl.DataFrame, b: pl.DataFrame, *, keys: str | Sequence[str] = ()) -> pl.DataFrame:

@@ -12,7 +12,8 @@ Events: ``sched_switch`` and ``sched_wakeup`` and/or ``sched_waking``; ``sched_w
 the first wakeup of new tasks. Record with ``-e sched:sched_switch -e sched:sched_wakeup -e
 sched:sched_waking -e sched:sched_wakeup_new``.
 
-Matching rules (vectorised with sorted as-of joins, no per-event Python):
+Matching rules (compiled: native/sim/src/latency.rs replays them in time order; the reference with sorted
+as-of joins is ``backend="python"``):
 
 * a wakeup of pid P at time t counts when P was *not running* at t: the last sched_switch involving P
   before t switched it out, or (no earlier switch of P in the trace) the next one switches it in;
@@ -78,7 +79,8 @@ def _moves(sched_switch: pl.DataFrame) -> pl.DataFrame:
 
 
 def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
-                      start_ns: int | None = None, end_ns: int | None = None, rule: str = "wakeup") -> pl.DataFrame:
+                      start_ns: int | None = None, end_ns: int | None = None, rule: str = "wakeup",
+                      backend: str = "native") -> pl.DataFrame:
     """One row per matched wakeup (module docstring rules).
 
     Needs: sched_switch and a wakeup table (sched_wakeup for rule "wakeup", sched_waking for rule
@@ -88,7 +90,8 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
 
     Returns pid (Int32), comm, kind ("waking"/"wakeup"/"wakeup_new"), wakeup_ts (ns), switch_in_ts
     (ns), cpu (Int32, where the task ran), target_cpu, while_on_cpu (Boolean), latency_ns (Int64),
-    latency_us (Float64). Sorted by wakeup_ts.
+    latency_us (Float64). Sorted by wakeup_ts. ``backend``: "native" (the rules replayed in time order,
+    native/sim/src/latency.rs) or "python" (as-of joins: the reference, tests/test_sim_native.py).
     """
     if rule not in DEFINITIONS:
         raise ValueError(f"rule {rule!r}: expected one of {sorted(DEFINITIONS)}")
@@ -97,7 +100,12 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
         w = w.with_columns(pl.lit("wakeup").alias("kind"))
     w = w.select(pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Utf8),
                  pl.col("target_cpu" if "target_cpu" in w.columns else "cpu").cast(pl.Int32).alias("target_cpu"),
-                 "kind").filter(pl.col("pid") != 0).sort(["pid", "ts"])
+                 "kind").filter(pl.col("pid") != 0)
+    if backend == "native":
+        from abtest.analysis import sim_native
+        return sim_native.wakeup_latency(w, sched_switch, start_ns=start_ns, end_ns=end_ns,
+                                         while_on_cpu=rule == "waking").sort("wakeup_ts", maintain_order=True)
+    w = w.sort(["pid", "ts"])
     all_w = w
     if start_ns is not None:
         w = w.filter(pl.col("ts") >= start_ns)

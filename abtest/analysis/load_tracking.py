@@ -183,14 +183,18 @@ class LoadTrackingAnalysis:
                     **self._win())
 
     # -- signals -----------------------------------------------------------------------------------
-    def _simulated_cpu(self, kern: pl.DataFrame | None) -> pl.DataFrame:
-        """abtest's PELT simulation of each CPU's root runqueue (seeded with the kernel's first samples)."""
+    def _sim_cpu_args(self, kern: pl.DataFrame | None) -> dict:
+        """pelt_sim's arguments for this trace's CPUs, seeded with the kernel's first samples (kernel_seeds)."""
         self.trace.require("load_tracking.df_cpu_signals(simulated)", *EVENTS)
         sw = self.trace.df("sched_switch", windowed=False)
         cpu_seeds, task_seeds, new_pids = pelt_sim.kernel_seeds(
             sw, sched_pelt_cfs=kern, sched_pelt_se=self._df("sched_pelt_se"), forks=self._forks(), **self._win())
-        return pelt_sim.df_pelt_sim_cpu(sw, initial=cpu_seeds, task_initial=task_seeds, new_pids=new_pids,
-                                        sched_migrate_task=self._df("sched_migrate_task"), **self._sim_common())
+        return dict(initial=cpu_seeds, task_initial=task_seeds, new_pids=new_pids,
+                    sched_migrate_task=self._df("sched_migrate_task"), **self._sim_common())
+
+    def _simulated_cpu(self, kern: pl.DataFrame | None) -> pl.DataFrame:
+        """abtest's PELT simulation of each CPU's root runqueue (seeded with the kernel's first samples)."""
+        return pelt_sim.df_pelt_sim_cpu(self.trace.df("sched_switch", windowed=False), **self._sim_cpu_args(kern))
 
     def df_cpu_signals(self, source: str = "auto") -> pl.DataFrame:
         """Per-CPU util / runnable / load samples with per-column sources (see module doc). ``source``:
@@ -235,7 +239,13 @@ class LoadTrackingAnalysis:
 
     def df_contention(self, source: str = "auto") -> pl.DataFrame:
         """Per-CPU contention (df_contention) on df_cpu_signals(source), + ``util_source``, ``runnable_source``,
-        ``source`` (see the module doc)."""
+        ``source`` (see the module doc). All-simulated signals are aggregated while they are simulated
+        (pelt_sim.df_cpu_contention: the same figures, no segments kept)."""
+        kern = self._df("sched_pelt_cfs")
+        if source == "simulated" or (source == "auto" and kern is None):
+            out = pelt_sim.df_cpu_contention(self.trace.df("sched_switch", windowed=False), **self._sim_cpu_args(kern))
+            return out.with_columns(*[pl.lit("simulated").alias(c) for c in ("util_source", "runnable_source")],
+                                    pl.lit(None, pl.Utf8).alias("load_source"), pl.lit("simulated").alias("source"))
         sig = self.df_cpu_signals(source)
         return df_contention(sig, **self._win()).join(_sources(sig), on="cpu", how="left")
 

@@ -20,21 +20,30 @@ Approximations (documented, measured on the Juno trace, see docs/analysis-load-f
 3. Before a CPU's first cpu_frequency event its frequency is unknown: ``unknown_freq`` = "max" (default,
    f/f_max = 1), "min" (lowest OPP / lowest seen) or "first" (the first value seen).
 4. Without a platform, capacity is 1024 for every CPU and f_max is the highest frequency seen per CPU.
-5. Without sched_wakeup/sched_waking the waiting time of a woken task is unknown and taken as 0; only
-   preempted tasks (switched out runnable) count as waiting. A waiting task migrated by the load balancer
-   is counted on the CPU where it started waiting.
+5. Waiting (runnable, not running; df_waiting): from a switch-out in a runnable state (preemption), or from a
+   wakeup event (sched_waking / sched_wakeup / sched_wakeup_new) of a task that is neither on a CPU nor
+   already waiting, to the task's next switch-in; a wait whose next sched_switch is a switch-out (its
+   switch-in missed) or that no switch-in ends is not counted, nor is a wakeup of a task still on its CPU
+   (the wait starts when it is preempted). Without wakeup events the waiting time of a woken task is unknown
+   and taken as 0 (only preemptions count). A waiting task migrated by the load balancer is counted on the
+   CPU where it started waiting; a task seen on two CPUs at once (skewed per-CPU clocks, lost events) runs
+   where it started first.
 6. The runqueue signal is that of "a CFS task runs on this CPU" (RT/DL tasks with prio < 100 excluded), plus
    jumps when a task's (simulated) utilisation moves between runqueues: wakeup on / migration to another CPU
    (at the switch-in when no wakeup events exist), fork (first appearance of a new task: fork events when
-   recorded, else a pid above every pid seen before the last runqueue seed) and exit (last switch-out with a
-   dead/zombie state bit). The kernel's removals are deferred to the next update and clamped at 0; here the
+   recorded, else a pid above every pid seen before the last runqueue seed) and exit (a switch-out with a
+   dead/zombie state bit; a pid seen again attaches anew). The kernel's removals are deferred to the next update and clamped at 0; here the
    stored values are clamped at 0 but the recurrence is linear.
 7. Group scheduling entities (autogroup / cgroup se) are not simulated; tasks are (pid > 0).
 8. Without a seed an entity starts at 0 at the window start (the kernel carries history from before the
    trace). ``initial`` seeds entities with a known value at a known time (e.g. the kernel's first sample).
 
-Vectorised: the per-segment recurrence is solved in closed form with cumulative sums in numpy, in blocks of
-at most ~15 s of signal time so that exp() stays in float64 range (one vectorised pass per block rank).
+Two implementations of this model, the same segments and values (tests/test_sim_native.py, every shared
+trace): ``backend="native"`` (default) replays the events in time order in the Rust core (native/src/
+sim_pelt.rs: one pass decides which waits count, a second simulates every CPU and task; ~10-15 M input
+events/s), ``backend="python"`` builds the segments with frames and solves the per-segment recurrence in
+closed form with cumulative sums in numpy, in blocks of at most ~15 s of signal time so that exp() stays in
+float64 range (one vectorised pass per block rank): the reference, ~0.1-0.3 M events/s.
 """
 from __future__ import annotations
 
@@ -51,9 +60,15 @@ OPTIONAL_EVENTS = ("sched_wakeup", "sched_waking", "sched_wakeup_new", "cpu_freq
 PELT_PERIOD_NS = 1024 * 1024
 HALF_LIFE_PERIODS = 32
 DECAY_PER_NS = math.log(2.0) / (HALF_LIFE_PERIODS * PELT_PERIOD_NS)
+_TS_MIN = -(2**63)  # "before everything" (events in force from the start)
+# prev_state bits of a task that will not run again: EXIT_DEAD 0x10, EXIT_ZOMBIE 0x20, TASK_DEAD 0x40 in the raw
+# state of kernels < 4.14; 1 << state index since (X 0x20, Z 0x40; 0x10 is then ptrace-stopped "t", which is
+# detached and attaches again when it runs)
+_DEAD_BITS = 0x70
 _BLOCK_NS = 15e9  # exp(DECAY_PER_NS * 2 * _BLOCK_NS) ~ e^620 < float64 max
 
 __all__ = ["EVENTS", "OPTIONAL_EVENTS", "PELT_PERIOD_NS", "DECAY_PER_NS", "decay_filter", "df_cpu_scale",
+           "cpu_scale_spec", "df_cpu_contention",
            "df_attach_changes", "kernel_seeds",
            "df_cpu_running", "df_waiting", "df_pelt_sim_cpu", "df_pelt_sim_task", "sample_signal",
            "df_sim_vs_kernel"]
@@ -117,10 +132,12 @@ def decay_filter(entity: np.ndarray, dur_ns: np.ndarray, x: np.ndarray, u0: np.n
 
 
 # -- inputs ---------------------------------------------------------------------------------------------
-def df_cpu_scale(cpu_frequency: pl.DataFrame | None, *, platform: dict | None, cpus: list[int], start_ns: int,
-                 end_ns: int, unknown_freq: str = "max") -> pl.DataFrame:
-    """Per-CPU invariance factor intervals ``cpu, ts, dur, scale`` where scale = capacity x f / f_max
-    (0..1024). Without cpu_frequency: capacity only. See the module doc for unknown frequency handling."""
+def cpu_scale_spec(cpu_frequency: pl.DataFrame | None, *, platform: dict | None, cpus: list[int],
+                   unknown_freq: str = "max") -> pl.DataFrame:
+    """What the invariance factor of each CPU is made of: ``cpu, capacity, fmax_khz`` (null: no frequency
+    invariance), ``fill_khz`` (the frequency assumed before the CPU's first cpu_frequency event; null: f_max).
+    f_max and f_min come from the platform's OPPs, else from the highest / lowest frequency seen on the CPU.
+    Without cpu_frequency events: capacity only (fmax_khz null)."""
     caps = {c: 1024.0 for c in cpus}
     fmax: dict[int, float] = {}
     fmin: dict[int, float] = {}
@@ -131,23 +148,35 @@ def df_cpu_scale(cpu_frequency: pl.DataFrame | None, *, platform: dict | None, c
                 for c in dom["cpus"]:
                     fmax[c] = float(max(o["frequency_khz"] for o in dom["opps"]))
                     fmin[c] = float(min(o["frequency_khz"] for o in dom["opps"]))
-    base = pl.DataFrame({"cpu": cpus, "cap": [caps[c] for c in cpus]}, schema={"cpu": pl.Int32, "cap": pl.Float64})
+    base = pl.DataFrame({"cpu": cpus, "capacity": [caps[c] for c in cpus]},
+                        schema={"cpu": pl.Int32, "capacity": pl.Float64})
     if cpu_frequency is None or cpu_frequency.is_empty():
-        return pl.DataFrame({"cpu": cpus}, schema={"cpu": pl.Int32}).with_columns(
-            pl.lit(start_ns, pl.Int64).alias("ts"), pl.lit(end_ns - start_ns, pl.Int64).alias("dur")
-        ).join(base, on="cpu").select("cpu", "ts", "dur", pl.col("cap").alias("scale"))
+        return base.with_columns(pl.lit(None, pl.Float64).alias("fmax_khz"), pl.lit(None, pl.Float64).alias("fill_khz"))
     ev = cpu_frequency.select(pl.col("cpu").cast(pl.Int32), "ts", pl.col("frequency_khz").cast(pl.Float64))
     seen = ev.group_by("cpu").agg(pl.col("frequency_khz").max().alias("smax"), pl.col("frequency_khz").min().alias("smin"),
                                   pl.col("frequency_khz").sort_by("ts").first().alias("sfirst"))
     lim = pl.DataFrame({"cpu": list(fmax), "fmax": list(fmax.values()), "fmin": [fmin[c] for c in fmax]},
                        schema={"cpu": pl.Int32, "fmax": pl.Float64, "fmin": pl.Float64})
-    iv = df_intervals(ev, "frequency_khz", keys="cpu", start_ns=start_ns, end_ns=end_ns, all_keys=cpus)
-    iv = iv.join(base, on="cpu").join(seen, on="cpu", how="left").join(lim, on="cpu", how="left").with_columns(
-        pl.coalesce("fmax", "smax").alias("fmax"), pl.coalesce("fmin", "smin").alias("fmin"))
-    fill = {"max": pl.col("fmax"), "min": pl.col("fmin"), "first": pl.col("sfirst")}[unknown_freq]
-    f = pl.coalesce(pl.col("frequency_khz"), fill, pl.col("fmax"))
-    ratio = pl.when(pl.col("fmax").is_not_null()).then(pl.min_horizontal(f / pl.col("fmax"), pl.lit(1.0))).otherwise(1.0)
-    return iv.select("cpu", "ts", "dur", (pl.col("cap") * ratio).alias("scale"))
+    spec = base.join(seen, on="cpu", how="left").join(lim, on="cpu", how="left").with_columns(
+        pl.coalesce("fmax", "smax").alias("fmax_khz"), pl.coalesce("fmin", "smin").alias("_fmin"))
+    fill = {"max": pl.col("fmax_khz"), "min": pl.col("_fmin"), "first": pl.col("sfirst")}[unknown_freq]
+    return spec.select("cpu", "capacity", "fmax_khz", fill.alias("fill_khz"))
+
+
+def df_cpu_scale(cpu_frequency: pl.DataFrame | None, *, platform: dict | None, cpus: list[int], start_ns: int,
+                 end_ns: int, unknown_freq: str = "max") -> pl.DataFrame:
+    """Per-CPU invariance factor intervals ``cpu, ts, dur, scale`` where scale = capacity x f / f_max
+    (0..1024). Without cpu_frequency: capacity only. See the module doc for unknown frequency handling."""
+    spec = cpu_scale_spec(cpu_frequency, platform=platform, cpus=cpus, unknown_freq=unknown_freq)
+    if cpu_frequency is None or cpu_frequency.is_empty():
+        return spec.select("cpu", pl.lit(start_ns, pl.Int64).alias("ts"), pl.lit(end_ns - start_ns, pl.Int64).alias("dur"),
+                           pl.col("capacity").alias("scale"))
+    ev = cpu_frequency.select(pl.col("cpu").cast(pl.Int32), "ts", pl.col("frequency_khz").cast(pl.Float64))
+    iv = df_intervals(ev, "frequency_khz", keys="cpu", start_ns=start_ns, end_ns=end_ns, all_keys=cpus).join(spec, on="cpu")
+    f = pl.coalesce(pl.col("frequency_khz"), pl.col("fill_khz"), pl.col("fmax_khz"))
+    ratio = (pl.when(pl.col("fmax_khz").is_not_null()).then(pl.min_horizontal(f / pl.col("fmax_khz"), pl.lit(1.0)))
+             .otherwise(1.0))
+    return iv.select("cpu", "ts", "dur", (pl.col("capacity") * ratio).alias("scale"))
 
 
 def df_cpu_running(sched_switch: pl.DataFrame, *, start_ns: int, end_ns: int, cpus: list[int] | None = None) -> pl.DataFrame:
@@ -170,41 +199,55 @@ def _runnable_mask(state: pl.Expr) -> pl.Expr:
 
 
 def df_waiting(sched_switch: pl.DataFrame, wakeups: list[pl.DataFrame] | None = None) -> pl.DataFrame:
-    """Runnable-but-waiting intervals: ``pid, cpu, ts, dur, prio`` (cpu = where it waits).
+    """Runnable-but-waiting intervals: ``pid, cpu, ts, dur, prio`` (cpu and prio: those of the event that
+    started the wait; cpu = the runqueue it waits on).
 
-    A wait starts when a task is preempted (switched out runnable) or woken (sched_wakeup/_waking/_new with
-    target_cpu) and ends at its next switch-in. Events: sched_switch; optional wakeup events.
+    A task is *on a CPU* from its switch-in to its switch-out (the task a CPU's first sched_switch switches
+    out is on that CPU from the start). A wait starts when the task is switched out runnable (preempted), or
+    when a wakeup event (sched_waking / sched_wakeup / sched_wakeup_new, at its target_cpu) names it while it
+    is neither on a CPU nor already waiting; it ends at the task's next switch-in. A wait whose next sched_switch
+    of the task is a switch-out instead (the trace missed its switch-in), or that no switch-in follows, is left
+    out. Events of one task at one timestamp count in the order switch-out, wakeups, switch-in.
+    Events: sched_switch; optional wakeup events.
     """
-    sw = sched_switch.select(pl.col("cpu").cast(pl.Int32), "ts", "prev_pid", "prev_prio", "prev_state",
-                             "next_pid", "next_prio")
+    sw = sched_switch.select(pl.col("cpu").cast(pl.Int32), pl.col("ts").cast(pl.Int64),
+                             pl.col("prev_pid").cast(pl.Int64), pl.col("prev_prio").cast(pl.Int64), "prev_state",
+                             pl.col("next_pid").cast(pl.Int64), pl.col("next_prio").cast(pl.Int64))
+    # kind: 0 switch-out asleep, 1 switch-out runnable, 2 switch-in, 3 wakeup; _o: order at one timestamp
     outs = sw.filter(pl.col("prev_pid") > 0).select(
-        pl.col("prev_pid").cast(pl.Int64).alias("pid"), "ts", "cpu", pl.col("prev_prio").cast(pl.Int64).alias("prio"),
-        pl.when(_runnable_mask(pl.col("prev_state"))).then(pl.lit("wait")).otherwise(pl.lit("sleep")).alias("kind"))
+        pl.col("prev_pid").alias("pid"), "ts", "cpu", pl.col("prev_prio").alias("prio"),
+        pl.when(_runnable_mask(pl.col("prev_state"))).then(1).otherwise(0).cast(pl.Int8).alias("kind"),
+        pl.lit(0, pl.Int8).alias("_o"))
     ins = sw.filter(pl.col("next_pid") > 0).select(
-        pl.col("next_pid").cast(pl.Int64).alias("pid"), "ts", "cpu", pl.col("next_prio").cast(pl.Int64).alias("prio"),
-        pl.lit("in").alias("kind"))
-    parts = [outs, ins]
+        pl.col("next_pid").alias("pid"), "ts", "cpu", pl.col("next_prio").alias("prio"),
+        pl.lit(2, pl.Int8).alias("kind"), pl.lit(2, pl.Int8).alias("_o"))
+    # the task each CPU's first switch switches out was on that CPU from the start
+    on_at_start = (sw.sort("ts").group_by("cpu", maintain_order=True).first().filter(pl.col("prev_pid") > 0)
+                   .select(pl.col("prev_pid").alias("pid"), pl.lit(_TS_MIN, pl.Int64).alias("ts"), "cpu",
+                           pl.col("prev_prio").alias("prio"), pl.lit(2, pl.Int8).alias("kind"),
+                           pl.lit(2, pl.Int8).alias("_o")))
+    parts = [on_at_start, outs, ins]
     for wk in wakeups or []:
         if wk is None or wk.is_empty():
             continue
         tgt = "target_cpu" if "target_cpu" in wk.columns else "cpu"
-        parts.append(wk.select(pl.col("pid").cast(pl.Int64), "ts", pl.col(tgt).cast(pl.Int32).alias("cpu"),
-                               pl.col("prio").cast(pl.Int64), pl.lit("wait").alias("kind")))
-    ev = pl.concat(parts).with_columns(pl.col("kind").replace_strict({"sleep": 0, "wait": 1, "in": 2}).alias("_o"))
-    ev = ev.sort("pid", "ts", "_o")
-    prev = [pl.col(c).shift(1).over("pid").alias(f"prev_{c}") for c in ("ts", "cpu", "prio", "kind")]
-    ev = ev.with_columns(prev)
-    # a wakeup that follows another wait (waking then wakeup) keeps the earliest start
-    waits = ev.filter((pl.col("kind") == "in") & (pl.col("prev_kind") == "wait"))
-    first_wait = (ev.filter(pl.col("kind") == "wait")
-                  .with_columns((pl.col("prev_kind") != "wait").fill_null(True).cum_sum().over("pid").alias("_g")))
-    start = first_wait.group_by("pid", "_g").agg(pl.col("ts").first().alias("wstart"), pl.col("cpu").first().alias("wcpu"),
-                                                 pl.col("ts").last().alias("wlast"))
-    waits = waits.join(start, left_on=["pid", "prev_ts"], right_on=["pid", "wlast"], how="left")
-    return waits.select(
-        "pid", pl.coalesce("wcpu", "prev_cpu").alias("cpu"), pl.coalesce("wstart", "prev_ts").alias("ts"),
-        (pl.col("ts") - pl.coalesce("wstart", "prev_ts")).alias("dur"), pl.coalesce("prev_prio", "prio").alias("prio"),
-    ).filter(pl.col("dur") > 0).sort("pid", "ts")
+        parts.append(wk.filter(pl.col("pid") > 0).select(
+            pl.col("pid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col(tgt).cast(pl.Int32).alias("cpu"),
+            pl.col("prio").cast(pl.Int64), pl.lit(3, pl.Int8).alias("kind"), pl.lit(1, pl.Int8).alias("_o")))
+    ev = pl.concat(parts).with_row_index("_seq").sort("pid", "ts", "_o", "_seq")
+    is_switch = pl.col("kind") < 3
+    nxt = [pl.when(is_switch).then(pl.col(c)).shift(-1).backward_fill().over("pid").alias(f"_next_{c}")
+           for c in ("ts", "kind")]
+    ev = ev.with_columns(is_switch.cast(pl.Int32).cum_sum().over("pid").alias("_seg"), *nxt)
+    lead = pl.col("kind").first().over("pid", "_seg")
+    is_wake = pl.col("kind") == 3
+    first_wake = is_wake & (is_wake.cast(pl.Int32).cum_sum().over("pid", "_seg") == 1)
+    # the segment (a task's events from one of its switches to the next) decides: preempted -> waiting from
+    # the switch-out; asleep (or no switch seen yet) -> from its first wakeup; on a CPU -> not waiting
+    starts = ev.filter(((pl.col("kind") == 1) | (first_wake & ((lead == 0) | (lead == 3))))
+                       & (pl.col("_next_kind") == 2))
+    return (starts.select("pid", "cpu", "ts", (pl.col("_next_ts") - pl.col("ts")).alias("dur"), "prio")
+            .filter(pl.col("dur") > 0).sort("pid", "ts"))
 
 
 def _fill_gaps(rows: pl.DataFrame, key: str, t0: pl.DataFrame, end_ns: int, cols: list[str]) -> pl.DataFrame:
@@ -224,6 +267,17 @@ def _fill_gaps(rows: pl.DataFrame, key: str, t0: pl.DataFrame, end_ns: int, cols
         (pl.col("_e") - pl.col("ts")).alias("dur")).drop("_e").with_columns([pl.lit(0.0).alias(c) for c in cols])
     return (pl.concat([rows.select(key, "ts", "dur", *cols), filler.select(key, "ts", "dur", *cols)], how="vertical_relaxed")
             .filter(pl.col("dur") > 0).sort(key, "ts"))
+
+
+def _earliest_first(rows: pl.DataFrame) -> pl.DataFrame:
+    """Rows (pid, ts, dur, ...) that may overlap (a task seen on two CPUs at once, per-CPU clocks skewed, lost
+    events) -> non-overlapping: the row that started first keeps the time until it ends, a later row only
+    covers what is left after it (ties: running before waiting)."""
+    rows = rows.sort("pid", "ts", "_k", maintain_order=True)
+    busy_until = (pl.col("ts") + pl.col("dur")).cum_max().shift(1).over("pid")
+    return (rows.with_columns(pl.max_horizontal("ts", busy_until).alias("_s"))
+            .with_columns((pl.col("ts") + pl.col("dur") - pl.col("_s")).alias("dur"), pl.col("_s").alias("ts"))
+            .filter(pl.col("dur") > 0).drop("_s", "_k"))
 
 
 def _run_filter(seg: pl.DataFrame, key: str, signals: dict[str, str], seeds: pl.DataFrame | None,
@@ -270,38 +324,40 @@ def _split_at(seg: pl.DataFrame, key: str, cuts: pl.DataFrame) -> pl.DataFrame:
 
 def df_attach_changes(sched_switch: pl.DataFrame, *, wakeups: list[pl.DataFrame] | None = None,
                       sched_migrate_task: pl.DataFrame | None = None, new_pids: list[int] | None = None) -> pl.DataFrame:
-    """When a task's utilisation moves between runqueues: ``pid, ts, from_cpu (null = new task), to_cpu
-    (null = the task exited)``.
+    """When a task's utilisation moves between runqueues: ``pid, ts, from_cpu (null = the task attaches),
+    to_cpu (null = the task exited)``.
 
     A task belongs to the runqueue of the CPU it last ran on, was woken onto (target_cpu) or was migrated to
     (dest_cpu). Its first appearance is assumed to be on the runqueue it already belonged to (no move), except
-    for ``new_pids`` (forked in the window), whose first appearance attaches them (from_cpu null).
+    for ``new_pids`` (forked in the window), whose first appearance attaches them (from_cpu null). A switch-out
+    in a dead or zombie state (prev_state & 0x70, see _DEAD_BITS) detaches the task (to_cpu null); if the pid
+    shows up again it attaches anew. Events of one task at one timestamp count in the order switch-in, wakeups, migration, exit.
     Events: sched_switch; optional wakeups, sched_migrate_task.
     """
     parts = [sched_switch.filter(pl.col("next_pid") > 0).select(
-        pl.col("next_pid").cast(pl.Int64).alias("pid"), "ts", pl.col("cpu").cast(pl.Int32).alias("to_cpu"))]
+        pl.col("next_pid").cast(pl.Int64).alias("pid"), pl.col("ts").cast(pl.Int64),
+        pl.col("cpu").cast(pl.Int32).alias("to_cpu"), pl.lit(0, pl.Int8).alias("_o"))]
     for wk in wakeups or []:
         if wk is not None and not wk.is_empty():
             tgt = "target_cpu" if "target_cpu" in wk.columns else "cpu"
-            parts.append(wk.select(pl.col("pid").cast(pl.Int64), "ts", pl.col(tgt).cast(pl.Int32).alias("to_cpu")))
+            parts.append(wk.select(pl.col("pid").cast(pl.Int64), pl.col("ts").cast(pl.Int64),
+                                   pl.col(tgt).cast(pl.Int32).alias("to_cpu"), pl.lit(1, pl.Int8).alias("_o")))
     if sched_migrate_task is not None and not sched_migrate_task.is_empty():
-        parts.append(sched_migrate_task.select(pl.col("pid").cast(pl.Int64), "ts", pl.col("dest_cpu").cast(pl.Int32).alias("to_cpu")))
-    ev = pl.concat(parts).filter(pl.col("pid") > 0).sort("pid", "ts", maintain_order=True)
-    ev = ev.with_columns(pl.col("to_cpu").shift(1).over("pid").alias("from_cpu"),
-                         (pl.int_range(pl.len()).over("pid") == 0).alias("_first"))
-    moved = pl.col("from_cpu").is_not_null() & (pl.col("from_cpu") != pl.col("to_cpu"))
-    born = pl.col("_first") & pl.col("pid").is_in(list(new_pids or []))
-    changes = ev.filter(moved | born).select("pid", "ts", "from_cpu", "to_cpu")
-    # exits: the task's last switch-out carries a dead/zombie state bit (0x10 | 0x20 | 0x40) and it never
-    # shows up again: its utilisation leaves the runqueue (to_cpu null)
-    last_out = (sched_switch.filter(pl.col("prev_pid") > 0).sort("ts")
-                .group_by(pl.col("prev_pid").cast(pl.Int64).alias("pid")).last()
-                .select("pid", "ts", pl.col("cpu").cast(pl.Int32).alias("from_cpu"), "prev_state"))
-    last_any = ev.group_by("pid").agg(pl.col("ts").max().alias("_last"))
-    dead = (last_out.join(last_any, on="pid", how="left")
-            .filter(((pl.col("prev_state").cast(pl.Int64) & 0x70) != 0) & (pl.col("ts") >= pl.col("_last").fill_null(0)))
-            .select("pid", "ts", "from_cpu", pl.lit(None, pl.Int32).alias("to_cpu")))
-    return pl.concat([changes, dead]).sort("pid", "ts")
+        parts.append(sched_migrate_task.select(pl.col("pid").cast(pl.Int64), pl.col("ts").cast(pl.Int64),
+                                               pl.col("dest_cpu").cast(pl.Int32).alias("to_cpu"),
+                                               pl.lit(2, pl.Int8).alias("_o")))
+    parts.append(sched_switch.filter((pl.col("prev_pid") > 0) & ((pl.col("prev_state").cast(pl.Int64) & _DEAD_BITS) != 0))
+                 .select(pl.col("prev_pid").cast(pl.Int64).alias("pid"), pl.col("ts").cast(pl.Int64),
+                         pl.lit(None, pl.Int32).alias("to_cpu"), pl.lit(3, pl.Int8).alias("_o")))
+    ev = (pl.concat(parts).filter(pl.col("pid") > 0).with_row_index("_seq").sort("pid", "ts", "_o", "_seq")
+          .with_columns(pl.col("to_cpu").shift(1).over("pid").alias("from_cpu"),
+                        (pl.col("_o").shift(1).over("pid") == 3).fill_null(False).alias("_after_exit"),
+                        (pl.int_range(pl.len()).over("pid") == 0).alias("_first")))
+    moved = pl.col("from_cpu").is_not_null() & pl.col("to_cpu").is_not_null() & (pl.col("from_cpu") != pl.col("to_cpu"))
+    exited = (pl.col("_o") == 3) & pl.col("from_cpu").is_not_null()
+    born = pl.col("to_cpu").is_not_null() & (
+        (pl.col("_first") & pl.col("pid").is_in(list(new_pids or []))) | pl.col("_after_exit"))
+    return ev.filter(moved | exited | born).select("pid", "ts", "from_cpu", "to_cpu")
 
 
 def df_pelt_sim_cpu(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame | None = None,
@@ -309,7 +365,7 @@ def df_pelt_sim_cpu(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame |
                     platform: dict | None = None, start_ns: int | None = None, end_ns: int | None = None,
                     cpus: list[int] | None = None, initial: pl.DataFrame | None = None,
                     task_initial: pl.DataFrame | None = None, attach: bool = True,
-                    new_pids: list[int] | None = None, unknown_freq: str = "max") -> pl.DataFrame:
+                    new_pids: list[int] | None = None, unknown_freq: str = "max", backend: str = "native") -> pl.DataFrame:
     """Simulated per-CPU (root CFS runqueue) PELT signals.
 
     The runqueue signal follows the CPU's CFS activity (util: a CFS task runs; runnable: number of runnable
@@ -320,13 +376,22 @@ def df_pelt_sim_cpu(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame |
     Returns the piecewise-constant input segments with the signal at each segment start:
     ``cpu, ts (ns), dur (ns), x_util, x_runnable (input levels), util, runnable`` (PELT units, at ts after any
     jump there). Evaluate anywhere with :func:`sample_signal`. ``initial``: optional ``cpu, ts, util[, runnable]``
-    seeding each CPU with that value at that time (its simulation starts there).
+    seeding each CPU with that value at that time (its simulation starts there). ``backend``: "native" (the
+    compiled simulator, native/sim/src/pelt.rs) or "python" (this module's frames: the reference).
     Events: sched_switch; optional cpu_frequency, wakeups, sched_migrate_task.
     """
     start_ns, end_ns = window_of(sched_switch, start_ns, end_ns)
     if cpus is None:
-        cpus = sorted(set(sched_switch["cpu"].cast(pl.Int32).to_list()) |
-                      {c["cpu"] for c in (platform or {}).get("cpus", [])})
+        cpus = _cpus_of(sched_switch, platform)
+    if backend == "native":
+        from abtest.analysis import sim_native
+        spec = cpu_scale_spec(cpu_frequency, platform=platform, cpus=cpus, unknown_freq=unknown_freq)
+        cpu, _ = sim_native.pelt_simulate(
+            sched_switch, spec=spec, start_ns=start_ns, end_ns=end_ns, cpu_frequency=cpu_frequency, wakeups=wakeups,
+            sched_migrate_task=sched_migrate_task if attach else None, cpu_seeds=_with_ts(initial, "cpu", start_ns),
+            task_seeds=_with_ts(task_initial, "pid", start_ns) if attach else None, new_pids=new_pids if attach else None,
+            attach=attach)
+        return cpu
     run = df_cpu_running(sched_switch, start_ns=start_ns, end_ns=end_ns, cpus=cpus)
     scale = df_cpu_scale(cpu_frequency, platform=platform, cpus=cpus, start_ns=start_ns, end_ns=end_ns,
                          unknown_freq=unknown_freq)
@@ -350,7 +415,7 @@ def df_pelt_sim_cpu(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame |
         if moves.height:
             tasks = df_pelt_sim_task(sched_switch, cpu_frequency=cpu_frequency, wakeups=wakeups, platform=platform,
                                      start_ns=start_ns, end_ns=end_ns, pids=moves["pid"].unique().to_list(),
-                                     initial=task_initial, unknown_freq=unknown_freq)
+                                     initial=task_initial, unknown_freq=unknown_freq, backend=backend)
             # the task's signal just before it moves (sample 1 ns earlier: before its own segment boundary);
             # a new task's value is taken at its first appearance (its seed, when seeded there)
             at = moves.with_columns(pl.when(pl.col("from_cpu").is_null()).then(pl.col("ts")).otherwise(pl.col("ts") - 1)
@@ -375,10 +440,48 @@ def df_pelt_sim_cpu(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame |
     return out.select("cpu", "ts", "dur", "x_util", "x_runnable", "util", "runnable")
 
 
+def df_cpu_contention(sched_switch: pl.DataFrame, *, margin: float = 1.0, backend: str = "native",
+                      **kw) -> pl.DataFrame:
+    """Contention per CPU of the simulated signals, as load_tracking.df_contention computes it on
+    df_pelt_sim_cpu's output (each segment holds its start values): ``cpu, known_ns, contended_ns (runnable >
+    util + margin), contended_pct, mean_util, mean_runnable (time-weighted), runnable_util_ratio (time-weighted
+    runnable / util where util >= 1), max_runnable``. ``kw``: df_pelt_sim_cpu's arguments. The native backend
+    aggregates while it simulates (no segment is kept: memory does not grow with the trace).
+    """
+    if backend != "native":
+        seg = df_pelt_sim_cpu(sched_switch, backend=backend, **kw)
+        w = pl.col("dur").cast(pl.Float64)
+        pos = pl.col("util") >= 1.0
+        return seg.group_by("cpu").agg(
+            pl.col("dur").sum().alias("known_ns"),
+            pl.col("dur").filter(pl.col("runnable") > pl.col("util") + margin).sum().alias("contended_ns"),
+            ((pl.col("util") * w).sum() / w.sum()).alias("mean_util"),
+            ((pl.col("runnable") * w).sum() / w.sum()).alias("mean_runnable"),
+            ((pl.col("runnable") / pl.col("util") * w).filter(pos).sum() / w.filter(pos).sum()).alias("runnable_util_ratio"),
+            pl.col("runnable").max().alias("max_runnable"),
+        ).with_columns((100.0 * pl.col("contended_ns") / pl.col("known_ns")).alias("contended_pct")).select(
+            "cpu", "known_ns", "contended_ns", "contended_pct", "mean_util", "mean_runnable", "runnable_util_ratio",
+            "max_runnable").sort("cpu")
+    from abtest.analysis import sim_native
+    start_ns, end_ns = window_of(sched_switch, kw.pop("start_ns", None), kw.pop("end_ns", None))
+    platform, cpu_frequency = kw.pop("platform", None), kw.pop("cpu_frequency", None)
+    cpus = kw.pop("cpus", None) or _cpus_of(sched_switch, platform)
+    spec = cpu_scale_spec(cpu_frequency, platform=platform, cpus=cpus, unknown_freq=kw.pop("unknown_freq", "max"))
+    attach = kw.pop("attach", True)
+    initial, task_initial, new_pids = kw.pop("initial", None), kw.pop("task_initial", None), kw.pop("new_pids", None)
+    mig = kw.pop("sched_migrate_task", None)
+    return sim_native.pelt_contention(
+        sched_switch, margin=margin, spec=spec, start_ns=start_ns, end_ns=end_ns, cpu_frequency=cpu_frequency,
+        sched_migrate_task=mig if attach else None, cpu_seeds=_with_ts(initial, "cpu", start_ns),
+        task_seeds=_with_ts(task_initial, "pid", start_ns) if attach else None,
+        new_pids=new_pids if attach else None, attach=attach, **kw)
+
+
 def df_pelt_sim_task(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame | None = None,
                      wakeups: list[pl.DataFrame] | None = None, platform: dict | None = None,
                      start_ns: int | None = None, end_ns: int | None = None, pids: list[int] | None = None,
-                     initial: pl.DataFrame | None = None, unknown_freq: str = "max") -> pl.DataFrame:
+                     initial: pl.DataFrame | None = None, unknown_freq: str = "max", backend: str = "native"
+                     ) -> pl.DataFrame:
     """Simulated per-task PELT signals: ``pid, ts, dur, x_util, x_runnable, util, runnable`` (see
     df_pelt_sim_cpu). A task's util input is the capacity x f/f_max of the CPU it runs on; while waiting, its
     runnable input is that of the CPU it waits on (frequency taken at the start of the wait). A task starts
@@ -387,17 +490,29 @@ def df_pelt_sim_task(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame 
     wakeups.
     """
     start_ns, end_ns = window_of(sched_switch, start_ns, end_ns)
-    cpus = sorted(set(sched_switch["cpu"].cast(pl.Int32).to_list()) | {c["cpu"] for c in (platform or {}).get("cpus", [])})
+    cpus = _cpus_of(sched_switch, platform)
+    if backend == "native":
+        from abtest.analysis import sim_native
+        spec = cpu_scale_spec(cpu_frequency, platform=platform, cpus=cpus, unknown_freq=unknown_freq)
+        _, tasks = sim_native.pelt_simulate(
+            sched_switch, spec=spec, start_ns=start_ns, end_ns=end_ns, cpu_frequency=cpu_frequency, wakeups=wakeups,
+            task_seeds=_with_ts(initial, "pid", start_ns), want_cpus=False, attach=False,
+            want_tasks=True if pids is None else pids)
+        return tasks
     run = df_cpu_running(sched_switch, start_ns=start_ns, end_ns=end_ns, cpus=cpus).filter(pl.col("pid") > 0)
     scale = df_cpu_scale(cpu_frequency, platform=platform, cpus=cpus, start_ns=start_ns, end_ns=end_ns,
                          unknown_freq=unknown_freq)
     running = df_intervals_join(run.select("cpu", "ts", "dur", "pid"), scale, keys="cpu").select(
         "pid", "ts", "dur", pl.col("scale").alias("x_util"), pl.col("scale").alias("x_runnable"))
-    wait = df_waiting(sched_switch, wakeups).filter((pl.col("ts") < end_ns) & (pl.col("ts") + pl.col("dur") > start_ns))
-    wait = wait.sort("ts").join_asof(scale.sort("ts").select("cpu", "ts", "scale"), on="ts", by="cpu", strategy="backward",
-                                     check_sortedness=False)
+    wait = df_waiting(sched_switch, wakeups).filter(
+        (pl.col("ts") < end_ns) & (pl.col("ts") + pl.col("dur") > start_ns))
+    # the runnable input of a wait: the CPU's scale when it starts (or at the window start)
+    wait = wait.with_columns(pl.max_horizontal("ts", pl.lit(start_ns)).alias("_at")).sort("_at").join_asof(
+        scale.select("cpu", pl.col("ts").alias("_at"), "scale").sort("_at"), on="_at", by="cpu", strategy="backward",
+        check_sortedness=False)
     waiting = wait.select("pid", "ts", "dur", pl.lit(0.0).alias("x_util"), pl.col("scale").fill_null(1024.0).alias("x_runnable"))
-    rows = pl.concat([running, waiting]).sort("pid", "ts")
+    rows = _earliest_first(pl.concat([running.with_columns(pl.lit(0, pl.Int8).alias("_k")),
+                                      waiting.with_columns(pl.lit(1, pl.Int8).alias("_k"))]))
     if pids is not None:
         rows = rows.filter(pl.col("pid").is_in(pids))
     keys = sorted(set(rows["pid"].to_list()) | set(pids or []))
@@ -419,6 +534,19 @@ def df_pelt_sim_task(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame 
             .otherwise(pl.col("dur")).alias("dur")).drop("_seed")
         out = pl.concat([before, seeded.select(before.columns)]).sort("pid", "ts")
     return out.select("pid", "ts", "dur", "x_util", "x_runnable", "util", "runnable")
+
+
+def _cpus_of(sched_switch: pl.DataFrame, platform: dict | None) -> list[int]:
+    """The simulated CPUs: those of sched_switch and of the platform, sorted."""
+    return sorted(set(sched_switch["cpu"].unique().drop_nulls().cast(pl.Int32).to_list()) |
+                  {c["cpu"] for c in (platform or {}).get("cpus", [])})
+
+
+def _with_ts(seeds: pl.DataFrame | None, key: str, start_ns: int) -> pl.DataFrame | None:
+    """Seeds with a ``ts`` column (the window start when they have none)."""
+    if seeds is None or "ts" in seeds.columns:
+        return seeds
+    return seeds.with_columns(pl.lit(start_ns, pl.Int64).alias("ts"))
 
 
 def sample_signal(sim: pl.DataFrame, samples: pl.DataFrame, key: str, signal: str = "util") -> pl.DataFrame:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from abtest.analysis.intervals import df_intervals_join, window_of
-from abtest.analysis.pelt_sim import df_cpu_running, df_cpu_scale
+from abtest.analysis.pelt_sim import cpu_scale_spec, df_cpu_running, df_cpu_scale
 
 EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("cpu_frequency",)
@@ -28,16 +28,23 @@ __all__ = ["EVENTS", "OPTIONAL_EVENTS", "df_window_demand", "df_pelt_vs_window",
 def df_window_demand(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame | None = None,
                      platform: dict | None = None, start_ns: int | None = None, end_ns: int | None = None,
                      window_ms: float = 20.0, n_windows: int = 5, pids: list[int] | None = None,
-                     unknown_freq: str = "max") -> pl.DataFrame:
+                     unknown_freq: str = "max", backend: str = "native") -> pl.DataFrame:
     """Per task and window: ``pid, window (index), window_start_ns, window_end_ns, running_ns (raw),
     window_load (0..1024, scaled), demand`` (0..1024: the demand in force *after* this window's rollover,
-    i.e. from window_end_ns until the next rollover). Events: sched_switch; optional cpu_frequency.
+    i.e. from window_end_ns until the next rollover). ``backend``: "native" (native/sim/src/window.rs) or
+    "python" (these frames: the reference). Events: sched_switch; optional cpu_frequency.
     """
     start_ns, end_ns = window_of(sched_switch, start_ns, end_ns)
     win = int(window_ms * 1e6)
     if win <= 0:
         raise ValueError(f"window_ms must be > 0, got {window_ms}")
-    cpus = sorted(set(sched_switch["cpu"].cast(pl.Int32).to_list()) | {c["cpu"] for c in (platform or {}).get("cpus", [])})
+    cpus = sorted(set(sched_switch["cpu"].unique().drop_nulls().cast(pl.Int32).to_list()) |
+                  {c["cpu"] for c in (platform or {}).get("cpus", [])})
+    if backend == "native":
+        from abtest.analysis import sim_native
+        spec = cpu_scale_spec(cpu_frequency, platform=platform, cpus=cpus, unknown_freq=unknown_freq)
+        return sim_native.window_demand(sched_switch, spec=spec, start_ns=start_ns, end_ns=end_ns,
+                                        cpu_frequency=cpu_frequency, window_ns=win, n_windows=n_windows, pids=pids)
     run = df_cpu_running(sched_switch, start_ns=start_ns, end_ns=end_ns, cpus=cpus).filter(pl.col("pid") > 0)
     scale = df_cpu_scale(cpu_frequency, platform=platform, cpus=cpus, start_ns=start_ns, end_ns=end_ns,
                          unknown_freq=unknown_freq)

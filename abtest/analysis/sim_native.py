@@ -1,0 +1,183 @@
+"""The compiled simulators (native/src/sim*.rs) behind pelt_sim, window_sim and boost: canonical frames ->
+numpy columns -> Rust -> frames. The models are those documented in the Python modules; the Python
+implementations stay as the reference the tests compare these against (tests/test_sim_native.py).
+
+Columns cross as contiguous numpy arrays of fixed types (ts int64, cpu / pid / prio int32, prev_state int64,
+frequencies and signals float64); nulls become a sentinel (CPU) or 0 (prev_state, prio).
+"""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from abtest import _native
+
+NULL_CPU = -(2**31)  # a missing CPU (null target_cpu): native/sim/src/pelt.rs NULL_CPU
+
+__all__ = ["pelt_simulate", "pelt_contention", "window_demand", "boost_requests", "wakeup_latency"]
+
+
+# prev_state of a switch whose state is unknown (native/sim/src/latency.rs STATE_UNKNOWN)
+STATE_UNKNOWN = -(2**63)
+
+
+def _a(df: pl.DataFrame, col: str, dtype, fill) -> np.ndarray:
+    s = df.get_column(col).cast(dtype)
+    if s.null_count():
+        s = s.fill_null(fill)
+    return np.ascontiguousarray(s.to_numpy())
+
+
+def _switches(sw: pl.DataFrame) -> tuple:
+    return (_a(sw, "ts", pl.Int64, 0), _a(sw, "cpu", pl.Int32, NULL_CPU), _a(sw, "prev_pid", pl.Int32, 0),
+            _a(sw, "prev_prio", pl.Int32, 0), _a(sw, "prev_state", pl.Int64, 0), _a(sw, "next_pid", pl.Int32, 0),
+            _a(sw, "next_prio", pl.Int32, 0))
+
+
+def _wakeups(wakeups: list[pl.DataFrame] | None) -> list[tuple]:
+    out = []
+    for wk in wakeups or []:
+        if wk is None or wk.is_empty():
+            continue
+        tgt = "target_cpu" if "target_cpu" in wk.columns else "cpu"
+        out.append((_a(wk, "ts", pl.Int64, 0), _a(wk, "pid", pl.Int32, 0), _a(wk, tgt, pl.Int32, NULL_CPU),
+                    _a(wk, "prio", pl.Int32, 0) if "prio" in wk.columns else np.full(wk.height, 120, np.int32)))
+    return out
+
+
+def _seeds(seeds: pl.DataFrame | None, key: str) -> tuple | None:
+    if seeds is None or seeds.is_empty():
+        return None
+    run = "runnable" if "runnable" in seeds.columns else None
+    return (_a(seeds, key, pl.Int32, -1), _a(seeds, "ts", pl.Int64, 0), _a(seeds, "util", pl.Float64, 0.0),
+            _a(seeds, run, pl.Float64, 0.0) if run else np.zeros(seeds.height))
+
+
+
+def _frame(d: dict, key: str, key_dtype) -> pl.DataFrame:
+    return pl.DataFrame({key: d[key], "ts": d["ts"], "dur": d["dur"], "x_util": d["x_util"],
+                         "x_runnable": d["x_runnable"], "util": d["util"], "runnable": d["runnable"]}
+                        ).with_columns(pl.col(key).cast(key_dtype))
+
+
+def pelt_simulate(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_ns: int,
+                  cpu_frequency: pl.DataFrame | None = None, wakeups: list[pl.DataFrame] | None = None,
+                  sched_migrate_task: pl.DataFrame | None = None, cpu_seeds: pl.DataFrame | None = None,
+                  task_seeds: pl.DataFrame | None = None, new_pids: list[int] | None = None,
+                  want_cpus: bool = True, attach: bool = True, want_tasks: list[int] | bool = False
+                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The PELT simulation of pelt_sim (df_pelt_sim_cpu / df_pelt_sim_task), compiled.
+
+    spec: pelt_sim.cpu_scale_spec (the simulated CPUs). cpu_seeds ``cpu, ts, util[, runnable]``, task_seeds
+    ``pid, ts, util[, runnable]``. want_tasks: False (no task output), True (every task) or pids.
+    Returns (cpu segments ``cpu, ts, dur, x_util, x_runnable, util, runnable``, task segments ``pid, ...``),
+    sorted by key then ts.
+    """
+    c, t, _ = _pelt(sched_switch, spec=spec, start_ns=start_ns, end_ns=end_ns, cpu_frequency=cpu_frequency,
+                    wakeups=wakeups, sched_migrate_task=sched_migrate_task, cpu_seeds=cpu_seeds,
+                    task_seeds=task_seeds, new_pids=new_pids, want_cpus=want_cpus, attach=attach,
+                    want_tasks=want_tasks, margin=None)
+    out = _frame(c, "cpu", pl.Int32), _frame(t, "pid", pl.Int64)
+    return out
+
+
+def pelt_contention(sched_switch: pl.DataFrame, *, margin: float, **kw) -> pl.DataFrame:
+    """Per-CPU contention of the simulated signals (pelt_sim.df_cpu_contention), aggregated while simulating:
+    no segment is kept. Arguments as pelt_simulate."""
+    _, _, a = _pelt(sched_switch, margin=float(margin), want_cpus=True, want_tasks=False, **kw)
+    known = pl.col("known_ns").cast(pl.Float64)
+    return pl.DataFrame(a).select(
+        pl.col("cpu").cast(pl.Int32), "known_ns", "contended_ns",
+        (100.0 * pl.col("contended_ns") / pl.col("known_ns")).alias("contended_pct"),
+        (pl.col("util_ns") / known).alias("mean_util"), (pl.col("runnable_ns") / known).alias("mean_runnable"),
+        # NaN when util never reaches 1 (0 / 0, as the frame version)
+        (pl.col("ratio_ns") / pl.col("ratio_weight_ns").cast(pl.Float64)).alias("runnable_util_ratio"),
+        "max_runnable").filter(pl.col("known_ns") > 0)
+
+
+def _pelt(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_ns: int,
+          cpu_frequency: pl.DataFrame | None = None, wakeups: list[pl.DataFrame] | None = None,
+          sched_migrate_task: pl.DataFrame | None = None, cpu_seeds: pl.DataFrame | None = None,
+          task_seeds: pl.DataFrame | None = None, new_pids: list[int] | None = None,
+          want_cpus: bool = True, attach: bool = True, want_tasks: list[int] | bool = False,
+          margin: float | None = None) -> tuple[dict, dict, dict]:
+    mig = None
+    if sched_migrate_task is not None and not sched_migrate_task.is_empty():
+        mig = (_a(sched_migrate_task, "ts", pl.Int64, 0), _a(sched_migrate_task, "pid", pl.Int32, 0),
+               _a(sched_migrate_task, "dest_cpu", pl.Int32, NULL_CPU))
+    freq = None
+    if cpu_frequency is not None and not cpu_frequency.is_empty():
+        freq = (_a(cpu_frequency, "ts", pl.Int64, 0), _a(cpu_frequency, "cpu", pl.Int32, NULL_CPU),
+                _a(cpu_frequency, "frequency_khz", pl.Float64, float("nan")))
+    cpus = (_a(spec, "cpu", pl.Int32, NULL_CPU), _a(spec, "capacity", pl.Float64, 1024.0),
+            _a(spec, "fmax_khz", pl.Float64, float("nan")), _a(spec, "fill_khz", pl.Float64, float("nan")))
+    if want_tasks is False:
+        tasks = None
+    elif want_tasks is True:
+        tasks = np.zeros(0, np.int32)
+    else:
+        tasks = np.asarray(sorted(set(int(p) for p in want_tasks)) or [-1], np.int32)
+    return _native.pelt_simulate(
+        _switches(sched_switch), _wakeups(wakeups), mig, freq, cpus, _seeds(cpu_seeds, "cpu"),
+        _seeds(task_seeds, "pid"), np.asarray(list(new_pids or []), np.int32), int(start_ns), int(end_ns),
+        bool(want_cpus), bool(attach), tasks, margin)
+
+
+def window_demand(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_ns: int,
+                  cpu_frequency: pl.DataFrame | None, window_ns: int, n_windows: int,
+                  pids: list[int] | None) -> pl.DataFrame:
+    """window_sim.df_window_demand, compiled: ``pid, window, window_start_ns, window_end_ns, running_ns,
+    window_load, demand`` (spec: pelt_sim.cpu_scale_spec)."""
+    sw = (_a(sched_switch, "ts", pl.Int64, 0), _a(sched_switch, "cpu", pl.Int32, NULL_CPU),
+          _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0))
+    if cpu_frequency is not None and not cpu_frequency.is_empty():
+        freq = (_a(cpu_frequency, "ts", pl.Int64, 0), _a(cpu_frequency, "cpu", pl.Int32, NULL_CPU),
+                _a(cpu_frequency, "frequency_khz", pl.Float64, float("nan")))
+    else:
+        freq = (np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float64))
+    cpus = (_a(spec, "cpu", pl.Int32, NULL_CPU), _a(spec, "capacity", pl.Float64, 1024.0),
+            _a(spec, "fmax_khz", pl.Float64, float("nan")), _a(spec, "fill_khz", pl.Float64, float("nan")))
+    sel = None if pids is None else np.asarray(sorted(set(int(p) for p in pids)) or [-1], np.int32)
+    d = _native.window_demand(sw, freq, cpus, int(start_ns), int(end_ns), int(window_ns), int(n_windows), sel)
+    w = pl.col("window") * window_ns + start_ns
+    return pl.DataFrame(d).select(
+        pl.col("pid").cast(pl.Int64), "window", w.alias("window_start_ns"),
+        pl.min_horizontal(w + window_ns, pl.lit(end_ns)).alias("window_end_ns"), "running_ns", "window_load", "demand")
+
+
+def boost_requests(signals: pl.DataFrame, *, cpus: pl.DataFrame, opps: pl.DataFrame, headroom: float, start_ns: int,
+                   end_ns: int) -> pl.DataFrame:
+    """boost.df_boost_requests, compiled: ``domain, ts, dur, util_request_khz, boost_request_khz, util_khz,
+    boost_khz`` (cpus: cpu, domain, capacity; opps: domain, opp_khz)."""
+    nan = float("nan")
+    sig = (_a(signals, "cpu", pl.Int32, NULL_CPU), _a(signals, "ts", pl.Int64, 0), _a(signals, "util", pl.Float64, nan),
+           _a(signals, "runnable", pl.Float64, nan))
+    plat = (_a(cpus, "cpu", pl.Int32, NULL_CPU), _a(cpus, "domain", pl.Int32, NULL_CPU),
+            _a(cpus, "capacity", pl.Float64, 1024.0))
+    op = (_a(opps, "domain", pl.Int32, NULL_CPU), _a(opps, "opp_khz", pl.Int64, 0))
+    d = _native.boost_requests(sig, plat, op, float(headroom), int(start_ns), int(end_ns))
+    unknown = np.iinfo(np.int64).min
+    return pl.DataFrame(d).with_columns(
+        pl.col("domain").cast(pl.Int32), pl.col("util_request_khz", "boost_request_khz").fill_nan(None),
+        *[pl.when(pl.col(c) != unknown).then(pl.col(c)).alias(c) for c in ("util_khz", "boost_khz")])
+
+
+def wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *, start_ns: int | None, end_ns: int | None,
+                   while_on_cpu: bool) -> pl.DataFrame:
+    """latency.df_wakeup_latency's matching, compiled. ``wakeups``: ts, pid, comm, target_cpu, kind, every
+    wakeup of the trace with pid != 0 (those in ``[start_ns, end_ns)`` are matched, the others can only end a
+    while-on-CPU candidate). Same columns as df_wakeup_latency, sorted by wakeup_ts."""
+    state = (_a(sched_switch, "prev_state", pl.Int64, STATE_UNKNOWN) if "prev_state" in sched_switch.columns
+             else np.full(sched_switch.height, STATE_UNKNOWN, dtype=np.int64))
+    sw = (_a(sched_switch, "ts", pl.Int64, 0), _a(sched_switch, "cpu", pl.Int32, NULL_CPU),
+          _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0), state)
+    wk = [(_a(wakeups, "ts", pl.Int64, 0), _a(wakeups, "pid", pl.Int32, 0))]
+    lo = -(2**63) if start_ns is None else int(start_ns)
+    hi = 2**63 - 1 if end_ns is None else int(end_ns)
+    m = _native.wakeup_latency(sw, wk, lo, hi, bool(while_on_cpu))
+    hit = wakeups[pl.Series(m["row"], dtype=pl.UInt32)]
+    switch_in = pl.Series("switch_in_ts", m["switch_in_ts"])
+    return hit.select(
+        "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"), switch_in, pl.Series("cpu", m["cpu"]),
+        "target_cpu", pl.Series("while_on_cpu", m["while_on_cpu"]), (switch_in - pl.col("ts")).alias("latency_ns"),
+    ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us"))

@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""Analysis benchmark: `abtest analyze` and `abtest compare` on the bench trace, measured in one run.
+
+    .venv/bin/python bench/analyze.py [--trace FILE] [--repeat 3] [--lisa] [--compare] [--iterations 10]
+                                      [--jobs 2] [--reference]
+
+Without --trace it uses the ingest bench's trace (bench/ingest.py: ~/.cache/abtest/bench/hackbench-sched-power.dat,
+recorded with hackbench when it holds fewer than --min-events events; recording needs tracefs and takes the
+tracefs lock). Printed, per round (best and median over --repeat rounds):
+
+- the trace: events, tables in memory (all tables / those `abtest analyze` reads);
+- each analysis' summary (what `abtest analyze` prints) in one process after the tables are loaded: time, input
+  events (rows of the tables it reads) per second; the same for its metrics (what `abtest compare` uses);
+- the compiled simulators alone: PELT (per-CPU segments with tasks' jumps; and aggregated into contention, as
+  load_tracking uses it), window demand, wakeup-latency matching: input events/s; with --reference also the
+  Python frame implementations they replaced (slow);
+- peak RSS (VmHWM) of one analysis in a fresh process, over the loaded tables, and the interpreter baseline;
+- end to end: the `abtest analyze --json FILE` command, first open (an empty parquet cache: decode, convert,
+  analyse) and cached, wall time and peak RSS of the process;
+- --lisa: LISA 3.1.0 (its own virtualenv, bench/crosscheck_lisa.py's) on the same trace, the analyses LISA has
+  for the same metrics, and the ratio;
+- --compare: a generated store (2 labels x --iterations iterations, each a symlink to the bench trace) compared
+  with `abtest compare A B --jobs N` cold (no per-iteration metrics cache, empty parquet cache) and cached.
+
+The machine is shared: run it when it is quiet, or read the spread of the rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+ABTEST = [str(ROOT / ".venv" / "bin" / "abtest")] if (ROOT / ".venv" / "bin" / "abtest").exists() else \
+    [sys.executable, "-m", "abtest.cli"]
+# the tables `abtest analyze` reads on a scheduler trace (the others are left on disk)
+READ_BY_ANALYZE = ("sched_switch", "sched_waking", "sched_wakeup", "sched_wakeup_new", "sched_migrate_task",
+                   "cpu_idle", "cpu_idle_miss", "cpu_frequency", "sched_pelt_cfs", "sched_pelt_se",
+                   "sched_process_fork", "power_rail")
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def _stats(xs: list[float]) -> str:
+    return f"best {min(xs):7.3f}  median {statistics.median(xs):7.3f}"
+
+
+def _run_child(cmd: list[str], env: dict | None = None) -> tuple[float, float, int]:
+    """(wall s, peak RSS MB, exit status) of a child process, measured by GNU time (the child's own peak:
+    a child forked from this process would also count this process' pages until it execs)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        t0 = time.perf_counter()
+        p = subprocess.run(["/usr/bin/time", "-o", tf.name, "-f", "%M", *cmd], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, env=env)
+        wall = time.perf_counter() - t0
+        rss_kb = int(tf.read().strip().splitlines()[-1])
+    if p.returncode:
+        print(f"  ! {' '.join(cmd[-4:])} exited {p.returncode}: {p.stderr.decode(errors='replace').strip()[-300:]}",
+              file=sys.stderr)
+    return wall, rss_kb / 1024, p.returncode
+
+
+def _vm(field: str) -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _events_of(t, names) -> int:
+    return sum(t.df(n, windowed=False).height for n in names if n in t.tables)
+
+
+# ----------------------------------------------------------------------------------------------- in process
+def in_process(path: Path, repeat: int, reference: bool) -> dict:
+    import polars as pl
+
+    from abtest import Trace
+    from abtest.analysis import latency, pelt_sim, registry, window_sim
+
+    t = Trace(path)
+    total = sum(t.events.values())
+    all_mb = sum(t.df(n, windowed=False).estimated_size() for n in t.tables) / 2**20
+    read = [n for n in READ_BY_ANALYZE if n in t.tables]
+    read_mb = sum(t.df(n, windowed=False).estimated_size() for n in read) / 2**20
+    print(f"trace: {path}\n  {total:,} events, {(t.end_ns - t.start_ns) / 1e9:.1f} s, {len(t.tables)} tables "
+          f"({all_mb:.0f} MB in memory); analyze reads {', '.join(read)} ({read_mb:.0f} MB, "
+          f"{_events_of(t, read):,} rows)")
+    out = {"events": total, "tables_mb": all_mb, "read_mb": read_mb, "analyses": {}}
+    print("per analysis (tables loaded; s; input events/s = rows of the tables it reads / time):")
+    for a in registry.ANALYSES:
+        if a.summary is None and a.compute is None:
+            continue
+        n_in = _events_of(t, a.all_events)
+        for what, fn in (("summary", a.summary), ("metrics", a.compute)):
+            if fn is None:
+                continue
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                try:
+                    fn(t) if what == "summary" else fn(t, registry.MetricOptions())
+                except Exception as e:  # noqa: BLE001 - an analysis that does not apply: say why
+                    times = None
+                    why = f"{type(e).__name__}: {str(e).splitlines()[0][:70]}"
+                    break
+                times.append(time.perf_counter() - t0)
+            if times is None:
+                if what == "summary":
+                    print(f"  {a.name:14s} {what:8s} skipped ({why})")
+                continue
+            rate = f"{n_in / min(times) / 1e6:7.1f} M ev/s" if n_in and min(times) > 1e-3 else " " * 12
+            print(f"  {a.name:14s} {what:8s} {_stats(times)}  {rate}  ({n_in:,} rows)")
+            out["analyses"].setdefault(a.name, {})[what] = {"best_s": min(times), "median_s": statistics.median(times),
+                                                             "input_rows": n_in}
+    # the compiled simulators alone
+    lt = t.load_tracking
+    sw = t.df("sched_switch", windowed=False)
+    args = lt._sim_cpu_args()
+    n_pelt = sw.height + sum(w.height for w in args["wakeups"]) + (
+        args["sched_migrate_task"].height if args["sched_migrate_task"] is not None else 0) + (
+        args["cpu_frequency"].height if args["cpu_frequency"] is not None else 0)
+    wk = lt._wakeups()
+    wu = t.latency.df_wakeups() if "sched_switch" in t.tables else None
+    kernels = [
+        ("PELT cpu segments + task jumps", n_pelt, lambda: pelt_sim.df_pelt_sim_cpu(sw, **args)),
+        ("PELT aggregated (contention)", n_pelt, lambda: pelt_sim.df_cpu_contention(sw, **args)),
+        ("PELT tasks (all, segments)", sw.height + sum(w.height for w in wk),
+         lambda: pelt_sim.df_pelt_sim_task(sw, wakeups=wk, start_ns=t.start_ns, end_ns=t.end_ns)),
+        ("window demand", sw.height, lambda: window_sim.df_window_demand(sw, start_ns=t.start_ns, end_ns=t.end_ns)),
+        ("wakeup latency matching", sw.height + (wu.height if wu is not None else 0),
+         lambda: latency.df_wakeup_latency(wu, sw, start_ns=t.start_ns, end_ns=t.end_ns)),
+    ]
+    if reference:
+        kernels += [
+            ("PELT cpu, python reference", n_pelt, lambda: pelt_sim.df_pelt_sim_cpu(sw, backend="python", **args)),
+            ("window demand, python reference", sw.height,
+             lambda: window_sim.df_window_demand(sw, start_ns=t.start_ns, end_ns=t.end_ns, backend="python")),
+            ("latency matching, python reference", sw.height + wu.height,
+             lambda: latency.df_wakeup_latency(wu, sw, start_ns=t.start_ns, end_ns=t.end_ns, backend="python")),
+        ]
+    print("compiled simulators alone (frames in, frames out; s; input events/s):")
+    out["kernels"] = {}
+    for name, n, fn in kernels:
+        times = []
+        for _ in range(1 if "reference" in name else repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        print(f"  {name:36s} {_stats(times)}  {n / min(times) / 1e6:7.1f} M ev/s  ({n:,} events)")
+        out["kernels"][name] = {"best_s": min(times), "median_s": statistics.median(times), "events": n}
+    del pl
+    return out
+
+
+def one_analysis_rss(path: Path, name: str) -> None:
+    """Child: load the tables analyze reads, then one analysis' summary; print JSON RSS figures (MB)."""
+    from abtest import Trace
+    from abtest.analysis import registry
+
+    base = _vm("VmRSS")
+    t = Trace(path)
+    for n in READ_BY_ANALYZE:
+        if n in t.tables:
+            t.df(n, windowed=False)
+    loaded = _vm("VmRSS")
+    _reset_peak()
+    a = registry.BY_NAME[name]
+    try:
+        a.summary(t)
+    except Exception:  # noqa: BLE001 - not applicable here
+        pass
+    print(json.dumps({"baseline": base, "loaded": loaded, "peak": _vm("VmHWM")}))
+
+
+def per_analysis_rss(path: Path) -> dict:
+    from abtest.analysis import registry
+    print("peak RSS of one analysis' summary in a fresh process (MB; over the loaded tables):")
+    out = {}
+    for a in registry.ANALYSES:
+        if a.summary is None:
+            continue
+        res = subprocess.run([sys.executable, __file__, "--rss-child", a.name, "--trace", str(path)],
+                             capture_output=True, text=True)
+        if res.returncode:
+            print(f"  {a.name}: failed: {res.stderr.strip()[-200:]}")
+            continue
+        r = json.loads(res.stdout.strip().splitlines()[-1])
+        out[a.name] = r
+        print(f"  {a.name:14s} interpreter+imports {r['baseline']:5.0f}  tables loaded {r['loaded']:5.0f}  "
+              f"peak {r['peak']:5.0f}  (+{r['peak'] - r['loaded']:.0f})")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- end to end
+def end_to_end(path: Path, repeat: int) -> dict:
+    print("end to end: `abtest analyze --json FILE` (a fresh process each; s, peak RSS MB):")
+    first, cached, rss_first, rss_cached = [], [], [], []
+    version = _run_child(ABTEST + ["--version"])
+    for _ in range(repeat):
+        cache = Path(tempfile.mkdtemp(prefix="abtest-bench-cache-"))
+        env = {**os.environ, "ABTEST_CACHE_DIR": str(cache)}
+        try:
+            w, r, _ = _run_child(ABTEST + ["analyze", "--json", str(path)], env)
+            first.append(w)
+            rss_first.append(r)
+            w, r, _ = _run_child(ABTEST + ["analyze", "--json", str(path)], env)
+            cached.append(w)
+            rss_cached.append(r)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    print(f"  first open (decode + convert + analyse)  {_stats(first)} s   peak RSS {max(rss_first):.0f} MB")
+    print(f"  cached                                   {_stats(cached)} s   peak RSS {max(rss_cached):.0f} MB")
+    print(f"  (`abtest --version`: {version[0]:.2f} s, {version[1]:.0f} MB: interpreter start-up + imports)")
+    return {"first_s": first, "cached_s": cached, "first_rss_mb": rss_first, "cached_rss_mb": rss_cached,
+            "version_s": version[0], "version_rss_mb": version[1]}
+
+
+# ----------------------------------------------------------------------------------------------- compare
+def compare_bench(path: Path, iterations: int, jobs: int) -> dict:
+    store = Path(tempfile.mkdtemp(prefix="abtest-bench-store-"))
+    cache = Path(tempfile.mkdtemp(prefix="abtest-bench-cache-"))
+    try:
+        for label in ("A", "B"):
+            for i in range(iterations):
+                d = store / label / "hackbench" / str(i)
+                d.mkdir(parents=True)
+                (d / "trace.dat").symlink_to(path)
+                (d / "meta.json").write_text(json.dumps({"kernel": {"release": label}}))
+                (d / ".complete").touch()
+        env = {**os.environ, "ABTEST_CACHE_DIR": str(cache)}
+        cmd = ABTEST + ["compare", "A", "B", "--store", str(store), "--jobs", str(jobs), "--format", "json"]
+        print(f"compare: 2 labels x {iterations} iterations (symlinks to the bench trace), --jobs {jobs}:")
+        cold, rss_cold, _ = _run_child(cmd, env)
+        cached, rss_cached, _ = _run_child(cmd, env)
+        n = len(list(store.rglob(".abtest-metrics.json")))
+        print(f"  cold (no metrics cache, empty parquet cache)  {cold:7.2f} s  peak RSS {rss_cold:.0f} MB")
+        print(f"  cached ({n} per-iteration metrics caches)      {cached:7.2f} s  peak RSS {rss_cached:.0f} MB")
+        print("  (the iterations are one file: its parquet cache entry is made once, by the first worker to "
+              "open it; the other 19 read it)")
+        return {"cold_s": cold, "cached_s": cached, "cold_rss_mb": rss_cold, "cached_rss_mb": rss_cached,
+                "iterations": 2 * iterations, "jobs": jobs}
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------- LISA
+def lisa_text(path: Path, out: Path) -> float:
+    """The trace as text LISA's TxtTraceParser reads (what LISA's own trace.dat path asks trace-cmd for:
+    `trace-cmd report -N -t`), with two fixes LISA 3.1.0 needs on this trace: timestamps written as seconds
+    (trace-cmd prints this trace clock's raw nanoseconds, "[000]5793495658850:"), and spaces inside task names
+    (rustc's "lto cgu.0.rcgu." threads) replaced by "_" in the comm fields (LISA's parser drops every
+    sched_switch otherwise). Returns the seconds it took (reported apart from LISA's own time)."""
+    import re
+    stamp = re.compile(rb"^(.{16}-[0-9]+ +\[[0-9]+\]) *([0-9]+)([0-9]{9}):")
+    comm = re.compile(rb"(\w*comm=)(.*?)(?= \w+=|$)")
+    t0 = time.perf_counter()
+    rep = subprocess.Popen(["trace-cmd", "report", "-N", "-t", str(path)], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL)
+    with open(out, "wb") as f:
+        for line in rep.stdout:
+            line = stamp.sub(rb"\1 \2.\3:", line, count=1)
+            if b"comm=" in line:
+                cut = line.find(b":", line.find(b"]") + 1)
+                cut = line.find(b":", cut + 1) + 1
+                body = comm.sub(lambda m: m.group(1) + m.group(2).replace(b" ", b"_"), line[cut:].rstrip(b"\n"))
+                line = line[:cut] + body + b"\n"
+            f.write(line)
+    rep.wait()
+    return time.perf_counter() - t0
+
+
+def lisa_side(text: str, pelt_tasks: int) -> None:
+    """In LISA's virtualenv: time LISA on the analyses it has for abtest analyze's metrics; JSON on stdout."""
+    import warnings
+    warnings.filterwarnings("ignore")
+    t0 = time.perf_counter()
+    from lisa.pelt import simulate_pelt
+    from lisa.trace import TaskID, Trace
+    times: dict = {"import": time.perf_counter() - t0}
+    counts: dict = {}
+
+    def timed(name, fn):
+        t0 = time.perf_counter()
+        try:
+            r = fn()
+        except Exception as e:  # noqa: BLE001 - LISA raising is a result
+            times[name] = {"error": f"{type(e).__name__}: {str(e)[:160]}"}
+            return None
+        times[name] = time.perf_counter() - t0
+        return r
+
+    t = timed("open", lambda: Trace(text, normalize_time=False))
+    for ev in ("sched_switch", "sched_waking", "sched_wakeup", "sched_wakeup_new", "sched_migrate_task", "cpu_idle"):
+        df = timed(f"parse {ev}", lambda ev=ev: t.df_event(ev))
+        counts[ev] = 0 if df is None else len(df)
+    cpus = list(range(t.cpus_count))
+    timed("idle residency (per CPU)", lambda: [t.ana.idle.df_cpu_idle_state_residency(c) for c in cpus])
+    rt = timed("task runtime (df_tasks_runtime)", lambda: t.ana.tasks.df_tasks_runtime())
+    woken = sorted(set(t.df_event("sched_wakeup")["pid"])) if counts.get("sched_wakeup") else []
+    counts["woken tasks"] = len(woken)
+
+    def latencies():
+        n = 0
+        for pid in woken:
+            n += len(t.ana.latency.df_latency_wakeup(TaskID(pid=int(pid), comm=None)))
+        counts["wakeup latencies"] = n
+
+    timed("wakeup latency (every woken task)", latencies)
+    pids = list(rt.index) if rt is not None else []
+    counts["tasks"] = len(pids)
+
+    def residency():
+        for pid in pids:
+            t.ana.tasks.df_task_total_residency(TaskID(pid=int(pid), comm=None))
+
+    timed("task residency per CPU (every task)", residency)
+
+    busiest = list(rt.sort_values("runtime", ascending=False).index[:pelt_tasks]) if rt is not None else []
+    counts["PELT tasks"] = len(busiest)
+
+    def pelt():
+        for pid in busiest:
+            act = t.ana.tasks.df_task_activation(TaskID(pid=int(pid), comm=None))
+            if len(act):
+                simulate_pelt(act["active"])
+
+    timed(f"PELT util of the {len(busiest)} busiest tasks (activations + simulate_pelt)", pelt)
+    print(json.dumps({"times": times, "counts": counts}))
+
+
+def lisa_bench(path: Path, venv: Path, abtest_s: float, pelt_tasks: int) -> dict:
+    from crosscheck_lisa import ensure_venv
+    py = ensure_venv(venv)
+    scratch = Path(tempfile.mkdtemp(prefix="abtest-bench-lisa-"))
+    try:
+        text = scratch / "trace.txt"
+        t_text = lisa_text(path, text)
+        res = subprocess.run([str(py), __file__, "--lisa-side", str(text), "--lisa-pelt-tasks", str(pelt_tasks)],
+                             capture_output=True, text=True)
+        if res.returncode:
+            print(f"LISA failed: {res.stderr.strip()[-500:]}")
+            return {"error": res.stderr[-500:]}
+        r = json.loads(res.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"LISA 3.1.0 ({venv}) on the same trace (s):")
+    print(f"  trace-cmd report -N -t to text, fixed for LISA (its input; not counted below)  {t_text:8.2f}")
+    total = 0.0
+    for k, v in r["times"].items():
+        if isinstance(v, dict):
+            print(f"  {k:56s} error: {v['error']}")
+        else:
+            total += v
+            print(f"  {k:56s} {v:8.2f}")
+    print(f"  counts: {r['counts']}")
+    print(f"  LISA total {total:.1f} s vs abtest analyze (cached, end to end) {abtest_s:.2f} s: "
+          f"{total / abtest_s:.0f}x")
+    return {**r, "text_s": t_text, "total_s": total, "ratio": total / abtest_s}
+
+
+# ----------------------------------------------------------------------------------------------- main
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path)
+    ap.add_argument("--min-events", type=int, default=3_300_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--reference", action="store_true", help="also time the Python implementations replaced")
+    ap.add_argument("--lisa", action="store_true")
+    ap.add_argument("--lisa-venv", type=Path, default=Path.home() / ".cache" / "abtest" / "lisa-3.1.0-venv")
+    ap.add_argument("--lisa-pelt-tasks", type=int, default=20,
+                    help="LISA's PELT simulation runs per task (pandas, slow): on this many of the busiest tasks")
+    ap.add_argument("--compare", action="store_true")
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--json", type=Path, help="also write the figures as JSON")
+    ap.add_argument("--rss-child", help=argparse.SUPPRESS)
+    ap.add_argument("--lisa-side", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.lisa_side:
+        lisa_side(args.lisa_side, args.lisa_pelt_tasks)
+        return
+    if args.rss_child:
+        one_analysis_rss(args.trace, args.rss_child)
+        return
+    if args.trace is None:
+        from ingest import BENCH_TRACE, ensure_bench_trace
+        path, _ = ensure_bench_trace(BENCH_TRACE, args.min_events)
+    else:
+        path = args.trace
+    with open("/proc/loadavg") as f:
+        print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f.read().split()[:3])} at start")
+    res: dict = {"trace": str(path)}
+    res["in_process"] = in_process(path, args.repeat, args.reference)
+    res["rss"] = per_analysis_rss(path)
+    res["end_to_end"] = end_to_end(path, args.repeat)
+    if args.lisa:
+        res["lisa"] = lisa_bench(path, args.lisa_venv, min(res["end_to_end"]["cached_s"]), args.lisa_pelt_tasks)
+    if args.compare:
+        res["compare"] = compare_bench(path, args.iterations, args.jobs)
+    with open("/proc/loadavg") as f:
+        print(f"load average {' '.join(f.read().split()[:3])} at the end")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+//! Compiled simulators of abtest/analysis (PELT, window demand, the boost what-if): numpy arrays in,
+//! numpy arrays out, the GIL released while they run. Python wrappers: abtest/analysis/sim_native.py.
+use numpy::{IntoPyArray, PyReadonlyArray1};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use sim::{boost, latency, pelt, window};
+
+use pelt::{CpuSpec, Frequencies, Inputs, Migrations, Seeds, Segments, Switches, Wakeups, Want};
+
+type I64<'py> = PyReadonlyArray1<'py, i64>;
+type I32<'py> = PyReadonlyArray1<'py, i32>;
+type F64<'py> = PyReadonlyArray1<'py, f64>;
+
+fn segments_dict<'py>(py: Python<'py>, s: Segments, key: &str) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item(key, s.key.into_pyarray(py))?;
+    d.set_item("ts", s.ts.into_pyarray(py))?;
+    d.set_item("dur", s.dur.into_pyarray(py))?;
+    d.set_item("x_util", s.x_util.into_pyarray(py))?;
+    d.set_item("x_runnable", s.x_runnable.into_pyarray(py))?;
+    d.set_item("util", s.util.into_pyarray(py))?;
+    d.set_item("runnable", s.runnable.into_pyarray(py))?;
+    Ok(d)
+}
+
+type SeedArrays<'py> = (I32<'py>, I64<'py>, F64<'py>, F64<'py>);
+
+fn seed_slices<'a>(s: &'a Option<SeedArrays<'_>>) -> PyResult<Option<Seeds<'a>>> {
+    Ok(match s {
+        Some(s) => {
+            Some(Seeds { id: s.0.as_slice()?, ts: s.1.as_slice()?, util: s.2.as_slice()?, runnable: s.3.as_slice()? })
+        }
+        None => None,
+    })
+}
+
+/// PELT simulation (abtest.analysis.pelt_sim's model; see native/sim/src/pelt.rs).
+///
+/// switches: (ts, cpu, prev_pid, prev_prio, prev_state, next_pid, next_prio); wakeups: [(ts, pid,
+/// target_cpu, prio)]; migrations: (ts, pid, dest_cpu) | None; frequencies: (ts, cpu, khz) | None; cpus:
+/// (cpu, capacity, fmax_khz, fill_khz) (NaN = unknown); cpu_seeds / task_seeds: (id, ts, util, runnable) |
+/// None; new_pids; want_tasks: None (no task output), empty (all tasks) or pids.
+/// Returns (cpu segments, task segments, contention) as dicts of arrays: cpu|pid, ts, dur, x_util,
+/// x_runnable, util, runnable; with `contention_margin`, no CPU segments but per CPU: cpu, known_ns,
+/// contended_ns, util_ns, runnable_ns, ratio_ns, ratio_weight_ns, max_runnable (see sim_pelt.rs Contention).
+#[pyfunction]
+#[pyo3(signature = (switches, wakeups, migrations, frequencies, cpus, cpu_seeds, task_seeds, new_pids,
+                    start_ns, end_ns, want_cpus, attach, want_tasks, contention_margin=None))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn pelt_simulate<'py>(
+    py: Python<'py>,
+    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>, I64<'py>, I32<'py>, I32<'py>),
+    wakeups: Vec<(I64<'py>, I32<'py>, I32<'py>, I32<'py>)>,
+    migrations: Option<(I64<'py>, I32<'py>, I32<'py>)>,
+    frequencies: Option<(I64<'py>, I32<'py>, F64<'py>)>,
+    cpus: (I32<'py>, F64<'py>, F64<'py>, F64<'py>),
+    cpu_seeds: Option<SeedArrays<'py>>,
+    task_seeds: Option<SeedArrays<'py>>,
+    new_pids: I32<'py>,
+    start_ns: i64,
+    end_ns: i64,
+    want_cpus: bool,
+    attach: bool,
+    want_tasks: Option<I32<'py>>,
+    contention_margin: Option<f64>,
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+    let sw = Switches {
+        ts: switches.0.as_slice()?,
+        cpu: switches.1.as_slice()?,
+        prev_pid: switches.2.as_slice()?,
+        prev_prio: switches.3.as_slice()?,
+        prev_state: switches.4.as_slice()?,
+        next_pid: switches.5.as_slice()?,
+        next_prio: switches.6.as_slice()?,
+    };
+    let mut wk = Vec::new();
+    for w in &wakeups {
+        wk.push(Wakeups { ts: w.0.as_slice()?, pid: w.1.as_slice()?, cpu: w.2.as_slice()?, prio: w.3.as_slice()? });
+    }
+    let mig = match &migrations {
+        Some(m) => Some(Migrations { ts: m.0.as_slice()?, pid: m.1.as_slice()?, dest: m.2.as_slice()? }),
+        None => None,
+    };
+    let freq = match &frequencies {
+        Some(f) => Some(Frequencies { ts: f.0.as_slice()?, cpu: f.1.as_slice()?, khz: f.2.as_slice()? }),
+        None => None,
+    };
+    let cs = seed_slices(&cpu_seeds)?;
+    let ts_ = seed_slices(&task_seeds)?;
+    let inp = Inputs {
+        switches: sw,
+        wakeups: wk,
+        migrations: mig,
+        frequencies: freq,
+        cpus: CpuSpec {
+            cpu: cpus.0.as_slice()?,
+            capacity: cpus.1.as_slice()?,
+            fmax_khz: cpus.2.as_slice()?,
+            fill_khz: cpus.3.as_slice()?,
+        },
+        cpu_seeds: cs,
+        task_seeds: ts_,
+        new_pids: new_pids.as_slice()?,
+        start_ns,
+        end_ns,
+    };
+    let sel = match &want_tasks {
+        Some(p) => Some(p.as_slice()?),
+        None => None,
+    };
+    let want = Want { cpus: want_cpus, contention_margin, attach, tasks: sel };
+    let (c, t, agg) = py.detach(|| pelt::simulate(&inp, &want));
+    let a = PyDict::new(py);
+    macro_rules! col {
+        ($name:literal, $f:ident) => {
+            a.set_item($name, agg.iter().map(|x| x.$f).collect::<Vec<_>>().into_pyarray(py))?;
+        };
+    }
+    col!("cpu", cpu);
+    col!("known_ns", known_ns);
+    col!("contended_ns", contended_ns);
+    col!("util_ns", util_ns);
+    col!("runnable_ns", runnable_ns);
+    col!("ratio_ns", ratio_ns);
+    col!("ratio_weight_ns", ratio_weight_ns);
+    col!("max_runnable", max_runnable);
+    Ok((segments_dict(py, c, "cpu")?, segments_dict(py, t, "pid")?, a))
+}
+
+/// Window demand (abtest.analysis.window_sim's model; see native/sim/src/window.rs).
+///
+/// switches: (ts, cpu, prev_pid, next_pid); frequencies: (ts, cpu, khz); cpus: (cpu, capacity, fmax_khz,
+/// fill_khz); pids: None (every task) or pids. Returns a dict of arrays: pid, window, running_ns,
+/// window_load, demand.
+#[pyfunction]
+#[pyo3(signature = (switches, frequencies, cpus, start_ns, end_ns, window_ns, n_windows, pids))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn window_demand<'py>(
+    py: Python<'py>,
+    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>),
+    frequencies: (I64<'py>, I32<'py>, F64<'py>),
+    cpus: (I32<'py>, F64<'py>, F64<'py>, F64<'py>),
+    start_ns: i64,
+    end_ns: i64,
+    window_ns: i64,
+    n_windows: usize,
+    pids: Option<I32<'py>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    if window_ns <= 0 {
+        return Err(pyo3::exceptions::PyValueError::new_err("window_ns must be > 0"));
+    }
+    let inp = window::Inputs {
+        sw_ts: switches.0.as_slice()?,
+        sw_cpu: switches.1.as_slice()?,
+        prev_pid: switches.2.as_slice()?,
+        next_pid: switches.3.as_slice()?,
+        freq_ts: frequencies.0.as_slice()?,
+        freq_cpu: frequencies.1.as_slice()?,
+        freq_khz: frequencies.2.as_slice()?,
+        cpus: cpus.0.as_slice()?,
+        capacity: cpus.1.as_slice()?,
+        fmax_khz: cpus.2.as_slice()?,
+        fill_khz: cpus.3.as_slice()?,
+        start_ns,
+        end_ns,
+        window_ns,
+        n_windows,
+        pids: match &pids {
+            Some(p) => Some(p.as_slice()?),
+            None => None,
+        },
+    };
+    let d = py.detach(|| window::window_demand(&inp));
+    let out = PyDict::new(py);
+    out.set_item("pid", d.pid.into_pyarray(py))?;
+    out.set_item("window", d.window.into_pyarray(py))?;
+    out.set_item("running_ns", d.running_ns.into_pyarray(py))?;
+    out.set_item("window_load", d.window_load.into_pyarray(py))?;
+    out.set_item("demand", d.demand.into_pyarray(py))?;
+    Ok(out)
+}
+
+/// The boost what-if's per-domain requests (abtest.analysis.boost.df_boost_requests; native/sim/src/boost.rs).
+///
+/// signals: (cpu, ts, util, runnable) with NaN = null; platform: (cpu, domain, capacity); opps: (domain,
+/// khz). Returns a dict of arrays: domain, ts, dur, util_request_khz, boost_request_khz (NaN = unknown),
+/// util_khz, boost_khz (i64 min = unknown).
+#[pyfunction]
+#[pyo3(signature = (signals, platform, opps, headroom, start_ns, end_ns))]
+#[allow(clippy::type_complexity)]
+fn boost_requests<'py>(
+    py: Python<'py>,
+    signals: (I32<'py>, I64<'py>, F64<'py>, F64<'py>),
+    platform: (I32<'py>, I32<'py>, F64<'py>),
+    opps: (I32<'py>, I64<'py>),
+    headroom: f64,
+    start_ns: i64,
+    end_ns: i64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let inp = boost::Inputs {
+        cpu: signals.0.as_slice()?,
+        ts: signals.1.as_slice()?,
+        util: signals.2.as_slice()?,
+        runnable: signals.3.as_slice()?,
+        plat_cpu: platform.0.as_slice()?,
+        plat_domain: platform.1.as_slice()?,
+        plat_capacity: platform.2.as_slice()?,
+        opp_domain: opps.0.as_slice()?,
+        opp_khz: opps.1.as_slice()?,
+        headroom,
+        start_ns,
+        end_ns,
+    };
+    let r = py.detach(|| boost::requests(&inp));
+    let out = PyDict::new(py);
+    out.set_item("domain", r.domain.into_pyarray(py))?;
+    out.set_item("ts", r.ts.into_pyarray(py))?;
+    out.set_item("dur", r.dur.into_pyarray(py))?;
+    out.set_item("util_request_khz", r.util_request_khz.into_pyarray(py))?;
+    out.set_item("boost_request_khz", r.boost_request_khz.into_pyarray(py))?;
+    out.set_item("util_khz", r.util_khz.into_pyarray(py))?;
+    out.set_item("boost_khz", r.boost_khz.into_pyarray(py))?;
+    Ok(out)
+}
+
+/// Wakeup latency matching (abtest.analysis.latency.df_wakeup_latency's rules; native/sim/src/latency.rs).
+///
+/// switches: (ts, cpu, prev_pid, next_pid, prev_state (i64::MIN = unknown)); wakeups: [(ts, pid)], every
+/// wakeup of the trace (those in [start_ns, end_ns) are matched); while_on_cpu: also match wakeups that fired
+/// while the task was switching out (rule "waking"). Returns a dict of arrays, one row per matched wakeup in
+/// wakeup time order: table (index into wakeups), row, switch_in_ts, cpu, while_on_cpu.
+#[pyfunction]
+#[pyo3(signature = (switches, wakeups, start_ns, end_ns, while_on_cpu))]
+#[allow(clippy::type_complexity)]
+fn wakeup_latency<'py>(
+    py: Python<'py>,
+    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>, I64<'py>),
+    wakeups: Vec<(I64<'py>, I32<'py>)>,
+    start_ns: i64,
+    end_ns: i64,
+    while_on_cpu: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let mut wk = Vec::new();
+    for w in &wakeups {
+        wk.push((w.0.as_slice()?, w.1.as_slice()?));
+    }
+    let inp = latency::Inputs {
+        sw_ts: switches.0.as_slice()?,
+        sw_cpu: switches.1.as_slice()?,
+        prev_pid: switches.2.as_slice()?,
+        next_pid: switches.3.as_slice()?,
+        prev_state: switches.4.as_slice()?,
+        wakeups: wk,
+        start_ns,
+        end_ns,
+        while_on_cpu,
+    };
+    let r = py.detach(|| latency::match_wakeups(&inp));
+    let out = PyDict::new(py);
+    out.set_item("table", r.table.into_pyarray(py))?;
+    out.set_item("row", r.row.into_pyarray(py))?;
+    out.set_item("switch_in_ts", r.switch_in_ts.into_pyarray(py))?;
+    out.set_item("cpu", r.cpu.into_pyarray(py))?;
+    out.set_item("while_on_cpu", r.while_on_cpu.into_pyarray(py))?;
+    Ok(out)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(wakeup_latency, m)?)?;
+    m.add_function(wrap_pyfunction!(pelt_simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(window_demand, m)?)?;
+    m.add_function(wrap_pyfunction!(boost_requests, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,53 @@
+"""Parallel per-iteration analysis (abtest.compare.parallel, `compare --jobs N`) on real traces: every
+iteration's values equal the one-process run's, a broken iteration is reported with its path and does not
+lose the others, and the per-iteration cache serves the second run."""
+from __future__ import annotations
+
+import time
+
+from abtest.compare.metrics import METRICS_CACHE_FILE
+from abtest.compare.parallel import analyse_iterations
+from abtest.analysis.registry import MetricOptions
+from abtest.store.reader import load_label
+
+TRACE = "x86-vm/x86-ladder-hackbench-cyclictest.dat"
+
+
+def _store(tmp_path, traces, n: int = 3):
+    for i in range(n):
+        d = tmp_path / "A" / "hackbench" / str(i)
+        d.mkdir(parents=True)
+        (d / "trace.dat").symlink_to(traces / TRACE)
+        (d / ".complete").touch()
+    broken = tmp_path / "A" / "hackbench" / str(n)
+    broken.mkdir()
+    (broken / "trace.dat").write_bytes(b"\x17\x08Dtracing6\x00" + b"\xff" * 512)  # a truncated trace.dat
+    (broken / ".complete").touch()
+    return load_label(tmp_path / "A")
+
+
+def test_parallel_equals_serial_and_isolates_a_broken_iteration(tmp_path, traces):
+    label = _store(tmp_path, traces)
+    work = [(it, MetricOptions()) for it in label.complete("hackbench")]
+    assert len(work) == 4
+    t0 = time.perf_counter()
+    par = analyse_iterations(work, use_cache=False, jobs=2)
+    serial = analyse_iterations(work, use_cache=False, jobs=1)
+    assert set(par) == {str(it.path) for it, _ in work}
+    good = [str(it.path) for it, _ in work[:3]]
+    for p in good:
+        vals, notes = par[p]
+        assert "latency.gmean_us" in vals and "load_tracking.cpu.0.mean_util" in vals, sorted(vals)[:10]
+        assert {k: v.value for k, v in vals.items()} == {k: v.value for k, v in serial[p][0].items()}
+    vals, notes = par[str(work[3][0].path)]
+    assert not vals
+    assert len(notes) == 1 and "trace metrics unavailable" in notes[0] and "trace.dat" in notes[0], notes
+    # the cache: a second run reads every good iteration's values back (the broken one is retried)
+    t_cold = time.perf_counter() - t0
+    analyse_iterations(work, use_cache=True, jobs=2)
+    assert all((tmp_path / "A" / "hackbench" / str(i) / METRICS_CACHE_FILE).is_file() for i in range(3))
+    t0 = time.perf_counter()
+    again = analyse_iterations(work[:3], use_cache=True, jobs=2)
+    assert time.perf_counter() - t0 < t_cold
+    for p in good:
+        assert {k: v.value for k, v in again[p][0].items()} == {k: v.value for k, v in serial[p][0].items()}

@@ -1,0 +1,171 @@
+"""The compiled simulators (native/src/sim*.rs, abtest/analysis/sim_native.py) against the Python frame
+implementations they replace (backend="python", the reference), on every shared trace with sched_switch:
+the same segments, the same signals (to float rounding), the same window demand and boost requests."""
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from abtest import Trace
+from abtest.analysis import boost, latency, load_tracking, pelt_sim, window_sim
+from abtest.analysis.platform import load_platform
+
+from shared_data import TRACES
+
+JUNO_PLAT = TRACES / "lisa" / "sched_load-plat_info.yml"
+_SKIP = ("plat_info", "MANIFEST", "README", ".json")
+SWITCH_TRACES = sorted(
+    str(p.relative_to(TRACES)) for p in TRACES.glob("*/*") if p.is_file() and not any(s in p.name for s in _SKIP))
+
+
+def _open(rel: str) -> Trace | None:
+    t = Trace(TRACES / rel, platform=JUNO_PLAT if "sched_load" in rel else None)
+    if "sched_switch" not in t.tables or t.df("sched_switch").is_empty():
+        return None
+    return t
+
+
+def _max_gap(a: pl.DataFrame, b: pl.DataFrame, key: str) -> dict[str, float]:
+    """Largest |a - b| of util and runnable, evaluated at every segment start and just before every segment
+    end of both simulations (each exactly, inside its own segment)."""
+    pts = pl.concat([a.select(key, "ts"), b.select(key, "ts"),
+                     a.select(key, (pl.col("ts") + pl.col("dur") - 1).alias("ts")),
+                     b.select(key, (pl.col("ts") + pl.col("dur") - 1).alias("ts"))]).unique()
+    out = {}
+    for sig in ("util", "runnable"):
+        x = pelt_sim.sample_signal(a, pts, key, sig).rename({f"sim_{sig}": "a"})
+        y = pelt_sim.sample_signal(b, pts, key, sig).rename({f"sim_{sig}": "b"})
+        j = x.join(y, on=[key, "ts"])
+        assert j.filter(pl.col("a").is_null() != pl.col("b").is_null()).is_empty(), f"{sig}: spans differ"
+        out[sig] = j.select((pl.col("a") - pl.col("b")).abs().max()).item() or 0.0
+    return out
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_pelt_native_equals_python(traces, rel):
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    lt = t.load_tracking
+    sw = t.df("sched_switch", windowed=False)
+    common = lt._sim_common()
+    cpu_seeds, task_seeds, new = pelt_sim.kernel_seeds(sw, sched_pelt_cfs=lt._df("sched_pelt_cfs"),
+                                                       sched_pelt_se=lt._df("sched_pelt_se"), forks=lt._forks(),
+                                                       **lt._win())
+    kw = dict(initial=cpu_seeds, task_initial=task_seeds, new_pids=new, sched_migrate_task=lt._df("sched_migrate_task"),
+              **common)
+    py, nat = (pelt_sim.df_pelt_sim_cpu(sw, backend=b, **kw) for b in ("python", "native"))
+    # the same segments (CPU, start, length, inputs) and the same signals
+    assert nat.select("cpu", "ts", "dur", "x_util", "x_runnable").equals(py.select("cpu", "ts", "dur", "x_util", "x_runnable"))
+    gap = _max_gap(py, nat, "cpu")
+    assert gap["util"] < 1e-6 and gap["runnable"] < 1e-6, gap
+    py_t, nat_t = (pelt_sim.df_pelt_sim_task(sw, initial=task_seeds, backend=b, **common) for b in ("python", "native"))
+    assert set(py_t["pid"].unique()) == set(nat_t["pid"].unique())
+    gap = _max_gap(py_t, nat_t, "pid")
+    assert gap["util"] < 1e-6 and gap["runnable"] < 1e-6, gap
+
+
+def _switch(rows):
+    """rows: (ts, cpu, prev_pid, prev_state, next_pid) -> canonical sched_switch (all CFS, prio 120)."""
+    ts, cpu, pp, ps, np_ = zip(*rows)
+    n = len(rows)
+    return pl.DataFrame({"ts": ts, "cpu": cpu, "prev_comm": ["t"] * n, "prev_pid": pp, "prev_prio": [120] * n,
+                         "prev_state": ps, "next_comm": ["t"] * n, "next_pid": np_, "next_prio": [120] * n},
+                        schema_overrides={"cpu": pl.Int32, "prev_state": pl.Int64})
+
+
+def test_waiting_rules():
+    ms = 1_000_000
+    # task 5 on cpu0 0-10 ms, woken at 4 ms while running (no wait), preempted at 10 ms, back at 12 ms;
+    # asleep at 15 ms, woken at 20 ms, next seen switched out at 25 ms (switch-in missed): no wait
+    sw = _switch([(0, 0, 0, 0, 5), (10 * ms, 0, 5, 0, 6), (12 * ms, 0, 6, 1, 5), (15 * ms, 0, 5, 1, 0),
+                  (25 * ms, 0, 5, 1, 0)])
+    wk = pl.DataFrame({"ts": [4 * ms, 20 * ms], "pid": [5, 5], "target_cpu": [0, 0], "prio": [120, 120]})
+    assert pelt_sim.df_waiting(sw, [wk]).rows() == [(5, 0, 10 * ms, 2 * ms, 120)]
+    for backend in ("python", "native"):
+        sim = pelt_sim.df_pelt_sim_cpu(sw, wakeups=[wk], start_ns=0, end_ns=40 * ms, backend=backend)
+        waiting = sim.filter(pl.col("x_runnable") > pl.col("x_util"))
+        assert waiting.select("ts", "dur").rows() == [(10 * ms, 2 * ms)], backend
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_window_demand_native_equals_python(traces, rel):
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    lt = t.load_tracking
+    kw = dict(cpu_frequency=lt._df("cpu_frequency"), platform=lt._sim_common()["platform"], **lt._win())
+    sw = t.df("sched_switch", windowed=False)
+    py, nat = (window_sim.df_window_demand(sw, backend=b, **kw) for b in ("python", "native"))
+    key = ["pid", "window", "window_start_ns", "window_end_ns", "running_ns"]
+    assert nat.select(key).equals(py.select(key))
+    for c in ("window_load", "demand"):
+        assert (nat[c] - py[c]).abs().max() < 1e-9, c
+    # a few pids only
+    pids = py["pid"].unique().sort().head(3).to_list()
+    sub = window_sim.df_window_demand(sw, pids=pids, **kw)
+    assert sub.select(key).equals(py.filter(pl.col("pid").is_in(pids)).select(key))
+
+
+def _toy_platform(cpus: list[int]) -> dict:
+    half = cpus[: max(1, len(cpus) // 2)]
+    doms = [{"cpus": half, "capacity": 446, "opps": [[450_000, 1.0], [800_000, 2.0], [1_200_000, 4.0]]}]
+    if cpus[len(half):]:
+        doms.append({"cpus": cpus[len(half):], "capacity": 1024, "opps": [[600_000, 3.0], [2_000_000, 9.0]]})
+    return load_platform({"domains": doms})
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_boost_requests_native_equals_python(traces, rel):
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    plat = t.platform if "sched_load" in rel else _toy_platform(sorted(t.df("sched_switch")["cpu"].unique().to_list()))
+    sig = t.load_tracking.df_cpu_signals()
+    py, nat = (boost.df_boost_requests(sig, plat, start_ns=t.start_ns, end_ns=t.end_ns, backend=b)
+               for b in ("python", "native"))
+    assert nat.equals(py)
+    assert nat.height > 0
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_wakeup_latency_native_equals_python(traces, rel):
+    """Both definitions (sched_wakeup -> switch-in; sched_waking -> switch-in, which also counts wakings that
+    fired while the task was switching out): the compiled matching gives the as-of joins' rows."""
+    t = _open(rel)
+    defs = [d for d, ev in latency.DEFINITIONS.items() if t is not None and t.has_events(ev)]
+    if not defs:
+        pytest.skip("no sched_switch and wakeups")
+    sw = t.df("sched_switch", windowed=False) if t is not None else None
+    key = ["wakeup_ts", "pid", "kind", "switch_in_ts"]
+    for d in defs:
+        wk = t.latency.df_wakeups(d)
+        py, nat = (latency.df_wakeup_latency(wk, sw, start_ns=t.start_ns, end_ns=t.end_ns, rule=d, backend=b).sort(key)
+                   for b in ("python", "native"))
+        assert nat.equals(py), d
+        assert nat.height > 0, d
+        # a window that cuts the trace: wakeups outside it are not matched
+        mid = (t.start_ns + t.end_ns) // 2
+        py, nat = (latency.df_wakeup_latency(wk, sw, start_ns=mid, end_ns=t.end_ns, rule=d, backend=b).sort(key)
+                   for b in ("python", "native"))
+        assert nat.equals(py), d
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_contention_aggregated_while_simulating(traces, rel):
+    """load_tracking's contention figures from the simulation: aggregated in Rust without keeping segments
+    = load_tracking.df_contention on the simulated segments (python backend)."""
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    lt = t.load_tracking
+    sw = t.df("sched_switch", windowed=False)
+    args = lt._sim_cpu_args(lt._df("sched_pelt_cfs"))
+    nat = pelt_sim.df_cpu_contention(sw, **args)
+    sig = pelt_sim.df_pelt_sim_cpu(sw, backend="python", **args).select("cpu", "ts", "util", "runnable")
+    ref = load_tracking.df_contention(sig, **lt._win())
+    assert nat["cpu"].to_list() == ref["cpu"].to_list()
+    assert nat.select("known_ns", "contended_ns").equals(ref.select("known_ns", "contended_ns"))
+    for c in ("mean_util", "mean_runnable", "runnable_util_ratio", "max_runnable", "contended_pct"):
+        a, b = nat[c].to_list(), ref[c].to_list()
+        assert all((x != x and y != y) or abs(x - y) <= 1e-9 * max(1.0, abs(y)) for x, y in zip(a, b)), c
