@@ -35,9 +35,10 @@ def test_large_subbuffers_decode_as_trace_cmd_reports_them(tracefs_lock, tmp_pat
     try:
         knob.write_text(str(subbuf_kb))
         assert knob.read_text().strip() == str(subbuf_kb)
-        # 4 sub-buffers per CPU: hackbench overwrites them many times over
+        # 4 sub-buffers per CPU: hackbench overwrites them many times over (-l 100 once left 4 x 128 KiB
+        # unfilled on a loaded machine: -l 300)
         record(fs, out, EVENTS, 4 * subbuf_kb, [
-            ["hackbench", "-l", "100"],
+            ["hackbench", "-l", "300"],
             ["sh", "-c", f"printf '{MARK}' > {fs / 'trace_marker'}"],
         ], stats=stats)
     finally:
