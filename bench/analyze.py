@@ -130,7 +130,7 @@ def in_process(path: Path, repeat: int, reference: bool) -> dict:
     # the compiled simulators alone
     lt = t.load_tracking
     sw = t.df("sched_switch", windowed=False)
-    args = lt._sim_cpu_args()
+    args = lt._sim_cpu_args(lt._df("sched_pelt_cfs"))
     n_pelt = sw.height + sum(w.height for w in args["wakeups"]) + (
         args["sched_migrate_task"].height if args["sched_migrate_task"] is not None else 0) + (
         args["cpu_frequency"].height if args["cpu_frequency"] is not None else 0)

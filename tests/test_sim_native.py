@@ -152,6 +152,20 @@ def test_wakeup_latency_native_equals_python(traces, rel):
 
 
 @pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_preemption_latency_native_equals_python(traces, rel):
+    """The compiled preemption matching gives the as-of join's rows (whole trace and a half-trace window)."""
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    sw = t.df("sched_switch", windowed=False)
+    key = ["preempt_ts", "pid", "from_cpu", "switch_in_ts"]
+    for lo in (t.start_ns, (t.start_ns + t.end_ns) // 2):
+        py, nat = (latency.df_preemption_latency(sw, start_ns=lo, end_ns=t.end_ns, backend=b).sort(key)
+                   for b in ("python", "native"))
+        assert nat.equals(py), lo
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
 def test_contention_aggregated_while_simulating(traces, rel):
     """load_tracking's contention figures from the simulation: aggregated in Rust without keeping segments
     = load_tracking.df_contention on the simulated segments (python backend)."""

@@ -149,13 +149,18 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
 
 
 def df_preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None = None,
-                          end_ns: int | None = None) -> pl.DataFrame:
+                          end_ns: int | None = None, backend: str = "native") -> pl.DataFrame:
     """One row per preemption: a switch-out of a task still runnable (prev_state low byte 0, "R"/"R+") in
     ``[start_ns, end_ns)`` -> its next switch-in. Needs: sched_switch (whole table).
 
     Returns pid (Int32), comm (prev_comm), preempt_ts (ns), switch_in_ts (ns), from_cpu, cpu (where it ran
-    again), latency_ns, latency_us. Preemptions with no later switch-in are dropped.
+    again), latency_ns, latency_us. Preemptions whose task's next switch is not a switch-in are dropped.
+    ``backend``: "native" (native/sim/src/latency.rs) or "python" (as-of join: the reference).
     """
+    if backend == "native":
+        from abtest.analysis import sim_native
+        return sim_native.preemption_latency(sched_switch, start_ns=start_ns, end_ns=end_ns).sort(
+            "preempt_ts", maintain_order=True)
     sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
                              pl.col("prev_pid").cast(pl.Int32).alias("pid"), pl.col("prev_comm").cast(pl.Utf8).alias("comm"),
                              pl.col("prev_state").cast(pl.Int64))

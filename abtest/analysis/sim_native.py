@@ -162,15 +162,35 @@ def boost_requests(signals: pl.DataFrame, *, cpus: pl.DataFrame, opps: pl.DataFr
         *[pl.when(pl.col(c) != unknown).then(pl.col(c)).alias(c) for c in ("util_khz", "boost_khz")])
 
 
+def _switches_with_state(sched_switch: pl.DataFrame) -> tuple:
+    """(ts, cpu, prev_pid, next_pid, prev_state) arrays for the latency matchers; unknown prev_state ->
+    STATE_UNKNOWN."""
+    state = (_a(sched_switch, "prev_state", pl.Int64, STATE_UNKNOWN) if "prev_state" in sched_switch.columns
+             else np.full(sched_switch.height, STATE_UNKNOWN, dtype=np.int64))
+    return (_a(sched_switch, "ts", pl.Int64, 0), _a(sched_switch, "cpu", pl.Int32, NULL_CPU),
+            _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0), state)
+
+
+def preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None, end_ns: int | None) -> pl.DataFrame:
+    """latency.df_preemption_latency's matching, compiled: same columns, sorted by preempt_ts."""
+    lo = -(2**63) if start_ns is None else int(start_ns)
+    hi = 2**63 - 1 if end_ns is None else int(end_ns)
+    m = _native.preemption_latency(_switches_with_state(sched_switch), lo, hi)
+    hit = sched_switch[pl.Series(m["row"], dtype=pl.UInt32)]
+    switch_in = pl.Series("switch_in_ts", m["switch_in_ts"])
+    return hit.select(
+        pl.col("prev_pid").cast(pl.Int32).alias("pid"), pl.col("prev_comm").cast(pl.Utf8).alias("comm"),
+        pl.col("ts").cast(pl.Int64).alias("preempt_ts"), switch_in, pl.col("cpu").cast(pl.Int32).alias("from_cpu"),
+        pl.Series("cpu", m["cpu"]), (switch_in - pl.col("ts").cast(pl.Int64)).alias("latency_ns"),
+    ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us"))
+
+
 def wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *, start_ns: int | None, end_ns: int | None,
                    while_on_cpu: bool) -> pl.DataFrame:
     """latency.df_wakeup_latency's matching, compiled. ``wakeups``: ts, pid, comm, target_cpu, kind, every
     wakeup of the trace with pid != 0 (those in ``[start_ns, end_ns)`` are matched, the others can only end a
     while-on-CPU candidate). Same columns as df_wakeup_latency, sorted by wakeup_ts."""
-    state = (_a(sched_switch, "prev_state", pl.Int64, STATE_UNKNOWN) if "prev_state" in sched_switch.columns
-             else np.full(sched_switch.height, STATE_UNKNOWN, dtype=np.int64))
-    sw = (_a(sched_switch, "ts", pl.Int64, 0), _a(sched_switch, "cpu", pl.Int32, NULL_CPU),
-          _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0), state)
+    sw = _switches_with_state(sched_switch)
     wk = [(_a(wakeups, "ts", pl.Int64, 0), _a(wakeups, "pid", pl.Int32, 0))]
     lo = -(2**63) if start_ns is None else int(start_ns)
     hi = 2**63 - 1 if end_ns is None else int(end_ns)

@@ -265,8 +265,42 @@ fn wakeup_latency<'py>(
     Ok(out)
 }
 
+/// Preemption latency matching (abtest.analysis.latency.df_preemption_latency's rules; native/sim/src/latency.rs).
+///
+/// switches: (ts, cpu, prev_pid, next_pid, prev_state (i64::MIN = unknown)); preemptions in [start_ns, end_ns)
+/// count. Returns a dict of arrays, one row per matched preemption in switch-out time order: row (of the
+/// switch-out), switch_in_ts, cpu (where the task ran again).
+#[pyfunction]
+#[pyo3(signature = (switches, start_ns, end_ns))]
+#[allow(clippy::type_complexity)]
+fn preemption_latency<'py>(
+    py: Python<'py>,
+    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>, I64<'py>),
+    start_ns: i64,
+    end_ns: i64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let inp = latency::Inputs {
+        sw_ts: switches.0.as_slice()?,
+        sw_cpu: switches.1.as_slice()?,
+        prev_pid: switches.2.as_slice()?,
+        next_pid: switches.3.as_slice()?,
+        prev_state: switches.4.as_slice()?,
+        wakeups: Vec::new(),
+        start_ns,
+        end_ns,
+        while_on_cpu: false,
+    };
+    let r = py.detach(|| latency::match_preemptions(&inp));
+    let out = PyDict::new(py);
+    out.set_item("row", r.row.into_pyarray(py))?;
+    out.set_item("switch_in_ts", r.switch_in_ts.into_pyarray(py))?;
+    out.set_item("cpu", r.cpu.into_pyarray(py))?;
+    Ok(out)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wakeup_latency, m)?)?;
+    m.add_function(wrap_pyfunction!(preemption_latency, m)?)?;
     m.add_function(wrap_pyfunction!(pelt_simulate, m)?)?;
     m.add_function(wrap_pyfunction!(window_demand, m)?)?;
     m.add_function(wrap_pyfunction!(boost_requests, m)?)?;

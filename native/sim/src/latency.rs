@@ -182,6 +182,82 @@ pub fn match_wakeups(inp: &Inputs) -> Matches {
     }
 }
 
+/// Preemptions matched with the task's next switch-in, in switch-out time order: the switch-out's row and
+/// the switch-in's time and CPU.
+#[derive(Default, Debug)]
+pub struct Preemptions {
+    pub row: Vec<u32>,
+    pub switch_in_ts: Vec<i64>,
+    pub cpu: Vec<i32>,
+}
+
+/// Preemption latency (latency.df_preemption_latency's rules): a switch-out in [start_ns, end_ns) of a task
+/// still runnable (prev_state low byte 0, known) -> the task's next switch strictly after it, which must be
+/// a switch-in (several rows of the task at one timestamp: a switch-in among them wins).
+pub fn match_preemptions(inp: &Inputs) -> Preemptions {
+    let mut ids = DenseIds::new(max_of(&[inp.prev_pid, inp.next_pid]));
+    for c in [inp.prev_pid, inp.next_pid] {
+        for &p in c {
+            if p != 0 {
+                ids.get_or_insert(p);
+            }
+        }
+    }
+    let n = ids.len();
+    let (mut now, mut now_cpu, mut stamps) = (vec![0u8; n], vec![0i32; n], vec![0u32; n]);
+    let mut pending: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut m = Merger::new(vec![inp.sw_ts]);
+    let (mut g, mut touched) = (Vec::new(), Vec::new());
+    let mut hits: Vec<(u32, i64, i32)> = Vec::new();
+    let mut stamp = 0u32;
+    while let Some(t) = m.next_group(&mut g) {
+        stamp += 1;
+        touched.clear();
+        for &(_, r) in &g {
+            let r = r as usize;
+            for (pid, what) in [(inp.prev_pid[r], 1u8), (inp.next_pid[r], 2u8)] {
+                let Some(i) = (pid != 0).then(|| ids.get(pid)).flatten() else {
+                    continue;
+                };
+                if stamps[i] != stamp {
+                    stamps[i] = stamp;
+                    now[i] = 0;
+                    touched.push(i);
+                }
+                if what >= now[i] {
+                    now[i] = what;
+                    if what == 2 {
+                        now_cpu[i] = inp.sw_cpu[r];
+                    }
+                }
+            }
+        }
+        for &i in &touched {
+            if now[i] == 2 {
+                hits.extend(pending[i].iter().map(|&row| (row, t, now_cpu[i])));
+            }
+            pending[i].clear();
+        }
+        // this timestamp's preemptions wait for the task's next move, strictly later
+        if (inp.start_ns..inp.end_ns).contains(&t) {
+            for &(_, r) in &g {
+                let (pid, state) = (inp.prev_pid[r as usize], inp.prev_state[r as usize]);
+                if state != STATE_UNKNOWN && state & 0xFF == 0 {
+                    if let Some(i) = (pid != 0).then(|| ids.get(pid)).flatten() {
+                        pending[i].push(r);
+                    }
+                }
+            }
+        }
+    }
+    hits.sort_by_key(|&(row, _, _)| (inp.sw_ts[row as usize], row));
+    Preemptions {
+        row: hits.iter().map(|h| h.0).collect(),
+        switch_in_ts: hits.iter().map(|h| h.1).collect(),
+        cpu: hits.iter().map(|h| h.2).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +321,33 @@ mod tests {
         // an unknown state is never a sleeping switch-out
         let unknown = [STATE_UNKNOWN; 7];
         assert_eq!(run((&sw_ts, &sw_cpu, &prev, &next, &unknown), &wts, &wpid, true).row, vec![2, 4]);
+    }
+
+    #[test]
+    fn preemptions() {
+        // task 5 preempted at 10 (state 0) on cpu 0, back in at 20 on cpu 1; preempted at 30, switched out again
+        // at 35 without a switch-in (its in was lost): dropped; the one at 35 matches the in at 40 (out and in
+        // of the task at 40: the in wins); preempted at 40, next move the sleeping out at 45: dropped. Task 6
+        // sleeps at 10 (state 1): not a preemption.
+        let sw_ts = [0i64, 10, 20, 30, 35, 40, 40, 45];
+        let sw_cpu = [0, 0, 1, 1, 1, 0, 1, 1];
+        let prev = [0, 5, 6, 5, 5, 5, 0, 5];
+        let next = [5, 6, 5, 0, 0, 0, 5, 0];
+        let state = [0i64, 0, 1, 0, 0, 0, 0, 1];
+        let inp = Inputs {
+            sw_ts: &sw_ts,
+            sw_cpu: &sw_cpu,
+            prev_pid: &prev,
+            next_pid: &next,
+            prev_state: &state,
+            wakeups: vec![],
+            start_ns: 0,
+            end_ns: 100,
+            while_on_cpu: false,
+        };
+        let p = match_preemptions(&inp);
+        assert_eq!(p.row, vec![1, 4]);
+        assert_eq!(p.switch_in_ts, vec![20, 40]);
+        assert_eq!(p.cpu, vec![1, 1]);
     }
 }
