@@ -161,6 +161,7 @@ class LoadTrackingAnalysis:
 
     def __init__(self, trace):
         self.trace = trace
+        self._signals: dict[tuple, pl.DataFrame] = {}
 
     # -- helpers -----------------------------------------------------------------------------------
     def _nonempty(self, name: str) -> bool:
@@ -199,7 +200,14 @@ class LoadTrackingAnalysis:
     def df_cpu_signals(self, source: str = "auto") -> pl.DataFrame:
         """Per-CPU util / runnable / load samples with per-column sources (see module doc). ``source``:
         "auto" (each signal from the kernel when the trace carries it, else simulated), "kernel" (kernel
-        columns only; runnable null when the kernel has none) or "simulated" (all simulated)."""
+        columns only; runnable null when the kernel has none) or "simulated" (all simulated). Computed once
+        per source and window for this analysis object (summary's tables share one simulation)."""
+        key = (source, self.trace.start_ns, self.trace.end_ns)
+        if key not in self._signals:
+            self._signals[key] = self._cpu_signals(source)
+        return self._signals[key]
+
+    def _cpu_signals(self, source: str) -> pl.DataFrame:
         kern = self._df("sched_pelt_cfs")
         w = self._win()
         if source not in ("auto", "kernel", "simulated"):
