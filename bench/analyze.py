@@ -303,6 +303,7 @@ def lisa_side(text: str, pelt_tasks: int) -> None:
             times[name] = {"error": f"{type(e).__name__}: {str(e)[:160]}"}
             return None
         times[name] = time.perf_counter() - t0
+        print("STEP " + json.dumps({"step": name, "s": times[name], "counts": counts}), file=sys.stderr, flush=True)
         return r
 
     t = timed("open", lambda: Trace(text, normalize_time=False))
@@ -344,15 +345,26 @@ def lisa_side(text: str, pelt_tasks: int) -> None:
     print(json.dumps({"times": times, "counts": counts}))
 
 
-def lisa_bench(path: Path, venv: Path, abtest_s: float, pelt_tasks: int) -> dict:
+def lisa_bench(path: Path, venv: Path, abtest_s: float, pelt_tasks: int, timeout_s: float) -> dict:
     from crosscheck_lisa import ensure_venv
     py = ensure_venv(venv)
     scratch = Path(tempfile.mkdtemp(prefix="abtest-bench-lisa-"))
     try:
         text = scratch / "trace.txt"
         t_text = lisa_text(path, text)
-        res = subprocess.run([str(py), __file__, "--lisa-side", str(text), "--lisa-pelt-tasks", str(pelt_tasks)],
-                             capture_output=True, text=True)
+        cmd = [str(py), __file__, "--lisa-side", str(text), "--lisa-pelt-tasks", str(pelt_tasks)]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as e:
+            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+            steps = [json.loads(ln[5:]) for ln in err.splitlines() if ln.startswith("STEP ")]
+            print(f"LISA 3.1.0 on the same trace: stopped after {timeout_s:.0f} s (--lisa-timeout); steps done (s):")
+            for st in steps:
+                print(f"  {st['step']:56s} {st['s']:8.2f}")
+            done = sum(st["s"] for st in steps)
+            print(f"  the next step did not finish; LISA > {timeout_s:.0f} s ({done:.1f} s in finished steps) vs abtest "
+                  f"analyze (cached, end to end) {abtest_s:.2f} s: > {timeout_s / abtest_s:.0f}x")
+            return {"timeout_s": timeout_s, "steps": steps, "ratio_at_least": timeout_s / abtest_s}
         if res.returncode:
             print(f"LISA failed: {res.stderr.strip()[-500:]}")
             return {"error": res.stderr[-500:]}
@@ -385,6 +397,8 @@ def main() -> None:
     ap.add_argument("--lisa-venv", type=Path, default=Path.home() / ".cache" / "abtest" / "lisa-3.1.0-venv")
     ap.add_argument("--lisa-pelt-tasks", type=int, default=20,
                     help="LISA's PELT simulation runs per task (pandas, slow): on this many of the busiest tasks")
+    ap.add_argument("--lisa-timeout", type=float, default=900.0,
+                    help="stop LISA after this many seconds and print the steps it finished")
     ap.add_argument("--compare", action="store_true")
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -410,7 +424,8 @@ def main() -> None:
     res["rss"] = per_analysis_rss(path)
     res["end_to_end"] = end_to_end(path, args.repeat)
     if args.lisa:
-        res["lisa"] = lisa_bench(path, args.lisa_venv, min(res["end_to_end"]["cached_s"]), args.lisa_pelt_tasks)
+        res["lisa"] = lisa_bench(path, args.lisa_venv, min(res["end_to_end"]["cached_s"]), args.lisa_pelt_tasks,
+                                 args.lisa_timeout)
     if args.compare:
         res["compare"] = compare_bench(path, args.iterations, args.jobs)
     with open("/proc/loadavg") as f:
