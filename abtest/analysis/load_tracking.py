@@ -91,18 +91,7 @@ def df_contention(signals: pl.DataFrame, *, start_ns: int | None = None, end_ns:
     start_ns, end_ns = window_of(sig, start_ns, end_ns)
     iv = df_intervals(sig, ["util", "runnable"], keys=key, start_ns=start_ns, end_ns=end_ns)
     known = iv.filter(pl.col("util").is_not_null() & pl.col("runnable").is_not_null())
-    w = pl.col("dur").cast(pl.Float64)
-    pos = pl.col("util") >= 1.0
-    return known.group_by(key).agg(
-        pl.col("dur").sum().alias("known_ns"),
-        pl.col("dur").filter(pl.col("runnable") > pl.col("util") + margin).sum().alias("contended_ns"),
-        ((pl.col("util") * w).sum() / w.sum()).alias("mean_util"),
-        ((pl.col("runnable") * w).sum() / w.sum()).alias("mean_runnable"),
-        ((pl.col("runnable") / pl.col("util") * w).filter(pos).sum() / w.filter(pos).sum()).alias("runnable_util_ratio"),
-        pl.col("runnable").max().alias("max_runnable"),
-    ).with_columns((100.0 * pl.col("contended_ns") / pl.col("known_ns")).alias("contended_pct")).select(
-        key, "known_ns", "contended_ns", "contended_pct", "mean_util", "mean_runnable", "runnable_util_ratio",
-        "max_runnable").sort(key)
+    return pelt_sim.df_contention_of_intervals(known, key, margin)
 
 
 def df_signal_means(signals: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,

@@ -440,6 +440,25 @@ def df_pelt_sim_cpu(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame |
     return out.select("cpu", "ts", "dur", "x_util", "x_runnable", "util", "runnable")
 
 
+def df_contention_of_intervals(intervals: pl.DataFrame, key: str, margin: float) -> pl.DataFrame:
+    """Contention per ``key`` over intervals (``key, dur, util, runnable``; each holds its values for ``dur``
+    ns; both signals known): ``key, known_ns, contended_ns (runnable > util + margin), contended_pct,
+    mean_util, mean_runnable (time-weighted), runnable_util_ratio (time-weighted runnable / util where util
+    >= 1), max_runnable``, sorted by key."""
+    w = pl.col("dur").cast(pl.Float64)
+    pos = pl.col("util") >= 1.0
+    return intervals.group_by(key).agg(
+        pl.col("dur").sum().alias("known_ns"),
+        pl.col("dur").filter(pl.col("runnable") > pl.col("util") + margin).sum().alias("contended_ns"),
+        ((pl.col("util") * w).sum() / w.sum()).alias("mean_util"),
+        ((pl.col("runnable") * w).sum() / w.sum()).alias("mean_runnable"),
+        ((pl.col("runnable") / pl.col("util") * w).filter(pos).sum() / w.filter(pos).sum()).alias("runnable_util_ratio"),
+        pl.col("runnable").max().alias("max_runnable"),
+    ).with_columns((100.0 * pl.col("contended_ns") / pl.col("known_ns")).alias("contended_pct")).select(
+        key, "known_ns", "contended_ns", "contended_pct", "mean_util", "mean_runnable", "runnable_util_ratio",
+        "max_runnable").sort(key)
+
+
 def df_cpu_contention(sched_switch: pl.DataFrame, *, margin: float = 1.0, backend: str = "native",
                       **kw) -> pl.DataFrame:
     """Contention per CPU of the simulated signals, as load_tracking.df_contention computes it on
@@ -449,19 +468,7 @@ def df_cpu_contention(sched_switch: pl.DataFrame, *, margin: float = 1.0, backen
     aggregates while it simulates (no segment is kept: memory does not grow with the trace).
     """
     if backend != "native":
-        seg = df_pelt_sim_cpu(sched_switch, backend=backend, **kw)
-        w = pl.col("dur").cast(pl.Float64)
-        pos = pl.col("util") >= 1.0
-        return seg.group_by("cpu").agg(
-            pl.col("dur").sum().alias("known_ns"),
-            pl.col("dur").filter(pl.col("runnable") > pl.col("util") + margin).sum().alias("contended_ns"),
-            ((pl.col("util") * w).sum() / w.sum()).alias("mean_util"),
-            ((pl.col("runnable") * w).sum() / w.sum()).alias("mean_runnable"),
-            ((pl.col("runnable") / pl.col("util") * w).filter(pos).sum() / w.filter(pos).sum()).alias("runnable_util_ratio"),
-            pl.col("runnable").max().alias("max_runnable"),
-        ).with_columns((100.0 * pl.col("contended_ns") / pl.col("known_ns")).alias("contended_pct")).select(
-            "cpu", "known_ns", "contended_ns", "contended_pct", "mean_util", "mean_runnable", "runnable_util_ratio",
-            "max_runnable").sort("cpu")
+        return df_contention_of_intervals(df_pelt_sim_cpu(sched_switch, backend=backend, **kw), "cpu", margin)
     from abtest.analysis import sim_native
     start_ns, end_ns = window_of(sched_switch, kw.pop("start_ns", None), kw.pop("end_ns", None))
     platform, cpu_frequency = kw.pop("platform", None), kw.pop("cpu_frequency", None)

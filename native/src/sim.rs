@@ -223,6 +223,28 @@ fn boost_requests<'py>(
     Ok(out)
 }
 
+/// sched_switch for the latency matchers: (ts, cpu, prev_pid, next_pid, prev_state (i64::MIN = unknown)).
+type LatencySwitches<'py> = (I64<'py>, I32<'py>, I32<'py>, I32<'py>, I64<'py>);
+
+fn latency_inputs<'a>(
+    sw: &'a LatencySwitches<'_>,
+    wakeups: Vec<(&'a [i64], &'a [i32])>,
+    (start_ns, end_ns): (i64, i64),
+    while_on_cpu: bool,
+) -> PyResult<latency::Inputs<'a>> {
+    Ok(latency::Inputs {
+        sw_ts: sw.0.as_slice()?,
+        sw_cpu: sw.1.as_slice()?,
+        prev_pid: sw.2.as_slice()?,
+        next_pid: sw.3.as_slice()?,
+        prev_state: sw.4.as_slice()?,
+        wakeups,
+        start_ns,
+        end_ns,
+        while_on_cpu,
+    })
+}
+
 /// Wakeup latency matching (abtest.analysis.latency.df_wakeup_latency's rules; native/sim/src/latency.rs).
 ///
 /// switches: (ts, cpu, prev_pid, next_pid, prev_state (i64::MIN = unknown)); wakeups: [(ts, pid)], every
@@ -231,10 +253,9 @@ fn boost_requests<'py>(
 /// wakeup time order: table (index into wakeups), row, switch_in_ts, cpu, while_on_cpu.
 #[pyfunction]
 #[pyo3(signature = (switches, wakeups, start_ns, end_ns, while_on_cpu))]
-#[allow(clippy::type_complexity)]
 fn wakeup_latency<'py>(
     py: Python<'py>,
-    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>, I64<'py>),
+    switches: LatencySwitches<'py>,
     wakeups: Vec<(I64<'py>, I32<'py>)>,
     start_ns: i64,
     end_ns: i64,
@@ -244,17 +265,7 @@ fn wakeup_latency<'py>(
     for w in &wakeups {
         wk.push((w.0.as_slice()?, w.1.as_slice()?));
     }
-    let inp = latency::Inputs {
-        sw_ts: switches.0.as_slice()?,
-        sw_cpu: switches.1.as_slice()?,
-        prev_pid: switches.2.as_slice()?,
-        next_pid: switches.3.as_slice()?,
-        prev_state: switches.4.as_slice()?,
-        wakeups: wk,
-        start_ns,
-        end_ns,
-        while_on_cpu,
-    };
+    let inp = latency_inputs(&switches, wk, (start_ns, end_ns), while_on_cpu)?;
     let r = py.detach(|| latency::match_wakeups(&inp));
     let out = PyDict::new(py);
     out.set_item("table", r.table.into_pyarray(py))?;
@@ -272,24 +283,13 @@ fn wakeup_latency<'py>(
 /// switch-out), switch_in_ts, cpu (where the task ran again).
 #[pyfunction]
 #[pyo3(signature = (switches, start_ns, end_ns))]
-#[allow(clippy::type_complexity)]
 fn preemption_latency<'py>(
     py: Python<'py>,
-    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>, I64<'py>),
+    switches: LatencySwitches<'py>,
     start_ns: i64,
     end_ns: i64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let inp = latency::Inputs {
-        sw_ts: switches.0.as_slice()?,
-        sw_cpu: switches.1.as_slice()?,
-        prev_pid: switches.2.as_slice()?,
-        next_pid: switches.3.as_slice()?,
-        prev_state: switches.4.as_slice()?,
-        wakeups: Vec::new(),
-        start_ns,
-        end_ns,
-        while_on_cpu: false,
-    };
+    let inp = latency_inputs(&switches, Vec::new(), (start_ns, end_ns), false)?;
     let r = py.detach(|| latency::match_preemptions(&inp));
     let out = PyDict::new(py);
     out.set_item("row", r.row.into_pyarray(py))?;
