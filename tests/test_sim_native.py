@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from abtest import Trace
-from abtest.analysis import boost, latency, load_tracking, pelt_sim, window_sim
+from abtest.analysis import boost, latency, load_tracking, pelt_sim, tasks, window_sim
 from abtest.analysis.platform import load_platform
 
 from shared_data import TRACES
@@ -163,6 +163,20 @@ def test_preemption_latency_native_equals_python(traces, rel):
         py, nat = (latency.df_preemption_latency(sw, start_ns=lo, end_ns=t.end_ns, backend=b).sort(key)
                    for b in ("python", "native"))
         assert nat.equals(py), lo
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_task_state_intervals_native_equals_python(traces, rel):
+    """The compiled task-state pass gives the frames' intervals (whole trace and a half-trace window)."""
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    sw, wk = t.df("sched_switch", windowed=False), tasks.TasksAnalysis(t)._wakeups()
+    for lo in (t.start_ns, (t.start_ns + t.end_ns) // 2):
+        py, nat = (tasks.df_task_state_intervals(sw, wk, start_ns=lo, end_ns=t.end_ns, backend=b)
+                   for b in ("python", "native"))
+        assert nat.equals(py), lo
+        assert nat.height > 0
 
 
 @pytest.mark.parametrize("rel", SWITCH_TRACES)

@@ -201,3 +201,41 @@ def wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *, start_n
         "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"), switch_in, pl.Series("cpu", m["cpu"]),
         "target_cpu", pl.Series("while_on_cpu", m["while_on_cpu"]), (switch_in - pl.col("ts")).alias("latency_ns"),
     ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us"))
+
+
+# no CPU / no name in the task-state matcher's output (native/sim/src/tasks.rs NO_CPU, NO_COMM)
+NO_CPU = -(2**31)
+NO_COMM = 2**32 - 1
+
+
+def _codes(s: pl.Series) -> np.ndarray:
+    """Name codes of a categorical column (equal names, equal codes); NO_COMM for null."""
+    return np.ascontiguousarray(s.cast(pl.Categorical).to_physical().cast(pl.UInt32).fill_null(NO_COMM).to_numpy())
+
+
+def task_state_intervals(sw: pl.DataFrame, out_state: pl.Series, wakeups: pl.DataFrame | None, *,
+                         states: tuple[str, ...], wakeable: tuple[str, ...], start_ns: int, end_ns: int) -> pl.DataFrame:
+    """tasks.df_task_state_intervals, compiled. ``sw``: ts, cpu, prev_pid, next_pid, prev_comm, next_comm (whole
+    sched_switch); ``out_state``: per row the state name its switch-out leaves (null: exited); ``wakeups``: ts,
+    pid, comm. Returns pid, ts, dur, state (Utf8), cpu (Int32), comm (Utf8), by pid then ts."""
+    code = {s: i for i, s in enumerate(states)}
+    out_codes = np.ascontiguousarray(out_state.replace_strict(code, default=-1, return_dtype=pl.Int8).to_numpy())
+    wk = wakeups if wakeups is not None else pl.DataFrame(
+        {"ts": [], "pid": [], "comm": []}, schema={"ts": pl.Int64, "pid": pl.Int32, "comm": pl.Categorical})
+    switches = (_a(sw, "ts", pl.Int64, 0), _a(sw, "cpu", pl.Int32, NO_CPU), _a(sw, "prev_pid", pl.Int32, 0),
+                _a(sw, "next_pid", pl.Int32, 0), out_codes, _codes(sw["prev_comm"]), _codes(sw["next_comm"]))
+    wks = (_a(wk, "ts", pl.Int64, 0), _a(wk, "pid", pl.Int32, 0), _codes(wk["comm"]))
+    can_wake = np.array([s in wakeable for s in states], dtype=bool)
+    d = _native.task_state_intervals(switches, wks, (code["running"], code["runnable"], can_wake),
+                                     int(start_ns), int(end_ns))
+    names = pl.concat([sw["prev_comm"].cast(pl.Categorical), sw["next_comm"].cast(pl.Categorical),
+                       wk["comm"].cast(pl.Categorical)])
+    src = pl.Series(d["comm_src"])
+    comm = names.gather(pl.select(pl.when(src != NO_COMM).then(src)).to_series())
+    state = pl.Series(d["state"]).replace_strict({i: s for s, i in code.items()}, default=None, return_dtype=pl.Utf8)
+    cpu = pl.Series(d["cpu"])
+    return pl.DataFrame({
+        "pid": pl.Series(d["pid"], dtype=pl.Int32), "ts": pl.Series(d["ts"], dtype=pl.Int64),
+        "dur": pl.Series(d["dur"], dtype=pl.Int64), "state": state,
+        "cpu": pl.select(pl.when(cpu != NO_CPU).then(cpu)).to_series().cast(pl.Int32),
+        "comm": comm.cast(pl.Utf8)})

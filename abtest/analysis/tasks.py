@@ -32,6 +32,8 @@ from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, Met
 EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_waking")
 STATES = ("running", "runnable", "sleeping", "uninterruptible", "other")
+# states a wakeup makes runnable (from running, runnable or exited it does not)
+WAKEABLE = ("sleeping", "uninterruptible", "other")
 
 __all__ = ["EVENTS", "OPTIONAL_EVENTS", "STATES", "switch_out_state", "prev_state_encoding", "df_task_state_intervals", "df_task_states",
            "df_activations", "df_activation_stats", "TasksAnalysis", "summary", "metrics"]
@@ -68,12 +70,15 @@ def _by_pid_then(df: pl.DataFrame, order: pl.Expr) -> pl.DataFrame:
 
 
 def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | None = None, *,
-                            start_ns: int | None = None, end_ns: int | None = None) -> pl.DataFrame:
+                            start_ns: int | None = None, end_ns: int | None = None,
+                            backend: str = "native") -> pl.DataFrame:
     """Per thread: ``pid (Int32), ts (ns), dur (ns), state (Utf8, null = unknown / not alive), cpu (Int32, where it
     runs; null unless running), comm`` over ``[start_ns, end_ns)``.
 
     ``sched_switch``: whole table (state at the window start is carried in); ``wakeups``: ts, pid, comm of
-    sched_wakeup + sched_wakeup_new (or sched_waking) rows, whole tables. pid 0 is left out.
+    sched_wakeup + sched_wakeup_new (or sched_waking) rows, whole tables. pid 0 is left out. ``backend``:
+    "native" (one pass per thread, native/sim/src/tasks.rs) or "python" (frames: the reference,
+    tests/test_sim_native.py).
     """
     # task names stay categorical until the result (sorting and carrying 2 M strings costs more than the rest)
     sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
@@ -81,6 +86,13 @@ def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | 
                              pl.col("prev_state").cast(pl.Int64), pl.col("next_pid").cast(pl.Int32),
                              pl.col("next_comm").cast(pl.Categorical))
     start_ns, end_ns = window_of(sw, start_ns, end_ns)
+    if backend == "native":
+        from abtest.analysis import sim_native
+        out_state = sw.select(switch_out_state(pl.col("prev_state"), pre_4_14=prev_state_encoding(sw))).to_series()
+        wk = None if wakeups is None else wakeups.select(
+            pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Categorical))
+        return sim_native.task_state_intervals(sw, out_state, wk, states=STATES, wakeable=WAKEABLE,
+                                               start_ns=start_ns, end_ns=end_ns)
     outs = sw.filter(pl.col("prev_pid") != 0).select(
         "ts", pl.col("prev_pid").alias("pid"), pl.col("prev_comm").alias("comm"),
         switch_out_state(pl.col("prev_state"), pre_4_14=prev_state_encoding(sw)).alias("state"), pl.lit(None, pl.Int32).alias("cpu"), pl.lit(0).alias("_o"))
@@ -97,7 +109,7 @@ def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | 
                         (pl.col("ts") + 1).alias("ts")))
         # state from the thread's last switch strictly before the wakeup: only a sleeping (or unknown) one is woken
         wk = wk.join_asof(last, on="ts", by="pid", strategy="backward", check_sortedness=False)
-        woken = wk.filter(pl.col("_mts").is_null() | pl.col("_prev").is_in(["sleeping", "uninterruptible", "other"]))
+        woken = wk.filter(pl.col("_mts").is_null() | pl.col("_prev").is_in(list(WAKEABLE)))
         parts.append(woken.select("ts", "pid", "comm", pl.lit("runnable").alias("state"), pl.lit(None, pl.Int32).alias("cpu"),
                                   pl.lit(1).alias("_o")))
     ev = _by_pid_then(pl.concat(parts), pl.col("ts") * 4 + pl.col("_o"))

@@ -3,13 +3,14 @@
 use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use sim::{boost, latency, pelt, window};
+use sim::{boost, latency, pelt, tasks, window};
 
 use pelt::{CpuSpec, Frequencies, Inputs, Migrations, Seeds, Segments, Switches, Wakeups, Want};
 
 type I64<'py> = PyReadonlyArray1<'py, i64>;
 type I32<'py> = PyReadonlyArray1<'py, i32>;
 type F64<'py> = PyReadonlyArray1<'py, f64>;
+type U32<'py> = PyReadonlyArray1<'py, u32>;
 
 fn segments_dict<'py>(py: Python<'py>, s: Segments, key: &str) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -298,9 +299,55 @@ fn preemption_latency<'py>(
     Ok(out)
 }
 
+/// Task state intervals (abtest.analysis.tasks.df_task_state_intervals' rules; native/sim/src/tasks.rs).
+///
+/// switches: (ts, cpu, prev_pid, next_pid, out_state (i8, -1 = exited), prev_comm, next_comm (u32 name codes,
+/// u32::MAX = none)); wakeups: (ts, pid, comm); states: (running code, runnable code, wakeable per code).
+/// Returns a dict of arrays, one row per interval by pid then ts: pid, ts, dur, state (-1 = unknown), cpu
+/// (i32::MIN = none), comm_src (index into prev_comm, next_comm, wakeup comm rows; u32::MAX = none).
+#[pyfunction]
+#[pyo3(signature = (switches, wakeups, states, start_ns, end_ns))]
+#[allow(clippy::type_complexity)]
+fn task_state_intervals<'py>(
+    py: Python<'py>,
+    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>, PyReadonlyArray1<'py, i8>, U32<'py>, U32<'py>),
+    wakeups: (I64<'py>, I32<'py>, U32<'py>),
+    states: (i8, i8, PyReadonlyArray1<'py, bool>),
+    start_ns: i64,
+    end_ns: i64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let inp = tasks::Inputs {
+        sw_ts: switches.0.as_slice()?,
+        sw_cpu: switches.1.as_slice()?,
+        prev_pid: switches.2.as_slice()?,
+        next_pid: switches.3.as_slice()?,
+        out_state: switches.4.as_slice()?,
+        prev_comm: switches.5.as_slice()?,
+        next_comm: switches.6.as_slice()?,
+        wk_ts: wakeups.0.as_slice()?,
+        wk_pid: wakeups.1.as_slice()?,
+        wk_comm: wakeups.2.as_slice()?,
+        running: states.0,
+        runnable: states.1,
+        wakeable: states.2.as_slice()?,
+        start_ns,
+        end_ns,
+    };
+    let r = py.detach(|| tasks::state_intervals(&inp));
+    let out = PyDict::new(py);
+    out.set_item("pid", r.pid.into_pyarray(py))?;
+    out.set_item("ts", r.ts.into_pyarray(py))?;
+    out.set_item("dur", r.dur.into_pyarray(py))?;
+    out.set_item("state", r.state.into_pyarray(py))?;
+    out.set_item("cpu", r.cpu.into_pyarray(py))?;
+    out.set_item("comm_src", r.comm_src.into_pyarray(py))?;
+    Ok(out)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wakeup_latency, m)?)?;
     m.add_function(wrap_pyfunction!(preemption_latency, m)?)?;
+    m.add_function(wrap_pyfunction!(task_state_intervals, m)?)?;
     m.add_function(wrap_pyfunction!(pelt_simulate, m)?)?;
     m.add_function(wrap_pyfunction!(window_demand, m)?)?;
     m.add_function(wrap_pyfunction!(boost_requests, m)?)?;

@@ -6,4 +6,5 @@ pub mod boost;
 pub mod events;
 pub mod latency;
 pub mod pelt;
+pub mod tasks;
 pub mod window;

@@ -1,0 +1,229 @@
+//! Task state intervals, compiled: the rules of abtest/analysis/tasks.py's df_task_state_intervals (read its
+//! module doc) over sched_switch and the wakeup tables, one thread at a time:
+//!
+//! * a switch-out leaves the thread in its prev_state's state (given per row by the caller; `NO_STATE` =
+//!   exited), a switch-in makes it `running` on that CPU, a wakeup makes it `runnable` when the thread's last
+//!   switch strictly before the wakeup left it in a wakeable state (or there is none);
+//! * at one timestamp the rows of a thread count in the order out, wakeup, in (then input order) and the last
+//!   one wins; a thread whose first row is a switch-out was running before it (from just before the window,
+//!   on that switch's CPU);
+//! * the changes become intervals clipped to [start_ns, end_ns) as intervals.df_intervals makes them: the last
+//!   change before the window is carried to its start, a thread first seen inside it is unknown (no state)
+//!   until then, consecutive equal (state, cpu, comm) merge, empty intervals are dropped.
+
+/// No state: exited, or unknown.
+pub const NO_STATE: i8 = -1;
+/// No CPU (the thread is not running).
+pub const NO_CPU: i32 = i32::MIN;
+/// No name.
+pub const NO_COMM: u32 = u32::MAX;
+
+pub struct Inputs<'a> {
+    pub sw_ts: &'a [i64],
+    pub sw_cpu: &'a [i32],
+    pub prev_pid: &'a [i32],
+    pub next_pid: &'a [i32],
+    /// the state each switch-out leaves its thread in (NO_STATE: exited)
+    pub out_state: &'a [i8],
+    /// task names as codes (equal names, equal codes; NO_COMM: none)
+    pub prev_comm: &'a [u32],
+    pub next_comm: &'a [u32],
+    pub wk_ts: &'a [i64],
+    pub wk_pid: &'a [i32],
+    pub wk_comm: &'a [u32],
+    /// state codes of running and runnable, and per state code whether a wakeup makes it runnable
+    pub running: i8,
+    pub runnable: i8,
+    pub wakeable: &'a [bool],
+    pub start_ns: i64,
+    pub end_ns: i64,
+}
+
+/// One row per interval, by pid then ts. `comm_src` indexes the names in the order prev_comm rows, next_comm
+/// rows, wakeup rows (NO_COMM: unknown).
+#[derive(Default, Debug)]
+pub struct Intervals {
+    pub pid: Vec<i32>,
+    pub ts: Vec<i64>,
+    pub dur: Vec<i64>,
+    pub state: Vec<i8>,
+    pub cpu: Vec<i32>,
+    pub comm_src: Vec<u32>,
+}
+
+#[derive(Clone, Copy)]
+struct Change {
+    ts: i64,
+    /// 0 out, 1 wakeup, 2 in
+    order: u8,
+    seq: u32,
+    state: i8,
+    cpu: i32,
+    comm: u32,
+    src: u32,
+}
+
+pub fn state_intervals(inp: &Inputs) -> Intervals {
+    let n = inp.sw_ts.len() as u32;
+    let mut moves: Vec<(i32, Change)> = Vec::with_capacity(2 * n as usize);
+    for r in 0..n as usize {
+        if inp.prev_pid[r] != 0 {
+            let c = Change {
+                ts: inp.sw_ts[r],
+                order: 0,
+                seq: r as u32,
+                state: inp.out_state[r],
+                cpu: NO_CPU,
+                comm: inp.prev_comm[r],
+                src: if inp.prev_comm[r] == NO_COMM { NO_COMM } else { r as u32 },
+            };
+            moves.push((inp.prev_pid[r], c));
+        }
+    }
+    for r in 0..n as usize {
+        if inp.next_pid[r] != 0 {
+            let c = Change {
+                ts: inp.sw_ts[r],
+                order: 2,
+                seq: n + r as u32,
+                state: inp.running,
+                cpu: inp.sw_cpu[r],
+                comm: inp.next_comm[r],
+                src: if inp.next_comm[r] == NO_COMM { NO_COMM } else { n + r as u32 },
+            };
+            moves.push((inp.next_pid[r], c));
+        }
+    }
+    moves.sort_unstable_by_key(|(pid, c)| (*pid, c.ts, c.order, c.seq));
+    let mut wk: Vec<u32> = (0..inp.wk_ts.len() as u32).filter(|&r| inp.wk_pid[r as usize] != 0).collect();
+    wk.sort_unstable_by_key(|&r| (inp.wk_pid[r as usize], inp.wk_ts[r as usize], r));
+
+    let mut out = Intervals::default();
+    let (mut i, mut j) = (0usize, 0usize);
+    let mut changes: Vec<Change> = Vec::new();
+    let mut woken: Vec<Change> = Vec::new();
+    while i < moves.len() || j < wk.len() {
+        let pid = match (moves.get(i), wk.get(j)) {
+            (Some(m), Some(&w)) => m.0.min(inp.wk_pid[w as usize]),
+            (Some(m), None) => m.0,
+            (None, Some(&w)) => inp.wk_pid[w as usize],
+            (None, None) => unreachable!(),
+        };
+        let i0 = i;
+        while i < moves.len() && moves[i].0 == pid {
+            i += 1;
+        }
+        let mv = &moves[i0..i];
+        // wakeups of a thread whose last switch strictly before them left it wakeable (or that has none)
+        woken.clear();
+        let mut k = 0usize;
+        while j < wk.len() && inp.wk_pid[wk[j] as usize] == pid {
+            let (r, seq) = (wk[j] as usize, 2 * n + j as u32);
+            let ts = inp.wk_ts[r];
+            while k < mv.len() && mv[k].1.ts < ts {
+                k += 1;
+            }
+            let wakes = k == 0 || (mv[k - 1].1.state >= 0 && inp.wakeable[mv[k - 1].1.state as usize]);
+            if wakes {
+                let src = if inp.wk_comm[r] == NO_COMM { NO_COMM } else { 2 * n + r as u32 };
+                let (state, cpu, comm) = (inp.runnable, NO_CPU, inp.wk_comm[r]);
+                woken.push(Change { ts, order: 1, seq, state, cpu, comm, src });
+            }
+            j += 1;
+        }
+        // the thread's changes in (ts, order, input order)
+        changes.clear();
+        let (mut a, mut b) = (0usize, 0usize);
+        while a < mv.len() || b < woken.len() {
+            let take_move = b == woken.len()
+                || (a < mv.len() && (mv[a].1.ts, mv[a].1.order, mv[a].1.seq) < (woken[b].ts, 1, woken[b].seq));
+            if take_move {
+                changes.push(mv[a].1);
+                a += 1;
+            } else {
+                changes.push(woken[b]);
+                b += 1;
+            }
+        }
+        if let Some(first) = changes.first().copied() {
+            if first.order == 0 {
+                // running before its first switch-out, on that switch's CPU
+                let seed = Change {
+                    ts: first.ts.min(inp.start_ns) - 1,
+                    order: 0,
+                    seq: 0,
+                    state: inp.running,
+                    cpu: inp.sw_cpu[first.seq as usize],
+                    comm: first.comm,
+                    src: first.src,
+                };
+                changes.insert(0, seed);
+            }
+        }
+        emit(pid, &changes, inp.start_ns, inp.end_ns, &mut out);
+    }
+    out
+}
+
+/// intervals.df_intervals over one thread's changes (sorted by ts; the last of a timestamp wins).
+fn emit(pid: i32, changes: &[Change], start_ns: i64, end_ns: i64, out: &mut Intervals) {
+    let mut kept: Vec<Change> = Vec::with_capacity(changes.len() + 1);
+    for (x, c) in changes.iter().enumerate() {
+        let superseded = changes.get(x + 1).is_some_and(|d| d.ts == c.ts);
+        if superseded || c.ts >= end_ns {
+            continue;
+        }
+        if c.ts < start_ns {
+            // only the last change before the window is carried in, and not when one at start_ns replaces it
+            let next = changes[x + 1..].iter().find(|d| d.ts < end_ns);
+            if next.is_some_and(|d| d.ts <= start_ns) {
+                continue;
+            }
+            kept.push(Change { ts: start_ns, ..*c });
+        } else {
+            kept.push(*c);
+        }
+    }
+    let Some(first) = kept.first() else {
+        return;
+    };
+    if first.ts > start_ns {
+        let unknown =
+            Change { ts: start_ns, order: 0, seq: 0, state: NO_STATE, cpu: NO_CPU, comm: NO_COMM, src: NO_COMM };
+        kept.insert(0, unknown);
+    }
+    let mut last: Option<Change> = None;
+    let begin = out.ts.len();
+    for c in kept {
+        if last.is_some_and(|l| l.state == c.state && l.cpu == c.cpu && l.comm == c.comm) {
+            continue;
+        }
+        out.pid.push(pid);
+        out.ts.push(c.ts);
+        out.state.push(c.state);
+        out.cpu.push(c.cpu);
+        out.comm_src.push(c.src);
+        last = Some(c);
+    }
+    // durations: to the next kept change, the last one to end_ns; empty intervals dropped
+    let end = out.ts.len();
+    let mut w = begin;
+    for r in begin..end {
+        let next = if r + 1 < end { out.ts[r + 1] } else { end_ns };
+        let dur = next - out.ts[r];
+        if dur > 0 {
+            out.pid[w] = out.pid[r];
+            out.ts[w] = out.ts[r];
+            out.state[w] = out.state[r];
+            out.cpu[w] = out.cpu[r];
+            out.comm_src[w] = out.comm_src[r];
+            out.dur.push(dur);
+            w += 1;
+        }
+    }
+    out.pid.truncate(w);
+    out.ts.truncate(w);
+    out.state.truncate(w);
+    out.cpu.truncate(w);
+    out.comm_src.truncate(w);
+}
