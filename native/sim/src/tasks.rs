@@ -227,3 +227,73 @@ fn emit(pid: i32, changes: &[Change], start_ns: i64, end_ns: i64, out: &mut Inte
     out.cpu.truncate(w);
     out.comm_src.truncate(w);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // state codes as tasks.py's STATES: running, runnable, sleeping, uninterruptible, other
+    const WAKEABLE: [bool; 5] = [false, false, true, true, true];
+
+    #[test]
+    fn one_thread_through_its_states() {
+        // pid 5 (name 7) runs until 10 on cpu 1 (its first row is a switch-out: running before it), sleeps,
+        // is woken at 15 (runnable), in at 20 on cpu 0, preempted at 30 (runnable), in at 40 on cpu 0; window
+        // [5, 50): carried in at 5 as running on cpu 1
+        let sw_ts = [10i64, 20, 30, 40];
+        let sw_cpu = [1, 0, 0, 0];
+        let prev = [5, 0, 5, 0];
+        let next = [0, 5, 0, 5];
+        let out_state = [2i8, -1, 1, -1];
+        let comm = [7u32; 4];
+        let inp = Inputs {
+            sw_ts: &sw_ts,
+            sw_cpu: &sw_cpu,
+            prev_pid: &prev,
+            next_pid: &next,
+            out_state: &out_state,
+            prev_comm: &comm,
+            next_comm: &comm,
+            wk_ts: &[15, 35],
+            wk_pid: &[5, 5],
+            wk_comm: &[7, 7],
+            running: 0,
+            runnable: 1,
+            wakeable: &WAKEABLE,
+            start_ns: 5,
+            end_ns: 50,
+        };
+        let r = state_intervals(&inp);
+        // the wakeup at 35 finds it runnable (preempted): no change
+        assert_eq!(r.ts, vec![5, 10, 15, 20, 30, 40]);
+        assert_eq!(r.dur, vec![5, 5, 5, 10, 10, 10]);
+        assert_eq!(r.state, vec![0, 2, 1, 0, 1, 0]);
+        assert_eq!(r.cpu, vec![1, NO_CPU, NO_CPU, 0, NO_CPU, 0]);
+        assert!(r.pid.iter().all(|&p| p == 5));
+    }
+
+    #[test]
+    fn first_seen_inside_the_window_is_unknown_until_then() {
+        // pid 9 first appears switching in at 20 (window [0, 30)): unknown 0-20, running 20-30
+        let inp = Inputs {
+            sw_ts: &[20],
+            sw_cpu: &[3],
+            prev_pid: &[0],
+            next_pid: &[9],
+            out_state: &[-1],
+            prev_comm: &[NO_COMM],
+            next_comm: &[4],
+            wk_ts: &[],
+            wk_pid: &[],
+            wk_comm: &[],
+            running: 0,
+            runnable: 1,
+            wakeable: &WAKEABLE,
+            start_ns: 0,
+            end_ns: 30,
+        };
+        let r = state_intervals(&inp);
+        assert_eq!((r.ts, r.dur, r.state), (vec![0, 20], vec![20, 10], vec![NO_STATE, 0]));
+        assert_eq!(r.comm_src, vec![NO_COMM, 1]);
+    }
+}
