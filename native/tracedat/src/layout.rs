@@ -483,6 +483,8 @@ impl<'a> Parser<'a> {
             self.inflater = Some(Inflater::new(codec).map_err(Error::nowhere)?);
         }
         let mut opt_off = c.u64("first options section offset")?;
+        // where a missing option is reported: the first options section (its header's offset in the file)
+        let options_at = opt_off;
         let mut o = Options::default();
         let mut seen = std::collections::BTreeSet::new();
         while opt_off != 0 {
@@ -504,7 +506,8 @@ impl<'a> Parser<'a> {
             self.lay.warnings.push("latency-tracer text buffer present but not decoded".into());
         }
         let Some(&hi) = o.sections.get(&OPT_HEADER_INFO) else {
-            return Err(Error::nowhere("no HEADER_INFO option").expected("a HEADER_INFO section"));
+            return Err(Error::at(options_at, "no HEADER_INFO option in the options sections from here")
+                .expected("a HEADER_INFO section"));
         };
         self.with_section(hi, OPT_HEADER_INFO, "header info", |p, s| p.header_info(s))?;
         if let Some(&off) = o.sections.get(&OPT_FTRACE_EVENTS) {
@@ -541,9 +544,8 @@ impl<'a> Parser<'a> {
             }
         }
         if top.is_none() && named.is_empty() {
-            return Err(
-                Error::nowhere("no BUFFER option for the top trace instance").expected("a flyrecord BUFFER option")
-            );
+            return Err(Error::at(options_at, "no BUFFER option in the options sections from here")
+                .expected("a flyrecord BUFFER option for the top trace instance"));
         }
         if let Some(mut t) = top {
             // `trace-cmd extract -B NAME` without -t writes only the named instances
