@@ -63,6 +63,32 @@ class Grouping(str, Enum):
     CGROUP = "cgroup"          # cgroup path ("/top-app", "/system.slice/foo.service")
 
 
+class WindowCombine(str, Enum):
+    """How the values one metric takes in consecutive time windows of one trace combine into the value of
+    the whole span (abtest.analysis.windowed: a long trace analysed window by window in bounded memory).
+
+    RATE: a count per second or a share of the window: mean weighted by each window's length, a window in
+    which the analysis ran without giving this key a value counting as 0 (no event of that task, no time at
+    that OPP). TIME: a time-weighted mean over the known time (frequency, util, temperature, power): mean
+    weighted by window length over the windows with a value. TIME_APPROX: a value that is not a mean over the whole window (a share of
+    the known time of some threads, an index), averaged by window length: an approximation. EVENTS: arithmetic mean weighted by the number of events behind each window's value (the
+    spec's ``window_weight`` names the metric, a rate per second with the same grouping, that counts them).
+    EVENTS_GEO: the same in log space (geometric means). SUM: the total. MAX / MIN: the extreme.
+    QUANTILE: a percentile; the windows' percentiles averaged with the EVENTS weight, which is an
+    approximation (a percentile of a union is no function of the parts' percentiles).
+    A combined value is exact when the combination is (see `exact_combination`) and the per-window values
+    are (the state carried into each window is within the history a window reads, see windowed.py)."""
+    RATE = "rate"
+    TIME = "time"
+    TIME_APPROX = "time_approx"
+    EVENTS = "events"
+    EVENTS_GEO = "events_geo"
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    QUANTILE = "quantile"
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """One declared metric.
@@ -70,7 +96,10 @@ class MetricSpec:
     key: template (see module docstring); unit: printed unit ("mW", "us", "%", "1/s", "frames/s", "points",
     "" for a plain number); direction, aggregation, group: as above; title: short human name for tables
     ("too deep", "wakeup latency gmean"); description: one sentence, with the definition; headline: shown
-    in the summary table of `abtest compare` (one row per key metric).
+    in the summary table of `abtest compare` (one row per key metric). window: how values of consecutive
+    windows of one trace combine (WindowCombine; None for metrics that do not come from a trace);
+    window_weight: for EVENTS / EVENTS_GEO / QUANTILE, the key template of the rate metric (per second, same
+    analysis and grouping) counting the events behind a value; "" = weighted by time (approximate).
     """
     key: str
     unit: str
@@ -80,6 +109,8 @@ class MetricSpec:
     title: str = ""
     description: str = ""
     headline: bool = False
+    window: WindowCombine | None = None
+    window_weight: str = ""
 
     def __post_init__(self) -> None:
         placeholder = "{" + self.group.value + "}"
@@ -93,6 +124,14 @@ class MetricSpec:
     @property
     def lower_is_better(self) -> bool | None:
         return self.direction.lower_is_better
+
+    @property
+    def exact_combination(self) -> bool:
+        """Whether combining per-window values by `window` gives the whole span's value exactly (given exact
+        per-window values): TIME, SUM, MAX, MIN, and EVENTS / EVENTS_GEO with an event-count weight."""
+        if self.window in (WindowCombine.EVENTS, WindowCombine.EVENTS_GEO):
+            return bool(self.window_weight)
+        return self.window not in (None, WindowCombine.QUANTILE, WindowCombine.TIME_APPROX)
 
     def full_key(self, group: str | int | None = None) -> str:
         """The key of one value: the template with the group filled in (scalar: the key itself)."""
@@ -117,7 +156,8 @@ class MetricSpec:
         return {"key": self.key, "unit": self.unit, "direction": self.direction.value,
                 "lower_is_better": self.lower_is_better, "aggregation": self.aggregation.value,
                 "group": self.group.value, "title": self.title, "description": self.description,
-                "headline": self.headline}
+                "headline": self.headline, "window": self.window.value if self.window else None,
+                "window_weight": self.window_weight}
 
 
 @dataclass(frozen=True)

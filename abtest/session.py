@@ -22,6 +22,33 @@ from abtest.trace.model import TraceData
 from abtest.trace.readers import read_trace
 
 
+def _reach_span(window: tuple[int | None, int | None] | None, history_ns: int) -> tuple[int | None, int | None]:
+    """[start - history_ns, end + history_ns) of `window` (None: open end)."""
+    if not window:
+        return None, None
+    return (None if window[0] is None else int(window[0]) - history_ns,
+            None if window[1] is None else int(window[1]) + history_ns)
+
+
+def _reach(df: pl.DataFrame, window: tuple[int | None, int | None] | None, history_ns: int) -> pl.DataFrame:
+    """The rows of `df` with ts in _reach_span(window, history_ns): a zero-copy slice when ts is sorted (the
+    decoders' tables are), a filter otherwise."""
+    if "ts" not in df.columns or not window:
+        return df
+    lo, hi = _reach_span(window, history_ns)
+    ts = df["ts"]
+    if ts.is_sorted():
+        i = 0 if lo is None else int(ts.search_sorted(lo, side="left"))
+        j = df.height if hi is None else int(ts.search_sorted(hi, side="left"))
+        return df.slice(i, max(j - i, 0))
+    keep = pl.lit(True)
+    if lo is not None:
+        keep = keep & (pl.col("ts") >= lo)
+    if hi is not None:
+        keep = keep & (pl.col("ts") < hi)
+    return df.filter(keep)
+
+
 class Trace:
     """A decoded trace with lazy table access.
 
@@ -36,10 +63,11 @@ class Trace:
     def __init__(self, path: str | os.PathLike, *, use_cache: bool = True,
                  platform: dict | str | os.PathLike | None = None,
                  window: tuple[int | None, int | None] | None = None, _entry: Path | None = None,
-                 _data: TraceData | None = None):
+                 _data: TraceData | None = None, _history_ns: int | None = None):
         self.path = Path(path)
         self._platform_arg = platform
         self._window = window
+        self._history_ns = _history_ns
         self._entry = _entry
         self._data = _data
         self._frames: dict[str, pl.DataFrame] = {}
@@ -93,6 +121,16 @@ class Trace:
         return self._meta.get("start_ns")
 
     @property
+    def reach_start_ns(self) -> int | None:
+        """Where the state carried into the span is rebuilt from: start_ns, or for a view with a history
+        (window(..., history_ns=)) the history's start (not before the trace's first event)."""
+        start = self.start_ns
+        if self._history_ns is None or start is None:
+            return start
+        first = self._meta.get("start_ns")
+        return max(start - self._history_ns, first) if first is not None else start - self._history_ns
+
+    @property
     def end_ns(self) -> int | None:
         """End of the analysed span in ns (window end if a window is set)."""
         if self._window and self._window[1] is not None:
@@ -128,10 +166,16 @@ class Trace:
         if name not in self._frames:
             if name not in self.tables:
                 raise MissingEventsError(f"table {name!r}", [name], str(self.path))
-            if self._entry is not None:
-                self._frames[name] = cache.read_table(self._entry, name)
+            if self._entry is not None and self._history_ns is not None:
+                lo, hi = _reach_span(self._window, self._history_ns)
+                df = cache.read_table_range(self._entry, name, lo, hi)
+            elif self._entry is not None:
+                df = cache.read_table(self._entry, name)
             else:
-                self._frames[name] = self._data.tables[name]
+                df = self._data.tables[name]
+                if self._history_ns is not None:
+                    df = _reach(df, self._window, self._history_ns)
+            self._frames[name] = df
         df = self._frames[name]
         if windowed and self._window and "ts" in df.columns:
             lo, hi = self._window
@@ -141,12 +185,26 @@ class Trace:
                 df = df.filter(pl.col("ts") < hi)
         return df
 
-    def window(self, start_ns: int | None, end_ns: int | None) -> "Trace":
-        """A view of the same trace restricted to [start_ns, end_ns) (ns on the trace clock)."""
+    def window(self, start_ns: int | None, end_ns: int | None, *, history_ns: int | None = None) -> "Trace":
+        """A view of the same trace restricted to [start_ns, end_ns) (ns on the trace clock).
+
+        history_ns: None (default): the analyses see the whole trace around the window (the state carried
+        into it comes from any earlier event). A number: the view reads only the rows of
+        [start_ns - history_ns, end_ns + history_ns) of each table, in its own frames (a slice of the
+        memory-mapped cache), so its memory is bounded by the window whatever the trace's length; state older
+        than history_ns before the window is unknown to it (abtest.analysis.windowed).
+        """
         view = Trace(self.path, platform=self._platform_arg, window=(start_ns, end_ns),
-                     _entry=self._entry, _data=self._data)
-        view._frames = self._frames
+                     _entry=self._entry, _data=self._data, _history_ns=history_ns)
+        if history_ns is None:
+            view._frames = self._frames
         return view
+
+    def release(self) -> None:
+        """Drop the tables this handle holds in memory (the decoded tables a first open keeps, the mapped
+        cache files); they are read again from the cache when asked for."""
+        if self._entry is not None:
+            self._frames.clear()
 
     def to_dir(self, out_dir: str | os.PathLike) -> Path:
         """Write every table as parquet + meta.json into out_dir (layout of abtest.trace.cache)."""
@@ -172,17 +230,21 @@ class Trace:
         from abtest.analysis.power import PowerAnalysis
         return PowerAnalysis(self)
 
-    def metrics(self, analyses: list[str] | None = None, *, tasks: tuple[str, ...] = ()) -> pl.DataFrame:
+    def metrics(self, analyses: list[str] | None = None, *, tasks: tuple[str, ...] = (),
+                options=None) -> pl.DataFrame:
         """Every declared metric this trace yields (abtest.analysis.registry), one row per value:
         analysis, key (full), key_template, group, value, unit, direction, aggregation. Analyses whose
-        required events are absent are left out (`abtest analyze` says why)."""
+        required events are absent are left out (`abtest analyze` says why). options: a
+        registry.MetricOptions (default: MetricOptions(tasks=tasks)). For a long trace in bounded memory:
+        abtest.analysis.windowed.windowed_metrics(trace, window_s)."""
         from abtest.analysis import registry
+        options = options or registry.MetricOptions(tasks=tuple(tasks))
         rows = []
         chosen = [registry.BY_NAME[n] for n in analyses] if analyses else \
             list(registry.TRACE_ANALYSES) + [registry.POWER]
         for a in chosen:
             try:
-                vals = registry.compute(a, self, registry.MetricOptions(tasks=tuple(tasks)))
+                vals = registry.compute(a, self, options)
             except (MissingEventsError, ValueError):
                 continue
             rows += [{"analysis": a.name, "key": v.key, "key_template": v.spec.key, "group": v.group,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import polars as pl
 
 from abtest.analysis.intervals import df_intervals, window_of
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
 CAPACITY_TABLES = ("sched_cpu_capacity", "lisa__sched_cpu_capacity")
@@ -172,22 +172,24 @@ def summary(trace) -> dict:
 CPU_MEAN_CAPACITY = MetricSpec(
     "capacity.cpu.{cpu}.mean", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU, title="mean CPU capacity",
     description="Time-weighted mean of the CPU's capacity for CFS (rq->cpu_capacity, 1024 = biggest CPU at its top "
-                "OPP; sched_cpu_capacity / lisa__sched_cpu_capacity).")
+                "OPP; sched_cpu_capacity / lisa__sched_cpu_capacity).", window=WindowCombine.TIME)
 CPU_CAPACITY_REDUCED_PCT = MetricSpec(
     "capacity.cpu.{cpu}.reduced_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.CPU, title="capacity reduced",
     description="Share of the known time the CPU's capacity for CFS was below its original capacity (RT, DL, IRQ or "
-                "thermal pressure).")
+                "thermal pressure).", window=WindowCombine.TIME)
 TASK_UCLAMP_MIN = MetricSpec(
     "uclamp.task.{task}.mean_min", "", Direction.NONE, Aggregation.MEAN, Grouping.TASK, title="task uclamp.min",
-    description="Time-weighted mean uclamp.min request of the threads named {task} (uclamp_update_tsk).")
+    description="Time-weighted mean uclamp.min request of the threads named {task} (uclamp_update_tsk).",
+    window=WindowCombine.TIME)
 TASK_UCLAMP_MAX = MetricSpec(
     "uclamp.task.{task}.mean_max", "", Direction.NONE, Aggregation.MEAN, Grouping.TASK, title="task uclamp.max",
-    description="Time-weighted mean uclamp.max request of the threads named {task} (uclamp_update_tsk).")
+    description="Time-weighted mean uclamp.max request of the threads named {task} (uclamp_update_tsk).",
+    window=WindowCombine.TIME)
 CPU_UCLAMP_AVG = MetricSpec(
     "uclamp.cpu.{cpu}.mean_clamped_util", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
     title="clamped CPU util",
     description="Time-weighted mean of the root cfs_rq util as clamped by the rq's uclamp (what schedutil sees; "
-                "lisa__uclamp_util_cfs uclamp_avg).")
+                "lisa__uclamp_util_cfs uclamp_avg).", window=WindowCombine.TIME)
 
 METRICS = (CPU_MEAN_CAPACITY, CPU_CAPACITY_REDUCED_PCT, TASK_UCLAMP_MIN, TASK_UCLAMP_MAX, CPU_UCLAMP_AVG)
 

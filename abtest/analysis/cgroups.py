@@ -26,7 +26,7 @@ import polars as pl
 
 from abtest.analysis.latency import df_latency_stats
 from abtest.analysis.meta_events import df_meta_events
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
 EVENTS = ("sched_switch",)
@@ -184,13 +184,15 @@ def summary(trace) -> dict:
 _G = "of the tasks in cgroup {cgroup} at the time (cgroup_attach_task events and the collector's start snapshot)"
 CGROUP_LATENCY_GMEAN_US = MetricSpec("cgroup.{cgroup}.latency_gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                      Grouping.CGROUP, title="cgroup wakeup latency gmean",
-                                     description=f"Geometric mean wakeup latency (sched_wakeup -> switch-in) {_G}.")
+                                     description=f"Geometric mean wakeup latency (sched_wakeup -> switch-in) {_G}.",
+                                     window=WindowCombine.EVENTS_GEO)
 CGROUP_LATENCY_P95_US = MetricSpec("cgroup.{cgroup}.latency_p95_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                    Grouping.CGROUP, title="cgroup wakeup latency p95",
-                                   description=f"95th percentile wakeup latency (sched_wakeup -> switch-in) {_G}.")
+                                   description=f"95th percentile wakeup latency (sched_wakeup -> switch-in) {_G}.",
+                                   window=WindowCombine.QUANTILE)
 CGROUP_RUNTIME = MetricSpec("cgroup.{cgroup}.runtime_ms_per_s", "ms/s", Direction.NONE, Aggregation.MEAN,
                             Grouping.CGROUP, title="cgroup CPU time",
-                            description=f"CPU time per second of window, all CPUs, {_G}.")
+                            description=f"CPU time per second of window, all CPUs, {_G}.", window=WindowCombine.RATE)
 
 METRICS = (CGROUP_LATENCY_GMEAN_US, CGROUP_LATENCY_P95_US, CGROUP_RUNTIME)
 

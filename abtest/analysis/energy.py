@@ -12,7 +12,7 @@ import polars as pl
 from abtest.analysis.platform import domain_names, trace_platform
 from abtest.analysis.intervals import df_cpu_idle_intervals, df_intervals, df_intervals_join, window_of
 from abtest.analysis.power import df_channel_power, df_power_per_rail, plot_power_per_rail, rail_mapping
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 
 MODEL_EVENTS = ("cpu_frequency",)
 
@@ -223,7 +223,7 @@ POWER_ESTIMATE = MetricSpec(
     "power.estimate.{domain}", "mW", Direction.LOWER, Aggregation.MEAN, Grouping.DOMAIN, title="estimated power",
     description="Energy-model estimate of the average power of one frequency domain (active time at each OPP x "
                 "its power + idle residency x idle power + static power), from the platform's energy model "
-                "(its source is named with the estimate); domain 'all' = every domain.")
+                "(its source is named with the estimate); domain 'all' = every domain.", window=WindowCombine.TIME)
 ESTIMATE_EVENTS = MODEL_EVENTS
 ESTIMATE_OPTIONAL_EVENTS = ("cpu_idle", "sched_switch")
 ESTIMATE_METRICS = (POWER_ESTIMATE,)

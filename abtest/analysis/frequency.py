@@ -34,7 +34,7 @@ from abtest.analysis.clusters import cpus_label, df_domains_from_frequency
 from abtest.analysis.meta_events import meta_cpu_frequency
 from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import (df_cpu_idle_intervals, df_intervals, df_intervals_join, window_of)
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
 # cpu_frequency kernel events, or only marker-carried ones (devlib): either is enough, so none is required
@@ -491,44 +491,45 @@ _KNOWN = ("over the time its frequency is known (cpu_frequency events, and devli
           "trace_marker, which give the frequency of a CPU that never changes it)")
 CPU_MEAN_MHZ = MetricSpec(
     "frequency.cpu.{cpu}.mean_mhz", "MHz", Direction.NONE, Aggregation.MEAN, Grouping.CPU, title="mean frequency",
-    description=f"Time-weighted mean frequency of the CPU {_KNOWN}.")
+    description=f"Time-weighted mean frequency of the CPU {_KNOWN}.", window=WindowCombine.TIME)
 CPU_ACTIVE_MEAN_MHZ = MetricSpec(
     "frequency.cpu.{cpu}.active_mean_mhz", "MHz", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
     title="mean frequency when active",
-    description="Time-weighted mean frequency over the CPU's non-idle time (needs cpu_idle).")
+    description="Time-weighted mean frequency over the CPU's non-idle time (needs cpu_idle).",
+    window=WindowCombine.TIME)
 CPU_TRANSITIONS_PER_S = MetricSpec(
     "frequency.cpu.{cpu}.transitions_per_s", "1/s", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
     title="frequency transitions",
     description="Frequency transitions of the CPU per second of window, counted like cpufreq's total_trans: every "
                 "kernel cpu_frequency event that changes the value in force (the first one too when nothing was "
-                "known before it); marker-carried values are state, not transitions.")
+                "known before it); marker-carried values are state, not transitions.", window=WindowCombine.RATE)
 DOMAIN_MEAN_MHZ = MetricSpec(
     "frequency.cluster.{cluster}.mean_mhz", "MHz", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
     title="cluster mean frequency",
     description=f"Time-weighted mean frequency of the frequency domain (named by its CPUs, 'cpu0-3'; its first CPU "
-                f"with data stands for the domain) {_KNOWN}.")
+                f"with data stands for the domain) {_KNOWN}.", window=WindowCombine.TIME)
 DOMAIN_ACTIVE_MEAN_MHZ = MetricSpec(
     "frequency.cluster.{cluster}.active_mean_mhz", "MHz", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
     title="cluster mean frequency when active",
     description="Time-weighted mean frequency of the domain over the time at least one of its CPUs is not idle "
-                "(needs cpu_idle).")
+                "(needs cpu_idle).", window=WindowCombine.TIME)
 DOMAIN_TRANSITIONS_PER_S = MetricSpec(
     "frequency.cluster.{cluster}.transitions_per_s", "1/s", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
     title="cluster frequency transitions",
     description="Frequency transitions of the domain (its first CPU's, counted like cpufreq's total_trans) per "
-                "second of window.")
+                "second of window.", window=WindowCombine.RATE)
 DOMAIN_UNKNOWN_PCT = MetricSpec(
     "frequency.cluster.{cluster}.unknown_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
     title="frequency unknown",
     description="Share of the window before the domain's first known frequency: with the domain's OPP residencies "
-                "(frequency.opp.*) it sums to 100 %.")
+                "(frequency.opp.*) it sums to 100 %.", window=WindowCombine.RATE)
 
 OPP_RESIDENCY_PCT = MetricSpec(
     "frequency.opp.{opp}.residency_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.OPP,
     title="OPP residency",
     description="Share of the window the frequency domain (named by its first CPU) spent at this OPP; group "
                 "'cpu<N>@<kHz>'. Time before the domain's first known frequency is reported apart, as "
-                "frequency.cluster.{cluster}.unknown_pct.")
+                "frequency.cluster.{cluster}.unknown_pct.", window=WindowCombine.RATE)
 
 METRICS = (CPU_MEAN_MHZ, CPU_ACTIVE_MEAN_MHZ, CPU_TRANSITIONS_PER_S, DOMAIN_MEAN_MHZ, DOMAIN_ACTIVE_MEAN_MHZ,
            DOMAIN_TRANSITIONS_PER_S, DOMAIN_UNKNOWN_PCT, OPP_RESIDENCY_PCT)

@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from abtest.analysis.intervals import df_cpu_idle_intervals
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 
 EVENTS = ("cpu_idle",)
 OPTIONAL_EVENTS = ("cpu_idle_miss",)
@@ -511,22 +511,25 @@ TOO_DEEP_PCT = MetricSpec(
     "idle.too_deep_pct", "%", Direction.LOWER, Aggregation.GMEAN, title="too deep", headline=True,
     description="Idle entries whose state was deeper than the sleep that followed allowed (cpu_idle_miss 'above', "
                 "else derived from target residencies), as % of all wakeups from idle (all CPUs); the teo seed's "
-                "'too deep %'.")
+                "'too deep %'.", window=WindowCombine.EVENTS, window_weight="idle.wakeups_per_s")
 TOO_SHALLOW_PCT = MetricSpec(
     "idle.too_shallow_pct", "%", Direction.LOWER, Aggregation.GMEAN, title="too shallow", headline=True,
     description="Idle entries where a deeper state would have fitted the sleep (cpu_idle_miss 'below', else "
-                "derived), as % of all wakeups from idle; the teo seed's 'too shallow %'.")
+                "derived), as % of all wakeups from idle; the teo seed's 'too shallow %'.",
+                window=WindowCombine.EVENTS, window_weight="idle.wakeups_per_s")
 IDLE_WAKEUPS_PER_S = MetricSpec(
     "idle.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN, title="idle wakeups",
-    description="Exits from idle (cpu_idle state=-1 after an idle state) per second of window, all CPUs together.")
+    description="Exits from idle (cpu_idle state=-1 after an idle state) per second of window, all CPUs together.",
+    window=WindowCombine.RATE)
 IDLE_PCT = MetricSpec(
     "idle.idle_pct", "%", Direction.NONE, Aggregation.MEAN, title="CPU time idle",
     description="Share of all CPUs' time spent in any idle state (time with unknown state excluded from neither "
-                "part: it counts in the denominator).")
+                "part: it counts in the denominator).", window=WindowCombine.RATE)
 STATE_RESIDENCY_PCT = MetricSpec(
     "idle.state.{idle_state}.residency_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.IDLE_STATE,
     title="idle state residency",
-    description="Share of all CPUs' time spent in this idle state (by state name from the platform / cpuidle).")
+    description="Share of all CPUs' time spent in this idle state (by state name from the platform / cpuidle).",
+    window=WindowCombine.RATE)
 
 METRICS = (TOO_DEEP_PCT, TOO_SHALLOW_PCT, IDLE_WAKEUPS_PER_S, IDLE_PCT, STATE_RESIDENCY_PCT)
 

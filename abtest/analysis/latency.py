@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
 EVENTS = ("sched_switch",)
@@ -366,78 +366,94 @@ _WAK = ("Wakeup latency from sched_waking (try_to_wake_up() entry, before the en
 _PRE = "Preemption latency (switched out still runnable -> switched in again), of all preemptions"
 
 
-def _family(prefix: str, what: str, title: str, headline: bool = False) -> tuple[MetricSpec, ...]:
+def _family(prefix: str, what: str, title: str, rate: str, headline: bool = False) -> tuple[MetricSpec, ...]:
+    """The latency statistics of one definition; `rate`: the family's events-per-second metric (the weight
+    of its per-window values, WindowCombine)."""
+    ev = dict(window_weight=rate)
     return (
         MetricSpec(f"{prefix}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} gmean",
-                   headline=headline, description=f"{what}: geometric mean of the positive latencies."),
+                   headline=headline, description=f"{what}: geometric mean of the positive latencies.",
+                   window=WindowCombine.EVENTS_GEO, **ev),
         MetricSpec(f"{prefix}.mean_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} mean",
-                   description=f"{what}: arithmetic mean."),
+                   description=f"{what}: arithmetic mean.", window=WindowCombine.EVENTS, **ev),
         MetricSpec(f"{prefix}.p50_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p50",
-                   description=f"{what}: median (linear interpolation)."),
+                   description=f"{what}: median (linear interpolation).", window=WindowCombine.QUANTILE, **ev),
         MetricSpec(f"{prefix}.p90_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p90",
-                   description=f"{what}: 90th percentile."),
+                   description=f"{what}: 90th percentile.", window=WindowCombine.QUANTILE, **ev),
         MetricSpec(f"{prefix}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p95",
-                   description=f"{what}: 95th percentile."),
+                   description=f"{what}: 95th percentile.", window=WindowCombine.QUANTILE, **ev),
         MetricSpec(f"{prefix}.p99_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p99",
-                   description=f"{what}: 99th percentile."),
+                   description=f"{what}: 99th percentile.", window=WindowCombine.QUANTILE, **ev),
         MetricSpec(f"{prefix}.max_us", "us", Direction.LOWER, Aggregation.MEDIAN, title=f"{title} max",
-                   description=f"{what}: maximum (median over iterations: one outlier per run is common)."),
+                   description=f"{what}: maximum (median over iterations: one outlier per run is common).",
+                   window=WindowCombine.MAX),
     )
 
 
 (LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P90_US, LATENCY_P95_US, LATENCY_P99_US,
- LATENCY_MAX_US) = _family("latency", _LAT, "wakeup latency", headline=True)
+ LATENCY_MAX_US) = _family("latency", _LAT, "wakeup latency", "latency.wakeups_per_s", headline=True)
 LATENCY_WAKEUPS_PER_S = MetricSpec("latency.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
                                    title="matched wakeups",
-                                   description="Matched wakeups (sched_wakeup definition) per second of window.")
-WAKING_FAMILY = _family("latency.waking", _WAK, "waking latency")
+                                   description="Matched wakeups (sched_wakeup definition) per second of window.",
+                                   window=WindowCombine.RATE)
+WAKING_FAMILY = _family("latency.waking", _WAK, "waking latency", "latency.waking.wakeups_per_s")
 WAKING_WAKEUPS_PER_S = MetricSpec("latency.waking.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
                                   title="matched wakings",
-                                  description="Matched wakeups (sched_waking definition) per second of window.")
-PREEMPT_FAMILY = _family("latency.preempt", _PRE, "preemption latency")
+                                  description="Matched wakeups (sched_waking definition) per second of window.",
+                                  window=WindowCombine.RATE)
+PREEMPT_FAMILY = _family("latency.preempt", _PRE, "preemption latency", "latency.preempt.preemptions_per_s")
 PREEMPTIONS_PER_S = MetricSpec("latency.preempt.preemptions_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
                                title="preemptions",
-                               description="Switch-outs of a still-runnable task that later ran again, per second.")
+                               description="Switch-outs of a still-runnable task that later ran again, per second.",
+                               window=WindowCombine.RATE)
 
 _TASK = ("of the wakeups of threads named {task} (comm at the wakeup; threads sharing a name are pooled, a "
          "renamed thread counts under each name it had; sched_wakeup definition)")
 TASK_LATENCY_GMEAN_US = MetricSpec("latency.task.{task}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                    Grouping.TASK, title="task wakeup latency gmean",
-                                   description=f"Geometric mean wakeup latency {_TASK}.")
+                                   description=f"Geometric mean wakeup latency {_TASK}.",
+                                   window=WindowCombine.EVENTS_GEO, window_weight="latency.task.{task}.wakeups_per_s")
 TASK_LATENCY_P50_US = MetricSpec("latency.task.{task}.p50_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                  Grouping.TASK, title="task wakeup latency p50",
-                                 description=f"Median wakeup latency {_TASK}.")
+                                 description=f"Median wakeup latency {_TASK}.",
+                                 window=WindowCombine.QUANTILE, window_weight="latency.task.{task}.wakeups_per_s")
 TASK_LATENCY_P90_US = MetricSpec("latency.task.{task}.p90_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                  Grouping.TASK, title="task wakeup latency p90",
-                                 description=f"90th percentile wakeup latency {_TASK}.")
+                                 description=f"90th percentile wakeup latency {_TASK}.",
+                                 window=WindowCombine.QUANTILE, window_weight="latency.task.{task}.wakeups_per_s")
 TASK_LATENCY_P95_US = MetricSpec("latency.task.{task}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                  Grouping.TASK, title="task wakeup latency p95",
-                                 description=f"95th percentile wakeup latency {_TASK}.")
+                                 description=f"95th percentile wakeup latency {_TASK}.",
+                                 window=WindowCombine.QUANTILE, window_weight="latency.task.{task}.wakeups_per_s")
 TASK_LATENCY_P99_US = MetricSpec("latency.task.{task}.p99_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                  Grouping.TASK, title="task wakeup latency p99",
-                                 description=f"99th percentile wakeup latency {_TASK}.")
+                                 description=f"99th percentile wakeup latency {_TASK}.",
+                                 window=WindowCombine.QUANTILE, window_weight="latency.task.{task}.wakeups_per_s")
 TASK_WAKEUPS_PER_S = MetricSpec("latency.task.{task}.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
                                 Grouping.TASK, title="task wakeups",
-                                description=f"Matched wakeups per second of window {_TASK}.")
+                                description=f"Matched wakeups per second of window {_TASK}.", window=WindowCombine.RATE)
 TASK_PREEMPT_GMEAN_US = MetricSpec("latency.preempt.task.{task}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                    Grouping.TASK, title="task preemption latency gmean",
-                                   description="Geometric mean preemption latency of the threads named {task}.")
+                                   description="Geometric mean preemption latency of the threads named {task}.",
+                                   window=WindowCombine.EVENTS_GEO)
 _CL = "(execution cluster: where the task ran after the wakeup; clusters named by their CPUs)"
 _TCL = "(target cluster: of the wakeup's target_cpu)"
 CLUSTER_LATENCY_GMEAN_US = MetricSpec("latency.cluster.{cluster}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                       Grouping.CLUSTER, title="wakeup latency gmean per execution cluster",
-                                      description=f"Geometric mean wakeup latency (sched_wakeup definition) {_CL}.")
+                                      description=f"Geometric mean wakeup latency (sched_wakeup definition) {_CL}.",
+                                      window=WindowCombine.EVENTS_GEO)
 CLUSTER_LATENCY_P95_US = MetricSpec("latency.cluster.{cluster}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN,
                                     Grouping.CLUSTER, title="wakeup latency p95 per execution cluster",
-                                    description=f"95th percentile wakeup latency (sched_wakeup definition) {_CL}.")
+                                    description=f"95th percentile wakeup latency (sched_wakeup definition) {_CL}.",
+                                    window=WindowCombine.QUANTILE)
 TARGET_CLUSTER_LATENCY_GMEAN_US = MetricSpec(
     "latency.target_cluster.{cluster}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN, Grouping.CLUSTER,
     title="wakeup latency gmean per target cluster",
-    description=f"Geometric mean wakeup latency (sched_wakeup definition) {_TCL}.")
+    description=f"Geometric mean wakeup latency (sched_wakeup definition) {_TCL}.", window=WindowCombine.EVENTS_GEO)
 TARGET_CLUSTER_LATENCY_P95_US = MetricSpec(
     "latency.target_cluster.{cluster}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN, Grouping.CLUSTER,
     title="wakeup latency p95 per target cluster",
-    description=f"95th percentile wakeup latency (sched_wakeup definition) {_TCL}.")
+    description=f"95th percentile wakeup latency (sched_wakeup definition) {_TCL}.", window=WindowCombine.QUANTILE)
 
 METRICS = (LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P90_US, LATENCY_P95_US, LATENCY_P99_US,
            LATENCY_MAX_US, LATENCY_WAKEUPS_PER_S, *WAKING_FAMILY, WAKING_WAKEUPS_PER_S, *PREEMPT_FAMILY,

@@ -20,7 +20,7 @@ import polars as pl
 from abtest.analysis import pelt_sim, window_sim
 from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import df_intervals, window_of
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 
 EVENTS = ("sched_switch",)  # enough for the simulated signals
 OPTIONAL_EVENTS = ("sched_pelt_cfs", "sched_pelt_se", "cpu_frequency", "sched_wakeup", "sched_waking",
@@ -162,6 +162,12 @@ class LoadTrackingAnalysis:
     def _win(self) -> dict:
         return {"start_ns": self.trace.start_ns, "end_ns": self.trace.end_ns}
 
+    def _reach(self) -> dict:
+        """The span the signals are simulated (or kernel samples kept) over: the window, or for a view with a
+        history (Trace.window(..., history_ns=), abtest.analysis.windowed) from the history's start, so that the
+        signals enter the window warmed up; means and contention are still taken over _win()."""
+        return {"start_ns": self.trace.reach_start_ns, "end_ns": self.trace.end_ns}
+
     def _wakeups(self) -> list[pl.DataFrame]:
         return [df for df in (self._df(n) for n in ("sched_waking", "sched_wakeup", "sched_wakeup_new")) if df is not None]
 
@@ -170,7 +176,7 @@ class LoadTrackingAnalysis:
 
     def _sim_common(self) -> dict:
         return dict(cpu_frequency=self._df("cpu_frequency"), wakeups=self._wakeups(), platform=trace_platform(self.trace),
-                    **self._win())
+                    **self._reach())
 
     # -- signals -----------------------------------------------------------------------------------
     def _sim_cpu_args(self, kern: pl.DataFrame | None) -> dict:
@@ -178,7 +184,7 @@ class LoadTrackingAnalysis:
         self.trace.require("load_tracking.df_cpu_signals(simulated)", *EVENTS)
         sw = self.trace.df("sched_switch", windowed=False)
         cpu_seeds, task_seeds, new_pids = pelt_sim.kernel_seeds(
-            sw, sched_pelt_cfs=kern, sched_pelt_se=self._df("sched_pelt_se"), forks=self._forks(), **self._win())
+            sw, sched_pelt_cfs=kern, sched_pelt_se=self._df("sched_pelt_se"), forks=self._forks(), **self._reach())
         return dict(initial=cpu_seeds, task_initial=task_seeds, new_pids=new_pids,
                     sched_migrate_task=self._df("sched_migrate_task"), **self._sim_common())
 
@@ -198,7 +204,7 @@ class LoadTrackingAnalysis:
 
     def _cpu_signals(self, source: str) -> pl.DataFrame:
         kern = self._df("sched_pelt_cfs")
-        w = self._win()
+        w = self._reach()
         if source not in ("auto", "kernel", "simulated"):
             raise ValueError(f"source {source!r}: expected auto, kernel or simulated")
         if source == "kernel" or (source == "auto" and kern is not None):
@@ -226,7 +232,7 @@ class LoadTrackingAnalysis:
         if source == "kernel" or (source == "auto" and kern is not None):
             self.trace.require("load_tracking.df_task_signals(kernel)", "sched_pelt_se")
             out = df_task_signals_kernel(kern if kern is not None else self.trace.df("sched_pelt_se"))
-            w = self._win()
+            w = self._reach()
             out = out.filter((pl.col("ts") >= w["start_ns"]) & (pl.col("ts") < w["end_ns"]))
             return out.filter(pl.col("pid").is_in(pids)) if pids is not None else out
         self.trace.require("load_tracking.df_task_signals(simulated)", *EVENTS)
@@ -239,7 +245,7 @@ class LoadTrackingAnalysis:
         ``source`` (see the module doc). All-simulated signals are aggregated while they are simulated
         (pelt_sim.df_cpu_contention: the same figures, no segments kept)."""
         kern = self._df("sched_pelt_cfs")
-        if source == "simulated" or (source == "auto" and kern is None):
+        if (source == "simulated" or (source == "auto" and kern is None)) and self._reach() == self._win():
             out = pelt_sim.df_cpu_contention(self.trace.df("sched_switch", windowed=False), **self._sim_cpu_args(kern))
             return out.with_columns(*[pl.lit("simulated").alias(c) for c in ("util_source", "runnable_source")],
                                     pl.lit(None, pl.Utf8).alias("load_source"), pl.lit("simulated").alias("source"))
@@ -360,25 +366,26 @@ _SRC = ("(each signal from the kernel's sched_pelt_cfs when the trace carries it
 CPU_MEAN_UTIL = MetricSpec(
     "load_tracking.cpu.{cpu}.mean_util", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU, title="mean util",
     description=f"Time-weighted mean of the CPU's root cfs_rq util_avg in capacity units (1024 = the biggest CPU at "
-                f"its top OPP) over the time it is known {_SRC}.")
+                f"its top OPP) over the time it is known {_SRC}.", window=WindowCombine.TIME)
 CPU_MEAN_RUNNABLE = MetricSpec(
     "load_tracking.cpu.{cpu}.mean_runnable", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
-    title="mean runnable", description=f"Time-weighted mean of the CPU's runnable_avg (capacity units) {_SRC}.")
+    title="mean runnable", description=f"Time-weighted mean of the CPU's runnable_avg (capacity units) {_SRC}.",
+    window=WindowCombine.TIME)
 CPU_CONTENDED_PCT = MetricSpec(
     "load_tracking.cpu.{cpu}.contended_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
     title="contended time",
     description=f"Share of the time both signals are known where runnable_avg exceeds util_avg by more than 1 unit "
-                f"{_SRC}.")
+                f"{_SRC}.", window=WindowCombine.TIME)
 CLUSTER_MEAN_UTIL = MetricSpec(
     "load_tracking.cluster.{cluster}.mean_util", "", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
     title="cluster mean util",
     description=f"Mean over the cluster's CPUs of their root cfs_rq time-weighted mean util_avg (workload-processor's "
-                f"per-cluster PELT; it averages the raw samples instead) {_SRC}.")
+                f"per-cluster PELT; it averages the raw samples instead) {_SRC}.", window=WindowCombine.TIME)
 CLUSTER_MEAN_LOAD = MetricSpec(
     "load_tracking.cluster.{cluster}.mean_load", "", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
     title="cluster mean load",
     description="Mean over the cluster's CPUs of their root cfs_rq time-weighted mean load_avg (kernel PELT events "
-                "only: load is never simulated).")
+                "only: load is never simulated).", window=WindowCombine.TIME)
 
 METRICS = (CPU_MEAN_UTIL, CPU_MEAN_RUNNABLE, CPU_CONTENDED_PCT, CLUSTER_MEAN_UTIL, CLUSTER_MEAN_LOAD)
 

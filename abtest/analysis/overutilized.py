@@ -22,7 +22,7 @@ from __future__ import annotations
 import polars as pl
 
 from abtest.analysis.intervals import df_intervals, window_of
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
 TABLES = ("sched_overutilized", "lisa__sched_overutilized")
@@ -151,15 +151,17 @@ def summary(trace) -> dict:
 OVERUTILIZED_PCT = MetricSpec(
     "overutilized.pct", "%", Direction.NONE, Aggregation.MEAN, title="overutilized",
     description="Share of the window the system (any root domain) was overutilized, i.e. EAS was off "
-                "(sched_overutilized / lisa__sched_overutilized; time before the first event is unknown, not counted).")
+                "(sched_overutilized / lisa__sched_overutilized; time before the first event is unknown, not counted).",
+                window=WindowCombine.RATE)
 OVERUTILIZED_TIME_S = MetricSpec(
     "overutilized.time_s", "s", Direction.NONE, Aggregation.MEAN, title="overutilized time",
-    description="Time the system was overutilized in the window (workload-processor's 'time').")
+    description="Time the system was overutilized in the window (workload-processor's 'time').",
+    window=WindowCombine.SUM)
 RD_OVERUTILIZED_PCT = MetricSpec(
     "overutilized.root_domain.{root_domain}.pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.ROOT_DOMAIN,
     title="root domain overutilized",
     description="Share of the window the root domain (named by its CPU span) was overutilized, when the event "
-                "carries a span.")
+                "carries a span.", window=WindowCombine.RATE)
 
 METRICS = (OVERUTILIZED_PCT, OVERUTILIZED_TIME_S, RD_OVERUTILIZED_PCT)
 

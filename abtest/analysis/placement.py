@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from abtest.analysis.intervals import df_intervals
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 
 EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("sched_migrate_task",)
@@ -284,44 +284,63 @@ def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
 # --------------------------------------------------------------------------------------------
 MIGRATIONS_PER_S = MetricSpec(
     "placement.cpu_changes_per_s", "1/s", Direction.NONE, Aggregation.MEAN, title="CPU changes",
-    description="Times a task ran on a different CPU than on its previous run (from sched_switch), per second.")
+    description="Times a task ran on a different CPU than on its previous run (from sched_switch), per second.",
+    window=WindowCombine.RATE)
 BALANCE_INDEX = MetricSpec(
     "placement.cluster.{cluster}.balance_index", "", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
     title="placement balance",
-    description="Balance index of the cluster's busy tasks over its CPUs (df_balance: 1 = tasks spread evenly).")
+    description="Balance index of the cluster's busy tasks over its CPUs (df_balance: 1 = tasks spread evenly).",
+    window=WindowCombine.TIME_APPROX)
 TASK_RUNTIME = MetricSpec(
     "placement.task.{task}.runtime_ms_per_s", "ms/s", Direction.NONE, Aggregation.MEAN, Grouping.TASK,
     title="task CPU time",
     description="CPU time of the threads named {task} (comm at switch-in; same-name threads pooled) per second "
-                "of window, all CPUs.")
+                "of window, all CPUs.", window=WindowCombine.RATE)
 TASK_ACTIVATIONS = MetricSpec(
     "placement.task.{task}.activations_per_s", "1/s", Direction.NONE, Aggregation.MEAN, Grouping.TASK,
     title="task activations",
-    description="Switch-ins of threads named {task} per second of window.")
+    description="Switch-ins of threads named {task} per second of window.", window=WindowCombine.RATE)
 
 METRICS = (MIGRATIONS_PER_S, BALANCE_INDEX, TASK_RUNTIME, TASK_ACTIVATIONS)
 
 
+def _clip_start(intervals: pl.DataFrame, start_ns: int) -> pl.DataFrame:
+    """Intervals cut at start_ns (the parts before it dropped; column order kept)."""
+    end = pl.col("ts") + pl.col("dur")
+    lo = pl.max_horizontal(pl.col("ts"), pl.lit(start_ns, pl.Int64))
+    return intervals.filter(end > start_ns).with_columns(lo.alias("ts"), (end - lo).alias("dur"))
+
+
 def metrics(trace, options=None) -> list[MetricValue]:
     """The declared placement metrics of one trace. Per task: names in ``options.tasks`` plus the
-    ``options.top_tasks`` names with the most CPU time."""
+    ``options.top_tasks`` names with the most CPU time. A view with a history (abtest.analysis.windowed) reads
+    the runs from the history's start, so that a CPU change and a switch-in count in the window where the
+    later run starts, and a run carried into the window counts its time in it but not as a switch-in."""
     pa = PlacementAnalysis(trace)
-    iv = pa.df_intervals()
+    start, reach = trace.start_ns, trace.reach_start_ns
+    if reach is not None and reach < start:
+        runs = df_task_intervals(trace.df("sched_switch", windowed=False), start_ns=reach, end_ns=trace.end_ns)
+        iv = _clip_start(runs, start)
+    else:
+        runs = iv = pa.df_intervals()
     win_s = max((trace.end_ns - trace.start_ns) / 1e9, 1e-9)
     out: list[MetricValue] = []
-    mig = df_migrations(iv, None, start_ns=trace.start_ns, end_ns=trace.end_ns)
-    out.append(MetricValue(MIGRATIONS_PER_S, float(mig["observed_cpu_changes"].sum()) / win_s))
+    seq = runs.select("pid", "ts", "cpu").sort("ts").sort("pid", maintain_order=True)
+    changed = (pl.col("pid") == pl.col("pid").shift(1)) & (pl.col("cpu") != pl.col("cpu").shift(1))
+    n_changes = seq.filter(changed.fill_null(False) & (pl.col("ts") >= start)).height
+    out.append(MetricValue(MIGRATIONS_PER_S, n_changes / win_s))
     res = df_task_residency(iv)
     min_ns = int((trace.end_ns - trace.start_ns) * 0.01)
     bal = df_balance(df_balance_per_cpu(res, pa.clusters(), min_runtime_ns=min_ns))
     out += [MetricValue(BALANCE_INDEX, float(b), str(c)) for c, b in bal.select("cluster", "balance_index").iter_rows()
             if b is not None]
-    per = (iv.group_by("comm").agg(pl.col("dur").sum().alias("run_ns"), pl.len().alias("runs"))
-           .sort(["run_ns", "comm"], descending=[True, False]))
+    switch_ins = runs.filter(pl.col("ts") >= start).group_by("comm").agg(pl.len().alias("runs"))
+    per = (iv.group_by("comm").agg(pl.col("dur").sum().alias("run_ns")).join(switch_ins, on="comm", how="left")
+           .with_columns(pl.col("runs").fill_null(0)).sort(["run_ns", "comm"], descending=[True, False]))
     named = tuple(getattr(options, "tasks", ()) or ())
     top = getattr(options, "top_tasks", 20)
     chosen = per.filter(pl.col("comm").is_in(list(named)) | (pl.int_range(pl.len()) < top))
-    for comm, run_ns, runs in chosen.iter_rows():  # at most top + len(named) task names
+    for comm, run_ns, runs_n in chosen.iter_rows():  # at most top + len(named) task names
         out.append(MetricValue(TASK_RUNTIME, run_ns / 1e6 / win_s, comm))
-        out.append(MetricValue(TASK_ACTIVATIONS, runs / win_s, comm))
+        out.append(MetricValue(TASK_ACTIVATIONS, runs_n / win_s, comm))
     return out

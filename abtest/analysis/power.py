@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from abtest.analysis.intervals import df_intervals, window_of
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 
 EVENTS = ("power_rail",)
 OPTIONAL_EVENTS: tuple[str, ...] = ()
@@ -47,10 +47,11 @@ POWER_CHANNEL = MetricSpec(
     "power.{channel}", "mW", Direction.LOWER, Aggregation.MEAN, Grouping.CHANNEL, title="average power",
     headline=True,
     description="Average power of the channel's rails over the iteration (energy / time covered by samples, "
-                "summed over its rails); Total = every rail.")
+                "summed over its rails); Total = every rail.", window=WindowCombine.TIME)
 POWER_RAIL = MetricSpec(
     "power.rail.{rail}", "mW", Direction.LOWER, Aggregation.MEAN, Grouping.RAIL, title="rail power",
-    description="Average power of one measured rail over the iteration (energy / time covered by its samples).")
+    description="Average power of one measured rail over the iteration (energy / time covered by its samples).",
+    window=WindowCombine.TIME)
 
 METRICS = (POWER_CHANNEL, POWER_RAIL)
 

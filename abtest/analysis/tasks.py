@@ -27,7 +27,7 @@ from __future__ import annotations
 import polars as pl
 
 from abtest.analysis.intervals import df_intervals, window_of
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 
 EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_waking")
@@ -232,23 +232,28 @@ def summary(trace, top_tasks: int = 10) -> dict:
 _T = ("of the threads named {task} (sched_switch states, sched_wakeup; share of their known time, same-name "
       "threads pooled)")
 TASK_RUNNING_PCT = MetricSpec("tasks.task.{task}.running_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.TASK,
-                              title="task running", description=f"Share of time running on a CPU {_T}.")
+                              title="task running", description=f"Share of time running on a CPU {_T}.",
+                              window=WindowCombine.TIME_APPROX)
 TASK_RUNNABLE_PCT = MetricSpec("tasks.task.{task}.runnable_pct", "%", Direction.LOWER, Aggregation.MEAN, Grouping.TASK,
                                title="task runnable (waiting)",
                                description=f"Share of time runnable but not running (woken or preempted, waiting for a "
-                                           f"CPU) {_T}.")
+                                           f"CPU) {_T}.", window=WindowCombine.TIME_APPROX)
 TASK_SLEEPING_PCT = MetricSpec("tasks.task.{task}.sleeping_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.TASK,
-                               title="task sleeping", description=f"Share of time sleeping (S, I) {_T}.")
+                               title="task sleeping", description=f"Share of time sleeping (S, I) {_T}.",
+                               window=WindowCombine.TIME_APPROX)
 TASK_UNINTERRUPTIBLE_PCT = MetricSpec("tasks.task.{task}.uninterruptible_pct", "%", Direction.NONE, Aggregation.MEAN,
                                       Grouping.TASK, title="task uninterruptible",
-                                      description=f"Share of time in uninterruptible sleep (D: I/O, locks) {_T}.")
+                                      description=f"Share of time in uninterruptible sleep (D: I/O, locks) {_T}.",
+                                      window=WindowCombine.TIME_APPROX)
 TASK_ACTIVATION_MEAN_MS = MetricSpec("tasks.task.{task}.activation_mean_ms", "ms", Direction.NONE, Aggregation.GMEAN,
                                      Grouping.TASK, title="task activation mean",
                                      description="Mean duration of the runs (switch-in to switch-out on one CPU; LISA's "
-                                                 "activations) of the threads named {task}.")
+                                                 "activations) of the threads named {task}.",
+                                                 window=WindowCombine.EVENTS)
 TASK_ACTIVATION_P95_MS = MetricSpec("tasks.task.{task}.activation_p95_ms", "ms", Direction.NONE, Aggregation.GMEAN,
                                     Grouping.TASK, title="task activation p95",
-                                    description="95th percentile run duration of the threads named {task}.")
+                                    description="95th percentile run duration of the threads named {task}.",
+                                    window=WindowCombine.QUANTILE)
 
 METRICS = (TASK_RUNNING_PCT, TASK_RUNNABLE_PCT, TASK_SLEEPING_PCT, TASK_UNINTERRUPTIBLE_PCT, TASK_ACTIVATION_MEAN_MS,
            TASK_ACTIVATION_P95_MS)

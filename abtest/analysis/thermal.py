@@ -28,7 +28,7 @@ import polars as pl
 
 from abtest.analysis.intervals import df_intervals, window_of
 from abtest.analysis.meta_events import meta_thermal_temperature
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
 EVENTS: tuple[str, ...] = ()  # any of the optional ones (MissingEventsError from metrics() when none)
@@ -228,19 +228,23 @@ def summary(trace) -> dict:
 _Z = ("of the thermal zone (named by its type; thermal_temperature events and abtest's sampler's readings), "
       "over the time its temperature is known")
 ZONE_MEAN_C = MetricSpec("thermal.zone.{zone}.mean_c", "°C", Direction.NONE, Aggregation.MEAN, Grouping.ZONE,
-                         title="mean temperature", description=f"Time-weighted mean temperature {_Z}.")
+                         title="mean temperature", description=f"Time-weighted mean temperature {_Z}.",
+                         window=WindowCombine.TIME)
 ZONE_MAX_C = MetricSpec("thermal.zone.{zone}.max_c", "°C", Direction.NONE, Aggregation.MEAN, Grouping.ZONE,
-                        title="max temperature", description="Highest temperature sample of the zone in the window.")
+                        title="max temperature", description="Highest temperature sample of the zone in the window.",
+                        window=WindowCombine.MAX)
 ZONE_ABOVE_PCT = MetricSpec("thermal.zone.{zone}.above_threshold_pct", "%", Direction.NONE, Aggregation.MEAN,
                             Grouping.ZONE, title=f"time above {THRESHOLD_C:g} °C",
-                            description=f"Share of the known time the zone was above {THRESHOLD_C:g} °C.")
+                            description=f"Share of the known time the zone was above {THRESHOLD_C:g} °C.",
+                            window=WindowCombine.TIME)
 CDEV_MEAN_STATE = MetricSpec("thermal.cdev.{cdev}.mean_state", "", Direction.NONE, Aggregation.MEAN,
                              Grouping.COOLING_DEVICE, title="cooling state",
                              description="Time-weighted mean state of the cooling device (cdev_update target; 0 = not "
-                                         "throttling) over the time it is known.")
+                                         "throttling) over the time it is known.", window=WindowCombine.TIME)
 CDEV_ACTIVE_PCT = MetricSpec("thermal.cdev.{cdev}.active_pct", "%", Direction.NONE, Aggregation.MEAN,
                              Grouping.COOLING_DEVICE, title="throttling time",
-                             description="Share of the known time the cooling device was in a state > 0 (throttling).")
+                             description="Share of the known time the cooling device was in a state > 0 (throttling).",
+                             window=WindowCombine.TIME)
 
 METRICS = (ZONE_MEAN_C, ZONE_MAX_C, ZONE_ABOVE_PCT, CDEV_MEAN_STATE, CDEV_ACTIVE_PCT)
 

@@ -203,10 +203,18 @@ def print_perfetto_report(d: dict, con: Console | None = None) -> None:
 @click.option("--engine", type=click.Choice(["native", "perfetto"]), default="native", show_default=True,
               help="native: abtest's readers and analyses; perfetto: Perfetto trace_processor's stdlib metrics")
 @click.option("--only", multiple=True, type=click.Choice(list(ANALYSES)), help="run only these analyses (repeatable)")
+@click.option("--windows", "windows_s", type=click.FloatRange(min=0.001), metavar="SECONDS",
+              help="long traces in bounded memory: analyse consecutive windows of SECONDS and combine each declared "
+                   "metric as the registry says (abtest.analysis.windowed); prints the metrics")
+@click.option("--history", "history_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              metavar="SECONDS", help="with --windows: seconds read around each window for the state carried into it")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="with --windows: worker processes (default: the number of CPUs)")
 def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[float, float] | None,
-            engine: str, only: tuple[str, ...]) -> None:
+            engine: str, only: tuple[str, ...], windows_s: float | None, history_s: float, jobs: int | None) -> None:
     """Main metrics of FILE: idle residency and misses, wakeup latency, OPP residency, util/runnable,
-    energy per rail, placement. Analyses whose events are missing are skipped with a note."""
+    energy per rail, placement. Analyses whose events are missing are skipped with a note.
+    With --windows: the declared metrics of a long trace, window by window (docs/analyze.md)."""
     if engine == "perfetto":
         if window or platform_file or only:
             click.secho("note: --window, --platform and --only do not apply to --engine perfetto", fg="yellow", err=True)
@@ -231,6 +239,10 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
             raise click.BadParameter(f"END_S ({hi}) must be greater than START_S ({lo})", param_hint="--window")
         t0 = trace.start_ns
         trace = trace.window(t0 + int(round(lo * 1e9)), t0 + int(round(hi * 1e9)))
+    if windows_s:
+        from abtest.commands.analyze_windows import run_windowed
+        run_windowed(trace, windows_s, history_s=history_s, jobs=jobs, only=only, as_json=as_json)
+        return
     d = analyze_dict(trace, window_s=window, only=only or None)
     from abtest.trace.import_log import import_warnings
     for w in import_warnings(trace.meta):

@@ -70,7 +70,9 @@ def write_tables(data: TraceData, out_dir: str | os.PathLike, *, fmt: str = "par
         jobs = sorted(data.tables.items(), key=lambda kv: -kv[1].height)  # the largest first
         with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1) or 1) as pool:
             list(pool.map(lambda kv: _write_table(kv[1], tmp / f"{kv[0]}{SUFFIX[fmt]}", fmt), jobs))
-        (tmp / "meta.json").write_text(json.dumps(data.meta, indent=1, sort_keys=True, default=str))
+        meta = dict(data.meta, ts_sorted=sorted(n for n, t in data.tables.items()
+                                                 if "ts" in t.columns and t["ts"].flags["SORTED_ASC"]))
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
         (tmp / ".complete").touch()
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -105,6 +107,38 @@ def read_table(entry: Path, name: str) -> pl.DataFrame:
     if path.suffix == SUFFIX["ipc"]:
         return pl.read_ipc(path)
     return pl.read_parquet(path)
+
+
+def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | None) -> pl.DataFrame:
+    """The rows of table `name` with ts in [lo_ns, hi_ns) (None: open end), reading only those rows of an
+    IPC file (memory-mapped by pyarrow; ts found by binary search, so ts must be sorted: the decoders' tables
+    are, meta["ts_sorted"] lists them) and copying nothing else; other tables are filtered after a whole read."""
+    path = table_path(entry, name)
+    keep = pl.lit(True)
+    if lo_ns is not None:
+        keep = keep & (pl.col("ts") >= lo_ns)
+    if hi_ns is not None:
+        keep = keep & (pl.col("ts") < hi_ns)
+    if path.suffix != SUFFIX["ipc"] or name not in (read_meta(entry).get("ts_sorted") or ()):
+        df = read_table(entry, name)
+        return df.filter(keep) if "ts" in df.columns else df
+    import pyarrow as pa
+    table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()  # zero-copy views of the mapping
+    chunks = [c.to_numpy(zero_copy_only=True) for c in table.column("ts").chunks]
+    i = 0 if lo_ns is None else _search_sorted(chunks, lo_ns)
+    j = table.num_rows if hi_ns is None else _search_sorted(chunks, hi_ns)
+    return pl.from_arrow(table.slice(i, max(j - i, 0)), rechunk=True)
+
+
+def _search_sorted(chunks: list, value: int) -> int:
+    """Index of the first row >= value in the concatenation of sorted chunks (numpy arrays)."""
+    import numpy as np
+    offset = 0
+    for arr in chunks:
+        if len(arr) and arr[-1] >= value:
+            return offset + int(np.searchsorted(arr, value, side="left"))
+        offset += len(arr)
+    return offset
 
 
 def scan_table(entry: Path, name: str) -> pl.LazyFrame:
