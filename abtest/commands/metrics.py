@@ -24,6 +24,14 @@ def _direction(s) -> str:
     return {"lower": "lower is better", "higher": "higher is better", "none": "none"}[s.direction.value]
 
 
+def _windows(s) -> str:
+    """How a metric's per-window values combine (MetricSpec.window), "-" for metrics not from a trace."""
+    if s.window is None:
+        return "-"
+    out = ("" if s.exact_combination else "≈ ") + s.window.value
+    return out + (f" [`{s.window_weight}`]" if s.window_weight else "")
+
+
 def registry_markdown() -> str:
     """docs/metrics.md: one section per analysis, one row per metric."""
     lines = ["# Metrics", "",
@@ -32,7 +40,8 @@ def registry_markdown() -> str:
              "is better; `none` gets no regression verdict), how iterations aggregate (the value tables print and "
              "perc_diff compares) and its grouping. A key's `{placeholder}` is filled with the group value, e.g. "
              "`power.{channel}` -> `power.CPU-Big`; compare, `--metric` patterns and the gate's thresholds file "
-             "use the filled keys.", ""]
+             "use the filled keys. `windows`: how the values of the windows of one long trace combine "
+             "(`abtest analyze --windows`, docs/analyze.md; a weight metric in brackets; ≈ = approximate).", ""]
     for a in ANALYSES:
         lines += [f"## {a.name}: {a.title}", "",
                   f"Source: {a.source}" + (f" ({a.doc})" if a.doc else "") + ".",
@@ -41,12 +50,12 @@ def registry_markdown() -> str:
         if not a.metrics:
             lines += ["No compared metrics (summaries for `abtest analyze` only).", ""]
             continue
-        lines += ["| key | unit | direction | aggregation | grouping | definition |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["| key | unit | direction | aggregation | grouping | windows | definition |",
+                  "|---|---|---|---|---|---|---|"]
         for s in a.metrics:
             desc = s.description.replace("|", "\\|")
             lines.append(f"| `{s.key}` | {s.unit or '-'} | {_direction(s)} | {s.aggregation.value} | "
-                         f"{s.group.value} | {desc}{' (headline)' if s.headline else ''} |")
+                         f"{s.group.value} | {_windows(s)} | {desc}{' (headline)' if s.headline else ''} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -70,10 +79,12 @@ def metrics(fmt: str, only: tuple[str, ...]) -> None:
     for a in ANALYSES:
         if only and a.name not in only:
             continue
-        t = Table("key", "unit", "direction", "agg", "group", title=f"{a.name}: {a.title}", title_justify="left")
+        t = Table("key", "unit", "direction", "agg", "group", "windows", title=f"{a.name}: {a.title}",
+                  title_justify="left")
         for s in a.metrics:
             t.add_row(s.key.replace("[", "\\["), s.unit or "-", s.direction.value, s.aggregation.value,
-                      s.group.value)
+                      s.group.value, ("≈ " if s.window and not s.exact_combination else "")
+                      + (s.window.value if s.window else "-"))
         con.print(t if a.metrics else f"[bold]{a.name}[/]: {a.title} (no compared metrics)")
         con.print(f"  [dim]events: {', '.join(a.events) or 'none'}"
                   + (f"; optional: {', '.join(a.optional_events)}" if a.optional_events else "") + "[/]")
