@@ -12,6 +12,7 @@ analyses of abtest.analysis).
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import polars as pl
@@ -71,6 +72,7 @@ class Trace:
         self._entry = _entry
         self._data = _data
         self._frames: dict[str, pl.DataFrame] = {}
+        self._loading = threading.Lock()
         if self._entry is None and self._data is None:
             self._load(use_cache)
         self._meta = cache.read_meta(self._entry) if self._entry is not None else self._data.meta
@@ -163,6 +165,18 @@ class Trace:
 
         Raises MissingEventsError if the trace has no such table.
         """
+        with self._loading:  # analyses may run in threads (abtest analyze): each table is read once
+            self._load_table(name)
+        df = self._frames[name]
+        if windowed and self._window and "ts" in df.columns:
+            lo, hi = self._window
+            if lo is not None:
+                df = df.filter(pl.col("ts") >= lo)
+            if hi is not None:
+                df = df.filter(pl.col("ts") < hi)
+        return df
+
+    def _load_table(self, name: str) -> None:
         if name not in self._frames:
             if name not in self.tables:
                 raise MissingEventsError(f"table {name!r}", [name], str(self.path))
@@ -176,14 +190,6 @@ class Trace:
                 if self._history_ns is not None:
                     df = _reach(df, self._window, self._history_ns)
             self._frames[name] = df
-        df = self._frames[name]
-        if windowed and self._window and "ts" in df.columns:
-            lo, hi = self._window
-            if lo is not None:
-                df = df.filter(pl.col("ts") >= lo)
-            if hi is not None:
-                df = df.filter(pl.col("ts") < hi)
-        return df
 
     def window(self, start_ns: int | None, end_ns: int | None, *, history_ns: int | None = None) -> "Trace":
         """A view of the same trace restricted to [start_ns, end_ns) (ns on the trace clock).
@@ -197,8 +203,19 @@ class Trace:
         view = Trace(self.path, platform=self._platform_arg, window=(start_ns, end_ns),
                      _entry=self._entry, _data=self._data, _history_ns=history_ns)
         if history_ns is None:
-            view._frames = self._frames
+            view._frames, view._loading = self._frames, self._loading
         return view
+
+    def __getstate__(self) -> dict:
+        """Pickled (to a worker process) without its tables and lock: the worker reads the cache itself."""
+        state = dict(self.__dict__)
+        state["_frames"] = {} if self._entry is not None else state["_frames"]
+        del state["_loading"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._loading = threading.Lock()
 
     def release(self) -> None:
         """Drop the tables this handle holds in memory (the decoded tables a first open keeps, the mapped
