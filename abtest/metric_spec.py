@@ -70,7 +70,8 @@ class WindowCombine(str, Enum):
     RATE: a count per second or a share of the window: mean weighted by each window's length, a window in
     which the analysis ran without giving this key a value counting as 0 (no event of that task, no time at
     that OPP). TIME: a time-weighted mean over the known time (frequency, util, temperature, power): mean
-    weighted by window length over the windows with a value. TIME_APPROX: a value that is not a mean over the whole window (a share of
+    weighted by window length over the windows with a value; exact while the quantity is known throughout
+    every window (past a trace's first moments), else approximate. TIME_APPROX: a value that is not a mean over the whole window (a share of
     the known time of some threads, an index), averaged by window length: an approximation. EVENTS: arithmetic mean weighted by the number of events behind each window's value (the
     spec's ``window_weight`` names the metric, a rate per second with the same grouping, that counts them).
     EVENTS_GEO: the same in log space (geometric means). SUM: the total. MAX / MIN: the extreme.
@@ -128,10 +129,12 @@ class MetricSpec:
     @property
     def exact_combination(self) -> bool:
         """Whether combining per-window values by `window` gives the whole span's value exactly (given exact
-        per-window values): TIME, SUM, MAX, MIN, and EVENTS / EVENTS_GEO with an event-count weight."""
+        per-window values): RATE, SUM, MAX, MIN, and EVENTS / EVENTS_GEO with an event-count weight. TIME is
+        exact only while the quantity is known throughout every window (a window's known time is not
+        reported, so windows are weighted by their length): it is flagged approximate."""
         if self.window in (WindowCombine.EVENTS, WindowCombine.EVENTS_GEO):
             return bool(self.window_weight)
-        return self.window not in (None, WindowCombine.QUANTILE, WindowCombine.TIME_APPROX)
+        return self.window in (WindowCombine.RATE, WindowCombine.SUM, WindowCombine.MAX, WindowCombine.MIN)
 
     def full_key(self, group: str | int | None = None) -> str:
         """The key of one value: the template with the group filled in (scalar: the key itself)."""

@@ -57,7 +57,11 @@ def test_exact_combinations_equal_the_whole_trace(traces, rel):
     combined = windowed_metrics(t, span_s / 3.5, history_s=span_s + 1)
     assert combined["windows"].max() >= 3
     j = _compare(whole, combined)
-    exact = j.filter(pl.col("exact"))
+    # TIME values (flagged approximate: a window's known time is not reported) are exact on these traces, whose
+    # signals are known from their first events on
+    timed = {s.key for _, s in registry.all_specs() if s.window is WindowCombine.TIME}
+    j = j.join(combined.select("key", "key_template"), on="key")
+    exact = j.filter(pl.col("exact") | pl.col("key_template").is_in(list(timed)))
     assert exact.height >= 10, exact
     bad = exact.filter(pl.col("rel") > 1e-6)
     assert bad.is_empty(), bad
@@ -74,7 +78,7 @@ def test_default_history_on_a_real_trace_stays_close(traces):
     t = Trace(path)
     combined = windowed_metrics(t, max((t.end_ns - t.start_ns) / 1e9 / 4, 0.5))
     j = _compare(whole, combined).filter(pl.col("exact"))
-    assert j.height >= 10
+    assert j.height >= 5
     assert j["rel"].max() < 1e-3, j.sort("rel", descending=True).head(5)
 
 
@@ -149,3 +153,23 @@ def test_jobs_give_the_same_values(traces):
     one = df_window_metrics(t, 0.5).sort("window", "key")
     two = df_window_metrics(Trace(path), 0.5, jobs=2).sort("window", "key")
     assert one.equals(two)
+
+
+def test_cli_windows_on_a_trace_without_metrics_exits_2(traces):
+    res = subprocess.run([sys.executable, "-m", "abtest.cli", "analyze", str(traces / "trappy/trace_empty.txt"),
+                          "--windows", "1"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "no declared metric" in res.stderr
+
+
+def test_windows_on_a_perfetto_trace_with_power_rails(traces):
+    """Perfetto tables (some not in time order: read whole and filtered per window) and the Pixel rails: the
+    power channels combine by time, flagged approximate: the first window holds time before the rails' first
+    samples (not covered), weighted as if it were; measured within 3 % of the whole trace here."""
+    path = traces / "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
+    whole = Trace(path).metrics(analyses=["power"])
+    t = Trace(path)
+    combined = windowed_metrics(t, (t.end_ns - t.start_ns) / 1e9 / 3, analyses=["power"])
+    j = _compare(whole, combined)
+    assert j.height == whole.height > 0
+    assert not j["exact"].any()
+    assert j["rel"].max() < 0.03, j.sort("rel", descending=True).head(5)

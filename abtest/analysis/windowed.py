@@ -52,6 +52,10 @@ def window_edges(start_ns: int, end_ns: int, window_ns: int) -> list[tuple[int, 
     return [(t, min(t + window_ns, end_ns)) for t in range(int(start_ns), int(end_ns), int(window_ns))]
 
 
+class WindowAnalysisError(RuntimeError):
+    """An analysis failed on one window (not for want of events): names the window and the analysis."""
+
+
 def _window_rows(trace, index: int, lo: int, hi: int, history_ns: int, analyses, options) -> list[dict]:
     view = trace.window(lo, hi, history_ns=history_ns)
     rows = []
@@ -60,6 +64,9 @@ def _window_rows(trace, index: int, lo: int, hi: int, history_ns: int, analyses,
             vals = registry.compute(a, view, options)
         except (MissingEventsError, ValueError):
             continue
+        except Exception as e:  # noqa: BLE001 - named with its window, never dropped silently
+            raise WindowAnalysisError(f"{trace.path}: analysis {a.name} failed on window {index} "
+                                      f"[{lo}, {hi}) ns: {type(e).__name__}: {e}") from e
         rows += [{"window": index, "start_ns": lo, "end_ns": hi, "analysis": a.name, "key": v.key,
                   "key_template": v.spec.key, "group": v.group, "value": float(v.value)} for v in vals]
     del view  # its slices of the mapped cache go with it

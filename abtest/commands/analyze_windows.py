@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from abtest.analysis.windowed import df_combine, df_window_metrics
+from abtest.analysis.windowed import WindowAnalysisError, df_combine, df_window_metrics
 from abtest.commands.text_grid import Column, Grid, fmt, print_grid
 
 
@@ -39,10 +39,19 @@ def run_windowed(trace, windows_s: float, *, history_s: float, jobs: int | None,
     try:
         per_window = df_window_metrics(trace, windows_s, history_s=history_s, analyses=only or None, jobs=jobs,
                                        on_window=tick)
+    except (WindowAnalysisError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
     finally:
         stop()
     combined = df_combine(per_window)
     n = per_window["window"].n_unique()
+    if combined.is_empty():
+        click.secho(f"error: no declared metric could be computed from {trace.path} in any window (its events are "
+                    f"absent or empty; `abtest analyze` without --windows says which)", fg="red", err=True)
+        if as_json:
+            click.echo(json.dumps({"file": str(trace.path), "windows_s": windows_s, "history_s": history_s,
+                                   "windows": n, "metrics": []}))
+        raise SystemExit(2)
     if as_json:
         rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
                 for r in combined.select("analysis", "key", "value", "unit", "window", "exact", "windows").to_dicts()]
