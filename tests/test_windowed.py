@@ -89,7 +89,7 @@ def test_window_views_read_only_their_rows(traces, tmp_path, monkeypatch):
     path = traces / "langraph/trace.dat"
     Trace(path)
     t = Trace(path)  # served from the cache
-    assert "sched_switch" in cache.read_meta(t._entry)["ts_sorted"]
+    assert "sched_switch" in cache._ts_sorted(t._entry)
     full = t.df("sched_switch")
     lo, hi = t.start_ns + (t.end_ns - t.start_ns) // 3, t.start_ns + 2 * (t.end_ns - t.start_ns) // 3
     h = (hi - lo) // 4

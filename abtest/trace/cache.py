@@ -35,6 +35,9 @@ from abtest.trace.readers import READER_VERSION
 SUFFIX = {"parquet": ".parquet", "ipc": ".arrow"}
 
 
+TS_SORTED = "ts_sorted.json"  # in a cache entry: the tables whose ts is in time order
+
+
 def cache_root() -> Path:
     env = os.environ.get("ABTEST_CACHE_DIR")
     if env:
@@ -70,9 +73,10 @@ def write_tables(data: TraceData, out_dir: str | os.PathLike, *, fmt: str = "par
         jobs = sorted(data.tables.items(), key=lambda kv: -kv[1].height)  # the largest first
         with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1) or 1) as pool:
             list(pool.map(lambda kv: _write_table(kv[1], tmp / f"{kv[0]}{SUFFIX[fmt]}", fmt), jobs))
-        meta = dict(data.meta, ts_sorted=sorted(n for n, t in data.tables.items()
-                                                 if "ts" in t.columns and t["ts"].flags["SORTED_ASC"]))
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+        (tmp / "meta.json").write_text(json.dumps(data.meta, indent=1, sort_keys=True, default=str))
+        if fmt == "ipc":  # the cache: which tables a time range can be read from by binary search
+            sorted_ts = sorted(n for n, t in data.tables.items() if "ts" in t.columns and t["ts"].flags["SORTED_ASC"])
+            (tmp / TS_SORTED).write_text(json.dumps(sorted_ts))
         (tmp / ".complete").touch()
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -112,14 +116,15 @@ def read_table(entry: Path, name: str) -> pl.DataFrame:
 def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | None) -> pl.DataFrame:
     """The rows of table `name` with ts in [lo_ns, hi_ns) (None: open end), reading only those rows of an
     IPC file (memory-mapped by pyarrow; ts found by binary search, so ts must be sorted: the decoders' tables
-    are, meta["ts_sorted"] lists them) and copying nothing else; other tables are filtered after a whole read."""
+    are, the entry's ts_sorted.json lists them) and copying nothing else; other tables are filtered after a
+    whole read."""
     path = table_path(entry, name)
     keep = pl.lit(True)
     if lo_ns is not None:
         keep = keep & (pl.col("ts") >= lo_ns)
     if hi_ns is not None:
         keep = keep & (pl.col("ts") < hi_ns)
-    if path.suffix != SUFFIX["ipc"] or name not in (read_meta(entry).get("ts_sorted") or ()):
+    if path.suffix != SUFFIX["ipc"] or name not in _ts_sorted(entry):
         df = read_table(entry, name)
         return df.filter(keep) if "ts" in df.columns else df
     import pyarrow as pa
@@ -128,6 +133,13 @@ def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | Non
     i = 0 if lo_ns is None else _search_sorted(chunks, lo_ns)
     j = table.num_rows if hi_ns is None else _search_sorted(chunks, hi_ns)
     return pl.from_arrow(table.slice(i, max(j - i, 0)), rechunk=True)
+
+
+def _ts_sorted(entry: Path) -> list[str]:
+    try:
+        return json.loads((entry / TS_SORTED).read_text())
+    except (OSError, ValueError):
+        return []  # an entry written before the file existed: tables are filtered
 
 
 def _search_sorted(chunks: list, value: int) -> int:
