@@ -173,3 +173,15 @@ def test_windows_on_a_perfetto_trace_with_power_rails(traces):
     assert j.height == whole.height > 0
     assert not j["exact"].any()
     assert j["rel"].max() < 0.03, j.sort("rel", descending=True).head(5)
+
+
+def test_analyze_suggests_windows_for_a_long_trace(traces, monkeypatch):
+    """Above LONG_TRACE_EVENTS (30 M) `abtest analyze` says how to analyse in bounded memory; here with the
+    threshold lowered to the langraph trace's size."""
+    from click.testing import CliRunner
+
+    from abtest.commands import analyze as analyze_cmd
+    monkeypatch.setattr(analyze_cmd, "LONG_TRACE_EVENTS", 1000)
+    res = CliRunner().invoke(analyze_cmd.analyze, [str(traces / "langraph/trace.dat"), "--only", "idle", "--json"])
+    assert res.exit_code in (0, 2), res.output
+    assert "--windows 30" in res.stderr and "events" in res.stderr

@@ -67,6 +67,9 @@ def _summaries(trace: Trace, keys: list[str], threads: int) -> dict[str, tuple[d
     return {k: done[k] for k in keys}
 
 
+# above this many events `abtest analyze` suggests --windows (a 30 M-event trace.dat has ~1 GB of tables)
+LONG_TRACE_EVENTS = 30_000_000
+
 # the analyses that take most of the time on a sched trace (bench/analyze.py): started first
 _SLOW = ("tasks", "latency", "load_tracking", "placement")
 
@@ -261,6 +264,11 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
             raise click.BadParameter(f"END_S ({hi}) must be greater than START_S ({lo})", param_hint="--window")
         t0 = trace.start_ns
         trace = trace.window(t0 + int(round(lo * 1e9)), t0 + int(round(hi * 1e9)))
+    n_events = sum(trace.events.values())
+    if not windows_s and n_events > LONG_TRACE_EVENTS:
+        click.secho(f"note: {n_events:,} events: the whole-trace analyses hold several times the tables in memory "
+                    f"(~5x, docs/analysis-speed.md); `abtest analyze --windows 30` analyses this trace in bounded "
+                    f"memory", fg="yellow", err=True)
     if windows_s:
         from abtest.commands.analyze_windows import run_windowed
         run_windowed(trace, windows_s, history_s=history_s, jobs=jobs, only=only, as_json=as_json)
