@@ -70,8 +70,8 @@ class WindowCombine(str, Enum):
     RATE: a count per second or a share of the window: mean weighted by each window's length, a window in
     which the analysis ran without giving this key a value counting as 0 (no event of that task, no time at
     that OPP). TIME: a time-weighted mean over the known time (frequency, util, temperature, power): mean
-    weighted by window length over the windows with a value; exact while the quantity is known throughout
-    every window (past a trace's first moments), else approximate. TIME_APPROX: a value that is not a mean over the whole window (a share of
+    weighted by each window's known time when the value reports it (MetricValue.known_s: exact), else by
+    window length (exact only while the quantity is known throughout every window: flagged approximate). TIME_APPROX: a value that is not a mean over the whole window (a share of
     the known time of some threads, an index), averaged by window length: an approximation. EVENTS: arithmetic mean weighted by the number of events behind each window's value (the
     spec's ``window_weight`` names the metric, a rate per second with the same grouping, that counts them).
     EVENTS_GEO: the same in log space (geometric means). SUM: the total. MAX / MIN: the extreme.
@@ -130,8 +130,8 @@ class MetricSpec:
     def exact_combination(self) -> bool:
         """Whether combining per-window values by `window` gives the whole span's value exactly (given exact
         per-window values): RATE, SUM, MAX, MIN, and EVENTS / EVENTS_GEO with an event-count weight. TIME is
-        exact only while the quantity is known throughout every window (a window's known time is not
-        reported, so windows are weighted by their length): it is flagged approximate."""
+        exact for the values that report their known time (MetricValue.known_s; decided per value by
+        abtest.analysis.windowed), otherwise approximate: False here."""
         if self.window in (WindowCombine.EVENTS, WindowCombine.EVENTS_GEO):
             return bool(self.window_weight)
         return self.window in (WindowCombine.RATE, WindowCombine.SUM, WindowCombine.MAX, WindowCombine.MIN)
@@ -166,10 +166,13 @@ class MetricSpec:
 @dataclass(frozen=True)
 class MetricValue:
     """One value of a declared metric in one iteration (or one trace). group: the placeholder's value
-    (None for a scalar). value: float in the spec's unit (NaN = could not be computed)."""
+    (None for a scalar). value: float in the spec's unit (NaN = could not be computed). known_s: for a mean
+    over the known time (WindowCombine.TIME), the seconds it is a mean over, when the analysis knows them:
+    windows are then weighed by it and the combination is exact (None: weighed by window length)."""
     spec: MetricSpec
     value: float
     group: str | None = None
+    known_s: float | None = None
 
     @property
     def key(self) -> str:

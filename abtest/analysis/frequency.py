@@ -522,7 +522,7 @@ DOMAIN_UNKNOWN_PCT = MetricSpec(
     "frequency.cluster.{cluster}.unknown_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
     title="frequency unknown",
     description="Share of the window before the domain's first known frequency: with the domain's OPP residencies "
-                "(frequency.opp.*) it sums to 100 %.", window=WindowCombine.RATE)
+                "(frequency.opp.*) it sums to 100 %.", window=WindowCombine.TIME_APPROX)
 
 OPP_RESIDENCY_PCT = MetricSpec(
     "frequency.opp.{opp}.residency_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.OPP,

@@ -97,7 +97,8 @@ def df_contention(signals: pl.DataFrame, *, start_ns: int | None = None, end_ns:
 def df_signal_means(signals: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
                     key: str = "cpu") -> pl.DataFrame:
     """Time-weighted mean of util, runnable and load per CPU (or task), each over the time that signal is
-    known (a sample holds until the next): ``key, mean_util, mean_runnable, mean_load, util_known_ns``."""
+    known (a sample holds until the next): ``key, mean_util, mean_runnable, mean_load, util_known_ns,
+    runnable_known_ns``."""
     sig = signals.select(key, "ts", "util", "runnable", "load")
     start_ns, end_ns = window_of(sig, start_ns, end_ns)
     iv = df_intervals(sig, ["util", "runnable", "load"], keys=key, start_ns=start_ns, end_ns=end_ns, merge_equal=False)
@@ -108,7 +109,8 @@ def df_signal_means(signals: pl.DataFrame, *, start_ns: int | None = None, end_n
         return ((pl.col(c) * w).filter(k).sum() / w.filter(k).sum()).alias(f"mean_{c}")
 
     return iv.group_by(key).agg(mean("util"), mean("runnable"), mean("load"),
-                                pl.col("dur").filter(pl.col("util").is_not_null()).sum().alias("util_known_ns")
+                                pl.col("dur").filter(pl.col("util").is_not_null()).sum().alias("util_known_ns"),
+                                pl.col("dur").filter(pl.col("runnable").is_not_null()).sum().alias("runnable_known_ns")
                                 ).sort(key)
 
 
@@ -399,13 +401,20 @@ def metrics(trace, options=None) -> list[MetricValue]:
     sig = lt.df_cpu_signals()
     w = lt._win()
     out: list[MetricValue] = []
+    # the known time of a mean weighs windows (abtest.analysis.windowed); not given for runnable where it is
+    # simulated beside the kernel's util (the merged signals of a window are not those of the whole trace)
+    one_source = {c for c, u, r in _sources(sig).select("cpu", "util_source", "runnable_source").iter_rows()
+                  if u == r}
     for r in df_signal_means(sig, **w).iter_rows(named=True):  # one row per CPU
-        for spec, col in ((CPU_MEAN_UTIL, "mean_util"), (CPU_MEAN_RUNNABLE, "mean_runnable")):
+        for spec, col, known in ((CPU_MEAN_UTIL, "mean_util", "util_known_ns"),
+                                 (CPU_MEAN_RUNNABLE, "mean_runnable", "runnable_known_ns")):
             if r[col] is not None:
-                out.append(MetricValue(spec, float(r[col]), str(r["cpu"])))
+                known_s = r[known] / 1e9 if spec is CPU_MEAN_UTIL or r["cpu"] in one_source else None
+                out.append(MetricValue(spec, float(r[col]), str(r["cpu"]), known_s=known_s))
     for r in df_contention(sig, **w).iter_rows(named=True):  # one row per CPU
         if r["contended_pct"] is not None:
-            out.append(MetricValue(CPU_CONTENDED_PCT, float(r["contended_pct"]), str(r["cpu"])))
+            out.append(MetricValue(CPU_CONTENDED_PCT, float(r["contended_pct"]), str(r["cpu"]),
+                                   known_s=r["known_ns"] / 1e9 if r["cpu"] in one_source else None))
     clusters = lt.df_cluster_signal_means()
     for r in clusters.iter_rows(named=True) if clusters.height > 1 else ():  # one cluster: the CPUs' values say it
         if r["mean_util"] is not None:

@@ -210,9 +210,12 @@ def power_metrics(samples: pl.DataFrame, *, explicit: dict | None = None, start_
     per_rail = df_power_per_rail(samples, start_ns=start_ns, end_ns=end_ns).filter(
         pl.col("avg_power_mw").is_not_null())
     mapping = rail_mapping(per_rail["rail"].to_list(), explicit)
-    out = [MetricValue(POWER_RAIL, float(mw), rail) for rail, mw in per_rail.select("rail", "avg_power_mw").iter_rows()]
-    out += [MetricValue(POWER_CHANNEL, float(mw), ch)
-            for ch, mw in df_channel_power(per_rail, mapping).select("channel", "avg_power_mw").iter_rows()]
+    covered = dict(per_rail.select("rail", "covered_ns").iter_rows())
+    out = [MetricValue(POWER_RAIL, float(mw), rail, known_s=covered[rail] / 1e9)
+           for rail, mw in per_rail.select("rail", "avg_power_mw").iter_rows()]
+    for ch, rails, mw in df_channel_power(per_rail, mapping).select("channel", "rails", "avg_power_mw").iter_rows():
+        spans = {covered[r] for r in rails}  # a sum of rail means is a mean over one span only if they share it
+        out.append(MetricValue(POWER_CHANNEL, float(mw), ch, known_s=spans.pop() / 1e9 if len(spans) == 1 else None))
     return out, mapping
 
 
@@ -220,7 +223,7 @@ def metrics(trace, options=None) -> list[MetricValue]:
     """Power metrics of a trace that carries power rails (perfetto PowerRails, BattOr in a Catapult zip).
     The mapping comes from ``options.rail_channels`` or the trace's platform ``rail_channels``, else built in."""
     explicit = getattr(options, "rail_channels", None) or (trace.platform or {}).get("rail_channels")
-    vals, _ = power_metrics(trace.df("power_rail"), explicit=explicit, start_ns=trace.start_ns, end_ns=trace.end_ns)
+    vals, _ = power_metrics(trace.df("power_rail", windowed=False), explicit=explicit, start_ns=trace.start_ns, end_ns=trace.end_ns)
     return vals
 
 

@@ -40,7 +40,8 @@ from abtest.trace.errors import MissingEventsError
 DEFAULT_HISTORY_S = 2.0
 
 _PER_WINDOW_SCHEMA = {"window": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "analysis": pl.Utf8,
-                      "key": pl.Utf8, "key_template": pl.Utf8, "group": pl.Utf8, "value": pl.Float64}
+                      "key": pl.Utf8, "key_template": pl.Utf8, "group": pl.Utf8, "value": pl.Float64,
+                      "known_s": pl.Float64}
 
 
 def window_edges(start_ns: int, end_ns: int, window_ns: int) -> list[tuple[int, int]]:
@@ -68,7 +69,8 @@ def _window_rows(trace, index: int, lo: int, hi: int, history_ns: int, analyses,
             raise WindowAnalysisError(f"{trace.path}: analysis {a.name} failed on window {index} "
                                       f"[{lo}, {hi}) ns: {type(e).__name__}: {e}") from e
         rows += [{"window": index, "start_ns": lo, "end_ns": hi, "analysis": a.name, "key": v.key,
-                  "key_template": v.spec.key, "group": v.group, "value": float(v.value)} for v in vals]
+                  "key_template": v.spec.key, "group": v.group, "value": float(v.value), "known_s": v.known_s}
+                 for v in vals]
     del view  # its slices of the mapped cache go with it
     return rows
 
@@ -92,7 +94,8 @@ def df_window_metrics(trace, window_s: float, *, history_s: float = DEFAULT_HIST
     history_s: seconds of each table read before (and after) a window for the state carried across its edges.
     analyses: registry names (default: every trace analysis and power). jobs > 1: windows shared among that
     many spawned processes (each maps the cache; needs a cached trace). on_window(done, total): progress.
-    Returns window, start_ns, end_ns, analysis, key, key_template, group, value (one row per window and value).
+    Returns window, start_ns, end_ns, analysis, key, key_template, group, value, known_s (one row per window
+    and value; known_s: MetricValue.known_s).
     """
     if trace.start_ns is None or trace.end_ns is None:
         raise ValueError(f"{trace.path}: no events, no span to cut into windows")
@@ -154,6 +157,8 @@ def df_combine(per_window: pl.DataFrame, *, min_task_wakeups: int = 10) -> pl.Da
             part = part.join(rates.filter(pl.col("weight_template") == spec.window_weight),
                              on=["window", "group"], how="left")
             part = part.with_columns((pl.col("rate").fill_null(0.0) * pl.col("dur_s")).alias("w"))
+        elif how is WindowCombine.TIME:  # each window's known time when reported, else its length
+            part = part.with_columns(pl.coalesce("known_s", "dur_s").alias("w"))
         else:
             part = part.with_columns(pl.col("dur_s").alias("w"))
         part = part.filter(pl.col("value").is_finite())
@@ -165,10 +170,11 @@ def df_combine(per_window: pl.DataFrame, *, min_task_wakeups: int = 10) -> pl.Da
                 value = float((g["value"] * g["dur_s"]).sum()) / ran_s[g["analysis"][0]]
             else:
                 value = _combine(how, g["value"].to_list(), g["w"].to_list())
+            exact = spec.exact_combination or (how is WindowCombine.TIME and g["known_s"].null_count() == 0)
             out.append({"analysis": g["analysis"][0], "key": key, "key_template": template,
                         "group": g["group"][0] or None, "value": value,
                         "unit": spec.unit, "direction": spec.direction.value, "aggregation": spec.aggregation.value,
-                        "window": how.value, "exact": spec.exact_combination, "windows": g.height})
+                        "window": how.value, "exact": exact, "windows": g.height})
     return pl.DataFrame(out, schema=schema)
 
 
