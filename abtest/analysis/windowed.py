@@ -16,9 +16,11 @@ docs/analysis-speed.md):
   for a wakeup whose switch-in comes after the window's end). State older than that is unknown to the window
   (a CPU whose frequency did not change for longer than the history), and PELT signals are simulated from
   zero at the history's start (they converge within ~0.35 s: a 32 ms half-life);
-- the combination is exact for TIME, SUM, MAX, MIN and weighted EVENTS / EVENTS_GEO; TIME_APPROX and
-  QUANTILE are approximations, flagged in the output (``exact`` is False);
-- per-task metrics subject to a minimum count (min_task_wakeups) apply it per window.
+- the combination is exact for RATE, SUM, MAX, MIN, weighted EVENTS / EVENTS_GEO, and TIME values that report
+  their known time (MetricValue.known_s: windows weigh by it); other TIME values (weighed by window length),
+  TIME_APPROX and QUANTILE are approximations, flagged in the output (``exact`` is False);
+- per-task values cover every task name in every window (no top-N); an event-weighted per-task value needs
+  min_task_wakeups events over the whole span (df_combine).
 
 Pure functions: `window_edges` (span -> windows), `df_window_metrics` (trace -> per-window values),
 `df_combine` (per-window values -> one value per key).
