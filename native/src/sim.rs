@@ -12,16 +12,26 @@ type I32<'py> = PyReadonlyArray1<'py, i32>;
 type F64<'py> = PyReadonlyArray1<'py, f64>;
 type U32<'py> = PyReadonlyArray1<'py, u32>;
 
+/// A dict of numpy arrays from `name => Vec` pairs (the vectors move into numpy without a copy).
+macro_rules! arrays_dict {
+    ($py:expr, $($name:expr => $v:expr),+ $(,)?) => {{
+        let d = PyDict::new($py);
+        $(d.set_item($name, $v.into_pyarray($py))?;)+
+        d
+    }};
+}
+
 fn segments_dict<'py>(py: Python<'py>, s: Segments, key: &str) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item(key, s.key.into_pyarray(py))?;
-    d.set_item("ts", s.ts.into_pyarray(py))?;
-    d.set_item("dur", s.dur.into_pyarray(py))?;
-    d.set_item("x_util", s.x_util.into_pyarray(py))?;
-    d.set_item("x_runnable", s.x_runnable.into_pyarray(py))?;
-    d.set_item("util", s.util.into_pyarray(py))?;
-    d.set_item("runnable", s.runnable.into_pyarray(py))?;
-    Ok(d)
+    Ok(arrays_dict!(
+        py,
+        key => s.key,
+        "ts" => s.ts,
+        "dur" => s.dur,
+        "x_util" => s.x_util,
+        "x_runnable" => s.x_runnable,
+        "util" => s.util,
+        "runnable" => s.runnable,
+    ))
 }
 
 type SeedArrays<'py> = (I32<'py>, I64<'py>, F64<'py>, F64<'py>);
@@ -172,13 +182,14 @@ fn window_demand<'py>(
         },
     };
     let d = py.detach(|| window::window_demand(&inp));
-    let out = PyDict::new(py);
-    out.set_item("pid", d.pid.into_pyarray(py))?;
-    out.set_item("window", d.window.into_pyarray(py))?;
-    out.set_item("running_ns", d.running_ns.into_pyarray(py))?;
-    out.set_item("window_load", d.window_load.into_pyarray(py))?;
-    out.set_item("demand", d.demand.into_pyarray(py))?;
-    Ok(out)
+    Ok(arrays_dict!(
+        py,
+        "pid" => d.pid,
+        "window" => d.window,
+        "running_ns" => d.running_ns,
+        "window_load" => d.window_load,
+        "demand" => d.demand,
+    ))
 }
 
 /// The boost what-if's per-domain requests (abtest.analysis.boost.df_boost_requests; native/sim/src/boost.rs).
@@ -213,15 +224,16 @@ fn boost_requests<'py>(
         end_ns,
     };
     let r = py.detach(|| boost::requests(&inp));
-    let out = PyDict::new(py);
-    out.set_item("domain", r.domain.into_pyarray(py))?;
-    out.set_item("ts", r.ts.into_pyarray(py))?;
-    out.set_item("dur", r.dur.into_pyarray(py))?;
-    out.set_item("util_request_khz", r.util_request_khz.into_pyarray(py))?;
-    out.set_item("boost_request_khz", r.boost_request_khz.into_pyarray(py))?;
-    out.set_item("util_khz", r.util_khz.into_pyarray(py))?;
-    out.set_item("boost_khz", r.boost_khz.into_pyarray(py))?;
-    Ok(out)
+    Ok(arrays_dict!(
+        py,
+        "domain" => r.domain,
+        "ts" => r.ts,
+        "dur" => r.dur,
+        "util_request_khz" => r.util_request_khz,
+        "boost_request_khz" => r.boost_request_khz,
+        "util_khz" => r.util_khz,
+        "boost_khz" => r.boost_khz,
+    ))
 }
 
 /// sched_switch for the latency matchers: (ts, cpu, prev_pid, next_pid, prev_state (i64::MIN = unknown)).
@@ -268,13 +280,14 @@ fn wakeup_latency<'py>(
     }
     let inp = latency_inputs(&switches, wk, (start_ns, end_ns), while_on_cpu)?;
     let r = py.detach(|| latency::match_wakeups(&inp));
-    let out = PyDict::new(py);
-    out.set_item("table", r.table.into_pyarray(py))?;
-    out.set_item("row", r.row.into_pyarray(py))?;
-    out.set_item("switch_in_ts", r.switch_in_ts.into_pyarray(py))?;
-    out.set_item("cpu", r.cpu.into_pyarray(py))?;
-    out.set_item("while_on_cpu", r.while_on_cpu.into_pyarray(py))?;
-    Ok(out)
+    Ok(arrays_dict!(
+        py,
+        "table" => r.table,
+        "row" => r.row,
+        "switch_in_ts" => r.switch_in_ts,
+        "cpu" => r.cpu,
+        "while_on_cpu" => r.while_on_cpu,
+    ))
 }
 
 /// Preemption latency matching (abtest.analysis.latency.df_preemption_latency's rules; native/sim/src/latency.rs).
@@ -292,11 +305,12 @@ fn preemption_latency<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let inp = latency_inputs(&switches, Vec::new(), (start_ns, end_ns), false)?;
     let r = py.detach(|| latency::match_preemptions(&inp));
-    let out = PyDict::new(py);
-    out.set_item("row", r.row.into_pyarray(py))?;
-    out.set_item("switch_in_ts", r.switch_in_ts.into_pyarray(py))?;
-    out.set_item("cpu", r.cpu.into_pyarray(py))?;
-    Ok(out)
+    Ok(arrays_dict!(
+        py,
+        "row" => r.row,
+        "switch_in_ts" => r.switch_in_ts,
+        "cpu" => r.cpu,
+    ))
 }
 
 /// Task state intervals (abtest.analysis.tasks.df_task_state_intervals' rules; native/sim/src/tasks.rs).
@@ -334,14 +348,15 @@ fn task_state_intervals<'py>(
         end_ns,
     };
     let r = py.detach(|| tasks::state_intervals(&inp));
-    let out = PyDict::new(py);
-    out.set_item("pid", r.pid.into_pyarray(py))?;
-    out.set_item("ts", r.ts.into_pyarray(py))?;
-    out.set_item("dur", r.dur.into_pyarray(py))?;
-    out.set_item("state", r.state.into_pyarray(py))?;
-    out.set_item("cpu", r.cpu.into_pyarray(py))?;
-    out.set_item("comm_src", r.comm_src.into_pyarray(py))?;
-    Ok(out)
+    Ok(arrays_dict!(
+        py,
+        "pid" => r.pid,
+        "ts" => r.ts,
+        "dur" => r.dur,
+        "state" => r.state,
+        "cpu" => r.cpu,
+        "comm_src" => r.comm_src,
+    ))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
