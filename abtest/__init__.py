@@ -9,9 +9,17 @@ Open a trace of any supported format and get canonical polars tables::
 """
 from abtest.version import __version__
 from abtest.trace.errors import TraceFormatError, MissingEventsError
-from abtest.session import Trace
 
 __all__ = ["Trace", "TraceFormatError", "MissingEventsError", "__version__"]
+
+
+def __getattr__(name: str):
+    # Trace (and with it polars) is imported on first use: the command line sets polars' allocator up
+    # before polars loads (abtest.cli)
+    if name == "Trace":
+        from abtest.session import Trace
+        return Trace
+    raise AttributeError(f"module 'abtest' has no attribute {name!r}")
 
 
 def explain(a, b, *, store=None, workload: str | None = None, channels: tuple[str, ...] = (), platform=None,

@@ -14,8 +14,15 @@ import sys
 
 import click
 
-from abtest.version import __version__
-from abtest.trace.errors import MissingEventsError, TraceFormatError
+# Before polars loads (nothing above imports it): polars' allocator (jemalloc) keeps the pages it frees per
+# thread arena for seconds, so an `abtest analyze` held ~1.5x the memory its analyses use at once. The command
+# line (not the library: a notebook keeps its own settings) asks for one arena and a purge of freed pages
+# after 100 ms by a background thread; an environment that sets _RJEM_MALLOC_CONF keeps its own.
+# Measured in docs/analysis-speed.md ("Allocator").
+os.environ.setdefault("_RJEM_MALLOC_CONF", "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0")
+
+from abtest.version import __version__  # noqa: E402 (after the allocator setting)
+from abtest.trace.errors import MissingEventsError, TraceFormatError  # noqa: E402
 
 # top-level command -> module of abtest/commands that lists it in COMMANDS
 COMMAND_MODULES = {

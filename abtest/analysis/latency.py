@@ -55,10 +55,11 @@ DEFINITION_TEXT = {"wakeup": "sched_wakeup -> switch-in", "waking": "sched_wakin
 
 
 def _wakeup_frame(waking: pl.DataFrame, kind: str) -> pl.DataFrame:
-    cols = [pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Utf8)]
+    # names and kinds stay categorical (4 bytes a row instead of a string: millions of wakeups)
+    cols = [pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Categorical)]
     tgt = "target_cpu" if "target_cpu" in waking.columns else "cpu"
     cols.append(pl.col(tgt).cast(pl.Int32).alias("target_cpu"))
-    return waking.select(cols).with_columns(pl.lit(kind).alias("kind"))
+    return waking.select(cols).with_columns(pl.lit(kind, pl.Categorical).alias("kind"))
 
 
 def _moves(sched_switch: pl.DataFrame) -> pl.DataFrame:
@@ -88,7 +89,7 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
     optional kind. Pass whole tables; ``[start_ns, end_ns)`` selects wakeups by their timestamp.
     ``rule="waking"`` also counts a waking that fired while the task was still switching out.
 
-    Returns pid (Int32), comm, kind ("waking"/"wakeup"/"wakeup_new"), wakeup_ts (ns), switch_in_ts
+    Returns pid (Int32), comm (Categorical), kind (Categorical: "waking"/"wakeup"/"wakeup_new"), wakeup_ts (ns), switch_in_ts
     (ns), cpu (Int32, where the task ran), target_cpu, while_on_cpu (Boolean), latency_ns (Int64),
     latency_us (Float64). Sorted by wakeup_ts. ``backend``: "native" (the rules replayed in time order,
     native/sim/src/latency.rs) or "python" (as-of joins: the reference, tests/test_sim_native.py).
@@ -97,14 +98,14 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
         raise ValueError(f"rule {rule!r}: expected one of {sorted(DEFINITIONS)}")
     w = wakeups
     if "kind" not in w.columns:
-        w = w.with_columns(pl.lit("wakeup").alias("kind"))
-    w = w.select(pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Utf8),
+        w = w.with_columns(pl.lit("wakeup", pl.Categorical).alias("kind"))
+    w = w.select(pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Categorical),
                  pl.col("target_cpu" if "target_cpu" in w.columns else "cpu").cast(pl.Int32).alias("target_cpu"),
-                 "kind").filter(pl.col("pid") != 0)
+                 pl.col("kind").cast(pl.Categorical)).filter(pl.col("pid") != 0)
     if backend == "native":
         from abtest.analysis import sim_native
         return sim_native.wakeup_latency(w, sched_switch, start_ns=start_ns, end_ns=end_ns,
-                                         while_on_cpu=rule == "waking").sort("wakeup_ts", maintain_order=True)
+                                         while_on_cpu=rule == "waking")
     w = w.sort(["pid", "ts"])
     all_w = w
     if start_ns is not None:
@@ -153,16 +154,15 @@ def df_preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None = 
     """One row per preemption: a switch-out of a task still runnable (prev_state low byte 0, "R"/"R+") in
     ``[start_ns, end_ns)`` -> its next switch-in. Needs: sched_switch (whole table).
 
-    Returns pid (Int32), comm (prev_comm), preempt_ts (ns), switch_in_ts (ns), from_cpu, cpu (where it ran
+    Returns pid (Int32), comm (prev_comm, Categorical), preempt_ts (ns), switch_in_ts (ns), from_cpu, cpu (where it ran
     again), latency_ns, latency_us. Preemptions whose task's next switch is not a switch-in are dropped.
     ``backend``: "native" (native/sim/src/latency.rs) or "python" (as-of join: the reference).
     """
     if backend == "native":
         from abtest.analysis import sim_native
-        return sim_native.preemption_latency(sched_switch, start_ns=start_ns, end_ns=end_ns).sort(
-            "preempt_ts", maintain_order=True)
+        return sim_native.preemption_latency(sched_switch, start_ns=start_ns, end_ns=end_ns)
     sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
-                             pl.col("prev_pid").cast(pl.Int32).alias("pid"), pl.col("prev_comm").cast(pl.Utf8).alias("comm"),
+                             pl.col("prev_pid").cast(pl.Int32).alias("pid"), pl.col("prev_comm").cast(pl.Categorical).alias("comm"),
                              pl.col("prev_state").cast(pl.Int64))
     outs = sw.filter((pl.col("pid") != 0) & ((pl.col("prev_state") & 0xFF) == 0))
     if start_ns is not None:
@@ -209,16 +209,24 @@ def df_latency_stats(latency: pl.DataFrame, by: str | list[str] | None = ("pid",
     if not by:
         return latency.select(_stats(col))
     by = [by] if isinstance(by, str) else list(by)
-    return latency.group_by(by).agg(_stats(col)).sort(["wakeups", *by], descending=[True] + [False] * len(by))
+    return (latency.lazy().select(*by, "latency_us").group_by(by).agg(_stats(col))
+            .sort(["wakeups", *by], descending=[True] + [False] * len(by)).collect())
 
 
 def df_with_clusters(latency: pl.DataFrame, clusters: pl.DataFrame) -> pl.DataFrame:
     """Add ``cluster`` (execution cluster: of ``cpu``, where the task ran) and ``target_cluster`` (of
     ``target_cpu``) from a clusters frame (cpu, cluster; abtest.analysis.clusters)."""
-    cl = clusters.select(pl.col("cpu").cast(pl.Int32), "cluster")
-    out = latency.join(cl, on="cpu", how="left")
+    # a column of a few CPUs' names, added beside the others (a join would copy every column)
+    names = dict(clusters.select(pl.col("cpu").cast(pl.Int32), pl.col("cluster").cast(pl.Utf8)).iter_rows())
+
+    def of(cpu: str) -> pl.Expr:
+        if not names:
+            return pl.lit(None, pl.Utf8)
+        return pl.col(cpu).replace_strict(names, default=None, return_dtype=pl.Utf8)
+
+    out = latency.with_columns(of("cpu").alias("cluster"))
     if "target_cpu" in latency.columns:
-        out = out.join(cl.rename({"cpu": "target_cpu", "cluster": "target_cluster"}), on="target_cpu", how="left")
+        out = out.with_columns(of("target_cpu").alias("target_cluster"))
     return out
 
 
@@ -310,10 +318,13 @@ def _stat_dict(row: dict) -> dict:
 
 def _definition_summary(la: LatencyAnalysis, definition: str, top_tasks: int) -> dict:
     trace = la.trace
+    from abtest.analysis.clusters import trace_clusters
     wk = la.df_wakeups(definition)
     lo, hi = trace.start_ns, trace.end_ns
-    in_win = wk.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi) & (pl.col("pid") != 0)).height
-    lat = la.df_latency_clusters(definition)
+    in_win = wk.select(((pl.col("ts") >= lo) & (pl.col("ts") < hi) & (pl.col("pid") != 0)).sum()).item()
+    lat = df_with_clusters(df_wakeup_latency(wk, trace.df("sched_switch", windowed=False), start_ns=lo, end_ns=hi,
+                                             rule=definition), trace_clusters(trace))
+    del wk
     overall = df_latency_stats(lat, by=None).row(0, named=True)
     out = {"definition": DEFINITION_TEXT[definition], "wakeup_event": DEFINITIONS[definition],
            "wakeups": in_win, "matched_wakeups": lat.height, "unmatched_wakeups": in_win - lat.height,

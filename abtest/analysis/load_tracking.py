@@ -114,6 +114,11 @@ def df_signal_means(signals: pl.DataFrame, *, start_ns: int | None = None, end_n
                                 ).sort(key)
 
 
+_STAT_COLS = ("cpu", "mean_util", "mean_runnable", "mean_load", "util_known_ns", "runnable_known_ns", "known_ns",
+              "contended_ns", "contended_pct", "runnable_util_ratio", "max_runnable", "util_source", "runnable_source",
+              "load_source", "source")
+
+
 def _sources(sig: pl.DataFrame) -> pl.DataFrame:
     """Per CPU: util_source, runnable_source, load_source (the non-null value of each), source."""
     first = lambda c: pl.col(c).drop_nulls().first().alias(c)  # noqa: E731
@@ -153,6 +158,7 @@ class LoadTrackingAnalysis:
     def __init__(self, trace):
         self.trace = trace
         self._signals: dict[tuple, pl.DataFrame] = {}
+        self._stats: dict[tuple, pl.DataFrame] = {}
 
     # -- helpers -----------------------------------------------------------------------------------
     def _nonempty(self, name: str) -> bool:
@@ -246,18 +252,48 @@ class LoadTrackingAnalysis:
         """Per-CPU contention (df_contention) on df_cpu_signals(source), + ``util_source``, ``runnable_source``,
         ``source`` (see the module doc). All-simulated signals are aggregated while they are simulated
         (pelt_sim.df_cpu_contention: the same figures, no segments kept)."""
-        kern = self._df("sched_pelt_cfs")
-        if (source == "simulated" or (source == "auto" and kern is None)) and self._reach() == self._win():
-            out = pelt_sim.df_cpu_contention(self.trace.df("sched_switch", windowed=False), **self._sim_cpu_args(kern))
+        if self._all_simulated(source):
+            out = pelt_sim.df_cpu_contention(self.trace.df("sched_switch", windowed=False),
+                                             **self._sim_cpu_args(self._df("sched_pelt_cfs")))
             return out.with_columns(*[pl.lit("simulated").alias(c) for c in ("util_source", "runnable_source")],
                                     pl.lit(None, pl.Utf8).alias("load_source"), pl.lit("simulated").alias("source"))
         sig = self.df_cpu_signals(source)
         return df_contention(sig, **self._win()).join(_sources(sig), on="cpu", how="left")
 
+    def _all_simulated(self, source: str) -> bool:
+        """Every signal is simulated over the analysis window itself: it can be aggregated while simulated."""
+        return ((source == "simulated" or (source == "auto" and self._df("sched_pelt_cfs") is None))
+                and self._reach() == self._win())
+
+    def df_cpu_stats(self, source: str = "auto") -> pl.DataFrame:
+        """Per CPU, what the summary and the metrics read: df_signal_means' columns (``mean_util``,
+        ``mean_runnable``, ``mean_load``, ``util_known_ns``, ``runnable_known_ns``), df_contention's (``known_ns``,
+        ``contended_ns``, ``contended_pct``, ``runnable_util_ratio``, ``max_runnable``; null for a CPU never
+        known with both signals) and the sources. All-simulated signals are aggregated while they are simulated
+        (no segment is kept: the means are those of df_signal_means to float rounding, tests/test_sim_native.py);
+        else both are computed on df_cpu_signals. Computed once per source and window."""
+        key = (source, self.trace.start_ns, self.trace.end_ns)
+        if key in self._stats:
+            return self._stats[key]
+        if self._all_simulated(source):
+            c = self.df_contention(source)
+            out = c.with_columns(pl.lit(None, pl.Float64).alias("mean_load"), pl.col("known_ns").alias("util_known_ns"),
+                                 pl.col("known_ns").alias("runnable_known_ns"))
+        else:
+            sig = self.df_cpu_signals(source)
+            w = self._win()
+            cont = df_contention(sig, **w).select("cpu", "known_ns", "contended_ns", "contended_pct",
+                                                  "runnable_util_ratio", "max_runnable")
+            out = (df_signal_means(sig, **w).join(cont, on="cpu", how="left")
+                   .join(_sources(sig), on="cpu", how="left"))
+        self._stats[key] = out.select(_STAT_COLS).sort("cpu")
+        return self._stats[key]
+
     def df_signal_means(self, source: str = "auto") -> pl.DataFrame:
         """Per-CPU time-weighted means of each signal over its own known time (df_signal_means) + sources."""
-        sig = self.df_cpu_signals(source)
-        return df_signal_means(sig, **self._win()).join(_sources(sig), on="cpu", how="left")
+        return self.df_cpu_stats(source).select("cpu", "mean_util", "mean_runnable", "mean_load", "util_known_ns",
+                                                "runnable_known_ns", "util_source", "runnable_source", "load_source",
+                                                "source")
 
     def df_cluster_signal_means(self, source: str = "auto") -> pl.DataFrame:
         """Per cluster (abtest.analysis.clusters): ``cluster, cpus, mean_util, mean_runnable, mean_load`` = the mean
@@ -336,21 +372,15 @@ def summary(trace) -> dict:
         return {}
     out: dict = {}
     try:
-        sig = lt.df_cpu_signals()
+        stats = lt.df_cpu_stats()
     except (LookupError, ValueError):
         return {}
-    w = lt._win()
-    srcs = _sources(sig)
-    cont = df_contention(sig, **w).join(srcs, on="cpu", how="left")
-    means = {r["cpu"]: r for r in df_signal_means(sig, **w).iter_rows(named=True)}
-    out["signal_source"] = srcs["source"][0] if srcs.height else None
-    out["sources"] = {c: (srcs[f"{c}_source"].drop_nulls()[0] if srcs[f"{c}_source"].drop_nulls().len() else None)
+    out["signal_source"] = stats["source"][0] if stats.height else None
+    out["sources"] = {c: (stats[f"{c}_source"].drop_nulls()[0] if stats[f"{c}_source"].drop_nulls().len() else None)
                       for c in ("util", "runnable", "load")}
-    out["per_cpu"] = {str(r["cpu"]): {"mean_util": means.get(r["cpu"], {}).get("mean_util"),
-                                      "mean_runnable": means.get(r["cpu"], {}).get("mean_runnable"),
-                                      "mean_load": means.get(r["cpu"], {}).get("mean_load"),
-                                      "contended_pct": r["contended_pct"], "runnable_util_ratio": r["runnable_util_ratio"]}
-                      for r in cont.iter_rows(named=True)}
+    out["per_cpu"] = {str(r["cpu"]): {k: r[k] for k in ("mean_util", "mean_runnable", "mean_load", "contended_pct",
+                                                        "runnable_util_ratio")}
+                      for r in stats.filter(pl.col("known_ns").is_not_null()).iter_rows(named=True)}
     out["per_cluster"] = {r["cluster"]: {"mean_util": r["mean_util"], "mean_runnable": r["mean_runnable"],
                                          "mean_load": r["mean_load"]}
                           for r in lt.df_cluster_signal_means().iter_rows(named=True)}
@@ -398,23 +428,21 @@ def metrics(trace, options=None) -> list[MetricValue]:
     lt = LoadTrackingAnalysis(trace)
     if not (lt._nonempty("sched_switch") or lt._nonempty("sched_pelt_cfs")):
         return []
-    sig = lt.df_cpu_signals()
-    w = lt._win()
+    stats = lt.df_cpu_stats()
     out: list[MetricValue] = []
     # the known time of a mean weighs windows (abtest.analysis.windowed); not given for runnable where it is
     # simulated beside the kernel's util (the merged signals of a window are not those of the whole trace)
-    one_source = {c for c, u, r in _sources(sig).select("cpu", "util_source", "runnable_source").iter_rows()
-                  if u == r}
-    for r in df_signal_means(sig, **w).iter_rows(named=True):  # one row per CPU
+    for r in stats.iter_rows(named=True):  # one row per CPU
+        one_source = r["util_source"] == r["runnable_source"]
         for spec, col, known in ((CPU_MEAN_UTIL, "mean_util", "util_known_ns"),
                                  (CPU_MEAN_RUNNABLE, "mean_runnable", "runnable_known_ns")):
             if r[col] is not None:
-                known_s = r[known] / 1e9 if spec is CPU_MEAN_UTIL or r["cpu"] in one_source else None
+                known_s = r[known] / 1e9 if spec is CPU_MEAN_UTIL or one_source else None
                 out.append(MetricValue(spec, float(r[col]), str(r["cpu"]), known_s=known_s))
-    for r in df_contention(sig, **w).iter_rows(named=True):  # one row per CPU
+    for r in stats.iter_rows(named=True):  # one row per CPU
         if r["contended_pct"] is not None:
             out.append(MetricValue(CPU_CONTENDED_PCT, float(r["contended_pct"]), str(r["cpu"]),
-                                   known_s=r["known_ns"] / 1e9 if r["cpu"] in one_source else None))
+                                   known_s=r["known_ns"] / 1e9 if r["util_source"] == r["runnable_source"] else None))
     clusters = lt.df_cluster_signal_means()
     for r in clusters.iter_rows(named=True) if clusters.height > 1 else ():  # one cluster: the CPUs' values say it
         if r["mean_util"] is not None:

@@ -597,8 +597,9 @@ def kernel_seeds(sched_switch: pl.DataFrame, *, sched_pelt_cfs: pl.DataFrame | N
                      .group_by("cpu", maintain_order=True).first())
     # tasks forked in the window: from fork events when given, else pids above every pid seen until the
     # last runqueue seed (pids are allocated increasingly; a heuristic, see the module doc)
-    first_seen = (sched_switch.filter(pl.col("next_pid") > 0).group_by(pl.col("next_pid").cast(pl.Int64).alias("pid"))
-                  .agg(pl.col("ts").min().alias("first_ts")))
+    first_seen = (sched_switch.lazy().select("next_pid", "ts").filter(pl.col("next_pid") > 0)
+                  .group_by(pl.col("next_pid").cast(pl.Int64).alias("pid")).agg(pl.col("ts").min().alias("first_ts"))
+                  .collect())
     if forks is not None and not forks.is_empty():
         col = "child_pid" if "child_pid" in forks.columns else "pid"
         new_pids = forks[col].cast(pl.Int64).unique().to_list()

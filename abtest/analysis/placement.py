@@ -36,19 +36,20 @@ def df_task_intervals(sched_switch: pl.DataFrame, *, start_ns: int | None = None
     a CPU's first switch its ``prev`` task is taken as running).
 
     Returns cpu (Int32), ts (ns), dur (ns), pid (Int32, 0 = idle, dropped unless include_idle),
-    comm (Utf8).
+    comm (Categorical).
     """
-    # comm stays as the table has it (categorical) through the intervals, text only in the result
     sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
                              pl.col("next_pid").cast(pl.Int32).alias("pid"), pl.col("next_comm").alias("comm"))
     iv = df_intervals(sw, ["pid", "comm"], keys="cpu", start_ns=start_ns, end_ns=end_ns)
     by_ts = sched_switch if sched_switch["ts"].is_sorted() else sched_switch.sort("ts", maintain_order=True)
-    first_prev = by_ts.group_by(pl.col("cpu").cast(pl.Int32), maintain_order=True).first().select(
-        "cpu", pl.col("prev_pid").cast(pl.Int32).alias("_pp"), pl.col("prev_comm").cast(pl.Utf8).alias("_pc"))
+    first_prev = by_ts.lazy().select("cpu", "prev_pid", "prev_comm").group_by(
+        pl.col("cpu").cast(pl.Int32), maintain_order=True).first().select(
+        "cpu", pl.col("prev_pid").cast(pl.Int32).alias("_pp"), pl.col("prev_comm").cast(pl.Categorical).alias("_pc")
+    ).collect()
     # iv is sorted by cpu, ts: a CPU's first interval is the row after another CPU's
     lead = pl.col("pid").is_null() & pl.col("cpu").ne_missing(pl.col("cpu").shift(1))
-    iv = iv.with_columns(pl.col("comm").cast(pl.Utf8)).join(first_prev, on="cpu", how="left",
-                                                            maintain_order="left").with_columns(
+    iv = iv.with_columns(pl.col("comm").cast(pl.Categorical)).join(first_prev, on="cpu", how="left",
+                                                                   maintain_order="left").with_columns(
         pl.when(lead).then(pl.col("_pp")).otherwise(pl.col("pid")).alias("pid"),
         pl.when(lead).then(pl.col("_pc")).otherwise(pl.col("comm")).alias("comm"),
     ).drop("_pp", "_pc").drop_nulls("pid")

@@ -171,15 +171,24 @@ def _switches_with_state(sched_switch: pl.DataFrame) -> tuple:
             _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0), state)
 
 
+def _in_time_order(m: dict, ts: np.ndarray) -> dict:
+    """The matcher's output arrays ordered by ``ts`` of their rows (stable: equal times keep the matcher's
+    order), before anything is gathered from the frames."""
+    order = np.argsort(ts[m["row"]], kind="stable")
+    return {k: v[order] for k, v in m.items()}
+
+
 def preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None, end_ns: int | None) -> pl.DataFrame:
     """latency.df_preemption_latency's matching, compiled: same columns, sorted by preempt_ts."""
     lo = -(2**63) if start_ns is None else int(start_ns)
     hi = 2**63 - 1 if end_ns is None else int(end_ns)
-    m = _native.preemption_latency(_switches_with_state(sched_switch), lo, hi)
-    hit = sched_switch[pl.Series(m["row"], dtype=pl.UInt32)]
+    sw = _switches_with_state(sched_switch)
+    m = _in_time_order(_native.preemption_latency(sw, lo, hi), sw[0])
+    del sw
+    hit = sched_switch.select("prev_pid", "prev_comm", "ts", "cpu")[pl.Series(m["row"], dtype=pl.UInt32)]
     switch_in = pl.Series("switch_in_ts", m["switch_in_ts"])
     return hit.select(
-        pl.col("prev_pid").cast(pl.Int32).alias("pid"), pl.col("prev_comm").cast(pl.Utf8).alias("comm"),
+        pl.col("prev_pid").cast(pl.Int32).alias("pid"), pl.col("prev_comm").cast(pl.Categorical).alias("comm"),
         pl.col("ts").cast(pl.Int64).alias("preempt_ts"), switch_in, pl.col("cpu").cast(pl.Int32).alias("from_cpu"),
         pl.Series("cpu", m["cpu"]), (switch_in - pl.col("ts").cast(pl.Int64)).alias("latency_ns"),
     ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us"))
@@ -187,15 +196,16 @@ def preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None, end_
 
 def wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *, start_ns: int | None, end_ns: int | None,
                    while_on_cpu: bool) -> pl.DataFrame:
-    """latency.df_wakeup_latency's matching, compiled. ``wakeups``: ts, pid, comm, target_cpu, kind, every
+    """latency.df_wakeup_latency's matching, compiled (sorted by wakeup_ts, ties in the matcher's order). ``wakeups``: ts, pid, comm, target_cpu, kind, every
     wakeup of the trace with pid != 0 (those in ``[start_ns, end_ns)`` are matched, the others can only end a
     while-on-CPU candidate). Same columns as df_wakeup_latency, sorted by wakeup_ts."""
     sw = _switches_with_state(sched_switch)
     wk = [(_a(wakeups, "ts", pl.Int64, 0), _a(wakeups, "pid", pl.Int32, 0))]
     lo = -(2**63) if start_ns is None else int(start_ns)
     hi = 2**63 - 1 if end_ns is None else int(end_ns)
-    m = _native.wakeup_latency(sw, wk, lo, hi, bool(while_on_cpu))
-    hit = wakeups[pl.Series(m["row"], dtype=pl.UInt32)]
+    m = _in_time_order(_native.wakeup_latency(sw, wk, lo, hi, bool(while_on_cpu)), wk[0][0])
+    del sw, wk
+    hit = wakeups.select("pid", "comm", "kind", "ts", "target_cpu")[pl.Series(m["row"], dtype=pl.UInt32)]
     switch_in = pl.Series("switch_in_ts", m["switch_in_ts"])
     return hit.select(
         "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"), switch_in, pl.Series("cpu", m["cpu"]),
@@ -216,26 +226,33 @@ def _codes(s: pl.Series) -> np.ndarray:
 def task_state_intervals(sw: pl.DataFrame, out_state: pl.Series, wakeups: pl.DataFrame | None, *,
                          states: tuple[str, ...], wakeable: tuple[str, ...], start_ns: int, end_ns: int) -> pl.DataFrame:
     """tasks.df_task_state_intervals, compiled. ``sw``: ts, cpu, prev_pid, next_pid, prev_comm, next_comm (whole
-    sched_switch); ``out_state``: per row the state name its switch-out leaves (null: exited); ``wakeups``: ts,
-    pid, comm. Returns pid, ts, dur, state (Utf8), cpu (Int32), comm (Utf8), by pid then ts."""
+    sched_switch); ``out_state``: per row the state its switch-out leaves (an Enum of ``states``; null: exited);
+    ``wakeups``: ts, pid, comm. Returns pid, ts, dur, state (Enum of ``states``), cpu (Int32), comm (Categorical),
+    by pid then ts."""
     code = {s: i for i, s in enumerate(states)}
-    out_codes = np.ascontiguousarray(out_state.replace_strict(code, default=-1, return_dtype=pl.Int8).to_numpy())
+    state_type = pl.Enum(states)
+    out_codes = np.ascontiguousarray(out_state.cast(state_type).to_physical().cast(pl.Int8).fill_null(-1).to_numpy())
     wk = wakeups if wakeups is not None else pl.DataFrame(
         {"ts": [], "pid": [], "comm": []}, schema={"ts": pl.Int64, "pid": pl.Int32, "comm": pl.Categorical})
     switches = (_a(sw, "ts", pl.Int64, 0), _a(sw, "cpu", pl.Int32, NO_CPU), _a(sw, "prev_pid", pl.Int32, 0),
                 _a(sw, "next_pid", pl.Int32, 0), out_codes, _codes(sw["prev_comm"]), _codes(sw["next_comm"]))
+    del out_codes
     wks = (_a(wk, "ts", pl.Int64, 0), _a(wk, "pid", pl.Int32, 0), _codes(wk["comm"]))
     can_wake = np.array([s in wakeable for s in states], dtype=bool)
     d = _native.task_state_intervals(switches, wks, (code["running"], code["runnable"], can_wake),
                                      int(start_ns), int(end_ns))
+    del switches, wks
     names = pl.concat([sw["prev_comm"].cast(pl.Categorical), sw["next_comm"].cast(pl.Categorical),
                        wk["comm"].cast(pl.Categorical)])
-    src = pl.Series(d["comm_src"])
+    src = pl.Series(d.pop("comm_src"))
     comm = names.gather(pl.select(pl.when(src != NO_COMM).then(src)).to_series())
-    state = pl.Series(d["state"]).replace_strict({i: s for s, i in code.items()}, default=None, return_dtype=pl.Utf8)
-    cpu = pl.Series(d["cpu"])
+    del names, src
+    st = pl.Series(d.pop("state"))
+    state = pl.Series(states, dtype=state_type).gather(pl.select(pl.when(st >= 0).then(st)).to_series())
+    del st
+    cpu = pl.Series(d.pop("cpu"))
     return pl.DataFrame({
-        "pid": pl.Series(d["pid"], dtype=pl.Int32), "ts": pl.Series(d["ts"], dtype=pl.Int64),
-        "dur": pl.Series(d["dur"], dtype=pl.Int64), "state": state,
+        "pid": pl.Series(d.pop("pid"), dtype=pl.Int32), "ts": pl.Series(d.pop("ts"), dtype=pl.Int64),
+        "dur": pl.Series(d.pop("dur"), dtype=pl.Int64), "state": state,
         "cpu": pl.select(pl.when(cpu != NO_CPU).then(cpu)).to_series().cast(pl.Int32),
-        "comm": comm.cast(pl.Utf8)})
+        "comm": comm})

@@ -32,6 +32,8 @@ from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, Met
 EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_waking")
 STATES = ("running", "runnable", "sleeping", "uninterruptible", "other")
+# a state column: one byte per row instead of a string (millions of intervals on a busy trace)
+STATE_TYPE = pl.Enum(STATES)
 # states a wakeup makes runnable (from running, runnable or exited it does not)
 WAKEABLE = ("sleeping", "uninterruptible", "other")
 
@@ -40,7 +42,7 @@ __all__ = ["EVENTS", "OPTIONAL_EVENTS", "STATES", "switch_out_state", "prev_stat
 
 
 def switch_out_state(prev_state: pl.Expr, *, pre_4_14: bool = False) -> pl.Expr:
-    """The state a sched_switch prev_state leaves a task in (module docstring); null = exited.
+    """The state a sched_switch prev_state leaves a task in (module docstring), as ``STATE_TYPE``; null = exited.
 
     Kernels since 4.14 report one TASK_REPORT bit (0x40 = P parked, 0x80 = I idle) and flag a preemption with
     0x100; older kernels report the raw state, where 0x40 is TASK_DEAD, and flag a preemption with
@@ -48,12 +50,13 @@ def switch_out_state(prev_state: pl.Expr, *, pre_4_14: bool = False) -> pl.Expr:
     s = prev_state.cast(pl.Int64)
     low = s & 0xFF
     dead = 0x70 if pre_4_14 else 0x30
-    return (pl.when(low == 0).then(pl.lit("runnable"))
-            .when((s & 0x1) != 0).then(pl.lit("sleeping"))
-            .when((s & 0x2) != 0).then(pl.lit("uninterruptible"))
-            .when((s & dead) != 0).then(pl.lit(None, pl.Utf8))
-            .when(low == 0x80).then(pl.lit("sleeping"))
-            .otherwise(pl.lit("other")))
+    state = lambda name: pl.lit(name, STATE_TYPE)  # noqa: E731
+    return (pl.when(low == 0).then(state("runnable"))
+            .when((s & 0x1) != 0).then(state("sleeping"))
+            .when((s & 0x2) != 0).then(state("uninterruptible"))
+            .when((s & dead) != 0).then(pl.lit(None, STATE_TYPE))
+            .when(low == 0x80).then(state("sleeping"))
+            .otherwise(state("other")))
 
 
 def prev_state_encoding(sched_switch: pl.DataFrame) -> bool:
@@ -72,8 +75,8 @@ def _by_pid_then(df: pl.DataFrame, order: pl.Expr) -> pl.DataFrame:
 def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | None = None, *,
                             start_ns: int | None = None, end_ns: int | None = None,
                             backend: str = "native") -> pl.DataFrame:
-    """Per thread: ``pid (Int32), ts (ns), dur (ns), state (Utf8, null = unknown / not alive), cpu (Int32, where it
-    runs; null unless running), comm`` over ``[start_ns, end_ns)``.
+    """Per thread: ``pid (Int32), ts (ns), dur (ns), state (STATE_TYPE, null = unknown / not alive), cpu (Int32,
+    where it runs; null unless running), comm (Categorical)`` over ``[start_ns, end_ns)``.
 
     ``sched_switch``: whole table (state at the window start is carried in); ``wakeups``: ts, pid, comm of
     sched_wakeup + sched_wakeup_new (or sched_waking) rows, whole tables. pid 0 is left out. ``backend``:
@@ -97,7 +100,7 @@ def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | 
         "ts", pl.col("prev_pid").alias("pid"), pl.col("prev_comm").alias("comm"),
         switch_out_state(pl.col("prev_state"), pre_4_14=prev_state_encoding(sw)).alias("state"), pl.lit(None, pl.Int32).alias("cpu"), pl.lit(0).alias("_o"))
     ins = sw.filter(pl.col("next_pid") != 0).select(
-        "ts", pl.col("next_pid").alias("pid"), pl.col("next_comm").alias("comm"), pl.lit("running").alias("state"),
+        "ts", pl.col("next_pid").alias("pid"), pl.col("next_comm").alias("comm"), pl.lit("running", STATE_TYPE).alias("state"),
         "cpu", pl.lit(2).alias("_o"))
     moves = pl.concat([outs, ins])
     parts = [moves]
@@ -110,30 +113,29 @@ def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | 
         # state from the thread's last switch strictly before the wakeup: only a sleeping (or unknown) one is woken
         wk = wk.join_asof(last, on="ts", by="pid", strategy="backward", check_sortedness=False)
         woken = wk.filter(pl.col("_mts").is_null() | pl.col("_prev").is_in(list(WAKEABLE)))
-        parts.append(woken.select("ts", "pid", "comm", pl.lit("runnable").alias("state"), pl.lit(None, pl.Int32).alias("cpu"),
+        parts.append(woken.select("ts", "pid", "comm", pl.lit("runnable", STATE_TYPE).alias("state"), pl.lit(None, pl.Int32).alias("cpu"),
                                   pl.lit(1).alias("_o")))
     ev = _by_pid_then(pl.concat(parts), pl.col("ts") * 4 + pl.col("_o"))
     # before a thread's first event: running if that event switches it out, else unknown
     first = ev.group_by("pid", maintain_order=True).first()
     seed = first.filter(pl.col("_o") == 0).select(
         (pl.min_horizontal(pl.col("ts"), pl.lit(start_ns)) - 1).alias("ts"), "pid", "comm",
-        pl.lit("running").alias("state"), pl.lit(None, pl.Int32).alias("cpu"))
+        pl.lit("running", STATE_TYPE).alias("state"), pl.lit(None, pl.Int32).alias("cpu"))
     # the CPU it ran on before that first switch-out: the switch's own CPU
     seed = seed.join(sw.select("ts", pl.col("prev_pid").alias("pid"), pl.col("cpu").alias("_c"))
                      .group_by("pid").agg(pl.col("ts").min().alias("_t"), pl.col("_c").sort_by("ts").first()),
                      on="pid", how="left").with_columns(pl.col("_c").alias("cpu")).drop("_t", "_c")
     changes = pl.concat([seed, ev.select("ts", "pid", "comm", "state", "cpu")])
-    return df_intervals(changes, ["state", "cpu", "comm"], keys="pid", start_ns=start_ns, end_ns=end_ns
-                        ).with_columns(pl.col("comm").cast(pl.Utf8))
+    return df_intervals(changes, ["state", "cpu", "comm"], keys="pid", start_ns=start_ns, end_ns=end_ns)
 
 
 def df_task_states(intervals: pl.DataFrame, by: str = "comm") -> pl.DataFrame:
     """Time per state per task name (``by="comm"``) or thread (``by="pid"``): ``<by>, known_ns`` and, per state
     of STATES, ``<state>_ns`` and ``<state>_pct`` (% of the known time). ``intervals``: df_task_state_intervals."""
-    known = intervals.filter(pl.col("state").is_not_null())
+    known = intervals.lazy().select(by, "state", "dur").filter(pl.col("state").is_not_null())
     aggs = [pl.col("dur").sum().alias("known_ns")]
     aggs += [pl.col("dur").filter(pl.col("state") == s).sum().alias(f"{s}_ns") for s in STATES]
-    out = known.group_by(by).agg(aggs)
+    out = known.group_by(by).agg(aggs).collect()
     return out.with_columns([(100.0 * pl.col(f"{s}_ns") / pl.col("known_ns")).alias(f"{s}_pct") for s in STATES]
                             ).sort("running_ns", descending=True)
 
@@ -144,14 +146,22 @@ def df_activations(intervals: pl.DataFrame) -> pl.DataFrame:
     return intervals.filter(pl.col("state") == "running").select("pid", "comm", "cpu", "ts", "dur")
 
 
-def df_activation_stats(activations: pl.DataFrame, by: str = "comm", *, window_ns: int) -> pl.DataFrame:
+def df_activation_stats(activations: pl.DataFrame | pl.LazyFrame, by: str = "comm", *,
+                        window_ns: int) -> pl.DataFrame:
     """Per task name (or ``by`` column): ``activations``, ``activations_per_s``, run durations in ms: ``mean_ms``,
-    ``p50_ms``, ``p95_ms``, ``max_ms`` (linear interpolation), ``running_ms`` (sum)."""
+    ``p50_ms``, ``p95_ms``, ``max_ms`` (linear interpolation), ``running_ms`` (sum). ``activations``:
+    df_activations, or a lazy frame of the runs (only ``by`` and ``dur`` are read)."""
     d = pl.col("dur") / 1e6
-    return activations.group_by(by).agg(
+    return activations.lazy().select(by, "dur").group_by(by).agg(
         pl.len().cast(pl.Int64).alias("activations"), d.mean().alias("mean_ms"), d.quantile(0.5, "linear").alias("p50_ms"),
         d.quantile(0.95, "linear").alias("p95_ms"), d.max().alias("max_ms"), d.sum().alias("running_ms"),
-    ).with_columns((pl.col("activations") / (window_ns / 1e9)).alias("activations_per_s")).sort("running_ms", descending=True)
+    ).with_columns((pl.col("activations") / (window_ns / 1e9)).alias("activations_per_s")
+                   ).sort("running_ms", descending=True).collect()
+
+
+def _runs(intervals: pl.DataFrame) -> pl.LazyFrame:
+    """The runs of df_activations, lazily (a summary reads two of their columns)."""
+    return intervals.lazy().filter(pl.col("state") == "running")
 
 
 class TasksAnalysis:
@@ -191,8 +201,8 @@ class TasksAnalysis:
         ``comm, cluster, running_ns, pct`` (% of the name's running time)."""
         from abtest.analysis.clusters import trace_clusters
         cl = trace_clusters(self.trace).select("cpu", "cluster")
-        res = (self.df_activations().join(cl, on="cpu", how="left").group_by("comm", "cluster")
-               .agg(pl.col("dur").sum().alias("running_ns")))
+        res = (_runs(self.df_state_intervals()).select("comm", "cpu", "dur").join(cl.lazy(), on="cpu", how="left")
+               .group_by("comm", "cluster").agg(pl.col("dur").sum().alias("running_ns")).collect())
         return res.with_columns((100.0 * pl.col("running_ns") / pl.col("running_ns").sum().over("comm")).alias("pct")
                                 ).sort("comm", "cluster")
 
@@ -207,9 +217,9 @@ def summary(trace, top_tasks: int = 10) -> dict:
     ta = TasksAnalysis(trace)
     iv = ta.df_state_intervals()
     st = df_task_states(iv).head(top_tasks)
-    act = {r["comm"]: r for r in df_activation_stats(df_activations(iv), window_ns=trace.end_ns - trace.start_ns)
+    act = {r["comm"]: r for r in df_activation_stats(_runs(iv), window_ns=trace.end_ns - trace.start_ns)
            .iter_rows(named=True)}
-    threads = dict(iv.group_by("comm").agg(pl.col("pid").n_unique()).iter_rows())
+    threads = dict(iv.lazy().select("comm", "pid").group_by("comm").agg(pl.col("pid").n_unique()).collect().iter_rows())
     clus = ta.df_cluster_running().filter(pl.col("comm").is_in(st["comm"].to_list()))
     cl: dict[str, dict] = {}
     for comm, cluster, _, pct in clus.iter_rows():  # top_tasks x clusters rows
@@ -268,7 +278,7 @@ def metrics(trace, options=None) -> list[MetricValue]:
     named = list(getattr(options, "tasks", ()) or ())
     top = getattr(options, "top_tasks", 20)
     st = st.filter(pl.col("comm").is_in(named) | (pl.int_range(pl.len()) < top))
-    act = {r["comm"]: r for r in df_activation_stats(df_activations(iv), window_ns=trace.end_ns - trace.start_ns)
+    act = {r["comm"]: r for r in df_activation_stats(_runs(iv), window_ns=trace.end_ns - trace.start_ns)
            .filter(pl.col("comm").is_in(st["comm"].to_list())).iter_rows(named=True)}
     out: list[MetricValue] = []
     for r in st.iter_rows(named=True):  # at most top + len(named) names

@@ -63,67 +63,69 @@ struct Change {
     src: u32,
 }
 
+/// A switch row as one thread's move: sorted by (pid, ts, seq), 16 bytes each. `seq` < n is row `seq`'s
+/// switch-out, n + r row r's switch-in: ordering by seq also puts a timestamp's outs before its ins.
+#[derive(Clone, Copy)]
+struct Move {
+    pid: i32,
+    seq: u32,
+    ts: i64,
+}
+
+/// The change a move makes (`n`: the number of switch rows).
+fn change_of(inp: &Inputs, n: u32, m: &Move) -> Change {
+    if m.seq < n {
+        let r = m.seq as usize;
+        let comm = inp.prev_comm[r];
+        let src = if comm == NO_COMM { NO_COMM } else { m.seq };
+        Change { ts: m.ts, order: 0, seq: m.seq, state: inp.out_state[r], cpu: NO_CPU, comm, src }
+    } else {
+        let r = (m.seq - n) as usize;
+        let comm = inp.next_comm[r];
+        let src = if comm == NO_COMM { NO_COMM } else { m.seq };
+        Change { ts: m.ts, order: 2, seq: m.seq, state: inp.running, cpu: inp.sw_cpu[r], comm, src }
+    }
+}
+
 pub fn state_intervals(inp: &Inputs) -> Intervals {
     let n = inp.sw_ts.len() as u32;
-    let mut moves: Vec<(i32, Change)> = Vec::with_capacity(2 * n as usize);
-    for r in 0..n as usize {
-        if inp.prev_pid[r] != 0 {
-            let c = Change {
-                ts: inp.sw_ts[r],
-                order: 0,
-                seq: r as u32,
-                state: inp.out_state[r],
-                cpu: NO_CPU,
-                comm: inp.prev_comm[r],
-                src: if inp.prev_comm[r] == NO_COMM { NO_COMM } else { r as u32 },
-            };
-            moves.push((inp.prev_pid[r], c));
-        }
-    }
-    for r in 0..n as usize {
-        if inp.next_pid[r] != 0 {
-            let c = Change {
-                ts: inp.sw_ts[r],
-                order: 2,
-                seq: n + r as u32,
-                state: inp.running,
-                cpu: inp.sw_cpu[r],
-                comm: inp.next_comm[r],
-                src: if inp.next_comm[r] == NO_COMM { NO_COMM } else { n + r as u32 },
-            };
-            moves.push((inp.next_pid[r], c));
-        }
-    }
-    moves.sort_unstable_by_key(|(pid, c)| (*pid, c.ts, c.order, c.seq));
+    let outs = (0..n).filter(|&r| inp.prev_pid[r as usize] != 0);
+    let ins = (0..n).filter(|&r| inp.next_pid[r as usize] != 0);
+    let mut moves: Vec<Move> = Vec::with_capacity(outs.clone().count() + ins.clone().count());
+    moves.extend(outs.map(|r| Move { pid: inp.prev_pid[r as usize], seq: r, ts: inp.sw_ts[r as usize] }));
+    moves.extend(ins.map(|r| Move { pid: inp.next_pid[r as usize], seq: n + r, ts: inp.sw_ts[r as usize] }));
+    moves.sort_unstable_by_key(|m| (m.pid, m.ts, m.seq));
     let mut wk: Vec<u32> = (0..inp.wk_ts.len() as u32).filter(|&r| inp.wk_pid[r as usize] != 0).collect();
     wk.sort_unstable_by_key(|&r| (inp.wk_pid[r as usize], inp.wk_ts[r as usize], r));
 
     let mut out = Intervals::default();
     let (mut i, mut j) = (0usize, 0usize);
+    let mut mv: Vec<Change> = Vec::new();
     let mut changes: Vec<Change> = Vec::new();
     let mut woken: Vec<Change> = Vec::new();
     while i < moves.len() || j < wk.len() {
         let pid = match (moves.get(i), wk.get(j)) {
-            (Some(m), Some(&w)) => m.0.min(inp.wk_pid[w as usize]),
-            (Some(m), None) => m.0,
+            (Some(m), Some(&w)) => m.pid.min(inp.wk_pid[w as usize]),
+            (Some(m), None) => m.pid,
             (None, Some(&w)) => inp.wk_pid[w as usize],
             (None, None) => unreachable!(),
         };
         let i0 = i;
-        while i < moves.len() && moves[i].0 == pid {
+        while i < moves.len() && moves[i].pid == pid {
             i += 1;
         }
-        let mv = &moves[i0..i];
+        mv.clear();
+        mv.extend(moves[i0..i].iter().map(|m| change_of(inp, n, m)));
         // wakeups of a thread whose last switch strictly before them left it wakeable (or that has none)
         woken.clear();
         let mut k = 0usize;
         while j < wk.len() && inp.wk_pid[wk[j] as usize] == pid {
             let (r, seq) = (wk[j] as usize, 2 * n + j as u32);
             let ts = inp.wk_ts[r];
-            while k < mv.len() && mv[k].1.ts < ts {
+            while k < mv.len() && mv[k].ts < ts {
                 k += 1;
             }
-            let wakes = k == 0 || (mv[k - 1].1.state >= 0 && inp.wakeable[mv[k - 1].1.state as usize]);
+            let wakes = k == 0 || (mv[k - 1].state >= 0 && inp.wakeable[mv[k - 1].state as usize]);
             if wakes {
                 let src = if inp.wk_comm[r] == NO_COMM { NO_COMM } else { 2 * n + r as u32 };
                 let (state, cpu, comm) = (inp.runnable, NO_CPU, inp.wk_comm[r]);
@@ -136,9 +138,9 @@ pub fn state_intervals(inp: &Inputs) -> Intervals {
         let (mut a, mut b) = (0usize, 0usize);
         while a < mv.len() || b < woken.len() {
             let take_move = b == woken.len()
-                || (a < mv.len() && (mv[a].1.ts, mv[a].1.order, mv[a].1.seq) < (woken[b].ts, 1, woken[b].seq));
+                || (a < mv.len() && (mv[a].ts, mv[a].order, mv[a].seq) < (woken[b].ts, 1, woken[b].seq));
             if take_move {
-                changes.push(mv[a].1);
+                changes.push(mv[a]);
                 a += 1;
             } else {
                 changes.push(woken[b]);
