@@ -106,11 +106,19 @@ def table_names(entry: Path) -> list[str]:
 
 
 def read_table(entry: Path, name: str) -> pl.DataFrame:
-    """Table `name` of `entry` (polars memory-maps an uncompressed IPC file)."""
+    """Table `name` of `entry`. An IPC file of the cache is memory-mapped (pyarrow; polars 2.1's read_ipc
+    copies the file): numeric columns are views of the mapping, their pages read from the page cache when an
+    analysis touches them (columns never read cost no memory), names are decoded. Entries are written to a
+    temporary directory and renamed, never rewritten in place, so a mapping stays valid."""
     path = table_path(entry, name)
     if path.suffix == SUFFIX["ipc"]:
-        return pl.read_ipc(path)
+        return _mapped(path)
     return pl.read_parquet(path)
+
+
+def _mapped(path: Path) -> pl.DataFrame:
+    import pyarrow as pa
+    return pl.from_arrow(pa.ipc.open_file(pa.memory_map(str(path))).read_all(), rechunk=False)
 
 
 def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | None) -> pl.DataFrame:
@@ -128,7 +136,7 @@ def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | Non
         df = read_table(entry, name)
         return df.filter(keep) if "ts" in df.columns else df
     import pyarrow as pa
-    table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()  # zero-copy views of the mapping
+    table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()  # views of the mapping
     chunks = [c.to_numpy(zero_copy_only=True) for c in table.column("ts").chunks]
     i = 0 if lo_ns is None else _search_sorted(chunks, lo_ns)
     j = table.num_rows if hi_ns is None else _search_sorted(chunks, hi_ns)
