@@ -121,14 +121,26 @@ impl Segments {
         self.runnable.push(u[1].max(0.0));
     }
 
+    /// Moves `o`'s rows to the end of these and frees `o`'s memory.
     fn append(&mut self, o: &mut Segments) {
-        self.key.append(&mut o.key);
-        self.ts.append(&mut o.ts);
-        self.dur.append(&mut o.dur);
-        self.x_util.append(&mut o.x_util);
-        self.x_runnable.append(&mut o.x_runnable);
-        self.util.append(&mut o.util);
-        self.runnable.append(&mut o.runnable);
+        let o = std::mem::take(o);
+        self.key.extend_from_slice(&o.key);
+        self.ts.extend_from_slice(&o.ts);
+        self.dur.extend_from_slice(&o.dur);
+        self.x_util.extend_from_slice(&o.x_util);
+        self.x_runnable.extend_from_slice(&o.x_runnable);
+        self.util.extend_from_slice(&o.util);
+        self.runnable.extend_from_slice(&o.runnable);
+    }
+
+    /// The rows of `parts` in order, in vectors allocated once.
+    fn concat(parts: Vec<&mut Segments>) -> Segments {
+        let mut out = Segments::default();
+        out.reserve(parts.iter().map(|p| p.len()).sum());
+        for p in parts {
+            out.append(p);
+        }
+        out
     }
 
     pub fn len(&self) -> usize {
@@ -967,24 +979,22 @@ pub fn simulate(inp: &Inputs, want: &Want) -> (Segments, Segments, Vec<Contentio
     sim.run(&waits, &firsts);
 
     let end = inp.end_ns;
-    let mut cpu_out = Segments::default();
     let mut order: Vec<usize> = (0..sim.cpus.len()).filter(|&c| sim.cpus[c].simulated).collect();
     order.sort_by_key(|&c| sim.cpus[c].id);
     let mut contention = Vec::new();
     for &c in &order {
-        cpu_out.append(&mut sim.cpus[c].out);
         if let (Some(m), true) = (want.contention_margin, sim.cpus[c].started) {
             sim.cpus[c].close_segment(end, m);
             contention.push(sim.cpus[c].agg.clone());
         }
     }
+    let mut by_id: Vec<&mut Cpu> = sim.cpus.iter_mut().filter(|c| c.simulated).collect();
+    by_id.sort_by_key(|c| c.id);
+    let mut cpu_out = Segments::concat(by_id.into_iter().map(|c| &mut c.out).collect());
     finish(&mut cpu_out, end);
-    let mut task_out = Segments::default();
-    let mut order: Vec<usize> = (0..sim.tasks.len()).filter(|&i| sim.tasks[i].out.is_some()).collect();
-    order.sort_by_key(|&i| sim.tasks[i].pid);
-    for i in order {
-        task_out.append(sim.tasks[i].out.as_mut().unwrap());
-    }
+    let mut by_pid: Vec<&mut Task> = sim.tasks.iter_mut().filter(|t| t.out.is_some()).collect();
+    by_pid.sort_by_key(|t| t.pid);
+    let mut task_out = Segments::concat(by_pid.into_iter().filter_map(|t| t.out.as_mut()).collect());
     finish(&mut task_out, end);
     (cpu_out, task_out, contention)
 }
