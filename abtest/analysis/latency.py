@@ -81,7 +81,7 @@ def _moves(sched_switch: pl.DataFrame) -> pl.DataFrame:
 
 def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
                       start_ns: int | None = None, end_ns: int | None = None, rule: str = "wakeup",
-                      backend: str = "native") -> pl.DataFrame:
+                      backend: str = "native", columns: list[str] | None = None) -> pl.DataFrame:
     """One row per matched wakeup (module docstring rules).
 
     Needs: sched_switch and a wakeup table (sched_wakeup for rule "wakeup", sched_waking for rule
@@ -91,7 +91,7 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
 
     Returns pid (Int32), comm (Categorical), kind (Categorical: "waking"/"wakeup"/"wakeup_new"), wakeup_ts (ns), switch_in_ts
     (ns), cpu (Int32, where the task ran), target_cpu, while_on_cpu (Boolean), latency_ns (Int64),
-    latency_us (Float64). Sorted by wakeup_ts. ``backend``: "native" (the rules replayed in time order,
+    latency_us (Float64); ``columns``: only those (the others are not built). Sorted by wakeup_ts. ``backend``: "native" (the rules replayed in time order,
     native/sim/src/latency.rs) or "python" (as-of joins: the reference, tests/test_sim_native.py).
     """
     if rule not in DEFINITIONS:
@@ -105,7 +105,7 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
     if backend == "native":
         from abtest.analysis import sim_native
         return sim_native.wakeup_latency(w, sched_switch, start_ns=start_ns, end_ns=end_ns,
-                                         while_on_cpu=rule == "waking")
+                                         while_on_cpu=rule == "waking", columns=columns)
     w = w.sort(["pid", "ts"])
     all_w = w
     if start_ns is not None:
@@ -146,7 +146,7 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
     return m.select(
         "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"), pl.col("next_ts").alias("switch_in_ts"),
         "cpu", "target_cpu", "while_on_cpu", (pl.col("next_ts") - pl.col("ts")).alias("latency_ns"),
-    ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us")).sort("wakeup_ts")
+    ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us")).sort("wakeup_ts").select(columns or pl.all())
 
 
 def df_preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None = None,
@@ -322,8 +322,10 @@ def _definition_summary(la: LatencyAnalysis, definition: str, top_tasks: int) ->
     wk = la.df_wakeups(definition)
     lo, hi = trace.start_ns, trace.end_ns
     in_win = wk.select(((pl.col("ts") >= lo) & (pl.col("ts") < hi) & (pl.col("pid") != 0)).sum()).item()
+    # the columns the statistics read: a million wakeups' other columns are not built
     lat = df_with_clusters(df_wakeup_latency(wk, trace.df("sched_switch", windowed=False), start_ns=lo, end_ns=hi,
-                                             rule=definition), trace_clusters(trace))
+                                             rule=definition, columns=["comm", "cpu", "target_cpu", "while_on_cpu",
+                                                                       "latency_us"]), trace_clusters(trace))
     del wk
     overall = df_latency_stats(lat, by=None).row(0, named=True)
     out = {"definition": DEFINITION_TEXT[definition], "wakeup_event": DEFINITIONS[definition],

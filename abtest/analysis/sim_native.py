@@ -171,20 +171,11 @@ def _switches_with_state(sched_switch: pl.DataFrame) -> tuple:
             _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0), state)
 
 
-def _in_time_order(m: dict, ts: np.ndarray) -> dict:
-    """The matcher's output arrays ordered by ``ts`` of their rows (stable: equal times keep the matcher's
-    order), before anything is gathered from the frames."""
-    order = np.argsort(ts[m["row"]], kind="stable")
-    return {k: v[order] for k, v in m.items()}
-
-
 def preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None, end_ns: int | None) -> pl.DataFrame:
     """latency.df_preemption_latency's matching, compiled: same columns, sorted by preempt_ts."""
     lo = -(2**63) if start_ns is None else int(start_ns)
     hi = 2**63 - 1 if end_ns is None else int(end_ns)
-    sw = _switches_with_state(sched_switch)
-    m = _in_time_order(_native.preemption_latency(sw, lo, hi), sw[0])
-    del sw
+    m = _native.preemption_latency(_switches_with_state(sched_switch), lo, hi)  # by preempt_ts, then row
     hit = sched_switch.select("prev_pid", "prev_comm", "ts", "cpu")[pl.Series(m["row"], dtype=pl.UInt32)]
     switch_in = pl.Series("switch_in_ts", m["switch_in_ts"])
     return hit.select(
@@ -195,22 +186,25 @@ def preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None, end_
 
 
 def wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *, start_ns: int | None, end_ns: int | None,
-                   while_on_cpu: bool) -> pl.DataFrame:
+                   while_on_cpu: bool, columns: list[str] | None = None) -> pl.DataFrame:
     """latency.df_wakeup_latency's matching, compiled (sorted by wakeup_ts, ties in the matcher's order). ``wakeups``: ts, pid, comm, target_cpu, kind, every
     wakeup of the trace with pid != 0 (those in ``[start_ns, end_ns)`` are matched, the others can only end a
-    while-on-CPU candidate). Same columns as df_wakeup_latency, sorted by wakeup_ts."""
+    while-on-CPU candidate). Same columns as df_wakeup_latency (or ``columns`` of them), sorted by wakeup_ts."""
     sw = _switches_with_state(sched_switch)
     wk = [(_a(wakeups, "ts", pl.Int64, 0), _a(wakeups, "pid", pl.Int32, 0))]
     lo = -(2**63) if start_ns is None else int(start_ns)
     hi = 2**63 - 1 if end_ns is None else int(end_ns)
-    m = _in_time_order(_native.wakeup_latency(sw, wk, lo, hi, bool(while_on_cpu)), wk[0][0])
+    m = _native.wakeup_latency(sw, wk, lo, hi, bool(while_on_cpu))  # by wakeup ts (stable)
     del sw, wk
-    hit = wakeups.select("pid", "comm", "kind", "ts", "target_cpu")[pl.Series(m["row"], dtype=pl.UInt32)]
-    switch_in = pl.Series("switch_in_ts", m["switch_in_ts"])
-    return hit.select(
-        "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"), switch_in, pl.Series("cpu", m["cpu"]),
-        "target_cpu", pl.Series("while_on_cpu", m["while_on_cpu"]), (switch_in - pl.col("ts")).alias("latency_ns"),
+    # lazily: only the columns asked for are gathered from the wakeups
+    rows = pl.Series(m["row"], dtype=pl.UInt32)
+    switch_in = pl.lit(pl.Series("switch_in_ts", m["switch_in_ts"]))
+    out = wakeups.lazy().select(pl.col("pid", "comm", "kind", "ts", "target_cpu").gather(rows)).select(
+        "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"), switch_in, pl.lit(pl.Series("cpu", m["cpu"])),
+        "target_cpu", pl.lit(pl.Series("while_on_cpu", m["while_on_cpu"])),
+        (switch_in - pl.col("ts")).alias("latency_ns"),
     ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us"))
+    return out.select(columns or out.collect_schema().names()).collect()
 
 
 # no CPU / no name in the task-state matcher's output (native/sim/src/tasks.rs NO_CPU, NO_COMM)

@@ -51,6 +51,17 @@ pub struct Intervals {
     pub comm_src: Vec<u32>,
 }
 
+impl Intervals {
+    fn reserve(&mut self, n: usize) {
+        self.pid.reserve(n);
+        self.ts.reserve(n);
+        self.dur.reserve(n);
+        self.state.reserve(n);
+        self.cpu.reserve(n);
+        self.comm_src.reserve(n);
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Change {
     ts: i64,
@@ -99,6 +110,9 @@ pub fn state_intervals(inp: &Inputs) -> Intervals {
     wk.sort_unstable_by_key(|&r| (inp.wk_pid[r as usize], inp.wk_ts[r as usize], r));
 
     let mut out = Intervals::default();
+    // at most one interval per change, plus an unknown start and a seed per thread: reserved once (pages
+    // never written cost nothing), so the columns are not copied as they grow
+    out.reserve(moves.len() + wk.len() + 4096);
     let (mut i, mut j) = (0usize, 0usize);
     let mut mv: Vec<Change> = Vec::new();
     let mut changes: Vec<Change> = Vec::new();
