@@ -15,11 +15,15 @@ import sys
 import click
 
 # Before polars loads (nothing above imports it): polars' allocator (jemalloc) keeps the pages it frees per
-# thread arena for seconds, so an `abtest analyze` held ~1.5x the memory its analyses use at once. The command
-# line (not the library: a notebook keeps its own settings) asks for one arena and a purge of freed pages
-# after 100 ms by a background thread; an environment that sets _RJEM_MALLOC_CONF keeps its own.
-# Measured in docs/analysis-speed.md ("Allocator").
-os.environ.setdefault("_RJEM_MALLOC_CONF", "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0")
+# thread arena for 0.5-1 s (polars' own setting), so an `abtest analyze` held ~1.5x the memory its analyses
+# use at once. The command line (not the library: a notebook keeps its own settings) asks for one arena and a
+# purge of freed pages after 100 ms by a background thread (polars appends a _RJEM_MALLOC_CONF it finds to
+# its own setting). A value the user set is kept; polars' own default, inherited from a Python parent that
+# imported polars (a notebook's `!abtest`, a test), is not the user's. Measured in docs/analysis-speed.md.
+POLARS_JEMALLOC_DEFAULT = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+CLI_JEMALLOC = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
+if os.environ.get("_RJEM_MALLOC_CONF", POLARS_JEMALLOC_DEFAULT) == POLARS_JEMALLOC_DEFAULT:
+    os.environ["_RJEM_MALLOC_CONF"] = CLI_JEMALLOC
 
 from abtest.version import __version__  # noqa: E402 (after the allocator setting)
 from abtest.trace.errors import MissingEventsError, TraceFormatError  # noqa: E402

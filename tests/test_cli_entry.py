@@ -87,3 +87,32 @@ def test_a_closed_reader_ends_quietly(traces):
     err = p.stderr.read()
     assert p.wait(timeout=120) == 1
     assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()
+
+
+_ALLOCATOR_SEEN_BY_POLARS = r"""
+import os, sys
+import abtest.cli  # sets the allocator up before polars loads
+import polars  # appends the value it finds to its own setting
+print(os.environ["_RJEM_MALLOC_CONF"])
+"""
+
+
+def _allocator_config(env_value: str | None) -> str:
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    if env_value is not None:
+        env["_RJEM_MALLOC_CONF"] = env_value
+    r = subprocess.run([sys.executable, "-c", _ALLOCATOR_SEEN_BY_POLARS], capture_output=True, text=True,
+                       check=True, env=env)
+    return r.stdout.strip()
+
+
+def test_the_command_line_sets_polars_allocator_unless_the_user_did():
+    from abtest.cli import CLI_JEMALLOC, POLARS_JEMALLOC_DEFAULT
+    # unset, or polars' own default inherited from a Python parent: the command line's setting, last (wins)
+    for inherited in (None, POLARS_JEMALLOC_DEFAULT):
+        assert _allocator_config(inherited).endswith("," + CLI_JEMALLOC)
+    # the user's own value is what polars gets
+    mine = "dirty_decay_ms:2000"
+    got = _allocator_config(mine)
+    assert got.endswith("," + mine) and CLI_JEMALLOC not in got
