@@ -54,10 +54,19 @@ def _seeds(seeds: pl.DataFrame | None, key: str) -> tuple | None:
 
 
 
+_SEGMENT_COLS = ("ts", "dur", "x_util", "x_runnable", "util", "runnable")
+
+
 def _frame(d: dict, key: str, key_dtype) -> pl.DataFrame:
-    return pl.DataFrame({key: d[key], "ts": d["ts"], "dur": d["dur"], "x_util": d["x_util"],
-                         "x_runnable": d["x_runnable"], "util": d["util"], "runnable": d["runnable"]}
-                        ).with_columns(pl.col(key).cast(key_dtype))
+    return pl.DataFrame({key: d[key], **{c: d[c] for c in _SEGMENT_COLS}}).with_columns(pl.col(key).cast(key_dtype))
+
+
+def _frame_of_parts(parts: list[dict], key: str, key_dtype) -> pl.DataFrame:
+    """One frame of the simulator's per-key parts, each a chunk of it (the arrays are not copied)."""
+    if not parts:
+        return _frame({key: np.zeros(0, np.int32), **{c: np.zeros(0, np.int64 if c in ("ts", "dur") else np.float64)
+                                                        for c in _SEGMENT_COLS}}, key, key_dtype)
+    return pl.concat([_frame(p, key, key_dtype) for p in parts], rechunk=False)
 
 
 def pelt_simulate(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_ns: int,
@@ -77,7 +86,7 @@ def pelt_simulate(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: i
                     wakeups=wakeups, sched_migrate_task=sched_migrate_task, cpu_seeds=cpu_seeds,
                     task_seeds=task_seeds, new_pids=new_pids, want_cpus=want_cpus, attach=attach,
                     want_tasks=want_tasks, margin=None)
-    out = _frame(c, "cpu", pl.Int32), _frame(t, "pid", pl.Int64)
+    out = _frame_of_parts(c, "cpu", pl.Int32), _frame(t, "pid", pl.Int64)
     return out
 
 
@@ -100,7 +109,7 @@ def _pelt(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_
           sched_migrate_task: pl.DataFrame | None = None, cpu_seeds: pl.DataFrame | None = None,
           task_seeds: pl.DataFrame | None = None, new_pids: list[int] | None = None,
           want_cpus: bool = True, attach: bool = True, want_tasks: list[int] | bool = False,
-          margin: float | None = None) -> tuple[dict, dict, dict]:
+          margin: float | None = None) -> tuple[list[dict], dict, dict]:
     mig = None
     if sched_migrate_task is not None and not sched_migrate_task.is_empty():
         mig = (_a(sched_migrate_task, "ts", pl.Int64, 0), _a(sched_migrate_task, "pid", pl.Int32, 0),

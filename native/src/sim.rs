@@ -2,7 +2,7 @@
 //! numpy arrays out, the GIL released while they run. Python wrappers: abtest/analysis/sim_native.py.
 use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 use sim::{boost, latency, pelt, tasks, window};
 
 use pelt::{CpuSpec, Frequencies, Inputs, Migrations, Seeds, Segments, Switches, Wakeups, Want};
@@ -51,8 +51,8 @@ fn seed_slices<'a>(s: &'a Option<SeedArrays<'_>>) -> PyResult<Option<Seeds<'a>>>
 /// target_cpu, prio)]; migrations: (ts, pid, dest_cpu) | None; frequencies: (ts, cpu, khz) | None; cpus:
 /// (cpu, capacity, fmax_khz, fill_khz) (NaN = unknown); cpu_seeds / task_seeds: (id, ts, util, runnable) |
 /// None; new_pids; want_tasks: None (no task output), empty (all tasks) or pids.
-/// Returns (cpu segments, task segments, contention) as dicts of arrays: cpu|pid, ts, dur, x_util,
-/// x_runnable, util, runnable; with `contention_margin`, no CPU segments but per CPU: cpu, known_ns,
+/// Returns (cpu segments: a list of one dict of arrays per CPU; task segments: a dict of arrays; contention):
+/// cpu|pid, ts, dur, x_util, x_runnable, util, runnable; with `contention_margin`, no CPU segments but per CPU: cpu, known_ns,
 /// contended_ns, util_ns, runnable_ns, ratio_ns, ratio_weight_ns, max_runnable (see sim_pelt.rs Contention).
 #[pyfunction]
 #[pyo3(signature = (switches, wakeups, migrations, frequencies, cpus, cpu_seeds, task_seeds, new_pids,
@@ -74,7 +74,7 @@ fn pelt_simulate<'py>(
     attach: bool,
     want_tasks: Option<I32<'py>>,
     contention_margin: Option<f64>,
-) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let sw = Switches {
         ts: switches.0.as_slice()?,
         cpu: switches.1.as_slice()?,
@@ -135,7 +135,11 @@ fn pelt_simulate<'py>(
     col!("ratio_ns", ratio_ns);
     col!("ratio_weight_ns", ratio_weight_ns);
     col!("max_runnable", max_runnable);
-    Ok((segments_dict(py, c, "cpu")?, segments_dict(py, t, "pid")?, a))
+    let parts = PyList::empty(py);
+    for part in c {
+        parts.append(segments_dict(py, part, "cpu")?)?;
+    }
+    Ok((parts, segments_dict(py, t, "pid")?, a))
 }
 
 /// Window demand (abtest.analysis.window_sim's model; see native/sim/src/window.rs).

@@ -842,10 +842,10 @@ fn finish(segs: &mut Segments, end: i64) {
     }
 }
 
-/// Per-CPU and per-task simulated signals (see the module doc). Returns (cpu segments, task segments,
-/// per-CPU contention in aggregate mode), segments sorted by key then time, contiguous per key from its
-/// start to end_ns.
-pub fn simulate(inp: &Inputs, want: &Want) -> (Segments, Segments, Vec<Contention>) {
+/// Per-CPU and per-task simulated signals (see the module doc). Returns (cpu segments: one part per CPU in
+/// CPU order, none in aggregate mode; task segments; per-CPU contention in aggregate mode), segments sorted
+/// by key then time, contiguous per key from its start to end_ns.
+pub fn simulate(inp: &Inputs, want: &Want) -> (Vec<Segments>, Segments, Vec<Contention>) {
     let sw = &inp.switches;
     let mut pid_cols: Vec<&[i32]> = vec![sw.prev_pid, sw.next_pid, inp.new_pids];
     pid_cols.extend(inp.wakeups.iter().map(|w| w.pid));
@@ -988,10 +988,17 @@ pub fn simulate(inp: &Inputs, want: &Want) -> (Segments, Segments, Vec<Contentio
             contention.push(sim.cpus[c].agg.clone());
         }
     }
-    let mut by_id: Vec<&mut Cpu> = sim.cpus.iter_mut().filter(|c| c.simulated).collect();
+    // one part per CPU, in CPU order: handed over as they are (no copy into one set of columns)
+    let mut by_id: Vec<&mut Cpu> = sim.cpus.iter_mut().filter(|c| c.simulated && !c.out.is_empty()).collect();
     by_id.sort_by_key(|c| c.id);
-    let mut cpu_out = Segments::concat(by_id.into_iter().map(|c| &mut c.out).collect());
-    finish(&mut cpu_out, end);
+    let cpu_out: Vec<Segments> = by_id
+        .into_iter()
+        .map(|c| {
+            let mut part = std::mem::take(&mut c.out);
+            finish(&mut part, end);
+            part
+        })
+        .collect();
     let mut by_pid: Vec<&mut Task> = sim.tasks.iter_mut().filter(|t| t.out.is_some()).collect();
     by_pid.sort_by_key(|t| t.pid);
     let mut task_out = Segments::concat(by_pid.into_iter().filter_map(|t| t.out.as_mut()).collect());
@@ -1057,8 +1064,8 @@ mod tests {
             end_ns: end,
         };
         let want = Want { cpus: true, contention_margin: None, attach: true, tasks };
-        let (c, t, _) = simulate(&inp, &want);
-        (c, t)
+        let (mut c, t, _) = simulate(&inp, &want);
+        (Segments::concat(c.iter_mut().collect()), t)
     }
 
     /// The value of key `k`'s signal at `t` (evaluated inside its segment).
@@ -1163,7 +1170,7 @@ mod tests {
         };
         let want = Want { cpus: true, contention_margin: Some(1.0), attach: true, tasks: None };
         let (none, _, agg) = simulate(&inp, &want);
-        assert_eq!(none.len(), 0);
+        assert!(none.is_empty());
         let mut want_agg = Contention { cpu: 0, ..Default::default() };
         for i in 0..c.len() {
             want_agg.add(c.dur[i], c.util[i], c.runnable[i], 1.0);
