@@ -118,7 +118,11 @@ def read_table(entry: Path, name: str) -> pl.DataFrame:
 
 def _mapped(path: Path) -> pl.DataFrame:
     import pyarrow as pa
-    return pl.from_arrow(pa.ipc.open_file(pa.memory_map(str(path))).read_all(), rechunk=False)
+    try:
+        table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    except OSError:  # a file system that cannot map files: read it
+        return pl.read_ipc(path)
+    return pl.from_arrow(table, rechunk=False)
 
 
 def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | None) -> pl.DataFrame:
