@@ -58,7 +58,9 @@ def content_key(path: str | os.PathLike) -> str:
 
 def _write_table(df: pl.DataFrame, path: Path, fmt: str) -> None:
     if fmt == "ipc":
-        df.write_ipc(path, compression="uncompressed")
+        # one record batch: a memory-mapped column is then one array, which numpy and the compiled simulators
+        # read in place (polars would cut it into batches of ~130 k rows, and each reader would copy them together)
+        df.write_ipc(path, compression="uncompressed", record_batch_size=max(df.height, 1))
     else:
         df.write_parquet(path, compression="uncompressed", statistics=False)
 
