@@ -180,6 +180,25 @@ def test_task_state_intervals_native_equals_python(traces, rel):
 
 
 @pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_task_state_aggregates_fold_the_intervals(traces, rel):
+    """The compiled pass folding each thread's intervals as it makes them (what the tasks summary and metrics
+    read) = the frames' intervals folded afterwards (whole trace and a half-trace window)."""
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    sw, wk = t.df("sched_switch", windowed=False), tasks.TasksAnalysis(t)._wakeups()
+    for lo in (t.start_ns, (t.start_ns + t.end_ns) // 2):
+        kw = dict(start_ns=lo, end_ns=t.end_ns)
+        nat = tasks.df_task_state_aggregates(sw, wk, **kw)
+        ref = tasks.aggregates_of_intervals(tasks.df_task_state_intervals(sw, wk, backend="python", **kw))
+        for got, want, key in zip(nat, ref, (["comm", "state"], ["comm", "cpu", "dur"], ["comm", "pid"])):
+            order = [pl.col(k).cast(pl.Utf8) if k in ("comm", "state") else pl.col(k) for k in key]
+            assert got.sort(order).equals(want.select(got.columns).sort(order)), (lo, key)
+        if lo == t.start_ns:
+            assert nat[0].height > 0 and nat[1].height > 0
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
 def test_contention_aggregated_while_simulating(traces, rel):
     """load_tracking's contention figures from the simulation: aggregated in Rust without keeping segments
     = load_tracking.df_contention on the simulated segments (python backend)."""

@@ -226,36 +226,69 @@ def _codes(s: pl.Series) -> np.ndarray:
     return np.ascontiguousarray(s.cast(pl.Categorical).to_physical().cast(pl.UInt32).fill_null(NO_COMM).to_numpy())
 
 
+def _task_inputs(sw: pl.DataFrame, out_state: pl.Series, wakeups: pl.DataFrame | None, states: tuple[str, ...],
+                 wakeable: tuple[str, ...]) -> tuple[tuple, tuple, tuple, pl.Series]:
+    """The compiled task-state pass' arguments (switches, wakeups, states) and the names its ``*_src``
+    indices point into (Categorical: prev_comm rows, next_comm rows, wakeup rows)."""
+    code = {s: i for i, s in enumerate(states)}
+    out_codes = np.ascontiguousarray(
+        out_state.cast(pl.Enum(states)).to_physical().cast(pl.Int8).fill_null(-1).to_numpy())
+    wk = wakeups if wakeups is not None else pl.DataFrame(
+        {"ts": [], "pid": [], "comm": []}, schema={"ts": pl.Int64, "pid": pl.Int32, "comm": pl.Categorical})
+    switches = (_a(sw, "ts", pl.Int64, 0), _a(sw, "cpu", pl.Int32, NO_CPU), _a(sw, "prev_pid", pl.Int32, 0),
+                _a(sw, "next_pid", pl.Int32, 0), out_codes, _codes(sw["prev_comm"]), _codes(sw["next_comm"]))
+    wks = (_a(wk, "ts", pl.Int64, 0), _a(wk, "pid", pl.Int32, 0), _codes(wk["comm"]))
+    can_wake = np.array([s in wakeable for s in states], dtype=bool)
+    names = pl.concat([sw["prev_comm"].cast(pl.Categorical), sw["next_comm"].cast(pl.Categorical),
+                       wk["comm"].cast(pl.Categorical)])
+    return switches, wks, (code["running"], code["runnable"], can_wake), names
+
+
+def _names_of(names: pl.Series, src: np.ndarray) -> pl.Series:
+    """The names of ``*_src`` indices (NO_COMM: null)."""
+    s = pl.Series(src)
+    return names.gather(pl.select(pl.when(s != NO_COMM).then(s)).to_series())
+
+
+def _states_of(states: tuple[str, ...], codes: np.ndarray) -> pl.Series:
+    """State codes (-1: null) as an Enum of ``states``."""
+    c = pl.Series(codes)
+    return pl.Series(states, dtype=pl.Enum(states)).gather(pl.select(pl.when(c >= 0).then(c)).to_series())
+
+
+def _cpus_of(cpus: np.ndarray) -> pl.Series:
+    c = pl.Series(cpus)
+    return pl.select(pl.when(c != NO_CPU).then(c)).to_series().cast(pl.Int32)
+
+
 def task_state_intervals(sw: pl.DataFrame, out_state: pl.Series, wakeups: pl.DataFrame | None, *,
                          states: tuple[str, ...], wakeable: tuple[str, ...], start_ns: int, end_ns: int) -> pl.DataFrame:
     """tasks.df_task_state_intervals, compiled. ``sw``: ts, cpu, prev_pid, next_pid, prev_comm, next_comm (whole
     sched_switch); ``out_state``: per row the state its switch-out leaves (an Enum of ``states``; null: exited);
     ``wakeups``: ts, pid, comm. Returns pid, ts, dur, state (Enum of ``states``), cpu (Int32), comm (Categorical),
     by pid then ts."""
-    code = {s: i for i, s in enumerate(states)}
-    state_type = pl.Enum(states)
-    out_codes = np.ascontiguousarray(out_state.cast(state_type).to_physical().cast(pl.Int8).fill_null(-1).to_numpy())
-    wk = wakeups if wakeups is not None else pl.DataFrame(
-        {"ts": [], "pid": [], "comm": []}, schema={"ts": pl.Int64, "pid": pl.Int32, "comm": pl.Categorical})
-    switches = (_a(sw, "ts", pl.Int64, 0), _a(sw, "cpu", pl.Int32, NO_CPU), _a(sw, "prev_pid", pl.Int32, 0),
-                _a(sw, "next_pid", pl.Int32, 0), out_codes, _codes(sw["prev_comm"]), _codes(sw["next_comm"]))
-    del out_codes
-    wks = (_a(wk, "ts", pl.Int64, 0), _a(wk, "pid", pl.Int32, 0), _codes(wk["comm"]))
-    can_wake = np.array([s in wakeable for s in states], dtype=bool)
-    d = _native.task_state_intervals(switches, wks, (code["running"], code["runnable"], can_wake),
-                                     int(start_ns), int(end_ns))
+    switches, wks, st, names = _task_inputs(sw, out_state, wakeups, states, wakeable)
+    d = _native.task_state_intervals(switches, wks, st, int(start_ns), int(end_ns))
     del switches, wks
-    names = pl.concat([sw["prev_comm"].cast(pl.Categorical), sw["next_comm"].cast(pl.Categorical),
-                       wk["comm"].cast(pl.Categorical)])
-    src = pl.Series(d.pop("comm_src"))
-    comm = names.gather(pl.select(pl.when(src != NO_COMM).then(src)).to_series())
-    del names, src
-    st = pl.Series(d.pop("state"))
-    state = pl.Series(states, dtype=state_type).gather(pl.select(pl.when(st >= 0).then(st)).to_series())
-    del st
-    cpu = pl.Series(d.pop("cpu"))
     return pl.DataFrame({
         "pid": pl.Series(d.pop("pid"), dtype=pl.Int32), "ts": pl.Series(d.pop("ts"), dtype=pl.Int64),
-        "dur": pl.Series(d.pop("dur"), dtype=pl.Int64), "state": state,
-        "cpu": pl.select(pl.when(cpu != NO_CPU).then(cpu)).to_series().cast(pl.Int32),
-        "comm": comm})
+        "dur": pl.Series(d.pop("dur"), dtype=pl.Int64), "state": _states_of(states, d.pop("state")),
+        "cpu": _cpus_of(d.pop("cpu")), "comm": _names_of(names, d.pop("comm_src"))})
+
+
+def task_state_aggregates(sw: pl.DataFrame, out_state: pl.Series, wakeups: pl.DataFrame | None, *,
+                          states: tuple[str, ...], wakeable: tuple[str, ...], start_ns: int, end_ns: int
+                          ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """tasks.df_task_state_aggregates, compiled: the intervals of task_state_intervals folded as they are made
+    (none is kept). Returns (times ``comm, state, dur`` per name and known state; runs ``comm, cpu, dur``;
+    threads ``comm, pid`` per thread and name)."""
+    switches, wks, st, names = _task_inputs(sw, out_state, wakeups, states, wakeable)
+    a = _native.task_state_aggregates(switches, wks, st, int(start_ns), int(end_ns))
+    del switches, wks
+    times = pl.DataFrame({"comm": _names_of(names, a["time_src"]), "state": _states_of(states, a["time_state"]),
+                          "dur": pl.Series(a["time_ns"], dtype=pl.Int64)})
+    runs = pl.DataFrame({"comm": _names_of(names, a["run_src"]), "cpu": _cpus_of(a["run_cpu"]),
+                         "dur": pl.Series(a["run_dur"], dtype=pl.Int64)})
+    threads = pl.DataFrame({"comm": _names_of(names, a["thread_src"]),
+                            "pid": pl.Series(a["thread_pid"], dtype=pl.Int32)})
+    return times, runs, threads

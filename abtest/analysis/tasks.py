@@ -72,6 +72,22 @@ def _by_pid_then(df: pl.DataFrame, order: pl.Expr) -> pl.DataFrame:
     return df.sort(order, maintain_order=True).sort("pid", maintain_order=True)
 
 
+def _switches(sched_switch: pl.DataFrame) -> pl.DataFrame:
+    # task names stay categorical until the result (sorting and carrying 2 M strings costs more than the rest)
+    return sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
+                               pl.col("prev_pid").cast(pl.Int32), pl.col("prev_comm").cast(pl.Categorical),
+                               pl.col("prev_state").cast(pl.Int64), pl.col("next_pid").cast(pl.Int32),
+                               pl.col("next_comm").cast(pl.Categorical))
+
+
+def _native_args(sw: pl.DataFrame, wakeups: pl.DataFrame | None) -> tuple[pl.Series, pl.DataFrame | None]:
+    """(the state each switch-out leaves, the wakeups' ts, pid, comm) for the compiled pass."""
+    out_state = sw.select(switch_out_state(pl.col("prev_state"), pre_4_14=prev_state_encoding(sw))).to_series()
+    wk = None if wakeups is None else wakeups.select(
+        pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Categorical))
+    return out_state, wk
+
+
 def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | None = None, *,
                             start_ns: int | None = None, end_ns: int | None = None,
                             backend: str = "native") -> pl.DataFrame:
@@ -83,18 +99,11 @@ def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | 
     "native" (one pass per thread, native/sim/src/tasks.rs) or "python" (frames: the reference,
     tests/test_sim_native.py).
     """
-    # task names stay categorical until the result (sorting and carrying 2 M strings costs more than the rest)
-    sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
-                             pl.col("prev_pid").cast(pl.Int32), pl.col("prev_comm").cast(pl.Categorical),
-                             pl.col("prev_state").cast(pl.Int64), pl.col("next_pid").cast(pl.Int32),
-                             pl.col("next_comm").cast(pl.Categorical))
+    sw = _switches(sched_switch)
     start_ns, end_ns = window_of(sw, start_ns, end_ns)
     if backend == "native":
         from abtest.analysis import sim_native
-        out_state = sw.select(switch_out_state(pl.col("prev_state"), pre_4_14=prev_state_encoding(sw))).to_series()
-        wk = None if wakeups is None else wakeups.select(
-            pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Categorical))
-        return sim_native.task_state_intervals(sw, out_state, wk, states=STATES, wakeable=WAKEABLE,
+        return sim_native.task_state_intervals(sw, *_native_args(sw, wakeups), states=STATES, wakeable=WAKEABLE,
                                                start_ns=start_ns, end_ns=end_ns)
     outs = sw.filter(pl.col("prev_pid") != 0).select(
         "ts", pl.col("prev_pid").alias("pid"), pl.col("prev_comm").alias("comm"),
@@ -129,9 +138,37 @@ def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | 
     return df_intervals(changes, ["state", "cpu", "comm"], keys="pid", start_ns=start_ns, end_ns=end_ns)
 
 
+def df_task_state_aggregates(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | None = None, *,
+                             start_ns: int | None = None, end_ns: int | None = None,
+                             backend: str = "native") -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """What the per-name figures read, without keeping the intervals of df_task_state_intervals (same
+    arguments): ``(times, runs, threads)``: times ``comm, state, dur`` (ns per name and known state: what
+    df_task_states sums), runs ``comm, cpu, dur`` (df_activations' runs: what df_activation_stats and the
+    running per cluster read), threads ``comm, pid`` (each thread once per name it had). "native" folds each
+    thread's intervals as they are made; "python" folds df_task_state_intervals (aggregates_of_intervals)."""
+    if backend != "native":
+        return aggregates_of_intervals(df_task_state_intervals(sched_switch, wakeups, start_ns=start_ns,
+                                                               end_ns=end_ns, backend=backend))
+    from abtest.analysis import sim_native
+    sw = _switches(sched_switch)
+    start_ns, end_ns = window_of(sw, start_ns, end_ns)
+    return sim_native.task_state_aggregates(sw, *_native_args(sw, wakeups), states=STATES, wakeable=WAKEABLE,
+                                            start_ns=start_ns, end_ns=end_ns)
+
+
+def aggregates_of_intervals(intervals: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """df_task_state_aggregates' (times, runs, threads) of task state intervals."""
+    times = (intervals.lazy().filter(pl.col("state").is_not_null()).group_by("comm", "state")
+             .agg(pl.col("dur").sum()).collect())
+    runs = _runs(intervals).select("comm", "cpu", "dur").collect()
+    threads = intervals.select("comm", "pid").unique()
+    return times, runs, threads
+
+
 def df_task_states(intervals: pl.DataFrame, by: str = "comm") -> pl.DataFrame:
     """Time per state per task name (``by="comm"``) or thread (``by="pid"``): ``<by>, known_ns`` and, per state
-    of STATES, ``<state>_ns`` and ``<state>_pct`` (% of the known time). ``intervals``: df_task_state_intervals."""
+    of STATES, ``<state>_ns`` and ``<state>_pct`` (% of the known time). ``intervals``: df_task_state_intervals
+    (or, per name, df_task_state_aggregates' times: only ``<by>, state, dur`` are read)."""
     known = intervals.lazy().select(by, "state", "dur").filter(pl.col("state").is_not_null())
     aggs = [pl.col("dur").sum().alias("known_ns")]
     aggs += [pl.col("dur").filter(pl.col("state") == s).sum().alias(f"{s}_ns") for s in STATES]
@@ -170,6 +207,7 @@ class TasksAnalysis:
     def __init__(self, trace):
         self.trace = trace
         self._intervals: pl.DataFrame | None = None
+        self._aggregates: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None = None
 
     def _wakeups(self) -> pl.DataFrame | None:
         t = self.trace
@@ -187,21 +225,32 @@ class TasksAnalysis:
                                                       start_ns=t.start_ns, end_ns=t.end_ns)
         return self._intervals
 
+    def df_aggregates(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        """df_task_state_aggregates over the trace's window (computed once per analysis object): what the
+        summary and the metrics read."""
+        if self._aggregates is None:
+            t = self.trace
+            t.require("task states", *EVENTS)
+            self._aggregates = df_task_state_aggregates(t.df("sched_switch", windowed=False), self._wakeups(),
+                                                        start_ns=t.start_ns, end_ns=t.end_ns)
+        return self._aggregates
+
     def df_states(self, by: str = "comm") -> pl.DataFrame:
-        return df_task_states(self.df_state_intervals(), by=by)
+        return df_task_states(self.df_aggregates()[0] if by == "comm" else self.df_state_intervals(), by=by)
 
     def df_activations(self) -> pl.DataFrame:
         return df_activations(self.df_state_intervals())
 
     def df_activation_stats(self, by: str = "comm") -> pl.DataFrame:
-        return df_activation_stats(self.df_activations(), by=by, window_ns=self.trace.end_ns - self.trace.start_ns)
+        runs = self.df_aggregates()[1] if by in ("comm", "cpu") else self.df_activations()
+        return df_activation_stats(runs, by=by, window_ns=self.trace.end_ns - self.trace.start_ns)
 
     def df_cluster_running(self) -> pl.DataFrame:
         """Running time per task name and cluster (workload-processor's task residency per cluster):
         ``comm, cluster, running_ns, pct`` (% of the name's running time)."""
         from abtest.analysis.clusters import trace_clusters
         cl = trace_clusters(self.trace).select("cpu", "cluster")
-        res = (_runs(self.df_state_intervals()).select("comm", "cpu", "dur").join(cl.lazy(), on="cpu", how="left")
+        res = (self.df_aggregates()[1].lazy().join(cl.lazy(), on="cpu", how="left")
                .group_by("comm", "cluster").agg(pl.col("dur").sum().alias("running_ns")).collect())
         return res.with_columns((100.0 * pl.col("running_ns") / pl.col("running_ns").sum().over("comm")).alias("pct")
                                 ).sort("comm", "cluster")
@@ -215,11 +264,11 @@ def summary(trace, top_tasks: int = 10) -> dict:
     if "sched_switch" not in trace.tables:
         return {}
     ta = TasksAnalysis(trace)
-    iv = ta.df_state_intervals()
-    st = df_task_states(iv).head(top_tasks)
-    act = {r["comm"]: r for r in df_activation_stats(_runs(iv), window_ns=trace.end_ns - trace.start_ns)
+    times, runs, thread_names = ta.df_aggregates()
+    st = df_task_states(times).head(top_tasks)
+    act = {r["comm"]: r for r in df_activation_stats(runs, window_ns=trace.end_ns - trace.start_ns)
            .iter_rows(named=True)}
-    threads = dict(iv.lazy().select("comm", "pid").group_by("comm").agg(pl.col("pid").n_unique()).collect().iter_rows())
+    threads = dict(thread_names.group_by("comm").agg(pl.col("pid").n_unique()).iter_rows())
     clus = ta.df_cluster_running().filter(pl.col("comm").is_in(st["comm"].to_list()))
     cl: dict[str, dict] = {}
     for comm, cluster, _, pct in clus.iter_rows():  # top_tasks x clusters rows
@@ -272,13 +321,12 @@ METRICS = (TASK_RUNNING_PCT, TASK_RUNNABLE_PCT, TASK_SLEEPING_PCT, TASK_UNINTERR
 def metrics(trace, options=None) -> list[MetricValue]:
     """Per task name: the names in ``options.tasks`` and the ``options.top_tasks`` names with the most running
     time. Needs sched_switch."""
-    ta = TasksAnalysis(trace)
-    iv = ta.df_state_intervals()
-    st = df_task_states(iv)
+    times, runs, _ = TasksAnalysis(trace).df_aggregates()
+    st = df_task_states(times)
     named = list(getattr(options, "tasks", ()) or ())
     top = getattr(options, "top_tasks", 20)
     st = st.filter(pl.col("comm").is_in(named) | (pl.int_range(pl.len()) < top))
-    act = {r["comm"]: r for r in df_activation_stats(_runs(iv), window_ns=trace.end_ns - trace.start_ns)
+    act = {r["comm"]: r for r in df_activation_stats(runs, window_ns=trace.end_ns - trace.start_ns)
            .filter(pl.col("comm").is_in(st["comm"].to_list())).iter_rows(named=True)}
     out: list[MetricValue] = []
     for r in st.iter_rows(named=True):  # at most top + len(named) names

@@ -317,24 +317,18 @@ fn preemption_latency<'py>(
     ))
 }
 
-/// Task state intervals (abtest.analysis.tasks.df_task_state_intervals' rules; native/sim/src/tasks.rs).
-///
-/// switches: (ts, cpu, prev_pid, next_pid, out_state (i8, -1 = exited), prev_comm, next_comm (u32 name codes,
-/// u32::MAX = none)); wakeups: (ts, pid, comm); states: (running code, runnable code, wakeable per code).
-/// Returns a dict of arrays, one row per interval by pid then ts: pid, ts, dur, state (-1 = unknown), cpu
-/// (i32::MIN = none), comm_src (index into prev_comm, next_comm, wakeup comm rows; u32::MAX = none).
-#[pyfunction]
-#[pyo3(signature = (switches, wakeups, states, start_ns, end_ns))]
-#[allow(clippy::type_complexity)]
-fn task_state_intervals<'py>(
-    py: Python<'py>,
-    switches: (I64<'py>, I32<'py>, I32<'py>, I32<'py>, PyReadonlyArray1<'py, i8>, U32<'py>, U32<'py>),
-    wakeups: (I64<'py>, I32<'py>, U32<'py>),
-    states: (i8, i8, PyReadonlyArray1<'py, bool>),
+type TaskSwitches<'py> = (I64<'py>, I32<'py>, I32<'py>, I32<'py>, PyReadonlyArray1<'py, i8>, U32<'py>, U32<'py>);
+type TaskWakeups<'py> = (I64<'py>, I32<'py>, U32<'py>);
+type TaskStates<'py> = (i8, i8, PyReadonlyArray1<'py, bool>);
+
+fn task_inputs<'a>(
+    switches: &'a TaskSwitches<'_>,
+    wakeups: &'a TaskWakeups<'_>,
+    states: &'a TaskStates<'_>,
     start_ns: i64,
     end_ns: i64,
-) -> PyResult<Bound<'py, PyDict>> {
-    let inp = tasks::Inputs {
+) -> PyResult<tasks::Inputs<'a>> {
+    Ok(tasks::Inputs {
         sw_ts: switches.0.as_slice()?,
         sw_cpu: switches.1.as_slice()?,
         prev_pid: switches.2.as_slice()?,
@@ -350,7 +344,26 @@ fn task_state_intervals<'py>(
         wakeable: states.2.as_slice()?,
         start_ns,
         end_ns,
-    };
+    })
+}
+
+/// Task state intervals (abtest.analysis.tasks.df_task_state_intervals' rules; native/sim/src/tasks.rs).
+///
+/// switches: (ts, cpu, prev_pid, next_pid, out_state (i8, -1 = exited), prev_comm, next_comm (u32 name codes,
+/// u32::MAX = none)); wakeups: (ts, pid, comm); states: (running code, runnable code, wakeable per code).
+/// Returns a dict of arrays, one row per interval by pid then ts: pid, ts, dur, state (-1 = unknown), cpu
+/// (i32::MIN = none), comm_src (index into prev_comm, next_comm, wakeup comm rows; u32::MAX = none).
+#[pyfunction]
+#[pyo3(signature = (switches, wakeups, states, start_ns, end_ns))]
+fn task_state_intervals<'py>(
+    py: Python<'py>,
+    switches: TaskSwitches<'py>,
+    wakeups: TaskWakeups<'py>,
+    states: TaskStates<'py>,
+    start_ns: i64,
+    end_ns: i64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let inp = task_inputs(&switches, &wakeups, &states, start_ns, end_ns)?;
     let r = py.detach(|| tasks::state_intervals(&inp));
     Ok(arrays_dict!(
         py,
@@ -363,10 +376,40 @@ fn task_state_intervals<'py>(
     ))
 }
 
+/// The per-name figures of the task state intervals without keeping them (native/sim/src/tasks.rs
+/// state_aggregates). Arguments as task_state_intervals. Returns a dict of arrays: time_src, time_state,
+/// time_ns (per name and known state), run_src, run_cpu, run_dur (per run), thread_src, thread_pid (per
+/// thread and name); *_src index the names as task_state_intervals' comm_src.
+#[pyfunction]
+#[pyo3(signature = (switches, wakeups, states, start_ns, end_ns))]
+fn task_state_aggregates<'py>(
+    py: Python<'py>,
+    switches: TaskSwitches<'py>,
+    wakeups: TaskWakeups<'py>,
+    states: TaskStates<'py>,
+    start_ns: i64,
+    end_ns: i64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let inp = task_inputs(&switches, &wakeups, &states, start_ns, end_ns)?;
+    let a = py.detach(|| tasks::state_aggregates(&inp));
+    Ok(arrays_dict!(
+        py,
+        "time_src" => a.time_src,
+        "time_state" => a.time_state,
+        "time_ns" => a.time_ns,
+        "run_src" => a.run_src,
+        "run_cpu" => a.run_cpu,
+        "run_dur" => a.run_dur,
+        "thread_src" => a.thread_src,
+        "thread_pid" => a.thread_pid,
+    ))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wakeup_latency, m)?)?;
     m.add_function(wrap_pyfunction!(preemption_latency, m)?)?;
     m.add_function(wrap_pyfunction!(task_state_intervals, m)?)?;
+    m.add_function(wrap_pyfunction!(task_state_aggregates, m)?)?;
     m.add_function(wrap_pyfunction!(pelt_simulate, m)?)?;
     m.add_function(wrap_pyfunction!(window_demand, m)?)?;
     m.add_function(wrap_pyfunction!(boost_requests, m)?)?;

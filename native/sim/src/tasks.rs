@@ -11,6 +11,8 @@
 //!   change before the window is carried to its start, a thread first seen inside it is unknown (no state)
 //!   until then, consecutive equal (state, cpu, comm) merge, empty intervals are dropped.
 
+use std::collections::HashMap;
+
 /// No state: exited, or unknown.
 pub const NO_STATE: i8 = -1;
 /// No CPU (the thread is not running).
@@ -52,6 +54,15 @@ pub struct Intervals {
 }
 
 impl Intervals {
+    fn clear(&mut self) {
+        self.pid.clear();
+        self.ts.clear();
+        self.dur.clear();
+        self.state.clear();
+        self.cpu.clear();
+        self.comm_src.clear();
+    }
+
     fn reserve(&mut self, n: usize) {
         self.pid.reserve(n);
         self.ts.reserve(n);
@@ -60,6 +71,23 @@ impl Intervals {
         self.cpu.reserve(n);
         self.comm_src.reserve(n);
     }
+}
+
+/// The per-name figures of the intervals (state_aggregates). Names are given by a representative
+/// `comm_src` (any row of that name; NO_COMM: none).
+#[derive(Default, Debug)]
+pub struct Aggregates {
+    /// per name and known state: the time in it (ns), sorted by (name code, state)
+    pub time_src: Vec<u32>,
+    pub time_state: Vec<i8>,
+    pub time_ns: Vec<i64>,
+    /// per running interval (a run): its name, CPU and duration (ns)
+    pub run_src: Vec<u32>,
+    pub run_cpu: Vec<i32>,
+    pub run_dur: Vec<i64>,
+    /// per thread, each name it had (unknown included) once
+    pub thread_src: Vec<u32>,
+    pub thread_pid: Vec<i32>,
 }
 
 #[derive(Clone, Copy)]
@@ -98,7 +126,61 @@ fn change_of(inp: &Inputs, n: u32, m: &Move) -> Change {
     }
 }
 
+/// Every thread's intervals, by pid then ts (see the module doc).
 pub fn state_intervals(inp: &Inputs) -> Intervals {
+    walk(inp, &mut |_: &mut Intervals| {})
+}
+
+/// What the per-name figures need, without keeping the intervals: each thread's intervals are folded into
+/// `Aggregates` as soon as they are made.
+pub fn state_aggregates(inp: &Inputs) -> Aggregates {
+    let n = inp.sw_ts.len() as u32;
+    let mut times: HashMap<(u32, i8), (u32, i64)> = HashMap::new();
+    let mut agg = Aggregates::default();
+    let mut names: Vec<u32> = Vec::new();
+    walk(inp, &mut |out: &mut Intervals| {
+        names.clear();
+        for r in 0..out.ts.len() {
+            let (src, state, dur) = (out.comm_src[r], out.state[r], out.dur[r]);
+            let code = name_code(inp, n, src);
+            if state >= 0 {
+                times.entry((code, state)).or_insert((src, 0)).1 += dur;
+            }
+            if state == inp.running {
+                agg.run_src.push(src);
+                agg.run_cpu.push(out.cpu[r]);
+                agg.run_dur.push(dur);
+            }
+            if !names.contains(&code) {
+                names.push(code);
+                agg.thread_src.push(src);
+                agg.thread_pid.push(out.pid[r]);
+            }
+        }
+        out.clear();
+    });
+    let mut times: Vec<((u32, i8), (u32, i64))> = times.into_iter().collect();
+    times.sort_unstable_by_key(|&(key, _)| key);
+    for ((_, state), (src, ns)) in times {
+        agg.time_src.push(src);
+        agg.time_state.push(state);
+        agg.time_ns.push(ns);
+    }
+    agg
+}
+
+/// The name code of a `comm_src` (NO_COMM for none).
+fn name_code(inp: &Inputs, n: u32, src: u32) -> u32 {
+    match src {
+        NO_COMM => NO_COMM,
+        s if s < n => inp.prev_comm[s as usize],
+        s if s < 2 * n => inp.next_comm[(s - n) as usize],
+        s => inp.wk_comm[(s - 2 * n) as usize],
+    }
+}
+
+/// Builds each thread's intervals into `out` (pid by pid) and calls `sink` after each thread; returns `out`.
+fn walk(inp: &Inputs, sink: &mut dyn FnMut(&mut Intervals)) -> Intervals {
     let n = inp.sw_ts.len() as u32;
     let outs = (0..n).filter(|&r| inp.prev_pid[r as usize] != 0);
     let ins = (0..n).filter(|&r| inp.next_pid[r as usize] != 0);
@@ -177,6 +259,7 @@ pub fn state_intervals(inp: &Inputs) -> Intervals {
             }
         }
         emit(pid, &changes, inp.start_ns, inp.end_ns, &mut out);
+        sink(&mut out);
     }
     out
 }
@@ -286,6 +369,72 @@ mod tests {
         assert_eq!(r.state, vec![0, 2, 1, 0, 1, 0]);
         assert_eq!(r.cpu, vec![1, NO_CPU, NO_CPU, 0, NO_CPU, 0]);
         assert!(r.pid.iter().all(|&p| p == 5));
+    }
+
+    #[test]
+    fn aggregates_fold_the_intervals() {
+        // two threads sharing name 7 (pid 5 and 6), one renamed (pid 6: 7 then 8); window [0, 100)
+        let sw_ts = [10i64, 20, 30, 40, 50];
+        let sw_cpu = [0, 0, 1, 1, 0];
+        let prev = [5, 6, 0, 6, 0];
+        let next = [6, 0, 6, 0, 5];
+        let out_state = [2i8, 1, -1, 3, -1];
+        let prev_comm = [7u32, 7, NO_COMM, 8, NO_COMM];
+        let next_comm = [7u32, NO_COMM, 8, NO_COMM, 7];
+        let inp = Inputs {
+            sw_ts: &sw_ts,
+            sw_cpu: &sw_cpu,
+            prev_pid: &prev,
+            next_pid: &next,
+            out_state: &out_state,
+            prev_comm: &prev_comm,
+            next_comm: &next_comm,
+            wk_ts: &[45],
+            wk_pid: &[5],
+            wk_comm: &[7],
+            running: 0,
+            runnable: 1,
+            wakeable: &WAKEABLE,
+            start_ns: 0,
+            end_ns: 100,
+        };
+        let iv = state_intervals(&inp);
+        let agg = state_aggregates(&inp);
+        let n = sw_ts.len() as u32;
+        let code = |src: u32| name_code(&inp, n, src);
+        // time per (name, state): the intervals' sums
+        let mut want: Vec<(u32, i8, i64)> = Vec::new();
+        for r in 0..iv.ts.len() {
+            if iv.state[r] < 0 {
+                continue;
+            }
+            let key = (code(iv.comm_src[r]), iv.state[r]);
+            match want.iter_mut().find(|w| (w.0, w.1) == key) {
+                Some(w) => w.2 += iv.dur[r],
+                None => want.push((key.0, key.1, iv.dur[r])),
+            }
+        }
+        want.sort_unstable();
+        let got: Vec<(u32, i8, i64)> =
+            (0..agg.time_ns.len()).map(|k| (code(agg.time_src[k]), agg.time_state[k], agg.time_ns[k])).collect();
+        assert_eq!(got, want);
+        assert!(got.iter().any(|g| g.0 == 8), "the renamed thread's second name has its own time");
+        // runs: the running intervals
+        let runs: Vec<(u32, i32, i64)> = (0..iv.ts.len())
+            .filter(|&r| iv.state[r] == 0)
+            .map(|r| (code(iv.comm_src[r]), iv.cpu[r], iv.dur[r]))
+            .collect();
+        let got_runs: Vec<(u32, i32, i64)> =
+            (0..agg.run_dur.len()).map(|k| (code(agg.run_src[k]), agg.run_cpu[k], agg.run_dur[k])).collect();
+        assert_eq!(got_runs, runs);
+        // threads: (name, pid) once each
+        let mut pairs: Vec<(u32, i32)> =
+            (0..agg.thread_pid.len()).map(|k| (code(agg.thread_src[k]), agg.thread_pid[k])).collect();
+        pairs.sort_unstable();
+        let mut want_pairs: Vec<(u32, i32)> = (0..iv.ts.len()).map(|r| (code(iv.comm_src[r]), iv.pid[r])).collect();
+        want_pairs.sort_unstable();
+        want_pairs.dedup();
+        assert_eq!(pairs, want_pairs);
     }
 
     #[test]
