@@ -283,7 +283,7 @@ def task_state_aggregates(sw: pl.DataFrame, out_state: pl.Series, wakeups: pl.Da
     (none is kept). Returns (times ``comm, state, dur`` per name and known state; runs ``comm, cpu, dur``;
     threads ``comm, pid`` per thread and name)."""
     switches, wks, st, names = _task_inputs(sw, out_state, wakeups, states, wakeable)
-    a = _native.task_state_aggregates(switches, wks, st, int(start_ns), int(end_ns))
+    a = _native.task_state_intervals(switches, wks, st, int(start_ns), int(end_ns), aggregate=True)
     del switches, wks
     times = pl.DataFrame({"comm": _names_of(names, a["time_src"]), "state": _states_of(states, a["time_state"]),
                           "dur": pl.Series(a["time_ns"], dtype=pl.Int64)})

@@ -216,23 +216,23 @@ class TasksAnalysis:
         return pl.concat([p.with_columns(pl.col("comm").cast(pl.Categorical), pl.col("pid").cast(pl.Int32))
                           for p in parts]) if parts else None
 
+    def _over_window(self, fn):
+        """fn(sched_switch, wakeups, start_ns=, end_ns=) over the trace's window."""
+        t = self.trace
+        t.require("task states", *EVENTS)
+        return fn(t.df("sched_switch", windowed=False), self._wakeups(), start_ns=t.start_ns, end_ns=t.end_ns)
+
     def df_state_intervals(self) -> pl.DataFrame:
         """df_task_state_intervals over the trace's window (computed once per analysis object)."""
         if self._intervals is None:
-            t = self.trace
-            t.require("task states", *EVENTS)
-            self._intervals = df_task_state_intervals(t.df("sched_switch", windowed=False), self._wakeups(),
-                                                      start_ns=t.start_ns, end_ns=t.end_ns)
+            self._intervals = self._over_window(df_task_state_intervals)
         return self._intervals
 
     def df_aggregates(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
         """df_task_state_aggregates over the trace's window (computed once per analysis object): what the
         summary and the metrics read."""
         if self._aggregates is None:
-            t = self.trace
-            t.require("task states", *EVENTS)
-            self._aggregates = df_task_state_aggregates(t.df("sched_switch", windowed=False), self._wakeups(),
-                                                        start_ns=t.start_ns, end_ns=t.end_ns)
+            self._aggregates = self._over_window(df_task_state_aggregates)
         return self._aggregates
 
     def df_states(self, by: str = "comm") -> pl.DataFrame:

@@ -353,8 +353,11 @@ fn task_inputs<'a>(
 /// u32::MAX = none)); wakeups: (ts, pid, comm); states: (running code, runnable code, wakeable per code).
 /// Returns a dict of arrays, one row per interval by pid then ts: pid, ts, dur, state (-1 = unknown), cpu
 /// (i32::MIN = none), comm_src (index into prev_comm, next_comm, wakeup comm rows; u32::MAX = none).
+/// With `aggregate`, the per-name figures instead, folded as the intervals are made (tasks.rs
+/// state_aggregates; none is kept): time_src, time_state, time_ns (per name and known state), run_src,
+/// run_cpu, run_dur (per run), thread_src, thread_pid (per thread and name); *_src index the names as comm_src.
 #[pyfunction]
-#[pyo3(signature = (switches, wakeups, states, start_ns, end_ns))]
+#[pyo3(signature = (switches, wakeups, states, start_ns, end_ns, aggregate=false))]
 fn task_state_intervals<'py>(
     py: Python<'py>,
     switches: TaskSwitches<'py>,
@@ -362,8 +365,23 @@ fn task_state_intervals<'py>(
     states: TaskStates<'py>,
     start_ns: i64,
     end_ns: i64,
+    aggregate: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let inp = task_inputs(&switches, &wakeups, &states, start_ns, end_ns)?;
+    if aggregate {
+        let a = py.detach(|| tasks::state_aggregates(&inp));
+        return Ok(arrays_dict!(
+            py,
+            "time_src" => a.time_src,
+            "time_state" => a.time_state,
+            "time_ns" => a.time_ns,
+            "run_src" => a.run_src,
+            "run_cpu" => a.run_cpu,
+            "run_dur" => a.run_dur,
+            "thread_src" => a.thread_src,
+            "thread_pid" => a.thread_pid,
+        ));
+    }
     let r = py.detach(|| tasks::state_intervals(&inp));
     Ok(arrays_dict!(
         py,
@@ -376,40 +394,10 @@ fn task_state_intervals<'py>(
     ))
 }
 
-/// The per-name figures of the task state intervals without keeping them (native/sim/src/tasks.rs
-/// state_aggregates). Arguments as task_state_intervals. Returns a dict of arrays: time_src, time_state,
-/// time_ns (per name and known state), run_src, run_cpu, run_dur (per run), thread_src, thread_pid (per
-/// thread and name); *_src index the names as task_state_intervals' comm_src.
-#[pyfunction]
-#[pyo3(signature = (switches, wakeups, states, start_ns, end_ns))]
-fn task_state_aggregates<'py>(
-    py: Python<'py>,
-    switches: TaskSwitches<'py>,
-    wakeups: TaskWakeups<'py>,
-    states: TaskStates<'py>,
-    start_ns: i64,
-    end_ns: i64,
-) -> PyResult<Bound<'py, PyDict>> {
-    let inp = task_inputs(&switches, &wakeups, &states, start_ns, end_ns)?;
-    let a = py.detach(|| tasks::state_aggregates(&inp));
-    Ok(arrays_dict!(
-        py,
-        "time_src" => a.time_src,
-        "time_state" => a.time_state,
-        "time_ns" => a.time_ns,
-        "run_src" => a.run_src,
-        "run_cpu" => a.run_cpu,
-        "run_dur" => a.run_dur,
-        "thread_src" => a.thread_src,
-        "thread_pid" => a.thread_pid,
-    ))
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wakeup_latency, m)?)?;
     m.add_function(wrap_pyfunction!(preemption_latency, m)?)?;
     m.add_function(wrap_pyfunction!(task_state_intervals, m)?)?;
-    m.add_function(wrap_pyfunction!(task_state_aggregates, m)?)?;
     m.add_function(wrap_pyfunction!(pelt_simulate, m)?)?;
     m.add_function(wrap_pyfunction!(window_demand, m)?)?;
     m.add_function(wrap_pyfunction!(boost_requests, m)?)?;

@@ -53,23 +53,25 @@ pub struct Intervals {
     pub comm_src: Vec<u32>,
 }
 
+/// Calls a Vec method on every column of an `Intervals`.
+macro_rules! each_column {
+    ($s:expr, $method:ident $(, $arg:expr)?) => {{
+        $s.pid.$method($($arg)?);
+        $s.ts.$method($($arg)?);
+        $s.dur.$method($($arg)?);
+        $s.state.$method($($arg)?);
+        $s.cpu.$method($($arg)?);
+        $s.comm_src.$method($($arg)?);
+    }};
+}
+
 impl Intervals {
     fn clear(&mut self) {
-        self.pid.clear();
-        self.ts.clear();
-        self.dur.clear();
-        self.state.clear();
-        self.cpu.clear();
-        self.comm_src.clear();
+        each_column!(self, clear);
     }
 
     fn reserve(&mut self, n: usize) {
-        self.pid.reserve(n);
-        self.ts.reserve(n);
-        self.dur.reserve(n);
-        self.state.reserve(n);
-        self.cpu.reserve(n);
-        self.comm_src.reserve(n);
+        each_column!(self, reserve, n);
     }
 }
 
