@@ -119,12 +119,18 @@ def read_table(entry: Path, name: str) -> pl.DataFrame:
 
 
 def _mapped(path: Path) -> pl.DataFrame:
+    table = _mapped_arrow(path)
+    return pl.read_ipc(path) if table is None else pl.from_arrow(table, rechunk=False)
+
+
+def _mapped_arrow(path: Path):
+    """The IPC file as a pyarrow Table of views of its memory mapping; None on a file system that cannot map
+    files (read it instead)."""
     import pyarrow as pa
     try:
-        table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-    except OSError:  # a file system that cannot map files: read it
-        return pl.read_ipc(path)
-    return pl.from_arrow(table, rechunk=False)
+        return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    except OSError:
+        return None
 
 
 def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | None) -> pl.DataFrame:
@@ -138,11 +144,10 @@ def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | Non
         keep = keep & (pl.col("ts") >= lo_ns)
     if hi_ns is not None:
         keep = keep & (pl.col("ts") < hi_ns)
-    if path.suffix != SUFFIX["ipc"] or name not in _ts_sorted(entry):
+    table = _mapped_arrow(path) if path.suffix == SUFFIX["ipc"] and name in _ts_sorted(entry) else None
+    if table is None:
         df = read_table(entry, name)
         return df.filter(keep) if "ts" in df.columns else df
-    import pyarrow as pa
-    table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()  # views of the mapping
     chunks = [c.to_numpy(zero_copy_only=True) for c in table.column("ts").chunks]
     i = 0 if lo_ns is None else _search_sorted(chunks, lo_ns)
     j = table.num_rows if hi_ns is None else _search_sorted(chunks, hi_ns)
