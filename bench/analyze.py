@@ -15,8 +15,11 @@ tracefs lock). Printed, per round (best and median over --repeat rounds):
   load_tracking uses it), window demand, wakeup-latency matching: input events/s; with --reference also the
   Python frame implementations they replaced (slow);
 - peak RSS (VmHWM) of one analysis in a fresh process, over the loaded tables, and the interpreter baseline;
-- end to end: the `abtest analyze --json FILE` command, first open (an empty parquet cache: decode, convert,
-  analyse) and cached, wall time and peak RSS of the process;
+- end to end: the `abtest analyze --json FILE` command, first open (an empty cache: decode, cache write,
+  analyse) and cached, and `abtest analyze --windows --window-s --jobs 1` cached (the bounded-memory path),
+  wall time and peak RSS of the process; the peak RSS of `abtest analyze` on a small shared trace (the floor:
+  interpreter, libraries, imports) is printed beside them;
+- the targets of issue 24, met / NOT met, from this run's figures;
 - --lisa: LISA 3.1.0 (its own virtualenv, bench/crosscheck_lisa.py's) on the same trace, the analyses LISA has
   for the same metrics, and the ratio;
 - --compare: a generated store (2 labels x --iterations iterations, each a symlink to the bench trace) compared
@@ -207,10 +210,11 @@ def per_analysis_rss(path: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- end to end
-def end_to_end(path: Path, repeat: int) -> dict:
+def end_to_end(path: Path, repeat: int, window_s: float) -> dict:
     print("end to end: `abtest analyze --json FILE` (a fresh process each; s, peak RSS MB):")
-    first, cached, rss_first, rss_cached = [], [], [], []
+    first, cached, rss_first, rss_cached, win, rss_win = [], [], [], [], [], []
     version = _run_child(ABTEST + ["--version"])
+    windowed = ["--windows", f"{window_s:g}", "--jobs", "1"]
     for _ in range(repeat):
         cache = Path(tempfile.mkdtemp(prefix="abtest-bench-cache-"))
         env = {**os.environ, "ABTEST_CACHE_DIR": str(cache)}
@@ -221,13 +225,61 @@ def end_to_end(path: Path, repeat: int) -> dict:
             w, r, _ = _run_child(ABTEST + ["analyze", "--json", str(path)], env)
             cached.append(w)
             rss_cached.append(r)
+            w, r, _ = _run_child(ABTEST + ["analyze", *windowed, str(path)], env)
+            win.append(w)
+            rss_win.append(r)
         finally:
             shutil.rmtree(cache, ignore_errors=True)
+    floor = _floor_rss()
     print(f"  first open (decode + convert + analyse)  {_stats(first)} s   peak RSS {max(rss_first):.0f} MB")
     print(f"  cached                                   {_stats(cached)} s   peak RSS {max(rss_cached):.0f} MB")
-    print(f"  (`abtest --version`: {version[0]:.2f} s, {version[1]:.0f} MB: interpreter start-up + imports)")
+    print(f"  cached, {' '.join(windowed):22s}   {_stats(win)} s   peak RSS {max(rss_win):.0f} MB")
+    print(f"  (`abtest --version`: {version[0]:.2f} s, {version[1]:.0f} MB: interpreter start-up + imports; "
+          f"`abtest analyze` of a {FLOOR_TRACE.name} ({FLOOR_TRACE.stat().st_size / 1e3:.0f} kB): "
+          f"{floor:.0f} MB, what any analyze holds: interpreter, libraries, imports)" if floor else "")
     return {"first_s": first, "cached_s": cached, "first_rss_mb": rss_first, "cached_rss_mb": rss_cached,
-            "version_s": version[0], "version_rss_mb": version[1]}
+            "windows": windowed, "windowed_s": win, "windowed_rss_mb": rss_win,
+            "version_s": version[0], "version_rss_mb": version[1], "floor_rss_mb": floor}
+
+
+# a small real trace (the shared corpus): `abtest analyze` on it measures the memory every analyze holds
+FLOOR_TRACE = ROOT.parent / "shared" / "traces" / "lisa" / "trace_txt-trace.txt"
+
+
+def _floor_rss() -> float | None:
+    """Peak RSS (MB) of `abtest analyze --json` on FLOOR_TRACE, cached (None when the trace is absent)."""
+    if not FLOOR_TRACE.exists():
+        return None
+    cache = Path(tempfile.mkdtemp(prefix="abtest-bench-cache-"))
+    env = {**os.environ, "ABTEST_CACHE_DIR": str(cache)}
+    try:
+        _run_child(ABTEST + ["analyze", "--json", str(FLOOR_TRACE)], env)
+        return _run_child(ABTEST + ["analyze", "--json", str(FLOOR_TRACE)], env)[1]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def print_targets(res: dict) -> None:
+    """Issue 24's targets against this run's figures (met / NOT met)."""
+    def line(what: str, measured: str, ok: bool) -> None:
+        print(f"  {what:44s} {measured:54s} {'met' if ok else 'NOT met'}")
+    e, tables = res["end_to_end"], res["in_process"]["tables_mb"]
+    print(f"targets (issue 24; tables {tables:.0f} MB in memory):")
+    line("abtest analyze, cached <= 1.5 s", f"best {min(e['cached_s']):.3f} s", min(e["cached_s"]) <= 1.5)
+    line("abtest analyze, first open <= 2.5 s", f"best {min(e['first_s']):.3f} s", min(e["first_s"]) <= 2.5)
+    pelt = res["in_process"]["kernels"].get("PELT cpu segments + task jumps")
+    if pelt:
+        rate = pelt["events"] / pelt["best_s"] / 1e6
+        line("PELT simulation >= 10 M events/s", f"{rate:.1f} M events/s (segments out)", rate >= 10)
+    whole, win, floor = max(e["cached_rss_mb"]), max(e["windowed_rss_mb"]), e["floor_rss_mb"]
+    above = f"; {(whole - floor) / tables:.2f}x above the {floor:.0f} MB floor" if floor else ""
+    line("peak RSS <= 2x the tables, whole trace", f"{whole:.0f} MB = {whole / tables:.2f}x{above}", whole <= 2 * tables)
+    line(f"peak RSS <= 2x the tables, {' '.join(e['windows'])}", f"{win:.0f} MB = {win / tables:.2f}x",
+         win <= 2 * tables)
+    if "compare" in res:
+        c = res["compare"]
+        line(f"compare {c['iterations']} iterations cold < 30 s", f"{c['cold_s']:.2f} s (cached {c['cached_s']:.2f} s)",
+             c["cold_s"] < 30)
 
 
 # ----------------------------------------------------------------------------------------------- compare
@@ -399,6 +451,8 @@ def main() -> None:
                     help="LISA's PELT simulation runs per task (pandas, slow): on this many of the busiest tasks")
     ap.add_argument("--lisa-timeout", type=float, default=900.0,
                     help="stop LISA after this many seconds and print the steps it finished")
+    ap.add_argument("--window-s", type=float, default=2.0,
+                    help="end to end: also `abtest analyze --windows SECONDS --jobs 1` once cached (bounded memory)")
     ap.add_argument("--compare", action="store_true")
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -422,12 +476,13 @@ def main() -> None:
     res: dict = {"trace": str(path)}
     res["in_process"] = in_process(path, args.repeat, args.reference)
     res["rss"] = per_analysis_rss(path)
-    res["end_to_end"] = end_to_end(path, args.repeat)
+    res["end_to_end"] = end_to_end(path, args.repeat, args.window_s)
     if args.lisa:
         res["lisa"] = lisa_bench(path, args.lisa_venv, min(res["end_to_end"]["cached_s"]), args.lisa_pelt_tasks,
                                  args.lisa_timeout)
     if args.compare:
         res["compare"] = compare_bench(path, args.iterations, args.jobs)
+    print_targets(res)
     with open("/proc/loadavg") as f:
         print(f"load average {' '.join(f.read().split()[:3])} at the end")
     if args.json:

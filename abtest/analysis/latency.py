@@ -215,19 +215,31 @@ def df_latency_stats(latency: pl.DataFrame, by: str | list[str] | None = ("pid",
 
 def df_with_clusters(latency: pl.DataFrame, clusters: pl.DataFrame) -> pl.DataFrame:
     """Add ``cluster`` (execution cluster: of ``cpu``, where the task ran) and ``target_cluster`` (of
-    ``target_cpu``) from a clusters frame (cpu, cluster; abtest.analysis.clusters)."""
+    ``target_cpu``) from a clusters frame (cpu, cluster; abtest.analysis.clusters). Both are an Enum of the
+    cluster names in name order (a byte a row, not a string; sorting by it sorts by name)."""
     # a column of a few CPUs' names, added beside the others (a join would copy every column)
     names = dict(clusters.select(pl.col("cpu").cast(pl.Int32), pl.col("cluster").cast(pl.Utf8)).iter_rows())
+    kind = pl.Enum(sorted(set(names.values())))
 
     def of(cpu: str) -> pl.Expr:
         if not names:
-            return pl.lit(None, pl.Utf8)
-        return pl.col(cpu).replace_strict(names, default=None, return_dtype=pl.Utf8)
+            return pl.lit(None, kind)
+        return pl.col(cpu).replace_strict(names, default=None, return_dtype=kind)
 
     out = latency.with_columns(of("cpu").alias("cluster"))
     if "target_cpu" in latency.columns:
         out = out.with_columns(of("target_cpu").alias("target_cluster"))
     return out
+
+
+def _stats_by_known(lat: pl.DataFrame, col: str) -> pl.DataFrame:
+    """df_latency_stats per value of ``col`` (cluster, target_cluster) over the rows where it is known, in
+    ``col`` order; only the two columns read are copied."""
+    return df_latency_stats(lat.select(col, "latency_us").drop_nulls(col), by=col).sort(col)
+
+
+# the columns the summary and the metrics read of the matched wakeups (the others are not built)
+_STAT_COLUMNS = ["comm", "cpu", "target_cpu", "while_on_cpu", "latency_us"]
 
 
 def plot_latency_cdf(latency: pl.DataFrame, top_tasks: int = 5, *, ax=None):
@@ -280,19 +292,21 @@ class LatencyAnalysis:
             parts.append(_wakeup_frame(self.trace.df("sched_wakeup_new", windowed=False), "wakeup_new"))
         return pl.concat(parts)
 
-    def df_latency(self, definition: str = "wakeup") -> pl.DataFrame:
+    def df_latency(self, definition: str = "wakeup", columns: list[str] | None = None) -> pl.DataFrame:
+        """df_wakeup_latency over the trace's window (``columns``: only those)."""
         return df_wakeup_latency(self.df_wakeups(definition), self.trace.df("sched_switch", windowed=False),
-                                 start_ns=self.trace.start_ns, end_ns=self.trace.end_ns, rule=definition)
+                                 start_ns=self.trace.start_ns, end_ns=self.trace.end_ns, rule=definition,
+                                 columns=columns)
 
     def df_preemption_latency(self) -> pl.DataFrame:
         self.trace.require("preemption latency", "sched_switch")
         return df_preemption_latency(self.trace.df("sched_switch", windowed=False),
                                      start_ns=self.trace.start_ns, end_ns=self.trace.end_ns)
 
-    def df_latency_clusters(self, definition: str = "wakeup") -> pl.DataFrame:
-        """df_latency + cluster (execution) and target_cluster."""
+    def df_latency_clusters(self, definition: str = "wakeup", columns: list[str] | None = None) -> pl.DataFrame:
+        """df_latency (``columns`` of it: include cpu and target_cpu) + cluster (execution) and target_cluster."""
         from abtest.analysis.clusters import trace_clusters
-        return df_with_clusters(self.df_latency(definition), trace_clusters(self.trace))
+        return df_with_clusters(self.df_latency(definition, columns), trace_clusters(self.trace))
 
     def df_task_stats(self, definition: str = "wakeup") -> pl.DataFrame:
         return df_latency_stats(self.df_latency(definition))
@@ -324,8 +338,7 @@ def _definition_summary(la: LatencyAnalysis, definition: str, top_tasks: int) ->
     in_win = wk.select(((pl.col("ts") >= lo) & (pl.col("ts") < hi) & (pl.col("pid") != 0)).sum()).item()
     # the columns the statistics read: a million wakeups' other columns are not built
     lat = df_with_clusters(df_wakeup_latency(wk, trace.df("sched_switch", windowed=False), start_ns=lo, end_ns=hi,
-                                             rule=definition, columns=["comm", "cpu", "target_cpu", "while_on_cpu",
-                                                                       "latency_us"]), trace_clusters(trace))
+                                             rule=definition, columns=_STAT_COLUMNS), trace_clusters(trace))
     del wk
     overall = df_latency_stats(lat, by=None).row(0, named=True)
     out = {"definition": DEFINITION_TEXT[definition], "wakeup_event": DEFINITIONS[definition],
@@ -334,10 +347,9 @@ def _definition_summary(la: LatencyAnalysis, definition: str, top_tasks: int) ->
     if definition == "waking":
         out["while_on_cpu_wakeups"] = int(lat["while_on_cpu"].sum())
     out["tasks"] = {r["comm"]: _stat_dict(r) for r in df_latency_stats(lat, by="comm").head(top_tasks).iter_rows(named=True)}
-    out["per_cluster"] = {r["cluster"]: _stat_dict(r) for r in df_latency_stats(lat.drop_nulls("cluster"), by="cluster")
-                          .sort("cluster").iter_rows(named=True)}
-    out["per_target_cluster"] = {r["target_cluster"]: _stat_dict(r) for r in df_latency_stats(
-        lat.drop_nulls("target_cluster"), by="target_cluster").sort("target_cluster").iter_rows(named=True)}
+    out["per_cluster"] = {r["cluster"]: _stat_dict(r) for r in _stats_by_known(lat, "cluster").iter_rows(named=True)}
+    out["per_target_cluster"] = {r["target_cluster"]: _stat_dict(r)
+                                 for r in _stats_by_known(lat, "target_cluster").iter_rows(named=True)}
     return out
 
 
@@ -501,7 +513,7 @@ def metrics(trace, options=None) -> list[MetricValue]:
     win_s = max((trace.end_ns - trace.start_ns) / 1e9, 1e-9)
     out: list[MetricValue] = []
     if "wakeup" in defs:
-        lat = la.df_latency_clusters("wakeup")
+        lat = la.df_latency_clusters("wakeup", columns=_STAT_COLUMNS)
         out.append(MetricValue(LATENCY_WAKEUPS_PER_S, lat.height / win_s))
         if lat.height:
             out += _family_values((LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P90_US, LATENCY_P95_US,
@@ -518,12 +530,12 @@ def metrics(trace, options=None) -> list[MetricValue]:
             for col, g_spec, p_spec in () if one_cluster else (  # one cluster: the overall values already say it
                     ("cluster", CLUSTER_LATENCY_GMEAN_US, CLUSTER_LATENCY_P95_US),
                     ("target_cluster", TARGET_CLUSTER_LATENCY_GMEAN_US, TARGET_CLUSTER_LATENCY_P95_US)):
-                for r in df_latency_stats(lat.drop_nulls(col), by=col).iter_rows(named=True):  # one row per cluster
+                for r in _stats_by_known(lat, col).iter_rows(named=True):  # one row per cluster
                     if r["gmean_us"] is not None:
                         out.append(MetricValue(g_spec, float(r["gmean_us"]), r[col]))
                     out.append(MetricValue(p_spec, float(r["p95_us"]), r[col]))
     if "waking" in defs:
-        lat = la.df_latency("waking")
+        lat = la.df_latency("waking", columns=["latency_us"])
         out.append(MetricValue(WAKING_WAKEUPS_PER_S, lat.height / win_s))
         if lat.height:
             out += _family_values(WAKING_FAMILY, df_latency_stats(lat, by=None).row(0, named=True))

@@ -44,18 +44,20 @@ def df_task_intervals(sched_switch: pl.DataFrame, *, start_ns: int | None = None
     by_ts = sched_switch if sched_switch["ts"].is_sorted() else sched_switch.sort("ts", maintain_order=True)
     first_prev = by_ts.lazy().select("cpu", "prev_pid", "prev_comm").group_by(
         pl.col("cpu").cast(pl.Int32), maintain_order=True).first().select(
-        "cpu", pl.col("prev_pid").cast(pl.Int32).alias("_pp"), pl.col("prev_comm").cast(pl.Categorical).alias("_pc")
-    ).collect()
-    # iv is sorted by cpu, ts: a CPU's first interval is the row after another CPU's
+        "cpu", pl.col("prev_pid").cast(pl.Int32), pl.col("prev_comm").cast(pl.Utf8)).collect()
+    # iv is sorted by cpu, ts: a CPU's first interval is the row after another CPU's; its task, when unknown,
+    # is the prev task of the CPU's first switch (a few CPUs: mapped, not joined, so no column is copied)
     lead = pl.col("pid").is_null() & pl.col("cpu").ne_missing(pl.col("cpu").shift(1))
-    iv = iv.with_columns(pl.col("comm").cast(pl.Categorical)).join(first_prev, on="cpu", how="left",
-                                                                   maintain_order="left").with_columns(
-        pl.when(lead).then(pl.col("_pp")).otherwise(pl.col("pid")).alias("pid"),
-        pl.when(lead).then(pl.col("_pc")).otherwise(pl.col("comm")).alias("comm"),
-    ).drop("_pp", "_pc").drop_nulls("pid")
-    if not include_idle:
-        iv = iv.filter(pl.col("pid") != 0)
-    return iv.select("cpu", "ts", "dur", "pid", "comm")
+    prev_pid = dict(zip(first_prev["cpu"], first_prev["prev_pid"]))
+    prev_comm = dict(zip(first_prev["cpu"], first_prev["prev_comm"]))
+    iv = iv.with_columns(
+        pl.when(lead).then(pl.col("cpu").replace_strict(prev_pid, default=None, return_dtype=pl.Int32))
+        .otherwise(pl.col("pid")).alias("pid"),
+        pl.when(lead).then(pl.col("cpu").replace_strict(prev_comm, default=None, return_dtype=pl.Utf8)
+                           .cast(pl.Categorical)).otherwise(pl.col("comm").cast(pl.Categorical)).alias("comm"),
+    )
+    keep = pl.col("pid").is_not_null() if include_idle else pl.col("pid").is_not_null() & (pl.col("pid") != 0)
+    return iv.filter(keep).select("cpu", "ts", "dur", "pid", "comm")
 
 
 def df_task_residency(intervals: pl.DataFrame) -> pl.DataFrame:
