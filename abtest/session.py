@@ -84,7 +84,7 @@ class Trace:
             return
         key = cache.content_key(self.path)
         entry = cache.cache_root() / key
-        if not cache.is_complete(entry):
+        if not cache.is_complete(entry) and not self._write_in_rounds(entry):
             data = read_trace(self.path)
             try:
                 cache.write_tables(data, entry, fmt="ipc")
@@ -93,6 +93,17 @@ class Trace:
                 return
             self._frames.update(data.tables)  # this Trace keeps the decoded tables; later opens map the cache
         self._entry = entry
+
+    def _write_in_rounds(self, entry: Path) -> bool:
+        """A long trace.dat: decoded in rounds into the cache entry, in bounded memory (abtest.trace.streamed).
+        False when it does not apply (or the file cannot be cut into rounds in time order)."""
+        from abtest.trace import streamed
+        if not streamed.applies(self.path):
+            return False
+        try:
+            return streamed.write_entry(self.path, entry)
+        except OSError:  # read-only cache dir: decoded whole, kept uncached
+            return False
 
     # -- metadata ------------------------------------------------------------------------------
     @property

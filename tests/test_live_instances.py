@@ -19,7 +19,8 @@ import pytest
 import tracedat_ref as ref
 from live_record import current_clock, kernel_lost, record_instances
 from test_convert import assert_convert_matches
-from abtest.trace import tracedat
+from test_streamed_open import assert_streamed_equals_whole
+from abtest.trace import streamed, tracedat
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
 
@@ -97,6 +98,13 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
         assert sorted(other) == sorted(raw)
         for name in raw:
             assert other[name].equals(raw[name]), name
+    # decoded in rounds of a few pages (the first open of a long trace): three buffers' CPU streams cut into
+    # rounds give the whole decode's tables and meta, compressed and stored
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(streamed.ROUND_MB_ENV, "0.05")
+        mp.setenv(streamed.PIECE_KB_ENV, "8")
+        assert assert_streamed_equals_whole(out, tmp_path / "entry-zstd") > 1
+        assert assert_streamed_equals_whole(v7, tmp_path / "entry-stored") > 1
 
     # trace-cmd's report text of the file: same events, same instance per event
     txt = tmp_path / "instances.txt"

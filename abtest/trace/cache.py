@@ -18,6 +18,7 @@ never serves stale tables.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -56,7 +57,8 @@ def content_key(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def _write_table(df: pl.DataFrame, path: Path, fmt: str) -> None:
+def write_table(df: pl.DataFrame, path: Path, fmt: str) -> None:
+    """One table as a file (`fmt`: "ipc", the cache's, or "parquet")."""
     if fmt == "ipc":
         # one record batch: a memory-mapped column is then one array, which numpy and the compiled simulators
         # read in place (polars would cut it into batches of ~130 k rows, and each reader would copy them together)
@@ -69,24 +71,38 @@ def write_tables(data: TraceData, out_dir: str | os.PathLike, *, fmt: str = "par
     """Write every table (`fmt`: "parquet" or "ipc") + meta.json into out_dir atomically (temp dir, then
     rename). Tables are written by polars, several at once (its writers release the GIL)."""
     out_dir = Path(out_dir)
+    with building(out_dir) as tmp:
+        jobs = sorted(data.tables.items(), key=lambda kv: -kv[1].height)  # the largest first
+        with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1) or 1) as pool:
+            list(pool.map(lambda kv: write_table(kv[1], tmp / f"{kv[0]}{SUFFIX[fmt]}", fmt), jobs))
+        complete(tmp, data.meta, data.tables if fmt == "ipc" else None)
+    return out_dir
+
+
+@contextlib.contextmanager
+def building(out_dir: Path):
+    """A temporary directory beside `out_dir` to write an entry into; renamed to `out_dir` (replacing it)
+    when the block ends, removed if it raises."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        jobs = sorted(data.tables.items(), key=lambda kv: -kv[1].height)  # the largest first
-        with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1) or 1) as pool:
-            list(pool.map(lambda kv: _write_table(kv[1], tmp / f"{kv[0]}{SUFFIX[fmt]}", fmt), jobs))
-        (tmp / "meta.json").write_text(json.dumps(data.meta, indent=1, sort_keys=True, default=str))
-        if fmt == "ipc":  # the cache: which tables a time range can be read from by binary search
-            sorted_ts = sorted(n for n, t in data.tables.items() if "ts" in t.columns and t["ts"].flags["SORTED_ASC"])
-            (tmp / TS_SORTED).write_text(json.dumps(sorted_ts))
-        (tmp / ".complete").touch()
+        yield tmp
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out_dir
+
+
+def complete(tmp: Path, meta: dict, ipc_tables: dict[str, pl.DataFrame] | None) -> None:
+    """meta.json, for the cache (`ipc_tables`: its tables) which tables a time range can be read from by
+    binary search, and the mark that the entry is complete."""
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+    if ipc_tables is not None:
+        sorted_ts = sorted(n for n, t in ipc_tables.items() if "ts" in t.columns and t["ts"].flags["SORTED_ASC"])
+        (tmp / TS_SORTED).write_text(json.dumps(sorted_ts))
+    (tmp / ".complete").touch()
 
 
 def is_complete(entry: Path) -> bool:
@@ -114,11 +130,12 @@ def read_table(entry: Path, name: str) -> pl.DataFrame:
     temporary directory and renamed, never rewritten in place, so a mapping stays valid."""
     path = table_path(entry, name)
     if path.suffix == SUFFIX["ipc"]:
-        return _mapped(path)
+        return read_ipc_mapped(path)
     return pl.read_parquet(path)
 
 
-def _mapped(path: Path) -> pl.DataFrame:
+def read_ipc_mapped(path: Path) -> pl.DataFrame:
+    """An Arrow IPC file as a frame of views of its memory mapping (read where files cannot be mapped)."""
     table = _mapped_arrow(path)
     return pl.read_ipc(path) if table is None else pl.from_arrow(table, rechunk=False)
 

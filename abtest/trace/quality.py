@@ -24,14 +24,32 @@ def inferred_gaps(switch) -> dict[str, int]:
     """{cpu: chain breaks} of a canonical sched_switch table (a polars frame sorted by ts)."""
     if switch is None:
         return {}
+    counts, _ = chain_breaks(switch)
+    return gaps_of(counts)
+
+
+def chain_breaks(switch: pl.DataFrame, before: pl.DataFrame | None = None) -> tuple[dict, pl.DataFrame | None]:
+    """({cpu: chain breaks}, last) of sched_switch rows sorted by ts. ``before``: the ``last`` of the rows
+    preceding these (a table read in consecutive parts, each call given the previous one's ``last``, counts
+    what the whole table counts); ``last``: the last switch of each CPU (and instance), to carry on."""
     if switch.is_empty() or not {"cpu", "prev_pid", "next_pid"} <= set(switch.columns):
-        return {}
+        return {}, before
     by = ["cpu"] + (["instance"] if "instance" in switch.columns else [])
-    breaks = (switch.select(*by, "prev_pid", pl.col("next_pid").shift(1).over(by).alias("_before"))
+    rows = switch.select(*by, "prev_pid", "next_pid")
+    if before is not None:  # each CPU's switch before these rows: its next_pid is what the first must follow
+        rows = pl.concat([before, rows], how="vertical_relaxed")
+    breaks = (rows.select("cpu", "prev_pid", pl.col("next_pid").shift(1).over(by).alias("_before"))
               .filter(pl.col("prev_pid").is_not_null() & pl.col("_before").is_not_null()
                       & (pl.col("prev_pid").cast(pl.Int64) != pl.col("_before").cast(pl.Int64)))
-              .group_by("cpu").len().sort("cpu"))
-    return {str(int(cpu)): int(n) for cpu, n in breaks.iter_rows() if cpu is not None}
+              .group_by("cpu").len())
+    last = rows.group_by(by, maintain_order=True).last().with_columns(pl.lit(None, rows.schema["prev_pid"])
+                                                                      .alias("prev_pid")).select(rows.columns)
+    return {cpu: int(n) for cpu, n in breaks.iter_rows() if cpu is not None}, last
+
+
+def gaps_of(counts: dict) -> dict[str, int]:
+    """chain_breaks' counts as meta["inferred_gaps"]: CPUs with a break, as strings, in CPU order."""
+    return {str(int(cpu)): int(n) for cpu, n in sorted(counts.items()) if n}
 
 
 def cpus_with_data(tables: dict) -> list[int]:
@@ -43,8 +61,9 @@ def cpus_with_data(tables: dict) -> list[int]:
     return sorted(seen)
 
 
-def check(tables: dict, meta: dict) -> None:
-    """Fill meta["inferred_gaps"], ["cpus_with_data"], ["cpus_header"], ["cpus"] and their warnings."""
+def check(tables: dict, meta: dict, gaps: dict[str, int] | None = None) -> None:
+    """Fill meta["inferred_gaps"], ["cpus_with_data"], ["cpus_header"], ["cpus"] and their warnings.
+    ``gaps``: the inferred gaps when already counted (a trace decoded in rounds), else counted here."""
     header = meta.get("cpus") or None
     meta["cpus_header"] = int(header) if header else None
     data_cpus = meta.get("cpus_with_data")
@@ -60,4 +79,4 @@ def check(tables: dict, meta: dict) -> None:
     else:
         meta["cpus"] = (max(data_cpus) + 1) if data_cpus else 0
     # reported by abtest.trace.import_log.import_warnings (trace info, analyze), with the CPUs that lost events
-    meta["inferred_gaps"] = inferred_gaps(tables.get("sched_switch"))
+    meta["inferred_gaps"] = gaps if gaps is not None else inferred_gaps(tables.get("sched_switch"))

@@ -69,6 +69,15 @@ def read_trace(path: str | os.PathLike, *, limits: Limits | None = None) -> Trac
     # A trace.dat carries the format of every event the kernel knows; only events that occur
     # become tables (so `require()` can say clearly which events were not recorded).
     raw = {name: df for name, df in raw.items() if df.height > 0}
+    base_meta(meta, fmt=fmt, wrapper=wrapper, path=path, size=size)
+    tables = canonicalize(raw, meta)
+    if members:
+        _account_members(members, chosen, meta)
+    return finish(tables, meta, battors)
+
+
+def base_meta(meta: dict, *, fmt: str, wrapper: str, path: Path, size: int) -> None:
+    """The keys every reader's meta has, from the decoder's own (in place)."""
     meta.setdefault("format", fmt)
     meta["wrapper"] = wrapper or None
     meta["source_path"] = str(path)
@@ -79,14 +88,18 @@ def read_trace(path: str | os.PathLike, *, limits: Limits | None = None) -> Trac
     # one key type for every reader, the one meta.json (the cache) gives back: the CPU number as a string
     meta["lost_events_per_cpu"] = {str(cpu): n for cpu, n in
                                    sorted(meta["lost_events_per_cpu"].items(), key=lambda kv: int(kv[0]))}
-    tables = canonicalize(raw, meta)
-    if members:
-        _account_members(members, chosen, meta)
+
+
+def finish(tables: dict[str, pl.DataFrame], meta: dict, battors: list | tuple = (),
+           inferred_gaps: dict[str, int] | None = None) -> TraceData:
+    """Canonical tables + meta -> TraceData: the span, BattOr logs found beside the trace, the decoder's
+    unparsed content and the quality checks in meta (``inferred_gaps``: when already counted), event and
+    sample counts."""
     _fill_span(tables, meta)  # the trace's span: BattOr samples beside it (perhaps on their own clock) stay out
     if battors:
-        _add_battor(tables, meta, battors)
+        _add_battor(tables, meta, list(battors))
     _account_decoder(tables, meta)
-    quality.check(tables, meta)
+    quality.check(tables, meta, inferred_gaps)
     meta["events"] = event_counts(tables)
     meta["samples"] = sample_counts(tables)
     meta.setdefault("import_errors", {})

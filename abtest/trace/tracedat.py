@@ -78,6 +78,27 @@ def read(path, data, *, limits: Limits | None = None) -> tuple[dict[str, pl.Data
                                                   isinstance(data, mmap.mmap))
     except ValueError as e:
         raise format_error(path, e) from None
+    return frames(batches), _meta_of(meta)
+
+
+def read_rounds(path, data, emit, *, round_bytes: int, piece_bytes: int, limits: Limits | None = None) -> dict | None:
+    """Decode a trace.dat held in `data` in rounds of about `round_bytes` of ring-buffer data (inflated),
+    pieces of about `piece_bytes` (`abtest._native.tracedat_decode_rounds`): `emit({name: raw table})` is
+    called with each round's rows (every table's rows later than the previous round's; concatenated, the
+    rounds are `read`'s tables). Returns the meta, or None when a CPU's timestamps go backwards (rounds
+    cannot keep the time order; rounds may have been emitted: decode the whole file with `read`)."""
+    lim = limits or current()
+    try:
+        meta = _native().tracedat_decode_rounds(
+            data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes, lambda batches: emit(frames(batches)),
+            int(round_bytes), int(piece_bytes), isinstance(data, mmap.mmap))
+    except ValueError as e:
+        raise format_error(path, e) from None
+    return None if meta is None else _meta_of(meta)
+
+
+def _meta_of(meta: dict) -> dict:
+    """The decoder's meta as the readers' (format named; empty instance buffers and import errors left out)."""
     meta = dict(meta, format="trace.dat")
     if meta["instance_buffers"]:
         meta["instance_buffers"] = dict(meta["instance_buffers"])
@@ -85,7 +106,7 @@ def read(path, data, *, limits: Limits | None = None) -> tuple[dict[str, pl.Data
         del meta["instance_buffers"]
     if not meta["import_errors"]:
         del meta["import_errors"]
-    return frames(batches), meta
+    return meta
 
 
 def layout(path, data) -> dict:

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use pyo3_arrow::PyRecordBatch;
 
-use tracedat::{CpuPages, Error, Limits, Options};
+use tracedat::{CpuPages, Error, Limits, Options, RoundSizes};
 
 /// The bytes of a buffer object (bytes, mmap), valid while `buf` lives.
 pub fn bytes_of(buf: &PyBuffer<u8>) -> PyResult<&[u8]> {
@@ -50,6 +50,58 @@ fn tracedat_decode<'py>(
         tables.append((name, Py::new(py, PyRecordBatch::new(batch))?))?;
     }
     Ok((tables, decoded.meta.into_pyobject(py)?.into_any()))
+}
+
+/// Decode a trace.dat in rounds of about `round_bytes` of ring-buffer data (tracedat::decode_rounds), the
+/// GIL released while a round decodes: `emit` is called (on this thread) with each round's
+/// [(table name, arrow RecordBatch)]. Returns the meta dict, or None when the file's timestamps go
+/// backwards on a CPU (rounds cannot keep the order: decode the whole file with tracedat_decode).
+#[pyfunction]
+#[pyo3(signature = (data, inflate_ratio, inflate_floor, inflated_bytes, emit, round_bytes, piece_bytes, file_mapping=false, threads=0))]
+#[allow(clippy::too_many_arguments)]
+fn tracedat_decode_rounds<'py>(
+    py: Python<'py>,
+    data: PyBuffer<u8>,
+    inflate_ratio: f64,
+    inflate_floor: u64,
+    inflated_bytes: u64,
+    emit: Py<PyAny>,
+    round_bytes: usize,
+    piece_bytes: usize,
+    file_mapping: bool,
+    threads: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let bytes = bytes_of(&data)?;
+    let opts = Options {
+        limits: Limits { inflate_ratio, inflate_floor, inflated_bytes },
+        threads,
+        release_input: file_mapping && data.readonly(),
+    };
+    let sizes = RoundSizes { piece_bytes: piece_bytes.max(1), round_bytes: round_bytes.max(1) };
+    let mut failed: Option<PyErr> = None;
+    let meta = py.detach(|| {
+        tracedat::decode_rounds(bytes, &opts, sizes, &mut |tables| {
+            Python::attach(|py| -> PyResult<()> {
+                let list = PyList::empty(py);
+                for (name, batch) in tables {
+                    list.append((name, Py::new(py, PyRecordBatch::new(batch))?))?;
+                }
+                emit.call1(py, (list,))?;
+                Ok(())
+            })
+            .map_err(|e| {
+                failed = Some(e);
+                Error::nowhere("the round's consumer failed")
+            })
+        })
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    match meta.map_err(py_error)? {
+        Some(m) => Ok(m.into_pyobject(py)?.into_any()),
+        None => Ok(py.None().into_bound(py)),
+    }
 }
 
 /// The file layout of a trace.dat (for tests and tools): {"version", "page_size", "big_endian",
@@ -112,6 +164,7 @@ fn tracedat_printk_kallsyms<'py>(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tracedat_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(tracedat_decode_rounds, m)?)?;
     m.add_function(wrap_pyfunction!(tracedat_layout, m)?)?;
     m.add_function(wrap_pyfunction!(tracedat_printk_kallsyms, m)?)?;
     Ok(())

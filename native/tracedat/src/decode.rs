@@ -13,8 +13,8 @@ use crate::inflate::{Codec, Inflater};
 use crate::layout::{Chunk, CpuPages, Layout};
 use crate::pages::{walk, Clock, PageLayout, PageStats};
 
-/// Data a piece holds (inflated bytes for compressed chunks).
-const PIECE_BYTES: usize = 8 << 20;
+/// Data a piece holds (inflated bytes for compressed chunks), by default.
+pub const PIECE_BYTES: usize = 8 << 20;
 
 /// One place of ring-buffer pages: stored in the file, or chunk `index` of its CPU's compressed chunks.
 #[derive(Debug, Clone, Copy)]
@@ -31,15 +31,28 @@ pub struct Piece {
     blocks: Vec<Block>,
 }
 
-/// The pieces of every buffer's CPU data, in data order (buffers, their CPUs in file order, pages).
-pub fn pieces(lay: &Layout) -> Vec<Piece> {
+impl Piece {
+    /// The ring-buffer bytes it holds (inflated).
+    pub fn bytes(&self) -> usize {
+        (self.blocks.iter())
+            .map(|b| match b {
+                Block::Stored { size, .. } => *size,
+                Block::Chunk { chunk, .. } => chunk.inflated,
+            })
+            .sum()
+    }
+}
+
+/// The pieces of every buffer's CPU data, in data order (buffers, their CPUs in file order, pages), of
+/// about `piece_bytes` each (at least a page or a chunk).
+pub fn pieces(lay: &Layout, piece_bytes: usize) -> Vec<Piece> {
     let mut out = Vec::new();
     for (b, buf) in lay.buffers.iter().enumerate() {
         for cd in buf.cpus.iter().filter(|c| c.has_data()) {
             let mut cur = Piece { buffer: b, cpu: cd.cpu, blocks: Vec::new() };
             let mut bytes = 0;
             let mut add = |blk: Block, n: usize, out: &mut Vec<Piece>| {
-                if bytes + n > PIECE_BYTES && !cur.blocks.is_empty() {
+                if bytes + n > piece_bytes && !cur.blocks.is_empty() {
                     out.push(std::mem::replace(&mut cur, Piece { buffer: b, cpu: cd.cpu, blocks: Vec::new() }));
                     bytes = 0;
                 }
@@ -48,7 +61,7 @@ pub fn pieces(lay: &Layout) -> Vec<Piece> {
             };
             match &cd.pages {
                 CpuPages::Stored { offset, size } => {
-                    let step = (PIECE_BYTES / lay.page_size).max(1) * lay.page_size;
+                    let step = (piece_bytes / lay.page_size).max(1) * lay.page_size;
                     for at in (0..*size).step_by(step) {
                         let n = step.min(size - at);
                         add(Block::Stored { offset: offset + at, size: n }, n, &mut out);

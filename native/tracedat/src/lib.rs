@@ -28,6 +28,7 @@ mod merge;
 mod meta;
 mod pages;
 mod printf;
+mod rounds;
 mod text;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -86,6 +87,46 @@ pub fn printk_and_kallsyms(data: &[u8], limits: Limits) -> Result<(Printk, Vec<u
 
 /// Decode the trace.dat in `data`.
 pub fn decode(data: &[u8], opts: &Options) -> Result<Decoded, Error> {
+    let mut tables = Vec::new();
+    let meta = run(data, opts, None, &mut |t| {
+        tables = t;
+        Ok(())
+    })?;
+    Ok(Decoded { tables, meta: meta.ok_or_else(|| Error::nowhere("internal error: the whole decode gave up"))? })
+}
+
+/// The sizes of a decode in rounds (decode_rounds).
+#[derive(Debug, Clone, Copy)]
+pub struct RoundSizes {
+    /// ring-buffer bytes (inflated) of a piece: the unit of work, and what a round decodes again
+    pub piece_bytes: usize,
+    /// ring-buffer bytes (inflated) a round decodes
+    pub round_bytes: usize,
+}
+
+/// A round's tables: (table name, rows), sorted by name.
+pub type RoundTables = Vec<(String, RecordBatch)>;
+
+/// Decode the trace.dat in `data` in rounds of about `sizes.round_bytes` (rounds.rs), so that memory stays
+/// bounded whatever the trace length: `emit` receives each round's rows, every table's rows later than the
+/// previous round's and in the whole decode's order (concatenated, the rounds are `decode`'s tables).
+/// Returns the metadata, or None when a CPU's timestamps go backwards (rounds cannot keep the order: decode
+/// the whole file instead; rounds may have been emitted already).
+pub fn decode_rounds(
+    data: &[u8],
+    opts: &Options,
+    sizes: RoundSizes,
+    emit: &mut dyn FnMut(RoundTables) -> Result<(), Error>,
+) -> Result<Option<Meta>, Error> {
+    run(data, opts, Some(sizes), emit)
+}
+
+fn run(
+    data: &[u8],
+    opts: &Options,
+    sizes: Option<RoundSizes>,
+    emit: &mut dyn FnMut(RoundTables) -> Result<(), Error>,
+) -> Result<Option<Meta>, Error> {
     let mut lay = layout::parse(data, opts.limits)?;
     let mut skipped = std::mem::take(&mut lay.skipped);
     let lay = lay;
@@ -105,7 +146,7 @@ pub fn decode(data: &[u8], opts: &Options) -> Result<Decoded, Error> {
     let kallsyms: OnceLock<Result<Vec<u8>, Error>> = OnceLock::new();
     let load_kallsyms = || kallsyms.get_or_init(|| layout::kallsyms_text(data, &lay));
     let syms = Syms::new(Box::new(|| text::parse_kallsyms(load_kallsyms().as_deref().unwrap_or(&[]))));
-    let pieces = decode::pieces(&lay);
+    let pieces = decode::pieces(&lay, sizes.map_or(decode::PIECE_BYTES, |s| s.piece_bytes));
     let ctx = decode::Ctx {
         data,
         lay: &lay,
@@ -122,23 +163,67 @@ pub fn decode(data: &[u8], opts: &Options) -> Result<Decoded, Error> {
         layout::Kallsyms::Compressed { .. } => load_kallsyms().clone().map(|_| ()),
         _ => Ok(()),
     };
-    let outs = decode::decode_all(&ctx, &pieces, threads, &check)?;
-    merge::release_freed_memory(); // the decode threads' scratch (inflate buffers, staging blocks)
     let mut acc = Accounting::new(&lay);
-    acc.add_pieces(&pieces, &outs);
-    let tables = merge::merge(&pieces, outs, lay.buffers.len(), threads);
-    acc.add_tables(&tables);
     let has_instances = lay.buffers.iter().any(|b| b.name.is_some());
-    let batches = tables.into_iter().map(|t| {
-        let name = t.ty.table.clone();
-        (name, record_batch(t, &lay, has_instances, &printk))
-    });
-    let mut batches: Vec<(String, RecordBatch)> = batches.collect();
-    batches.sort_by(|a, b| a.0.cmp(&b.0));
+    let nbuffers = lay.buffers.len();
+    // a round's (or the whole decode's) merged tables, the rows of ts in `rows` kept, as batches by name
+    let batches = |tables: Vec<Table>, rows: rounds::Rows, acc: &mut Accounting| -> RoundTables {
+        let mut out: RoundTables = Vec::new();
+        for t in tables {
+            let lo = rows.0.map_or(0, |l| t.ts.partition_point(|&x| x < l));
+            let hi = rows.1.map_or(t.ts.len(), |h| t.ts.partition_point(|&x| x < h));
+            if hi <= lo {
+                continue;
+            }
+            let mut per_buffer = vec![0u64; nbuffers];
+            if t.buffer.is_empty() {
+                per_buffer[0] = (hi - lo) as u64;
+            } else {
+                for &b in &t.buffer[lo..hi] {
+                    per_buffer[b as usize] += 1;
+                }
+            }
+            acc.add_rows(&t.ty, &per_buffer);
+            let name = t.ty.table.clone();
+            let whole = hi - lo == t.ts.len();
+            let batch = record_batch(t, &lay, has_instances, &printk);
+            out.push((name, if whole { batch } else { batch.slice(lo, hi - lo) }));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    };
+    match sizes {
+        None => {
+            let outs = decode::decode_all(&ctx, &pieces, threads, &check)?;
+            merge::release_freed_memory(); // the decode threads' scratch (inflate buffers, staging blocks)
+            acc.add_pieces(pieces.iter().zip(&outs));
+            let tables = merge::merge(&pieces, outs, nbuffers, threads);
+            emit(batches(tables, (None, None), &mut acc))?;
+        }
+        Some(s) => {
+            let keys: Vec<(usize, u32)> = pieces.iter().map(|p| (p.buffer, p.cpu)).collect();
+            let bytes: Vec<usize> = pieces.iter().map(|p| p.bytes()).collect();
+            let mut plan = rounds::Plan::new(&keys, &bytes, s.round_bytes);
+            while let Some(sel) = plan.next_round() {
+                let round: Vec<decode::Piece> = sel.iter().map(|&p| pieces[p].clone()).collect();
+                let new: Vec<bool> = sel.iter().map(|&p| plan.is_new(p)).collect();
+                let outs = decode::decode_all(&ctx, &round, threads, &check)?;
+                merge::release_freed_memory();
+                let spans: Vec<rounds::Span> = outs.iter().map(|o| (o.first_ts, o.last_ts)).collect();
+                let back: Vec<u64> = outs.iter().map(|o| o.backwards).collect();
+                let Some(rows) = plan.record(&sel, &spans, &back) else {
+                    return Ok(None);
+                };
+                acc.add_pieces(round.iter().zip(&outs).zip(&new).filter(|(_, &n)| n).map(|(po, _)| po));
+                let tables = merge::merge(&round, outs, nbuffers, threads);
+                emit(batches(tables, rows, &mut acc))?;
+            }
+        }
+    }
     let mut meta = acc.meta(&lay, &header, events.count);
     skipped.merge(acc.skipped);
     meta.set_import_errors(skipped);
-    Ok(Decoded { tables: batches, meta })
+    Ok(Some(meta))
 }
 
 /// MADV_DONTNEED over the whole pages inside `data` (a read-only file mapping: the pages fault back in
@@ -247,9 +332,10 @@ impl Accounting {
         }
     }
 
-    fn add_pieces(&mut self, pieces: &[decode::Piece], outs: &[decode::PieceOut]) {
+    /// Counts of decoded pieces, each given once, in data order.
+    fn add_pieces<'p>(&mut self, pieces: impl Iterator<Item = (&'p decode::Piece, &'p decode::PieceOut)>) {
         let mut prev: Option<(usize, u32, i64)> = None;
-        for (p, o) in pieces.iter().zip(outs) {
+        for (p, o) in pieces {
             let b = &mut self.buffers[self.slot[p.buffer]];
             b.cpus.insert(p.cpu);
             *b.lost.entry(p.cpu).or_insert(0) += o.stats.lost;
@@ -282,14 +368,13 @@ impl Accounting {
         }
     }
 
-    fn add_tables(&mut self, tables: &[Table]) {
-        for t in tables {
-            for (lb, &rows) in t.rows_per_buffer.iter().enumerate() {
-                if rows > 0 {
-                    let b = &mut self.buffers[self.slot[lb]];
-                    b.events.insert(t.ty.table.clone(), rows);
-                    b.types.insert(t.ty.id, t.ty.clone());
-                }
+    /// Rows of a table (per layout buffer).
+    fn add_rows(&mut self, ty: &Arc<events::EventType>, rows_per_buffer: &[u64]) {
+        for (lb, &rows) in rows_per_buffer.iter().enumerate() {
+            if rows > 0 {
+                let b = &mut self.buffers[self.slot[lb]];
+                *b.events.entry(ty.table.clone()).or_insert(0) += rows;
+                b.types.insert(ty.id, ty.clone());
             }
         }
     }

@@ -31,8 +31,6 @@ pub struct Table {
     /// buffer (index into the layout's buffers) of every row; empty when the file has one buffer
     pub buffer: Vec<u16>,
     pub cols: Vec<Builder>,
-    /// rows per buffer
-    pub rows_per_buffer: Vec<u64>,
 }
 
 /// Rows of `parts` (each sorted by ts, in data order) merged by (ts, part order); `same_run[k]`: part k
@@ -326,10 +324,6 @@ fn merge_table(pieces: &[Piece], mut parts: Parts, nbuffers: usize) -> Table {
         let ts: Vec<&[i64]> = parts.iter().map(|p| p.1.ts.as_slice()).collect();
         merge_segments(&ts, &same_run)
     };
-    let mut rows_per_buffer = vec![0u64; nbuffers];
-    for (k, t) in parts.iter() {
-        rows_per_buffer[pieces[*k].buffer] += t.ts.len() as u64;
-    }
     let ts = {
         let ts: Vec<&[i64]> = parts.iter().map(|p| p.1.ts.as_slice()).collect();
         gather(&ts, &segs, 1, rows)
@@ -363,7 +357,7 @@ fn merge_table(pieces: &[Piece], mut parts: Parts, nbuffers: usize) -> Table {
             buffer.resize(buffer.len() + n as usize, piece.buffer as u16);
         }
     }
-    Table { ty, ts, cpu, buffer, cols, rows_per_buffer }
+    Table { ty, ts, cpu, buffer, cols }
 }
 
 /// Tables from this many rows up give their pieces' freed memory back to the kernel column by column.

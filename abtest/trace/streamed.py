@@ -1,0 +1,151 @@
+"""The first open of a long trace.dat, decoded in rounds straight into its cache entry: memory stays bounded
+whatever the trace length.
+
+A plain trace.dat file of at least ``ABTEST_DECODE_ROUND_MB`` MiB (default 512) is decoded in rounds of about
+that much ring-buffer data (`tracedat.read_rounds`; the plan is native/tracedat/src/rounds.rs). Each round's
+rows are canonicalised and written as one part file per table; once every round is in, each table's parts
+become its Arrow IPC file (one record batch per round, copied from the parts' mappings). The span and the
+sched_switch chain breaks are counted round by round (the chain carried from one round to the next); the
+other checks and counts read the written tables, memory-mapped. Tables and meta are the whole decode's
+(tests/test_streamed_open.py compares them on the shared trace.dat files, in rounds of a few pages). A trace
+whose timestamps go backwards on a CPU cannot be cut into rounds in time order: it is decoded whole.
+
+``ABTEST_DECODE_PIECE_KB`` sets the unit of decoding work (default 8192 KiB; a round decodes again the pieces
+that hold rows past its end).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+from pathlib import Path
+
+import polars as pl
+
+from abtest.trace import cache, quality, tracedat
+from abtest.trace.detect import detect_format
+from abtest.trace.limits import Limits
+from abtest.trace.readers import base_meta, finish
+from abtest.trace.schema import canonicalize
+
+ROUND_MB_ENV = "ABTEST_DECODE_ROUND_MB"
+PIECE_KB_ENV = "ABTEST_DECODE_PIECE_KB"
+DEFAULT_ROUND_MB = 512.0
+DEFAULT_PIECE_KB = 8192.0
+
+
+def _env_bytes(name: str, default: float, unit: int) -> int:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        raise ValueError(f"${name}={os.environ[name]!r}: expected a number") from None
+    return max(int(value * unit), 1)
+
+
+def round_bytes() -> int:
+    """Ring-buffer bytes (inflated) a round decodes, and the file size from which a first open uses rounds."""
+    return _env_bytes(ROUND_MB_ENV, DEFAULT_ROUND_MB, 1 << 20)
+
+
+def piece_bytes() -> int:
+    return _env_bytes(PIECE_KB_ENV, DEFAULT_PIECE_KB, 1 << 10)
+
+
+def applies(path: Path) -> bool:
+    """A plain trace.dat file (not one inside an archive or a compressed stream) of at least a round."""
+    try:
+        if path.stat().st_size < round_bytes():
+            return False
+        with open(path, "rb") as f:
+            return detect_format(f.read(8192)) == "trace.dat"
+    except OSError:
+        return False
+
+
+class _NotInOrder(Exception):
+    """A CPU's timestamps go backwards: rounds cannot keep the time order."""
+
+
+def write_entry(path: str | os.PathLike, entry: Path, *, limits: Limits | None = None) -> bool:
+    """Decode the trace.dat at `path` in rounds into the cache entry `entry` (written atomically, as
+    cache.write_tables does). False, and nothing written, when its timestamps go backwards on a CPU."""
+    path = Path(path)
+    size = path.stat().st_size
+    try:
+        with cache.building(entry) as tmp:
+            parts_dir = tmp / "parts"
+            parts_dir.mkdir()
+            parts: dict[str, list[Path]] = {}
+            canon_meta: dict = {}
+            span: list[int] = []  # first and last timestamps of every round's tables
+            unsorted: set[str] = set()  # tables with a round whose ts is not flagged sorted
+            breaks: dict = {}  # sched_switch chain breaks per CPU, counted round by round
+            last_switch = None
+            rounds = 0
+
+            def emit(raw: dict[str, pl.DataFrame]) -> None:
+                nonlocal rounds, last_switch
+                raw = {name: df for name, df in raw.items() if df.height > 0}
+                for name, df in canonicalize(raw, canon_meta).items():
+                    if name == "sched_switch":
+                        counts, last_switch = quality.chain_breaks(df, last_switch)
+                        for cpu, n in counts.items():
+                            breaks[cpu] = breaks.get(cpu, 0) + n
+                    part = parts_dir / f"{name}.{rounds:06d}{cache.SUFFIX['ipc']}"
+                    cache.write_table(df, part, "ipc")
+                    parts.setdefault(name, []).append(part)
+                    if "ts" in df.columns:
+                        span.extend(v for v in (df["ts"].min(), df["ts"].max()) if v is not None)
+                        if not df["ts"].flags["SORTED_ASC"]:
+                            unsorted.add(name)
+                rounds += 1
+
+            with open(path, "rb") as f:
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            meta = tracedat.read_rounds(path, data, emit, round_bytes=round_bytes(), piece_bytes=piece_bytes(),
+                                        limits=limits)
+            if meta is None:
+                raise _NotInOrder
+            for name, ps in parts.items():
+                _join_parts(ps, tmp / f"{name}{cache.SUFFIX['ipc']}")
+            shutil.rmtree(parts_dir)
+            base_meta(meta, fmt="trace.dat", wrapper="", path=path, size=size)
+            meta.setdefault("event_aliases", {}).update(canon_meta.get("event_aliases", {}))
+            meta["warnings"] = [*meta["warnings"], *canon_meta.get("warnings", [])]
+            meta["decoded_in_rounds"] = rounds
+            if span:  # the whole decode's span, known without reading the tables again
+                meta.setdefault("start_ns", int(min(span)))
+                meta.setdefault("end_ns", int(max(span)))
+            tables = {name: cache.read_ipc_mapped(tmp / f"{name}{cache.SUFFIX['ipc']}") for name in parts}
+            # rounds follow each other in time: a table sorted in every round is sorted (not read again to know)
+            tables = {name: df.with_columns(df["ts"].set_sorted()) if "ts" in df.columns and name not in unsorted
+                      else df for name, df in tables.items()}
+            done = finish(tables, meta, inferred_gaps=quality.gaps_of(breaks))
+            cache.complete(tmp, done.meta, done.tables)
+    except _NotInOrder:
+        return False
+    return True
+
+
+def _join_parts(parts: list[Path], out: Path) -> None:
+    """One table's round parts as its IPC file `out`: one record batch per round, the parts' columns copied
+    from their memory mappings by pyarrow (its writer gives the name columns one dictionary); nothing is
+    held in memory but the unified name codes."""
+    if len(parts) == 1:
+        os.replace(parts[0], out)
+        return
+    import pyarrow as pa
+    readers = [pa.ipc.open_file(pa.memory_map(str(p))) for p in parts]
+    schema = readers[0].schema
+    if any(r.schema != schema for r in readers):  # columns that differ between rounds: polars aligns them
+        frames = [cache.read_ipc_mapped(p) for p in parts]
+        cache.write_table(pl.concat(frames, how="diagonal_relaxed"), out, "ipc")
+    else:
+        batches = [r.get_batch(i) for r in readers for i in range(r.num_record_batches)]
+        options = pa.ipc.IpcWriteOptions(unify_dictionaries=True)
+        with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, schema, options=options) as writer:
+            writer.write_table(pa.Table.from_batches(batches, schema=schema))
+        del batches
+    del readers
+    for p in parts:
+        p.unlink()

@@ -1,0 +1,108 @@
+"""The first open of a long trace.dat, decoded in rounds into its cache entry (abtest.trace.streamed,
+native/tracedat/src/rounds.rs): its tables and meta are the whole decode's. Rounds of a few pages (tiny
+ABTEST_DECODE_ROUND_MB / ABTEST_DECODE_PIECE_KB) make the shared traces cut into many rounds, with pieces
+decoded again across round ends; a trace whose pages go back in time is decoded whole."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from polars.testing import assert_frame_equal
+
+from abtest import Trace
+from abtest.trace import cache, streamed
+from abtest.trace.readers import read_trace
+
+SHARED_TRACEDAT = ("langraph/trace.dat", "lisa/sched_load-trace.dat", "trappy/trace.dat", "trappy/trace_idle.dat",
+                   "x86-vm/x86-haltpoll-hackbench-cyclictest.dat", "x86-vm/x86-ladder-hackbench-cyclictest.dat",
+                   "x86-vm/x86-menu-hackbench-cyclictest.dat")
+
+
+@pytest.fixture
+def tiny_rounds(monkeypatch):
+    """Rounds of ~50 KB of ring-buffer data, pieces of two 4 KiB pages."""
+    monkeypatch.setenv(streamed.ROUND_MB_ENV, "0.05")
+    monkeypatch.setenv(streamed.PIECE_KB_ENV, "8")
+
+
+def assert_streamed_equals_whole(path: Path, entry: Path) -> int:
+    """Decode `path` in rounds into `entry` and compare with read_trace: every table (values, dtypes, order)
+    and the meta. Returns the number of rounds."""
+    whole = read_trace(path)
+    assert streamed.write_entry(path, entry)
+    assert cache.is_complete(entry)
+    assert cache.table_names(entry) == sorted(whole.tables)
+    for name in whole.tables:
+        mine = cache.read_table(entry, name)
+        assert mine.schema == whole.tables[name].schema, name
+        assert_frame_equal(mine, whole.tables[name], categorical_as_str=True)
+    meta = cache.read_meta(entry)
+    rounds = meta.pop("decoded_in_rounds")
+    assert meta == json.loads(json.dumps(whole.meta, default=str))
+    ts_sorted = json.loads((entry / cache.TS_SORTED).read_text())
+    assert ts_sorted == sorted(n for n, t in whole.tables.items() if "ts" in t.columns and t["ts"].is_sorted())
+    return rounds
+
+
+@pytest.mark.parametrize("rel", SHARED_TRACEDAT)
+def test_rounds_equal_the_whole_decode(traces, tmp_path, tiny_rounds, rel):
+    rounds = assert_streamed_equals_whole(traces / rel, tmp_path / "entry")
+    assert rounds >= 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directory left
+
+
+def test_the_shared_traces_are_cut_into_many_rounds(traces, tmp_path, tiny_rounds):
+    """The comparison above is not vacuous: most shared traces take many rounds."""
+    rounds = {}
+    for rel in SHARED_TRACEDAT:
+        entry = tmp_path / rel.replace("/", "_")
+        assert streamed.write_entry(traces / rel, entry)
+        rounds[rel] = cache.read_meta(entry)["decoded_in_rounds"]
+    assert sum(r >= 10 for r in rounds.values()) >= 4, rounds
+
+
+def _swap_first_pages(src: Path, dst: Path) -> None:
+    """Copy a v6 trace.dat, swapping the first two ring-buffer pages of its fullest CPU (its timestamps then go
+    backwards between them)."""
+    from abtest.trace import tracedat
+    data = bytearray(src.read_bytes())
+    lay = tracedat.layout(src, bytes(data))
+    page = lay["page_size"]
+    cpu = max((c for b in lay["buffers"] for c in b["cpus"] if c["size"]), key=lambda c: c["size"])
+    assert cpu["size"] >= 3 * page
+    a, b = cpu["offset"], cpu["offset"] + page
+    data[a:a + page], data[b:b + page] = data[b:b + page], data[a:a + page]
+    dst.write_bytes(bytes(data))
+
+
+def test_pages_back_in_time_are_decoded_whole(traces, tmp_path, tiny_rounds, monkeypatch):
+    path = tmp_path / "swapped.dat"
+    _swap_first_pages(traces / "lisa" / "sched_load-trace.dat", path)
+    assert not streamed.write_entry(path, tmp_path / "entry")
+    assert not (tmp_path / "entry").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    # a first Trace() open falls back to the whole decode, which orders the pages itself
+    monkeypatch.setenv("ABTEST_CACHE_DIR", str(tmp_path / "cache"))
+    t = Trace(path)
+    whole = read_trace(path)
+    assert "decoded_in_rounds" not in t.meta
+    assert_frame_equal(t.df("sched_switch"), whole.tables["sched_switch"], categorical_as_str=True)
+
+
+def test_a_first_open_of_a_long_trace_goes_in_rounds(traces, tmp_path, tiny_rounds, monkeypatch):
+    """Trace(): a trace.dat of at least a round is written to the cache in rounds; later opens map it."""
+    monkeypatch.setenv("ABTEST_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "x86.dat"
+    shutil.copy(traces / "x86-vm" / "x86-menu-hackbench-cyclictest.dat", path)
+    first = Trace(path)
+    assert first.meta["decoded_in_rounds"] > 1
+    whole = read_trace(path)
+    again = Trace(path)
+    for name in whole.tables:
+        assert_frame_equal(again.df(name), whole.tables[name], categorical_as_str=True)
+    assert again.latency.df_stats().equals(Trace(path, use_cache=False).latency.df_stats())
+    # a small file (below a round) is decoded whole
+    monkeypatch.setenv(streamed.ROUND_MB_ENV, "512")
+    assert not streamed.applies(path)
