@@ -101,7 +101,8 @@ class Trace:
         if not streamed.applies(self.path):
             return False
         try:
-            return streamed.write_entry(self.path, entry)
+            with streamed.progress_bar(self.path) as progress:
+                return streamed.write_entry(self.path, entry, progress=progress)
         except OSError:  # read-only cache dir: decoded whole, kept uncached
             return False
 

@@ -50,6 +50,11 @@ def assert_streamed_equals_whole(path: Path, entry: Path) -> int:
 def test_rounds_equal_the_whole_decode(traces, tmp_path, tiny_rounds, rel):
     rounds = assert_streamed_equals_whole(traces / rel, tmp_path / "entry")
     assert rounds >= 1
+    # the progress reported after each round: the ring-buffer bytes decoded, up to all of them
+    seen: list[tuple[int, int]] = []
+    assert streamed.write_entry(traces / rel, tmp_path / "again", progress=lambda d, t: seen.append((d, t)))
+    assert len(seen) == rounds and seen[-1][0] == seen[-1][1] > 0
+    assert all(a[0] <= b[0] and a[1] == b[1] for a, b in zip(seen, seen[1:]))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directory left
 
 

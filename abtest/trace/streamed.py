@@ -15,9 +15,11 @@ that hold rows past its end).
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -62,13 +64,29 @@ def applies(path: Path) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def progress_bar(path: Path):
+    """A progress callback for write_entry: a bar on stderr when it is a terminal (bytes of ring-buffer data
+    decoded), else None."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+    with Progress(TextColumn(f"decoding {path.name} in rounds"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("decode", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
 class _NotInOrder(Exception):
     """A CPU's timestamps go backwards: rounds cannot keep the time order."""
 
 
-def write_entry(path: str | os.PathLike, entry: Path, *, limits: Limits | None = None) -> bool:
+def write_entry(path: str | os.PathLike, entry: Path, *, limits: Limits | None = None, progress=None) -> bool:
     """Decode the trace.dat at `path` in rounds into the cache entry `entry` (written atomically, as
-    cache.write_tables does). False, and nothing written, when its timestamps go backwards on a CPU."""
+    cache.write_tables does). False, and nothing written, when its timestamps go backwards on a CPU.
+    `progress(done, total)`: ring-buffer bytes decoded so far and in all, after each round."""
     path = Path(path)
     size = path.stat().st_size
     try:
@@ -103,7 +121,7 @@ def write_entry(path: str | os.PathLike, entry: Path, *, limits: Limits | None =
             with open(path, "rb") as f:
                 data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             meta = tracedat.read_rounds(path, data, emit, round_bytes=round_bytes(), piece_bytes=piece_bytes(),
-                                        limits=limits)
+                                        limits=limits, progress=progress)
             if meta is None:
                 raise _NotInOrder
             for name, ps in parts.items():

@@ -81,17 +81,25 @@ def read(path, data, *, limits: Limits | None = None) -> tuple[dict[str, pl.Data
     return frames(batches), _meta_of(meta)
 
 
-def read_rounds(path, data, emit, *, round_bytes: int, piece_bytes: int, limits: Limits | None = None) -> dict | None:
+def read_rounds(path, data, emit, *, round_bytes: int, piece_bytes: int, limits: Limits | None = None,
+                progress=None) -> dict | None:
     """Decode a trace.dat held in `data` in rounds of about `round_bytes` of ring-buffer data (inflated),
     pieces of about `piece_bytes` (`abtest._native.tracedat_decode_rounds`): `emit({name: raw table})` is
     called with each round's rows (every table's rows later than the previous round's; concatenated, the
-    rounds are `read`'s tables). Returns the meta, or None when a CPU's timestamps go backwards (rounds
-    cannot keep the time order; rounds may have been emitted: decode the whole file with `read`)."""
+    rounds are `read`'s tables). `progress(done, total)`: ring-buffer bytes decoded so far and in all, after
+    each round. Returns the meta, or None when a CPU's timestamps go backwards (rounds cannot keep the time
+    order; rounds may have been emitted: decode the whole file with `read`)."""
     lim = limits or current()
+
+    def each_round(batches: list, done_total: tuple[int, int]) -> None:
+        emit(frames(batches))
+        if progress is not None:
+            progress(*done_total)
+
     try:
         meta = _native().tracedat_decode_rounds(
-            data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes, lambda batches: emit(frames(batches)),
-            int(round_bytes), int(piece_bytes), isinstance(data, mmap.mmap))
+            data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes, each_round, int(round_bytes),
+            int(piece_bytes), isinstance(data, mmap.mmap))
     except ValueError as e:
         raise format_error(path, e) from None
     return None if meta is None else _meta_of(meta)

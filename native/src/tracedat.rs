@@ -54,7 +54,7 @@ fn tracedat_decode<'py>(
 
 /// Decode a trace.dat in rounds of about `round_bytes` of ring-buffer data (tracedat::decode_rounds), the
 /// GIL released while a round decodes: `emit` is called (on this thread) with each round's
-/// [(table name, arrow RecordBatch)]. Returns the meta dict, or None when the file's timestamps go
+/// [(table name, arrow RecordBatch)] and (ring-buffer bytes decoded so far, in all). Returns the meta dict, or None when the file's timestamps go
 /// backwards on a CPU (rounds cannot keep the order: decode the whole file with tracedat_decode).
 #[pyfunction]
 #[pyo3(signature = (data, inflate_ratio, inflate_floor, inflated_bytes, emit, round_bytes, piece_bytes, file_mapping=false, threads=0))]
@@ -80,13 +80,13 @@ fn tracedat_decode_rounds<'py>(
     let sizes = RoundSizes { piece_bytes: piece_bytes.max(1), round_bytes: round_bytes.max(1) };
     let mut failed: Option<PyErr> = None;
     let meta = py.detach(|| {
-        tracedat::decode_rounds(bytes, &opts, sizes, &mut |tables| {
+        tracedat::decode_rounds(bytes, &opts, sizes, &mut |tables, progress| {
             Python::attach(|py| -> PyResult<()> {
                 let list = PyList::empty(py);
                 for (name, batch) in tables {
                     list.append((name, Py::new(py, PyRecordBatch::new(batch))?))?;
                 }
-                emit.call1(py, (list,))?;
+                emit.call1(py, (list, progress))?;
                 Ok(())
             })
             .map_err(|e| {

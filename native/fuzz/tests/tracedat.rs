@@ -19,7 +19,7 @@ fn decode(data: &[u8]) -> Result<(), String> {
     let whole = tracedat::decode(data, &opts).map_err(|e| e.to_string())?;
     let sizes = tracedat::RoundSizes { piece_bytes: 8 << 10, round_bytes: 64 << 10 };
     let mut rounds: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    let meta = tracedat::decode_rounds(data, &opts, sizes, &mut |tables| {
+    let meta = tracedat::decode_rounds(data, &opts, sizes, &mut |tables, _| {
         for (name, batch) in tables {
             rounds.entry(name).or_default().extend(ts_of(&batch));
         }

@@ -88,7 +88,7 @@ pub fn printk_and_kallsyms(data: &[u8], limits: Limits) -> Result<(Printk, Vec<u
 /// Decode the trace.dat in `data`.
 pub fn decode(data: &[u8], opts: &Options) -> Result<Decoded, Error> {
     let mut tables = Vec::new();
-    let meta = run(data, opts, None, &mut |t| {
+    let meta = run(data, opts, None, &mut |t, _| {
         tables = t;
         Ok(())
     })?;
@@ -107,6 +107,10 @@ pub struct RoundSizes {
 /// A round's tables: (table name, rows), sorted by name.
 pub type RoundTables = Vec<(String, RecordBatch)>;
 
+/// What `decode_rounds` gives after each round: its tables, and the ring-buffer bytes decoded so far and in
+/// all (for a progress bar).
+pub type EmitRound<'e> = dyn FnMut(RoundTables, (usize, usize)) -> Result<(), Error> + 'e;
+
 /// Decode the trace.dat in `data` in rounds of about `sizes.round_bytes` (rounds.rs), so that memory stays
 /// bounded whatever the trace length: `emit` receives each round's rows, every table's rows later than the
 /// previous round's and in the whole decode's order (concatenated, the rounds are `decode`'s tables).
@@ -116,17 +120,12 @@ pub fn decode_rounds(
     data: &[u8],
     opts: &Options,
     sizes: RoundSizes,
-    emit: &mut dyn FnMut(RoundTables) -> Result<(), Error>,
+    emit: &mut EmitRound,
 ) -> Result<Option<Meta>, Error> {
     run(data, opts, Some(sizes), emit)
 }
 
-fn run(
-    data: &[u8],
-    opts: &Options,
-    sizes: Option<RoundSizes>,
-    emit: &mut dyn FnMut(RoundTables) -> Result<(), Error>,
-) -> Result<Option<Meta>, Error> {
+fn run(data: &[u8], opts: &Options, sizes: Option<RoundSizes>, emit: &mut EmitRound) -> Result<Option<Meta>, Error> {
     let mut lay = layout::parse(data, opts.limits)?;
     let mut skipped = std::mem::take(&mut lay.skipped);
     let lay = lay;
@@ -198,7 +197,8 @@ fn run(
             merge::release_freed_memory(); // the decode threads' scratch (inflate buffers, staging blocks)
             acc.add_pieces(pieces.iter().zip(&outs));
             let tables = merge::merge(&pieces, outs, nbuffers, threads);
-            emit(batches(tables, (None, None), &mut acc))?;
+            let bytes = pieces.iter().map(|p| p.bytes()).sum();
+            emit(batches(tables, (None, None), &mut acc), (bytes, bytes))?;
         }
         Some(s) => {
             let keys: Vec<(usize, u32)> = pieces.iter().map(|p| (p.buffer, p.cpu)).collect();
@@ -216,7 +216,7 @@ fn run(
                 };
                 acc.add_pieces(round.iter().zip(&outs).zip(&new).filter(|(_, &n)| n).map(|(po, _)| po));
                 let tables = merge::merge(&round, outs, nbuffers, threads);
-                emit(batches(tables, rows, &mut acc))?;
+                emit(batches(tables, rows, &mut acc), plan.progress())?;
             }
         }
     }

@@ -147,6 +147,17 @@ impl Plan {
         Some(rows)
     }
 
+    /// (ring-buffer bytes decoded so far, in all): how far the decode is, for a progress bar.
+    pub fn progress(&self) -> (usize, usize) {
+        let mut done = 0;
+        let mut start = 0;
+        for s in &self.streams {
+            done += self.bytes[start..s.next].iter().sum::<usize>();
+            start = s.end;
+        }
+        (done, self.bytes.iter().sum())
+    }
+
     /// Whether piece `p` is decoded for the first time in the round being planned (its counts go in once).
     pub fn is_new(&self, p: usize) -> bool {
         self.streams.iter().any(|s| (s.next..s.pending).contains(&p))
@@ -188,6 +199,22 @@ mod tests {
         for round_bytes in [1, 2, 3, 5, 100] {
             assert_eq!(run(&streams, &pieces, round_bytes), Some(all.clone()), "round_bytes {round_bytes}");
         }
+    }
+
+    #[test]
+    fn progress_counts_each_piece_once() {
+        let streams = [(0, 0), (0, 0), (0, 1), (0, 1)];
+        let mut plan = Plan::new(&streams, &[10, 20, 30, 40], 1);
+        assert_eq!(plan.progress(), (0, 100));
+        let mut last = 0;
+        while let Some(sel) = plan.next_round() {
+            let spans: Vec<Span> = sel.iter().map(|&p| (Some(p as i64), Some(p as i64))).collect();
+            plan.record(&sel, &spans, &vec![0; sel.len()]).expect("in order");
+            let (done, total) = plan.progress();
+            assert!(done >= last && total == 100);
+            last = done;
+        }
+        assert_eq!(last, 100);
     }
 
     #[test]
