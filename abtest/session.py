@@ -102,7 +102,7 @@ class Trace:
             return False
         try:
             with streamed.progress_bar(self.path) as progress:
-                return streamed.write_entry(self.path, entry, progress=progress)
+                return streamed.write_entry(self.path, entry, progress=progress) is not None
         except OSError:  # read-only cache dir: decoded whole, kept uncached
             return False
 

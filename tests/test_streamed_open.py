@@ -8,11 +8,13 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
 from abtest import Trace
 from abtest.trace import cache, streamed
+from abtest.trace.convert import convert
 from abtest.trace.readers import read_trace
 
 SHARED_TRACEDAT = ("langraph/trace.dat", "lisa/sched_load-trace.dat", "trappy/trace.dat", "trappy/trace_idle.dat",
@@ -56,6 +58,25 @@ def test_rounds_equal_the_whole_decode(traces, tmp_path, tiny_rounds, rel):
     assert len(seen) == rounds and seen[-1][0] == seen[-1][1] > 0
     assert all(a[0] <= b[0] and a[1] == b[1] for a, b in zip(seen, seen[1:]))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directory left
+
+
+@pytest.mark.parametrize("rel", SHARED_TRACEDAT)
+def test_convert_in_rounds_equals_the_whole_convert(traces, tmp_path, tiny_rounds, rel):
+    """`abtest trace convert` of a long trace.dat goes in rounds too: its parquet files read back (polars and
+    pyarrow) to read_trace's tables, its meta.json is read_trace's."""
+    path = traces / rel
+    meta = convert(path, tmp_path / "out")
+    assert meta["decoded_in_rounds"] >= 1
+    ref = read_trace(path)
+    assert cache.table_names(tmp_path / "out") == sorted(ref.tables)
+    written = cache.read_meta(tmp_path / "out")
+    written.pop("decoded_in_rounds")
+    assert written == json.loads(json.dumps(ref.meta, default=str))
+    for name, df in ref.tables.items():
+        got = cache.read_table(tmp_path / "out", name)
+        assert got.schema == df.schema, name
+        assert_frame_equal(got, df, categorical_as_str=True)
+        assert pq.read_table(tmp_path / "out" / f"{name}.parquet").to_pylist() == df.to_arrow().to_pylist(), name
 
 
 def test_the_shared_traces_are_cut_into_many_rounds(traces, tmp_path, tiny_rounds):

@@ -83,9 +83,11 @@ class _NotInOrder(Exception):
     """A CPU's timestamps go backwards: rounds cannot keep the time order."""
 
 
-def write_entry(path: str | os.PathLike, entry: Path, *, limits: Limits | None = None, progress=None) -> bool:
-    """Decode the trace.dat at `path` in rounds into the cache entry `entry` (written atomically, as
-    cache.write_tables does). False, and nothing written, when its timestamps go backwards on a CPU.
+def write_entry(path: str | os.PathLike, entry: Path, *, fmt: str = "ipc", limits: Limits | None = None,
+                progress=None) -> dict | None:
+    """Decode the trace.dat at `path` in rounds into the directory `entry`: the cache's layout (`fmt` "ipc"),
+    or `abtest trace convert`'s ("parquet"), written atomically as cache.write_tables does. Returns the meta
+    written; None, and nothing written, when the file's timestamps go backwards on a CPU.
     `progress(done, total)`: ring-buffer bytes decoded so far and in all, after each round."""
     path = Path(path)
     size = path.stat().st_size
@@ -139,10 +141,14 @@ def write_entry(path: str | os.PathLike, entry: Path, *, limits: Limits | None =
             tables = {name: df.with_columns(df["ts"].set_sorted()) if "ts" in df.columns and name not in unsorted
                       else df for name, df in tables.items()}
             done = finish(tables, meta, inferred_gaps=quality.gaps_of(breaks))
-            cache.complete(tmp, done.meta, done.tables)
+            if fmt == "parquet":
+                del tables
+                for name in parts:
+                    _ipc_to_parquet(tmp / f"{name}{cache.SUFFIX['ipc']}", tmp / f"{name}{cache.SUFFIX['parquet']}")
+            cache.complete(tmp, done.meta, done.tables if fmt == "ipc" else None)
     except _NotInOrder:
-        return False
-    return True
+        return None
+    return done.meta
 
 
 def _join_parts(parts: list[Path], out: Path) -> None:
@@ -167,3 +173,10 @@ def _join_parts(parts: list[Path], out: Path) -> None:
     del readers
     for p in parts:
         p.unlink()
+
+
+def _ipc_to_parquet(src: Path, dst: Path) -> None:
+    """A table's IPC file as parquet (cache.write_table: polars, uncompressed, no statistics), read from
+    the file's mapping; the IPC file is removed."""
+    cache.write_table(cache.read_ipc_mapped(src), dst, "parquet")
+    src.unlink()
