@@ -141,14 +141,15 @@ def write_entry(path: str | os.PathLike, entry: Path, *, fmt: str = "ipc", limit
             tables = {name: df.with_columns(df["ts"].set_sorted()) if "ts" in df.columns and name not in unsorted
                       else df for name, df in tables.items()}
             done = finish(tables, meta, inferred_gaps=quality.gaps_of(breaks))
+            meta, sorted_tables = done.meta, done.tables if fmt == "ipc" else None
+            del tables, done  # their mappings: a mapped page read stays resident while its mapping lives
             if fmt == "parquet":
-                del tables
                 for name in parts:
                     _ipc_to_parquet(tmp / f"{name}{cache.SUFFIX['ipc']}", tmp / f"{name}{cache.SUFFIX['parquet']}")
-            cache.complete(tmp, done.meta, done.tables if fmt == "ipc" else None)
+            cache.complete(tmp, meta, sorted_tables)
     except _NotInOrder:
         return None
-    return done.meta
+    return meta
 
 
 def _join_parts(parts: list[Path], out: Path) -> None:
@@ -176,7 +177,35 @@ def _join_parts(parts: list[Path], out: Path) -> None:
 
 
 def _ipc_to_parquet(src: Path, dst: Path) -> None:
-    """A table's IPC file as parquet (cache.write_table: polars, uncompressed, no statistics), read from
-    the file's mapping; the IPC file is removed."""
-    cache.write_table(cache.read_ipc_mapped(src), dst, "parquet")
+    """A table's IPC file as parquet (uncompressed, no statistics, as cache.write_table writes it), one row
+    group per record batch of the file's mapping (pyarrow: polars' string views become large strings, which
+    polars reads back as they were); the IPC file is removed. A column pyarrow cannot write that way is
+    written by polars instead, from the whole mapped table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    reader = pa.ipc.open_file(pa.memory_map(str(src)))
+    target = pa.schema([f.with_type(_parquet_type(f.type)) for f in reader.schema], metadata=reader.schema.metadata)
+    try:
+        with pq.ParquetWriter(str(dst), target, compression="none", write_statistics=False) as writer:
+            for i in range(reader.num_record_batches):
+                writer.write_batch(reader.get_batch(i).cast(target))
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        dst.unlink(missing_ok=True)
+        cache.write_table(cache.read_ipc_mapped(src), dst, "parquet")
+    del reader
     src.unlink()
+
+
+def _parquet_type(t):
+    """An Arrow type pyarrow's parquet writer takes: string views (also as dictionary values or list items)
+    as large strings."""
+    import pyarrow as pa
+    if t == pa.string_view():
+        return pa.large_string()
+    if pa.types.is_dictionary(t):
+        return pa.dictionary(t.index_type, _parquet_type(t.value_type), t.ordered)
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_parquet_type(t.value_type)))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_parquet_type(t.value_type)))
+    return t
