@@ -188,3 +188,32 @@ def test_analyze_suggests_windows_for_a_long_trace(traces, monkeypatch):
     res = CliRunner().invoke(analyze_cmd.analyze, [str(traces / "langraph/trace.dat"), "--only", "idle", "--json"])
     assert res.exit_code in (0, 2), res.output
     assert "--windows 30" in res.stderr and "events" in res.stderr
+
+
+@pytest.mark.parametrize("rel", ["langraph/trace.dat", "x86-vm/x86-menu-hackbench-cyclictest.dat",
+                                 "lisa/trace_txt-trace.txt"])
+def test_window_pelt_aggregated_equals_the_segments(traces, rel):
+    """A window view with a history: the simulated CPU signals start at the history's start and are aggregated
+    over the window only while simulated (no segment kept); the figures equal those computed on the segments
+    clipped to the window (df_signal_means, df_contention)."""
+    from abtest.analysis import load_tracking as lt
+    t = Trace(traces / rel)
+    span = t.end_ns - t.start_ns
+    checked = warmed = 0
+    for k in range(3):
+        v = t.window(t.start_ns + span * k // 3, t.start_ns + span * (k + 1) // 3, history_ns=int(span // 5))
+        la = v.load_tracking
+        assert la._all_simulated("auto")
+        warmed += la._reach() != la._win()  # the first window's history starts before the trace
+        agg = la.df_cpu_stats("auto")
+        sig, win = la.df_cpu_signals("auto"), la._win()
+        segs = lt.df_signal_means(sig, **win).join(lt.df_contention(sig, **win).drop("mean_util", "mean_runnable"),
+                                                    on="cpu").filter(pl.col("known_ns").is_not_null()).sort("cpu")
+        assert agg["cpu"].to_list() == segs["cpu"].to_list() and agg.height > 0
+        for col in ("known_ns", "contended_ns", "max_runnable"):
+            assert agg[col].to_list() == segs[col].to_list(), col
+        for col in ("mean_util", "mean_runnable", "contended_pct", "runnable_util_ratio"):
+            for a, b in zip(agg[col].to_list(), segs[col].to_list()):
+                assert (a is None and b is None) or (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-9), col
+        checked += agg.height
+    assert checked >= 3 and warmed == 2

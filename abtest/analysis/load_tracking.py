@@ -253,7 +253,9 @@ class LoadTrackingAnalysis:
         ``source`` (see the module doc). All-simulated signals are aggregated while they are simulated
         (pelt_sim.df_cpu_contention: the same figures, no segments kept)."""
         if self._all_simulated(source):
-            out = pelt_sim.df_cpu_contention(self.trace.df("sched_switch", windowed=False),
+            # simulated over the reach (a window's history warms the signals up), aggregated over the window
+            win = self.trace.start_ns if self._reach() != self._win() else None
+            out = pelt_sim.df_cpu_contention(self.trace.df("sched_switch", windowed=False), aggregate_from_ns=win,
                                              **self._sim_cpu_args(self._df("sched_pelt_cfs")))
             return out.with_columns(*[pl.lit("simulated").alias(c) for c in ("util_source", "runnable_source")],
                                     pl.lit(None, pl.Utf8).alias("load_source"), pl.lit("simulated").alias("source"))
@@ -261,9 +263,8 @@ class LoadTrackingAnalysis:
         return df_contention(sig, **self._win()).join(_sources(sig), on="cpu", how="left")
 
     def _all_simulated(self, source: str) -> bool:
-        """Every signal is simulated over the analysis window itself: it can be aggregated while simulated."""
-        return ((source == "simulated" or (source == "auto" and self._df("sched_pelt_cfs") is None))
-                and self._reach() == self._win())
+        """Every signal is simulated: it can be aggregated over the window while simulated."""
+        return source == "simulated" or (source == "auto" and self._df("sched_pelt_cfs") is None)
 
     def df_cpu_stats(self, source: str = "auto") -> pl.DataFrame:
         """Per CPU, what the summary and the metrics read: df_signal_means' columns (``mean_util``,

@@ -460,15 +460,23 @@ def df_contention_of_intervals(intervals: pl.DataFrame, key: str, margin: float)
 
 
 def df_cpu_contention(sched_switch: pl.DataFrame, *, margin: float = 1.0, backend: str = "native",
-                      **kw) -> pl.DataFrame:
+                      aggregate_from_ns: int | None = None, **kw) -> pl.DataFrame:
     """Contention per CPU of the simulated signals, as load_tracking.df_contention computes it on
     df_pelt_sim_cpu's output (each segment holds its start values): ``cpu, known_ns, contended_ns (runnable >
     util + margin), contended_pct, mean_util, mean_runnable (time-weighted), runnable_util_ratio (time-weighted
     runnable / util where util >= 1), max_runnable``. ``kw``: df_pelt_sim_cpu's arguments. The native backend
     aggregates while it simulates (no segment is kept: memory does not grow with the trace).
+    ``aggregate_from_ns``: only the time from then on counts (a window analysed after signals simulated from
+    an earlier start_ns to warm them up; the segment open at that time counts from it with its values).
     """
     if backend != "native":
-        return df_contention_of_intervals(df_pelt_sim_cpu(sched_switch, backend=backend, **kw), "cpu", margin)
+        segs = df_pelt_sim_cpu(sched_switch, backend=backend, **kw)
+        if aggregate_from_ns is not None:  # each segment clipped to the time from aggregate_from_ns on
+            segs = (segs.with_columns((pl.col("ts") + pl.col("dur")).alias("_end"))
+                    .filter(pl.col("_end") > aggregate_from_ns)
+                    .with_columns(pl.max_horizontal("ts", pl.lit(aggregate_from_ns)).alias("ts"))
+                    .with_columns((pl.col("_end") - pl.col("ts")).alias("dur")).drop("_end"))
+        return df_contention_of_intervals(segs, "cpu", margin)
     from abtest.analysis import sim_native
     start_ns, end_ns = window_of(sched_switch, kw.pop("start_ns", None), kw.pop("end_ns", None))
     platform, cpu_frequency = kw.pop("platform", None), kw.pop("cpu_frequency", None)
@@ -478,7 +486,8 @@ def df_cpu_contention(sched_switch: pl.DataFrame, *, margin: float = 1.0, backen
     initial, task_initial, new_pids = kw.pop("initial", None), kw.pop("task_initial", None), kw.pop("new_pids", None)
     mig = kw.pop("sched_migrate_task", None)
     return sim_native.pelt_contention(
-        sched_switch, margin=margin, spec=spec, start_ns=start_ns, end_ns=end_ns, cpu_frequency=cpu_frequency,
+        sched_switch, margin=margin, aggregate_from_ns=aggregate_from_ns, spec=spec, start_ns=start_ns,
+        end_ns=end_ns, cpu_frequency=cpu_frequency,
         sched_migrate_task=mig if attach else None, cpu_seeds=_with_ts(initial, "cpu", start_ns),
         task_seeds=_with_ts(task_initial, "pid", start_ns) if attach else None,
         new_pids=new_pids if attach else None, attach=attach, **kw)

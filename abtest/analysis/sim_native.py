@@ -90,10 +90,13 @@ def pelt_simulate(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: i
     return out
 
 
-def pelt_contention(sched_switch: pl.DataFrame, *, margin: float, **kw) -> pl.DataFrame:
+def pelt_contention(sched_switch: pl.DataFrame, *, margin: float, aggregate_from_ns: int | None = None,
+                    **kw) -> pl.DataFrame:
     """Per-CPU contention of the simulated signals (pelt_sim.df_cpu_contention), aggregated while simulating:
-    no segment is kept. Arguments as pelt_simulate."""
-    _, _, a = _pelt(sched_switch, margin=float(margin), want_cpus=True, want_tasks=False, **kw)
+    no segment is kept. ``aggregate_from_ns``: only the time from then on counts (the signals simulated from
+    start_ns to warm up). Other arguments as pelt_simulate."""
+    _, _, a = _pelt(sched_switch, margin=float(margin), want_cpus=True, want_tasks=False,
+                    aggregate_from_ns=aggregate_from_ns, **kw)
     known = pl.col("known_ns").cast(pl.Float64)
     return pl.DataFrame(a).select(
         pl.col("cpu").cast(pl.Int32), "known_ns", "contended_ns",
@@ -109,7 +112,7 @@ def _pelt(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_
           sched_migrate_task: pl.DataFrame | None = None, cpu_seeds: pl.DataFrame | None = None,
           task_seeds: pl.DataFrame | None = None, new_pids: list[int] | None = None,
           want_cpus: bool = True, attach: bool = True, want_tasks: list[int] | bool = False,
-          margin: float | None = None) -> tuple[list[dict], dict, dict]:
+          margin: float | None = None, aggregate_from_ns: int | None = None) -> tuple[list[dict], dict, dict]:
     mig = None
     if sched_migrate_task is not None and not sched_migrate_task.is_empty():
         mig = (_a(sched_migrate_task, "ts", pl.Int64, 0), _a(sched_migrate_task, "pid", pl.Int32, 0),
@@ -129,7 +132,7 @@ def _pelt(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_
     return _native.pelt_simulate(
         _switches(sched_switch), _wakeups(wakeups), mig, freq, cpus, _seeds(cpu_seeds, "cpu"),
         _seeds(task_seeds, "pid"), np.asarray(list(new_pids or []), np.int32), int(start_ns), int(end_ns),
-        bool(want_cpus), bool(attach), tasks, margin)
+        bool(want_cpus), bool(attach), tasks, margin, None if aggregate_from_ns is None else int(aggregate_from_ns))
 
 
 def window_demand(sched_switch: pl.DataFrame, *, spec: pl.DataFrame, start_ns: int, end_ns: int,

@@ -53,10 +53,11 @@ fn seed_slices<'a>(s: &'a Option<SeedArrays<'_>>) -> PyResult<Option<Seeds<'a>>>
 /// None; new_pids; want_tasks: None (no task output), empty (all tasks) or pids.
 /// Returns (cpu segments: a list of one dict of arrays per CPU; task segments: a dict of arrays; contention):
 /// cpu|pid, ts, dur, x_util, x_runnable, util, runnable; with `contention_margin`, no CPU segments but per CPU: cpu, known_ns,
-/// contended_ns, util_ns, runnable_ns, ratio_ns, ratio_weight_ns, max_runnable (see sim_pelt.rs Contention).
+/// contended_ns, util_ns, runnable_ns, ratio_ns, ratio_weight_ns, max_runnable (see sim_pelt.rs Contention), of the
+/// time from `aggregate_from_ns` on (None: all of it).
 #[pyfunction]
 #[pyo3(signature = (switches, wakeups, migrations, frequencies, cpus, cpu_seeds, task_seeds, new_pids,
-                    start_ns, end_ns, want_cpus, attach, want_tasks, contention_margin=None))]
+                    start_ns, end_ns, want_cpus, attach, want_tasks, contention_margin=None, aggregate_from_ns=None))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn pelt_simulate<'py>(
     py: Python<'py>,
@@ -74,6 +75,7 @@ fn pelt_simulate<'py>(
     attach: bool,
     want_tasks: Option<I32<'py>>,
     contention_margin: Option<f64>,
+    aggregate_from_ns: Option<i64>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let sw = Switches {
         ts: switches.0.as_slice()?,
@@ -119,7 +121,8 @@ fn pelt_simulate<'py>(
         Some(p) => Some(p.as_slice()?),
         None => None,
     };
-    let want = Want { cpus: want_cpus, contention_margin, attach, tasks: sel };
+    let aggregate_from_ns = aggregate_from_ns.unwrap_or(i64::MIN);
+    let want = Want { cpus: want_cpus, contention_margin, aggregate_from_ns, attach, tasks: sel };
     let (c, t, agg) = py.detach(|| pelt::simulate(&inp, &want));
     let a = PyDict::new(py);
     macro_rules! col {

@@ -83,6 +83,9 @@ pub struct Want<'a> {
     pub cpus: bool,
     /// aggregate each CPU's segments into contention figures (with this margin) instead of returning them
     pub contention_margin: Option<f64>,
+    /// aggregate only the time from here on (the analysed window of a simulation started earlier, to warm
+    /// the signals up): a segment open at this time counts from it with its values; i64::MIN: all of it
+    pub aggregate_from_ns: i64,
     pub attach: bool,
     pub tasks: Option<&'a [i32]>,
 }
@@ -381,10 +384,14 @@ impl Cpu {
         }
     }
 
-    /// Aggregate mode: the open segment ends at `t`.
-    fn close_segment(&mut self, t: i64, margin: f64) {
+    /// Aggregate mode: the open segment ends at `t`; only its time from `from` on counts.
+    fn close_segment(&mut self, t: i64, margin: f64, from: i64) {
         let [u, r] = self.open_vals;
-        self.agg.add(t - self.seg_ts, u, r, margin);
+        if from == i64::MIN {
+            self.agg.add(t - self.seg_ts, u, r, margin);
+        } else if t > from {
+            self.agg.add(t - self.seg_ts.max(from), u, r, margin);
+        }
     }
 
     fn cfs(&self) -> bool {
@@ -554,7 +561,7 @@ impl<'a> Sim<'a> {
         let margin = self.want.contention_margin;
         let cpu = &mut self.cpus[c];
         if let Some(m) = margin {
-            cpu.close_segment(t, m);
+            cpu.close_segment(t, m, self.want.aggregate_from_ns);
         }
         let u = decay(cpu.u, cpu.x, t - cpu.seg_ts);
         cpu.u = [u[0] + cpu.jump[0], u[1] + cpu.jump[1]];
@@ -984,7 +991,7 @@ pub fn simulate(inp: &Inputs, want: &Want) -> (Vec<Segments>, Segments, Vec<Cont
     let mut contention = Vec::new();
     for &c in &order {
         if let (Some(m), true) = (want.contention_margin, sim.cpus[c].started) {
-            sim.cpus[c].close_segment(end, m);
+            sim.cpus[c].close_segment(end, m, want.aggregate_from_ns);
             contention.push(sim.cpus[c].agg.clone());
         }
     }
@@ -1063,7 +1070,7 @@ mod tests {
             start_ns: 0,
             end_ns: end,
         };
-        let want = Want { cpus: true, contention_margin: None, attach: true, tasks };
+        let want = Want { cpus: true, contention_margin: None, aggregate_from_ns: i64::MIN, attach: true, tasks };
         let (mut c, t, _) = simulate(&inp, &want);
         (Segments::concat(c.iter_mut().collect()), t)
     }
@@ -1168,7 +1175,8 @@ mod tests {
             start_ns: 0,
             end_ns: 60 * MS,
         };
-        let want = Want { cpus: true, contention_margin: Some(1.0), attach: true, tasks: None };
+        let want =
+            Want { cpus: true, contention_margin: Some(1.0), aggregate_from_ns: i64::MIN, attach: true, tasks: None };
         let (none, _, agg) = simulate(&inp, &want);
         assert!(none.is_empty());
         let mut want_agg = Contention { cpu: 0, ..Default::default() };
@@ -1178,5 +1186,19 @@ mod tests {
         assert_eq!(agg.len(), 1);
         assert_eq!(format!("{:?}", agg[0]), format!("{want_agg:?}"));
         assert!(agg[0].contended_ns > 10 * MS && agg[0].known_ns == 60 * MS);
+        // from a time inside a segment (and from a segment's start): the segments clipped there, the one open
+        // at that time counted from it with its values
+        for from in [15 * MS, 20 * MS] {
+            let (_, _, agg) = simulate(&inp, &Want { aggregate_from_ns: from, ..want });
+            let mut clipped = Contention { cpu: 0, ..Default::default() };
+            for i in 0..c.len() {
+                let end = c.ts[i] + c.dur[i];
+                if end > from {
+                    clipped.add(end - c.ts[i].max(from), c.util[i], c.runnable[i], 1.0);
+                }
+            }
+            assert_eq!(format!("{:?}", agg[0]), format!("{clipped:?}"));
+            assert_eq!(agg[0].known_ns, 60 * MS - from);
+        }
     }
 }
