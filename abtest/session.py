@@ -98,11 +98,8 @@ class Trace:
         """A long trace.dat: decoded in rounds into the cache entry, in bounded memory (abtest.trace.streamed).
         False when it does not apply (or the file cannot be cut into rounds in time order)."""
         from abtest.trace import streamed
-        if not streamed.applies(self.path):
-            return False
         try:
-            with streamed.progress_bar(self.path) as progress:
-                return streamed.write_entry(self.path, entry, progress=progress) is not None
+            return streamed.write_if_long(self.path, entry) is not None
         except OSError:  # read-only cache dir: decoded whole, kept uncached
             return False
 

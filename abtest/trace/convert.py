@@ -14,12 +14,9 @@ def convert(path: str | os.PathLike, out_dir: str | os.PathLike, *, fmt: str = "
     """Decode `path` and write its canonical tables (one file each, `fmt` "parquet" or "ipc": Arrow IPC) +
     meta.json into out_dir, as `abtest trace convert` does (layout of abtest.trace.cache; written
     atomically). Returns the meta written."""
-    path = Path(path)
-    if streamed.applies(path):
-        with streamed.progress_bar(path) as progress:
-            meta = streamed.write_entry(path, Path(out_dir), fmt=fmt, progress=progress)
-        if meta is not None:
-            return meta
+    meta = streamed.write_if_long(Path(path), Path(out_dir), fmt=fmt)
+    if meta is not None:
+        return meta
     data = read_trace(path)
     cache.write_tables(data, out_dir, fmt=fmt)
     return data.meta

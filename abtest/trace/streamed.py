@@ -79,6 +79,15 @@ def progress_bar(path: Path):
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
+def write_if_long(path: Path, entry: Path, *, fmt: str = "ipc") -> dict | None:
+    """The first open's (and `trace convert`'s) way in: a long trace.dat (applies) decoded in rounds into
+    `entry` with a progress bar; the meta written, or None when the file is to be decoded whole."""
+    if not applies(path):
+        return None
+    with progress_bar(path) as progress:
+        return write_entry(path, entry, fmt=fmt, progress=progress)
+
+
 class _NotInOrder(Exception):
     """A CPU's timestamps go backwards: rounds cannot keep the time order."""
 
