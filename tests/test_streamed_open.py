@@ -132,3 +132,17 @@ def test_a_first_open_of_a_long_trace_goes_in_rounds(traces, tmp_path, tiny_roun
     # a small file (below a round) is decoded whole
     monkeypatch.setenv(streamed.ROUND_MB_ENV, "512")
     assert not streamed.applies(path)
+
+
+def test_a_failing_consumer_is_not_a_format_error(traces):
+    """An error raised by the code that takes the rounds (here a ValueError) reaches the caller as it is, not
+    as a TraceFormatError about the file."""
+    from abtest.trace import tracedat
+    path = traces / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
+
+    def emit(tables):
+        raise ValueError("the consumer broke")
+
+    with pytest.raises(ValueError, match="the consumer broke") as raised:
+        tracedat.read_rounds(path, path.read_bytes(), emit, round_bytes=50_000, piece_bytes=8192)
+    assert raised.type is ValueError

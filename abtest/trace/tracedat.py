@@ -90,17 +90,25 @@ def read_rounds(path, data, emit, *, round_bytes: int, piece_bytes: int, limits:
     each round. Returns the meta, or None when a CPU's timestamps go backwards (rounds cannot keep the time
     order; rounds may have been emitted: decode the whole file with `read`)."""
     lim = limits or current()
+    consumer_failed = False
 
     def each_round(batches: list, done_total: tuple[int, int]) -> None:
-        emit(frames(batches))
-        if progress is not None:
-            progress(*done_total)
+        nonlocal consumer_failed
+        try:
+            emit(frames(batches))
+            if progress is not None:
+                progress(*done_total)
+        except BaseException:
+            consumer_failed = True  # not the file's fault: raised as it is
+            raise
 
     try:
         meta = _native().tracedat_decode_rounds(
             data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes, each_round, int(round_bytes),
             int(piece_bytes), isinstance(data, mmap.mmap))
     except ValueError as e:
+        if consumer_failed:
+            raise
         raise format_error(path, e) from None
     return None if meta is None else _meta_of(meta)
 
