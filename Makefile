@@ -50,7 +50,7 @@ test: setup native-check
 native-check: setup
 	cd native && cargo fmt --all -- --check
 	cd native && cargo clippy --workspace --all-targets --release -q -- -D warnings
-	cd native && ABTEST_FUZZ_SECONDS=$(FUZZ_SECONDS) cargo test --release -q -p abtest-tracedat -p abtest-perfetto -p abtest-sim -p abtest-fuzz
+	cd native && ABTEST_FUZZ_SECONDS=$(FUZZ_SECONDS) cargo test --release -q -p abtest-native -p abtest-tracedat -p abtest-perfetto -p abtest-sim -p abtest-fuzz
 
 demo: setup
 	$(VENV)/bin/python -m abtest.demo

@@ -124,10 +124,10 @@ def table_names(entry: Path) -> list[str]:
 
 
 def read_table(entry: Path, name: str) -> pl.DataFrame:
-    """Table `name` of `entry`. An IPC file of the cache is memory-mapped (pyarrow; polars 2.1's read_ipc
-    copies the file): numeric columns are views of the mapping, their pages read from the page cache when an
-    analysis touches them (columns never read cost no memory), names are decoded. Entries are written to a
-    temporary directory and renamed, never rewritten in place, so a mapping stays valid."""
+    """Table `name` of `entry`. An IPC file of the cache is memory-mapped (abtest._native.ipc_map; polars
+    2.1's read_ipc copies the file): numeric columns are views of the mapping, their pages read from the page
+    cache when an analysis touches them (columns never read cost no memory), names are decoded. Entries are
+    written to a temporary directory and renamed, never rewritten in place, so a mapping stays valid."""
     path = table_path(entry, name)
     if path.suffix == SUFFIX["ipc"]:
         return read_ipc_mapped(path)
@@ -136,39 +136,33 @@ def read_table(entry: Path, name: str) -> pl.DataFrame:
 
 def read_ipc_mapped(path: Path) -> pl.DataFrame:
     """An Arrow IPC file as a frame of views of its memory mapping (read where files cannot be mapped)."""
-    table = _mapped_arrow(path)
-    return pl.read_ipc(path) if table is None else pl.from_arrow(table, rechunk=False)
-
-
-def _mapped_arrow(path: Path):
-    """The IPC file as a pyarrow Table of views of its memory mapping; None on a file system that cannot map
-    files (read it instead)."""
-    import pyarrow as pa
+    from abtest import _native
     try:
-        return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-    except OSError:
-        return None
+        table = _native.ipc_map(str(path))
+    except OSError:  # a file system that cannot map files
+        return pl.read_ipc(path)
+    return pl.DataFrame(table)
 
 
 def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | None) -> pl.DataFrame:
     """The rows of table `name` with ts in [lo_ns, hi_ns) (None: open end), reading only those rows of an
-    IPC file (memory-mapped by pyarrow; ts found by binary search, so ts must be sorted: the decoders' tables
-    are, the entry's ts_sorted.json lists them) and copying nothing else; other tables are filtered after a
-    whole read."""
-    path = table_path(entry, name)
-    keep = pl.lit(True)
-    if lo_ns is not None:
-        keep = keep & (pl.col("ts") >= lo_ns)
-    if hi_ns is not None:
-        keep = keep & (pl.col("ts") < hi_ns)
-    table = _mapped_arrow(path) if path.suffix == SUFFIX["ipc"] and name in _ts_sorted(entry) else None
-    if table is None:
-        df = read_table(entry, name)
-        return df.filter(keep) if "ts" in df.columns else df
-    chunks = [c.to_numpy(zero_copy_only=True) for c in table.column("ts").chunks]
-    i = 0 if lo_ns is None else _search_sorted(chunks, lo_ns)
-    j = table.num_rows if hi_ns is None else _search_sorted(chunks, hi_ns)
-    return pl.from_arrow(table.slice(i, max(j - i, 0)), rechunk=True)
+    IPC file (memory-mapped; ts found by binary search, so ts must be sorted: the decoders' tables are, the
+    entry's ts_sorted.json lists them) and copying nothing else; other tables are filtered after a whole
+    read."""
+    df = read_table(entry, name)
+    if "ts" not in df.columns:
+        return df
+    if table_path(entry, name).suffix != SUFFIX["ipc"] or name not in _ts_sorted(entry):
+        keep = pl.lit(True)
+        if lo_ns is not None:
+            keep = keep & (pl.col("ts") >= lo_ns)
+        if hi_ns is not None:
+            keep = keep & (pl.col("ts") < hi_ns)
+        return df.filter(keep)
+    ts = df.get_column("ts")
+    i = 0 if lo_ns is None else int(ts.search_sorted(lo_ns, side="left"))
+    j = df.height if hi_ns is None else int(ts.search_sorted(hi_ns, side="left"))
+    return df.slice(i, max(j - i, 0)).rechunk()
 
 
 def _ts_sorted(entry: Path) -> list[str]:
@@ -176,17 +170,6 @@ def _ts_sorted(entry: Path) -> list[str]:
         return json.loads((entry / TS_SORTED).read_text())
     except (OSError, ValueError):
         return []  # an entry written before the file existed: tables are filtered
-
-
-def _search_sorted(chunks: list, value: int) -> int:
-    """Index of the first row >= value in the concatenation of sorted chunks (numpy arrays)."""
-    import numpy as np
-    offset = 0
-    for arr in chunks:
-        if len(arr) and arr[-1] >= value:
-            return offset + int(np.searchsorted(arr, value, side="left"))
-        offset += len(arr)
-    return offset
 
 
 def scan_table(entry: Path, name: str) -> pl.LazyFrame:

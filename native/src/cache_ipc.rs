@@ -1,0 +1,174 @@
+//! The cache's Arrow IPC files read as views of a memory mapping: `ipc_map(path)` returns the file's record
+//! batches whose buffers point into the mapping (no copy; a page is read from the page cache when something
+//! touches it), kept alive by the arrays that use it. The file format is Arrow's (arrow-ipc decodes it,
+//! validation included); only the mapping is done here. Entries of the cache are written to a temporary
+//! directory and renamed, never rewritten in place, so a mapping stays valid while it is held.
+
+use std::fs::File;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
+use arrow_ipc::convert::fb_to_schema;
+use arrow_ipc::reader::{read_footer_length, FileDecoder};
+use arrow_ipc::root_as_footer;
+use arrow_schema::{ArrowError, SchemaRef};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3_arrow::PyTable;
+
+/// Why a file could not be read: it could not be opened or mapped (`Io`), or it is not a valid Arrow IPC
+/// file (`Format`).
+#[derive(Debug)]
+pub enum MapError {
+    Io(std::io::Error),
+    Format(String),
+}
+
+impl From<ArrowError> for MapError {
+    fn from(e: ArrowError) -> Self {
+        MapError::Format(e.to_string())
+    }
+}
+
+/// The IPC file's bytes as an Arrow buffer over a read-only mapping of it (an empty file: an empty buffer).
+fn map_file(path: &Path) -> Result<Buffer, MapError> {
+    let file = File::open(path).map_err(MapError::Io)?;
+    if file.metadata().map_err(MapError::Io)?.len() == 0 {
+        return Ok(Buffer::from_vec(Vec::<u8>::new()));
+    }
+    // SAFETY: cache files are never modified once written (entries are renamed into place, see module doc)
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(MapError::Io)?;
+    let (ptr, len) = (NonNull::new(map.as_ptr() as *mut u8).expect("mapping is not null"), map.len());
+    // SAFETY: ptr is valid for len bytes as long as `map` lives; the buffer owns `map`
+    Ok(unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(map)) })
+}
+
+/// The schema and record batches of the Arrow IPC file at `path`, their buffers views of its mapping.
+pub fn read_mapped(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
+    decode(&map_file(path)?)
+}
+
+/// Decode a whole Arrow IPC file held in `buf` (its dictionaries first, then its record batches).
+pub fn decode(buf: &Buffer) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
+    let bad = |what: &str| MapError::Format(format!("not an Arrow IPC file: {what}"));
+    if buf.len() < 10 + 8 {
+        return Err(bad("too short"));
+    }
+    let trailer = buf.len() - 10;
+    let footer_len = read_footer_length(buf[trailer..].try_into().expect("10 bytes"))?;
+    let footer_start = trailer.checked_sub(footer_len).ok_or_else(|| bad("footer larger than the file"))?;
+    let footer = root_as_footer(&buf[footer_start..trailer]).map_err(|e| bad(&e.to_string()))?;
+    let schema = Arc::new(fb_to_schema(footer.schema().ok_or_else(|| bad("no schema"))?));
+    let mut decoder = FileDecoder::new(schema.clone(), footer.version());
+    let block_bytes = |b: &arrow_ipc::Block| -> Result<Buffer, MapError> {
+        let start = usize::try_from(b.offset()).map_err(|_| bad("negative block offset"))?;
+        let len =
+            usize::try_from(b.metaDataLength() as i64 + b.bodyLength()).map_err(|_| bad("negative block length"))?;
+        if start.checked_add(len).is_none_or(|end| end > footer_start) {
+            return Err(bad("block beyond the data"));
+        }
+        Ok(buf.slice_with_length(start, len))
+    };
+    for block in footer.dictionaries().iter().flatten() {
+        decoder.read_dictionary(block, &block_bytes(block)?)?;
+    }
+    let mut batches = Vec::new();
+    for block in footer.recordBatches().iter().flatten() {
+        if let Some(batch) = decoder.read_record_batch(block, &block_bytes(block)?)? {
+            batches.push(batch);
+        }
+    }
+    Ok((schema, batches))
+}
+
+/// The Arrow IPC file at `path` as an Arrow table (PyCapsule stream: `polars.DataFrame(table)`) whose
+/// buffers are views of the file's mapping. OSError when the file cannot be opened or mapped (the caller
+/// reads it instead), ValueError when it is not a valid Arrow IPC file.
+#[pyfunction]
+fn ipc_map(py: Python<'_>, path: std::path::PathBuf) -> PyResult<PyTable> {
+    // a file damaged in a way arrow-ipc's checks miss must not end the process: a panic is a ValueError too
+    let read = py.detach(|| std::panic::catch_unwind(|| read_mapped(&path)));
+    match read {
+        Ok(Ok((schema, batches))) => PyTable::try_new(batches, schema),
+        Ok(Err(MapError::Io(e))) => Err(PyOSError::new_err(format!("{}: {e}", path.display()))),
+        Ok(Err(MapError::Format(e))) => Err(PyValueError::new_err(format!("{}: {e}", path.display()))),
+        Err(_) => Err(PyValueError::new_err(format!("{}: not a valid Arrow IPC file", path.display()))),
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(ipc_map, m)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::types::Int32Type;
+    use arrow_array::{ArrayRef, DictionaryArray, Int64Array};
+    use arrow_ipc::writer::FileWriter;
+
+    fn sample(rows: i64, offset: i64) -> RecordBatch {
+        let ts: ArrayRef = Arc::new(Int64Array::from_iter_values(offset..offset + rows));
+        let comm: ArrayRef = Arc::new(
+            (0..rows).map(|i| ["sh", "kworker/0:1"][(i % 2) as usize]).collect::<DictionaryArray<Int32Type>>(),
+        );
+        RecordBatch::try_from_iter([("ts", ts), ("comm", comm)]).unwrap()
+    }
+
+    fn ipc_bytes(batches: &[RecordBatch]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut w = FileWriter::try_new(&mut out, &batches[0].schema()).unwrap();
+        for b in batches {
+            w.write(b).unwrap();
+        }
+        w.finish().unwrap();
+        drop(w);
+        out
+    }
+
+    #[test]
+    fn reads_back_what_was_written_with_its_dictionaries() {
+        let batches = [sample(1000, 0), sample(10, 5000)];
+        let (schema, back) = decode(&Buffer::from_vec(ipc_bytes(&batches))).unwrap();
+        assert_eq!(schema, batches[0].schema());
+        assert_eq!(back, batches);
+    }
+
+    #[test]
+    fn maps_a_file_without_copying_its_columns() {
+        let dir = std::env::temp_dir().join(format!("abtest-cache-ipc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.arrow");
+        std::fs::write(&path, ipc_bytes(&[sample(4096, 7)])).unwrap();
+        let mapped = map_file(&path).unwrap();
+        let (_, back) = decode(&mapped).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap(); // the mapping outlives the file's name
+        assert_eq!(back, [sample(4096, 7)]);
+        // the ts values are read where the mapping holds them, not from a copy
+        let ts = back[0].column(0).to_data().buffers()[0].as_ptr() as usize;
+        let map = mapped.as_ptr() as usize;
+        assert!(ts >= map && ts + 4096 * 8 <= map + mapped.len());
+    }
+
+    #[test]
+    fn refuses_what_is_not_an_ipc_file() {
+        for bytes in [&b""[..], &b"ARROW1"[..], &[0u8; 64][..]] {
+            assert!(matches!(
+                decode(&Buffer::from_vec(bytes.to_vec())),
+                Err(MapError::Format(_)) | Err(MapError::Io(_))
+            ));
+        }
+        let mut good = ipc_bytes(&[sample(100, 0)]);
+        let n = good.len();
+        good[n - 10..n - 6].copy_from_slice(&u32::MAX.to_le_bytes()); // footer length beyond the file
+        assert!(matches!(decode(&Buffer::from_vec(good)), Err(MapError::Format(_))));
+    }
+
+    #[test]
+    fn a_missing_file_is_an_io_error() {
+        assert!(matches!(read_mapped(Path::new("/nonexistent/abtest.arrow")), Err(MapError::Io(_))));
+    }
+}
