@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from abtest import Trace
-from abtest.analysis import boost, latency, load_tracking, pelt_sim, tasks, window_sim
+from abtest.analysis import boost, latency, load_tracking, pelt_sim, placement, tasks, window_sim
 from abtest.analysis.platform import load_platform
 
 from shared_data import TRACES
@@ -216,6 +216,46 @@ def test_contention_aggregated_while_simulating(traces, rel):
     for c in ("mean_util", "mean_runnable", "runnable_util_ratio", "max_runnable", "contended_pct"):
         a, b = nat[c].to_list(), ref[c].to_list()
         assert all((x != x and y != y) or abs(x - y) <= 1e-9 * max(1.0, abs(y)) for x, y in zip(a, b)), c
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_placement_runs_native_equals_python(traces, rel):
+    """The compiled placement pass gives the frames' runs (idle kept and dropped; whole trace, a window that
+    cuts the trace in the middle, one that starts before the first switch)."""
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    sw = t.df("sched_switch", windowed=False)
+    first = sw["ts"].min()
+    for lo, hi in ((None, None), (t.start_ns, t.end_ns), ((t.start_ns + t.end_ns) // 2, t.end_ns),
+                   (first - 1000, (first + t.end_ns) // 2)):
+        for idle in (False, True):
+            py, nat = (placement.df_task_intervals(sw, start_ns=lo, end_ns=hi, include_idle=idle, backend=b)
+                       for b in ("python", "native"))
+            assert nat.equals(py), (lo, hi, idle)
+            if (lo, idle) == (t.start_ns, True) and t.end_ns > t.start_ns:
+                assert nat.height > 0  # some CPU ran something (idle at least) over the trace
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_placement_fold_equals_the_runs_grouped(traces, rel, monkeypatch):
+    """placement's summary and metrics from the compiled fold = from the frames' runs grouped afterwards: the
+    whole trace, and windows with a history (the metrics count switch-ins and CPU changes from the window
+    start, the time of a run carried in)."""
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    mid = (t.start_ns + t.end_ns) // 2
+    views = [t, t.window(mid, t.end_ns, history_ns=(mid - t.start_ns) // 2), t.window(t.start_ns, mid, history_ns=0)]
+    got = [(placement.summary(v), placement.metrics(v)) for v in views]
+    with monkeypatch.context() as m:
+        m.setattr(placement, "_folded", lambda trace, runs_from_ns: None)
+        want = [(placement.summary(v), placement.metrics(v)) for v in views]
+    for (gs, gm), (ws, wm) in zip(got, want):
+        assert gs == ws
+        assert [(v.spec.key, v.group) for v in gm] == [(v.spec.key, v.group) for v in wm]
+        assert all(g.value == pytest.approx(w.value, rel=1e-12, abs=1e-12) for g, w in zip(gm, wm))
+    assert got[0][0]["tasks"] > 0
 
 
 def test_the_equivalence_tests_compare_real_traces(traces):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from abtest.analysis.intervals import df_intervals
+from abtest.analysis.intervals import df_intervals, window_of
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 
 EVENTS = ("sched_switch",)
@@ -29,15 +29,25 @@ OPTIONAL_EVENTS = ("sched_migrate_task",)
 
 
 def df_task_intervals(sched_switch: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
-                      include_idle: bool = False) -> pl.DataFrame:
+                      include_idle: bool = False, backend: str = "native") -> pl.DataFrame:
     """Which task ran on each CPU, as intervals over ``[start_ns, end_ns)``.
 
     Needs: sched_switch (whole table, so the task running at the window start is carried in; before
     a CPU's first switch its ``prev`` task is taken as running).
 
     Returns cpu (Int32), ts (ns), dur (ns), pid (Int32, 0 = idle, dropped unless include_idle),
-    comm (Categorical).
+    comm (Categorical). ``backend``: "native" (one pass in time order, native/sim/src/placement.rs; switches
+    with a null CPU, pid or name go the frame way) or "python" (the frame rules of intervals.df_intervals:
+    the reference, tests/test_sim_native.py).
     """
+    if backend == "native":
+        from abtest.analysis import sim_native
+        lo, hi = window_of(sched_switch, start_ns, end_ns)
+        runs = sim_native.placement_runs(sched_switch, start_ns=lo, end_ns=hi, include_idle=include_idle)
+        if runs is not None:
+            return runs
+    elif backend != "python":
+        raise ValueError(f"backend {backend!r}: expected 'native' or 'python'")
     sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
                              pl.col("next_pid").cast(pl.Int32).alias("pid"), pl.col("next_comm").alias("comm"))
     iv = df_intervals(sw, ["pid", "comm"], keys="cpu", start_ns=start_ns, end_ns=end_ns)
@@ -67,8 +77,13 @@ def df_task_residency(intervals: pl.DataFrame) -> pl.DataFrame:
     time_ns (ns), pct (% of the task's total run time), task_time_ns (task total, ns).
     """
     names = intervals.group_by("pid").agg(pl.col("comm").get(pl.col("ts").arg_max()))
-    res = intervals.group_by(["pid", "cpu"]).agg(pl.col("dur").sum().alias("time_ns"))
-    res = res.with_columns(pl.col("time_ns").sum().over("pid").alias("task_time_ns"))
+    return _residency(intervals.group_by(["pid", "cpu"]).agg(pl.col("dur").sum().alias("time_ns")), names)
+
+
+def _residency(per_cpu: pl.DataFrame, names: pl.DataFrame) -> pl.DataFrame:
+    """df_task_residency from the run time per task and CPU (pid, cpu, time_ns) and each task's name (pid,
+    comm)."""
+    res = per_cpu.with_columns(pl.col("time_ns").sum().over("pid").alias("task_time_ns"))
     return (res.with_columns((100.0 * pl.col("time_ns") / pl.col("task_time_ns")).alias("pct"))
             .join(names, on="pid").select("pid", "comm", "cpu", "time_ns", "pct", "task_time_ns")
             .sort(["task_time_ns", "pid", "cpu"], descending=[True, False, False]))
@@ -243,6 +258,20 @@ class PlacementAnalysis:
         return plot_balance(self.df_balance_per_cpu(tasks, min_runtime_ns), ax=ax)
 
 
+def _folded(trace, runs_from_ns: int) -> dict[str, pl.DataFrame] | None:
+    """sim_native.placement_fold of the trace's runs from runs_from_ns to its end, counted from its start;
+    None when the switches need the frame rules (null CPUs, pids or names)."""
+    from abtest.analysis import sim_native
+    return sim_native.placement_fold(trace.df("sched_switch", windowed=False), start_ns=runs_from_ns,
+                                     end_ns=trace.end_ns, from_ns=trace.start_ns)
+
+
+def _migrate_events(trace) -> int:
+    """sched_migrate_task events in the window (df_migrations' migrate_events, summed over tasks)."""
+    mig = trace.df("sched_migrate_task", windowed=False)
+    return mig.filter((pl.col("ts") >= trace.start_ns) & (pl.col("ts") < trace.end_ns)).height
+
+
 def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
     """JSON summary: ``tasks`` (tasks that ran), ``migrate_events`` (sched_migrate_task in the window,
     null without the event), ``observed_cpu_changes``; ``clusters`` {cluster: {cpus, n_tasks,
@@ -250,11 +279,17 @@ def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
     balance_index}} over tasks that ran at least ``min_runtime_pct`` % of the window; ``top_tasks``
     {"<comm>:<pid>": {runtime_s, cpu_pct {cpu: %}}}."""
     pa = PlacementAnalysis(trace)
-    iv = pa.df_intervals()
-    res = df_task_residency(iv)
+    trace.require("placement", *EVENTS)
     has_mig = ("sched_migrate_task" in trace.tables)
-    mig = df_migrations(iv, trace.df("sched_migrate_task", windowed=False) if has_mig else None,
-                        start_ns=trace.start_ns, end_ns=trace.end_ns)
+    folded = _folded(trace, trace.start_ns)
+    if folded is not None:  # the runs folded as they are made (compiled): no per-run frame
+        res = _residency(folded["residency"], folded["tasks"].select("pid", "comm"))
+        observed = int(folded["tasks"]["cpu_changes"].sum())
+    else:
+        iv = pa.df_intervals()
+        res = df_task_residency(iv)
+        observed = int(df_migrations(iv)["observed_cpu_changes"].sum())
+    migrate_events = _migrate_events(trace) if has_mig else None
     min_ns = int((trace.end_ns - trace.start_ns) * min_runtime_pct / 100.0)
     per_cpu = df_balance_per_cpu(res, pa.clusters(), min_runtime_ns=min_ns)
     bal = df_balance(per_cpu)
@@ -274,8 +309,8 @@ def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
         top_d[f"{comm}:{pid}"] = {"runtime_s": t_ns / 1e9, "cpu_pct": {str(c): float(p) for c, p in zip(sub["cpu"], sub["pct"])}}
     return {
         "tasks": int(res["pid"].n_unique()),
-        "migrate_events": int(mig["migrate_events"].sum()) if has_mig else None,
-        "observed_cpu_changes": int(mig["observed_cpu_changes"].sum()),
+        "migrate_events": migrate_events,
+        "observed_cpu_changes": observed,
         "min_runtime_pct": min_runtime_pct,
         "clusters": clusters,
         "top_tasks": top_d,
@@ -320,26 +355,31 @@ def metrics(trace, options=None) -> list[MetricValue]:
     the runs from the history's start, so that a CPU change and a switch-in count in the window where the
     later run starts, and a run carried into the window counts its time in it but not as a switch-in."""
     pa = PlacementAnalysis(trace)
+    trace.require("placement", *EVENTS)
     start, reach = trace.start_ns, trace.reach_start_ns
-    if reach is not None and reach < start:
-        runs = df_task_intervals(trace.df("sched_switch", windowed=False), start_ns=reach, end_ns=trace.end_ns)
-        iv = _clip_start(runs, start)
+    runs_from = reach if reach is not None and reach < start else start
+    folded = _folded(trace, runs_from)
+    if folded is not None:  # compiled: the runs folded as they are made
+        n_changes = int(folded["tasks"]["cpu_changes"].sum())
+        res = _residency(folded["residency"], folded["tasks"].select("pid", "comm"))
+        per = folded["names"].sort(["run_ns", "comm"], descending=[True, False])
     else:
-        runs = iv = pa.df_intervals()
+        runs = df_task_intervals(trace.df("sched_switch", windowed=False), start_ns=runs_from, end_ns=trace.end_ns,
+                                 backend="python")
+        iv = _clip_start(runs, start) if runs_from < start else runs
+        seq = runs.select("pid", "ts", "cpu").sort("ts").sort("pid", maintain_order=True)
+        changed = (pl.col("pid") == pl.col("pid").shift(1)) & (pl.col("cpu") != pl.col("cpu").shift(1))
+        n_changes = seq.filter(changed.fill_null(False) & (pl.col("ts") >= start)).height
+        res = df_task_residency(iv)
+        switch_ins = runs.filter(pl.col("ts") >= start).group_by("comm").agg(pl.len().alias("runs"))
+        per = (iv.group_by("comm").agg(pl.col("dur").sum().alias("run_ns")).join(switch_ins, on="comm", how="left")
+               .with_columns(pl.col("runs").fill_null(0)).sort(["run_ns", "comm"], descending=[True, False]))
     win_s = max((trace.end_ns - trace.start_ns) / 1e9, 1e-9)
-    out: list[MetricValue] = []
-    seq = runs.select("pid", "ts", "cpu").sort("ts").sort("pid", maintain_order=True)
-    changed = (pl.col("pid") == pl.col("pid").shift(1)) & (pl.col("cpu") != pl.col("cpu").shift(1))
-    n_changes = seq.filter(changed.fill_null(False) & (pl.col("ts") >= start)).height
-    out.append(MetricValue(MIGRATIONS_PER_S, n_changes / win_s))
-    res = df_task_residency(iv)
+    out: list[MetricValue] = [MetricValue(MIGRATIONS_PER_S, n_changes / win_s)]
     min_ns = int((trace.end_ns - trace.start_ns) * 0.01)
     bal = df_balance(df_balance_per_cpu(res, pa.clusters(), min_runtime_ns=min_ns))
     out += [MetricValue(BALANCE_INDEX, float(b), str(c)) for c, b in bal.select("cluster", "balance_index").iter_rows()
             if b is not None]
-    switch_ins = runs.filter(pl.col("ts") >= start).group_by("comm").agg(pl.len().alias("runs"))
-    per = (iv.group_by("comm").agg(pl.col("dur").sum().alias("run_ns")).join(switch_ins, on="comm", how="left")
-           .with_columns(pl.col("runs").fill_null(0)).sort(["run_ns", "comm"], descending=[True, False]))
     named = tuple(getattr(options, "tasks", ()) or ())
     top = getattr(options, "top_tasks", 20)
     chosen = per.filter(pl.col("comm").is_in(list(named)) | (pl.int_range(pl.len()) < top))

@@ -295,3 +295,55 @@ def task_state_aggregates(sw: pl.DataFrame, out_state: pl.Series, wakeups: pl.Da
     threads = pl.DataFrame({"comm": _names_of(names, a["thread_src"]),
                             "pid": pl.Series(a["thread_pid"], dtype=pl.Int32)})
     return times, runs, threads
+
+
+def _placement_inputs(sched_switch: pl.DataFrame) -> tuple[tuple, pl.Series] | None:
+    """The compiled placement passes' switches (ts, cpu, prev_pid, next_pid, prev_comm codes, next_comm
+    codes; time order, stable) and the names their ``*_src`` indices point into ([next_comm rows...,
+    prev_comm rows...], Categorical). None when a CPU, pid or name is null: the frame rules apply then
+    (placement.df_task_intervals, backend="python")."""
+    sw = sched_switch
+    if any(sw.get_column(c).null_count() for c in ("ts", "cpu", "prev_pid", "next_pid", "prev_comm", "next_comm")):
+        return None
+    if not sw["ts"].is_sorted():
+        sw = sw.sort("ts", maintain_order=True)
+    switches = (_a(sw, "ts", pl.Int64, 0), _a(sw, "cpu", pl.Int32, 0), _a(sw, "prev_pid", pl.Int32, 0),
+                _a(sw, "next_pid", pl.Int32, 0), _codes(sw["prev_comm"]), _codes(sw["next_comm"]))
+    names = pl.concat([sw["next_comm"].cast(pl.Categorical), sw["prev_comm"].cast(pl.Categorical)])
+    return switches, names
+
+
+def placement_runs(sched_switch: pl.DataFrame, *, start_ns: int, end_ns: int,
+                   include_idle: bool) -> pl.DataFrame | None:
+    """placement.df_task_intervals, compiled (native/sim/src/placement.rs): cpu (Int32), ts, dur (ns), pid
+    (Int32), comm (Categorical), by CPU then start. None when the switches have null CPUs, pids or names."""
+    inp = _placement_inputs(sched_switch)
+    if inp is None:
+        return None
+    switches, names = inp
+    r = _native.placement_runs(switches, int(start_ns), int(end_ns), bool(include_idle))
+    del switches
+    return pl.DataFrame({"cpu": r["cpu"], "ts": r["ts"], "dur": r["dur"], "pid": r["pid"],
+                         "comm": _names_of(names, r["comm_src"])})
+
+
+def placement_fold(sched_switch: pl.DataFrame, *, start_ns: int, end_ns: int,
+                   from_ns: int) -> dict[str, pl.DataFrame] | None:
+    """The runs of placement_runs over [start_ns, end_ns) (idle left out) folded from ``from_ns`` on, without
+    making them (native/sim/src/placement.rs fold): ``residency`` pid, cpu, time_ns (run time from from_ns);
+    ``tasks`` pid, comm (name of its latest run), cpus_used, cpu_changes (consecutive runs on other CPUs, the
+    later one from from_ns); ``names`` comm, run_ns, runs (runs starting from from_ns), for the tasks and
+    names that ran after from_ns. None when the switches have null CPUs, pids or names."""
+    inp = _placement_inputs(sched_switch)
+    if inp is None:
+        return None
+    switches, names = inp
+    f = _native.placement_fold(switches, int(start_ns), int(end_ns), int(from_ns))
+    del switches
+    return {
+        "residency": pl.DataFrame({"pid": f["res_pid"], "cpu": f["res_cpu"], "time_ns": f["res_ns"]}),
+        "tasks": pl.DataFrame({"pid": f["task_pid"], "comm": _names_of(names, f["task_comm_src"]),
+                               "cpus_used": f["task_cpus"], "cpu_changes": f["task_changes"]}),
+        "names": pl.DataFrame({"comm": _names_of(names, f["name_src"]), "run_ns": f["name_ns"],
+                               "runs": f["name_runs"]}),
+    }

@@ -3,7 +3,7 @@
 use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use sim::{boost, latency, pelt, tasks, window};
+use sim::{boost, latency, pelt, placement, tasks, window};
 
 use pelt::{CpuSpec, Frequencies, Inputs, Migrations, Seeds, Segments, Switches, Wakeups, Want};
 
@@ -397,6 +397,74 @@ fn task_state_intervals<'py>(
     ))
 }
 
+/// sched_switch for placement: (ts, cpu, prev_pid, next_pid, prev_comm codes, next_comm codes), time order.
+type PlacementSwitches<'py> = (I64<'py>, I32<'py>, I32<'py>, I32<'py>, U32<'py>, U32<'py>);
+
+fn placement_inputs<'a>(s: &'a PlacementSwitches<'_>) -> PyResult<placement::Switches<'a>> {
+    let sw = placement::Switches {
+        ts: s.0.as_slice()?,
+        cpu: s.1.as_slice()?,
+        prev_pid: s.2.as_slice()?,
+        next_pid: s.3.as_slice()?,
+        prev_comm: s.4.as_slice()?,
+        next_comm: s.5.as_slice()?,
+    };
+    let n = sw.ts.len();
+    if [sw.cpu.len(), sw.prev_pid.len(), sw.next_pid.len(), sw.prev_comm.len(), sw.next_comm.len()]
+        .iter()
+        .any(|&l| l != n)
+    {
+        return Err(pyo3::exceptions::PyValueError::new_err("placement: switch columns of different lengths"));
+    }
+    Ok(sw)
+}
+
+/// Which task ran on each CPU over [start_ns, end_ns) (abtest.analysis.placement.df_task_intervals' rules;
+/// native/sim/src/placement.rs). Returns a dict of arrays, one row per run, by CPU then start: cpu, ts, dur,
+/// pid, comm_src (index into [next_comm rows..., prev_comm rows...]).
+#[pyfunction]
+#[pyo3(signature = (switches, start_ns, end_ns, include_idle=false))]
+fn placement_runs<'py>(
+    py: Python<'py>,
+    switches: PlacementSwitches<'py>,
+    start_ns: i64,
+    end_ns: i64,
+    include_idle: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let sw = placement_inputs(&switches)?;
+    let r = py.detach(|| placement::task_runs(&sw, start_ns, end_ns, include_idle));
+    Ok(arrays_dict!(py, "cpu" => r.cpu, "ts" => r.ts, "dur" => r.dur, "pid" => r.pid, "comm_src" => r.comm_src))
+}
+
+/// The runs of placement_runs (idle left out) folded from `from_ns` on (placement::fold): a dict of arrays
+/// res_pid, res_cpu, res_ns (per task and CPU); task_pid, task_comm_src, task_cpus, task_changes (per task);
+/// name_src, name_ns, name_runs (per name).
+#[pyfunction]
+#[pyo3(signature = (switches, start_ns, end_ns, from_ns))]
+fn placement_fold<'py>(
+    py: Python<'py>,
+    switches: PlacementSwitches<'py>,
+    start_ns: i64,
+    end_ns: i64,
+    from_ns: i64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let sw = placement_inputs(&switches)?;
+    let f = py.detach(|| placement::fold(&placement::task_runs(&sw, start_ns, end_ns, false), from_ns));
+    Ok(arrays_dict!(
+        py,
+        "res_pid" => f.res_pid,
+        "res_cpu" => f.res_cpu,
+        "res_ns" => f.res_ns,
+        "task_pid" => f.task_pid,
+        "task_comm_src" => f.task_comm_src,
+        "task_cpus" => f.task_cpus,
+        "task_changes" => f.task_changes,
+        "name_src" => f.name_src,
+        "name_ns" => f.name_ns,
+        "name_runs" => f.name_runs,
+    ))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wakeup_latency, m)?)?;
     m.add_function(wrap_pyfunction!(preemption_latency, m)?)?;
@@ -404,5 +472,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pelt_simulate, m)?)?;
     m.add_function(wrap_pyfunction!(window_demand, m)?)?;
     m.add_function(wrap_pyfunction!(boost_requests, m)?)?;
+    m.add_function(wrap_pyfunction!(placement_runs, m)?)?;
+    m.add_function(wrap_pyfunction!(placement_fold, m)?)?;
     Ok(())
 }

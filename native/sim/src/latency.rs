@@ -65,6 +65,19 @@ struct Task {
 }
 
 impl Matches {
+    /// Room for `n` matches at once: the columns are not regrown (and copied) as they fill; room never
+    /// used is never touched, so it costs no memory.
+    fn with_capacity(n: usize) -> Self {
+        Matches {
+            table: Vec::with_capacity(n),
+            row: Vec::with_capacity(n),
+            switch_in_ts: Vec::with_capacity(n),
+            cpu: Vec::with_capacity(n),
+            while_on_cpu: Vec::with_capacity(n),
+            wakeup_ts: Vec::with_capacity(n),
+        }
+    }
+
     fn push(&mut self, w: Wakeup, switch_in_ts: i64, cpu: i32, while_on_cpu: bool) {
         self.table.push(w.0);
         self.row.push(w.1);
@@ -92,7 +105,9 @@ pub fn match_wakeups(inp: &Inputs) -> Matches {
     let mut m = Merger::new(ts_list);
     let mut g = Vec::new();
     let mut touched: Vec<usize> = Vec::new();
-    let mut out = Matches::default();
+    // at most one match per wakeup in the window
+    let in_window = inp.wakeups.iter().map(|w| w.0.iter().filter(|t| (inp.start_ns..inp.end_ns).contains(t)).count());
+    let mut out = Matches::with_capacity(in_window.sum());
     let mut stamp = 0u32;
     while let Some(t) = m.next_group(&mut g) {
         stamp += 1;
