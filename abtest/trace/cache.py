@@ -201,23 +201,25 @@ def read_ipc_mapped(path: Path) -> pl.DataFrame:
 
 def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | None) -> pl.DataFrame:
     """The rows of table `name` with ts in [lo_ns, hi_ns) (None: open end), reading only those rows of an
-    IPC file (memory-mapped; ts found by binary search, so ts must be sorted: the decoders' tables are, the
-    entry's ts_sorted.json lists them) and copying nothing else; other tables are filtered after a whole
-    read."""
+    IPC file (memory-mapped, cut by binary search before polars sees it, so the names of the other rows are
+    never decoded; ts must be sorted: the decoders' tables are, the entry's ts_sorted.json lists them) and
+    copying nothing else; other tables are filtered after a whole read."""
+    path = table_path(entry, name)
+    if path.suffix == SUFFIX["ipc"] and name in _ts_sorted(entry):
+        from abtest import _native
+        try:
+            return pl.DataFrame(_native.ipc_map(str(path), lo_ns, hi_ns)).rechunk()
+        except OSError:  # a file system that cannot map files: filtered below
+            pass
     df = read_table(entry, name)
     if "ts" not in df.columns:
         return df
-    if table_path(entry, name).suffix != SUFFIX["ipc"] or name not in _ts_sorted(entry):
-        keep = pl.lit(True)
-        if lo_ns is not None:
-            keep = keep & (pl.col("ts") >= lo_ns)
-        if hi_ns is not None:
-            keep = keep & (pl.col("ts") < hi_ns)
-        return df.filter(keep)
-    ts = df.get_column("ts")
-    i = 0 if lo_ns is None else int(ts.search_sorted(lo_ns, side="left"))
-    j = df.height if hi_ns is None else int(ts.search_sorted(hi_ns, side="left"))
-    return df.slice(i, max(j - i, 0)).rechunk()
+    keep = pl.lit(True)
+    if lo_ns is not None:
+        keep = keep & (pl.col("ts") >= lo_ns)
+    if hi_ns is not None:
+        keep = keep & (pl.col("ts") < hi_ns)
+    return df.filter(keep)
 
 
 def _ts_sorted(entry: Path) -> list[str]:

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_buffer::Buffer;
 use arrow_ipc::convert::fb_to_schema;
 use arrow_ipc::reader::{read_footer_length, FileDecoder};
@@ -46,12 +46,41 @@ fn map_file(path: &Path) -> Result<Buffer, MapError> {
     Ok(unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(map)) })
 }
 
-/// The schema and record batches of the Arrow IPC file at `path`, their buffers views of its mapping.
+/// The schema and record batches of the Arrow IPC file at `path`, their buffers views of its mapping, every
+/// array validated in full.
 pub fn read_mapped(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
-    decode(&map_file(path)?)
+    let (schema, batches) = decode(&map_file(path)?)?;
+    validate_values(&batches)?;
+    Ok((schema, batches))
 }
 
-/// Decode a whole Arrow IPC file held in `buf` (its dictionaries first, then its record batches).
+/// The rows of the file at `path` whose ts lies in [lo, hi) (slice_by_ts), validated in full: only these
+/// rows' values are read (checking every dictionary key of a 1 GB table would read its pages for nothing).
+pub fn read_mapped_range(
+    path: &Path,
+    lo: Option<i64>,
+    hi: Option<i64>,
+) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
+    let (schema, batches) = decode(&map_file(path)?)?;
+    let cut = slice_by_ts(&batches, lo, hi)?;
+    validate_values(&cut)?;
+    Ok((schema, cut))
+}
+
+/// Every value of the arrays checked (dictionary keys in range, offsets, UTF-8): decode() checks only their
+/// layout.
+fn validate_values(batches: &[RecordBatch]) -> Result<(), MapError> {
+    for b in batches {
+        for c in b.columns() {
+            c.to_data().validate_full()?;
+        }
+    }
+    Ok(())
+}
+
+/// Decode a whole Arrow IPC file held in `buf` (its dictionaries first, then its record batches). The arrays'
+/// layout is checked (buffer sizes, so that reading them stays in bounds), not their values: see
+/// validate_values.
 pub fn decode(buf: &Buffer) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
     let bad = |what: &str| MapError::Format(format!("not an Arrow IPC file: {what}"));
     if buf.len() < 10 + 8 {
@@ -62,7 +91,9 @@ pub fn decode(buf: &Buffer) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
     let footer_start = trailer.checked_sub(footer_len).ok_or_else(|| bad("footer larger than the file"))?;
     let footer = root_as_footer(&buf[footer_start..trailer]).map_err(|e| bad(&e.to_string()))?;
     let schema = Arc::new(fb_to_schema(footer.schema().ok_or_else(|| bad("no schema"))?));
-    let mut decoder = FileDecoder::new(schema.clone(), footer.version());
+    // SAFETY: the values are not trusted: every array's layout is validated below before anything reads it,
+    // and its values (validate_values) before it leaves this module
+    let mut decoder = unsafe { FileDecoder::new(schema.clone(), footer.version()).with_skip_validation(true) };
     let block_bytes = |b: &arrow_ipc::Block| -> Result<Buffer, MapError> {
         let start = usize::try_from(b.offset()).map_err(|_| bad("negative block offset"))?;
         let len =
@@ -78,19 +109,53 @@ pub fn decode(buf: &Buffer) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
     let mut batches = Vec::new();
     for block in footer.recordBatches().iter().flatten() {
         if let Some(batch) = decoder.read_record_batch(block, &block_bytes(block)?)? {
+            for c in batch.columns() {
+                c.to_data().validate()?;
+            }
             batches.push(batch);
         }
     }
     Ok((schema, batches))
 }
 
+/// The rows of `batches` whose `ts` (an Int64 column without nulls, sorted across the batches) lies in
+/// [lo, hi) (None: open end), as slices of the batches (nothing copied). Format error when there is no such
+/// column.
+pub fn slice_by_ts(batches: &[RecordBatch], lo: Option<i64>, hi: Option<i64>) -> Result<Vec<RecordBatch>, MapError> {
+    let mut out = Vec::new();
+    for b in batches {
+        let ts = b
+            .column_by_name("ts")
+            .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+            .filter(|c| c.null_count() == 0)
+            .ok_or_else(|| MapError::Format("no ts column of Int64 without nulls".into()))?;
+        let values = ts.values();
+        let start = lo.map_or(0, |lo| values.partition_point(|&t| t < lo));
+        let end = hi.map_or(values.len(), |hi| values.partition_point(|&t| t < hi));
+        if end > start {
+            out.push(b.slice(start, end - start));
+        }
+    }
+    Ok(out)
+}
+
 /// The Arrow IPC file at `path` as an Arrow table (PyCapsule stream: `polars.DataFrame(table)`) whose
-/// buffers are views of the file's mapping. OSError when the file cannot be opened or mapped (the caller
-/// reads it instead), ValueError when it is not a valid Arrow IPC file.
+/// buffers are views of the file's mapping; with `ts_from` / `ts_to`, only the rows whose ts is in
+/// [ts_from, ts_to) (binary search: ts must be sorted, as the cache's ts_sorted.json says). OSError when the
+/// file cannot be opened or mapped (the caller reads it instead), ValueError when it is not a valid Arrow IPC
+/// file (or has no ts column to cut by).
 #[pyfunction]
-fn ipc_map(py: Python<'_>, path: std::path::PathBuf) -> PyResult<PyTable> {
+#[pyo3(signature = (path, ts_from=None, ts_to=None))]
+fn ipc_map(py: Python<'_>, path: std::path::PathBuf, ts_from: Option<i64>, ts_to: Option<i64>) -> PyResult<PyTable> {
     // a file damaged in a way arrow-ipc's checks miss must not end the process: a panic is a ValueError too
-    let read = py.detach(|| std::panic::catch_unwind(|| read_mapped(&path)));
+    let read = py.detach(|| {
+        std::panic::catch_unwind(|| {
+            if ts_from.is_none() && ts_to.is_none() {
+                return read_mapped(&path);
+            }
+            read_mapped_range(&path, ts_from, ts_to)
+        })
+    });
     match read {
         Ok(Ok((schema, batches))) => PyTable::try_new(batches, schema),
         Ok(Err(MapError::Io(e))) => Err(PyOSError::new_err(format!("{}: {e}", path.display()))),
@@ -165,6 +230,25 @@ mod tests {
         let n = good.len();
         good[n - 10..n - 6].copy_from_slice(&u32::MAX.to_le_bytes()); // footer length beyond the file
         assert!(matches!(decode(&Buffer::from_vec(good)), Err(MapError::Format(_))));
+    }
+
+    #[test]
+    fn slices_by_time_across_batches() {
+        // ts 0..1000 then 5000..5010, in two batches
+        let batches = [sample(1000, 0), sample(10, 5000)];
+        let rows = |lo, hi| -> Vec<i64> {
+            let cut = slice_by_ts(&batches, lo, hi).unwrap();
+            cut.iter()
+                .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+                .collect()
+        };
+        assert_eq!(rows(Some(998), Some(5002)), [998, 999, 5000, 5001]);
+        assert_eq!(rows(None, Some(2)), [0, 1]);
+        assert_eq!(rows(Some(5008), None), [5008, 5009]);
+        assert!(rows(Some(2000), Some(3000)).is_empty());
+        assert_eq!(rows(None, None).len(), 1010);
+        let no_ts = RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![1])) as ArrayRef)]).unwrap();
+        assert!(matches!(slice_by_ts(&[no_ts], Some(0), None), Err(MapError::Format(_))));
     }
 
     #[test]
