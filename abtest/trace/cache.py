@@ -189,13 +189,15 @@ def read_table(entry: Path, name: str) -> pl.DataFrame:
     return pl.read_parquet(path)
 
 
-def read_ipc_mapped(path: Path) -> pl.DataFrame:
-    """An Arrow IPC file as a frame of views of its memory mapping (read where files cannot be mapped)."""
+def read_ipc_mapped(path: Path, columns: list[str] | None = None) -> pl.DataFrame:
+    """An Arrow IPC file as a frame of views of its memory mapping (read where files cannot be mapped);
+    `columns`: only those it has (the others are never read)."""
     from abtest import _native
     try:
-        table = _native.ipc_map(str(path))
+        table = _native.ipc_map(str(path), columns=columns)
     except OSError:  # a file system that cannot map files
-        return pl.read_ipc(path)
+        df = pl.read_ipc(path)
+        return df if columns is None else df.select(c for c in columns if c in df.columns)
     return pl.DataFrame(table)
 
 

@@ -92,6 +92,10 @@ class _NotInOrder(Exception):
     """A CPU's timestamps go backwards: rounds cannot keep the time order."""
 
 
+# the columns readers.finish reads of a table decoded in rounds (its row count comes with any of them)
+FINISH_COLUMNS = ["ts", "cpu", "event"]
+
+
 def write_entry(path: str | os.PathLike, entry: Path, *, fmt: str = "ipc", limits: Limits | None = None,
                 progress=None) -> dict | None:
     """Decode the trace.dat at `path` in rounds into the directory `entry`: the cache's layout (`fmt` "ipc"),
@@ -145,7 +149,10 @@ def write_entry(path: str | os.PathLike, entry: Path, *, fmt: str = "ipc", limit
             if span:  # the whole decode's span, known without reading the tables again
                 meta.setdefault("start_ns", int(min(span)))
                 meta.setdefault("end_ns", int(max(span)))
-            tables = {name: cache.read_ipc_mapped(tmp / f"{name}{cache.SUFFIX['ipc']}") for name in parts}
+            # what finish() reads of the joined tables (the span, the CPUs, marker kinds, row counts): not the
+            # names, whose codes polars would otherwise turn into its own, table by table, all at once
+            tables = {name: cache.read_ipc_mapped(tmp / f"{name}{cache.SUFFIX['ipc']}", columns=FINISH_COLUMNS)
+                      for name in parts}
             # rounds follow each other in time: a table sorted in every round is sorted (not read again to know)
             tables = {name: df.with_columns(df["ts"].set_sorted()) if "ts" in df.columns and name not in unsorted
                       else df for name, df in tables.items()}
@@ -162,37 +169,80 @@ def write_entry(path: str | os.PathLike, entry: Path, *, fmt: str = "ipc", limit
 
 
 def _join_parts(parts: list[Path], out: Path) -> None:
-    """One table's round parts as its IPC file `out`: one record batch per round, the parts' columns copied
-    from their memory mappings by pyarrow (its writer gives the name columns one dictionary); nothing is
-    held in memory but the unified name codes."""
+    """One table's round parts as its IPC file `out`: one record batch per round, read and written one at a
+    time (pyarrow; a part's batch is read into memory, not mapped, and let go once written), so that joining
+    holds about one round whatever the table's length. The name columns get one dictionary for the whole
+    file (an IPC file has one per column): the rounds' names, unified first, and each round's codes mapped
+    onto them."""
     if len(parts) == 1:
         os.replace(parts[0], out)
         return
     import pyarrow as pa
-    readers = [pa.ipc.open_file(pa.memory_map(str(p))) for p in parts]
-    schema = readers[0].schema
-    if any(r.schema != schema for r in readers):  # columns that differ between rounds: polars aligns them
+    schemas = [_ipc_reader(p).schema for p in parts]
+    if any(s != schemas[0] for s in schemas):  # columns that differ between rounds: polars aligns them
         frames = [cache.read_ipc_mapped(p) for p in parts]
         cache.write_table(pl.concat(frames, how="diagonal_relaxed"), out, "ipc")
     else:
-        batches = [r.get_batch(i) for r in readers for i in range(r.num_record_batches)]
-        options = pa.ipc.IpcWriteOptions(unify_dictionaries=True)
-        with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, schema, options=options) as writer:
-            writer.write_table(pa.Table.from_batches(batches, schema=schema))
-        del batches
-    del readers
+        schema = schemas[0]
+        coded = [i for i, f in enumerate(schema) if pa.types.is_dictionary(f.type)]
+        names = {i: _unified_names(parts, i) for i in coded}
+        # the one dictionary each coded column gets in the file, of the schema's type
+        typed = {i: names[i].cast(schema.field(i).type.value_type) for i in coded}
+        with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for p in parts:
+                reader = _ipc_reader(p)
+                for k in range(reader.num_record_batches):
+                    batch = reader.get_batch(k)
+                    cols = [(_recoded(batch.column(i), names[i], typed[i]) if i in names else batch.column(i))
+                            for i in range(batch.num_columns)]
+                    writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
+                del reader
     for p in parts:
         p.unlink()
 
 
+def _ipc_reader(path: Path):
+    """pyarrow's reader of an IPC file that reads each batch into memory when asked (not a mapping: the pages
+    of a mapping stay resident while it lives)."""
+    import pyarrow as pa
+    return pa.ipc.open_file(pa.OSFile(str(path)))
+
+
+def _unified_names(parts: list[Path], column: int):
+    """Every name of dictionary column `column` over the parts' batches, each once, in order of first use
+    (as large strings: pyarrow's lookups take no string views)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    seen = []
+    for p in parts:
+        reader = _ipc_reader(p)
+        seen += [_lookup_type(reader.get_batch(k).column(column).dictionary) for k in range(reader.num_record_batches)]
+    return pc.unique(pa.concat_arrays(seen))
+
+
+def _lookup_type(values):
+    """String views as large strings (what pyarrow's compute functions take); other arrays as they are."""
+    import pyarrow as pa
+    return values.cast(pa.large_string()) if values.type == pa.string_view() else values
+
+
+def _recoded(col, names, dictionary):
+    """Dictionary column `col` coded into `names` (every name of col's dictionary is in it), with
+    `dictionary` (the same names, of col's value type) as its dictionary."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    where = pc.index_in(_lookup_type(col.dictionary), value_set=names).cast(col.type.index_type)
+    return pa.DictionaryArray.from_arrays(pc.take(where, col.indices), dictionary, ordered=col.type.ordered)
+
+
 def _ipc_to_parquet(src: Path, dst: Path) -> None:
     """A table's IPC file as parquet (uncompressed, no statistics, as cache.write_table writes it), one row
-    group per record batch of the file's mapping (pyarrow: polars' string views become large strings, which
+    group per record batch, read one at a time (pyarrow: polars' string views become large strings, which
     polars reads back as they were); the IPC file is removed. A column pyarrow cannot write that way is
     written by polars instead, from the whole mapped table."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    reader = pa.ipc.open_file(pa.memory_map(str(src)))
+    reader = _ipc_reader(src)
     target = pa.schema([f.with_type(_parquet_type(f.type)) for f in reader.schema], metadata=reader.schema.metadata)
     try:
         with pq.ParquetWriter(str(dst), target, compression="none", write_statistics=False) as writer:

@@ -47,9 +47,9 @@ fn map_file(path: &Path) -> Result<Buffer, MapError> {
 }
 
 /// The schema and record batches of the Arrow IPC file at `path`, their buffers views of its mapping, every
-/// array validated in full.
-pub fn read_mapped(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
-    let (schema, batches) = decode(&map_file(path)?)?;
+/// array validated in full; `columns`: only these (by name, in this order; absent ones left out).
+pub fn read_mapped(path: &Path, columns: Option<&[String]>) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
+    let (schema, batches) = project(decode(&map_file(path)?)?, columns)?;
     validate_values(&batches)?;
     Ok((schema, batches))
 }
@@ -65,6 +65,20 @@ pub fn read_mapped_range(
     let cut = slice_by_ts(&batches, lo, hi)?;
     validate_values(&cut)?;
     Ok((schema, cut))
+}
+
+/// The columns named in `columns` (those the schema has, in that order) of the schema and batches; all of
+/// them for None.
+fn project(
+    (schema, batches): (SchemaRef, Vec<RecordBatch>),
+    columns: Option<&[String]>,
+) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
+    let Some(names) = columns else {
+        return Ok((schema, batches));
+    };
+    let keep: Vec<usize> = names.iter().filter_map(|n| schema.index_of(n).ok()).collect();
+    let batches = batches.iter().map(|b| b.project(&keep)).collect::<Result<Vec<_>, _>>()?;
+    Ok((Arc::new(schema.project(&keep)?), batches))
 }
 
 /// Every value of the arrays checked (dictionary keys in range, offsets, UTF-8): decode() checks only their
@@ -141,19 +155,27 @@ pub fn slice_by_ts(batches: &[RecordBatch], lo: Option<i64>, hi: Option<i64>) ->
 
 /// The Arrow IPC file at `path` as an Arrow table (PyCapsule stream: `polars.DataFrame(table)`) whose
 /// buffers are views of the file's mapping; with `ts_from` / `ts_to`, only the rows whose ts is in
-/// [ts_from, ts_to) (binary search: ts must be sorted, as the cache's ts_sorted.json says). OSError when the
+/// [ts_from, ts_to) (binary search: ts must be sorted, as the cache's ts_sorted.json says); with `columns`,
+/// only those (by name; absent ones left out), the others never read. OSError when the
 /// file cannot be opened or mapped (the caller reads it instead), ValueError when it is not a valid Arrow IPC
 /// file (or has no ts column to cut by).
 #[pyfunction]
-#[pyo3(signature = (path, ts_from=None, ts_to=None))]
-fn ipc_map(py: Python<'_>, path: std::path::PathBuf, ts_from: Option<i64>, ts_to: Option<i64>) -> PyResult<PyTable> {
+#[pyo3(signature = (path, ts_from=None, ts_to=None, columns=None))]
+fn ipc_map(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    ts_from: Option<i64>,
+    ts_to: Option<i64>,
+    columns: Option<Vec<String>>,
+) -> PyResult<PyTable> {
     // a file damaged in a way arrow-ipc's checks miss must not end the process: a panic is a ValueError too
     let read = py.detach(|| {
         std::panic::catch_unwind(|| {
             if ts_from.is_none() && ts_to.is_none() {
-                return read_mapped(&path);
+                return read_mapped(&path, columns.as_deref());
             }
-            read_mapped_range(&path, ts_from, ts_to)
+            let (schema, batches) = read_mapped_range(&path, ts_from, ts_to)?;
+            project((schema, batches), columns.as_deref())
         })
     });
     match read {
@@ -210,6 +232,7 @@ mod tests {
         std::fs::write(&path, ipc_bytes(&[sample(4096, 7)])).unwrap();
         let mapped = map_file(&path).unwrap();
         let (_, back) = decode(&mapped).unwrap();
+        validate_values(&back).unwrap();
         std::fs::remove_dir_all(&dir).unwrap(); // the mapping outlives the file's name
         assert_eq!(back, [sample(4096, 7)]);
         // the ts values are read where the mapping holds them, not from a copy
@@ -233,6 +256,20 @@ mod tests {
     }
 
     #[test]
+    fn projects_columns_by_name() {
+        let batches = vec![sample(10, 0)];
+        let schema = batches[0].schema();
+        let pick = |names: &[&str]| {
+            let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+            let (s, b) = project((schema.clone(), batches.clone()), Some(&names)).unwrap();
+            (s.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>(), b[0].num_columns())
+        };
+        assert_eq!(pick(&["comm", "ts"]), (vec!["comm".to_string(), "ts".to_string()], 2));
+        assert_eq!(pick(&["ts", "absent"]), (vec!["ts".to_string()], 1));
+        assert_eq!(project((schema.clone(), batches.clone()), None).unwrap().1, batches);
+    }
+
+    #[test]
     fn slices_by_time_across_batches() {
         // ts 0..1000 then 5000..5010, in two batches
         let batches = [sample(1000, 0), sample(10, 5000)];
@@ -253,6 +290,6 @@ mod tests {
 
     #[test]
     fn a_missing_file_is_an_io_error() {
-        assert!(matches!(read_mapped(Path::new("/nonexistent/abtest.arrow")), Err(MapError::Io(_))));
+        assert!(matches!(read_mapped(Path::new("/nonexistent/abtest.arrow"), None), Err(MapError::Io(_))));
     }
 }
