@@ -6,6 +6,7 @@ Which of idle / latency / placement must run on a trace is decided here from exp
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -175,3 +176,22 @@ def test_json_is_deterministic():
     args = ["analyze", "--json", "--only", "idle", "--only", "latency", "--only", "placement", path]
     outs = {_run(args).stdout for _ in range(3)}
     assert len(outs) == 1
+
+
+def test_two_lanes_give_the_one_lane_result_and_raise_its_errors(monkeypatch):
+    """The analyses run in two lanes (the large ones one after the other in one): same object as one thread;
+    an unexpected error in either lane reaches the caller (it is not turned into a skipped analysis)."""
+    from abtest.commands import analyze as A
+    from abtest.session import Trace
+    t = Trace(str(SHARED_TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"))
+    one, two = A.analyze_dict(t, threads=1), A.analyze_dict(t, threads=2)
+    assert json.dumps(A._jsonable(one), sort_keys=True) == json.dumps(A._jsonable(two), sort_keys=True)
+    assert one["latency"] is not None and one["tasks"] is not None and one["idle"] is not None
+
+    for broken in ("tasks", "idle"):  # one of each lane
+        def boom(trace, _name=broken):
+            raise RuntimeError(f"{_name} broke")
+        monkeypatch.setitem(A.ANALYSES, broken, dataclasses.replace(A.ANALYSES[broken], summary=boom))
+        with pytest.raises(RuntimeError, match=f"{broken} broke"):
+            A.analyze_dict(t, threads=2)
+        monkeypatch.undo()

@@ -101,7 +101,9 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
         w = w.with_columns(pl.lit("wakeup", pl.Categorical).alias("kind"))
     w = w.select(pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Categorical),
                  pl.col("target_cpu" if "target_cpu" in w.columns else "cpu").cast(pl.Int32).alias("target_cpu"),
-                 pl.col("kind").cast(pl.Categorical)).filter(pl.col("pid") != 0)
+                 pl.col("kind").cast(pl.Categorical))
+    if w["pid"].null_count() or (w["pid"] == 0).any():  # a copy of every column only when one is dropped
+        w = w.filter(pl.col("pid") != 0)
     if backend == "native":
         from abtest.analysis import sim_native
         return sim_native.wakeup_latency(w, sched_switch, start_ns=start_ns, end_ns=end_ns,

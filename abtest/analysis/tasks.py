@@ -188,8 +188,8 @@ def df_activation_stats(activations: pl.DataFrame | pl.LazyFrame, by: str = "com
     """Per task name (or ``by`` column): ``activations``, ``activations_per_s``, run durations in ms: ``mean_ms``,
     ``p50_ms``, ``p95_ms``, ``max_ms`` (linear interpolation), ``running_ms`` (sum). ``activations``:
     df_activations, or a lazy frame of the runs (only ``by`` and ``dur`` are read)."""
-    d = pl.col("dur") / 1e6
-    return activations.lazy().select(by, "dur").group_by(by).agg(
+    d = pl.col("ms")  # computed once (each aggregation of an expression would compute it again)
+    return activations.lazy().select(by, (pl.col("dur") / 1e6).alias("ms")).group_by(by).agg(
         pl.len().cast(pl.Int64).alias("activations"), d.mean().alias("mean_ms"), d.quantile(0.5, "linear").alias("p50_ms"),
         d.quantile(0.95, "linear").alias("p95_ms"), d.max().alias("max_ms"), d.sum().alias("running_ms"),
     ).with_columns((pl.col("activations") / (window_ns / 1e9)).alias("activations_per_s")
@@ -250,8 +250,10 @@ class TasksAnalysis:
         ``comm, cluster, running_ns, pct`` (% of the name's running time)."""
         from abtest.analysis.clusters import trace_clusters
         cl = trace_clusters(self.trace).select("cpu", "cluster")
-        res = (self.df_aggregates()[1].lazy().join(cl.lazy(), on="cpu", how="left")
-               .group_by("comm", "cluster").agg(pl.col("dur").sum().alias("running_ns")).collect())
+        # summed per name and CPU first (a few hundred rows), then per cluster: the runs are not copied
+        per_cpu = self.df_aggregates()[1].group_by("comm", "cpu").agg(pl.col("dur").sum())
+        res = (per_cpu.join(cl, on="cpu", how="left")
+               .group_by("comm", "cluster").agg(pl.col("dur").sum().alias("running_ns")))
         return res.with_columns((100.0 * pl.col("running_ns") / pl.col("running_ns").sum().over("comm")).alias("pct")
                                 ).sort("comm", "cluster")
 

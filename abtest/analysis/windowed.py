@@ -27,7 +27,6 @@ Pure functions: `window_edges` (span -> windows), `df_window_metrics` (trace -> 
 """
 from __future__ import annotations
 
-import gc
 import math
 import multiprocessing
 from collections.abc import Callable, Iterable
@@ -74,11 +73,6 @@ def _window_rows(trace, index: int, lo: int, hi: int, history_ns: int, analyses,
         rows += [{"window": index, "start_ns": lo, "end_ns": hi, "analysis": a.name, "key": v.key,
                   "key_template": v.spec.key, "group": v.group, "value": float(v.value), "known_s": v.known_s}
                  for v in vals]
-    del view
-    # its slices of the mapped cache go with it: the analyses' objects refer to the view and it to them, so
-    # only the cycle collector frees them; run now, before the next window maps its own (otherwise a window
-    # worker held 2-3 windows' pages of the 100 M-event trace, ~250 MB)
-    gc.collect()
     return rows
 
 

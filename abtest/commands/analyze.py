@@ -42,36 +42,61 @@ _NOT_REQUESTED = "not requested (--only)"
 
 
 def _run_one(key: str, analysis, trace: Trace) -> tuple[dict | None, str | None]:
-    """(summary, None) or (None, reason). Only "this analysis does not apply" errors are caught."""
+    """(summary, None) or (None, reason). Only "this analysis does not apply" errors are caught. What the
+    analysis freed is given back to the system before the next one starts (glibc keeps it otherwise, and the
+    next analysis' memory adds to it in the peak)."""
     try:
         res = analysis.summary(trace)
     except MissingEventsError as e:
         return None, str(e)
     except ValueError as e:  # e.g. needs platform data the trace does not carry
         return None, str(e)
+    finally:
+        from abtest import _native
+        _native.release_freed_memory()
     if not res:
         return None, "no data for this analysis in the trace (its events are absent or empty)"
     return res, None
 
 
+# the analyses that take most of the time on a sched trace (bench/analyze.py) and those of them that
+# need the most memory at once (tens of MB of matched wakeups / task-state changes on the bench trace)
+_SLOW = ("tasks", "latency", "load_tracking", "placement")
+_LARGE = ("tasks", "latency")
+
+
 def _summaries(trace: Trace, keys: list[str], threads: int) -> dict[str, tuple[dict | None, str | None]]:
-    """{key: _run_one(...)} of the analyses, `threads` at a time (polars and the compiled simulators release
-    the GIL, so two analyses overlap where one alone leaves a core idle: 1.49 -> 1.10 s on the analysis bench
-    trace, docs/analysis-speed.md), the slowest started first."""
+    """{key: _run_one(...)} of the analyses. With two threads or more (polars and the compiled simulators
+    release the GIL, so two analyses overlap where one alone leaves a core idle) the analyses run in two
+    lanes: the large ones (_LARGE) one after the other in one, the others, slowest first, in the other, so
+    that two large ones never hold their memory at once (peak RSS on the analysis bench trace, in process:
+    346 -> 308 MB with the memory given back after each analysis, for 0.55 -> 0.64 s; docs/analysis-speed.md)."""
     if threads <= 1 or len(keys) <= 1:
         return {k: _run_one(k, ANALYSES[k], trace) for k in keys}
-    from concurrent.futures import ThreadPoolExecutor
-    order = sorted(keys, key=lambda k: k not in _SLOW)
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        done = dict(zip(order, pool.map(lambda k: _run_one(k, ANALYSES[k], trace), order)))
+    import threading
+    large = [k for k in _LARGE if k in keys]
+    rest = sorted((k for k in keys if k not in large), key=lambda k: k not in _SLOW)
+    done: dict[str, tuple[dict | None, str | None]] = {}
+    failed: list[BaseException] = []
+
+    def lane(names: list[str]) -> None:
+        try:
+            for k in names:
+                done[k] = _run_one(k, ANALYSES[k], trace)
+        except BaseException as e:  # re-raised in the caller's thread
+            failed.append(e)
+
+    other = threading.Thread(target=lane, args=(large,), name="abtest-analyze-large")
+    other.start()
+    lane(rest)
+    other.join()
+    if failed:
+        raise failed[0]
     return {k: done[k] for k in keys}
 
 
 # above this many events `abtest analyze` suggests --windows (a 30 M-event trace.dat has ~1 GB of tables)
 LONG_TRACE_EVENTS = 30_000_000
-
-# the analyses that take most of the time on a sched trace (bench/analyze.py): started first
-_SLOW = ("tasks", "latency", "load_tracking", "placement")
 
 
 def analyze_dict(trace: Trace, *, window_s: tuple[float, float] | None = None,

@@ -64,18 +64,21 @@ def content_key(path: str | os.PathLike) -> str:
     is hashed again. A file modified in the last SETTLED_NS is hashed every time."""
     real = os.path.realpath(path)
     st = os.stat(real)
-    identity = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+    identity = _identity(st)
     note = _key_note(real)
     known = _read_key_note(note)
     if known is not None and known.get("path") == real and known.get("file") == identity \
             and known.get("reader") == READER_VERSION and isinstance(known.get("key"), str):
         return known["key"]
     key = hash_content(real)
-    after = os.stat(real)
-    if time.time_ns() - st.st_mtime_ns >= SETTLED_NS and \
-            [after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns] == identity:
+    if time.time_ns() - st.st_mtime_ns >= SETTLED_NS and _identity(os.stat(real)) == identity:
         _write_key_note(note, {"path": real, "file": identity, "reader": READER_VERSION, "key": key})
     return key
+
+
+def _identity(st: os.stat_result) -> list[int]:
+    """What tells an unchanged file (as a key note stores it): device, inode, size, mtime (ns)."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
 
 
 def hash_content(path: str | os.PathLike) -> str:
@@ -211,9 +214,10 @@ def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | Non
         from abtest import _native
         try:
             return pl.DataFrame(_native.ipc_map(str(path), lo_ns, hi_ns)).rechunk()
-        except OSError:  # a file system that cannot map files: filtered below
-            pass
-    df = read_table(entry, name)
+        except OSError:  # a file system that cannot map files: read whole and filtered below
+            df = pl.read_ipc(path)
+    else:
+        df = read_table(entry, name)
     if "ts" not in df.columns:
         return df
     keep = pl.lit(True)

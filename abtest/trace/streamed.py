@@ -172,16 +172,13 @@ def write_entry(path: str | os.PathLike, entry: Path, *, fmt: str = "ipc", limit
 
 def _give_back_memory() -> None:
     """Return to the system what the rounds freed but the allocators keep for reuse: pyarrow's pool (the
-    joins) and glibc's heaps (the decoder's pieces). After the first open of the 100 M-event trace the
-    process otherwise kept ~270 MB it no longer used while the analyses ran (357 -> 88 MB anonymous
-    memory; docs/analysis-speed.md)."""
+    joins) and glibc's heaps (the decoder's pieces; abtest._native.release_freed_memory). After the first open
+    of the 100 M-event trace the process otherwise kept ~270 MB it no longer used while the analyses ran
+    (357 -> 88 MB anonymous memory; docs/analysis-speed.md)."""
     if "pyarrow" in sys.modules:
         sys.modules["pyarrow"].default_memory_pool().release_unused()
-    try:
-        import ctypes
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+    from abtest import _native
+    _native.release_freed_memory()
 
 
 def _join_parts(parts: list[Path], out: Path) -> None:

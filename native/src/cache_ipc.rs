@@ -34,11 +34,6 @@ impl From<ArrowError> for MapError {
     }
 }
 
-/// The IPC file's bytes as an Arrow buffer over a read-only mapping of it (an empty file: an empty buffer).
-fn map_file(path: &Path) -> Result<Buffer, MapError> {
-    Ok(open_mapped(path)?.1)
-}
-
 /// The file (still open) and its bytes as an Arrow buffer over a read-only mapping of it.
 fn open_mapped(path: &Path) -> Result<(File, Buffer), MapError> {
     let file = File::open(path).map_err(MapError::Io)?;
@@ -52,27 +47,25 @@ fn open_mapped(path: &Path) -> Result<(File, Buffer), MapError> {
     Ok((file, unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(map)) }))
 }
 
-/// The schema and record batches of the Arrow IPC file at `path`, their buffers views of its mapping, every
-/// array validated in full; `columns`: only these (by name, in this order; absent ones left out).
-pub fn read_mapped(path: &Path, columns: Option<&[String]>) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
-    let (schema, batches) = project(decode(&map_file(path)?)?, columns)?;
-    validate_values(&batches)?;
-    Ok((schema, batches))
-}
-
-/// The rows of the file at `path` whose ts lies in [lo, hi) (slice_by_ts), validated in full: only these
-/// rows' values are read (checking every dictionary key of a 1 GB table would read its pages for nothing).
-pub fn read_mapped_range(
+/// The schema and record batches of the Arrow IPC file at `path`, their buffers views of its mapping:
+/// with `lo` / `hi`, only the rows whose ts lies in [lo, hi) (slice_by_ts); with `columns`, only these (by
+/// name, in this order; absent ones left out). Only the rows and columns handed out are validated in full
+/// (checking every dictionary key of a 1 GB table would read its pages for nothing).
+pub fn read_mapped(
     path: &Path,
     lo: Option<i64>,
     hi: Option<i64>,
+    columns: Option<&[String]>,
 ) -> Result<(SchemaRef, Vec<RecordBatch>), MapError> {
     let (file, bytes) = open_mapped(path)?;
-    let (schema, batches) = decode(&bytes)?;
-    let probe = FileProbe { file, base: bytes.as_ptr() as usize, len: bytes.len() };
-    let cut = slice_by_ts(&batches, lo, hi, &|ts: &Int64Array, i: usize| probe.at(ts, i))?;
-    validate_values(&cut)?;
-    Ok((schema, cut))
+    let (schema, mut batches) = decode(&bytes)?;
+    if lo.is_some() || hi.is_some() {
+        let probe = FileProbe { file, base: bytes.as_ptr() as usize, len: bytes.len() };
+        batches = slice_by_ts(&batches, lo, hi, &|ts: &Int64Array, i: usize| probe.at(ts, i))?;
+    }
+    let (schema, batches) = project((schema, batches), columns)?;
+    validate_values(&batches)?;
+    Ok((schema, batches))
 }
 
 /// The columns named in `columns` (those the schema has, in that order) of the schema and batches; all of
@@ -219,15 +212,7 @@ fn ipc_map(
     columns: Option<Vec<String>>,
 ) -> PyResult<PyTable> {
     // a file damaged in a way arrow-ipc's checks miss must not end the process: a panic is a ValueError too
-    let read = py.detach(|| {
-        std::panic::catch_unwind(|| {
-            if ts_from.is_none() && ts_to.is_none() {
-                return read_mapped(&path, columns.as_deref());
-            }
-            let (schema, batches) = read_mapped_range(&path, ts_from, ts_to)?;
-            project((schema, batches), columns.as_deref())
-        })
-    });
+    let read = py.detach(|| std::panic::catch_unwind(|| read_mapped(&path, ts_from, ts_to, columns.as_deref())));
     match read {
         Ok(Ok((schema, batches))) => PyTable::try_new(batches, schema),
         Ok(Err(MapError::Io(e))) => Err(PyOSError::new_err(format!("{}: {e}", path.display()))),
@@ -281,9 +266,9 @@ mod tests {
         let path = dir.join("t.arrow");
         std::fs::write(&path, ipc_bytes(&[sample(4096, 7)])).unwrap();
         // a time range read with pread probes: the same rows as from memory
-        let (_, cut) = read_mapped_range(&path, Some(10), Some(20)).unwrap();
+        let (_, cut) = read_mapped(&path, Some(10), Some(20), None).unwrap();
         assert_eq!(cut, [sample(4096, 7).slice(3, 10)]);
-        let mapped = map_file(&path).unwrap();
+        let (_, mapped) = open_mapped(&path).unwrap();
         let (_, back) = decode(&mapped).unwrap();
         validate_values(&back).unwrap();
         std::fs::remove_dir_all(&dir).unwrap(); // the mapping outlives the file's name
@@ -346,6 +331,6 @@ mod tests {
 
     #[test]
     fn a_missing_file_is_an_io_error() {
-        assert!(matches!(read_mapped(Path::new("/nonexistent/abtest.arrow"), None), Err(MapError::Io(_))));
+        assert!(matches!(read_mapped(Path::new("/nonexistent/abtest.arrow"), None, None, None), Err(MapError::Io(_))));
     }
 }

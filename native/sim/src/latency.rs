@@ -183,17 +183,31 @@ pub fn match_wakeups(inp: &Inputs) -> Matches {
             k.state = k.now;
         }
     }
-    // in wakeup time order (ties: switch-in order)
-    let n = out.row.len();
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by_key(|&i| out.wakeup_ts[i]);
-    Matches {
-        table: order.iter().map(|&i| out.table[i]).collect(),
-        row: order.iter().map(|&i| out.row[i]).collect(),
-        switch_in_ts: order.iter().map(|&i| out.switch_in_ts[i]).collect(),
-        cpu: order.iter().map(|&i| out.cpu[i]).collect(),
-        while_on_cpu: order.iter().map(|&i| out.while_on_cpu[i]).collect(),
-        wakeup_ts: Vec::new(),
+    out.in_wakeup_order()
+}
+
+/// `column` in the order of `perm`.
+fn permuted<T: Copy>(column: Vec<T>, perm: &[u32]) -> Vec<T> {
+    perm.iter().map(|&i| column[i as usize]).collect()
+}
+
+impl Matches {
+    /// The matches (made in switch-in order) in wakeup time order, ties in switch-in order. One column
+    /// is reordered at a time and its old order dropped, so about one column more than the matches is
+    /// held at once.
+    fn in_wakeup_order(self) -> Matches {
+        let Matches { table, row, switch_in_ts, cpu, while_on_cpu, wakeup_ts } = self;
+        let mut perm: Vec<u32> = (0..row.len() as u32).collect();
+        perm.sort_by_key(|&i| wakeup_ts[i as usize]);
+        drop(wakeup_ts);
+        Matches {
+            table: permuted(table, &perm),
+            row: permuted(row, &perm),
+            switch_in_ts: permuted(switch_in_ts, &perm),
+            cpu: permuted(cpu, &perm),
+            while_on_cpu: permuted(while_on_cpu, &perm),
+            wakeup_ts: Vec::new(),
+        }
     }
 }
 

@@ -4,6 +4,8 @@
 //! read (time per task and CPU, a task's last name, CPUs used and CPU changes, time and switch-ins per
 //! name), so that no per-run frame has to be grouped in Python.
 
+use std::collections::HashMap;
+
 /// sched_switch rows in time order (rows of one timestamp in table order). Names are codes (equal names,
 /// equal codes); `*_src` of the results index the names as `[next_comm rows..., prev_comm rows...]`.
 pub struct Switches<'a> {
@@ -38,12 +40,15 @@ struct Change {
 
 /// The rows of each CPU in time order, CPUs ascending (a stable counting sort by CPU).
 fn rows_by_cpu(cpu: &[i32]) -> Vec<(i32, Vec<u32>)> {
-    let mut cpus: Vec<i32> = cpu.to_vec();
-    cpus.sort_unstable();
-    cpus.dedup();
-    let mut rows: Vec<(i32, Vec<u32>)> = cpus.into_iter().map(|c| (c, Vec::new())).collect();
-    for (r, c) in cpu.iter().enumerate() {
-        let k = rows.binary_search_by_key(c, |e| e.0).expect("every CPU was listed");
+    let mut rows: Vec<(i32, Vec<u32>)> = Vec::new();
+    for (r, &c) in cpu.iter().enumerate() {
+        let k = match rows.binary_search_by_key(&c, |e| e.0) {
+            Ok(k) => k,
+            Err(k) => {
+                rows.insert(k, (c, Vec::new()));
+                k
+            }
+        };
         rows[k].1.push(r as u32);
     }
     rows
@@ -206,22 +211,22 @@ pub fn fold(runs: &Runs, from_ns: i64) -> Fold {
         k = end;
     }
     // per name
-    let mut names: Vec<(u32, u32)> = runs.comm.iter().zip(&runs.comm_src).map(|(&c, &s)| (c, s)).collect();
-    names.sort_unstable_by_key(|&(c, _)| c);
-    names.dedup_by_key(|e| e.0);
-    // (run time from from_ns, runs from from_ns, ran after from_ns at all)
-    let mut per_name = vec![(0i64, 0i64, false); names.len()];
+    // code -> (where its first run's name comes from, run time from from_ns, runs from from_ns, ran after
+    // from_ns at all): a few hundred names, not one entry per run
+    let mut per_name: HashMap<u32, (u32, i64, i64, bool)> = HashMap::new();
     for i in 0..n {
-        let k = names.binary_search_by_key(&runs.comm[i], |e| e.0).expect("every name was listed");
+        let e = per_name.entry(runs.comm[i]).or_insert((runs.comm_src[i], 0, 0, false));
         if let Some((_, d)) = clipped(i) {
-            per_name[k].0 += d;
-            per_name[k].2 = true;
+            e.1 += d;
+            e.3 = true;
         }
         if runs.ts[i] >= from_ns {
-            per_name[k].1 += 1;
+            e.2 += 1;
         }
     }
-    for ((code, src), (ns, count, ran)) in names.into_iter().zip(per_name) {
+    let mut names: Vec<(u32, (u32, i64, i64, bool))> = per_name.into_iter().collect();
+    names.sort_unstable_by_key(|&(code, _)| code);
+    for (code, (src, ns, count, ran)) in names {
         if ran {
             f.name_code.push(code);
             f.name_src.push(src);

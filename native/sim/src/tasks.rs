@@ -104,27 +104,38 @@ struct Change {
     src: u32,
 }
 
-/// A switch row as one thread's move: sorted by (pid, ts, seq), 16 bytes each. `seq` < n is row `seq`'s
-/// switch-out, n + r row r's switch-in: ordering by seq also puts a timestamp's outs before its ins.
+/// A switch row as one thread's move, packed in 8 bytes so that sorting the moves groups them by pid
+/// (pid in the high half, `seq` in the low one). `seq` < n is row `seq`'s switch-out, n + r row r's
+/// switch-in; a thread's moves are put in (ts, seq) order when it is walked, which also puts a
+/// timestamp's outs before its ins.
 #[derive(Clone, Copy)]
-struct Move {
-    pid: i32,
-    seq: u32,
-    ts: i64,
+struct Move(i64);
+
+impl Move {
+    fn new(pid: i32, seq: u32) -> Self {
+        Move(((pid as i64) << 32) | seq as i64)
+    }
+    fn pid(self) -> i32 {
+        (self.0 >> 32) as i32
+    }
+    fn seq(self) -> u32 {
+        self.0 as u32
+    }
 }
 
 /// The change a move makes (`n`: the number of switch rows).
-fn change_of(inp: &Inputs, n: u32, m: &Move) -> Change {
-    if m.seq < n {
-        let r = m.seq as usize;
+fn change_of(inp: &Inputs, n: u32, m: Move) -> Change {
+    let seq = m.seq();
+    if seq < n {
+        let r = seq as usize;
         let comm = inp.prev_comm[r];
-        let src = if comm == NO_COMM { NO_COMM } else { m.seq };
-        Change { ts: m.ts, order: 0, seq: m.seq, state: inp.out_state[r], cpu: NO_CPU, comm, src }
+        let src = if comm == NO_COMM { NO_COMM } else { seq };
+        Change { ts: inp.sw_ts[r], order: 0, seq, state: inp.out_state[r], cpu: NO_CPU, comm, src }
     } else {
-        let r = (m.seq - n) as usize;
+        let r = (seq - n) as usize;
         let comm = inp.next_comm[r];
-        let src = if comm == NO_COMM { NO_COMM } else { m.seq };
-        Change { ts: m.ts, order: 2, seq: m.seq, state: inp.running, cpu: inp.sw_cpu[r], comm, src }
+        let src = if comm == NO_COMM { NO_COMM } else { seq };
+        Change { ts: inp.sw_ts[r], order: 2, seq, state: inp.running, cpu: inp.sw_cpu[r], comm, src }
     }
 }
 
@@ -187,9 +198,9 @@ fn walk(inp: &Inputs, sink: &mut dyn FnMut(&mut Intervals)) -> Intervals {
     let outs = (0..n).filter(|&r| inp.prev_pid[r as usize] != 0);
     let ins = (0..n).filter(|&r| inp.next_pid[r as usize] != 0);
     let mut moves: Vec<Move> = Vec::with_capacity(outs.clone().count() + ins.clone().count());
-    moves.extend(outs.map(|r| Move { pid: inp.prev_pid[r as usize], seq: r, ts: inp.sw_ts[r as usize] }));
-    moves.extend(ins.map(|r| Move { pid: inp.next_pid[r as usize], seq: n + r, ts: inp.sw_ts[r as usize] }));
-    moves.sort_unstable_by_key(|m| (m.pid, m.ts, m.seq));
+    moves.extend(outs.map(|r| Move::new(inp.prev_pid[r as usize], r)));
+    moves.extend(ins.map(|r| Move::new(inp.next_pid[r as usize], n + r)));
+    moves.sort_unstable_by_key(|m| m.0);
     let mut wk: Vec<u32> = (0..inp.wk_ts.len() as u32).filter(|&r| inp.wk_pid[r as usize] != 0).collect();
     wk.sort_unstable_by_key(|&r| (inp.wk_pid[r as usize], inp.wk_ts[r as usize], r));
 
@@ -203,17 +214,18 @@ fn walk(inp: &Inputs, sink: &mut dyn FnMut(&mut Intervals)) -> Intervals {
     let mut woken: Vec<Change> = Vec::new();
     while i < moves.len() || j < wk.len() {
         let pid = match (moves.get(i), wk.get(j)) {
-            (Some(m), Some(&w)) => m.pid.min(inp.wk_pid[w as usize]),
-            (Some(m), None) => m.pid,
+            (Some(m), Some(&w)) => m.pid().min(inp.wk_pid[w as usize]),
+            (Some(m), None) => m.pid(),
             (None, Some(&w)) => inp.wk_pid[w as usize],
             (None, None) => unreachable!(),
         };
         let i0 = i;
-        while i < moves.len() && moves[i].pid == pid {
+        while i < moves.len() && moves[i].pid() == pid {
             i += 1;
         }
         mv.clear();
-        mv.extend(moves[i0..i].iter().map(|m| change_of(inp, n, m)));
+        mv.extend(moves[i0..i].iter().map(|&m| change_of(inp, n, m)));
+        mv.sort_unstable_by_key(|c| (c.ts, c.seq));
         // wakeups of a thread whose last switch strictly before them left it wakeable (or that has none)
         woken.clear();
         let mut k = 0usize;

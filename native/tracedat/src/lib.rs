@@ -41,6 +41,7 @@ use arrow_schema::{DataType, Field, Schema};
 pub use error::{Error, Example, ImportLog, Skipped};
 pub use inflate::Limits;
 pub use layout::{CpuPages, Layout};
+pub use merge::release_freed_memory;
 pub use meta::{InstanceBuffer, Kernel, Meta};
 
 use columns::{Builder, Data, Syms};
