@@ -263,3 +263,66 @@ def test_the_equivalence_tests_compare_real_traces(traces):
     captures); this keeps them from passing by skipping everything: most shared traces have switches."""
     with_switches = [r for r in SWITCH_TRACES if _open(r) is not None]
     assert len(with_switches) >= 15, with_switches
+
+
+def _polars_stats(df: pl.DataFrame, by: str | None, value: str, qs: tuple[float, ...]) -> pl.DataFrame:
+    """The reference: count, mean, linear quantiles, max, sum, geometric mean of the positive values, by polars."""
+    c = pl.col(value)
+    aggs = [pl.len().alias("count"), c.mean().alias("mean"), *[c.quantile(q, "linear").alias(f"q{i}") for i, q in enumerate(qs)],
+            c.max().alias("max"), c.sum().alias("sum"), c.filter(c > 0).log().mean().exp().alias("gmean")]
+    return df.select(aggs) if by is None else df.group_by(by).agg(aggs)
+
+
+def _native_stats_frame(df: pl.DataFrame, by: str | None, value: str, qs: tuple[float, ...]) -> pl.DataFrame:
+    from abtest.analysis import sim_native
+    g = sim_native.group_stats(df, by, value, qs)
+    cols = {} if by is None else {by: g["key"]}
+    cols |= {"count": g["count"], "mean": g["mean"], **{f"q{i}": s for i, s in enumerate(g["quantiles"])},
+             "max": g["max"], "sum": g["sum"], "gmean": g["gmean"]}
+    return pl.DataFrame(cols)
+
+
+@pytest.mark.parametrize("rel", SWITCH_TRACES)
+def test_group_stats_equal_polars(traces, rel):
+    """The compiled statistics (native/sim/src/stats.rs) against a polars group_by over the same rows, on the
+    matched wakeup latencies (per name, per cluster with unknown ones, overall) and the task runs (per name):
+    counts, quantiles and maxima equal, sums and means to 1e-12 (they add in another order)."""
+    t = _open(rel)
+    if t is None:
+        pytest.skip("no sched_switch")
+    qs = (0.5, 0.9, 0.95, 0.99)
+    frames = []
+    if t.latency.definitions():
+        lat = t.latency.df_latency_clusters(t.latency.definitions()[0], columns=latency._STAT_COLUMNS)
+        frames += [(lat, by, "latency_us") for by in (None, "comm", "cluster", "target_cluster")]
+    runs = t.tasks.df_aggregates()[1].with_columns((pl.col("dur") / 1e6).alias("ms"))
+    frames.append((runs, "comm", "ms"))
+    for df, by, value in frames:
+        if df.is_empty():
+            continue
+        got = _native_stats_frame(df, by, value, qs)
+        want = _polars_stats(df, by, value, qs)
+        if by is not None:
+            got, want = (f.sort(by, nulls_last=True) for f in (got, want))
+            assert got[by].equals(want[by]), (by, got[by], want[by])
+        exact = ["count", "max", *[f"q{i}" for i in range(len(qs))]]
+        assert got.select(exact).equals(want.select(pl.col(c).cast(got[c].dtype) for c in exact)), (by, got, want)
+        for c in ("mean", "sum", "gmean"):
+            a, b = got[c].to_list(), want[c].to_list()
+            assert [x is None for x in a] == [y is None for y in b], (by, c)
+            assert all(x == pytest.approx(y, rel=1e-12) for x, y in zip(a, b) if x is not None), (by, c)
+
+
+def test_group_stats_refuse_what_they_do_not_take():
+    """Nulls or NaN among the values, keys that are not categorical, an empty frame: None (polars groups)."""
+    from abtest.analysis import sim_native
+    df = pl.DataFrame({"k": ["a", "b", None, "a"], "v": [1.0, -2.0, 3.0, 0.0]}).with_columns(pl.col("k").cast(pl.Categorical))
+    g = sim_native.group_stats(df, "k", "v", (0.5,))
+    by_key = dict(zip(g["key"].to_list(), zip(g["count"].to_list(), g["gmean"].to_list())))
+    assert set(by_key) == {"a", "b", None}  # null is a group of its own
+    assert by_key["a"] == (2, 1.0) and by_key["b"] == (1, None)  # no positive value: no geometric mean
+    assert by_key[None][0] == 1 and by_key[None][1] == pytest.approx(3.0, rel=1e-15)
+    assert sim_native.group_stats(df.with_columns(pl.col("v").replace(3.0, float("nan"))), "k", "v", (0.5,)) is None
+    assert sim_native.group_stats(df.with_columns(pl.col("v").replace(3.0, None)), "k", "v", (0.5,)) is None
+    assert sim_native.group_stats(df.with_columns(pl.col("k").cast(pl.Utf8)), "k", "v", (0.5,)) is None
+    assert sim_native.group_stats(df.clear(), None, "v", (0.5,)) is None

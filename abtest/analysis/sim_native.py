@@ -288,12 +288,13 @@ def task_state_aggregates(sw: pl.DataFrame, out_state: pl.Series, wakeups: pl.Da
     switches, wks, st, names = _task_inputs(sw, out_state, wakeups, states, wakeable)
     a = _native.task_state_intervals(switches, wks, st, int(start_ns), int(end_ns), aggregate=True)
     del switches, wks
-    times = pl.DataFrame({"comm": _names_of(names, a["time_src"]), "state": _states_of(states, a["time_state"]),
-                          "dur": pl.Series(a["time_ns"], dtype=pl.Int64)})
-    runs = pl.DataFrame({"comm": _names_of(names, a["run_src"]), "cpu": _cpus_of(a["run_cpu"]),
-                         "dur": pl.Series(a["run_dur"], dtype=pl.Int64)})
-    threads = pl.DataFrame({"comm": _names_of(names, a["thread_src"]),
-                            "pid": pl.Series(a["thread_pid"], dtype=pl.Int32)})
+    # each array let go once its column is made (the runs: one per switch-in)
+    times = pl.DataFrame({"comm": _names_of(names, a.pop("time_src")), "state": _states_of(states, a.pop("time_state")),
+                          "dur": pl.Series(a.pop("time_ns"), dtype=pl.Int64)})
+    runs = pl.DataFrame({"comm": _names_of(names, a.pop("run_src")), "cpu": _cpus_of(a.pop("run_cpu")),
+                         "dur": pl.Series(a.pop("run_dur"), dtype=pl.Int64)})
+    threads = pl.DataFrame({"comm": _names_of(names, a.pop("thread_src")),
+                            "pid": pl.Series(a.pop("thread_pid"), dtype=pl.Int32)})
     return times, runs, threads
 
 
@@ -346,4 +347,32 @@ def placement_fold(sched_switch: pl.DataFrame, *, start_ns: int, end_ns: int,
                                "cpus_used": f["task_cpus"], "cpu_changes": f["task_changes"]}),
         "names": pl.DataFrame({"comm": _names_of(names, f["name_src"]), "run_ns": f["name_ns"],
                                "runs": f["name_runs"]}),
+    }
+
+
+def group_stats(df: pl.DataFrame, by: str | None, value: str, quantiles: tuple[float, ...]) -> dict | None:
+    """Statistics of the Float64 column ``value`` per value of ``by`` (a Categorical or Enum column; None:
+    all rows as one group), compiled (native/sim/src/stats.rs: one copy of the values; counts, linear
+    quantiles and maxima equal a polars group_by's, means and geometric means to ~1e-15). Returns {"key": the key of each group
+    (a Series of ``by``'s dtype; null is a group) or None, "count", "mean", "quantiles": [one Series per q],
+    "max", "sum", "gmean" (null: no positive value)} as Series, groups in code order; None when the columns
+    are of other kinds, have nulls or NaN values, or the frame is empty (the caller groups with polars)."""
+    v = df.get_column(value)
+    if df.height == 0 or v.dtype != pl.Float64 or v.null_count() or v.is_nan().any():
+        return None
+    if by is None:
+        key, codes, n = None, np.zeros(df.height, dtype=np.uint32), 1
+    else:
+        key = df.get_column(by)
+        if not isinstance(key.dtype, (pl.Categorical, pl.Enum)):
+            return None
+        phys = key.to_physical().cast(pl.UInt32)
+        n = int(phys.max() or 0) + 2  # the last code: null
+        codes = np.ascontiguousarray((phys.fill_null(n - 1) if phys.null_count() else phys).to_numpy())
+    r = _native.group_stats(np.ascontiguousarray(v.to_numpy()), codes, n, [float(q) for q in quantiles])
+    return {
+        "key": None if key is None else key.gather(pl.Series(r["first_row"], dtype=pl.UInt32)),
+        "count": pl.Series(r["count"], dtype=pl.UInt32), "mean": pl.Series(r["mean"]),
+        "quantiles": [pl.Series(q) for q in r["quantiles"]], "max": pl.Series(r["max"]),
+        "sum": pl.Series(r["sum"]), "gmean": pl.Series(r["gmean"]).fill_nan(None),
     }

@@ -59,18 +59,20 @@ def _run_one(key: str, analysis, trace: Trace) -> tuple[dict | None, str | None]
     return res, None
 
 
-# the analyses that take most of the time on a sched trace (bench/analyze.py) and those of them that
-# need the most memory at once (tens of MB of matched wakeups / task-state changes on the bench trace)
+# the analyses that take most of the time on a sched trace (bench/analyze.py), and those of them that need the
+# most memory while they run (tens of MB of task moves, runs and matched wakeups on the bench trace), in the
+# order their lane runs them
 _SLOW = ("tasks", "latency", "load_tracking", "placement")
-_LARGE = ("tasks", "latency")
+_LARGE = ("placement", "tasks", "latency")
 
 
 def _summaries(trace: Trace, keys: list[str], threads: int) -> dict[str, tuple[dict | None, str | None]]:
-    """{key: _run_one(...)} of the analyses. With two threads or more (polars and the compiled simulators
-    release the GIL, so two analyses overlap where one alone leaves a core idle) the analyses run in two
-    lanes: the large ones (_LARGE) one after the other in one, the others, slowest first, in the other, so
-    that two large ones never hold their memory at once (peak RSS on the analysis bench trace, in process:
-    346 -> 308 MB with the memory given back after each analysis, for 0.55 -> 0.64 s; docs/analysis-speed.md)."""
+    """{key: _run_one(...)} of the analyses. With two threads or more (polars and the compiled passes release
+    the GIL, so two analyses overlap where one alone leaves a core idle) they run in two lanes: the large
+    ones (_LARGE) one after the other in one, the others, slowest first, in the other, so that two large ones
+    never hold their memory at once. On the analysis bench trace (a cached `abtest analyze --json`, GNU time,
+    6 runs): 0.84-0.87 s and 243-248 MB; before the lanes, the memory given back after each analysis and the
+    compiled statistics: 0.77-0.85 s and 318-338 MB (docs/analysis-speed.md)."""
     if threads <= 1 or len(keys) <= 1:
         return {k: _run_one(k, ANALYSES[k], trace) for k in keys}
     import threading

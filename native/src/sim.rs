@@ -3,7 +3,7 @@
 use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use sim::{boost, latency, pelt, placement, tasks, window};
+use sim::{boost, latency, pelt, placement, stats, tasks, window};
 
 use pelt::{CpuSpec, Frequencies, Inputs, Migrations, Seeds, Segments, Switches, Wakeups, Want};
 
@@ -465,7 +465,42 @@ fn placement_fold<'py>(
     ))
 }
 
+/// Statistics of `values` per group (sim::stats::group_stats; `groups[i]` < `n_groups`), the GIL released.
+/// Returns group, first_row, count, mean, quantiles (a list: one array per requested q), max, sum, gmean
+/// (NaN: no positive value), one row per group that has values, by group code.
+#[pyfunction]
+fn group_stats<'py>(
+    py: Python<'py>,
+    values: F64<'py>,
+    groups: U32<'py>,
+    n_groups: usize,
+    quantiles: Vec<f64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (v, g) = (values.as_slice()?, groups.as_slice()?);
+    if v.len() != g.len() || g.iter().any(|&c| c as usize >= n_groups) {
+        return Err(pyo3::exceptions::PyValueError::new_err("one group code below n_groups per value"));
+    }
+    let s = py.detach(|| stats::group_stats(v, g, n_groups, &quantiles));
+    let qs = PyList::empty(py);
+    for q in s.quantiles {
+        qs.append(q.into_pyarray(py))?;
+    }
+    let d = arrays_dict!(
+        py,
+        "group" => s.group,
+        "first_row" => s.first_row,
+        "count" => s.count,
+        "mean" => s.mean,
+        "max" => s.max,
+        "sum" => s.sum,
+        "gmean" => s.gmean,
+    );
+    d.set_item("quantiles", qs)?;
+    Ok(d)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(group_stats, m)?)?;
     m.add_function(wrap_pyfunction!(wakeup_latency, m)?)?;
     m.add_function(wrap_pyfunction!(preemption_latency, m)?)?;
     m.add_function(wrap_pyfunction!(task_state_intervals, m)?)?;

@@ -7,5 +7,6 @@ pub mod events;
 pub mod latency;
 pub mod pelt;
 pub mod placement;
+pub mod stats;
 pub mod tasks;
 pub mod window;
