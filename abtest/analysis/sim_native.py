@@ -183,6 +183,18 @@ def _switches_with_state(sched_switch: pl.DataFrame) -> tuple:
             _a(sched_switch, "prev_pid", pl.Int32, 0), _a(sched_switch, "next_pid", pl.Int32, 0), state)
 
 
+def _row_slices(df: pl.DataFrame, columns: tuple[str, ...]) -> list[pl.DataFrame]:
+    """``columns`` of ``df`` as consecutive row slices, one per chunk when they are chunked alike (a
+    concatenation of tables, e.g. sched_wakeup + sched_wakeup_new: each slice's columns reach numpy without
+    a copy), else the whole frame."""
+    sel = df.select(columns)
+    lengths = [sel.get_column(c).chunk_lengths() for c in columns]
+    if any(ls != lengths[0] for ls in lengths[1:]) or len(lengths[0]) <= 1:
+        return [sel]
+    offsets = np.cumsum([0] + lengths[0][:-1])
+    return [sel.slice(int(o), n) for o, n in zip(offsets, lengths[0])]
+
+
 def preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None, end_ns: int | None) -> pl.DataFrame:
     """latency.df_preemption_latency's matching, compiled: same columns, sorted by preempt_ts."""
     lo = -(2**63) if start_ns is None else int(start_ns)
@@ -203,13 +215,16 @@ def wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *, start_n
     wakeup of the trace with pid != 0 (those in ``[start_ns, end_ns)`` are matched, the others can only end a
     while-on-CPU candidate). Same columns as df_wakeup_latency (or ``columns`` of them), sorted by wakeup_ts."""
     sw = _switches_with_state(sched_switch)
-    wk = [(_a(wakeups, "ts", pl.Int64, 0), _a(wakeups, "pid", pl.Int32, 0))]
+    parts = _row_slices(wakeups, ("ts", "pid"))
+    wk = [(_a(p, "ts", pl.Int64, 0), _a(p, "pid", pl.Int32, 0)) for p in parts]
     lo = -(2**63) if start_ns is None else int(start_ns)
     hi = 2**63 - 1 if end_ns is None else int(end_ns)
     m = _native.wakeup_latency(sw, wk, lo, hi, bool(while_on_cpu))  # by wakeup ts (stable)
     del sw, wk
+    # the matched rows of `wakeups` (a part's row + the rows of the parts before it)
+    first = np.cumsum([0] + [p.height for p in parts[:-1]]).astype(np.uint32)
+    rows = pl.Series(first[m.pop("table")] + m.pop("row"), dtype=pl.UInt32)
     # lazily: only the columns asked for are gathered from the wakeups
-    rows = pl.Series(m["row"], dtype=pl.UInt32)
     switch_in = pl.lit(pl.Series("switch_in_ts", m["switch_in_ts"]))
     out = wakeups.lazy().select(pl.col("pid", "comm", "kind", "ts", "target_cpu").gather(rows)).select(
         "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"), switch_in, pl.lit(pl.Series("cpu", m["cpu"])),
