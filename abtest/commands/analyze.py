@@ -293,8 +293,8 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
         trace = trace.window(t0 + int(round(lo * 1e9)), t0 + int(round(hi * 1e9)))
     n_events = sum(trace.events.values())
     if not windows_s and n_events > LONG_TRACE_EVENTS:
-        click.secho(f"note: {n_events:,} events: the whole-trace analyses hold several times the tables in memory "
-                    f"(about 2.6x, docs/analysis-speed.md); `abtest analyze --windows 30` analyses this trace in bounded "
+        click.secho(f"note: {n_events:,} events: the whole-trace analyses hold about twice the tables in memory "
+                    f"(docs/analysis-speed.md); `abtest analyze --windows 30` analyses this trace in bounded "
                     f"memory", fg="yellow", err=True)
     if windows_s:
         from abtest.commands.analyze_windows import run_windowed
