@@ -361,6 +361,7 @@ def _definition_summary(la: LatencyAnalysis, definition: str, top_tasks: int) ->
     # the columns the statistics read: a million wakeups' other columns are not built
     lat = df_with_clusters(df_wakeup_latency(wk, trace.df("sched_switch", windowed=False), start_ns=lo, end_ns=hi,
                                              rule=definition, columns=_STAT_COLUMNS), trace_clusters(trace))
+    lat = lat.drop("cpu", "target_cpu")  # read only to name the clusters
     del wk
     overall = df_latency_stats(lat, by=None).row(0, named=True)
     out = {"definition": DEFINITION_TEXT[definition], "wakeup_event": DEFINITIONS[definition],
