@@ -268,7 +268,8 @@ def test_the_equivalence_tests_compare_real_traces(traces):
 def _polars_stats(df: pl.DataFrame, by: str | None, value: str, qs: tuple[float, ...]) -> pl.DataFrame:
     """The reference: count, mean, linear quantiles, max, sum, geometric mean of the positive values, by polars."""
     c = pl.col(value)
-    aggs = [pl.len().alias("count"), c.mean().alias("mean"), *[c.quantile(q, "linear").alias(f"q{i}") for i, q in enumerate(qs)],
+    aggs = [pl.len().alias("count"), c.mean().alias("mean"),
+            *[c.quantile(q, "linear").alias(f"q{i}") for i, q in enumerate(qs)],
             c.max().alias("max"), c.sum().alias("sum"), c.filter(c > 0).log().mean().exp().alias("gmean")]
     return df.select(aggs) if by is None else df.group_by(by).agg(aggs)
 
@@ -316,7 +317,8 @@ def test_group_stats_equal_polars(traces, rel):
 def test_group_stats_refuse_what_they_do_not_take():
     """Nulls or NaN among the values, keys that are not categorical, an empty frame: None (polars groups)."""
     from abtest.analysis import sim_native
-    df = pl.DataFrame({"k": ["a", "b", None, "a"], "v": [1.0, -2.0, 3.0, 0.0]}).with_columns(pl.col("k").cast(pl.Categorical))
+    df = pl.DataFrame({"k": ["a", "b", None, "a"], "v": [1.0, -2.0, 3.0, 0.0]}).with_columns(
+        pl.col("k").cast(pl.Categorical))
     g = sim_native.group_stats(df, "k", "v", (0.5,))
     by_key = dict(zip(g["key"].to_list(), zip(g["count"].to_list(), g["gmean"].to_list())))
     assert set(by_key) == {"a", "b", None}  # null is a group of its own

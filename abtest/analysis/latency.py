@@ -221,7 +221,8 @@ _QUANTILES = (0.5, 0.9, 0.95, 0.99)
 
 def _compiled_stats(latency: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     """_stats per value of one Categorical / Enum key (or over all rows), compiled (sim_native.group_stats:
-    one copy of the latencies instead of one per quantile; means to ~1e-15 of polars', the rest equal); None when it does not apply."""
+    one copy of the latencies instead of one per quantile; means to ~1e-15 of polars', the rest equal); None
+    when it does not apply."""
     from abtest.analysis import sim_native
     if len(by) > 1:
         return None

@@ -368,8 +368,9 @@ def placement_fold(sched_switch: pl.DataFrame, *, start_ns: int, end_ns: int,
 def group_stats(df: pl.DataFrame, by: str | None, value: str, quantiles: tuple[float, ...]) -> dict | None:
     """Statistics of the Float64 column ``value`` per value of ``by`` (a Categorical or Enum column; None:
     all rows as one group), compiled (native/sim/src/stats.rs: one copy of the values; counts, linear
-    quantiles and maxima equal a polars group_by's, means and geometric means to ~1e-15). Returns {"key": the key of each group
-    (a Series of ``by``'s dtype; null is a group) or None, "count", "mean", "quantiles": [one Series per q],
+    quantiles and maxima equal a polars group_by's, means and geometric means to ~1e-15). Returns {"key": the
+    key of each group (a Series of ``by``'s dtype; null is a group) or None, "count", "mean", "quantiles": [one
+    Series per q],
     "max", "sum", "gmean" (null: no positive value)} as Series, groups in code order; None when the columns
     are of other kinds, have nulls or NaN values, or the frame is empty (the caller groups with polars)."""
     v = df.get_column(value)

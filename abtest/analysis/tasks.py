@@ -202,7 +202,8 @@ def df_activation_stats(activations: pl.DataFrame | pl.LazyFrame, by: str = "com
 
 def _compiled_activation_stats(runs: pl.DataFrame, by: str) -> pl.DataFrame | None:
     """df_activation_stats' figures per value of a Categorical / Enum ``by`` from ``runs`` (``by``, ``ms``),
-    compiled (sim_native.group_stats: one copy of the durations; means to ~1e-15 of polars', the rest equal); None when it does not apply."""
+    compiled (sim_native.group_stats: one copy of the durations; means to ~1e-15 of polars', the rest equal);
+    None when it does not apply."""
     from abtest.analysis import sim_native
     g = sim_native.group_stats(runs, by, "ms", (0.5, 0.95))
     if g is None:
