@@ -183,21 +183,26 @@ def df_preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None = 
                     ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us")).sort("preempt_ts")
 
 
+# the quantiles of the latency statistics (p50_us ... p99_us), for polars' and the compiled statistics alike
+_QUANTILES = (0.5, 0.9, 0.95, 0.99)
+
+
+def _quantile_key(q: float) -> str:
+    return f"p{round(q * 100)}_us"
+
+
 def _stats(col: pl.Expr) -> list[pl.Expr]:
     pos = col.filter(col > 0)
     return [
         pl.len().alias("wakeups"),
         col.mean().alias("mean_us"),
-        col.quantile(0.5, "linear").alias("p50_us"),
-        col.quantile(0.9, "linear").alias("p90_us"),
-        col.quantile(0.95, "linear").alias("p95_us"),
-        col.quantile(0.99, "linear").alias("p99_us"),
+        *[col.quantile(q, "linear").alias(_quantile_key(q)) for q in _QUANTILES],
         col.max().alias("max_us"),
         pos.log().mean().exp().alias("gmean_us"),
     ]
 
 
-STAT_KEYS = ("wakeups", "mean_us", "p50_us", "p90_us", "p95_us", "p99_us", "max_us", "gmean_us")
+STAT_KEYS = ("wakeups", "mean_us", *(_quantile_key(q) for q in _QUANTILES), "max_us", "gmean_us")
 
 
 def df_latency_stats(latency: pl.DataFrame, by: str | list[str] | None = ("pid", "comm")) -> pl.DataFrame:
@@ -216,9 +221,6 @@ def df_latency_stats(latency: pl.DataFrame, by: str | list[str] | None = ("pid",
     return out.sort(["wakeups", *by], descending=[True] + [False] * len(by)) if by else out
 
 
-_QUANTILES = (0.5, 0.9, 0.95, 0.99)
-
-
 def _compiled_stats(latency: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     """_stats per value of one Categorical / Enum key (or over all rows), compiled (sim_native.group_stats:
     one copy of the latencies instead of one per quantile; means to ~1e-15 of polars', the rest equal); None
@@ -231,7 +233,7 @@ def _compiled_stats(latency: pl.DataFrame, by: list[str]) -> pl.DataFrame | None
         return None
     cols = {} if not by else {by[0]: g["key"]}
     cols |= {"wakeups": g["count"], "mean_us": g["mean"],
-             **{f"p{round(q * 100)}_us": s for q, s in zip(_QUANTILES, g["quantiles"])},
+             **{_quantile_key(q): s for q, s in zip(_QUANTILES, g["quantiles"])},
              "max_us": g["max"], "gmean_us": g["gmean"]}
     return pl.DataFrame(cols)
 
