@@ -46,11 +46,13 @@ test: setup native-check
 	$(VENV)/bin/pytest -q
 
 # Rust hygiene of native/: formatting, clippy with warnings as errors, the decoders' unit tests and
-# FUZZ_SECONDS of mutation fuzzing per decoder (native/fuzz)
+# FUZZ_SECONDS of mutation fuzzing per decoder (native/fuzz). The fuzzers' seeds are the shared traces, found
+# as the Python tests find them (tests/shared_data.py: also from a clone in a temporary directory).
 native-check: setup
 	cd native && cargo fmt --all -- --check
 	cd native && cargo clippy --workspace --all-targets --release -q -- -D warnings
-	cd native && ABTEST_FUZZ_SECONDS=$(FUZZ_SECONDS) cargo test --release -q -p abtest-native -p abtest-tracedat -p abtest-perfetto -p abtest-sim -p abtest-fuzz
+	cd native && ABTEST_SHARED="$$(cd ../tests && $(abspath $(PY)) -c 'from shared_data import SHARED; print(SHARED)')" \
+		ABTEST_FUZZ_SECONDS=$(FUZZ_SECONDS) cargo test --release -q -p abtest-native -p abtest-tracedat -p abtest-perfetto -p abtest-sim -p abtest-fuzz
 
 demo: setup
 	$(VENV)/bin/python -m abtest.demo
