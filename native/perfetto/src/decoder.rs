@@ -15,35 +15,22 @@ use crate::sort::{
     derive_prev, sort_compact_switch, sort_compact_waking, sort_rails, sort_table, waker_pids, PrevTask, Renames,
     Switches,
 };
-use crate::table::{Data, FnvMap, Interner, Table, COL_FLAGS, COL_PID};
+use crate::table::{Data, Interner, Table, COL_FLAGS, COL_PID};
 use crate::wire::{err, DResult, DecodeError, Msg, Value};
+use crate::Limits;
+use rustc_hash::FxHashMap;
 
 /// FtraceEvent field number of GenericFtraceEvent.
 const GENERIC_EVENT_ID: u32 = 327;
 const MAX_NESTING: u32 = 4;
 
-/// Limits on what compressed packets may inflate to (see Limits in lib.rs).
-#[derive(Debug, Clone, Copy)]
-pub struct Inflate {
-    pub ratio: f64,
-    pub floor: u64,
-    pub absolute: u64,
-}
-
-impl Inflate {
-    /// Largest inflated size allowed for `compressed` bytes: max(ratio x compressed, floor), at most absolute.
-    pub fn max_inflated(&self, compressed: usize) -> u64 {
-        ((self.ratio * compressed as f64).min(u64::MAX as f64) as u64).max(self.floor).min(self.absolute)
-    }
-}
-
 pub struct Decoder<'s> {
     schema: &'s Schema,
-    inflate: Inflate,
+    inflate: Limits,
     pub tables: Vec<Table>,
     by_id: Vec<i32>,
-    by_name: FnvMap<Box<[u8]>, usize>,
-    dyn_ids: FnvMap<u32, usize>,
+    by_name: FxHashMap<Box<[u8]>, usize>,
+    dyn_ids: FxHashMap<u32, usize>,
     pub strings: Interner,
     pub switch: CompactSwitch,
     pub waking: CompactWaking,
@@ -52,8 +39,8 @@ pub struct Decoder<'s> {
     pub meta: Meta,
     pub warnings: Vec<String>,
     /// tables of event ids outside the schema (one warning each)
-    unknown_ids: FnvMap<u32, usize>,
-    sequences_seen: FnvMap<u32, ()>,
+    unknown_ids: FxHashMap<u32, usize>,
+    sequences_seen: FxHashMap<u32, ()>,
     event_spans: Vec<(usize, usize)>,
     scratch: Vec<(usize, String)>,
     packed: Vec<u64>,
@@ -66,14 +53,14 @@ fn is_bookkeeping(field: u32) -> bool {
 }
 
 impl<'s> Decoder<'s> {
-    pub fn new(schema: &'s Schema, inflate: Inflate) -> Self {
+    pub fn new(schema: &'s Schema, inflate: Limits) -> Self {
         Decoder {
             schema,
             inflate,
             tables: Vec::new(),
             by_id: vec![-1; schema.events.len()],
-            by_name: FnvMap::default(),
-            dyn_ids: FnvMap::default(),
+            by_name: FxHashMap::default(),
+            dyn_ids: FxHashMap::default(),
             strings: Interner::default(),
             switch: CompactSwitch::default(),
             waking: CompactWaking::default(),
@@ -81,8 +68,8 @@ impl<'s> Decoder<'s> {
             rails: Rails::default(),
             meta: Meta::default(),
             warnings: Vec::new(),
-            unknown_ids: FnvMap::default(),
-            sequences_seen: FnvMap::default(),
+            unknown_ids: FxHashMap::default(),
+            sequences_seen: FxHashMap::default(),
             event_spans: Vec::new(),
             scratch: Vec::new(),
             packed: Vec::new(),
@@ -187,7 +174,7 @@ impl<'s> Decoder<'s> {
         Ok(())
     }
 
-    /// compressed_packets (zlib) / zstd_compressed_packets: inflated (at most `Inflate::max_inflated` of
+    /// compressed_packets (zlib) / zstd_compressed_packets: inflated (at most `Limits::max_inflated` of
     /// its size) and walked as a Trace.
     fn decode_compressed(&mut self, b: &[u8], off: usize, zstd: bool, depth: u32) -> DResult<()> {
         let kind = if zstd { "zstd_compressed_packets" } else { "compressed_packets (zlib)" };
@@ -212,7 +199,7 @@ impl<'s> Decoder<'s> {
                 "{kind} of {} bytes inflates beyond {limit} bytes, the limit for its size (max(ratio {} x compressed \
                  size, floor {}), at most {}; settings ABTEST_MAX_INFLATE_RATIO / _FLOOR_BYTES, \
                  ABTEST_MAX_INFLATED_BYTES): a decompression bomb or an unusually large block",
-                b.len(), self.inflate.ratio, self.inflate.floor, self.inflate.absolute),
+                b.len(), self.inflate.inflate_ratio, self.inflate.inflate_floor, self.inflate.inflated_bytes),
             );
         }
         self.decode_trace(&out, 0, depth + 1).map_err(|e| DecodeError {
@@ -505,7 +492,7 @@ mod tests {
             out
         };
         let trace = ld(1, &ld(50, &block));
-        let inflate = Inflate { ratio: 10.0, floor: 1000, absolute: 1 << 30 };
+        let inflate = Limits { inflate_ratio: 10.0, inflate_floor: 1000, inflated_bytes: 1 << 30 };
         let mut d = Decoder::new(Schema::builtin(), inflate);
         let e = d.decode_trace(&trace, 0, 0).unwrap_err();
         assert!(e.msg.contains("inflates beyond") && e.msg.contains(&inflate.max_inflated(block.len()).to_string()));

@@ -31,6 +31,15 @@ pub struct Limits {
     pub inflated_bytes: u64,
 }
 
+impl Limits {
+    /// Largest inflated size allowed for `compressed` bytes (see above).
+    pub fn max_inflated(&self, compressed: usize) -> u64 {
+        ((self.inflate_ratio * compressed as f64).min(u64::MAX as f64) as u64)
+            .max(self.inflate_floor)
+            .min(self.inflated_bytes)
+    }
+}
+
 impl Default for Limits {
     fn default() -> Limits {
         Limits { inflate_ratio: 250.0, inflate_floor: 64 << 20, inflated_bytes: 8 << 30 }
@@ -62,9 +71,7 @@ pub struct Decoded {
 /// Decode the perfetto trace in `data` (on the calling thread).
 pub fn decode(data: &[u8], limits: Limits) -> Result<Decoded, Error> {
     let schema = schema::Schema::builtin();
-    let inflate =
-        decoder::Inflate { ratio: limits.inflate_ratio, floor: limits.inflate_floor, absolute: limits.inflated_bytes };
-    let mut d = decoder::Decoder::new(schema, inflate);
+    let mut d = decoder::Decoder::new(schema, limits);
     d.decode_trace(data, 0, 0).map_err(|e| Error {
         offset: e.offset,
         message: format!("corrupt perfetto protobuf: {}", e.msg),

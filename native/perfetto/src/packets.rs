@@ -10,7 +10,6 @@ pub struct RailDesc {
     pub index: u32,
     pub name: String,
     pub subsys: String,
-    pub sampling_rate: u32,
 }
 
 #[derive(Default)]
@@ -85,13 +84,12 @@ pub fn power_rails(
         let Some(mut sm) = Msg::from_value(&v) else { continue };
         match num {
             1 => {
-                let mut d = RailDesc { index: 0, name: String::new(), subsys: String::new(), sampling_rate: 0 };
+                let mut d = RailDesc { index: 0, name: String::new(), subsys: String::new() };
                 while let Some((n2, v2)) = sm.next_field()? {
                     match n2 {
                         1 => d.index = v2.as_u64() as u32,
                         2 => d.name = string_of(&v2),
                         3 => d.subsys = string_of(&v2),
-                        4 => d.sampling_rate = v2.as_u64() as u32,
                         _ => {}
                     }
                 }

@@ -2,13 +2,14 @@
 //! that the Python side receives tables already sorted by ts (and flags them sorted).
 use crate::compact::{CompactSwitch, CompactWaking};
 use crate::packets::Rails;
-use crate::table::{Column, Data, FnvMap, Table};
+use crate::table::{Column, Data, Table};
+use rustc_hash::FxHashMap;
 
 /// Stable permutation that orders `ts` ascending, or None when it already is. (The rows come as runs
 /// already in order, e.g. one per CPU bundle: the standard stable sort merges such runs in about linear
 /// time.)
 pub fn argsort_ts(ts: &[i64]) -> Option<Vec<u32>> {
-    if ts.windows(2).all(|w| w[0] <= w[1]) {
+    if ts.is_sorted() {
         return None;
     }
     let mut perm: Vec<u32> = (0..ts.len() as u32).collect();
@@ -63,7 +64,7 @@ pub struct PrevTask {
 #[derive(Default)]
 pub struct CpuSlots {
     direct: Vec<u32>,
-    far: FnvMap<i32, u32>,
+    far: FxHashMap<i32, u32>,
     pub len: usize,
 }
 
@@ -95,7 +96,7 @@ impl CpuSlots {
 /// task_rename events: pid -> [(ts, newcomm string id)] in ts order (file order on ties).
 #[derive(Default)]
 pub struct Renames {
-    by_pid: FnvMap<i32, Vec<(i64, u32)>>,
+    by_pid: FxHashMap<i32, Vec<(i64, u32)>>,
     /// bit (pid mod 2^16) is set when some pid with those low bits was renamed: most switches skip
     /// the map lookup (one bit test per switch instead of a hash)
     filter: Vec<u64>,

@@ -3,38 +3,15 @@
 //! Every ftrace event kind becomes one `Table`: `ts` (i64 ns), `cpu` (i32) and one `Column` per
 //! field. Columns are filled row by row; a field absent from an event becomes a null (a validity
 //! vector is created lazily, so fully populated columns carry none).
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::schema::{Enc, EventSpec, FieldSpec, Kind, LIST_SEP};
 use crate::wire::{bytes_of, packed_varints, zigzag, DResult, Msg, Value};
-
-/// FNV-1a: a fast hash for short keys (comm strings, field names).
-#[derive(Default)]
-pub struct Fnv(u64);
-
-impl Hasher for Fnv {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf29ce484222325 } else { self.0 };
-        for &b in bytes {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x100000001b3);
-        }
-        self.0 = h;
-    }
-}
-
-pub type FnvMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+use rustc_hash::FxHashMap;
 
 /// Deduplicated strings; columns hold u32 ids into `values`.
 #[derive(Default)]
 pub struct Interner {
-    map: FnvMap<Box<[u8]>, u32>,
+    map: FxHashMap<Box<[u8]>, u32>,
     pub values: Vec<Box<[u8]>>,
 }
 

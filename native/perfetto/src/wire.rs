@@ -105,9 +105,6 @@ impl<'a> Msg<'a> {
                 break;
             }
             shift += 7;
-            if shift > 63 {
-                return err(self.base + start, "varint longer than 10 bytes");
-            }
         }
         self.pos = p;
         Ok(v)

@@ -6,7 +6,6 @@
 //! LargeUtf8 (invalid UTF-8 replaced), other bytes LargeBinary, arrays LargeList.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, OnceLock};
 
 use arrow_array::types::UInt32Type;
@@ -20,6 +19,7 @@ use arrow_schema::Field;
 use crate::bytes::rd;
 use crate::format::Kind;
 use crate::printf::format_bprint;
+use rustc_hash::FxHashMap;
 
 /// How to fill one column: the field's place in the record and its kind. `aux_*`: the place of the
 /// field a kind also reads (bprint: the format address; kernel_stack: the entry count).
@@ -34,34 +34,6 @@ pub struct Spec {
     pub aux_off: usize,
     pub aux_size: usize,
 }
-
-/// FxHash-style multiplicative hasher for the dictionaries (short task names).
-#[derive(Default)]
-pub struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut v = 0u64;
-            for (k, &b) in chunk.iter().enumerate() {
-                v |= (b as u64) << (8 * k);
-            }
-            self.write_u64(v);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_u128(&mut self, v: u128) {
-        self.write_u64(v as u64);
-        self.write_u64((v >> 64) as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 /// Kernel symbols for bprint `%pS` (sorted addresses, names), parsed on first use.
 pub struct Syms<'a> {
@@ -226,8 +198,8 @@ const RECENT: usize = 64;
 /// in a small direct-mapped cache of recent keys before the hash map.
 #[derive(Debug, Clone)]
 pub struct Dict {
-    short: FxMap<u128, u32>,
-    long: FxMap<Vec<u8>, u32>,
+    short: FxHashMap<u128, u32>,
+    long: FxHashMap<Vec<u8>, u32>,
     recent: Box<[(u128, u32); RECENT]>,
     pub values: Var,
 }
@@ -258,8 +230,8 @@ fn first_nul(v: u128) -> usize {
 impl Dict {
     pub fn new() -> Dict {
         Dict {
-            short: FxMap::default(),
-            long: FxMap::default(),
+            short: FxHashMap::default(),
+            long: FxHashMap::default(),
             recent: Box::new([(0, u32::MAX); RECENT]),
             values: Var::new(true),
         }
@@ -331,6 +303,23 @@ pub enum Data {
         offsets: Vec<i64>,
         flat: Ints,
     },
+}
+
+impl Default for Data {
+    /// An empty column (what a column's data is replaced with once taken).
+    fn default() -> Data {
+        Data::Int(Ints::U8(Vec::new()))
+    }
+}
+
+impl Data {
+    /// The integers of an Int or List column (the flat elements of a list); empty for other kinds.
+    pub fn into_ints(self) -> Ints {
+        match self {
+            Data::Int(i) | Data::List { flat: i, .. } => i,
+            _ => Ints::U8(Vec::new()),
+        }
+    }
 }
 
 /// One column being filled.

@@ -96,6 +96,7 @@ struct Filling {
 }
 
 /// A decoded piece.
+#[derive(Default)]
 pub struct PieceOut {
     pub types: Vec<TypeCols>,
     pub stats: PageStats,
@@ -147,25 +148,10 @@ fn decode_piece(ctx: &Ctx, p: &Piece, sc: &mut Scratch) -> Result<PieceOut, Erro
         short_fields: 0,
         missing_formats: 0,
     };
-    let mut out = PieceOut {
-        types: Vec::new(),
-        stats: PageStats::default(),
-        short_fields: 0,
-        missing_formats: 0,
-        first_ts: None,
-        last_ts: None,
-        backwards: 0,
-    };
+    let mut out = PieceOut::default();
     let mut last = i64::MIN;
     let mut first = None;
-    let piece_bytes: usize = p
-        .blocks
-        .iter()
-        .map(|b| match b {
-            Block::Stored { size, .. } => *size,
-            Block::Chunk { chunk, .. } => chunk.inflated,
-        })
-        .sum();
+    let piece_bytes = p.bytes();
     let mut types: Vec<Filling> = Vec::new();
     for blk in &p.blocks {
         let (data, where_): (&[u8], Block) = match *blk {

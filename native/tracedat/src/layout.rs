@@ -27,7 +27,6 @@ const OPT_UNAME: u16 = 5;
 const OPT_OFFSET: u16 = 7;
 const OPT_CPUCOUNT: u16 = 8;
 const OPT_VERSION: u16 = 9;
-const OPT_TRACEID: u16 = 11;
 const OPT_TIME_SHIFT: u16 = 12;
 const OPT_GUEST: u16 = 13;
 const OPT_TSC2NSEC: u16 = 14;
@@ -86,8 +85,9 @@ pub struct Buffer {
 }
 
 /// Where the kallsyms text is: stored in the file, or a compressed v7 section (inflated on demand).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Kallsyms {
+    #[default]
     None,
     Stored {
         offset: usize,
@@ -101,7 +101,7 @@ pub enum Kallsyms {
 }
 
 /// Everything a trace.dat holds besides the event records.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Layout {
     pub version: u32,
     pub big_endian: bool,
@@ -208,10 +208,6 @@ fn check_span(data: &[u8], off: u64, size: u64, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn cpu_count_txt(n: u32) -> String {
-    format!("{n} CPUs")
-}
-
 impl<'a> Parser<'a> {
     fn reader(&self, pos: usize) -> Reader<'a> {
         Reader::new(self.data, pos, self.be)
@@ -302,7 +298,6 @@ impl<'a> Parser<'a> {
             OPT_UNAME => lay.uname = Some(cstr_of(payload)),
             OPT_VERSION => lay.tracer_version = Some(cstr_of(payload)),
             OPT_CPUCOUNT if payload.len() >= 4 => lay.cpus = rd(payload, 0, 4, be).unwrap_or(0) as u32,
-            OPT_TRACEID => {}
             OPT_TSC2NSEC if payload.len() >= 16 => {
                 let (m, s, off) = (rd(payload, 0, 4, be), rd(payload, 4, 4, be), rd(payload, 8, 8, be));
                 lay.tsc2nsec = Some((m.unwrap_or(0) as u32, s.unwrap_or(0) as u32, off.unwrap_or(0)));
@@ -363,9 +358,7 @@ impl<'a> Parser<'a> {
         }
         let mut top = Buffer { cpustats: std::mem::take(&mut o.top_cpustats), ..Buffer::default() };
         for cpu in 0..header_cpus {
-            let off = c.u64(&format!("CPU {cpu} data offset"))?;
-            let size = c.u64(&format!("CPU {cpu} data size"))?;
-            check_span(self.data, off, size, &format!("CPU {cpu} ring-buffer data"))?;
+            let (off, size) = self.cpu_span(c, "", cpu)?;
             top.cpus.push(CpuData { cpu, pages: CpuPages::Stored { offset: off as usize, size: size as usize } });
         }
         self.lay.buffers.push(top);
@@ -374,6 +367,15 @@ impl<'a> Parser<'a> {
             self.lay.buffers.push(inst);
         }
         Ok(())
+    }
+
+    /// A CPU's (u64 offset, u64 size) of ring-buffer data, checked against the file. `label`: "" or
+    /// "instance 'name' ", for the messages.
+    fn cpu_span(&self, r: &mut Reader, label: &str, cpu: u32) -> Result<(u64, u64)> {
+        let off = r.u64(&format!("{label}CPU {cpu} data offset"))?;
+        let size = r.u64(&format!("{label}CPU {cpu} data size"))?;
+        check_span(self.data, off, size, &format!("{label}CPU {cpu} ring-buffer data"))?;
+        Ok((off, size))
     }
 
     /// v6 BUFFER option (u64 offset, name): at the offset 'flyrecord\0', (u64 offset, u64 size) per CPU,
@@ -398,9 +400,7 @@ impl<'a> Parser<'a> {
         s.expect(b"flyrecord\0", &format!("'flyrecord\\0' at the start of the {what}"))?;
         let mut b = Buffer { name: Some(name.clone()), ..Buffer::default() };
         for cpu in 0..cpus {
-            let data_off = s.u64(&format!("instance {q} CPU {cpu} data offset"))?;
-            let size = s.u64(&format!("instance {q} CPU {cpu} data size"))?;
-            check_span(self.data, data_off, size, &format!("instance {q} CPU {cpu} ring-buffer data"))?;
+            let (data_off, size) = self.cpu_span(&mut s, &format!("instance {q} "), cpu)?;
             b.cpus.push(CpuData { cpu, pages: CpuPages::Stored { offset: data_off as usize, size: size as usize } });
         }
         if s.left() >= 8 {
@@ -591,15 +591,13 @@ impl<'a> Parser<'a> {
         let bound = if known_cpus > 0 { known_cpus } else { MAX_CPUS };
         for _ in 0..ncpu {
             let cpu = b.u32("buffer cpu id")?;
-            let off = b.u64(&format!("{label}CPU {cpu} data offset"))?;
-            let size = b.u64(&format!("{label}CPU {cpu} data size"))?;
-            check_span(self.data, off, size, &format!("{label}CPU {cpu} ring-buffer data"))?;
+            let (off, size) = self.cpu_span(b, &label, cpu)?;
             if size == 0 {
                 continue;
             }
             if cpu >= bound {
                 let why = if known_cpus > 0 {
-                    format!("the file records {}", cpu_count_txt(known_cpus))
+                    format!("the file records {known_cpus} CPUs")
                 } else {
                     format!("Linux has at most {MAX_CPUS} CPUs")
                 };
@@ -684,24 +682,7 @@ pub fn parse(data: &[u8], limits: Limits) -> Result<Layout> {
         big_endian: be,
         long_size,
         page_size,
-        codec: None,
-        header_page: String::new(),
-        formats: Vec::new(),
-        kallsyms: Kallsyms::None,
-        printk: String::new(),
-        cmdlines: String::new(),
-        cpus: 0,
-        clock: None,
-        uname: None,
-        tracer_version: None,
-        ts_offset_ns: 0,
-        date_offset_ns: 0,
-        tsc2nsec: None,
-        has_time_shift: false,
-        guests: Vec::new(),
-        buffers: Vec::new(),
-        warnings: Vec::new(),
-        skipped: ImportLog::default(),
+        ..Default::default()
     };
     let mut p = Parser { data, be, limits, inflater: None, lay };
     if p.lay.version == 6 {

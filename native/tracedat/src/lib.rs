@@ -223,7 +223,7 @@ fn run(data: &[u8], opts: &Options, sizes: Option<RoundSizes>, emit: &mut EmitRo
     }
     let mut meta = acc.meta(&lay, &header, events.count);
     skipped.merge(acc.skipped);
-    meta.set_import_errors(skipped);
+    meta.import_errors = skipped.0;
     Ok(Some(meta))
 }
 
@@ -257,10 +257,7 @@ fn record_batch(t: Table, lay: &Layout, has_instances: bool, printk: &HashMap<u6
     ];
     for (b, &char_pointer) in t.cols.into_iter().zip(&t.ty.char_pointer) {
         let name = b.spec.name.clone();
-        let array = match constant_strings(&b, char_pointer && t.ty.known, printk) {
-            Some(a) => a,
-            None => b.into_arrow(),
-        };
+        let array = constant_strings(&b, char_pointer && t.ty.known, printk).unwrap_or_else(|| b.into_arrow());
         fields.push(Field::new(name, array.data_type().clone(), array.null_count() > 0));
         arrays.push(array);
     }

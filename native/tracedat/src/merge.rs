@@ -219,28 +219,12 @@ fn gather_bytes(parts: &[&[u8]], ranges: &[Seg], total: usize) -> Vec<u8> {
 
 /// One column of every part, following the segments (the parts' data is consumed).
 fn gather_data(parts: Vec<Data>, segs: &[Seg], rows: usize) -> Data {
-    let Some(first) = parts.first() else { return Data::Int(Ints::U8(Vec::new())) };
+    let Some(first) = parts.first() else { return Data::default() };
     match first {
-        Data::Int(_) => {
-            let ints = parts
-                .into_iter()
-                .map(|d| match d {
-                    Data::Int(i) => i,
-                    _ => Ints::U8(Vec::new()),
-                })
-                .collect();
-            Data::Int(gather_ints(ints, segs, 1, rows))
-        }
+        Data::Int(_) => Data::Int(gather_ints(parts.into_iter().map(Data::into_ints).collect(), segs, 1, rows)),
         Data::List { count, .. } => {
             let count = *count;
-            let flats = parts
-                .into_iter()
-                .map(|d| match d {
-                    Data::List { flat, .. } => flat,
-                    _ => Ints::U8(Vec::new()),
-                })
-                .collect();
-            Data::List { count, flat: gather_ints(flats, segs, count, rows) }
+            Data::List { count, flat: gather_ints(parts.into_iter().map(Data::into_ints).collect(), segs, count, rows) }
         }
         Data::Var(v) => {
             let utf8 = v.utf8;
@@ -286,10 +270,6 @@ fn gather_data(parts: Vec<Data>, segs: &[Seg], rows: usize) -> Data {
     }
 }
 
-fn is_sorted(ts: &[i64]) -> bool {
-    ts.windows(2).all(|w| w[0] <= w[1])
-}
-
 /// Sort one part stably by ts (a piece whose timestamps go backwards).
 fn sort_part(t: &mut TypeCols) {
     let n = t.ts.len();
@@ -298,7 +278,7 @@ fn sort_part(t: &mut TypeCols) {
     let segs: Vec<Seg> = perm.iter().map(|&i| (0, i, 1)).collect();
     t.ts = gather(&[&t.ts], &segs, 1, n);
     for c in t.cols.iter_mut() {
-        let d = std::mem::replace(&mut c.data, Data::Int(Ints::U8(Vec::new())));
+        let d = std::mem::take(&mut c.data);
         c.data = gather_data(vec![d], &segs, n);
     }
 }
@@ -306,7 +286,7 @@ fn sort_part(t: &mut TypeCols) {
 /// Merge one event type's parts ((piece index, columns) in data order).
 fn merge_table(pieces: &[Piece], mut parts: Parts, nbuffers: usize) -> Table {
     for (_, t) in parts.iter_mut() {
-        if !is_sorted(&t.ts) {
+        if !t.ts.is_sorted() {
             sort_part(t);
         }
     }
@@ -320,14 +300,9 @@ fn merge_table(pieces: &[Piece], mut parts: Parts, nbuffers: usize) -> Table {
             }
         })
         .collect();
-    let segs = {
-        let ts: Vec<&[i64]> = parts.iter().map(|p| p.1.ts.as_slice()).collect();
-        merge_segments(&ts, &same_run)
-    };
-    let ts = {
-        let ts: Vec<&[i64]> = parts.iter().map(|p| p.1.ts.as_slice()).collect();
-        gather(&ts, &segs, 1, rows)
-    };
+    let part_ts: Vec<&[i64]> = parts.iter().map(|p| p.1.ts.as_slice()).collect();
+    let segs = merge_segments(&part_ts, &same_run);
+    let ts = gather(&part_ts, &segs, 1, rows);
     for (_, t) in parts.iter_mut() {
         t.ts = Vec::new();
     }
@@ -338,10 +313,7 @@ fn merge_table(pieces: &[Piece], mut parts: Parts, nbuffers: usize) -> Table {
     let mut cols = Vec::with_capacity(ncols);
     for j in 0..ncols {
         let spec = parts[0].1.cols[j].spec.clone();
-        let datas: Vec<Data> = parts
-            .iter_mut()
-            .map(|(_, t)| std::mem::replace(&mut t.cols[j].data, Data::Int(Ints::U8(Vec::new()))))
-            .collect();
+        let datas: Vec<Data> = parts.iter_mut().map(|(_, t)| std::mem::take(&mut t.cols[j].data)).collect();
         cols.push(Builder { spec, data: gather_data(datas, &segs, rows) });
         if rows >= TRIM_ROWS {
             release_freed_memory();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::{ImportLog, Skipped};
+use crate::error::Skipped;
 use crate::text::parse_cpustat;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -61,12 +61,6 @@ pub struct Meta {
     pub warnings: Vec<String>,
     /// content not decoded, per kind
     pub import_errors: BTreeMap<String, Skipped>,
-}
-
-impl Meta {
-    pub fn set_import_errors(&mut self, log: ImportLog) {
-        self.import_errors = log.0;
-    }
 }
 
 /// Lost events of one buffer, per CPU.
