@@ -19,8 +19,8 @@ use std::sync::Arc;
 use arrow_array::builder::{LargeListBuilder, LargeStringBuilder, PrimitiveBuilder, StringDictionaryBuilder};
 use arrow_array::types::{Float64Type, Int64Type, UInt32Type, UInt64Type};
 use arrow_array::{
-    new_null_array, Array, ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, UInt32Array,
-    UInt64Array,
+    new_null_array, Array, ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, LargeStringArray, RecordBatch,
+    UInt32Array, UInt64Array,
 };
 use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Field, Schema};
@@ -54,38 +54,28 @@ fn text(strings: &Interner, id: u32) -> String {
 
 /// A string column: ids into the interner, nulls where not valid.
 fn strings_array(name: &str, ids: &[u32], valid: Option<&[bool]>, strings: &Interner) -> ArrayRef {
-    let ok = |i: usize| valid.is_none_or(|v| v[i]);
+    let texts = ids.iter().enumerate().map(|(i, &id)| valid.is_none_or(|v| v[i]).then(|| text(strings, id)));
     if CATEGORICAL.contains(&name) {
         let mut b = StringDictionaryBuilder::<UInt32Type>::new();
-        for (i, &id) in ids.iter().enumerate() {
-            if ok(i) {
-                b.append_value(text(strings, id));
-            } else {
-                b.append_null();
-            }
-        }
+        texts.for_each(|t| b.append_option(t));
         return Arc::new(b.finish());
     }
-    let mut b = LargeStringBuilder::new();
-    for (i, &id) in ids.iter().enumerate() {
-        b.append_option(ok(i).then(|| text(strings, id)));
-    }
-    Arc::new(b.finish())
+    Arc::new(texts.collect::<LargeStringArray>())
 }
 
 /// A repeated field (its elements' text joined by LIST_SEP) as a list of `elem` values (an element that
 /// does not parse is null).
 fn list_array(ids: &[u32], valid: Option<&[bool]>, elem: Kind, strings: &Interner) -> ArrayRef {
-    macro_rules! typed {
-        ($t:ty) => {{
-            let mut b = LargeListBuilder::new(PrimitiveBuilder::<$t>::new());
+    macro_rules! lists {
+        ($values:expr, |$e:ident| $elem:expr) => {{
+            let mut b = LargeListBuilder::new($values);
             for (i, &id) in ids.iter().enumerate() {
                 if valid.is_some_and(|v| !v[i]) {
                     b.append(false);
                     continue;
                 }
-                for e in text(strings, id).split(LIST_SEP) {
-                    b.values().append_option(e.parse().ok());
+                for $e in text(strings, id).split(LIST_SEP) {
+                    b.values().append_option($elem);
                 }
                 b.append(true);
             }
@@ -93,23 +83,10 @@ fn list_array(ids: &[u32], valid: Option<&[bool]>, elem: Kind, strings: &Interne
         }};
     }
     match elem {
-        Kind::Str => {
-            let mut b = LargeListBuilder::new(LargeStringBuilder::new());
-            for (i, &id) in ids.iter().enumerate() {
-                if valid.is_some_and(|v| !v[i]) {
-                    b.append(false);
-                    continue;
-                }
-                for e in text(strings, id).split(LIST_SEP) {
-                    b.values().append_value(e);
-                }
-                b.append(true);
-            }
-            Arc::new(b.finish())
-        }
-        Kind::F64 => typed!(Float64Type),
-        Kind::I32 | Kind::I64 => typed!(Int64Type),
-        _ => typed!(UInt64Type),
+        Kind::Str => lists!(LargeStringBuilder::new(), |e| Some(e)),
+        Kind::F64 => lists!(PrimitiveBuilder::<Float64Type>::new(), |e| e.parse().ok()),
+        Kind::I32 | Kind::I64 => lists!(PrimitiveBuilder::<Int64Type>::new(), |e| e.parse().ok()),
+        _ => lists!(PrimitiveBuilder::<UInt64Type>::new(), |e| e.parse().ok()),
     }
 }
 
