@@ -370,9 +370,9 @@ def group_stats(df: pl.DataFrame, by: str | None, value: str, quantiles: tuple[f
     all rows as one group), compiled (native/sim/src/stats.rs: one copy of the values; counts, linear
     quantiles and maxima equal a polars group_by's, means and geometric means to ~1e-15). Returns {"key": the
     key of each group (a Series of ``by``'s dtype; null is a group) or None, "count", "mean", "quantiles": [one
-    Series per q],
-    "max", "sum", "gmean" (null: no positive value)} as Series, groups in code order; None when the columns
-    are of other kinds, have nulls or NaN values, or the frame is empty (the caller groups with polars)."""
+    Series per q], "max", "sum", "gmean" (null: no positive value)} as Series, groups in code order; None when
+    the columns are of other kinds, have nulls or NaN values, or the frame is empty (the caller groups with
+    polars)."""
     v = df.get_column(value)
     if df.height == 0 or v.dtype != pl.Float64 or v.null_count() or v.is_nan().any():
         return None

@@ -18,7 +18,7 @@ use crate::sort::{
 use crate::table::{Data, Interner, Table, COL_FLAGS, COL_PID};
 use crate::wire::{err, DResult, DecodeError, Msg, Value};
 use crate::Limits;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// FtraceEvent field number of GenericFtraceEvent.
 const GENERIC_EVENT_ID: u32 = 327;
@@ -26,7 +26,7 @@ const MAX_NESTING: u32 = 4;
 
 pub struct Decoder<'s> {
     schema: &'s Schema,
-    inflate: Limits,
+    limits: Limits,
     pub tables: Vec<Table>,
     by_id: Vec<i32>,
     by_name: FxHashMap<Box<[u8]>, usize>,
@@ -40,7 +40,7 @@ pub struct Decoder<'s> {
     pub warnings: Vec<String>,
     /// tables of event ids outside the schema (one warning each)
     unknown_ids: FxHashMap<u32, usize>,
-    sequences_seen: FxHashMap<u32, ()>,
+    sequences_seen: FxHashSet<u32>,
     event_spans: Vec<(usize, usize)>,
     scratch: Vec<(usize, String)>,
     packed: Vec<u64>,
@@ -53,10 +53,10 @@ fn is_bookkeeping(field: u32) -> bool {
 }
 
 impl<'s> Decoder<'s> {
-    pub fn new(schema: &'s Schema, inflate: Limits) -> Self {
+    pub fn new(schema: &'s Schema, limits: Limits) -> Self {
         Decoder {
             schema,
-            inflate,
+            limits,
             tables: Vec::new(),
             by_id: vec![-1; schema.events.len()],
             by_name: FxHashMap::default(),
@@ -69,7 +69,7 @@ impl<'s> Decoder<'s> {
             meta: Meta::default(),
             warnings: Vec::new(),
             unknown_ids: FxHashMap::default(),
-            sequences_seen: FxHashMap::default(),
+            sequences_seen: FxHashSet::default(),
             event_spans: Vec::new(),
             scratch: Vec::new(),
             packed: Vec::new(),
@@ -140,7 +140,7 @@ impl<'s> Decoder<'s> {
         }
         // perfetto also flags the first packet of every sequence (nothing precedes it): not a loss
         let first_on_seq = match seq {
-            Some(id) => self.sequences_seen.insert(id, ()).is_none(),
+            Some(id) => self.sequences_seen.insert(id),
             None => false,
         };
         if dropped_before && !first_on_seq {
@@ -182,7 +182,7 @@ impl<'s> Decoder<'s> {
             return err(off, format!("{kind} nested more than {MAX_NESTING} deep"));
         }
         self.meta.compressed_blocks += 1;
-        let limit = self.inflate.max_inflated(b.len());
+        let limit = self.limits.max_inflated(b.len());
         let mut out = Vec::with_capacity((b.len() * 4).min(limit as usize));
         let res = if zstd {
             zstd::stream::read::Decoder::new(b).and_then(|d| d.take(limit.saturating_add(1)).read_to_end(&mut out))
@@ -199,7 +199,7 @@ impl<'s> Decoder<'s> {
                 "{kind} of {} bytes inflates beyond {limit} bytes, the limit for its size (max(ratio {} x compressed \
                  size, floor {}), at most {}; settings ABTEST_MAX_INFLATE_RATIO / _FLOOR_BYTES, \
                  ABTEST_MAX_INFLATED_BYTES): a decompression bomb or an unusually large block",
-                b.len(), self.inflate.inflate_ratio, self.inflate.inflate_floor, self.inflate.inflated_bytes),
+                b.len(), self.limits.inflate_ratio, self.limits.inflate_floor, self.limits.inflated_bytes),
             );
         }
         self.decode_trace(&out, 0, depth + 1).map_err(|e| DecodeError {
@@ -492,10 +492,10 @@ mod tests {
             out
         };
         let trace = ld(1, &ld(50, &block));
-        let inflate = Limits { inflate_ratio: 10.0, inflate_floor: 1000, inflated_bytes: 1 << 30 };
-        let mut d = Decoder::new(Schema::builtin(), inflate);
+        let limits = Limits { inflate_ratio: 10.0, inflate_floor: 1000, inflated_bytes: 1 << 30 };
+        let mut d = Decoder::new(Schema::builtin(), limits);
         let e = d.decode_trace(&trace, 0, 0).unwrap_err();
-        assert!(e.msg.contains("inflates beyond") && e.msg.contains(&inflate.max_inflated(block.len()).to_string()));
+        assert!(e.msg.contains("inflates beyond") && e.msg.contains(&limits.max_inflated(block.len()).to_string()));
         assert!(e.offset > 0 && e.offset < 8);
     }
 }
