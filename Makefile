@@ -7,18 +7,28 @@ PYTHON ?= python3
 # lava-server + lava-dispatcher + postgresql: LAVA for `abtest collect --lab` and its tests (docs/lab.md).
 # lava-server's postinst skips its database when PostgreSQL is not running (no systemd here): nothing to
 # answer, and the tests run a private stack (tests/lava_stack.py), so no dpkg-reconfigure is needed.
+# chromium + chromium-driver: the `abtest history serve` dashboard test in a headless browser (docs/history.md).
 APT_PKGS := trace-cmd openssh-server openssh-client stress-ng sysbench rt-tests rt-app \
             qemu-system-x86 busybox-static dropbear-bin adb zstd sqlite3 cpio xz-utils \
-            lava-server lava-dispatcher postgresql
+            lava-server lava-dispatcher postgresql chromium chromium-driver
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.abtest-setup
+CORE_STAMP := $(VENV)/.abtest-core
 NATIVE_SRC := $(wildcard native/src/*.rs native/*/src/*.rs native/*/src/*.txt native/*/Cargo.toml) native/Cargo.toml
 # seconds of mutation fuzzing per decoder in `make test` (bench/fuzz_native.sh runs longer)
 FUZZ_SECONDS ?= 20
 
-.PHONY: setup system native native-check test demo demo-live notebook notebooks bench clean
+.PHONY: setup setup-core system native native-check test demo demo-live notebook notebooks bench clean
 
+# Everything the tests and `make demo-live` use: the Debian packages above, the virtualenv, the Rust core.
 setup: system $(STAMP)
+
+# What `make demo` needs: the virtualenv and the Rust core only (the bundled store is read by abtest itself;
+# QEMU, LAVA, PostgreSQL and the tracing tools are for the tests and demo-live). Prints how long it took.
+setup-core:
+	@t0=$$(date +%s); \
+	command -v cargo >/dev/null || { echo "cargo (Rust) is needed to build abtest's native core: https://rustup.rs"; exit 1; }; \
+	$(MAKE) --no-print-directory $(CORE_STAMP) && echo "set-up: $$(( $$(date +%s) - t0 )) s"
 
 # Debian packages the tools and tests use (installed only when one is missing).
 system:
@@ -30,11 +40,18 @@ system:
 	fi
 	@command -v cargo >/dev/null || { echo "cargo (Rust) is needed to build abtest's native core: https://rustup.rs"; exit 1; }
 
-$(STAMP): pyproject.toml $(NATIVE_SRC)
+# abtest with its runtime dependencies and the Rust core (built once by maturin).
+$(CORE_STAMP): pyproject.toml $(NATIVE_SRC)
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e .
 	@$(PY) -c "import abtest._native" && touch $@
+
+# + the [dev] extras (test runner, notebooks, linters, the second engine), without building the core again.
+$(STAMP): $(CORE_STAMP) pyproject.toml
+	$(PY) -m pip install -q $$($(PY) -c "import tomllib; \
+		print(' '.join(repr(d) for d in tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['dev']))")
+	@touch $@
 
 # Rebuild only the Rust extension (fast path while working on native/).
 native:
@@ -54,7 +71,7 @@ native-check: setup
 	cd native && ABTEST_SHARED="$$(cd ../tests && $(abspath $(PY)) -c 'from shared_data import SHARED; print(SHARED)')" \
 		ABTEST_FUZZ_SECONDS=$(FUZZ_SECONDS) cargo test --release -q -p abtest-native -p abtest-tracedat -p abtest-perfetto -p abtest-sim -p abtest-fuzz
 
-demo: setup
+demo: setup-core
 	$(VENV)/bin/python -m abtest.demo
 
 # Collects a new A/B on this machine first: Debian kernels 6.1 vs 6.12 under QEMU, or cpuidle governors menu vs

@@ -3,7 +3,9 @@
 Command groups live in abtest/commands/<name>.py, one file per group, and are imported only when one of
 their commands runs (or `--help` lists them): `abtest trace convert` does not import the collectors,
 statistics or interop code.
-Exit codes: 0 ok, 1 regression found (gate) or failure, 2 bad input / not enough data.
+Exit codes (a contract CI reads): 0 ok; 1 regression found (gate) and nothing else; 2 bad input, not
+enough data, or any unexpected error (one line on stderr; $ABTEST_DEBUG=1 adds the traceback); 130
+interrupted.
 """
 from __future__ import annotations
 
@@ -40,6 +42,9 @@ COMMAND_MODULES = {
     "engines": "interop",
     "sql": "interop",
     "wattson": "interop",
+    "timeline": "timeline",
+    "bisect": "bisect",
+    "history": "history",
 }
 
 
@@ -87,8 +92,32 @@ def run(args: list[str] | None = None) -> int:
         if e.code is None or isinstance(e.code, int):
             return e.code or 0
         click.echo(e.code, err=True)
-        return 1
+        return 2
+    except Exception as e:  # noqa: BLE001 - the exit-code contract: anything unexpected is 2, never 1
+        return _unexpected(e, args)
     return 0
+
+
+DEBUG_ENV = "ABTEST_DEBUG"
+
+
+def _unexpected(e: Exception, args: list[str] | None) -> int:
+    """Exit code 2 and a one-line message for an exception no command turned into a message of its own.
+
+    Exit 1 means "regression found" (gate) and nothing else: a CI job must never read a crash as a regression.
+    The message names the command, the exception type and its text; with $ABTEST_DEBUG=1 the traceback is
+    printed too."""
+    argv = sys.argv[1:] if args is None else args
+    cmd = next((a for a in argv if not a.startswith("-")), "abtest")
+    text = " ".join(str(e).split())
+    text = text if len(text) <= 300 else text[:300] + " ..."
+    if os.environ.get(DEBUG_ENV):
+        import traceback
+        traceback.print_exception(e)
+    click.secho(f"error: abtest {cmd} failed on its input: {type(e).__name__}: {text or '(no message)'} "
+                f"(this is a bug or an input abtest does not handle; set {DEBUG_ENV}=1 for the traceback)",
+                fg="red", err=True)
+    return 2
 
 
 def exit_now(code: int) -> None:

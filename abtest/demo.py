@@ -138,6 +138,13 @@ def headline(compare_json: Path, demo: Demo) -> list[str]:
     return lines
 
 
+def report_paths(out: Path, live: bool) -> tuple[Path, Path, Path]:
+    """(HTML, markdown, JSON) report files: out/demo-report.* for the bundled store, out/demo-live-report.* (and
+    demo-live-compare.json) for a live run, so `make demo-live` never overwrites `make demo`'s report."""
+    stem = "demo-live" if live else "demo"
+    return out / f"{stem}-report.html", out / f"{stem}-report.md", out / f"{stem}-compare.json"
+
+
 @click.command()
 @click.option("--live", is_flag=True, help="collect a new store on this machine first")
 @click.option("--variant", type=click.Choice(["auto", "kernels", "governors"]), default="auto", show_default=True,
@@ -174,7 +181,7 @@ def main(live: bool, variant: str, store: Path | None, iterations: int | None, o
                     f"{(store / 'PROVENANCE.md').relative_to(ROOT)})", bold=True)
         # the bundled store stays as committed: per-iteration metric caches go to the user cache directory
         os.environ.setdefault("ABTEST_METRICS_CACHE", "user")
-    html, md, js = out / "demo-report.html", out / "demo-report.md", out / "demo-compare.json"
+    html, md, js = report_paths(out, live)
     common = [demo.label_a, demo.label_b, "--store", str(store), "--workload", demo.workload,
               *(a for t in demo.tasks for a in ("--task", t))]
     # Full comparison: every metric, markdown and JSON on disk, HTML report with figures.

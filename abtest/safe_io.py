@@ -11,6 +11,8 @@ abtest runs as root on lab machines and writes into run stores other users may h
   same directory, fsync, rename over `name`) without following a symlink at `directory` or at `name`: a planted
   `name -> /etc/shadow` is replaced by a regular file, never written through; a `directory` that is a symlink is
   refused.
+- `ensure_private_dir(parent, name)`: `parent/name` made (or reused) as a 0700 directory of ours, never through a
+  symlink at either level (the lab's STORE/.lab and its staging directories).
 """
 from __future__ import annotations
 
@@ -81,6 +83,36 @@ def write_file_no_follow(directory: str | os.PathLike, name: str, data: bytes | 
     finally:
         os.close(dfd)
     return Path(directory) / name
+
+
+def ensure_private_dir(parent: str | os.PathLike, name: str, *, mode: int = 0o700) -> Path:
+    """`parent/name` as a directory of ours with `mode` (default 0700), made when missing, without following
+    a symlink at `parent` or at `name`: a planted `name -> elsewhere` symlink, a non-directory, or a directory
+    owned by another user is refused with UnsafePathError. Returns the path."""
+    try:
+        pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if os.path.islink(parent):
+            raise UnsafePathError(f"{parent} is a symlink: not making {name} through it") from e
+        raise
+    try:
+        try:
+            os.mkdir(name, mode, dir_fd=pfd)
+        except FileExistsError:
+            pass
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        except OSError as e:
+            raise UnsafePathError(f"{Path(parent) / name} is a symlink or not a directory: refusing to use it") from e
+        try:
+            if os.fstat(fd).st_uid != os.geteuid():
+                raise UnsafePathError(f"{Path(parent) / name} belongs to another user: refusing to use it")
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(pfd)
+    return Path(parent) / name
 
 
 def make_private_dir(parent: str | os.PathLike, name: str) -> Path:

@@ -21,6 +21,7 @@ from abtest.trace import cache
 from abtest.trace.errors import MissingEventsError
 from abtest.trace.model import TraceData
 from abtest.trace.readers import read_trace
+from abtest.trace.schema import EVENT_ALIASES, MARKER_EVENTS
 
 
 def _reach_span(window: tuple[int | None, int | None] | None, history_ns: int) -> tuple[int | None, int | None]:
@@ -114,7 +115,9 @@ class Trace:
 
     @property
     def events(self) -> dict[str, int]:
-        """Per-event counts over the whole file (kernel event names, variants normalised)."""
+        """Per-event counts over the whole file (kernel event names, variants normalised). `df(name)` takes these
+        names as well as the canonical table names of `tables` (print, bprint, bputs and tracing_mark_write are
+        rows of the `marker` table)."""
         return dict(self._meta.get("events", {}))
 
     @property
@@ -175,11 +178,17 @@ class Trace:
     def df(self, name: str, *, windowed: bool = True) -> pl.DataFrame:
         """Canonical table `name` (see abtest.trace.schema), clipped to the window unless windowed=False.
 
+        A kernel event name that the canonical tables hold under another name works too: `print`, `bprint`,
+        `bputs`, `tracing_mark_write` give the rows of that event in the `marker` table (its `event` column
+        says which), and a renamed event (`sched_load_cfs_rq`, ...) gives its canonical table (`sched_pelt_cfs`).
         Raises MissingEventsError if the trace has no such table.
         """
+        name, marker_event = self._resolve(name)
         with self._loading:  # analyses may run in threads (abtest analyze): each table is read once
             self._load_table(name)
         df = self._frames[name]
+        if marker_event is not None:
+            df = df.filter(pl.col("event") == marker_event)
         if windowed and self._window and "ts" in df.columns:
             lo, hi = self._window
             if lo is not None:
@@ -187,6 +196,18 @@ class Trace:
             if hi is not None:
                 df = df.filter(pl.col("ts") < hi)
         return df
+
+    def _resolve(self, name: str) -> tuple[str, str | None]:
+        """(table, marker event or None) of a name given to df(): the table itself, or where the canonical
+        tables put that kernel event (see df)."""
+        if name in self.tables:
+            return name, None
+        if name in MARKER_EVENTS and "marker" in self.tables:
+            return "marker", name
+        canon = EVENT_ALIASES.get(name)
+        if canon is not None and canon in self.tables:
+            return canon, None
+        return name, None
 
     def _load_table(self, name: str) -> None:
         if name not in self._frames:

@@ -71,12 +71,38 @@ def test_read_battor_old_header_and_bad_rows():
     assert meta["import_errors"]["battor_row"]["examples"][0]["line"] == 5  # 3 header lines, then 0.00, 0.50
 
 
-def test_negative_current_is_kept_and_said():
+def test_negative_current_is_counted_and_excluded_not_integrated():
+    """Rows stay (their ts and current serve the clock alignment); their energy is null, and the energy holds the
+    previous usable sample's power over their interval. Before issue 43 they were integrated as negative energy,
+    which the power analysis then read as a counter reset."""
     cur = _current(200)
     cur[50:60] = -20.0
     frame, meta = read_battor(battor_log(cur))
     assert frame.height == 200 and meta["negative_current_samples"] == 10
-    assert any("charging" in w for w in meta["warnings"])
+    assert frame["energy_uj"].is_null().to_list() == [50 <= i < 60 for i in range(200)]
+    printed = np.round(cur, 1)
+    held = printed.copy()
+    held[50:60] = printed[49]  # sample 49 held until sample 60
+    e = frame["energy_uj"].to_numpy()
+    assert e[60] == pytest.approx(np.sum(held[:60]) * 4012.5 / RATE, rel=1e-9)
+    assert any("excluded from the energy" in w for w in meta["warnings"])
+
+
+def test_one_negative_current_sample_in_a_store_is_excluded_and_noted(tmp_path):
+    """A steady 246.2 mA at 4012.5 mV (987.9 mW) for 1 s with one -230 mA sample in the middle: before the fix
+    the net energy stepped back, the power analysis took it for a counter reset, and power.Total read 1480.9 mW."""
+    from abtest.compare.metrics import iteration_metrics
+    from abtest.store.reader import load_label
+    from abtest.store.writer import write_iteration
+    cur = np.full(2001, 246.2)
+    cur[1000] = -230.0
+    d = write_iteration(tmp_path / "A" / "w" / "0", {}, {}, complete=False)
+    (d / "battor.txt").write_bytes(battor_log(cur))
+    (d / ".complete").touch()
+    m, notes = iteration_metrics(load_label(tmp_path / "A").complete("w")[0], use_cache=False, with_trace=False)
+    assert m["power.Total"].value == pytest.approx(246.2 * 4012.5 / 1000, rel=1e-9)
+    assert notes == [("battor.txt (BattOr, clock unaligned): power rail BattOr (Total): 1 sample(s) without a usable "
+                      "reading excluded (null/NaN energy; BattOr: negative current)")]
 
 
 def test_catapult_zip_without_sync_keeps_the_battor_clock(traces, tmp_path):

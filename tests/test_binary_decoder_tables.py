@@ -1,7 +1,8 @@
 """Every shared trace.dat and perfetto file decodes to the tables (and metadata) it decoded to before the
 native core was rewritten (issue 26): tests/data/binary_decoder_tables.json holds their digests
 (tests/table_digest.py), made with the reader of main at commit 211803b and remade at 33264a0 (same tables;
-main's metadata had gained cpus_header, import_errors, inferred_gaps...); and so does a shared trace with a
+main's metadata had gained cpus_header, import_errors, inferred_gaps...; perfetto's extension packet 76 named
+frame_timeline_event since issue 38); and so does a shared trace with a
 ring-buffer page moved back in time (the one decode pipeline orders it as main's record-index path did:
 a stable sort by timestamp of all records in file order)."""
 from __future__ import annotations

@@ -10,7 +10,8 @@ import polars as pl
 
 ROOT = Path(__file__).resolve().parent.parent
 ABTEST = [str(ROOT / ".venv" / "bin" / "abtest")] if (ROOT / ".venv/bin/abtest").exists() else [sys.executable, "-m", "abtest.cli"]
-ALL_COMMANDS = ["analyze", "collect", "compare", "engines", "explain", "gate", "metrics", "sql", "trace", "wattson"]
+ALL_COMMANDS = ["analyze", "bisect", "collect", "compare", "engines", "explain", "gate", "history", "metrics", "sql",
+                "timeline", "trace", "wattson"]
 
 _MODULES_AFTER = r"""
 import json, sys

@@ -44,17 +44,20 @@ def test_first_screen_is_the_verdict_and_summary(demo_store, columns):
     lines = out.splitlines()
     assert max(len(x) for x in lines) <= columns, [x for x in lines if len(x) > columns]
     first = "\n".join(lines[:30])  # what a 30-line terminal shows before scrolling
-    assert "REGRESSION wakeup latency gmean (us) +13.93 %" in " ".join(first.split())
+    assert lines[1].startswith("REGRESSION cyclictest (8 vs 8 iterations)")
+    assert re.search(r"wakeup latency gmean \(us\) +\+13\.93 %  CI \[[-+.\d]+, [-+.\d]+\] % +CV [\d.]+/[\d.]+ %", first)
     assert "Summary: ladder vs menu (baseline)" in first
-    row = next(x for x in lines if "12.47" in x and "14.20 (+13.93 %)" in x)
-    assert "regression" in row
-    # labels are wrapped at spaces, never cut inside a word: every word of every summary label is whole
+    row = next(x for x in lines if "12.47" in x and "14.20" in x)
+    assert "+13.93 %" in row and "regression" in row
+    # no summary row wraps: each summary metric is one line holding its label, both values, diff and verdict
     doc = json.loads(_compare(demo_store, "--format", "json"))
     summary = next(t for t in doc["tables"] if t["key"] == "summary")
-    words = set(re.findall(r"\S+", out))
     for r in summary["rows"]:
-        for w in r[1].split():
-            assert w in words, (w, r[1])
+        label = re.sub(r" \[[^]]+\]", "", r[1])  # a task's metrics sit under a header row of the task
+        a, b, verdict = r[2][0], r[3][0], r[4]
+        hits = [x for x in lines if x.strip().startswith(label) and verdict.split()[0] in x]
+        assert len(hits) == 1, (r, hits)
+        assert (f"{a:,.2f}" if a else "0") in hits[0] and (f"{b:,.2f}" if b else "0") in hits[0], (r, hits)
     assert "All metrics" not in out and "boot_id" not in out  # folded: --all / --conditions
     assert "governors.cpuidle: menu -> ladder" in out
 
@@ -79,7 +82,8 @@ def test_text_format_pastes_into_a_mail(seed_store):
 
 def test_json_carries_summary_and_headlines(demo_store):
     doc = json.loads(_compare(demo_store, "--format", "json"))
-    assert doc["headlines"][0].startswith("cyclictest (8 vs 8 iterations): 5 regressions")
+    assert doc["headlines"][0].startswith("REGRESSION cyclictest (8 vs 8 iterations): 5 regressions")
+    assert "changed (significant, on a metric with no better direction)" in doc["headlines"][0]
     keys = [t["key"] for t in doc["tables"]]
     assert keys[0] == "summary" and "all_metrics" in keys  # JSON always has everything
 
@@ -93,7 +97,7 @@ def test_html_puts_verdicts_first_and_folds_the_rest(demo_store, tmp_path):
                                      'id="conditions"')]
     assert order == sorted(order)
     assert re.search(r'<details id="all-metrics"><summary>All metrics \(\d+\)', html)
-    assert "REGRESSION wakeup latency gmean (us) +13.93 %" in html
+    assert "REGRESSION wakeup latency gmean (us) +13.93 %" in html and "REGRESSION cyclictest (8 vs 8" in html
     p = ReportParser()
     p.feed(html)
     assert p.external == []
@@ -131,4 +135,6 @@ def test_first_screen_on_the_pixel_rails_store(pixel_store, columns):
     assert "Summary: B vs A (baseline)" in first and "no change" in first
     for ch in ("power CPU (mW)", "power CPU-Little (mW)", "power Total (mW)"):
         assert ch in first or ch.replace(" (mW)", "") in first, ch
-    assert "469.43 (+0.00 %)" in first  # power.Total of the real rails, A/A
+    assert lines[1] == "NO CHANGE idle (3 vs 3 iterations)"  # A/A
+    total = next(x for x in lines if x.startswith("power Total (mW)"))
+    assert total.split()[3:] == ["469.43", "469.43", "+0.00", "%", "no", "change"]  # the real rails, A/A

@@ -134,7 +134,7 @@ def test_demo_live_kernels(tmp_path):
                         "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "live demo: kernels (--variant kernels)" in r.stdout
-    d = json.loads((tmp_path / "demo-compare.json").read_text())
+    d = json.loads((tmp_path / "demo-live-compare.json").read_text())
     w = d["workloads"][0]
     assert (d["label_a"], d["label_b"], w["workload"], w["n_a"], w["n_b"]) == ("kernelA", "kernelB", "hackbench", 2, 2)
     assert w["meta_a"]["kernel.release"].startswith("6.1.") and w["meta_b"]["kernel.release"].startswith("6.12.")
@@ -143,5 +143,6 @@ def test_demo_live_kernels(tmp_path):
         m = by_name[key]
         assert m["value_a"] > 0 and m["value_b"] > 0
         assert f"{key}: {m['value_a']:,.4g} -> {m['value_b']:,.4g}" in r.stdout
-    assert (tmp_path / "demo-report.html").stat().st_size > 10_000
+    assert (tmp_path / "demo-live-report.html").stat().st_size > 10_000
+    assert not (tmp_path / "demo-report.html").exists()  # `make demo`'s report is never overwritten
     assert qemus() <= before

@@ -62,9 +62,13 @@ def test_window_prorating_wrap_and_reset():
     assert r["A"]["covered_ns"] == 25 and r["A"]["coverage_pct"] == pytest.approx(100 * 25 / 35)
     assert r["A"]["avg_power_mw"] == pytest.approx(200e-6 / 25e-9 * 1e3)
     assert r["B"]["energy_j"] == pytest.approx(25e-6)
-    # with a known counter range the drop is a wrap: 50 - 200 + 1000 + 1 = 851 uJ
+    # with a known counter range the drop is a wrap when the wrapped delta is plausible (issue 43):
+    # range 249 -> 50 - 200 + 249 + 1 = 100 uJ, the rail's usual 100 uJ per 10 ns
+    w = pw.df_power_per_rail(pr, start_ns=5, end_ns=40, wrap_uj={"A": 249}).filter(rail="A").row(0, named=True)
+    assert w["energy_j"] == pytest.approx((50 + 100 + 100) * 1e-6) and w["wraps"] == 1 and w["resets"] == 0
+    # range 1000 -> 851 uJ in 10 ns, 8.5 x the rail's peak: not a wrap; the new value 50 is near zero: a reset
     w = pw.df_power_per_rail(pr, start_ns=5, end_ns=40, wrap_uj={"A": 1000}).filter(rail="A").row(0, named=True)
-    assert w["energy_j"] == pytest.approx((50 + 100 + 851) * 1e-6) and w["wraps"] == 1 and w["resets"] == 0
+    assert w["energy_j"] == pytest.approx(200e-6) and w["wraps"] == 0 and w["resets"] == 1
 
 
 def test_read_power_csv(tmp_path):
@@ -110,6 +114,22 @@ def test_energy_estimate_by_hand():
     assert est["static_j"] == pytest.approx(static_mj * 1e-6)
     assert est["avg_power_mw"] == pytest.approx((active_mj + idle_mj + static_mj) / 100)
     assert est["unmodelled_ns"] == 0 and est["source"] == "toy model"
+
+
+def test_static_power_is_the_highest_among_the_cpus_busy_at_each_moment():
+    """Issue 39: while cpu0 stays busy at 1 GHz (static 20 mW), cpu1 going busy at 500 MHz (static 10 mW) must not
+    lower the domain's static power; the old rule carried the latest busy start's value forward (1500 mW ms)."""
+    plat = load_platform(TOY)
+    freq = pl.DataFrame({"ts": [0, 0], "cpu": [0, 1], "frequency_khz": [1_000_000, 500_000]})
+    # cpu0 busy 0-100 ms; cpu1 idle (state 0) except busy 50-80 ms
+    idle = pl.DataFrame({"ts": [0, 0, 50_000_000, 80_000_000], "cpu": [0, 1, 1, 1], "state": [-1, 0, -1, 0]})
+    est = en.df_energy_estimate(freq, plat, cpu_idle=idle, start_ns=0, end_ns=100_000_000).row(0, named=True)
+    assert est["static_j"] == pytest.approx(20 * 100 * 1e-6)
+    # and the static power drops to cpu1's only once cpu0 is idle: cpu0 idle from 60 ms, cpu1 busy 50-80 ms
+    idle2 = pl.DataFrame({"ts": [0, 60_000_000, 0, 50_000_000, 80_000_000], "cpu": [0, 0, 1, 1, 1],
+                          "state": [-1, 0, 0, -1, 0]})
+    est2 = en.df_energy_estimate(freq, plat, cpu_idle=idle2, start_ns=0, end_ns=100_000_000).row(0, named=True)
+    assert est2["static_j"] == pytest.approx((20 * 60 + 10 * 20) * 1e-6)
 
 
 def test_juno_estimate_matches_residency_times_power(traces):

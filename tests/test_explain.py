@@ -170,3 +170,46 @@ def test_compare_explain_and_html_section(juno_store, tmp_path):
     assert "Where CPU (energy model estimate) went" in r.output
     html = out.read_text()
     assert '<h2 id="explain">' in html and 'class="explain"' in html and "active time moved from" in html
+
+
+@pytest.fixture(scope="module")
+def mapped_store(tmp_path_factory):
+    """Pixel 7 Pro rails; the store's abtest.toml maps CPU-Big to the mid cluster's rail (S3M_VDD_CPUCL1), and B
+    raises only that rail by 5 % (the built-in mapping would read CPU-Big from S2M_VDD_CPUCL2: unchanged)."""
+    root = tmp_path_factory.mktemp("mapped") / "store"
+    root.mkdir()
+    (root / "abtest.toml").write_text('[power.channels]\n"CPU-Big" = ["S3M_VDD_CPUCL1"]\n'
+                                      '"CPU-Little" = ["S4M_VDD_CPUCL0"]\n')
+    pr = Trace(PIXEL).df("power_rail")
+    for label, up in (("A", 1.0), ("B", 1.05)):
+        for i, s in enumerate((0.99, 1.0, 1.01)):
+            d = root / label / "video" / str(i)
+            d.mkdir(parents=True)
+            scale = pl.when(pl.col("rail") == "S3M_VDD_CPUCL1").then(up * s).otherwise(s)
+            pr.select(pl.col("ts").alias("ts_ns"), pl.col("rail").cast(pl.Utf8), pl.col("subsystem").cast(pl.Utf8),
+                      (pl.col("energy_uj") * scale).alias("energy_uj")).write_csv(d / "power.csv")
+            (d / ".complete").touch()
+    return root
+
+
+def test_explain_reads_the_values_compare_computed_with_the_store_mapping(mapped_store):
+    """explain and compare agree on every channel of a store with a [power.channels] mapping (issue 39): explain
+    used to recompute each iteration with the built-in mapping (CPU-Big +0.00 % while compare said +5.00 %) and
+    overwrote the iterations' metrics caches with that other key."""
+    args = ["--store", str(mapped_store), "--format", "json", "--jobs", "1"]
+    r = CliRunner().invoke(cli, ["compare", "A", "B", *args])
+    assert r.exit_code == 0, r.output
+    (w,) = json.loads(r.output)["workloads"]
+    compared = {m["name"]: m["delta_pct"] for m in w["metrics"] if m["name"].startswith("power.")
+                and not m["name"].startswith("power.rail.")}
+    assert compared["power.CPU-Big"] == pytest.approx(5.0, abs=1e-6)
+    caches = {p: p.read_bytes() for p in mapped_store.rglob(".abtest-metrics.json")}
+    assert len(caches) == 6
+    for channel in ("CPU-Big", "CPU-Little"):
+        r = CliRunner().invoke(cli, ["explain", "A", "B", *args, "--channel", channel])
+        assert r.exit_code == 0, r.output
+        (ew,) = json.loads(r.output)["workloads"]
+        (ch,) = ew["channels"]
+        assert ch["delta_pct"] == pytest.approx(compared[f"power.{channel}"], abs=1e-9), channel
+    # explain wrote no cache entry of its own: the next compare reads the caches compare wrote
+    assert {p: p.read_bytes() for p in mapped_store.rglob(".abtest-metrics.json")} == caches

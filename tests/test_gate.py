@@ -157,9 +157,10 @@ def test_shipped_thresholds_and_real_exit_code(tmp_path):
 
 # ---------------------------------------------------------------- statistics at the edges (issue 27, 11-14)
 def _jank_store(root, a_values, b_values, metric="jank_pct"):
+    unit = "mW" if metric.startswith("power.") else "%"  # the declared unit (another one would not be compared)
     for label, vals in (("base", a_values), ("cand", b_values)):
         for i, v in enumerate(vals):
-            write_iteration(root / label / "ui" / str(i), {metric: {"value": v, "unit": "%", "lower_is_better": True}})
+            write_iteration(root / label / "ui" / str(i), {metric: {"value": v, "unit": unit, "lower_is_better": True}})
     return root
 
 
@@ -230,3 +231,62 @@ def test_gate_lists_excluded_iterations(tmp_path):
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
     assert props["excluded_iterations"] == "1"
     assert "incomplete (no .complete marker)" in suite.find("system-out").text
+
+
+# -- power counters through the gate (issue 43): stores built here, power.csv in the run-store format --------------
+POWER_TH = 'alpha = 0.05\n[metrics."power.Total"]\nmax_regression_pct = 3.0\n'
+
+
+def _rail_csv(mw: float, inject: str | None, *, n: int = 1001, step_ns: int = 1_000_000, base_uj: float = 5e9) -> str:
+    """One rail sampled at 1 kHz for 1 s at a steady `mw`, its counter 5000 J into the boot (base_uj); `inject`
+    puts one defect in the middle: a +10 mJ glitch, a sample stamped with an earlier sample's time, a second row
+    at a sample's time with another value, or a negative last value."""
+    rows = [[i * step_ns, base_uj + mw * i * step_ns * 1e-6] for i in range(n)]  # mW x ns = 1e-6 uJ
+    k = n // 2
+    if inject == "glitch":
+        rows[k][1] += 10_000.0
+    elif inject == "repeated_ts":
+        rows[k][0] = rows[k - 3][0]
+    elif inject == "conflicting":
+        rows.append([rows[k][0], rows[k][1] + 10_000.0])
+    elif inject == "negative":
+        rows[-1][1] = -rows[-1][1]
+    return "ts_ns,rail,subsystem,energy_uj\n" + "".join(f"{t},VSYS_PWR_SOC,SoC,{e:.1f}\n" for t, e in rows)
+
+
+def _power_store(root, inject: str, *, cand_factor: float = 1.0, n: int = 3, defective=(0, 1, 2)):
+    for label, factor in (("base", 1.0), ("cand", cand_factor)):
+        for i in range(n):
+            d = write_iteration(root / label / "w" / str(i), {}, {"kernel": {"release": label}}, complete=False)
+            bad = inject if label == "cand" and i in defective else None
+            (d / "power.csv").write_text(_rail_csv(1000.0 * factor * (1 + 0.002 * DEV[i]), bad))
+            (d / ".complete").touch()
+    return root
+
+
+@pytest.mark.parametrize("inject, said", [
+    ("glitch", "1 glitch sample(s) out of line with both neighbours excluded"),
+    ("repeated_ts", "2 row(s) sharing a timestamp with different values excluded"),
+    ("conflicting", "2 row(s) sharing a timestamp with different values excluded"),
+    ("negative", "1 negative counter value(s) refused"),
+])
+def test_identical_power_rails_pass_and_the_notes_name_the_excluded_samples(tmp_path, inject, said):
+    """Identical 1 W rails on both sides; every candidate iteration has one defective counter sample. Before the
+    fix the backward step was a reset counting the whole 5000 J counter: +500,051 % (gate failed), or
+    -500,100 % for the negative value (an "improvement")."""
+    store = _power_store(tmp_path / "s", inject)
+    r, _ = _gate(store, POWER_TH, tmp_path)
+    assert r.exit_code == 0, r.output
+    assert "power.Total +0.00 %" in r.output and "no change" in r.output
+    assert f"note  w: power.csv: power rail VSYS_PWR_SOC (Total): {said}" in r.output
+    assert "in 3 iterations: cand 0-2" in r.output
+
+
+def test_real_regression_with_one_glitched_iteration_is_still_a_regression(tmp_path):
+    """+20 % power on the candidate, 5 iterations a side, a 10 mJ glitch in one candidate iteration: before the
+    fix +100,032 %, inconclusive, gate passed."""
+    store = _power_store(tmp_path / "s", "glitch", cand_factor=1.2, n=5, defective=(1,))
+    r, _ = _gate(store, POWER_TH, tmp_path)
+    assert r.exit_code == 1, r.output
+    assert "FAIL  w/power.Total: significant regression: power.Total +20.00 %" in r.output
+    assert "glitch sample(s) out of line with both neighbours excluded — in 1 iteration: cand 1" in r.output

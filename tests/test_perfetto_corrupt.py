@@ -1,6 +1,8 @@
 """Bad perfetto input: truncated files, lengths past the end, random bytes, empty files, corrupt
-compressed packets. Each gives a TraceFormatError naming the file and the byte offset, and the CLI
-exits with status 2. Truncated copies are derived in tmp_path from the real Pixel 7 Pro trace."""
+compressed packets. Damage in the first packet (or before any data) gives a TraceFormatError naming the file
+and the byte offset, and the CLI exits with status 2; damage after good packets (a capture cut short, a stale
+tail) keeps the packets before it, counted as one `damaged_packets` import error naming the offsets.
+Truncated copies are derived in tmp_path from the real Pixel 7 Pro trace."""
 from __future__ import annotations
 
 import random
@@ -62,20 +64,58 @@ def pixel_bytes(traces) -> bytes:
     return (traces / PIXEL).read_bytes()
 
 
+def _assert_prefix_kept(path: Path, good: bytes, damage_at: int, tmp_path: Path) -> dict:
+    """`path` reads as exactly the packets in `good` (its first bytes, whole packets) plus one damaged_packets
+    import error whose offset is at or after the first byte not kept; returns the meta."""
+    ref_path = tmp_path / "prefix.perfetto-trace"
+    ref_path.write_bytes(good)
+    ref, got = read_trace(ref_path), read_trace(path)
+    assert got.meta["events"] == ref.meta["events"]
+    for name, df in ref.tables.items():
+        assert got.tables[name].equals(df), name
+    (err,) = got.meta["import_errors"]["damaged_packets"]["examples"]
+    assert got.meta["import_errors"]["damaged_packets"]["count"] == 1
+    assert len(good) <= err["offset"] <= damage_at
+    assert got.meta["perfetto"]["damaged_from_offset"] == len(good)
+    assert f"from byte {len(good)}" in " ".join(got.meta["warnings"])
+    return got.meta
+
+
 @pytest.mark.parametrize("frac", [0.0001, 0.13, 0.5, 0.87, 0.99999])
-def test_truncated_inside_a_packet(pixel_bytes, tmp_path, frac):
+def test_truncated_inside_a_packet_keeps_the_packets_before_it(pixel_bytes, tmp_path, frac):
+    """A capture cut inside a packet (issue 43: trace_processor keeps what precedes the damage): the complete
+    packets before the cut are read, and the cut is reported with its offset."""
     starts = _packet_starts(pixel_bytes)
     cut = int(len(pixel_bytes) * frac)
     while cut in starts:  # cutting between two packets leaves a valid (shorter) trace
         cut += 1
     path = tmp_path / "truncated.perfetto-trace"
     path.write_bytes(pixel_bytes[:cut])
-    e = _assert_error(path, max_offset=cut)
-    assert "truncated" in str(e) or "remain" in str(e)
+    prev = max(s for s in starts if s < cut)
+    ref = tmp_path / "ref.perfetto-trace"
+    ref.write_bytes(pixel_bytes[:prev])
+    if prev == 0 or not read_trace(ref).meta["events"]:  # damage before any data: nothing to keep
+        e = _assert_error(path, max_offset=cut)
+        assert "truncated" in str(e) or "remain" in str(e)
+        return
+    _assert_prefix_kept(path, pixel_bytes[:prev], cut, tmp_path)
     if frac in (0.5, 0.99999):
         r = _cli_info(path)
-        assert r.returncode == 2, r.stderr
-        assert str(path) in r.stderr and "byte offset" in r.stderr
+        assert r.returncode == 0, r.stderr
+        assert "damaged" in r.stdout + r.stderr
+
+
+def test_stale_tail_after_valid_packets(pixel_bytes, tmp_path):
+    """A capture interrupted while writing over an older, longer trace: valid packets up to a byte offset, then
+    a stale copy of a trace's end starting mid-packet. The valid packets are read, the rest is accounted."""
+    starts = sorted(_packet_starts(pixel_bytes))
+    end = starts[len(starts) // 3]
+    stale_from = next(s for s in starts if s > len(pixel_bytes) * 0.7) + 3  # inside a packet: not a boundary
+    path = tmp_path / "stale-tail.perfetto-trace"
+    path.write_bytes(pixel_bytes[:end] + pixel_bytes[stale_from:])
+    meta = _assert_prefix_kept(path, pixel_bytes[:end], len(pixel_bytes), tmp_path)
+    (err,) = meta["import_errors"]["damaged_packets"]["examples"]
+    assert f"({len(pixel_bytes) - stale_from} bytes) were not read" in err["detail"]
 
 
 def test_packet_length_past_end_of_file(tmp_path):
@@ -96,15 +136,15 @@ def test_nested_length_past_end_of_packet(tmp_path):
 
 
 def test_corrupt_ftrace_event_inside_real_trace(pixel_bytes, tmp_path):
-    # keep the first packets of the real trace intact, then append a bundle whose event has a bad wire type
+    # keep the first packets of the real trace intact, then append a bundle whose event has a bad wire type:
+    # the packets before it are read, the bad one is reported with its offset and what was wrong
     bad_event = b"\x08\x05" + b"\x0f"  # timestamp=5, then tag with wire type 7 (invalid)
     bundle = b"\x08\x00" + _ld(2, bad_event)
     prefix = pixel_bytes[:sorted(_packet_starts(pixel_bytes))[20]]
     path = tmp_path / "bad-event.pftrace"
     path.write_bytes(prefix + _ld(1, _ld(1, bundle)))
-    e = _assert_error(path, max_offset=len(prefix) + 20)
-    assert e.offset >= len(prefix)
-    assert "wire type" in str(e)
+    meta = _assert_prefix_kept(path, prefix, len(prefix) + 20, tmp_path)
+    assert "wire type" in meta["import_errors"]["damaged_packets"]["examples"][0]["detail"]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -171,7 +211,7 @@ def test_corrupt_compressed_packets(tmp_path):
 
 
 def test_truncated_large_trace_reports_absolute_offset(pixel_bytes, tmp_path):
-    """A trace cut in its second half: the error names the offset in the file."""
+    """A trace cut in its second half: the damage is reported at its offset in the file."""
     blob = pixel_bytes * 4
     starts = _packet_starts(blob)
     cut = int(len(blob) * 0.8)
@@ -179,17 +219,20 @@ def test_truncated_large_trace_reports_absolute_offset(pixel_bytes, tmp_path):
         cut += 1
     path = tmp_path / "big-truncated.perfetto-trace"
     path.write_bytes(blob[:cut])
-    e = _assert_error(path, max_offset=cut)
-    assert e.offset > len(blob) // 2
+    meta = read_trace(path).meta
+    (err,) = meta["import_errors"]["damaged_packets"]["examples"]
+    assert len(blob) // 2 < err["offset"] <= cut
+    assert meta["perfetto"]["damaged_from_offset"] == max(s for s in starts if s < cut)
 
 
 def test_mutated_bytes_give_a_result_or_a_format_error(pixel_bytes, tmp_path):
     """Random byte changes inside a real trace: the reader either decodes (the change kept the protobuf
-    valid) or raises TraceFormatError - never another exception, a crash or a hang."""
+    valid, or the packets before the damage are kept and the damage counted) or raises TraceFormatError -
+    never another exception, a crash or a hang."""
     end = max(s for s in _packet_starts(pixel_bytes) if s <= 300_000)
     base = pixel_bytes[:end]
     rnd = random.Random(11)
-    outcomes = {"decoded": 0, "error": 0}
+    outcomes = {"decoded": 0, "damaged": 0, "error": 0}
     path = tmp_path / "mutated.perfetto-trace"
     for _ in range(60):
         blob = bytearray(base)
@@ -197,9 +240,9 @@ def test_mutated_bytes_give_a_result_or_a_format_error(pixel_bytes, tmp_path):
             blob[rnd.randrange(16, len(blob))] = rnd.randrange(256)
         path.write_bytes(bytes(blob))
         try:
-            read_trace(path)
-            outcomes["decoded"] += 1
+            errors = read_trace(path).meta.get("import_errors") or {}
+            outcomes["damaged" if "damaged_packets" in errors else "decoded"] += 1
         except TraceFormatError as e:
             assert e.offset is not None and 0 <= e.offset <= len(blob)
             outcomes["error"] += 1
-    assert outcomes["error"] > 0
+    assert outcomes["damaged"] + outcomes["error"] > 0

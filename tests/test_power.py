@@ -9,9 +9,14 @@ import time
 import polars as pl
 import pytest
 
+from abtest import Trace
+from abtest.analysis import power as pw
 from abtest.collectors.power import (PowerSampler, parse_generic_csv, parse_monsoon_csv, parse_odpm_enabled_rails,
                                      parse_odpm_energy, parse_sysfs_samples, rapl_from_samples, unwrap_counter,
                                      write_power_csv)
+from abtest.compare.metrics import iteration_metrics
+from abtest.store.reader import load_label
+from abtest.store.writer import write_iteration
 from abtest.targets.local import LocalTarget
 from abtest.trace.errors import TraceFormatError
 
@@ -139,3 +144,116 @@ def test_sampler_loop_runs_on_target_over_changing_counters(tmp_path):
     assert e[-1] > max_range  # the counter wrapped during sampling and was unwrapped
     ts = df["ts_ns"].to_list()
     assert all(b > a for a, b in zip(ts, ts[1:]))  # CLOCK_BOOTTIME stamps from /proc/uptime
+
+
+# -- counter checks on the real Pixel 7 Pro rails (issue 43): one defect injected into a real recording -----------
+PIXEL = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
+RAIL = "S4M_VDD_CPUCL0"  # 240 samples ~250 ms apart, ~4.8 mJ a step, the counter at ~97 J
+
+
+@pytest.fixture(scope="module")
+def pixel_rails(traces):
+    """(power_rail, start_ns, end_ns) of the real trace; its rails are clean (96 exact repeats, nothing else)."""
+    t = Trace(traces / PIXEL)
+    return t.df("power_rail", windowed=False).select("ts", "rail", "subsystem", "energy_uj"), t.start_ns, t.end_ns
+
+
+def _rail_row(pr, window, rail=RAIL) -> dict:
+    per = pw.df_power_per_rail(pr, start_ns=window[0], end_ns=window[1])
+    return per.filter(pl.col("rail") == rail).row(0, named=True)
+
+
+def _edit(pr: pl.DataFrame, k: int, *, ts=None, energy=None, rail=RAIL) -> pl.DataFrame:
+    """The k-th sample (by ts) of `rail` with its ts and/or energy replaced."""
+    idx = pr.with_row_index("_i").filter(pl.col("rail") == rail).sort("ts")["_i"][k]
+    return pr.with_row_index("_i").with_columns(
+        pl.when(pl.col("_i") == idx).then(pl.lit(ts) if ts is not None else pl.col("ts")).otherwise("ts").alias("ts"),
+        pl.when(pl.col("_i") == idx).then(pl.lit(energy, pl.Float64) if energy is not None else pl.col("energy_uj"))
+        .otherwise("energy_uj").alias("energy_uj")).drop("_i")
+
+
+def _sample(pr, k, rail=RAIL) -> tuple[int, float]:
+    return pr.filter(pl.col("rail") == rail).sort("ts").select("ts", "energy_uj").row(k)
+
+
+def test_real_rails_are_unchanged_by_the_checks(pixel_rails):
+    pr, *win = pixel_rails
+    per = pw.df_power_per_rail(pr, start_ns=win[0], end_ns=win[1])
+    assert per.height == 24 and per["duplicates"].sum() == 96  # exact repeats in the recording: collapsed
+    assert per.select(pl.sum_horizontal(list(pw.EXCLUDED) + list(pw.BELIEVED))).to_series().sum() == 0
+    assert pw.power_metrics(pr, start_ns=win[0], end_ns=win[1]).checks == []
+
+
+@pytest.mark.parametrize("defect", ["glitch", "repeated_ts", "conflicting", "negative"])
+def test_one_bad_sample_is_excluded_counted_and_changes_nothing(pixel_rails, defect):
+    """A +10 mJ glitch, a sample stamped with the time of the sample 3 before it, a second row at a sample's time
+    with another value, a negative value: the energy between the good samples around it is still known, so the
+    rail's power is the clean one exactly. Before the fix the backward step was a reset counting the whole ~97 J
+    counter (x ~1500 the rail's energy), or a negative energy."""
+    pr, *win = pixel_rails
+    clean = _rail_row(pr, win)
+    k = 120
+    ts_k, e_k = _sample(pr, k)
+    if defect == "glitch":
+        bad, column, n = _edit(pr, k, energy=e_k + 10_000.0), "glitches", 1
+    elif defect == "repeated_ts":
+        bad, column, n = _edit(pr, k, ts=_sample(pr, k - 3)[0]), "conflicting", 2
+    elif defect == "conflicting":
+        extra = (pr.filter((pl.col("rail") == RAIL) & (pl.col("ts") == ts_k))
+                 .with_columns(pl.lit(e_k + 10_000.0).alias("energy_uj")))
+        bad, column, n = pl.concat([pr, extra]), "conflicting", 2
+    else:
+        bad, column, n = _edit(pr, k, energy=-e_k), "negative", 1
+    got = _rail_row(bad, win)
+    assert got[column] == n and got["resets"] == 0 and got["drops"] == 0
+    assert got["avg_power_mw"] == pytest.approx(clean["avg_power_mw"], rel=1e-12)
+    assert got["covered_ns"] == clean["covered_ns"]
+    (check,) = pw.power_metrics(bad, start_ns=win[0], end_ns=win[1]).checks
+    assert check.rail == RAIL and check.channels == ("CPU-Little", "CPU", "Total") and check.counts == {column: n}
+    assert check.note().startswith(f"power rail {RAIL} (CPU-Little, CPU, Total): {n} ")
+
+
+def test_plausible_reset_wrap_and_implausible_drop(pixel_rails):
+    pr, *win = pixel_rails
+    clean = _rail_row(pr, win)
+    (t1, e1), (t2, e2) = _sample(pr, 99), _sample(pr, 100)
+    on_rail = pl.col("rail") == RAIL
+    later = on_rail & (pl.col("ts") >= t2)
+    # reset to 0 half-way through a step: the new value is half a step, near zero -> believed, half a step lost
+    origin = e1 + (e2 - e1) / 2
+    reset = pr.with_columns(pl.when(later).then(pl.col("energy_uj") - origin).otherwise("energy_uj").alias("energy_uj"))
+    r = _rail_row(reset, win)
+    assert r["resets"] == 1 and r["drops"] == 0
+    assert r["energy_j"] == pytest.approx(clean["energy_j"] - (e2 - e1) / 2 * 1e-6, rel=1e-9)
+    (check,) = pw.power_metrics(reset, start_ns=win[0], end_ns=win[1]).checks
+    assert "1 counter reset(s) believed" in check.note()
+    # the counter falls back by 50 J and goes on from there: not near zero -> that interval is not counted
+    drop = pr.with_columns(pl.when(later).then(pl.col("energy_uj") - 50e6).otherwise("energy_uj").alias("energy_uj"))
+    d = _rail_row(drop, win)
+    assert d["drops"] == 1 and d["resets"] == 0 and d["covered_ns"] == clean["covered_ns"] - (t2 - t1)
+    assert d["energy_j"] == pytest.approx(clean["energy_j"] - (e2 - e1) * 1e-6, rel=1e-9)
+    # a counter of a declared width (RAPL: wraps at max_energy_range_uj + 1) wrapping inside that step
+    width = origin
+    wrapped = pr.with_columns(pl.when(later).then(pl.col("energy_uj") - (width + 1)).otherwise("energy_uj")
+                              .alias("energy_uj"))
+    w = pw.df_power_per_rail(wrapped, start_ns=win[0], end_ns=win[1], wrap_uj={RAIL: width}).filter(rail=RAIL).row(
+        0, named=True)
+    assert w["wraps"] == 1 and w["resets"] == 0 and w["energy_j"] == pytest.approx(clean["energy_j"], rel=1e-9)
+
+
+def test_glitch_in_a_store_power_csv_reaches_the_iteration_notes(pixel_rails, tmp_path):
+    """The real rails written as a run store's power.csv, one sample glitched: the iteration's power values equal
+    the clean iteration's and its notes name the rail, its channels and the exclusion."""
+    pr, *_ = pixel_rails
+    k = 120
+    for name, frame in (("clean", pr), ("glitched", _edit(pr, k, energy=_sample(pr, k)[1] + 10_000.0))):
+        d = write_iteration(tmp_path / name / "w" / "0", {}, {}, complete=False)
+        write_power_csv(frame.select(pl.col("ts").alias("ts_ns"), "rail", "subsystem", "energy_uj"), d / "power.csv")
+        (d / ".complete").touch()
+    (clean, clean_notes), (got, notes) = [iteration_metrics(load_label(tmp_path / n).complete("w")[0], use_cache=False,
+                                                            with_trace=False) for n in ("clean", "glitched")]
+    assert clean_notes == []
+    assert got["power.CPU-Little"].value == pytest.approx(clean["power.CPU-Little"].value, rel=1e-12)
+    assert got["power.Total"].value == pytest.approx(clean["power.Total"].value, rel=1e-12)
+    assert notes == [(f"power.csv: power rail {RAIL} (CPU-Little, CPU, Total): 1 glitch sample(s) out of line with "
+                      "both neighbours excluded")]

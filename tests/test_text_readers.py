@@ -40,6 +40,9 @@ def _text_files() -> list[str]:
 CORRECTED = {
     "catapult/counter_tracks.html": {"tracing_mark_write": 1611},
     "catapult/trivial_systrace.html": {"tracing_mark_write": 4},
+    # line 17 is a sched_switch cut after prev_pid (the upstream file has it so): it lacks the fields the canonical
+    # table needs, so it is an import error (missing_field), not an event (test_line_without_canonical_fields)
+    "trappy/trace_idle_unsorted.txt": {"cpu_idle": 8, "sched_switch": 6},
 }
 
 
@@ -256,7 +259,7 @@ def test_lost_event_lines_counted_per_cpu(traces, tmp_path):
     assert data.meta["lost_events_per_cpu"] == {"5": 3, "6": 127}  # keys as meta.json (the cache) gives them
     assert data.meta["lost_events"] == 130
     assert data.meta["lost_events_exact"] is True
-    assert data.meta["events"] == {"cpu_idle": 8, "sched_switch": 7}
+    assert data.meta["events"] == {"cpu_idle": 8, "sched_switch": 6}  # + 1 cut sched_switch: missing_field
     # trace-cmd's marker for a page that lost events without room for their count: 1, a lower bound
     # (as the trace.dat reader counts that page; tests/test_live_all_events.py checks both on a real file)
     lines.insert(14, "CPU:5 [EVENTS DROPPED]")

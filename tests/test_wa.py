@@ -115,7 +115,7 @@ def test_energy_csv_conversion(wa_runs):
     assert last.rows() == [("cpu", 5_000_000_000, pytest.approx(10e6)), ("gpu", 5_000_000_000, pytest.approx(1.25e6))]
     from abtest.analysis.power import power_metrics
     from abtest.store.power import read_power_csv
-    vals, mapping = power_metrics(read_power_csv(it.power_path))
+    vals, mapping, _checks = power_metrics(read_power_csv(it.power_path))
     m = {v.key: v for v in vals}
     assert m["power.rail.cpu"].value == pytest.approx(2000.0)
     assert m["power.rail.gpu"].value == pytest.approx(250.0)

@@ -100,24 +100,32 @@ def df_priced_activity(activity: pl.DataFrame, platform: dict) -> pl.DataFrame:
 
 def df_static_busy(priced: pl.DataFrame) -> pl.DataFrame:
     """The domain's static power while at least one of its CPUs is busy, at the highest static power among the
-    busy CPUs' OPPs: intervals domain, ts, dur (ns), opp_khz (of that OPP), static_mw."""
+    CPUs busy at that moment: intervals domain, ts, dur (ns), opp_khz (the OPP of that highest static power),
+    static_mw.
+
+    The busy intervals' starts and ends cut each domain's time into elementary segments; in each segment, every
+    CPU's busy interval that covers it (at most one per CPU) is found by an as-of join on the segment start, and
+    the segment pays the largest of their static powers. Segments where no CPU is busy are not returned."""
     busy = priced.filter(pl.col("state") == -1).select(
-        "domain", "ts", (pl.col("ts") + pl.col("dur")).alias("end"), "static_mw", "opp_khz")
+        pl.col("domain").cast(pl.Int32), "cpu", pl.col("ts").cast(pl.Int64),
+        (pl.col("ts") + pl.col("dur")).cast(pl.Int64).alias("end"), "static_mw", pl.col("opp_khz").cast(pl.Int64))
     schema = {"domain": pl.Int32, "ts": pl.Int64, "dur": pl.Int64, "opp_khz": pl.Int64, "static_mw": pl.Float64}
     if busy.height == 0:
         return pl.DataFrame(schema=schema)
-    steps = pl.concat([busy.select("domain", "ts", pl.lit(1).alias("d"), "static_mw", "opp_khz"),
-                       busy.select("domain", pl.col("end").alias("ts"), pl.lit(-1).alias("d"),
-                                   pl.lit(None, pl.Float64).alias("static_mw"), pl.lit(None, pl.Int64).alias("opp_khz"))])
-    steps = (steps.sort("domain", "ts", "static_mw", nulls_last=True).group_by("domain", "ts", maintain_order=True)
-             .agg(pl.col("d").sum(), pl.col("static_mw").max(), pl.col("opp_khz").sort_by("static_mw").last())
-             .with_columns(pl.col("d").cum_sum().over("domain").alias("n_busy"),
-                           pl.col("static_mw").forward_fill().over("domain"),
-                           pl.col("opp_khz").forward_fill().over("domain")))
-    steps = steps.with_columns((pl.col("ts").shift(-1).over("domain") - pl.col("ts")).alias("dur"))
-    return (steps.filter((pl.col("n_busy") > 0) & pl.col("dur").is_not_null())
-            .select(pl.col("domain").cast(pl.Int32), pl.col("ts").cast(pl.Int64), pl.col("dur").cast(pl.Int64),
-                    pl.col("opp_khz").cast(pl.Int64), pl.col("static_mw").fill_null(0.0).cast(pl.Float64)))
+    bounds = (pl.concat([busy.select("domain", "ts"), busy.select("domain", pl.col("end").alias("ts"))])
+              .unique().sort("domain", "ts")
+              .with_columns(pl.col("ts").shift(-1).over("domain").alias("seg_end"))
+              .filter(pl.col("seg_end").is_not_null()))
+    grid = bounds.join(busy.select("domain", "cpu").unique(), on="domain").sort("ts")
+    covering = grid.join_asof(busy.sort("ts").rename({"ts": "busy_ts"}), left_on="ts", right_on="busy_ts",
+                              by=["domain", "cpu"], strategy="backward", check_sortedness=False)
+    covering = covering.filter(pl.col("end") > pl.col("ts"))
+    return (covering.sort("domain", "ts", "static_mw", nulls_last=False)
+            .group_by("domain", "ts", maintain_order=True)
+            .agg(pl.col("seg_end").first(), pl.col("static_mw").max(), pl.col("opp_khz").last())
+            .select("domain", "ts", (pl.col("seg_end") - pl.col("ts")).alias("dur"), "opp_khz",
+                    pl.col("static_mw").fill_null(0.0).cast(pl.Float64))
+            .sort("domain", "ts"))
 
 
 def energy_estimate_from_activity(activity: pl.DataFrame, platform: dict) -> pl.DataFrame:

@@ -19,17 +19,17 @@ true). Both cost one command at start (the snapshot and the loop's launch share 
 """
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 
 from abtest.targets.base import Target, TargetError
+from abtest.targets.shell import quote
 
 THERMAL_ROOT = "/sys/class/thermal"
 
 
 def cgroup_snapshot_script(marker: str, proc: str = "/proc") -> str:
     """Shell (POSIX sh builtins only inside the loop) writing one cgroup_attach_task line per thread."""
-    m = shlex.quote(marker)
+    m = quote(marker)
     return (
         f"for d in {proc}/[0-9]*/task/[0-9]*; do c=; v2=; "
         f"while IFS= read -r l; do case $l in *:cpuset:*) c=${{l#*:cpuset:}};; 0::*) v2=${{l#0::}};; esac; "
@@ -40,11 +40,11 @@ def cgroup_snapshot_script(marker: str, proc: str = "/proc") -> str:
 
 def thermal_loop_script(marker: str, zones: list[tuple[int, str]], period_s: float, root: str = THERMAL_ROOT) -> str:
     """Shell loop writing each zone's temperature (m°C) to the marker every period_s."""
-    m = shlex.quote(marker)
+    m = quote(marker)
     body = []
     for zid, ztype in zones:
         typ = "".join(ch if ch.isalnum() or ch in "-_.:" else "_" for ch in ztype) or f"zone{zid}"
-        body.append(f"t=$(cat {shlex.quote(f'{root}/thermal_zone{zid}/temp')} 2>/dev/null) && "
+        body.append(f"t=$(cat {quote(f'{root}/thermal_zone{zid}/temp')} 2>/dev/null) && "
                     f"echo \"thermal_temperature: thermal_zone={typ} id={zid} temp_prev=${{p{zid}:-$t}} temp=$t\" "
                     f"> {m}; p{zid}=$t")
     return f"while :; do {'; '.join(body)}; sleep {period_s:g}; done"
@@ -82,7 +82,7 @@ class TraceAnnotator:
 
     def discover_zones(self) -> list[tuple[int, str]]:
         """(id, type) of every zone whose temp is readable."""
-        root = shlex.quote(self.thermal_root)
+        root = quote(self.thermal_root)
         out = self.target.run(f"for z in {root}/thermal_zone*; do [ -r \"$z/temp\" ] && cat \"$z/temp\" >/dev/null 2>&1 "
                               f"&& echo \"${{z##*thermal_zone}} $(cat \"$z/type\" 2>/dev/null)\"; done", 30,
                               as_root=True).stdout
@@ -104,7 +104,7 @@ class TraceAnnotator:
             parts.append(cgroup_snapshot_script(self.marker, self.proc))
         if self.zones:
             loop = thermal_loop_script(self.marker, self.zones, self.thermal_period_s, self.thermal_root)
-            parts.append(f"nohup sh -c {shlex.quote(loop)} >/dev/null 2>&1 </dev/null & echo ABTEST_PID $!")
+            parts.append(f"nohup sh -c {quote(loop)} >/dev/null 2>&1 </dev/null & echo ABTEST_PID $!")
         if not parts:
             return
         res = self.target.run("; ".join(parts), 120, as_root=True)

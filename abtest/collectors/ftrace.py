@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from abtest.collectors.host_state import TargetLock
 from abtest.targets.base import Target, TargetError
+from abtest.targets.shell import check_clock, check_event, quote
 
 DEFAULT_EVENTS = ("sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sched_migrate_task",
                   "cpu_idle", "cpu_idle_miss", "cpu_frequency")
@@ -34,6 +34,22 @@ KERNEL_EVENT_CANDIDATES: dict[str, tuple[str, ...]] = {
 }
 # canonical tables that need no event enabled (markers always land in the buffer) or come from elsewhere
 NOT_FTRACE = {"marker", "power_rail", "print", "bprint", "bputs", "tracing_mark_write"}
+
+
+def check_events(events) -> list[str]:
+    """The event names, each checked against the ftrace-event alphabet (abtest.targets.shell); raises
+    ShellNameError naming the first that is not a plain event name (before anything reaches a target)."""
+    return [check_event(e) for e in events]
+
+
+def enable_line(table: str, candidates) -> str:
+    """Shell line (run in the tracefs directory) enabling the first kernel event of `candidates` that exists
+    and printing `ABTEST_ON <table> <event>`, else `ABTEST_MISSING <table>`. Every name is checked against
+    the event alphabet and quoted (issue 43: an unquoted `$(...)` here ran as root on the target)."""
+    table_sh = quote(check_event(table))
+    tries_sh = " || ".join(f"{{ echo {quote(check_event(c))} >> set_event 2>/dev/null && "
+                           f"echo ABTEST_ON {table_sh} {quote(c)}; }}" for c in candidates)
+    return f"{tries_sh} || echo ABTEST_MISSING {table_sh}"
 
 
 def requested_events(declared: list[str] | None = None) -> list[str]:
@@ -102,20 +118,19 @@ def parse_snapshot(stdout: str, tracefs: str) -> dict:
 def restore_script(orig: dict) -> str:
     """Shell lines (run in the tracefs directory) that put back the values of a snapshot: tracing off, the
     buffer emptied, the original events, buffer size (per CPU when they differed), clock, then tracing_on."""
-    q = shlex.quote
     lines = ["echo 0 > tracing_on", "echo > set_event"]
-    lines += [f"echo {q(e)} >> set_event" for e in orig.get("set_event", []) if _EVENT_NAME.match(e)]
+    lines += [f"echo {quote(e)} >> set_event" for e in orig.get("set_event", []) if _EVENT_NAME.match(e)]
     buf = str(orig.get("buffer_size_kb", ""))
     if buf.isdigit():
-        lines.append(f"echo {buf} > buffer_size_kb")
+        lines.append(f"echo {int(buf)} > buffer_size_kb")
     else:  # "X": the CPUs' sizes differed
         lines += [f"echo {int(v)} > per_cpu/cpu{int(c)}/buffer_size_kb"
                   for c, v in orig.get("buffer_size_kb_per_cpu", {}).items() if str(v).isdigit() and str(c).isdigit()]
     if orig.get("trace_clock"):
-        lines.append(f"echo {q(str(orig['trace_clock']))} > trace_clock")
+        lines.append(f"echo {quote(orig['trace_clock'])} > trace_clock")
     lines.append("echo > trace")
     if str(orig.get("tracing_on")) in ("0", "1"):
-        lines.append(f"echo {orig['tracing_on']} > tracing_on")
+        lines.append(f"echo {int(orig['tracing_on'])} > tracing_on")
     return "\n".join(lines)
 
 
@@ -139,9 +154,9 @@ class FtraceCollector:
     def __init__(self, target: Target, events: list[str] | None = None, *, buffer_size_kb: int = 8192,
                  clock: str = "boot", remote_dir: str = "/tmp", owner_uid: int | None = None):
         self.target = target
-        self.events = list(events or DEFAULT_EVENTS)
+        self.events = check_events(events or DEFAULT_EVENTS)
         self.buffer_size_kb = int(buffer_size_kb)
-        self.clock = clock
+        self.clock = check_clock(clock)
         self.remote_dir = remote_dir
         self.owner_uid = owner_uid
         self._tracefs: str | None = None
@@ -166,7 +181,7 @@ class FtraceCollector:
 
     def snapshot(self) -> dict:
         """Read the tracefs values a collection changes (one round trip); sets and returns `original`."""
-        res = self.target.run(f"cd {shlex.quote(self.tracefs)} || exit 90\n{SNAPSHOT_SCRIPT}", 30, as_root=True)
+        res = self.target.run(f"cd {quote(self.tracefs)} || exit 90\n{SNAPSHOT_SCRIPT}", 30, as_root=True)
         if res.exit_code != 0:
             raise TargetError(f"{self.target.name}: cannot read tracefs state in {self.tracefs} "
                               f"(exit {res.exit_code}): {res.stderr.strip()[-300:]}")
@@ -185,21 +200,19 @@ class FtraceCollector:
         (session, the whole stdout) so the caller can parse its part.
         """
         self.session = FtraceSession(clock=self.clock, buffer_size_kb=self.buffer_size_kb, tracefs=self.tracefs)
-        lines = [preamble, f"rm -f {shlex.quote(self.remote_trace)}",
-                 f"cd {shlex.quote(self.tracefs)} || exit 90",
+        lines = [preamble, f"rm -f {quote(self.remote_trace)}",
+                 f"cd {quote(self.tracefs)} || exit 90",
                  "echo 0 > tracing_on", "echo > set_event",
-                 f"echo {self.buffer_size_kb} > buffer_size_kb || echo ABTEST_WARN buffer_size_kb",
+                 f"echo {int(self.buffer_size_kb)} > buffer_size_kb || echo ABTEST_WARN buffer_size_kb",
                  ]
         clocks = [self.clock] + [c for c in ("mono", "local") if c != self.clock]
-        lines.append("for c in " + " ".join(shlex.quote(c) for c in clocks) +
-                     "; do if echo $c > trace_clock 2>/dev/null; then echo ABTEST_CLOCK $c; break; fi; done")
+        lines.append("for c in " + " ".join(quote(c) for c in clocks) +
+                     "; do if echo \"$c\" > trace_clock 2>/dev/null; then echo ABTEST_CLOCK \"$c\"; break; fi; done")
         for table in self.events:
             if table in NOT_FTRACE:
                 continue
             cands = KERNEL_EVENT_CANDIDATES.get(table, (table,))
-            tries = " || ".join(f"{{ echo {shlex.quote(c)} >> set_event 2>/dev/null && echo ABTEST_ON {table} {c}; }}"
-                                for c in cands)
-            lines.append(f"{tries} || echo ABTEST_MISSING {table}")
+            lines.append(enable_line(table, cands))
         lines += ["echo > trace", "echo 1 > tracing_on", "cat buffer_size_kb"]
         res = self.target.run("\n".join(lines), 60, as_root=True)
         if res.exit_code == 90:
@@ -225,7 +238,7 @@ class FtraceCollector:
 
     def marker_command(self, text: str) -> str:
         """Shell snippet writing `text` to trace_marker (embed it in the workload command: no extra round trip)."""
-        return f"echo {shlex.quote(text)} > {shlex.quote(self.marker_path)}"
+        return f"echo {quote(text)} > {quote(self.marker_path)}"
 
     def stop(self, local_trace: str | Path) -> FtraceSession:
         """Stop tracing, read lost-event counters, `trace-cmd extract`, put tracefs back as snapshotted (events,
@@ -233,16 +246,16 @@ class FtraceCollector:
         remote = self.remote_trace
         err = f"{self.remote_dir}/abtest-extract.err"
         script = "\n".join([
-            f"cd {shlex.quote(self.tracefs)} || exit 90",
+            f"cd {quote(self.tracefs)} || exit 90",
             "echo 0 > tracing_on",
             "for c in per_cpu/cpu*; do n=${c##*cpu}; "
             "o=$(sed -n 's/^overrun: *//p' $c/stats); d=$(sed -n 's/^dropped events: *//p' $c/stats); "
             "echo ABTEST_LOST $n ${o:-0} ${d:-0}; done",
-            f"trace-cmd extract -o {shlex.quote(remote)} >/dev/null 2>{shlex.quote(err)}; rc=$?",
+            f"trace-cmd extract -o {quote(remote)} >/dev/null 2>{quote(err)}; rc=$?",
             self._restore_lines(),
-            f"[ $rc = 0 ] || {{ cat {shlex.quote(err)} >&2; exit 91; }}",
-            f"chmod 600 {shlex.quote(remote)}",
-        ] + ([f"chown {int(self.owner_uid)} {shlex.quote(remote)}"]
+            f"[ $rc = 0 ] || {{ cat {quote(err)} >&2; exit 91; }}",
+            f"chmod 600 {quote(remote)}",
+        ] + ([f"chown {int(self.owner_uid)} {quote(remote)}"]
              if self.owner_uid not in (None, 0) else []))
         res = self.target.run(script, 300, as_root=True)
         if res.exit_code == 91:
@@ -266,14 +279,14 @@ class FtraceCollector:
         """Tracefs put back as snapshotted (tracing off and events off when nothing was snapshotted); best
         effort, 15 s at most; after a failure or Ctrl-C."""
         try:
-            self.target.run(f"cd {shlex.quote(self.tracefs)} || exit 0\n{self._restore_lines()}", 15, as_root=True)
+            self.target.run(f"cd {quote(self.tracefs)} || exit 0\n{self._restore_lines()}", 15, as_root=True)
         except TargetError:
             pass
 
     def restore(self) -> bool:
         """reset() + remove the remote trace file (end of a collection). True when the target ran it."""
-        lines = [f"cd {shlex.quote(self.tracefs)} || exit 90", self._restore_lines(),
-                 f"rm -f {shlex.quote(self.remote_trace)} {shlex.quote(self.remote_dir + '/abtest-extract.err')}"]
+        lines = [f"cd {quote(self.tracefs)} || exit 90", self._restore_lines(),
+                 f"rm -f {quote(self.remote_trace)} {quote(self.remote_dir + '/abtest-extract.err')}"]
         try:
             return self.target.run("\n".join(lines), 15, as_root=True).exit_code == 0
         except TargetError:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import shlex
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -39,6 +38,8 @@ from abtest.safe_io import UnsafePathError, check_name
 from abtest.store.writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
 from abtest.targets.base import Target, TargetConnectionError, TargetError, TargetTimeout
 from abtest.targets.config import BootEntry, TargetConfig, make_target
+from abtest.targets.shell import (ShellNameError, check_clock, check_event, check_label, check_workload_name,
+                                  quote, quote_glob)
 
 RETRYABLE = (TargetConnectionError, TargetTimeout, WorkloadError, OSError, EOFError)
 
@@ -165,9 +166,9 @@ class CollectConfig:
 
 def _workload_script(wl: Workload, marker: str | None, tag: str, remote_dir: str) -> str:
     """Workload command between trace markers, timed on the target (ns; /proc/uptime fallback)."""
-    mark = (lambda text: f"echo {shlex.quote(text)} > {shlex.quote(marker)} 2>/dev/null") if marker else (lambda text: ":")
+    mark = (lambda text: f"echo {quote(text)} > {quote(marker)} 2>/dev/null") if marker else (lambda text: ":")
     return "\n".join([
-        f"cd {shlex.quote(remote_dir)} || exit 97",
+        f"cd {quote(remote_dir)} || exit 97",
         "abtest_now() { t=$(/usr/bin/date +%s%N 2>/dev/null || date +%s%N 2>/dev/null); case \"$t\" in *N*|'') "
         "t=$(awk '{printf \"%.0f\", $1*1000000000}' /proc/uptime);; esac; echo $t; }",
         mark(f"abtest_workload_begin {tag}"),
@@ -195,7 +196,7 @@ def wait_cooldown(t: Target, *, fixed_s: float = 0.0, thermal_max_c: float | Non
         time.sleep(fixed_s)
     if thermal_max_c is not None:
         while True:
-            temps = [int(x) / 1000 for x in t.run(f"cat {temp_glob} 2>/dev/null", 30).stdout.split()
+            temps = [int(x) / 1000 for x in t.run(f"cat {quote_glob(temp_glob)} 2>/dev/null", 30).stdout.split()
                      if x.lstrip("-").isdigit()]
             out["zones"] = len(temps)
             out["max_temp_c"] = max(temps) if temps else None
@@ -335,7 +336,8 @@ def restore_from_journal(t: Target, doc: dict) -> list[str]:
     errors: list[str] = []
     tr = doc.get("tracefs")
     if tr and tr.get("path"):
-        res = t.run(f"cd {shlex.quote(tr['path'])} || exit 90\n{restore_script(tr)}\n"
+        restore_sh = restore_script(tr)
+        res = t.run(f"cd {quote(tr['path'])} || exit 90\n{restore_sh}\n"
                     "echo ABTEST_ON $(cat tracing_on); echo ABTEST_CLOCK $(sed -e 's/.*\\[//' -e 's/\\].*//' trace_clock)",
                     30, as_root=True)
         got = dict(line.split(" ", 1) for line in res.stdout.splitlines() if line.startswith("ABTEST_") and " " in line)
@@ -345,13 +347,13 @@ def restore_from_journal(t: Target, doc: dict) -> list[str]:
                 (tr.get("trace_clock") and got.get("ABTEST_CLOCK", "").strip() != tr["trace_clock"]):
             errors.append(f"tracefs did not take its original values back (now {got})")
     for path, value in (doc.get("settings") or {}).items():
-        res = t.run(f"echo {shlex.quote(value)} > {shlex.quote(path)}; cat {shlex.quote(path)}", 30, as_root=True)
+        res = t.run(f"echo {quote(value)} > {quote(path)}; cat {quote(path)}", 30, as_root=True)
         from abtest.collectors.settings import _current
         if _current(res.stdout) != value:
             errors.append(f"{path} is {_current(res.stdout)!r}, original {value!r}")
     dirs = [d for d in doc.get("remote_dirs", []) if re.fullmatch(r"/[\w./-]*/abtest\.[A-Za-z0-9]{10}", d)]
     if dirs:
-        t.run("rm -rf " + " ".join(shlex.quote(d) for d in dirs), 60, as_root=True)
+        t.run("rm -rf " + " ".join(quote(d) for d in dirs), 60, as_root=True)
     return errors
 
 
@@ -529,6 +531,24 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
 
 
 # -- the loop -----------------------------------------------------------------------------------------
+def check_shell_names(labels: list[str], workloads: list[str], events: list[str], clock: str | None = None) -> None:
+    """Refuse, before anything runs, a label or workload name that is not a plain store directory name
+    (abtest.safe_io.check_name) or falls outside the label alphabet, an event name outside the ftrace-event
+    alphabet and a trace clock outside its alphabet (abtest.targets.shell; docs/collect.md "Names").
+    Raises CollectError naming the first offender."""
+    try:
+        for name in labels:
+            check_label(check_name(name, "label"))
+        for name in workloads:
+            check_workload_name(check_name(name, "workload name"))
+        for event in events:
+            check_event(event)
+        if clock:
+            check_clock(clock)
+    except (UnsafePathError, ShellNameError) as e:
+        raise CollectError(str(e)) from e
+
+
 def collect(cc: CollectConfig, provider: TargetProvider | None = None,
             log: Callable[[str], None] | None = None) -> dict:
     """Run the whole plan; return a summary {"done", "skipped", "retries", "iterations": [...]}.
@@ -546,13 +566,8 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
     if len(wl_by_name) != len(cc.workloads):
         raise CollectError("two workloads share a name; give one name=... to tell them apart")
     label_by_name = {l.name: l for l in cc.labels}
-    try:  # labels and workload names become store directories: plain names only
-        for name in label_by_name:
-            check_name(name, "label")
-        for name in wl_by_name:
-            check_name(name, "workload name")
-    except UnsafePathError as e:
-        raise CollectError(str(e)) from e
+    check_shell_names(list(label_by_name), list(wl_by_name), [*cc.analysis_events, *cc.extra_events],
+                      cc.trace_clock or cc.target_cfg.trace.get("clock"))
     plan = make_plan(list(label_by_name), list(wl_by_name), cc.iterations, cc.order)
     done_already = [p for p in plan if is_complete(iteration_dir(store, p.label, p.workload, p.iteration))]
     if done_already and not cc.resume:

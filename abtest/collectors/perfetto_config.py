@@ -12,7 +12,6 @@ The trace is pulled as `trace.perfetto-trace`, which abtest.Trace reads (rails b
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import tempfile
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from abtest.collectors.ftrace import DEFAULT_EVENTS, KERNEL_EVENT_CANDIDATES, NOT_FTRACE
 from abtest.targets.base import Target, TargetError
+from abtest.targets.shell import quote
 
 # canonical table -> perfetto "group/event" names
 _GROUPS = {"sched": "sched", "cpu_idle": "power", "cpu_idle_miss": "power", "cpu_frequency": "power",
@@ -160,7 +160,7 @@ class PerfettoCollector:
                 shutil.rmtree(local_dir, ignore_errors=True)
             self._pushed = self.remote_dir
         res = self.target.run(f"{preamble}\nrm -f {self.REMOTE_TRACE}; perfetto --background --txt -c - "
-                              f"-o {self.REMOTE_TRACE} < {shlex.quote(self.remote_config)}", 60, as_root=True)
+                              f"-o {self.REMOTE_TRACE} < {quote(self.remote_config)}", 60, as_root=True)
         pid = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
         if res.exit_code != 0 or not pid.isdigit():
             raise TargetError(f"{self.target.name}: perfetto did not start: {(res.stderr or res.stdout).strip()[-400:]}")
@@ -192,7 +192,7 @@ class PerfettoCollector:
     def restore(self) -> None:
         self.reset()
         try:
-            self.target.run(f"rm -f {shlex.quote(self.REMOTE_TRACE)} {shlex.quote(self.remote_config)}", 15,
+            self.target.run(f"rm -f {quote(self.REMOTE_TRACE)} {quote(self.remote_config)}", 15,
                             as_root=True)
         except TargetError:
             pass

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import io
 import re
-import shlex
 from pathlib import Path
 
 import polars as pl
 
 from abtest.targets.base import Target, TargetError
+from abtest.targets.shell import quote
 from abtest.trace.errors import TraceFormatError
 
 from abtest.store.power import POWER_SCHEMA, write_power_csv  # noqa: F401 (write_power_csv re-exported for the collectors)
@@ -266,7 +266,7 @@ class PowerSampler:
         if self.kind == "odpm":
             body = f"cat {self.sysfs}/bus/iio/devices/iio:device*/energy_value"
         else:
-            files = " ".join(shlex.quote(f) for f in self.names)
+            files = " ".join(quote(f) for f in self.names)
             body = (f"echo @ $(cut -d' ' -f1 /proc/uptime); for f in {files}; do "
                     f"v=$(cat $f 2>/dev/null) && [ -n \"$v\" ] && echo $f $v; done")
         return f"while :; do {body}; sleep {period}; done"
@@ -278,7 +278,7 @@ class PowerSampler:
 
     def launch(self) -> None:
         """Start the background loop over the counters found (or set) in names/rails."""
-        script = (f"nohup sh -c {shlex.quote(self.loop_script())} > {shlex.quote(self.remote_out)} 2>/dev/null "
+        script = (f"nohup sh -c {quote(self.loop_script())} > {quote(self.remote_out)} 2>/dev/null "
                   f"</dev/null & echo $!")
         self.pid = self.target.run(script, 30, as_root=True, check=True).stdout.strip().splitlines()[-1]
 

@@ -14,10 +14,9 @@ is taken but reported in `SettingsManager.warnings`: labels that differ only by 
 """
 from __future__ import annotations
 
-import shlex
-
 from abtest.safe_io import UnsafePathError, check_name
 from abtest.targets.base import Target, TargetError
+from abtest.targets.shell import quote
 
 CPUIDLE_GOVERNOR = "/sys/devices/system/cpu/cpuidle/current_governor"
 CPUIDLE_DRIVER = "/sys/devices/system/cpu/cpuidle/current_driver"
@@ -84,7 +83,7 @@ class SettingsManager:
                 if warning:
                     self.warnings.append(warning)
             for path in _paths(self.target, key):
-                q = shlex.quote(path)
+                q = quote(path)
                 if path not in self.original:
                     cur = self.target.run(["cat", path], 30, as_root=True)
                     if cur.exit_code != 0:
@@ -93,7 +92,7 @@ class SettingsManager:
                     if self.on_original is not None:
                         self.on_original(path, self.original[path])
                 self.changed.add(path)
-                res = self.target.run(f"echo {shlex.quote(str(value))} > {q} && cat {q}", 30, as_root=True)
+                res = self.target.run(f"echo {quote(str(value))} > {q} && cat {q}", 30, as_root=True)
                 got = _current(res.stdout)
                 if res.exit_code != 0 or got != str(value):
                     raise SettingError(f"{self.target.name}: setting {key}={value} on {path} failed "
@@ -108,8 +107,8 @@ class SettingsManager:
         paths = [p for p in self.original if p in self.changed]
         if not paths:
             return
-        script = "\n".join(f"echo {shlex.quote(self.original[p])} > {shlex.quote(p)}; "
-                           f"echo ABTEST_NOW {i} \"$(cat {shlex.quote(p)})\"" for i, p in enumerate(paths))
+        script = "\n".join(f"echo {quote(self.original[p])} > {quote(p)}; "
+                           f"echo ABTEST_NOW {i} \"$(cat {quote(p)})\"" for i, p in enumerate(paths))
         res = self.target.run(script, 30, as_root=True)
         now = {}
         for line in res.stdout.splitlines():

@@ -4,18 +4,21 @@ module's ``summary(trace)``).
 JSON contract (``--json``; keys always present, an analysis that could not run is null and its
 reason is under ``skipped``)::
 
-    {"file", "format", "duration_s", "window_s": [start, end] | null (s from the trace start),
+    {"file", "format", "duration_s", "window_s": [start, end] | null (--range, s from the trace start),
      "lost_events", "platform": name | null,
      "power": {...}, "idle": {...}, "latency": {...}, "frequency": {...}, "load_tracking": {...},
      "placement": {...}, "energy_model": {...}, "frames": {...},
-     "skipped": {analysis: reason}}
+     "skipped": {analysis: reason}, "failed": {analysis: error}}
+
+An analysis that raises an unexpected error is listed in ``skipped`` (reason "failed on this input: ...") and in
+``failed``; the other analyses still run and print, and the exit status is then 2.
 
 The analyses and their order are those of abtest.analysis.registry that have a summary. Without --json the
 same object is printed as tables (abtest.commands.analyze_tables: one renderer per analysis, a generic one for
 the others; abtest.commands.text_grid: fitted to the terminal width, $COLUMNS honoured).
 
 See docs/analyze.md for each analysis' keys. Exit status: 0 when at least one analysis ran, 2 when
-none applies (or the file / platform is unreadable).
+none applies, one failed (see above), or the file / platform is unreadable.
 """
 from __future__ import annotations
 
@@ -39,6 +42,9 @@ from abtest.analysis import registry
 ANALYSES: dict[str, registry.Analysis] = {a.name: a for a in registry.ANALYSES if a.summary is not None}
 
 _NOT_REQUESTED = "not requested (--only)"
+# prefix of the reason of an analysis that raised an unexpected error (a bug, or input it does not handle): the
+# others still run; it is listed under "failed" too and `abtest analyze` exits 2 after printing the rest
+FAILED = "failed on this input: "
 
 
 def _run_one(key: str, analysis, trace: Trace) -> tuple[dict | None, str | None]:
@@ -51,6 +57,11 @@ def _run_one(key: str, analysis, trace: Trace) -> tuple[dict | None, str | None]
         return None, str(e)
     except ValueError as e:  # e.g. needs platform data the trace does not carry
         return None, str(e)
+    except Exception as e:  # noqa: BLE001 - not hidden: reported under "failed", on stderr and as exit 2
+        if os.environ.get("ABTEST_DEBUG"):
+            import traceback
+            traceback.print_exc()
+        return None, FAILED + f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
     finally:
         from abtest import _native
         _native.release_freed_memory()
@@ -128,6 +139,7 @@ def analyze_dict(trace: Trace, *, window_s: tuple[float, float] | None = None,
         if why:
             skipped[key] = why
     out["skipped"] = skipped
+    out["failed"] = {k: why[len(FAILED):] for k, why in skipped.items() if why.startswith(FAILED)}
     return out
 
 
@@ -250,8 +262,9 @@ def print_perfetto_report(d: dict, con: Console | None = None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (stable keys, see docs/analyze.md)")
 @click.option("--platform", "platform_file", type=click.Path(exists=True, dir_okay=False),
               help="platform file (YAML/TOML, LISA plat_info.yml, Wattson CSV): capacities, OPPs, idle states, EM")
-@click.option("--window", nargs=2, type=float, metavar="START_S END_S",
-              help="analyse only [START_S, END_S), seconds from the first event of the trace")
+@click.option("--range", "window", nargs=2, type=float, metavar="START_S END_S",
+              help="analyse only [START_S, END_S), seconds from the first event of the trace (not to be confused "
+                   "with --windows)")
 @click.option("--engine", type=click.Choice(["native", "perfetto"]), default="native", show_default=True,
               help="native: abtest's readers and analyses; perfetto: Perfetto trace_processor's stdlib metrics")
 @click.option("--only", multiple=True, type=click.Choice(list(ANALYSES)), help="run only these analyses (repeatable)")
@@ -269,7 +282,7 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
     With --windows: the declared metrics of a long trace, window by window (docs/analyze.md)."""
     if engine == "perfetto":
         if window or platform_file or only:
-            click.secho("note: --window, --platform and --only do not apply to --engine perfetto", fg="yellow", err=True)
+            click.secho("note: --range, --platform and --only do not apply to --engine perfetto", fg="yellow", err=True)
         d = _perfetto_dict(file)
         if as_json:
             click.echo(json.dumps(d, default=str))
@@ -288,7 +301,7 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
     if window:
         lo, hi = window
         if hi <= lo:
-            raise click.BadParameter(f"END_S ({hi}) must be greater than START_S ({lo})", param_hint="--window")
+            raise click.BadParameter(f"END_S ({hi}) must be greater than START_S ({lo})", param_hint="--range")
         t0 = trace.start_ns
         trace = trace.window(t0 + int(round(lo * 1e9)), t0 + int(round(hi * 1e9)))
     n_events = sum(trace.events.values())
@@ -312,6 +325,11 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
         click.echo(json.dumps(d))
     else:
         print_report(d, trace)
+    for key, why in d["failed"].items():
+        click.secho(f"error: analysis {key} failed on {file}: {why} (the other analyses ran; ABTEST_DEBUG=1 prints "
+                    "the traceback)", fg="red", err=True)
+    if d["failed"]:
+        raise SystemExit(2)
     if all(d[k] is None for k in ANALYSES):
         click.secho(f"error: no analysis applies to {file}: "
                     + "; ".join(f"{k}: {_short(v).replace(f' in {file}', '')}" for k, v in d["skipped"].items()),

@@ -503,7 +503,7 @@ def _dict_blocks(key: str, d: dict, title: str, path: str) -> list[Block]:
             g.add(str(k), fmt(_scaled(d[k], factor), unit))
         return [_cap(g, path)]
     if all(isinstance(v, dict) for v in d.values()):
-        row_key = name[4:] if name.lower().startswith("per ") else "key"
+        row_key = _row_noun(name)
         fields = list(dict.fromkeys(f for v in d.values() for f in v))
         flat = [f for f in fields if all(_is_scalar(v.get(f)) or isinstance(v.get(f), list) for v in d.values())]
         nested = [f for f in fields if f not in flat]
@@ -522,19 +522,43 @@ def _dict_blocks(key: str, d: dict, title: str, path: str) -> list[Block]:
             vals = {k: v.get(f) for k, v in d.items()}
             fname, funit, ffac = split_unit(f)
             if all(isinstance(x, dict) and all(_is_scalar(y) for y in x.values()) for x in vals.values() if x is not None):
-                rows = list(dict.fromkeys(r for x in vals.values() if x for r in x))
-                g = Grid(f"{title}: {fname}" + (f" ({funit})" if funit else ""),
-                         [Column("key", numeric=TEXT)]
-                         + [Column(f"{row_key} {k}", funit) for k in vals])
-                for r in rows:
-                    g.add(str(r), *(fmt(_scaled((vals[k] or {}).get(r), ffac), funit) if (vals[k] or {}).get(r) is not None
-                                    else "-" for k in vals))
-                out.append(_cap(g, f"{path}.*.{f}"))
+                out.append(_cap(_matrix(vals, f"{title}: {fname}" + (f" ({funit})" if funit else ""), row_key,
+                                        fname.split()[0] if " " in fname else "key", funit, ffac),
+                                f"{path}.*.{f}"))
             else:
                 for k, x in vals.items():
                     out += generic_blocks({f: x}, f"{title} {k}", path=f"{path}.{k}")
         return out
     return generic_blocks(d, title, path=path)
+
+
+def _matrix(vals: dict, title: str, outer: str, inner: str, unit: str, factor: float) -> Grid:
+    """{outer key: {inner key: value}} as a table: one row per outer key and a column per inner key, or the
+    transpose when there are fewer inner keys than outer ones (the long side down, so the table stays narrow).
+    outer / inner: the nouns of the two kinds of keys ("task", "cluster"), which head the row column and prefix
+    the value columns."""
+    inner_keys = list(dict.fromkeys(r for x in vals.values() if x for r in x))
+    cell = lambda o, i: fmt(_scaled((vals[o] or {}).get(i), factor), unit) \
+        if (vals[o] or {}).get(i) is not None else "-"  # noqa: E731
+    if len(inner_keys) < len(vals):
+        g = Grid(title, [Column(outer, numeric=TEXT)] + [Column(f"{inner} {i}", unit) for i in inner_keys])
+        for o in vals:
+            g.add(str(o), *(cell(o, i) for i in inner_keys))
+        return g
+    g = Grid(title, [Column(inner, numeric=TEXT)] + [Column(f"{outer} {o}", unit) for o in vals])
+    for i in inner_keys:
+        g.add(str(i), *(cell(o, i) for o in vals))
+    return g
+
+
+def _row_noun(name: str) -> str:
+    """The header of a table's first column, from the humanized key of the dict whose keys are its rows:
+    "per CPU" -> "CPU", "tasks" -> "task", anything else -> "key"."""
+    if name.lower().startswith("per "):
+        return name[4:]
+    if " " not in name and name.endswith("s") and not name.endswith("ss") and len(name) > 3:
+        return name[:-1]
+    return "key"
 
 
 def _list_blocks(items: list, title: str, path: str) -> list[Block]:

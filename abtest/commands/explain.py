@@ -7,10 +7,11 @@ from pathlib import Path
 
 import click
 
-from abtest.commands.compare import BadInput, _common, _run_comparison, _with_common, resolve_label
+from abtest.commands.compare import BadInput, _run_comparison, _with_common, _with_labels, resolve_label
 
 
 @click.command("explain")
+@_with_labels
 @_with_common
 @click.option("--channel", "channels", multiple=True, metavar="CH",
               help="Power channel to decompose (CPU-Big, CPU, Total ...; repeatable). Default: every channel that "
@@ -41,6 +42,10 @@ def explain(a, b, store, workload, no_trace, no_cache, tasks, jobs, channels, pl
     la, lb = resolve_label(a, root), resolve_label(b, root)
     exs = [explain_workload(c, la, lb, w.workload, channels=tuple(channels), platform=platform) for w in c.workloads]
     print_explanations(exs, fmt, width)
+    if fmt != "json":  # from the explanation to the timeline: the iterations behind it, side by side
+        from abtest.report.timeline_links import explanation_timeline_lines
+        for line in explanation_timeline_lines(c, store):
+            click.echo(line)
 
 
 COMMANDS = [explain]

@@ -74,20 +74,45 @@ def metrics(fmt: str, only: tuple[str, ...]) -> None:
         click.echo(registry_markdown())
         return
     from rich.console import Console
-    from rich.table import Table
     con = Console()
-    for a in ANALYSES:
-        if only and a.name not in only:
-            continue
+    chosen = [a for a in ANALYSES if not only or a.name in only]
+    if not con.is_terminal:  # piped: plain columns, every key whole (people copy keys from here)
+        click.echo(registry_plain(chosen), nl=False)
+        return
+    from rich.table import Table
+    for a in chosen:
         t = Table("key", "unit", "direction", "agg", "group", "windows", title=f"{a.name}: {a.title}",
                   title_justify="left")
+        t.columns[0].overflow = "fold"  # a key wraps, never ends in an ellipsis
         for s in a.metrics:
-            t.add_row(s.key.replace("[", "\\["), s.unit or "-", s.direction.value, s.aggregation.value,
-                      s.group.value, ("≈ " if s.window and not s.exact_combination else "")
-                      + (s.window.value if s.window else "-"))
+            t.add_row(*(c.replace("[", "\\[") for c in _row(s)))
         con.print(t if a.metrics else f"[bold]{a.name}[/]: {a.title} (no compared metrics)")
         con.print(f"  [dim]events: {', '.join(a.events) or 'none'}"
                   + (f"; optional: {', '.join(a.optional_events)}" if a.optional_events else "") + "[/]")
+
+
+_HEADERS = ("key", "unit", "direction", "agg", "group", "windows")
+
+
+def _row(s) -> tuple[str, ...]:
+    """One metric's cells: key, unit, direction, aggregation, grouping, window combination."""
+    return (s.key, s.unit or "-", s.direction.value, s.aggregation.value, s.group.value,
+            ("≈ " if s.window and not s.exact_combination else "") + (s.window.value if s.window else "-"))
+
+
+def registry_plain(analyses) -> str:
+    """The table form without a terminal: per analysis a title line, then columns padded to their widest cell
+    (no width limit, nothing cut), then its events."""
+    out = []
+    for a in analyses:
+        out.append(f"{a.name}: {a.title}" + ("" if a.metrics else " (no compared metrics)"))
+        rows = [_HEADERS] + [_row(s) for s in a.metrics] if a.metrics else []
+        widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADERS))] if rows else []
+        out += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        out.append(f"  events: {', '.join(a.events) or 'none'}"
+                   + (f"; optional: {', '.join(a.optional_events)}" if a.optional_events else ""))
+        out.append("")
+    return "\n".join(out)
 
 
 COMMANDS = [metrics]

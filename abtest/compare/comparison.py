@@ -5,6 +5,7 @@ A is the baseline: delta_pct = 100 * (mean(B) - mean(A)) / |mean(A)|.
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 import re
@@ -18,8 +19,10 @@ from abtest.compare.metrics import Measured, iteration_metrics
 from abtest.compare.verdict import Policy, Verdict, aggregate, decide
 from abtest.metric_spec import Grouping, MetricSpec
 from abtest.store.config import StoreConfig
+from abtest.store.layout import INCOMPLETE_FIX, LAYOUT_HINT
 from abtest.store.model import Iteration
-from abtest.store.reader import Label
+from abtest.store.reader import Label, align_plain
+from abtest.units import unit_factor
 
 
 class CompareError(ValueError):
@@ -105,6 +108,13 @@ class WorkloadComparison:
     meta_a: dict
     meta_b: dict
     notes: list
+    # every value of every usable iteration, as compare computed it (same order as iterations_a / _b): what
+    # explain and other readers use, so that none recomputes a value with other options; not serialised
+    measured_a: list = field(default_factory=list, repr=False)
+    measured_b: list = field(default_factory=list, repr=False)
+    # the usable iterations' directories (same order as iterations_a / _b), for notes naming an iteration
+    paths_a: list = field(default_factory=list, repr=False)
+    paths_b: list = field(default_factory=list, repr=False)
 
     def metric(self, name: str) -> MetricComparison | None:
         """The comparison of one metric by its full key ("power.Total"), or None."""
@@ -140,10 +150,18 @@ class Comparison:
     def workload(self, name: str) -> WorkloadComparison | None:
         return next((w for w in self.workloads if w.workload == name), None)
 
+    def sample_sizes(self) -> set[tuple[int, int]]:
+        """The (n A, n B) usable values per side that the verdicts of this comparison were decided at."""
+        return {(len(m.values_a), len(m.values_b)) for w in self.workloads for m in w.metrics}
+
+    def rule_text(self) -> str:
+        """The decision rule as applied to this comparison's sample sizes (report footers print it)."""
+        return self.policy.describe(self.sample_sizes())
+
     def to_json(self) -> dict:
         return {"schema": "abtest.compare/1", "label_a": self.label_a, "label_b": self.label_b,
                 "path_a": self.path_a, "path_b": self.path_b, "alpha": self.policy.alpha,
-                "min_effect_pct": self.policy.min_effect_pct,
+                "min_effect_pct": self.policy.min_effect_pct, "decision_rule": self.rule_text(),
                 "workloads": [w.to_json() for w in self.workloads],
                 "workloads_only_in_a": self.workloads_only_in_a, "workloads_only_in_b": self.workloads_only_in_b}
 
@@ -155,15 +173,21 @@ def _num(x):
 def compare_labels(label_a: Label, label_b: Label, *, workload: str | None = None, policy: Policy = Policy(),
                    with_trace: bool = True, use_cache: bool = True, metric_patterns: tuple = (),
                    tasks: tuple[str, ...] = (), config: StoreConfig | None = None, jobs: int = 1,
-                   top_tasks: int = 10, progress: bool = False) -> Comparison:
+                   top_tasks: int = 10, progress: bool = False, analysed: dict | None = None) -> Comparison:
     """Compare every workload present under both labels (or only `workload`). Raises CompareError on bad input.
 
     metric_patterns: shell-style patterns (fnmatch); when given, only matching metric names are compared.
     tasks: task names whose per-task metrics are compared (plus the store config's list for the workload);
     when neither names any, the `top_tasks` task names with the most CPU time in A that appear in every
     iteration of both sides. jobs: processes that analyse iterations in parallel (1: in this process).
-    progress: show a progress bar on stderr while iterations are analysed."""
+    progress: show a progress bar on stderr while iterations are analysed. analysed: a memo shared by several
+    calls of one run ({str(iteration path): (metrics, notes)}, same options): iterations already in it are not
+    analysed again, the ones analysed here are added (an N-way compare analyses its baseline once)."""
     config = config or StoreConfig()
+    label_a, label_b = align_plain(label_a, label_b)
+    empty = [f"{lab.name} ({lab.path})" for lab in (label_a, label_b) if not lab.workloads]
+    if empty:
+        raise CompareError(f"no workload and no trace file found in {' nor in '.join(empty)}: {LAYOUT_HINT}")
     wa, wb = set(label_a.workloads), set(label_b.workloads)
     if workload is not None:
         missing = [f"{lab.name} ({lab.path})" for lab, ws in ((label_a, wa), (label_b, wb)) if workload not in ws]
@@ -189,8 +213,10 @@ def compare_labels(label_a: Label, label_b: Label, *, workload: str | None = Non
             sides[(label.name, w)] = (usable, excluded, options, named)
             jobs_list += [(it, options) for it in usable]
     from abtest.compare.parallel import analyse_iterations
-    results = analyse_iterations(jobs_list, use_cache=use_cache, with_trace=with_trace, jobs=jobs,
-                                 progress=progress)
+    memo = analysed if analysed is not None else {}
+    todo = [(it, o) for it, o in jobs_list if str(it.path) not in memo]
+    memo.update(analyse_iterations(todo, use_cache=use_cache, with_trace=with_trace, jobs=jobs, progress=progress))
+    results = memo
     for w in common:
         side_a = _side(label_a, w, sides, results)
         side_b = _side(label_b, w, sides, results)
@@ -222,9 +248,13 @@ def _usable(label: Label, workload: str) -> tuple[list[Iteration], list[dict]]:
                  "reason": "; ".join(it.problems) if it.problems else "incomplete (no .complete marker)"}
                 for it in label.excluded(workload)]
     if not usable:
-        raise CompareError(f"{label.name}/{workload}: no complete iterations under {label.path / workload}"
-                           + (f" ({len(excluded)} excluded: " + "; ".join(e["reason"] for e in excluded) + ")"
-                              if excluded else ""))
+        where = label.path if label.plain else label.path / workload
+        msg = f"{label.name}/{workload}: no complete iterations under {where}"
+        if excluded:
+            msg += f" ({len(excluded)} excluded: " + "; ".join(e["reason"] for e in excluded) + ")"
+        if any(not it.problems and not it.complete for it in label.excluded(workload)):
+            msg += ". " + INCOMPLETE_FIX.format(dir=where)
+        raise CompareError(msg)
     return usable, excluded
 
 
@@ -294,6 +324,7 @@ def _compare_workload(label_a: str, label_b: str, workload: str, a: _Side, b: _S
         if side.excluded:
             notes.append(f"{side.label}/{workload}: {len(side.excluded)} iteration(s) excluded, "
                          f"{len(side.iterations)} used")
+    ma, mb = _same_units(ma, mb, a.label, b.label, notes)
     names_a = set().union(*(m.keys() for m in ma))
     names_b = set().union(*(m.keys() for m in mb))
     missing: dict[tuple[str, tuple[str, ...]], list[str]] = {}
@@ -304,7 +335,50 @@ def _compare_workload(label_a: str, label_b: str, workload: str, a: _Side, b: _S
         workload=workload, iterations_a=[it.name for it in a.iterations], iterations_b=[it.name for it in b.iterations],
         excluded=a.excluded + b.excluded, metrics=metrics, only_in_a=sorted(names_a - names_b),
         only_in_b=sorted(names_b - names_a), meta_a=summarize_meta(a.iterations), meta_b=summarize_meta(b.iterations),
-        notes=notes)
+        notes=notes, measured_a=a.per_it, measured_b=b.per_it, paths_a=[str(it.path) for it in a.iterations],
+        paths_b=[str(it.path) for it in b.iterations])
+
+
+def _same_units(ma: list[dict], mb: list[dict], label_a: str, label_b: str, notes: list[str]
+                ) -> tuple[list[dict], list[dict]]:
+    """Every value of a metric in one unit: the unit of its first iteration in A (declared metrics are already
+    in their declared unit). Values in another unit of the same quantity are converted (abtest.units) and a
+    note says so; a metric whose units do not convert (or that states no unit on one side only) is removed
+    from both sides with a note: raw numbers in different units are never compared."""
+    units: dict[str, dict[str, list[str]]] = {}  # metric -> unit -> labels that used it
+    for label, per_it in ((label_a, ma), (label_b, mb)):
+        for m in per_it:
+            for key, x in m.items():
+                if not x.declared:
+                    units.setdefault(key, {}).setdefault(x.spec.unit, []).append(label)
+    convert: dict[str, tuple[MetricSpec, dict[str, float]]] = {}
+    refused: set[str] = set()
+    for key, seen in units.items():
+        if len(seen) < 2:
+            continue
+        ref = next(x[key].spec for x in ma + mb if key in x)
+        factors = {u: unit_factor(u, ref.unit) if u and ref.unit else None for u in seen}
+        used = "; ".join(f"{u or 'no unit'!r} in {', '.join(sorted(set(labs)))}" for u, labs in seen.items())
+        if any(f is None for f in factors.values()):
+            refused.add(key)
+            notes.append(f"metric {key}: units differ ({used}) and do not convert: not compared")
+        else:
+            convert[key] = (ref, factors)
+            notes.append(f"metric {key}: units differ ({used}): values converted to {ref.unit!r}")
+
+    def fix(m: dict) -> dict:
+        out = {}
+        for key, x in m.items():
+            if key in refused:
+                continue
+            if key in convert and x.spec.unit != convert[key][0].unit:
+                ref, factors = convert[key]
+                x = dataclasses.replace(x, spec=ref, value=x.value * factors[x.spec.unit])
+            out[key] = x
+        return out
+    if not units or not (convert or refused):
+        return ma, mb
+    return [fix(m) for m in ma], [fix(m) for m in mb]
 
 
 def _missing_notes(missing: dict[tuple[str, tuple[str, ...]], list[str]]) -> list[str]:

@@ -350,7 +350,6 @@ def explain_workload(c: Comparison, label_a: Label, label_b: Label, workload: st
                      channels: tuple[str, ...] = (), platform=None) -> Explanation:
     """The explanation of one compared workload: every power channel that changed significantly (or those
     named), each decomposed; the scheduler signals that moved; a narrative."""
-    from abtest.compare.metrics import iteration_metrics
     w = c.workload(workload)
     notes: list[str] = []
     chans = [m for m in w.grouped(POWER_CHANNEL)]
@@ -372,10 +371,8 @@ def explain_workload(c: Comparison, label_a: Label, label_b: Label, workload: st
                          f"{big.verdict.text}); name one with --channel to decompose it anyway")
     its_a, its_b = label_a.complete(workload), label_b.complete(workload)
     out_channels = []
-    measured = {}
-    if chosen:
-        for side, its in (("a", its_a), ("b", its_b)):
-            measured[side] = [iteration_metrics(it)[0] for it in its]
+    # the values compare computed (with the store's rail mapping and task options), never recomputed here
+    measured = {"a": w.measured_a, "b": w.measured_b}
     for m in chosen:
         va = [x.get(m.name).value if x.get(m.name) else None for x in measured["a"]]
         vb = [x.get(m.name).value if x.get(m.name) else None for x in measured["b"]]
@@ -445,3 +442,23 @@ def explain(label_a: Label, label_b: Label, *, workload: str | None = None, chan
     c = comparison or compare_labels(label_a, label_b, workload=workload, **compare_kw)
     return [explain_workload(c, label_a, label_b, w.workload, channels=channels, platform=platform)
             for w in c.workloads if workload is None or w.workload == workload]
+
+
+def explain_store(a, b, *, store=None, workload: str | None = None, channels: tuple[str, ...] = (), platform=None,
+                  **compare_kw) -> list[Explanation]:
+    """Where a power change came from, A -> B (exported as `abtest.explain`): a list of Explanation (one per
+    workload), each with `.narrative`, `.df_contributions()`, `.df_tasks()` (polars) and `.to_json()`.
+
+    a, b: label names in `store` (default ./results or $ABTEST_STORE) or paths to label directories.
+    channels: power channels to decompose (default: those that changed significantly). platform: a platform
+    file (or dict) with an energy model for traces without platform.yml beside them.
+    """
+    from pathlib import Path
+
+    from abtest.store.layout import default_store_root
+    from abtest.store.reader import load_label
+
+    root = Path(store) if store is not None else default_store_root()
+    la = load_label(root / a if (root / a).is_dir() else Path(a))
+    lb = load_label(root / b if (root / b).is_dir() else Path(b))
+    return explain(la, lb, workload=workload, channels=tuple(channels), platform=platform, **compare_kw)

@@ -21,7 +21,9 @@ change in the bad direction fails whatever max_regression_pct says. Exit code: 1
 """
 from __future__ import annotations
 
+import difflib
 import math
+import re
 import tomllib
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from abtest.analysis.registry import resolve
+from abtest.analysis.registry import all_specs, resolve
 from abtest.compare.comparison import Comparison
 from abtest.compare.verdict import REGRESSION, INCONCLUSIVE, Policy, decide
 
@@ -143,6 +145,21 @@ def load_thresholds(path: str | Path) -> Thresholds:
     return Thresholds(str(path), alpha, min_it, foi, tuple(out))
 
 
+def check_metric_names(th: Thresholds, labels) -> None:
+    """Raise ThresholdsError (before any trace is read) for a gated metric that no compared iteration can have: not
+    a declared metric (or an instance of a declared template, e.g. power.<channel>) and not a metrics.json key of
+    any iteration of `labels` (abtest.store.reader.Label). The message suggests the closest known names."""
+    known = {k for lab in labels for its in lab.workloads.values() for it in its for k in it.metrics}
+    for t in th.metrics:
+        if t.name in known or resolve(t.name) is not None:
+            continue
+        declared = [s.key for _, s in all_specs()]
+        close = difflib.get_close_matches(t.name, sorted(known) + declared, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else " (`abtest metrics` lists the declared ones)"
+        raise ThresholdsError(f"{th.path}: [metrics.{t.name}]: unknown metric {t.name!r}: not a declared metric nor "
+                              f"a metrics.json key of {' or '.join(lab.name for lab in labels)}{hint}")
+
+
 def run_gate(c: Comparison, th: Thresholds) -> GateResult:
     res = GateResult(c.label_a, c.label_b)
     res.excluded = [{"workload": w.workload, **e} for w in c.workloads for e in w.excluded]
@@ -236,5 +253,28 @@ def junit_xml(res: GateResult, thresholds_path: str = "") -> str:
     for e in res.errors:
         case = ET.SubElement(suite, "testcase", classname="abtest.gate", name="input", time="0")
         ET.SubElement(case, "error", message=e, type="bad_input").text = e
+    _xml_safe(suites)
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+# characters XML 1.0 does not allow anywhere (not even as &#N; references): C0 controls but tab, LF, CR;
+# lone surrogates; U+FFFE, U+FFFF. ElementTree writes them as they are, and then no XML parser reads the file.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _visible(text: str) -> str:
+    r"""`text` with every character XML cannot carry written as a Python-style escape (\x1b, \ud800)."""
+    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def _xml_safe(root: ET.Element) -> None:
+    """Escape, in place, the characters XML cannot carry in every text, tail and attribute value under `root`
+    (labels, workload and metric names and messages come from directory names and files users wrote)."""
+    for el in root.iter():
+        if el.text:
+            el.text = _visible(el.text)
+        if el.tail:
+            el.tail = _visible(el.tail)
+        for k, v in el.attrib.items():
+            el.attrib[k] = _visible(v)

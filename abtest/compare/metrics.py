@@ -32,8 +32,9 @@ from abtest.metric_spec import Aggregation, Direction, MetricSpec, MetricValue
 from abtest.safe_io import UnsafePathError, write_file_no_follow
 from abtest.store.layout import METRICS_CACHE_FILE
 from abtest.store.model import Iteration, Metric
+from abtest.units import unit_factor
 
-METRICS_VERSION = 3
+METRICS_VERSION = 4  # 4: power counter checks (glitches, conflicting rows, resets)
 
 
 @dataclass(frozen=True)
@@ -65,16 +66,23 @@ FINGERPRINT = _registry_fingerprint()
 
 
 # ---------------------------------------------------------------- metrics.json
-def declared_from_file(name: str, m: Metric) -> tuple[Measured, str | None]:
-    """A metrics.json entry as a Measured value, and a note when the file disagrees with the declaration."""
+def declared_from_file(name: str, m: Metric) -> tuple[Measured | None, str | None]:
+    """A metrics.json entry as a Measured value, and a note when the file disagrees with the declaration.
+
+    A declared key written in another unit of the same quantity (ms for a declared us) is converted into the
+    declared unit (abtest.units) and the note says so; in a unit that does not convert ("points" for a declared
+    ms) the value is refused: (None, note), never compared as if it were in the declared unit."""
     hit = registry.resolve(name)
     if hit is not None:
         spec, group = hit
-        note = None
-        if m.unit and m.unit != spec.unit:
-            note = (f"metric {name}: metrics.json says unit {m.unit!r}, the registry declares {spec.unit!r} "
-                    "(the declaration is used)")
-        return Measured(spec, m.value, group, m.source), note
+        if not m.unit or m.unit == spec.unit:
+            return Measured(spec, m.value, group, m.source), None
+        factor = unit_factor(m.unit, spec.unit)
+        said = f"metric {name}: metrics.json says unit {m.unit!r}, the registry declares {spec.unit!r}"
+        if factor is None:
+            return None, f"{said} and the two do not convert: value not used"
+        how = " (the same unit)" if factor == 1 else f": value converted (x {factor:g})"
+        return Measured(spec, m.value * factor, group, m.source), said + how
     safe = name.replace("{", "(").replace("}", ")")
     spec = MetricSpec(safe, m.unit, Direction.from_lower_is_better(m.lower_is_better), Aggregation.MEAN,
                       title=safe, description=f"declared by {m.source} (not in the registry)")
@@ -83,11 +91,14 @@ def declared_from_file(name: str, m: Metric) -> tuple[Measured, str | None]:
 
 # ---------------------------------------------------------------- power + trace
 def _power_from_samples(samples, source: str, options: registry.MetricOptions, *, start_ns: int | None = None,
-                        end_ns: int | None = None) -> list[Measured]:
-    """Power values from power_rail-shaped samples; a channel's source also names the rail mapping used."""
-    vals, mapping = power_metrics(samples, explicit=options.rail_channels, start_ns=start_ns, end_ns=end_ns)
-    return [Measured(v.spec, v.value, v.group, source if v.spec is POWER_RAIL else f"{source}; {mapping.source}")
-            for v in vals if v.is_finite()]
+                        end_ns: int | None = None) -> tuple[list[Measured], list[str]]:
+    """Power values from power_rail-shaped samples (a channel's source also names the rail mapping used) and
+    one note per rail whose samples the counter checks excluded or whose counter reset / wrapped
+    (abtest.analysis.power.CounterCheck), prefixed with the source."""
+    vals, mapping, checks = power_metrics(samples, explicit=options.rail_channels, start_ns=start_ns, end_ns=end_ns)
+    measured = [Measured(v.spec, v.value, v.group, source if v.spec is POWER_RAIL else f"{source}; {mapping.source}")
+                for v in vals if v.is_finite()]
+    return measured, [f"{source}: {c.note()}" for c in checks]
 
 
 def _measured(vals: list[MetricValue], source: str) -> list[Measured]:
@@ -111,8 +122,10 @@ def trace_values(trace, options: registry.MetricOptions, *, with_power: bool
         notes.append(f"sched_switch chains break {gaps} time(s) without a recorded loss: task residency, task "
                      "states and wakeup latency miss what happened in those gaps")
     if with_power:
-        out += _power_from_samples(trace.df("power_rail", windowed=False), "trace:power_rail", options,
-                                   start_ns=trace.start_ns, end_ns=trace.end_ns)
+        pvals, pnotes = _power_from_samples(trace.df("power_rail", windowed=False), "trace:power_rail", options,
+                                            start_ns=trace.start_ns, end_ns=trace.end_ns)
+        out += pvals
+        notes += pnotes
     for a in registry.TRACE_ANALYSES:
         try:
             vals = registry.compute(a, trace, options)
@@ -149,8 +162,9 @@ def cache_file(iteration_dir: Path) -> Path:
     travels with the store), or, with $ABTEST_METRICS_CACHE=user, `<user cache>/metrics/<blake2b-128 of the
     iteration's resolved path>.json` (user cache: abtest.trace.cache.cache_root(): $ABTEST_CACHE_DIR, else
     $XDG_CACHE_HOME/abtest, else ~/.cache/abtest). The cache key inside the file still checks the trace and power
-    files' sizes and mtimes, so a store moved or edited never serves stale values."""
-    if os.environ.get("ABTEST_METRICS_CACHE", "store") != "user":
+    files' sizes and mtimes, so a store moved or edited never serves stale values. An iteration that is a trace
+    file of a plain directory of traces (abtest.store.reader) always uses the user cache directory."""
+    if os.environ.get("ABTEST_METRICS_CACHE", "store") != "user" and not Path(iteration_dir).is_file():
         return iteration_dir / METRICS_CACHE_FILE
     from abtest.trace.cache import cache_root
     digest = hashlib.blake2b(str(Path(iteration_dir).resolve()).encode(), digest_size=16).hexdigest()
@@ -224,7 +238,9 @@ def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.Me
     power_done = False
     if it.power_path is not None:
         try:
-            vals += _power_from_samples(read_power_csv(it.power_path), "power.csv", options)
+            pvals, pnotes = _power_from_samples(read_power_csv(it.power_path), "power.csv", options)
+            vals += pvals
+            notes += pnotes
             power_done = True
         except TraceFormatError as e:
             notes.append(f"power metrics unavailable: {e}")
@@ -254,7 +270,10 @@ def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.Me
             try:
                 samples, bmeta = read_battor_samples(it.battor_path)
                 clock = (bmeta.get("clock") or {}).get("method", "unaligned")
-                vals += _power_from_samples(samples, f"{it.battor_path.name} (BattOr, clock {clock})", options)
+                pvals, pnotes = _power_from_samples(samples, f"{it.battor_path.name} (BattOr, clock {clock})",
+                                                    options)
+                vals += pvals
+                notes += pnotes
                 n_bad = sum(e["count"] for e in (bmeta.get("import_errors") or {}).values())
                 if n_bad:
                     notes.append(f"{it.battor_path.name}: {n_bad} line(s) not imported (see abtest trace info)")
@@ -276,5 +295,6 @@ def iteration_metrics(it: Iteration, options: registry.MetricOptions = registry.
         m, note = declared_from_file(name, metric)
         if note:
             notes.append(note)
-        merged[m.key] = m
+        if m is not None:
+            merged[m.key] = m
     return merged, notes

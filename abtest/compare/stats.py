@@ -10,11 +10,12 @@ Conventions:
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats as sps
+from scipy import special as sc
 
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 20240229
@@ -65,7 +66,7 @@ def describe(values) -> Summary:
     gmean = float(np.exp(np.mean(np.log(x)))) if np.all(x > 0) else None
     lo = hi = None
     if n >= 2:
-        half = float(sps.t.ppf(0.975, n - 1)) * stdev / math.sqrt(n)
+        half = float(sc.stdtrit(n - 1, 0.975)) * stdev / math.sqrt(n)
         lo, hi = mean - half, mean + half
     return Summary(n=n, mean=mean, median=float(np.median(x)), stdev=stdev, cv=cv, gmean=gmean,
                    minimum=float(x.min()), maximum=float(x.max()), ci95_low=lo, ci95_high=hi)
@@ -90,7 +91,7 @@ def welch_p(a, b) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         t = diff / np.sqrt(se2)
         df = se2 ** 2 / (va ** 2 / (a.shape[1] - 1) + vb ** 2 / (b.shape[1] - 1))
-    p = 2.0 * sps.t.sf(np.abs(t), df)
+    p = 2.0 * sc.stdtr(df, -np.abs(t))  # Student t survival function: cdf at -|t|
     # zero variance on both sides: identical means -> p = 1, different constants -> p = 0
     const = se2 == 0
     p = np.where(const, np.where(diff == 0, 1.0, 0.0), p)
@@ -98,13 +99,60 @@ def welch_p(a, b) -> np.ndarray:
 
 
 def mannwhitney_p(a, b) -> np.ndarray:
-    """Two-sided Mann-Whitney U p-value per row (scipy; exact distribution for small samples without ties,
-    normal approximation with tie correction otherwise)."""
+    """Two-sided Mann-Whitney U p-value per row, as scipy.stats.mannwhitneyu(method="auto") computes it: the exact
+    null distribution when a side has <= 8 values and no row has ties, else the normal approximation with tie
+    correction and continuity correction. Computed here (ranks by comparison, `_mwu_exact_sf`) because importing
+    scipy.stats costs ~1 s of every `abtest compare`; tests/test_stats.py checks it against scipy."""
     a, b = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
-    if a.shape[1] < 1 or b.shape[1] < 1:
+    n1, n2 = a.shape[1], b.shape[1]
+    if n1 < 1 or n2 < 1:
         return np.full(a.shape[0], np.nan)
-    p = sps.mannwhitneyu(a, b, axis=1, alternative="two-sided", method="auto").pvalue
-    return np.asarray(p, dtype=float)
+    ranks, tie_counts = _ranks(np.concatenate([a, b], axis=1))
+    u1 = ranks[:, :n1].sum(axis=1) - n1 * (n1 + 1) / 2
+    u = np.maximum(u1, n1 * n2 - u1)
+    if (n1 > 8 and n2 > 8) or np.any(tie_counts > 1):
+        n = n1 + n2
+        tie_term = np.sum(tie_counts ** 2 - 1.0, axis=1)  # = sum over tie groups of t^3 - t
+        sd = np.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = (u - n1 * n2 / 2 - 0.5) / sd
+        p = 2.0 * sc.ndtr(-z)
+    else:
+        p = 2.0 * _mwu_exact_sf(n1, n2)[np.rint(u).astype(np.int64)]
+    return np.clip(p, 0.0, 1.0)
+
+
+def _ranks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Average ranks (1-based, ties share their mean rank) of each row of x (R, N), and per element the size of
+    its tie group. Pairwise comparison, in row chunks of at most ~2e7 comparisons."""
+    r_all, n = x.shape
+    ranks, ties = np.empty_like(x), np.empty_like(x)
+    step = max(1, int(2e7 // max(n * n, 1)))
+    for i in range(0, r_all, step):
+        c = x[i:i + step]
+        less = (c[:, None, :] < c[:, :, None]).sum(axis=2)
+        equal = (c[:, None, :] == c[:, :, None]).sum(axis=2)
+        ranks[i:i + step] = less + (equal + 1) / 2
+        ties[i:i + step] = equal
+    return ranks, ties
+
+
+@functools.lru_cache(maxsize=64)
+def _mwu_exact_sf(n1: int, n2: int) -> np.ndarray:
+    """P(U >= k) for k = 0 .. n1 n2 under the null (no ties): U's distribution by the recursion
+    P_{m,n}(k) = m / (m + n) P_{m-1,n}(k - n) + n / (m + n) P_{m,n-1}(k) over the smaller side (<= 8 here)."""
+    m, n = min(n1, n2), max(n1, n2)
+    prev = [np.ones(1) for _ in range(n + 1)]  # prev[j]: distribution for (0, j): U = 0
+    for i in range(1, m + 1):
+        cur = [np.ones(1)]  # (i, 0): U = 0
+        for j in range(1, n + 1):
+            d = np.zeros(i * j + 1)
+            d[j:j + prev[j].size] += i / (i + j) * prev[j]
+            d[:cur[j - 1].size] += j / (i + j) * cur[j - 1]
+            cur.append(d)
+        prev = cur
+    pmf = prev[n]
+    return np.cumsum(pmf[::-1])[::-1]
 
 
 def mannwhitney_min_p(n_a: int, n_b: int) -> float:
@@ -128,7 +176,7 @@ def welch_diff_ci(a, b, level: float) -> tuple[float, float] | None:
     if se == 0:
         return (diff, diff)
     df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
-    half = float(sps.t.ppf(0.5 + level / 2, df)) * se
+    half = float(sc.stdtrit(df, 0.5 + level / 2)) * se
     return (diff - half, diff + half)
 
 
@@ -144,7 +192,7 @@ def welch_delta_ci_pct(a, b, level: float) -> tuple[float, float] | None:
     if se == 0:
         return (100 * diff / abs(a.mean()),) * 2
     df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
-    half = float(sps.t.ppf(0.5 + level / 2, df)) * se
+    half = float(sc.stdtrit(df, 0.5 + level / 2)) * se
     scale = 100.0 / abs(a.mean())
     return ((diff - half) * scale, (diff + half) * scale)
 
@@ -186,22 +234,59 @@ def bootstrap_delta_ci_pct(a, b, *, level: float = 0.95, resamples: int = BOOTST
     return float(lo), float(hi)
 
 
+def t_test_power(n: int, d: float, *, alpha: float = 0.05, two_sided: bool = True) -> float:
+    """Power (probability, 0..1) of the two-sample t-test with n per side (df = 2n - 2) against a standardised
+    effect d = effect / sigma: noncentral t with noncentrality d * sqrt(n / 2). scipy.special's ufuncs (the
+    functions behind scipy.stats' t and nct, without their per-call overhead): a few microseconds."""
+    df = 2 * n - 2
+    crit = sc.stdtrit(df, 1 - alpha / 2 if two_sided else 1 - alpha)
+    nc = d * math.sqrt(n / 2)
+    # the lower tail (rejecting in the wrong direction) is ~0 for a large nc, where scipy can return NaN for it
+    lower = float(np.nan_to_num(sc.nctdtr(df, nc, -crit), nan=0.0)) if two_sided else 0.0
+    return float(1.0 - sc.nctdtr(df, nc, crit)) + lower
+
+
 def iterations_needed(cv: float | None, effect_pct: float, *, alpha: float = 0.05, power: float = 0.8,
                       two_sided: bool = True, max_n: int = 1000) -> int | None:
     """Iterations per side for a two-sample t-test to detect `effect_pct` (percent of the mean) with the given
     power, for a metric with coefficient of variation `cv` (fraction): the smallest n whose noncentral-t power
-    (df = 2n - 2, noncentrality = (e / cv) sqrt(n / 2)) reaches `power`. None when cv is unknown or the effect
-    is 0; max_n when even that is not enough."""
+    (`t_test_power`, df = 2n - 2, noncentrality = (e / cv) sqrt(n / 2)) reaches `power`. None when cv is unknown
+    or the effect is 0; max_n when even that is not enough.
+
+    Start from the normal approximation n0 = 2 ((z_a + z_power) / d)^2, bracket the answer by doubling steps
+    around it and bisect on the exact power: O(log n) power evaluations (typically 3-5), not one per n."""
     if cv is None or not math.isfinite(cv) or effect_pct <= 0:
         return None
     if cv == 0:
         return 2
     d = (effect_pct / 100.0) / cv
-    for n in range(2, max_n + 1):
-        df = 2 * n - 2
-        crit = sps.t.ppf(1 - alpha / 2, df) if two_sided else sps.t.ppf(1 - alpha, df)
-        nc = d * math.sqrt(n / 2)
-        achieved = sps.nct.sf(crit, df, nc) + (sps.nct.cdf(-crit, df, nc) if two_sided else 0.0)
-        if achieved >= power:
-            return n
-    return max_n
+
+    def ok(n: int) -> bool:
+        return t_test_power(n, d, alpha=alpha, two_sided=two_sided) >= power
+
+    z = sc.ndtri(1 - alpha / 2 if two_sided else 1 - alpha) + sc.ndtri(power)
+    n0 = 2.0 * (z / d) ** 2 if math.isfinite(d) else 2.0
+    guess = int(min(max(math.ceil(n0), 2), max_n))
+    if ok(guess):  # answer in (lo, guess]: step down by doubling to a failing n (n = 1 counts as failing)
+        hi, step, lo = guess, 1, 1
+        while hi - step >= 2:
+            if not ok(hi - step):
+                lo = hi - step
+                break
+            hi, step = hi - step, step * 2
+    else:  # answer above guess: step up by doubling until power is reached (or max_n fails)
+        lo, step = guess, 1
+        while True:
+            hi = min(lo + step, max_n)
+            if ok(hi):
+                break
+            if hi == max_n:
+                return max_n
+            lo, step = hi, step * 2
+    while hi - lo > 1:  # invariant: power(lo) < target (or lo = 1), power(hi) >= target
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

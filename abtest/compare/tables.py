@@ -28,6 +28,7 @@ from abtest.results import specs as wl
 # Column kinds: how renderers format a raw value. VALDIFF: [value, perc_diff or None] -> "18.54 (+11.40 %)".
 TEXT, NUM, INT, PCT, DIFF, PVAL, CI, VALDIFF = "text", "num", "int", "pct", "diff", "pval", "ci", "valdiff"
 SIGNED, INTERVAL = "signed", "interval"  # "+4.56"; [lo, hi] -> "[-1.20, 3.40]" (in the column's unit)
+VALVERDICT = "valverdict"  # [value, perc_diff, verdict] -> "14.20 (+13.93 %) regression" (N-way compare)
 
 
 @dataclass
@@ -198,6 +199,9 @@ def seed_tables(c: Comparison, *, with_all: bool = True) -> list[Table]:
 
 def format_value(value, kind: str) -> str:
     """Text form of a table cell: DIFF '-21.15 %', PCT '2.00 %', PVAL '0.0079', CI '[-22.0, -20.3] %'."""
+    if kind == VALVERDICT:
+        v, d, verdict = value if value is not None else (None, None, "")
+        return format_value([v, d], VALDIFF) + (f" {verdict}" if verdict and v is not None else "")
     if kind == VALDIFF:
         v, d = value if value is not None else (None, None)
         if v is None:

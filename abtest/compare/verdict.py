@@ -3,16 +3,19 @@
 The rule (documented in docs/compare.md, tested by simulation in tests/test_stats.py):
 
 1. Not enough data: fewer than `min_iterations` (default 2) values on a side -> "insufficient data".
-2. Significance: a difference is significant when BOTH
+2. Significance (`Policy.significant`): a difference is significant when BOTH
      - Welch's t-test two-sided p < alpha, and
-     - the Mann-Whitney U two-sided p < alpha, unless these sample sizes make p < alpha impossible for the
-       rank test (its smallest possible p is 2 / C(n_a + n_b, n_a): 0.1 for 3 vs 3), in which case Welch's t
-       decides alone and `decision_test` says "welch" instead of "welch+mannwhitney".
+     - the Mann-Whitney U two-sided p < alpha,
+   at every sample size where the rank test can reach p < alpha. Where it cannot (its smallest possible p is
+   2 / C(n_a + n_b, n_a): 0.1 for 3 vs 3, 0.057 for 3 vs 4), `Policy.small_n` says what happens, and the
+   footer of every report says so for the sizes it shows (`Policy.describe`): WELCH_ALONE (default) — Welch's t
+   decides alone, `decision_test` = "welch"; NO_VERDICT — no regression/improvement, `decision_test` = "none".
    Why: at the 3..10 iterations per side kernel A/B runs afford, Welch's t has the most power (5 % shift at
    CV 2 %, n = 5: 92.0 % vs 85.4 % for the exact rank test, whose p-values at 5 vs 5 are 0.0079, 0.016,
    0.032, 0.056 ...). Requiring the rank test to agree stops one outlier iteration (a thermal throttle, a
    background job) from producing a verdict on its own, and keeps the A/A false-positive rate below alpha
-   (2.5 % at n = 5) at a small cost in power (84.4 % at n = 5). Numbers: `python -m abtest.compare.simulate`.
+   (2.5 % at n = 5) at a small cost in power (84.4 % at n = 5). Welch's t alone at 3 vs 3 keeps the A/A rate
+   below alpha too (measured: bench/decision_rule.py, table in docs/compare.md).
 3. Size: a significant difference is a regression/improvement only if |delta_pct| >= min_effect_pct
    (default 1 %). Direction follows lower_is_better (power, latency, jank: lower is better; fps, score:
    higher is better). Metrics without a preferred direction (lower_is_better None) say "changed".
@@ -45,20 +48,82 @@ MAX_MORE_ITERATIONS = 999
 NEED_POWER = 0.85  # t-test power targeted by the "need ~N more iterations" estimate
 
 
+WELCH_ALONE = "welch"  # Policy.small_n: Welch's t decides alone where the rank test cannot reach alpha
+NO_VERDICT = "none"  # Policy.small_n: no regression/improvement where the rank test cannot reach alpha
+BOTH_TESTS = "welch+mannwhitney"
+
+
 @dataclass(frozen=True)
 class Policy:
-    """Decision parameters. alpha: significance level (two-sided). min_effect_pct: smallest change (percent
-    of A's mean) worth calling a regression/improvement. min_iterations: per side."""
+    """The decision rule: one object that decides (`significant`, used by `decide` and `significant_batch`) and
+    states itself as applied (`describe`, used by every report footer and docs/compare.md).
+
+    alpha: significance level (two-sided). min_effect_pct: smallest change (percent of A's aggregate) worth
+    calling a regression/improvement. min_iterations: per side. small_n: what happens at sample sizes where
+    Mann-Whitney U cannot reach p < alpha (its smallest two-sided p, 2 / C(n_a + n_b, n_a), is >= alpha:
+    3 vs 3, 3 vs 4, 2 vs anything at alpha 0.05): WELCH_ALONE (Welch's t decides alone) or NO_VERDICT."""
     alpha: float = 0.05
     min_effect_pct: float = 1.0
     min_iterations: int = 2
+    small_n: str = WELCH_ALONE
+
+    def __post_init__(self) -> None:
+        if self.small_n not in (WELCH_ALONE, NO_VERDICT):
+            raise ValueError(f"Policy.small_n must be {WELCH_ALONE!r} or {NO_VERDICT!r}, not {self.small_n!r}")
+
+    def rank_test_can_decide(self, n_a: int, n_b: int) -> bool:
+        """True when Mann-Whitney U can give p < alpha at these sample sizes."""
+        return stats.mannwhitney_min_p(n_a, n_b) < self.alpha
+
+    def decision_test(self, n_a: int, n_b: int) -> str:
+        """Which tests decide at n_a vs n_b: BOTH_TESTS, WELCH_ALONE, or NO_VERDICT (no test can)."""
+        return BOTH_TESTS if self.rank_test_can_decide(n_a, n_b) else self.small_n
+
+    def significant(self, p_welch: np.ndarray, p_mannwhitney: np.ndarray, n_a: int, n_b: int) -> np.ndarray:
+        """Rule 2, per row: is the difference significant, given both p-values at sample sizes n_a vs n_b."""
+        test = self.decision_test(n_a, n_b)
+        p_welch = np.asarray(p_welch, float)
+        if test == NO_VERDICT:
+            return np.zeros(p_welch.shape, bool)
+        sig = p_welch < self.alpha
+        return sig & (np.asarray(p_mannwhitney, float) < self.alpha) if test == BOTH_TESTS else sig
+
+    def min_rank_n(self) -> int:
+        """Smallest n per side (n vs n) at which Mann-Whitney U can reach p < alpha."""
+        n = 2
+        while not self.rank_test_can_decide(n, n):
+            n += 1
+        return n
+
+    def describe(self, sizes=None) -> str:
+        """The rule as applied, one sentence for a report footer. sizes: the (n_a, n_b) pairs the verdicts
+        were decided at (None: the general rule, as docs/compare.md states it)."""
+        base = (f"a regression/improvement needs p < {self.alpha:g} from Welch's t and Mann-Whitney U both, "
+                f"and |delta| >= {self.min_effect_pct:g} %")
+        then = "Welch's t decides alone" if self.small_n == WELCH_ALONE else "no regression/improvement is called"
+        if sizes is None:
+            return (f"{base}; where the sample sizes make p < {self.alpha:g} impossible for the rank test (its "
+                    f"smallest p, 2 / C(nA + nB, nA), is 0.1 at 3 vs 3), {then}")
+        decided = sorted({(a, b) for a, b in sizes if min(a, b) >= self.min_iterations})
+        small = [s for s in decided if not self.rank_test_can_decide(*s)]
+        if not small:
+            return base
+        where = ", ".join(f"{a} vs {b}" for a, b in small[:4]) + (" ..." if len(small) > 4 else "")
+        worst = min(stats.mannwhitney_min_p(a, b) for a, b in small)
+        clause = (f"at {where} iterations Mann-Whitney U cannot reach p < {self.alpha:g}, its smallest p being "
+                  f"{worst:.2g}, so {then}")
+        if len(small) == len(decided) and self.small_n == WELCH_ALONE:
+            return (f"a regression/improvement needs p < {self.alpha:g} from Welch's t and |delta| >= "
+                    f"{self.min_effect_pct:g} % ({clause})")
+        return f"{base}; {clause}"
 
 
 @dataclass(frozen=True)
 class Verdict:
     """Outcome for one metric. verdict: one of the constants above. text: human form, e.g.
     "inconclusive (need ~4 more iterations)". need_more_iterations: per side, only for inconclusive.
-    decision_test: "welch+mannwhitney" or "welch" (rank test could not reach alpha at these n)."""
+    decision_test: Policy.decision_test at these n: "welch+mannwhitney", "welch" (the rank test could not reach
+    alpha, Welch's t decided alone) or "none" (Policy.small_n = NO_VERDICT at such n)."""
     verdict: str
     text: str
     significant: bool
@@ -72,21 +137,20 @@ class Verdict:
     note: str = ""
 
 
-def significant_batch(a: np.ndarray, b: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows of A (R, n_a) vs rows of B (R, n_b): (significant, p_welch, p_mannwhitney) per row, rule 2."""
+def significant_batch(a: np.ndarray, b: np.ndarray, policy: Policy) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of A (R, n_a) vs rows of B (R, n_b): (significant, p_welch, p_mannwhitney) per row, rule 2 as
+    `policy.significant` applies it."""
     a, b = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
     pw = stats.welch_p(a, b)
     pm = stats.mannwhitney_p(a, b)
-    rank_can_decide = stats.mannwhitney_min_p(a.shape[1], b.shape[1]) < alpha
-    sig = (pw < alpha) & ((pm < alpha) | (not rank_can_decide))
-    return sig, pw, pm
+    return policy.significant(pw, pm, a.shape[1], b.shape[1]), pw, pm
 
 
 def directional_batch(a, b, lower_is_better: bool, policy: Policy = Policy()) -> np.ndarray:
     """Vectorised rules 2-3 for simulations: per row +1 = regression, -1 = improvement, 0 = neither.
     Same code path as `decide` for the significance and size rules."""
     a, b = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
-    sig, _, _ = significant_batch(a, b, policy.alpha)
+    sig, _, _ = significant_batch(a, b, policy)
     ma, mb = a.mean(axis=1), b.mean(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         d = 100.0 * (mb - ma) / np.abs(ma)
@@ -145,10 +209,9 @@ def decide(a, b, lower_is_better: bool | None, policy: Policy = Policy(), aggreg
         return Verdict(INSUFFICIENT, f"insufficient data (n = {n_a} vs {n_b}; need >= {policy.min_iterations} "
                        "per side)", False, d, None, None, "none", None,
                        max(policy.min_iterations - min(n_a, n_b), 1), aggregation, note)
-    sig_arr, pw_arr, pm_arr = significant_batch(xa, xb, policy.alpha)
+    sig_arr, pw_arr, pm_arr = significant_batch(xa, xb, policy)
     sig, pw, pm = bool(sig_arr[0]), float(pw_arr[0]), float(pm_arr[0])
-    rank_can_decide = stats.mannwhitney_min_p(n_a, n_b) < policy.alpha
-    test = "welch+mannwhitney" if rank_can_decide else "welch"
+    test = policy.decision_test(n_a, n_b)
     level = 1 - 2 * policy.alpha
     if aggregation == "gmean":
         lo_hi = stats.welch_diff_ci(xa, xb, level)
@@ -214,7 +277,8 @@ def _more_iterations(a: np.ndarray, b: np.ndarray, d: float, policy: Policy, *, 
         def to_eff(pct):
             return abs(pct)
     # Target 85 % power of the t-test: the rule (rank test must agree, minimum effect) then reaches about
-    # 80 % (simulated in tests/test_stats.py); at least 4 per side so that the rank test can agree.
+    # 80 % (simulated in tests/test_stats.py); at least policy.min_rank_n() per side (4 at alpha 0.05) so that
+    # the rank test can agree.
     if abs(d) >= policy.min_effect_pct:
         n = stats.iterations_needed(cv, to_eff(d), alpha=policy.alpha, power=NEED_POWER)
     else:
@@ -222,5 +286,5 @@ def _more_iterations(a: np.ndarray, b: np.ndarray, d: float, policy: Policy, *, 
         n = stats.iterations_needed(cv, margin, alpha=policy.alpha, power=NEED_POWER, two_sided=False)
     if n is None:
         return None
-    n = max(n, 4)
+    n = max(n, policy.min_rank_n())
     return min(MAX_MORE_ITERATIONS, max(1, n - min(a.size, b.size)))

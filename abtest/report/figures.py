@@ -17,9 +17,21 @@ from abtest.analysis.frequency import OPP_RESIDENCY_PCT, split_opp_group  # noqa
 from abtest.analysis.idle import STATE_RESIDENCY_PCT  # noqa: E402
 from abtest.analysis.power import CHANNEL_ORDER, POWER_CHANNEL  # noqa: E402
 from abtest.compare.comparison import MetricComparison, WorkloadComparison  # noqa: E402
+from abtest.compare.summary import metric_label  # noqa: E402
 
 COLOR_A, COLOR_B = "#1f77b4", "#d62728"
 MAX_DOT_PANELS = 12
+TIME_UNITS = ("ns", "us", "ms", "s")
+LOG_SPAN = 10.0  # a latency panel whose values span at least this ratio (max / min) gets a log axis
+
+
+def log_axis(m: MetricComparison) -> bool:
+    """A latency distribution (a metric in a time unit) whose positive values span a decade or more: on a
+    linear axis one 1 s outlier would flatten every other iteration into a line."""
+    vals = [x for x in m.values_a + m.values_b if x > 0]
+    if m.unit not in TIME_UNITS or len(vals) < len(m.values_a) + len(m.values_b) or not vals:
+        return False
+    return max(vals) / min(vals) >= LOG_SPAN
 
 
 def _ci(s):
@@ -55,7 +67,8 @@ def _agg_and_ci(vals: list, aggregation: str) -> tuple[float | None, tuple[float
 
 def plot_metric_dots(metrics: list[MetricComparison], label_a: str, label_b: str, ncols: int = 3):
     """One panel per metric: iteration values as dots (A left, B right), the declared aggregate (mean, gmean or
-    median) as a diamond with its 95 % CI. Panel title: metric, aggregation, delta % and verdict."""
+    median) as a diamond with its 95 % CI. Panel title: the metric's declared title, group and unit (not its key),
+    aggregation, delta % and verdict; latency panels spanning a decade or more on a log axis (`log_axis`)."""
     if not metrics:
         return None
     ncols = min(ncols, len(metrics))
@@ -75,8 +88,10 @@ def plot_metric_dots(metrics: list[MetricComparison], label_a: str, label_b: str
         ax.set_xlim(-0.5, 1.5)
         d = f"{m.delta_pct:+.2f} %" if m.delta_pct is not None else "n/a"
         agg = "" if m.aggregation == "mean" else f" ({m.aggregation})"
-        ax.set_title(f"{m.name}{agg}\n{d}, {m.verdict.text}", fontsize=8)
-        ax.set_ylabel(m.unit, fontsize=8)
+        ax.set_title(f"{metric_label(m)}{agg}\n{d}, {m.verdict.text}", fontsize=8)
+        ax.set_ylabel(m.unit + (" (log scale)" if log_axis(m) else ""), fontsize=8)
+        if log_axis(m):
+            ax.set_yscale("log")
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(metrics):]:
         ax.axis("off")

@@ -12,6 +12,10 @@ job or a mail. Structure (stable, tests parse it):
   <details id="all-metrics"> the all_metrics table (folded)
   <details id="conditions"> <table class="header"> per workload: every meta.json field, A | B (folded)
   <ul class="notes">        excluded iterations, missing metrics, lost events ...
+  <section id="outliers">   "Outlier iterations": iterations beyond Tukey's fences on a metric that decided a
+                            verdict, or lacking an analysis others have, each with its path (abtest.compare.outliers)
+Every table sits in a <div class="scroll">: a table wider than the window scrolls inside it (overflow-x: auto),
+the page itself never grows wider than the window.
 """
 from __future__ import annotations
 
@@ -23,14 +27,16 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from abtest.compare.comparison import Comparison, MetricComparison, WorkloadComparison
-from abtest.compare.tables import TEXT, Table, format_value, seed_tables
+from abtest.report.timeline_links import outlier_lines_with_timelines, write_outlier_timelines
+from abtest.compare.tables import TEXT, VALVERDICT, Table, format_value, seed_tables
 from abtest.report import figures
 from abtest.compare.summary import headlines, table_summary
 from abtest.report.header import differing_rows, header_rows, identity_rows, missing_header_fields
 from abtest.report.notes import comparison_notes
 
-_CSS = """
+CSS = """
 body{font-family:sans-serif;margin:2em;color:#222} table{border-collapse:collapse;margin:1em 0}
+div.scroll{overflow-x:auto;max-width:100%}
 th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px} th{background:#f0f0f0}
 td.num{text-align:right;font-variant-numeric:tabular-nums} tr.differs td{background:#fff6d5}
 .regression{color:#b00;font-weight:bold}.improvement{color:#070;font-weight:bold}.inconclusive{color:#a60}
@@ -54,6 +60,22 @@ def _e(x) -> str:
     return html.escape(str(x))
 
 
+def scroll(table: str) -> str:
+    """A table in a container that scrolls sideways when the table is wider than the window."""
+    return f'<div class="scroll">{table}</div>'
+
+
+def _cell_class(s: str, value, title: str, kind: str) -> str:
+    """The class attribute of a cell: the verdict's colour for a verdict column or the verdict of an N-way
+    "value (perc_diff) verdict" cell, "num" for other numbers."""
+    if title == "verdict":
+        return _verdict_class(s)
+    if kind == VALVERDICT:
+        verdict = _verdict_class(value[2] if value else "")
+        return verdict.replace('class="', 'class="num ') if verdict else ' class="num"'
+    return "" if kind == TEXT else ' class="num"'
+
+
 def _verdict_class(text: str) -> str:
     for k in ("regression", "improvement", "inconclusive"):
         if text.startswith(k):
@@ -68,12 +90,13 @@ def table_html(t: Table) -> str:
         cells = []
         for v, (title, kind) in zip(row, t.columns):
             s = format_value(v, kind)
-            cls = _verdict_class(s) if title == "verdict" else ("" if kind == TEXT else ' class="num"')
+            cls = _cell_class(s, v, title, kind)
             cells.append(f"<td{cls}>{_e(s)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     notes = "".join(f"<li>{_e(n)}</li>" for n in t.notes)
-    return (f'<h3>{_e(t.title)}</h3><table class="seed" id="table-{_e(t.key)}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table>" + (f"<ul>{notes}</ul>" if notes else ""))
+    return (f'<h3>{_e(t.title)}</h3>' + scroll(f'<table class="seed" id="table-{_e(t.key)}"><thead><tr>{head}'
+                                               f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+            + (f"<ul>{notes}</ul>" if notes else ""))
 
 
 def header_html(c: Comparison, w: WorkloadComparison) -> str:
@@ -84,8 +107,9 @@ def header_html(c: Comparison, w: WorkloadComparison) -> str:
     missing = missing_header_fields(c, w)
     warn = (f'<p class="warn">meta.json lacks {_e(", ".join(missing))}: not stated.</p>' if missing else "")
     return (f"<h2>Test conditions: {_e(w.workload)}</h2>"
-            f'<table class="header" data-workload="{_e(w.workload)}"><thead><tr><th>field</th>'
-            f"<th>{_e(c.label_a)}</th><th>{_e(c.label_b)}</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            + scroll(f'<table class="header" data-workload="{_e(w.workload)}"><thead><tr><th>field</th>'
+                     f"<th>{_e(c.label_a)}</th><th>{_e(c.label_b)}</th></tr></thead><tbody>{''.join(rows)}"
+                     "</tbody></table>")
             + warn)
 
 
@@ -124,8 +148,8 @@ def identity_html(c: Comparison, w: WorkloadComparison) -> str:
     differs = ' class="differs"'
     body = "".join(f"<tr{differs if a != b else ''}><th>{_e(k)}</th><td>{_e(a)}</td><td>{_e(b)}</td></tr>"
                    for k, a, b in rows)
-    return (f'<table class="identity" data-workload="{_e(w.workload)}"><thead><tr><th>{_e(w.workload)}</th>'
-            f"<th>{_e(c.label_a)}</th><th>{_e(c.label_b)}</th></tr></thead><tbody>{body}</tbody></table>")
+    return scroll(f'<table class="identity" data-workload="{_e(w.workload)}"><thead><tr><th>{_e(w.workload)}</th>'
+                  f"<th>{_e(c.label_a)}</th><th>{_e(c.label_b)}</th></tr></thead><tbody>{body}</tbody></table>")
 
 
 def explanation_html(ex) -> str:
@@ -136,7 +160,27 @@ def explanation_html(ex) -> str:
             + "".join(table_html(t) for t in explanation_tables(ex)) + "</section>")
 
 
-def comparison_html(c: Comparison, tables: list[Table] | None = None, explanations: list | None = None) -> str:
+def outliers_html(lines: list[str], timelines: dict[str, Path] | None = None) -> str:
+    """The "Outlier iterations" note section ("" when no iteration is flagged); ``timelines``: {line: perfetto
+    trace written for it} (abtest.report.timeline_links), linked after the line."""
+    if not lines:
+        return ""
+    timelines = timelines or {}
+
+    def item(x: str) -> str:
+        f = timelines.get(x)
+        link = (f' <a class="timeline" href="{_e(f.parent.name + "/" + f.name)}">timeline (open in the Perfetto UI)'
+                "</a>") if f is not None else ""
+        return f"<li>{_e(x)}{link}</li>"
+
+    return ('<section id="outliers"><h2>Outlier iterations</h2><p>Iterations beyond the Tukey fences (1.5 IQR) '
+            "of their label on a metric that decided a verdict, or lacking an analysis other iterations have: "
+            'look at them before trusting the verdict.</p><ul class="notes">'
+            + "".join(item(x) for x in lines) + "</ul></section>")
+
+
+def comparison_html(c: Comparison, tables: list[Table] | None = None, explanations: list | None = None,
+                    timelines: dict[str, Path] | None = None) -> str:
     """The report (see the module docstring for its structure). `tables`: the seed tables (default: all,
     "All metrics" included; it is folded)."""
     tables = tables if tables is not None else seed_tables(c)
@@ -148,8 +192,7 @@ def comparison_html(c: Comparison, tables: list[Table] | None = None, explanatio
             table_html(table_summary(c)),
             f"<p>Baseline <b>{_e(c.label_a)}</b> ({_e(c.path_a)}), compared <b>{_e(c.label_b)}</b> "
             f"({_e(c.path_b)}). perc_diff = (B - A) / |A| of each metric's declared aggregate; alpha = "
-            f"{c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} %; a regression/improvement needs "
-            "Welch's t and Mann-Whitney U to agree.</p>"]
+            f"{c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} %; {_e(c.rule_text())}.</p>"]
     body += ["<h2>Test conditions</h2>"] + [identity_html(c, w) for w in c.workloads]
     body.append("<h2>Results</h2>")
     body += [table_html(t) for t in tables if t.key not in ("summary", "all_metrics")]
@@ -170,13 +213,16 @@ def comparison_html(c: Comparison, tables: list[Table] | None = None, explanatio
                 + "".join(header_html(c, w) for w in c.workloads) + "</details>")
     if notes:
         body.append('<h2>Notes</h2><ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+    body.append(outliers_html(outlier_lines_with_timelines(c), timelines))
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
-            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
+            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
 def write_html(c: Comparison, path: str | Path, tables: list[Table] | None = None, *,
                explanations: list | None = None) -> Path:
     path = Path(path)
-    path.write_text(comparison_html(c, tables, explanations), encoding="utf-8")
+    # the flagged iterations' timelines beside the report (<report>.timelines/), linked from its outlier notes
+    timelines = write_outlier_timelines(c, path.with_name(path.stem + ".timelines"))
+    path.write_text(comparison_html(c, tables, explanations, timelines), encoding="utf-8")
     return path

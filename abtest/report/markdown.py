@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from abtest.compare.comparison import Comparison
+from abtest.compare.outliers import outlier_lines
 from abtest.compare.tables import Table, seed_tables
 from abtest.compare.summary import headlines, table_summary
 from abtest.report.fit import grid_of
@@ -43,6 +44,9 @@ def comparison_markdown(c: Comparison, tables: list[Table] | None = None, *, con
     notes = comparison_notes(c)
     if notes:
         out += ["### Notes", ""] + [f"- {_esc(n)}" for n in notes]
+    flagged = outlier_lines(c)
+    if flagged:
+        out += ["", "### Outlier iterations", ""] + [f"- {_esc(n)}" for n in flagged]
     out.append(f"\nVerdicts: alpha = {c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} % "
-               "(Welch's t and Mann-Whitney U must agree; see docs/compare.md).")
+               f"({_esc(c.rule_text())}; see docs/compare.md).")
     return "\n".join(out) + "\n"

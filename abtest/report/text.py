@@ -12,6 +12,7 @@ from __future__ import annotations
 import textwrap
 
 from abtest.compare.comparison import Comparison, WorkloadComparison
+from abtest.report.timeline_links import outlier_lines_with_timelines
 from abtest.compare.summary import headlines, table_summary
 from abtest.compare.tables import Table, seed_tables
 from abtest.report.fit import (Grid, fitted_widths, grid_of, min_widths, split, stacked_lines, wrap_cell,
@@ -84,6 +85,11 @@ def comparison_text(c: Comparison, tables: list[Table] | None = None, *, width: 
     if notes:
         out += ["Notes:"] + [textwrap.fill(n, width, initial_indent="  - ", subsequent_indent="    ",
                                            break_long_words=False, break_on_hyphens=False) for n in notes] + [""]
-    out.append(textwrap.fill(f"alpha = {c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} %; a verdict "
-                             "needs Welch's t and Mann-Whitney U to agree (docs/compare.md).", width))
+    flagged = outlier_lines_with_timelines(c)  # each names its trace, time range and `abtest timeline`
+    if flagged:
+        out += ["Outlier iterations (look at them before trusting the verdict):"]
+        out += [textwrap.fill(n, width, initial_indent="  - ", subsequent_indent="    ", break_long_words=False,
+                              break_on_hyphens=False) for n in flagged] + [""]
+    out.append(textwrap.fill(f"alpha = {c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} %; "
+                             f"{c.rule_text()} (docs/compare.md).", width))
     return "\n".join(out) + "\n"

@@ -30,6 +30,21 @@ class StoreConfig:
         return tuple(self.tasks.get(workload, ()))
 
 
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _table(doc: dict, key: str, path: Path) -> dict:
+    """doc[key] when it is a TOML table, {} when absent; StoreError naming the file and the key otherwise
+    (`power = 1` instead of a [power] table)."""
+    value = doc.get(key, {})
+    if not isinstance(value, dict):
+        raise StoreError(f"{path}: key {key}: expected a table ([{key}]), got {type(value).__name__} "
+                         f"{_shown(value)}")
+    return value
+
+
 def load_store_config(root: str | Path | None) -> StoreConfig:
     """The store's abtest.toml, or the defaults when the store has none (or root is None)."""
     if root is None:
@@ -42,12 +57,15 @@ def load_store_config(root: str | Path | None) -> StoreConfig:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise StoreError(f"{path}: invalid TOML ({e})") from e
     tasks: dict[str, tuple[str, ...]] = {}
-    for wl, spec in (doc.get("workloads") or {}).items():
-        names = spec.get("tasks", []) if isinstance(spec, dict) else None
+    for wl, spec in _table(doc, "workloads", path).items():
+        if not isinstance(spec, dict):
+            raise StoreError(f"{path}: key workloads.{wl}: expected a table ([workloads.{wl}]), got "
+                             f"{type(spec).__name__} {_shown(spec)}")
+        names = spec.get("tasks", [])
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise StoreError(f"{path}: [workloads.{wl}] tasks must be a list of task names")
         tasks[wl] = tuple(names)
-    channels = (doc.get("power") or {}).get("channels")
+    channels = _table(doc, "power", path).get("channels")
     if channels is not None:
         if not isinstance(channels, dict) or not all(
                 isinstance(v, list) and all(isinstance(r, str) for r in v) for v in channels.values()):

@@ -12,6 +12,12 @@
     STORE/abtest.toml  optional store configuration (per-workload default task lists, rail -> channel mapping)
 
 The default STORE is ./results, overridden by `--store` or the ABTEST_STORE environment variable.
+
+A plain directory of traces also works as a label (no store, no markers; abtest.store.reader.load_label):
+    DIR/run1.dat DIR/run2.dat ...        each trace file is one complete iteration of one workload ("traces");
+                                         DIR/run1.power.csv, DIR/run1.metrics.json, DIR/run1.meta.json beside it
+                                         (same name, trace suffix replaced) are its power samples, results, meta
+    DIR/<run>/trace.dat [power.csv ...]  or one subdirectory per iteration holding an iteration's files
 """
 from __future__ import annotations
 
@@ -28,6 +34,15 @@ BATTOR_FILES = ("battor.txt", "battor.log")
 PLATFORM_FILES = ("platform.yml", "platform.yaml", "platform.toml", "plat_info.yml")
 STORE_CONFIG_FILE = "abtest.toml"
 METRICS_CACHE_FILE = ".abtest-metrics.json"
+PLAIN_WORKLOAD = "traces"  # the one workload of a plain directory of traces
+# The layouts a label argument may have, for error messages (one line each).
+LAYOUT_HINT = ("expected a folder of trace files (each file one iteration; NAME.power.csv / NAME.metrics.json "
+               "beside a trace are its own), or the run store layout STORE/<label>/<workload>/<iteration>/"
+               "{trace.dat, power.csv, metrics.json, .complete}")
+# How to repair iterations excluded for lacking their marker ({dir}: the workload directory).
+INCOMPLETE_FIX = ("`abtest collect` writes .complete last, so a missing one means the run did not finish; if these "
+                  "runs did finish, mark them: `touch {dir}/*/.complete` (or compare the folder of traces directly: "
+                  "plain directories need no markers)")
 
 # Files in an iteration directory that are never the trace.
 NOT_TRACE = {COMPLETE_MARKER, METRICS_FILE, META_FILE, POWER_FILE, METRICS_CACHE_FILE, *BATTOR_FILES, *PLATFORM_FILES}
@@ -36,6 +51,14 @@ TRACE_NAMES = ("trace.dat", "trace.perfetto-trace", "trace.pftrace", "trace.pb",
                "trace.ctrace", "trace.txt")
 TRACE_SUFFIXES = (".dat", ".perfetto-trace", ".pftrace", ".perfetto", ".pb", ".html", ".ctrace",
                   ".atrace", ".systrace", ".txt", ".gz", ".zst", ".zip")
+# Files beside a trace in a plain directory of traces: `<trace stem>.power.csv` etc. (never a trace themselves).
+SIDECAR_SUFFIXES = (".power.csv", ".metrics.json", ".meta.json")
+
+
+def bundled_store() -> Path | None:
+    """The example run store shipped in a checkout (examples/idle-governors), or None in an installed package."""
+    p = Path(__file__).resolve().parent.parent.parent / "examples" / "idle-governors"
+    return p if p.is_dir() else None
 
 
 def default_store_root() -> Path:
@@ -81,3 +104,32 @@ def find_platform(directory: Path) -> Path | None:
         if (directory / n).is_file():
             return directory / n
     return None
+
+
+def is_trace_name(name: str) -> bool:
+    """A file name a trace may have (TRACE_NAMES / TRACE_SUFFIXES), not an iteration's other files nor hidden."""
+    if name in NOT_TRACE or name.startswith(".") or name.endswith(SIDECAR_SUFFIXES) \
+            or name.lower().startswith("readme"):
+        return False
+    return name in TRACE_NAMES or name.endswith(TRACE_SUFFIXES)
+
+
+
+def trace_stem(trace: Path) -> str:
+    """A trace file's name without its trace suffixes: run1.dat.gz -> run1 (the name of its sidecar files)."""
+    name = trace.name
+    stripped = True
+    while stripped:
+        stripped = False
+        for suffix in TRACE_SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                name, stripped = name[: -len(suffix)], True
+                break
+    return name
+
+
+def sidecar(trace: Path, kind: str) -> Path | None:
+    """The `<stem>.<kind>` file beside a trace in a plain directory (kind: power.csv, metrics.json, meta.json),
+    or None."""
+    p = trace.parent / f"{trace_stem(trace)}.{kind}"
+    return p if p.is_file() else None

@@ -1,6 +1,7 @@
 """Values of the run store: one iteration and the metrics.json entries it carries."""
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,69 @@ from abtest.store.layout import METRICS_FILE
 
 class StoreError(ValueError):
     """A store, label or iteration directory is missing or malformed. The message names the path."""
+
+
+# JSON files of a store (metrics.json, meta.json) nest a few levels; deeper is damage or a hostile file, which
+# the recursive code downstream (flattening meta.json into conditions, printing) must never meet
+MAX_JSON_DEPTH = 32
+# integer literals longer than this many digits are refused, naming their key (Python's own limit for int <-> str,
+# whose ValueError named neither file nor key); longer than a float goes (about 1.8e308) is Metric.from_json's error
+MAX_INT_DIGITS = 4300
+
+
+class _LongInt:
+    """Stand-in for an integer literal of more than MAX_INT_DIGITS digits, found and reported after parsing."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+
+def _parse_int(text: str):
+    digits = len(text.lstrip("+-"))
+    return _LongInt(digits) if digits > MAX_INT_DIGITS else int(text)
+
+
+def _key_path(keys: tuple) -> str:
+    """("hardware", "deep", 0, 0) -> "hardware.deep[0][0]" (the first 8 keys, at most 200 characters)."""
+    shown = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys[:8]).lstrip(".")
+    return (shown[:200] + (" ..." if len(keys) > 8 or len(shown) > 200 else "")) or "(top level)"
+
+
+def _check_tree(doc, path: Path) -> None:
+    """StoreError naming the file and the key when `doc` nests deeper than MAX_JSON_DEPTH or holds a too-long
+    integer (walked without recursion)."""
+    stack = [(doc, ())]
+    while stack:
+        value, keys = stack.pop()
+        if isinstance(value, _LongInt):
+            raise StoreError(f"{path}: key {_key_path(keys)}: an integer of {value.digits} digits (at most "
+                             f"{MAX_INT_DIGITS} are read)")
+        if len(keys) > MAX_JSON_DEPTH:
+            raise StoreError(f"{path}: key {_key_path(keys)}: nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(value, dict):
+            stack.extend((v, keys + (k,)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, keys + (i,)) for i, v in enumerate(value))
+
+
+def read_json(path: Path, expected: str = "") -> object:
+    """The JSON document in `path`. Raises StoreError naming the file (and the key or the line) for text that
+    is not UTF-8, invalid JSON, nesting deeper than MAX_JSON_DEPTH (or than Python's parser goes) and integer
+    literals of more than MAX_INT_DIGITS digits. expected: what the file should hold, appended to syntax
+    errors."""
+    hint = f"; expected {expected}" if expected else ""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_int=_parse_int)
+    except UnicodeDecodeError as e:
+        raise StoreError(f"{path}: not UTF-8 text (byte offset {e.start}){hint}") from e
+    except json.JSONDecodeError as e:
+        raise StoreError(f"{path}: line {e.lineno} column {e.colno}: invalid JSON ({e.msg}){hint}") from e
+    except RecursionError:
+        raise StoreError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels (arrays or objects)") from None
+    except ValueError as e:  # e.g. a float literal Python cannot convert
+        raise StoreError(f"{path}: {e}") from e
+    _check_tree(doc, path)
+    return doc
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,9 @@ def read_battor_samples(path: str | Path) -> tuple[pl.DataFrame, dict]:
     needs, so an unaligned clock is fine for power.<Channel>; the metadata says which clock it is."""
     from abtest.trace.battor import read_battor
     frame, meta = read_battor(path)
-    if frame.height < 2:
-        raise TraceFormatError(path, f"only {frame.height} usable BattOr sample(s)",
+    usable = frame["energy_uj"].is_not_null().sum()  # null: a negative current / voltage, excluded
+    if usable < 2:
+        raise TraceFormatError(path, f"only {usable} usable BattOr sample(s)",
                                expected="'time_ms current_mA voltage_mV' rows after the '# BattOr' header")
     return frame.select("ts", pl.col("rail").cast(pl.Categorical), pl.col("subsystem").cast(pl.Categorical),
                         pl.col("energy_uj").cast(pl.Float64)), meta

@@ -5,17 +5,18 @@ files, reboots and waits until it is back, and can run things as root. Implement
 `abtest.targets.local.LocalTarget` (this machine), `abtest.targets.ssh.SshTarget` (OpenSSH/dropbear via
 paramiko) and `abtest.targets.adb.AdbTarget` (stock `adb` client).
 
-Commands are given either as an argv list (each element quoted with shlex.quote before it reaches a
+Commands are given either as an argv list (each element quoted with abtest.targets.shell.quote before it reaches a
 remote shell: no injection) or as a string, which is passed to the target's shell unchanged (use
 that only for shell syntax you wrote yourself: pipes, redirections, loops).
 """
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
+
+from abtest.targets.shell import quote
 
 Command = str | Sequence[str]
 
@@ -59,7 +60,7 @@ def to_shell(cmd: Command) -> str:
     """An argv list -> one shell-quoted string; a string is returned unchanged."""
     if isinstance(cmd, str):
         return cmd
-    return " ".join(shlex.quote(str(a)) for a in cmd)
+    return " ".join(quote(str(a)) for a in cmd)
 
 
 @dataclass
@@ -134,8 +135,8 @@ class Target:
         if not self.root_wrap:
             return shell_cmd
         if self.root_wrap == "su -c":
-            return "su -c " + shlex.quote(shell_cmd)
-        return f"{self.root_wrap} sh -c {shlex.quote(shell_cmd)}"
+            return "su -c " + quote(shell_cmd)
+        return f"{self.root_wrap} sh -c {quote(shell_cmd)}"
 
     def ensure_root(self) -> str:
         """Find how to be root: already root -> '', passwordless sudo -> 'sudo -n', su -> 'su -c'.
@@ -159,7 +160,7 @@ class Target:
     def write_file(self, path: str, content: str, *, as_root: bool = False, timeout: float = 60) -> None:
         """Write `content` to the target file `path` (printf through the shell; fine for sysfs/tracefs
         values and small files; use push for large ones)."""
-        cmd = f"printf %s {shlex.quote(content)} > {shlex.quote(path)}"
+        cmd = f"printf %s {quote(content)} > {quote(path)}"
         self.run(cmd, timeout, as_root=as_root, check=True)
 
     def exists(self, path: str) -> bool:
@@ -191,9 +192,9 @@ class Target:
     def reboot(self, command: str | None = None) -> None:
         """Reboot the target (or run `command` on it, e.g. a kexec or `reboot <entry>` line) without
         waiting; the connection is expected to drop."""
-        cmd = command or "reboot"
+        cmd_sh = command or "reboot"  # shell text by contract (the target file's reboot line)
         try:
-            self.run(f"({cmd}) >/dev/null 2>&1 &", 30, as_root=True)
+            self.run(f"({cmd_sh}) >/dev/null 2>&1 &", 30, as_root=True)
         except TargetError:
             pass  # the connection dropping under us is the expected outcome
 

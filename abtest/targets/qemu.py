@@ -23,7 +23,6 @@ import hashlib
 import lzma
 import os
 import re
-import shlex
 import shutil
 import signal
 import socket
@@ -38,12 +37,16 @@ from rich.markup import escape
 
 from abtest.targets.base import TargetError, TargetTimeout
 from abtest.targets.config import BootEntry, TargetConfig
+from abtest.targets.shell import quote
 from abtest.targets.ssh import SshTarget
 
 INITRAMFS_VERSION = "4"  # bump when the initramfs content changes (part of the cache key)
 GUEST_BINARIES = ("/usr/sbin/dropbear", "/usr/lib/sftp-server", "/usr/bin/trace-cmd", "/usr/bin/hackbench",
                   "/usr/bin/cyclictest", "/usr/bin/date")
-INIT_SCRIPT = """#!/bin/sh
+DROPBEAR_LINE = "dropbear -r /etc/dropbear/dropbear_ed25519_host_key -s -p 22 -P /run/dropbear.pid"
+# without ssh (the LAVA recipe's ramdisk: no host key in it), /init marks the network ready instead
+NO_SSH_LINE = ": > /run/abtest-net.ready"
+INIT_SCRIPT_TEMPLATE = """#!/bin/sh
 export PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -56,10 +59,11 @@ hostname abtest-guest
 for m in /lib/modules/*.ko; do [ -e "$m" ] && insmod "$m" 2>/dev/null; done
 ip link set lo up
 ip addr add 10.0.2.15/24 dev eth0 && ip link set eth0 up && ip route add default via 10.0.2.2
-dropbear -r /etc/dropbear/dropbear_ed25519_host_key -s -p 22 -P /run/dropbear.pid
+{dropbear}
 echo "ABTEST-READY $(uname -r)" > /dev/console
 while :; do sleep 3600; done
 """
+INIT_SCRIPT = INIT_SCRIPT_TEMPLATE.replace("{dropbear}", DROPBEAR_LINE)
 
 
 def cache_dir() -> Path:
@@ -120,7 +124,7 @@ def fetch_kernel(package_glob: str, log: Callable[[str], None] = lambda m: None)
                 errors.append(f"{name}: {r.stderr.strip()[-300:]}")
                 continue
             # only vmlinuz and the NIC driver: a few MB instead of the whole module tree
-            tar = subprocess.run(f"dpkg-deb --fsys-tarfile {shlex.quote(str(debs[0]))} | tar -x -C {shlex.quote(str(tmp))} "
+            tar = subprocess.run(f"dpkg-deb --fsys-tarfile {quote(str(debs[0]))} | tar -x -C {quote(str(tmp))} "
                                  "--wildcards './boot/vmlinuz-*' '*/drivers/net/ethernet/intel/e1000/e1000.ko*'",
                                  shell=True, capture_output=True, text=True, timeout=600)
             if tar.returncode != 0:
@@ -189,14 +193,19 @@ def _decompress_module(src: Path, dest: Path) -> None:
     dest.write_bytes(data)
 
 
-def build_initramfs(kernel: KernelImage, extra_binaries: tuple[str, ...] = ()) -> Path:
-    """gzip'ed newc cpio for `kernel` (cached by content key); returns its path."""
+def build_initramfs(kernel: KernelImage, extra_binaries: tuple[str, ...] = (), *, ssh: bool = True) -> Path:
+    """gzip'ed newc cpio for `kernel` (cached by content key); returns its path.
+
+    ssh=False: no dropbear host key (nor authorized_keys) in the archive and /init starts no dropbear (it
+    touches /run/abtest-net.ready once eth0 is up): for images served to others, such as the LAVA recipe's
+    ramdisk, which must not carry the private key the qemu target's ssh connection pins."""
     binaries = tuple(b for b in GUEST_BINARIES + tuple(extra_binaries))
-    key = hashlib.sha256(repr((INITRAMFS_VERSION, kernel.release, binaries, INIT_SCRIPT)).encode()).hexdigest()[:16]
+    init = INIT_SCRIPT if ssh else INIT_SCRIPT_TEMPLATE.replace("{dropbear}", NO_SSH_LINE)
+    key = hashlib.sha256(repr((INITRAMFS_VERSION, kernel.release, binaries, init)).encode()).hexdigest()[:16]
     out = cache_dir() / f"initramfs-{kernel.release}-{key}.cpio.gz"
     if out.exists():
         return out
-    host_key, _, client = guest_keys()
+    host_key, _, client = guest_keys() if ssh else (None, None, None)
     with tempfile.TemporaryDirectory(prefix="abtest-initramfs-") as tmpd:
         root = Path(tmpd) / "root"
         for d in ("bin", "sbin", "usr/bin", "usr/sbin", "usr/lib", "etc/dropbear", "proc", "sys", "dev", "tmp",
@@ -222,14 +231,15 @@ def build_initramfs(kernel: KernelImage, extra_binaries: tuple[str, ...] = ()) -
             _copy(ld, root)
         for m in kernel.modules:
             _decompress_module(m, root / "lib/modules" / (m.name.split(".ko")[0] + ".ko"))
-        shutil.copy(host_key, root / "etc/dropbear/dropbear_ed25519_host_key")
-        (root / "root/.ssh/authorized_keys").write_text(client.with_suffix(".pub").read_text())
+        if ssh:
+            shutil.copy(host_key, root / "etc/dropbear/dropbear_ed25519_host_key")
+            (root / "root/.ssh/authorized_keys").write_text(client.with_suffix(".pub").read_text())
+            os.chmod(root / "root/.ssh/authorized_keys", 0o600)
         os.chmod(root / "root/.ssh", 0o700)
-        os.chmod(root / "root/.ssh/authorized_keys", 0o600)
         (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
         (root / "etc/group").write_text("root:x:0:\n")
         (root / "etc/shells").write_text("/bin/sh\n")
-        (root / "init").write_text(INIT_SCRIPT)
+        (root / "init").write_text(init)
         os.chmod(root / "init", 0o755)
         tmp_out = out.with_suffix(".tmp")
         with gzip.open(tmp_out, "wb", compresslevel=1) as f:

@@ -4,12 +4,14 @@ The rule (docs/ingest-policy.md, "Archives"):
 1. Every member is opened (under the inflate limits of abtest.trace.limits; a member compressed on its
    own, e.g. ``trace.dat.gz`` inside a zip or a ``.tar.gz``, is unwrapped too, up to 3 levels) and
    classified by its content, never by its name or position:
-   ``trace`` (trace.dat, perfetto, systrace HTML, atrace, atrace -z, ftrace text holding event lines),
+   ``trace`` (trace.dat, perfetto, systrace HTML, atrace, atrace -z, ftrace text holding event lines,
+   ``perf script`` text of tracepoints),
    ``battor`` (a BattOr power log), ``json`` (Chrome JSON trace events: not read), ``other`` (README,
    images, logs: text without event lines, unknown binary), ``corrupt`` (the member does not inflate or
    fails its CRC).
 2. The trace read is the trace member of the richest format (trace.dat, then perfetto, systrace HTML,
-   atrace -z, atrace, ftrace text); between members of the same format the largest; then archive order.
+   atrace -z, atrace, ftrace text, perf script text); between members of the same format the largest; then
+   archive order.
 3. BattOr members become the trace's ``power_rail`` table (abtest.trace.battor, clock alignment there).
 4. Every other member is accounted in the metadata: trace members not read and JSON traces under
    ``import_errors`` (``archive_member_not_imported``), corrupt members under ``import_errors``
@@ -20,6 +22,7 @@ The rule (docs/ingest-policy.md, "Archives"):
 from __future__ import annotations
 
 import io
+import lzma
 import re
 import struct
 import tarfile
@@ -34,11 +37,11 @@ from abtest.trace.limits import Limits, current, inflate_error
 
 MAX_DEPTH = 3
 # what the standard library's zip / tar readers raise on damaged archives (a damaged central directory
-# can give an empty member name: IndexError in ZipInfo.is_dir)
+# can give an empty member name: IndexError in ZipInfo.is_dir; a damaged LZMA-method member: LZMAError)
 _ARCHIVE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, ValueError, OSError, EOFError,
                    IndexError, KeyError, struct.error, NotImplementedError, RuntimeError, zlib.error,
-                   OverflowError, UnicodeDecodeError)
-TRACE_FORMATS = ("trace.dat", "perfetto", "systrace-html", "atrace-z", "atrace", "ftrace-text")
+                   lzma.LZMAError, OverflowError, UnicodeDecodeError)
+TRACE_FORMATS = ("trace.dat", "perfetto", "systrace-html", "atrace-z", "atrace", "ftrace-text", "perf-script")
 # an event line (`comm-pid [cpu] sec.frac:`), a function_graph line (` 0)  ...|`), an ftrace header
 _TEXT_TRACE_RE = re.compile(
     rb"(?m)(?:-\d+\s+(?:\(\s*[-\d]+\)\s+)?\[\d+\][^\n]{0,40}?\d+(?:\.\d+)?:\s|^\s*\d+\)\s[^\n]*\||^#\s*tracer:)")

@@ -16,11 +16,12 @@ Columns: time in ms since the BattOr started sampling (its own clock), current i
 `read_battor(path_or_bytes) -> (frame, meta)`:
     frame: ts (Int64 ns on the BattOr's clock: time_ms x 1e6, rounded), rail (Categorical "BattOr"),
     subsystem (Categorical "battery": the whole device at its battery terminals), energy_uj (Float64:
-    cumulative energy since the first sample, sum of current x voltage x interval with each sample held
-    until the next, uJ), then current_ma, voltage_mv, power_mw (Float64, instantaneous).
+    cumulative energy since the first sample, sum of current x voltage x interval with each usable sample held
+    until the next usable one, uJ; null on a sample with a negative current or voltage, which is counted and
+    excluded, never integrated), then current_ma, voltage_mv, power_mw (Float64, instantaneous).
     meta: sample_rate_hz (header, else the median sampling interval), samples, duration_s,
     voltage_range_mv / current_range_ma / gain (header), sync_markers ([{"id", "ts"}] of the sample lines
-    carrying a sync id), negative_current_samples (a charging device), clock (see below), import_errors.
+    carrying a sync id), negative_current_samples (excluded from the energy), clock (see below), import_errors.
 
 `align_to_trace(frame, meta, tables, trace_meta) -> (frame, clock)` puts the samples on the trace clock when
 the trace says how, and returns the method used (also left in meta["clock"]):
@@ -107,23 +108,33 @@ def read_battor(path_or_bytes: str | os.PathLike | bytes) -> tuple[pl.DataFrame,
         meta["measured_sample_rate_hz"] = round(1e9 / step, 3) if step > 0 else None
     meta["sync_markers"] = [{"id": i, "ts": int(t)} for i, t in rows.filter(pl.col("_sync").is_not_null())
                             .select("_sync", "ts").iter_rows()]
-    negative = int((frame["current_ma"] < 0).sum() + (frame["voltage_mv"] < 0).sum())
+    negative = int(frame["energy_uj"].is_null().sum())
     if negative:
         meta["negative_current_samples"] = negative
-        meta["warnings"].append(f"{negative} BattOr samples have a negative current or voltage (a device charging "
-                                f"during the trace): kept, energy_uj is the net energy")
+        meta["warnings"].append(f"{negative} BattOr sample(s) with a negative current or voltage (a glitch, or a "
+                                "device charging) excluded from the energy: the previous usable sample's power is "
+                                "held over their interval")
     meta["clock"] = {"method": "unaligned", "offset_ns": None, "error_ns": None,
                      "reason": "not aligned to any trace yet: ts is the BattOr's own clock (ms since its first sample)"}
     return frame, meta
 
 
+USABLE = (pl.col("current_ma") >= 0) & (pl.col("voltage_mv") >= 0)  # a sample the energy integrates
+
+
 def _energy_frame(rows: pl.DataFrame) -> pl.DataFrame:
+    """Every row kept (ts, current and voltage stay for the clock alignment); energy_uj (uJ, cumulative) sums
+    the usable samples' power, each held until the next usable sample; null on a sample with a negative current
+    or voltage (not integrated: the power analysis counts it as a sample without a reading)."""
     power_mw = pl.col("current_ma") * pl.col("voltage_mv") / 1000.0
     dt_s = (pl.col("ts").shift(-1) - pl.col("ts")).cast(pl.Float64) / 1e9
-    step_uj = (power_mw * 1000.0 * dt_s).shift(1).fill_null(0.0)  # sample k held until sample k+1
-    return rows.select(
-        "ts", pl.lit(RAIL).cast(pl.Categorical).alias("rail"), pl.lit(SUBSYSTEM).cast(pl.Categorical).alias("subsystem"),
-        step_uj.cum_sum().alias("energy_uj"), "current_ma", "voltage_mv", power_mw.alias("power_mw"))
+    step_uj = (power_mw * 1000.0 * dt_s).shift(1).fill_null(0.0)  # usable sample k held until usable sample k+1
+    rows = rows.with_row_index("_row")
+    energy = rows.filter(USABLE).select("_row", step_uj.cum_sum().alias("energy_uj"))
+    return rows.join(energy, on="_row", how="left").sort("_row").select(
+        "ts", pl.lit(RAIL).cast(pl.Categorical).alias("rail"),
+        pl.lit(SUBSYSTEM).cast(pl.Categorical).alias("subsystem"),
+        "energy_uj", "current_ma", "voltage_mv", power_mw.alias("power_mw"))
 
 
 def _markers(tables: dict) -> pl.DataFrame:

@@ -27,10 +27,24 @@ def _looks_like_perfetto(head: bytes) -> bool:
     return False
 
 
+# a `perf script` tracepoint sample head (abtest.trace.perf_script): COMM TID [CPU] SEC.FRAC: SYSTEM:EVENT:
+_PERF_SCRIPT_HEAD = re.compile(rb"(?m)^[ \t]*\S[^\n]*?[ \t]-?\d+(?:/\d+)?[ \t]+\[\d+\][ \t]+\d+\.\d{1,9}:[ \t]+"
+                               rb"(?:\d+[ \t]+)?[A-Za-z0-9_]+:[A-Za-z0-9_]+:")
+# an ftrace event head (COMM-PID [CPU] ... SEC.FRAC:): a text holding one is ftrace text
+_FTRACE_HEAD = re.compile(rb"(?m)-\d+[ \t]+(?:\([ \t]*[-\d]+\)[ \t]+)?\[\d+\][^\n]{0,40}?\d+(?:\.\d+)?:[ \t]")
+
+
+def _looks_like_perf_script(head: bytes) -> bool:
+    """`perf script` text: its first sample heads carry `SYSTEM:EVENT:` after the time, and no line of the
+    head is an ftrace event line."""
+    text = head[:8192]
+    return len(_PERF_SCRIPT_HEAD.findall(text)) >= 1 and _FTRACE_HEAD.search(text) is None
+
+
 def detect_format(head: bytes) -> str | None:
     """Return one of: trace.dat, gzip, zip, zstd, bzip2, xz, tar, perfetto, systrace-html, atrace-z, atrace,
-    battor (a BattOr power log), json (Chrome JSON trace events: not read), ftrace-text; or None when nothing
-    matches (empty or binary garbage).
+    battor (a BattOr power log), json (Chrome JSON trace events: not read), perf-script (`perf script` text of
+    tracepoints), ftrace-text; or None when nothing matches (empty or binary garbage).
 
     `head` is the first few KiB of the file.
     """
@@ -75,5 +89,7 @@ def detect_format(head: bytes) -> str | None:
     if is_text:
         if stripped[:1] in (b"{", b"[") and re.match(rb'[\[{]\s*(?:\{\s*)?"', stripped):
             return "json"
+        if _looks_like_perf_script(head):
+            return "perf-script"
         return "ftrace-text"
     return None

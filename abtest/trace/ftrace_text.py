@@ -86,7 +86,7 @@ def read(path, data, fmt: str) -> tuple[dict, dict]:
         tables = _read_html(path, raw, meta)
     else:
         raise TraceFormatError(path, f"ftrace_text cannot read format {fmt!r}")
-    _refuse_if_not_a_trace(path, tables, meta)
+    refuse_if_not_a_trace(path, tables, meta)
     _finish_process(tables, meta)
     _finish_meta(meta)
     return tables, meta
@@ -99,13 +99,23 @@ def _parse_text(path, body: bytes, first_line: int, meta: dict, source: str | No
         import_log.add_skipped(meta, "nul_padding", padded, [import_log.example(None, offset=len(body), source=source)])
     quirks = meta.setdefault("text_quirks", [])
     lines = split_lines(body, first_line, quirks)
+    complete = ends_with_newline(body)
     if looks_js_escaped(lines):
+        # the string's last line ends with an escaped newline and no line continuation: systrace's writer closes
+        # the string that way after its final `trace_event_clock_sync: parent_ts=0.0\n` line: it is complete
+        complete = complete or _ends_with_escaped_newline(lines)
         lines = unescape_js_lines(lines)
         quirks.append("JavaScript-escaped string (lines end in '\\n\\'): unescaped")
     if not quirks:
         meta.pop("text_quirks")
     where = f"{path} ({source})" if source else path
-    return parse_lines(where, lines, meta, source=source, complete=ends_with_newline(body), ascii_only=is_ascii(body))
+    return parse_lines(where, lines, meta, source=source, complete=complete, ascii_only=is_ascii(body))
+
+
+def _ends_with_escaped_newline(lines: pl.DataFrame) -> bool:
+    """The last non-blank line of a JavaScript-escaped text ends with ``\\n`` (a line end in the string)."""
+    last = lines.filter(pl.col("text").str.strip_chars() != "").tail(1)["text"]
+    return last.len() > 0 and last[0].rstrip().endswith("\\n")
 
 
 # lines that are nothing a trace file holds (as opposed to a bad value inside an event line, or a ps
@@ -114,7 +124,7 @@ _NOT_TRACE_KINDS = frozenset({"unrecognised_line", "malformed_event_line", "bina
                               "truncated_line", "continuation_line"})
 
 
-def _refuse_if_not_a_trace(path, tables: dict, meta: dict) -> None:
+def refuse_if_not_a_trace(path, tables: dict, meta: dict) -> None:
     """A text with unrecognisable lines and no event line, or with more unrecognisable lines than events, is
     not a trace: refused, naming the first such line."""
     events = meta.pop("_text_event_lines", 0)
@@ -220,6 +230,14 @@ def _decode_block(content: bytes) -> tuple[str, bytes]:
     return "ftrace", content
 
 
+def _json_size(value) -> int:
+    """Length of a JSON value's text; a value nested too deeply to serialise counts as too large."""
+    try:
+        return len(json.dumps(value, default=str))
+    except (RecursionError, ValueError):
+        return 1 << 62
+
+
 def _json_block(content: bytes, line: int, meta: dict) -> None:
     """systrace's JSON block: metadata and clock-sync records (counted, metadata kept in
     meta["systrace_metadata"]); Chrome trace events in it are not imported (import_errors)."""
@@ -230,9 +248,13 @@ def _json_block(content: bytes, line: int, meta: dict) -> None:
         except ValueError:
             import_log.add_error(meta, "unparsed_json_block", 1, [import_log.example(content[:80], line=line)])
             return
+        except RecursionError:  # nested deeper than the interpreter's recursion limit
+            import_log.add_error(meta, "unparsed_json_block", 1, [import_log.example(
+                content[:80], line=line, detail="JSON nested too deeply to parse")])
+            return
         events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc if isinstance(doc, list) else []
         if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict):
-            small = {k: v for k, v in doc["metadata"].items() if len(json.dumps(v, default=str)) < 2048}
+            small = {k: v for k, v in doc["metadata"].items() if _json_size(v) < 2048}
             meta.setdefault("systrace_metadata", {}).update(small)
         phases = [e.get("ph") if isinstance(e, dict) else None for e in events]
         names = [e.get("name") if isinstance(e, dict) else None for e in events]

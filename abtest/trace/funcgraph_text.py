@@ -24,9 +24,11 @@ func (Utf8 symbol as printed; on exits from ``/* func */`` or else from the entr
 CPU), depth (Int32), duration_ns (Int64; leaf entries and exits, from the printed microseconds, ns
 resolution as printed), leaf (Boolean, entries only), overhead (Utf8: the mark before the duration:
 ``+`` > 10 us, ``!`` > 100 us, ``#`` > 1 ms, ``*`` > 10 ms, ``@`` > 100 ms, ``$`` > 1 s), retval (Utf8,
-``funcgraph-retval``). Comment lines ``/* event: fields */`` become rows of that event (other comments:
-table ``funcgraph_comment``, column buf). Task-switch separators (``------``, ``bash-1 => sleep-2``) and
-irq marks are counted in ``non_event_content``.
+``funcgraph-retval``: ``ret=0x0`` / ``= -22`` as printed, without ``ret=``), args (Utf8, entries,
+``funcgraph-args``: the argument list as printed, ``rq=0xffff..., prev=0x...``; null for ``()``), retaddr (Utf8,
+entries, ``funcgraph-retaddr``: the caller ``__schedule+0x154/0x700``). Comment lines ``/* event: fields */``
+become rows of that event (other comments: table ``funcgraph_comment``, column buf). Task-switch separators
+(``------``, ``bash-1 => sleep-2``) and irq marks are counted in ``non_event_content``.
 """
 from __future__ import annotations
 
@@ -50,9 +52,23 @@ def is_tracer_line(text: pl.Expr) -> pl.Expr:
     return text.str.contains(TRACER_LINE_RE) & text.str.contains(r"\)\s.*\|")
 
 
+# the call itself: FUNC[ [module]], its arguments (funcgraph-args: `(rq=0xffff..., prev=0x...)`, else `()`),
+# then `{` (entry) or `;` (leaf), then an optional comment: `/* <-caller+0x154/0x700 */` (funcgraph-retaddr),
+# `/* ret=0x0 */` (funcgraph-retval, recent kernels) or `/* = 0x0 */` (as 6.5 printed it), or both
+# (`/* <-caller ret=0x1 */`)
+_FUNC = r"([^\s(\[]+(?: \[[A-Za-z0-9_-]+\])?)"
+ENTRY_RE = _FUNC + r"\((.*)\)\s*\{(?:\s*/\*\s*(.*?)\s*\*/)?$"
+LEAF_RE = _FUNC + r"\((.*)\);(?:\s*/\*\s*(.*?)\s*\*/)?$"
+# an exit: `}`, `} /* func */` (funcgraph-tail, or an exit whose entry was lost), `} /* func ret=0x0 */` /
+# `} /* func = -22 */` (funcgraph-retval); old kernels print `} /* func() */`
+EXIT_RE = r"^\}(?:\s*/\*\s*(.*?)\s*\*/)?$"
+RETVAL_RE = r"(?:^|\s)(?:ret=|=\s*)(.+)$"
+RETADDR_RE = r"(?:^|\s)<-(\S+)"
+
+
 def _call_columns(call: pl.Expr) -> list[pl.Expr]:
     """The call part -> overhead, duration_ns, depth, kind ("entry" / "leaf" / "exit" / "comment" / "irq"),
-    func, retval, comment."""
+    func, args, retaddr, retval, comment."""
     g = call.str.extract_groups(CALL_RE)
     body = g.struct.field("5")
     spaces = g.struct.field("4").str.len_chars()
@@ -61,20 +77,25 @@ def _call_columns(call: pl.Expr) -> list[pl.Expr]:
     frac = us.str.extract(r"\.([0-9]+)$", 1)
     ns = int_part * 1000 + pl.when(frac.is_null()).then(0).otherwise(
         frac.str.slice(0, 3).str.pad_end(3, "0").cast(pl.Int64, strict=False))
+    entry, leaf = body.str.extract_groups("^" + ENTRY_RE).struct, body.str.extract_groups("^" + LEAF_RE).struct
+    tail = body.str.extract(EXIT_RE, 1)
     comment = body.str.extract(r"^/\*\s?(.*?)\s?\*/$", 1)
-    tail = body.str.extract(r"^\}\s*/\*\s*(.*?)\s*\*/$", 1)
-    leaf_ret = body.str.extract(r"^[^\s(]+\(\);\s*/\*\s*=\s*(.*?)\s*\*/$", 1)
-    kind = (pl.when(body.str.contains(r"^[^\s(]+\(\)\s*\{$")).then(pl.lit("entry"))
-            .when(body.str.contains(r"^[^\s(]+\(\);")).then(pl.lit("leaf"))
+    kind = (pl.when(entry.field("1").is_not_null()).then(pl.lit("entry"))
+            .when(leaf.field("1").is_not_null()).then(pl.lit("leaf"))
             .when(body.str.starts_with("}")).then(pl.lit("exit"))
             .when(comment.is_not_null()).then(pl.lit("comment"))
             .when(g.struct.field("3").is_not_null() | body.str.contains(IRQ_MARK_RE)).then(pl.lit("irq")))
-    func = (pl.when(kind.is_in(["entry", "leaf"])).then(body.str.extract(r"^([^\s(]+)\(", 1))
-            .when(kind == "exit").then(tail.str.replace(r"\s*=\s*.*$", "").str.strip_suffix("()")))
-    retval = pl.coalesce(tail.str.extract(r"=\s*(.*)$", 1), leaf_ret)
+    note = pl.coalesce(entry.field("3"), leaf.field("3"))  # the comment after an entry / a leaf
+    exit_func = tail.str.replace(RETVAL_RE, "").str.strip_chars().str.strip_suffix("()")
+    func = (pl.when(kind == "entry").then(entry.field("1")).when(kind == "leaf").then(leaf.field("1"))
+            .when(kind == "exit").then(pl.when(exit_func != "").then(exit_func)))
+    args = pl.coalesce(entry.field("2"), leaf.field("2"))
+    retval = pl.coalesce(tail.str.extract(RETVAL_RE, 1), note.str.extract(RETVAL_RE, 1)).str.strip_chars()
     return [g.struct.field("1").alias("overhead"), ns.alias("duration_ns"),
             ((spaces - 2) // 2).clip(lower_bound=0).cast(pl.Int32).alias("depth"),
-            kind.alias("_kind"), func.alias("func"), retval.alias("retval"), comment.alias("_comment")]
+            kind.alias("_kind"), func.alias("func"),
+            pl.when(args != "").then(args).alias("args"), note.str.extract(RETADDR_RE, 1).alias("retaddr"),
+            retval.alias("retval"), comment.alias("_comment")]
 
 
 def parse_tracer_lines(lines: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], pl.DataFrame, pl.DataFrame,

@@ -122,7 +122,9 @@ def import_warnings(meta: dict) -> list[str]:
         where = _where(ex)
         sample = f": {where} {ex['text']!r}" if ex.get("text") is not None else (f": {where}" if where else "")
         detail = f" ({ex['detail']})" if ex.get("detail") else ""
-        out.append(f"not imported: {entry['count']} x {kind}{detail}{sample}")
+        # timestamp outliers stay in their tables (docs/ingest-policy.md): only the span leaves them out
+        verb = "kept out of the span" if kind == "timestamp_outlier" else "not imported"
+        out.append(f"{verb}: {entry['count']} x {kind}{detail}{sample}")
     gaps = meta.get("inferred_gaps") or {}
     if gaps:
         total = sum(gaps.values())

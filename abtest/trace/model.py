@@ -21,6 +21,8 @@ class TraceData:
         platform (dict|None: cpu capacities, freq domains, OPPs, idle states, energy model),
         event_aliases ({canonical name: raw kernel name} where a variant was renamed),
         warnings (list[str]),
+        undecoded_bytes_per_cpu (trace.dat v7 only, when some: {cpu as a string: declared ring-buffer bytes
+            no compressed chunk covers, not decoded}),
         import_errors / non_event_content ({kind: {"count", "examples"}}: what could not be parsed / what
             was recognised as not being events; abtest.trace.import_log, docs/ingest-policy.md),
         inferred_gaps ({cpu: sched_switch chain breaks}), cpus_with_data (list[int]), cpus_header (int|None)

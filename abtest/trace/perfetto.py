@@ -46,4 +46,47 @@ def read(path, data, *, limits: Limits | None = None) -> tuple[dict[str, pl.Data
         del meta["cpus"]
     if meta["platform"] is not None and meta["platform"]["cpu_capacities"] is None:
         del meta["platform"]["cpu_capacities"]
+    _name_extension_packets(meta)
+    _account_damage(meta)
     return frames(batches), meta
+
+
+def _account_damage(meta: dict) -> None:
+    """A trace damaged from some byte on (native/perfetto `decode`: the packets before it are kept) counts one
+    import error of kind `damaged_packets` naming the offsets and the bytes not read; no damage: the key goes."""
+    from abtest.trace import import_log
+
+    damage = meta["perfetto"].pop("damaged_from", None)
+    if damage is None:
+        return
+    meta["perfetto"]["damaged_from_offset"] = damage["offset"]
+    import_log.add_error(meta, "damaged_packets", 1, [import_log.example(
+        offset=damage["damage_offset"],
+        detail=(f"{damage['message']}; the packets from byte {damage['offset']} to the end "
+                f"({damage['bytes_not_read']} bytes) were not read, the {meta['perfetto']['packets']} before "
+                "them were"))])
+
+
+# TracePacket fields that perfetto declares as extensions defined in the Android tree (trace_packet.proto's
+# `extensions` list), so the protos the schema is generated from do not name them; and fields newer than them.
+EXTENSION_PACKETS = {
+    56: "heap_graph", 76: "frame_timeline_event", 88: "network_packet", 92: "network_packet_bundle",
+    93: "surfaceflinger_layers_snapshot", 94: "surfaceflinger_transactions", 96: "shell_transition",
+    97: "shell_handler_mappings", 104: "protolog_message", 105: "protolog_viewer_config",
+    112: "winscope_extensions", 114: "bluetooth_trace_event", 116: "app_wakelock_bundle", 121: "evdev_event",
+    139: "source_file", 140: "module_disassembly",
+}
+
+
+def _name_extension_packets(meta: dict) -> None:
+    """The decoder names a packet kind it does not import `field_<n>` when the schema lacks <n>: give the
+    Android extensions their perfetto names (`field_76` -> `frame_timeline_event`)."""
+    perf = meta.get("perfetto")
+    nd = perf.get("packets_not_decoded") if isinstance(perf, dict) else None
+    if not nd:
+        return
+    renamed = {}
+    for key, n in nd.items():
+        num = key[len("field_"):] if key.startswith("field_") else ""
+        renamed[EXTENSION_PACKETS.get(int(num), key) if num.isdigit() else key] = n
+    perf["packets_not_decoded"] = renamed

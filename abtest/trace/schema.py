@@ -27,7 +27,8 @@ sched_pelt_cfs / sched_pelt_se / sched_pelt_rt / sched_pelt_dl / sched_pelt_irq
                     (raw names sched_load_cfs_rq, sched_load_se, sched_load_rt_rq, sched_load_dl_rq,
                     sched_load_irq, lisa__sched_pelt_*, sched_load_avg_cpu, sched_load_avg_task)
 marker              ts, cpu, pid (Int32), text (Utf8), event (Categorical: print, bprint, bputs,
-                    tracing_mark_write) -- `trace info` counts these per original event
+                    tracing_mark_write) -- `trace info` counts these per original event; [ip (Utf8): text
+                    traces only, the caller as printed: trace_printk's function, e.g. `__schedule+0x184/0x9fc`]
 power_rail          ts, rail (Categorical, e.g. S4M_VDD_CPUCL0), subsystem (Categorical),
                     energy_uj (Float64, cumulative energy counter as sampled, uJ = uWs)
 process             pid (Int32, thread id), tgid (Int32), ppid (Int32), name (Utf8), user (Utf8): the
@@ -41,6 +42,8 @@ top-level buffer; meta["instances"] lists the names.
 from __future__ import annotations
 
 import polars as pl
+
+from abtest.trace import import_log
 
 # raw event name -> canonical event name
 EVENT_ALIASES: dict[str, str] = {
@@ -149,6 +152,8 @@ def _build_marker(raw: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
         pid = pl.col("common_pid") if "common_pid" in df.columns else pl.lit(None, pl.Int32)
         cols = [pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32), pid.cast(pl.Int32).alias("pid"),
                 _marker_text_column(name, df), pl.lit(name).alias("event")]
+        if df.schema.get("ip") == pl.Utf8:  # text readers: the caller's symbol as printed (trace_printk's function)
+            cols.append(pl.col("ip"))
         if "instance" in df.columns:
             cols.append(pl.col("instance").cast(pl.String))
         parts.append(df.select(cols))
@@ -235,6 +240,46 @@ def unchanged_by_canonicalize(name: str, schema: dict[str, pl.DataType]) -> bool
     return not any(schema.get(c) == pl.Utf8 for c in _COMM_COLUMNS)
 
 
+# Canonical columns every row of a canonical table must carry (after the renames above): a row where one is null
+# (a value that did not fit the canonical width, e.g. a cpu_id of 4294967295 or 2^64-1) cannot be placed on a CPU
+# or a task and is an import error instead of a row (`_drop_unfit_rows`). sched_switch prev_pid may be null: perfetto's
+# compact sched format does not know the task a CPU ran before its first recorded switch.
+_REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "sched_switch": ("next_pid",),
+    "sched_wakeup": ("pid",), "sched_waking": ("pid",), "sched_wakeup_new": ("pid",),
+    "sched_migrate_task": ("pid", "orig_cpu", "dest_cpu"),
+    "cpu_idle": ("state",), "cpu_idle_miss": ("state",), "cpu_frequency": ("frequency_khz",),
+    "cpu_frequency_limits": ("min_khz", "max_khz"),
+}
+
+
+def _drop_unfit_rows(name: str, df: pl.DataFrame, meta: dict) -> pl.DataFrame:
+    """Rows of an event table whose CPU is null or negative (a CPU number of 2^31 or more: perfetto's bundle CPU
+    4294967295 reads as -1) or that lack a canonical column (_REQUIRED_COLUMNS) are moved to
+    meta["import_errors"] (kind ``value_out_of_range``, count, first examples with their ts); the table keeps
+    its schema and every other row."""
+    if name in SAMPLE_TABLES or name in DESCRIPTION_TABLES or df.is_empty():
+        return df
+    need = [c for c in _REQUIRED_COLUMNS.get(name, ()) if c in df.columns]
+    checks = [pl.col(c).is_null() for c in need]
+    if "cpu" in df.columns and df.schema["cpu"].is_integer():
+        checks.append(pl.col("cpu").is_null() | (pl.col("cpu") < 0))
+    if not checks:
+        return df
+    bad = df.select(pl.any_horizontal(checks).alias("_bad")).to_series()
+    if not bad.any():  # the usual case
+        return df
+    rows = df.filter(bad)
+    cols = [c for c in ("ts", "cpu", *need) if c in rows.columns]
+    import_log.add_error(meta, "value_out_of_range", rows.height, [
+        import_log.example(f"{name}: " + " ".join(f"{c}={r[c]}" for c in cols),
+                           detail=f"{name} rows need a CPU number in 0..2^31-1"
+                                  + (f" and {', '.join(need)}" if need else "")
+                                  + " (null: a value that does not fit the field's width)")
+        for r in rows.head(import_log.MAX_EXAMPLES).iter_rows(named=True)])
+    return df.filter(~bad)
+
+
 def canonicalize(raw: dict[str, pl.DataFrame], meta: dict) -> dict[str, pl.DataFrame]:
     """Raw reader tables -> canonical tables (pure; records renames in meta["event_aliases"])."""
     out: dict[str, pl.DataFrame] = {}
@@ -255,6 +300,7 @@ def canonicalize(raw: dict[str, pl.DataFrame], meta: dict) -> dict[str, pl.DataF
         fn = _CANON_FUNCS.get(canon)
         if fn is not None:
             df = fn(df)
+        df = _drop_unfit_rows(canon, df, meta)
         df = _categorical(df, _COMM_COLUMNS)
         if "ts" in df.columns and not df.is_empty():
             df = df.sort("ts", maintain_order=True)

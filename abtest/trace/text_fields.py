@@ -60,6 +60,21 @@ CANONICAL_INT_FIELDS: dict[str, tuple[str, ...]] = {
     "sched_migrate_task": ("pid", "prio", "orig_cpu", "dest_cpu"),
     "cpu_idle": ("state", "cpu_id"), "cpu_frequency": ("state", "cpu_id"),
     "cpu_idle_miss": ("state", "cpu_id"), "cpu_frequency_limits": ("min_freq", "max_freq", "cpu_id"),
+    # not canonical tables, but read as integers by abtest.analysis.thermal
+    "thermal_temperature": ("id", "temp_prev", "temp"), "cdev_update": ("target",),
+    "thermal_power_cpu_limit": ("freq", "cdev_state", "power"),
+}
+# Fields every line of the event must carry for its table to keep the canonical schema (abtest.trace.schema) and
+# the analyses to read it: a line without one (``cpu_frequency: freq=1000 cpu=0``, ``cpu_idle: foo=1``) is not
+# imported (import_errors ``missing_field``), and a table whose every line lacks it still has the column (empty).
+_WAKE_REQUIRED = ("comm", "pid", "prio", "target_cpu")
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "sched_switch": ("prev_comm", "prev_pid", "prev_prio", "next_comm", "next_pid", "next_prio"),
+    "sched_wakeup": _WAKE_REQUIRED, "sched_waking": _WAKE_REQUIRED, "sched_wakeup_new": _WAKE_REQUIRED,
+    "sched_migrate_task": ("comm", "pid", "prio", "orig_cpu", "dest_cpu"),
+    "cpu_idle": ("state", "cpu_id"), "cpu_frequency": ("state", "cpu_id"), "cpu_idle_miss": ("state", "cpu_id"),
+    "cpu_frequency_limits": ("min_freq", "max_freq", "cpu_id"),
+    "thermal_temperature": ("thermal_zone", "temp"), "cdev_update": ("type", "target"),
 }
 INT32_FIELDS = frozenset({"prev_pid", "next_pid", "pid", "target_cpu", "orig_cpu", "dest_cpu", "cpu_id"})
 # Columns every raw table starts with; an event field of the same name is renamed field_<name>
@@ -364,7 +379,7 @@ def parse_marker(df: pl.DataFrame, event: str) -> pl.DataFrame:
     if event not in MARKER_LIKE:
         return df.rename({"payload": "buf"})
     raw_re = r"^ip=(\S+)(?: fmt=(\S+))? (?:buf|str)=(.*)$"
-    plugin_re = r"^(\S+): (.*)$"
+    plugin_re = r"^(\S+(?: \[[A-Za-z0-9_-]+\])?(?: <[0-9a-f]+>)?): (.*)$"  # ip may name its module, its address
     payload = pl.col("payload")
     raw = payload.str.extract_groups(raw_re)
     plug = payload.str.extract_groups(plugin_re)

@@ -63,7 +63,8 @@ import pyarrow as pa
 from abtest.trace import funcgraph_text, import_log, text_process
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.limits import Limits, current
-from abtest.trace.text_fields import CANONICAL_INT_FIELDS, INT32_FIELDS, TOO_MANY_NAMES, parse_event_payload
+from abtest.trace.text_fields import (CANONICAL_INT_FIELDS, INT32_FIELDS, REQUIRED_FIELDS, TOO_MANY_NAMES,
+                                      parse_event_payload)
 from abtest.trace.text_flags import KERNEL_FLAG_BITS, LATENCY_FORM_FLAG_BITS, flags_columns
 
 # The fixed middle of an event line ("-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC:"), searched unanchored:
@@ -111,6 +112,14 @@ SYSCALL_ENTER_RE = r"^sys_([A-Za-z0-9_]+)\((.*)\)[ \t]*$"
 SYSCALL_EXIT_RE = r"^sys_([A-Za-z0-9_]+) -> ([^ \t]+)[ \t]*$"
 # The kernel prints a trace_marker_raw write (ftrace raw_data) as "# 3e8 buf: 00 01 02 00", no event name
 RAW_DATA_RE = r"^# [0-9a-fA-F]+ buf:(?: [0-9a-fA-F]{2})*[ \t]*$"
+# trace_printk / trace_puts / trace_marker lines (ftrace bprint / bputs / print): tracefs prints no event name,
+# only the caller's symbol (`%ps`, or `%pS` with options/sym-offset), ": " and the message. The symbol shapes a
+# tracepoint name cannot have mark them: "+0xOFF/0xSIZE" (sym-offset), " [module]" (a module's symbol), " <ADDR>"
+# (options/sym-addr), a bare "0xADDR" (no symbol found), a leading underscore or a compiler suffix (".isra.0").
+PRINTK_DECORATED_RE = (r"^([A-Za-z_.$][A-Za-z0-9_.$]*)((?:\+0x[0-9a-f]+/0x[0-9a-f]+)?(?: \[[A-Za-z0-9_-]+\])?"
+                       r"(?: <[0-9a-f]+>)?): (.*)$")
+PRINTK_SYMBOL_NAME_RE = r"^(?:_|0x[0-9a-f]+$)|\.(?:isra|constprop|part|cold|llvm|lto_priv|clone)(?:\.|$)"
+PRINTK_MARKER_SYMBOL = "tracing_mark_write"  # the caller of a trace_marker write: event tracing_mark_write
 HEADER_RE = (r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
              # trace-cmd report --verbose's plugin list; -w's wakeup-latency summary at the end
              r"|^(?:registering plugin: |overriding event \(\d+\) |removing override handler for event \(\d+\) )"
@@ -303,13 +312,20 @@ def _split_event_lines(lines: pl.DataFrame, ascii_only: bool | None = None) -> p
 def _named_by_form(df: pl.DataFrame) -> pl.DataFrame:
     """+ ``_form_event`` / ``_form_payload``: the event name and payload of lines the kernel prints with
     no ``EVENT:`` name, named by their form: syscalls (SYSCALL_ENTER_RE / SYSCALL_EXIT_RE, ``key=value``
-    payload) and trace_marker_raw writes (RAW_DATA_RE -> ``raw_data``); null on other lines."""
+    payload), trace_marker_raw writes (RAW_DATA_RE -> ``raw_data``) and trace_printk / trace_puts lines
+    (`_printk_form`: ``bprint``, or ``tracing_mark_write`` for a marker write printed with its offset);
+    null on other lines."""
     unnamed = pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
     syscall = unnamed & pl.col("_rest").str.starts_with("sys_")
     raw_data = unnamed & pl.col("_rest").str.starts_with("# ")
-    has_syscall, has_raw_data = df.select(syscall.any().alias("s"), raw_data.any().alias("r")).row(0)
-    if not (has_syscall or has_raw_data):  # the usual case: no regular expression is run
-        return df.with_columns(pl.lit(None, pl.String).alias("_form_event"), pl.lit(None, pl.String).alias("_form_payload"))
+    symbol_name = (pl.col(_G_EVENT).str.starts_with("_") | pl.col(_G_EVENT).str.starts_with("0x")
+                   | pl.col(_G_EVENT).str.contains(".", literal=True)).fill_null(False)
+    has_syscall, has_raw_data, has_unnamed, has_symbol = df.select(
+        syscall.any().alias("s"), raw_data.any().alias("r"), (unnamed & ~syscall & ~raw_data).any().alias("u"),
+        symbol_name.any().alias("n")).row(0)
+    if not (has_syscall or has_raw_data or has_unnamed or has_symbol):  # the usual case: no regular expression
+        return df.with_columns(pl.lit(None, pl.String).alias("_form_event"),
+                               pl.lit(None, pl.String).alias("_form_payload"))
     raw_data = raw_data & pl.col("_rest").str.contains(RAW_DATA_RE)
     events = [pl.when(raw_data).then(pl.lit("raw_data"))]
     payloads = [pl.when(raw_data).then(pl.col("_rest"))]
@@ -323,8 +339,34 @@ def _named_by_form(df: pl.DataFrame) -> pl.DataFrame:
         args = enter.field("2").str.replace_all(r"(?:^|, )([A-Za-z0-9_]+): ", " ${1}=").str.strip_chars()
         events += [pl.lit("sys_enter_") + enter.field("1"), pl.lit("sys_exit_") + exit_.field("1")]
         payloads += [args, pl.lit("ret=") + exit_.field("2")]
+    if has_unnamed or has_symbol:
+        df, event, payload = _printk_form(df, unnamed & ~syscall & ~raw_data, symbol_name)
+        events.append(event)
+        payloads.append(payload)
     return df.with_columns(pl.coalesce(events).alias("_form_event"),
-                           pl.coalesce(payloads).alias("_form_payload")).drop("_enter", "_exit", strict=False)
+                           pl.coalesce(payloads).alias("_form_payload")).drop("_enter", "_exit", "_printk",
+                                                                               strict=False)
+
+
+def _printk_form(df: pl.DataFrame, unnamed: pl.Expr, symbol_name: pl.Expr) -> tuple[pl.DataFrame, pl.Expr, pl.Expr]:
+    """trace_printk / trace_puts lines (PRINTK_DECORATED_RE, PRINTK_SYMBOL_NAME_RE) -> (df + ``_printk``,
+    event, payload): event ``bprint`` with payload ``SYMBOL: MESSAGE`` (text_fields.parse_marker splits it into
+    ip and buf), or ``tracing_mark_write`` with the message when the symbol is the marker's caller printed with
+    its offset (options/sym-offset). tracefs text does not tell bputs from bprint: both are ``bprint``."""
+    decorated = unnamed & pl.col("_rest").str.contains(PRINTK_DECORATED_RE)
+    g = pl.col("_rest").str.extract_groups(PRINTK_DECORATED_RE).struct
+    df = df.with_columns(
+        pl.when(decorated).then(pl.struct(g.field("1").alias("sym"), (g.field("1") + g.field("2")).alias("ip"),
+                                          g.field("3").alias("msg")))
+        .when(symbol_name).then(pl.struct(pl.col(_G_EVENT).alias("sym"), pl.col(_G_EVENT).alias("ip"),
+                                          pl.col("_rest").alias("msg")))
+        .alias("_printk"))
+    p = pl.col("_printk").struct
+    marker = p.field("sym") == PRINTK_MARKER_SYMBOL
+    event = pl.when(marker).then(pl.lit("tracing_mark_write")).when(p.field("sym").is_not_null()).then(pl.lit("bprint"))
+    msg = p.field("msg").str.strip_chars()  # as every payload: the spaces around the message are not kept
+    payload = pl.when(marker).then(msg).otherwise(p.field("ip") + ": " + msg)
+    return df, event, payload
 
 
 def _time_columns() -> tuple[pl.Expr, pl.Expr]:
@@ -356,7 +398,7 @@ def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFr
     in_range = ts_ok & cpu.is_not_null() & pid.is_not_null()
     if has_tgid:  # "(-----)" is an unknown tgid (null), a number that does not fit Int32 is out of range
         in_range = in_range & (tgid.is_not_null() | tgid_text.is_null() | tgid_text.str.starts_with("-"))
-    event = pl.coalesce(pl.col(_G_EVENT), pl.col(_G_STACK).replace(STACK_EVENT_NAMES), pl.col("_form_event"),
+    event = pl.coalesce(pl.col("_form_event"), pl.col(_G_EVENT), pl.col(_G_STACK).replace(STACK_EVENT_NAMES),
                         pl.lit("function"))
     cols = [pl.col("_line"), ts.alias("ts"), cpu.alias("cpu"), pid.alias("common_pid"),
             pl.col("_comm").alias("common_comm")]
@@ -396,7 +438,8 @@ def _join_continuations(lines: pl.DataFrame, others: pl.DataFrame, meta: dict, s
     joinable = (kind == "bad") & ~pl.col("text").str.contains(LOOKS_LIKE_EVENT_RE)
     owners = pl.concat([
         lines.filter(pl.col("_pos").is_not_null())
-        .select("_line", pl.col(_G_EVENT).is_in(TEXT_PAYLOAD_EVENTS).fill_null(False).alias("_text")),
+        .select("_line", pl.coalesce("_form_event", _G_EVENT).is_in(TEXT_PAYLOAD_EVENTS).fill_null(False)
+                .alias("_text")),
         others.select("_line", pl.when(~joinable).then(pl.lit(False)).alias("_text")),
     ]).sort("_line").with_columns(
         pl.when(pl.col("_text").is_not_null()).then(pl.col("_line")).forward_fill().alias("_owner"),
@@ -588,6 +631,39 @@ def _too_many_fields(part: pl.DataFrame, limits: Limits) -> pl.Series:
     return long & (keys > limits.max_fields)
 
 
+KEPT_WHOLE = "_kept_whole"  # column of _parse_event: lines kept whole in buf (too_many_fields)
+
+
+def _require_fields(name: str, parsed: pl.DataFrame, meta: dict, source) -> pl.DataFrame:
+    """Rows of an event that lack a field its table needs (REQUIRED_FIELDS: a line whose fields are not the
+    event's, ``cpu_frequency: freq=1000 cpu=0``) are import errors (``missing_field``) and are left out (lines
+    kept whole in buf as too_many_fields are left out too, counted once as such); a required field no line carries
+    is added as an empty (null) text column, so the table keeps its schema."""
+    fields = REQUIRED_FIELDS.get(name, ())
+    absent = [f for f in fields if f not in parsed.columns]
+    if absent:
+        parsed = parsed.with_columns(pl.lit(None, pl.Utf8).alias(f) for f in absent)
+    whole = parsed.get_column(KEPT_WHOLE).fill_null(False) if KEPT_WHOLE in parsed.columns else None
+    parsed = parsed.drop(KEPT_WHOLE, strict=False)
+    if not fields:
+        return parsed
+    lacking = parsed.select(pl.any_horizontal(pl.col(f).is_null() for f in fields).alias("_m")).to_series()
+    if not lacking.any():  # the usual case
+        return parsed
+    # too_many_fields lines (counted already) of an event with required fields lack them: left out, not counted
+    # a second time
+    counted = lacking & ~whole if whole is not None else lacking
+    rows = parsed.filter(counted)
+    shown = [c for c in rows.columns if c not in ("_line", "ts", "cpu", "common_pid", "common_comm")]
+    import_log.add_error(meta, "missing_field", rows.height, [
+        import_log.example(f"{name}: " + " ".join(f"{c}={r[c]}" for c in shown if r[c] is not None),
+                           line=r["_line"], source=source,
+                           detail=f"{name} lines need the fields {', '.join(fields)}; this one lacks "
+                                  + ", ".join(f for f in fields if r[f] is None))
+        for r in rows.head(import_log.MAX_EXAMPLES).iter_rows(named=True)])
+    return parsed.filter(~lacking)
+
+
 def _validate_fields(name: str, parsed: pl.DataFrame, meta: dict, source) -> pl.DataFrame:
     """Fields a canonical table needs as integers (CANONICAL_INT_FIELDS): rows where one is not an integer,
     or does not fit Int32 (pids, CPUs), are import errors (``bad_field_value`` / ``value_out_of_range``) and
@@ -769,7 +845,7 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = N
                                    f"keys: not an event format; payloads kept whole in buf")
                 for ln, b in many.select("_line", "buf").head(import_log.MAX_EXAMPLES).iter_rows()])
             parsed = parsed.drop(TOO_MANY_NAMES)
-        parsed = _validate_fields(name, parsed, meta, source)
+        parsed = _validate_fields(name, _require_fields(name, parsed, meta, source), meta, source)
         if has_flags and all(c in parsed.columns for c in _FLAG_COLUMNS):  # at the end, as in trace.dat tables
             parsed = parsed.select(pl.exclude(_FLAG_COLUMNS), *_FLAG_COLUMNS)
         tables[name] = parsed
@@ -806,9 +882,10 @@ def _parse_event(name: str, part: pl.DataFrame, meta: dict, source, limits: Limi
     over = part.filter(many)
     import_log.add_error(meta, "too_many_fields", over.height, [
         import_log.example(p, line=ln, source=source, detail=f"more than {limits.max_fields} key=value fields "
-                           f"(ABTEST_MAX_FIELDS_PER_LINE): payload kept whole in buf")
+                           f"(ABTEST_MAX_FIELDS_PER_LINE): payload kept whole in buf (the line is left out when its "
+                           "event needs fields, as they are then not read)")
         for ln, p in over.select("_line", "payload").head(import_log.MAX_EXAMPLES).iter_rows()])
-    whole = over.rename({"payload": "buf"})
+    whole = over.rename({"payload": "buf"}).with_columns(pl.lit(True).alias(KEPT_WHOLE))
     rest = part.filter(~many)
     if rest.is_empty():
         return whole

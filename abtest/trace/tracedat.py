@@ -122,6 +122,8 @@ def _meta_of(meta: dict) -> dict:
         del meta["instance_buffers"]
     if not meta["import_errors"]:
         del meta["import_errors"]
+    if not meta.get("undecoded_bytes_per_cpu", True):  # v7 declared bytes no chunk covers (none: left out)
+        del meta["undecoded_bytes_per_cpu"]
     return meta
 
 

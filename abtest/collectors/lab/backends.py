@@ -14,7 +14,8 @@ LavaServer (REST API v0.2, `Authorization: Token <token>`):
     GET  /api/v0.2/jobs/N/cancel/ cancel
     GET  /api/v0.2/devices/?device_type=T   devices (hostname, health, worker_host, tags)
 Network errors and 5xx answers raise LabUnavailable (the loop retries the poll later); anything else
-the server refuses raises LabError.
+the server refuses raises LabError. A redirect is followed only within the server's origin (scheme, host,
+port): the token is never sent to another origin, and a redirect elsewhere is a LabError naming it.
 
 LavaRun runs `lava-run --job-id ID --output-dir DIR --device DEVICE.yaml --dispatcher D.yaml JOB.yaml`
 subprocesses on this machine (root, as lava-run requires), `parallel` at a time, in submission order.
@@ -85,6 +86,26 @@ def _parse_time(s: str) -> datetime:
 
 
 # -- LAVA server ----------------------------------------------------------------------------------------
+def _origin(url: str) -> tuple[str, str, int | None]:
+    u = urllib.parse.urlsplit(url)
+    port = u.port or {"http": 80, "https": 443}.get(u.scheme.lower())
+    return (u.scheme.lower(), (u.hostname or "").lower(), port)
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow a redirect (with the request's headers, the token included) only to the same origin; raise
+    LabError for any other (urllib would otherwise copy the Authorization header to wherever a 302 points)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if _origin(newurl) != _origin(req.full_url):
+            raise LabError(f"{req.full_url}: HTTP {code} redirects to another origin ({newurl}); not following "
+                           f"it with the API token (point [lab] url at the server itself)")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_SameOriginRedirects)
+
+
 class LavaServer:
     """A LAVA server's REST API v0.2. `token` may be None (read-only use)."""
 
@@ -103,7 +124,7 @@ class LavaServer:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(self.cfg.api_url(path), data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
+            with _OPENER.open(req, timeout=self.timeout_s) as r:
                 payload = r.read()
         except urllib.error.HTTPError as e:
             text = e.read().decode(errors="replace")[:500]

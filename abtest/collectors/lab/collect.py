@@ -34,12 +34,14 @@ from abtest.collectors.lab.config import LabConfig, load_token
 from abtest.collectors.lab.harvest import AttemptFailed, HarvestContext, harvest
 from abtest.collectors.lab.images import CONSOLE_PROMPT, BootImages, qemu_boot_images
 from abtest.collectors.lab.job import job_definition, qemu_actions
-from abtest.collectors.lab.journal import LAB_DIR, Attempt, Journal
+from abtest.collectors.lab.journal import LAB_DIR, Attempt, Journal, lab_dir
 from abtest.collectors.lab.receiver import ArtifactReceiver
-from abtest.collectors.orchestrate import CollectError, LabelSpec, PlannedIteration
+from abtest.collectors.orchestrate import CollectError, LabelSpec, PlannedIteration, check_shell_names
 from abtest.collectors.workloads.base import Workload
+from abtest.safe_io import UnsafePathError
 from abtest.store.writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
 from abtest.targets.config import TargetConfig
+from abtest.targets.shell import slug
 
 
 @dataclass
@@ -71,6 +73,13 @@ def lab_plan(labels: list[str], workloads: list[str], iterations: int, order: st
     if order == "blocked":
         return [PlannedIteration(l, w, i) for l in labels for i in range(1, iterations + 1) for w in workloads]
     raise ValueError(f"order must be 'interleave' or 'blocked', got {order!r}")
+
+
+def attempt_key(label: str, workload: str, iteration: int, attempt: int) -> str:
+    """A new attempt key: `<label>-<workload>-<iteration>-a<attempt>-<8 hex>`. It names a staging directory and
+    is one word of the console protocol, so label and workload names (which may hold spaces or `+`) enter it
+    through abtest.targets.shell.slug (other characters become `_`); the random tail keeps it unique."""
+    return f"{slug(label)}-{slug(workload)}-{int(iteration)}-a{int(attempt)}-{secrets.token_hex(4)}"
 
 
 def check_supported(cc: LabCollectConfig) -> None:
@@ -113,6 +122,8 @@ class _Run:
         power = dict(cc.target_cfg.power)
         self.power = power if power.get("sampler", "none") != "none" else None
         self.in_flight: dict[int, dict] = {}  # job id -> {"attempt", "definition", "script", "upload"}
+        # declared bound on what a job log's data blocks may inflate to: the log budget plus the small files
+        self.max_log_data_bytes = int(cc.lab.log_max_mb * (1 << 20)) + len(gs.RETURNED_FILES) * gs.SMALL_BYTES
 
     # -- preparing jobs ------------------------------------------------------------------------------
     def prepare_images(self) -> None:
@@ -154,7 +165,7 @@ class _Run:
 
     def submit(self, step: PlannedIteration) -> None:
         n = len(self.journal.for_slot((step.label, step.workload, step.iteration))) + 1
-        key = f"{step.label}-{step.workload}-{step.iteration}-a{n}-{secrets.token_hex(4)}"
+        key = attempt_key(step.label, step.workload, step.iteration, n)
         a = Attempt(step.label, step.workload, step.iteration, n, key)
         job = self.build_job(a)
         a.job_id = self.backend.submit(job["definition"])
@@ -183,7 +194,8 @@ class _Run:
             expect_release=label.boot.expect_release if label.boot else "",
             workload=wl, events_requested=self.events, analyses=self.cc.analyses, power=self.power,
             platform=self.cc.target_cfg.platform, definition=entry["definition"], script=entry["script"],
-            failed_attempts=[{"job_id": f.job_id, "reason": f.reason} for f in self.journal.failures(a.slot)])
+            failed_attempts=[{"job_id": f.job_id, "reason": f.reason} for f in self.journal.failures(a.slot)],
+            max_log_data_bytes=self.max_log_data_bytes)
         writer = IterationWriter(self.cc.store, a.label, a.workload, a.iteration)
         try:
             path = harvest(writer, ctx, status, log_text, received, key=a.key, iteration=a.iteration,
@@ -192,6 +204,10 @@ class _Run:
             writer.discard()
             self.journal.update(a, state="failed", reason=e.reason)
             return False, e.reason
+        except Exception as e:  # not a verdict on the attempt, but the job is over: never left "submitted"
+            writer.discard()
+            self.journal.update(a, state="failed", reason=f"harvesting failed: {type(e).__name__}: {e}"[:600])
+            raise
         except BaseException:
             writer.discard()
             raise
@@ -221,6 +237,8 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
     console = Console(stderr=True)
     log = log or (lambda msg: console.print(msg, highlight=False))
     check_supported(cc)
+    check_shell_names([l.name for l in cc.labels], [w.name for w in cc.workloads],
+                      [*cc.analysis_events, *cc.extra_events], cc.trace_clock or cc.target_cfg.trace.get("clock"))
     store = Path(cc.store)
     plan = lab_plan([l.name for l in cc.labels], [w.name for w in cc.workloads], cc.iterations, cc.order)
     done_already = [p for p in plan if is_complete(iteration_dir(store, p.label, p.workload, p.iteration))]
@@ -229,16 +247,20 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
         raise CollectError(f"{store} already holds this lab collection ({len(done_already)} of {len(plan)} "
                            f"iterations complete{', a journal in ' + str(journal.path) if journal.exists else ''}): "
                            f"pass --resume to continue it, or choose another --store")
+    try:  # STORE/.lab: ours, 0700, never through a symlink (uploads, the journal and lava-run live there)
+        lab_dir(store, "incoming")
+    except UnsafePathError as e:
+        raise CollectError(f"{store}: {e}") from e
     if journal.exists:
         journal.load()
     journal.lab = cc.lab.describe()
     for stale in discard_stale_temps(store) if store.exists() else []:
         log(f"removed interrupted iteration {stale}")
     token = load_token(cc.lab)
-    backend = backend or make_backend(cc.lab, token, store / LAB_DIR / "lava-run")
+    backend = backend or make_backend(cc.lab, token, lab_dir(store, "lava-run"))
     receiver = None
     if cc.lab.artifacts == "upload" or cc.lab.image_transport == "http":
-        receiver = ArtifactReceiver(store / LAB_DIR / "incoming", bind=cc.lab.receiver_bind,
+        receiver = ArtifactReceiver(lab_dir(store, "incoming"), bind=cc.lab.receiver_bind,
                                     port=cc.lab.receiver_port, public_url=cc.lab.upload_url,
                                     max_file_bytes=int(cc.lab.max_artifact_mb * (1 << 20)), log=log).start()
     run = _Run(cc, backend, receiver, journal, log)

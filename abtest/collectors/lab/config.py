@@ -3,6 +3,8 @@
     [lab]
     url = "https://lava.example.org/"   # a LAVA server, or "lava-run:DEVICE" (LAVA's dispatcher alone,
                                         # DEVICE = a device dictionary .jinja2 or a rendered device .yaml)
+    allow_http = false                  # plain http:// to a server that is not on a loopback address is
+                                        # refused (the token would cross the network in clear) unless true
     token_env = "LAVA_TOKEN"            # API token from this environment variable (default LAVA_TOKEN)
     token_file = "~/.config/abtest/lava-token"   # ... or from this file (first line)
     device_type = "qemu"
@@ -28,7 +30,9 @@
     deploy = { ... }                    # verbatim LAVA job YAML as TOML tables (no QEMU recipe)
     boot = { ... }
 
-The token is read when the collection starts and is never written into the store or a job definition.
+The token is read when the collection starts and is never written into the store or a job definition,
+never sent over plain http to another machine unless `allow_http = true`, and never sent to another origin
+on a redirect (backends.LavaServer).
 """
 from __future__ import annotations
 
@@ -71,6 +75,7 @@ class LabConfig:
     images: str = "auto"
     prompt: str = DEFAULT_PROMPT
     actions: dict = field(default_factory=dict)
+    allow_http: bool = False
 
     @property
     def is_lava_run(self) -> bool:
@@ -87,7 +92,7 @@ class LabConfig:
         URLs reach its worker."""
         if self.is_lava_run:
             return True
-        return (urlparse(self.url).hostname or "") in ("127.0.0.1", "localhost", "::1")
+        return _is_loopback(urlparse(self.url).hostname or "")
 
     @property
     def image_transport(self) -> str:
@@ -112,6 +117,17 @@ class LabConfig:
 
 
 _KEYS = set(LabConfig.__dataclass_fields__)
+
+
+def _is_loopback(host: str) -> bool:
+    """`localhost` or a loopback IP address (127.0.0.0/8, ::1)."""
+    import ipaddress
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_lab(table: dict | None, url: str | None = None, where: str = "[lab]") -> LabConfig:
@@ -148,6 +164,12 @@ def parse_lab(table: dict | None, url: str | None = None, where: str = "[lab]") 
     for label, acts in cfg.actions.items():
         if not isinstance(acts, dict) or set(acts) - {"deploy", "boot"} or "deploy" not in acts or "boot" not in acts:
             raise LabConfigError(f"{where}: [lab.actions.{label}] needs exactly `deploy` and `boot` tables")
+    if not isinstance(cfg.allow_http, bool):
+        raise LabConfigError(f"{where}: allow_http must be true or false")
+    host = urlparse(u).hostname or ""
+    if not cfg.is_lava_run and urlparse(u).scheme == "http" and not _is_loopback(host) and not cfg.allow_http:
+        raise LabConfigError(f"{where}: url {u!r} is plain http to {host!r}, not this machine: the API token would "
+                             f"cross the network unencrypted; use https://, or set allow_http = true in [lab]")
     return cfg
 
 

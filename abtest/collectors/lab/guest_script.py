@@ -37,11 +37,11 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
-import shlex
 from dataclasses import dataclass, field
 
-from abtest.collectors.ftrace import KERNEL_EVENT_CANDIDATES, NOT_FTRACE
+from abtest.collectors.ftrace import KERNEL_EVENT_CANDIDATES, NOT_FTRACE, enable_line
 from abtest.collectors.meta import META_SCRIPT
+from abtest.targets.shell import check_clock, check_event, check_key, quote
 
 GUEST_DIR = "/tmp/abtest-job"
 SCRIPT_PATH = "/tmp/abtest-job.sh"
@@ -107,15 +107,12 @@ def _ftrace_start(spec: GuestSpec) -> str:
         f"echo {int(spec.buffer_size_kb)} > buffer_size_kb || echo ABTEST_WARN buffer_size_kb",
     ]
     clocks = [spec.clock] + [c for c in ("mono", "local") if c != spec.clock]
-    lines.append("for c in " + " ".join(shlex.quote(c) for c in clocks) +
-                 "; do if echo $c > trace_clock 2>/dev/null; then echo ABTEST_CLOCK $c; break; fi; done")
+    lines.append("for c in " + " ".join(quote(c) for c in clocks) +
+                 "; do if echo \"$c\" > trace_clock 2>/dev/null; then echo ABTEST_CLOCK \"$c\"; break; fi; done")
     for table in spec.events:
         if table in NOT_FTRACE:
             continue
-        cands = KERNEL_EVENT_CANDIDATES.get(table, (table,))
-        tries = " || ".join(f"{{ echo {shlex.quote(c)} >> set_event 2>/dev/null && echo ABTEST_ON {table} {c}; }}"
-                            for c in cands)
-        lines.append(f"{tries} || echo ABTEST_MISSING {table}")
+        lines.append(enable_line(table, KERNEL_EVENT_CANDIDATES.get(table, (table,))))
     lines += ["echo > trace", "echo 1 > tracing_on", "echo ABTEST_BUFFER_KB $(cat buffer_size_kb)", "}"]
     return "\n".join(lines)
 
@@ -139,26 +136,26 @@ def _power_discover(power: dict) -> str:
     """Shell: which counter files the sampler reads (same discovery as collectors.power.PowerSampler)."""
     kind, sysfs = power["sampler"], str(power.get("sysfs", "/sys")).rstrip("/")
     if kind == "odpm":
-        return f"cat {sysfs}/bus/iio/devices/iio:device*/enabled_rails 2>/dev/null"
+        return f"cat {quote(sysfs)}/bus/iio/devices/iio:device*/enabled_rails 2>/dev/null"
     if kind == "rapl":
-        return (f"for d in {sysfs}/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
+        return (f"for d in {quote(sysfs)}/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
                 "echo $d/energy_uj $(cat $d/name) $(cat $d/max_energy_range_uj); done")
     if kind == "hwmon":
-        return (f"for f in {sysfs}/class/hwmon/hwmon*/energy*_input {sysfs}/class/hwmon/hwmon*/power*_input; do "
+        return (f"for f in {quote(sysfs)}/class/hwmon/hwmon*/energy*_input "
+                f"{quote(sysfs)}/class/hwmon/hwmon*/power*_input; do "
                 "[ -r $f ] && echo $f $(cat ${f%/*}/name)_$(basename ${f%_input}); done")
     raise ValueError(f"unknown power sampler {kind!r} (odpm, hwmon, rapl)")
 
 
 def _power_loop(power: dict) -> str:
     """Shell loop body writing samples (the format collectors.power parses) every period_s."""
-    period = f"{float(power.get('period_s', 0.5)):g}"
     sysfs = str(power.get("sysfs", "/sys")).rstrip("/")
     if power["sampler"] == "odpm":
-        body = f"cat {sysfs}/bus/iio/devices/iio:device*/energy_value"
+        body_sh = f"cat {quote(sysfs)}/bus/iio/devices/iio:device*/energy_value"
     else:
-        body = ('echo @ $(cut -d" " -f1 /proc/uptime); for f in $PFILES; do '
+        body_sh = ('echo @ $(cut -d" " -f1 /proc/uptime); for f in $PFILES; do '
                 'v=$(cat $f 2>/dev/null) && [ -n "$v" ] && echo $f $v; done')
-    return f"while :; do {body}; sleep {period}; done"
+    return f"while :; do {body_sh}; sleep {float(power.get('period_s', 0.5)):g}; done"
 
 
 def _send_function(spec: GuestSpec) -> str:
@@ -194,28 +191,32 @@ def _now_function() -> str:
 
 
 def build_script(spec: GuestSpec) -> str:
-    """The whole iteration script (see the module docstring)."""
+    """The whole iteration script (see the module docstring). Event names, the clock and the key are checked
+    against their alphabets (abtest.targets.shell: ShellNameError) before any text is built."""
+    for e in spec.events:
+        check_event(e)
+    check_clock(spec.clock)
+    check_key(spec.key)
     tracing = bool([e for e in spec.events if e not in NOT_FTRACE])
-    mark = ((lambda text: f'echo {shlex.quote(text)} > "$T/trace_marker" 2>/dev/null') if tracing
+    mark = ((lambda text: f'echo {quote(text)} > "$T/trace_marker" 2>/dev/null') if tracing
             else (lambda text: ":"))
-    quoted_cmd = shlex.quote(spec.command)
     timeout = max(1, int(round(spec.timeout_s)))
     parts = [
         "#!/bin/sh",
-        f"# abtest lab iteration: {spec.tag}",
+        f"# abtest lab iteration: {quote(spec.tag)}",
         # the upload URL (it holds the attempt's token) is the script's first argument, so it stays out
         # of the script text and can be redacted from stored job definitions
-        f"W={shlex.quote(spec.workdir)}; TRANSPORT={shlex.quote(spec.transport)}; UPLOAD=${{1:-}}",
+        f"W={quote(spec.workdir)}; TRANSPORT={quote(spec.transport)}; UPLOAD=${{1:-}}",
         "STATUS=ok; LOG_SENT=0; T=''",
         'rm -rf "$W"; mkdir -p "$W" && cd "$W" || { echo "ABTEST-END status=error"; exit 1; }',
         "echo 1 > /proc/sys/kernel/printk 2>/dev/null" if spec.quiet_console else ":",
-        f"echo ABTEST-BEGIN key={spec.key}",
+        f"echo ABTEST-BEGIN key={quote(check_key(spec.key))}",
         _now_function(),
         _send_function(spec),
         "# -- the target, as meta.json describes it",
         f"( {META_SCRIPT.strip()}\n) > {META_FILE} 2>&1",
         "# -- tools the workload needs",
-        *[f"command -v {shlex.quote(t)} >/dev/null || {{ echo \"ABTEST-ERROR missing tool {t}\"; STATUS=error; }}"
+        *[f"command -v {quote(t)} >/dev/null || {{ echo ABTEST-ERROR missing tool {quote(t)}; STATUS=error; }}"
           for t in spec.tools],
     ]
     if tracing:
@@ -227,7 +228,7 @@ def build_script(spec: GuestSpec) -> str:
         parts += ["# -- power sampling (CLOCK_BOOTTIME stamps)",
                   f"( {_power_discover(spec.power)} ) > {POWER_DISCOVER_FILE} 2>&1",
                   f"PFILES=$(cut -d' ' -f1 {POWER_DISCOVER_FILE} | tr '\\n' ' ')",
-                  f"PFILES=\"$PFILES\" sh -c {shlex.quote(_power_loop(spec.power))} > {POWER_FILE} "
+                  f"PFILES=\"$PFILES\" sh -c {quote(_power_loop(spec.power))} > {POWER_FILE} "
                   "2>/dev/null </dev/null &",
                   "PPID_SAMPLER=$!"]
     parts += [
@@ -235,8 +236,8 @@ def build_script(spec: GuestSpec) -> str:
         'if [ "$STATUS" = ok ]; then',
         f"  {mark('abtest_workload_begin ' + spec.tag)}",
         "  s=$(abtest_now)",
-        f"  if command -v timeout >/dev/null; then timeout {timeout} sh -c {quoted_cmd}; "
-        f"else sh -c {quoted_cmd}; fi > {STDOUT_FILE} 2> {STDERR_FILE}",
+        f"  if command -v timeout >/dev/null; then timeout {int(timeout)} sh -c {quote(spec.command)}; "
+        f"else sh -c {quote(spec.command)}; fi > {STDOUT_FILE} 2> {STDERR_FILE}",
         "  rc=$?",
         "  e=$(abtest_now)",
         f"  {mark('abtest_workload_end ' + spec.tag)}",
@@ -266,11 +267,12 @@ def delivery_commands(script: str, upload_url: str = "", path: str = SCRIPT_PATH
     blob = base64.b64encode(gzip.compress(script.encode(), compresslevel=9, mtime=0)).decode()
     sha = hashlib.sha256(script.encode()).hexdigest()
     b64 = path + ".b64"
-    cmds = [f"rm -f {path} {b64}"]
-    cmds += [f"echo {blob[i:i + chunk_chars]} >> {b64}" for i in range(0, len(blob), chunk_chars)]
+    cmds = [f"rm -f {quote(path)} {quote(b64)}"]
+    cmds += [f"echo {quote(blob[i:i + chunk_chars])} >> {quote(b64)}" for i in range(0, len(blob), chunk_chars)]
     # on a damaged delivery, print the end line so LAVA stops waiting (the quotes keep the marker out of
     # the command's own echo, which LAVA's pattern would otherwise match)
-    cmds.append(f"base64 -d {b64} | gunzip > {path} && echo '{sha}  {path}' | sha256sum -c -s && sh {path} {shlex.quote(upload_url)} "
+    cmds.append(f"base64 -d {quote(b64)} | gunzip > {quote(path)} && echo {quote(sha + '  ' + path)} | sha256sum -c -s "
+                f"&& sh {quote(path)} {quote(upload_url)} "
                 f"|| echo ABTEST-\"\"END status=error delivery")
     return cmds
 

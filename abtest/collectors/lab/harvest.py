@@ -17,6 +17,7 @@ times), and commits (`.complete` last).
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,8 +27,9 @@ from abtest.collectors.ftrace import FtraceSession
 from abtest.collectors.lab import guest_script as gs
 from abtest.collectors.lab.backends import JobStatus
 from abtest.collectors.lab.job import redact
-from abtest.collectors.lab.lava_log import (LogProblems, action_durations, job_errors, parse_log,
-                                            read_guest_report, sha256_bytes, strip_data_blocks, target_lines)
+from abtest.collectors.lab.lava_log import (DEFAULT_MAX_DATA_BYTES, LogProblems, action_durations, job_errors,
+                                            parse_log, read_guest_report, sha256_bytes, strip_data_blocks,
+                                            target_lines)
 from abtest.collectors.meta import host_tools, parse_meta_output
 from abtest.collectors.power import (hwmon_from_samples, parse_odpm_enabled_rails, parse_odpm_energy,
                                      parse_sysfs_samples, rapl_from_samples, write_power_csv)
@@ -66,6 +68,7 @@ class HarvestContext:
     definition: str
     script: str
     failed_attempts: list[dict]
+    max_log_data_bytes: int = DEFAULT_MAX_DATA_BYTES  # bound on what the log's data blocks inflate to
 
 
 def _text(files: dict[str, bytes], name: str) -> str:
@@ -150,7 +153,7 @@ def harvest(writer: IterationWriter, ctx: HarvestContext, status: JobStatus, log
     iteration directory; raises AttemptFailed (the writer's temp directory is left to the caller)."""
     problems = LogProblems()
     records = parse_log(log_text, problems)
-    rep = read_guest_report(target_lines(records), key)
+    rep = read_guest_report(target_lines(records), key, max_data_bytes=ctx.max_log_data_bytes)
     lava_errors = job_errors(records)
     if status.health != "Complete":
         why = status.failure_comment or "; ".join(lava_errors) or "no reason given"
@@ -158,6 +161,8 @@ def harvest(writer: IterationWriter, ctx: HarvestContext, status: JobStatus, log
     if rep.key is None:
         raise AttemptFailed(f"LAVA job {status.job_id}: the iteration script never started "
                             f"(no ABTEST-BEGIN key={key} in the log){': ' + '; '.join(lava_errors) if lava_errors else ''}")
+    if rep.over_limit:
+        raise AttemptFailed(f"LAVA job {status.job_id}: {rep.over_limit}")
     if rep.status != "ok":
         detail = "; ".join(rep.errors + [f"upload of {n} failed: {r}" for n, r in rep.upload_failed.items()])
         raise AttemptFailed(f"LAVA job {status.job_id}: the iteration script reported status "
@@ -197,6 +202,7 @@ def harvest(writer: IterationWriter, ctx: HarvestContext, status: JobStatus, log
             dest.write_bytes(trace)
         else:
             Path(trace).replace(dest)
+        os.chmod(dest, 0o600)  # owner-only, as the ssh/adb collectors keep trace.dat (kernel addresses)
     if ctx.power and gs.POWER_FILE in small:
         try:
             frame = power_frame(ctx.power, _text(small, gs.POWER_DISCOVER_FILE), _text(small, gs.POWER_FILE),

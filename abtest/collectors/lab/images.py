@@ -7,8 +7,14 @@ hackbench, cyclictest, e1000.ko; same cache). LAVA drives the device through its
 needs a shell prompt there, which abtest's /init does not give (it starts dropbear and sleeps). So a
 second, tiny newc cpio is appended: the kernel unpacks concatenated (compressed) cpio archives in
 order, and `rdinit=/abtest-lava-init` runs its init, which starts abtest's /init in the background
-(mounts, eth0 10.0.2.15/24 via the e1000 NIC, dropbear) and execs a shell with the prompt
-`CONSOLE_PROMPT` on the console.
+(mounts, eth0 10.0.2.15/24 via the e1000 NIC) and execs a shell with the prompt `CONSOLE_PROMPT` on the
+console.
+
+No ssh in the LAVA ramdisk: it is built with `build_initramfs(..., ssh=False)`, so it carries neither the
+dropbear host key the qemu target pins nor an authorized_keys file, and starts no dropbear (LAVA drives the
+serial console). The ramdisk is served unauthenticated on the receiver's /images/ (a LAVA worker fetches
+deploy URLs with no credentials abtest could give it, and the URL sits in the job definition anyway), so it
+holds nothing secret: Debian binaries, the kernel's module and abtest's scripts.
 """
 from __future__ import annotations
 
@@ -27,13 +33,13 @@ from abtest.targets.qemu import KernelImage, build_initramfs, cache_dir, fetch_k
 CONSOLE_PROMPT = "abtest# "
 CONSOLE_INIT_PATH = "/abtest-lava-init"
 CONSOLE_INIT = f"""#!/bin/sh
-# abtest LAVA console init: abtest's /init (mounts, eth0, dropbear) in the background, then a shell on
+# abtest LAVA console init: abtest's /init (mounts, eth0; no ssh) in the background, then a shell on
 # the serial console with a fixed prompt for LAVA's interactive test action.
 export PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 /init </dev/null >/dev/null 2>&1 &
 i=0
-while [ ! -e /run/dropbear.pid ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+while [ ! -e /run/abtest-net.ready ] && [ ! -e /run/dropbear.pid ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
 export PS1='{CONSOLE_PROMPT}'
 echo "abtest console ready: $(uname -r)"
 exec setsid cttyhack /bin/sh
@@ -85,7 +91,7 @@ def console_overlay() -> bytes:
 
 def lava_ramdisk(kernel: KernelImage, extra_binaries: tuple[str, ...] = ()) -> Path:
     """abtest's initramfs for `kernel` with the console overlay appended (cached by content)."""
-    base = build_initramfs(kernel, extra_binaries)
+    base = build_initramfs(kernel, extra_binaries, ssh=False)
     overlay = console_overlay()
     key = hashlib.sha256(base.name.encode() + overlay).hexdigest()[:16]
     out_dir = cache_dir() / "lava"

@@ -7,19 +7,34 @@ state: submitted (in the lab; --resume polls it again instead of resubmitting), 
 is complete in the store), failed (reason says why; counted against the retries), canceled (abtest
 canceled it when interrupted; not counted), lost (a --resume found the lab no longer knows the job, e.g.
 a lava-run job of an abtest process that died; not counted). The file is rewritten atomically (temp file + rename) after
-every change. The store's readers skip dot-directories, so .lab/ (journal, upload staging, lava-run job
+every change, through abtest.safe_io's no-follow helpers: STORE/.lab is a 0700 directory of ours (a `.lab`
+symlink is refused) and journal.json is written 0600 via a private temp name (a planted symlink is replaced,
+never written through). The store's readers skip dot-directories, so .lab/ (journal, upload staging, lava-run job
 directories) never mixes into compare.
 """
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from abtest.safe_io import ensure_private_dir, write_file_no_follow
+
 LAB_DIR = ".lab"
 JOURNAL = "journal.json"
+
+
+def lab_dir(store: Path, *sub: str) -> Path:
+    """STORE/.lab (and `sub` directories below it), each made 0700 without following symlinks
+    (abtest.safe_io.ensure_private_dir; UnsafePathError on a planted symlink). The store itself is made
+    when missing and may be a symlink the user chose."""
+    root = Path(store)
+    root.mkdir(parents=True, exist_ok=True)
+    d = ensure_private_dir(root.resolve(), LAB_DIR)
+    for name in sub:
+        d = ensure_private_dir(d, name)
+    return d
 
 
 @dataclass
@@ -59,11 +74,9 @@ class Journal:
         return self
 
     def save(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"version": 1, "lab": self.lab,
-                                   "attempts": [asdict(a) for a in self.attempts]}, indent=1) + "\n")
-        os.replace(tmp, self.path)
+        lab_dir(self.dir.parent)
+        write_file_no_follow(self.dir, JOURNAL, json.dumps({"version": 1, "lab": self.lab, "attempts": [
+            asdict(a) for a in self.attempts]}, indent=1) + "\n", mode=0o600)
 
     def add(self, a: Attempt) -> Attempt:
         self.attempts.append(a)

@@ -11,12 +11,16 @@ sha256 per file), files sent through the log (base64 of gzip between DATA-BEGIN/
 the workload exit code, errors and the final status. Console lines inside a data block that are not
 base64 (a kernel message that slipped through) are counted, skipped, and the block is still checked
 against its sha256.
+
+Data blocks are inflated with a declared bound (`max_data_bytes` for the whole report, and each block at most
+the size its manifest line announced): a block that would inflate beyond it is not inflated further, and the
+report says so in `over_limit` (harvest turns that into a failed attempt) instead of a job log of a few MB
+becoming GiBs in memory.
 """
 from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import hashlib
 import json
 import re
@@ -26,6 +30,9 @@ from dataclasses import dataclass, field
 import yaml
 
 _B64_LINE = re.compile(r"^[A-Za-z0-9+/=]+$")
+# Decoded bytes all data blocks of one report may inflate to unless the caller declares its own bound: the
+# default job log budget (8 MiB, [lab] log_max_mb) plus the small files of an upload job (9 x 64 KiB).
+DEFAULT_MAX_DATA_BYTES = (8 << 20) + 9 * (64 << 10)
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -108,7 +115,8 @@ class GuestReport:
     key: attempt key from ABTEST-BEGIN (None when the script never started). manifest: {name: (size,
     sha256)}. data: {name: bytes} decoded from the log. uploaded / upload_failed: names (with reasons).
     rc: the workload's exit code. errors: ABTEST-ERROR lines. status: "ok" / "error" / None (no END).
-    problems: damaged data blocks and stray lines inside them.
+    problems: damaged data blocks and stray lines inside them. over_limit: why a data block was not
+    inflated whole (it would exceed the report's bound), or None.
     """
     key: str | None = None
     manifest: dict[str, tuple[int, str]] = field(default_factory=dict)
@@ -119,12 +127,16 @@ class GuestReport:
     errors: list[str] = field(default_factory=list)
     status: str | None = None
     problems: LogProblems = field(default_factory=LogProblems)
+    over_limit: str | None = None
 
 
-def read_guest_report(lines: list[tuple[int, str]], key: str | None = None) -> GuestReport:
+def read_guest_report(lines: list[tuple[int, str]], key: str | None = None, *,
+                      max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> GuestReport:
     """Console lines -> GuestReport. With `key`, only the section after `ABTEST-BEGIN key=<key>` counts
-    (a device that printed an older attempt's lines cannot be mistaken for this one)."""
+    (a device that printed an older attempt's lines cannot be mistaken for this one). `max_data_bytes`:
+    bound on the bytes all data blocks together inflate to (see the module docstring)."""
     rep = GuestReport()
+    budget = int(max_data_bytes)
     started = key is None
     block: str | None = None
     block_lines: list[str] = []
@@ -139,7 +151,15 @@ def read_guest_report(lines: list[tuple[int, str]], key: str | None = None) -> G
             continue
         if block is not None:
             if s == f"ABTEST-DATA-END {block}":
-                rep.data[block] = _decode_block(block, block_lines, rep.problems, lineno)
+                declared = rep.manifest.get(block, (budget, ""))[0]
+                limit = min(declared, budget - sum(len(d) for d in rep.data.values()))
+                data = _decode_block(block, block_lines, rep.problems, lineno, limit)
+                if data is None:
+                    rep.over_limit = rep.over_limit or (
+                        f"data block of {block} (log line {lineno}) inflates beyond {max(limit, 0)} bytes "
+                        f"(its manifest size, within the {budget}-byte bound on data through the log)")
+                    data = b""
+                rep.data[block] = data
                 block, block_lines = None, []
             elif _B64_LINE.match(s):
                 block_lines.append(s)
@@ -175,12 +195,21 @@ def read_guest_report(lines: list[tuple[int, str]], key: str | None = None) -> G
     return rep
 
 
-def _decode_block(name: str, b64_lines: list[str], problems: LogProblems, lineno: int) -> bytes:
+def _decode_block(name: str, b64_lines: list[str], problems: LogProblems, lineno: int, limit: int) -> bytes | None:
+    """base64 of gzip -> bytes, inflating at most `limit` bytes; None when the data would inflate beyond it;
+    b"" (and a problem) when it is damaged."""
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
-        return gzip.decompress(base64.b64decode("".join(b64_lines), validate=True))
-    except (binascii.Error, zlib.error, EOFError, OSError) as e:
+        data = inflate.decompress(base64.b64decode("".join(b64_lines), validate=True), max(limit, 0) + 1)
+    except (binascii.Error, zlib.error) as e:
         problems.add(f"damaged data block of {name}", lineno, str(e))
         return b""
+    if len(data) > limit:
+        return None
+    if not inflate.eof:
+        problems.add(f"damaged data block of {name}", lineno, "gzip stream is truncated")
+        return b""
+    return data
 
 
 def sha256_bytes(data: bytes) -> str:

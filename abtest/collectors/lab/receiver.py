@@ -8,8 +8,9 @@
 Tokens are random (128 bit), one per job attempt, and only valid while the collection runs; a name is
 `[A-Za-z0-9][A-Za-z0-9._-]*` (no paths). Limits: `max_file_bytes` per decoded file (the encoded body may
 be at most 4/3 of it plus slack, refused from its Content-Length before reading), `max_job_bytes` per
-token, and a 60 s socket timeout per request. Files land in `staging/<attempt key>/` (written to a
-hidden temporary name, renamed after the hash check); the harvester checks them again against the
+token, a 60 s socket timeout per request, and at most `max_connections` requests handled at once (one
+thread each; a connection beyond that waits up to 10 s for a free handler, then is closed unanswered). Files land in `staging/<attempt key>/` (0700 directories made
+without following symlinks; each file written 0600 to a hidden temporary name, renamed after the hash check); the harvester checks them again against the
 manifest in the job log.
 
 For QEMU devices on the worker's own machine the device reaches the receiver at 10.0.2.2 (QEMU user
@@ -32,6 +33,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
 
+from abtest.safe_io import ensure_private_dir
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -40,6 +43,36 @@ class UploadRejected(Exception):
     def __init__(self, code: int, reason: str):
         super().__init__(reason)
         self.code, self.reason = code, reason
+
+
+class _CappedServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer with at most `cap` handler threads: a connection beyond them waits `wait_s` for a
+    free handler (in the accept loop, so later ones queue in the listen backlog), then is closed."""
+
+    daemon_threads = True
+
+    def __init__(self, address, handler, cap: int, wait_s: float = 10.0):
+        super().__init__(address, handler)
+        self.slots = threading.BoundedSemaphore(max(1, int(cap)))
+        self.wait_s = wait_s
+        self.turned_away = 0
+
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.acquire(timeout=self.wait_s):
+            self.turned_away += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class _Slot:
@@ -57,16 +90,17 @@ class ArtifactReceiver:
 
     staging: directory for uploads (one sub-directory per attempt key). bind/port: listen address
     (port 0 = any free port). public_url: base URL devices use (default http://10.0.2.2:<port>).
-    log: callback for one-line notices (rejections).
+    max_connections: requests handled at once. log: callback for one-line notices (rejections).
     """
 
     def __init__(self, staging: Path, *, bind: str = "127.0.0.1", port: int = 0, public_url: str = "",
-                 max_file_bytes: int = 256 << 20, max_job_bytes: int = 1 << 30,
+                 max_file_bytes: int = 256 << 20, max_job_bytes: int = 1 << 30, max_connections: int = 16,
                  log: Callable[[str], None] = lambda m: None):
         self.staging = Path(staging)
         self.bind, self.port = bind, port
         self._public = public_url.rstrip("/")
         self.max_file_bytes, self.max_job_bytes = int(max_file_bytes), int(max_job_bytes)
+        self.max_connections = int(max_connections)
         self.log = log
         self._slots: dict[str, _Slot] = {}
         self._images: dict[str, Path] = {}
@@ -76,10 +110,10 @@ class ArtifactReceiver:
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> "ArtifactReceiver":
-        self.staging.mkdir(parents=True, exist_ok=True)
+        self.staging.parent.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.staging.parent, self.staging.name)
         handler = type("Handler", (_Handler,), {"receiver": self})
-        self._server = ThreadingHTTPServer((self.bind, self.port), handler)
-        self._server.daemon_threads = True
+        self._server = _CappedServer((self.bind, self.port), handler, self.max_connections)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="abtest-receiver", daemon=True)
         self._thread.start()
@@ -117,11 +151,10 @@ class ArtifactReceiver:
     # -- slots and images ----------------------------------------------------------------------------------
     def open_slot(self, key: str) -> str:
         """A new upload token for attempt `key`; returns the device-facing upload base URL."""
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", key):
+        if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", key):
             raise ValueError(f"attempt key {key!r} is not a safe directory name")
         token = secrets.token_hex(16)
-        d = self.staging / key
-        d.mkdir(parents=True, exist_ok=True)
+        d = ensure_private_dir(self.staging, key)
         self._slots[token] = _Slot(key, d)
         return f"{self.public_url}/upload/{token}"
 
@@ -208,7 +241,8 @@ def _decode_to(rfile, length: int, out: Path, max_bytes: int) -> tuple[int, str]
     pending = b""
     size = 0
     left = length
-    with open(out, "wb") as f:
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
         def emit(raw: bytes) -> None:
             nonlocal size
             while raw:

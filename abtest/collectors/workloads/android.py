@@ -16,6 +16,7 @@ from xml.etree import ElementTree
 from abtest.collectors.workloads.base import Workload, WorkloadError, metrics
 from abtest.results import specs
 from abtest.targets.base import Target
+from abtest.targets.shell import quote
 
 # parser key -> the declared metric it is (abtest.results.specs); the first key present wins per metric
 _METRIC_KEYS = {
@@ -71,11 +72,11 @@ class _FramesWorkload(Workload):
     def command(self, remote_dir: str) -> str:
         p = self.params
         layer = p.get("layer") or p["package"]
-        out = shlex.quote(f"{remote_dir}/abtest-sf-latency.txt")
+        out = quote(f"{remote_dir}/abtest-sf-latency.txt")
         return (f"{self.launch_command()} >/dev/null && sleep {p['duration_s']:g} && "
-                f"L=$(dumpsys SurfaceFlinger --list | grep -F {shlex.quote(layer)} | grep -i surfaceview | head -1); "
-                f"[ -n \"$L\" ] || L=$(dumpsys SurfaceFlinger --list | grep -F {shlex.quote(layer)} | head -1); "
-                f"dumpsys SurfaceFlinger --latency \"$L\" > {out}; am force-stop {shlex.quote(p['package'])}")
+                f"L=$(dumpsys SurfaceFlinger --list | grep -F {quote(layer)} | grep -i surfaceview | head -1); "
+                f"[ -n \"$L\" ] || L=$(dumpsys SurfaceFlinger --list | grep -F {quote(layer)} | head -1); "
+                f"dumpsys SurfaceFlinger --latency \"$L\" > {out}; am force-stop {quote(p['package'])}")
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
         local = outdir / "sf-latency.dump"
@@ -91,8 +92,8 @@ class YouTubeWorkload(_FramesWorkload):
 
     def launch_command(self) -> str:
         p = self.params
-        return (f"am start -W -a android.intent.action.VIEW -d {shlex.quote(p['url'])} "
-                f"{shlex.quote(p['package'])}")
+        return (f"am start -W -a android.intent.action.VIEW -d {quote(p['url'])} "
+                f"{quote(p['package'])}")
 
 
 class GameWorkload(_FramesWorkload):
@@ -106,7 +107,7 @@ class GameWorkload(_FramesWorkload):
             raise WorkloadError("workload 'game' needs package=<android package name>")
 
     def launch_command(self) -> str:
-        return f"monkey -p {shlex.quote(self.params['package'])} -c android.intent.category.LAUNCHER 1"
+        return f"monkey -p {quote(self.params['package'])} -c android.intent.category.LAUNCHER 1"
 
 
 class JankbenchWorkload(Workload):
@@ -122,13 +123,13 @@ class JankbenchWorkload(Workload):
 
     def command(self, remote_dir: str) -> str:
         p = self.params
-        pkg = shlex.quote(p["package"])
+        pkg = quote(p["package"])
         db = f"/data/data/{p['package']}/databases/BenchmarkResults"
-        return (f"rm -f {shlex.quote(db)}; am start -W -n {pkg}/.app.RunLocalBenchmarksActivity "
-                f"--eia com.android.benchmark.EXTRA_ENABLED_BENCHMARK_IDS {shlex.quote(p['benchmarks'])} "
+        return (f"rm -f {quote(db)}; am start -W -n {pkg}/.app.RunLocalBenchmarksActivity "
+                f"--eia com.android.benchmark.EXTRA_ENABLED_BENCHMARK_IDS {quote(p['benchmarks'])} "
                 f"--ei com.android.benchmark.EXTRA_RUN_COUNT {int(p['runs'])} >/dev/null; "
                 f"t=0; while [ $t -lt {int(p['wait_s'])} ] && dumpsys window | grep -q RunLocalBenchmarks; do "
-                f"sleep 2; t=$((t+2)); done; cp {shlex.quote(db)} {shlex.quote(remote_dir + '/abtest-jankbench.db')}")
+                f"sleep 2; t=$((t+2)); done; cp {quote(db)} {quote(remote_dir + '/abtest-jankbench.db')}")
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
         local = outdir / "jankbench.db"
@@ -154,12 +155,12 @@ class GeekbenchWorkload(Workload):
             raise WorkloadError(f"workload 'geekbench': extra_args {self.params['extra_args']!r}: {e}") from e
 
     def prepare(self, target: Target, remote_dir: str) -> None:
-        if target.run(["sh", "-c", f"command -v {shlex.quote(self.params['binary'])}"], 30).exit_code:
+        if target.run(["sh", "-c", f"command -v {quote(self.params['binary'])}"], 30).exit_code:
             raise WorkloadError(f"{target.name}: {self.params['binary']} not found on the target")
 
     def command(self, remote_dir: str) -> str:
         argv = [self.params["binary"], *self.extra_argv, "--export-json", f"{remote_dir}/abtest-geekbench.json"]
-        return " ".join(shlex.quote(a) for a in argv)
+        return " ".join(quote(a) for a in argv)
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
         local = outdir / "geekbench.json"
@@ -210,12 +211,12 @@ class PCMarkWorkload(Workload):
 
     def command(self, remote_dir: str) -> str:
         p = self.params
-        rd = shlex.quote(p["results_dir"])
+        rd = quote(p["results_dir"])
         return (f"before=$(ls -t {rd}/*.zip 2>/dev/null | head -1); "
-                f"am start -W -n {shlex.quote(p['package'])}/com.futuremark.gypsum.activity.SplashPageActivity >/dev/null; "
+                f"am start -W -n {quote(p['package'])}/com.futuremark.gypsum.activity.SplashPageActivity >/dev/null; "
                 f"t=0; while [ $t -lt {int(p['wait_s'])} ]; do now=$(ls -t {rd}/*.zip 2>/dev/null | head -1); "
                 f"[ -n \"$now\" ] && [ \"$now\" != \"$before\" ] && break; sleep 5; t=$((t+5)); done; "
-                f"[ -n \"$now\" ] && cp \"$now\" {shlex.quote(remote_dir + '/abtest-pcmark.zip')}")
+                f"[ -n \"$now\" ] && cp \"$now\" {quote(remote_dir + '/abtest-pcmark.zip')}")
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
         local = outdir / "pcmark-result.pcmark"

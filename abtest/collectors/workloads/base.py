@@ -8,6 +8,7 @@ from abtest.results.specs import DURATION, MetricSpec
 from abtest.results.specs import entry as entry_of
 from abtest.safe_io import UnsafePathError, check_name
 from abtest.targets.base import RunResult, Target
+from abtest.targets.shell import quote
 
 
 class WorkloadError(ValueError):
@@ -89,7 +90,7 @@ class Workload:
     def prepare(self, target: Target, remote_dir: str) -> None:
         """Check the tools exist on the target; push inputs. Raises WorkloadError."""
         if self.TOOLS:
-            script = "; ".join(f"command -v {shlex.quote(t)} >/dev/null || echo MISSING {t}" for t in self.TOOLS)
+            script = "; ".join(f"command -v {quote(t)} >/dev/null || echo MISSING {t}" for t in self.TOOLS)
             missing = [l.split(" ", 1)[1] for l in target.run(script, 30).stdout.splitlines()
                        if l.startswith("MISSING ")]
             if missing:

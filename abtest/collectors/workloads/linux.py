@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import re
-import shlex
 from pathlib import Path
 
 from abtest.collectors.workloads.base import Workload, WorkloadError, metrics
 from abtest.results import specs
 from abtest.targets.base import RunResult, Target
+from abtest.targets.shell import quote
 
 
 class ShellWorkload(Workload):
@@ -57,7 +57,7 @@ class StressNgWorkload(Workload):
 
     def command(self, remote_dir: str) -> str:
         p = self.params
-        return (f"stress-ng --{shlex.quote(p['stressor'])} {int(p['workers'])} "
+        return (f"stress-ng --{quote(p['stressor'])} {int(p['workers'])} "
                 f"--timeout {p['duration_s']:g}s --metrics-brief")
 
     def parse(self, res: RunResult) -> dict:
@@ -79,7 +79,7 @@ class SysbenchWorkload(Workload):
 
     def command(self, remote_dir: str) -> str:
         p = self.params
-        return f"sysbench {shlex.quote(p['test'])} --threads={int(p['threads'])} --time={int(p['duration_s'])} run"
+        return f"sysbench {quote(p['test'])} --threads={int(p['threads'])} --time={int(p['duration_s'])} run"
 
     def parse(self, res: RunResult) -> dict:
         out = {}
@@ -117,7 +117,7 @@ class RtAppWorkload(Workload):
         target.push(self.params["profile"], f"{remote_dir}/abtest-rtapp.json")
 
     def command(self, remote_dir: str) -> str:
-        return f"cd {shlex.quote(remote_dir)} && rt-app {shlex.quote(remote_dir + '/abtest-rtapp.json')}"
+        return f"cd {quote(remote_dir)} && rt-app {quote(remote_dir + '/abtest-rtapp.json')}"
 
 
 class KernelBuildWorkload(Workload):
@@ -136,14 +136,14 @@ class KernelBuildWorkload(Workload):
 
     def prepare(self, target: Target, remote_dir: str) -> None:
         super().prepare(target, remote_dir)
-        src = shlex.quote(self.params["src"])
+        src = quote(self.params["src"])
         if self.params["clean"]:
             target.run(f"make -C {src} clean >/dev/null 2>&1", self.timeout_s, check=False)
 
     def command(self, remote_dir: str) -> str:
         jobs = self.params["jobs"] or "$(nproc)"
-        tgt = shlex.quote(self.params["make_target"]) if self.params["make_target"] else ""
-        return f"make -C {shlex.quote(self.params['src'])} -j{jobs} {tgt} >/dev/null"
+        tgt = quote(self.params["make_target"]) if self.params["make_target"] else ""
+        return f"make -C {quote(self.params['src'])} -j{jobs} {tgt} >/dev/null"
 
     def parse(self, res: RunResult) -> dict:
         return {}  # build_time_s is the measured workload duration (written by the orchestrator)

@@ -45,6 +45,10 @@ pub struct Decoder<'s> {
     scratch: Vec<(usize, String)>,
     packed: Vec<u64>,
     compact: compact::Scratch,
+    /// absolute offset of the top-level TracePacket being read (or of the bytes being read as one)
+    pub packet_start: usize,
+    /// a compressed block exceeded its inflate limit (a limit, not damage: never read past)
+    pub limit_hit: bool,
 }
 
 /// Packet fields that carry bookkeeping rather than data (not reported as "not decoded").
@@ -74,6 +78,8 @@ impl<'s> Decoder<'s> {
             scratch: Vec::new(),
             packed: Vec::new(),
             compact: compact::Scratch::default(),
+            packet_start: 0,
+            limit_hit: false,
         }
     }
 
@@ -82,6 +88,9 @@ impl<'s> Decoder<'s> {
         let mut m = Msg::new(buf, base);
         loop {
             let at = m.offset();
+            if depth == 0 {
+                self.packet_start = at;
+            }
             let next = m.next_field().map_err(|e| {
                 if depth == 0 && e.offset > at && e.offset <= at + 2 && e.msg.contains("remain") {
                     DecodeError {
@@ -193,6 +202,7 @@ impl<'s> Decoder<'s> {
             return err(off, format!("corrupt {kind}: {e}"));
         }
         if out.len() as u64 > limit {
+            self.limit_hit = true;
             return err(
                 off,
                 format!(

@@ -20,7 +20,7 @@ mod wire;
 
 use arrow_array::RecordBatch;
 
-pub use meta::{Meta, Perfetto, Platform, PlatformCpu, Scalar};
+pub use meta::{Damage, Meta, Perfetto, Platform, PlatformCpu, Scalar};
 
 /// Largest size a compressed block may inflate to: max(ratio x compressed size, floor), at most
 /// `absolute` (bytes); the same rule and defaults as abtest's other readers (abtest/trace/limits.py).
@@ -69,14 +69,31 @@ pub struct Decoded {
 }
 
 /// Decode the perfetto trace in `data` (on the calling thread).
+///
+/// A trace whose packets are valid up to some byte and damaged after it (a capture interrupted while
+/// writing, a stale tail left by an earlier, longer trace) keeps the packets before the first damaged one:
+/// the file is decoded again up to that packet's start, and the metadata says from where the rest was not
+/// read and why (`perfetto.damaged_from`, a warning). Damage in the first packet, and a compressed block
+/// beyond its inflate limit (a limit, not damage), are errors.
 pub fn decode(data: &[u8], limits: Limits) -> Result<Decoded, Error> {
     let schema = schema::Schema::builtin();
-    let mut d = decoder::Decoder::new(schema, limits);
-    d.decode_trace(data, 0, 0).map_err(|e| Error {
+    let as_error = |e: wire::DecodeError| Error {
         offset: e.offset,
         message: format!("corrupt perfetto protobuf: {}", e.msg),
         expected: "a serialized perfetto Trace (repeated TracePacket, field 1)".into(),
-    })?;
+    };
+    let mut d = decoder::Decoder::new(schema, limits);
+    let mut damage = None;
+    if let Err(e) = d.decode_trace(data, 0, 0) {
+        let start = d.packet_start;
+        if start == 0 || d.limit_hit {
+            return Err(as_error(e));
+        }
+        d = decoder::Decoder::new(schema, limits);
+        d.decode_trace(&data[..start], 0, 0).map_err(as_error)?;
+        d.meta.damaged_from = Some((start, e.offset, data.len() - start, e.msg.clone()));
+        damage = Some(e);
+    }
     d.finish();
     if d.meta.packets == 0 {
         return Err(Error {
@@ -87,5 +104,41 @@ pub fn decode(data: &[u8], limits: Limits) -> Result<Decoded, Error> {
     }
     let mut warnings = d.warnings.clone();
     let tables = frames::tables(&d, &mut warnings);
+    if let Some(e) = damage {
+        // packets that decode but carry no data before the damage: garbage that began like a packet
+        if tables.iter().all(|(_, batch)| batch.num_rows() == 0) {
+            return Err(as_error(e));
+        }
+    }
     Ok(Decoded { tables, meta: meta::build(&d.meta, warnings, schema) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// TracePacket{timestamp = 5, battery = {charge_counter_uah = 100}}, framed as Trace.packet.
+    const BATTERY_PACKET: [u8; 9] = [0x0a, 0x07, 0x40, 0x05, 0xb2, 0x02, 0x02, 0x08, 0x64];
+
+    #[test]
+    fn damaged_tail_keeps_the_packets_before_it() {
+        let mut data = BATTERY_PACKET.repeat(2);
+        data.extend_from_slice(&[0x12, 0x05, 0x01]); // field 2 at top level: not a TracePacket
+        let d = decode(&data, Limits::default()).unwrap();
+        let (_, battery) = d.tables.iter().find(|(n, _)| n == "battery_counters").unwrap();
+        assert_eq!(battery.num_rows(), 2);
+        let damage = d.meta.perfetto.damaged_from.unwrap();
+        assert_eq!((damage.offset, damage.damage_offset, damage.bytes_not_read), (18, 19, 3));
+        assert!(d.meta.warnings.iter().any(|w| w.contains("damaged from byte 18")));
+    }
+
+    #[test]
+    fn damage_in_the_first_packet_or_before_any_data_is_an_error() {
+        let garbage = [0x12, 0x05, 0x01];
+        assert!(decode(&garbage, Limits::default()).err().unwrap().offset <= 1);
+        // a packet that decodes to no data, then garbage: nothing was read, the file is refused
+        let mut data = vec![0x0a, 0x02, 0x40, 0x05];
+        data.extend_from_slice(&garbage);
+        assert!(decode(&data, Limits::default()).is_err());
+    }
 }

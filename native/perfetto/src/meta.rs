@@ -44,6 +44,21 @@ pub struct Perfetto {
     pub bundles_with_lost_events_per_cpu: BTreeMap<String, u64>,
     pub trace_buffer_loss: BTreeMap<String, u64>,
     pub packets_not_decoded: BTreeMap<String, u64>,
+    /// the packets from byte `offset` to the end were not read: the damage found at `damage_offset`
+    pub damaged_from: Option<Damage>,
+}
+
+/// Where a trace's packets stop being decodable (see `crate::decode`).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "python", derive(pyo3::IntoPyObject))]
+pub struct Damage {
+    /// offset of the first TracePacket not kept
+    pub offset: u64,
+    /// offset where the damage was found (inside that packet, or after it)
+    pub damage_offset: u64,
+    /// bytes from `offset` to the end of the file
+    pub bytes_not_read: u64,
+    pub message: String,
 }
 
 /// The trace's metadata (keys of abtest's `meta` dict, see abtest/trace/model.py).
@@ -195,6 +210,13 @@ pub fn build(m: &Found, mut warnings: Vec<String>, schema: &Schema) -> Meta {
         (m.events_without_payload, "FtraceEvents without an event payload were skipped"),
     ];
     warnings.extend(counts.iter().filter(|(n, _)| *n > 0).map(|(n, what)| format!("{n} {what}")));
+    if let Some((start, at, rest, msg)) = &m.damaged_from {
+        warnings.push(format!(
+            "the trace is damaged from byte {start} on ({msg}, at byte {at}): the {} packets before it were read, \
+             the last {rest} bytes were not (a capture cut short, or a stale tail of an earlier trace)",
+            m.packets
+        ));
+    }
     let mut clocks: Vec<String> = m.ftrace_clocks.iter().map(|&c| ftrace_clock(c)).collect();
     clocks.sort();
     clocks.dedup();
@@ -244,6 +266,12 @@ pub fn build(m: &Found, mut warnings: Vec<String>, schema: &Schema) -> Meta {
             bundles_with_lost_events_per_cpu: keyed(&pages),
             trace_buffer_loss: loss,
             packets_not_decoded: not_decoded,
+            damaged_from: m.damaged_from.as_ref().map(|(start, at, rest, msg)| Damage {
+                offset: *start as u64,
+                damage_offset: *at as u64,
+                bytes_not_read: *rest as u64,
+                message: msg.clone(),
+            }),
         },
     }
 }

@@ -62,6 +62,10 @@ pub struct Meta {
     pub events_without_payload: u64,
     /// BOOTTIME (clock id 6) reading of the first clock snapshot, ns
     pub clock_snapshots: Vec<Vec<(u32, u64)>>,
+    /// the packets from this byte offset to the end could not be decoded: (offset of the first packet not
+    /// kept, offset of the damage, bytes not read, what was wrong); the packets before it were decoded
+    /// (lib.rs `decode`)
+    pub damaged_from: Option<(usize, usize, usize, String)>,
 }
 
 /// PowerRails (packet field 40): descriptors and energy samples.

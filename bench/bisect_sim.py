@@ -1,0 +1,219 @@
+"""Simulated bisections of a power regression: accuracy and runs spent, posterior search vs classic bisection.
+
+    .venv/bin/python bench/bisect_sim.py            # 1,000 histories per setting (the table of docs/bisect.md)
+    .venv/bin/python bench/bisect_sim.py --histories 100 --json
+
+Each history: a range of N commits (positions 0..N, 0 known good, N known bad) with one culprit drawn uniformly
+from 1..N; every run of a revision is base x (1 + effect if at/after the culprit) x (1 + CV x normal noise);
+each interior revision's build is broken with probability 5 % (untestable: "skip"). A history is a success
+when the reported culprit block (the testable revision plus the untestable ones right before it, as `git
+bisect` reports "one of these commits") contains the true culprit.
+
+Strategies, all vectorised over the histories (numpy):
+- posterior: `abtest bisect`'s default, the same code (abtest.bisect.posterior: posterior, next_query,
+  SearchRule): endpoints first, interleaved, 4 + 4 runs then 2 more each until compare's decision rule (rules 2-3,
+  `directional_batch`) calls a regression in the metric's direction (at most 30 each; otherwise the history
+  fails: nothing to bisect); then 2 runs per visit at the revision that splits the posterior mass, until the
+  culprit block has 95 % and it and its parent have >= 3 runs (total budget 400 runs per history).
+- classic n=k: plain bisection with k runs per step and k runs per endpoint, a revision called bad when its mean
+  is past the midpoint of the endpoints' means (a broken build: the nearest testable revision, like `git bisect
+  skip`).
+Runs: every run spent, endpoints included. Builds: revisions visited (each is a build and a boot).
+Prints one row per setting; the run time is printed at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from abtest.bisect.posterior import Evidence, SearchRule, classic_next, next_query, parent_of, posterior  # noqa: E402
+from abtest.compare.verdict import Policy, directional_batch  # noqa: E402
+
+BASE_MW = 1000.0
+BROKEN = 0.05
+ENDPOINT_START, ENDPOINT_STEP, ENDPOINT_CAP = 4, 2, 40
+MAX_RUNS = 400
+
+
+class History:
+    """H simulated ranges of N commits: culprit positions, broken builds, a run generator."""
+
+    def __init__(self, n_commits: int, effect: float, cv: float, histories: int, rng: np.random.Generator):
+        self.N, self.effect, self.cv, self.rng = n_commits, effect, cv, rng
+        self.culprit = rng.integers(1, n_commits + 1, histories)
+        self.broken = rng.random((histories, n_commits + 1)) < BROKEN
+        self.broken[:, 0] = self.broken[:, -1] = False
+
+    def runs(self, rows: np.ndarray, pos: np.ndarray, k: int) -> np.ndarray:
+        """k runs at pos (per row of `rows`), mW."""
+        level = BASE_MW * (1 + self.effect * (pos >= self.culprit[rows]))
+        return level[:, None] * (1 + self.cv * self.rng.standard_normal((rows.size, k)))
+
+    def correct(self, reported: np.ndarray, untestable: np.ndarray) -> np.ndarray:
+        """The reported block (last testable position before `reported`, reported] holds the culprit."""
+        parent = parent_of(untestable, reported)
+        return (reported >= self.culprit) & (parent < self.culprit)
+
+
+def endpoints(h: History, policy: Policy) -> tuple[Evidence, np.ndarray]:
+    """Endpoint phase: interleaved runs until the decision rule says regression (or the cap). Returns the
+    evidence (endpoint runs) and which histories confirmed the regression."""
+    H, R = h.culprit.size, h.N + 1
+    rows = np.arange(H)
+    good = h.runs(rows, np.zeros(H, int), ENDPOINT_CAP)
+    bad = h.runs(rows, np.full(H, h.N), ENDPOINT_CAP)
+    n_used = np.full(H, ENDPOINT_CAP)
+    confirmed = np.zeros(H, bool)
+    open_ = np.ones(H, bool)
+    for n in range(ENDPOINT_START, ENDPOINT_CAP + 1, ENDPOINT_STEP):
+        idx = np.flatnonzero(open_)
+        if idx.size == 0:
+            break
+        verdict = directional_batch(good[idx, :n], bad[idx, :n], lower_is_better=True, policy=policy)
+        hit = verdict == 1
+        confirmed[idx[hit]] = True
+        n_used[idx[hit]] = n
+        open_[idx[hit]] = False
+    ev = Evidence.empty(R, (H,))
+    for side, pos in ((good, 0), (bad, h.N)):
+        mask = np.arange(ENDPOINT_CAP)[None, :] < n_used[:, None]
+        x = np.where(mask, side, 0.0)
+        ev.n[:, pos] = n_used
+        ev.s[:, pos] = x.sum(axis=1)
+        ev.ss[:, pos] = (x * x).sum(axis=1)
+    return ev, confirmed
+
+
+def run_posterior(h: History, rule: SearchRule, policy: Policy) -> dict:
+    H = h.culprit.size
+    ev, confirmed = endpoints(h, policy)
+    builds = np.full(H, 2)
+    active = confirmed.copy()
+    reported = np.full(H, h.N)
+    while active.any():
+        rows = np.flatnonzero(active)
+        sub = Evidence(ev.n[rows], ev.s[rows], ev.ss[rows], ev.untestable[rows])
+        post = posterior(sub)
+        reported[rows] = post.culprit
+        nxt, done = next_query(sub, post, rule)
+        stop = done | (nxt < 0) | (sub.n.sum(axis=1) >= MAX_RUNS)
+        active[rows[stop]] = False
+        go = ~stop
+        rows, nxt = rows[go], nxt[go]
+        if rows.size == 0:
+            break
+        first_visit = ev.n[rows, nxt] == 0
+        builds[rows] += first_visit
+        broken = h.broken[rows, nxt]
+        ev.untestable[rows[broken], nxt[broken]] = True
+        ok = ~broken
+        r2, p2 = rows[ok], nxt[ok]
+        x = h.runs(r2, p2, rule.batch)
+        ev.n[r2, p2] += rule.batch
+        ev.s[r2, p2] += x.sum(axis=1)
+        ev.ss[r2, p2] += (x * x).sum(axis=1)
+    correct = confirmed & h.correct(reported, ev.untestable)
+    return {"accuracy": float(correct.mean()), "runs": float(ev.n.sum(axis=1).mean()),
+            "builds": float(builds.mean()), "endpoints_confirmed": float(confirmed.mean())}
+
+
+def run_classic(h: History, n: int) -> dict:
+    H = h.culprit.size
+    rows = np.arange(H)
+    thr = (h.runs(rows, np.zeros(H, int), n).mean(axis=1) + h.runs(rows, np.full(H, h.N), n).mean(axis=1)) / 2
+    lo, hi = np.zeros(H, int), np.full(H, h.N)
+    untestable = np.zeros_like(h.broken)
+    runs, builds = np.full(H, 2 * n), np.full(H, 2)
+    while True:
+        m = classic_next(lo, hi, untestable)
+        act = np.flatnonzero(m >= 0)
+        if act.size == 0:
+            break
+        p = m[act]
+        builds[act] += 1
+        broken = h.broken[act, p]
+        untestable[act[broken], p[broken]] = True
+        a2, p2 = act[~broken], p[~broken]
+        bad = h.runs(a2, p2, n).mean(axis=1) > thr[a2]
+        runs[a2] += n
+        hi[a2[bad]] = p2[bad]
+        lo[a2[~bad]] = p2[~bad]
+    correct = (lo < h.culprit) & (h.culprit <= hi)
+    return {"accuracy": float(correct.mean()), "runs": float(runs.mean()), "builds": float(builds.mean())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--histories", type=int, default=1000)
+    ap.add_argument("--commits", type=int, nargs="+", default=[64, 512])
+    ap.add_argument("--effects", type=float, nargs="+", default=[2, 5, 10], help="percent")
+    ap.add_argument("--cvs", type=float, nargs="+", default=[1, 2, 5, 10], help="percent")
+    ap.add_argument("--classic-n", type=int, nargs="+", default=[1, 3, 5, 10, 20, 40])
+    ap.add_argument("--confidence", type=float, default=0.95)
+    ap.add_argument("--seed", type=int, default=20261128)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    rule = SearchRule(confidence=args.confidence)
+    policy = Policy(min_effect_pct=1.0)
+    t0 = time.monotonic()
+    rows = []
+    for n_commits in args.commits:
+        for effect in args.effects:
+            for cv in args.cvs:
+                rng = np.random.default_rng([args.seed, n_commits, int(effect * 10), int(cv * 10)])
+                h = History(n_commits, effect / 100, cv / 100, args.histories, rng)
+                row = {"commits": n_commits, "effect_pct": effect, "cv_pct": cv,
+                       "posterior": run_posterior(h, rule, policy)}
+                for k in args.classic_n:
+                    row[f"classic_n{k}"] = run_classic(h, k)
+                rows.append(row)
+                if not args.json:
+                    _print_row(row, args.classic_n, header=len(rows) == 1)
+    elapsed = time.monotonic() - t0
+    if args.json:
+        print(json.dumps({"rows": rows, "seconds": round(elapsed, 1), "histories": args.histories}))
+    else:
+        print(f"{args.histories} histories per setting, {BROKEN:.0%} broken builds, confidence {args.confidence}; "
+              f"{elapsed:.1f} s")
+    return 0
+
+
+def equal_accuracy(row: dict, classic_n: list[int]) -> tuple[int, dict] | None:
+    """The classic run with the fewest runs per step whose accuracy is at least the posterior search's (within one
+    point); None when no n reaches it."""
+    target = row["posterior"]["accuracy"] - 0.01
+    for k in sorted(classic_n):
+        if row[f"classic_n{k}"]["accuracy"] >= target:
+            return k, row[f"classic_n{k}"]
+    return None
+
+
+def _print_row(row: dict, classic_n: list[int], header: bool) -> None:
+    shown = [k for k in classic_n if k in (1, 5, 10)] or classic_n[:3]
+    if header:
+        cols = ["commits", "effect", "  CV", "posterior: acc    runs builds"]
+        cols += [f"classic n={k}: acc  runs" for k in shown] + ["classic at equal accuracy"]
+        print(" | ".join(cols))
+    p = row["posterior"]
+    cells = [f"{row['commits']:>7}", f"{row['effect_pct']:>5g}%", f"{row['cv_pct']:>3g}%",
+             f"{p['accuracy']:15.1%} {p['runs']:7.1f} {p['builds']:6.1f}"]
+    cells += [f"{row[f'classic_n{k}']['accuracy']:16.1%} {row[f'classic_n{k}']['runs']:5.0f}" for k in shown]
+    eq = equal_accuracy(row, classic_n)
+    if eq is None:
+        best = max(classic_n, key=lambda k: row[f"classic_n{k}"]["accuracy"])
+        cells.append(f"none up to n={max(classic_n)} (best {row[f'classic_n{best}']['accuracy']:.1%})")
+    else:
+        k, c = eq
+        cells.append(f"n={k}: {c['accuracy']:.1%}, {c['runs']:.0f} runs ({c['runs'] / p['runs']:.1f}x)")
+    print(" | ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
