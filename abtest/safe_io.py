@@ -48,6 +48,17 @@ def confined(path: str | os.PathLike, root: str | os.PathLike) -> Path:
     return real
 
 
+def _open_dir_no_follow(directory: str | os.PathLike, doing: str) -> int:
+    """A descriptor of `directory`, never through a symlink: UnsafePathError naming what was being done (`doing`,
+    e.g. "writing journal.json") when `directory` is one; OSError for other failures."""
+    try:
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if os.path.islink(directory):
+            raise UnsafePathError(f"{directory} is a symlink: not {doing} through it") from e
+        raise
+
+
 def write_file_no_follow(directory: str | os.PathLike, name: str, data: bytes | str, *, mode: int = 0o644) -> Path:
     """Atomically write `data` to `directory/name` without following symlinks (see the module docstring).
 
@@ -57,12 +68,7 @@ def write_file_no_follow(directory: str | os.PathLike, name: str, data: bytes | 
     if "/" in name or name in ("", ".", ".."):
         raise UnsafePathError(f"{name!r} is not a single file name")
     payload = data.encode() if isinstance(data, str) else bytes(data)
-    try:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        if os.path.islink(directory):
-            raise UnsafePathError(f"{directory} is a symlink: not writing {name} through it") from e
-        raise
+    dfd = _open_dir_no_follow(directory, f"writing {name}")
     tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dfd)
@@ -89,12 +95,7 @@ def ensure_private_dir(parent: str | os.PathLike, name: str, *, mode: int = 0o70
     """`parent/name` as a directory of ours with `mode` (default 0700), made when missing, without following
     a symlink at `parent` or at `name`: a planted `name -> elsewhere` symlink, a non-directory, or a directory
     owned by another user is refused with UnsafePathError. Returns the path."""
-    try:
-        pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        if os.path.islink(parent):
-            raise UnsafePathError(f"{parent} is a symlink: not making {name} through it") from e
-        raise
+    pfd = _open_dir_no_follow(parent, f"making {name}")
     try:
         try:
             os.mkdir(name, mode, dir_fd=pfd)

@@ -121,19 +121,26 @@ def test_juno_opp_shift_is_attributed_to_the_big_cluster(juno_store, juno_report
     assert "active time moved from 800 MHz to 950 MHz" in " ".join(ex.narrative)
 
 
-@pytest.fixture(scope="module")
-def pixel_store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pixel") / "store"
+def _rail_store(root: Path, rail: str, label_scales: dict[str, float]) -> Path:
+    """A store of the Pixel 7 Pro's real rail samples as power.csv: per label, `rail` x the label's scale, every
+    rail x (0.99, 1.00, 1.01) per iteration (workload "video", 3 iterations)."""
     pr = Trace(PIXEL).df("power_rail")
-    for label, big in (("A", 1.0), ("B", 1.10)):
+    for label, up in label_scales.items():
         for i, s in enumerate((0.99, 1.0, 1.01)):
             d = root / label / "video" / str(i)
             d.mkdir(parents=True)
-            (d / "trace.perfetto-trace").symlink_to(PIXEL)
-            scale = pl.when(pl.col("rail") == "S2M_VDD_CPUCL2").then(big * s).otherwise(s)
+            scale = pl.when(pl.col("rail") == rail).then(up * s).otherwise(s)
             pr.select(pl.col("ts").alias("ts_ns"), pl.col("rail").cast(pl.Utf8), pl.col("subsystem").cast(pl.Utf8),
                       (pl.col("energy_uj") * scale).alias("energy_uj")).write_csv(d / "power.csv")
             (d / ".complete").touch()
+    return root
+
+
+@pytest.fixture(scope="module")
+def pixel_store(tmp_path_factory):
+    root = _rail_store(tmp_path_factory.mktemp("pixel") / "store", "S2M_VDD_CPUCL2", {"A": 1.0, "B": 1.10})
+    for trace_dir in root.glob("*/video/*"):
+        (trace_dir / "trace.perfetto-trace").symlink_to(PIXEL)
     return root
 
 
@@ -180,16 +187,7 @@ def mapped_store(tmp_path_factory):
     root.mkdir()
     (root / "abtest.toml").write_text('[power.channels]\n"CPU-Big" = ["S3M_VDD_CPUCL1"]\n'
                                       '"CPU-Little" = ["S4M_VDD_CPUCL0"]\n')
-    pr = Trace(PIXEL).df("power_rail")
-    for label, up in (("A", 1.0), ("B", 1.05)):
-        for i, s in enumerate((0.99, 1.0, 1.01)):
-            d = root / label / "video" / str(i)
-            d.mkdir(parents=True)
-            scale = pl.when(pl.col("rail") == "S3M_VDD_CPUCL1").then(up * s).otherwise(s)
-            pr.select(pl.col("ts").alias("ts_ns"), pl.col("rail").cast(pl.Utf8), pl.col("subsystem").cast(pl.Utf8),
-                      (pl.col("energy_uj") * scale).alias("energy_uj")).write_csv(d / "power.csv")
-            (d / ".complete").touch()
-    return root
+    return _rail_store(root, "S3M_VDD_CPUCL1", {"A": 1.0, "B": 1.05})
 
 
 def test_explain_reads_the_values_compare_computed_with_the_store_mapping(mapped_store):

@@ -211,3 +211,20 @@ def test_gate_and_compare_record_what_they_read(nightly, tmp_path, monkeypatch, 
     assert len({p for p, _ in _rows(tmp_path / "default.sqlite")}) == 9
     # the flag alone before the labels would swallow the baseline: refused, nothing compared
     assert run(["compare", "--history", *labels3, "--store", str(nightly), "--no-trace"]) == 2
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "gmean", "median"])
+def test_points_aggregate_all_builds_at_once_as_one_by_one(aggregation):
+    """The dashboard's vectorised per-build aggregate and CI equal `aggregate` of each build alone."""
+    from abtest.history.series import aggregate, aggregate_groups
+    rng = np.random.default_rng(7)
+    groups = [rng.normal(100, 10, k) for k in rng.integers(1, 7, 200)] + [np.array([-1.0, 2.0, 3.0]), np.array([0.0])]
+    starts = np.r_[0, np.cumsum([len(g) for g in groups])[:-1]]
+    value, lo, hi, n = aggregate_groups(np.concatenate(groups), starts, aggregation)
+    for i, g in enumerate(groups):
+        a, low, high = aggregate(g, aggregation)
+        assert n[i] == len(g) and value[i] == pytest.approx(a, rel=1e-12)
+        if low is None:
+            assert np.isnan(lo[i]) and np.isnan(hi[i])
+        else:
+            assert (lo[i], hi[i]) == pytest.approx((low, high), rel=1e-12)

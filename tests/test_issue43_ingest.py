@@ -15,12 +15,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from shared_data import TRACES
+from test_binary_hostile import _v7_options
 
 from abtest.trace import tracedat, wasm_engine
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
-from shared_data import TRACES
-from test_binary_hostile import _v7_options
 
 ROOT = Path(__file__).resolve().parent.parent
 LANGRAPH = TRACES / "langraph" / "trace.dat"  # trace.dat v7, zstd, 4 CPUs
@@ -98,7 +98,7 @@ def test_v7_second_buffer_option_for_the_top_buffer(tmp_path):
     buffer. The second is not decoded over the first silently: counted with its offset, warned about."""
     data = bytearray(LANGRAPH.read_bytes())
     at, size, _entries = _buffer_option(bytes(data))
-    stat_at, _id, stat_size = [o for o in _v7_options(bytes(data)) if o[1] == 2][0]
+    stat_at, _id, stat_size = next(o for o in _v7_options(bytes(data)) if o[1] == 2)
     assert stat_size >= size
     payload = bytes(data[at + 6:at + 6 + size]).ljust(stat_size, b"\0")
     struct.pack_into("<H", data, stat_at, 3)

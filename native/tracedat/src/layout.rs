@@ -128,6 +128,8 @@ pub struct Layout {
     pub buffers: Vec<Buffer>,
     pub warnings: Vec<String>,
     pub skipped: ImportLog,
+    /// v7: declared ring-buffer bytes per CPU that no chunk covers (not decoded; all buffers)
+    pub undecoded_bytes: BTreeMap<u32, u64>,
 }
 
 /// A v7 section's data: stored in the file, or compressed (`start`: file offset of the section data).
@@ -537,6 +539,21 @@ impl<'a> Parser<'a> {
             let mut b = Reader::within(&payload, self.be, at, &format!("BUFFER option at offset {at}"));
             b.u64("buffer section offset")?;
             let name = b.cstr("buffer instance name", 1 << 16)?;
+            let dup = if name.is_empty() {
+                top.is_some()
+            } else {
+                named.iter().any(|n: &Buffer| n.name.as_ref() == Some(&name))
+            };
+            if dup {
+                // not merged into the first option's buffer: which one is the recorded buffer is unknown
+                let what =
+                    if name.is_empty() { "the top buffer".to_string() } else { format!("instance {}", repr(&name)) };
+                self.lay
+                    .warnings
+                    .push(format!("another BUFFER option for {what} at offset {at}: its ring-buffer data not decoded"));
+                self.lay.skipped.add("tracedat_buffer_duplicate", 1, at, format!("second BUFFER option for {what}"));
+                continue;
+            }
             let buf = self.v7_buffer(&mut b, at, (!name.is_empty()).then_some(name), known_cpus)?;
             match buf.name {
                 None => top = Some(buf),
@@ -589,9 +606,24 @@ impl<'a> Parser<'a> {
         let label = name.as_ref().map(|n| format!("instance {} ", repr(n))).unwrap_or_default();
         let mut buf = Buffer { name, clock: (!clock.is_empty()).then_some(clock), ..Buffer::default() };
         let bound = if known_cpus > 0 { known_cpus } else { MAX_CPUS };
+        let mut listed = std::collections::BTreeSet::new();
         for _ in 0..ncpu {
             let cpu = b.u32("buffer cpu id")?;
             let (off, size) = self.cpu_span(b, &label, cpu)?;
+            if !listed.insert(cpu) {
+                // a second entry for a CPU is not merged into the first one's data (it is not that CPU's)
+                self.lay.warnings.push(format!(
+                    "{label}CPU id {cpu} listed again in the BUFFER option at offset {at}: the second entry's \
+                     {size} bytes at offset {off} not decoded"
+                ));
+                self.lay.skipped.add(
+                    "tracedat_cpu_id_duplicate",
+                    1,
+                    at,
+                    format!("{label}CPU id {cpu} listed twice; {size} bytes at offset {off} not decoded"),
+                );
+                continue;
+            }
             if size == 0 {
                 continue;
             }
@@ -610,7 +642,32 @@ impl<'a> Parser<'a> {
             }
             let pages = match self.lay.codec {
                 None => CpuPages::Stored { offset: off as usize, size: size as usize },
-                Some(_) => CpuPages::Chunks(self.chunks(off as usize, size, cpu, &label)?),
+                Some(_) => {
+                    let (chunks, used) = self.chunks(off as usize, size, cpu, &label)?;
+                    if used < size {
+                        let lost = size - used;
+                        let what = if chunks.is_empty() {
+                            format!("{label}CPU {cpu} declares {size} bytes of ring-buffer data at offset {off} but 0 chunks")
+                        } else {
+                            format!(
+                                "{label}CPU {cpu} declares {size} bytes of ring-buffer data at offset {off}, its {} \
+                                 chunks hold {used}",
+                                chunks.len()
+                            )
+                        };
+                        self.lay.warnings.push(format!(
+                            "{what} (BUFFER option at offset {at}): {lost} bytes not decoded, their events are missing"
+                        ));
+                        self.lay.skipped.add(
+                            "tracedat_cpu_data_undecoded",
+                            1,
+                            off,
+                            format!("{what}: {lost} bytes not decoded"),
+                        );
+                        *self.lay.undecoded_bytes.entry(cpu).or_insert(0) += lost;
+                    }
+                    CpuPages::Chunks(chunks)
+                }
             };
             buf.cpus.push(CpuData { cpu, pages });
         }
@@ -618,7 +675,8 @@ impl<'a> Parser<'a> {
     }
 
     /// v7 compressed data of one CPU: u32 chunk count, then (u32 compressed size, u32 inflated size, data).
-    fn chunks(&mut self, off: usize, size: u64, cpu: u32, label: &str) -> Result<Vec<Chunk>> {
+    /// Returns the chunks and how many of the `size` declared bytes (after the count) they cover.
+    fn chunks(&mut self, off: usize, size: u64, cpu: u32, label: &str) -> Result<(Vec<Chunk>, u64)> {
         // the recorded size counts the chunks, not the leading chunk count
         let end = (self.data.len() as u64).min(off as u64 + 4 + size) as usize;
         let mut s = self.reader(off);
@@ -641,7 +699,7 @@ impl<'a> Parser<'a> {
             }
             out.push(Chunk { offset: at, size: csize, inflated: isize });
         }
-        Ok(out)
+        Ok((out, (s.pos - off).saturating_sub(4) as u64))
     }
 }
 

@@ -505,6 +505,7 @@ impl Accounting {
             instance_buffers,
             event_formats: event_formats as u64,
             cpus_with_data: cpus_with_data.into_iter().map(u64::from).collect(),
+            undecoded_bytes_per_cpu: meta::str_keys(&lay.undecoded_bytes),
             warnings,
             import_errors: BTreeMap::new(),
         }

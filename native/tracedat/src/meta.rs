@@ -58,6 +58,8 @@ pub struct Meta {
     pub instance_buffers: Vec<(String, InstanceBuffer)>,
     pub event_formats: u64,
     pub cpus_with_data: Vec<u64>,
+    /// v7: declared ring-buffer bytes per CPU that no compressed chunk covers (not decoded)
+    pub undecoded_bytes_per_cpu: BTreeMap<String, u64>,
     pub warnings: Vec<String>,
     /// content not decoded, per kind
     pub import_errors: BTreeMap<String, Skipped>,
