@@ -18,7 +18,7 @@ NATIVE_SRC := $(wildcard native/src/*.rs native/*/src/*.rs native/*/src/*.txt na
 # seconds of mutation fuzzing per decoder in `make test` (bench/fuzz_native.sh runs longer)
 FUZZ_SECONDS ?= 20
 
-.PHONY: setup setup-core system native native-check test demo demo-live notebook notebooks bench clean
+.PHONY: setup setup-core system native native-check lint test demo demo-live notebook notebooks bench clean
 
 # Everything the tests and `make demo-live` use: the Debian packages above, the virtualenv, the Rust core.
 setup: system $(STAMP)
@@ -59,8 +59,13 @@ native:
 	@[ -x $(VENV)/bin/maturin ] || $(PY) -m pip install -q 'maturin>=1.5,<2'
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
 
-test: setup native-check
+test: setup native-check lint
 	$(VENV)/bin/pytest -q
+
+# Python hygiene, as native-check is for the Rust: ruff's lint rules and formatting (pyproject.toml [tool.ruff]).
+lint: setup
+	$(VENV)/bin/ruff check abtest tests bench
+	$(VENV)/bin/ruff format --check abtest tests bench
 
 # Rust hygiene of native/: formatting, clippy with warnings as errors, the decoders' unit tests and
 # FUZZ_SECONDS of mutation fuzzing per decoder (native/fuzz). The fuzzers' seeds are the shared traces, found

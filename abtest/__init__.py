@@ -10,6 +10,7 @@ Open a trace of any supported format and get canonical polars tables::
 Everything but the version is exported lazily: importing any part of abtest (abtest.metric_spec, abtest.trace,
 ...) runs nothing else, and the command line sets polars' allocator up before polars loads (abtest.cli).
 """
+
 from abtest.version import __version__
 
 __all__ = ["Trace", "TraceFormatError", "MissingEventsError", "explain", "__version__"]
@@ -19,11 +20,14 @@ def __getattr__(name: str):
     """The public names, imported on first use."""
     if name == "Trace":
         from abtest.session import Trace
+
         return Trace
     if name in ("TraceFormatError", "MissingEventsError"):
         from abtest.trace import errors
+
         return getattr(errors, name)
     if name == "explain":
         from abtest.compare.explain import explain_store
+
         return explain_store
     raise AttributeError(f"module 'abtest' has no attribute {name!r}")

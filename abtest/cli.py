@@ -7,6 +7,7 @@ Exit codes (a contract CI reads): 0 ok; 1 regression found (gate) and nothing el
 enough data, or any unexpected error (one line on stderr; $ABTEST_DEBUG=1 adds the traceback); 130
 interrupted.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,8 +28,8 @@ CLI_JEMALLOC = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_
 if os.environ.get("_RJEM_MALLOC_CONF", POLARS_JEMALLOC_DEFAULT) == POLARS_JEMALLOC_DEFAULT:
     os.environ["_RJEM_MALLOC_CONF"] = CLI_JEMALLOC
 
-from abtest.version import __version__  # noqa: E402 (after the allocator setting)
 from abtest.trace.errors import MissingEventsError, TraceFormatError  # noqa: E402
+from abtest.version import __version__  # noqa: E402 (after the allocator setting)
 
 # top-level command -> module of abtest/commands that lists it in COMMANDS
 COMMAND_MODULES = {
@@ -113,10 +114,14 @@ def _unexpected(e: Exception, args: list[str] | None) -> int:
     text = text if len(text) <= 300 else text[:300] + " ..."
     if os.environ.get(DEBUG_ENV):
         import traceback
+
         traceback.print_exception(e)
-    click.secho(f"error: abtest {cmd} failed on its input: {type(e).__name__}: {text or '(no message)'} "
-                f"(this is a bug or an input abtest does not handle; set {DEBUG_ENV}=1 for the traceback)",
-                fg="red", err=True)
+    click.secho(
+        f"error: abtest {cmd} failed on its input: {type(e).__name__}: {text or '(no message)'} "
+        f"(this is a bug or an input abtest does not handle; set {DEBUG_ENV}=1 for the traceback)",
+        fg="red",
+        err=True,
+    )
     return 2
 
 

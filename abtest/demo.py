@@ -14,13 +14,13 @@ chosen from /sys/devices/system/cpu/cpuidle (`--variant` overrides):
   governors  cpuidle governor menu vs ladder on this machine (local target, root and tracefs), cyclictest.
              The default when the machine has a cpuidle driver and both governors.
 """
+
 from __future__ import annotations
 
 import contextlib
 import io
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ CPUIDLE = Path("/sys/devices/system/cpu/cpuidle")
 class Demo:
     """One A/B: labels, workload, how to collect it live, and its key metrics (shell patterns of metric keys,
     printed as the headline after the comparison; every metric is in the HTML report)."""
+
     name: str
     label_a: str
     label_b: str
@@ -49,23 +50,71 @@ class Demo:
 
 
 GOVERNORS = Demo(
-    "governors", "menu", "ladder", "cyclictest",
+    "governors",
+    "menu",
+    "ladder",
+    "cyclictest",
     "cpuidle governor menu vs ladder on this machine, cyclictest",
-    ("--target", "localhost", "--label", "menu", "--label", "ladder",
-     "--workload", "cyclictest:loops=500,dma_latency_us=0", "--analysis", "idle", "--analysis", "latency"),
+    (
+        "--target",
+        "localhost",
+        "--label",
+        "menu",
+        "--label",
+        "ladder",
+        "--workload",
+        "cyclictest:loops=500,dma_latency_us=0",
+        "--analysis",
+        "idle",
+        "--analysis",
+        "latency",
+    ),
     iterations=8,
-    key_metrics=("latency_*", "idle.too_*", "idle.wakeups_per_s", "idle.idle_pct", "latency.gmean_us",
-                 "latency.p99_us"))
+    key_metrics=(
+        "latency_*",
+        "idle.too_*",
+        "idle.wakeups_per_s",
+        "idle.idle_pct",
+        "latency.gmean_us",
+        "latency.p99_us",
+    ),
+)
 KERNELS = Demo(
-    "kernels", "kernelA", "kernelB", "hackbench",
+    "kernels",
+    "kernelA",
+    "kernelB",
+    "hackbench",
     "Debian kernel 6.1 (kernelA, CFS) vs 6.12 (kernelB, EEVDF) booted under QEMU TCG, hackbench in the guest "
     "(emulated CPUs: compare the kernels' behaviour, not absolute speed)",
-    ("--target", str(ROOT / "targets" / "examples" / "qemu-debian.toml"), "--kernel", "kernelA", "--kernel", "kernelB",
-     "--workload", "hackbench:groups=2,loops=20", "--analysis", "latency", "--analysis", "placement",
-     "--analysis", "idle", "--retries", "3"),
-    iterations=5, tasks=("hackbench",),
-    key_metrics=("hackbench_time_s", "latency.gmean_us", "latency.p50_us", "latency.task.hackbench.*",
-                 "placement.task.hackbench.*", "placement.cpu_changes_per_s"))
+    (
+        "--target",
+        str(ROOT / "targets" / "examples" / "qemu-debian.toml"),
+        "--kernel",
+        "kernelA",
+        "--kernel",
+        "kernelB",
+        "--workload",
+        "hackbench:groups=2,loops=20",
+        "--analysis",
+        "latency",
+        "--analysis",
+        "placement",
+        "--analysis",
+        "idle",
+        "--retries",
+        "3",
+    ),
+    iterations=5,
+    tasks=("hackbench",),
+    key_metrics=(
+        "hackbench_time_s",
+        "latency.gmean_us",
+        "latency.p50_us",
+        "latency.task.hackbench.*",
+        "placement.task.hackbench.*",
+        "placement.cpu_changes_per_s",
+    ),
+)
 BUNDLED = GOVERNORS  # examples/idle-governors was collected as the governors A/B
 
 
@@ -74,10 +123,15 @@ def choose_variant(cpuidle: Path = CPUIDLE) -> tuple[Demo, str]:
     try:
         driver = (cpuidle / "current_driver").read_text().strip()
     except OSError:
-        return KERNELS, f"no cpuidle driver ({cpuidle / 'current_driver'} absent): an idle-governor A/B would compare one system"
+        return (
+            KERNELS,
+            f"no cpuidle driver ({cpuidle / 'current_driver'} absent): an idle-governor A/B would compare one system",
+        )
     if driver in ("", "none"):
-        return KERNELS, (f"cpuidle driver '{driver or 'none'}': no idle states, the idle governor never runs, so menu "
-                         "vs ladder would compare one system")
+        return KERNELS, (
+            f"cpuidle driver '{driver or 'none'}': no idle states, the idle governor never runs, so menu "
+            "vs ladder would compare one system"
+        )
     try:
         governors = (cpuidle / "available_governors").read_text().split()
     except OSError:
@@ -92,6 +146,7 @@ def choose_variant(cpuidle: Path = CPUIDLE) -> tuple[Demo, str]:
 def _abtest(args: list[str]) -> int:
     """Run one abtest CLI command in-process; return its exit code."""
     from abtest.cli import cli
+
     try:
         cli.main(args, prog_name="abtest", standalone_mode=False)
         return 0
@@ -133,8 +188,10 @@ def headline(compare_json: Path, demo: Demo) -> list[str]:
                 if a is None or b is None:
                     continue
                 delta = m.get("delta_pct")
-                lines.append(f"{m['name']}: {a:,.4g} -> {b:,.4g} {unit} "
-                             f"({'n/a' if delta is None else f'{delta:+.1f} %'}; {m.get('verdict_text') or m.get('verdict')})")
+                lines.append(
+                    f"{m['name']}: {a:,.4g} -> {b:,.4g} {unit} "
+                    f"({'n/a' if delta is None else f'{delta:+.1f} %'}; {m.get('verdict_text') or m.get('verdict')})"
+                )
     return lines
 
 
@@ -147,15 +204,34 @@ def report_paths(out: Path, live: bool) -> tuple[Path, Path, Path]:
 
 @click.command()
 @click.option("--live", is_flag=True, help="collect a new store on this machine first")
-@click.option("--variant", type=click.Choice(["auto", "kernels", "governors"]), default="auto", show_default=True,
-              help="live A/B: kernels = Debian 6.1 vs 6.12 under QEMU; governors = cpuidle menu vs ladder here; "
-                   "auto = governors when this machine has a cpuidle driver with both, else kernels")
-@click.option("--store", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="compare this store instead of the bundled one (with --live: collect into it)")
-@click.option("-n", "--iterations", type=click.IntRange(2), default=None,
-              help="iterations per label with --live (default: 5 for kernels, 8 for governors)")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=OUT, show_default=True,
-              help="directory for the reports (and the live store unless --store)")
+@click.option(
+    "--variant",
+    type=click.Choice(["auto", "kernels", "governors"]),
+    default="auto",
+    show_default=True,
+    help="live A/B: kernels = Debian 6.1 vs 6.12 under QEMU; governors = cpuidle menu vs ladder here; "
+    "auto = governors when this machine has a cpuidle driver with both, else kernels",
+)
+@click.option(
+    "--store",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="compare this store instead of the bundled one (with --live: collect into it)",
+)
+@click.option(
+    "-n",
+    "--iterations",
+    type=click.IntRange(2),
+    default=None,
+    help="iterations per label with --live (default: 5 for kernels, 8 for governors)",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=OUT,
+    show_default=True,
+    help="directory for the reports (and the live store unless --store)",
+)
 def main(live: bool, variant: str, store: Path | None, iterations: int | None, out: Path) -> None:
     """Run a real A/B comparison end to end and write an HTML report."""
     t0 = time.perf_counter()
@@ -177,27 +253,41 @@ def main(live: bool, variant: str, store: Path | None, iterations: int | None, o
     if not store.is_dir():
         raise SystemExit(f"{store}: no such run store")
     if store == BUNDLED_STORE:
-        click.secho(f"== bundled run store {store.relative_to(ROOT)} (provenance: "
-                    f"{(store / 'PROVENANCE.md').relative_to(ROOT)})", bold=True)
+        click.secho(
+            f"== bundled run store {store.relative_to(ROOT)} (provenance: "
+            f"{(store / 'PROVENANCE.md').relative_to(ROOT)})",
+            bold=True,
+        )
         # the bundled store stays as committed: per-iteration metric caches go to the user cache directory
         os.environ.setdefault("ABTEST_METRICS_CACHE", "user")
     html, md, js = report_paths(out, live)
-    common = [demo.label_a, demo.label_b, "--store", str(store), "--workload", demo.workload,
-              *(a for t in demo.tasks for a in ("--task", t))]
+    common = [
+        demo.label_a,
+        demo.label_b,
+        "--store",
+        str(store),
+        "--workload",
+        demo.workload,
+        *(a for t in demo.tasks for a in ("--task", t)),
+    ]
     # Full comparison: every metric, markdown and JSON on disk, HTML report with figures.
     rc = _abtest_to(md, ["compare", *common, "--format", "markdown", "--html", str(html)])
     if rc != 0:
         raise SystemExit(f"abtest compare failed (exit {rc}); see {md}")
     _abtest_to(js, ["compare", *common, "--format", "json"])  # per-iteration metrics are cached by now
     # The terminal report: verdicts and summary first.
-    click.secho(f"\n== abtest compare {demo.label_a} {demo.label_b}  (all metrics: --all, and in the HTML report)",
-                bold=True)
+    click.secho(
+        f"\n== abtest compare {demo.label_a} {demo.label_b}  (all metrics: --all, and in the HTML report)", bold=True
+    )
     _abtest(["compare", *common])
     click.secho("\n== headline: key metrics (baseline -> B, delta, verdict)", bold=True)
     for line in headline(js, demo):
         click.echo(f"  {line}")
-    click.secho(f"\nHTML report: {html}\nmarkdown:    {md}\nJSON:        {js}\n"
-                f"done in {time.perf_counter() - t0:.1f} s", fg="green", bold=True)
+    click.secho(
+        f"\nHTML report: {html}\nmarkdown:    {md}\nJSON:        {js}\ndone in {time.perf_counter() - t0:.1f} s",
+        fg="green",
+        bold=True,
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ their spec and group value along, so no key is ever parsed back to find its mean
 
 This module imports nothing from abtest: every layer may use it.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,6 +22,7 @@ from enum import Enum
 
 class Direction(str, Enum):
     """Which way is better. NONE: the metric describes, it does not judge (no regression verdict)."""
+
     LOWER = "lower"
     HIGHER = "higher"
     NONE = "none"
@@ -31,7 +33,7 @@ class Direction(str, Enum):
         return {Direction.LOWER: True, Direction.HIGHER: False, Direction.NONE: None}[self]
 
     @classmethod
-    def from_lower_is_better(cls, lib: bool | None) -> "Direction":
+    def from_lower_is_better(cls, lib: bool | None) -> Direction:
         return cls.NONE if lib is None else (cls.LOWER if lib else cls.HIGHER)
 
 
@@ -40,6 +42,7 @@ class Aggregation(str, Enum):
 
     MEAN: arithmetic mean (power, FPS, percentages of time). GMEAN: geometric mean (latencies, scores,
     ratios: what the seeds print; defined only when every value is > 0). MEDIAN: for heavy-tailed values."""
+
     MEAN = "mean"
     GMEAN = "gmean"
     MEDIAN = "median"
@@ -47,20 +50,21 @@ class Aggregation(str, Enum):
 
 class Grouping(str, Enum):
     """What the one placeholder of a grouped key stands for."""
+
     NONE = "none"
-    CHANNEL = "channel"        # power channel: CPU, CPU-Big, CPU-Little, CPU-Mid, GPU, Total, ...
-    RAIL = "rail"              # one measured power rail, by its name
-    DOMAIN = "domain"          # energy-model performance domain (cluster), by its first CPU
-    TASK = "task"              # task name (comm); threads sharing a name are pooled
-    CLUSTER = "cluster"        # CPU cluster / frequency domain
-    CPU = "cpu"                # one CPU number
+    CHANNEL = "channel"  # power channel: CPU, CPU-Big, CPU-Little, CPU-Mid, GPU, Total, ...
+    RAIL = "rail"  # one measured power rail, by its name
+    DOMAIN = "domain"  # energy-model performance domain (cluster), by its first CPU
+    TASK = "task"  # task name (comm); threads sharing a name are pooled
+    CLUSTER = "cluster"  # CPU cluster / frequency domain
+    CPU = "cpu"  # one CPU number
     IDLE_STATE = "idle_state"  # idle state name (or index when unnamed)
-    OPP = "opp"                # an OPP of a frequency domain: "cpu<first CPU of the domain>@<kHz>"
-    BENCHMARK = "benchmark"    # a sub-test of a benchmark (PCMark test, Jankbench list)
-    ZONE = "zone"              # thermal zone, by its type name (thermal_zone field / sysfs type)
-    COOLING_DEVICE = "cdev"    # thermal cooling device, by its type name (cdev_update type field)
+    OPP = "opp"  # an OPP of a frequency domain: "cpu<first CPU of the domain>@<kHz>"
+    BENCHMARK = "benchmark"  # a sub-test of a benchmark (PCMark test, Jankbench list)
+    ZONE = "zone"  # thermal zone, by its type name (thermal_zone field / sysfs type)
+    COOLING_DEVICE = "cdev"  # thermal cooling device, by its type name (cdev_update type field)
     ROOT_DOMAIN = "root_domain"  # scheduler root domain, by its CPU span ("0-5")
-    CGROUP = "cgroup"          # cgroup path ("/top-app", "/system.slice/foo.service")
+    CGROUP = "cgroup"  # cgroup path ("/top-app", "/system.slice/foo.service")
 
 
 class WindowCombine(str, Enum):
@@ -71,14 +75,17 @@ class WindowCombine(str, Enum):
     which the analysis ran without giving this key a value counting as 0 (no event of that task, no time at
     that OPP). TIME: a time-weighted mean over the known time (frequency, util, temperature, power): mean
     weighted by each window's known time when the value reports it (MetricValue.known_s: exact), else by
-    window length (exact only while the quantity is known throughout every window: flagged approximate). TIME_APPROX: a value that is not a mean over the whole window (a share of
-    the known time of some threads, an index), averaged by window length: an approximation. EVENTS: arithmetic mean weighted by the number of events behind each window's value (the
+    window length (exact only while the quantity is known throughout every window: flagged approximate). TIME_APPROX: a
+    value that is not a mean over the whole window (a share of
+    the known time of some threads, an index), averaged by window length: an approximation. EVENTS: arithmetic mean
+    weighted by the number of events behind each window's value (the
     spec's ``window_weight`` names the metric, a rate per second with the same grouping, that counts them).
     EVENTS_GEO: the same in log space (geometric means). SUM: the total. MAX / MIN: the extreme.
     QUANTILE: a percentile; the windows' percentiles averaged with the EVENTS weight, which is an
     approximation (a percentile of a union is no function of the parts' percentiles).
     A combined value is exact when the combination is (see `exact_combination`) and the per-window values
     are (the state carried into each window is within the history a window reads, see windowed.py)."""
+
     RATE = "rate"
     TIME = "time"
     TIME_APPROX = "time_approx"
@@ -102,6 +109,7 @@ class MetricSpec:
     window_weight: for EVENTS / EVENTS_GEO / QUANTILE, the key template of the rate metric (per second, same
     analysis and grouping) counting the events behind a value; "" = weighted by time (approximate).
     """
+
     key: str
     unit: str
     direction: Direction
@@ -119,8 +127,9 @@ class MetricSpec:
         if self.group is Grouping.NONE and n:
             raise ValueError(f"metric {self.key!r}: a scalar key has no placeholder")
         if self.group is not Grouping.NONE and (n != 1 or placeholder not in self.key):
-            raise ValueError(f"metric {self.key!r}: a key grouped by {self.group.value} has exactly one "
-                             f"placeholder {placeholder}")
+            raise ValueError(
+                f"metric {self.key!r}: a key grouped by {self.group.value} has exactly one placeholder {placeholder}"
+            )
 
     @property
     def lower_is_better(self) -> bool | None:
@@ -152,15 +161,23 @@ class MetricSpec:
             return "" if full_key == self.key else None
         head, _, tail = self.key.partition("{" + self.group.value + "}")
         if len(full_key) > len(head) + len(tail) and full_key.startswith(head) and full_key.endswith(tail):
-            return full_key[len(head):len(full_key) - len(tail)]
+            return full_key[len(head) : len(full_key) - len(tail)]
         return None
 
     def to_json(self) -> dict:
-        return {"key": self.key, "unit": self.unit, "direction": self.direction.value,
-                "lower_is_better": self.lower_is_better, "aggregation": self.aggregation.value,
-                "group": self.group.value, "title": self.title, "description": self.description,
-                "headline": self.headline, "window": self.window.value if self.window else None,
-                "window_weight": self.window_weight}
+        return {
+            "key": self.key,
+            "unit": self.unit,
+            "direction": self.direction.value,
+            "lower_is_better": self.lower_is_better,
+            "aggregation": self.aggregation.value,
+            "group": self.group.value,
+            "title": self.title,
+            "description": self.description,
+            "headline": self.headline,
+            "window": self.window.value if self.window else None,
+            "window_weight": self.window_weight,
+        }
 
 
 @dataclass(frozen=True)
@@ -169,6 +186,7 @@ class MetricValue:
     (None for a scalar). value: float in the spec's unit (NaN = could not be computed). known_s: for a mean
     over the known time (WindowCombine.TIME), the seconds it is a mean over, when the analysis knows them:
     windows are then weighed by it and the combination is exact (None: weighed by window length)."""
+
     spec: MetricSpec
     value: float
     group: str | None = None

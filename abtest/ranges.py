@@ -1,4 +1,5 @@
 """Integers written as runs: [0, 1, 2, 3, 5, 7, 8] -> "0-3,5,7-8" (CPU sets, iteration numbers)."""
+
 from __future__ import annotations
 
 

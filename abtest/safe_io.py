@@ -14,6 +14,7 @@ abtest runs as root on lab machines and writes into run stores other users may h
 - `ensure_private_dir(parent, name)`: `parent/name` made (or reused) as a 0700 directory of ours, never through a
   symlink at either level (the lab's STORE/.lab and its staging directories).
 """
+
 from __future__ import annotations
 
 import os
@@ -75,7 +76,7 @@ def write_file_no_follow(directory: str | os.PathLike, name: str, data: bytes | 
         try:
             view = memoryview(payload)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -9,6 +9,7 @@ analyses of abtest.analysis).
                                            # frequency, load_tracking, placement, energy, power, tasks,
                                            # overutilized, thermal, capacity, cgroups
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,10 @@ def _reach_span(window: tuple[int | None, int | None] | None, history_ns: int) -
     """[start - history_ns, end + history_ns) of `window` (None: open end)."""
     if not window:
         return None, None
-    return (None if window[0] is None else int(window[0]) - history_ns,
-            None if window[1] is None else int(window[1]) + history_ns)
+    return (
+        None if window[0] is None else int(window[0]) - history_ns,
+        None if window[1] is None else int(window[1]) + history_ns,
+    )
 
 
 def _reach(df: pl.DataFrame, window: tuple[int | None, int | None] | None, history_ns: int) -> pl.DataFrame:
@@ -62,10 +65,17 @@ class Trace:
         window: optional (start_ns, end_ns) time window applied to every table.
     """
 
-    def __init__(self, path: str | os.PathLike, *, use_cache: bool = True,
-                 platform: dict | str | os.PathLike | None = None,
-                 window: tuple[int | None, int | None] | None = None, _entry: Path | None = None,
-                 _data: TraceData | None = None, _history_ns: int | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        use_cache: bool = True,
+        platform: dict | str | os.PathLike | None = None,
+        window: tuple[int | None, int | None] | None = None,
+        _entry: Path | None = None,
+        _data: TraceData | None = None,
+        _history_ns: int | None = None,
+    ):
         self.path = Path(path)
         self._platform_arg = platform
         self._window = window
@@ -102,6 +112,7 @@ class Trace:
         """A long trace.dat: decoded in rounds into the cache entry, in bounded memory (abtest.trace.streamed).
         False when it does not apply (or the file cannot be cut into rounds in time order)."""
         from abtest.trace import streamed
+
         try:
             return streamed.write_if_long(self.path, entry) is not None
         except OSError:  # read-only cache dir: decoded whole, kept uncached
@@ -162,6 +173,7 @@ class Trace:
         if isinstance(self._platform_arg, dict):
             return self._platform_arg
         from abtest.analysis.platform import load_platform
+
         self._platform_arg = load_platform(self._platform_arg)
         return self._platform_arg
 
@@ -224,7 +236,7 @@ class Trace:
                     df = _reach(df, self._window, self._history_ns)
             self._frames[name] = df
 
-    def window(self, start_ns: int | None, end_ns: int | None, *, history_ns: int | None = None) -> "Trace":
+    def window(self, start_ns: int | None, end_ns: int | None, *, history_ns: int | None = None) -> Trace:
         """A view of the same trace restricted to [start_ns, end_ns) (ns on the trace clock).
 
         history_ns: None (default): the analyses see the whole trace around the window (the state carried
@@ -233,8 +245,14 @@ class Trace:
         memory-mapped cache), so its memory is bounded by the window whatever the trace's length; state older
         than history_ns before the window is unknown to it (abtest.analysis.windowed).
         """
-        view = Trace(self.path, platform=self._platform_arg, window=(start_ns, end_ns),
-                     _entry=self._entry, _data=self._data, _history_ns=history_ns)
+        view = Trace(
+            self.path,
+            platform=self._platform_arg,
+            window=(start_ns, end_ns),
+            _entry=self._entry,
+            _data=self._data,
+            _history_ns=history_ns,
+        )
         if history_ns is None:
             view._frames, view._loading = self._frames, self._loading
         return view
@@ -266,103 +284,136 @@ class Trace:
     def load_tracking(self):
         """PELT signals, contention, PELT/window simulation, boost what-if (abtest.analysis.load_tracking)."""
         from abtest.analysis.load_tracking import LoadTrackingAnalysis
+
         return LoadTrackingAnalysis(self)
 
     @property
     def frequency(self):
         """OPP residency, average frequency, transitions (abtest.analysis.frequency)."""
         from abtest.analysis.frequency import FrequencyAnalysis
+
         return FrequencyAnalysis(self)
 
     @property
     def power(self):
         """Measured power per rail and channel (abtest.analysis.power; the trace's power_rail table)."""
         from abtest.analysis.power import PowerAnalysis
+
         return PowerAnalysis(self)
 
-    def metrics(self, analyses: list[str] | None = None, *, tasks: tuple[str, ...] = (),
-                options=None) -> pl.DataFrame:
+    def metrics(self, analyses: list[str] | None = None, *, tasks: tuple[str, ...] = (), options=None) -> pl.DataFrame:
         """Every declared metric this trace yields (abtest.analysis.registry), one row per value:
         analysis, key (full), key_template, group, value, unit, direction, aggregation. Analyses whose
         required events are absent are left out (`abtest analyze` says why). options: a
         registry.MetricOptions (default: MetricOptions(tasks=tasks)). For a long trace in bounded memory:
         abtest.analysis.windowed.windowed_metrics(trace, window_s)."""
         from abtest.analysis import registry
+
         options = options or registry.MetricOptions(tasks=tuple(tasks))
         rows = []
-        chosen = [registry.BY_NAME[n] for n in analyses] if analyses else \
-            list(registry.TRACE_ANALYSES) + [registry.POWER]
+        chosen = (
+            [registry.BY_NAME[n] for n in analyses] if analyses else list(registry.TRACE_ANALYSES) + [registry.POWER]
+        )
         for a in chosen:
             try:
                 vals = registry.compute(a, self, options)
             except (MissingEventsError, ValueError):
                 continue
-            rows += [{"analysis": a.name, "key": v.key, "key_template": v.spec.key, "group": v.group,
-                      "value": float(v.value), "unit": v.spec.unit, "direction": v.spec.direction.value,
-                      "aggregation": v.spec.aggregation.value} for v in vals]
-        schema = {"analysis": pl.Utf8, "key": pl.Utf8, "key_template": pl.Utf8, "group": pl.Utf8,
-                  "value": pl.Float64, "unit": pl.Utf8, "direction": pl.Utf8, "aggregation": pl.Utf8}
+            rows += [
+                {
+                    "analysis": a.name,
+                    "key": v.key,
+                    "key_template": v.spec.key,
+                    "group": v.group,
+                    "value": float(v.value),
+                    "unit": v.spec.unit,
+                    "direction": v.spec.direction.value,
+                    "aggregation": v.spec.aggregation.value,
+                }
+                for v in vals
+            ]
+        schema = {
+            "analysis": pl.Utf8,
+            "key": pl.Utf8,
+            "key_template": pl.Utf8,
+            "group": pl.Utf8,
+            "value": pl.Float64,
+            "unit": pl.Utf8,
+            "direction": pl.Utf8,
+            "aggregation": pl.Utf8,
+        }
         return pl.DataFrame(rows, schema=schema)
 
     @property
     def energy(self):
         """Energy-model estimates, and measured rails for convenience (abtest.analysis.energy)."""
         from abtest.analysis.energy import EnergyAnalysis
+
         return EnergyAnalysis(self)
 
     @property
     def idle(self):
         """Idle residency and idle misses (abtest.analysis.idle)."""
         from abtest.analysis.idle import IdleAnalysis
+
         return IdleAnalysis(self)
 
     @property
     def latency(self):
         """Wakeup latency (abtest.analysis.latency)."""
         from abtest.analysis.latency import LatencyAnalysis
+
         return LatencyAnalysis(self)
 
     @property
     def placement(self):
         """Task placement and balance (abtest.analysis.placement)."""
         from abtest.analysis.placement import PlacementAnalysis
+
         return PlacementAnalysis(self)
 
     @property
     def tasks(self):
         """Task states (running / runnable / sleeping / uninterruptible) and activations (abtest.analysis.tasks)."""
         from abtest.analysis.tasks import TasksAnalysis
+
         return TasksAnalysis(self)
 
     @property
     def overutilized(self):
         """Overutilized time per root domain (abtest.analysis.overutilized)."""
         from abtest.analysis.overutilized import OverutilizedAnalysis
+
         return OverutilizedAnalysis(self)
 
     @property
     def thermal(self):
         """Thermal zones, cooling devices, power allocator (abtest.analysis.thermal)."""
         from abtest.analysis.thermal import ThermalAnalysis
+
         return ThermalAnalysis(self)
 
     @property
     def capacity(self):
         """CPU capacity over time and uclamp (abtest.analysis.capacity)."""
         from abtest.analysis.capacity import CapacityAnalysis
+
         return CapacityAnalysis(self)
 
     @property
     def cgroups(self):
         """cgroup membership, wakeup latency and CPU time per cgroup (abtest.analysis.cgroups)."""
         from abtest.analysis.cgroups import CgroupAnalysis
+
         return CgroupAnalysis(self)
 
     def __repr__(self) -> str:
-        return f"Trace({str(self.path)!r}, format={self.meta.get('format')!r}, cpus={self.cpus}, events={sum(self.events.values())})"
+        n = sum(self.events.values())
+        return f"Trace({str(self.path)!r}, format={self.meta.get('format')!r}, cpus={self.cpus}, events={n})"
 
     def sql(self, query: str, *, engine: str | None = None) -> pl.DataFrame:
         """Run PerfettoSQL on this trace file with Perfetto's trace_processor (an independent engine, not
         abtest's readers); see abtest.trace.perfetto_engine for engine discovery. Ignores the window."""
         from abtest.trace.perfetto_engine import query as tp_query
+
         return tp_query(self.path, query, engine=engine)

@@ -12,6 +12,7 @@ Quantities and base units: time (s), power (W), energy (J; Ws, Wh), frequency (H
 data (B); and spellings of one unit: frame rate ("fps" = "frames/s"), percent ("%", "pct"), degrees Celsius
 ("°C", "C", "degC"). This module imports nothing from abtest: every layer may use it.
 """
+
 from __future__ import annotations
 
 # SI prefix -> power of ten
@@ -28,21 +29,34 @@ def _prefixed(base: str, quantity: str, prefixes: str, scale: int = 1) -> dict[s
 # so that ms -> us is exactly 1000)
 _UNITS: dict[str, tuple[str, int, int]] = {
     **_prefixed("s", "time", "nuµμm"),
-    "sec": ("time", 0, 1), "secs": ("time", 0, 1), "second": ("time", 0, 1), "seconds": ("time", 0, 1),
-    "msec": ("time", -3, 1), "usec": ("time", -6, 1), "nsec": ("time", -9, 1),
-    "min": ("time", 0, 60), "h": ("time", 0, 3600),
+    "sec": ("time", 0, 1),
+    "secs": ("time", 0, 1),
+    "second": ("time", 0, 1),
+    "seconds": ("time", 0, 1),
+    "msec": ("time", -3, 1),
+    "usec": ("time", -6, 1),
+    "nsec": ("time", -9, 1),
+    "min": ("time", 0, 60),
+    "h": ("time", 0, 3600),
     **_prefixed("W", "power", "nuµμmkMG"),
     **_prefixed("J", "energy", "nuµμmkM"),
     **_prefixed("Ws", "energy", "nuµμmk"),
     **_prefixed("Wh", "energy", "uµμmk", scale=3600),
     **_prefixed("Hz", "frequency", "mkMG"),
-    "1/s": ("frequency", 0, 1), "/s": ("frequency", 0, 1),
+    "1/s": ("frequency", 0, 1),
+    "/s": ("frequency", 0, 1),
     **_prefixed("B", "data", "kMG"),
     # spellings of one unit: frame rate, percent, degrees Celsius (factor 1 between them)
-    "fps": ("frame rate", 0, 1), "FPS": ("frame rate", 0, 1), "frames/s": ("frame rate", 0, 1),
+    "fps": ("frame rate", 0, 1),
+    "FPS": ("frame rate", 0, 1),
+    "frames/s": ("frame rate", 0, 1),
     "frame/s": ("frame rate", 0, 1),
-    "%": ("percent", 0, 1), "percent": ("percent", 0, 1), "pct": ("percent", 0, 1),
-    "°C": ("temperature", 0, 1), "C": ("temperature", 0, 1), "degC": ("temperature", 0, 1),
+    "%": ("percent", 0, 1),
+    "percent": ("percent", 0, 1),
+    "pct": ("percent", 0, 1),
+    "°C": ("temperature", 0, 1),
+    "C": ("temperature", 0, 1),
+    "degC": ("temperature", 0, 1),
 }
 
 
@@ -62,5 +76,5 @@ def unit_factor(src: str, dst: str) -> float | None:
     if a is None or b is None or a[0] != b[0]:
         return None
     exp = a[1] - b[1]
-    ratio = a[2] * 10 ** exp / b[2] if exp >= 0 else a[2] / (b[2] * 10 ** -exp)
+    ratio = a[2] * 10**exp / b[2] if exp >= 0 else a[2] / (b[2] * 10**-exp)
     return float(ratio)

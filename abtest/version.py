@@ -1,4 +1,5 @@
 """abtest's version: the installed distribution's, or 0.0.0+src when running from a source tree."""
+
 from importlib.metadata import PackageNotFoundError, version
 
 try:

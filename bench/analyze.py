@@ -27,6 +27,7 @@ tracefs lock). Printed, per round (best and median over --repeat rounds):
 
 The machine is shared: run it when it is quiet, or read the spread of the rounds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,12 +45,26 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-ABTEST = [str(ROOT / ".venv" / "bin" / "abtest")] if (ROOT / ".venv" / "bin" / "abtest").exists() else \
-    [sys.executable, "-m", "abtest.cli"]
+ABTEST = (
+    [str(ROOT / ".venv" / "bin" / "abtest")]
+    if (ROOT / ".venv" / "bin" / "abtest").exists()
+    else [sys.executable, "-m", "abtest.cli"]
+)
 # the tables `abtest analyze` reads on a scheduler trace (the others are left on disk)
-READ_BY_ANALYZE = ("sched_switch", "sched_waking", "sched_wakeup", "sched_wakeup_new", "sched_migrate_task",
-                   "cpu_idle", "cpu_idle_miss", "cpu_frequency", "sched_pelt_cfs", "sched_pelt_se",
-                   "sched_process_fork", "power_rail")
+READ_BY_ANALYZE = (
+    "sched_switch",
+    "sched_waking",
+    "sched_wakeup",
+    "sched_wakeup_new",
+    "sched_migrate_task",
+    "cpu_idle",
+    "cpu_idle_miss",
+    "cpu_frequency",
+    "sched_pelt_cfs",
+    "sched_pelt_se",
+    "sched_process_fork",
+    "power_rail",
+)
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -62,13 +77,19 @@ def _run_child(cmd: list[str], env: dict | None = None) -> tuple[float, float, i
     a child forked from this process would also count this process' pages until it execs)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         t0 = time.perf_counter()
-        p = subprocess.run(["/usr/bin/time", "-o", tf.name, "-f", "%M", *cmd], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, env=env)
+        p = subprocess.run(
+            ["/usr/bin/time", "-o", tf.name, "-f", "%M", *cmd],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
         wall = time.perf_counter() - t0
         rss_kb = int(tf.read().strip().splitlines()[-1])
     if p.returncode:
-        print(f"  ! {' '.join(cmd[-4:])} exited {p.returncode}: {p.stderr.decode(errors='replace').strip()[-300:]}",
-              file=sys.stderr)
+        print(
+            f"  ! {' '.join(cmd[-4:])} exited {p.returncode}: {p.stderr.decode(errors='replace').strip()[-300:]}",
+            file=sys.stderr,
+        )
     return wall, rss_kb / 1024, p.returncode
 
 
@@ -100,9 +121,11 @@ def in_process(path: Path, repeat: int, reference: bool) -> dict:
     all_mb = sum(t.df(n, windowed=False).estimated_size() for n in t.tables) / 2**20
     read = [n for n in READ_BY_ANALYZE if n in t.tables]
     read_mb = sum(t.df(n, windowed=False).estimated_size() for n in read) / 2**20
-    print(f"trace: {path}\n  {total:,} events, {(t.end_ns - t.start_ns) / 1e9:.1f} s, {len(t.tables)} tables "
-          f"({all_mb:.0f} MB in memory); analyze reads {', '.join(read)} ({read_mb:.0f} MB, "
-          f"{_events_of(t, read):,} rows)")
+    print(
+        f"trace: {path}\n  {total:,} events, {(t.end_ns - t.start_ns) / 1e9:.1f} s, {len(t.tables)} tables "
+        f"({all_mb:.0f} MB in memory); analyze reads {', '.join(read)} ({read_mb:.0f} MB, "
+        f"{_events_of(t, read):,} rows)"
+    )
     out = {"events": total, "tables_mb": all_mb, "read_mb": read_mb, "analyses": {}}
     print("per analysis (tables loaded; s; input events/s = rows of the tables it reads / time):")
     for a in registry.ANALYSES:
@@ -128,33 +151,51 @@ def in_process(path: Path, repeat: int, reference: bool) -> dict:
                 continue
             rate = f"{n_in / min(times) / 1e6:7.1f} M ev/s" if n_in and min(times) > 1e-3 else " " * 12
             print(f"  {a.name:14s} {what:8s} {_stats(times)}  {rate}  ({n_in:,} rows)")
-            out["analyses"].setdefault(a.name, {})[what] = {"best_s": min(times), "median_s": statistics.median(times),
-                                                             "input_rows": n_in}
+            out["analyses"].setdefault(a.name, {})[what] = {
+                "best_s": min(times),
+                "median_s": statistics.median(times),
+                "input_rows": n_in,
+            }
     # the compiled simulators alone
     lt = t.load_tracking
     sw = t.df("sched_switch", windowed=False)
     args = lt._sim_cpu_args(lt._df("sched_pelt_cfs"))
-    n_pelt = sw.height + sum(w.height for w in args["wakeups"]) + (
-        args["sched_migrate_task"].height if args["sched_migrate_task"] is not None else 0) + (
-        args["cpu_frequency"].height if args["cpu_frequency"] is not None else 0)
+    n_pelt = (
+        sw.height
+        + sum(w.height for w in args["wakeups"])
+        + (args["sched_migrate_task"].height if args["sched_migrate_task"] is not None else 0)
+        + (args["cpu_frequency"].height if args["cpu_frequency"] is not None else 0)
+    )
     wk = lt._wakeups()
     wu = t.latency.df_wakeups() if "sched_switch" in t.tables else None
     kernels = [
         ("PELT cpu segments + task jumps", n_pelt, lambda: pelt_sim.df_pelt_sim_cpu(sw, **args)),
         ("PELT aggregated (contention)", n_pelt, lambda: pelt_sim.df_cpu_contention(sw, **args)),
-        ("PELT tasks (all, segments)", sw.height + sum(w.height for w in wk),
-         lambda: pelt_sim.df_pelt_sim_task(sw, wakeups=wk, start_ns=t.start_ns, end_ns=t.end_ns)),
+        (
+            "PELT tasks (all, segments)",
+            sw.height + sum(w.height for w in wk),
+            lambda: pelt_sim.df_pelt_sim_task(sw, wakeups=wk, start_ns=t.start_ns, end_ns=t.end_ns),
+        ),
         ("window demand", sw.height, lambda: window_sim.df_window_demand(sw, start_ns=t.start_ns, end_ns=t.end_ns)),
-        ("wakeup latency matching", sw.height + (wu.height if wu is not None else 0),
-         lambda: latency.df_wakeup_latency(wu, sw, start_ns=t.start_ns, end_ns=t.end_ns)),
+        (
+            "wakeup latency matching",
+            sw.height + (wu.height if wu is not None else 0),
+            lambda: latency.df_wakeup_latency(wu, sw, start_ns=t.start_ns, end_ns=t.end_ns),
+        ),
     ]
     if reference:
         kernels += [
             ("PELT cpu, python reference", n_pelt, lambda: pelt_sim.df_pelt_sim_cpu(sw, backend="python", **args)),
-            ("window demand, python reference", sw.height,
-             lambda: window_sim.df_window_demand(sw, start_ns=t.start_ns, end_ns=t.end_ns, backend="python")),
-            ("latency matching, python reference", sw.height + wu.height,
-             lambda: latency.df_wakeup_latency(wu, sw, start_ns=t.start_ns, end_ns=t.end_ns, backend="python")),
+            (
+                "window demand, python reference",
+                sw.height,
+                lambda: window_sim.df_window_demand(sw, start_ns=t.start_ns, end_ns=t.end_ns, backend="python"),
+            ),
+            (
+                "latency matching, python reference",
+                sw.height + wu.height,
+                lambda: latency.df_wakeup_latency(wu, sw, start_ns=t.start_ns, end_ns=t.end_ns, backend="python"),
+            ),
         ]
     print("compiled simulators alone (frames in, frames out; s; input events/s):")
     out["kernels"] = {}
@@ -192,20 +233,24 @@ def one_analysis_rss(path: Path, name: str) -> None:
 
 def per_analysis_rss(path: Path) -> dict:
     from abtest.analysis import registry
+
     print("peak RSS of one analysis' summary in a fresh process (MB; over the loaded tables):")
     out = {}
     for a in registry.ANALYSES:
         if a.summary is None:
             continue
-        res = subprocess.run([sys.executable, __file__, "--rss-child", a.name, "--trace", str(path)],
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            [sys.executable, __file__, "--rss-child", a.name, "--trace", str(path)], capture_output=True, text=True
+        )
         if res.returncode:
             print(f"  {a.name}: failed: {res.stderr.strip()[-200:]}")
             continue
         r = json.loads(res.stdout.strip().splitlines()[-1])
         out[a.name] = r
-        print(f"  {a.name:14s} interpreter+imports {r['baseline']:5.0f}  tables loaded {r['loaded']:5.0f}  "
-              f"peak {r['peak']:5.0f}  (+{r['peak'] - r['loaded']:.0f})")
+        print(
+            f"  {a.name:14s} interpreter+imports {r['baseline']:5.0f}  tables loaded {r['loaded']:5.0f}  "
+            f"peak {r['peak']:5.0f}  (+{r['peak'] - r['loaded']:.0f})"
+        )
     return out
 
 
@@ -234,12 +279,25 @@ def end_to_end(path: Path, repeat: int, window_s: float) -> dict:
     print(f"  first open (decode + convert + analyse)  {_stats(first)} s   peak RSS {max(rss_first):.0f} MB")
     print(f"  cached                                   {_stats(cached)} s   peak RSS {max(rss_cached):.0f} MB")
     print(f"  cached, {' '.join(windowed):22s}   {_stats(win)} s   peak RSS {max(rss_win):.0f} MB")
-    print(f"  (`abtest --version`: {version[0]:.2f} s, {version[1]:.0f} MB: interpreter start-up + imports; "
-          f"`abtest analyze` of a {FLOOR_TRACE.name} ({FLOOR_TRACE.stat().st_size / 1e3:.0f} kB): "
-          f"{floor:.0f} MB, what any analyze holds: interpreter, libraries, imports)" if floor else "")
-    return {"first_s": first, "cached_s": cached, "first_rss_mb": rss_first, "cached_rss_mb": rss_cached,
-            "windows": windowed, "windowed_s": win, "windowed_rss_mb": rss_win,
-            "version_s": version[0], "version_rss_mb": version[1], "floor_rss_mb": floor}
+    print(
+        f"  (`abtest --version`: {version[0]:.2f} s, {version[1]:.0f} MB: interpreter start-up + imports; "
+        f"`abtest analyze` of a {FLOOR_TRACE.name} ({FLOOR_TRACE.stat().st_size / 1e3:.0f} kB): "
+        f"{floor:.0f} MB, what any analyze holds: interpreter, libraries, imports)"
+        if floor
+        else ""
+    )
+    return {
+        "first_s": first,
+        "cached_s": cached,
+        "first_rss_mb": rss_first,
+        "cached_rss_mb": rss_cached,
+        "windows": windowed,
+        "windowed_s": win,
+        "windowed_rss_mb": rss_win,
+        "version_s": version[0],
+        "version_rss_mb": version[1],
+        "floor_rss_mb": floor,
+    }
 
 
 # a small real trace (the shared corpus): `abtest analyze` on it measures the memory every analyze holds
@@ -261,8 +319,10 @@ def _floor_rss() -> float | None:
 
 def print_targets(res: dict) -> None:
     """Issue 24's targets against this run's figures (met / NOT met)."""
+
     def line(what: str, measured: str, ok: bool) -> None:
         print(f"  {what:48s} {measured:54s} {'met' if ok else 'NOT met'}")
+
     e, tables = res["end_to_end"], res["in_process"]["tables_mb"]
     print(f"targets (issue 24; tables {tables:.0f} MB in memory):")
     line("abtest analyze, cached <= 1.5 s", f"best {min(e['cached_s']):.3f} s", min(e["cached_s"]) <= 1.5)
@@ -276,12 +336,16 @@ def print_targets(res: dict) -> None:
     def rss(mb: float) -> str:
         above = f"; {(mb - floor) / tables:.2f}x above the {floor:.0f} MB floor" if floor else ""
         return f"{mb:.0f} MB = {mb / tables:.2f}x{above}"
+
     line("peak RSS <= 2x the tables, whole trace", rss(whole), whole <= 2 * tables)
     line(f"peak RSS <= 2x the tables, {' '.join(e['windows'])}", rss(win), win <= 2 * tables)
     if "compare" in res:
         c = res["compare"]
-        line(f"compare {c['iterations']} iterations cold < 30 s", f"{c['cold_s']:.2f} s (cached {c['cached_s']:.2f} s)",
-             c["cold_s"] < 30)
+        line(
+            f"compare {c['iterations']} iterations cold < 30 s",
+            f"{c['cold_s']:.2f} s (cached {c['cached_s']:.2f} s)",
+            c["cold_s"] < 30,
+        )
 
 
 # ----------------------------------------------------------------------------------------------- compare
@@ -304,10 +368,18 @@ def compare_bench(path: Path, iterations: int, jobs: int) -> dict:
         n = len(list(store.rglob(".abtest-metrics.json")))
         print(f"  cold (no metrics cache, empty parquet cache)  {cold:7.2f} s  peak RSS {rss_cold:.0f} MB")
         print(f"  cached ({n} per-iteration metrics caches)      {cached:7.2f} s  peak RSS {rss_cached:.0f} MB")
-        print("  (the iterations are one file: its parquet cache entry is made once, by the first worker to "
-              "open it; the other 19 read it)")
-        return {"cold_s": cold, "cached_s": cached, "cold_rss_mb": rss_cold, "cached_rss_mb": rss_cached,
-                "iterations": 2 * iterations, "jobs": jobs}
+        print(
+            "  (the iterations are one file: its parquet cache entry is made once, by the first worker to "
+            "open it; the other 19 read it)"
+        )
+        return {
+            "cold_s": cold,
+            "cached_s": cached,
+            "cold_rss_mb": rss_cold,
+            "cached_rss_mb": rss_cached,
+            "iterations": 2 * iterations,
+            "jobs": jobs,
+        }
     finally:
         shutil.rmtree(store, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
@@ -321,11 +393,13 @@ def lisa_text(path: Path, out: Path) -> float:
     (rustc's "lto cgu.0.rcgu." threads) replaced by "_" in the comm fields (LISA's parser drops every
     sched_switch otherwise). Returns the seconds it took (reported apart from LISA's own time)."""
     import re
+
     stamp = re.compile(rb"^(.{16}-[0-9]+ +\[[0-9]+\]) *([0-9]+)([0-9]{9}):")
     comm = re.compile(rb"(\w*comm=)(.*?)(?= \w+=|$)")
     t0 = time.perf_counter()
-    rep = subprocess.Popen(["trace-cmd", "report", "-N", "-t", str(path)], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL)
+    rep = subprocess.Popen(
+        ["trace-cmd", "report", "-N", "-t", str(path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     with open(out, "wb") as f:
         for line in rep.stdout:
             line = stamp.sub(rb"\1 \2.\3:", line, count=1)
@@ -342,10 +416,12 @@ def lisa_text(path: Path, out: Path) -> float:
 def lisa_side(text: str, pelt_tasks: int) -> None:
     """In LISA's virtualenv: time LISA on the analyses it has for abtest analyze's metrics; JSON on stdout."""
     import warnings
+
     warnings.filterwarnings("ignore")
     t0 = time.perf_counter()
     from lisa.pelt import simulate_pelt
     from lisa.trace import TaskID, Trace
+
     times: dict = {"import": time.perf_counter() - t0}
     counts: dict = {}
 
@@ -401,6 +477,7 @@ def lisa_side(text: str, pelt_tasks: int) -> None:
 
 def lisa_bench(path: Path, venv: Path, abtest_s: float, pelt_tasks: int, timeout_s: float) -> dict:
     from crosscheck_lisa import ensure_venv
+
     py = ensure_venv(venv)
     scratch = Path(tempfile.mkdtemp(prefix="abtest-bench-lisa-"))
     try:
@@ -416,8 +493,10 @@ def lisa_bench(path: Path, venv: Path, abtest_s: float, pelt_tasks: int, timeout
             for st in steps:
                 print(f"  {st['step']:56s} {st['s']:8.2f}")
             done = sum(st["s"] for st in steps)
-            print(f"  the next step did not finish; LISA > {timeout_s:.0f} s ({done:.1f} s in finished steps) vs abtest "
-                  f"analyze (cached, end to end) {abtest_s:.2f} s: > {timeout_s / abtest_s:.0f}x")
+            print(
+                f"  the next step did not finish; LISA > {timeout_s:.0f} s ({done:.1f} s in finished steps) vs abtest "
+                f"analyze (cached, end to end) {abtest_s:.2f} s: > {timeout_s / abtest_s:.0f}x"
+            )
             return {"timeout_s": timeout_s, "steps": steps, "ratio_at_least": timeout_s / abtest_s}
         if res.returncode:
             print(f"LISA failed: {res.stderr.strip()[-500:]}")
@@ -435,8 +514,9 @@ def lisa_bench(path: Path, venv: Path, abtest_s: float, pelt_tasks: int, timeout
             total += v
             print(f"  {k:56s} {v:8.2f}")
     print(f"  counts: {r['counts']}")
-    print(f"  LISA total {total:.1f} s vs abtest analyze (cached, end to end) {abtest_s:.2f} s: "
-          f"{total / abtest_s:.0f}x")
+    print(
+        f"  LISA total {total:.1f} s vs abtest analyze (cached, end to end) {abtest_s:.2f} s: {total / abtest_s:.0f}x"
+    )
     return {**r, "text_s": t_text, "total_s": total, "ratio": total / abtest_s}
 
 
@@ -449,12 +529,24 @@ def main() -> None:
     ap.add_argument("--reference", action="store_true", help="also time the Python implementations replaced")
     ap.add_argument("--lisa", action="store_true")
     ap.add_argument("--lisa-venv", type=Path, default=Path.home() / ".cache" / "abtest" / "lisa-3.1.0-venv")
-    ap.add_argument("--lisa-pelt-tasks", type=int, default=20,
-                    help="LISA's PELT simulation runs per task (pandas, slow): on this many of the busiest tasks")
-    ap.add_argument("--lisa-timeout", type=float, default=900.0,
-                    help="stop LISA after this many seconds and print the steps it finished")
-    ap.add_argument("--window-s", type=float, default=2.0,
-                    help="end to end: also `abtest analyze --windows SECONDS --jobs 1` once cached (bounded memory)")
+    ap.add_argument(
+        "--lisa-pelt-tasks",
+        type=int,
+        default=20,
+        help="LISA's PELT simulation runs per task (pandas, slow): on this many of the busiest tasks",
+    )
+    ap.add_argument(
+        "--lisa-timeout",
+        type=float,
+        default=900.0,
+        help="stop LISA after this many seconds and print the steps it finished",
+    )
+    ap.add_argument(
+        "--window-s",
+        type=float,
+        default=2.0,
+        help="end to end: also `abtest analyze --windows SECONDS --jobs 1` once cached (bounded memory)",
+    )
     ap.add_argument("--compare", action="store_true")
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -470,6 +562,7 @@ def main() -> None:
         return
     if args.trace is None:
         from ingest import BENCH_TRACE, ensure_bench_trace
+
         path, _ = ensure_bench_trace(BENCH_TRACE, args.min_events)
     else:
         path = args.trace
@@ -481,8 +574,12 @@ def main() -> None:
     fresh = Path(tempfile.mkdtemp(prefix="abtest-bench-cache-"))
     os.environ["ABTEST_CACHE_DIR"] = str(fresh)
     try:
-        subprocess.run([sys.executable, "-c", f"from abtest import Trace; Trace({str(path)!r})"], check=True,
-                       cwd=ROOT, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-c", f"from abtest import Trace; Trace({str(path)!r})"],
+            check=True,
+            cwd=ROOT,
+            stderr=subprocess.DEVNULL,
+        )
         res["in_process"] = in_process(path, args.repeat, args.reference)
         res["rss"] = per_analysis_rss(path)
     finally:
@@ -490,8 +587,9 @@ def main() -> None:
         shutil.rmtree(fresh, ignore_errors=True)
     res["end_to_end"] = end_to_end(path, args.repeat, args.window_s)
     if args.lisa:
-        res["lisa"] = lisa_bench(path, args.lisa_venv, min(res["end_to_end"]["cached_s"]), args.lisa_pelt_tasks,
-                                 args.lisa_timeout)
+        res["lisa"] = lisa_bench(
+            path, args.lisa_venv, min(res["end_to_end"]["cached_s"]), args.lisa_pelt_tasks, args.lisa_timeout
+        )
     if args.compare:
         res["compare"] = compare_bench(path, args.iterations, args.jobs)
     print_targets(res)

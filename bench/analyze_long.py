@@ -11,6 +11,7 @@ directory, so the time includes the decode and the cache write ("first open"); t
 (the analysis alone). --cold drops the page cache first (needs root), so that the trace is read from disk.
 RSS is sampled every 0.1 s from /proc (VmRSS of every process of the tree, threads not counted twice).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,8 +80,18 @@ def main() -> None:
         raise SystemExit(f"{a.trace} is missing: build it with `.venv/bin/python bench/make_long_trace.py`")
     cache_dir = Path(tempfile.mkdtemp(prefix="abtest-long-cache."))
     env = dict(os.environ, ABTEST_CACHE_DIR=str(cache_dir))
-    cmd = [sys.executable, "-m", "abtest.cli", "analyze", str(a.trace), "--windows", str(a.windows),
-           "--jobs", str(a.jobs), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "abtest.cli",
+        "analyze",
+        str(a.trace),
+        "--windows",
+        str(a.windows),
+        "--jobs",
+        str(a.jobs),
+        "--json",
+    ]
     try:
         if a.cold:
             subprocess.run(["sync"], check=True)
@@ -92,16 +103,24 @@ def main() -> None:
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
     d = json.loads(cached[2])
-    print(f"trace: {a.trace} ({a.trace.stat().st_size / 1e9:.2f} GB); {d['windows']} windows of {a.windows:g} s, "
-          f"history {d['history_s']:g} s, --jobs {a.jobs}; {len(d['metrics'])} values")
-    print(f"tables (Arrow IPC cache): {sum(sizes.values()) / 1e9:.2f} GB; largest {max(sizes, key=sizes.get)} "
-          f"{max(sizes.values()) / 1e9:.2f} GB")
+    print(
+        f"trace: {a.trace} ({a.trace.stat().st_size / 1e9:.2f} GB); {d['windows']} windows of {a.windows:g} s, "
+        f"history {d['history_s']:g} s, --jobs {a.jobs}; {len(d['metrics'])} values"
+    )
+    print(
+        f"tables (Arrow IPC cache): {sum(sizes.values()) / 1e9:.2f} GB; largest {max(sizes, key=sizes.get)} "
+        f"{max(sizes.values()) / 1e9:.2f} GB"
+    )
     for label, (wall, peak, _) in (("first open (decode + cache + windows)", first), ("cached (windows only)", cached)):
-        print(f"  {label:40s} {wall:7.1f} s   peak RSS (process tree) {peak / 1e6:5.2f} GB"
-              f" = {peak * 1024 / max(sizes.values()):.2f}x the largest table")
+        print(
+            f"  {label:40s} {wall:7.1f} s   peak RSS (process tree) {peak / 1e6:5.2f} GB"
+            f" = {peak * 1024 / max(sizes.values()):.2f}x the largest table"
+        )
     ok_t, ok_m = first[0] < 60, first[1] < 8e6
-    print(f"targets: end to end < 60 s: {'met' if ok_t else 'NOT met'} ({first[0]:.1f} s); peak RSS < 8 GB: "
-          f"{'met' if ok_m else 'NOT met'} ({first[1] / 1e6:.2f} GB)")
+    print(
+        f"targets: end to end < 60 s: {'met' if ok_t else 'NOT met'} ({first[0]:.1f} s); peak RSS < 8 GB: "
+        f"{'met' if ok_m else 'NOT met'} ({first[1] / 1e6:.2f} GB)"
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ Strategies, all vectorised over the histories (numpy):
 Runs: every run spent, endpoints included. Builds: revisions visited (each is a build and a boot).
 Prints one row per setting; the run time is printed at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -120,8 +121,12 @@ def run_posterior(h: History, rule: SearchRule, policy: Policy) -> dict:
         ev.s[r2, p2] += x.sum(axis=1)
         ev.ss[r2, p2] += (x * x).sum(axis=1)
     correct = confirmed & h.correct(reported, ev.untestable)
-    return {"accuracy": float(correct.mean()), "runs": float(ev.n.sum(axis=1).mean()),
-            "builds": float(builds.mean()), "endpoints_confirmed": float(confirmed.mean())}
+    return {
+        "accuracy": float(correct.mean()),
+        "runs": float(ev.n.sum(axis=1).mean()),
+        "builds": float(builds.mean()),
+        "endpoints_confirmed": float(confirmed.mean()),
+    }
 
 
 def run_classic(h: History, n: int) -> dict:
@@ -169,8 +174,12 @@ def main(argv=None) -> int:
             for cv in args.cvs:
                 rng = np.random.default_rng([args.seed, n_commits, int(effect * 10), int(cv * 10)])
                 h = History(n_commits, effect / 100, cv / 100, args.histories, rng)
-                row = {"commits": n_commits, "effect_pct": effect, "cv_pct": cv,
-                       "posterior": run_posterior(h, rule, policy)}
+                row = {
+                    "commits": n_commits,
+                    "effect_pct": effect,
+                    "cv_pct": cv,
+                    "posterior": run_posterior(h, rule, policy),
+                }
                 for k in args.classic_n:
                     row[f"classic_n{k}"] = run_classic(h, k)
                 rows.append(row)
@@ -180,8 +189,10 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"rows": rows, "seconds": round(elapsed, 1), "histories": args.histories}))
     else:
-        print(f"{args.histories} histories per setting, {BROKEN:.0%} broken builds, confidence {args.confidence}; "
-              f"{elapsed:.1f} s")
+        print(
+            f"{args.histories} histories per setting, {BROKEN:.0%} broken builds, confidence {args.confidence}; "
+            f"{elapsed:.1f} s"
+        )
     return 0
 
 
@@ -202,8 +213,12 @@ def _print_row(row: dict, classic_n: list[int], header: bool) -> None:
         cols += [f"classic n={k}: acc  runs" for k in shown] + ["classic at equal accuracy"]
         print(" | ".join(cols))
     p = row["posterior"]
-    cells = [f"{row['commits']:>7}", f"{row['effect_pct']:>5g}%", f"{row['cv_pct']:>3g}%",
-             f"{p['accuracy']:15.1%} {p['runs']:7.1f} {p['builds']:6.1f}"]
+    cells = [
+        f"{row['commits']:>7}",
+        f"{row['effect_pct']:>5g}%",
+        f"{row['cv_pct']:>3g}%",
+        f"{p['accuracy']:15.1%} {p['runs']:7.1f} {p['builds']:6.1f}",
+    ]
     cells += [f"{row[f'classic_n{k}']['accuracy']:16.1%} {row[f'classic_n{k}']['runs']:5.0f}" for k in shown]
     eq = equal_accuracy(row, classic_n)
     if eq is None:

@@ -11,6 +11,7 @@ host), puts them into abtest's QEMU initramfs, boots linux-image-6.1.0-*-amd64 a
 targets), bpftrace's version, a control probe on a trace event, and raw-tracepoint probes on pelt_cfs_tp,
 sched_overutilized_tp and sched_cpu_capacity_tp. Not part of `make test` (about a minute per kernel).
 """
+
 from __future__ import annotations
 
 import os
@@ -53,7 +54,7 @@ for tp in pelt_cfs_tp sched_overutilized_tp sched_cpu_capacity_tp; do
   echo "== rawtracepoint:$tp"; timeout 120 {bt} -e "rawtracepoint:$tp {{ printf(\\"hit\\n\\"); exit(); }}" 2>&1 | tail -3
 done
 echo "== bpftrace -l 'rawtracepoint:*'"; timeout 120 {bt} -l 'rawtracepoint:*' 2>&1 | head -3
-"""
+"""  # noqa: E501 (a shell script: its lines stay whole)
 
 
 def main() -> int:
@@ -69,8 +70,10 @@ def main() -> int:
         t0 = time.monotonic()
         try:
             vm.start(timeout_s=240)
-            print(f"### {kernel.package} (release {kernel.release}), booted in {vm.boot_s:.1f} s; initramfs "
-                  f"{initrd.stat().st_size / 1e6:.0f} MB")
+            print(
+                f"### {kernel.package} (release {kernel.release}), booted in {vm.boot_s:.1f} s; initramfs "
+                f"{initrd.stat().st_size / 1e6:.0f} MB"
+            )
             res = vm.target(kernel.release).run(GUEST_SCRIPT.format(bt=bt), timeout=900)
             print(res.stdout + res.stderr)
         finally:

@@ -8,6 +8,7 @@ Otava runs in its own virtualenv (OTAVA_PY, default /tmp/otava-venv/bin/python: 
 /tmp/otava-venv && /tmp/otava-venv/bin/pip install apache-otava`) with its defaults (window 50, p 0.001,
 min_magnitude 0) through otava.analysis.compute_change_points. Run: .venv/bin/python bench/changepoint.py
 """
+
 from __future__ import annotations
 
 import json
@@ -93,12 +94,14 @@ def main() -> None:
     otava = run_otava(series)
     t_otava = time.perf_counter() - t0
     so, sv = score(series, ours), (score(series, otava) if otava is not None else None)
-    print(f"{len(series)} series of {N} builds, {REPS} per cell; abtest {t_ours:.2f} s, "
-          + (f"otava {t_otava:.2f} s (incl. start-up)" if otava is not None else f"otava not found at {OTAVA_PY}"))
+    print(
+        f"{len(series)} series of {N} builds, {REPS} per cell; abtest {t_ours:.2f} s, "
+        + (f"otava {t_otava:.2f} s (incl. start-up)" if otava is not None else f"otava not found at {OTAVA_PY}")
+    )
     print(f"{'kind':6} {'step':>5} {'cv':>4}   {'abtest (p 0.001, 2 %, seg 3)':30} otava (window 50, p 0.001)")
     for key in so:
         kind, step, cv = key
-        print(f"{kind:6} {step*100:4.0f}% {cv*100:3.0f}%   {_pr(so[key]):30} {_pr(sv[key]) if sv else '-'}")
+        print(f"{kind:6} {step * 100:4.0f}% {cv * 100:3.0f}%   {_pr(so[key]):30} {_pr(sv[key]) if sv else '-'}")
     for name, s in (("abtest", so), ("otava", sv)):
         if s is None:
             continue

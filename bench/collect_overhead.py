@@ -7,11 +7,12 @@ Workload: `sleep 1` (its own duration is measured on the target). Prints per tar
 max of meta.json timings.overhead_s and the phases (start_s = meta + ftrace start, workload_call_s,
 stop_pull_s = stop + trace-cmd extract + pull).
 """
+
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,8 +25,22 @@ from tests.standins.local_sshd import LocalSshd  # noqa: E402
 
 
 def collect(target: str, store: Path, n: int, *extra: str) -> list[dict]:
-    cmd = [sys.executable, "-m", "abtest.cli", "collect", "--target", target, "--workload",
-           "shell:name=sleep1,cmd='sleep 1'", "-n", str(n), "--store", str(store), "--no-progress", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "abtest.cli",
+        "collect",
+        "--target",
+        target,
+        "--workload",
+        "shell:name=sleep1,cmd='sleep 1'",
+        "-n",
+        str(n),
+        "--store",
+        str(store),
+        "--no-progress",
+        *extra,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1800)
     if r.returncode != 0:
         raise SystemExit(f"collect on {target} failed: {r.stderr[-2000:]}")
@@ -36,9 +51,12 @@ def report(name: str, timings: list[dict]) -> None:
     def stat(key: str) -> str:
         vals = [t[key] for t in timings if key in t]
         return f"{statistics.median(vals):6.3f} [{min(vals):.3f}..{max(vals):.3f}]"
-    print(f"{name:8s} n={len(timings)}  overhead_s {stat('overhead_s')}  start_s {stat('start_s')}  "
-          f"workload_call_s {stat('workload_call_s')}  stop_pull_s {stat('stop_pull_s')}  "
-          f"workload_s {stat('workload_s')}")
+
+    print(
+        f"{name:8s} n={len(timings)}  overhead_s {stat('overhead_s')}  start_s {stat('start_s')}  "
+        f"workload_call_s {stat('workload_call_s')}  stop_pull_s {stat('stop_pull_s')}  "
+        f"workload_s {stat('workload_s')}"
+    )
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ Then the cached `compare` runs once in this process under cProfile, and the benc
 stage (reading the cached metrics, statistics and verdicts, tables, rendering) and the functions with the most
 cumulative time. The gate's thresholds file is written to a temporary directory (two metrics the demo store has).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,15 +52,25 @@ def _env(cache_dir: str) -> dict:
 def commands(store: str, a: str, b: str, thresholds: str) -> dict[str, list[str]]:
     """The CLI argument lists timed, by name."""
     common = [a, b, "--store", store]
-    return {"compare": ["compare", *common], "gate": ["gate", *common, "--thresholds", thresholds],
-            "explain": ["explain", *common]}
+    return {
+        "compare": ["compare", *common],
+        "gate": ["gate", *common, "--thresholds", thresholds],
+        "explain": ["explain", *common],
+    }
 
 
 def run_once(args: list[str], cache_dir: str) -> float:
     """Wall seconds of one CLI process (exit codes 0-2 are results, anything else is a failure)."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "abtest.cli", *args], env=_env(cache_dir), cwd=ROOT,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", *args],
+        env=_env(cache_dir),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
     wall = time.perf_counter() - t0
     if p.returncode not in (0, 1, 2):
         raise SystemExit(f"abtest {' '.join(args)} failed ({p.returncode}): {p.stderr[-2000:]}")
@@ -81,6 +92,7 @@ def profile_compare(args: list[str], cache_dir: str) -> tuple[float, pstats.Stat
     """Wall seconds and cProfile statistics of one cached `compare` in this process (output discarded)."""
     os.environ.update(_env(cache_dir))
     from abtest.cli import run
+
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -93,8 +105,11 @@ def stage_seconds(st: pstats.Stats) -> dict[str, float]:
     """Cumulative seconds per STAGES entry (recursive calls counted once)."""
     out = {}
     for stage, funcs in STAGES.items():
-        out[stage] = sum(ct for (fname, _, name), (_, _, _, ct, _) in st.stats.items()
-                         if any(fname.endswith(suffix) and name == fn for suffix, fn in funcs))
+        out[stage] = sum(
+            ct
+            for (fname, _, name), (_, _, _, ct, _) in st.stats.items()
+            if any(fname.endswith(suffix) and name == fn for suffix, fn in funcs)
+        )
     return out
 
 
@@ -111,8 +126,10 @@ def main(argv=None) -> None:
         th.write_text(THRESHOLDS)
         warm = str(Path(tmp) / "cache")
         cmds = commands(args.store, args.a, args.b, str(th))
-        print(f"store {args.store}: {args.b} vs {args.a}; wall seconds, median of {args.repeat} CLI processes; "
-              f"{os.cpu_count()} CPUs")
+        print(
+            f"store {args.store}: {args.b} vs {args.a}; wall seconds, median of {args.repeat} CLI processes; "
+            f"{os.cpu_count()} CPUs"
+        )
         print(f"{'command':<10} {'cached s':>9} {'cold s':>9}")
         for name, cli_args in cmds.items():
             cached, cold = time_command(cli_args, warm, args.repeat)
@@ -127,7 +144,7 @@ def main(argv=None) -> None:
     st.sort_stats("cumulative").print_stats(args.top)
     lines = buf.getvalue().splitlines()
     start = next(i for i, x in enumerate(lines) if x.lstrip().startswith("ncalls"))
-    print("\n".join(lines[start:start + args.top + 1]))
+    print("\n".join(lines[start : start + args.top + 1]))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ lognormal data (CV ~30 %) and outlier-contaminated data (10 % of iterations x1.3
 Wilson interval, and the detection rate of a 5 % shift (normal, CV 2 %). Same code path as every verdict
 (verdict.directional_batch -> Policy.significant).
 """
+
 from __future__ import annotations
 
 import argparse

@@ -16,7 +16,8 @@ Each case runs `abtest.trace.readers.read_trace` (the decoder, canonicalisation 
 prints) in a worker process (`--worker`: imports and warms up once, then reads case after case) whose address
 space is capped (RLIMIT_AS = its warm size + --mem-mb), with a wall-clock bound per case (--timeout-s: the worker
 is killed and replaced) and a bound on how far the peak RSS rises during the case (--rss-mb, VmHWM reset through
-/proc/self/clear_refs before each case). A worker that dies or runs out of memory is replaced. The rule: a case passes when the
+/proc/self/clear_refs before each case). A worker that dies or runs out of memory is replaced. The rule: a case passes
+when the
 reader returns, or raises TraceFormatError naming the file and an offset or line (the bad-input error `abtest`
 turns into exit 2). Any other exception, a signal (abort, segfault), a timeout, a MemoryError / failed allocation
 under the limit, or a peak RSS over --rss-mb is a failure, printed with its replay id. A timeout or a signal is
@@ -25,6 +26,7 @@ sent from outside) is counted as `stall`, not as a failure.
 
 Output: per reader the number of executions, passes (read / rejected), failures by kind, executions per second.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,18 +56,43 @@ from shared_data import TRACES  # noqa: E402  ../shared/traces beside the checko
 
 # reader -> real seed traces (paths under ../shared/traces); wrapper seeds are built from the named inner file
 READER_SEEDS: dict[str, tuple[str, ...]] = {
-    "trace.dat": ("trappy/trace.dat", "trappy/trace_idle.dat", "lisa/sched_load-trace.dat",
-                  "x86-vm/x86-menu-hackbench-cyclictest.dat", "langraph/trace.dat"),
-    "perfetto": ("systing/trace.pb", "nowinandroid/trace.perfetto-trace",
-                 "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"),
-    "ftrace-text": ("trappy/trace_sched.txt", "trappy/trace_idle_unsorted.txt", "trappy/raw_trace.txt",
-                    "trappy/trace_equals.txt", "trappy/trace_failed_to_parse.txt", "catapult/android_systrace.txt",
-                    "tracecompass/trace-android-sched", "tracecompass/trace-func-graph", "trappy/trace_filesystem.txt"),
-    "systrace-html": ("trappy/trace_systrace.html", "trappy/trace_legacy_systrace.html",
-                      "catapult/trivial_systrace.html", "catapult/counter_tracks.html"),
+    "trace.dat": (
+        "trappy/trace.dat",
+        "trappy/trace_idle.dat",
+        "lisa/sched_load-trace.dat",
+        "x86-vm/x86-menu-hackbench-cyclictest.dat",
+        "langraph/trace.dat",
+    ),
+    "perfetto": (
+        "systing/trace.pb",
+        "nowinandroid/trace.perfetto-trace",
+        "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace",
+    ),
+    "ftrace-text": (
+        "trappy/trace_sched.txt",
+        "trappy/trace_idle_unsorted.txt",
+        "trappy/raw_trace.txt",
+        "trappy/trace_equals.txt",
+        "trappy/trace_failed_to_parse.txt",
+        "catapult/android_systrace.txt",
+        "tracecompass/trace-android-sched",
+        "tracecompass/trace-func-graph",
+        "trappy/trace_filesystem.txt",
+    ),
+    "systrace-html": (
+        "trappy/trace_systrace.html",
+        "trappy/trace_legacy_systrace.html",
+        "catapult/trivial_systrace.html",
+        "catapult/counter_tracks.html",
+    ),
     "atrace": ("catapult/compressed_atrace_data.txt", "catapult/atrace_data", "catapult/atrace_data_raw"),
-    "wrapped": ("gzip:trappy/trace_sched.txt", "zip:trappy/trace_idle_unsorted.txt", "gzip:trappy/trace.dat",
-                "zip:systing/trace.pb", "zstd:trappy/trace_equals.txt"),
+    "wrapped": (
+        "gzip:trappy/trace_sched.txt",
+        "zip:trappy/trace_idle_unsorted.txt",
+        "gzip:trappy/trace.dat",
+        "zip:systing/trace.pb",
+        "zstd:trappy/trace_equals.txt",
+    ),
 }
 READERS = tuple(READER_SEEDS)
 HUGE_U32 = (0xFFFFFFFF, 0x7FFFFFFF, 0x80000000)
@@ -87,6 +114,7 @@ def seed_bytes(spec: str) -> bytes:
         return buf.getvalue()
     if wrap == "zstd":
         import zstandard
+
         return zstandard.ZstdCompressor().compress(data)
     return data
 
@@ -109,62 +137,109 @@ class KnownBug:
 
 # Reader bugs the fuzzer found and that are fixed: their reproducers must keep passing (tests/test_fuzz_readers.py).
 FIXED_BUGS = (
-    KnownBug(("ftrace-text", "systrace-html", "atrace"), "exception",
-             r"(?s)builtins\.TypeError.*'<' not supported between instances of '(NoneType|int)' and '(int|NoneType)'",
-             "ingest",
-             "text reader: a mangled line (here a u32 0xffffffff written into it) raises TypeError from a "
-             "comparison with None instead of being counted in import_errors (issue 27 item 1 class)",
-             "ftrace-text:4:1000430"),
-    KnownBug(("wrapped",), "exception",
-             r"zipfile\.BadZipFile|zlib\.error|Error -\d+ while decompressing|zipfile\.py|in _unwrap", "ingest",
-             "zip wrapper: a corrupt archive or member raises from zipfile past the reader (BadZipFile, zlib.error, "
-             "NotImplementedError, ValueError: negative seek, IndexError from an empty member name; issue 27 item 5)",
-             "wrapped:3:1000006"),
-    KnownBug(("wrapped",), "unclear-error", r"corrupt or truncated gzip stream|corrupt zstd stream|corrupt zip archive|zip archive holds no trace|"
-             r"wrapper holds no recognisable trace",
-             "ingest",
-             "gzip/zip/zstd wrapper: the TraceFormatError names the file but no offset (readers._unwrap)",
-             "wrapped:2:1000005"),
-    KnownBug(("ftrace-text", "systrace-html", "atrace", "wrapped"), "exception", r"in _fill_span", "ingest",
-             "readers._fill_span: a table whose ts values are all null (a text line with a mangled timestamp) "
-             "makes int(min(...)) raise TypeError (found by bench/fuzz_atheris.py first, then 4 times in the "
-             "100,000-case bench run)",
-             "ftrace-text:8:100026552"),
-    KnownBug(("ftrace-text", "systrace-html", "atrace", "wrapped"), "exception",
-             r"text_lines\.py:\d+ in _event_frame", "ingest",
-             "text reader: a number that does not fit its column (1111111111111111662 for an i32) fails the strict "
-             "cast in text_lines._event_frame (issue 27 item 2)",
-             "wrapped:4:100027949"),
+    KnownBug(
+        ("ftrace-text", "systrace-html", "atrace"),
+        "exception",
+        r"(?s)builtins\.TypeError.*'<' not supported between instances of '(NoneType|int)' and '(int|NoneType)'",
+        "ingest",
+        "text reader: a mangled line (here a u32 0xffffffff written into it) raises TypeError from a "
+        "comparison with None instead of being counted in import_errors (issue 27 item 1 class)",
+        "ftrace-text:4:1000430",
+    ),
+    KnownBug(
+        ("wrapped",),
+        "exception",
+        r"zipfile\.BadZipFile|zlib\.error|Error -\d+ while decompressing|zipfile\.py|in _unwrap",
+        "ingest",
+        "zip wrapper: a corrupt archive or member raises from zipfile past the reader (BadZipFile, zlib.error, "
+        "NotImplementedError, ValueError: negative seek, IndexError from an empty member name; issue 27 item 5)",
+        "wrapped:3:1000006",
+    ),
+    KnownBug(
+        ("wrapped",),
+        "unclear-error",
+        r"corrupt or truncated gzip stream|corrupt zstd stream|corrupt zip archive|zip archive holds no trace|"
+        r"wrapper holds no recognisable trace",
+        "ingest",
+        "gzip/zip/zstd wrapper: the TraceFormatError names the file but no offset (readers._unwrap)",
+        "wrapped:2:1000005",
+    ),
+    KnownBug(
+        ("ftrace-text", "systrace-html", "atrace", "wrapped"),
+        "exception",
+        r"in _fill_span",
+        "ingest",
+        "readers._fill_span: a table whose ts values are all null (a text line with a mangled timestamp) "
+        "makes int(min(...)) raise TypeError (found by bench/fuzz_atheris.py first, then 4 times in the "
+        "100,000-case bench run)",
+        "ftrace-text:8:100026552",
+    ),
+    KnownBug(
+        ("ftrace-text", "systrace-html", "atrace", "wrapped"),
+        "exception",
+        r"text_lines\.py:\d+ in _event_frame",
+        "ingest",
+        "text reader: a number that does not fit its column (1111111111111111662 for an i32) fails the strict "
+        "cast in text_lines._event_frame (issue 27 item 2)",
+        "wrapped:4:100027949",
+    ),
     # the five trace.dat bugs, fixed by the native decoder rewrite (issue 26; issue 27 items 7-9)
-    KnownBug(("trace.dat", "wrapped"), "exception",
-             r"(?s)builtins\.ValueError.*tracedat_format\.py.*(unparsable field line|invalid literal for int)",
-             "native",
-             "trace.dat header: a malformed event format (field line, id) raises ValueError from "
-             "tracedat_format.py instead of TraceFormatError (issue 27 item 8)",
-             "trace.dat:0:27000821"),
-    KnownBug(("trace.dat", "wrapped"), "exception", r"_constant_strings", "native",
-             "trace.dat: a printk format pointer column that is not an address (a mangled format or a "
-             "string field) fails the strict UInt64 cast in tracedat._constant_strings",
-             "trace.dat:0:100015545"),
-    KnownBug(("trace.dat", "wrapped"), "exception", r"(?s)builtins\.OverflowError.*int too big to convert", "native",
-             "trace.dat: a header value past 64 bits' reach in Python is handed to _native.tracedat_fused, which "
-             "raises OverflowError instead of TraceFormatError",
-             "trace.dat:4:100072934"),
-    KnownBug(("trace.dat", "wrapped"), "signal", r"memory allocation of \d+ bytes failed", "native",
-             "trace.dat v7: the Rust inflater trusts a chunk's size field for its allocation (2 GiB here) and "
-             "aborts under the memory bound (issue 27 item 7)",
-             "trace.dat:4:100023754"),
-    KnownBug(("trace.dat",), "unclear-error", r"compressed chunk \d+, byte \d+|no HEADER_INFO option|unsupported compression algorithm",
-             "native",
-             "trace.dat v7: errors inside a compressed chunk name the chunk and the byte in the inflated chunk "
-             "but set no file offset; a missing HEADER_INFO option and an unknown compression name (found by "
-             "bench/fuzz_atheris.py) set none either",
-             "trace.dat:4:1000512"),
-    KnownBug(("trace.dat",), "unclear-error", r"no HEADER_INFO option|no BUFFER option", "native",
-             "trace.dat v7 (native decoder): options sections without a HEADER_INFO (or BUFFER) option gave an error "
-             "without an offset (the 100,000-case run of 2026-11-26 on the native decoder found it 22 times, its only "
-             "failures); it now names the first options section's offset",
-             "trace.dat:3:100003718"),
+    KnownBug(
+        ("trace.dat", "wrapped"),
+        "exception",
+        r"(?s)builtins\.ValueError.*tracedat_format\.py.*(unparsable field line|invalid literal for int)",
+        "native",
+        "trace.dat header: a malformed event format (field line, id) raises ValueError from "
+        "tracedat_format.py instead of TraceFormatError (issue 27 item 8)",
+        "trace.dat:0:27000821",
+    ),
+    KnownBug(
+        ("trace.dat", "wrapped"),
+        "exception",
+        r"_constant_strings",
+        "native",
+        "trace.dat: a printk format pointer column that is not an address (a mangled format or a "
+        "string field) fails the strict UInt64 cast in tracedat._constant_strings",
+        "trace.dat:0:100015545",
+    ),
+    KnownBug(
+        ("trace.dat", "wrapped"),
+        "exception",
+        r"(?s)builtins\.OverflowError.*int too big to convert",
+        "native",
+        "trace.dat: a header value past 64 bits' reach in Python is handed to _native.tracedat_fused, which "
+        "raises OverflowError instead of TraceFormatError",
+        "trace.dat:4:100072934",
+    ),
+    KnownBug(
+        ("trace.dat", "wrapped"),
+        "signal",
+        r"memory allocation of \d+ bytes failed",
+        "native",
+        "trace.dat v7: the Rust inflater trusts a chunk's size field for its allocation (2 GiB here) and "
+        "aborts under the memory bound (issue 27 item 7)",
+        "trace.dat:4:100023754",
+    ),
+    KnownBug(
+        ("trace.dat",),
+        "unclear-error",
+        r"compressed chunk \d+, byte \d+|no HEADER_INFO option|unsupported compression algorithm",
+        "native",
+        "trace.dat v7: errors inside a compressed chunk name the chunk and the byte in the inflated chunk "
+        "but set no file offset; a missing HEADER_INFO option and an unknown compression name (found by "
+        "bench/fuzz_atheris.py) set none either",
+        "trace.dat:4:1000512",
+    ),
+    KnownBug(
+        ("trace.dat",),
+        "unclear-error",
+        r"no HEADER_INFO option|no BUFFER option",
+        "native",
+        "trace.dat v7 (native decoder): options sections without a HEADER_INFO (or BUFFER) option gave an error "
+        "without an offset (the 100,000-case run of 2026-11-26 on the native decoder found it 22 times, its only "
+        "failures); it now names the first options section's offset",
+        "trace.dat:3:100003718",
+    ),
 )
 
 # Reader bugs the fuzzer found that are not fixed yet (none today): counted apart, reproducers xfail.
@@ -220,11 +295,11 @@ def mutate_once(rng: random.Random, data: bytearray) -> str:
     width = rng.choice((4, 8, 10))
     if width == 10:
         i = rng.randrange(0, max(1, n - 10))
-        data[i:i + 10] = b"\xff" * 9 + b"\x01"
+        data[i : i + 10] = b"\xff" * 9 + b"\x01"
         return f"varint2^64@{i}"
     i = rng.randrange(0, max(1, n - width)) // width * width
     value = rng.choice(HUGE_U32 if width == 4 else HUGE_U64)
-    data[i:i + width] = struct.pack("<I" if width == 4 else "<Q", value)
+    data[i : i + width] = struct.pack("<I" if width == 4 else "<Q", value)
     return f"u{width * 8}={value:#x}@{i}"
 
 
@@ -239,6 +314,7 @@ def make_case(seed: bytes, case_seed: int) -> tuple[bytes, list[str]]:
 # -- running one case -----------------------------------------------------------------------------------
 def _classify_exception(e: BaseException, path: str) -> tuple[str, str]:
     from abtest.trace.errors import TraceFormatError
+
     if isinstance(e, TraceFormatError):
         if e.path == path and (e.offset is not None or e.line is not None) and path in str(e):
             return "rejected", ""
@@ -247,7 +323,9 @@ def _classify_exception(e: BaseException, path: str) -> tuple[str, str]:
         return "memory", "MemoryError"
     # type first, then every frame (file, line, function: compact), then the message: a long binary message
     # cannot push what identifies the bug out of the detail
-    frames = "\n".join(f"  {Path(fr.filename).name}:{fr.lineno} in {fr.name}" for fr in traceback.extract_tb(e.__traceback__))
+    frames = "\n".join(
+        f"  {Path(fr.filename).name}:{fr.lineno} in {fr.name}" for fr in traceback.extract_tb(e.__traceback__)
+    )
     return "exception", f"{type(e).__module__}.{type(e).__qualname__}\n{frames}\n{str(e)[:1500]}"
 
 
@@ -261,10 +339,17 @@ def _status_kib(key: str) -> int:
 def worker_main(mem_mb: int) -> None:
     """The worker process: warm up, cap its address space at its warm size + mem_mb, then read the case paths
     that arrive on stdin (one per line) and answer each with one JSON line {kind, detail, seconds, rss_mb}
-    (rss_mb: how far the peak RSS rose above the RSS at the case's start; the peak is reset through /proc/self/clear_refs before each case)."""
+    (rss_mb: how far the peak RSS rose above the RSS at the case's start; the peak is reset through
+    /proc/self/clear_refs before each case)."""
     from abtest.trace.readers import read_trace
-    for spec in ("trappy/trace_sched.txt", "systing/trace.pb", "trappy/trace_idle.dat",
-                 "catapult/compressed_atrace_data.txt", "trappy/trace_systrace.html"):
+
+    for spec in (
+        "trappy/trace_sched.txt",
+        "systing/trace.pb",
+        "trappy/trace_idle.dat",
+        "catapult/compressed_atrace_data.txt",
+        "trappy/trace_systrace.html",
+    ):
         read_trace(TRACES / spec)  # starts polars' thread pool and every lazy import before the cap
     limit = _status_kib("VmSize") * 1024 + mem_mb * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -283,8 +368,12 @@ def worker_main(mem_mb: int) -> None:
             read_trace(path)
         except BaseException as e:  # noqa: BLE001 - every outcome is classified
             kind, detail = _classify_exception(e, path)
-        res = {"kind": kind, "detail": detail, "seconds": time.monotonic() - t0,
-               "rss_mb": (_status_kib("VmHWM") - rss0) / 1024}
+        res = {
+            "kind": kind,
+            "detail": detail,
+            "seconds": time.monotonic() - t0,
+            "rss_mb": (_status_kib("VmHWM") - rss0) / 1024,
+        }
         out.write(json.dumps(res) + "\n")
         out.flush()
 
@@ -307,9 +396,15 @@ class Worker:
 
     def _start(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker",
-                                      "--mem-mb", str(self.mem_mb)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", "--mem-mb", str(self.mem_mb)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
 
     def _stop(self) -> str:
         """Kill the worker (ours, by PID); return the tail of its stderr."""
@@ -346,8 +441,11 @@ class Worker:
             code = p.returncode
             if code < 0:
                 return Outcome("signal", f"killed by {signal.Signals(-code).name}: {err}", time.monotonic() - t0)
-            return Outcome("memory" if "memory allocation" in err or "MemoryError" in err else "exception",
-                           f"worker exited {code}: {err}", time.monotonic() - t0)
+            return Outcome(
+                "memory" if "memory allocation" in err or "MemoryError" in err else "exception",
+                f"worker exited {code}: {err}",
+                time.monotonic() - t0,
+            )
         self.warm = True
         res = json.loads(line)
         out = Outcome(res["kind"], res["detail"], res["seconds"], res["rss_mb"])
@@ -397,23 +495,50 @@ class ReaderStats:
         return self.failed - sum(n for n, _ in self.known.values())
 
     def as_dict(self) -> dict:
-        return {"reader": self.reader, "execs": self.execs, "counts": self.counts, "failed": self.failed,
-                "failed_new": self.failed_new,
-                "known": {k: {"count": n, "first": first} for k, (n, first) in self.known.items()},
-                "seconds": round(self.seconds, 1), "execs_per_s": round(self.execs / self.seconds, 1) if self.seconds else None,
-                "failures": [{"replay": r, "mutations": m, "kind": o.kind, "detail": o.detail[-1500:],
-                              "seconds": round(o.seconds, 3), "rss_mb": round(o.rss_mb, 1)} for r, m, o in self.failures]}
+        return {
+            "reader": self.reader,
+            "execs": self.execs,
+            "counts": self.counts,
+            "failed": self.failed,
+            "failed_new": self.failed_new,
+            "known": {k: {"count": n, "first": first} for k, (n, first) in self.known.items()},
+            "seconds": round(self.seconds, 1),
+            "execs_per_s": round(self.execs / self.seconds, 1) if self.seconds else None,
+            "failures": [
+                {
+                    "replay": r,
+                    "mutations": m,
+                    "kind": o.kind,
+                    "detail": o.detail[-1500:],
+                    "seconds": round(o.seconds, 3),
+                    "rss_mb": round(o.rss_mb, 1),
+                }
+                for r, m, o in self.failures
+            ],
+        }
 
 
-def fuzz_reader(reader: str, *, execs: int | None = None, seconds: float | None = None, base_seed: int = 1,
-                timeout_s: float = 10.0, mem_mb: int = 1024, rss_mb: int = 1024, keep: int = 20,
-                workdir: Path | None = None, log=None) -> ReaderStats:
+def fuzz_reader(
+    reader: str,
+    *,
+    execs: int | None = None,
+    seconds: float | None = None,
+    base_seed: int = 1,
+    timeout_s: float = 10.0,
+    mem_mb: int = 1024,
+    rss_mb: int = 1024,
+    keep: int = 20,
+    workdir: Path | None = None,
+    log=None,
+) -> ReaderStats:
     """Run `execs` cases (or until `seconds` passed) of one reader; cases cycle over its seeds.
     Case i uses seed i % len(seeds) and case seed base_seed * 1_000_003 + i."""
     seeds = [seed_bytes(s) for s in READER_SEEDS[reader]]
     stats = ReaderStats(reader)
     own_dir = workdir is None
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="abtest-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    workdir = Path(
+        workdir or tempfile.mkdtemp(prefix="abtest-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    )
     path = str(workdir / f"case-{reader.replace('.', '_')}")
     worker = Worker(timeout_s=timeout_s, mem_mb=mem_mb, rss_mb=rss_mb)
     t0 = time.monotonic()
@@ -431,8 +556,12 @@ def fuzz_reader(reader: str, *, execs: int | None = None, seconds: float | None 
                 # bug: the case runs again in a fresh worker; only a repeat counts as a failure
                 again = worker.run(path)
                 if again.kind not in FAILURES:
-                    out = Outcome("stall", f"{out.kind} once ({out.detail[:200]}), then {again.kind} on rerun",
-                                  out.seconds, out.rss_mb)
+                    out = Outcome(
+                        "stall",
+                        f"{out.kind} once ({out.detail[:200]}), then {again.kind} on rerun",
+                        out.seconds,
+                        out.rss_mb,
+                    )
             stats.add(f"{reader}:{si}:{case_seed}", mutations, out, keep)
             if log and out.kind in FAILURES and not known_bug(reader, out.kind, out.detail):
                 last = out.detail.strip().splitlines()[-1:] or [""]
@@ -493,13 +622,23 @@ def main(argv: list[str] | None = None) -> int:
         args.execs = 1000
     results = []
     for reader in args.reader or READERS:
-        st = fuzz_reader(reader, execs=args.execs, seconds=args.seconds, base_seed=args.seed,
-                         timeout_s=args.timeout_s, mem_mb=args.mem_mb, rss_mb=args.rss_mb,
-                         log=lambda m: print(m, file=sys.stderr, flush=True))
+        st = fuzz_reader(
+            reader,
+            execs=args.execs,
+            seconds=args.seconds,
+            base_seed=args.seed,
+            timeout_s=args.timeout_s,
+            mem_mb=args.mem_mb,
+            rss_mb=args.rss_mb,
+            log=lambda m: print(m, file=sys.stderr, flush=True),
+        )
         d = st.as_dict()
         results.append(d)
-        print(f"{reader:14s} {d['execs']:8d} execs  {d['execs_per_s']}/s  failed {d['failed']} "
-              f"(new {d['failed_new']}, known {d['known']})  {d['counts']}", flush=True)
+        print(
+            f"{reader:14s} {d['execs']:8d} execs  {d['execs_per_s']}/s  failed {d['failed']} "
+            f"(new {d['failed_new']}, known {d['known']})  {d['counts']}",
+            flush=True,
+        )
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(results, indent=1) + "\n")
     return 1 if any(r["failed_new"] for r in results) else 0

@@ -5,7 +5,8 @@
 
 The corpus (--corpus, default ./atheris-corpus-<reader>, kept between runs as libFuzzer's corpora are) starts
 from the reader's real seed traces (bench/fuzz.py READER_SEEDS); each input is read from an in-memory file
-(memfd, /proc/self/fd/N), so nothing else is left behind. The mutator is bench/fuzz.py's structured one (truncations, flips, zeroed / duplicated /
+(memfd, /proc/self/fd/N), so nothing else is left behind. The mutator is bench/fuzz.py's structured one (truncations,
+flips, zeroed / duplicated /
 swapped ranges, huge length fields), with libFuzzer's coverage feedback from abtest's Python code (atheris
 instruments abtest.* at import; the Rust decoders are not instrumented: their coverage is invisible here).
 The rule is bench/fuzz.py's: returning, or TraceFormatError with the file and an offset or line, passes;
@@ -13,6 +14,7 @@ a known reader bug (bench/fuzz.py KNOWN_BUGS) is counted and passes; anything el
 stops with the crashing input saved (crash-*); -timeout and -rss_limit_mb bound time and memory per input.
 Arguments other than --reader and --corpus go to libFuzzer.
 """
+
 from __future__ import annotations
 
 import argparse

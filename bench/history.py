@@ -8,6 +8,7 @@
 Run: .venv/bin/python bench/history.py [--builds 500 --iterations 4 --workers 2] [--api-only] [--requests 60];
 needs ~250 MB in $TMPDIR. --api-only: only step 3.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,12 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from history_data import make_history
+from history_data import make_history  # noqa: E402 (after the sys.path set-up)
 
-from abtest.history.db import open_db
-from abtest.history.detect import detect
-from abtest.history.ingest import add
-from abtest.history.web import Server, create_app
+from abtest.history.db import open_db  # noqa: E402 (after the sys.path set-up)
+from abtest.history.detect import detect  # noqa: E402 (after the sys.path set-up)
+from abtest.history.ingest import add  # noqa: E402 (after the sys.path set-up)
+from abtest.history.web import Server, create_app  # noqa: E402 (after the sys.path set-up)
 
 
 def _latency(url: str, n: int = 60) -> tuple[float, float]:
@@ -68,12 +69,16 @@ def _ingest_and_detect(tmp: Path, args) -> None:
         t0 = time.perf_counter()
         res = add(engine, [store], with_trace=False, use_cache=False, workers=workers)
         dt = time.perf_counter() - t0
-        print(f"history add, {'in process' if workers == 1 else f'Dask LocalCluster of {workers} processes'}: "
-              f"{res.iterations} iterations, {res.values} values in {dt:.1f} s ({res.iterations / dt:.1f} it/s)")
+        print(
+            f"history add, {'in process' if workers == 1 else f'Dask LocalCluster of {workers} processes'}: "
+            f"{res.iterations} iterations, {res.values} values in {dt:.1f} s ({res.iterations / dt:.1f} it/s)"
+        )
     t0 = time.perf_counter()
     found = detect(engine, metrics=("power.*",))
-    print(f"history detect over {args.builds}-build series (power.*): {len(found)} change points in "
-          f"{time.perf_counter() - t0:.2f} s; at builds {sorted({f.after.label for f in found})}")
+    print(
+        f"history detect over {args.builds}-build series (power.*): {len(found)} change points in "
+        f"{time.perf_counter() - t0:.2f} s; at builds {sorted({f.after.label for f in found})}"
+    )
     shutil.rmtree(store)
 
 
@@ -88,8 +93,10 @@ def _api(tmp: Path, args) -> None:
         q = "device=lab-dut&workload=video&metric=power.Total"
         for path in (f"/api/points?{q}", "/api/series", f"/api/changepoints?{q}"):
             med, worst = _latency(srv.url + path, args.requests)
-            print(f"GET {path.split('?')[0]:18} 1,000-build series, {args.requests} requests: median "
-                  f"{med:6.1f} ms, max {worst:6.1f} ms (target < 200 ms)")
+            print(
+                f"GET {path.split('?')[0]:18} 1,000-build series, {args.requests} requests: median "
+                f"{med:6.1f} ms, max {worst:6.1f} ms (target < 200 ms)"
+            )
 
 
 if __name__ == "__main__":

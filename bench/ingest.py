@@ -27,6 +27,7 @@ speed drifts slows both sides alike; per target the best and the per-round ratio
 CPU time (user + sys of all threads) is printed beside wall time: it stays meaningful when other work
 loads the machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,12 +72,20 @@ def record(out: Path, hackbench_loops: int, buffer_kb: int) -> None:
             _w("events/sched/enable", "1")
             _w("events/power/enable", "1")
             _w("tracing_on", "1")
-            subprocess.run(["hackbench", "-g", "4", "-l", str(hackbench_loops)], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                ["hackbench", "-g", "4", "-l", str(hackbench_loops)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             _w("tracing_on", "0")
             out.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["trace-cmd", "extract", "-o", str(out)], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                ["trace-cmd", "extract", "-o", str(out)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         finally:
             _w("tracing_on", "0")
             _w("events/sched/enable", "0")
@@ -93,8 +102,9 @@ def record(out: Path, hackbench_loops: int, buffer_kb: int) -> None:
             _w("tracing_on", saved["tracing_on"].strip())
 
 
-def ensure_bench_trace(path: Path = BENCH_TRACE, min_events: int = 3_300_000, loops: int = 2500,
-                       buffer_kb: int = 196608) -> tuple[Path, int]:
+def ensure_bench_trace(
+    path: Path = BENCH_TRACE, min_events: int = 3_300_000, loops: int = 2500, buffer_kb: int = 196608
+) -> tuple[Path, int]:
     """(path, events) of a trace.dat holding >= min_events, recorded with hackbench when `path` holds fewer.
 
     Each recording goes to a temporary file renamed over `path` once `trace-cmd extract` has finished, so an
@@ -118,6 +128,7 @@ def ensure_bench_trace(path: Path = BENCH_TRACE, min_events: int = 3_300_000, lo
 
 def count_events(path: Path) -> int:
     from abtest.trace.readers import read_trace
+
     return sum(read_trace(path).meta["events"].values())
 
 
@@ -131,15 +142,13 @@ def trace_cmd_once(path: Path) -> tuple[float, float]:
     c0 = _cpu_s(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     with open(os.devnull, "wb") as null:
-        subprocess.run(["trace-cmd", "report", "-i", str(path)], stdout=null, stderr=subprocess.DEVNULL,
-                       check=True)
+        subprocess.run(["trace-cmd", "report", "-i", str(path)], stdout=null, stderr=subprocess.DEVNULL, check=True)
     return time.perf_counter() - t0, _cpu_s(resource.RUSAGE_CHILDREN) - c0
 
 
 def trace_cmd_event_count(path: Path) -> int:
     """Event lines of `trace-cmd report` (everything but the cpus= header line)."""
-    p = subprocess.Popen(["trace-cmd", "report", "-i", str(path)], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(["trace-cmd", "report", "-i", str(path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     n = 0
     header = 0
     first = True
@@ -155,6 +164,7 @@ def trace_cmd_event_count(path: Path) -> int:
 def decode_once(path: Path) -> tuple[float, float, int]:
     """(wall s, CPU s of all threads, events) of one in-process `read_trace(path)` (no cache)."""
     from abtest.trace.readers import read_trace
+
     c0 = _cpu_s(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     d = read_trace(path)
@@ -166,6 +176,7 @@ def convert_once(path: Path) -> tuple[float, float]:
     """(wall s, CPU s of all threads) of one in-process `abtest trace convert` (`abtest.trace.convert.convert(path,
     fresh dir)`, what the command runs)."""
     from abtest.trace.convert import convert
+
     out = Path(tempfile.mkdtemp(prefix="abtest-bench-"))
     try:
         c0 = _cpu_s(resource.RUSAGE_SELF)
@@ -176,8 +187,11 @@ def convert_once(path: Path) -> tuple[float, float]:
         shutil.rmtree(out, ignore_errors=True)
 
 
-ABTEST_CLI = ([str(ROOT / ".venv" / "bin" / "abtest")] if (ROOT / ".venv" / "bin" / "abtest").exists()
-              else [sys.executable, "-m", "abtest.cli"])
+ABTEST_CLI = (
+    [str(ROOT / ".venv" / "bin" / "abtest")]
+    if (ROOT / ".venv" / "bin" / "abtest").exists()
+    else [sys.executable, "-m", "abtest.cli"]
+)
 
 
 def measure_cli(path: Path) -> tuple[float, float]:
@@ -185,8 +199,12 @@ def measure_cli(path: Path) -> tuple[float, float]:
     out = Path(tempfile.mkdtemp(prefix="abtest-bench-cli-"))
     try:
         t0 = time.perf_counter()
-        subprocess.run(ABTEST_CLI + ["trace", "convert", str(path), "-o", str(out / "tables")], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            ABTEST_CLI + ["trace", "convert", str(path), "-o", str(out / "tables")],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         cli = time.perf_counter() - t0
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -213,10 +231,17 @@ def time_rounds(path: Path, repeat: int, first_convert: bool = False) -> dict:
             firsts.append(measure_fresh(path, "convert"))
             clis.append(measure_cli(path))
     best = [min(r[k] for r in rounds) for k in range(6)]
-    out = {"events": n, "trace_cmd_s": best[0], "trace_cmd_cpu_s": best[1], "abtest_decode_s": best[2],
-           "abtest_decode_cpu_s": best[3], "abtest_convert_s": best[4], "abtest_convert_cpu_s": best[5],
-           "convert_x_per_round": [r[0] / r[4] for r in rounds],
-           "convert_cpu_x_per_round": [r[1] / r[5] for r in rounds]}
+    out = {
+        "events": n,
+        "trace_cmd_s": best[0],
+        "trace_cmd_cpu_s": best[1],
+        "abtest_decode_s": best[2],
+        "abtest_decode_cpu_s": best[3],
+        "abtest_convert_s": best[4],
+        "abtest_convert_cpu_s": best[5],
+        "convert_x_per_round": [r[0] / r[4] for r in rounds],
+        "convert_cpu_x_per_round": [r[1] / r[5] for r in rounds],
+    }
     if first_convert:
         out["first_open_s"] = [w for w, _c in opens]
         out["first_open_cpu_s"] = [c for _w, c in opens]
@@ -235,6 +260,7 @@ def time_write(path: Path, repeat: int) -> dict:
     first `Trace()` open writes). Best of `repeat`, each into a fresh directory."""
     from abtest.trace import cache
     from abtest.trace.readers import read_trace
+
     data = read_trace(path)
     res = {}
     for fmt in ("parquet", "ipc"):
@@ -260,12 +286,16 @@ def time_write(path: Path, repeat: int) -> dict:
 
 def print_write(w: dict) -> None:
     """The write-only stage: one line per format."""
-    print(f"\nwrite only ({w['tables']} tables, {w['rows']:,} rows, {w['tables_bytes'] / 2**20:.1f} MB in memory; "
-          f"best of the repeats; polars writers, tables in parallel):")
+    print(
+        f"\nwrite only ({w['tables']} tables, {w['rows']:,} rows, {w['tables_bytes'] / 2**20:.1f} MB in memory; "
+        f"best of the repeats; polars writers, tables in parallel):"
+    )
     for fmt, name in (("parquet", "parquet (trace convert)"), ("ipc", "Arrow IPC (Trace() cache)")):
         r = w[fmt]
-        print(f"  {name:<26} wall {r['wall_s'] * 1e3:7.1f} ms  CPU {r['cpu_s'] * 1e3:7.1f} ms  "
-              f"files {r['bytes'] / 1e6:6.1f} MB")
+        print(
+            f"  {name:<26} wall {r['wall_s'] * 1e3:7.1f} ms  CPU {r['cpu_s'] * 1e3:7.1f} ms  "
+            f"files {r['bytes'] / 1e6:6.1f} MB"
+        )
 
 
 _RSS_CHILD = r"""
@@ -333,8 +363,12 @@ def measure_rss(path: Path) -> dict:
 
 
 def bench_file(path: Path, repeat: int, check_count: bool, first_convert: bool = False) -> dict:
-    row = {"file": str(path), "size_mb": path.stat().st_size / 1e6, **time_rounds(path, repeat, first_convert),
-           "load_avg_1min": os.getloadavg()[0]}
+    row = {
+        "file": str(path),
+        "size_mb": path.stat().st_size / 1e6,
+        **time_rounds(path, repeat, first_convert),
+        "load_avg_1min": os.getloadavg()[0],
+    }
     if check_count:
         row["trace_cmd_events"] = trace_cmd_event_count(path)
     row.update(measure_rss(path))
@@ -344,8 +378,10 @@ def bench_file(path: Path, repeat: int, check_count: bool, first_convert: bool =
 def print_table(rows: list[dict]) -> None:
     """Wall-clock rates (Mev/s = million events per second) and ratios vs trace-cmd report; the CPU-time
     ratio (user+sys, all threads) is less sensitive to other load on the machine."""
-    hdr = (f"{'file':<40} {'MB':>5} {'events':>8} {'tc Mev/s':>8} {'decode':>7} {'x':>5} {'convert':>7} {'x':>5} "
-           f"{'cpu x':>5} {'peakMB':>6} {'tabMB':>6} {'RSS/tab':>7} {'(-base)':>7} {'load':>4}")
+    hdr = (
+        f"{'file':<40} {'MB':>5} {'events':>8} {'tc Mev/s':>8} {'decode':>7} {'x':>5} {'convert':>7} {'x':>5} "
+        f"{'cpu x':>5} {'peakMB':>6} {'tabMB':>6} {'RSS/tab':>7} {'(-base)':>7} {'load':>4}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
@@ -353,14 +389,18 @@ def print_table(rows: list[dict]) -> None:
         tc, dec, conv = n / r["trace_cmd_s"] / 1e6, n / r["abtest_decode_s"] / 1e6, n / r["abtest_convert_s"] / 1e6
         cpu_x = r["trace_cmd_cpu_s"] / max(r["abtest_decode_cpu_s"], 1e-9)
         tab = max(1, r["tables_bytes"])
-        print(f"{r['file'][-40:]:<40} {r['size_mb']:>5.1f} {n:>8} {tc:>8.3f} {dec:>7.2f} {dec / tc:>5.1f} "
-              f"{conv:>7.2f} {conv / tc:>5.1f} {cpu_x:>5.1f} {r['peak_kb'] / 1024:>6.0f} {tab / 2**20:>6.1f} "
-              f"{r['peak_kb'] * 1024 / tab:>7.2f} {(r['peak_kb'] - r['base_kb']) * 1024 / tab:>7.2f} "
-              f"{r['load_avg_1min']:>4.1f}")
+        print(
+            f"{r['file'][-40:]:<40} {r['size_mb']:>5.1f} {n:>8} {tc:>8.3f} {dec:>7.2f} {dec / tc:>5.1f} "
+            f"{conv:>7.2f} {conv / tc:>5.1f} {cpu_x:>5.1f} {r['peak_kb'] / 1024:>6.0f} {tab / 2**20:>6.1f} "
+            f"{r['peak_kb'] * 1024 / tab:>7.2f} {(r['peak_kb'] - r['base_kb']) * 1024 / tab:>7.2f} "
+            f"{r['load_avg_1min']:>4.1f}"
+        )
         if "trace_cmd_events" in r and r["trace_cmd_events"] != n:
             print(f"   !! event count differs: trace-cmd report printed {r['trace_cmd_events']} events")
-    print("decode/convert: abtest Mev/s (wall); x: ratio to trace-cmd report; cpu x: trace-cmd CPU s / abtest CPU s;"
-          " RSS/tab: peak RSS / tables size; (-base): same without the interpreter+imports baseline")
+    print(
+        "decode/convert: abtest Mev/s (wall); x: ratio to trace-cmd report; cpu x: trace-cmd CPU s / abtest CPU s;"
+        " RSS/tab: peak RSS / tables size; (-base): same without the interpreter+imports baseline"
+    )
 
 
 OPEN_TARGET_X = 30.0  # first Trace() open of a fresh process vs trace-cmd report
@@ -373,52 +413,85 @@ def _met(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
-def _fresh_line(label: str, walls: list[float], cpus: list[float], per_round: list[float], r: dict, target: float) -> str:
+def _fresh_line(
+    label: str, walls: list[float], cpus: list[float], per_round: list[float], r: dict, target: float
+) -> str:
     """One fresh-process measurement against trace-cmd report: best and median wall, CPU, paired rounds."""
     tc, tc_cpu = r["trace_cmd_s"], r["trace_cmd_cpu_s"]
     best, med = min(walls), statistics.median(walls)
     pr = sorted(per_round)
-    return (f"  {label}: best {best:.3f} s -> {tc / best:.1f}x, median {med:.3f} s -> {tc / med:.1f}x; paired with "
-            f"each round's trace-cmd report {pr[0]:.1f}-{pr[-1]:.1f}x (median {statistics.median(pr):.1f}x); CPU "
-            f"best {min(cpus):.3f} s -> {tc_cpu / min(cpus):.1f}x (target >= {target:.0f}x on the best wall: "
-            f"{_met(tc / best >= target)})")
+    return (
+        f"  {label}: best {best:.3f} s -> {tc / best:.1f}x, median {med:.3f} s -> {tc / med:.1f}x; paired with "
+        f"each round's trace-cmd report {pr[0]:.1f}-{pr[-1]:.1f}x (median {statistics.median(pr):.1f}x); CPU "
+        f"best {min(cpus):.3f} s -> {tc_cpu / min(cpus):.1f}x (target >= {target:.0f}x on the best wall: "
+        f"{_met(tc / best >= target)})"
+    )
 
 
 def print_targets(r: dict, perfetto: dict | None) -> None:
     """The targets of issue 26 on the benchmark trace (first row) and perfetto, with met / NOT met."""
     n = r["events"]
-    print(f"\ntargets (benchmark trace {r['file']}: {n:,} events, {r['size_mb']:.1f} MB; trace-cmd report best "
-          f"{r['trace_cmd_s']:.3f} s wall, {r['trace_cmd_cpu_s']:.3f} s CPU; load avg {r['load_avg_1min']:.1f})")
+    print(
+        f"\ntargets (benchmark trace {r['file']}: {n:,} events, {r['size_mb']:.1f} MB; trace-cmd report best "
+        f"{r['trace_cmd_s']:.3f} s wall, {r['trace_cmd_cpu_s']:.3f} s CPU; load avg {r['load_avg_1min']:.1f})"
+    )
     if "first_open_s" in r:
-        print(_fresh_line("first Trace() open of a fresh process (decode + Arrow IPC cache write)", r["first_open_s"],
-                          r["first_open_cpu_s"], r["first_open_x_per_round"], r, OPEN_TARGET_X))
-        print(_fresh_line("first trace convert of a fresh process (decode + parquet)", r["first_convert_s"],
-                          r["first_convert_cpu_s"], r["first_convert_x_per_round"], r, CONVERT_TARGET_X))
+        print(
+            _fresh_line(
+                "first Trace() open of a fresh process (decode + Arrow IPC cache write)",
+                r["first_open_s"],
+                r["first_open_cpu_s"],
+                r["first_open_x_per_round"],
+                r,
+                OPEN_TARGET_X,
+            )
+        )
+        print(
+            _fresh_line(
+                "first trace convert of a fresh process (decode + parquet)",
+                r["first_convert_s"],
+                r["first_convert_cpu_s"],
+                r["first_convert_x_per_round"],
+                r,
+                CONVERT_TARGET_X,
+            )
+        )
     conv_x = r["trace_cmd_s"] / r["abtest_convert_s"]
-    print(f"  trace convert in a process that has converted before: best {r['abtest_convert_s']:.3f} s -> {conv_x:.1f}x")
+    print(
+        f"  trace convert in a process that has converted before: best {r['abtest_convert_s']:.3f} s -> {conv_x:.1f}x"
+    )
     if "cli_convert_s" in r:
         cli, start = sorted(r["cli_convert_s"]), sorted(r["cli_startup_s"])
         net = sorted(c - v for c, v in zip(r["cli_convert_s"], r["cli_startup_s"]))
         tc = r["trace_cmd_s"]
-        print(f"  lone CLI `abtest trace convert` end to end: best {cli[0]:.3f} s -> {tc / cli[0]:.1f}x (median "
-              f"{statistics.median(cli):.3f} s); start-up alone (`abtest --version`) best {start[0]:.3f} s; without "
-              f"it best {net[0]:.3f} s -> {tc / net[0]:.1f}x")
+        print(
+            f"  lone CLI `abtest trace convert` end to end: best {cli[0]:.3f} s -> {tc / cli[0]:.1f}x (median "
+            f"{statistics.median(cli):.3f} s); start-up alone (`abtest --version`) best {start[0]:.3f} s; without "
+            f"it best {net[0]:.3f} s -> {tc / net[0]:.1f}x"
+        )
     rss_x = r["peak_kb"] * 1024 / max(1, r["tables_bytes"])
     rss_x_nobase = (r["peak_kb"] - r["base_kb"]) * 1024 / max(1, r["tables_bytes"])
-    print(f"  peak RSS of a fresh process decoding it: {r['peak_kb'] / 1024:.0f} MB vs tables "
-          f"{r['tables_bytes'] / 2**20:.1f} MB -> {rss_x:.2f}x (target <= {RSS_TARGET_X}x: {_met(rss_x <= RSS_TARGET_X)}; "
-          f"{rss_x_nobase:.2f}x without the {r['base_kb'] / 1024:.0f} MB interpreter+imports baseline)")
+    print(
+        f"  peak RSS of a fresh process decoding it: {r['peak_kb'] / 1024:.0f} MB vs tables "
+        f"{r['tables_bytes'] / 2**20:.1f} MB -> {rss_x:.2f}x "
+        f"(target <= {RSS_TARGET_X}x: {_met(rss_x <= RSS_TARGET_X)}; "
+        f"{rss_x_nobase:.2f}x without the {r['base_kb'] / 1024:.0f} MB interpreter+imports baseline)"
+    )
     if perfetto:
         mb = perfetto["size"] / 1e6
         wall, cpu = mb / perfetto["read_trace_wall"], mb / perfetto["read_trace_cpu"]
-        print(f"  perfetto read_trace on {mb:.0f} MB ({perfetto['events']:,} rows): {wall:.0f} MB/s wall, {cpu:.0f} MB/s "
-              f"CPU (one decode thread; target >= {PERFETTO_TARGET_MBS:.0f} MB/s: wall {_met(wall >= PERFETTO_TARGET_MBS)}, "
-              f"CPU {_met(cpu >= PERFETTO_TARGET_MBS)})")
+        print(
+            f"  perfetto read_trace on {mb:.0f} MB ({perfetto['events']:,} rows): {wall:.0f} MB/s wall, {cpu:.0f} MB/s "
+            f"CPU (one decode thread; target >= {PERFETTO_TARGET_MBS:.0f} MB/s: "
+            f"wall {_met(wall >= PERFETTO_TARGET_MBS)}, "
+            f"CPU {_met(cpu >= PERFETTO_TARGET_MBS)})"
+        )
 
 
 def bench_perfetto(repeat: int) -> dict | None:
     """read_trace of copies of the shared perfetto traces (~128 MB), best of `repeat` (bench/ingest_perfetto.py)."""
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("abtest_bench_perfetto", ROOT / "bench" / "ingest_perfetto.py")
     bp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bp)
@@ -436,8 +509,12 @@ def bench_perfetto(repeat: int) -> dict | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", type=Path, help="benchmark this trace.dat instead of the recorded one")
-    ap.add_argument("--min-events", type=int, default=3_300_000,
-                    help="events the recorded benchmark trace must hold (>= 2 M; the brief's trace: 3.3 M)")
+    ap.add_argument(
+        "--min-events",
+        type=int,
+        default=3_300_000,
+        help="events the recorded benchmark trace must hold (>= 2 M; the brief's trace: 3.3 M)",
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--hackbench-loops", type=int, default=2500)
     ap.add_argument("--buffer-kb", type=int, default=196608, help="per-CPU ring buffer size for recording")

@@ -15,6 +15,7 @@ MB/s is wall time; "cpu" divides by the process's CPU time over all its threads 
 stays meaningful when other work loads the machine (wall time then includes waiting for a core).
 The concatenated file repeats timestamps and is only a throughput measurement, not a trace to analyse.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACES = ROOT.parent / "shared" / "traces"
-SHARED = ["PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace", "systing/trace.pb",
-          "nowinandroid/trace.perfetto-trace"]
+SHARED = [
+    "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace",
+    "systing/trace.pb",
+    "nowinandroid/trace.perfetto-trace",
+]
 
 
 def _best(fn, repeat: int) -> tuple[float, float, object]:
@@ -44,8 +48,10 @@ def _best(fn, repeat: int) -> tuple[float, float, object]:
 
 
 def _row(label: str, size: int, events: int, wall: float, cpu: float) -> str:
-    return (f"  {label:<11} {wall * 1e3:9.1f} ms  {size / wall / 1e6:8.1f} MB/s  (cpu {size / cpu / 1e6:7.1f} MB/s)"
-            f"  {events / wall / 1e6:7.2f} M events/s")
+    return (
+        f"  {label:<11} {wall * 1e3:9.1f} ms  {size / wall / 1e6:8.1f} MB/s  (cpu {size / cpu / 1e6:7.1f} MB/s)"
+        f"  {events / wall / 1e6:7.2f} M events/s"
+    )
 
 
 def bench_file(path: Path, repeat: int, note: str = "") -> dict:
@@ -56,10 +62,12 @@ def bench_file(path: Path, repeat: int, note: str = "") -> dict:
     size = len(data)
     from abtest import _native
     from abtest.trace import limits
+
     lim = limits.current()
     perfetto.read(path, data)  # warm-up: imports
-    w_nat, c_nat, _ = _best(lambda: _native.perfetto_decode(data, lim.inflate_ratio, lim.inflate_floor,
-                                                            lim.inflated_bytes), repeat)
+    w_nat, c_nat, _ = _best(
+        lambda: _native.perfetto_decode(data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes), repeat
+    )
     w_dec, c_dec, (raw, _meta) = _best(lambda: perfetto.read(path, data), repeat)
     events = sum(df.height for df in raw.values())
     del raw
@@ -68,8 +76,16 @@ def bench_file(path: Path, repeat: int, note: str = "") -> dict:
     print(_row("native", size, events, w_nat, c_nat) + "   [compiled decoder -> Arrow tables + meta]")
     print(_row("decode", size, events, w_dec, c_dec))
     print(_row("read_trace", size, events, w_all, c_all))
-    out = {"size": size, "events": events, "native_wall": w_nat, "native_cpu": c_nat, "decode_wall": w_dec,
-           "decode_cpu": c_dec, "read_trace_wall": w_all, "read_trace_cpu": c_all}
+    out = {
+        "size": size,
+        "events": events,
+        "native_wall": w_nat,
+        "native_cpu": c_nat,
+        "decode_wall": w_dec,
+        "decode_cpu": c_dec,
+        "read_trace_wall": w_all,
+        "read_trace_cpu": c_all,
+    }
     try:
         from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
     except ImportError:
@@ -84,8 +100,12 @@ def bench_file(path: Path, repeat: int, note: str = "") -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5,
-                    help="runs per measurement on the concatenated file (best is kept; shared traces: >= 20)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="runs per measurement on the concatenated file (best is kept; shared traces: >= 20)",
+    )
     ap.add_argument("--target-mb", type=float, default=128, help="size of the concatenated file, MB")
     ap.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
     args = ap.parse_args()
@@ -102,16 +122,21 @@ def main() -> None:
         with open(big, "wb") as f:
             for _ in range(copies):
                 f.write(blob)
-        res = bench_file(big, args.repeat,
-                         note=f" ({copies} copies of the {len(files)} shared traces concatenated: "
-                              f"a valid Trace, throughput measurement only)")
+        res = bench_file(
+            big,
+            args.repeat,
+            note=f" ({copies} copies of the {len(files)} shared traces concatenated: "
+            f"a valid Trace, throughput measurement only)",
+        )
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of this process: {rss_mb:.0f} MB; load average after: {os.getloadavg()[0]:.2f}")
     mb = res["size"] / 1e6
-    print(f"SUMMARY on {mb:.0f} MB (target >= 200 MB/s), wall / cpu: "
-          f"native {mb / res['native_wall']:.0f} / {mb / res['native_cpu']:.0f} MB/s, "
-          f"decode {mb / res['decode_wall']:.0f} / {mb / res['decode_cpu']:.0f} MB/s, "
-          f"read_trace {mb / res['read_trace_wall']:.0f} / {mb / res['read_trace_cpu']:.0f} MB/s")
+    print(
+        f"SUMMARY on {mb:.0f} MB (target >= 200 MB/s), wall / cpu: "
+        f"native {mb / res['native_wall']:.0f} / {mb / res['native_cpu']:.0f} MB/s, "
+        f"decode {mb / res['decode_wall']:.0f} / {mb / res['decode_cpu']:.0f} MB/s, "
+        f"read_trace {mb / res['read_trace_wall']:.0f} / {mb / res['read_trace_cpu']:.0f} MB/s"
+    )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ For each input it prints, best of N runs, in-process (interpreter start-up and i
     (events/s of the reference decoder of the same events; different work, shown for scale).
 "cpu" is the calling process's CPU time (user+sys, all threads): robust to other load on the machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,11 @@ sys.path.insert(0, str(ROOT))
 
 from abtest.trace import ftrace_text  # noqa: E402
 
-X86 = ["x86-vm/x86-menu-hackbench-cyclictest.dat", "x86-vm/x86-ladder-hackbench-cyclictest.dat",
-       "x86-vm/x86-haltpoll-hackbench-cyclictest.dat"]
+X86 = [
+    "x86-vm/x86-menu-hackbench-cyclictest.dat",
+    "x86-vm/x86-ladder-hackbench-cyclictest.dat",
+    "x86-vm/x86-haltpoll-hackbench-cyclictest.dat",
+]
 ANDROID = "tracecompass/trace-android-sched"
 
 _LINE = re.compile(r"^\s*(.*?)-(\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(\d+)\]\s+(?:\S+\s+)?(\d+)\.(\d+):\s+(\w+):\s*(.*)$")
@@ -50,8 +54,8 @@ def python_re_loop(data: bytes) -> int:
             continue
         comm, pid, cpu, sec, frac, event, payload = m.groups()
         tables.setdefault(event, []).append(
-            (int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")), int(cpu), int(pid), comm,
-             dict(_PAIR.findall(payload))))
+            (int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")), int(cpu), int(pid), comm, dict(_PAIR.findall(payload)))
+        )
     return sum(len(v) for v in tables.values())
 
 
@@ -92,19 +96,25 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="abtest-bench-text-") as tmp:
         inputs, tc_seconds, tc_events = build_inputs(args.traces, Path(tmp), int(args.target_mb * 1e6))
-        print(f"trace-cmd report (reference decoder, trace.dat -> text): {tc_events} events in {tc_seconds:.3f} s "
-              f"= {tc_events / tc_seconds / 1e6:.2f} M events/s")
+        print(
+            f"trace-cmd report (reference decoder, trace.dat -> text): {tc_events} events in {tc_seconds:.3f} s "
+            f"= {tc_events / tc_seconds / 1e6:.2f} M events/s"
+        )
         for label, path in inputs.items():
             data = path.read_bytes()
             mb = len(data) / 1e6
-            wall, cpu, (raw, _meta) = _best(lambda: ftrace_text.read(path, data, "ftrace-text"), args.repeat)
+            wall, cpu, (raw, _meta) = _best(lambda p=path, d=data: ftrace_text.read(p, d, "ftrace-text"), args.repeat)
             n = sum(df.height for df in raw.values())
-            ref_wall, ref_cpu, ref_n = _best(lambda: python_re_loop(data), args.repeat)
+            ref_wall, ref_cpu, ref_n = _best(lambda d=data: python_re_loop(d), args.repeat)
             print(f"\n{label}: {path.name} {mb:.1f} MB, {n} events")
-            print(f"  abtest ftrace_text.read : {wall:.3f} s wall ({mb / wall:.1f} MB/s, {n / wall / 1e6:.2f} M ev/s), "
-                  f"{cpu:.3f} s cpu ({mb / cpu:.1f} MB/s)")
-            print(f"  python re loop (ref)    : {ref_wall:.3f} s wall ({mb / ref_wall:.1f} MB/s, "
-                  f"{ref_n / ref_wall / 1e6:.2f} M ev/s), {ref_cpu:.3f} s cpu; events {ref_n}")
+            print(
+                f"  abtest ftrace_text.read : {wall:.3f} s wall ({mb / wall:.1f} MB/s, {n / wall / 1e6:.2f} M ev/s), "
+                f"{cpu:.3f} s cpu ({mb / cpu:.1f} MB/s)"
+            )
+            print(
+                f"  python re loop (ref)    : {ref_wall:.3f} s wall ({mb / ref_wall:.1f} MB/s, "
+                f"{ref_n / ref_wall / 1e6:.2f} M ev/s), {ref_cpu:.3f} s cpu; events {ref_n}"
+            )
             print(f"  ratio abtest / re loop  : {ref_wall / wall:.1f}x wall, {ref_cpu / cpu:.1f}x cpu")
             print(f"  ratio abtest / trace-cmd report events/s: {(n / wall) / (tc_events / tc_seconds):.1f}x")
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -12,6 +12,7 @@ rewritten for the longer data. Unless --v6, the result is converted to v7 with z
 Every copy has the same tasks (pids, names) as the source: a task of copy k runs again in copy k+1.
 Check it with `trace-cmd report --stat`/`abtest trace info`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,9 @@ RB_PADDING = 29
 
 def flyrecord_cpus(path: Path) -> list[tuple[int, int]]:
     """(offset, size) of each CPU's data, from `trace-cmd dump --flyrecord`."""
-    out = subprocess.run(["trace-cmd", "dump", "--flyrecord", str(path)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["trace-cmd", "dump", "--flyrecord", str(path)], capture_output=True, text=True, check=True
+    ).stdout
     cpus = [(int(o), int(s)) for o, s in re.findall(r"^\s*(\d+)\s+(\d+)\s+\[offset, size of cpu \d+\]", out, re.M)]
     if not cpus:
         raise SystemExit(f"no flyrecord CPU table in `trace-cmd dump --flyrecord {path}`:\n{out[:500]}")
@@ -49,7 +51,7 @@ def check_no_absolute_timestamps(data: bytes, page_size: int) -> int:
     """Walk every event of every page; refuse absolute-timestamp events. Returns the number of events."""
     n = 0
     for p in range(0, len(data), page_size):
-        page = data[p:p + page_size]
+        page = data[p : p + page_size]
         commit = struct.unpack_from("<Q", page, 8)[0] & ((1 << 30) - 1)  # bytes of data (flags in the top bits)
         pos, end = 16, 16 + commit
         while pos < end:
@@ -76,8 +78,22 @@ def build(source: Path, out: Path, copies: int, shift_ns: int, v6: bool) -> None
     work = Path(tempfile.mkdtemp(prefix="abtest-long-", dir=out.parent))
     try:
         src6 = work / "source-v6.dat"
-        subprocess.run(["trace-cmd", "convert", "--file-version", "6", "--compression", "none", "-i", str(source),
-                        "-o", str(src6)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "trace-cmd",
+                "convert",
+                "--file-version",
+                "6",
+                "--compression",
+                "none",
+                "-i",
+                str(source),
+                "-o",
+                str(src6),
+            ],
+            check=True,
+            capture_output=True,
+        )
         cpus = flyrecord_cpus(src6)
         raw = src6.read_bytes()
         # header: \x17\x08\x44 "tracing" version "6\0", endianness (1 byte), long size (1 byte), page size (u32)
@@ -90,32 +106,52 @@ def build(source: Path, out: Path, copies: int, shift_ns: int, v6: bool) -> None
         for o, s in cpus:
             if s % page_size:
                 raise SystemExit(f"CPU data of {s} bytes is not a whole number of {page_size}-byte pages")
-            events += check_no_absolute_timestamps(raw[o:o + s], page_size)
+            events += check_no_absolute_timestamps(raw[o : o + s], page_size)
         offsets, off = [], first
         for _, s in cpus:
             offsets.append((off, s * copies))
             off += s * copies
         head = bytearray(raw[:first])
-        head[at:at + len(table)] = b"".join(struct.pack("<QQ", o, s) for o, s in offsets)
+        head[at : at + len(table)] = b"".join(struct.pack("<QQ", o, s) for o, s in offsets)
         dest = work / "long-v6.dat" if not v6 else out
         with open(dest, "wb") as f:
             f.write(head)
             for o, s in cpus:
-                pages = np.frombuffer(raw[o:o + s], dtype=np.uint8).reshape(-1, page_size)
+                pages = np.frombuffer(raw[o : o + s], dtype=np.uint8).reshape(-1, page_size)
                 for k in range(copies):
                     shifted = pages.copy()
                     ts = shifted[:, :8].copy().view("<u8")
                     ts += np.uint64(k * shift_ns)
                     shifted[:, :8] = ts.view(np.uint8).reshape(-1, 8)
                     f.write(shifted.tobytes())
-        print(f"{source}: {events:,} ring-buffer events on {len(cpus)} CPUs, x {copies} copies "
-              f"({copies * events:,} events), each shifted by {shift_ns / 1e9:.3f} s", file=sys.stderr)
+        print(
+            f"{source}: {events:,} ring-buffer events on {len(cpus)} CPUs, x {copies} copies "
+            f"({copies * events:,} events), each shifted by {shift_ns / 1e9:.3f} s",
+            file=sys.stderr,
+        )
         if not v6:
-            res = subprocess.run(["trace-cmd", "convert", "--file-version", "7", "--compression", "zstd", "-i",
-                                  str(dest), "-o", str(out)], capture_output=True, text=True)
+            res = subprocess.run(
+                [
+                    "trace-cmd",
+                    "convert",
+                    "--file-version",
+                    "7",
+                    "--compression",
+                    "zstd",
+                    "-i",
+                    str(dest),
+                    "-o",
+                    str(out),
+                ],
+                capture_output=True,
+                text=True,
+            )
             if res.returncode:  # trace-cmd 3.1.6 refuses CPU sections of more than 2 GiB here (EINVAL)
-                print(f"trace-cmd convert to v7 failed ({res.returncode}: {res.stderr.strip()[-200:]}); "
-                      "keeping the uncompressed v6 file", file=sys.stderr)
+                print(
+                    f"trace-cmd convert to v7 failed ({res.returncode}: {res.stderr.strip()[-200:]}); "
+                    "keeping the uncompressed v6 file",
+                    file=sys.stderr,
+                )
                 shutil.move(dest, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -131,16 +167,20 @@ def main() -> None:
     args = ap.parse_args()
     if args.source is None:
         from ingest import BENCH_TRACE, ensure_bench_trace
+
         args.source, _ = ensure_bench_trace(BENCH_TRACE)
     from abtest.trace.readers import read_trace
+
     meta = read_trace(args.source).meta
     n = sum(meta["events"].values())
     copies = math.ceil(args.events / n)
     shift = int(meta["end_ns"] - meta["start_ns"] + args.gap_s * 1e9)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     build(args.source, args.out, copies, shift, args.v6)
-    print(f"wrote {args.out} ({args.out.stat().st_size / 2**20:.0f} MB): {copies} copies of {args.source} "
-          f"({n:,} events each)")
+    print(
+        f"wrote {args.out} ({args.out.stat().st_size / 2**20:.0f} MB): {copies} copies of {args.source} "
+        f"({n:,} events each)"
+    )
 
 
 if __name__ == "__main__":

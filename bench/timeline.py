@@ -15,6 +15,7 @@ recorded with hackbench when missing). Printed:
 - the derived counter samples before and after thinning (a sample only when the written value changes).
 Targets (issue 42): written in < 10 s; < 2x the size of the input's perfetto equivalent.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,13 @@ def run_cli(trace: Path, out: Path, env: dict | None = None) -> tuple[float, flo
     """(wall s, CPU s (user + system), peak RSS MB) of one `abtest timeline` process. On a shared machine the CPU
     time is the steadier figure: the wall time grows with the other processes' load."""
     t0 = time.perf_counter()
-    r = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", ABTEST, "timeline", str(trace), "-o", str(out)],
-                       capture_output=True, text=True, env=env, check=False)
+    r = subprocess.run(
+        ["/usr/bin/time", "-f", "%M %U %S", ABTEST, "timeline", str(trace), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"abtest timeline failed:\n{r.stdout}\n{r.stderr}")
@@ -67,11 +73,20 @@ def parts(trace: Path) -> dict:
     raw_pelt = int(sig["util"].is_not_null().sum() + sig["runnable"].is_not_null().sum())
     ev = d.frame()
     names = {tr.uuid: tr.name for tr in d.tracks}
-    pelt_written = ev.filter(pl.col("track").replace_strict(names, return_dtype=pl.Utf8).str.contains(
-        r"^CPU \d+ (util|runnable)")).height
-    return {"events": sum(t.meta["events"].values()), "sched_bytes": len(sched), "sched_rows": rows,
-            "derived_bytes": len(body), "derived_events": counts, "sched_s": t_sched, "derived_s": t_derived,
-            "pelt_samples": raw_pelt, "pelt_written": pelt_written}
+    pelt_written = ev.filter(
+        pl.col("track").replace_strict(names, return_dtype=pl.Utf8).str.contains(r"^CPU \d+ (util|runnable)")
+    ).height
+    return {
+        "events": sum(t.meta["events"].values()),
+        "sched_bytes": len(sched),
+        "sched_rows": rows,
+        "derived_bytes": len(body),
+        "derived_events": counts,
+        "sched_s": t_sched,
+        "derived_s": t_derived,
+        "pelt_samples": raw_pelt,
+        "pelt_written": pelt_written,
+    }
 
 
 def main() -> None:
@@ -82,6 +97,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.trace is None:
         from ingest import ensure_bench_trace
+
         args.trace, _ = ensure_bench_trace()
     trace = args.trace
     with tempfile.TemporaryDirectory(prefix="abtest-timeline-bench-") as tmp:
@@ -91,8 +107,10 @@ def main() -> None:
         walls, cpus = [w for w, _, _ in runs], [c for _, c, _ in runs]
         size = out.stat().st_size
         print(f"trace: {trace} ({trace.stat().st_size / 1e6:.1f} MB); load average {os.getloadavg()[0]:.1f}")
-        print(f"abtest timeline (cache warm): wall best {min(walls):.2f} s, median {statistics.median(walls):.2f} s; "
-              f"CPU best {min(cpus):.2f} s; peak RSS {max(r for _, _, r in runs):.0f} MB")
+        print(
+            f"abtest timeline (cache warm): wall best {min(walls):.2f} s, median {statistics.median(walls):.2f} s; "
+            f"CPU best {min(cpus):.2f} s; peak RSS {max(r for _, _, r in runs):.0f} MB"
+        )
         if args.cold:
             env = dict(os.environ, ABTEST_CACHE_DIR=str(Path(tmp) / "cache"))
             w, c, r = run_cli(trace, out, env)
@@ -100,15 +118,23 @@ def main() -> None:
         p = parts(trace)
         equiv = p["sched_bytes"]
         print(f"events in the trace: {p['events']:,}; written as ftrace: {p['sched_rows']}")
-        print(f"output {size / 1e6:.2f} MB = scheduling data {equiv / 1e6:.2f} MB (the input's perfetto equivalent "
-              f"for these events, written in {p['sched_s']:.2f} s) + derived tracks {p['derived_bytes'] / 1e6:.2f} MB "
-              f"({p['derived_events']}, computed and written in {p['derived_s']:.2f} s)")
-        print(f"ratio output / perfetto equivalent: {size / equiv:.2f}x (target < 2x); output / input trace.dat: "
-              f"{size / trace.stat().st_size:.2f}x")
-        print(f"PELT counters: {p['pelt_samples']:,} signal samples -> {p['pelt_written']:,} written "
-              "(quantized, repeats dropped)")
-        print(f"targets: < 10 s {'met' if min(walls) < 10 else 'NOT met'} (wall; CPU {min(cpus):.1f} s); < 2x "
-              f"{'met' if size < 2 * equiv else 'NOT met'}")
+        print(
+            f"output {size / 1e6:.2f} MB = scheduling data {equiv / 1e6:.2f} MB (the input's perfetto equivalent "
+            f"for these events, written in {p['sched_s']:.2f} s) + derived tracks {p['derived_bytes'] / 1e6:.2f} MB "
+            f"({p['derived_events']}, computed and written in {p['derived_s']:.2f} s)"
+        )
+        print(
+            f"ratio output / perfetto equivalent: {size / equiv:.2f}x (target < 2x); output / input trace.dat: "
+            f"{size / trace.stat().st_size:.2f}x"
+        )
+        print(
+            f"PELT counters: {p['pelt_samples']:,} signal samples -> {p['pelt_written']:,} written "
+            "(quantized, repeats dropped)"
+        )
+        print(
+            f"targets: < 10 s {'met' if min(walls) < 10 else 'NOT met'} (wall; CPU {min(cpus):.1f} s); < 2x "
+            f"{'met' if size < 2 * equiv else 'NOT met'}"
+        )
 
 
 if __name__ == "__main__":

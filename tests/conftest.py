@@ -1,4 +1,5 @@
 """Shared fixtures: paths to the real test traces, a per-session cache dir, and the tracefs lock."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -7,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from shared_data import PLATFORMS, TRACES  # ../shared beside the checkout (or $ABTEST_SHARED)
 
 from abtest.collectors.ftrace import TracefsLock
-from shared_data import PLATFORMS, TRACES  # ../shared beside the checkout (or $ABTEST_SHARED)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACEFS = Path("/sys/kernel/tracing")
@@ -31,8 +32,10 @@ def _isolated_cache(tmp_path_factory):
 def traces() -> Path:
     """../shared/traces (real traces from real systems)."""
     if not TRACES.is_dir():
-        pytest.fail(f"{TRACES} is missing: the shared test traces must sit beside the repository "
-                    "(or set ABTEST_SHARED to the directory holding traces/ and platforms/)")
+        pytest.fail(
+            f"{TRACES} is missing: the shared test traces must sit beside the repository "
+            "(or set ABTEST_SHARED to the directory holding traces/ and platforms/)"
+        )
     return TRACES
 
 

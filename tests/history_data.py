@@ -8,6 +8,7 @@ multiplied by (1 + step) from the step build on (a known power step) and by (1 +
 real iteration-to-iteration relative spread of the bundled store's repeated runs (their workload duration,
 16 runs of two labels: CV ~0.6 %); builds get one day each, a git revision and the target name "lab-dut".
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,6 +36,7 @@ def pixel_rails():
     global _RAILS
     if _RAILS is None:
         from abtest import Trace
+
         df = Trace(PIXEL).df("power_rail", windowed=False)
         _RAILS = df.select(df["ts"].alias("ts_ns"), "rail", "subsystem", "energy_uj")
     return _RAILS
@@ -44,8 +46,12 @@ def real_spread() -> np.ndarray:
     """Relative deviations of the bundled store's repeated runs from their label's mean (workload duration)."""
     out = []
     for label in ("menu", "ladder"):
-        vals = np.array([json.loads((d / "metrics.json").read_text())["metrics"]["duration_s"]["value"]
-                         for d in sorted((EXAMPLE / label / "cyclictest").iterdir())])
+        vals = np.array(
+            [
+                json.loads((d / "metrics.json").read_text())["metrics"]["duration_s"]["value"]
+                for d in sorted((EXAMPLE / label / "cyclictest").iterdir())
+            ]
+        )
         out += list(vals / vals.mean() - 1)
     return np.array(out)
 
@@ -58,11 +64,20 @@ def label(k: int) -> str:
     return f"nightly-{k:03d}"
 
 
-def make_history(store: Path, n_builds: int = 30, step_at: int = 20, step: float = 0.04, iterations: int = 3,
-                 seed: int = 41, workload: str = "video", builds: range | None = None) -> list[str]:
+def make_history(
+    store: Path,
+    n_builds: int = 30,
+    step_at: int = 20,
+    step: float = 0.04,
+    iterations: int = 3,
+    seed: int = 41,
+    workload: str = "video",
+    builds: range | None = None,
+) -> list[str]:
     """Write builds `builds` (default all n_builds) of a nightly store; returns their labels. Build k >= step_at
     has its power scaled by (1 + step)."""
     import polars as pl
+
     rails = pixel_rails()
     spread = real_spread()
     rng = np.random.default_rng(seed)
@@ -122,11 +137,23 @@ class PostgresServer:
         if self.root:
             shutil.chown(self.dir, "postgres", "postgres")
             shutil.chown(data, "postgres", "postgres")
-        self._run([str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "abtest", "-E", "UTF8",
-                   "--no-sync"])
+        self._run([str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "abtest", "-E", "UTF8", "--no-sync"])
         opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run([str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(self.dir / "log"), "-w",
-                   "-t", "60", "start"])
+        self._run(
+            [
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(data),
+                "-o",
+                opts,
+                "-l",
+                str(self.dir / "log"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ]
+        )
         self.started = True
         self._run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "abtest", "abtest"])
         return self

@@ -11,6 +11,7 @@ qemu), also when the test fails; `stop()` is idempotent.
 
 Timings measured on this machine are printed (`timings`): initdb, migrate, provisioning, processes up.
 """
+
 from __future__ import annotations
 
 import json
@@ -104,28 +105,38 @@ class LavaStack:
         for sub in ("devices", "health-checks", "dispatcher.d", "media", "worker", "logs"):
             (d / sub).mkdir(exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LAVA_", "DJANGO_", "PYTHON"))}
-        env.update({
-            "PATH": SYSTEM_PATH,
-            "DATABASE_URL": f"postgres://lava@127.0.0.1:{self.pg_port}/lava",
-            "LAVA_SETTINGS_DEVICES_PATH": str(d / "devices"),
-            "LAVA_SETTINGS_HEALTH_CHECKS_PATH": str(d / "health-checks"),
-            "LAVA_SETTINGS_DISPATCHER_CONFIG_PATH": str(d / "dispatcher.d"),
-            "LAVA_SETTINGS_MEDIA_ROOT": str(d / "media"),
-            "LAVA_SETTINGS_DJANGO_LOGFILE": str(d / "logs" / "django.log"),
-            "LAVA_YAML_SETTINGS_DEVICE_TYPES_PATHS": json.dumps(["/usr/share/lava-server/device-types"]),
-            # events: the scheduler reacts to a submission or a device turning idle at once (instead of
-            # its 20 s loop); private sockets, no fixed port
-            "LAVA_YAML_SETTINGS_EVENT_NOTIFICATION": "true",
-            "LAVA_SETTINGS_INTERNAL_EVENT_SOCKET": f"ipc://{d}/lava.events",
-            "LAVA_SETTINGS_EVENT_SOCKET": f"tcp://127.0.0.1:{self.event_port}",
-        })
+        env.update(
+            {
+                "PATH": SYSTEM_PATH,
+                "DATABASE_URL": f"postgres://lava@127.0.0.1:{self.pg_port}/lava",
+                "LAVA_SETTINGS_DEVICES_PATH": str(d / "devices"),
+                "LAVA_SETTINGS_HEALTH_CHECKS_PATH": str(d / "health-checks"),
+                "LAVA_SETTINGS_DISPATCHER_CONFIG_PATH": str(d / "dispatcher.d"),
+                "LAVA_SETTINGS_MEDIA_ROOT": str(d / "media"),
+                "LAVA_SETTINGS_DJANGO_LOGFILE": str(d / "logs" / "django.log"),
+                "LAVA_YAML_SETTINGS_DEVICE_TYPES_PATHS": json.dumps(["/usr/share/lava-server/device-types"]),
+                # events: the scheduler reacts to a submission or a device turning idle at once (instead of
+                # its 20 s loop); private sockets, no fixed port
+                "LAVA_YAML_SETTINGS_EVENT_NOTIFICATION": "true",
+                "LAVA_SETTINGS_INTERNAL_EVENT_SOCKET": f"ipc://{d}/lava.events",
+                "LAVA_SETTINGS_EVENT_SOCKET": f"tcp://127.0.0.1:{self.event_port}",
+            }
+        )
         return env
 
     # -- processes --------------------------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str], **kw) -> None:
         log = open(self.dir / "logs" / f"{name}.out", "w")
-        p = subprocess.Popen(argv, env=self.env, cwd=self.dir, stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True, **kw)
+        p = subprocess.Popen(
+            argv,
+            env=self.env,
+            cwd=self.dir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            **kw,
+        )
         log.close()
         self._popens[name] = p
         self.procs[name] = (p.pid, _start_time(p.pid))
@@ -141,16 +152,37 @@ class LavaStack:
     def manage(self, *args: str) -> str:
         return self._run(["lava-server", "manage", *args])
 
-    def start(self) -> "LavaStack":
+    def start(self) -> LavaStack:
         t0 = time.monotonic()
         pg = self.dir / "pg"
         pg.mkdir()
         shutil.chown(pg, "postgres", "postgres")
-        self._run([str(PG_BIN / "initdb"), "-D", str(pg), "-A", "trust", "-U", "lava", "-E", "UTF8",
-                   "--no-sync"], user="postgres")
-        self._spawn("postgres", ["runuser", "-u", "postgres", "--", str(PG_BIN / "postgres"), "-D", str(pg),
-                                 "-p", str(self.pg_port), "-k", str(pg), "-c", "listen_addresses=127.0.0.1",
-                                 "-c", "fsync=off", "-c", "full_page_writes=off"])
+        self._run(
+            [str(PG_BIN / "initdb"), "-D", str(pg), "-A", "trust", "-U", "lava", "-E", "UTF8", "--no-sync"],
+            user="postgres",
+        )
+        self._spawn(
+            "postgres",
+            [
+                "runuser",
+                "-u",
+                "postgres",
+                "--",
+                str(PG_BIN / "postgres"),
+                "-D",
+                str(pg),
+                "-p",
+                str(self.pg_port),
+                "-k",
+                str(pg),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "full_page_writes=off",
+            ],
+        )
         self._wait(lambda: self._pg_ready(), 30, "PostgreSQL")
         self._run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "lava", "lava"])
         self.timings["postgres_s"] = time.monotonic() - t0
@@ -159,18 +191,78 @@ class LavaStack:
         self.timings["migrate_provision_s"] = time.monotonic() - t1
         t1 = time.monotonic()
         # root, like gunicorn here: as lavaserver (its default) it could not create its ipc socket in self.dir
-        self._spawn("publisher", ["lava-server", "manage", "lava-publisher", "--host", "127.0.0.1",
-                                  "--port", str(self.publisher_port), "-u", "root", "-g", "root",
-                                  "--log-file", str(self.dir / "logs/publisher.log")])
-        self._spawn("gunicorn", ["gunicorn3", "lava_server.wsgi", "--bind", f"127.0.0.1:{self.http_port}",
-                                 "--workers", "2", "--timeout", "120", "--log-file", str(self.dir / "logs/gunicorn.log")])
-        self._spawn("scheduler", ["lava-server", "manage", "lava-scheduler", "--level", "INFO", "-u", "root", "-g", "root",
-                                  "--event-url", f"tcp://127.0.0.1:{self.event_port}",
-                                  "--log-file", str(self.dir / "logs/scheduler.log")])
+        self._spawn(
+            "publisher",
+            [
+                "lava-server",
+                "manage",
+                "lava-publisher",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.publisher_port),
+                "-u",
+                "root",
+                "-g",
+                "root",
+                "--log-file",
+                str(self.dir / "logs/publisher.log"),
+            ],
+        )
+        self._spawn(
+            "gunicorn",
+            [
+                "gunicorn3",
+                "lava_server.wsgi",
+                "--bind",
+                f"127.0.0.1:{self.http_port}",
+                "--workers",
+                "2",
+                "--timeout",
+                "120",
+                "--log-file",
+                str(self.dir / "logs/gunicorn.log"),
+            ],
+        )
+        self._spawn(
+            "scheduler",
+            [
+                "lava-server",
+                "manage",
+                "lava-scheduler",
+                "--level",
+                "INFO",
+                "-u",
+                "root",
+                "-g",
+                "root",
+                "--event-url",
+                f"tcp://127.0.0.1:{self.event_port}",
+                "--log-file",
+                str(self.dir / "logs/scheduler.log"),
+            ],
+        )
         self._wait(lambda: self._api("system/version/").get("version"), 60, "lava-server (gunicorn)")
-        self._spawn("worker", ["lava-worker", "--name", self.worker, "--url", self.url, "--token", self.worker_token,
-                               "--worker-dir", str(self.dir / "worker"), "--ping-interval", "1",
-                               "--job-log-interval", "1", "--log-file", str(self.dir / "logs/worker.log")])
+        self._spawn(
+            "worker",
+            [
+                "lava-worker",
+                "--name",
+                self.worker,
+                "--url",
+                self.url,
+                "--token",
+                self.worker_token,
+                "--worker-dir",
+                str(self.dir / "worker"),
+                "--ping-interval",
+                "1",
+                "--job-log-interval",
+                "1",
+                "--log-file",
+                str(self.dir / "logs/worker.log"),
+            ],
+        )
         self._wait(lambda: self._api(f"workers/{self.worker}/").get("state") == "Online", 60, "lava-worker online")
         self.timings["processes_up_s"] = time.monotonic() - t1
         self.timings["total_s"] = time.monotonic() - t0
@@ -187,12 +279,16 @@ class LavaStack:
         (self.dir / "dispatcher.d" / f"{self.worker}.yaml").write_text(f"prefix: abtest-e2e-{os.getpid()}-\n")
         steps = [["migrate", "--no-input"], ["device-types", "add", "qemu"], ["workers", "add", self.worker]]
         steps += [["devices", "add", "--device-type", "qemu", "--worker", self.worker, n] for n in self.device_names]
-        steps += [["users", "add", "--superuser", "--staff", "--passwd", "abtest-e2e", "abtest"],
-                  ["tokens", "add", "--user", "abtest"]]
-        code = ("import io, json\nfrom django.core.management import call_command\nout = []\n"
-                f"for argv in {json.dumps(steps)}:\n"
-                "    buf = io.StringIO()\n    call_command(*argv, stdout=buf)\n    out.append(buf.getvalue())\n"
-                "print('ABTEST-PROVISION ' + json.dumps(out))\n")
+        steps += [
+            ["users", "add", "--superuser", "--staff", "--passwd", "abtest-e2e", "abtest"],
+            ["tokens", "add", "--user", "abtest"],
+        ]
+        code = (
+            "import io, json\nfrom django.core.management import call_command\nout = []\n"
+            f"for argv in {json.dumps(steps)}:\n"
+            "    buf = io.StringIO()\n    call_command(*argv, stdout=buf)\n    out.append(buf.getvalue())\n"
+            "print('ABTEST-PROVISION ' + json.dumps(out))\n"
+        )
         stdout = self._run(["lava-server", "manage", "shell", "-c", code], timeout=600)
         outputs = json.loads(stdout.split("ABTEST-PROVISION ", 1)[1])
         m = re.search(r"Token:\s*(\S+)", outputs[2])
@@ -202,13 +298,15 @@ class LavaStack:
         self.token = outputs[-1].strip().splitlines()[-1].strip()
 
     def _pg_ready(self) -> bool:
-        r = subprocess.run([str(PG_BIN / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.pg_port)],
-                           capture_output=True)
+        r = subprocess.run(
+            [str(PG_BIN / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.pg_port)], capture_output=True
+        )
         return r.returncode == 0
 
     def _api(self, path: str) -> dict:
-        req = urllib.request.Request(self.url + "api/v0.2/" + path,
-                                     headers={"Authorization": f"Token {self.token}"} if self.token else {})
+        req = urllib.request.Request(
+            self.url + "api/v0.2/" + path, headers={"Authorization": f"Token {self.token}"} if self.token else {}
+        )
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.loads(r.read())
 
@@ -221,8 +319,7 @@ class LavaStack:
         while time.monotonic() - t0 < timeout_s:
             for name, p in self._popens.items():
                 if p.poll() is not None:
-                    raise RuntimeError(f"{name} exited {p.returncode} while waiting for {what}: "
-                                       f"{self.log_tail(name)}")
+                    raise RuntimeError(f"{name} exited {p.returncode} while waiting for {what}: {self.log_tail(name)}")
             try:
                 if check():
                     return
@@ -280,7 +377,7 @@ class LavaStack:
             self.timings[f"stop_{name}_s"] = time.monotonic() - t0
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "LavaStack":
+    def __enter__(self) -> LavaStack:
         try:
             return self.start()
         except BaseException:

@@ -5,6 +5,7 @@ tracefs files and the ring buffers are read with `trace-cmd extract` (trace.dat 
 must hold the tracefs lock (fixture `tracefs_lock`): tracefs is global. Every tracefs setting touched
 is restored afterwards, also when the workload or the extraction fails.
 """
+
 from __future__ import annotations
 
 import re
@@ -43,8 +44,16 @@ def _enabled_events(fs: Path) -> list[Path]:
     return [p for p in (fs / "events").glob("*/*/enable") if _read(p).strip() == "1"]
 
 
-def record(fs: Path, out: Path, events: list[str] | None, buffer_kb: int, commands: list[list[str]],
-           text_copy: Path | None = None, stats: dict[int, str] | None = None, overwrite: bool = True) -> Path:
+def record(
+    fs: Path,
+    out: Path,
+    events: list[str] | None,
+    buffer_kb: int,
+    commands: list[list[str]],
+    text_copy: Path | None = None,
+    stats: dict[int, str] | None = None,
+    overwrite: bool = True,
+) -> Path:
     """Trace `commands` (run one after the other) into `out`.
 
     events: tracefs event paths such as "sched/sched_switch" (those missing on this kernel are skipped),
@@ -57,8 +66,11 @@ def record(fs: Path, out: Path, events: list[str] | None, buffer_kb: int, comman
     saved_kb = _read(fs / "buffer_size_kb").split()[0]
     saved_overwrite = _read(fs / "options" / "overwrite").strip()
     saved_enabled = _enabled_events(fs)
-    switches = [fs / "events" / "enable"] if events is None else \
-        [fs / "events" / e / "enable" for e in events if (fs / "events" / e / "enable").exists()]
+    switches = (
+        [fs / "events" / "enable"]
+        if events is None
+        else [fs / "events" / e / "enable" for e in events if (fs / "events" / e / "enable").exists()]
+    )
     try:
         (fs / "tracing_on").write_text("0")
         (fs / "trace").write_text("")
@@ -88,9 +100,15 @@ def record(fs: Path, out: Path, events: list[str] | None, buffer_kb: int, comman
         (fs / "tracing_on").write_text(saved_on)
 
 
-def record_instances(fs: Path, out: Path, top_events: list[str], instances: dict[str, dict],
-                     commands: list[list[str]], stats: dict[str | None, dict[int, str]] | None = None,
-                     with_top: bool = True) -> Path:
+def record_instances(
+    fs: Path,
+    out: Path,
+    top_events: list[str],
+    instances: dict[str, dict],
+    commands: list[list[str]],
+    stats: dict[str | None, dict[int, str]] | None = None,
+    with_top: bool = True,
+) -> Path:
     """Trace `commands` into the top buffer (`top_events`) and into named trace instances at once, then
     `trace-cmd extract [-t] -B NAME...` into `out` (which also removes the instances).
 

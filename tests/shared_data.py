@@ -5,6 +5,7 @@ was cloned from (`git clone` of /work/main into a temporary directory, as a fres
 first that holds traces/ wins; otherwise the first candidate is returned and the `traces` fixture fails
 with its path.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def _origin_checkout() -> Path | None:
     """The local checkout `origin` points to, if it is a directory on this machine."""
     try:
-        url = subprocess.run(["git", "-C", str(ROOT), "remote", "get-url", "origin"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
+        url = subprocess.run(
+            ["git", "-C", str(ROOT), "remote", "get-url", "origin"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     path = Path(url.removeprefix("file://")) if url else None

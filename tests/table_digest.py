@@ -10,6 +10,7 @@ A table digest is its height, its columns in order with their polars dtype (Cate
 Categorical, its values compared as text) and one sha256 per column over the repr of its Python values
 (None for null). `python tests/table_digest.py` rewrites the fixture from the installed reader.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,8 +37,10 @@ def column_digest(s: pl.Series) -> str:
 
 
 def table_digest(df: pl.DataFrame) -> dict:
-    return {"rows": df.height, "columns": [[name, str(dtype), column_digest(df[name])]
-                                            for name, dtype in df.schema.items()]}
+    return {
+        "rows": df.height,
+        "columns": [[name, str(dtype), column_digest(df[name])] for name, dtype in df.schema.items()],
+    }
 
 
 def trace_digest(path: Path) -> dict:
@@ -46,14 +49,19 @@ def trace_digest(path: Path) -> dict:
 
     data = read_trace(path)
     meta = {k: v for k, v in data.meta.items() if k not in VOLATILE_META}
-    return {"tables": {name: table_digest(df) for name, df in sorted(data.tables.items())},
-            "meta": json.loads(json.dumps(meta, sort_keys=True, default=str))}
+    return {
+        "tables": {name: table_digest(df) for name, df in sorted(data.tables.items())},
+        "meta": json.loads(json.dumps(meta, sort_keys=True, default=str)),
+    }
 
 
 def binary_traces(root: Path) -> list[Path]:
     """Every shared trace.dat and perfetto file under `root` (../shared/traces), sorted."""
-    found = [p for p in root.rglob("*") if p.is_file() and (p.suffix == ".dat" or p.suffix == ".pb"
-                                                            or p.name.endswith(".perfetto-trace"))]
+    found = [
+        p
+        for p in root.rglob("*")
+        if p.is_file() and (p.suffix == ".dat" or p.suffix == ".pb" or p.name.endswith(".perfetto-trace"))
+    ]
     return sorted(found)
 
 
@@ -62,8 +70,10 @@ def main() -> None:
     from shared_data import TRACES
 
     old = json.loads(FIXTURE.read_text()) if FIXTURE.exists() else {}
-    out = {"traces": {str(p.relative_to(TRACES)): trace_digest(p) for p in binary_traces(TRACES)},
-           "mutated": old.get("mutated", {})}  # made once by the reader of main (see the test module)
+    out = {
+        "traces": {str(p.relative_to(TRACES)): trace_digest(p) for p in binary_traces(TRACES)},
+        "mutated": old.get("mutated", {}),
+    }  # made once by the reader of main (see the test module)
     FIXTURE.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     print(f"wrote {FIXTURE}: {len(out['traces'])} traces")
 

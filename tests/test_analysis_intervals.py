@@ -1,4 +1,5 @@
 """abtest.analysis.intervals on hand-built change streams (expected values worked out by hand)."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -48,10 +49,16 @@ def test_multi_value_columns_and_missing_column_error():
 
 
 def test_join_residency_and_weighted_mean():
-    freq = df_intervals(pl.DataFrame({"ts": [0, 10], "cpu": [0, 0], "khz": [500, 1000]}), "khz",
-                        keys="cpu", start_ns=0, end_ns=30)
-    idle = df_intervals(pl.DataFrame({"ts": [0, 5, 20], "cpu": [0, 0, 0], "state": [-1, 0, -1]}), "state",
-                        keys="cpu", start_ns=0, end_ns=30)
+    freq = df_intervals(
+        pl.DataFrame({"ts": [0, 10], "cpu": [0, 0], "khz": [500, 1000]}), "khz", keys="cpu", start_ns=0, end_ns=30
+    )
+    idle = df_intervals(
+        pl.DataFrame({"ts": [0, 5, 20], "cpu": [0, 0, 0], "state": [-1, 0, -1]}),
+        "state",
+        keys="cpu",
+        start_ns=0,
+        end_ns=30,
+    )
     both = df_intervals_join(freq, idle, keys="cpu")
     assert _rows(both) == [(0, 0, 5, 500, -1), (0, 5, 5, 500, 0), (0, 10, 10, 1000, 0), (0, 20, 10, 1000, -1)]
     active = df_residency(both.filter(pl.col("state") == -1), ["cpu", "khz"])
@@ -97,6 +104,7 @@ def _reference(rows, start, end, initial, merge):
 @pytest.mark.parametrize("seed", range(40))
 def test_random_streams_match_the_contract(seed):
     import random
+
     rnd = random.Random(seed)
     n = rnd.randint(0, 40)
     rows = [(rnd.randint(0, 3), rnd.randint(0, 30), rnd.choice([None, 1, 2, 3])) for _ in range(n)]
@@ -109,7 +117,13 @@ def test_random_streams_match_the_contract(seed):
     got = df_intervals(ch, "f", keys="cpu", start_ns=start, end_ns=end, initial=initial, merge_equal=merge)
     assert _rows(got) == _reference(rows, start, end, initial, merge)
     one = [(0, ts, v) for _, ts, v in rows]
-    got = df_intervals(ch.with_columns(pl.lit(0, pl.Int32).alias("cpu")).drop("cpu"), "f", start_ns=start, end_ns=end,
-                       initial=initial, merge_equal=merge)
+    got = df_intervals(
+        ch.with_columns(pl.lit(0, pl.Int32).alias("cpu")).drop("cpu"),
+        "f",
+        start_ns=start,
+        end_ns=end,
+        initial=initial,
+        merge_equal=merge,
+    )
     want = [r[1:] for r in _reference(one, start, end, initial, merge)] if rows else [(start, end - start, initial)]
     assert _rows(got) == [w for w in want if w[1] > 0]

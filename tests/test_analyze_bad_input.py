@@ -2,6 +2,7 @@
 - a non-numeric prev_pid in a text trace: the value becomes null with a warning, every analysis still runs;
 - a perfetto trace cut after its first packets (no event at all): a clear "no analysis applies" exit 2;
 - a text trace whose cpu_id field is empty (a fuzz case): read, the bad value reported."""
+
 from __future__ import annotations
 
 import subprocess
@@ -64,8 +65,13 @@ def test_perfetto_without_events_is_a_clear_exit_2(traces, tmp_path):
         assert info.meta["start_ns"] is None and not info.meta["events"]
         out = analyze_dict(Trace(cut, use_cache=False))
         assert out["idle"] is None and "cpu_idle" in out["skipped"]["idle"]
-        res = subprocess.run([sys.executable, "-m", "abtest.cli", "analyze", str(cut)], capture_output=True,
-                             text=True, timeout=120, cwd=ROOT)
+        res = subprocess.run(
+            [sys.executable, "-m", "abtest.cli", "analyze", str(cut)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
         assert res.returncode == 2 and "no analysis applies" in res.stderr, res.stderr[-2000:]
         assert "Traceback" not in res.stderr
 

@@ -4,6 +4,7 @@ and the perfetto engine cross-check.
 Which of idle / latency / placement must run on a trace is decided here from expected-counts.json
 (counts from `trace-cmd report` or a protobuf walk), not from abtest.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,22 +16,58 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from shared_data import TRACES
 
 from abtest.cli import cli
-from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = TRACES
 EXPECTED = json.loads((SHARED_TRACES / "expected-counts.json").read_text())
 TRACE_FILES = sorted(k for k in EXPECTED if not k.endswith(".yml"))
-ANALYSES = ("power", "idle", "latency", "frequency", "load_tracking", "placement", "tasks", "overutilized", "thermal",
-            "capacity", "cgroups", "energy_model", "frames")
+ANALYSES = (
+    "power",
+    "idle",
+    "latency",
+    "frequency",
+    "load_tracking",
+    "placement",
+    "tasks",
+    "overutilized",
+    "thermal",
+    "capacity",
+    "cgroups",
+    "energy_model",
+    "frames",
+)
 TOP_KEYS = {"file", "format", "duration_s", "window_s", "lost_events", "platform", "skipped", "failed", *ANALYSES}
-IDLE_KEYS = {"window_s", "residency_pct", "idle_pct", "cluster_residency_pct", "cluster_all_cpus_idle_pct", "wakeups",
-             "wakeups_total", "wakeups_per_s"}
-LATENCY_KEYS = {"definition", "wakeup_event", "wakeups", "matched_wakeups", "unmatched_wakeups", "mean_us", "p50_us",
-                "p90_us", "p95_us", "p99_us", "max_us", "gmean_us", "tasks", "per_cluster", "per_target_cluster",
-                "preemption"}
+IDLE_KEYS = {
+    "window_s",
+    "residency_pct",
+    "idle_pct",
+    "cluster_residency_pct",
+    "cluster_all_cpus_idle_pct",
+    "wakeups",
+    "wakeups_total",
+    "wakeups_per_s",
+}
+LATENCY_KEYS = {
+    "definition",
+    "wakeup_event",
+    "wakeups",
+    "matched_wakeups",
+    "unmatched_wakeups",
+    "mean_us",
+    "p50_us",
+    "p90_us",
+    "p95_us",
+    "p99_us",
+    "max_us",
+    "gmean_us",
+    "tasks",
+    "per_cluster",
+    "per_target_cluster",
+    "preemption",
+}
 LATENCY_OPTIONAL_KEYS = {"waking", "while_on_cpu_wakeups"}  # both definitions / waking-only traces
 PLACEMENT_KEYS = {"tasks", "migrate_events", "observed_cpu_changes", "min_runtime_pct", "clusters", "top_tasks"}
 
@@ -79,8 +116,12 @@ def test_exit_2_and_message_when_nothing_applies():
     """trappy/trace_equals.txt holds only bputs markers: no analysis applies (subprocess: real exit code)."""
     path = SHARED_TRACES / "trappy" / "trace_equals.txt"
     assert set(_counts("trappy/trace_equals.txt")) == {"bputs"}
-    p = subprocess.run([sys.executable, "-m", "abtest.cli", "analyze", "--json", str(path)],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "analyze", "--json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 2
     assert "no analysis applies" in p.stderr and "cpu_idle" in p.stderr
     assert json.loads(p.stdout)["skipped"]["idle"].startswith("idle needs events cpu_idle")
@@ -111,23 +152,31 @@ def test_window_option():
 def test_platform_option(tmp_path):
     path = SHARED_TRACES / "x86-vm" / "x86-haltpoll-hackbench-cyclictest.dat"
     plat = tmp_path / "x86.yaml"
-    plat.write_text("name: x86-vm\ndomains:\n  - id: 0\n    cpus: [0, 1]\n    idle_states:\n"
-                    "      - {index: 0, name: POLL, target_residency_us: 0, exit_latency_us: 0}\n"
-                    "      - {index: 1, name: haltpoll idle, target_residency_us: 1, exit_latency_us: 1}\n")
+    plat.write_text(
+        "name: x86-vm\ndomains:\n  - id: 0\n    cpus: [0, 1]\n    idle_states:\n"
+        "      - {index: 0, name: POLL, target_residency_us: 0, exit_latency_us: 0}\n"
+        "      - {index: 1, name: haltpoll idle, target_residency_us: 1, exit_latency_us: 1}\n"
+    )
     d = json.loads(_run(["analyze", "--json", "--only", "idle", "--platform", str(plat), str(path)]).stdout)
     assert d["platform"] == "x86-vm"
     assert {"POLL", "haltpoll idle", "active"} <= set(d["idle"]["residency_pct"]["0"])
     junk = tmp_path / "junk.yaml"
     junk.write_text("just: [a, list\n")
-    res = subprocess.run([sys.executable, "-m", "abtest.cli", "analyze", "--platform", str(junk), str(path)],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "analyze", "--platform", str(junk), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 2 and "junk.yaml" in res.stderr
 
 
 def test_bad_trace_exits_2(tmp_path):
     bad = tmp_path / "broken.dat"
     bad.write_bytes(b"\x17\x08\x44tracing6" + b"\x00" * 20)
-    p = subprocess.run([sys.executable, "-m", "abtest.cli", "analyze", str(bad)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "analyze", str(bad)], capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 2 and "broken.dat" in p.stderr
 
 
@@ -146,8 +195,10 @@ def test_perfetto_engine_idle_residency_equals_native():
     from abtest import Trace
 
     t = Trace(path)
-    mine = {(r["cpu"], r["state"]): r["time_ns"]
-            for r in t.idle.df_residency().filter(pl.col("state").is_not_null()).iter_rows(named=True)}
+    mine = {
+        (r["cpu"], r["state"]): r["time_ns"]
+        for r in t.idle.df_residency().filter(pl.col("state").is_not_null()).iter_rows(named=True)
+    }
     first = t.df("cpu_idle").sort("ts").group_by("cpu").first()
     for cpu, ts, state in first.select("cpu", "ts", "state").iter_rows():
         if state >= 0:  # entry first: abtest counted [start, ts) as active
@@ -184,14 +235,17 @@ def test_two_lanes_give_the_one_lane_result_and_raise_its_errors(monkeypatch):
     skipped analyses, and the others keep their results; `abtest analyze` then exits 2)."""
     from abtest.commands import analyze as A
     from abtest.session import Trace
+
     t = Trace(str(SHARED_TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"))
     one, two = A.analyze_dict(t, threads=1), A.analyze_dict(t, threads=2)
     assert json.dumps(A._jsonable(one), sort_keys=True) == json.dumps(A._jsonable(two), sort_keys=True)
     assert one["latency"] is not None and one["tasks"] is not None and one["idle"] is not None
 
     for broken in ("tasks", "idle"):  # one of each lane
+
         def boom(trace, _name=broken):
             raise RuntimeError(f"{_name} broke")
+
         monkeypatch.setitem(A.ANALYSES, broken, dataclasses.replace(A.ANALYSES[broken], summary=boom))
         got = A.analyze_dict(t, threads=2)
         assert got["failed"] == {broken: f"RuntimeError: {broken} broke"} and got[broken] is None

@@ -4,6 +4,7 @@ of the summaries shows up flattened ("per_cpu.0.opp_residency_pct.450000") or ra
 and every analysis that ran has its section. The same for `--engine perfetto` on the shared perfetto traces
 and for the generic renderer fed with every real summary (what an analysis without a dedicated table
 prints). The expectations come from the traces' JSON (`--json`), not from the renderer."""
+
 from __future__ import annotations
 
 import io
@@ -11,18 +12,18 @@ import json
 import re
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
+from shared_data import TRACES
 
 from abtest import Trace
 from abtest.cli import cli
 from abtest.commands import analyze as A
-from abtest.commands.analyze_tables import Context, blocks_for, generic_blocks, perfetto_blocks
+from abtest.commands.analyze_tables import blocks_for, generic_blocks, perfetto_blocks
 from abtest.commands.text_grid import Grid, _chunks, print_grid
-from shared_data import TRACES
 
 EXPECTED = json.loads((TRACES / "expected-counts.json").read_text())
 TRACE_FILES = sorted(k for k in EXPECTED if not k.endswith(".yml"))
@@ -31,10 +32,11 @@ WIDTHS = (80, 120)
 UNIT_KEY = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*_(?:pct|us|ms|ns|s|per_s|khz|mhz|mw|j|uws)$")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _analysis(name: str, platform: str | None = None) -> tuple[Trace, dict]:
     if platform:
         from abtest.analysis.platform import load_platform
+
         t = Trace(TRACES / name, platform=load_platform(TRACES / platform))
     else:
         t = Trace(TRACES / name)
@@ -175,8 +177,9 @@ def test_columns_honoured_when_piped():
         env = {k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}
         if cols:
             env["COLUMNS"] = cols
-        p = subprocess.run([sys.executable, "-m", "abtest.cli", "analyze", path], capture_output=True, text=True,
-                           env=env, timeout=600)
+        p = subprocess.run(
+            [sys.executable, "-m", "abtest.cli", "analyze", path], capture_output=True, text=True, env=env, timeout=600
+        )
         assert p.returncode == 0, p.stderr
         widths[cols] = max(len(ln.rstrip()) for ln in p.stdout.splitlines())
     assert widths["80"] <= 80 and widths[None] <= 80
@@ -206,8 +209,15 @@ def test_perfetto_engine_prints_tables(name, width):
     assert len(res.stdout.splitlines()) < len(json.dumps(d, indent=1, default=str).splitlines())
 
 
-@pytest.mark.parametrize("name", ["PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace", "systing/trace.pb",
-                                  "trappy/trace.txt", "x86-vm/x86-menu-hackbench-cyclictest.dat"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace",
+        "systing/trace.pb",
+        "trappy/trace.txt",
+        "x86-vm/x86-menu-hackbench-cyclictest.dat",
+    ],
+)
 def test_trace_info_header(name):
     """`trace info` prints the format version and the clock correctly, or leaves them out."""
     res = CliRunner().invoke(cli, ["trace", "info", str(TRACES / name)], env={"COLUMNS": "120"})

@@ -8,6 +8,7 @@ refuse the whole platform. Now the rows that do not fit the canonical schema are
 first examples), the tables keep their schema and every analysis that can run does.
 All inputs are real shared traces, mutated here.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,14 +32,46 @@ ROOT = Path(__file__).resolve().parent.parent
 # (name, shared trace, pattern, replacement, replace count (0: all), import error kind, lines, analyses that must
 # run: all those that run on the unmutated trace but the one whose event lost its fields)
 CASES = [
-    ("freq_fields", "trappy/trace_sched.txt", r"cpu_frequency:(\s+)state=(\d+) cpu_id=(\d+)",
-     r"cpu_frequency:\1freq=\2 cpu=\3", 0, "missing_field", 1, {"capacity", "load_tracking"}),
-    ("idle_foo", "trappy/trace_idle_unsorted.txt", r"cpu_idle:(\s+)state=\d+ cpu_id=\d+", r"cpu_idle:\1foo=1", 0,
-     "missing_field", 8 + 1, {"load_tracking", "placement", "tasks"}),  # + the file's own cut sched_switch
-    ("wakeup_no_pid", "lisa/trace_txt-trace.txt", r"sched_wakeup:(\s+)comm=(\S+) pid=\d+ ", r"sched_wakeup:\1comm=\2 ",
-     0, "missing_field", 1068, {"frequency", "load_tracking", "overutilized", "placement", "tasks"}),
-    ("thermal_text", "trappy/trace.txt", r"(thermal_temperature:.*?) temp=\d+", r"\1 temp=abc", 0,
-     "bad_field_value", 67, {"thermal"}),
+    (
+        "freq_fields",
+        "trappy/trace_sched.txt",
+        r"cpu_frequency:(\s+)state=(\d+) cpu_id=(\d+)",
+        r"cpu_frequency:\1freq=\2 cpu=\3",
+        0,
+        "missing_field",
+        1,
+        {"capacity", "load_tracking"},
+    ),
+    (
+        "idle_foo",
+        "trappy/trace_idle_unsorted.txt",
+        r"cpu_idle:(\s+)state=\d+ cpu_id=\d+",
+        r"cpu_idle:\1foo=1",
+        0,
+        "missing_field",
+        8 + 1,
+        {"load_tracking", "placement", "tasks"},
+    ),  # + the file's own cut sched_switch
+    (
+        "wakeup_no_pid",
+        "lisa/trace_txt-trace.txt",
+        r"sched_wakeup:(\s+)comm=(\S+) pid=\d+ ",
+        r"sched_wakeup:\1comm=\2 ",
+        0,
+        "missing_field",
+        1068,
+        {"frequency", "load_tracking", "overutilized", "placement", "tasks"},
+    ),
+    (
+        "thermal_text",
+        "trappy/trace.txt",
+        r"(thermal_temperature:.*?) temp=\d+",
+        r"\1 temp=abc",
+        0,
+        "bad_field_value",
+        67,
+        {"thermal"},
+    ),
 ]
 
 
@@ -61,17 +94,26 @@ def test_lines_without_canonical_fields_are_import_errors(traces, tmp_path, case
     assert not d["failed"], d["failed"]
     assert must_run <= {k for k, v in d.items() if isinstance(v, dict) and k not in ("skipped", "failed")}, d["skipped"]
     # the tables keep their canonical columns and types, rows or not
-    for table, cols in (("cpu_frequency", {"cpu": pl.Int32, "frequency_khz": pl.Int64}),
-                        ("cpu_idle", {"cpu": pl.Int32, "state": pl.Int64}),
-                        ("sched_wakeup", {"pid": pl.Int32, "target_cpu": pl.Int32})):
+    for table, cols in (
+        ("cpu_frequency", {"cpu": pl.Int32, "frequency_khz": pl.Int64}),
+        ("cpu_idle", {"cpu": pl.Int32, "state": pl.Int64}),
+        ("sched_wakeup", {"pid": pl.Int32, "target_cpu": pl.Int32}),
+    ):
         if table in t.tables:
             df = t.df(table, windowed=False)
             assert {c: df.schema[c] for c in cols} == cols, df.schema
 
 
 def test_one_line_without_pid_is_counted_with_its_line(traces, tmp_path):
-    path = _mutate(traces, tmp_path, "one", "lisa/trace_txt-trace.txt", r"sched_wakeup:(\s+)comm=(\S+) pid=\d+ ",
-                   r"sched_wakeup:\1comm=\2 ", 1)
+    path = _mutate(
+        traces,
+        tmp_path,
+        "one",
+        "lisa/trace_txt-trace.txt",
+        r"sched_wakeup:(\s+)comm=(\S+) pid=\d+ ",
+        r"sched_wakeup:\1comm=\2 ",
+        1,
+    )
     t = Trace(path, use_cache=False)
     assert t.df("sched_wakeup", windowed=False).height == 1067
     ex = t.meta["import_errors"]["missing_field"]["examples"][0]
@@ -83,8 +125,13 @@ def test_analyze_cli_runs_the_other_analyses(traces, tmp_path):
     """As a user runs it: exit 0, the JSON holds the analyses that apply, a warning names the import errors."""
     for name, rel, pattern, repl, count, _kind, _n, must_run in CASES[:2] + CASES[3:]:
         path = _mutate(traces, tmp_path, name, rel, pattern, repl, count)
-        r = subprocess.run([sys.executable, "-m", "abtest.cli", "analyze", "--json", str(path)], capture_output=True,
-                           text=True, timeout=120, cwd=ROOT)
+        r = subprocess.run(
+            [sys.executable, "-m", "abtest.cli", "analyze", "--json", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
         d = json.loads(r.stdout)
         assert must_run <= {k for k in d if isinstance(d[k], dict) and k not in ("skipped", "failed")}
@@ -102,22 +149,28 @@ def _mutated_binary(traces: Path, rel: str, table: str, col: str, value: int, ro
     readers.base_meta(meta, fmt=fmt, wrapper=None, path=path, size=len(data))
     df = raw[table]
     first = pl.int_range(pl.len()) < rows
-    raw[table] = df.with_columns(pl.when(first).then(pl.lit(value)).otherwise(pl.col(col)).cast(df.schema[col])
-                                 .alias(col))
+    raw[table] = df.with_columns(
+        pl.when(first).then(pl.lit(value)).otherwise(pl.col(col)).cast(df.schema[col]).alias(col)
+    )
     return readers.finish(canonicalize(raw, meta), meta)
 
 
-@pytest.mark.parametrize("table, col, value", [("cpu_idle", "cpu_id", 4294967295),
-                                               ("cpu_frequency", "cpu_id", 4294967295),
-                                               ("sched_switch", "cpu", -1)])
+@pytest.mark.parametrize(
+    "table, col, value",
+    [("cpu_idle", "cpu_id", 4294967295), ("cpu_frequency", "cpu_id", 4294967295), ("sched_switch", "cpu", -1)],
+)
 def test_cpu_that_does_not_fit_is_a_bad_row_not_a_crash(traces, table, col, value):
     """Juno trace.dat with its platform: before, a nulled cpu_id crashed the platform check (TypeError) and the
     cluster names; a CPU of -1 made the platform check refuse the platform for six analyses."""
     data = _mutated_binary(traces, "lisa/sched_load-trace.dat", table, col, value)
     assert data.meta["import_errors"]["value_out_of_range"]["count"] == 3
     assert "0..2^31-1" in data.meta["import_errors"]["value_out_of_range"]["examples"][0]["detail"]
-    t = Trace(traces / "lisa/sched_load-trace.dat", use_cache=False,
-              platform=traces / "lisa/sched_load-plat_info.yml", _data=data)
+    t = Trace(
+        traces / "lisa/sched_load-trace.dat",
+        use_cache=False,
+        platform=traces / "lisa/sched_load-plat_info.yml",
+        _data=data,
+    )
     cpu = t.df(table, windowed=False)["cpu"]
     assert cpu.null_count() == 0 and cpu.min() >= 0
     assert set(trace_clusters(t)["cluster"]) == {"cpu0,3-5", "cpu1-2"}
@@ -141,6 +194,7 @@ def test_an_analysis_that_fails_is_noted_and_the_others_run(traces, monkeypatch,
 
     def boom(trace):
         raise KeyError("injected")
+
     monkeypatch.setitem(cmd.ANALYSES, "latency", dataclasses.replace(cmd.ANALYSES["latency"], summary=boom))
     code = run(["analyze", "--json", str(traces / "lisa/trace_txt-trace.txt")])
     out = capsys.readouterr()

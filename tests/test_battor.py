@@ -8,12 +8,11 @@ lines, then `time_ms current_mA voltage_mV [<sync id>]` with 2/1/1 decimals) and
 traces they are aligned to are real: a shared capture (catapult) and a trace recorded here (tracefs) whose
 trace_marker carries a real clock-sync marker.
 """
+
 from __future__ import annotations
 
-import io
 import uuid
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -25,14 +24,22 @@ from abtest.trace.readers import read_trace
 RATE = 2000.0
 
 
-def battor_log(current_ma: np.ndarray, voltage_mv: float = 4012.5, *, sync: dict[int, str] | None = None,
-               chromium_header: bool = True) -> bytes:
+def battor_log(
+    current_ma: np.ndarray,
+    voltage_mv: float = 4012.5,
+    *,
+    sync: dict[int, str] | None = None,
+    chromium_header: bool = True,
+) -> bytes:
     """A BattOr log in the battor_agent's format (see the module docstring)."""
     sync = sync or {}
     head = ["# BattOr"]
     if chromium_header:
-        head += [f"# voltage_range [0.0, 6144.0] mV", f"# current_range [0.0, 2275.5] mA",
-                 f"# sample_rate {int(RATE)} Hz, gain 5.0x"]
+        head += [
+            "# voltage_range [0.0, 6144.0] mV",
+            "# current_range [0.0, 2275.5] mA",
+            f"# sample_rate {int(RATE)} Hz, gain 5.0x",
+        ]
     else:
         head += ["# voltage range [0.000000, 6144.000000] mV", "# current range [0.000000, 2275.500000] mA"]
     rows = []
@@ -94,6 +101,7 @@ def test_one_negative_current_sample_in_a_store_is_excluded_and_noted(tmp_path):
     from abtest.compare.metrics import iteration_metrics
     from abtest.store.reader import load_label
     from abtest.store.writer import write_iteration
+
     cur = np.full(2001, 246.2)
     cur[1000] = -230.0
     d = write_iteration(tmp_path / "A" / "w" / "0", {}, {}, complete=False)
@@ -101,8 +109,12 @@ def test_one_negative_current_sample_in_a_store_is_excluded_and_noted(tmp_path):
     (d / ".complete").touch()
     m, notes = iteration_metrics(load_label(tmp_path / "A").complete("w")[0], use_cache=False, with_trace=False)
     assert m["power.Total"].value == pytest.approx(246.2 * 4012.5 / 1000, rel=1e-9)
-    assert notes == [("battor.txt (BattOr, clock unaligned): power rail BattOr (Total): 1 sample(s) without a usable "
-                      "reading excluded (null/NaN energy; BattOr: negative current)")]
+    assert notes == [
+        (
+            "battor.txt (BattOr, clock unaligned): power rail BattOr (Total): 1 sample(s) without a usable "
+            "reading excluded (null/NaN energy; BattOr: negative current)"
+        )
+    ]
 
 
 def test_catapult_zip_without_sync_keeps_the_battor_clock(traces, tmp_path):
@@ -157,8 +169,14 @@ def test_explicit_sync_with_a_live_marker(tracefs_lock, tmp_path):
 def _regulator_tables(t0: int, bits: np.ndarray, bit_ns: int, regulator: str) -> dict:
     """Canonical tables of a trace holding the two battor markers and the regulator switching `bits`."""
     switch_ts = t0 + np.arange(len(bits)) * bit_ns
-    marker = pl.DataFrame({"ts": [t0 - 5_000_000, int(switch_ts[-1]) + 5_000_000], "cpu": [0, 0], "pid": [1, 1],
-                           "text": [f"trace_event_clock_sync: name=battor regulator={regulator}"] * 2})
+    marker = pl.DataFrame(
+        {
+            "ts": [t0 - 5_000_000, int(switch_ts[-1]) + 5_000_000],
+            "cpu": [0, 0],
+            "pid": [1, 1],
+            "text": [f"trace_event_clock_sync: name=battor regulator={regulator}"] * 2,
+        }
+    )
     on = pl.DataFrame({"ts": switch_ts[bits == 1], "name": [regulator] * int(bits.sum())})
     off = pl.DataFrame({"ts": switch_ts[bits == 0], "name": [regulator] * int((bits == 0).sum())})
     return {"marker": marker, "regulator_enable": on, "regulator_disable": off}
@@ -177,7 +195,7 @@ def test_regulator_correlation_recovers_the_offset():
     start = 2469  # the pattern starts at BattOr sample 2469 (1.2345 s)
     per_bit = int(bit_ns * RATE / 1e9)
     for k, b in enumerate(bits):
-        cur[start + k * per_bit: start + (k + 1) * per_bit] += 300.0 * b
+        cur[start + k * per_bit : start + (k + 1) * per_bit] += 300.0 * b
     frame, meta = read_battor(battor_log(cur))
     aligned, clock = align_to_trace(frame, meta, _regulator_tables(t0, bits, bit_ns, "8941_smbb_boost"))
     assert clock["method"] == "regulator_correlation"
@@ -211,6 +229,7 @@ def test_battor_log_in_a_run_store_is_a_power_source(tmp_path):
     from abtest.compare.comparison import compare_labels
     from abtest.store.reader import load_label
     from abtest.store.writer import write_iteration
+
     for label, ma in (("A", 250.0), ("B", 275.0)):
         for i, s in enumerate((0.99, 1.0, 1.01)):
             d = write_iteration(tmp_path / label / "w" / str(i), {}, {}, complete=False)

@@ -5,15 +5,16 @@ main's metadata had gained cpus_header, import_errors, inferred_gaps...; perfett
 frame_timeline_event since issue 38); and so does a shared trace with a
 ring-buffer page moved back in time (the one decode pipeline orders it as main's record-index path did:
 a stable sort by timestamp of all records in file order)."""
+
 from __future__ import annotations
 
 import json
 import struct
 
 import pytest
-
 from shared_data import TRACES
 from table_digest import FIXTURE, binary_traces, table_digest, trace_digest
+
 from abtest.trace import tracedat
 
 EXPECTED = json.loads(FIXTURE.read_text())
@@ -48,7 +49,9 @@ def test_page_moved_back_in_time_orders_like_a_stable_sort(tmp_path):
     want = EXPECTED["mutated"]["lisa/sched_load-trace.dat:backwards-page"]
     assert {n: table_digest(df) for n, df in sorted(raw.items())} == want["tables"]
     new = [w for w in meta["warnings"] if w not in want["meta"]["warnings"]]
-    assert new == [f"CPU {cpu['cpu']}: 1 records are earlier than the record before them on that CPU (ring-buffer "
-                   f"pages out of time order); every table is ordered by timestamp"]
+    assert new == [
+        f"CPU {cpu['cpu']}: 1 records are earlier than the record before them on that CPU (ring-buffer "
+        f"pages out of time order); every table is ordered by timestamp"
+    ]
     meta["warnings"] = want["meta"]["warnings"]
     assert json.loads(json.dumps(meta, default=str)) == want["meta"]

@@ -10,6 +10,7 @@
    the int64 range are counted as not imported, the page out of time order is warned about), and a BUFFER
    option naming CPU 0x7fffffff is skipped with a warning instead of producing events on CPU 2147483647.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,12 +22,12 @@ import zlib
 from pathlib import Path
 
 import pytest
+from pb_writer import ld
+from shared_data import TRACES
 
 from abtest.trace import tracedat
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
-from pb_writer import ld
-from shared_data import TRACES
 
 V6 = TRACES / "lisa" / "sched_load-trace.dat"
 V7 = TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
@@ -37,8 +38,13 @@ def _cli_info(path: Path, memory_limit: int | None = None) -> subprocess.Complet
     def limit():  # in the child only
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 
-    return subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(path)],
-                          capture_output=True, text=True, timeout=300, preexec_fn=limit if memory_limit else None)
+    return subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit if memory_limit else None,
+    )
 
 
 def _v7_options(data: bytes) -> list[tuple[int, int, int]]:
@@ -85,9 +91,11 @@ def test_perfetto_bomb_under_default_limits_keeps_the_process_small(tmp_path):
     r = _cli_info(p)
     assert r.returncode == 2, r.stderr
     assert "inflates beyond 67108864 bytes" in r.stderr and str(p) in r.stderr
-    child = ("import sys\nfrom abtest.trace.errors import TraceFormatError\nfrom abtest.trace.readers import read_trace\n"
-             "try:\n    read_trace(sys.argv[1])\nexcept TraceFormatError:\n    pass\n"
-             "print(next(ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM')))")
+    child = (
+        "import sys\nfrom abtest.trace.errors import TraceFormatError\nfrom abtest.trace.readers import read_trace\n"
+        "try:\n    read_trace(sys.argv[1])\nexcept TraceFormatError:\n    pass\n"
+        "print(next(ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM')))"
+    )
     out = subprocess.run([sys.executable, "-c", child, str(p)], capture_output=True, text=True, timeout=300, check=True)
     peak_mb = int(out.stdout.split()[-1]) / 1024
     assert peak_mb < 400, peak_mb
@@ -132,7 +140,7 @@ def test_cpustat_with_a_non_numeric_cpu(tmp_path):
     stats = [(at, size) for at, opt_id, size in _v7_options(bytes(data)) if opt_id == 2]
     assert len(stats) == 2  # CPU 0 and CPU 1
     at = stats[0][0]
-    text = bytes(data[at + 6:at + 6 + stats[0][1]])
+    text = bytes(data[at + 6 : at + 6 + stats[0][1]])
     assert text.startswith(b"CPU: 0\n")
     data[at + 6 + 5] = ord("x")  # "CPU: x"
     p = tmp_path / "cpustat-x.dat"
@@ -167,8 +175,8 @@ def test_buffer_option_cpu_id_out_of_range(tmp_path):
     """The BUFFER option's second CPU id made 0x7fffffff in a 2-CPU file: that CPU's data is skipped with a
     warning and counted; no event lands on CPU 2147483647 and cpus stays 2."""
     data = bytearray(V7.read_bytes())
-    (at, _id, size), = [o for o in _v7_options(bytes(data)) if o[1] == 3]
-    payload = bytes(data[at + 6:at + 6 + size])
+    ((at, _id, size),) = [o for o in _v7_options(bytes(data)) if o[1] == 3]
+    payload = bytes(data[at + 6 : at + 6 + size])
     pos = payload.index(b"\0", 8) + 1  # u64 section offset, name ""
     pos = payload.index(b"\0", pos) + 1 + 4  # clock, page size
     (ncpu,) = struct.unpack_from("<I", payload, pos)

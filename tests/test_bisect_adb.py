@@ -2,6 +2,7 @@
 protocol-level ADB device, not Android: it runs the shell commands on this machine). The target file's flash
 hook ([bisect] install, run on the host with ABTEST_OUT) "flashes" the revision's build (its knob file); the
 workload then runs on the device through adb. Same repository and culprit as tests/test_bisect_cli.py."""
+
 from __future__ import annotations
 
 import json
@@ -26,21 +27,42 @@ def _port() -> int:
 
 def test_bisect_over_adb_with_a_flash_hook(bench, tmp_path):  # noqa: F811
     port, server_port = _port(), _port()
-    standin = subprocess.Popen([sys.executable, str(ROOT / "tests/standins/adb_device.py"), str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=bench["env"])
+    standin = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests/standins/adb_device.py"), str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=bench["env"],
+    )
     try:
         assert "listening" in standin.stdout.readline()
         flashed = tmp_path / "flashed.log"
         target = tmp_path / "adb.toml"
         target.write_text(
             f'name = "standin"\nkind = "adb"\n[connection]\nserial = "127.0.0.1:{port}"\n'
-            f'server_port = {server_port}\n'
+            f"server_port = {server_port}\n"
             f'[bisect]\ninstall = "cp \\"$ABTEST_OUT/knob\\" {bench["tmp"] / "knob"} && '
-            f'echo $ABTEST_REV >> {flashed}"\n')
+            f'echo $ABTEST_REV >> {flashed}"\n'
+        )
         shas = bench["shas"]
-        r = bench["run"]("bisect", "start", "--good", shas[0], "--bad", shas[-1], "--repo", str(bench["repo"]),
-                         "--build", str(bench["tmp"] / "build.sh"), "--target", str(target), "--workload",
-                         "hackbench", "--metric", "hackbench_time_s")
+        r = bench["run"](
+            "bisect",
+            "start",
+            "--good",
+            shas[0],
+            "--bad",
+            shas[-1],
+            "--repo",
+            str(bench["repo"]),
+            "--build",
+            str(bench["tmp"] / "build.sh"),
+            "--target",
+            str(target),
+            "--workload",
+            "hackbench",
+            "--metric",
+            "hackbench_time_s",
+        )
         assert r.returncode == 0, r.stderr
         r = bench["run"]("bisect", "run", "--format", "json")
         assert r.returncode == 0, r.stderr[-3000:]

@@ -7,6 +7,7 @@ culprit. Real collector, real run store, real decision rule.
 Covers: the oracle's exit codes for `git bisect run` (0 good, 1 bad, 125 skip, 128 abort), a build that fails
 on some revisions (skipped; the culprit block reports them), resume after SIGKILL of `abtest bisect run` without
 losing or repeating a measurement, and the store labels `compare` reads."""
+
 from __future__ import annotations
 
 import json
@@ -54,45 +55,91 @@ def bench(tmp_path):
         else:
             (repo / f"f{i}").write_text(str(i))
         subprocess.run(git + ["add", "-A"], check=True)
-        subprocess.run(git + ["commit", "-qm", f"commit {i}" + (" broken" if i in (4, CULPRIT - 1) else "")],
-                       check=True)
-    shas = subprocess.run(["git", "-C", str(repo), "log", "--reverse", "--format=%H"], capture_output=True,
-                          text=True, check=True).stdout.split()
+        subprocess.run(
+            git + ["commit", "-qm", f"commit {i}" + (" broken" if i in (4, CULPRIT - 1) else "")], check=True
+        )
+    shas = subprocess.run(
+        ["git", "-C", str(repo), "log", "--reverse", "--format=%H"], capture_output=True, text=True, check=True
+    ).stdout.split()
     build = tmp_path / "build.sh"
     build.write_text(BUILD.format())
     build.chmod(0o755)
     knob = tmp_path / "knob"
     target = tmp_path / "target.toml"
-    target.write_text(f'name = "bisect-local"\nkind = "local"\n[bisect]\n'
-                      f'install = "cp \\"$ABTEST_OUT/knob\\" {knob}"\n')
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "BISECT_KNOB_FILE": str(knob),
-           "ABTEST_STORE": str(tmp_path / "store")}
+    target.write_text(
+        f'name = "bisect-local"\nkind = "local"\n[bisect]\ninstall = "cp \\"$ABTEST_OUT/knob\\" {knob}"\n'
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "BISECT_KNOB_FILE": str(knob),
+        "ABTEST_STORE": str(tmp_path / "store"),
+    }
 
     def run(*args, timeout=600):
-        return subprocess.run([sys.executable, "-m", "abtest.cli", *args], capture_output=True, text=True,
-                              env=env, cwd=ROOT, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "abtest.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=timeout,
+        )
 
     def start(*extra):
-        r = run("bisect", "start", "--good", shas[0], "--bad", shas[-1], "--repo", str(repo), "--build",
-                str(build), "--target", str(target), "--workload", "hackbench", "--metric", "hackbench_time_s",
-                "--min-effect", "2%", *extra)
+        r = run(
+            "bisect",
+            "start",
+            "--good",
+            shas[0],
+            "--bad",
+            shas[-1],
+            "--repo",
+            str(repo),
+            "--build",
+            str(build),
+            "--target",
+            str(target),
+            "--workload",
+            "hackbench",
+            "--metric",
+            "hackbench_time_s",
+            "--min-effect",
+            "2%",
+            *extra,
+        )
         assert r.returncode == 0, r.stderr
         return r
 
-    return {"run": run, "start": start, "env": env, "repo": repo, "shas": shas, "store": tmp_path / "store",
-            "tmp": tmp_path}
+    return {
+        "run": run,
+        "start": start,
+        "env": env,
+        "repo": repo,
+        "shas": shas,
+        "store": tmp_path / "store",
+        "tmp": tmp_path,
+    }
 
 
 def _complete_iterations(store: Path) -> dict[str, list[str]]:
-    return {d.name: sorted(p.parent.name for p in d.glob("hackbench/*/.complete"))
-            for d in sorted(store.glob("bisect-*"))}
+    return {
+        d.name: sorted(p.parent.name for p in d.glob("hackbench/*/.complete")) for d in sorted(store.glob("bisect-*"))
+    }
 
 
 def test_run_finds_the_culprit_skipping_broken_builds_and_resumes_after_sigkill(bench):
     bench["start"]()
     shas, store = bench["shas"], bench["store"]
-    proc = subprocess.Popen([sys.executable, "-m", "abtest.cli", "bisect", "run"], env=bench["env"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "abtest.cli", "bisect", "run"],
+        env=bench["env"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         t0 = time.monotonic()
         while time.monotonic() - t0 < 300 and proc.poll() is None:
@@ -158,16 +205,36 @@ def test_oracle_aborts_on_a_dead_target(bench, tmp_path):
     """An ssh target nobody listens on: the endpoints cannot be measured; exit 128 (git bisect run aborts),
     and the state is kept."""
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     dead = tmp_path / "dead.toml"
-    dead.write_text(f'name = "dead"\nkind = "ssh"\n[connection]\nhost = "127.0.0.1"\nport = {port}\nuser = "root"\n'
-                    f'connect_timeout_s = 2\n[bisect]\nrecover_timeout_s = 1\n')
+    dead.write_text(
+        f'name = "dead"\nkind = "ssh"\n[connection]\nhost = "127.0.0.1"\nport = {port}\nuser = "root"\n'
+        f"connect_timeout_s = 2\n[bisect]\nrecover_timeout_s = 1\n"
+    )
     shas, run = bench["shas"], bench["run"]
-    r = run("bisect", "start", "--good", shas[0], "--bad", shas[-1], "--repo", str(bench["repo"]), "--build",
-            str(tmp_path / "build.sh"), "--target", str(dead), "--workload", "hackbench", "--metric",
-            "hackbench_time_s", "--store", str(tmp_path / "dead-store"))
+    r = run(
+        "bisect",
+        "start",
+        "--good",
+        shas[0],
+        "--bad",
+        shas[-1],
+        "--repo",
+        str(bench["repo"]),
+        "--build",
+        str(tmp_path / "build.sh"),
+        "--target",
+        str(dead),
+        "--workload",
+        "hackbench",
+        "--metric",
+        "hackbench_time_s",
+        "--store",
+        str(tmp_path / "dead-store"),
+    )
     assert r.returncode == 0, r.stderr
     r = run("bisect", "oracle", shas[5], "--store", str(tmp_path / "dead-store"), timeout=300)
     assert r.returncode == 128, r.stderr[-2000:]
@@ -181,6 +248,7 @@ def test_oracle_aborts_on_a_dead_target(bench, tmp_path):
 
 def test_oracle_exit_code_table():
     from abtest.bisect.search import ORACLE_EXIT
+
     assert ORACLE_EXIT == {"good": 0, "bad": 1, "skip": 125, "abort": 128}
 
 
@@ -205,14 +273,20 @@ def test_git_bisect_run_drives_the_oracle(bench):
     g = ["git", "-C", str(repo)]
     subprocess.run(g + ["bisect", "start", shas[-1], shas[0]], check=True, capture_output=True)
     try:
-        r = subprocess.run(g + ["bisect", "run", sys.executable, "-m", "abtest.cli", "bisect", "oracle"],
-                           capture_output=True, text=True, env=bench["env"], cwd=ROOT, timeout=600)
+        r = subprocess.run(
+            g + ["bisect", "run", sys.executable, "-m", "abtest.cli", "bisect", "oracle"],
+            capture_output=True,
+            text=True,
+            env=bench["env"],
+            cwd=ROOT,
+            timeout=600,
+        )
     finally:
         subprocess.run(g + ["bisect", "reset"], capture_output=True)
     out = r.stdout + r.stderr
     assert "first bad commit" in out, out[-3000:]
-    verdict = out[out.index("first bad commit"):]
+    verdict = out[out.index("first bad commit") :]
     if "could be any of" in verdict:  # git's wording when skipped commits are left: the parent and the culprit
         assert shas[CULPRIT] in verdict and shas[CULPRIT - 1] in verdict, verdict
     else:  # git tested around the unbuildable parent without needing it
-        assert out[:out.index("first bad commit")].rstrip().endswith(shas[CULPRIT] + " is the"), out[-3000:]
+        assert out[: out.index("first bad commit")].rstrip().endswith(shas[CULPRIT] + " is the"), out[-3000:]

@@ -1,5 +1,6 @@
 """The culprit posterior and the search rules of `abtest bisect` (abtest.bisect.posterior), and the simulation
 bench that measures them (bench/bisect_sim.py) on a small setting."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from abtest.bisect.posterior import (Evidence, SearchRule, block_members, classic_next, next_query, parent_of,
-                                     posterior)
+from abtest.bisect.posterior import Evidence, SearchRule, block_members, classic_next, next_query, parent_of, posterior
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,8 +75,9 @@ def test_endpoints_are_measured_when_they_are_the_least_known():
 def test_batch_shape_is_per_history():
     a = Evidence.from_runs(_runs([100.0] * 3 + [110.0] * 3, [5, 2, 2, 2, 2, 5]))
     b = Evidence.from_runs(_runs([100.0] + [110.0] * 5, [5, 2, 2, 2, 2, 5], seed=2))
-    both = Evidence(np.stack([a.n, b.n]), np.stack([a.s, b.s]), np.stack([a.ss, b.ss]),
-                    np.stack([a.untestable, b.untestable]))
+    both = Evidence(
+        np.stack([a.n, b.n]), np.stack([a.s, b.s]), np.stack([a.ss, b.ss]), np.stack([a.untestable, b.untestable])
+    )
     post = posterior(both)
     assert list(post.culprit) == [3, 1]
     assert int(posterior(a).culprit) == 3
@@ -99,9 +100,27 @@ def test_simulation_bench_small_setting():
     """bench/bisect_sim.py on 200 histories of 32 commits, 5 % effect at 2 % CV: the posterior search finds the
     culprit >= 95 % of the time and spends fewer runs than classic bisection with 10 runs per step, which is
     less accurate."""
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bisect_sim.py"), "--histories", "200", "--commits",
-                          "32", "--effects", "5", "--cvs", "2", "--classic-n", "10", "--json"],
-                         capture_output=True, text=True, check=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bisect_sim.py"),
+            "--histories",
+            "200",
+            "--commits",
+            "32",
+            "--effects",
+            "5",
+            "--cvs",
+            "2",
+            "--classic-n",
+            "10",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     (row,) = json.loads(out.stdout)["rows"]
     post, classic = row["posterior"], row["classic_n10"]
     assert post["accuracy"] >= 0.95, row

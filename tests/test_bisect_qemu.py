@@ -6,6 +6,7 @@ the traced preemption latency (latency.preempt.gmean_us, lower is better) goes f
 hid the ~1.4x slow-down; the preemption latency is set by the guest's scheduler, not by the host's load.)
 The build command extracts `cmdline` for a revision; the qemu target boots the same kernel image with it.
 `abtest bisect run` must name that commit, confirmed against its parent, and leave no VM of ours running."""
+
 from __future__ import annotations
 
 import json
@@ -22,19 +23,23 @@ ROOT = Path(__file__).resolve().parent.parent
 N_COMMITS = 32
 CULPRIT = 21
 LOOPS = 15000  # per busy loop: ~0.5-1 s under TCG here (2026-11-28)
-WORKLOAD = ("shell:name=busy2,cmd='for j in 1 2; do (i=0; while [ $i -lt %d ]; do i=$((i+1)); done) & done; wait'"
-            % LOOPS)
+WORKLOAD = f"shell:name=busy2,cmd='for j in 1 2; do (i=0; while [ $i -lt {LOOPS} ]; do i=$((i+1)); done) & done; wait'"
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or shutil.which("dropbear") is None,
-                                 reason="needs qemu-system-x86 and dropbear-bin (make setup installs them)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("qemu-system-x86_64") is None or shutil.which("dropbear") is None,
+        reason="needs qemu-system-x86 and dropbear-bin (make setup installs them)",
+    ),
+]
 
 
 def _our_qemus(token: str) -> set[str]:
     """PIDs of the qemu processes booted for this test (their kernel command line carries `token`; other jobs on
     this machine boot abtest VMs too)."""
-    return set(subprocess.run(["pgrep", "-f", f"qemu-system-x86_64.*{token}"], capture_output=True,
-                              text=True).stdout.split())
+    return set(
+        subprocess.run(["pgrep", "-f", f"qemu-system-x86_64.*{token}"], capture_output=True, text=True).stdout.split()
+    )
 
 
 def test_bisect_names_the_commit_that_changes_the_guest_cmdline(tmp_path):
@@ -52,24 +57,52 @@ def test_bisect_names_the_commit_that_changes_the_guest_cmdline(tmp_path):
             (repo / f"f{i}").write_text(str(i))
         subprocess.run(git + ["add", "-A"], check=True)
         subprocess.run(git + ["commit", "-qm", f"commit {i}"], check=True)
-    shas = subprocess.run(["git", "-C", str(repo), "log", "--reverse", "--format=%H"], capture_output=True,
-                          text=True, check=True).stdout.split()
+    shas = subprocess.run(
+        ["git", "-C", str(repo), "log", "--reverse", "--format=%H"], capture_output=True, text=True, check=True
+    ).stdout.split()
     build = tmp_path / "build.sh"
     build.write_text('#!/bin/sh\ngit -C "$ABTEST_REPO" show "$1:cmdline" > "$2/cmdline"\n')
     build.chmod(0o755)
     target = tmp_path / "qemu.toml"
-    target.write_text('name = "qemu-bisect"\nkind = "qemu"\n[qemu]\nmemory_mb = 512\nsmp = 2\n'
-                      'boot_timeout_s = 180.0\n[bisect]\npackage = "linux-image-6.1.0-*-amd64"\n')
+    target.write_text(
+        'name = "qemu-bisect"\nkind = "qemu"\n[qemu]\nmemory_mb = 512\nsmp = 2\n'
+        'boot_timeout_s = 180.0\n[bisect]\npackage = "linux-image-6.1.0-*-amd64"\n'
+    )
     store = tmp_path / "store"
     env = {**os.environ, "ABTEST_STORE": str(store)}
 
     def abtest(*args, timeout):
-        return subprocess.run([sys.executable, "-m", "abtest.cli", *args], capture_output=True, text=True, env=env,
-                              cwd=ROOT, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "abtest.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=timeout,
+        )
 
-    r = abtest("bisect", "start", "--good", shas[0], "--bad", shas[-1], "--repo", str(repo), "--build", str(build),
-               "--target", str(target), "--workload", WORKLOAD, "--metric", "latency.preempt.gmean_us", "--trace",
-               "--min-effect", "10%", timeout=60)
+    r = abtest(
+        "bisect",
+        "start",
+        "--good",
+        shas[0],
+        "--bad",
+        shas[-1],
+        "--repo",
+        str(repo),
+        "--build",
+        str(build),
+        "--target",
+        str(target),
+        "--workload",
+        WORKLOAD,
+        "--metric",
+        "latency.preempt.gmean_us",
+        "--trace",
+        "--min-effect",
+        "10%",
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     try:
         r = abtest("bisect", "run", "--format", "json", timeout=1500)

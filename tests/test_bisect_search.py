@@ -2,6 +2,7 @@
 from known per-revision levels (the real collector path is tested in tests/test_bisect_cli.py): the endpoint
 rule follows the metric's direction, the posterior and classic searches find the culprit, the error budget of
 the oracle's steps."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +15,9 @@ from abtest.bisect.search import Bisector, step_alpha
 class LevelMeasurer:
     """Runs of revision i ~ level(i) x (1 + cv x N(0, 1)); label -> position through the state's revisions."""
 
-    def __init__(self, st: S.BisectState, levels: list[float], cv: float, lower_is_better: bool | None = True,
-                 seed: int = 7):
+    def __init__(
+        self, st: S.BisectState, levels: list[float], cv: float, lower_is_better: bool | None = True, seed: int = 7
+    ):
         self.pos = {S.label_of(sha): i for i, sha in enumerate(st.revisions)}
         self.levels, self.cv, self.direction = levels, cv, lower_is_better
         self.aggregation = "mean"
@@ -37,8 +39,16 @@ class LevelMeasurer:
 
 def _bisection(tmp_path, n: int, **cfg) -> S.BisectState:
     revs = [f"{i:012x}" + "a" * 28 for i in range(1, n + 1)]  # distinct 12-digit labels
-    config = S.Config(good=revs[0], bad=revs[-1], repo=str(tmp_path), build="true", target="", workload="w",
-                      metric="power.Total", **cfg)
+    config = S.Config(
+        good=revs[0],
+        bad=revs[-1],
+        repo=str(tmp_path),
+        build="true",
+        target="",
+        workload="w",
+        metric="power.Total",
+        **cfg,
+    )
     return S.BisectState(config, revs, [f"commit {i}" for i in range(n)])
 
 

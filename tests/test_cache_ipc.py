@@ -1,6 +1,7 @@
 """The cache's Arrow IPC tables read back as views of a memory mapping (abtest._native.ipc_map,
 native/src/cache_ipc.rs): the same frames as the decode wrote (values, dtypes, chunks), columns not copied,
 time ranges cut by binary search equal to a filter, damaged files refused with an error."""
+
 from __future__ import annotations
 
 import random
@@ -8,11 +9,10 @@ import random
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+from test_streamed_open import SHARED_TRACEDAT
 
 from abtest.trace import cache, streamed
 from abtest.trace.readers import read_trace
-
-from test_streamed_open import SHARED_TRACEDAT
 
 
 def _rss_kb(field: str) -> int:
@@ -85,6 +85,7 @@ def test_a_damaged_file_is_an_error_not_a_crash(traces, tmp_path):
     path = cache.table_path(tmp_path / "entry", "sched_switch")
     good = path.read_bytes()
     from abtest import _native
+
     for damaged in (good[: len(good) // 2], b"ARROW1\0\0" + b"\xff" * 64, good[:-10] + b"\xff\xff\xff\x7fARROW1"):
         path.write_bytes(damaged)
         with pytest.raises(ValueError):

@@ -1,6 +1,7 @@
 """The cache key of a trace (blake2b of its bytes) is remembered by the file's identity (abtest.trace.cache
 content_key): an unchanged file is read once, a file written again is hashed again, a recent file every time.
 A real shared trace is copied into tmp_path so that its mtime and content can be changed."""
+
 from __future__ import annotations
 
 import os
@@ -23,6 +24,7 @@ def hashed(monkeypatch, tmp_path):
     def counting(path):
         calls.append(str(path))
         return real(path)
+
     monkeypatch.setattr(cache, "hash_content", counting)
     return calls
 

@@ -7,6 +7,7 @@ This machine has no thermal zone (no /sys/class/thermal/thermal_zone*): the samp
 written by the test (two zones whose temp files the test changes while the sampler runs). Everything else is
 real: tracefs, the kernel's events, /proc, a cpuset cgroup (v1) created and removed by the test.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,13 @@ from abtest.collectors.annotate import TraceAnnotator
 from abtest.targets.local import LocalTarget
 
 CPUSET = Path("/sys/fs/cgroup/cpuset")
-EVENTS = ("sched/sched_switch", "sched/sched_wakeup", "sched/sched_wakeup_new", "sched/sched_process_fork",
-          "cgroup/cgroup_attach_task")
+EVENTS = (
+    "sched/sched_switch",
+    "sched/sched_wakeup",
+    "sched/sched_wakeup_new",
+    "sched/sched_process_fork",
+    "cgroup/cgroup_attach_task",
+)
 
 
 def _cpuset_path(pid: int, tid: int) -> str | None:
@@ -68,8 +74,9 @@ def test_cgroup_snapshot_thermal_sampler_and_attach_events(tracefs_lock, tmp_pat
         assert ann.zones == [(0, "cpu-thermal"), (3, "gpu thermal")] and ann.pid
         # a task that sleeps 1 ms 300 times; moved into the new cpuset group half-way. Pinned to a CPU whose
         # switch-ins from idle the kernel traces (see _cpu_tracing_idle_exits)
-        child = subprocess.Popen(["taskset", "-c", str(cpu), "python3", "-c",
-                                  "import time\nfor _ in range(300): time.sleep(0.001)"])
+        child = subprocess.Popen(
+            ["taskset", "-c", str(cpu), "python3", "-c", "import time\nfor _ in range(300): time.sleep(0.001)"]
+        )
         time.sleep(0.25)
         (zones / "thermal_zone0" / "temp").write_text("47500\n")
         (group / "tasks").write_text(str(child.pid))
@@ -131,8 +138,11 @@ def _cpu_tracing_idle_exits(fs: Path) -> int:
         (fs / "events/sched/sched_switch/enable").write_text("1")
         (fs / "tracing_on").write_text("1")
         try:
-            subprocess.run(["taskset", "-c", str(cpu), "python3", "-c",
-                            "import time\nfor _ in range(50): time.sleep(0.001)"], check=True, timeout=60)
+            subprocess.run(
+                ["taskset", "-c", str(cpu), "python3", "-c", "import time\nfor _ in range(50): time.sleep(0.001)"],
+                check=True,
+                timeout=60,
+            )
         finally:
             (fs / "tracing_on").write_text("0")
             (fs / "events/sched/sched_switch/enable").write_text("0")

@@ -3,6 +3,7 @@
   no completed iteration is lost or rewritten;
 - SIGINT during collection -> exit 130, completed iterations intact, no partial iteration left;
   `--resume` then completes the store without redoing what was complete."""
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,25 @@ def sshd(tmp_path):
 
 
 def start_collect(target: Path, store: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "abtest.cli", "collect", "--target", str(target),
-                             "--store", str(store), "--no-progress", "--json", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "abtest.cli",
+            "collect",
+            "--target",
+            str(target),
+            "--store",
+            str(store),
+            "--no-progress",
+            "--json",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
 
 
 def wait_for(cond, timeout_s: float, what: str) -> None:
@@ -55,8 +72,7 @@ def complete_markers(store: Path) -> list[Path]:
 
 def snapshot(store: Path) -> dict[str, bytes]:
     """meta.json bytes of every complete iteration."""
-    return {str(p.parent.relative_to(store)): (p.parent / "meta.json").read_bytes()
-            for p in complete_markers(store)}
+    return {str(p.parent.relative_to(store)): (p.parent / "meta.json").read_bytes() for p in complete_markers(store)}
 
 
 @pytest.mark.tracefs
@@ -64,15 +80,21 @@ def test_killed_connection_mid_iteration_is_retried(sshd, tmp_path):
     target = tmp_path / "t.toml"
     target.write_text(sshd.target_toml(extra="[trace]\nbuffer_size_kb = 1024\n"))
     store = tmp_path / "store"
-    proc = start_collect(target, store, "--label", "a", "--workload", "shell:name=sleep,cmd='sleep 2'",
-                         "-n", "3", "--retries", "2")
+    proc = start_collect(
+        target, store, "--label", "a", "--workload", "shell:name=sleep,cmd='sleep 2'", "-n", "3", "--retries", "2"
+    )
     try:
         wait_for(lambda: (store / "a/sleep/1/.complete").exists(), 120, "iteration 1")
         first = snapshot(store)
         # iteration 2 in flight: its temp dir exists and the workload (sleep 2) is running
-        wait_for(lambda: list((store / "a/sleep").glob(".tmp-2-*")) and
-                 subprocess.run(["pgrep", "-f", "^sleep 2$"], capture_output=True).returncode == 0, 60,
-                 "iteration 2 to start its workload")
+        wait_for(
+            lambda: (
+                list((store / "a/sleep").glob(".tmp-2-*"))
+                and subprocess.run(["pgrep", "-f", "^sleep 2$"], capture_output=True).returncode == 0
+            ),
+            60,
+            "iteration 2 to start its workload",
+        )
         killed = sshd.serving_children()
         assert killed, "no sshd process serves the collector's connection"
         for pid in killed:

@@ -1,6 +1,7 @@
 """Values that reach a config file or a shell (issue 27 item 18): perfetto's atrace_apps and the other config
 strings, geekbench's extra_args. Checked with the real parsers: Perfetto's TraceConfig protobuf (the `perfetto`
 package's generated classes, protobuf text format) and /bin/sh."""
+
 from __future__ import annotations
 
 import os
@@ -27,14 +28,25 @@ def ftrace_config(cfg: pb.TraceConfig):
 def test_atrace_apps_round_trip_through_perfetto_text_format():
     cfg = parse_config(make_trace_config(atrace_apps=("com.google.android.youtube", "com.foo:remote", "com.bar*")))
     assert list(ftrace_config(cfg).atrace_apps) == ["com.google.android.youtube", "com.foo:remote", "com.bar*"]
-    assert [ds.config.name for ds in cfg.data_sources] == ["linux.ftrace", "linux.process_stats", "android.power",
-                                                           "android.surfaceflinger.frametimeline"]
+    assert [ds.config.name for ds in cfg.data_sources] == [
+        "linux.ftrace",
+        "linux.process_stats",
+        "android.power",
+        "android.surfaceflinger.frametimeline",
+    ]
     assert list(ftrace_config(parse_config(make_trace_config())).atrace_apps) == ["*"]
 
 
-@pytest.mark.parametrize("evil", [
-    'x" } } data_sources { config { name: "linux.process_stats',  # the injection issue 27 suspected
-    "com.foo\natrace_apps: \"*\"", "com.foo\\", "", "com foo"])
+@pytest.mark.parametrize(
+    "evil",
+    [
+        'x" } } data_sources { config { name: "linux.process_stats',  # the injection issue 27 suspected
+        'com.foo\natrace_apps: "*"',
+        "com.foo\\",
+        "",
+        "com foo",
+    ],
+)
 def test_a_config_fragment_is_refused_not_traced(evil):
     with pytest.raises(ConfigValueError):
         make_trace_config(atrace_apps=evil)
@@ -44,7 +56,7 @@ def test_other_config_strings_are_checked_too():
     with pytest.raises(ConfigValueError):
         make_trace_config(atrace_categories=('gfx" } x {',))
     with pytest.raises(ConfigValueError):
-        make_trace_config(extra_ftrace_events=("ftrace/print\"\n",))
+        make_trace_config(extra_ftrace_events=('ftrace/print"\n',))
 
 
 def test_proto_string_escapes_what_text_format_reads_back():
@@ -62,17 +74,30 @@ def test_geekbench_extra_args_never_reach_the_shell_as_syntax(tmp_path):
     fake.chmod(0o755)
     pwned = tmp_path / "pwned"
     wl = make_workload(f"geekbench:extra_args=\"--no-upload; touch {pwned} $(touch {pwned}) 'two words'\"")
-    res = subprocess.run(["/bin/sh", "-c", wl.command(str(tmp_path))], capture_output=True, text=True,
-                         env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"}, timeout=30)
+    res = subprocess.run(
+        ["/bin/sh", "-c", wl.command(str(tmp_path))],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"},
+        timeout=30,
+    )
     assert res.returncode == 0, res.stderr
     assert not pwned.exists()
-    assert res.stdout.splitlines() == ["[--no-upload;]", "[touch]", f"[{pwned}]", "[$(touch]", f"[{pwned})]",
-                                       "[two words]", "[--export-json]", f"[{tmp_path}/abtest-geekbench.json]"]
+    assert res.stdout.splitlines() == [
+        "[--no-upload;]",
+        "[touch]",
+        f"[{pwned}]",
+        "[$(touch]",
+        f"[{pwned})]",
+        "[two words]",
+        "[--export-json]",
+        f"[{tmp_path}/abtest-geekbench.json]",
+    ]
 
 
 def test_geekbench_unbalanced_quotes_and_bad_packages_are_refused():
     with pytest.raises(WorkloadError):
-        make_workload("geekbench:extra_args=\"--cpu 'oops\"")
+        make_workload('geekbench:extra_args="--cpu \'oops"')
     with pytest.raises(WorkloadError):
         make_workload("jankbench:package=../../data/system")
     with pytest.raises(WorkloadError):

@@ -1,6 +1,7 @@
 """`abtest collect` with the RAPL power sampler over counter files that change during the run (a sysfs-shaped
 tree in tmp_path: this machine has no power counters). Checks power.csv in the store (columns, unwrapped
 monotonic energy) and that its timestamps sit on the trace clock: inside the workload's trace markers."""
+
 from __future__ import annotations
 
 import json
@@ -42,15 +43,36 @@ def test_collect_with_rapl_sampler_aligned_to_trace(tmp_path):
             time.sleep(0.01)
 
     target = tmp_path / "t.toml"
-    target.write_text(f'name = "local-rapl"\nkind = "local"\n[power]\nsampler = "rapl"\nperiod_s = 0.1\n'
-                      f'sysfs = "{sysfs}"\n[trace]\nbuffer_size_kb = 1024\n')
+    target.write_text(
+        f'name = "local-rapl"\nkind = "local"\n[power]\nsampler = "rapl"\nperiod_s = 0.1\n'
+        f'sysfs = "{sysfs}"\n[trace]\nbuffer_size_kb = 1024\n'
+    )
     th = threading.Thread(target=counters)
     th.start()
     try:
-        r = subprocess.run([sys.executable, "-m", "abtest.cli", "collect", "--target", str(target), "--label", "x",
-                            "--workload", "shell:name=sleep,cmd='sleep 1.5'", "-n", "1", "--store",
-                            str(tmp_path / "store"), "--no-progress"],
-                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "abtest.cli",
+                "collect",
+                "--target",
+                str(target),
+                "--label",
+                "x",
+                "--workload",
+                "shell:name=sleep,cmd='sleep 1.5'",
+                "-n",
+                "1",
+                "--store",
+                str(tmp_path / "store"),
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
     finally:
         stop.set()
         th.join()

@@ -2,6 +2,7 @@
 and abtest's own initramfs (busybox + dropbear + trace-cmd); `abtest collect --kernel kernelA --kernel
 kernelB` over ssh with host-key pinning, ABAB order, each VM booted once and reused; trace + meta.json per
 iteration, uname verified. The fixture downloads the kernels itself (cached in ~/.cache/abtest/qemu)."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -9,10 +10,10 @@ import json
 import os
 import shutil
 import signal
-import threading
-import time
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,25 +21,54 @@ import pytest
 from abtest import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or shutil.which("dropbear") is None,
-                                reason="needs qemu-system-x86 and dropbear-bin (make setup installs them)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("qemu-system-x86_64") is None or shutil.which("dropbear") is None,
+        reason="needs qemu-system-x86 and dropbear-bin (make setup installs them)",
+    ),
+]
 
 
 def _abtest_qemus() -> set[str]:
     """PIDs of the qemu processes abtest started (their command lines name an abtest-vm- work dir)."""
-    return set(subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True,
-                              text=True).stdout.split())
+    return set(
+        subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True, text=True).stdout.split()
+    )
 
 
 def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
     target = ROOT / "targets" / "examples" / "qemu-debian.toml"
     store = tmp_path / "store"
     qemu_before = _abtest_qemus()
-    proc = subprocess.Popen([sys.executable, "-m", "abtest.cli", "collect", "--target", str(target),
-                             "--kernel", "kernelA", "--kernel", "kernelB",
-                             "--workload", "hackbench:groups=1,loops=20,timeout_s=120", "--retries", "3",
-                             "-n", "2", "--store", str(store), "--no-progress", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "abtest.cli",
+            "collect",
+            "--target",
+            str(target),
+            "--kernel",
+            "kernelA",
+            "--kernel",
+            "kernelB",
+            "--workload",
+            "hackbench:groups=1,loops=20,timeout_s=120",
+            "--retries",
+            "3",
+            "-n",
+            "2",
+            "--store",
+            str(store),
+            "--no-progress",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     killed = []
 
     def kill_kernel_b_vm_mid_iteration():
@@ -46,8 +76,9 @@ def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
         t0 = time.monotonic()
         while proc.poll() is None and time.monotonic() - t0 < 1400:
             if list((store / "kernelB" / "hackbench").glob(".tmp-2-*")):
-                for pid in subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*vmlinuz-6.12.*abtest-vm-"],
-                                          capture_output=True, text=True).stdout.split():
+                for pid in subprocess.run(
+                    ["pgrep", "-f", "qemu-system-x86_64.*vmlinuz-6.12.*abtest-vm-"], capture_output=True, text=True
+                ).stdout.split():
                     os.kill(int(pid), signal.SIGKILL)
                     killed.append(int(pid))
                 return
@@ -71,8 +102,12 @@ def test_collect_kernel_a_vs_b_under_qemu(tmp_path):
     # kernelA booted once and reused (ABAB without rebooting); kernelB relaunched once after its VM was
     # killed. A guest kernel panic under TCG (seen in CI with 6.12) costs one more boot, which the
     # collector logs with the panic line; such boots are counted out here, never hidden.
-    panics = {lab: err.count(f"{lab}: guest died during boot") + err.count(f"{lab}: VM exited (guest kernel panic")
-              + err.count(f"{lab}: VM hung") for lab in ("kernelA", "kernelB")}
+    panics = {
+        lab: err.count(f"{lab}: guest died during boot")
+        + err.count(f"{lab}: VM exited (guest kernel panic")
+        + err.count(f"{lab}: VM hung")
+        for lab in ("kernelA", "kernelB")
+    }
     assert err.count("booting kernelA") == 1 + panics["kernelA"], err
     assert err.count("booting kernelB") == 2 + panics["kernelB"] and summary["retries"] >= 1, err
     assert "kernelB: VM exited (no panic in the serial log)" in err, err  # our SIGKILL, reported as such
@@ -108,10 +143,20 @@ def test_guest_that_panics_at_boot_is_relaunched_then_reported(tmp_path):
     from abtest.targets.config import parse_target
     from abtest.targets.qemu import QemuProvider
 
-    cfg = parse_target({"name": "qemu-panic", "kind": "qemu",
-                        "qemu": {"memory_mb": 512, "smp": 2, "append": "rdinit=/nonexistent", "boot_attempts": 2,
-                                 "boot_timeout_s": 120.0},
-                        "boot": {"kernelA": {"package": "linux-image-6.1.0-*-amd64", "expect_release": "6.1.*"}}})
+    cfg = parse_target(
+        {
+            "name": "qemu-panic",
+            "kind": "qemu",
+            "qemu": {
+                "memory_mb": 512,
+                "smp": 2,
+                "append": "rdinit=/nonexistent",
+                "boot_attempts": 2,
+                "boot_timeout_s": 120.0,
+            },
+            "boot": {"kernelA": {"package": "linux-image-6.1.0-*-amd64", "expect_release": "6.1.*"}},
+        }
+    )
     logs: list[str] = []
     provider = QemuProvider(cfg, log=logs.append)
     qemu_before = _abtest_qemus()
@@ -137,9 +182,14 @@ def test_hung_guest_is_stopped_and_replaced():
     from abtest.targets.config import parse_target
     from abtest.targets.qemu import QemuProvider
 
-    cfg = parse_target({"name": "qemu-hang", "kind": "qemu",
-                        "qemu": {"memory_mb": 512, "smp": 2, "boot_timeout_s": 120.0},
-                        "boot": {"kernelA": {"package": "linux-image-6.1.0-*-amd64", "expect_release": "6.1.*"}}})
+    cfg = parse_target(
+        {
+            "name": "qemu-hang",
+            "kind": "qemu",
+            "qemu": {"memory_mb": 512, "smp": 2, "boot_timeout_s": 120.0},
+            "boot": {"kernelA": {"package": "linux-image-6.1.0-*-amd64", "expect_release": "6.1.*"}},
+        }
+    )
     logs: list[str] = []
     provider = QemuProvider(cfg, log=logs.append)
     label = LabelSpec("kernelA", boot=cfg.boot["kernelA"])

@@ -8,6 +8,7 @@
   fixed names are not followed; the stored trace is owner-only.
 The knob is /proc/sys/kernel/printk_ratelimit_burst (harmless; restored by the tests whatever happens).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,10 +31,12 @@ pytestmark = [pytest.mark.tracefs, pytest.mark.skipif(not KNOB.exists(), reason=
 
 def tracefs_state(tracefs: Path = Path("/sys/kernel/tracing")) -> dict:
     clock = (tracefs / "trace_clock").read_text()
-    return {"tracing_on": (tracefs / "tracing_on").read_text().strip(),
-            "buffer_size_kb": (tracefs / "buffer_size_kb").read_text().split()[0],
-            "trace_clock": clock[clock.index("[") + 1:clock.index("]")],
-            "set_event": sorted((tracefs / "set_event").read_text().split())}
+    return {
+        "tracing_on": (tracefs / "tracing_on").read_text().strip(),
+        "buffer_size_kb": (tracefs / "buffer_size_kb").read_text().split()[0],
+        "trace_clock": clock[clock.index("[") + 1 : clock.index("]")],
+        "set_event": sorted((tracefs / "set_event").read_text().split()),
+    }
 
 
 def locked_state() -> dict:
@@ -63,8 +66,9 @@ def env(tmp_path):
 
 
 def abtest(*args: str, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "abtest.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "abtest.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
+    )
 
 
 def other_values(orig: dict) -> tuple[str, str, str]:
@@ -80,12 +84,32 @@ def start_and_kill(tmp_path: Path, env: dict, orig: dict) -> tuple[list[str], Pa
     workload it started) by PID. Returns the collect arguments and the journal directory."""
     buf, clock, knob = other_values(orig)
     pidfile = tmp_path / "workload.pid"
-    args = ["collect", "--target", "localhost", "--label", f"k:sysfs:{KNOB}={knob}",
-            "--workload", f"shell:name=hold,cmd=\"sh -c 'echo $$ > {pidfile}; exec sleep 60'\"",
-            "-n", "1", "--buffer-size-kb", buf, "--trace-clock", clock, "--store", str(tmp_path / "store"),
-            "--no-progress"]
-    proc = subprocess.Popen([sys.executable, "-m", "abtest.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    args = [
+        "collect",
+        "--target",
+        "localhost",
+        "--label",
+        f"k:sysfs:{KNOB}={knob}",
+        "--workload",
+        f"shell:name=hold,cmd=\"sh -c 'echo $$ > {pidfile}; exec sleep 60'\"",
+        "-n",
+        "1",
+        "--buffer-size-kb",
+        buf,
+        "--trace-clock",
+        clock,
+        "--store",
+        str(tmp_path / "store"),
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "abtest.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     try:
         wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 120, "the workload to start")
         during = {**tracefs_state(), "knob": KNOB.read_text().strip()}  # the collector holds the lock now
@@ -162,12 +186,31 @@ def test_two_collections_at_once_keep_their_own_settings(tmp_path, env):
     try:
         for label, value in values.items():
             procs[label] = subprocess.Popen(
-                [sys.executable, "-m", "abtest.cli", "collect", "--target", "localhost",
-                 "--label", f"{label}:sysfs:{KNOB}={value}",
-                 "--workload", f"shell:name=read,cmd='cat {KNOB}; sleep 0.3; cat {KNOB}'", "-n", "4",
-                 "--no-trace", "--no-progress", "--store", str(tmp_path / f"store-{label}")],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
-        for label, p in procs.items():
+                [
+                    sys.executable,
+                    "-m",
+                    "abtest.cli",
+                    "collect",
+                    "--target",
+                    "localhost",
+                    "--label",
+                    f"{label}:sysfs:{KNOB}={value}",
+                    "--workload",
+                    f"shell:name=read,cmd='cat {KNOB}; sleep 0.3; cat {KNOB}'",
+                    "-n",
+                    "4",
+                    "--no-trace",
+                    "--no-progress",
+                    "--store",
+                    str(tmp_path / f"store-{label}"),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+                env=env,
+            )
+        for _label, p in procs.items():
             _, err = p.communicate(timeout=300)
             assert p.returncode == 0, err[-2000:]
     finally:
@@ -201,10 +244,23 @@ def test_scratch_files_are_private_and_not_at_fixed_names(tmp_path, env):
         (tmpdir / name).symlink_to(victim)  # what an attacker could plant under a fixed name
     orig = locked_state()
     try:
-        res = abtest("collect", "--target", "localhost", "--label", "p",
-                     "--workload", "shell:name=where,cmd='pwd; stat -c \"%a %u\" .'", "-n", "1",
-                     "--buffer-size-kb", "1024", "--store", str(tmp_path / "store"), "--no-progress",
-                     env={**env, "TMPDIR": str(tmpdir)})
+        res = abtest(
+            "collect",
+            "--target",
+            "localhost",
+            "--label",
+            "p",
+            "--workload",
+            "shell:name=where,cmd='pwd; stat -c \"%a %u\" .'",
+            "-n",
+            "1",
+            "--buffer-size-kb",
+            "1024",
+            "--store",
+            str(tmp_path / "store"),
+            "--no-progress",
+            env={**env, "TMPDIR": str(tmpdir)},
+        )
         assert res.returncode == 0, res.stderr
     finally:
         if locked_state() != orig:
@@ -243,11 +299,20 @@ def test_journals_of_live_runs_and_earlier_boots_are_left_alone(tmp_path, env):
     orig_knob = KNOB.read_text().strip()
     bogus = str(int(orig_knob) + 99)
     this_boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    dead = subprocess.run([sys.executable, "-c", JOURNAL_WRITER, "0" * 8 + this_boot[8:], str(KNOB), bogus, "die"],
-                          capture_output=True, text=True, timeout=60, env=env)
+    dead = subprocess.run(
+        [sys.executable, "-c", JOURNAL_WRITER, "0" * 8 + this_boot[8:], str(KNOB), bogus, "die"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert dead.returncode == 0 and "ready" in dead.stdout, dead.stderr
-    live = subprocess.Popen([sys.executable, "-c", JOURNAL_WRITER, this_boot, str(KNOB), bogus, "live"],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    live = subprocess.Popen(
+        [sys.executable, "-c", JOURNAL_WRITER, this_boot, str(KNOB), bogus, "live"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert live.stdout.readline().strip() == "ready"
         res = abtest("collect", "--target", "localhost", "--restore", "--json", env=env)

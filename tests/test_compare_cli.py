@@ -10,6 +10,7 @@ test_seed_tables.py). The expected per-iteration metrics are computed in this te
 text with plain Python (not with abtest), and the verdicts are checked against p-values computed here with
 scipy directly and the documented rule.
 """
+
 import json
 import math
 import os
@@ -23,28 +24,32 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from scipy import stats as sps
+from shared_data import TRACES
 
 from abtest.cli import cli
 from abtest.store.writer import write_iteration
-from shared_data import TRACES
 
 X86 = TRACES / "x86-vm"
 WINDOW_MS = 150
 WINDOWS = {"haltpoll": 6, "ladder": 6, "menu": 3}
 # `trace-cmd report -t` prints seconds with 9 decimals, or integer ns (no decimal point, no space) for
 # counter-like clocks such as "boot"
-LINE = re.compile(r"^\s*(?P<comm>.*?)-(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s*(?P<ts>\d+(?:\.\d+)?):\s+(?P<event>\w+):\s+(?P<body>.*)$")
+LINE = re.compile(
+    r"^\s*(?P<comm>.*?)-(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s*(?P<ts>\d+(?:\.\d+)?):\s+(?P<event>\w+):\s+(?P<body>.*)$"
+)
 
 
 def _seconds(ts: str) -> float:
     return float(ts) if "." in ts else int(ts) / 1e9
 
+
 pytestmark = pytest.mark.skipif(shutil.which("trace-cmd") is None, reason="trace-cmd not installed")
 
 
 def _report(path: Path) -> list[re.Match]:
-    out = subprocess.run(["trace-cmd", "report", "-t", str(path)], capture_output=True, text=True, check=True,
-                         timeout=120).stdout
+    out = subprocess.run(
+        ["trace-cmd", "report", "-t", str(path)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
     return [m for m in map(LINE.match, out.splitlines()) if m]
 
 
@@ -82,21 +87,41 @@ def independent_metrics(path: Path) -> dict:
 
     def gm(xs):
         return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
     gmean = gm(lat_us)
-    return {"idle.too_shallow_pct": 100.0 * below / exits if exits else None,
-            "idle.wakeups_per_s": exits / (last - first), "latency.gmean_us": gmean,
-            "cpu_idle_events": idle_events, "task_gmean_us": {c: gm(v) for c, v in per_comm.items()}}
+    return {
+        "idle.too_shallow_pct": 100.0 * below / exits if exits else None,
+        "idle.wakeups_per_s": exits / (last - first),
+        "latency.gmean_us": gmean,
+        "cpu_idle_events": idle_events,
+        "task_gmean_us": {c: gm(v) for c, v in per_comm.items()},
+    }
 
 
 def _split(src: Path, out_dir: Path, n: int) -> list[Path]:
     end = next(_seconds(m["ts"]) for m in _report(src) if "workload end" in m["body"])
     start = end - 0.9
     out_dir.mkdir(parents=True)
-    subprocess.run(["trace-cmd", "split", "-i", str(src), "-o", str(out_dir / "w.dat"), "-m", str(WINDOW_MS),
-                    "-r", f"{start:.6f}"], capture_output=True, check=True, timeout=120)
+    subprocess.run(
+        [
+            "trace-cmd",
+            "split",
+            "-i",
+            str(src),
+            "-o",
+            str(out_dir / "w.dat"),
+            "-m",
+            str(WINDOW_MS),
+            "-r",
+            f"{start:.6f}",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
     files = sorted(out_dir.glob("w.dat.*"))
     assert len(files) >= n
-    return files[:n + 1]
+    return files[: n + 1]
 
 
 @pytest.fixture(scope="module")
@@ -108,11 +133,17 @@ def governor_store(tmp_path_factory):
         files = _split(X86 / f"x86-{gov}-hackbench-cyclictest.dat", root / "split" / gov, n)
         expected[gov] = []
         for i, f in enumerate(files[:n]):
-            it = write_iteration(store / gov / "cyclictest" / f"{i + 1}", {}, {
-                "kernel": {"release": "6.18 (per ../shared/traces/README.md)", "machine": "x86_64"},
-                "hardware": {"cpus": 2, "cpu_model": "x86_64 virtual machine"},
-                "governors": {"cpuidle_driver": "haltpoll", "cpuidle": gov},
-                "settings": {"window": f"trace-cmd split window {i + 1} ({WINDOW_MS} ms)"}}, complete=False)
+            it = write_iteration(
+                store / gov / "cyclictest" / f"{i + 1}",
+                {},
+                {
+                    "kernel": {"release": "6.18 (per ../shared/traces/README.md)", "machine": "x86_64"},
+                    "hardware": {"cpus": 2, "cpu_model": "x86_64 virtual machine"},
+                    "governors": {"cpuidle_driver": "haltpoll", "cpuidle": gov},
+                    "settings": {"window": f"trace-cmd split window {i + 1} ({WINDOW_MS} ms)"},
+                },
+                complete=False,
+            )
             (it / "metrics.json").unlink()  # trace-only iterations
             shutil.move(str(f), it / "trace.dat")
             (it / ".complete").touch()
@@ -137,8 +168,11 @@ def _expected_verdict(va, vb, lower_is_better, alpha=0.05, min_effect=1.0, aggre
         va, vb = np.log(va), np.log(vb)
     p_w = sps.ttest_ind(va, vb, equal_var=False).pvalue
     p_u = sps.mannwhitneyu(va, vb, alternative="two-sided").pvalue
-    d = (100 * (np.exp(np.mean(vb) - np.mean(va)) - 1) if aggregation == "gmean"
-         else 100 * (np.mean(vb) - np.mean(va)) / abs(np.mean(va)))
+    d = (
+        100 * (np.exp(np.mean(vb) - np.mean(va)) - 1)
+        if aggregation == "gmean"
+        else 100 * (np.mean(vb) - np.mean(va)) / abs(np.mean(va))
+    )
     if p_w < alpha and p_u < alpha and abs(d) >= min_effect:
         if lower_is_better is None:
             return {"changed"}, p_w, p_u, d
@@ -153,13 +187,14 @@ def test_real_traces_end_to_end(governor_store):
     (w,) = doc["workloads"]
     assert w["n_a"] == 6 and w["n_b"] == 6 and w["iterations_a"] == ["1", "2", "3", "4", "5", "6"]
     metrics = {m["name"]: m for m in w["metrics"]}
-    for name, exact in (("idle.too_shallow_pct", True), ("idle.wakeups_per_s", True),
-                        ("latency.gmean_us", False)):
+    for name, exact in (("idle.too_shallow_pct", True), ("idle.wakeups_per_s", True), ("latency.gmean_us", False)):
         m = metrics[name]
         exp_a = [e[name] for e in expected["haltpoll"]]
         exp_b = [e[name] for e in expected["ladder"]]
         if exact:
-            assert m["values_a"] == pytest.approx(exp_a, rel=1e-9) and m["values_b"] == pytest.approx(exp_b, rel=1e-9), name
+            assert m["values_a"] == pytest.approx(exp_a, rel=1e-9) and m["values_b"] == pytest.approx(
+                exp_b, rel=1e-9
+            ), name
         else:
             assert m["values_a"] == pytest.approx(exp_a, rel=0.02), name
             assert m["values_b"] == pytest.approx(exp_b, rel=0.02), name
@@ -172,7 +207,9 @@ def test_real_traces_end_to_end(governor_store):
     lat = metrics["latency.gmean_us"]
     assert lat["verdict"] == "regression" and lat["delta_pct"] > 20 and lat["unit"] == "us"
     assert metrics["idle.wakeups_per_s"]["lower_is_better"] is None  # a rate of wakeups has no "better"
-    assert lat["aggregation"] == "gmean" and lat["value_b"] / lat["value_a"] - 1 == pytest.approx(lat["delta_pct"] / 100)
+    assert lat["aggregation"] == "gmean" and lat["value_b"] / lat["value_a"] - 1 == pytest.approx(
+        lat["delta_pct"] / 100
+    )
     assert w["meta_b"]["governors.cpuidle"] == "ladder"
     idle_table = next(t for t in doc["tables"] if t["key"] == "idle")
     assert [r[1] for r in idle_table["rows"]] == ["haltpoll", "ladder", "perc_diff"]
@@ -217,8 +254,18 @@ def test_three_labels_incomplete_excluded_and_cache(governor_store):
 def test_label_paths_and_html(governor_store, tmp_path):
     store, _ = governor_store
     out = tmp_path / "r.html"
-    r = CliRunner().invoke(cli, ["compare", str(store / "haltpoll"), str(store / "ladder"), "--store",
-                                 str(tmp_path / "elsewhere"), "--html", str(out)])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            str(store / "haltpoll"),
+            str(store / "ladder"),
+            "--store",
+            str(tmp_path / "elsewhere"),
+            "--html",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     html = out.read_text()
     assert "idle-state residency" in html and html.count("data:image/png;base64,") >= 2
@@ -281,7 +328,8 @@ def test_missing_power_data(tmp_path):
     _mk(tmp_path, "b", "w", [10.0, 10.1, 9.9])
     for i in range(3):
         (tmp_path / "a" / "w" / str(i) / "power.csv").write_text(
-            "ts_ns,rail,subsystem,energy_uj\n0,VDD_CPUCL0,cpu,0\n1000000000,VDD_CPUCL0,cpu,100000\n")
+            "ts_ns,rail,subsystem,energy_uj\n0,VDD_CPUCL0,cpu,0\n1000000000,VDD_CPUCL0,cpu,100000\n"
+        )
     r = _run("a", "b", "--store", str(tmp_path))
     assert r.exit_code == 0, r.output
     assert "metrics only in a: power.CPU, power.CPU-Little" in r.output
@@ -309,9 +357,30 @@ def test_live_collect_then_compare(tmp_path):
     # this project's machines (DESIGN.md) switch cpuidle governors: their absence is a failure, not a skip
     assert Path("/sys/devices/system/cpu/cpuidle/current_governor").exists(), "no cpuidle governors here"
     store = tmp_path / "results"
-    p = subprocess.run([sys.executable, "-m", "abtest.cli", "collect", "--target", "localhost", "--label", "menu",
-                        "--label", "haltpoll", "--workload", "hackbench:groups=2,loops=50", "-n", "3",
-                        "--store", str(store), "--no-progress"], capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "abtest.cli",
+            "collect",
+            "--target",
+            "localhost",
+            "--label",
+            "menu",
+            "--label",
+            "haltpoll",
+            "--workload",
+            "hackbench:groups=2,loops=50",
+            "-n",
+            "3",
+            "--store",
+            str(store),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     doc = _compare_json(store, "haltpoll", "menu")
     (w,) = doc["workloads"]
@@ -321,7 +390,9 @@ def test_live_collect_then_compare(tmp_path):
     metrics = {m["name"]: m for m in w["metrics"]}
     exits = {}
     for label, key in (("haltpoll", "values_a"), ("menu", "values_b")):
-        its = [store / label / "hackbench" / name for name in w["iterations_a" if key == "values_a" else "iterations_b"]]
+        its = [
+            store / label / "hackbench" / name for name in w["iterations_a" if key == "values_a" else "iterations_b"]
+        ]
         recorded = [json.loads((it / "metrics.json").read_text())["metrics"]["hackbench_time_s"]["value"] for it in its]
         assert metrics["hackbench_time_s"][key] == recorded
         indep = [independent_metrics(it / "trace.dat") for it in its]

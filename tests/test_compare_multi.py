@@ -5,6 +5,7 @@ Store: 3 iterations per label of the bundled examples/idle-governors store (real
 cpuidle governors, recorded on an x86 VM), plus "menu2", a byte copy of menu: the same data under another name,
 so every verdict of menu2 against menu must be "no change" or inconclusive, never a regression or improvement.
 """
+
 from __future__ import annotations
 
 import json
@@ -132,6 +133,7 @@ def test_two_labels_output_is_the_two_label_path(store):
     """With two labels the CLI prints exactly what the two-label library renders."""
     from abtest.report.markdown import comparison_markdown
     from abtest.report.text import comparison_text
+
     c = compare_labels(load_label(store / "menu"), load_label(store / "ladder"))
     assert _run(store, "menu", "ladder", "--format", "text") == comparison_text(c)
     assert _run(store, "menu", "ladder", "--format", "markdown") == comparison_markdown(c) + "\n"
@@ -140,11 +142,14 @@ def test_two_labels_output_is_the_two_label_path(store):
     assert "ladder vs menu:" not in _run(store, "menu", "ladder")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["menu"], "at least one label"),
-    (["menu", "ladder", "menu"], "given before"),
-    (["menu", "ladder", "menu2", "--explain"], "two labels"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["menu"], "at least one label"),
+        (["menu", "ladder", "menu"], "given before"),
+        (["menu", "ladder", "menu2", "--explain"], "two labels"),
+    ],
+)
 def test_bad_n_way_input(store, args, message):
     r = CliRunner().invoke(cli, ["compare", *args, "--store", str(store), "--jobs", "1"])
     assert r.exit_code == 2 and message in r.output, r.output

@@ -2,6 +2,7 @@
 cutting words, a plain-text form for mail, the HTML report's order (verdicts, summary, ... folded all-metrics and
 conditions), and figure files. Stores: the bundled demo store (real traces, examples/idle-governors) and the
 constructed seed store of test_seed_tables.py (values chosen by the test)."""
+
 from __future__ import annotations
 
 import json
@@ -11,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from abtest.cli import cli
 from test_report import ReportParser
 from test_seed_tables import build_seed_store
+
+from abtest.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +76,7 @@ def test_text_format_pastes_into_a_mail(seed_store):
     assert "+------" in out and "| channel" in out  # the seeds' box tables
     # the "Average power" table in the seeds' shape: channel, tag, value, perc_diff
     start = lines.index(next(x for x in lines if x.startswith("Average power")))
-    block = "\n".join(lines[start:start + 20])
+    block = "\n".join(lines[start : start + 20])
     assert re.search(r"\| CPU-Big\s+\| B\s+\|\s+330\.00 \|\s+-17\.50 % \| improvement", block), block
     assert "| Total" in block
 
@@ -92,9 +93,18 @@ def test_html_puts_verdicts_first_and_folds_the_rest(demo_store, tmp_path):
     out = tmp_path / "r.html"
     _compare(demo_store, "--html", str(out), "--format", "json")
     html = out.read_text()
-    order = [html.index(x) for x in ('class="verdicts"', 'id="table-summary"', 'class="identity"',
-                                     'id="table-idle"', "<h2>Figures</h2>", 'id="all-metrics"',
-                                     'id="conditions"')]
+    order = [
+        html.index(x)
+        for x in (
+            'class="verdicts"',
+            'id="table-summary"',
+            'class="identity"',
+            'id="table-idle"',
+            "<h2>Figures</h2>",
+            'id="all-metrics"',
+            'id="conditions"',
+        )
+    ]
     assert order == sorted(order)
     assert re.search(r'<details id="all-metrics"><summary>All metrics \(\d+\)', html)
     assert "REGRESSION wakeup latency gmean (us) +13.93 %" in html and "REGRESSION cyclictest (8 vs 8" in html
@@ -106,8 +116,12 @@ def test_html_puts_verdicts_first_and_folds_the_rest(demo_store, tmp_path):
 def test_plots_are_written_as_files(demo_store, tmp_path):
     _compare(demo_store, "--plots", str(tmp_path / "figs"))
     names = sorted(x.name for x in (tmp_path / "figs").iterdir())
-    assert names == ["cyclictest-idle_residency.png", "cyclictest-idle_residency.svg", "cyclictest-metrics.png",
-                     "cyclictest-metrics.svg"]
+    assert names == [
+        "cyclictest-idle_residency.png",
+        "cyclictest-idle_residency.svg",
+        "cyclictest-metrics.png",
+        "cyclictest-metrics.svg",
+    ]
     assert (tmp_path / "figs" / "cyclictest-metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"<svg" in (tmp_path / "figs" / "cyclictest-metrics.svg").read_bytes()[:500]
 
@@ -116,12 +130,15 @@ def test_plots_are_written_as_files(demo_store, tmp_path):
 def pixel_store(tmp_path_factory):
     """A/A store of the real Pixel 7 Pro trace (24 power rails), 3 + 3 iterations linking it."""
     from shared_data import TRACES
+
     root = tmp_path_factory.mktemp("pixel") / "store"
     for label in ("A", "B"):
         for i in range(3):
             d = root / label / "idle" / str(i)
             d.mkdir(parents=True)
-            (d / "trace.perfetto-trace").symlink_to(TRACES / "PerfettoTraceScript" / "pixel7pro-power-rails.perfetto-trace")
+            (d / "trace.perfetto-trace").symlink_to(
+                TRACES / "PerfettoTraceScript" / "pixel7pro-power-rails.perfetto-trace"
+            )
             (d / ".complete").touch()
     return root
 

@@ -1,13 +1,14 @@
 """Parallel per-iteration analysis (abtest.compare.parallel, `compare --jobs N`) on real traces: every
 iteration's values equal the one-process run's, a broken iteration is reported with its path and does not
 lose the others, and the per-iteration cache serves the second run."""
+
 from __future__ import annotations
 
 import time
 
+from abtest.analysis.registry import MetricOptions
 from abtest.compare.metrics import METRICS_CACHE_FILE
 from abtest.compare.parallel import analyse_iterations
-from abtest.analysis.registry import MetricOptions
 from abtest.store.reader import load_label
 
 TRACE = "x86-vm/x86-ladder-hackbench-cyclictest.dat"

@@ -2,6 +2,7 @@
 polars (parquet for convert, Arrow IPC for the cache) must read back (polars and pyarrow) to exactly the
 tables `read_trace()` gives, and meta.json must equal its metadata. Real traces: every trace.dat under
 ../shared/traces, the benchmark trace, text and perfetto traces."""
+
 from __future__ import annotations
 
 import json
@@ -13,16 +14,20 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
+from shared_data import TRACES
 
-from abtest.trace import cache
 from abtest.session import Trace
+from abtest.trace import cache
 from abtest.trace.convert import convert
 from abtest.trace.readers import read_trace
-from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACEDAT_FILES = sorted(str(p.relative_to(TRACES)) for p in TRACES.rglob("*.dat"))
-OTHER_FILES = ["lisa/trace_txt-trace.txt", "trappy/trace.txt", "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"]
+OTHER_FILES = [
+    "lisa/trace_txt-trace.txt",
+    "trappy/trace.txt",
+    "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace",
+]
 
 
 def assert_convert_matches(path: Path, out: Path, fmt: str = "parquet") -> None:
@@ -31,7 +36,7 @@ def assert_convert_matches(path: Path, out: Path, fmt: str = "parquet") -> None:
     convert(path, out, fmt=fmt)
     ref = read_trace(path)
     suffix = cache.SUFFIX[fmt]
-    assert sorted(p.name[:-len(suffix)] for p in out.glob(f"*{suffix}")) == sorted(ref.tables)
+    assert sorted(p.name[: -len(suffix)] for p in out.glob(f"*{suffix}")) == sorted(ref.tables)
     assert json.loads((out / "meta.json").read_text()) == json.loads(json.dumps(ref.meta, default=str))
     for name, df in ref.tables.items():
         got = cache.read_table(out, name)
@@ -56,8 +61,12 @@ def test_cli_convert_and_cache(tmp_path, monkeypatch):
     Trace() of the same file is served from it: all three equal read_trace."""
     path = TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
     out = tmp_path / "cli"
-    r = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "convert", str(path), "-o", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "convert", str(path), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "wrote 8 tables" in r.stderr
     monkeypatch.setenv("ABTEST_CACHE_DIR", str(tmp_path / "cache"))

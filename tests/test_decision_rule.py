@@ -1,6 +1,7 @@
 """Issue 38: the decision rule is one object (verdict.Policy) that decides and writes every footer; the
 "iterations needed" estimate is a bisection, not a search over every n; the thresholds file's metric names are
 checked before any trace is read. Stores here are constructed (values chosen by the test, stated per case)."""
+
 import html
 import io
 import math
@@ -31,9 +32,11 @@ def _store(root: Path, n: int, b_factor: float) -> Path:
     for label, factor in (("base", 1.0), ("cand", b_factor)):
         for i in range(n):
             value = 1000.0 * factor * (1 + 0.01 * (i - (n - 1) / 2))
-            write_iteration(root / label / "video" / str(i),
-                            {"soc_power_mw": {"value": value, "unit": "mW", "lower_is_better": True}},
-                            {"kernel": {"release": label}})
+            write_iteration(
+                root / label / "video" / str(i),
+                {"soc_power_mw": {"value": value, "unit": "mW", "lower_is_better": True}},
+                {"kernel": {"release": label}},
+            )
     return root
 
 
@@ -44,14 +47,21 @@ def _flat(text: str) -> str:
 def _reports(c) -> dict[str, str]:
     buf = io.StringIO()
     print_comparison(c, Console(file=buf, width=400, color_system=None))
-    return {"terminal": buf.getvalue(), "text": comparison_text(c, width=400),
-            "markdown": comparison_markdown(c), "html": html.unescape(comparison_html(c, tables=[]))}
+    return {
+        "terminal": buf.getvalue(),
+        "text": comparison_text(c, width=400),
+        "markdown": comparison_markdown(c),
+        "html": html.unescape(comparison_html(c, tables=[])),
+    }
 
 
-@pytest.mark.parametrize("policy,expect_verdict,expect_test", [
-    (verdict.Policy(), verdict.REGRESSION, "welch"),
-    (verdict.Policy(small_n=verdict.NO_VERDICT), verdict.INCONCLUSIVE, "none"),
-])
+@pytest.mark.parametrize(
+    "policy,expect_verdict,expect_test",
+    [
+        (verdict.Policy(), verdict.REGRESSION, "welch"),
+        (verdict.Policy(small_n=verdict.NO_VERDICT), verdict.INCONCLUSIVE, "none"),
+    ],
+)
 def test_footer_is_the_rule_that_decided(tmp_path, policy, expect_verdict, expect_test):
     """3 vs 3, +10 %: Mann-Whitney cannot reach p < 0.05 (smallest p 0.1). Every footer states what the same
     Policy object did; changing the policy changes both the verdict and the footer."""
@@ -75,8 +85,9 @@ def test_footer_at_sizes_where_both_tests_decide(tmp_path):
     root = _store(tmp_path / "s", 5, 1.10)
     c = compare_labels(load_label(root / "base"), load_label(root / "cand"), with_trace=False)
     assert c.workloads[0].metric("soc_power_mw").verdict.decision_test == "welch+mannwhitney"
-    assert c.rule_text() == ("a regression/improvement needs p < 0.05 from Welch's t and Mann-Whitney U both, "
-                             "and |delta| >= 1 %")
+    assert c.rule_text() == (
+        "a regression/improvement needs p < 0.05 from Welch's t and Mann-Whitney U both, and |delta| >= 1 %"
+    )
     assert "decides alone" not in _flat(comparison_text(c, width=400))
 
 
@@ -101,9 +112,11 @@ def test_aa_false_positive_rate_of_the_applied_rule(n):
     """The default rule as applied (Welch alone at 3 vs 3) keeps A/A regression-or-improvement verdicts <= alpha
     on normal, skewed and outlier-contaminated data."""
     rng = np.random.default_rng(3800 + n)
-    draws = {"normal": lambda: rng.normal(100.0, 2.0, (4000, n)),
-             "lognormal": lambda: rng.lognormal(3.0, 0.3, (4000, n)),
-             "outliers": lambda: rng.normal(100, 2, (4000, n)) * np.where(rng.random((4000, n)) < 0.1, 1.3, 1.0)}
+    draws = {
+        "normal": lambda: rng.normal(100.0, 2.0, (4000, n)),
+        "lognormal": lambda: rng.lognormal(3.0, 0.3, (4000, n)),
+        "outliers": lambda: rng.normal(100, 2, (4000, n)) * np.where(rng.random((4000, n)) < 0.1, 1.3, 1.0),
+    }
     for kind, draw in draws.items():
         rate = float(np.mean(verdict.directional_batch(draw(), draw(), True) != 0))
         assert rate <= 0.05, (kind, n, rate)
@@ -117,10 +130,19 @@ def _power_brute(n, d, two_sided):
     return sps.nct.sf(crit, df, nc) + (np.nan_to_num(sps.nct.cdf(-crit, df, nc)) if two_sided else 0.0)
 
 
-@pytest.mark.parametrize("cv,effect,two_sided,power", [
-    (0.02, 5.0, True, 0.8), (0.05, 3.0, True, 0.85), (0.10, 5.0, False, 0.85), (0.01, 0.3, True, 0.85),
-    (0.3, 80.0, True, 0.8), (0.001, 5.0, True, 0.85), (0.05, 0.2, True, 0.85), (0.02, 1.0, False, 0.8),
-])
+@pytest.mark.parametrize(
+    "cv,effect,two_sided,power",
+    [
+        (0.02, 5.0, True, 0.8),
+        (0.05, 3.0, True, 0.85),
+        (0.10, 5.0, False, 0.85),
+        (0.01, 0.3, True, 0.85),
+        (0.3, 80.0, True, 0.8),
+        (0.001, 5.0, True, 0.85),
+        (0.05, 0.2, True, 0.85),
+        (0.02, 1.0, False, 0.8),
+    ],
+)
 def test_iterations_needed_is_the_smallest_n_by_bisection(monkeypatch, cv, effect, two_sided, power):
     """Same answer as scipy.stats' noncentral t at every n (n reaches the power, n - 1 does not; max_n when
     nothing does) with O(log n) power evaluations instead of one per n (issue 38: 24 of 25 s were here)."""
@@ -151,8 +173,9 @@ def test_mannwhitney_matches_scipy():
 def _gate_store(root: Path) -> Path:
     for label in ("base", "cand"):
         for i in range(3):
-            write_iteration(root / label / "w" / str(i), {"fps": {"value": 60.0 + i, "unit": "fps",
-                                                                  "lower_is_better": False}}, {})
+            write_iteration(
+                root / label / "w" / str(i), {"fps": {"value": 60.0 + i, "unit": "fps", "lower_is_better": False}}, {}
+            )
     return root
 
 
@@ -162,6 +185,7 @@ def test_gate_unknown_metric_is_refused_before_any_analysis(tmp_path, monkeypatc
 
     def no_analysis(*a, **k):
         raise AssertionError("iterations analysed before the thresholds file was checked")
+
     monkeypatch.setattr(parallel, "analyse_iterations", no_analysis)
     store = _gate_store(tmp_path / "s")
     th = tmp_path / "t.toml"
@@ -170,6 +194,6 @@ def test_gate_unknown_metric_is_refused_before_any_analysis(tmp_path, monkeypatc
     assert r.exit_code == 2, r.output
     assert "unknown metric 'latency.gmean_uss'" in r.output and "did you mean latency.gmean_us" in r.output
     # a metrics.json key of the compared labels is known too (fps here), and a close one is suggested
-    th.write_text('[metrics.fsp]\nmax_regression_pct = 1\n')
+    th.write_text("[metrics.fsp]\nmax_regression_pct = 1\n")
     r = CliRunner().invoke(cli, ["gate", "base", "cand", "--store", str(store), "--thresholds", str(th)])
     assert r.exit_code == 2 and "did you mean fps" in r.output, r.output

@@ -1,6 +1,7 @@
 """`make demo`'s main job (python -m abtest.demo) on the bundled real run store: it completes, prints the
 key tables, and writes an HTML report with the seed-style tables, embedded figures and the metadata
 header (kernel, hardware, governors, workload, iterations) taken from the iterations' meta.json."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,14 @@ def test_demo_report(tmp_path):
     env = dict(os.environ, COLUMNS="200", ABTEST_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("ABTEST_METRICS_CACHE", None)
     caches = {str(p): p.stat().st_mtime_ns for p in STORE.rglob(".abtest-metrics.json")}
-    r = subprocess.run([sys.executable, "-m", "abtest.demo", "--out", str(tmp_path)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "abtest.demo", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "HTML report:" in r.stdout
     html_path = Path(re.search(r"HTML report: (\S+)", r.stdout).group(1))
@@ -50,13 +57,15 @@ def test_demo_comparison_is_a_real_difference():
     from scipy import stats
 
     def gmean_latency_us(trace: Path) -> float:
-        out = subprocess.run(["trace-cmd", "report", "-R", "-t", str(trace)], capture_output=True,
-                             text=True, check=True).stdout
+        out = subprocess.run(
+            ["trace-cmd", "report", "-R", "-t", str(trace)], capture_output=True, text=True, check=True
+        ).stdout
         waking, lat, running = {}, [], {}
         for line in out.splitlines():
             # "-t": full-precision time, printed as "sec.nsec" or (clock "boot" here) as integer ns
-            m = re.search(r"\[(\d+)\]\s*(\d+)(?:\.(\d{9}))?: (sched_waking|sched_wakeup_new|sched_switch):\s+(.*)",
-                          line)
+            m = re.search(
+                r"\[(\d+)\]\s*(\d+)(?:\.(\d{9}))?: (sched_waking|sched_wakeup_new|sched_switch):\s+(.*)", line
+            )
             if not m:
                 continue
             cpu, fields = int(m.group(1)), m.group(5)
@@ -118,20 +127,32 @@ def test_choose_variant_rules(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or shutil.which("dropbear") is None,
-                    reason="needs qemu-system-x86 and dropbear-bin (make setup installs them)")
+@pytest.mark.skipif(
+    shutil.which("qemu-system-x86_64") is None or shutil.which("dropbear") is None,
+    reason="needs qemu-system-x86 and dropbear-bin (make setup installs them)",
+)
 def test_demo_live_kernels(tmp_path):
     """`make demo-live`'s kernel A/B end to end (2 iterations per kernel to keep CI short): Debian 6.1 vs 6.12
     booted under QEMU, hackbench, compared; the headline lines are the comparison's JSON values, and no VM
     is left running."""
+
     def qemus() -> set[str]:
-        return set(subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True,
-                                  text=True).stdout.split())
+        return set(
+            subprocess.run(
+                ["pgrep", "-f", "qemu-system-x86_64.*abtest-vm-"], capture_output=True, text=True
+            ).stdout.split()
+        )
 
     before = qemus()
     env = dict(os.environ, COLUMNS="120")
-    r = subprocess.run([sys.executable, "-m", "abtest.demo", "--live", "--variant", "kernels", "-n", "2",
-                        "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    r = subprocess.run(
+        [sys.executable, "-m", "abtest.demo", "--live", "--variant", "kernels", "-n", "2", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "live demo: kernels (--variant kernels)" in r.stdout
     d = json.loads((tmp_path / "demo-live-compare.json").read_text())

@@ -1,15 +1,16 @@
 """abtest.analysis.energy: power rails on the real Pixel 7 Pro trace, power.csv, energy-model estimates.
 Expected values are computed in the test by hand (first/last samples, explicit arithmetic)."""
+
 from __future__ import annotations
 
 import polars as pl
 import pytest
 
-from abtest.store.power import read_power_csv
 from abtest import Trace
 from abtest.analysis import energy as en
 from abtest.analysis import power as pw
 from abtest.analysis.platform import load_platform
+from abtest.store.power import read_power_csv
 from abtest.trace.errors import TraceFormatError
 
 PIXEL = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
@@ -43,10 +44,14 @@ def test_pixel_channels(pixel):
     assert ch["Display"]["rails"] == ["VSYS_PWR_DISPLAY"]
     assert len(ch["Total"]["rails"]) == 24
     mw = dict(per_rail.select("rail", "avg_power_mw").iter_rows())
-    assert ch["CPU"]["avg_power_mw"] == pytest.approx(mw["S4M_VDD_CPUCL0"] + mw["S3M_VDD_CPUCL1"] + mw["S2M_VDD_CPUCL2"])
+    assert ch["CPU"]["avg_power_mw"] == pytest.approx(
+        mw["S4M_VDD_CPUCL0"] + mw["S3M_VDD_CPUCL1"] + mw["S2M_VDD_CPUCL2"]
+    )
     assert ch["Total"]["avg_power_mw"] == pytest.approx(sum(mw.values()))
     custom = pw.df_channel_power(per_rail, pw.rail_mapping(list(mw), {"Modem+RF": ["VSYS_PWR_MODEM", "VSYS_PWR_RFFE"]}))
-    assert custom.filter(channel="Modem+RF")["avg_power_mw"][0] == pytest.approx(mw["VSYS_PWR_MODEM"] + mw["VSYS_PWR_RFFE"])
+    assert custom.filter(channel="Modem+RF")["avg_power_mw"][0] == pytest.approx(
+        mw["VSYS_PWR_MODEM"] + mw["VSYS_PWR_RFFE"]
+    )
     s = pw.summary(pixel)
     assert s["channels"]["Display"] == pytest.approx(mw["VSYS_PWR_DISPLAY"])
     assert s["channel_mapping"].startswith("built-in mapping for Google Pixel")
@@ -54,8 +59,14 @@ def test_pixel_channels(pixel):
 
 def test_window_prorating_wrap_and_reset():
     # rail A: 100 uJ per 10 ns, then a reset (counter back to 50); rail B counts steadily
-    pr = pl.DataFrame({"ts": [0, 10, 20, 30] * 2, "rail": ["A"] * 4 + ["B"] * 4, "subsystem": ["x"] * 8,
-                       "energy_uj": [0.0, 100, 200, 50, 0, 10, 20, 30]})
+    pr = pl.DataFrame(
+        {
+            "ts": [0, 10, 20, 30] * 2,
+            "rail": ["A"] * 4 + ["B"] * 4,
+            "subsystem": ["x"] * 8,
+            "energy_uj": [0.0, 100, 200, 50, 0, 10, 20, 30],
+        }
+    )
     r = {x["rail"]: x for x in pw.df_power_per_rail(pr, start_ns=5, end_ns=40).iter_rows(named=True)}
     # A: [5,10) 50 uJ + [10,20) 100 uJ + reset interval counts the new value 50 uJ; [30,40) uncovered
     assert r["A"]["energy_j"] == pytest.approx(200e-6) and r["A"]["resets"] == 1
@@ -73,9 +84,11 @@ def test_window_prorating_wrap_and_reset():
 
 def test_read_power_csv(tmp_path):
     p = tmp_path / "power.csv"
-    p.write_text("ts_ns,rail,subsystem,energy_uj\n1000000000,S4M_VDD_CPUCL0,CPU(LITTLE),100\n"
-                 "2000000000,S4M_VDD_CPUCL0,CPU(LITTLE),350.5\n1000000000,VSYS_PWR_DISPLAY,Display,0\n"
-                 "2000000000,VSYS_PWR_DISPLAY,Display,200000\n")
+    p.write_text(
+        "ts_ns,rail,subsystem,energy_uj\n1000000000,S4M_VDD_CPUCL0,CPU(LITTLE),100\n"
+        "2000000000,S4M_VDD_CPUCL0,CPU(LITTLE),350.5\n1000000000,VSYS_PWR_DISPLAY,Display,0\n"
+        "2000000000,VSYS_PWR_DISPLAY,Display,200000\n"
+    )
     df = read_power_csv(p)
     assert df.columns == ["ts", "rail", "subsystem", "energy_uj"] and df.height == 4
     per = dict(pw.df_power_per_rail(df).select("rail", "avg_power_mw").iter_rows())
@@ -90,11 +103,21 @@ def test_read_power_csv(tmp_path):
         read_power_csv(hdr)
 
 
-TOY = {"name": "toy", "energy_model_source": "toy model", "domains": [
-    {"cpus": [0, 1], "capacity": 512,
-     "opps": [{"frequency_khz": 500_000, "power_mw": 100.0, "static_mw": 10.0},
-              {"frequency_khz": 1_000_000, "power_mw": 300.0, "static_mw": 20.0}],
-     "idle_states": [{"name": "WFI", "power_mw": 5.0}, {"name": "off", "power_mw": 0.0}]}]}
+TOY = {
+    "name": "toy",
+    "energy_model_source": "toy model",
+    "domains": [
+        {
+            "cpus": [0, 1],
+            "capacity": 512,
+            "opps": [
+                {"frequency_khz": 500_000, "power_mw": 100.0, "static_mw": 10.0},
+                {"frequency_khz": 1_000_000, "power_mw": 300.0, "static_mw": 20.0},
+            ],
+            "idle_states": [{"name": "WFI", "power_mw": 5.0}, {"name": "off", "power_mw": 0.0}],
+        }
+    ],
+}
 
 
 def test_energy_estimate_by_hand():
@@ -102,10 +125,15 @@ def test_energy_estimate_by_hand():
     # 0..100 ms: cpu0 at 500 MHz, then 1 GHz (and 700 MHz: mapped up to the 1 GHz OPP on cpu1)
     freq = pl.DataFrame({"ts": [0, 50_000_000, 0], "cpu": [0, 0, 1], "frequency_khz": [500_000, 1_000_000, 700_000]})
     # cpu0: active 0-20 ms, WFI 20-60, active 60-100; cpu1: off (state 1) 0-100 ms except active 30-40 ms
-    idle = pl.DataFrame({"ts": [0, 20_000_000, 60_000_000, 0, 30_000_000, 40_000_000],
-                         "cpu": [0, 0, 0, 1, 1, 1], "state": [-1, 0, -1, 1, -1, 1]})
+    idle = pl.DataFrame(
+        {
+            "ts": [0, 20_000_000, 60_000_000, 0, 30_000_000, 40_000_000],
+            "cpu": [0, 0, 0, 1, 1, 1],
+            "state": [-1, 0, -1, 1, -1, 1],
+        }
+    )
     est = en.df_energy_estimate(freq, plat, cpu_idle=idle, start_ns=0, end_ns=100_000_000).row(0, named=True)
-    active_mj = 100 * 20 + 300 * 40 + 300 * 10   # mW x ms: cpu0 500MHz 20ms, 1GHz 40ms; cpu1 1GHz 10ms
+    active_mj = 100 * 20 + 300 * 40 + 300 * 10  # mW x ms: cpu0 500MHz 20ms, 1GHz 40ms; cpu1 1GHz 10ms
     idle_mj = 5 * 40 + 0 * 90
     # static while >= 1 CPU busy: 0-20 at 500 MHz (10 mW); 30-40 max(OPP) = 1 GHz on cpu1 (20 mW); 60-100 (20 mW)
     static_mj = 10 * 20 + 20 * 10 + 20 * 40
@@ -126,8 +154,9 @@ def test_static_power_is_the_highest_among_the_cpus_busy_at_each_moment():
     est = en.df_energy_estimate(freq, plat, cpu_idle=idle, start_ns=0, end_ns=100_000_000).row(0, named=True)
     assert est["static_j"] == pytest.approx(20 * 100 * 1e-6)
     # and the static power drops to cpu1's only once cpu0 is idle: cpu0 idle from 60 ms, cpu1 busy 50-80 ms
-    idle2 = pl.DataFrame({"ts": [0, 60_000_000, 0, 50_000_000, 80_000_000], "cpu": [0, 0, 1, 1, 1],
-                          "state": [-1, 0, 0, -1, 0]})
+    idle2 = pl.DataFrame(
+        {"ts": [0, 60_000_000, 0, 50_000_000, 80_000_000], "cpu": [0, 0, 1, 1, 1], "state": [-1, 0, 0, -1, 0]}
+    )
     est2 = en.df_energy_estimate(freq, plat, cpu_idle=idle2, start_ns=0, end_ns=100_000_000).row(0, named=True)
     assert est2["static_j"] == pytest.approx((20 * 60 + 10 * 20) * 1e-6)
 

@@ -6,6 +6,7 @@ copied from examples/idle-governors into a temporary directory (metrics.json onl
 about a second), then damaged the way a careless tool or a hostile file would: units that differ between A and
 B, deeply nested JSON, a 5,000-digit integer, `power = 1` in abtest.toml, control characters in a label.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,9 @@ ITERATIONS = ("2", "3", "5")
 def abtest(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """The installed command line, as a user runs it."""
     exe = Path(sys.executable).with_name("abtest")
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [str(exe), *args], capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, **(env or {})}
+    )
 
 
 @pytest.fixture
@@ -75,12 +77,15 @@ def test_units_that_differ_are_converted_and_the_gate_sees_the_real_regression(s
     """A writes its own metric in ms, B in s with a real +20 %: before, compare read -99.88 % (an improvement) and
     the gate passed. The declared latency_avg_us written in ms by B is converted to us as well."""
     for i, it in enumerate(_iterations(store, "ladder")):
-        _edit_metrics(it, lambda m, i=i: m.update(frame_time={"value": 1000.0 + i, "unit": "ms",
-                                                               "lower_is_better": True}))
+        _edit_metrics(
+            it, lambda m, i=i: m.update(frame_time={"value": 1000.0 + i, "unit": "ms", "lower_is_better": True})
+        )
     for i, it in enumerate(_iterations(store, "menu")):
+
         def to_ms_and_slower(m, i=i):
             m["frame_time"] = {"value": 1.2 * (1000.0 + i) / 1000, "unit": "s", "lower_is_better": True}
             m["latency_avg_us"] = {**m["latency_avg_us"], "value": m["latency_avg_us"]["value"] / 1000, "unit": "ms"}
+
         _edit_metrics(it, to_ms_and_slower)
     doc = _compare_json(store)
     w = doc["workloads"][0]
@@ -90,10 +95,12 @@ def test_units_that_differ_are_converted_and_the_gate_sees_the_real_regression(s
     assert any("frame_time: units differ" in n and "converted to 'ms'" in n for n in w["notes"]), w["notes"]
     # the declared metric: B's values back in us, the same numbers as in the untouched example store
     assert by["latency_avg_us"]["value_b"] == pytest.approx(47.5)
-    assert any("metric latency_avg_us: metrics.json says unit 'ms', the registry declares 'us': value converted "
-               "(x 1000)" in n for n in w["notes"]), w["notes"]
+    assert any(
+        "metric latency_avg_us: metrics.json says unit 'ms', the registry declares 'us': value converted (x 1000)" in n
+        for n in w["notes"]
+    ), w["notes"]
     th = tmp_path / "th.toml"
-    th.write_text('[metrics.frame_time]\nmax_regression_pct = 5.0\n')
+    th.write_text("[metrics.frame_time]\nmax_regression_pct = 5.0\n")
     r = abtest("gate", "ladder", "menu", "--store", str(store), "--no-trace", "--thresholds", str(th))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAIL  cyclictest/frame_time: significant regression: frame_time +20.00 %" in r.stdout
@@ -103,9 +110,13 @@ def test_units_that_do_not_convert_refuse_the_metric(store):
     for it in _iterations(store, "ladder"):
         _edit_metrics(it, lambda m: m.update(score={"value": 10.0, "unit": "points", "lower_is_better": False}))
     for it in _iterations(store, "menu"):
-        _edit_metrics(it, lambda m: m.update(score={"value": 9000.0, "unit": "ms", "lower_is_better": False},
-                                             latency_max_us={"value": 3.0, "unit": "frames",
-                                                             "lower_is_better": True}))
+        _edit_metrics(
+            it,
+            lambda m: m.update(
+                score={"value": 9000.0, "unit": "ms", "lower_is_better": False},
+                latency_max_us={"value": 3.0, "unit": "frames", "lower_is_better": True},
+            ),
+        )
     w = _compare_json(store)["workloads"][0]
     names = {m["name"] for m in w["metrics"]}
     assert "score" not in names and "score" not in w["metrics_only_in_a"] + w["metrics_only_in_b"]
@@ -146,10 +157,15 @@ def test_hostile_json_excludes_the_iteration_naming_file_and_key(store, case):
         assert want.split(":")[0] in r.stderr
 
 
-@pytest.mark.parametrize("toml, key", [("power = 1\n", "key power: expected a table"),
-                                       ("workloads = 3\n", "key workloads: expected a table"),
-                                       ('[workloads]\ncyclictest = "x"\n', "key workloads.cyclictest: expected"),
-                                       ("power = [1]\n", "key power: expected a table")])
+@pytest.mark.parametrize(
+    "toml, key",
+    [
+        ("power = 1\n", "key power: expected a table"),
+        ("workloads = 3\n", "key workloads: expected a table"),
+        ('[workloads]\ncyclictest = "x"\n', "key workloads.cyclictest: expected"),
+        ("power = [1]\n", "key power: expected a table"),
+    ],
+)
 def test_wrong_typed_store_config_is_exit_2_naming_file_and_key(store, toml, key):
     """Before: `power = 1` in abtest.toml was an AttributeError traceback and exit 1."""
     (store / "abtest.toml").write_text(toml)
@@ -166,8 +182,9 @@ def test_control_characters_in_a_label_give_junit_xml_that_parses(store, tmp_pat
     junit = tmp_path / "gate.xml"
     th = tmp_path / "th.toml"
     th.write_text("[metrics.latency_avg_us]\nmax_regression_pct = 50.0\n")
-    r = abtest("gate", "ladder", label, "--store", str(store), "--no-trace", "--thresholds", str(th),
-               "--junit", str(junit))
+    r = abtest(
+        "gate", "ladder", label, "--store", str(store), "--no-trace", "--thresholds", str(th), "--junit", str(junit)
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     root = ET.parse(junit).getroot()
     props = {p.get("name"): p.get("value") for p in root.iter("property")}
@@ -193,12 +210,19 @@ def test_unexpected_error_is_exit_2_one_line(store, cmd):
     naming the command and the error; ABTEST_DEBUG=1 adds the traceback."""
     args = ["ladder", "menu", "--store", str(store)]
     args += ["--no-trace"] + (["--thresholds", str(ROOT / "ci" / "thresholds.toml")] if cmd == "gate" else [])
-    r = subprocess.run([sys.executable, "-c", _CRASH, cmd, *args], capture_output=True, text=True, timeout=120,
-                       cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-c", _CRASH, cmd, *args], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert r.returncode == 2, r.stderr[-2000:]
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"abtest {cmd} failed on its input: RuntimeError: injected fault second line" in lines[0]
-    r = subprocess.run([sys.executable, "-c", _CRASH, cmd, *args], capture_output=True, text=True, timeout=120,
-                       cwd=ROOT, env={**os.environ, "ABTEST_DEBUG": "1"})
+    r = subprocess.run(
+        [sys.executable, "-c", _CRASH, cmd, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "ABTEST_DEBUG": "1"},
+    )
     assert r.returncode == 2 and "Traceback" in r.stderr and "boom" in r.stderr

@@ -9,6 +9,7 @@ Stores are built in the tests from real traces:
 * Pixel 7 Pro (perfetto, 24 power rails, no energy model for Tensor G2 here): A = power.csv of the rail samples,
   B = the same with the big cluster's rail (S2M_VDD_CPUCL2) x 1.10, both x (0.99, 1.00, 1.01) per iteration.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,13 +21,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from shared_data import TRACES
 
 from abtest import Trace
 from abtest.analysis.platform import load_platform
 from abtest.cli import cli
 from abtest.compare.explain import explain
 from abtest.store.reader import load_label
-from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
 JUNO = TRACES / "lisa" / "sched_load-trace.dat"
@@ -41,13 +42,14 @@ def _shift(line: str) -> str:
     m = FREQ.search(line)
     if not m or int(m[4]) not in BIG:
         return line
-    return line[:m.start(2)] + str(UP[int(m[2])]) + line[m.end(2):]
+    return line[: m.start(2)] + str(UP[int(m[2])]) + line[m.end(2) :]
 
 
 @pytest.fixture(scope="module")
 def juno_report() -> str:
-    return subprocess.run(["trace-cmd", "report", str(JUNO)], capture_output=True, text=True, check=True,
-                          timeout=120).stdout
+    return subprocess.run(
+        ["trace-cmd", "report", str(JUNO)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +83,7 @@ def _expected_big_delta_mw(report: str) -> tuple[float, dict]:
         if cpu in BIG and (m[3] == "cpu_idle" or "cpu_frequency" in m[0]):
             events[cpu].append((float(m[2]), "idle" if m[3] == "cpu_idle" else "freq", int(m[4])))
     busy_at: dict[int, float] = {}
-    for cpu, evs in events.items():
+    for _cpu, evs in events.items():
         evs.sort()
         first_idle = next(e for e in evs if e[1] == "idle")
         busy = first_idle[2] != 4294967295  # before an entry into a state the CPU was busy
@@ -130,8 +132,12 @@ def _rail_store(root: Path, rail: str, label_scales: dict[str, float]) -> Path:
             d = root / label / "video" / str(i)
             d.mkdir(parents=True)
             scale = pl.when(pl.col("rail") == rail).then(up * s).otherwise(s)
-            pr.select(pl.col("ts").alias("ts_ns"), pl.col("rail").cast(pl.Utf8), pl.col("subsystem").cast(pl.Utf8),
-                      (pl.col("energy_uj") * scale).alias("energy_uj")).write_csv(d / "power.csv")
+            pr.select(
+                pl.col("ts").alias("ts_ns"),
+                pl.col("rail").cast(pl.Utf8),
+                pl.col("subsystem").cast(pl.Utf8),
+                (pl.col("energy_uj") * scale).alias("energy_uj"),
+            ).write_csv(d / "power.csv")
             (d / ".complete").touch()
     return root
 
@@ -145,8 +151,10 @@ def pixel_store(tmp_path_factory):
 
 
 def test_rails_without_a_model_are_explained_honestly(pixel_store):
-    r = CliRunner().invoke(cli, ["explain", "A", "B", "--store", str(pixel_store), "--channel", "CPU-Big",
-                                 "--format", "json", "--jobs", "1"])
+    r = CliRunner().invoke(
+        cli,
+        ["explain", "A", "B", "--store", str(pixel_store), "--channel", "CPU-Big", "--format", "json", "--jobs", "1"],
+    )
     assert r.exit_code == 0, r.output
     (w,) = json.loads(r.output)["workloads"]
     (ch,) = w["channels"]
@@ -160,8 +168,7 @@ def test_rails_without_a_model_are_explained_honestly(pixel_store):
 def test_demo_store_without_power_reads_latency_against_idle(tmp_path):
     store = tmp_path / "demo"
     shutil.copytree(ROOT / "examples" / "idle-governors", store)
-    r = CliRunner().invoke(cli, ["explain", "menu", "ladder", "--store", str(store), "--format", "text",
-                                 "--jobs", "1"])
+    r = CliRunner().invoke(cli, ["explain", "menu", "ladder", "--store", str(store), "--format", "text", "--jobs", "1"])
     assert r.exit_code == 0, r.output
     flat = " ".join(r.output.split())
     # latency.* is sched_wakeup -> switch-in (the definition LISA, runqlat and the wakeup tracer use)
@@ -171,8 +178,9 @@ def test_demo_store_without_power_reads_latency_against_idle(tmp_path):
 
 def test_compare_explain_and_html_section(juno_store, tmp_path):
     out = tmp_path / "r.html"
-    r = CliRunner().invoke(cli, ["compare", "A", "B", "--store", str(juno_store), "--explain", "--html", str(out),
-                                 "--jobs", "1"])
+    r = CliRunner().invoke(
+        cli, ["compare", "A", "B", "--store", str(juno_store), "--explain", "--html", str(out), "--jobs", "1"]
+    )
     assert r.exit_code == 0, r.output
     assert "Where CPU (energy model estimate) went" in r.output
     html = out.read_text()
@@ -185,8 +193,9 @@ def mapped_store(tmp_path_factory):
     raises only that rail by 5 % (the built-in mapping would read CPU-Big from S2M_VDD_CPUCL2: unchanged)."""
     root = tmp_path_factory.mktemp("mapped") / "store"
     root.mkdir()
-    (root / "abtest.toml").write_text('[power.channels]\n"CPU-Big" = ["S3M_VDD_CPUCL1"]\n'
-                                      '"CPU-Little" = ["S4M_VDD_CPUCL0"]\n')
+    (root / "abtest.toml").write_text(
+        '[power.channels]\n"CPU-Big" = ["S3M_VDD_CPUCL1"]\n"CPU-Little" = ["S4M_VDD_CPUCL0"]\n'
+    )
     return _rail_store(root, "S3M_VDD_CPUCL1", {"A": 1.0, "B": 1.05})
 
 
@@ -198,8 +207,11 @@ def test_explain_reads_the_values_compare_computed_with_the_store_mapping(mapped
     r = CliRunner().invoke(cli, ["compare", "A", "B", *args])
     assert r.exit_code == 0, r.output
     (w,) = json.loads(r.output)["workloads"]
-    compared = {m["name"]: m["delta_pct"] for m in w["metrics"] if m["name"].startswith("power.")
-                and not m["name"].startswith("power.rail.")}
+    compared = {
+        m["name"]: m["delta_pct"]
+        for m in w["metrics"]
+        if m["name"].startswith("power.") and not m["name"].startswith("power.rail.")
+    }
     assert compared["power.CPU-Big"] == pytest.approx(5.0, abs=1e-6)
     caches = {p: p.read_bytes() for p in mapped_store.rglob(".abtest-metrics.json")}
     assert len(caches) == 6

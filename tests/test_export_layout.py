@@ -1,6 +1,7 @@
 """The documented parquet export layout (`abtest trace convert FILE -o DIR`, docs/interop.md) loads with
 pandas / pyarrow alone: a separate Python process that refuses to import abtest reads it, and what it
 reads equals abtest's own tables. Real traces: LISA's Juno sched_load trace.dat and its ftrace-text trace."""
+
 from __future__ import annotations
 
 import json
@@ -37,16 +38,24 @@ print(json.dumps({"meta": meta, "tables": tables, "complete": (d / ".complete").
                   "abtest_loaded": sorted(m for m in sys.modules if m.startswith("abtest"))}, default=str))
 """
 
-CASES = [("lisa/sched_load-trace.dat", {"sched_switch": 399, "cpu_idle": 474, "cpu_frequency": 16,
-                                        "sched_pelt_cfs": 2437, "sched_pelt_se": 364}),
-         ("lisa/trace_txt-trace.txt", {"sched_switch": 1856, "sched_wakeup": 1068})]
+CASES = [
+    (
+        "lisa/sched_load-trace.dat",
+        {"sched_switch": 399, "cpu_idle": 474, "cpu_frequency": 16, "sched_pelt_cfs": 2437, "sched_pelt_se": 364},
+    ),
+    ("lisa/trace_txt-trace.txt", {"sched_switch": 1856, "sched_wakeup": 1068}),
+]
 
 
 @pytest.mark.parametrize("rel,expected", CASES, ids=[c[0] for c in CASES])
 def test_export_loads_without_abtest(rel, expected, traces, tmp_path):
     out = tmp_path / "export"
-    r = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "convert", str(traces / rel), "-o", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "convert", str(traces / rel), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     r = subprocess.run([sys.executable, "-c", READER, str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -71,13 +80,16 @@ def test_export_loads_without_abtest(rel, expected, traces, tmp_path):
 
     # what pandas read equals abtest's own canonical table
     from abtest.session import Trace
+
     ours = Trace(traces / rel).df("sched_switch").row(0, named=True)
-    assert {k: (str(v) if not isinstance(v, (int, float)) else v) for k, v in ours.items()} == \
-        {k: (str(v) if not isinstance(v, (int, float)) else v) for k, v in sw["first"].items()}
+    assert {k: (str(v) if not isinstance(v, (int, float)) else v) for k, v in ours.items()} == {
+        k: (str(v) if not isinstance(v, (int, float)) else v) for k, v in sw["first"].items()
+    }
 
 
 def test_polars_reads_the_same_layout(traces, tmp_path):
     from abtest.session import Trace
+
     t = Trace(traces / "lisa" / "sched_load-trace.dat")
     out = t.to_dir(tmp_path / "exp")
     back = pl.read_parquet(out / "sched_pelt_cfs.parquet")

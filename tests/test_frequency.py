@@ -1,5 +1,6 @@
 """abtest.analysis.frequency on real traces; expected values computed independently in the test
 (from `trace-cmd report` text parsed with a regex, or with a plain sweep over the reader's rows)."""
+
 from __future__ import annotations
 
 import re
@@ -13,7 +14,9 @@ from abtest import Trace
 from abtest.analysis import frequency as fq
 
 JUNO = "lisa/sched_load-trace.dat"
-LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<frac>\d{6,9}):\s+(?P<ev>\w+):\s+(?P<rest>.*)$")
+LINE = re.compile(
+    r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<frac>\d{6,9}):\s+(?P<ev>\w+):\s+(?P<rest>.*)$"
+)
 
 
 def _ns(sec: str, frac: str) -> int:
@@ -23,7 +26,9 @@ def _ns(sec: str, frac: str) -> int:
 @pytest.fixture(scope="module")
 def juno_report(traces, tmp_path_factory):
     """`trace-cmd report -t` (full ns timestamps) of the Juno trace: (text path, list of (ts_ns, event, rest))."""
-    out = subprocess.run(["trace-cmd", "report", "-t", str(traces / JUNO)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["trace-cmd", "report", "-t", str(traces / JUNO)], capture_output=True, text=True, check=True
+    ).stdout
     rows = [(_ns(m["s"], m["frac"]), m["ev"], m["rest"]) for m in map(LINE.match, out.splitlines()) if m]
     path = tmp_path_factory.mktemp("juno") / "juno-report.txt"
     path.write_text(out)
@@ -167,18 +172,27 @@ def test_lisa_marker_frequencies_fill_a_trace_without_kernel_events(traces):
         assert (stats[cpu]["events"], stats[cpu]["marker_samples"], stats[cpu]["transitions"]) == (0, 2, 0)
     vals = {v.key: v.value for v in fq.metrics(t)}
     assert vals["frequency.cluster.cpu1-2.mean_mhz"] == 1200.0 and vals["frequency.cluster.cpu0,3-5.mean_mhz"] == 950.0
-    assert vals["frequency.opp.cpu1@1200000.residency_pct"] + vals["frequency.cluster.cpu1-2.unknown_pct"] == \
-        pytest.approx(100.0)
+    assert vals["frequency.opp.cpu1@1200000.residency_pct"] + vals[
+        "frequency.cluster.cpu1-2.unknown_pct"
+    ] == pytest.approx(100.0)
 
 
 def test_marker_values_are_state_not_transitions():
     # cpu0: marker 500 MHz, kernel 500 (no change: not a transition), kernel 800 (one), marker 800 (state)
     # cpu1: kernel 300 first (a transition: nothing known before), marker 600 (state), kernel 600 (no change)
-    ch = pl.DataFrame({"ts": [10, 20, 30, 40, 10, 20, 30], "cpu": [0, 0, 0, 0, 1, 1, 1],
-                       "frequency_khz": [500, 500, 800, 800, 300, 600, 600],
-                       "source": ["marker", "kernel", "kernel", "marker", "kernel", "marker", "kernel"]})
+    ch = pl.DataFrame(
+        {
+            "ts": [10, 20, 30, 40, 10, 20, 30],
+            "cpu": [0, 0, 0, 0, 1, 1, 1],
+            "frequency_khz": [500, 500, 800, 800, 300, 600, 600],
+            "source": ["marker", "kernel", "kernel", "marker", "kernel", "marker", "kernel"],
+        }
+    )
     tr = fq.df_transitions(ch)
-    assert tr.select("cpu", "ts", "from_khz", "to_khz", "held_ns").rows() == [(0, 30, 500, 800, 20), (1, 10, None, 300, None)]
+    assert tr.select("cpu", "ts", "from_khz", "to_khz", "held_ns").rows() == [
+        (0, 30, 500, 800, 20),
+        (1, 10, None, 300, None),
+    ]
     st = {r["cpu"]: r for r in fq.df_frequency_stats(ch, start_ns=0, end_ns=50).iter_rows(named=True)}
     assert (st[0]["events"], st[0]["marker_samples"], st[0]["transitions"], st[0]["unknown_ns"]) == (2, 2, 1, 10)
     assert st[1]["time_weighted_khz"] == pytest.approx((300 * 10 + 600 * 30) / 40)
@@ -201,6 +215,7 @@ def test_oscillation_detection_on_square_wave():
 
 def test_missing_events_error_names_event(traces):
     from abtest.trace.errors import MissingEventsError
+
     t = Trace(traces / "catapult" / "android_systrace.txt")
     with pytest.raises(MissingEventsError, match="cpu_frequency"):
         t.frequency.df_opp_residency()
@@ -218,10 +233,13 @@ def test_pixel7pro_opp_residency_plain_sweep(traces):
     first_event = {}
     for ts, c in sorted(freq.select("ts", "cpu").iter_rows()):
         first_event.setdefault(c, ts)
-    rows += [(ts, "f", c, k) for ts, c, k in t.df("cpu_frequency_polled").select("ts", "cpu", "frequency_khz").iter_rows()
-             if ts < first_event.get(c, 1 << 62)]
+    rows += [
+        (ts, "f", c, k)
+        for ts, c, k in t.df("cpu_frequency_polled").select("ts", "cpu", "frequency_khz").iter_rows()
+        if ts < first_event.get(c, 1 << 62)
+    ]
     first_idle = {}
-    for ts, kind, c, v in sorted(r for r in rows if r[1] == "i"):
+    for _ts, _kind, c, v in sorted(r for r in rows if r[1] == "i"):
         first_idle.setdefault(c, v)
     start, end = t.start_ns, t.end_ns
     state = {c: [None, first_idle.get(c) == -1, start] for c in range(8)}  # freq, idle, since
@@ -238,8 +256,12 @@ def test_pixel7pro_opp_residency_plain_sweep(traces):
             state[c][1] = v != -1
     want = {k: tuple(v) for k, v in acc.items() if v[0] > 0}
     assert len(want) > 40  # 8 CPUs x their OPPs actually visited
-    got = {(c, f): (tn, an) for c, f, tn, an in
-           t.frequency.df_opp_residency().select("cpu", "frequency_khz", "time_ns", "active_ns").iter_rows()}
+    got = {
+        (c, f): (tn, an)
+        for c, f, tn, an in t.frequency.df_opp_residency()
+        .select("cpu", "frequency_khz", "time_ns", "active_ns")
+        .iter_rows()
+    }
     assert got == want
     doms = dict(fq.df_cpu_domains(freq).iter_rows())
     assert doms == {0: 0, 1: 0, 2: 0, 3: 0, 4: 4, 5: 4, 6: 6, 7: 6}  # Tensor G2: 4 little, 2 mid, 2 big

@@ -11,6 +11,7 @@ entry moves to FIXED_BUGS, whose reproducers must keep passing. None is open tod
 (issue 27) were fixed by the ingest rewrite (text readers, wrappers) and the native decoders (trace.dat).
 Budget: about 1.5 min on an idle 2-core machine for the six readers.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -35,8 +36,14 @@ def _load_bench_fuzz():
 fuzz = _load_bench_fuzz()
 
 CI_SEED = 27  # base seed of the CI cases (the bench run uses others)
-CI_EXECS = {"trace.dat": 1200, "perfetto": 2500, "ftrace-text": 2500, "systrace-html": 2000, "atrace": 2000,
-            "wrapped": 2500}
+CI_EXECS = {
+    "trace.dat": 1200,
+    "perfetto": 2500,
+    "ftrace-text": 2500,
+    "systrace-html": 2000,
+    "atrace": 2000,
+    "wrapped": 2500,
+}
 
 
 KNOWN_BUGS = fuzz.KNOWN_BUGS
@@ -45,18 +52,32 @@ known_bug = fuzz.known_bug
 
 @pytest.mark.parametrize("reader", fuzz.READERS)
 def test_fuzz_reader(reader, tmp_path):
-    stats = fuzz.fuzz_reader(reader, execs=CI_EXECS[reader], base_seed=CI_SEED, timeout_s=10.0, mem_mb=1024,
-                             rss_mb=1024, keep=CI_EXECS[reader], workdir=tmp_path)
+    stats = fuzz.fuzz_reader(
+        reader,
+        execs=CI_EXECS[reader],
+        base_seed=CI_SEED,
+        timeout_s=10.0,
+        mem_mb=1024,
+        rss_mb=1024,
+        keep=CI_EXECS[reader],
+        workdir=tmp_path,
+    )
     assert stats.execs == CI_EXECS[reader]
     assert stats.counts.get("read", 0) + stats.counts.get("rejected", 0) > 0
-    unknown = [f"{replay} {out.kind} {mutations}: {out.detail.strip()[-600:]}" for replay, mutations, out in stats.failures]
+    unknown = [
+        f"{replay} {out.kind} {mutations}: {out.detail.strip()[-600:]}" for replay, mutations, out in stats.failures
+    ]
     print(f"{reader}: {stats.as_dict()['counts']} in {stats.seconds:.1f} s; known-bug cases {stats.as_dict()['known']}")
-    assert not unknown, f"{len(unknown)} new reader failures (replay with bench/fuzz.py --replay ID):\n" + \
-        "\n".join(unknown[:10])
+    assert not unknown, f"{len(unknown)} new reader failures (replay with bench/fuzz.py --replay ID):\n" + "\n".join(
+        unknown[:10]
+    )
 
 
-@pytest.mark.parametrize("bug", KNOWN_BUGS, ids=[b.replay if ":b64:" not in b.replay else
-                                                  b.replay.split(":b64:")[0] + ":saved-input" for b in KNOWN_BUGS])
+@pytest.mark.parametrize(
+    "bug",
+    KNOWN_BUGS,
+    ids=[b.replay if ":b64:" not in b.replay else b.replay.split(":b64:")[0] + ":saved-input" for b in KNOWN_BUGS],
+)
 @pytest.mark.xfail(strict=False, reason="known reader bug, see KNOWN_BUGS (issue 27); owned by ingest/native")
 def test_known_reader_bug_reproducer(bug, tmp_path):
     out = fuzz.replay(bug.replay, str(tmp_path / "case"), timeout_s=10.0, mem_mb=1024, rss_mb=1024)
@@ -87,8 +108,13 @@ def test_rejected_mutant_exits_2_naming_the_file(reader, tmp_path):
             pytest.fail(f"no rejected mutant among the first 200 {reader} cases")
     finally:
         worker.close()
-    res = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(case)],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(case)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert res.returncode == 2, res.stderr[-2000:]
     assert str(case) in res.stderr and "Traceback" not in res.stderr
     assert re.search(r"at (byte offset|line) \d+", res.stderr), res.stderr

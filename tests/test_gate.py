@@ -1,6 +1,7 @@
 """`abtest gate`: exit codes 0 / 1 / 2, thresholds file handling, JUnit XML (parsed).
 
 Stores here are constructed (metrics.json values chosen by the test, stated next to each case)."""
+
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -22,8 +23,7 @@ def _store(root, b_power_factor, *, n_b=5, nan_in_b=False, fps=True, power_key="
     for label, factor, n in (("base", 1.0, 5), ("cand", b_power_factor, n_b)):
         for i in range(n):
             d = DEV[i]
-            metrics = {power_key: {"value": 1000.0 * factor * (1 + 0.01 * d), "unit": "mW",
-                                   "lower_is_better": True}}
+            metrics = {power_key: {"value": 1000.0 * factor * (1 + 0.01 * d), "unit": "mW", "lower_is_better": True}}
             if fps:
                 metrics["fps"] = {"value": 60.0 * (1 + 0.001 * d), "unit": "fps", "lower_is_better": False}
             if nan_in_b and label == "cand" and i == 2:
@@ -44,8 +44,22 @@ def _gate(store, thresholds_text, tmp_path, *extra):
     th = tmp_path / "thresholds.toml"
     th.write_text(thresholds_text)
     junit = tmp_path / "junit.xml"
-    r = CliRunner().invoke(cli, ["gate", "base", "cand", "--store", str(store), "--thresholds", str(th),
-                                 "--junit", str(junit), "--no-trace", *extra])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "gate",
+            "base",
+            "cand",
+            "--store",
+            str(store),
+            "--thresholds",
+            str(th),
+            "--junit",
+            str(junit),
+            "--no-trace",
+            *extra,
+        ],
+    )
     return r, junit
 
 
@@ -99,8 +113,9 @@ def test_missing_gated_metric(tmp_path):
     store = _store(tmp_path / "s", 1.0, fps=False)
     r, _ = _gate(store, THRESHOLDS, tmp_path)
     assert r.exit_code == 2 and "gated metric fps was found in no compared workload" in r.output
-    r, _ = _gate(store, THRESHOLDS.replace("max_regression_pct = 1.0", "max_regression_pct = 1.0\nrequired = false"),
-                 tmp_path)
+    r, _ = _gate(
+        store, THRESHOLDS.replace("max_regression_pct = 1.0", "max_regression_pct = 1.0\nrequired = false"), tmp_path
+    )
     assert r.exit_code == 0, r.output
 
 
@@ -111,12 +126,15 @@ def test_regression_wins_over_errors(tmp_path):
     assert r.exit_code == 1, r.output
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("alpha = 0.05\n", "no [metrics.<name>] tables"),
-    ("[metrics.fps]\nmax_regression = 1\n", "missing max_regression_pct"),
-    ("alpha = 2\n[metrics.fps]\nmax_regression_pct = 1\n", "alpha: value 2 out of range"),
-    ("[metrics.fps\n", "invalid TOML"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("alpha = 0.05\n", "no [metrics.<name>] tables"),
+        ("[metrics.fps]\nmax_regression = 1\n", "missing max_regression_pct"),
+        ("alpha = 2\n[metrics.fps]\nmax_regression_pct = 1\n", "alpha: value 2 out of range"),
+        ("[metrics.fps\n", "invalid TOML"),
+    ],
+)
 def test_bad_thresholds_file(tmp_path, text, needle):
     store = _store(tmp_path / "s", 1.0)
     r, _ = _gate(store, text, tmp_path)
@@ -126,8 +144,9 @@ def test_bad_thresholds_file(tmp_path, text, needle):
 
 def test_unknown_label_and_missing_thresholds(tmp_path):
     store = _store(tmp_path / "s", 1.0)
-    r = CliRunner().invoke(cli, ["gate", "base", "nope", "--store", str(store), "--thresholds",
-                                 str(REPO / "ci" / "thresholds.toml")])
+    r = CliRunner().invoke(
+        cli, ["gate", "base", "nope", "--store", str(store), "--thresholds", str(REPO / "ci" / "thresholds.toml")]
+    )
     assert r.exit_code == 2 and "label 'nope' not found" in r.output and "base, cand" in r.output
     with pytest.raises(ThresholdsError, match="not found"):
         load_thresholds(tmp_path / "absent.toml")
@@ -139,9 +158,26 @@ def test_shipped_thresholds_and_real_exit_code(tmp_path):
     assert th.alpha == 0.05 and {m.name for m in th.metrics} >= {"power.Total", "fps"}
     store = _store(tmp_path / "s", 1.05, power_key="power.Total")
     junit = tmp_path / "j.xml"
-    p = subprocess.run([sys.executable, "-m", "abtest.cli", "gate", "base", "cand", "--store", str(store),
-                        "--thresholds", str(REPO / "ci" / "thresholds.toml"), "--junit", str(junit), "--no-trace"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "abtest.cli",
+            "gate",
+            "base",
+            "cand",
+            "--store",
+            str(store),
+            "--thresholds",
+            str(REPO / "ci" / "thresholds.toml"),
+            "--junit",
+            str(junit),
+            "--no-trace",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 1, p.stdout + p.stderr
     assert "gate FAILED" in p.stderr
     suite, cases = _junit(junit)
@@ -149,9 +185,23 @@ def test_shipped_thresholds_and_real_exit_code(tmp_path):
     # optional metrics absent from the store are skipped, not errors
     skipped = {name for (_, name), c in cases.items() if c.find("skipped") is not None}
     assert skipped == {"power.CPU", "jank_pct", "latency.gmean_us"} and suite.get("skipped") == "3"
-    p = subprocess.run([sys.executable, "-m", "abtest.cli", "gate", "base", "missing", "--store", str(store),
-                        "--thresholds", str(REPO / "ci" / "thresholds.toml")], capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "abtest.cli",
+            "gate",
+            "base",
+            "missing",
+            "--store",
+            str(store),
+            "--thresholds",
+            str(REPO / "ci" / "thresholds.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and "not found" in p.stderr
 
 
@@ -168,7 +218,7 @@ def test_zero_baseline_regression_fails_the_gate(tmp_path):
     """jank 0 % in every A iteration, ~10 % in B: no percent scale exists, the change is significant and in the
     bad direction, so the gate fails (it used to say "changed" and pass)."""
     store = _jank_store(tmp_path / "s", [0.0] * 5, [9.8, 10.1, 10.0, 9.9, 10.2])
-    r, junit = _gate(store, '[metrics.jank_pct]\nmax_regression_pct = 5.0\n', tmp_path)
+    r, junit = _gate(store, "[metrics.jank_pct]\nmax_regression_pct = 5.0\n", tmp_path)
     assert r.exit_code == 1, r.output
     assert "A's mean is 0" in r.output and "regression" in r.output
     suite, cases = _junit(junit)
@@ -177,7 +227,7 @@ def test_zero_baseline_regression_fails_the_gate(tmp_path):
 
 def test_zero_baseline_improvement_and_all_zero(tmp_path):
     store = _jank_store(tmp_path / "s", [0.0] * 5, [0.0] * 5)
-    r, _ = _gate(store, '[metrics.jank_pct]\nmax_regression_pct = 5.0\n', tmp_path)
+    r, _ = _gate(store, "[metrics.jank_pct]\nmax_regression_pct = 5.0\n", tmp_path)
     assert r.exit_code == 0 and "no change" in r.output, r.output
 
 
@@ -185,6 +235,7 @@ def test_many_iterations_do_not_overflow(tmp_path):
     """600 iterations per side (the exact Mann-Whitney minimum p used 2 / C(n_a + n_b, n_a), which overflows a
     float beyond ~515 per side): compare and gate give a verdict."""
     import numpy as np
+
     rng = np.random.default_rng(7)
     a = list(100 + rng.normal(0, 1, 600))
     b = list(103 + rng.normal(0, 1, 600))
@@ -196,6 +247,7 @@ def test_many_iterations_do_not_overflow(tmp_path):
 def test_huge_values_do_not_overflow(tmp_path):
     """Values near 1e308: the mean of A (and B's +15 %) must not overflow to inf; the gate sees the regression."""
     import json
+
     a = [1.0e308, 1.01e308, 0.99e308, 1.0e308, 1.005e308]
     b = [1.15e308, 1.16e308, 1.14e308, 1.15e308, 1.155e308]
     store = _jank_store(tmp_path / "s", a, b, metric="power.Total")
@@ -210,7 +262,9 @@ def test_huge_values_do_not_overflow(tmp_path):
 
 def test_unreadable_numbers_and_bytes_are_bad_input(tmp_path):
     store = _jank_store(tmp_path / "s", [1.0] * 3, [1.0] * 3)
-    (store / "cand" / "ui" / "0" / "metrics.json").write_text('{"metrics": {"jank_pct": {"value": 1' + "0" * 400 + '}}}')
+    (store / "cand" / "ui" / "0" / "metrics.json").write_text(
+        '{"metrics": {"jank_pct": {"value": 1' + "0" * 400 + "}}}"
+    )
     (store / "cand" / "ui" / "1" / "meta.json").write_bytes(b'{"kernel": "\xff\xfe"}')
     r = CliRunner().invoke(cli, ["compare", "base", "cand", "--store", str(store), "--no-trace"])
     flat = " ".join(r.output.split())  # the terminal form wraps long notes
@@ -264,12 +318,15 @@ def _power_store(root, inject: str, *, cand_factor: float = 1.0, n: int = 3, def
     return root
 
 
-@pytest.mark.parametrize("inject, said", [
-    ("glitch", "1 glitch sample(s) out of line with both neighbours excluded"),
-    ("repeated_ts", "2 row(s) sharing a timestamp with different values excluded"),
-    ("conflicting", "2 row(s) sharing a timestamp with different values excluded"),
-    ("negative", "1 negative counter value(s) refused"),
-])
+@pytest.mark.parametrize(
+    "inject, said",
+    [
+        ("glitch", "1 glitch sample(s) out of line with both neighbours excluded"),
+        ("repeated_ts", "2 row(s) sharing a timestamp with different values excluded"),
+        ("conflicting", "2 row(s) sharing a timestamp with different values excluded"),
+        ("negative", "1 negative counter value(s) refused"),
+    ],
+)
 def test_identical_power_rails_pass_and_the_notes_name_the_excluded_samples(tmp_path, inject, said):
     """Identical 1 W rails on both sides; every candidate iteration has one defective counter sample. Before the
     fix the backward step was a reset counting the whole 5000 J counter: +500,051 % (gate failed), or

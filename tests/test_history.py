@@ -1,5 +1,6 @@
 """abtest history: change points on synthetic series, the results database (SQLite and a real PostgreSQL), add
 idempotence, detect / triage / gate end to end on a nightly store made from real power rails (history_data)."""
+
 from __future__ import annotations
 
 import json
@@ -79,7 +80,8 @@ def _end_to_end(db, store, tmp_path):
 
     found = [f for f in detect(engine, metrics=("power.Total",))]
     assert [(f.key.device, f.key.workload, f.after.label, f.before.label, f.kind) for f in found] == [
-        ("lab-dut", "video", label(20), label(19), "regression")]
+        ("lab-dut", "video", label(20), label(19), "regression")
+    ]
     assert 3.5 < found[0].step.delta_pct < 4.5
     cmds = found[0].to_json()["commands"]
     assert cmds["compare"].startswith("abtest compare ") and label(19) in cmds["compare"]
@@ -99,8 +101,9 @@ def _end_to_end(db, store, tmp_path):
     codes = {}
     for k in (19, 20, 21, 22):
         junit = tmp_path / f"junit-{k}.xml"
-        codes[k] = run(["history", "gate", "--db", str(db), "--thresholds", str(th), "--build", label(k),
-                        "--junit", str(junit)])
+        codes[k] = run(
+            ["history", "gate", "--db", str(db), "--thresholds", str(th), "--build", label(k), "--junit", str(junit)]
+        )
     assert codes == {19: 0, 20: 0, 21: 1, 22: 0}
     suite = ET.parse(tmp_path / "junit-21.xml").getroot().find("testsuite")
     assert suite.get("failures") == "1"
@@ -141,6 +144,7 @@ def test_add_with_traces_uses_the_evaluation_path(tmp_path, monkeypatch):
     from sqlalchemy import select
 
     from abtest.history import schema as S
+
     monkeypatch.setenv("ABTEST_METRICS_CACHE", "user")
     monkeypatch.setenv("ABTEST_CACHE_DIR", str(tmp_path / "cache"))
     engine = open_db(tmp_path / "h.sqlite")
@@ -159,9 +163,11 @@ def _rows(db) -> dict:
     from sqlalchemy import select
 
     from abtest.history import schema as S
+
     engine = open_db(db)
-    q = (select(S.iterations.c.path, S.metrics.c.key, S.metric_values.c.value)
-         .select_from(S.metric_values.join(S.iterations).join(S.metrics)))
+    q = select(S.iterations.c.path, S.metrics.c.key, S.metric_values.c.value).select_from(
+        S.metric_values.join(S.iterations).join(S.metrics)
+    )
     with engine.connect() as conn:
         out = {(p, k): v for p, k, v in conn.execute(q)}
     engine.dispose()
@@ -174,9 +180,12 @@ def test_gate_and_compare_record_what_they_read(nightly, tmp_path, monkeypatch, 
     `history detect` then finds the step. `compare BASE X Y --history` (no value) uses $ABTEST_HISTORY."""
     from abtest.compare import parallel
     from abtest.history import distributed
+
     analysed, evaluate = [], distributed.evaluate
     real = parallel.iteration_metrics
-    monkeypatch.setattr(parallel, "iteration_metrics", lambda it, *a, **k: analysed.append(it.path) or real(it, *a, **k))
+    monkeypatch.setattr(
+        parallel, "iteration_metrics", lambda it, *a, **k: analysed.append(it.path) or real(it, *a, **k)
+    )
     monkeypatch.setattr(distributed, "evaluate", lambda *a, **k: pytest.fail("history analysed an iteration again"))
     th = tmp_path / "th.toml"
     th.write_text(THRESHOLDS)
@@ -205,8 +214,10 @@ def test_gate_and_compare_record_what_they_read(nightly, tmp_path, monkeypatch, 
     # N-way compare, the flag without a value: the default database; the baseline is recorded once
     monkeypatch.setenv("ABTEST_HISTORY", str(tmp_path / "default.sqlite"))
     labels3 = [label(0), label(1), label(2)]
-    assert run(["compare", *labels3, "--store", str(nightly), "--no-trace", "-j", "1", "--format", "json",
-                "--history"]) == 0
+    assert (
+        run(["compare", *labels3, "--store", str(nightly), "--no-trace", "-j", "1", "--format", "json", "--history"])
+        == 0
+    )
     assert "3 new build(s), 9 iteration(s)" in capsys.readouterr().err
     assert len({p for p, _ in _rows(tmp_path / "default.sqlite")}) == 9
     # the flag alone before the labels would swallow the baseline: refused, nothing compared
@@ -217,6 +228,7 @@ def test_gate_and_compare_record_what_they_read(nightly, tmp_path, monkeypatch, 
 def test_points_aggregate_all_builds_at_once_as_one_by_one(aggregation):
     """The dashboard's vectorised per-build aggregate and CI equal `aggregate` of each build alone."""
     from abtest.history.series import aggregate, aggregate_groups
+
     rng = np.random.default_rng(7)
     groups = [rng.normal(100, 10, k) for k in rng.integers(1, 7, 200)] + [np.array([-1.0, 2.0, 3.0]), np.array([0.0])]
     starts = np.r_[0, np.cumsum([len(g) for g in groups])[:-1]]

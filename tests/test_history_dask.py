@@ -1,4 +1,5 @@
 """`history add` on a real Dask LocalCluster of 2 worker processes: same rows as in-process, work spread."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,9 @@ from abtest.history.ingest import add
 
 
 def _rows(engine):
-    q = (select(S.iterations.c.path, S.metrics.c.key, S.metric_values.c.value)
-         .select_from(S.metric_values.join(S.iterations).join(S.metrics)))
+    q = select(S.iterations.c.path, S.metrics.c.key, S.metric_values.c.value).select_from(
+        S.metric_values.join(S.iterations).join(S.metrics)
+    )
     with engine.connect() as conn:
         return sorted(conn.execute(q).all())
 

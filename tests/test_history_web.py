@@ -1,6 +1,7 @@
 """`abtest history serve` in a real headless Chromium (Debian's chromium + chromedriver, driven by Selenium):
 the page loads plotly.js from the server, the series has one point per build, the change point is marked at
 the step build, and clicking it opens the compare report between the builds on both sides."""
+
 from __future__ import annotations
 
 import json
@@ -38,6 +39,7 @@ def served(tmp_path_factory):
 def browser():
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
@@ -61,12 +63,14 @@ def test_api(served):
 def test_dashboard_in_chromium(served, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+
     server, cp = served
     browser.get(f"{server.url}/?device=lab-dut&workload=video&metric=power.Total")
     WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "status").get_attribute("data-ready") == "1")
     assert browser.execute_script("return typeof Plotly") == "object"  # served from the plotly wheel
-    data = browser.execute_script("const g = document.getElementById('chart');"
-                                  "return g.data.map(t => ({x: t.x, n: t.x.length}));")
+    data = browser.execute_script(
+        "const g = document.getElementById('chart');return g.data.map(t => ({x: t.x, n: t.x.length}));"
+    )
     assert data[0]["n"] == 30 and data[1]["x"] == [label(20)]
     drawn = browser.find_elements(By.CSS_SELECTOR, "#chart .scatterlayer .trace:nth-of-type(1) .points .point")
     assert len(drawn) == 30  # the SVG shows one marker per build

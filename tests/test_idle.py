@@ -5,6 +5,7 @@ expected values come from `trace-cmd report -t` text (the reference decoder), pa
 summed in plain Python here -- not from abtest's readers or analyses.
 Pixel 7 Pro perfetto trace: residency from a plain-Python sweep over the decoded cpu_idle events.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,16 +22,23 @@ from abtest.analysis import idle
 from abtest.trace.errors import MissingEventsError
 from abtest.trace.model import TraceData
 
-X86 = ["x86-haltpoll-hackbench-cyclictest.dat", "x86-ladder-hackbench-cyclictest.dat",
-       "x86-menu-hackbench-cyclictest.dat"]
+X86 = [
+    "x86-haltpoll-hackbench-cyclictest.dat",
+    "x86-ladder-hackbench-cyclictest.dat",
+    "x86-menu-hackbench-cyclictest.dat",
+]
 EXIT = 4294967295
-LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<ns>\d{9}):\s+(?P<event>\w+):\s+(?P<body>.*)$")
+LINE = re.compile(
+    r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<ns>\d{9}):\s+(?P<event>\w+):\s+(?P<body>.*)$"
+)
 
 # The haltpoll cpuidle driver's states as /sys/devices/system/cpu/cpu*/cpuidle/state*/{name,residency,latency}
 # show them on the machine type the x86-vm traces were recorded on (checked against this machine's sysfs
 # below when it runs the same driver).
-HALTPOLL_STATES = [{"index": 0, "name": "POLL", "target_residency_us": 0.0, "exit_latency_us": 0.0},
-                   {"index": 1, "name": "haltpoll idle", "target_residency_us": 1.0, "exit_latency_us": 1.0}]
+HALTPOLL_STATES = [
+    {"index": 0, "name": "POLL", "target_residency_us": 0.0, "exit_latency_us": 0.0},
+    {"index": 1, "name": "haltpoll idle", "target_residency_us": 1.0, "exit_latency_us": 1.0},
+]
 X86_PLATFORM = {"name": "x86-vm (haltpoll)", "domains": [{"id": 0, "cpus": [0, 1], "idle_states": HALTPOLL_STATES}]}
 
 
@@ -53,8 +61,10 @@ def expected_idle(events) -> dict:
     """Plain-Python idle accounting over the report's events (window = first .. last event of the trace)."""
     lo = min(e[0] for e in events)
     hi = max(e[0] for e in events)
-    idle_ev = sorted(((ts, int(_kv(b)["cpu_id"]), int(_kv(b)["state"])) for ts, _, ev, b in events if ev == "cpu_idle"),
-                     key=lambda x: x[0])
+    idle_ev = sorted(
+        ((ts, int(_kv(b)["cpu_id"]), int(_kv(b)["state"])) for ts, _, ev, b in events if ev == "cpu_idle"),
+        key=lambda x: x[0],
+    )
     per_cpu = defaultdict(list)
     for ts, cpu, st in idle_ev:
         per_cpu[cpu].append((ts, -1 if st == EXIT else st))
@@ -75,7 +85,7 @@ def expected_idle(events) -> dict:
                 entries[(cpu, st)] += 1
         residency[(cpu, cur)] += hi - since
     misses = Counter()
-    for ts, _, ev, b in events:
+    for _ts, _, ev, b in events:
         if ev == "cpu_idle_miss":
             kv = _kv(b)
             misses[(int(kv["cpu_id"]), int(kv["state"]), kv["type"])] += 1
@@ -126,8 +136,9 @@ def test_misses_match_trace_cmd_report(x86, name):
     assert int(m["above"].sum() + m["below"].sum()) == sum(exp["misses"].values())
     tot = idle.df_idle_miss_totals(m).filter(pl.col("cpu").is_null()).row(0, named=True)
     assert tot["wakeups"] == sum(exp["wakeups"].values())
-    assert tot["below_pct"] == pytest.approx(100.0 * sum(v for k, v in exp["misses"].items() if k[2] == "below")
-                                             / sum(exp["wakeups"].values()))
+    assert tot["below_pct"] == pytest.approx(
+        100.0 * sum(v for k, v in exp["misses"].items() if k[2] == "below") / sum(exp["wakeups"].values())
+    )
 
 
 def test_idle_states_match_this_machine():
@@ -183,7 +194,11 @@ def test_summary_uses_derived_when_cpu_idle_miss_absent(x86):
     assert s["misses"]["source"] == "derived"
     k = idle.summary(t)["misses"]
     assert k["source"] == "cpu_idle_miss"
-    assert (s["misses"]["too_deep_count"], s["misses"]["too_shallow_count"]) == (k["too_deep_count"], k["too_shallow_count"]) == (1, 4273)
+    assert (
+        (s["misses"]["too_deep_count"], s["misses"]["too_shallow_count"])
+        == (k["too_deep_count"], k["too_shallow_count"])
+        == (1, 4273)
+    )
     json.dumps(s)  # JSON-serialisable
     # neither the event nor target residencies: no misses key at all (never made-up zeros)
     bare = Trace(t.path, _data=TraceData(tables=tables, meta=dict(t.meta)))
@@ -197,8 +212,12 @@ def test_summary_keys_and_values(x86):
     assert s["wakeups_total"] == 4367
     assert s["window_s"] == pytest.approx((exp["hi"] - exp["lo"]) / 1e9)
     assert s["misses"]["too_shallow_pct"] == pytest.approx(100.0 * 4271 / 4367)
-    assert s["residency_pct"]["0"]["POLL"] == pytest.approx(100.0 * exp["residency"][(0, "state0")] / (exp["hi"] - exp["lo"]))
-    assert s["idle_pct"]["0"] == pytest.approx(100.0 - 100.0 * exp["residency"][(0, "active")] / (exp["hi"] - exp["lo"]))
+    assert s["residency_pct"]["0"]["POLL"] == pytest.approx(
+        100.0 * exp["residency"][(0, "state0")] / (exp["hi"] - exp["lo"])
+    )
+    assert s["idle_pct"]["0"] == pytest.approx(
+        100.0 - 100.0 * exp["residency"][(0, "active")] / (exp["hi"] - exp["lo"])
+    )
 
 
 def test_window_clips_and_carries_state_in(x86):
@@ -210,8 +229,11 @@ def test_window_clips_and_carries_state_in(x86):
     assert int(res["time_ns"].sum()) == hi - lo
     assert "idle-unknown" not in res["state_name"].to_list()  # state at lo carried in from before the window
     # independent: clip the full-trace sweep to the window
-    evs = sorted((ts, int(_kv(b)["state"])) for ts, _, ev, b in report_events(t.path)
-                 if ev == "cpu_idle" and _kv(b)["cpu_id"] == "0")
+    evs = sorted(
+        (ts, int(_kv(b)["state"]))
+        for ts, _, ev, b in report_events(t.path)
+        if ev == "cpu_idle" and _kv(b)["cpu_id"] == "0"
+    )
     cur = next(st for ts, st in reversed(evs) if ts < lo)
     active = 0
     since = lo
@@ -271,8 +293,11 @@ def test_pixel7pro_idle_residency_first_principles(traces):
     assert ci.height == 35666  # expected-counts.json (protobuf walk)
     res = t.idle.df_residency()
     exp = _first_principles_residency(ci, t.start_ns, t.end_ns)
-    got = {(r["cpu"], r["state"]): r["time_ns"] for r in res.iter_rows(named=True) if r["time_ns"] > 0
-           and r["state_name"] != "unknown"}
+    got = {
+        (r["cpu"], r["state"]): r["time_ns"]
+        for r in res.iter_rows(named=True)
+        if r["time_ns"] > 0 and r["state_name"] != "unknown"
+    }
     assert got == exp
     assert sorted(res["cpu"].unique().to_list()) == list(range(8))
     per_cpu = res.group_by("cpu").agg(pl.col("time_ns").sum())

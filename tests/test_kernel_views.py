@@ -7,6 +7,7 @@ events emit them): those are checked on tests/data/make_kernel_views_trace.py's 
 in those events' exact formats. Each expected value is a plain-Python sweep over the text lines: a value holds
 until the next one of the same key, from its first sample to the window end.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,7 +20,9 @@ import pytest
 from abtest import Trace
 from abtest.analysis import capacity, overutilized, thermal
 
-LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<us>\d{6}):\s+(?P<ev>\w+):\s+(?P<body>.*)$")
+LINE = re.compile(
+    r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<us>\d{6}):\s+(?P<ev>\w+):\s+(?P<body>.*)$"
+)
 
 
 def _events(path: Path, name: str):
@@ -47,8 +50,9 @@ def _sweep(samples: dict, end: int, start: int | None = None) -> dict:
 
 @pytest.fixture(scope="module")
 def views(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("make_kernel_views_trace",
-                                                  Path(__file__).parent / "data" / "make_kernel_views_trace.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_kernel_views_trace", Path(__file__).parent / "data" / "make_kernel_views_trace.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.write(tmp_path_factory.mktemp("views") / "kernel_views_synthetic.txt")
@@ -62,8 +66,11 @@ def test_overutilized_on_lisa_juno_trace(traces):
     evs = list(_events(path, "sched_overutilized"))
     assert [int(f["overutilized"]) for _, f in evs] == [1, 0, 1]
     win = t.end_ns - t.start_ns
-    ou = sum(min(t2, t.end_ns) - t1 for (t1, f), (t2, _) in zip(evs, evs[1:] + [(t.end_ns, None)])
-             if f["overutilized"] == "1")
+    ou = sum(
+        min(t2, t.end_ns) - t1
+        for (t1, f), (t2, _) in zip(evs, evs[1:] + [(t.end_ns, None)])
+        if f["overutilized"] == "1"
+    )
     s = overutilized.summary(t)
     assert s["time_s"] == pytest.approx(ou / 1e9) == pytest.approx(4.886673)
     assert s["pct"] == pytest.approx(100.0 * ou / win)
@@ -122,13 +129,19 @@ def test_thermal_zones_cooling_devices_and_allocator(traces, name):
             cd[f["type"]].append((ts, int(f["target"])))
         for dev, (mean, known, spans) in _sweep(cd, t.end_ns).items():
             assert s["cooling_devices"][dev]["mean_state"] == pytest.approx(mean)
-            assert s["cooling_devices"][dev]["active_pct"] == pytest.approx(100.0 * sum(d for v, d in spans if v) / known)
+            assert s["cooling_devices"][dev]["active_pct"] == pytest.approx(
+                100.0 * sum(d for v, d in spans if v) / known
+            )
     alloc = [(ts, f) for ts, f in _events(path, "thermal_power_allocator") if ts < t.end_ns]  # window [start, end)
     pa = next(iter(s["power_allocator"].values()))
     assert pa["samples"] == len(alloc)
-    assert pa["mean_granted_power_mw"] == pytest.approx(sum(int(f["total_granted_power"]) for _, f in alloc) / len(alloc))
+    assert pa["mean_granted_power_mw"] == pytest.approx(
+        sum(int(f["total_granted_power"]) for _, f in alloc) / len(alloc)
+    )
     last = alloc[-1][1]
-    assert pa["control_temp_c"] == pytest.approx((int(last["current_temperature"]) + int(last["delta_temperature"])) / 1000)
+    assert pa["control_temp_c"] == pytest.approx(
+        (int(last["current_temperature"]) + int(last["delta_temperature"])) / 1000
+    )
 
 
 def test_cpu_capacity_and_uclamp(views):

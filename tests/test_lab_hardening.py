@@ -2,6 +2,7 @@
 token kept to the server's origin and off plain http, STORE/.lab through the store's no-follow helpers with
 owner-only modes, a receiver with a bounded number of handler threads, and no ssh host key in the ramdisk
 the receiver serves. Real sockets, real files, busybox for the device side; no LAVA server needed."""
+
 from __future__ import annotations
 
 import base64
@@ -32,24 +33,46 @@ from abtest.safe_io import UnsafePathError
 from abtest.store.writer import IterationWriter
 from abtest.targets.config import parse_target
 
-STATUS = JobStatus(7, "Finished", "Complete", "dev1", "2026-11-26T00:00:00Z", "2026-11-26T00:00:02Z",
-                   "2026-11-26T00:00:20Z")
+STATUS = JobStatus(
+    7, "Finished", "Complete", "dev1", "2026-11-26T00:00:00Z", "2026-11-26T00:00:02Z", "2026-11-26T00:00:20Z"
+)
 
 
 def _bomb_log(key: str, inflated: int) -> str:
     """A lava-run log whose script reports a data block of `inflated` zero bytes (gzip'ed: ~1/1000 of it)."""
     blob = base64.b64encode(gzip.compress(bytes(inflated), compresslevel=9)).decode()
-    lines = [f"ABTEST-BEGIN key={key}", f"ABTEST-FILE {gs.STDOUT_FILE} {inflated} {'0' * 64}",
-             f"ABTEST-DATA-BEGIN {gs.STDOUT_FILE}", *[blob[i:i + 16384] for i in range(0, len(blob), 16384)],
-             f"ABTEST-DATA-END {gs.STDOUT_FILE}", "ABTEST-RESULT rc=0", "ABTEST-END status=ok"]
+    lines = [
+        f"ABTEST-BEGIN key={key}",
+        f"ABTEST-FILE {gs.STDOUT_FILE} {inflated} {'0' * 64}",
+        f"ABTEST-DATA-BEGIN {gs.STDOUT_FILE}",
+        *[blob[i : i + 16384] for i in range(0, len(blob), 16384)],
+        f"ABTEST-DATA-END {gs.STDOUT_FILE}",
+        "ABTEST-RESULT rc=0",
+        "ABTEST-END status=ok",
+    ]
     return "".join(json.dumps({"dt": "t", "lvl": "target", "msg": line}) + "\n" for line in lines)
 
 
 def _ctx(**kw) -> HarvestContext:
-    args = {"lab": {}, "job_url": None, "worker": None, "target_name": "t", "target_file": None, "emulated": False,
-            "label_name": "A", "boot": None, "expect_release": "", "workload": make_workload("shell:cmd=true"),
-            "events_requested": [], "analyses": None, "power": None, "platform": None, "definition": "",
-            "script": "", "failed_attempts": []}
+    args = {
+        "lab": {},
+        "job_url": None,
+        "worker": None,
+        "target_name": "t",
+        "target_file": None,
+        "emulated": False,
+        "label_name": "A",
+        "boot": None,
+        "expect_release": "",
+        "workload": make_workload("shell:cmd=true"),
+        "events_requested": [],
+        "analyses": None,
+        "power": None,
+        "platform": None,
+        "definition": "",
+        "script": "",
+        "failed_attempts": [],
+    }
     return HarvestContext(**{**args, **kw})
 
 
@@ -61,8 +84,18 @@ def test_a_data_block_is_inflated_within_a_declared_bound(tmp_path):
     tracemalloc.start()
     try:
         with pytest.raises(AttemptFailed, match="inflates beyond") as e:
-            harvest(writer, _ctx(max_log_data_bytes=1 << 20), STATUS, log, {}, key="k1", iteration=1, attempt=1,
-                    buffer_size_kb=1024, clock="boot")
+            harvest(
+                writer,
+                _ctx(max_log_data_bytes=1 << 20),
+                STATUS,
+                log,
+                {},
+                key="k1",
+                iteration=1,
+                attempt=1,
+                buffer_size_kb=1024,
+                clock="boot",
+            )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -104,11 +137,26 @@ class FakeLab:
 
 def _lab_cc(tmp_path, label="A", **lab) -> LabCollectConfig:
     acts = {label: {"deploy": {"to": "tmpfs"}, "boot": {"method": "qemu"}}}
-    return LabCollectConfig(lab=parse_lab({"url": "lava-run:/dev/null", "artifacts": "log", "retries": 0,
-                                           "poll_s": 0.01, "log_max_mb": 1, "actions": acts, **lab}),
-                            target_cfg=parse_target({"name": "t", "kind": "qemu"}), labels=[LabelSpec(label)],
-                            workloads=[make_workload("shell:cmd=true")], iterations=1, store=tmp_path / "store",
-                            progress=False, trace=False)
+    return LabCollectConfig(
+        lab=parse_lab(
+            {
+                "url": "lava-run:/dev/null",
+                "artifacts": "log",
+                "retries": 0,
+                "poll_s": 0.01,
+                "log_max_mb": 1,
+                "actions": acts,
+                **lab,
+            }
+        ),
+        target_cfg=parse_target({"name": "t", "kind": "qemu"}),
+        labels=[LabelSpec(label)],
+        workloads=[make_workload("shell:cmd=true")],
+        iterations=1,
+        store=tmp_path / "store",
+        progress=False,
+        trace=False,
+    )
 
 
 def test_a_bomb_fails_its_attempt_and_the_journal_says_so(tmp_path):
@@ -179,8 +227,13 @@ def test_plain_http_to_a_remote_server_needs_an_explicit_flag():
     with pytest.raises(LabConfigError, match="allow_http"):
         parse_lab(None, "http://10.1.2.3:8000/")
     assert parse_lab({"allow_http": True}, "http://lava.example.org/").url == "http://lava.example.org/"
-    for ok in ("https://lava.example.org/", "http://127.0.0.1:8000/", "http://localhost/", "http://[::1]:80/",
-               "http://127.1.2.3/"):
+    for ok in (
+        "https://lava.example.org/",
+        "http://127.0.0.1:8000/",
+        "http://localhost/",
+        "http://[::1]:80/",
+        "http://127.1.2.3/",
+    ):
         parse_lab(None, ok)
 
 
@@ -217,31 +270,54 @@ def test_a_lab_symlink_is_refused_before_anything_is_submitted(tmp_path):
 def test_staging_is_0700_and_uploads_0600_and_harvested_traces_0600(tmp_path):
     import hashlib
     import subprocess
+
     data = os.urandom(4096)
     f = tmp_path / "trace.dat"
     f.write_bytes(data)
     sha = hashlib.sha256(data).hexdigest()
     with ArtifactReceiver(tmp_path / "staging", public_url="http://127.0.0.1:{port}") as rcv:
         url = rcv.open_slot("A-w-1-a1-0001")
-        sh = (f'gzip -c "$1" | base64 > "$1.b64"; wget -q -O - --header "X-Abtest-Sha256: {sha}" '
-              f'--header "X-Abtest-Size: {len(data)}" --post-file "$1.b64" "$2" 2>&1; rm -f "$1.b64"')
-        out = subprocess.run(["busybox", "sh", "-c", sh, "sh", str(f), f"{url}/trace.dat"], capture_output=True,
-                             text=True, timeout=60, check=False).stdout
+        sh = (
+            f'gzip -c "$1" | base64 > "$1.b64"; wget -q -O - --header "X-Abtest-Sha256: {sha}" '
+            f'--header "X-Abtest-Size: {len(data)}" --post-file "$1.b64" "$2" 2>&1; rm -f "$1.b64"'
+        )
+        out = subprocess.run(
+            ["busybox", "sh", "-c", sh, "sh", str(f), f"{url}/trace.dat"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout
         assert out.strip() == f"stored {sha}"
         got = rcv.received("A-w-1-a1-0001")["trace.dat"]["path"]
     assert stat.S_IMODE((tmp_path / "staging").stat().st_mode) == 0o700
     assert stat.S_IMODE(got.parent.stat().st_mode) == 0o700 and stat.S_IMODE(got.stat().st_mode) == 0o600
     # the harvested copy: an upload job whose trace arrived at the receiver
     (tmp_path / "empty").touch()
-    console = ["ABTEST-BEGIN key=k1", f"ABTEST-FILE {gs.TRACE_FILE} {len(data)} {sha}",
-               f"ABTEST-FILE {gs.META_FILE} 0 {hashlib.sha256(b'').hexdigest()}", "ABTEST-RESULT rc=0",
-               "ABTEST-END status=ok"]
+    console = [
+        "ABTEST-BEGIN key=k1",
+        f"ABTEST-FILE {gs.TRACE_FILE} {len(data)} {sha}",
+        f"ABTEST-FILE {gs.META_FILE} 0 {hashlib.sha256(b'').hexdigest()}",
+        "ABTEST-RESULT rc=0",
+        "ABTEST-END status=ok",
+    ]
     log = "".join(json.dumps({"dt": "t", "lvl": "target", "msg": m}) + "\n" for m in console)
     writer = IterationWriter(tmp_path / "store", "A", "w", 1)
-    out = harvest(writer, _ctx(events_requested=["sched_switch"]), STATUS, log,
-                  {gs.TRACE_FILE: {"size": len(data), "sha256": sha, "path": got},
-                   gs.META_FILE: {"size": 0, "sha256": hashlib.sha256(b"").hexdigest(), "path": tmp_path / "empty"}},
-                  key="k1", iteration=1, attempt=1, buffer_size_kb=1024, clock="boot")
+    out = harvest(
+        writer,
+        _ctx(events_requested=["sched_switch"]),
+        STATUS,
+        log,
+        {
+            gs.TRACE_FILE: {"size": len(data), "sha256": sha, "path": got},
+            gs.META_FILE: {"size": 0, "sha256": hashlib.sha256(b"").hexdigest(), "path": tmp_path / "empty"},
+        },
+        key="k1",
+        iteration=1,
+        attempt=1,
+        buffer_size_kb=1024,
+        clock="boot",
+    )
     assert stat.S_IMODE((out / gs.TRACE_FILE).stat().st_mode) == 0o600
 
 
@@ -251,6 +327,7 @@ def test_the_receiver_handles_a_bounded_number_of_connections(tmp_path):
     the 5th to 16th idle connection waits in the listen backlog (or is not accepted at all) instead."""
     import urllib.error
     import urllib.request
+
     with ArtifactReceiver(tmp_path / "staging", max_connections=4) as rcv:
         before = threading.active_count()
         socks = []
@@ -272,15 +349,24 @@ def test_the_receiver_handles_a_bounded_number_of_connections(tmp_path):
 
 
 # -- the served ramdisk -----------------------------------------------------------------------------------------
-GUEST_BINARIES = ("/usr/sbin/dropbear", "/usr/bin/trace-cmd", "/bin/busybox", "/usr/bin/hackbench",
-                  "/usr/bin/cyclictest", "/usr/lib/sftp-server")
+GUEST_BINARIES = (
+    "/usr/sbin/dropbear",
+    "/usr/bin/trace-cmd",
+    "/bin/busybox",
+    "/usr/bin/hackbench",
+    "/usr/bin/cyclictest",
+    "/usr/lib/sftp-server",
+)
 
 
-@pytest.mark.skipif(not all(Path(b).exists() for b in GUEST_BINARIES) or shutil.which("dropbearkey") is None,
-                    reason="the guest binaries (make setup) are missing")
+@pytest.mark.skipif(
+    not all(Path(b).exists() for b in GUEST_BINARIES) or shutil.which("dropbearkey") is None,
+    reason="the guest binaries (make setup) are missing",
+)
 def test_the_lab_ramdisk_holds_no_ssh_host_key(tmp_path, monkeypatch):
     """The receiver's unauthenticated /images served a ramdisk embedding the QEMU guest's ssh host private key."""
     from abtest.targets.qemu import KernelImage, build_initramfs, guest_keys
+
     monkeypatch.setenv("ABTEST_QEMU_CACHE", str(tmp_path / "cache"))
     kernel = KernelImage("linux-image-test", "0.0.0-test", tmp_path / "vmlinuz", [])
     host_key = guest_keys()[0]
@@ -298,9 +384,9 @@ def test_the_lab_ramdisk_holds_no_ssh_host_key(tmp_path, monkeypatch):
 def _cpio_names(archive: bytes) -> list[str]:
     """Entry names of a newc cpio archive (walking its headers: 110 ASCII bytes, name, data, 4-byte padding)."""
     names, off = [], 0
-    while archive[off:off + 6] == b"070701":
-        namesize, filesize = int(archive[off + 94:off + 102], 16), int(archive[off + 54:off + 62], 16)
-        name = archive[off + 110:off + 110 + namesize - 1].decode()
+    while archive[off : off + 6] == b"070701":
+        namesize, filesize = int(archive[off + 94 : off + 102], 16), int(archive[off + 54 : off + 62], 16)
+        name = archive[off + 110 : off + 110 + namesize - 1].decode()
         if name == "TRAILER!!!":
             break
         names.append(name)

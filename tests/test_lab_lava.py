@@ -14,6 +14,7 @@ Both need the Debian packages `make setup` installs (lava-server, lava-dispatche
 qemu-system-x86) and root (lava-run refuses to run otherwise). The kernels come from apt through
 abtest.targets.qemu (cached in ~/.cache/abtest/qemu, shared with the qemu target tests).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,9 @@ import time
 from pathlib import Path
 
 import pytest
+from lava_stack import LavaStack, stack_missing
 
 from abtest import Trace
-from lava_stack import LavaStack, stack_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 DICTIONARY = ROOT / "tests" / "data" / "lava" / "qemu-tcg.jinja2"
@@ -51,8 +52,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(stack_missing() is not None, 
 
 
 def _abtest(args: list[str], env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "abtest.cli", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "abtest.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _our_processes(marker: str) -> list[str]:
@@ -102,13 +109,31 @@ def _compare(store: Path) -> dict:
 def test_lava_run_jobs_land_in_a_store_that_compare_reads(tmp_path):
     store = tmp_path / "store"
     target = tmp_path / "lava-run.toml"
-    target.write_text(f'name = "lava-run-qemu"\nkind = "qemu"\n[lab]\nurl = "lava-run:{DICTIONARY}"\n'
-                      f'artifacts = "log"\nretries = 1\njob_timeout_min = 10\nmax_in_flight = 2\n' + KERNELS)
+    target.write_text(
+        f'name = "lava-run-qemu"\nkind = "qemu"\n[lab]\nurl = "lava-run:{DICTIONARY}"\n'
+        f'artifacts = "log"\nretries = 1\njob_timeout_min = 10\nmax_in_flight = 2\n' + KERNELS
+    )
     t0 = time.monotonic()
     # a smaller hackbench: every byte of the trace crosses the emulated serial console (~0.1 MB/s)
-    r = _abtest(["collect", "--target", str(target), "--kernel", "kernelA", "--kernel", "kernelB",
-                 "--workload", "hackbench:groups=1,loops=5,timeout_s=300", "-n", "2", "--store", str(store),
-                 "--no-progress", "--json"])
+    r = _abtest(
+        [
+            "collect",
+            "--target",
+            str(target),
+            "--kernel",
+            "kernelA",
+            "--kernel",
+            "kernelB",
+            "--workload",
+            "hackbench:groups=1,loops=5,timeout_s=300",
+            "-n",
+            "2",
+            "--store",
+            str(store),
+            "--no-progress",
+            "--json",
+        ]
+    )
     wall = time.monotonic() - t0
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout)
@@ -123,7 +148,8 @@ def test_lava_run_jobs_land_in_a_store_that_compare_reads(tmp_path):
     assert (w["workload"], w["n_a"], w["n_b"]) == ("hackbench", 2, 2)
     assert {m["name"] for m in w["metrics"]} >= {"hackbench_time_s", "duration_s"}
     assert not _our_processes(str(store)), "lava-run or qemu left running"
-    print(f"lava-run level: 4 jobs, 2 at a time, in {wall:.1f} s; jobs: {[(j['job_id'], j['job_s']) for j in summary['jobs']]}")
+    jobs = [(j["job_id"], j["job_s"]) for j in summary["jobs"]]
+    print(f"lava-run level: 4 jobs, 2 at a time, in {wall:.1f} s; jobs: {jobs}")
 
 
 @pytest.fixture
@@ -136,8 +162,11 @@ def lava_stack():
     finally:
         pids = stack.pids()
         stack.stop()
-        left = [p for p in pids if Path(f"/proc/{p}").exists() and
-                b"zombie" not in Path(f"/proc/{p}/status").read_bytes().lower()]
+        left = [
+            p
+            for p in pids
+            if Path(f"/proc/{p}").exists() and b"zombie" not in Path(f"/proc/{p}/status").read_bytes().lower()
+        ]
         assert not left, f"LAVA stack processes left running: {left}"
 
 
@@ -146,12 +175,33 @@ def test_whole_lava_stack_ab_of_two_kernels(lava_stack, tmp_path):
     print(f"LAVA stack up: {json.dumps({k: round(v, 1) for k, v in stack.timings.items()})}")
     store = tmp_path / "store"
     target = tmp_path / "lab.toml"
-    target.write_text('name = "lab-qemu"\nkind = "qemu"\n[lab]\ntoken_env = "ABTEST_E2E_LAVA_TOKEN"\n'
-                      'device_type = "qemu"\nartifacts = "upload"\nimages = "http"\nretries = 2\n'
-                      'job_timeout_min = 10\npoll_s = 1.0\n' + KERNELS)
-    argv = [sys.executable, "-m", "abtest.cli", "collect", "--target", str(target), "--lab", stack.url, "--kernel",
-            "kernelA", "--kernel", "kernelB", "--workload", WORKLOAD, "-n", "2", "--store", str(store), "--no-progress",
-            "--json"]
+    target.write_text(
+        'name = "lab-qemu"\nkind = "qemu"\n[lab]\ntoken_env = "ABTEST_E2E_LAVA_TOKEN"\n'
+        'device_type = "qemu"\nartifacts = "upload"\nimages = "http"\nretries = 2\n'
+        "job_timeout_min = 10\npoll_s = 1.0\n" + KERNELS
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "abtest.cli",
+        "collect",
+        "--target",
+        str(target),
+        "--lab",
+        stack.url,
+        "--kernel",
+        "kernelA",
+        "--kernel",
+        "kernelB",
+        "--workload",
+        WORKLOAD,
+        "-n",
+        "2",
+        "--store",
+        str(store),
+        "--no-progress",
+        "--json",
+    ]
     env = {**os.environ, "ABTEST_E2E_LAVA_TOKEN": stack.token}
     # 1. interrupted (Ctrl-C) once jobs run: abtest cancels its jobs in the lab and keeps nothing of them
     t0 = time.monotonic()
@@ -176,7 +226,9 @@ def test_whole_lava_stack_ab_of_two_kernels(lava_stack, tmp_path):
     assert {a["job_id"] for a in canceled} >= set(running)
     t1 = time.monotonic()
     while time.monotonic() - t1 < 120:
-        states = {a["job_id"]: (lambda j: (j["state"], j["health"]))(stack.api(f"jobs/{a['job_id']}/")) for a in canceled}
+        states = {
+            a["job_id"]: (lambda j: (j["state"], j["health"]))(stack.api(f"jobs/{a['job_id']}/")) for a in canceled
+        }
         if all(st == "Finished" for st, _ in states.values()):
             break
         time.sleep(1)
@@ -213,11 +265,15 @@ def test_whole_lava_stack_ab_of_two_kernels(lava_stack, tmp_path):
     table = {m["name"]: m for m in w["metrics"]}
     assert table["hackbench_time_s"]["a"]["n"] == 2 and table["hackbench_time_s"]["b"]["n"] == 2
     md = _abtest(["compare", "kernelA", "kernelB", "--store", str(store), "--format", "markdown"], timeout=300)
-    print(f"whole stack: interrupted run {interrupted_s:.1f} s ({len(canceled)} jobs canceled), then 4 jobs in "
-          f"{wall:.1f} s (collect --resume; stack start excluded); jobs:")
+    print(
+        f"whole stack: interrupted run {interrupted_s:.1f} s ({len(canceled)} jobs canceled), then 4 jobs in "
+        f"{wall:.1f} s (collect --resume; stack start excluded); jobs:"
+    )
     for j in sorted(summary["jobs"], key=lambda j: j["job_id"]):
-        print(f"  job {j['job_id']} {j['label']}/{j['iteration']} on {j['device']}: queued {j['queue_s']} s, "
-              f"ran {j['job_s']} s")
+        print(
+            f"  job {j['job_id']} {j['label']}/{j['iteration']} on {j['device']}: queued {j['queue_s']} s, "
+            f"ran {j['job_s']} s"
+        )
     lines = md.stdout.splitlines()
     start = next(i for i, l in enumerate(lines) if l.startswith("### Summary"))
     end = next(i for i in range(start + 2, len(lines)) if not lines[i].strip())

@@ -3,6 +3,7 @@ sh, as on the device) with a sysfs-shaped power tree in a temporary directory; t
 busybox wget (the client the device uses); a real LAVA 2023.01 server job log (tests/data/lava); job
 definitions checked by LAVA's own validator (`lava-run --validate`); process-tree cleanup of real
 processes. The whole path with real LAVA, QEMU and kernels is tests/test_lab_lava.py."""
+
 from __future__ import annotations
 
 import base64
@@ -25,8 +26,14 @@ from abtest.collectors.lab.config import LabConfig, LabConfigError, load_token, 
 from abtest.collectors.lab.harvest import AttemptFailed, HarvestContext, harvest
 from abtest.collectors.lab.job import job_definition, qemu_actions, redact
 from abtest.collectors.lab.journal import Attempt, Journal
-from abtest.collectors.lab.lava_log import (action_durations, parse_log, read_guest_report, sha256_bytes,
-                                            strip_data_blocks, target_lines)
+from abtest.collectors.lab.lava_log import (
+    action_durations,
+    parse_log,
+    read_guest_report,
+    sha256_bytes,
+    strip_data_blocks,
+    target_lines,
+)
 from abtest.collectors.lab.receiver import ArtifactReceiver
 from abtest.collectors.meta import parse_meta_output
 from abtest.collectors.orchestrate import CollectError, LabelSpec
@@ -67,6 +74,7 @@ def test_lab_table_is_checked_and_the_token_stays_out_of_describe(tmp_path):
 
 def test_labels_on_disjoint_devices_are_flagged():
     from abtest.collectors.lab.collect import device_confounding
+
     assert "confounded" in device_confounding({"A": {"qemu02": 2}, "B": {"qemu01": 2}})[0]
     assert device_confounding({"A": {"qemu02": 1, "qemu01": 1}, "B": {"qemu01": 2}}) == []
     assert device_confounding({"A": {"board": 2}, "B": {"board": 2}}) == []
@@ -90,8 +98,16 @@ def _fake_hwmon(root: Path) -> Path:
 
 
 def _run_script(tmp_path: Path, command: str, key: str = "k-test-1", power: dict | None = None) -> tuple[str, str]:
-    spec = gs.GuestSpec(key=key, tag="label=A workload=shell iteration=1", command=command, events=[],
-                        power=power, transport="log", workdir=str(tmp_path / "guest"), quiet_console=False)
+    spec = gs.GuestSpec(
+        key=key,
+        tag="label=A workload=shell iteration=1",
+        command=command,
+        events=[],
+        power=power,
+        transport="log",
+        workdir=str(tmp_path / "guest"),
+        quiet_console=False,
+    )
     script = gs.build_script(spec)
     r = subprocess.run([BUSYBOX, "sh", "-c", script, "sh", ""], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -100,19 +116,36 @@ def _run_script(tmp_path: Path, command: str, key: str = "k-test-1", power: dict
 
 def _as_lava_run_log(console: str) -> str:
     """Console text -> lava-run's log format: one {"dt", "lvl": "target", "msg"} mapping per line."""
-    return "".join(json.dumps({"dt": "2026-11-26T00:00:00", "lvl": "target", "msg": line}) + "\n"
-                   for line in console.splitlines())
+    return "".join(
+        json.dumps({"dt": "2026-11-26T00:00:00", "lvl": "target", "msg": line}) + "\n" for line in console.splitlines()
+    )
 
 
 def _ctx(wl, script: str, power=None, expect="") -> HarvestContext:
-    return HarvestContext(lab={"url": "lava-run:x", "transport": "log"}, job_url=None, worker="w1",
-                          target_name="t", target_file=None, emulated=False, label_name="A", boot=None,
-                          expect_release=expect, workload=wl, events_requested=[], analyses=None, power=power,
-                          platform=None, definition="job: x\n", script=script, failed_attempts=[])
+    return HarvestContext(
+        lab={"url": "lava-run:x", "transport": "log"},
+        job_url=None,
+        worker="w1",
+        target_name="t",
+        target_file=None,
+        emulated=False,
+        label_name="A",
+        boot=None,
+        expect_release=expect,
+        workload=wl,
+        events_requested=[],
+        analyses=None,
+        power=power,
+        platform=None,
+        definition="job: x\n",
+        script=script,
+        failed_attempts=[],
+    )
 
 
-STATUS = JobStatus(7, "Finished", "Complete", "dev1", "2026-11-26T00:00:00Z", "2026-11-26T00:00:02Z",
-                   "2026-11-26T00:00:20Z")
+STATUS = JobStatus(
+    7, "Finished", "Complete", "dev1", "2026-11-26T00:00:00Z", "2026-11-26T00:00:02Z", "2026-11-26T00:00:20Z"
+)
 
 
 @needs_busybox
@@ -129,13 +162,24 @@ def test_script_output_through_the_log_becomes_an_iteration_with_power(tmp_path)
     meta = parse_meta_output(rep.data[gs.META_FILE].decode())
     assert meta["kernel"]["release"] == os.uname().release
     writer = IterationWriter(tmp_path / "store", "A", "shell", 1)
-    out = harvest(writer, _ctx(wl, script, power), STATUS, _as_lava_run_log(console), {}, key="k-test-1",
-                  iteration=1, attempt=1, buffer_size_kb=1024, clock="boot")
+    out = harvest(
+        writer,
+        _ctx(wl, script, power),
+        STATUS,
+        _as_lava_run_log(console),
+        {},
+        key="k-test-1",
+        iteration=1,
+        attempt=1,
+        buffer_size_kb=1024,
+        clock="boot",
+    )
     assert (out / ".complete").is_file()
     metrics = json.loads((out / "metrics.json").read_text())["metrics"]
     assert 0.35 < metrics["duration_s"]["value"] < 5
     assert "hello" in (out / "workload.log").read_text() and "oops" in (out / "workload.log").read_text()
     import polars as pl
+
     p = pl.read_csv(out / "power.csv")
     assert set(p["rail"]) == {"fakepm_power1"} and p.height >= 3
     # 2.5 W for the sampled span: energy grows at 2.5e6 uJ/s
@@ -157,8 +201,18 @@ def test_an_attempt_that_does_not_check_out_is_rejected_with_its_reason(tmp_path
         writer = IterationWriter(tmp_path / "store", "A", "shell", 1)
         try:
             with pytest.raises(AttemptFailed) as e:
-                harvest(writer, _ctx(workload, script, expect=expect), status, text, {}, key=key, iteration=1,
-                        attempt=1, buffer_size_kb=1024, clock="boot")
+                harvest(
+                    writer,
+                    _ctx(workload, script, expect=expect),
+                    status,
+                    text,
+                    {},
+                    key=key,
+                    iteration=1,
+                    attempt=1,
+                    buffer_size_kb=1024,
+                    clock="boot",
+                )
         finally:
             writer.discard()
         return e.value.reason
@@ -186,8 +240,19 @@ def test_delivery_commands_fit_the_console_and_decode_back():
     assert all(len(c) < 1024 for c in cmds)  # busybox line editing limit
     assert not any("ABTEST-END" in c for c in cmds)  # the console echo must not match LAVA's patterns
     cfg = LabConfig(url="http://127.0.0.1:8000/")
-    definition = job_definition(cfg, label="A", workload="w", iteration=1, attempt=1, key="k", deploy={"to": "tmpfs"},
-                                boot={"method": "qemu"}, commands=cmds, test_timeout_min=5, qemu_context=True)
+    definition = job_definition(
+        cfg,
+        label="A",
+        workload="w",
+        iteration=1,
+        attempt=1,
+        key="k",
+        deploy={"to": "tmpfs"},
+        boot={"method": "qemu"},
+        commands=cmds,
+        test_timeout_min=5,
+        qemu_context=True,
+    )
     assert gs.script_from_definition(definition) == script
     assert "ab" * 16 in definition and "ab" * 16 not in redact(definition) and "/upload/<token>" in redact(definition)
 
@@ -197,8 +262,9 @@ def test_a_real_lava_server_job_log_is_read_whole():
     text = SERVER_LOG.read_text()
     records = parse_log(text)
     assert len(records) == len(text.splitlines())  # every line is a record, none unparsed
-    assert any(r.lvl == "results" and isinstance(r.msg, dict) and r.msg.get("case") == "http-download"
-               for r in records)  # the lines with YAML tags (`"size": ! "..."`) too
+    assert any(
+        r.lvl == "results" and isinstance(r.msg, dict) and r.msg.get("case") == "http-download" for r in records
+    )  # the lines with YAML tags (`"size": ! "..."`) too
     rep = read_guest_report(target_lines(records), SERVER_LOG_KEY)
     assert (rep.status, rep.rc, rep.uploaded, rep.errors) == ("ok", 0, ["trace.dat"], [])
     assert rep.manifest["trace.dat"][0] > 100_000
@@ -214,6 +280,7 @@ def test_a_real_lava_server_job_log_is_read_whole():
 
 def test_unparseable_log_lines_are_counted_not_dropped_silently():
     from abtest.collectors.lab.lava_log import LogProblems
+
     problems = LogProblems()
     recs = parse_log('- {"dt": "t", "lvl": "target", "msg": "ok"}\n- {broken\n[1, 2]\n', problems)
     assert [r.msg for r in recs] == ["ok"]
@@ -221,31 +288,70 @@ def test_unparseable_log_lines_are_counted_not_dropped_silently():
     assert problems.examples["unparseable log line"][0] == (2, "- {broken")
 
 
-@pytest.mark.skipif(shutil.which("lava-run") is None or not (Path("/usr/share/lava-server/device-types") / "qemu.jinja2").exists()
-                    or os.geteuid() != 0, reason="needs lava-run, lava-server's templates and root (make setup)")
+@pytest.mark.skipif(
+    shutil.which("lava-run") is None
+    or not (Path("/usr/share/lava-server/device-types") / "qemu.jinja2").exists()
+    or os.geteuid() != 0,
+    reason="needs lava-run, lava-server's templates and root (make setup)",
+)
 def test_generated_job_passes_lavas_own_validation(tmp_path):
     from abtest.collectors.lab.images import BootImages
     from abtest.targets.qemu import KernelImage
+
     kernel, ramdisk = tmp_path / "vmlinuz-6.1.0-x", tmp_path / "ramdisk.cpio.gz"
     kernel.write_bytes(b"\0" * 64)
     ramdisk.write_bytes(gzip.compress(b"x"))
-    img = BootImages("A", KernelImage("linux-image-x", "6.1.0-x", kernel), kernel, ramdisk,
-                     "console=ttyS0,115200 rdinit=/abtest-lava-init", {})
+    img = BootImages(
+        "A",
+        KernelImage("linux-image-x", "6.1.0-x", kernel),
+        kernel,
+        ramdisk,
+        "console=ttyS0,115200 rdinit=/abtest-lava-init",
+        {},
+    )
     cfg = parse_lab({"url": f"lava-run:{DATA / 'qemu-tcg.jinja2'}", "tags": []})
     deploy, boot = qemu_actions(img, f"file://{kernel}", f"file://{ramdisk}", cfg)
     script = gs.build_script(gs.GuestSpec(key="k", tag="t", command="hackbench", events=["sched_switch"]))
     job = tmp_path / "job.yaml"
-    job.write_text(job_definition(cfg, label="A", workload="hackbench", iteration=1, attempt=1, key="k",
-                                  deploy=deploy, boot=boot, commands=gs.delivery_commands(script, ""),
-                                  test_timeout_min=5, qemu_context=True))
-    device = render_device_dictionary(DATA / "qemu-tcg.jinja2", tmp_path / "device.yaml",
-                                      {"arch": "amd64", "model": "model=e1000"})
+    job.write_text(
+        job_definition(
+            cfg,
+            label="A",
+            workload="hackbench",
+            iteration=1,
+            attempt=1,
+            key="k",
+            deploy=deploy,
+            boot=boot,
+            commands=gs.delivery_commands(script, ""),
+            test_timeout_min=5,
+            qemu_context=True,
+        )
+    )
+    device = render_device_dictionary(
+        DATA / "qemu-tcg.jinja2", tmp_path / "device.yaml", {"arch": "amd64", "model": "model=e1000"}
+    )
     prefix = f"abtest-validate-{os.getpid()}-"
     (tmp_path / "dispatcher.yaml").write_text(f"prefix: {prefix}\n")
     try:
-        r = subprocess.run(["lava-run", "--validate", "--job-id", "1", "--output-dir", str(tmp_path / "out"),
-                            "--device", str(device), "--dispatcher", str(tmp_path / "dispatcher.yaml"), str(job)],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [
+                "lava-run",
+                "--validate",
+                "--job-id",
+                "1",
+                "--output-dir",
+                str(tmp_path / "out"),
+                "--device",
+                str(device),
+                "--dispatcher",
+                str(tmp_path / "dispatcher.yaml"),
+                str(job),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:  # the job directory lava-run made for this validation
         shutil.rmtree(f"/var/lib/lava/dispatcher/tmp/{prefix}1", ignore_errors=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -258,10 +364,13 @@ def _upload(path: Path, url: str, sha: str | None = None, size: int | None = Non
     data = path.read_bytes()
     sha = sha or hashlib.sha256(data).hexdigest()
     size = len(data) if size is None else size
-    sh = (f'gzip -c "$1" | base64 > "$1.b64"; wget -q -O - --header "X-Abtest-Sha256: {sha}" '
-          f'--header "X-Abtest-Size: {size}" --post-file "$1.b64" "$2" 2>&1; rm -f "$1.b64"')
-    return subprocess.run([BUSYBOX, "sh", "-c", sh, "sh", str(path), url], capture_output=True, text=True,
-                          timeout=60).stdout.strip()
+    sh = (
+        f'gzip -c "$1" | base64 > "$1.b64"; wget -q -O - --header "X-Abtest-Sha256: {sha}" '
+        f'--header "X-Abtest-Size: {size}" --post-file "$1.b64" "$2" 2>&1; rm -f "$1.b64"'
+    )
+    return subprocess.run(
+        [BUSYBOX, "sh", "-c", sh, "sh", str(path), url], capture_output=True, text=True, timeout=60
+    ).stdout.strip()
 
 
 @needs_busybox
@@ -284,9 +393,25 @@ def test_receiver_stores_checked_uploads_and_refuses_the_rest(tmp_path):
         with gzip.open(tmp_path / "bomb.gz", "wb") as g:
             g.write(bytes(100 << 20))
         subprocess.run(f"base64 {tmp_path / 'bomb.gz'} > {bomb}.b64", shell=True, check=True)
-        r = subprocess.run([BUSYBOX, "wget", "-q", "-O", "-", "--header", f"X-Abtest-Sha256: {'1' * 64}",
-                            "--header", "X-Abtest-Size: 500000", "--post-file", f"{bomb}.b64", f"{url}/bomb.dat"],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [
+                BUSYBOX,
+                "wget",
+                "-q",
+                "-O",
+                "-",
+                "--header",
+                f"X-Abtest-Sha256: {'1' * 64}",
+                "--header",
+                "X-Abtest-Size: 500000",
+                "--post-file",
+                f"{bomb}.b64",
+                f"{url}/bomb.dat",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode != 0 and "bomb.dat" not in rcv.received("A-w-1-a1-0001")
         assert "404" in _upload(f, f"{rcv.public_url}/upload/{'f' * 32}/trace.dat")
         assert "400" in _upload(f, f"{url}/.hidden")
@@ -297,8 +422,12 @@ def test_receiver_stores_checked_uploads_and_refuses_the_rest(tmp_path):
         img.write_bytes(b"kernel bytes")
         iurl = rcv.register_image(img, "ab" * 32)
         assert subprocess.run([BUSYBOX, "wget", "-q", "-O", "-", iurl], capture_output=True).stdout == b"kernel bytes"
-        assert subprocess.run([BUSYBOX, "wget", "-q", "-O", "-", f"{rcv.local_url}/images/{'ab' * 32}/../x"],
-                              capture_output=True).returncode != 0
+        assert (
+            subprocess.run(
+                [BUSYBOX, "wget", "-q", "-O", "-", f"{rcv.local_url}/images/{'ab' * 32}/../x"], capture_output=True
+            ).returncode
+            != 0
+        )
         rcv.close_slot(url)
         assert "404" in _upload(f, f"{url}/again.dat")
         assert "again.dat" not in rcv.received("A-w-1-a1-0001")  # closed slot
@@ -307,10 +436,16 @@ def test_receiver_stores_checked_uploads_and_refuses_the_rest(tmp_path):
 # -- collection bookkeeping -------------------------------------------------------------------------------------
 def _lab_cc(tmp_path, **kw) -> LabCollectConfig:
     cfg = parse_target({"name": "t", "kind": "qemu", "boot": {"A": {"package": "linux-image-6.1.0-*-amd64"}}})
-    return LabCollectConfig(lab=parse_lab(None, "http://127.0.0.1:9/"), target_cfg=cfg,
-                            labels=kw.pop("labels", [LabelSpec("A", boot=cfg.boot["A"])]),
-                            workloads=kw.pop("workloads", [make_workload("hackbench")]), iterations=1,
-                            store=tmp_path / "store", progress=False, **kw)
+    return LabCollectConfig(
+        lab=parse_lab(None, "http://127.0.0.1:9/"),
+        target_cfg=cfg,
+        labels=kw.pop("labels", [LabelSpec("A", boot=cfg.boot["A"])]),
+        workloads=kw.pop("workloads", [make_workload("hackbench")]),
+        iterations=1,
+        store=tmp_path / "store",
+        progress=False,
+        **kw,
+    )
 
 
 def test_what_a_lab_job_cannot_do_is_refused_before_anything_is_submitted(tmp_path):
@@ -326,8 +461,25 @@ def test_what_a_lab_job_cannot_do_is_refused_before_anything_is_submitted(tmp_pa
 
 
 def test_cli_refuses_a_bad_lab_url():
-    r = subprocess.run([sys.executable, "-m", "abtest.cli", "collect", "--target", "lava-qemu", "--lab", "ftp://x/",
-                        "--kernel", "kernelA", "--workload", "hackbench"], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "abtest.cli",
+            "collect",
+            "--target",
+            "lava-qemu",
+            "--lab",
+            "ftp://x/",
+            "--kernel",
+            "kernelA",
+            "--workload",
+            "hackbench",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 2 and "neither http(s)://SERVER/ nor lava-run:DEVICE_FILE" in r.stderr
 
 
@@ -335,9 +487,12 @@ def test_process_tree_is_stopped_by_pid(tmp_path):
     p = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300 & wait"], start_new_session=True)
     time.sleep(0.3)
     from abtest.collectors.lab.backends import descendants
+
     kids = [pid for pid, _ in descendants(p.pid)]
     assert len(kids) == 2
     stop_process_tree(p.pid, grace_s=5)
     time.sleep(0.1)
-    assert not any(Path(f"/proc/{k}").exists() and "Z" not in Path(f"/proc/{k}/stat").read_text().split()[2]
-                   for k in kids + [p.pid])
+    assert not any(
+        Path(f"/proc/{k}").exists() and "Z" not in Path(f"/proc/{k}/stat").read_text().split()[2]
+        for k in kids + [p.pid]
+    )

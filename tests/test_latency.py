@@ -14,6 +14,7 @@ events in report order:
   CPU), unless another wakeup of the task comes before its switch-in (that one is pending instead);
 * preemption: a switch-out in state R / R+ is pending until the task's next switch-in.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,12 +29,19 @@ from abtest import Trace
 from abtest.analysis import latency
 from abtest.trace.model import TraceData
 
-X86 = ["x86-haltpoll-hackbench-cyclictest.dat", "x86-ladder-hackbench-cyclictest.dat",
-       "x86-menu-hackbench-cyclictest.dat"]
-LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<ns>\d{6,9}):\s+(?P<event>\w+):\s+(?P<body>.*)$")
+X86 = [
+    "x86-haltpoll-hackbench-cyclictest.dat",
+    "x86-ladder-hackbench-cyclictest.dat",
+    "x86-menu-hackbench-cyclictest.dat",
+]
+LINE = re.compile(
+    r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<ns>\d{6,9}):\s+(?P<event>\w+):\s+(?P<body>.*)$"
+)
 SWITCH = re.compile(r"^(?P<pc>.*):(?P<pp>\d+) \[-?\d+\] (?P<st>\S+) ==> (?P<nc>.*):(?P<np>\d+) \[-?\d+\]$")
-SWITCH_KV = re.compile(r"prev_comm=(?P<pc>.*) prev_pid=(?P<pp>\d+) prev_prio=-?\d+ prev_state=(?P<st>\S+) "
-                       r"(?:==> )?next_comm=(?P<nc>.*) next_pid=(?P<np>\d+)")
+SWITCH_KV = re.compile(
+    r"prev_comm=(?P<pc>.*) prev_pid=(?P<pp>\d+) prev_prio=-?\d+ prev_state=(?P<st>\S+) "
+    r"(?:==> )?next_comm=(?P<nc>.*) next_pid=(?P<np>\d+)"
+)
 WAKE_NEW = re.compile(r"^(?P<c>.*):(?P<p>\d+) \[-?\d+\] CPU:\d+$")
 WAKE_KV = re.compile(r"comm=(?P<c>.*) pid=(?P<p>\d+) prio=")
 
@@ -42,8 +50,12 @@ def report_events(path, raw: bool = False):
     """(ts_ns, cpu, event, body) from `trace-cmd report -t` of a trace.dat (``raw``: `-R`, every field as the
     kernel recorded it, e.g. numeric prev_state), or the lines of a text trace."""
     if str(path).endswith(".dat"):
-        text = subprocess.run(["trace-cmd", "report", "-t", *(["-R"] if raw else []), str(path)],
-                              capture_output=True, text=True, check=True).stdout
+        text = subprocess.run(
+            ["trace-cmd", "report", "-t", *(["-R"] if raw else []), str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     else:
         text = path.read_text()
     for line in text.splitlines():
@@ -59,8 +71,9 @@ def _switch(body):
     return int(m["pp"]), int(m["np"]), runnable
 
 
-def expected_latencies(path, wake_events: tuple[str, ...], waking_race: bool = False
-                       ) -> list[tuple[int, str, int, int]]:
+def expected_latencies(
+    path, wake_events: tuple[str, ...], waking_race: bool = False
+) -> list[tuple[int, str, int, int]]:
     """[(pid, comm, latency_ns, cpu it ran on)] from the state machine described in the module docstring."""
     running: dict[int, bool] = {}
     pending: dict[int, tuple[int, str]] = {}
@@ -152,7 +165,9 @@ def test_waking_fired_while_switching_out_is_counted(x86_traces):
         assert lat.height - race.height == len(strict)  # the rest is exactly the old rule
         # each recovered waking: the task's sched_wakeup lies between the waking and the switch-in
         wk = t.df("sched_wakeup", windowed=False).select(pl.col("pid").cast(pl.Int32), "ts")
-        chk = race.join(wk, on="pid").filter((pl.col("ts") > pl.col("wakeup_ts")) & (pl.col("ts") <= pl.col("switch_in_ts")))
+        chk = race.join(wk, on="pid").filter(
+            (pl.col("ts") > pl.col("wakeup_ts")) & (pl.col("ts") <= pl.col("switch_in_ts"))
+        )
         assert chk["wakeup_ts"].n_unique() == race.height
     assert counts == {"haltpoll": 9, "ladder": 34, "menu": 12}
     menu = x86_traces[X86[2]].latency.df_latency("waking").filter(pl.col("while_on_cpu"))
@@ -189,6 +204,7 @@ def test_definitions_follow_the_recorded_events(x86_traces):
     t2 = Trace(t.path, _data=TraceData(tables=tables, meta=dict(t.meta)))
     assert t2.latency.definitions() == ["waking"]
     from abtest.trace.errors import MissingEventsError
+
     with pytest.raises(MissingEventsError, match="sched_wakeup"):
         t2.latency.df_latency()
     keys = {v.key for v in latency.metrics(t2)}
@@ -241,27 +257,51 @@ def test_matching_rules_on_hand_built_frames():
     # pid 8: woken while it is (unknown to the trace) still running: next event is a switch-out -> dropped
     # pid 6: woken at 50 while running (dropped), switched out at 60, woken at 70 and 75 -> 100 - 70
     # pid 5: switched out at 100, woken at 150, in at 180 -> 30
-    sw = pl.DataFrame({"ts": [10, 35, 40, 60, 100, 100, 180], "cpu": [0, 1, 1, 0, 0, 1, 1],
-                       "prev_pid": [0, 8, 0, 6, 5, 7, 0], "next_pid": [6, 0, 7, 0, 6, 0, 5]})
-    wk = pl.DataFrame({"ts": [20, 30, 50, 70, 75, 150], "pid": [7, 8, 6, 6, 6, 5],
-                       "comm": ["c7", "c8", "c6", "c6", "c6", "c5"], "target_cpu": [1] * 6})
+    sw = pl.DataFrame(
+        {
+            "ts": [10, 35, 40, 60, 100, 100, 180],
+            "cpu": [0, 1, 1, 0, 0, 1, 1],
+            "prev_pid": [0, 8, 0, 6, 5, 7, 0],
+            "next_pid": [6, 0, 7, 0, 6, 0, 5],
+        }
+    )
+    wk = pl.DataFrame(
+        {
+            "ts": [20, 30, 50, 70, 75, 150],
+            "pid": [7, 8, 6, 6, 6, 5],
+            "comm": ["c7", "c8", "c6", "c6", "c6", "c5"],
+            "target_cpu": [1] * 6,
+        }
+    )
     lat = latency.df_wakeup_latency(wk, sw)
     assert lat.select("pid", "wakeup_ts", "switch_in_ts", "latency_ns").rows() == [
-        (7, 20, 40, 20), (6, 70, 100, 30), (5, 150, 180, 30)]
+        (7, 20, 40, 20),
+        (6, 70, 100, 30),
+        (5, 150, 180, 30),
+    ]
 
 
 def test_waking_race_rules_on_hand_built_frames():
     # pid 9: running from 5; waking at 10 while still on CPU; switched out sleeping (S) at 12; in at 30 -> 20 ns
     # pid 10: same, but another waking at 20 after the switch-out: that one counts (10 ns)
     # pid 11: waking at 10 while running, then preempted (R) at 12: the waking found it queued -> dropped
-    sw = pl.DataFrame({"ts": [5, 5, 5, 12, 12, 12, 30, 30, 30], "cpu": [0, 1, 2, 0, 1, 2, 0, 1, 2],
-                       "prev_pid": [0, 0, 0, 9, 10, 11, 0, 0, 0], "prev_state": [0, 0, 0, 1, 1, 0, 0, 0, 0],
-                       "next_pid": [9, 10, 11, 0, 0, 0, 9, 10, 11]})
-    wk = pl.DataFrame({"ts": [10, 10, 20, 10], "pid": [9, 10, 10, 11], "comm": ["a", "b", "b", "c"],
-                       "target_cpu": [0, 1, 1, 2]})
+    sw = pl.DataFrame(
+        {
+            "ts": [5, 5, 5, 12, 12, 12, 30, 30, 30],
+            "cpu": [0, 1, 2, 0, 1, 2, 0, 1, 2],
+            "prev_pid": [0, 0, 0, 9, 10, 11, 0, 0, 0],
+            "prev_state": [0, 0, 0, 1, 1, 0, 0, 0, 0],
+            "next_pid": [9, 10, 11, 0, 0, 0, 9, 10, 11],
+        }
+    )
+    wk = pl.DataFrame(
+        {"ts": [10, 10, 20, 10], "pid": [9, 10, 10, 11], "comm": ["a", "b", "b", "c"], "target_cpu": [0, 1, 1, 2]}
+    )
     lat = latency.df_wakeup_latency(wk, sw, rule="waking")
     assert lat.select("pid", "wakeup_ts", "switch_in_ts", "while_on_cpu").rows() == [
-        (9, 10, 30, True), (10, 20, 30, False)]
+        (9, 10, 30, True),
+        (10, 20, 30, False),
+    ]
     assert latency.df_wakeup_latency(wk, sw, rule="wakeup")["pid"].to_list() == [10]
 
 

@@ -2,6 +2,7 @@
 compare -> report/cli, with shared declarations below everything. Walks every module's imports (module-level
 and inside functions: a lazy import is still a dependency) with `ast`, and fails on an import that reaches a
 higher layer, on two packages of one layer importing each other, and on any cycle between modules."""
+
 from __future__ import annotations
 
 import ast
@@ -13,19 +14,28 @@ PKG = ROOT / "abtest"
 # Layer of each top-level part of abtest, lowest first. A module may import modules of its own package and of
 # lower layers only. Packages sharing a layer do not import each other.
 LAYERS = {
-    "abtest.metric_spec": 0,                       # the metric vocabulary, imports nothing from abtest
-    "abtest.safe_io": 0, "abtest.version": 0, "abtest.ranges": 0, "abtest.units": 0,
-    "abtest.trace": 1, "abtest.targets": 1,         # bytes -> tables; the remote machines
-    "abtest.store": 2, "abtest.results": 2,         # run store layout/read/write; workload result files
-    "abtest.analysis": 3, "abtest.collectors": 3,   # tables -> metrics (+ registry); runs -> store
-    "abtest.session": 4,                            # the Trace facade users open
-    "abtest.interop": 5,                            # Wattson and other cross-tool comparisons
-    "abtest.compare": 6,                            # iterations -> statistics -> verdicts, seed tables
-    "abtest.timeline": 6,                           # tables + derived signals -> a perfetto trace (compare's sibling)
-    "abtest.report": 7,                             # terminal / text / markdown / HTML, figures
-    "abtest.bisect": 7,                             # a revision range -> store labels -> compare's rule as oracle
-    "abtest.history": 7,                            # results across builds -> change points -> dashboard
-    "abtest.commands": 8, "abtest.cli": 8, "abtest.demo": 8, "abtest": 8,
+    "abtest.metric_spec": 0,  # the metric vocabulary, imports nothing from abtest
+    "abtest.safe_io": 0,
+    "abtest.version": 0,
+    "abtest.ranges": 0,
+    "abtest.units": 0,
+    "abtest.trace": 1,
+    "abtest.targets": 1,  # bytes -> tables; the remote machines
+    "abtest.store": 2,
+    "abtest.results": 2,  # run store layout/read/write; workload result files
+    "abtest.analysis": 3,
+    "abtest.collectors": 3,  # tables -> metrics (+ registry); runs -> store
+    "abtest.session": 4,  # the Trace facade users open
+    "abtest.interop": 5,  # Wattson and other cross-tool comparisons
+    "abtest.compare": 6,  # iterations -> statistics -> verdicts, seed tables
+    "abtest.timeline": 6,  # tables + derived signals -> a perfetto trace (compare's sibling)
+    "abtest.report": 7,  # terminal / text / markdown / HTML, figures
+    "abtest.bisect": 7,  # a revision range -> store labels -> compare's rule as oracle
+    "abtest.history": 7,  # results across builds -> change points -> dashboard
+    "abtest.commands": 8,
+    "abtest.cli": 8,
+    "abtest.demo": 8,
+    "abtest": 8,
 }
 
 
@@ -130,6 +140,7 @@ def test_no_import_cycles():
                 out.append(sorted(comp))
 
     import sys
+
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 10_000))
     try:
@@ -154,10 +165,13 @@ def test_importing_abtest_runs_nothing_else():
     import subprocess
     import sys
 
-    code = ("import sys, abtest; print(sorted(m for m in sys.modules if m.startswith('abtest') or m == 'polars'));"
-            "from abtest import Trace, TraceFormatError, MissingEventsError, explain;"
-            "print(Trace.__module__, TraceFormatError.__module__, explain.__module__)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=ROOT).stdout.splitlines()
+    code = (
+        "import sys, abtest; print(sorted(m for m in sys.modules if m.startswith('abtest') or m == 'polars'));"
+        "from abtest import Trace, TraceFormatError, MissingEventsError, explain;"
+        "print(Trace.__module__, TraceFormatError.__module__, explain.__module__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.splitlines()
     assert out[0] == "['abtest', 'abtest.version']"
     assert out[1] == "abtest.session abtest.trace.errors abtest.compare.explain"

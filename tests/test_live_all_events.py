@@ -10,14 +10,14 @@ for lost events: tracefs `per_cpu/cpuN/stats`, read right before `trace-cmd extr
 show). The tracefs lock is held and every setting is restored (tests/live_record.py). The file's
 `abtest trace convert` output must read back to the same tables.
 """
+
 from __future__ import annotations
 
-
 import polars as pl
-
 import tracedat_ref as ref
 from live_record import kernel_lost, record, stats_counters
 from test_convert import assert_convert_matches
+
 from abtest.trace import tracedat
 from abtest.trace.readers import read_trace
 
@@ -33,11 +33,20 @@ def _kernel_lost(stats: dict[int, str]) -> dict[str, int]:
 
 def test_every_kernel_event_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_path):
     stats: dict[int, str] = {}
-    out = record(tracefs_lock, tmp_path / "all-events.dat", None, 2048, WORKLOAD + [
-        ["dd", "if=/dev/zero", f"of={tmp_path / 'written'}", "bs=1M", "count=8", "conv=fsync"],
-        # a kernel message with a newline inside (console event) and a trace_marker write
-        ["sh", "-c", f"printf '{KMSG}' > /dev/kmsg; printf '{MARK}' > {tracefs_lock / 'trace_marker'}"],
-    ], stats=stats, text_copy=tmp_path / "kernel.txt")
+    out = record(
+        tracefs_lock,
+        tmp_path / "all-events.dat",
+        None,
+        2048,
+        WORKLOAD
+        + [
+            ["dd", "if=/dev/zero", f"of={tmp_path / 'written'}", "bs=1M", "count=8", "conv=fsync"],
+            # a kernel message with a newline inside (console event) and a trace_marker write
+            ["sh", "-c", f"printf '{KMSG}' > /dev/kmsg; printf '{MARK}' > {tracefs_lock / 'trace_marker'}"],
+        ],
+        stats=stats,
+        text_copy=tmp_path / "kernel.txt",
+    )
     data = out.read_bytes()
     raw, meta = tracedat.read(out, data)
     reference = ref.events(str(out))
@@ -83,8 +92,9 @@ def test_every_kernel_event_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_pa
     assert as_text["format"] == "ftrace-text"
     assert as_text["events"] == read_trace(out).meta["events"]
     markers = {str(c): counted.get(c, 0) + uncounted.get(c, 0) for c in set(counted) | set(uncounted)}
-    assert {str(c): n for c, n in as_text["lost_events_per_cpu"].items() if n} == \
-        {c: n for c, n in markers.items() if n}
+    assert {str(c): n for c, n in as_text["lost_events_per_cpu"].items() if n} == {
+        c: n for c, n in markers.items() if n
+    }
     assert as_text["lost_events_exact"] == (not uncounted)
 
     # the kernel's own text of the same buffer (tracefs `trace`, syscall lines in the kernel's

@@ -4,6 +4,7 @@ that clock's own units (ns; a bare counter for `counter`; jiffies for `uptime`; 
 for which trace-cmd 3.1.6 writes no TSC2NSEC conversion). Timestamps and fields must equal
 `trace-cmd report` and `trace info --json` must name the clock and span. The tracefs lock is held and the
 clock restored."""
+
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import sys
 
 import tracedat_ref as ref
 from live_record import record
+
 from abtest.trace import tracedat
 
 
@@ -25,8 +27,13 @@ def test_every_trace_clock_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_pat
     try:
         for clock in clocks:
             (fs / "trace_clock").write_text(clock)
-            files[clock] = record(fs, tmp_path / f"clock-{clock}.dat", ["sched/sched_switch", "sched/sched_wakeup"],
-                                  1024, [["hackbench", "-l", "5"]])
+            files[clock] = record(
+                fs,
+                tmp_path / f"clock-{clock}.dat",
+                ["sched/sched_switch", "sched/sched_wakeup"],
+                1024,
+                [["hackbench", "-l", "5"]],
+            )
     finally:
         (fs / "trace_clock").write_text(saved)
     assert f"[{saved}]" in (fs / "trace_clock").read_text()
@@ -40,8 +47,14 @@ def test_every_trace_clock_decodes_as_trace_cmd_reports_it(tracefs_lock, tmp_pat
         assert counts == {ev: len(rows) for ev, rows in reference.items()}, clock
         assert counts.get("sched_switch", 0) > 10, (clock, counts)
         assert ref.compare_fields(raw, str(path)) == sum(counts.values()), clock  # ts, cpu, pid, fields
-        info = json.loads(subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", "--json",
-                                          "--no-cache", str(path)], check=True, capture_output=True, text=True).stdout)
+        info = json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(path)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
         all_ts = [row[0] for rows in reference.values() for row in rows]
         assert (info["clock"], info["start_ns"], info["end_ns"]) == (clock, min(all_ts), max(all_ts))
         spans[clock] = info["end_ns"] - info["start_ns"]

@@ -6,6 +6,7 @@ lost events per buffer against the kernel's own counters of that buffer; the v6 
 text give the same tables. Instance B records in non-overwrite mode with a small buffer, so the events
 its full buffer refused must be reported for B alone (trace-cmd saves every buffer's statistics in the
 file: those of B must not be taken for the top buffer's)."""
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,11 @@ import sys
 
 import polars as pl
 import pytest
-
 import tracedat_ref as ref
 from live_record import current_clock, kernel_lost, record_instances
 from test_convert import assert_convert_matches
 from test_streamed_open import assert_streamed_equals_whole
+
 from abtest.trace import streamed, tracedat
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
@@ -32,14 +33,25 @@ def _instances_of(raw: dict) -> dict[str, list[tuple]]:
     out = {}
     for name, df in raw.items():
         cpu = "buffer_cpu" if "buffer_cpu" in df.columns else "cpu"
-        out[name] = sorted(zip(df["ts"].to_list(), df[cpu].to_list(), df["common_pid"].to_list(),
-                               df["instance"].cast(pl.String).to_list()), key=lambda r: (r[0], r[1], r[2], r[3] or ""))
+        out[name] = sorted(
+            zip(
+                df["ts"].to_list(),
+                df[cpu].to_list(),
+                df["common_pid"].to_list(),
+                df["instance"].cast(pl.String).to_list(),
+            ),
+            key=lambda r: (r[0], r[1], r[2], r[3] or ""),
+        )
     return out
 
 
 def _report_instances(path: str) -> dict[str, list[tuple]]:
-    return {ev: sorted(((ts, cpu, pid, inst) for ts, cpu, pid, _rest, inst in rows), key=lambda r: (r[0], r[1], r[2], r[3] or ""))
-            for ev, rows in ref.events(path, with_instance=True).items()}
+    return {
+        ev: sorted(
+            ((ts, cpu, pid, inst) for ts, cpu, pid, _rest, inst in rows), key=lambda r: (r[0], r[1], r[2], r[3] or "")
+        )
+        for ev, rows in ref.events(path, with_instance=True).items()
+    }
 
 
 def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
@@ -47,10 +59,16 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     stats: dict = {}
     clock = current_clock(tracefs_lock)
     out = record_instances(
-        tracefs_lock, tmp_path / "instances.dat", ["sched/sched_switch", "sched/sched_wakeup"],
-        {a: {"events": ["sched/sched_switch", "irq/softirq_raise"], "buffer_kb": 1024, "marker": "abtest in A"},
-         b: {"events": ["sched/sched_waking"], "buffer_kb": 8, "overwrite": False}},
-        WORKLOAD, stats=stats)
+        tracefs_lock,
+        tmp_path / "instances.dat",
+        ["sched/sched_switch", "sched/sched_wakeup"],
+        {
+            a: {"events": ["sched/sched_switch", "irq/softirq_raise"], "buffer_kb": 1024, "marker": "abtest in A"},
+            b: {"events": ["sched/sched_waking"], "buffer_kb": 8, "overwrite": False},
+        },
+        WORKLOAD,
+        stats=stats,
+    )
     raw, meta = tracedat.read(out, out.read_bytes())
     assert meta["instances"] == [a, b]  # sorted, as the text reader lists them
     # every event of every buffer, with its buffer, as trace-cmd report prints them
@@ -81,8 +99,13 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     marker = data.tables["marker"]
     assert marker["text"].to_list() == ["abtest in A"] and marker["instance"].cast(pl.String).to_list() == [a]
     assert data.meta["events"] == {ev: len(rows) for ev, rows in ref.events(str(out)).items()}
-    info = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", str(out), "--json", "--no-cache"],
-                          capture_output=True, text=True, timeout=300, check=True)
+    info = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "info", str(out), "--json", "--no-cache"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     doc = json.loads(info.stdout)
     assert doc["events"] == data.meta["events"] and doc["instances"] == [a, b]
     assert doc["lost_events"] == meta["lost_events"] and "lost in the ring buffer" in info.stderr
@@ -92,8 +115,11 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     assert meta6["instance_buffers"] == buffers
     # uncompressed v7 (stored per-CPU data per buffer): the same tables
     v7 = tmp_path / "instances-v7-stored.dat"
-    subprocess.run(["trace-cmd", "convert", "-i", str(out), "-o", str(v7), "--file-version", "7",
-                    "--compression", "none"], check=True, capture_output=True)
+    subprocess.run(
+        ["trace-cmd", "convert", "-i", str(out), "-o", str(v7), "--file-version", "7", "--compression", "none"],
+        check=True,
+        capture_output=True,
+    )
     for other, _ in (tracedat.read(v7, v7.read_bytes()),):
         assert sorted(other) == sorted(raw)
         for name in raw:
@@ -112,8 +138,10 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     as_text = read_trace(txt)
     assert as_text.meta["events"] == data.meta["events"] and as_text.meta["instances"] == data.meta["instances"]
     for name in ("sched_switch", "sched_waking", "marker"):
-        assert (as_text.tables[name]["instance"].cast(pl.String).to_list()
-                == data.tables[name]["instance"].cast(pl.String).to_list()), name
+        assert (
+            as_text.tables[name]["instance"].cast(pl.String).to_list()
+            == data.tables[name]["instance"].cast(pl.String).to_list()
+        ), name
 
     # `abtest trace convert` of the file (frames only: tables of several buffers are merged)
     assert_convert_matches(out, tmp_path / "converted")
@@ -125,7 +153,7 @@ def test_top_buffer_and_two_instances(tracefs_lock, tmp_path):
     cpu, spans = inst["cpus"][0]["cpu"], inst["cpus"][0]["chunks"]
     start, size, _inflated = spans[-1]
     bad = bytearray(out.read_bytes())
-    bad[start + 4:start + size - 4] = b"\xff" * (size - 8)
+    bad[start + 4 : start + size - 4] = b"\xff" * (size - 8)
     corrupt = tmp_path / "corrupt.dat"
     corrupt.write_bytes(bytes(bad))
     with pytest.raises(TraceFormatError) as err:
@@ -138,9 +166,14 @@ def test_instance_without_top_buffer(tracefs_lock, tmp_path):
     """`trace-cmd extract -B NAME` without -t writes a file whose only buffer is the instance."""
     c = f"abtest_c_{os.getpid()}"
     clock = current_clock(tracefs_lock)
-    out = record_instances(tracefs_lock, tmp_path / "only.dat", [],
-                           {c: {"events": ["sched/sched_switch", "sched/sched_wakeup"], "buffer_kb": 1024}},
-                           WORKLOAD, with_top=False)
+    out = record_instances(
+        tracefs_lock,
+        tmp_path / "only.dat",
+        [],
+        {c: {"events": ["sched/sched_switch", "sched/sched_wakeup"], "buffer_kb": 1024}},
+        WORKLOAD,
+        with_top=False,
+    )
     raw, meta = tracedat.read(out, out.read_bytes())
     assert meta["instances"] == [c] and meta["clock"] == clock
     assert _instances_of(raw) == _report_instances(str(out))

@@ -6,6 +6,7 @@ the time in microseconds since the ring buffer's start. Its tables must equal th
 CPU, pid, flags), the comm must be the first 8 characters, and the times must keep the same spacing
 (both are rounded to the microsecond). Counts equal the trace.dat's; the header's CPU count and entries are
 read. The tracefs lock is held and every switch restored."""
+
 from __future__ import annotations
 
 import subprocess
@@ -66,6 +67,6 @@ def test_kernel_latency_format_text(tracefs_lock, tmp_path):
     # the same spacing of events in time, each form rounded to the microsecond on its own
     ts_lat = pl.concat([t.select("ts") for t in lat.tables.values()])["ts"].sort()
     ts_plain = pl.concat([t.select("ts") for t in plain.tables.values()])["ts"].sort()
-    shift = (ts_plain - ts_lat)
+    shift = ts_plain - ts_lat
     assert shift.max() - shift.min() <= 1000, (shift.min(), shift.max())
     assert ts_lat.min() >= 0 and ts_lat.max() < ts_plain.min()

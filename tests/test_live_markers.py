@@ -3,7 +3,9 @@ to `trace_marker_raw` (ftrace `raw_data`: a u32 id, then the bytes, declared `ch
 payload must come out as bytes (not text cut at the first NUL): the record's tail, as `trace-cmd report`
 prints it (`# 3e8 00 01 ...`), i.e. the bytes written plus the record's alignment padding to 4 bytes (the
 kernel stores no length; the padding holds whatever the page held). Both decode paths must agree, and the
-text reader must give the same id and bytes from the kernel's text and from trace-cmd report's. The tracefs lock is held and every switch restored."""
+text reader must give the same id and bytes from the kernel's text and from trace-cmd report's. The tracefs lock is held
+and every switch restored."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +14,8 @@ import struct
 import subprocess
 
 import polars as pl
-
 import tracedat_ref as ref
+
 from abtest.trace import tracedat
 from abtest.trace.readers import read_trace
 
@@ -54,15 +56,17 @@ def test_text_and_binary_markers(tracefs_lock, tmp_path):
     assert rd["id"].to_list() == [0x3E8 + i for i in range(len(PAYLOADS))]
     for payload, buf in zip(PAYLOADS, rd["buf"].to_list()):
         # the bytes written, then the record's alignment padding (whatever the ring buffer page held there)
-        assert buf[:len(payload)] == payload and len(buf) == -(-len(payload) // 4) * 4, (payload, buf)
+        assert buf[: len(payload)] == payload and len(buf) == -(-len(payload) // 4) * 4, (payload, buf)
     # the bytes trace-cmd's raw_data plugin prints for each record
-    printed = [bytes(int(h, 16) for h in re.findall(r"\b[0-9a-f]{2}\b", rest.split(" ", 2)[2]))
-               for _ts, _cpu, _pid, rest in ref.events(str(out), raw=False)["raw_data"]
-               if int(rest.split()[1], 16) >= 0x3E8]
+    printed = [
+        bytes(int(h, 16) for h in re.findall(r"\b[0-9a-f]{2}\b", rest.split(" ", 2)[2]))
+        for _ts, _cpu, _pid, rest in ref.events(str(out), raw=False)["raw_data"]
+        if int(rest.split()[1], 16) >= 0x3E8
+    ]
     assert printed == rd["buf"].to_list()
     canon = read_trace(out).tables
     assert "abtest text marker" in canon["marker"]["text"].to_list()
-    assert canon["raw_data"]["buf"].to_list()[-len(PAYLOADS):] == rd["buf"].to_list()
+    assert canon["raw_data"]["buf"].to_list()[-len(PAYLOADS) :] == rd["buf"].to_list()
     # the same writes as text: the kernel's (`# 3e8 buf: 00 01 ...`) and trace-cmd report's (`raw_data: #
     # 3e8 00 01 ...`) give the same id (UInt32) and bytes (Binary)
     report_txt = tmp_path / "report.txt"

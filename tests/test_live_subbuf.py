@@ -4,6 +4,7 @@ each with one page header). Every event, field and lost-event count must come ou
 and the kernel's counters give them, on both decode paths, in the v6 rewrite, through `convert` and the
 CLI. The buffer is kept small so that it overwrites itself: lost-event counts are stored in the headers
 of large pages. The tracefs lock is held; the sub-buffer size and every switch are restored."""
+
 from __future__ import annotations
 
 import json
@@ -11,10 +12,10 @@ import subprocess
 import sys
 
 import pytest
-
 import tracedat_ref as ref
 from live_record import kernel_lost, record
 from test_convert import assert_convert_matches
+
 from abtest.trace import tracedat
 from abtest.trace.readers import read_trace
 
@@ -37,10 +38,17 @@ def test_large_subbuffers_decode_as_trace_cmd_reports_them(tracefs_lock, tmp_pat
         assert knob.read_text().strip() == str(subbuf_kb)
         # 4 sub-buffers per CPU: hackbench overwrites them many times over (-l 100 once left 4 x 128 KiB
         # unfilled on a loaded machine: -l 300)
-        record(fs, out, EVENTS, 4 * subbuf_kb, [
-            ["hackbench", "-l", "300"],
-            ["sh", "-c", f"printf '{MARK}' > {fs / 'trace_marker'}"],
-        ], stats=stats)
+        record(
+            fs,
+            out,
+            EVENTS,
+            4 * subbuf_kb,
+            [
+                ["hackbench", "-l", "300"],
+                ["sh", "-c", f"printf '{MARK}' > {fs / 'trace_marker'}"],
+            ],
+            stats=stats,
+        )
     finally:
         knob.write_text(saved)
         (fs / "buffer_size_kb").write_text(saved_kb)
@@ -73,8 +81,14 @@ def test_large_subbuffers_decode_as_trace_cmd_reports_them(tracefs_lock, tmp_pat
     assert_convert_matches(out, tmp_path / "converted")
 
     # the CLI contract, and trace-cmd's report text of the same file read by the text reader
-    info = json.loads(subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache",
-                                      str(out)], check=True, capture_output=True, text=True).stdout)
+    info = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(out)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     assert info["events"] == read_trace(out).meta["events"]
     assert info["lost_events"] == sum(kernel.values())
     txt = tmp_path / "report.txt"

@@ -8,6 +8,7 @@ and runs `trace-cmd extract` (`trace-cmd record` is not usable here). The tracef
 restored afterwards, also on failure. The extracted file (trace.dat v7, zstd) is also rewritten by
 `trace-cmd convert` as v6 and as uncompressed v7, and all three are checked.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,14 +16,13 @@ import subprocess
 import sys
 
 import pytest
-
 import tracedat_ref as ref
 from live_record import record
+
 from abtest.trace import tracedat
 from abtest.trace.readers import read_trace
 
-EVENTS = ("sched/sched_switch", "sched/sched_wakeup", "sched/sched_waking", "power/cpu_idle",
-          "power/cpu_idle_miss")
+EVENTS = ("sched/sched_switch", "sched/sched_wakeup", "sched/sched_waking", "power/cpu_idle", "power/cpu_idle_miss")
 
 
 @pytest.fixture
@@ -30,17 +30,36 @@ def live_trace(tracefs_lock, tmp_path):
     """Record a short real trace; yields the trace.dat path (the tracefs `trace` text of the same buffer is
     next to it, suffix .txt, for tests/test_text_flags.py). Restores tracefs even on failure."""
     out = tmp_path / "live.dat"
-    yield record(tracefs_lock, out, list(EVENTS), 8192,
-                 [["hackbench", "-l", "50"], ["cyclictest", "-q", "-t", "1", "-i", "2000", "-l", "250"]],
-                 text_copy=out.with_suffix(".txt"))
+    yield record(
+        tracefs_lock,
+        out,
+        list(EVENTS),
+        8192,
+        [["hackbench", "-l", "50"], ["cyclictest", "-q", "-t", "1", "-i", "2000", "-l", "250"]],
+        text_copy=out.with_suffix(".txt"),
+    )
 
 
 def test_live_trace_matches_trace_cmd_report(live_trace, tmp_path):
     variants = {"extracted": live_trace}
     for version, comp in (("6", "none"), ("7", "none")):
         out = tmp_path / f"live-v{version}-{comp}.dat"
-        subprocess.run(["trace-cmd", "convert", "-i", str(live_trace), "-o", str(out), "--file-version", version,
-                        "--compression", comp], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "trace-cmd",
+                "convert",
+                "-i",
+                str(live_trace),
+                "-o",
+                str(out),
+                "--file-version",
+                version,
+                "--compression",
+                comp,
+            ],
+            check=True,
+            capture_output=True,
+        )
         variants[f"v{version}-{comp}"] = out
     first = None
     for label, path in variants.items():
@@ -62,8 +81,14 @@ def test_live_trace_matches_trace_cmd_report(live_trace, tmp_path):
     d = read_trace(live_trace)
     if "cpu_idle" in d.tables:  # a loaded machine may not idle during the workload
         assert d.tables["cpu_idle"]["state"].min() >= -1
-    info = json.loads(subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache",
-                                      str(live_trace)], check=True, capture_output=True, text=True).stdout)
+    info = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(live_trace)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     assert info["events"] == d.meta["events"]
     all_ts = [r[0] for rows in ref.events(str(live_trace)).values() for r in rows]
     assert (info["start_ns"], info["end_ns"]) == (min(all_ts), max(all_ts))

@@ -5,6 +5,7 @@ fields `__probe_ip` / `__probe_func` / `__probe_ret_ip` and packed, unaligned fe
 must equal `trace-cmd report -R -t` of the same file; the paths opened by the workload must appear.
 The probes are removed and every tracefs switch restored, also on failure (kprobes are not available
 on this machine's kernel; uprobes are)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -13,8 +14,8 @@ import subprocess
 import sys
 
 import polars as pl
-
 import tracedat_ref as ref
+
 from abtest.trace import tracedat
 from abtest.trace.readers import read_trace
 
@@ -77,7 +78,12 @@ def test_uprobe_events_decode_as_trace_cmd_reports_them(tracefs_lock, tmp_path):
     assert raw[entry].height > 10 and raw[ret].height > 10
     schema = raw[entry].schema
     assert (schema["__probe_ip"], schema["path"], schema["flags"], schema["mode"], schema["raw"]) == (
-        pl.UInt64, pl.String, pl.UInt32, pl.Int16, pl.UInt64)
+        pl.UInt64,
+        pl.String,
+        pl.UInt32,
+        pl.Int16,
+        pl.UInt64,
+    )
     assert raw[ret].schema["ret"] == pl.Int32 and (raw[ret]["ret"] >= -1).all()
     # the workload's own open of `opened`: its process's entries and returns pair up (other processes
     # may be caught mid-call when tracing starts or stops)

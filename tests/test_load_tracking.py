@@ -1,5 +1,6 @@
 """Load tracking: kernel PELT signals, the PELT simulation (vs a plain loop, vs PELT's constants, vs the
 Juno kernel's own signals), window demand, contention and the boost what-if."""
+
 from __future__ import annotations
 
 import math
@@ -33,9 +34,20 @@ def _switch(rows):
     """rows: (ts, cpu, prev_pid, prev_state, next_pid) -> canonical sched_switch (all CFS, prio 120)."""
     ts, cpu, pp, ps, np_ = zip(*rows)
     n = len(rows)
-    return pl.DataFrame({"ts": ts, "cpu": cpu, "prev_comm": ["t"] * n, "prev_pid": pp, "prev_prio": [120] * n,
-                         "prev_state": ps, "next_comm": ["t"] * n, "next_pid": np_, "next_prio": [120] * n},
-                        schema_overrides={"cpu": pl.Int32, "prev_state": pl.Int64})
+    return pl.DataFrame(
+        {
+            "ts": ts,
+            "cpu": cpu,
+            "prev_comm": ["t"] * n,
+            "prev_pid": pp,
+            "prev_prio": [120] * n,
+            "prev_state": ps,
+            "next_comm": ["t"] * n,
+            "next_pid": np_,
+            "next_prio": [120] * n,
+        },
+        schema_overrides={"cpu": pl.Int32, "prev_state": pl.Int64},
+    )
 
 
 def test_decay_filter_matches_plain_recurrence():
@@ -58,12 +70,20 @@ def test_decay_filter_matches_plain_recurrence():
 
 def test_pelt_constants_half_life_and_steady_state():
     # one task always running on cpu0 from t=0; cpu1 runs it at capacity 446 (platform), both at f_max
-    plat = load_platform({"domains": [{"cpus": [0], "capacity": 1024, "opps": [[1_000_000, 1.0]]},
-                                      {"cpus": [1], "capacity": 446, "opps": [[1_000_000, 1.0]]}]})
+    plat = load_platform(
+        {
+            "domains": [
+                {"cpus": [0], "capacity": 1024, "opps": [[1_000_000, 1.0]]},
+                {"cpus": [1], "capacity": 446, "opps": [[1_000_000, 1.0]]},
+            ]
+        }
+    )
     sw = _switch([(0, 0, 0, 0, 10), (0, 1, 0, 0, 11)])
     half = 32 * pelt_sim.PELT_PERIOD_NS  # 32 periods of 1024 us (1024 ns each) = 33.55 ms
     sim = pelt_sim.df_pelt_sim_task(sw, platform=plat, start_ns=0, end_ns=2_000_000_000)
-    at = pelt_sim.sample_signal(sim, pl.DataFrame({"pid": [10, 10, 11], "ts": [half, 1_999_000_000, 1_999_000_000]}), "pid")
+    at = pelt_sim.sample_signal(
+        sim, pl.DataFrame({"pid": [10, 10, 11], "ts": [half, 1_999_000_000, 1_999_000_000]}), "pid"
+    )
     assert at["sim_util"].to_list() == pytest.approx([512.0, 1024.0, 446.0], abs=0.01)
 
 
@@ -96,7 +116,9 @@ def test_contention_hand_built():
     sim = pelt_sim.df_pelt_sim_cpu(sw, start_ns=0, end_ns=60_000_000, attach=False)
     wait = pelt_sim.df_waiting(sw)
     assert wait.rows() == [(1, 0, 10_000_000, 10_000_000, 120)]  # task 1 waits while task 2 runs
-    c = load_tracking.df_contention(sim.select("cpu", "ts", "util", "runnable"), start_ns=0, end_ns=60_000_000).row(0, named=True)
+    c = load_tracking.df_contention(sim.select("cpu", "ts", "util", "runnable"), start_ns=0, end_ns=60_000_000).row(
+        0, named=True
+    )
     assert c["contended_ns"] > 10_000_000  # runnable above util from the wait on (then both decay)
     assert c["mean_runnable"] > c["mean_util"] and c["runnable_util_ratio"] > 1.0
 
@@ -142,9 +164,23 @@ def test_boost_never_lowers_the_request_on_juno(juno):
 def test_boost_shows_the_power_gap_under_contention():
     # two always-runnable CFS tasks time-sliced on cpu0 every 4 ms for 200 ms at 500 MHz of 2 GHz:
     # util -> 1024 x 500/2000 = 256 (request 625 MHz -> 1 GHz OPP), runnable -> 2 x 256 (1.25 GHz -> 2 GHz)
-    plat = load_platform({"energy_model_source": "toy", "domains": [{"cpus": [0], "capacity": 1024, "opps": [
-        {"frequency_khz": 500_000, "power_mw": 100.0}, {"frequency_khz": 1_000_000, "power_mw": 300.0},
-        {"frequency_khz": 2_000_000, "power_mw": 1000.0}], "idle_states": [{"name": "WFI", "power_mw": 1.0}]}]})
+    plat = load_platform(
+        {
+            "energy_model_source": "toy",
+            "domains": [
+                {
+                    "cpus": [0],
+                    "capacity": 1024,
+                    "opps": [
+                        {"frequency_khz": 500_000, "power_mw": 100.0},
+                        {"frequency_khz": 1_000_000, "power_mw": 300.0},
+                        {"frequency_khz": 2_000_000, "power_mw": 1000.0},
+                    ],
+                    "idle_states": [{"name": "WFI", "power_mw": 1.0}],
+                }
+            ],
+        }
+    )
     rows, prev = [], 0
     for i in range(50):
         nxt = 1 + i % 2
@@ -152,12 +188,22 @@ def test_boost_shows_the_power_gap_under_contention():
         prev = nxt
     sw = _switch(rows)
     freq = pl.DataFrame({"ts": [0], "cpu": [0], "frequency_khz": [500_000]}, schema_overrides={"cpu": pl.Int32})
-    sim = pelt_sim.df_pelt_sim_cpu(sw, platform=plat, cpu_frequency=freq, start_ns=0, end_ns=200_000_000,
-                                   initial=pl.DataFrame({"cpu": [0], "ts": [0], "util": [256.0], "runnable": [512.0]}),
-                                   attach=False)
-    states = pl.DataFrame({"cpu": [0], "ts": [0], "dur": [200_000_000], "state": [-1]},
-                          schema_overrides={"cpu": pl.Int32, "state": pl.Int64})
-    res = boost.boost_whatif(sim.select("cpu", "ts", "util", "runnable"), plat, states=states, start_ns=0, end_ns=200_000_000)
+    sim = pelt_sim.df_pelt_sim_cpu(
+        sw,
+        platform=plat,
+        cpu_frequency=freq,
+        start_ns=0,
+        end_ns=200_000_000,
+        initial=pl.DataFrame({"cpu": [0], "ts": [0], "util": [256.0], "runnable": [512.0]}),
+        attach=False,
+    )
+    states = pl.DataFrame(
+        {"cpu": [0], "ts": [0], "dur": [200_000_000], "state": [-1]},
+        schema_overrides={"cpu": pl.Int32, "state": pl.Int64},
+    )
+    res = boost.boost_whatif(
+        sim.select("cpu", "ts", "util", "runnable"), plat, states=states, start_ns=0, end_ns=200_000_000
+    )
     e = res.energy.row(0, named=True)
     # util -> 1 GHz OPP (300 mW) all the time; boost -> 2 GHz (1000 mW): +233 % for the same busy time
     assert res.residency.filter(frequency_khz=1_000_000)["util_pct"][0] == pytest.approx(100.0)
@@ -185,8 +231,9 @@ def test_kernel_util_is_kept_when_runnable_is_missing(juno, traces):
     replaced by the simulation before: CPU0 19.27 instead of 25.57) and only runnable is simulated. Expected
     means from `trace-cmd report`: each root cfs_rq sample holds until the next, from the CPU's first sample
     in the window to the window end."""
-    out = subprocess.run(["trace-cmd", "report", "-t", str(traces / JUNO)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["trace-cmd", "report", "-t", str(traces / JUNO)], capture_output=True, text=True, check=True
+    ).stdout
     samples: dict[int, list[tuple[int, int, int]]] = {}
     for m in re.finditer(r"\s(\d+)\.(\d{9}): sched_load_cfs_rq:\s+cpu=(\d+) path=/ load=(\d+) util=(\d+)", out):
         samples.setdefault(int(m[3]), []).append((int(m[1]) * 10**9 + int(m[2]), int(m[5]), int(m[4])))
@@ -206,7 +253,8 @@ def test_kernel_util_is_kept_when_runnable_is_missing(juno, traces):
     little = [s["per_cpu"][c]["mean_util"] for c in ("0", "3", "4", "5")]
     assert vals["load_tracking.cluster.cpu0,3-5.mean_util"] == pytest.approx(sum(little) / 4)
     assert s["per_cluster"]["cpu1-2"]["mean_load"] == pytest.approx(
-        (s["per_cpu"]["1"]["mean_load"] + s["per_cpu"]["2"]["mean_load"]) / 2)
+        (s["per_cpu"]["1"]["mean_load"] + s["per_cpu"]["2"]["mean_load"]) / 2
+    )
     # the fully simulated signals remain available, labelled so
     sim = juno.load_tracking.df_cpu_signals(source="simulated")
     assert set(sim["util_source"]) == {"simulated"} and set(sim["source"]) == {"simulated"}

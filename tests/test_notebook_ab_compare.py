@@ -1,8 +1,8 @@
 """notebooks/ab_compare.ipynb runs top to bottom (nbclient, this venv's python3 kernel) on a run store and
 draws its figures. The store is the bundled examples/idle-governors (real recordings, see PROVENANCE.md)."""
+
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +21,7 @@ def _ensure_kernelspec() -> None:
     from jupyter_client.kernelspec import KernelSpecManager
 
     if "python3" not in KernelSpecManager().find_kernel_specs():
-        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix"], check=True,
-                       capture_output=True)
+        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix"], check=True, capture_output=True)
 
 
 def _caches_in_examples() -> dict[str, int]:
@@ -38,8 +37,9 @@ def test_ab_compare_notebook_executes(tmp_path, monkeypatch, traces):
     monkeypatch.delenv("ABTEST_METRICS_CACHE", raising=False)
     before = _caches_in_examples()
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=600,
-                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client = nbclient.NotebookClient(
+        nb, kernel_name="python3", timeout=600, resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    )
     client.execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]

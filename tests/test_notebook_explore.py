@@ -1,5 +1,6 @@
 """notebooks/explore_trace.ipynb runs top to bottom on the shared traces (nbclient, python3 kernel of this
 venv) without any error, and produces its figures."""
+
 from __future__ import annotations
 
 import subprocess
@@ -18,16 +19,16 @@ def _ensure_kernelspec() -> None:
     from jupyter_client.kernelspec import KernelSpecManager
 
     if "python3" not in KernelSpecManager().find_kernel_specs():
-        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix"], check=True,
-                       capture_output=True)
+        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix"], check=True, capture_output=True)
 
 
 def test_explore_notebook_executes(traces, monkeypatch):
     _ensure_kernelspec()
     monkeypatch.setenv("ABTEST_SHARED_TRACES", str(traces))  # the kernel inherits it: same traces as the tests
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=600,
-                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client = nbclient.NotebookClient(
+        nb, kernel_name="python3", timeout=600, resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    )
     client.execute()  # raises CellExecutionError on the first failing cell
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]

@@ -1,6 +1,8 @@
 """`make notebook`: the venv's JupyterLab (pyproject dev extras, installed by `make setup`) starts with the
-Makefile's command (`make -n notebook`) and serves notebooks/ (the real server process on a free localhost port; its REST API
+Makefile's command (`make -n notebook`) and serves notebooks/ (the real server process on a free localhost port; its
+REST API
 lists the notebooks and /lab answers). Stopped by its PID."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +27,14 @@ JUPYTER = Path(sys.executable).parent / "jupyter"
 def _make_notebook_command() -> list[str]:
     """The command `make notebook` runs with this venv (`make -n`: printed, not run)."""
     venv = Path(sys.executable).parent.parent
-    out = subprocess.run(["make", "-s", "-n", "notebook", f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = subprocess.run(
+        ["make", "-s", "-n", "notebook", f"VENV={venv}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     return next(ln for ln in out.splitlines() if "jupyter lab" in ln).split()
 
 
@@ -38,9 +46,15 @@ def test_make_notebook_serves_the_notebooks(tmp_path):
         port = s.getsockname()[1]
     token = "abtest-test"
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"), JUPYTER_CONFIG_DIR=str(tmp_path / "cfg"))
-    proc = subprocess.Popen([*cmd, "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-                             f"--IdentityProvider.token={token}"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [*cmd, "--no-browser", f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={token}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 180
         contents = None

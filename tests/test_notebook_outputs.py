@@ -1,6 +1,7 @@
 """The notebooks are committed with their outputs (`make notebooks` = notebooks/render.py refreshes them) so that
 GitHub shows their figures: every code cell has run and left output, none failed, the figures are there, no
 execution timestamps (they would change at every render), and each file stays small (repository size)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -5,11 +5,11 @@ itself (`perfetto` PyPI package, perfetto_trace_pb2, parsed by Google's protobuf
 against abtest's own decoder. Features absent from the real traces (generic events, compressed
 packets, lost events, unknown event ids) are checked on traces serialized by the same protobuf classes.
 """
+
 from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 import zlib
@@ -18,7 +18,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from abtest.trace import perfetto
 from abtest.session import Trace
 from abtest.trace.readers import read_trace
 
@@ -63,8 +62,12 @@ def test_event_counts_match_expected(traces, rel):
 
 
 def test_cli_info_json_pixel(traces, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache",
-                          str(traces / PIXEL)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(traces / PIXEL)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     info = json.loads(out.stdout)
     assert info["format"] == "perfetto"
     assert info["cpus"] == 8
@@ -90,15 +93,18 @@ def test_pixel_power_rails(pixel):
     assert set(rails["rail"].cast(pl.Utf8)) == {n for n, _ in descs.values()}
     assert "S4M_VDD_CPUCL0" in set(rails["rail"].cast(pl.Utf8))
     # ts = the sample's timestamp_ms in ns; the packet time is kept as packet_ts
-    want = pl.DataFrame({
-        "ts": [s[3] * 1_000_000 for s in samples],
-        "rail": [descs[s[1]][0] for s in samples],
-        "subsystem": [descs[s[1]][1] for s in samples],
-        "energy_uj": [float(s[2]) for s in samples],
-        "packet_ts": [s[0] for s in samples],
-    }).sort(["ts", "rail", "packet_ts"])
-    got = rails.select("ts", pl.col("rail").cast(pl.Utf8), pl.col("subsystem").cast(pl.Utf8),
-                       "energy_uj", "packet_ts").sort(["ts", "rail", "packet_ts"])
+    want = pl.DataFrame(
+        {
+            "ts": [s[3] * 1_000_000 for s in samples],
+            "rail": [descs[s[1]][0] for s in samples],
+            "subsystem": [descs[s[1]][1] for s in samples],
+            "energy_uj": [float(s[2]) for s in samples],
+            "packet_ts": [s[0] for s in samples],
+        }
+    ).sort(["ts", "rail", "packet_ts"])
+    got = rails.select(
+        "ts", pl.col("rail").cast(pl.Utf8), pl.col("subsystem").cast(pl.Utf8), "energy_uj", "packet_ts"
+    ).sort(["ts", "rail", "packet_ts"])
     assert got.equals(want)
     # the counter is cumulative: never decreases per rail
     assert rails.sort("ts").group_by("rail").agg((pl.col("energy_uj").diff() >= 0).all().alias("mono"))["mono"].all()
@@ -107,8 +113,11 @@ def test_pixel_power_rails(pixel):
 @needs_pb
 def test_pixel_battery_counters(pixel):
     data, ref = pixel
-    want = [(p.timestamp, p.battery.charge_counter_uah, p.battery.current_ua, p.battery.capacity_percent)
-            for p in ref.packet if p.HasField("battery")]
+    want = [
+        (p.timestamp, p.battery.charge_counter_uah, p.battery.current_ua, p.battery.capacity_percent)
+        for p in ref.packet
+        if p.HasField("battery")
+    ]
     got = data.tables["battery_counters"]
     assert "cpu" not in got.columns
     assert got.select("ts", "charge_counter_uah", "current_ua", "capacity_percent").rows() == sorted(want)
@@ -148,39 +157,70 @@ def _reference_compact(ref):
         ts = 0
         for i, d in enumerate(c.switch_timestamp):
             ts += d
-            sw.append((ts, cpu, c.switch_prev_state[i], c.intern_table[c.switch_next_comm_index[i]],
-                       c.switch_next_pid[i], c.switch_next_prio[i]))
+            sw.append(
+                (
+                    ts,
+                    cpu,
+                    c.switch_prev_state[i],
+                    c.intern_table[c.switch_next_comm_index[i]],
+                    c.switch_next_pid[i],
+                    c.switch_next_prio[i],
+                )
+            )
         ts = 0
         for i, d in enumerate(c.waking_timestamp):
             ts += d
-            wk.append((ts, cpu, c.intern_table[c.waking_comm_index[i]], c.waking_pid[i], c.waking_target_cpu[i],
-                       c.waking_prio[i]))
+            wk.append(
+                (
+                    ts,
+                    cpu,
+                    c.intern_table[c.waking_comm_index[i]],
+                    c.waking_pid[i],
+                    c.waking_target_cpu[i],
+                    c.waking_prio[i],
+                )
+            )
     return sw, wk
 
 
 def _reference_renames(ref) -> list[tuple[int, int, str]]:
     """(ts, pid, newcomm) of every task_rename event, from the protobuf runtime's decode."""
-    return sorted((e.timestamp, e.task_rename.pid, e.task_rename.newcomm) for p in ref.packet
-                  if p.HasField("ftrace_events") for e in p.ftrace_events.event if e.HasField("task_rename"))
+    return sorted(
+        (e.timestamp, e.task_rename.pid, e.task_rename.newcomm)
+        for p in ref.packet
+        if p.HasField("ftrace_events")
+        for e in p.ftrace_events.event
+        if e.HasField("task_rename")
+    )
 
 
 def _check_compact_switch(got: pl.DataFrame, sw: list, renames: list[tuple[int, int, str]] = ()) -> None:
-    want = pl.DataFrame(sw, schema=["ts", "cpu", "prev_state", "next_comm", "next_pid", "next_prio"],
-                        orient="row").sort(["cpu", "ts"], maintain_order=True)
+    want = pl.DataFrame(
+        sw, schema=["ts", "cpu", "prev_state", "next_comm", "next_pid", "next_prio"], orient="row"
+    ).sort(["cpu", "ts"], maintain_order=True)
     got = got.sort(["cpu", "ts"], maintain_order=True)
     cols = ["ts", "cpu", "prev_state", "next_pid", "next_prio"]
-    assert got.select(cols).with_columns(pl.all().cast(pl.Int64)).equals(
-        want.select(cols).with_columns(pl.all().cast(pl.Int64)))
+    assert (
+        got.select(cols)
+        .with_columns(pl.all().cast(pl.Int64))
+        .equals(want.select(cols).with_columns(pl.all().cast(pl.Int64)))
+    )
     assert got["next_comm"].cast(pl.Utf8).to_list() == want["next_comm"].to_list()
     # prev_* = next_* of the previous switch on the same CPU; null for each CPU's first switch
-    prev = want.with_columns(pl.col("next_pid").shift(1).over("cpu").alias("prev_pid"),
-                             pl.col("next_comm").shift(1).over("cpu").alias("prev_comm"),
-                             pl.col("ts").shift(1).over("cpu").alias("prev_in_ts"))
+    prev = want.with_columns(
+        pl.col("next_pid").shift(1).over("cpu").alias("prev_pid"),
+        pl.col("next_comm").shift(1).over("cpu").alias("prev_comm"),
+        pl.col("ts").shift(1).over("cpu").alias("prev_in_ts"),
+    )
     # ... except that a task renamed while running (task_rename between its switch-in and this switch)
     # is switched out under its new comm, as the kernel prints it
     for ts, pid, newcomm in renames:
-        prev = prev.with_columns(pl.when((pl.col("prev_pid") == pid) & (pl.col("prev_in_ts") <= ts) & (pl.col("ts") >= ts))
-                                 .then(pl.lit(newcomm)).otherwise(pl.col("prev_comm")).alias("prev_comm"))
+        prev = prev.with_columns(
+            pl.when((pl.col("prev_pid") == pid) & (pl.col("prev_in_ts") <= ts) & (pl.col("ts") >= ts))
+            .then(pl.lit(newcomm))
+            .otherwise(pl.col("prev_comm"))
+            .alias("prev_comm")
+        )
     assert got["prev_pid"].to_list() == prev["prev_pid"].to_list()
     assert got["prev_comm"].cast(pl.Utf8).to_list() == prev["prev_comm"].to_list()
     assert got["prev_pid"].null_count() == want["cpu"].n_unique()
@@ -202,8 +242,11 @@ def test_systing_compact_switch_waking_softirq_irq(systing):
     want_wk = pl.DataFrame(wk, schema=["ts", "cpu", "comm", "pid", "target_cpu", "prio"], orient="row")
     got_wk = data.tables["sched_waking"].select("ts", "cpu", pl.col("comm").cast(pl.Utf8), "pid", "target_cpu", "prio")
     key = ["ts", "cpu", "pid"]
-    assert got_wk.with_columns(pl.col(pl.Int32).cast(pl.Int64)).sort(key).equals(
-        want_wk.with_columns(pl.col(pl.Int64)).sort(key))
+    assert (
+        got_wk.with_columns(pl.col(pl.Int32).cast(pl.Int64))
+        .sort(key)
+        .equals(want_wk.with_columns(pl.col(pl.Int64)).sort(key))
+    )
     softirq, irq = [], []
     for p in ref.packet:
         if p.HasField("ftrace_events"):
@@ -212,7 +255,9 @@ def test_systing_compact_switch_waking_softirq_irq(systing):
                     softirq.append((e.timestamp, p.ftrace_events.cpu, e.softirq_entry.vec))
                 if e.HasField("irq_handler_entry"):
                     irq.append((e.timestamp, e.irq_handler_entry.irq, e.irq_handler_entry.name))
-    got = data.tables["softirq_entry"].select("ts", "cpu", "vec").with_columns(pl.all().cast(pl.Int64)).sort("ts", "cpu")
+    got = (
+        data.tables["softirq_entry"].select("ts", "cpu", "vec").with_columns(pl.all().cast(pl.Int64)).sort("ts", "cpu")
+    )
     assert got.rows() == sorted(softirq)
     got_irq = data.tables["irq_handler_entry"].select("ts", "irq", pl.col("name").cast(pl.Utf8)).sort("ts")
     assert [(a, int(b), c) for a, b, c in got_irq.rows()] == sorted(irq)
@@ -222,14 +267,20 @@ def test_systing_compact_switch_waking_softirq_irq(systing):
 def test_nowinandroid_print_text(traces):
     data = read_trace(traces / NOWINANDROID)
     ref = _reference(traces, NOWINANDROID)
-    want = sorted((e.timestamp, e.pid, e.print.buf.rstrip("\n")) for p in ref.packet if p.HasField("ftrace_events")
-                  for e in p.ftrace_events.event if e.HasField("print"))
+    want = sorted(
+        (e.timestamp, e.pid, e.print.buf.rstrip("\n"))
+        for p in ref.packet
+        if p.HasField("ftrace_events")
+        for e in p.ftrace_events.event
+        if e.HasField("print")
+    )
     marker = data.tables["marker"]
     assert marker.height == 6246
     got = sorted(marker.select("ts", "pid", "text").rows())
     assert got == want
-    assert data.meta["kernel"]["release"] == next(p.system_info.utsname.release for p in ref.packet
-                                                   if p.HasField("system_info"))
+    assert data.meta["kernel"]["release"] == next(
+        p.system_info.utsname.release for p in ref.packet if p.HasField("system_info")
+    )
 
 
 @needs_pb
@@ -273,7 +324,8 @@ def test_trace_api_and_cache(traces):
 # ---------------------------------------------------------------------------------------------
 # Features absent from the real traces, on traces serialized by perfetto's own protobuf classes.
 
-def _bundle_packet(cpu: int, events: list, **kw) -> "pb.TracePacket":
+
+def _bundle_packet(cpu: int, events: list, **kw) -> pb.TracePacket:
     p = pb.TracePacket()
     p.ftrace_events.cpu = cpu
     for e in events:
@@ -283,7 +335,7 @@ def _bundle_packet(cpu: int, events: list, **kw) -> "pb.TracePacket":
     return p
 
 
-def _generic(ts: int, pid: int, name: str, fields: dict) -> "pb.FtraceEvent":
+def _generic(ts: int, pid: int, name: str, fields: dict) -> pb.FtraceEvent:
     e = pb.FtraceEvent(timestamp=ts, pid=pid)
     e.generic.event_name = name
     for k, v in fields.items():
@@ -328,6 +380,7 @@ def test_generic_events_become_tables(tmp_path):
 @needs_pb
 def test_compressed_packets_zlib_and_zstd(tmp_path):
     import zstandard
+
     inner = pb.Trace()
     e = pb.FtraceEvent(timestamp=5000, pid=7)
     e.sched_wakeup.comm, e.sched_wakeup.pid, e.sched_wakeup.prio, e.sched_wakeup.target_cpu = "kworker/0:1", 77, 120, 3
@@ -339,7 +392,9 @@ def test_compressed_packets_zlib_and_zstd(tmp_path):
     data = read_trace(_write(tmp_path, [p1, p2]))
     w = data.tables["sched_wakeup"]
     assert w.height == 2
-    assert w.select("ts", "cpu", "common_pid", "pid", "prio", "target_cpu").unique().rows() == [(5000, 0, 7, 77, 120, 3)]
+    assert w.select("ts", "cpu", "common_pid", "pid", "prio", "target_cpu").unique().rows() == [
+        (5000, 0, 7, 77, 120, 3)
+    ]
     assert set(w["comm"].cast(pl.Utf8)) == {"kworker/0:1"}
     assert data.meta["perfetto"]["compressed_blocks"] == 2
 
@@ -362,13 +417,19 @@ def test_lost_events_from_ftrace_stats_and_bundle_flag(tmp_path):
     assert any("lost events" in w for w in data.meta["warnings"])
 
 
-from pb_writer import ld as _ld, varint as _varint  # noqa: E402
+from pb_writer import ld as _ld  # noqa: E402
+from pb_writer import varint as _varint  # noqa: E402
 
 
 def test_unknown_event_id_is_kept_with_a_warning(tmp_path):
     # FtraceEvent{timestamp=123, pid=9, field 9999 = {1: 17, 2: "abc"}} - 9999 is no perfetto event
-    event = _varint(1 << 3) + _varint(123) + _varint(2 << 3) + _varint(9) + \
-        _ld(9999, _varint(1 << 3) + _varint(17) + _ld(2, b"abc"))
+    event = (
+        _varint(1 << 3)
+        + _varint(123)
+        + _varint(2 << 3)
+        + _varint(9)
+        + _ld(9999, _varint(1 << 3) + _varint(17) + _ld(2, b"abc"))
+    )
     bundle = _varint(1 << 3) + _varint(4) + _ld(2, event)
     path = tmp_path / "unknown.pftrace"
     path.write_bytes(_ld(1, _ld(1, bundle)))
@@ -383,6 +444,7 @@ def test_events_described_inside_the_trace(tmp_path):
     """FtraceEventBundle.generic_event_descriptors: an event id outside perfetto's schema, with its
     DescriptorProto (built with google.protobuf's descriptor_pb2) carried in the bundle."""
     from google.protobuf import descriptor_pb2
+
     desc = descriptor_pb2.DescriptorProto(name="vendor_freq_event")
     F = descriptor_pb2.FieldDescriptorProto
     desc.field.add(name="cpu_id", number=1, type=F.TYPE_UINT32)
@@ -430,6 +492,16 @@ def test_concatenated_copies_give_the_rows_of_each(traces, tmp_path):
         assert b["ts"].is_sorted()
         assert b.sort(b.columns, nulls_last=True).equals(a.sort(a.columns, nulls_last=True)), name
     sw = four.tables["sched_switch"]
-    assert sw["next_comm"].cast(pl.Utf8).value_counts().sort("next_comm").equals(
-        one.tables["sched_switch"]["next_comm"].cast(pl.Utf8).value_counts().sort("next_comm")
-        .with_columns(pl.col("count") * 4))
+    assert (
+        sw["next_comm"]
+        .cast(pl.Utf8)
+        .value_counts()
+        .sort("next_comm")
+        .equals(
+            one.tables["sched_switch"]["next_comm"]
+            .cast(pl.Utf8)
+            .value_counts()
+            .sort("next_comm")
+            .with_columns(pl.col("count") * 4)
+        )
+    )

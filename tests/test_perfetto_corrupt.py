@@ -3,6 +3,7 @@ compressed packets. Damage in the first packet (or before any data) gives a Trac
 and the byte offset, and the CLI exits with status 2; damage after good packets (a capture cut short, a stale
 tail) keeps the packets before it, counted as one `damaged_packets` import error naming the offsets.
 Truncated copies are derived in tmp_path from the real Pixel 7 Pro trace."""
+
 from __future__ import annotations
 
 import random
@@ -20,7 +21,8 @@ from abtest.trace.readers import read_trace
 PIXEL = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
 
 
-from pb_writer import ld as _ld, varint as _varint  # noqa: E402
+from pb_writer import ld as _ld  # noqa: E402
+from pb_writer import varint as _varint  # noqa: E402
 
 
 def _packet_starts(data: bytes) -> set[int]:
@@ -44,8 +46,9 @@ def _packet_starts(data: bytes) -> set[int]:
 
 
 def _cli_info(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", "--no-cache", str(path)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "info", "--no-cache", str(path)], capture_output=True, text=True
+    )
 
 
 def _assert_error(path: Path, max_offset: int | None = None) -> TraceFormatError:
@@ -140,7 +143,7 @@ def test_corrupt_ftrace_event_inside_real_trace(pixel_bytes, tmp_path):
     # the packets before it are read, the bad one is reported with its offset and what was wrong
     bad_event = b"\x08\x05" + b"\x0f"  # timestamp=5, then tag with wire type 7 (invalid)
     bundle = b"\x08\x00" + _ld(2, bad_event)
-    prefix = pixel_bytes[:sorted(_packet_starts(pixel_bytes))[20]]
+    prefix = pixel_bytes[: sorted(_packet_starts(pixel_bytes))[20]]
     path = tmp_path / "bad-event.pftrace"
     path.write_bytes(prefix + _ld(1, _ld(1, bundle)))
     meta = _assert_prefix_kept(path, prefix, len(prefix) + 20, tmp_path)
@@ -174,11 +177,14 @@ def _compact_sched_trace(columns: dict[int, list[int]]) -> bytes:
     return _ld(1, _ld(1, b"\x08\x00" + _ld(4, compact)))
 
 
-@pytest.mark.parametrize("short, message", [
-    (2, "CompactSched switch_prev_state has 1 entries, switch_timestamp has 2"),
-    (6, "CompactSched switch_next_comm_index has 1 entries, switch_timestamp has 2"),
-    (9, "CompactSched waking_target_cpu has 1 entries, waking_timestamp has 2"),
-])
+@pytest.mark.parametrize(
+    "short, message",
+    [
+        (2, "CompactSched switch_prev_state has 1 entries, switch_timestamp has 2"),
+        (6, "CompactSched switch_next_comm_index has 1 entries, switch_timestamp has 2"),
+        (9, "CompactSched waking_target_cpu has 1 entries, waking_timestamp has 2"),
+    ],
+)
 def test_compact_sched_columns_of_unequal_length(tmp_path, short, message):
     """CompactSched's columns must have one entry per event: a column that is short is named, with the
     offset of the bundle's compact_sched field; the same columns of equal length decode to 2 + 2 rows."""

@@ -6,15 +6,16 @@ protobuf runtime's decode (perfetto's generated classes):
 * compact sched_waking common_pid: the task running on the waking's CPU (the waker);
 * SysStats cpufreq_khz polling -> the counter-sample table cpu_frequency_polled.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import polars as pl
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb  # dev dependency (make setup)
+
 from abtest.trace import perfetto_engine as pe
 from abtest.trace.readers import read_trace
-
-from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb  # dev dependency (make setup)
 
 PIXEL = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
 SYSTING = "systing/trace.pb"
@@ -36,22 +37,37 @@ def test_renamed_task_switches_out_under_new_comm(traces):
     renames = read_trace(path).tables["task_rename"]
     # rows whose prev_comm is not the comm the task was switched in with
     stale = sw.with_columns(pl.col("next_comm").cast(pl.Utf8).shift(1).over("cpu").alias("in_comm")).filter(
-        pl.col("prev_comm").cast(pl.Utf8) != pl.col("in_comm"))
+        pl.col("prev_comm").cast(pl.Utf8) != pl.col("in_comm")
+    )
     assert stale.height == 9
     # each of them is a rename's newcomm for that pid
     got = stale.select("ts", "cpu", "prev_pid", pl.col("prev_comm").cast(pl.Utf8))
-    named = got.join(renames.select(pl.col("pid").alias("prev_pid"), pl.col("newcomm").cast(pl.Utf8).alias("prev_comm")),
-                     on=["prev_pid", "prev_comm"], how="semi")
+    named = got.join(
+        renames.select(pl.col("pid").alias("prev_pid"), pl.col("newcomm").cast(pl.Utf8).alias("prev_comm")),
+        on=["prev_pid", "prev_comm"],
+        how="semi",
+    )
     assert named.height == 9
-    tp = _tp(path, "select ts, cpu, extract_arg(arg_set_id, 'prev_comm') as prev_comm, "
-                   "extract_arg(arg_set_id, 'prev_pid') as prev_pid from ftrace_event where name = 'sched_switch'")
+    tp = _tp(
+        path,
+        "select ts, cpu, extract_arg(arg_set_id, 'prev_comm') as prev_comm, "
+        "extract_arg(arg_set_id, 'prev_pid') as prev_pid from ftrace_event where name = 'sched_switch'",
+    )
     # trace_processor agrees on these rows and on every other row it has (it skips each CPU's first switch)
-    ours = sw.select("ts", pl.col("cpu").cast(pl.Int64), pl.col("prev_pid").cast(pl.Int64),
-                     pl.when((pl.col("prev_pid") == 0) & pl.col("prev_comm").cast(pl.Utf8).str.contains(r"^swapper/\d+$"))
-                     .then(pl.lit("swapper")).otherwise(pl.col("prev_comm").cast(pl.Utf8)).alias("prev_comm"))
+    ours = sw.select(
+        "ts",
+        pl.col("cpu").cast(pl.Int64),
+        pl.col("prev_pid").cast(pl.Int64),
+        pl.when((pl.col("prev_pid") == 0) & pl.col("prev_comm").cast(pl.Utf8).str.contains(r"^swapper/\d+$"))
+        .then(pl.lit("swapper"))
+        .otherwise(pl.col("prev_comm").cast(pl.Utf8))
+        .alias("prev_comm"),
+    )
     joined = ours.join(tp, on=["ts", "cpu"], how="inner", suffix="_tp")
     assert joined.height == tp.height == sw.height - 8
-    assert joined.filter((pl.col("prev_comm") != pl.col("prev_comm_tp")) | (pl.col("prev_pid") != pl.col("prev_pid_tp"))).is_empty()
+    assert joined.filter(
+        (pl.col("prev_comm") != pl.col("prev_comm_tp")) | (pl.col("prev_pid") != pl.col("prev_pid_tp"))
+    ).is_empty()
     assert joined.join(got.select("ts", pl.col("cpu").cast(pl.Int64)), on=["ts", "cpu"], how="semi").height == 9
 
 
@@ -63,14 +79,21 @@ def test_compact_waking_waker_is_the_running_task(traces):
     path = traces / SYSTING
     t = read_trace(path).tables
     wk, sw = t["sched_waking"], t["sched_switch"]
-    tp = _tp(path, "select e.ts, e.cpu, t.tid as waker, extract_arg(e.arg_set_id, 'pid') as pid "
-                   "from ftrace_event e join thread t using (utid) where e.name = 'sched_waking'")
+    tp = _tp(
+        path,
+        "select e.ts, e.cpu, t.tid as waker, extract_arg(e.arg_set_id, 'pid') as pid "
+        "from ftrace_event e join thread t using (utid) where e.name = 'sched_waking'",
+    )
     skipped = _tp(path, "select value from stats where name = 'compact_sched_waking_skipped'")["value"].sum()
     known = wk.filter(pl.col("common_pid").is_not_null())
     assert known.height == tp.height == wk.height - skipped
     assert wk["common_pid"].null_count() == skipped > 0
-    ours = known.select("ts", pl.col("cpu").cast(pl.Int64), pl.col("common_pid").cast(pl.Int64).alias("waker"),
-                        pl.col("pid").cast(pl.Int64))
+    ours = known.select(
+        "ts",
+        pl.col("cpu").cast(pl.Int64),
+        pl.col("common_pid").cast(pl.Int64).alias("waker"),
+        pl.col("pid").cast(pl.Int64),
+    )
     assert ours.sort("ts", "cpu", "pid").equals(tp.select(ours.columns).sort("ts", "cpu", "pid"))
     # the null ones: before the first sched_switch on their CPU
     first = sw.group_by("cpu").agg(pl.col("ts").min().alias("t0"))
@@ -93,15 +116,25 @@ def test_polled_cpu_frequency_table(traces):
     assert polled.schema == pl.Schema({"ts": pl.Int64, "cpu": pl.Int32, "frequency_khz": pl.Int64})
     assert polled["ts"].is_sorted()
     ref = pb.Trace.FromString(path.read_bytes())
-    want = [(p.timestamp, cpu, khz) for p in ref.packet if p.HasField("sys_stats")
-            for cpu, khz in enumerate(p.sys_stats.cpufreq_khz)]
+    want = [
+        (p.timestamp, cpu, khz)
+        for p in ref.packet
+        if p.HasField("sys_stats")
+        for cpu, khz in enumerate(p.sys_stats.cpufreq_khz)
+    ]
     assert len(want) == 120 * 8
     assert polled.rows() == sorted(want, key=lambda r: r[0])
-    tp = _tp(path, "select c.ts, t.cpu, cast(c.value as int) as frequency_khz from counter c "
-                   "join cpu_counter_track t on c.track_id = t.id where t.name = 'cpufreq'")
+    tp = _tp(
+        path,
+        "select c.ts, t.cpu, cast(c.value as int) as frequency_khz from counter c "
+        "join cpu_counter_track t on c.track_id = t.id where t.name = 'cpufreq'",
+    )
     ev = events.select("ts", pl.col("cpu").cast(pl.Int64), "frequency_khz")
-    assert tp.join(ev, on=["ts", "cpu", "frequency_khz"], how="anti").sort("ts", "cpu").equals(
-        polled.select("ts", pl.col("cpu").cast(pl.Int64), "frequency_khz").sort("ts", "cpu"))
+    assert (
+        tp.join(ev, on=["ts", "cpu", "frequency_khz"], how="anti")
+        .sort("ts", "cpu")
+        .equals(polled.select("ts", pl.col("cpu").cast(pl.Int64), "frequency_khz").sort("ts", "cpu"))
+    )
     for cpu in (6, 7):
         first_event = events.filter(pl.col("cpu") == cpu)["ts"].min()
         first_poll = polled.filter(pl.col("cpu") == cpu)["ts"].min()
@@ -109,8 +142,9 @@ def test_polled_cpu_frequency_table(traces):
         assert first_poll - data.meta["start_ns"] < 10**9
 
 
-def _compact_packet(cpu: int, switches: list[tuple[int, int, str]], wakings: list[tuple[int, int]],
-                    events: list | None = None) -> "pb.TracePacket":
+def _compact_packet(
+    cpu: int, switches: list[tuple[int, int, str]], wakings: list[tuple[int, int]], events: list | None = None
+) -> pb.TracePacket:
     """One bundle: compact switches (ts, next_pid, next_comm) and wakings (ts, pid), absolute ts."""
     p = pb.TracePacket()
     p.ftrace_events.cpu = cpu
@@ -146,15 +180,32 @@ def test_waker_and_rename_rules_on_edge_cases(tmp_path):
     rename_early = pb.FtraceEvent(timestamp=50, pid=99)
     rename_early.task_rename.pid, rename_early.task_rename.oldcomm, rename_early.task_rename.newcomm = 10, "a", "a0"
     rename_running = pb.FtraceEvent(timestamp=250, pid=10)
-    rename_running.task_rename.pid, rename_running.task_rename.oldcomm, rename_running.task_rename.newcomm = 10, "a", "b"
-    pkt = _compact_packet(0, [(100, 10, "a"), (300, 20, "c"), (400, 20, "c"), (500, 10, "a")],
-                          [(90, 5), (200, 6), (300, 7), (400, 8), (600, 9)], [rename_early, rename_running])
+    rename_running.task_rename.pid, rename_running.task_rename.oldcomm, rename_running.task_rename.newcomm = (
+        10,
+        "a",
+        "b",
+    )
+    pkt = _compact_packet(
+        0,
+        [(100, 10, "a"), (300, 20, "c"), (400, 20, "c"), (500, 10, "a")],
+        [(90, 5), (200, 6), (300, 7), (400, 8), (600, 9)],
+        [rename_early, rename_running],
+    )
     path = tmp_path / "edge.pftrace"
     tr = pb.Trace()
     tr.packet.append(pkt)
     path.write_bytes(tr.SerializeToString())
     t = read_trace(path).tables
     assert t["sched_waking"].select("ts", "common_pid").rows() == [
-        (90, None), (200, 10), (300, None), (400, 20), (600, 10)]
+        (90, None),
+        (200, 10),
+        (300, None),
+        (400, 20),
+        (600, 10),
+    ]
     assert t["sched_switch"].select("ts", pl.col("prev_comm").cast(pl.Utf8), "prev_pid").rows() == [
-        (100, None, None), (300, "b", 10), (400, "c", 20), (500, "c", 20)]
+        (100, None, None),
+        (300, "b", 10),
+        (400, "c", 20),
+        (500, "c", 20),
+    ]

@@ -5,6 +5,7 @@ Real traces: x86-vm/*.dat and lisa/sched_load-trace.dat (Arm Juno, with its plat
 Python here. The balance index is checked on hand-built frames of the uclamp seed (8 tasks on 4 little
 CPUs) with values worked out by hand.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,7 +18,9 @@ import pytest
 from abtest import Trace
 from abtest.analysis import placement
 
-LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<ns>\d{9}):\s+(?P<event>\w+):\s+(?P<body>.*)$")
+LINE = re.compile(
+    r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<ns>\d{9}):\s+(?P<event>\w+):\s+(?P<body>.*)$"
+)
 SWITCH = re.compile(r"^(?P<pc>.*):(?P<pp>\d+) \[-?\d+\] \S+ ==> (?P<nc>.*):(?P<np>\d+) \[-?\d+\]$")
 SWITCH_KV = re.compile(r"prev_comm=(?P<pc>.*) prev_pid=(?P<pp>\d+) .* next_comm=(?P<nc>.*) next_pid=(?P<np>\d+) ")
 MIGRATE = re.compile(r"pid=(?P<p>\d+) prio=\d+ orig_cpu=(?P<o>\d+) dest_cpu=(?P<d>\d+)")
@@ -40,8 +43,9 @@ def expected_placement(events):
     res = defaultdict(int)
     runs = defaultdict(list)
     mig = Counter()
-    for ts, cpu, ev, body in sorted((e for e in events if e[2] in ("sched_switch", "sched_migrate_task")),
-                                    key=lambda e: e[0]):
+    for ts, cpu, ev, body in sorted(
+        (e for e in events if e[2] in ("sched_switch", "sched_migrate_task")), key=lambda e: e[0]
+    ):
         if ev == "sched_migrate_task":
             mig[int(MIGRATE.search(body)["p"])] += 1
             continue
@@ -97,7 +101,7 @@ def test_balance_on_juno_clusters(traces):
     window = t.end_ns - t.start_ns
     min_ns = window // 100
     total = defaultdict(int)
-    for (pid, cpu), v in exp_res.items():
+    for (pid, _cpu), v in exp_res.items():
         total[pid] += v
     cluster_of = {0: 0, 3: 0, 4: 0, 5: 0, 1: 1, 2: 1}
     tasks = [p for p, v in total.items() if v >= min_ns]
@@ -137,8 +141,9 @@ def _seed_frames(assign: dict[int, int]) -> pl.DataFrame:
                 prev, ts = pid, ts + 100
         rows.append((ts, cpu, prev, 0))
     df = pl.DataFrame(rows, schema=["ts", "cpu", "prev_pid", "next_pid"], orient="row").sort("ts")
-    return df.with_columns(pl.format("uclamp-{}", "prev_pid").alias("prev_comm"),
-                           pl.format("uclamp-{}", "next_pid").alias("next_comm"))
+    return df.with_columns(
+        pl.format("uclamp-{}", "prev_pid").alias("prev_comm"), pl.format("uclamp-{}", "next_pid").alias("next_comm")
+    )
 
 
 CLUSTERS = pl.DataFrame({"cpu": [0, 1, 2, 3, 4, 5, 6, 7], "cluster": [0, 0, 0, 0, 1, 1, 2, 2]})

@@ -1,5 +1,6 @@
 """`abtest compare DIR_A DIR_B` on plain folders of real traces (no store, no markers), and store errors that say
 what layout is expected and how to fix it (issue 38 item 4). Traces: the shared x86 VM recordings."""
+
 from __future__ import annotations
 
 import json
@@ -7,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from shared_data import TRACES
 
 from abtest.cli import cli
 from abtest.store.reader import load_label
-from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
 X86 = TRACES / "x86-vm"

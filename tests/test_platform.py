@@ -1,4 +1,5 @@
 """abtest.analysis.platform on the real platform files in ../shared (values checked against the files' text)."""
+
 from __future__ import annotations
 
 import re
@@ -6,8 +7,14 @@ import textwrap
 
 import pytest
 
-from abtest.analysis.platform import (PlatformFormatError, df_cpus, df_idle_states, df_opps, load_platform,
-                                      platform_from_meta)
+from abtest.analysis.platform import (
+    PlatformFormatError,
+    df_cpus,
+    df_idle_states,
+    df_opps,
+    load_platform,
+    platform_from_meta,
+)
 
 
 def test_lisa_plat_info_juno_without_executing_tags(traces, platforms):
@@ -55,7 +62,9 @@ def test_lisa_legacy_json_with_comments_and_trailing_commas(platforms):
     opps = df_opps(juno).filter(is_max=True).sort("frequency_khz")
     # nrg_max / cap_max at f_max as in the file
     assert opps.select("frequency_khz", "capacity", "power_mw", "static_mw").rows() == [
-        (850000, 447.0, 93.0, 57.0), (1100000, 1024.0, 616.0, 64.0)]
+        (850000, 447.0, 93.0, 57.0),
+        (1100000, 1024.0, 616.0, 64.0),
+    ]
     assert "(f/f_max)^3" in juno["energy_model_source"]
     hikey = load_platform(pj / "hikey960.json")  # clusters "0"/"1", nrg_model big/little
     assert dict(df_cpus(hikey).select("cpu", "capacity").iter_rows())[4] == 1024.0
@@ -71,7 +80,11 @@ def test_wattson_cpu_1d(platforms):
     first = path.read_text().splitlines()[1].split(",")  # Tensor,4,400000,0,28.51,5.24,0
     o = p["domains"][0]["opps"][0]
     assert (o["frequency_khz"], o["power_mw"], o["static_mw"], o["idle_power_mw"]) == (
-        int(first[2]), float(first[4]), float(first[3]), [float(first[5]), float(first[6])])
+        int(first[2]),
+        float(first[4]),
+        float(first[3]),
+        [float(first[5]), float(first[6])],
+    )
     g6 = load_platform(platforms / "perfetto-wattson" / "Tensor_G6" / "cpu_1d.csv", cpus_count=8)
     assert [d["id"] for d in g6["domains"]] == [0, 2, 6]  # 255 = DSU skipped, with a note
     assert any("255" in n for n in g6["notes"])
@@ -79,7 +92,8 @@ def test_wattson_cpu_1d(platforms):
 
 def test_own_yaml_toml_and_target_embedding(tmp_path):
     y = tmp_path / "plat.yaml"
-    y.write_text(textwrap.dedent("""
+    y.write_text(
+        textwrap.dedent("""
         name: toy
         energy_model_source: "hand-written toy model"
         domains:
@@ -90,12 +104,14 @@ def test_own_yaml_toml_and_target_embedding(tmp_path):
             idle_states:
               - {name: WFI, target_residency_us: 1, exit_latency_us: 1, power_mw: 2.0}
               - {name: cpu-off, target_residency_us: 1500, exit_latency_us: 500, power_mw: 0.1}
-    """))
+    """)
+    )
     p = load_platform(y)
     assert [o["capacity"] for o in p["domains"][0]["opps"]] == [256.0, 512.0]  # capacity x f/f_max
     assert df_idle_states(p).filter(cpu=1, state=1)["target_residency_us"][0] == 1500.0
     t = tmp_path / "target.toml"
-    t.write_text(textwrap.dedent("""
+    t.write_text(
+        textwrap.dedent("""
         [target]
         kind = "ssh"
         [platform]
@@ -104,7 +120,8 @@ def test_own_yaml_toml_and_target_embedding(tmp_path):
         cpus = [0]
         capacity = 1024
         opps = [{frequency_khz = 2000000, power_mw = 500.0}]
-    """))
+    """)
+    )
     q = load_platform(t)
     assert q["cpus"][0]["capacity"] == 1024.0 and q["domains"][0]["opps"][0]["capacity"] == 1024.0
     assert q["energy_model_source"] == "platform file toy"
@@ -125,9 +142,13 @@ def test_bad_files_give_clear_errors(tmp_path):
 
 
 def test_platform_from_cpuinfo_meta():
-    meta = {"cpu_info": [{"cpu": 0, "capacity": 160, "frequencies_khz": [300000, 600000]},
-                         {"cpu": 1, "capacity": 160, "frequencies_khz": [300000, 600000]},
-                         {"cpu": 2, "capacity": 1024, "frequencies_khz": [500000, 2000000]}]}
+    meta = {
+        "cpu_info": [
+            {"cpu": 0, "capacity": 160, "frequencies_khz": [300000, 600000]},
+            {"cpu": 1, "capacity": 160, "frequencies_khz": [300000, 600000]},
+            {"cpu": 2, "capacity": 1024, "frequencies_khz": [500000, 2000000]},
+        ]
+    }
     p = platform_from_meta(meta)
     assert [d["cpus"] for d in p["domains"]] == [[0, 1], [2]]
     assert p["domains"][1]["opps"][0]["capacity"] == 256.0
@@ -148,12 +169,22 @@ def test_a_platform_for_another_system_is_refused(traces):
     with pytest.raises(PlatformMismatchError):
         idle.summary(t)
     # right CPU count, too few idle states: the VM enters state 1 (haltpoll) on both CPUs
-    one_state = {"name": "one-state", "domains": [{"cpus": [0, 1], "opps": [{"frequency_khz": 1000000}],
-                                                    "idle_states": [{"name": "WFI"}]}]}
+    one_state = {
+        "name": "one-state",
+        "domains": [{"cpus": [0, 1], "opps": [{"frequency_khz": 1000000}], "idle_states": [{"name": "WFI"}]}],
+    }
     with pytest.raises(PlatformMismatchError, match="CPU0 enters idle state 1 but one-state lists 1 idle states"):
         trace_platform(Trace(x86, platform=one_state))
-    two_states = {"name": "two-states", "domains": [{"cpus": [0, 1], "opps": [{"frequency_khz": 1000000}],
-                                                     "idle_states": [{"name": "POLL"}, {"name": "haltpoll"}]}]}
+    two_states = {
+        "name": "two-states",
+        "domains": [
+            {
+                "cpus": [0, 1],
+                "opps": [{"frequency_khz": 1000000}],
+                "idle_states": [{"name": "POLL"}, {"name": "haltpoll"}],
+            }
+        ],
+    }
     assert trace_platform(Trace(x86, platform=two_states))["name"] == "two-states"
 
 

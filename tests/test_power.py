@@ -1,6 +1,7 @@
 """Power samplers and importers on files in the real formats (ODPM iio text, RAPL energy_uj with a wrap,
 hwmon, Monsoon CSV with its quirks, generic CSV); the target-side sampling loop runs for real on this
 machine over counter files it reads while they change."""
+
 from __future__ import annotations
 
 import threading
@@ -11,9 +12,17 @@ import pytest
 
 from abtest import Trace
 from abtest.analysis import power as pw
-from abtest.collectors.power import (PowerSampler, parse_generic_csv, parse_monsoon_csv, parse_odpm_enabled_rails,
-                                     parse_odpm_energy, parse_sysfs_samples, rapl_from_samples, unwrap_counter,
-                                     write_power_csv)
+from abtest.collectors.power import (
+    PowerSampler,
+    parse_generic_csv,
+    parse_monsoon_csv,
+    parse_odpm_enabled_rails,
+    parse_odpm_energy,
+    parse_sysfs_samples,
+    rapl_from_samples,
+    unwrap_counter,
+    write_power_csv,
+)
 from abtest.compare.metrics import iteration_metrics
 from abtest.store.reader import load_label
 from abtest.store.writer import write_iteration
@@ -57,20 +66,29 @@ def test_odpm_text():
 
 def test_rapl_wrap_is_unwrapped():
     max_range = 262143328850.0  # max_energy_range_uj of a real package domain
-    text = (f"@ 100.00\n/sys/class/powercap/intel-rapl:0/energy_uj {int(max_range) - 2_000_000}\n"
-            f"@ 101.00\n/sys/class/powercap/intel-rapl:0/energy_uj {int(max_range) - 500_000}\n"
-            "@ 102.00\n/sys/class/powercap/intel-rapl:0/energy_uj 1000000\n"
-            "@ 103.00\n/sys/class/powercap/intel-rapl:0/energy_uj 3000000\n")
+    text = (
+        f"@ 100.00\n/sys/class/powercap/intel-rapl:0/energy_uj {int(max_range) - 2_000_000}\n"
+        f"@ 101.00\n/sys/class/powercap/intel-rapl:0/energy_uj {int(max_range) - 500_000}\n"
+        "@ 102.00\n/sys/class/powercap/intel-rapl:0/energy_uj 1000000\n"
+        "@ 103.00\n/sys/class/powercap/intel-rapl:0/energy_uj 3000000\n"
+    )
     samples = parse_sysfs_samples(text)
-    df = rapl_from_samples(samples, {"/sys/class/powercap/intel-rapl:0/energy_uj": "package-0:0"},
-                           {"package-0:0": max_range})
+    df = rapl_from_samples(
+        samples, {"/sys/class/powercap/intel-rapl:0/energy_uj": "package-0:0"}, {"package-0:0": max_range}
+    )
     e = df["energy_uj"].to_list()
     steps = [b - a for a, b in zip(e, e[1:])]
     assert steps == [1_500_000, 500_000 + 1 + 1_000_000, 2_000_000]  # wrap at max_range (+1 to reach 0)
     assert df["ts_ns"].to_list() == [100_000_000_000, 101_000_000_000, 102_000_000_000, 103_000_000_000]
     # two rails, one wrapping, one not: per-rail unwrap
-    two = pl.DataFrame({"ts_ns": [1, 2, 1, 2], "rail": ["a", "a", "b", "b"], "subsystem": [""] * 4,
-                        "energy_uj": [90.0, 10.0, 5.0, 50.0]})
+    two = pl.DataFrame(
+        {
+            "ts_ns": [1, 2, 1, 2],
+            "rail": ["a", "a", "b", "b"],
+            "subsystem": [""] * 4,
+            "energy_uj": [90.0, 10.0, 5.0, 50.0],
+        }
+    )
     out = unwrap_counter(two, {"a": 99.0, "b": 99.0})
     assert out.filter(pl.col("rail") == "a")["energy_uj"].to_list() == [90.0, 110.0]
     assert out.filter(pl.col("rail") == "b")["energy_uj"].to_list() == [5.0, 50.0]
@@ -79,8 +97,10 @@ def test_rapl_wrap_is_unwrapped():
 def test_monsoon_csv(tmp_path):
     p = tmp_path / "monsoon.csv"
     # the power tool's export: Time(ms) actually in seconds, a trailing comma on every row
-    p.write_text("Time(ms),Main(mA),Main Voltage(V),USB(mA),USB Voltage(V),\n"
-                 "0.0000,100.0,4.0,0.0,0.0,\n0.5000,100.0,4.0,0.0,0.0,\n1.0000,300.0,4.0,0.0,0.0,\n")
+    p.write_text(
+        "Time(ms),Main(mA),Main Voltage(V),USB(mA),USB Voltage(V),\n"
+        "0.0000,100.0,4.0,0.0,0.0,\n0.5000,100.0,4.0,0.0,0.0,\n1.0000,300.0,4.0,0.0,0.0,\n"
+    )
     df = parse_monsoon_csv(p, start_ts_ns=5_000_000_000)
     main = df.filter(pl.col("rail") == "Main")
     assert main["ts_ns"].to_list() == [5_000_000_000, 5_500_000_000, 6_000_000_000]
@@ -166,10 +186,20 @@ def _rail_row(pr, window, rail=RAIL) -> dict:
 def _edit(pr: pl.DataFrame, k: int, *, ts=None, energy=None, rail=RAIL) -> pl.DataFrame:
     """The k-th sample (by ts) of `rail` with its ts and/or energy replaced."""
     idx = pr.with_row_index("_i").filter(pl.col("rail") == rail).sort("ts")["_i"][k]
-    return pr.with_row_index("_i").with_columns(
-        pl.when(pl.col("_i") == idx).then(pl.lit(ts) if ts is not None else pl.col("ts")).otherwise("ts").alias("ts"),
-        pl.when(pl.col("_i") == idx).then(pl.lit(energy, pl.Float64) if energy is not None else pl.col("energy_uj"))
-        .otherwise("energy_uj").alias("energy_uj")).drop("_i")
+    return (
+        pr.with_row_index("_i")
+        .with_columns(
+            pl.when(pl.col("_i") == idx)
+            .then(pl.lit(ts) if ts is not None else pl.col("ts"))
+            .otherwise("ts")
+            .alias("ts"),
+            pl.when(pl.col("_i") == idx)
+            .then(pl.lit(energy, pl.Float64) if energy is not None else pl.col("energy_uj"))
+            .otherwise("energy_uj")
+            .alias("energy_uj"),
+        )
+        .drop("_i")
+    )
 
 
 def _sample(pr, k, rail=RAIL) -> tuple[int, float]:
@@ -199,8 +229,9 @@ def test_one_bad_sample_is_excluded_counted_and_changes_nothing(pixel_rails, def
     elif defect == "repeated_ts":
         bad, column, n = _edit(pr, k, ts=_sample(pr, k - 3)[0]), "conflicting", 2
     elif defect == "conflicting":
-        extra = (pr.filter((pl.col("rail") == RAIL) & (pl.col("ts") == ts_k))
-                 .with_columns(pl.lit(e_k + 10_000.0).alias("energy_uj")))
+        extra = pr.filter((pl.col("rail") == RAIL) & (pl.col("ts") == ts_k)).with_columns(
+            pl.lit(e_k + 10_000.0).alias("energy_uj")
+        )
         bad, column, n = pl.concat([pr, extra]), "conflicting", 2
     else:
         bad, column, n = _edit(pr, k, energy=-e_k), "negative", 1
@@ -234,10 +265,14 @@ def test_plausible_reset_wrap_and_implausible_drop(pixel_rails):
     assert d["energy_j"] == pytest.approx(clean["energy_j"] - (e2 - e1) * 1e-6, rel=1e-9)
     # a counter of a declared width (RAPL: wraps at max_energy_range_uj + 1) wrapping inside that step
     width = origin
-    wrapped = pr.with_columns(pl.when(later).then(pl.col("energy_uj") - (width + 1)).otherwise("energy_uj")
-                              .alias("energy_uj"))
-    w = pw.df_power_per_rail(wrapped, start_ns=win[0], end_ns=win[1], wrap_uj={RAIL: width}).filter(rail=RAIL).row(
-        0, named=True)
+    wrapped = pr.with_columns(
+        pl.when(later).then(pl.col("energy_uj") - (width + 1)).otherwise("energy_uj").alias("energy_uj")
+    )
+    w = (
+        pw.df_power_per_rail(wrapped, start_ns=win[0], end_ns=win[1], wrap_uj={RAIL: width})
+        .filter(rail=RAIL)
+        .row(0, named=True)
+    )
     assert w["wraps"] == 1 and w["resets"] == 0 and w["energy_j"] == pytest.approx(clean["energy_j"], rel=1e-9)
 
 
@@ -250,10 +285,16 @@ def test_glitch_in_a_store_power_csv_reaches_the_iteration_notes(pixel_rails, tm
         d = write_iteration(tmp_path / name / "w" / "0", {}, {}, complete=False)
         write_power_csv(frame.select(pl.col("ts").alias("ts_ns"), "rail", "subsystem", "energy_uj"), d / "power.csv")
         (d / ".complete").touch()
-    (clean, clean_notes), (got, notes) = [iteration_metrics(load_label(tmp_path / n).complete("w")[0], use_cache=False,
-                                                            with_trace=False) for n in ("clean", "glitched")]
+    (clean, clean_notes), (got, notes) = [
+        iteration_metrics(load_label(tmp_path / n).complete("w")[0], use_cache=False, with_trace=False)
+        for n in ("clean", "glitched")
+    ]
     assert clean_notes == []
     assert got["power.CPU-Little"].value == pytest.approx(clean["power.CPU-Little"].value, rel=1e-12)
     assert got["power.Total"].value == pytest.approx(clean["power.Total"].value, rel=1e-12)
-    assert notes == [(f"power.csv: power rail {RAIL} (CPU-Little, CPU, Total): 1 glitch sample(s) out of line with "
-                      "both neighbours excluded")]
+    assert notes == [
+        (
+            f"power.csv: power rail {RAIL} (CPU-Little, CPU, Total): 1 glitch sample(s) out of line with "
+            "both neighbours excluded"
+        )
+    ]

@@ -1,5 +1,6 @@
 """guest_death_reason: the one line the collector logs when a QEMU guest stops. The panic text below is
 the serial-log tail of a Debian 6.12 guest that died under TCG in a CI run of test_collect_qemu.py."""
+
 from abtest.targets.qemu import guest_death_reason
 
 CI_PANIC_TAIL = """[    2.821522] CR2: 0000000000000000 CR3: 000000001d022000 CR4: 0000000000751ef0
@@ -13,8 +14,9 @@ CI_PANIC_TAIL = """[    2.821522] CR2: 0000000000000000 CR3: 000000001d022000 CR
 
 
 def test_panic_line_and_rip_are_reported():
-    assert guest_death_reason(CI_PANIC_TAIL) == ("guest kernel panic: Fatal exception in interrupt "
-                                                 "at sched_clock_cpu+0x9/0x190")
+    assert guest_death_reason(CI_PANIC_TAIL) == (
+        "guest kernel panic: Fatal exception in interrupt at sched_clock_cpu+0x9/0x190"
+    )
 
 
 def test_a_killed_guest_is_not_called_a_panic():

@@ -2,6 +2,7 @@
 metric reaches `abtest compare --format json` with its unit and direction, docs/metrics.md is generated from
 it, and the Android rails path (perfetto power rails -> power.<Channel> -> power table -> gate) works on the
 real Pixel 7 Pro trace."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -13,6 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from shared_data import TRACES
 
 from abtest import Trace
 from abtest.analysis import registry
@@ -20,7 +22,6 @@ from abtest.cli import cli
 from abtest.commands.metrics import registry_markdown
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue
 from abtest.store.writer import write_iteration
-from shared_data import PLATFORMS, TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
 PIXEL = TRACES / "PerfettoTraceScript" / "pixel7pro-power-rails.perfetto-trace"
@@ -33,7 +34,7 @@ TRACE_FILES = sorted(k for k in EXPECTED if not k.endswith(".yml"))
 
 def test_declarations_are_unique_and_resolvable():
     seen = set()
-    for a, s in registry.all_specs():
+    for _a, s in registry.all_specs():
         assert s.key not in seen
         seen.add(s.key)
         assert s.unit is not None and isinstance(s.direction, Direction) and isinstance(s.aggregation, Aggregation)
@@ -45,8 +46,14 @@ def test_declarations_are_unique_and_resolvable():
 
 def test_compute_refuses_an_undeclared_value():
     other = MetricSpec("elsewhere.x", "", Direction.NONE)
-    rogue = registry.Analysis("rogue", "a deliberately wrong analysis", (), (), (registry.idle.TOO_DEEP_PCT,),
-                              compute=lambda trace, opts: [MetricValue(other, 1.0)])
+    rogue = registry.Analysis(
+        "rogue",
+        "a deliberately wrong analysis",
+        (),
+        (),
+        (registry.idle.TOO_DEEP_PCT,),
+        compute=lambda trace, opts: [MetricValue(other, 1.0)],
+    )
     with pytest.raises(registry.UndeclaredMetricError, match="elsewhere.x"):
         registry.compute(rogue, Trace(TRACES / "trappy" / "trace_idle.dat"))
 
@@ -84,11 +91,26 @@ def test_metrics_command_lists_every_declaration():
 
 
 # ---------------------------------------------------------------- every declared metric reaches compare
-WORKLOAD_VALUES = {"fps": 59.9, "jank_pct": 3.0, "mean_frame_ms": 9.0, "p95_frame_ms": 14.0,
-                   "geekbench_single_core_score": 1000.0, "geekbench_multi_core_score": 3000.0,
-                   "pcmark_work": 9000.0, "hackbench_time_s": 1.5, "bogo_ops": 1000.0, "bogo_ops_per_s": 100.0,
-                   "events_per_s": 500.0, "latency_avg_ms": 2.0, "latency_p95_ms": 5.0, "latency_avg_us": 40.0,
-                   "latency_max_us": 400.0, "latency_min_us": 10.0, "build_time_s": 300.0, "duration_s": 10.0}
+WORKLOAD_VALUES = {
+    "fps": 59.9,
+    "jank_pct": 3.0,
+    "mean_frame_ms": 9.0,
+    "p95_frame_ms": 14.0,
+    "geekbench_single_core_score": 1000.0,
+    "geekbench_multi_core_score": 3000.0,
+    "pcmark_work": 9000.0,
+    "hackbench_time_s": 1.5,
+    "bogo_ops": 1000.0,
+    "bogo_ops_per_s": 100.0,
+    "events_per_s": 500.0,
+    "latency_avg_ms": 2.0,
+    "latency_p95_ms": 5.0,
+    "latency_avg_us": 40.0,
+    "latency_max_us": 400.0,
+    "latency_min_us": 10.0,
+    "build_time_s": 300.0,
+    "duration_s": 10.0,
+}
 
 
 def _link(src: Path, dst: Path) -> None:
@@ -104,24 +126,33 @@ def everything_store(tmp_path_factory):
     and the synthetic kernel-views trace (capacity, uclamp, root domains, cgroups); metrics.json of every workload
     metric (constructed values, +1 % per iteration so that they are not constant)."""
     root = tmp_path_factory.mktemp("all") / "store"
-    spec = importlib.util.spec_from_file_location("make_kernel_views_trace", ROOT / "tests" / "data" /
-                                                  "make_kernel_views_trace.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_kernel_views_trace", ROOT / "tests" / "data" / "make_kernel_views_trace.py"
+    )
     views = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(views)
-    sources = {"android": (PIXEL, "trace.perfetto-trace", None),
-               "x86": (X86 / "x86-menu-hackbench-cyclictest.dat", "trace.dat", None),
-               "juno": (JUNO, "trace.dat", JUNO_PLAT),
-               # sched_overutilized (real, LISA's Juno text trace); thermal zones, cooling devices (real, trappy)
-               "juno_txt": (TRACES / "lisa" / "trace_txt-trace.txt", "trace.txt", None),
-               "thermal": (TRACES / "trappy" / "trace.txt", "trace.txt", None),
-               # capacity, uclamp, per-root-domain overutilized, cgroups: no real trace here has them; SYNTHETIC
-               "views": (views.write(root.parent / "kernel_views_synthetic.txt"), "trace.txt", None)}
+    sources = {
+        "android": (PIXEL, "trace.perfetto-trace", None),
+        "x86": (X86 / "x86-menu-hackbench-cyclictest.dat", "trace.dat", None),
+        "juno": (JUNO, "trace.dat", JUNO_PLAT),
+        # sched_overutilized (real, LISA's Juno text trace); thermal zones, cooling devices (real, trappy)
+        "juno_txt": (TRACES / "lisa" / "trace_txt-trace.txt", "trace.txt", None),
+        "thermal": (TRACES / "trappy" / "trace.txt", "trace.txt", None),
+        # capacity, uclamp, per-root-domain overutilized, cgroups: no real trace here has them; SYNTHETIC
+        "views": (views.write(root.parent / "kernel_views_synthetic.txt"), "trace.txt", None),
+    }
     for label in ("A", "B"):
         for wl, (src, name, plat) in sources.items():
             for i in range(3 if wl in ("android", "x86", "juno") else 2):  # 2 are enough to reach compare
                 d = root / label / wl / str(i)
-                values = {k: {"value": v * (1 + 0.01 * i), "unit": "fps" if k == "fps" else "",
-                              "lower_is_better": None} for k, v in WORKLOAD_VALUES.items()} if wl == "x86" else {}
+                values = (
+                    {
+                        k: {"value": v * (1 + 0.01 * i), "unit": "fps" if k == "fps" else "", "lower_is_better": None}
+                        for k, v in WORKLOAD_VALUES.items()
+                    }
+                    if wl == "x86"
+                    else {}
+                )
                 write_iteration(d, values, {"kernel": {"release": label}}, complete=False)
                 _link(src, d / name)
                 if plat:
@@ -131,8 +162,9 @@ def everything_store(tmp_path_factory):
 
 
 def test_every_declared_metric_appears_in_compare_json(everything_store):
-    r = CliRunner().invoke(cli, ["compare", "A", "B", "--store", str(everything_store), "--format", "json",
-                                 "--jobs", "1"])
+    r = CliRunner().invoke(
+        cli, ["compare", "A", "B", "--store", str(everything_store), "--format", "json", "--jobs", "1"]
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     seen: dict[str, dict] = {}
@@ -150,8 +182,7 @@ def test_every_declared_metric_appears_in_compare_json(everything_store):
     x86 = next(w for w in doc["workloads"] if w["workload"] == "x86")
     fps = next(m for m in x86["metrics"] if m["name"] == "fps")
     assert fps["unit"] == "frames/s" and fps["lower_is_better"] is False
-    assert any("metric fps: metrics.json says unit 'fps', the registry declares 'frames/s'" in n
-               for n in x86["notes"])
+    assert any("metric fps: metrics.json says unit 'fps', the registry declares 'frames/s'" in n for n in x86["notes"])
 
 
 # ---------------------------------------------------------------- the Android rails path, on the real Pixel trace
@@ -171,8 +202,12 @@ def _rails_by_hand(path: Path) -> dict[str, float]:
 def _power_csv(path: Path, dst: Path, scale: float) -> None:
     """power.csv written from the real trace's rail samples, energy scaled by `scale` (a known transformation)."""
     pr = Trace(path).df("power_rail")
-    pr.select(pl.col("ts").alias("ts_ns"), pl.col("rail").cast(pl.Utf8), pl.col("subsystem").cast(pl.Utf8),
-              (pl.col("energy_uj") * scale).alias("energy_uj")).write_csv(dst)
+    pr.select(
+        pl.col("ts").alias("ts_ns"),
+        pl.col("rail").cast(pl.Utf8),
+        pl.col("subsystem").cast(pl.Utf8),
+        (pl.col("energy_uj") * scale).alias("energy_uj"),
+    ).write_csv(dst)
 
 
 @pytest.fixture(scope="module")
@@ -181,8 +216,7 @@ def pixel_store(tmp_path_factory):
     B: the same trace, plus a power.csv of its rail samples scaled by 1.05 x (0.99, 1.00, 1.01); C: the same
     scales without the 1.05 (so B vs C is a +5.00 % change on every rail and channel)."""
     root = tmp_path_factory.mktemp("pixel") / "store"
-    for label, scales in (("A", None), ("A2", None), ("B", (1.05 * 0.99, 1.05, 1.05 * 1.01)),
-                          ("C", (0.99, 1.0, 1.01))):
+    for label, scales in (("A", None), ("A2", None), ("B", (1.05 * 0.99, 1.05, 1.05 * 1.01)), ("C", (0.99, 1.0, 1.01))):
         for i in range(3):
             d = root / label / "idle_screen" / str(i)
             write_iteration(d, {}, {"kernel": {"release": "5.10.107"}}, complete=False)
@@ -206,7 +240,8 @@ def test_pixel_rails_give_the_seed_power_table(pixel_store):
     assert by["power.Total"]["value_a"] == pytest.approx(sum(hand.values()), rel=1e-3)
     assert round(by["power.Total"]["value_a"], 1) == 469.4
     assert by["power.CPU"]["value_a"] == pytest.approx(
-        hand["S4M_VDD_CPUCL0"] + hand["S3M_VDD_CPUCL1"] + hand["S2M_VDD_CPUCL2"], rel=1e-3)
+        hand["S4M_VDD_CPUCL0"] + hand["S3M_VDD_CPUCL1"] + hand["S2M_VDD_CPUCL2"], rel=1e-3
+    )
     for ch in ("CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total"):
         m = by[f"power.{ch}"]
         assert m["verdict"] == "no change" and m["unit"] == "mW" and m["source"].startswith("trace:power_rail")
@@ -227,8 +262,9 @@ def test_pixel_gate_passes_a_and_detects_scaled_rails(pixel_store, tmp_path):
     r = CliRunner().invoke(cli, ["gate", "C", "B", "--store", str(pixel_store), "--thresholds", str(th)])
     assert r.exit_code == 1, r.output
     assert "FAIL  idle_screen/power.Total: significant regression: power.Total +5.00 %" in r.output
-    doc = json.loads(CliRunner().invoke(cli, ["compare", "C", "B", "--store", str(pixel_store), "--format",
-                                              "json"]).output)
+    doc = json.loads(
+        CliRunner().invoke(cli, ["compare", "C", "B", "--store", str(pixel_store), "--format", "json"]).output
+    )
     by = {m["name"]: m for m in doc["workloads"][0]["metrics"]}
     for ch in ("CPU-Little", "GPU", "Total"):
         assert by[f"power.{ch}"]["delta_pct"] == pytest.approx(5.0, abs=1e-6)
@@ -240,8 +276,20 @@ def test_pixel_gate_passes_a_and_detects_scaled_rails(pixel_store, tmp_path):
 def test_example_thresholds_work_on_the_demo_store(tmp_path):
     store = tmp_path / "demo"
     shutil.copytree(ROOT / "examples" / "idle-governors", store)
-    r = CliRunner().invoke(cli, ["gate", "menu", "ladder", "--store", str(store), "--thresholds",
-                                 str(ROOT / "ci" / "thresholds.toml"), "--junit", str(tmp_path / "g.xml")])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "gate",
+            "menu",
+            "ladder",
+            "--store",
+            str(store),
+            "--thresholds",
+            str(ROOT / "ci" / "thresholds.toml"),
+            "--junit",
+            str(tmp_path / "g.xml"),
+        ],
+    )
     assert r.exit_code in (0, 1), r.output  # a decision, not "bad input"
     assert "cyclictest/latency.gmean_us: latency.gmean_us (gmean) +13.93 %" in r.output
     assert "skip  cyclictest/power.Total" in r.output  # declared, measured nowhere here, required = false

@@ -1,14 +1,15 @@
 """The HTML report renders: parsed with the standard library's HTML parser (no browser on this machine),
 checked for the header fields from meta.json, the seed tables and embedded PNG figures. The store is the
 constructed seed store of test_seed_tables.py (values chosen by the test, not measured)."""
+
 import base64
 from html.parser import HTMLParser
 
 import pytest
 from click.testing import CliRunner
+from test_seed_tables import build_seed_store
 
 from abtest.cli import cli
-from test_seed_tables import build_seed_store
 
 
 class ReportParser(HTMLParser):
@@ -94,8 +95,7 @@ def test_seed_tables_present(report):
     assert fps["rows"][0][:3] == ["workload", "kernel", "FPS"]
     diffs = {r[0]: r[6] for r in fps["rows"][1:] if r[1] == "B"}
     # uclamp_mix's SoC power is the power.csv Total channel (960 -> 852 mW), noted
-    assert diffs == {"youtube": "-21.15 %", "game_pubg": "-9.05 %", "game_genshin": "-8.37 %",
-                     "uclamp_mix": "-11.25 %"}
+    assert diffs == {"youtube": "-21.15 %", "game_pubg": "-9.05 %", "game_genshin": "-8.37 %", "uclamp_mix": "-11.25 %"}
     ch = next(t for t in p.tables if t["id"] == "table-power_channels")
     uclamp = [r for r in ch["rows"][1:] if r[0] == "uclamp_mix"]
     assert [r[1] for r in uclamp][:12:2] == ["CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total"]
@@ -122,13 +122,22 @@ def test_opp_residency_side_by_side(tmp_path):
     """OPP residency figure from the declared metric frequency.opp.{opp}.residency_pct (group
     cpu<domain>@<kHz>), written here into metrics.json with constructed values."""
     from abtest.store.writer import write_iteration
+
     res = {"A": {500000: 60.0, 1000000: 30.0, 1800000: 10.0}, "B": {500000: 45.0, 1000000: 35.0, 1800000: 20.0}}
     for label in ("A", "B"):
         for i, d in enumerate((-1.0, 0.0, 1.0)):
-            write_iteration(tmp_path / label / "w" / str(i), {
-                f"frequency.opp.cpu{cpu}@{khz}.residency_pct": {"value": pct + d, "unit": "%",
-                                                                "lower_is_better": None}
-                for cpu in (0, 4) for khz, pct in res[label].items()})
+            write_iteration(
+                tmp_path / label / "w" / str(i),
+                {
+                    f"frequency.opp.cpu{cpu}@{khz}.residency_pct": {
+                        "value": pct + d,
+                        "unit": "%",
+                        "lower_is_better": None,
+                    }
+                    for cpu in (0, 4)
+                    for khz, pct in res[label].items()
+                },
+            )
     out = tmp_path / "r.html"
     r = CliRunner().invoke(cli, ["compare", "A", "B", "--store", str(tmp_path), "--html", str(out), "--no-trace"])
     assert r.exit_code == 0, r.output

@@ -5,6 +5,7 @@ instead of widening the page (checked in a real headless chromium when it is ins
 Store: a copy of the bundled examples/idle-governors store (real traces, 8 iterations of menu and ladder);
 its ladder iteration 8 really has no cpu_idle events (the idle analysis is skipped there).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,10 @@ def test_outliers_match_independent_fences(comparison):
     flagged = {(o.label, o.iteration, o.reason.split(" = ")[0]) for o in outlier_iterations(w, "menu", "ladder")}
     expected = set()
     for m in verdict_metrics(w):
-        for label, names, measured in (("menu", w.iterations_a, w.measured_a), ("ladder", w.iterations_b,
-                                                                                  w.measured_b)):
+        for label, names, measured in (
+            ("menu", w.iterations_a, w.measured_a),
+            ("ladder", w.iterations_b, w.measured_b),
+        ):
             vals = [(n, x[m.name].value) for n, x in zip(names, measured) if m.name in x]
             q1, q3 = np.percentile([v for _, v in vals], [25, 75])
             lo, hi = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
@@ -71,9 +74,12 @@ def test_injected_outlier_is_flagged_in_text_and_html(comparison):
     c = dataclasses.replace(comparison, workloads=[bad])
     path = w.paths_b[2]
     text = comparison_text(c, [], width=200)
-    section = text[text.index("Outlier iterations"):]
-    assert re.search(rf"ladder/cyclictest/{w.iterations_b[2]} \({re.escape(path)}\): wakeup latency gmean \(us\) = "
-                     r"1e\+06, outside the Tukey fences", section), section
+    section = text[text.index("Outlier iterations") :]
+    assert re.search(
+        rf"ladder/cyclictest/{w.iterations_b[2]} \({re.escape(path)}\): wakeup latency gmean \(us\) = "
+        r"1e\+06, outside the Tukey fences",
+        section,
+    ), section
     html = comparison_html(c, [])
     assert '<section id="outliers"><h2>Outlier iterations</h2>' in html and path in html
 
@@ -102,15 +108,30 @@ def test_html_tables_scroll_inside_their_container(comparison):
 def test_html_width_in_a_real_browser(comparison, tmp_path):
     """All foldable sections opened (as a reader expanding "All metrics" does): the page is no wider than a
     1280 px window; without the scroll rule the same page is wider."""
+
     def page_width(html: str) -> int:
         html = html.replace("<details ", "<details open ").replace(
-            "</body>", "<script>document.title='W'+document.documentElement.scrollWidth</script></body>")
+            "</body>", "<script>document.title='W'+document.documentElement.scrollWidth</script></body>"
+        )
         f = tmp_path / "page.html"
         f.write_text(html)
-        out = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
-                              "--dump-dom", f.as_uri()], check=False, capture_output=True, text=True,
-                             timeout=120).stdout
+        out = subprocess.run(
+            [
+                "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--window-size=1280,900",
+                "--dump-dom",
+                f.as_uri(),
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
         return int(re.search(r"<title>W(\d+)</title>", out)[1])
+
     html = comparison_html(comparison)
     assert page_width(html) <= 1280
     assert page_width(html.replace("div.scroll{overflow-x:auto;max-width:100%}", "")) > 1280

@@ -9,21 +9,35 @@ Two real files: a shared trace.dat whose clock trace-cmd prints as SEC.USEC, and
 the `boot` clock, which trace-cmd 3.1.6 prints as a raw count; with `-l` that count runs straight into
 the flags column (`1d..2.70077748285446:`).
 """
+
 from __future__ import annotations
 
 import re
 import subprocess
 
 from live_record import record
+
 from abtest.trace.readers import read_trace
 
-VARIANTS = [["-l"], ["--ts-diff"], ["-l", "--ts-diff"], ["-w"], ["--verbose"], ["--boundary"], ["--debug"],
-            ["-t"], ["-t", "-l", "--ts-diff"]]
+VARIANTS = [
+    ["-l"],
+    ["--ts-diff"],
+    ["-l", "--ts-diff"],
+    ["-w"],
+    ["--verbose"],
+    ["--boundary"],
+    ["--debug"],
+    ["-t"],
+    ["-t", "-l", "--ts-diff"],
+]
 
 
 def _report(dat, opts: list[str], out):
-    out.write_text(subprocess.run(["trace-cmd", "report", "-i", str(dat), *opts], check=True,
-                                  capture_output=True, text=True).stdout)
+    out.write_text(
+        subprocess.run(
+            ["trace-cmd", "report", "-i", str(dat), *opts], check=True, capture_output=True, text=True
+        ).stdout
+    )
     return out
 
 
@@ -44,8 +58,11 @@ def _assert_variants_match(dat, tmp_path) -> dict[str, str]:
             skip = {"common_comm"} if "-l" in opts else set()  # -l prints the comm cut to 8 characters
             if "-t" in opts:
                 skip.add("ts")  # ns where the plain report prints microseconds
-            cols = [c for c in want.columns if c not in skip and not c.startswith("common_flags")
-                    and c != "common_preempt_count"]
+            cols = [
+                c
+                for c in want.columns
+                if c not in skip and not c.startswith("common_flags") and c != "common_preempt_count"
+            ]
             assert table.select(cols).equals(want.select(cols)), (label, name)
             if "-l" in opts and "common_comm" in want.columns:
                 assert table["common_comm"].cast(str).equals(want["common_comm"].cast(str).str.slice(0, 8)), name
@@ -69,8 +86,13 @@ def test_report_variants_of_a_raw_clock_trace(tracefs_lock, tmp_path):
     saved = next(c for c in (fs / "trace_clock").read_text().split() if c.startswith("[")).strip("[]")
     try:
         (fs / "trace_clock").write_text("boot")
-        dat = record(fs, tmp_path / "boot.dat", ["sched/sched_switch", "sched/sched_wakeup", "sched/sched_waking"],
-                     1024, [["hackbench", "-l", "10"]])
+        dat = record(
+            fs,
+            tmp_path / "boot.dat",
+            ["sched/sched_switch", "sched/sched_wakeup", "sched/sched_waking"],
+            1024,
+            [["hackbench", "-l", "10"]],
+        )
     finally:
         (fs / "trace_clock").write_text(saved)
     texts = _assert_variants_match(dat, tmp_path)

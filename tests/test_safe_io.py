@@ -1,5 +1,6 @@
 """Store writes that a hostile tree cannot redirect (issue 27 items 15, 16): abtest.safe_io and its use by the
 run-store writer and `abtest collect`, on the real filesystem."""
+
 from __future__ import annotations
 
 import os
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from abtest.store.writer import IterationWriter, discard_stale_temps
 from abtest.safe_io import UnsafePathError, check_name, confined, write_file_no_follow
+from abtest.store.writer import IterationWriter, discard_stale_temps
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,13 +93,33 @@ def test_iteration_writer_is_private_until_complete(tmp_path):
 def test_collect_refuses_traversal_in_label_and_workload_name(tmp_path):
     """The verified exploit of issue 27 item 15, now refused before anything is written."""
     store = tmp_path / "store"
-    for args in (["--label", "../../escape_label", "--workload", "shell:cmd=true"],
-                 ["--label", "ok", "--workload", "shell:name=../../../escape_wl,cmd=true"],
-                 ["--label", ".hidden", "--workload", "shell:cmd=true"]):
-        res = subprocess.run([sys.executable, "-m", "abtest.cli", "collect", "--target", "localhost", "-n", "1",
-                              "--no-trace", "--no-progress", "--store", str(store), *args],
-                             capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for args in (
+        ["--label", "../../escape_label", "--workload", "shell:cmd=true"],
+        ["--label", "ok", "--workload", "shell:name=../../../escape_wl,cmd=true"],
+        ["--label", ".hidden", "--workload", "shell:cmd=true"],
+    ):
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "abtest.cli",
+                "collect",
+                "--target",
+                "localhost",
+                "-n",
+                "1",
+                "--no-trace",
+                "--no-progress",
+                "--store",
+                str(store),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         assert res.returncode == 2, res.stderr
         assert "path separator" in res.stderr or "starts with a dot" in res.stderr
     assert not store.exists() and not Path("/escape_wl").exists()

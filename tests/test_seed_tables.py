@@ -8,6 +8,7 @@ files with constant per-rail power) so that the means are the numbers the seeds 
   names, synthetic constant power).
 Each iteration's value is mean + a zero-sum deviation, so the means are exact.
 """
+
 import json
 
 import pytest
@@ -15,17 +16,22 @@ from click.testing import CliRunner
 
 from abtest.cli import cli
 from abtest.compare.comparison import compare_labels
+from abtest.compare.tables import format_value, seed_tables
 from abtest.store.reader import load_store
 from abtest.store.writer import write_iteration
-from abtest.compare.tables import format_value, seed_tables
 
 DEVIATIONS = (-2.0, -1.0, 0.0, 1.0, 2.0)  # zero-sum: mean of value * (1 + d * spread) is the value
 SEED_POWER_MW = {"youtube": (913.6, 720.4), "game_pubg": (1520.0, 1382.44), "game_genshin": (2350.0, 2153.3)}
 SEED_FPS = {"youtube": (59.94, 59.93), "game_pubg": (59.1, 59.3), "game_genshin": (44.8, 45.6)}
 EXPECTED_DIFF = {"youtube": "-21.15 %", "game_pubg": "-9.05 %", "game_genshin": "-8.37 %"}
 # uclamp seed: per-rail constant power (mW) for A and B
-RAILS = {"S4M_VDD_CPUCL0": (120.0, 100.0), "S3M_VDD_CPUCL1": (210.0, 190.0), "S2M_VDD_CPUCL2": (400.0, 330.0),
-         "S2S_VDD_G3D": (150.0, 152.0), "S1M_VDD_MIF": (80.0, 80.0)}
+RAILS = {
+    "S4M_VDD_CPUCL0": (120.0, 100.0),
+    "S3M_VDD_CPUCL1": (210.0, 190.0),
+    "S2M_VDD_CPUCL2": (400.0, 330.0),
+    "S2S_VDD_G3D": (150.0, 152.0),
+    "S1M_VDD_MIF": (80.0, 80.0),
+}
 
 
 def _m(value, unit, lower_is_better):
@@ -34,10 +40,13 @@ def _m(value, unit, lower_is_better):
 
 def _meta(label):
     release = {"A": "6.1.0-cpu-util-boost", "B": "6.1.0-revert"}[label]
-    return {"kernel": {"release": release, "version": "#1 SMP PREEMPT", "cmdline": "console=ttyS0"},
-            "hardware": {"cpu_model": "Tensor G2 (constructed store)", "cpus": 8},
-            "governors": {"cpuidle": "menu", "cpufreq": {"policy0": {"governor": "schedutil"}}},
-            "thermal": {"skin": {"temp_c": 31.0}}, "settings": {"brightness": "50%"}}
+    return {
+        "kernel": {"release": release, "version": "#1 SMP PREEMPT", "cmdline": "console=ttyS0"},
+        "hardware": {"cpu_model": "Tensor G2 (constructed store)", "cpus": 8},
+        "governors": {"cpuidle": "menu", "cpufreq": {"policy0": {"governor": "schedutil"}}},
+        "thermal": {"skin": {"temp_c": 31.0}},
+        "settings": {"brightness": "50%"},
+    }
 
 
 def write_power_csv(path, rails_mw: dict, seconds: int = 10):
@@ -54,15 +63,25 @@ def build_seed_store(root, *, spread=0.001):
     for side, label in enumerate(("A", "B")):
         for w, powers in SEED_POWER_MW.items():
             for i, d in enumerate(DEVIATIONS):
-                write_iteration(root / label / w / f"iter-{i}", {
-                    "power.Total": _m(powers[side] * (1 + d * spread), "mW", True),
-                    "fps": _m(SEED_FPS[w][side] * (1 + d * spread / 10), "fps", False)}, _meta(label))
+                write_iteration(
+                    root / label / w / f"iter-{i}",
+                    {
+                        "power.Total": _m(powers[side] * (1 + d * spread), "mW", True),
+                        "fps": _m(SEED_FPS[w][side] * (1 + d * spread / 10), "fps", False),
+                    },
+                    _meta(label),
+                )
         for i, d in enumerate(DEVIATIONS):
-            it = write_iteration(root / label / "uclamp_mix" / f"iter-{i}", {
-                "jank_pct": _m((4.2, 3.1)[side] * (1 + d * 0.01), "%", True),
-                "geekbench_single_core_score": _m((1000.0, 1004.0)[side] * (1 + d * spread), "points", False),
-                "geekbench_multi_core_score": _m((3000.0, 2900.0)[side] * (1 + d * spread), "points", False)},
-                _meta(label), complete=False)
+            it = write_iteration(
+                root / label / "uclamp_mix" / f"iter-{i}",
+                {
+                    "jank_pct": _m((4.2, 3.1)[side] * (1 + d * 0.01), "%", True),
+                    "geekbench_single_core_score": _m((1000.0, 1004.0)[side] * (1 + d * spread), "points", False),
+                    "geekbench_multi_core_score": _m((3000.0, 2900.0)[side] * (1 + d * spread), "points", False),
+                },
+                _meta(label),
+                complete=False,
+            )
             write_power_csv(it / "power.csv", {r: v[side] * (1 + d * spread) for r, v in RAILS.items()})
             (it / ".complete").touch()
     return root
@@ -95,9 +114,14 @@ def test_seed_power_channels_from_power_csv(seed_store):
     t = next(t for t in seed_tables(c) if t.key == "power_channels")
     assert [name for name, _ in t.columns] == ["workload", "channel", "tag", "value (mW)", "perc_diff", "verdict"]
     got = {(r[1], r[2]): r for r in t.rows}
-    expect = {"CPU-Little": ["S4M_VDD_CPUCL0"], "CPU-Mid": ["S3M_VDD_CPUCL1"], "CPU-Big": ["S2M_VDD_CPUCL2"],
-              "GPU": ["S2S_VDD_G3D"], "CPU": ["S4M_VDD_CPUCL0", "S3M_VDD_CPUCL1", "S2M_VDD_CPUCL2"],
-              "Total": list(RAILS)}
+    expect = {
+        "CPU-Little": ["S4M_VDD_CPUCL0"],
+        "CPU-Mid": ["S3M_VDD_CPUCL1"],
+        "CPU-Big": ["S2M_VDD_CPUCL2"],
+        "GPU": ["S2S_VDD_G3D"],
+        "CPU": ["S4M_VDD_CPUCL0", "S3M_VDD_CPUCL1", "S2M_VDD_CPUCL2"],
+        "Total": list(RAILS),
+    }
     for ch, rails in expect.items():
         a = sum(RAILS[r][0] for r in rails)
         b = sum(RAILS[r][1] for r in rails)
@@ -138,8 +162,10 @@ def test_cli_prints_seed_diffs(seed_store, fmt):
 
 
 def test_cli_json_keys(seed_store):
-    r = CliRunner().invoke(cli, ["compare", "A", "B", "--store", str(seed_store), "--format", "json",
-                                 "--workload", "youtube", "--no-trace"])
+    r = CliRunner().invoke(
+        cli,
+        ["compare", "A", "B", "--store", str(seed_store), "--format", "json", "--workload", "youtube", "--no-trace"],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["schema"] == "abtest.compare/1" and doc["label_a"] == "A" and doc["label_b"] == "B"

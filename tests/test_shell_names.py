@@ -2,6 +2,7 @@
 checked against their alphabets (abtest.targets.shell) before anything runs, quoted through one helper, and
 the collectors build no shell string another way. Injections are tried against a real /bin/sh and busybox sh;
 no tracefs is touched (the ftrace scripts run in a plain directory standing in for it)."""
+
 from __future__ import annotations
 
 import ast
@@ -43,8 +44,14 @@ class DirTarget(Target):
 
     def _run(self, shell_cmd: str, timeout):
         self.scripts.append(shell_cmd)
-        r = subprocess.run(["/bin/sh", "-c", shell_cmd], capture_output=True, text=True, timeout=timeout,
-                           cwd=self._tracefs, check=False)
+        r = subprocess.run(
+            ["/bin/sh", "-c", shell_cmd],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self._tracefs,
+            check=False,
+        )
         return RunResult(r.returncode, r.stdout, r.stderr)
 
     def tracefs_path(self) -> str:
@@ -65,9 +72,14 @@ def test_an_event_name_with_shell_syntax_is_refused_before_anything_runs(tmp_pat
     with pytest.raises(ShellNameError, match="ftrace event"):
         FtraceCollector(target, ["sched_switch", evil]).start()
     assert not pwned.exists() and target.scripts == []
-    cc = CollectConfig(target_cfg=parse_target({"name": "t", "kind": "local"}), labels=[LabelSpec("A")],
-                       workloads=[make_workload("shell:cmd=true")], extra_events=[evil], store=tmp_path / "store",
-                       progress=False)
+    cc = CollectConfig(
+        target_cfg=parse_target({"name": "t", "kind": "local"}),
+        labels=[LabelSpec("A")],
+        workloads=[make_workload("shell:cmd=true")],
+        extra_events=[evil],
+        store=tmp_path / "store",
+        progress=False,
+    )
     with pytest.raises(CollectError, match="outside its alphabet"):
         collect(cc)
     assert not pwned.exists() and not (tmp_path / "store").exists()
@@ -86,9 +98,28 @@ def test_the_enable_line_quotes_every_name_it_prints(tmp_path):
 
 def test_the_cli_refuses_the_event_with_a_clear_error(tmp_path):
     evil, pwned = _evil(tmp_path)
-    r = subprocess.run([str(ROOT / ".venv/bin/abtest"), "collect", "--target", "localhost", "--event", evil,
-                        "--workload", "shell:cmd=true", "-n", "1", "--store", str(tmp_path / "store"), "--no-progress"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
+    r = subprocess.run(
+        [
+            str(ROOT / ".venv/bin/abtest"),
+            "collect",
+            "--target",
+            "localhost",
+            "--event",
+            evil,
+            "--workload",
+            "shell:cmd=true",
+            "-n",
+            "1",
+            "--store",
+            str(tmp_path / "store"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
     assert r.returncode != 0 and "ftrace event" in r.stderr and "alphabet" in r.stderr, r.stderr[-2000:]
     assert not pwned.exists()
 
@@ -98,8 +129,26 @@ def test_labels_with_spaces_and_plus_fit_the_alphabet(good):
     assert check_label(good) == good
 
 
-@pytest.mark.parametrize("bad", ["A$(touch${IFS}PWNED)", "a`id`", "a;b", "a|b", "a'b", 'a"b', "a\\b", "a b ", " a",
-                                 "-a", "a\nb", "é", "a>b", "a/b", ""])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "A$(touch${IFS}PWNED)",
+        "a`id`",
+        "a;b",
+        "a|b",
+        "a'b",
+        'a"b',
+        "a\\b",
+        "a b ",
+        " a",
+        "-a",
+        "a\nb",
+        "é",
+        "a>b",
+        "a/b",
+        "",
+    ],
+)
 def test_labels_outside_the_alphabet_are_refused(bad):
     with pytest.raises(ShellNameError, match="label"):
         check_label(bad)
@@ -114,10 +163,15 @@ def test_event_names_outside_the_alphabet_are_refused(bad):
 def _lab_cc(tmp_path, labels, artifacts="log") -> LabCollectConfig:
     cfg = parse_target({"name": "t", "kind": "qemu"})
     acts = {label: {"deploy": {"to": "tmpfs"}, "boot": {"method": "qemu"}} for label in labels}
-    return LabCollectConfig(lab=parse_lab({"url": "lava-run:/dev/null", "artifacts": artifacts, "actions": acts}),
-                            target_cfg=cfg, labels=[LabelSpec(x) for x in labels],
-                            workloads=[make_workload("shell:cmd=true")], iterations=1, store=tmp_path / "store",
-                            progress=False)
+    return LabCollectConfig(
+        lab=parse_lab({"url": "lava-run:/dev/null", "artifacts": artifacts, "actions": acts}),
+        target_cfg=cfg,
+        labels=[LabelSpec(x) for x in labels],
+        workloads=[make_workload("shell:cmd=true")],
+        iterations=1,
+        store=tmp_path / "store",
+        progress=False,
+    )
 
 
 def test_a_lab_label_with_shell_syntax_is_refused_before_a_job_exists(tmp_path):
@@ -141,10 +195,12 @@ def test_a_label_with_a_space_or_plus_goes_through_a_lab_attempt(tmp_path):
     with ArtifactReceiver(tmp_path / "staging") as rcv:
         assert "/upload/" in rcv.open_slot(key)
     evil_tag = f"label={label} workload=$(touch {tmp_path / 'PWNED'}) iteration=1"
-    spec = gs.GuestSpec(key=key, tag=evil_tag, command="echo hi", transport="log", workdir=str(tmp_path / "g"),
-                        quiet_console=False)
-    r = subprocess.run([BUSYBOX, "sh", "-c", gs.build_script(spec), "sh", ""], capture_output=True, text=True,
-                       timeout=60, check=False)
+    spec = gs.GuestSpec(
+        key=key, tag=evil_tag, command="echo hi", transport="log", workdir=str(tmp_path / "g"), quiet_console=False
+    )
+    r = subprocess.run(
+        [BUSYBOX, "sh", "-c", gs.build_script(spec), "sh", ""], capture_output=True, text=True, timeout=60, check=False
+    )
     rep = read_guest_report(list(enumerate(r.stdout.splitlines())), key)
     assert rep.key == key and rep.rc == 0 and rep.status == "ok", r.stdout[-2000:]
     # with tracing, the tag reaches trace_marker quoted: run the script's marker lines against a plain file
@@ -157,8 +213,10 @@ def test_a_label_with_a_space_or_plus_goes_through_a_lab_attempt(tmp_path):
 
 
 # -- the collectors build no shell string without the helper -----------------------------------------------------
-SHELL_SYNTAX = re.compile(r"(^|[;&|({]\s*|\b(then|do|if)\s+)(echo|cd|rm|chmod|chown|mkdir|cat|printf|kill|mount|"
-                          r"trace-cmd|command -v|sh -c|for \w+ in)\b|>>?\s*/dev/null|\$\(|\s(&&|\|\|)\s")
+SHELL_SYNTAX = re.compile(
+    r"(^|[;&|({]\s*|\b(then|do|if)\s+)(echo|cd|rm|chmod|chown|mkdir|cat|printf|kill|mount|"
+    r"trace-cmd|command -v|sh -c|for \w+ in)\b|>>?\s*/dev/null|\$\(|\s(&&|\|\|)\s"
+)
 SAFE_CALLS = {"quote", "quote_glob", "join", "int", "float", "len", "round"}  # the helper, and numbers
 
 
@@ -191,15 +249,23 @@ def unquoted_shell_values(path: Path) -> list[str]:
         literal = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
         if not SHELL_SYNTAX.search(literal):
             continue
-        out += [f"{path.relative_to(ROOT)}:{node.lineno}: {{{ast.unparse(v.value)}}}" for v in node.values
-                if isinstance(v, ast.FormattedValue) and not _safe_value(v.value, local_funcs)]
+        out += [
+            f"{path.relative_to(ROOT)}:{node.lineno}: {{{ast.unparse(v.value)}}}"
+            for v in node.values
+            if isinstance(v, ast.FormattedValue) and not _safe_value(v.value, local_funcs)
+        ]
     return out
 
 
 # Files whose shell strings are held to the rule (issue 43's files); the others of abtest/collectors and
 # abtest/targets are listed with what they still interpolate, so that the list only shrinks.
-CHECKED = ["abtest/collectors/ftrace.py", "abtest/collectors/orchestrate.py", "abtest/collectors/lab",
-           "abtest/targets/base.py", "abtest/targets/shell.py"]
+CHECKED = [
+    "abtest/collectors/ftrace.py",
+    "abtest/collectors/orchestrate.py",
+    "abtest/collectors/lab",
+    "abtest/targets/base.py",
+    "abtest/targets/shell.py",
+]
 
 
 def test_the_checker_catches_an_unquoted_value(tmp_path):
@@ -214,12 +280,19 @@ def test_the_checker_catches_an_unquoted_value(tmp_path):
 
 def test_quote_glob_keeps_the_pattern_and_quotes_the_rest(tmp_path):
     from abtest.targets.shell import quote_glob
+
     for name in ("zone0", "zone1", "$(touch PWNED)x"):
         (tmp_path / name).write_text(name)
     pattern = f"{tmp_path}/zone[0-9]"
     evil = quote_glob(str(tmp_path) + "/$(touch PWNED)*")
-    r = subprocess.run(["/bin/sh", "-c", f"cat {quote_glob(pattern)}; cat {evil}"], capture_output=True, text=True,
-                       cwd=tmp_path, timeout=30, check=True)
+    r = subprocess.run(
+        ["/bin/sh", "-c", f"cat {quote_glob(pattern)}; cat {evil}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=30,
+        check=True,
+    )
     assert r.stdout == "zone0zone1$(touch PWNED)x" and not (tmp_path / "PWNED").exists()
 
 
@@ -229,8 +302,11 @@ def test_shlex_quote_lives_in_the_helper_only():
         for p in sorted((ROOT / base).rglob("*.py")):
             if p.name == "shell.py" and p.parent.name == "targets":
                 continue
-            hits += [f"{p.relative_to(ROOT)}:{i}" for i, line in enumerate(p.read_text().splitlines(), 1)
-                     if re.search(r"shlex\.quote|pipes\.quote|from shlex import", line)]
+            hits += [
+                f"{p.relative_to(ROOT)}:{i}"
+                for i, line in enumerate(p.read_text().splitlines(), 1)
+                if re.search(r"shlex\.quote|pipes\.quote|from shlex import", line)
+            ]
     assert hits == [], "quote through abtest.targets.shell.quote: " + ", ".join(hits)
 
 

@@ -1,21 +1,22 @@
 """The compiled simulators (native/src/sim*.rs, abtest/analysis/sim_native.py) against the Python frame
 implementations they replace (backend="python", the reference), on every shared trace with sched_switch:
 the same segments, the same signals (to float rounding), the same window demand and boost requests."""
+
 from __future__ import annotations
 
 import polars as pl
 import pytest
+from shared_data import TRACES
 
 from abtest import Trace
 from abtest.analysis import boost, latency, load_tracking, pelt_sim, placement, tasks, window_sim
 from abtest.analysis.platform import load_platform
 
-from shared_data import TRACES
-
 JUNO_PLAT = TRACES / "lisa" / "sched_load-plat_info.yml"
 _SKIP = ("plat_info", "MANIFEST", "README", ".json")
 SWITCH_TRACES = sorted(
-    str(p.relative_to(TRACES)) for p in TRACES.glob("*/*") if p.is_file() and not any(s in p.name for s in _SKIP))
+    str(p.relative_to(TRACES)) for p in TRACES.glob("*/*") if p.is_file() and not any(s in p.name for s in _SKIP)
+)
 
 
 def _open(rel: str) -> Trace | None:
@@ -28,9 +29,14 @@ def _open(rel: str) -> Trace | None:
 def _max_gap(a: pl.DataFrame, b: pl.DataFrame, key: str) -> dict[str, float]:
     """Largest |a - b| of util and runnable, evaluated at every segment start and just before every segment
     end of both simulations (each exactly, inside its own segment)."""
-    pts = pl.concat([a.select(key, "ts"), b.select(key, "ts"),
-                     a.select(key, (pl.col("ts") + pl.col("dur") - 1).alias("ts")),
-                     b.select(key, (pl.col("ts") + pl.col("dur") - 1).alias("ts"))]).unique()
+    pts = pl.concat(
+        [
+            a.select(key, "ts"),
+            b.select(key, "ts"),
+            a.select(key, (pl.col("ts") + pl.col("dur") - 1).alias("ts")),
+            b.select(key, (pl.col("ts") + pl.col("dur") - 1).alias("ts")),
+        ]
+    ).unique()
     out = {}
     for sig in ("util", "runnable"):
         x = pelt_sim.sample_signal(a, pts, key, sig).rename({f"sim_{sig}": "a"})
@@ -49,14 +55,25 @@ def test_pelt_native_equals_python(traces, rel):
     lt = t.load_tracking
     sw = t.df("sched_switch", windowed=False)
     common = lt._sim_common()
-    cpu_seeds, task_seeds, new = pelt_sim.kernel_seeds(sw, sched_pelt_cfs=lt._df("sched_pelt_cfs"),
-                                                       sched_pelt_se=lt._df("sched_pelt_se"), forks=lt._forks(),
-                                                       **lt._win())
-    kw = dict(initial=cpu_seeds, task_initial=task_seeds, new_pids=new, sched_migrate_task=lt._df("sched_migrate_task"),
-              **common)
+    cpu_seeds, task_seeds, new = pelt_sim.kernel_seeds(
+        sw,
+        sched_pelt_cfs=lt._df("sched_pelt_cfs"),
+        sched_pelt_se=lt._df("sched_pelt_se"),
+        forks=lt._forks(),
+        **lt._win(),
+    )
+    kw = dict(
+        initial=cpu_seeds,
+        task_initial=task_seeds,
+        new_pids=new,
+        sched_migrate_task=lt._df("sched_migrate_task"),
+        **common,
+    )
     py, nat = (pelt_sim.df_pelt_sim_cpu(sw, backend=b, **kw) for b in ("python", "native"))
     # the same segments (CPU, start, length, inputs) and the same signals
-    assert nat.select("cpu", "ts", "dur", "x_util", "x_runnable").equals(py.select("cpu", "ts", "dur", "x_util", "x_runnable"))
+    assert nat.select("cpu", "ts", "dur", "x_util", "x_runnable").equals(
+        py.select("cpu", "ts", "dur", "x_util", "x_runnable")
+    )
     gap = _max_gap(py, nat, "cpu")
     assert gap["util"] < 1e-6 and gap["runnable"] < 1e-6, gap
     py_t, nat_t = (pelt_sim.df_pelt_sim_task(sw, initial=task_seeds, backend=b, **common) for b in ("python", "native"))
@@ -69,17 +86,29 @@ def _switch(rows):
     """rows: (ts, cpu, prev_pid, prev_state, next_pid) -> canonical sched_switch (all CFS, prio 120)."""
     ts, cpu, pp, ps, np_ = zip(*rows)
     n = len(rows)
-    return pl.DataFrame({"ts": ts, "cpu": cpu, "prev_comm": ["t"] * n, "prev_pid": pp, "prev_prio": [120] * n,
-                         "prev_state": ps, "next_comm": ["t"] * n, "next_pid": np_, "next_prio": [120] * n},
-                        schema_overrides={"cpu": pl.Int32, "prev_state": pl.Int64})
+    return pl.DataFrame(
+        {
+            "ts": ts,
+            "cpu": cpu,
+            "prev_comm": ["t"] * n,
+            "prev_pid": pp,
+            "prev_prio": [120] * n,
+            "prev_state": ps,
+            "next_comm": ["t"] * n,
+            "next_pid": np_,
+            "next_prio": [120] * n,
+        },
+        schema_overrides={"cpu": pl.Int32, "prev_state": pl.Int64},
+    )
 
 
 def test_waiting_rules():
     ms = 1_000_000
     # task 5 on cpu0 0-10 ms, woken at 4 ms while running (no wait), preempted at 10 ms, back at 12 ms;
     # asleep at 15 ms, woken at 20 ms, next seen switched out at 25 ms (switch-in missed): no wait
-    sw = _switch([(0, 0, 0, 0, 5), (10 * ms, 0, 5, 0, 6), (12 * ms, 0, 6, 1, 5), (15 * ms, 0, 5, 1, 0),
-                  (25 * ms, 0, 5, 1, 0)])
+    sw = _switch(
+        [(0, 0, 0, 0, 5), (10 * ms, 0, 5, 0, 6), (12 * ms, 0, 6, 1, 5), (15 * ms, 0, 5, 1, 0), (25 * ms, 0, 5, 1, 0)]
+    )
     wk = pl.DataFrame({"ts": [4 * ms, 20 * ms], "pid": [5, 5], "target_cpu": [0, 0], "prio": [120, 120]})
     assert pelt_sim.df_waiting(sw, [wk]).rows() == [(5, 0, 10 * ms, 2 * ms, 120)]
     for backend in ("python", "native"):
@@ -110,8 +139,8 @@ def test_window_demand_native_equals_python(traces, rel):
 def _toy_platform(cpus: list[int]) -> dict:
     half = cpus[: max(1, len(cpus) // 2)]
     doms = [{"cpus": half, "capacity": 446, "opps": [[450_000, 1.0], [800_000, 2.0], [1_200_000, 4.0]]}]
-    if cpus[len(half):]:
-        doms.append({"cpus": cpus[len(half):], "capacity": 1024, "opps": [[600_000, 3.0], [2_000_000, 9.0]]})
+    if cpus[len(half) :]:
+        doms.append({"cpus": cpus[len(half) :], "capacity": 1024, "opps": [[600_000, 3.0], [2_000_000, 9.0]]})
     return load_platform({"domains": doms})
 
 
@@ -122,8 +151,10 @@ def test_boost_requests_native_equals_python(traces, rel):
         pytest.skip("no sched_switch")
     plat = t.platform if "sched_load" in rel else _toy_platform(sorted(t.df("sched_switch")["cpu"].unique().to_list()))
     sig = t.load_tracking.df_cpu_signals()
-    py, nat = (boost.df_boost_requests(sig, plat, start_ns=t.start_ns, end_ns=t.end_ns, backend=b)
-               for b in ("python", "native"))
+    py, nat = (
+        boost.df_boost_requests(sig, plat, start_ns=t.start_ns, end_ns=t.end_ns, backend=b)
+        for b in ("python", "native")
+    )
     assert nat.equals(py)
     assert nat.height > 0
 
@@ -140,14 +171,18 @@ def test_wakeup_latency_native_equals_python(traces, rel):
     key = ["wakeup_ts", "pid", "kind", "switch_in_ts"]
     for d in defs:
         wk = t.latency.df_wakeups(d)
-        py, nat = (latency.df_wakeup_latency(wk, sw, start_ns=t.start_ns, end_ns=t.end_ns, rule=d, backend=b).sort(key)
-                   for b in ("python", "native"))
+        py, nat = (
+            latency.df_wakeup_latency(wk, sw, start_ns=t.start_ns, end_ns=t.end_ns, rule=d, backend=b).sort(key)
+            for b in ("python", "native")
+        )
         assert nat.equals(py), d
         assert nat.height > 0, d
         # a window that cuts the trace: wakeups outside it are not matched
         mid = (t.start_ns + t.end_ns) // 2
-        py, nat = (latency.df_wakeup_latency(wk, sw, start_ns=mid, end_ns=t.end_ns, rule=d, backend=b).sort(key)
-                   for b in ("python", "native"))
+        py, nat = (
+            latency.df_wakeup_latency(wk, sw, start_ns=mid, end_ns=t.end_ns, rule=d, backend=b).sort(key)
+            for b in ("python", "native")
+        )
         assert nat.equals(py), d
 
 
@@ -160,8 +195,10 @@ def test_preemption_latency_native_equals_python(traces, rel):
     sw = t.df("sched_switch", windowed=False)
     key = ["preempt_ts", "pid", "from_cpu", "switch_in_ts"]
     for lo in (t.start_ns, (t.start_ns + t.end_ns) // 2):
-        py, nat = (latency.df_preemption_latency(sw, start_ns=lo, end_ns=t.end_ns, backend=b).sort(key)
-                   for b in ("python", "native"))
+        py, nat = (
+            latency.df_preemption_latency(sw, start_ns=lo, end_ns=t.end_ns, backend=b).sort(key)
+            for b in ("python", "native")
+        )
         assert nat.equals(py), lo
 
 
@@ -173,8 +210,9 @@ def test_task_state_intervals_native_equals_python(traces, rel):
         pytest.skip("no sched_switch")
     sw, wk = t.df("sched_switch", windowed=False), tasks.TasksAnalysis(t)._wakeups()
     for lo in (t.start_ns, (t.start_ns + t.end_ns) // 2):
-        py, nat = (tasks.df_task_state_intervals(sw, wk, start_ns=lo, end_ns=t.end_ns, backend=b)
-                   for b in ("python", "native"))
+        py, nat = (
+            tasks.df_task_state_intervals(sw, wk, start_ns=lo, end_ns=t.end_ns, backend=b) for b in ("python", "native")
+        )
         assert nat.equals(py), lo
         assert nat.height > 0
 
@@ -227,11 +265,17 @@ def test_placement_runs_native_equals_python(traces, rel):
         pytest.skip("no sched_switch")
     sw = t.df("sched_switch", windowed=False)
     first = sw["ts"].min()
-    for lo, hi in ((None, None), (t.start_ns, t.end_ns), ((t.start_ns + t.end_ns) // 2, t.end_ns),
-                   (first - 1000, (first + t.end_ns) // 2)):
+    for lo, hi in (
+        (None, None),
+        (t.start_ns, t.end_ns),
+        ((t.start_ns + t.end_ns) // 2, t.end_ns),
+        (first - 1000, (first + t.end_ns) // 2),
+    ):
         for idle in (False, True):
-            py, nat = (placement.df_task_intervals(sw, start_ns=lo, end_ns=hi, include_idle=idle, backend=b)
-                       for b in ("python", "native"))
+            py, nat = (
+                placement.df_task_intervals(sw, start_ns=lo, end_ns=hi, include_idle=idle, backend=b)
+                for b in ("python", "native")
+            )
             assert nat.equals(py), (lo, hi, idle)
             if (lo, idle) == (t.start_ns, True) and t.end_ns > t.start_ns:
                 assert nat.height > 0  # some CPU ran something (idle at least) over the trace
@@ -268,18 +312,30 @@ def test_the_equivalence_tests_compare_real_traces(traces):
 def _polars_stats(df: pl.DataFrame, by: str | None, value: str, qs: tuple[float, ...]) -> pl.DataFrame:
     """The reference: count, mean, linear quantiles, max, sum, geometric mean of the positive values, by polars."""
     c = pl.col(value)
-    aggs = [pl.len().alias("count"), c.mean().alias("mean"),
-            *[c.quantile(q, "linear").alias(f"q{i}") for i, q in enumerate(qs)],
-            c.max().alias("max"), c.sum().alias("sum"), c.filter(c > 0).log().mean().exp().alias("gmean")]
+    aggs = [
+        pl.len().alias("count"),
+        c.mean().alias("mean"),
+        *[c.quantile(q, "linear").alias(f"q{i}") for i, q in enumerate(qs)],
+        c.max().alias("max"),
+        c.sum().alias("sum"),
+        c.filter(c > 0).log().mean().exp().alias("gmean"),
+    ]
     return df.select(aggs) if by is None else df.group_by(by).agg(aggs)
 
 
 def _native_stats_frame(df: pl.DataFrame, by: str | None, value: str, qs: tuple[float, ...]) -> pl.DataFrame:
     from abtest.analysis import sim_native
+
     g = sim_native.group_stats(df, by, value, qs)
     cols = {} if by is None else {by: g["key"]}
-    cols |= {"count": g["count"], "mean": g["mean"], **{f"q{i}": s for i, s in enumerate(g["quantiles"])},
-             "max": g["max"], "sum": g["sum"], "gmean": g["gmean"]}
+    cols |= {
+        "count": g["count"],
+        "mean": g["mean"],
+        **{f"q{i}": s for i, s in enumerate(g["quantiles"])},
+        "max": g["max"],
+        "sum": g["sum"],
+        "gmean": g["gmean"],
+    }
     return pl.DataFrame(cols)
 
 
@@ -317,8 +373,10 @@ def test_group_stats_equal_polars(traces, rel):
 def test_group_stats_refuse_what_they_do_not_take():
     """Nulls or NaN among the values, keys that are not categorical, an empty frame: None (polars groups)."""
     from abtest.analysis import sim_native
+
     df = pl.DataFrame({"k": ["a", "b", None, "a"], "v": [1.0, -2.0, 3.0, 0.0]}).with_columns(
-        pl.col("k").cast(pl.Categorical))
+        pl.col("k").cast(pl.Categorical)
+    )
     g = sim_native.group_stats(df, "k", "v", (0.5,))
     by_key = dict(zip(g["key"].to_list(), zip(g["count"].to_list(), g["gmean"].to_list())))
     assert set(by_key) == {"a", "b", None}  # null is a group of its own

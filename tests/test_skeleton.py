@@ -1,5 +1,5 @@
 """Smoke tests of the package skeleton: CLI entry point, format detection and bad-input errors."""
-import json
+
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +11,11 @@ from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
-ABTEST = [str(ROOT / ".venv" / "bin" / "abtest")] if (ROOT / ".venv/bin/abtest").exists() else [sys.executable, "-m", "abtest.cli"]
+ABTEST = (
+    [str(ROOT / ".venv" / "bin" / "abtest")]
+    if (ROOT / ".venv/bin/abtest").exists()
+    else [sys.executable, "-m", "abtest.cli"]
+)
 
 
 def test_cli_version():
@@ -44,6 +48,7 @@ def test_binary_garbage_is_a_clear_error(tmp_path):
 
 def test_zip_without_trace(tmp_path):
     import zipfile
+
     p = tmp_path / "notrace.zip"
     with zipfile.ZipFile(p, "w") as z:
         z.writestr("README.bin", bytes(range(256)) * 4)

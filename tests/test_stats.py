@@ -1,5 +1,6 @@
 """Statistics and verdict rule, checked by seeded simulation (A/A false positives, power) and against
 textbook values computed independently (scipy's own one-sample calls, closed forms)."""
+
 import math
 
 import numpy as np
@@ -37,12 +38,15 @@ def test_aa_false_positive_rate_skewed_and_outliers(n):
     assert _directional_rate(a, b)[0] <= 0.05
 
 
-@pytest.mark.parametrize("lower_is_better,shift,expected", [
-    (True, +0.05, 1),    # power up 5 %: regression
-    (True, -0.05, -1),   # power down 5 %: improvement
-    (False, -0.05, 1),   # fps down 5 %: regression
-    (False, +0.05, -1),  # fps up 5 %: improvement
-])
+@pytest.mark.parametrize(
+    "lower_is_better,shift,expected",
+    [
+        (True, +0.05, 1),  # power up 5 %: regression
+        (True, -0.05, -1),  # power down 5 %: improvement
+        (False, -0.05, 1),  # fps down 5 %: regression
+        (False, +0.05, -1),  # fps up 5 %: improvement
+    ],
+)
 def test_power_5pct_shift_cv2_n5(lower_is_better, shift, expected):
     rng = np.random.default_rng(5)
     a = rng.normal(100.0, 2.0, (R, 5))

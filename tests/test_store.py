@@ -1,17 +1,18 @@
 """Run store model: layout, incomplete/broken iterations, trace discovery, ABTEST_STORE, WA3 routing,
 per-iteration metrics cache. Stores are constructed in tmp_path; the trace file is a real shared trace."""
+
 import json
 import os
 from pathlib import Path
 
 import pytest
+from shared_data import TRACES
 
 from abtest.compare import metrics as metrics_mod
 from abtest.compare.comparison import CompareError, compare_labels
 from abtest.store.layout import default_store_root, find_trace
 from abtest.store.reader import Iteration, StoreError, load_label, load_store
 from abtest.store.writer import write_iteration
-from shared_data import TRACES
 
 REAL_TRACE = TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
 
@@ -101,14 +102,24 @@ def test_wa3_directory_is_routed_to_interop(tmp_path, monkeypatch):
     """A directory with __meta/ or result.json goes to abtest.store.wa.load_wa_output (replaced here by a
     recording stand-in: the WA parsing itself is tested by the interop helper's tests)."""
     import abtest.store.reader as wa
+
     wa_dir = tmp_path / "wa_out"
     (wa_dir / "__meta").mkdir(parents=True)
     calls = []
 
     def fake_loader(path, label=None):
         calls.append((Path(path), label))
-        return [Iteration(label="kA", workload="dhrystone", index=i, path=wa_dir / f"wk1-dhrystone-{i}",
-                          complete=True, metrics={"score": _m(100.0 + i, "", False)}) for i in (1, 2)]
+        return [
+            Iteration(
+                label="kA",
+                workload="dhrystone",
+                index=i,
+                path=wa_dir / f"wk1-dhrystone-{i}",
+                complete=True,
+                metrics={"score": _m(100.0 + i, "", False)},
+            )
+            for i in (1, 2)
+        ]
 
     monkeypatch.setattr(wa, "load_wa_output", fake_loader)
     lab = load_label(wa_dir)
@@ -175,6 +186,7 @@ def test_compare_never_writes_caches_through_symlinks(tmp_path):
     (store / "b").rename(real_b)
     (store / "b").symlink_to(real_b, target_is_directory=True)
     from abtest.compare.comparison import compare_labels
+
     c = compare_labels(load_label(store / "a"), load_label(store / "b"), with_trace=False, jobs=1)
     assert c.workloads[0].metric("p") is not None
     assert victim.read_text() == "keep me"

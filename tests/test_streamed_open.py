@@ -2,6 +2,7 @@
 native/tracedat/src/rounds.rs): its tables and meta are the whole decode's. Rounds of a few pages (tiny
 ABTEST_DECODE_ROUND_MB / ABTEST_DECODE_PIECE_KB) make the shared traces cut into many rounds, with pieces
 decoded again across round ends; a trace whose pages go back in time is decoded whole."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,15 @@ from abtest.trace import cache, streamed
 from abtest.trace.convert import convert
 from abtest.trace.readers import read_trace
 
-SHARED_TRACEDAT = ("langraph/trace.dat", "lisa/sched_load-trace.dat", "trappy/trace.dat", "trappy/trace_idle.dat",
-                   "x86-vm/x86-haltpoll-hackbench-cyclictest.dat", "x86-vm/x86-ladder-hackbench-cyclictest.dat",
-                   "x86-vm/x86-menu-hackbench-cyclictest.dat")
+SHARED_TRACEDAT = (
+    "langraph/trace.dat",
+    "lisa/sched_load-trace.dat",
+    "trappy/trace.dat",
+    "trappy/trace_idle.dat",
+    "x86-vm/x86-haltpoll-hackbench-cyclictest.dat",
+    "x86-vm/x86-ladder-hackbench-cyclictest.dat",
+    "x86-vm/x86-menu-hackbench-cyclictest.dat",
+)
 
 
 @pytest.fixture
@@ -93,13 +100,14 @@ def _swap_first_pages(src: Path, dst: Path) -> None:
     """Copy a v6 trace.dat, swapping the first two ring-buffer pages of its fullest CPU (its timestamps then go
     backwards between them)."""
     from abtest.trace import tracedat
+
     data = bytearray(src.read_bytes())
     lay = tracedat.layout(src, bytes(data))
     page = lay["page_size"]
     cpu = max((c for b in lay["buffers"] for c in b["cpus"] if c["size"]), key=lambda c: c["size"])
     assert cpu["size"] >= 3 * page
     a, b = cpu["offset"], cpu["offset"] + page
-    data[a:a + page], data[b:b + page] = data[b:b + page], data[a:a + page]
+    data[a : a + page], data[b : b + page] = data[b : b + page], data[a : a + page]
     dst.write_bytes(bytes(data))
 
 
@@ -138,6 +146,7 @@ def test_a_failing_consumer_is_not_a_format_error(traces):
     """An error raised by the code that takes the rounds (here a ValueError) reaches the caller as it is, not
     as a TraceFormatError about the file."""
     from abtest.trace import tracedat
+
     path = traces / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
 
     def emit(tables):

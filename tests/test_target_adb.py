@@ -1,13 +1,13 @@
 """AdbTarget through the STOCK adb client against a STAND-IN device (tests/standins/adb_device.py: a
 protocol-level ADB device, not Android; it runs the shell commands on this machine). A private adb
 server port (-P) is used and that server is killed afterwards; no other adb server is touched."""
+
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -32,8 +32,12 @@ def port_outside_emulator_range() -> int:
 def device():
     port = port_outside_emulator_range()
     server_port = port_outside_emulator_range()
-    standin = subprocess.Popen([sys.executable, str(ROOT / "tests/standins/adb_device.py"), str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    standin = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests/standins/adb_device.py"), str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert "listening" in standin.stdout.readline()
         t = AdbTarget(name="adb-standin", serial=f"127.0.0.1:{port}", server_port=server_port)
@@ -54,7 +58,7 @@ def test_shell_exit_codes_and_streams(device):
 
 
 def test_argv_quoting_and_files_with_spaces(device, tmp_path):
-    name = str(tmp_path / "it's a \"file\" $(x).txt")
+    name = str(tmp_path / 'it\'s a "file" $(x).txt')
     res = device.run(["sh", "-c", 'printf %s "$1" > "$1"', "sh", name])
     assert res.ok, res.stderr
     assert Path(name).read_text() == name
@@ -81,13 +85,15 @@ def test_ftrace_collector_through_adb(device, tmp_path):
     assert device.is_local_machine  # the stand-in runs here: tracefs is this machine's, so take the lock
     with TracefsLock(device.is_local_machine):
         session, _ = collector.start()
-        res = device.run(collector.marker_command("abtest adb marker") + "; hackbench -g 1 -l 20 >/dev/null",
-                         as_root=True)
+        res = device.run(
+            collector.marker_command("abtest adb marker") + "; hackbench -g 1 -l 20 >/dev/null", as_root=True
+        )
         assert res.ok, res.stderr
         session = collector.stop(tmp_path / "trace.dat")
         collector.restore()
     assert "sched_switch" in session.enabled
     from abtest import Trace
+
     t = Trace(tmp_path / "trace.dat")
     assert t.events["sched_switch"] > 0
     assert "abtest adb marker" in t.df("marker")["text"].to_list()
@@ -95,12 +101,34 @@ def test_ftrace_collector_through_adb(device, tmp_path):
 
 def test_collect_over_adb(device, tmp_path):
     target = tmp_path / "adb.toml"
-    target.write_text(f'name = "standin"\nkind = "adb"\n[connection]\nserial = "{device.serial}"\n'
-                      f'server_port = {device.server_port}\n[trace]\nbuffer_size_kb = 1024\n')
+    target.write_text(
+        f'name = "standin"\nkind = "adb"\n[connection]\nserial = "{device.serial}"\n'
+        f"server_port = {device.server_port}\n[trace]\nbuffer_size_kb = 1024\n"
+    )
     store = tmp_path / "store"
-    res = subprocess.run([sys.executable, "-m", "abtest.cli", "collect", "--target", str(target), "--label", "x",
-                          "--workload", "hackbench:groups=1,loops=20", "-n", "1", "--store", str(store),
-                          "--no-progress"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "abtest.cli",
+            "collect",
+            "--target",
+            str(target),
+            "--label",
+            "x",
+            "--workload",
+            "hackbench:groups=1,loops=20",
+            "-n",
+            "1",
+            "--store",
+            str(store),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     d = store / "x/hackbench/1"
     meta = json.loads((d / "meta.json").read_text())

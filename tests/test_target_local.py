@@ -1,4 +1,5 @@
 """LocalTarget, target files (TOML), label settings and kernel-label activation on this machine."""
+
 from __future__ import annotations
 
 import os
@@ -38,9 +39,14 @@ def test_example_target_files_load():
         cfg = load_target_file(f)
         kinds[f.stem] = cfg.kind
         make_target(cfg)  # every example builds its Target
-    assert kinds == {"lava-qemu": "qemu", "linux-board": "ssh", "localhost": "local", "pixel6": "adb",
-                     "qemu-debian": "qemu",
-                     "ssh-localhost": "ssh"}
+    assert kinds == {
+        "lava-qemu": "qemu",
+        "linux-board": "ssh",
+        "localhost": "local",
+        "pixel6": "adb",
+        "qemu-debian": "qemu",
+        "ssh-localhost": "ssh",
+    }
     px = load_target_file(EXAMPLES / "pixel6.toml")
     assert px.boot["kernelB"].expect_release == "*kernelB*" and px.power["sampler"] == "odpm"
     assert len(px.platform["cpu_capacities"]) == px.platform["cpus"] == 8
@@ -68,8 +74,10 @@ def test_bad_target_files(tmp_path):
 
 def test_cli_bad_input_exits_2(tmp_path):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "abtest.cli", "collect", *args], capture_output=True,
-                              text=True, cwd=ROOT, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "abtest.cli", "collect", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
+        )
+
     r = run("--target", "localhost", "--workload", "nope", "--store", str(tmp_path))
     assert r.returncode == 2 and "unknown workload 'nope'" in r.stderr
     r = run("--target", "no-such-target", "--workload", "hackbench", "--store", str(tmp_path))
@@ -96,8 +104,9 @@ def test_kernel_label_activation_verifies_uname():
         prov.activate(LabelSpec("other", boot=BootEntry("other", expect_release="0.0.*")))
     # a boot command that does not reboot: waiting for a new boot_id times out
     with pytest.raises(TargetTimeout, match="new boot"):
-        prov.activate(LabelSpec("other", boot=BootEntry("other", host_command="true", expect_release="0.0.*",
-                                                        timeout_s=2)))
+        prov.activate(
+            LabelSpec("other", boot=BootEntry("other", host_command="true", expect_release="0.0.*", timeout_s=2))
+        )
 
 
 def test_settings_parse_apply_restore(tmp_path):
@@ -119,10 +128,32 @@ def test_settings_parse_apply_restore(tmp_path):
 
 
 def test_failing_workload_is_retried_then_reported_without_partial_iteration(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "abtest.cli", "collect", "--target", "localhost", "--label", "x",
-                        "--workload", "shell:cmd='echo boom >&2; exit 3'", "-n", "1", "--retries", "1",
-                        "--no-trace", "--store", str(tmp_path), "--no-progress"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "abtest.cli",
+            "collect",
+            "--target",
+            "localhost",
+            "--label",
+            "x",
+            "--workload",
+            "shell:cmd='echo boom >&2; exit 3'",
+            "-n",
+            "1",
+            "--retries",
+            "1",
+            "--no-trace",
+            "--store",
+            str(tmp_path),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 1
     assert "retrying x/shell/1" in r.stderr and "failed after 2 attempts" in r.stderr and "boom" in r.stderr
     assert not list(tmp_path.glob("x/shell/*")) and not list(tmp_path.glob("x/shell/.tmp-*"))
@@ -131,7 +162,9 @@ def test_failing_workload_is_retried_then_reported_without_partial_iteration(tmp
 def test_thermal_cooldown_waits_for_the_hottest_zone(tmp_path):
     """Thermal zone files (milli-degC, as sysfs reports them) cool down while the collector waits."""
     import threading
+
     from abtest.collectors.orchestrate import wait_cooldown
+
     z0, z1 = tmp_path / "zone0_temp", tmp_path / "zone1_temp"
     z0.write_text("35000\n")
     z1.write_text("52000\n")
@@ -149,16 +182,18 @@ def test_thermal_cooldown_waits_for_the_hottest_zone(tmp_path):
     th = threading.Thread(target=cool)
     th.start()
     try:
-        out = wait_cooldown(LocalTarget(), thermal_max_c=45.0, timeout_s=20, temp_glob=f"{tmp_path}/zone*_temp",
-                            poll_s=0.05)
+        out = wait_cooldown(
+            LocalTarget(), thermal_max_c=45.0, timeout_s=20, temp_glob=f"{tmp_path}/zone*_temp", poll_s=0.05
+        )
     finally:
         stop.set()
         th.join()
     assert out["reached"] is True and out["zones"] == 2 and out["max_temp_c"] <= 45.0
     assert out["waited_s"] >= 0.3  # 52 -> 44 C takes 4 steps of 0.1 s
     z1.write_text("90000\n")
-    out = wait_cooldown(LocalTarget(), thermal_max_c=45.0, timeout_s=0.3, temp_glob=f"{tmp_path}/zone*_temp",
-                        poll_s=0.05)
+    out = wait_cooldown(
+        LocalTarget(), thermal_max_c=45.0, timeout_s=0.3, temp_glob=f"{tmp_path}/zone*_temp", poll_s=0.05
+    )
     assert out["reached"] is False and out["max_temp_c"] == 90.0
     out = wait_cooldown(LocalTarget(), thermal_max_c=45.0, temp_glob=f"{tmp_path}/none*", poll_s=0.05)
     assert out["reached"] is None and out["zones"] == 0
@@ -170,6 +205,7 @@ def test_cpuidle_governor_on_a_machine_without_idle_states_is_reported():
     states (haltpoll on the earlier machines) must not."""
     driver = Path("/sys/devices/system/cpu/cpuidle/current_driver").read_text().strip()
     has_states = bool(list(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpuidle/state[0-9]*")))
+
     class CountingLocal(LocalTarget):  # the real local target, counting the driver look-ups
         driver_reads = 0
 

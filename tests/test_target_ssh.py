@@ -1,4 +1,5 @@
 """SshTarget against the real OpenSSH sshd on 127.0.0.1 (generated keys, random port)."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,14 @@ def sshd(tmp_path_factory):
 
 @pytest.fixture
 def target(sshd):
-    t = SshTarget(name="sshd-test", host="127.0.0.1", port=sshd.port, user="root",
-                  key_file=str(sshd.client_key), host_key=sshd.host_pubkey)
+    t = SshTarget(
+        name="sshd-test",
+        host="127.0.0.1",
+        port=sshd.port,
+        user="root",
+        key_file=str(sshd.client_key),
+        host_key=sshd.host_pubkey,
+    )
     try:
         yield t
     finally:
@@ -48,14 +55,14 @@ def test_push_pull_names_with_spaces_and_quotes(target, tmp_path):
     src = tmp_path / "local file 'q' \"dq\".bin"
     payload = bytes(range(256)) * 1000
     src.write_bytes(payload)
-    remote = str(tmp_path / "remote dir 'x'" / "copy of \"it\".bin")
+    remote = str(tmp_path / "remote dir 'x'" / 'copy of "it".bin')
     target.run(["mkdir", "-p", str(tmp_path / "remote dir 'x'")], check=True)
     target.push(src, remote)
     back = tmp_path / "back 'again'.bin"
     target.pull(remote, back)
     assert back.read_bytes() == payload
-    target.write_file(remote + ".txt", "it's \"quoted\" $HOME\n")
-    assert target.read_file(remote + ".txt") == "it's \"quoted\" $HOME\n"
+    target.write_file(remote + ".txt", 'it\'s "quoted" $HOME\n')
+    assert target.read_file(remote + ".txt") == 'it\'s "quoted" $HOME\n'
 
 
 def test_timeout(target):
@@ -80,8 +87,12 @@ def test_host_key_verification_on_by_default(sshd, tmp_path):
         unknown.run("true")
     # known_hosts holding the right key -> accepted
     empty.write_text(f"[127.0.0.1]:{sshd.port} {sshd.host_pubkey}\n")
-    assert SshTarget(host="127.0.0.1", port=sshd.port, key_file=str(sshd.client_key),
-                     known_hosts=str(empty)).run("echo ok").stdout == "ok\n"
+    assert (
+        SshTarget(host="127.0.0.1", port=sshd.port, key_file=str(sshd.client_key), known_hosts=str(empty))
+        .run("echo ok")
+        .stdout
+        == "ok\n"
+    )
 
 
 def test_tracefs_discovery_and_root(target):
@@ -94,6 +105,7 @@ def test_dropped_connection_is_reported_and_reconnects(sshd, target):
     import os
     import signal
     import threading
+
     target.run("true")
     children = sshd.serving_children()
     assert children

@@ -2,16 +2,17 @@
 `trace-cmd report -R` text (x86-vm trace.dat, kernel 6.18; -R prints prev_state as recorded: trace-cmd's
 sched_switch plugin letters predate 4.14's TASK_REPORT bits, it prints 0x80 (I) as "W") and over LISA's Juno
 text trace (numeric pre-4.14 prev_state: 4096 = preempted, 64 = TASK_DEAD, 130 = D|WAKEKILL)."""
+
 from __future__ import annotations
 
 from collections import defaultdict
 
 import numpy as np
 import pytest
+from test_latency import SWITCH, SWITCH_KV, WAKE_KV, WAKE_NEW, report_events
 
 from abtest import Trace
 from abtest.analysis import tasks
-from test_latency import SWITCH, SWITCH_KV, WAKE_KV, WAKE_NEW, report_events
 
 
 def _state(st: str, pre_4_14: bool) -> str | None:
@@ -86,8 +87,9 @@ def expected_states(path, start, end, pre_4_14=False):
     return acc, runs
 
 
-@pytest.mark.parametrize("name,pre_4_14", [("x86-vm/x86-menu-hackbench-cyclictest.dat", False),
-                                           ("lisa/trace_txt-trace.txt", True)])
+@pytest.mark.parametrize(
+    "name,pre_4_14", [("x86-vm/x86-menu-hackbench-cyclictest.dat", False), ("lisa/trace_txt-trace.txt", True)]
+)
 def test_task_states_match_the_report(traces, name, pre_4_14):
     t = Trace(traces / name)
     iv = tasks.TasksAnalysis(t).df_state_intervals()
@@ -101,8 +103,12 @@ def test_task_states_match_the_report(traces, name, pre_4_14):
             assert got[comm][f"{s}_ns"] == d.get(s, 0), (comm, s)
         assert got[comm]["known_ns"] == sum(d.values())
         assert sum(got[comm][f"{s}_pct"] for s in tasks.STATES) == pytest.approx(100.0)
-    act = {r["comm"]: r for r in tasks.df_activation_stats(tasks.df_activations(iv), window_ns=t.end_ns - t.start_ns)
-           .iter_rows(named=True)}
+    act = {
+        r["comm"]: r
+        for r in tasks.df_activation_stats(tasks.df_activations(iv), window_ns=t.end_ns - t.start_ns).iter_rows(
+            named=True
+        )
+    }
     for comm, durs in runs.items():
         assert act[comm]["activations"] == len(durs)
         ms = np.array(durs) / 1e6

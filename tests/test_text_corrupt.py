@@ -3,9 +3,9 @@
 (no event line, or more unparseable lines than events) and a broken compressed stream are clear errors (file,
 line or offset, what was expected) with CLI exit code 2, never a partial trace presented as complete. Inputs
 are built in tmp_path from the real shared traces."""
+
 from __future__ import annotations
 
-import io
 import re
 import subprocess
 import sys
@@ -26,8 +26,13 @@ def _lines(path: Path) -> list[str]:
 
 
 def _cli_info(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", str(path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "info", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _counts(path: Path) -> dict[str, int]:
@@ -52,7 +57,9 @@ def test_garbage_line_is_counted_and_the_events_kept(traces, tmp_path):
     assert err["unrecognised_line"]["examples"][0]["line"] == 41
     assert err["unrecognised_line"]["examples"][0]["text"] == "this is not an ftrace line at all"
     cli = _cli_info(path)
-    assert cli.returncode == 0 and "line 41" in cli.stdout + cli.stderr and "unrecognised_line" in cli.stdout + cli.stderr
+    assert (
+        cli.returncode == 0 and "line 41" in cli.stdout + cli.stderr and "unrecognised_line" in cli.stdout + cli.stderr
+    )
 
 
 def test_truncated_event_line(traces, tmp_path):
@@ -92,8 +99,9 @@ def test_not_a_trace_is_refused(traces, tmp_path):
     readme.write_text((ROOT / "README.md").read_text())
     with pytest.raises(TraceFormatError) as e:
         read_trace(readme)
-    first_text = next(i for i, ln in enumerate(readme.read_text().splitlines(), 1)
-                      if ln.strip() and not ln.startswith("#"))
+    first_text = next(
+        i for i, ln in enumerate(readme.read_text().splitlines(), 1) if ln.strip() and not ln.startswith("#")
+    )
     assert "not a trace" in str(e.value) and "no ftrace event line" in str(e.value) and e.value.line == first_text
     assert _cli_info(readme).returncode == 2
     lines = _lines(traces / "trappy/trace_sched.txt")
@@ -108,7 +116,7 @@ def test_not_a_trace_is_refused(traces, tmp_path):
 def test_truncated_atrace_z_stream(traces, tmp_path):
     raw = (traces / "catapult/compressed_atrace_data.txt").read_bytes()
     inflater = zlib.decompressobj()
-    inflater.decompress(raw[len(b"TRACE:\n"):])
+    inflater.decompress(raw[len(b"TRACE:\n") :])
     stream_end = len(raw) - len(inflater.unused_data)  # the file has junk after its 7592-byte stream
     cut = len(b"TRACE:\n") + (stream_end - len(b"TRACE:\n")) // 2
     path = tmp_path / "cut_atrace.txt"
@@ -144,9 +152,11 @@ def test_systrace_html_without_trace_block(traces, tmp_path):
 
 def test_systrace_html_json_block_skipped_loudly(traces, tmp_path):
     html = (traces / "trappy/trace_systrace.html").read_text()
-    json_block = ('  <script class="trace-data" type="application/text">\n'
-                  '{"traceEvents": [{"name": "x", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}\n'
-                  '  </script>\n')
+    json_block = (
+        '  <script class="trace-data" type="application/text">\n'
+        '{"traceEvents": [{"name": "x", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}\n'
+        "  </script>\n"
+    )
     only_json = tmp_path / "json_only.html"
     start = html.index('  <script class="trace-data"')
     end = html.index("<!-- END TRACE -->")
@@ -218,7 +228,9 @@ def test_garbage_inside_html_block_names_html_line(traces, tmp_path):
     data = read_trace(path)
     assert data.meta["events"] == clean | {event: clean[event] - 1}
     assert target + 1 in _error_lines(data.meta)  # unrecognised, or joined to a marker above it: counted either way
-    assert any("<div>not a trace line" in ex["text"] for e in data.meta["import_errors"].values() for ex in e["examples"])
+    assert any(
+        "<div>not a trace line" in ex["text"] for e in data.meta["import_errors"].values() for ex in e["examples"]
+    )
 
 
 def test_garbage_inside_atrace_z_names_inflated_line(traces, tmp_path):
@@ -230,7 +242,7 @@ def test_garbage_inside_atrace_z_names_inflated_line(traces, tmp_path):
     path.write_bytes(b"TRACE:\n" + zlib.compress(b"\n".join(body)))
     data = read_trace(path)
     assert data.meta["events"] == clean | {event: clean[event] - 1}
-    (kind, entry), = data.meta["import_errors"].items()  # after a marker: joined to it, and counted
+    ((kind, entry),) = data.meta["import_errors"].items()  # after a marker: joined to it, and counted
     assert kind == "continuation_line" and entry["count"] == 1
     assert entry["examples"][0]["line"] == 31 and entry["examples"][0]["source"] == "inflated atrace -z stream"
 
@@ -245,9 +257,19 @@ def test_report_of_several_input_files_is_refused_clearly(traces, tmp_path):
     """`trace-cmd report -i A -i B` (real trace-cmd on two shared trace.dat files): each line carries its
     file's name and each file a 'FILE: cpus=N' header; refused with a message saying what to do."""
     x86 = traces / "x86-vm"
-    out = subprocess.run(["trace-cmd", "report", "-i", str(x86 / "x86-menu-hackbench-cyclictest.dat"),
-                          "-i", str(x86 / "x86-ladder-hackbench-cyclictest.dat")],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [
+            "trace-cmd",
+            "report",
+            "-i",
+            str(x86 / "x86-menu-hackbench-cyclictest.dat"),
+            "-i",
+            str(x86 / "x86-ladder-hackbench-cyclictest.dat"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     path = tmp_path / "two-files.txt"
     path.write_text(out)
     with pytest.raises(TraceFormatError) as e:

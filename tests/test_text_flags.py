@@ -6,20 +6,26 @@ against the binary fields of the same events in real trace.dat files:
 - the kernel's own text (tracefs ``trace`` file) of a trace recorded here, and the trace.dat `trace-cmd
   extract` makes of the same ring buffer: every bit equal.
 """
+
 from __future__ import annotations
 
 import subprocess
 
 import polars as pl
 import pytest
+from test_live_trace import live_trace  # noqa: F401  (fixture: records a trace here, restores tracefs)
 
 from abtest.trace.readers import read_trace
 from abtest.trace.text_flags import LATENCY_FORM_FLAG_BITS
-from test_live_trace import live_trace  # noqa: F401  (fixture: records a trace here, restores tracefs)
 
-TRACE_DATS = ["x86-vm/x86-menu-hackbench-cyclictest.dat", "x86-vm/x86-ladder-hackbench-cyclictest.dat",
-              "x86-vm/x86-haltpoll-hackbench-cyclictest.dat", "langraph/trace.dat", "lisa/sched_load-trace.dat",
-              "trappy/trace_idle.dat"]
+TRACE_DATS = [
+    "x86-vm/x86-menu-hackbench-cyclictest.dat",
+    "x86-vm/x86-ladder-hackbench-cyclictest.dat",
+    "x86-vm/x86-haltpoll-hackbench-cyclictest.dat",
+    "langraph/trace.dat",
+    "lisa/sched_load-trace.dat",
+    "trappy/trace_idle.dat",
+]
 FLAGS = ["common_flags", "common_preempt_count"]
 
 
@@ -34,12 +40,22 @@ def _compare(text_tables: dict, dat_tables: dict, flag_mask: int, ts_div: int = 
         assert t.height == d.height, name
         assert t["common_flags"].null_count() == 0, name
         got = t.select((pl.col("ts") // ts_div).alias("ts"), "cpu", *FLAGS)
-        want = d.select(((pl.col("ts") + ts_div // 2) // ts_div).alias("ts"), "cpu",
-                        (pl.col("common_flags") & flag_mask).alias("common_flags"), "common_preempt_count")
-        diff = got.with_row_index().join(want.with_row_index(), on="index", suffix="_dat").filter(
-            (pl.col("ts") != pl.col("ts_dat")) | (pl.col("cpu") != pl.col("cpu_dat"))
-            | (pl.col("common_flags") != pl.col("common_flags_dat"))
-            | (pl.col("common_preempt_count") != pl.col("common_preempt_count_dat")))
+        want = d.select(
+            ((pl.col("ts") + ts_div // 2) // ts_div).alias("ts"),
+            "cpu",
+            (pl.col("common_flags") & flag_mask).alias("common_flags"),
+            "common_preempt_count",
+        )
+        diff = (
+            got.with_row_index()
+            .join(want.with_row_index(), on="index", suffix="_dat")
+            .filter(
+                (pl.col("ts") != pl.col("ts_dat"))
+                | (pl.col("cpu") != pl.col("cpu_dat"))
+                | (pl.col("common_flags") != pl.col("common_flags_dat"))
+                | (pl.col("common_preempt_count") != pl.col("common_preempt_count_dat"))
+            )
+        )
         if not diff.is_empty():
             with pl.Config(tbl_cols=-1, tbl_width_chars=250):
                 print(name, diff.head(8))
@@ -53,8 +69,9 @@ def test_trace_cmd_latency_form_matches_binary_flags(traces, tmp_path, rel):
     dat = traces / rel
     text = tmp_path / "report-l.txt"
     with open(text, "w") as out:
-        subprocess.run(["trace-cmd", "report", "-l", "-t", "-i", str(dat)], stdout=out, check=True,
-                       stderr=subprocess.DEVNULL)
+        subprocess.run(
+            ["trace-cmd", "report", "-l", "-t", "-i", str(dat)], stdout=out, check=True, stderr=subprocess.DEVNULL
+        )
     t = read_trace(text)
     assert t.meta["text_columns"]["flags"] and t.meta["text_columns"]["flags_bits"] == LATENCY_FORM_FLAG_BITS
     rows = _compare(t.tables, read_trace(dat).tables, LATENCY_FORM_FLAG_BITS)

@@ -6,6 +6,7 @@ tracepoint text (recordings made here and traceshark's documented sample, xz / g
 with funcgraph-args / -retaddr / -retval, and events re-stamped 1 ns and
 4294967295 s in real shared traces (docs/ingest-policy.md, "Timestamp outliers").
 """
+
 from __future__ import annotations
 
 import gzip
@@ -56,7 +57,7 @@ def _with_lines_after_first_switch(traces, tmp_path: Path, extra: list[str]) -> 
     lines = (traces / "tracecompass/trace-android-sched").read_text().splitlines()
     n = next(i for i, ln in enumerate(lines) if "sched_switch:" in ln)
     ts = re.search(r"\s(\d+\.\d+): ", lines[n]).group(1)
-    lines[n + 1:n + 1] = [re.sub(r"\s\d+\.\d+: ", f" {ts}: ", x, count=1) for x in extra]
+    lines[n + 1 : n + 1] = [re.sub(r"\s\d+\.\d+: ", f" {ts}: ", x, count=1) for x in extra]
     path = tmp_path / "printk.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -73,8 +74,11 @@ def test_trace_printk_lines_become_bprint_markers(traces, tmp_path):
     assert "__handle_irq_event_percpu" not in data.tables
     marker = data.tables["marker"].filter(pl.col("event").cast(pl.Utf8) == "bprint")
     assert marker["ip"].to_list() == ["__schedule+0x184/0x9fc", "mutex_lock+0xcc/0x130", "__handle_irq_event_percpu"]
-    assert marker["text"].to_list() == ["[+] prev->state:0 next:kworker/0:1", "[+][fastpath] mutex_lock owner:0",
-                                        "[+] irq:[17] caller"]
+    assert marker["text"].to_list() == [
+        "[+] prev->state:0 next:kworker/0:1",
+        "[+][fastpath] mutex_lock owner:0",
+        "[+] irq:[17] caller",
+    ]
     assert marker["pid"].to_list() == [0, 4021, 4021]
 
 
@@ -86,13 +90,16 @@ def test_trace_printk_lines_alone_are_a_trace(tmp_path):
     assert data.meta["import_errors"] == {} and data.meta["events"] == {"bprint": 3}
 
 
-@pytest.mark.parametrize("head, event, ip", [
-    ("foo_init [mymod]", "bprint", "foo_init [mymod]"),  # %ps of a module's symbol
-    ("foo_init+0x10/0x40 [mymod]", "bprint", "foo_init+0x10/0x40 [mymod]"),
-    ("do_thing.isra.0", "bprint", "do_thing.isra.0"),
-    ("0xffffffffc0a01234", "bprint", "0xffffffffc0a01234"),  # no symbol found
-    ("tracing_mark_write+0x131/0x1d0", "tracing_mark_write", None),  # a marker write printed with its offset
-])
+@pytest.mark.parametrize(
+    "head, event, ip",
+    [
+        ("foo_init [mymod]", "bprint", "foo_init [mymod]"),  # %ps of a module's symbol
+        ("foo_init+0x10/0x40 [mymod]", "bprint", "foo_init+0x10/0x40 [mymod]"),
+        ("do_thing.isra.0", "bprint", "do_thing.isra.0"),
+        ("0xffffffffc0a01234", "bprint", "0xffffffffc0a01234"),  # no symbol found
+        ("tracing_mark_write+0x131/0x1d0", "tracing_mark_write", None),  # a marker write printed with its offset
+    ],
+)
 def test_printk_symbol_shapes(traces, tmp_path, head, event, ip):
     """The shapes a kernel symbol takes and a tracepoint name cannot, inside a real trace."""
     lines = (traces / "tracecompass/trace-android-sched").read_text().splitlines()
@@ -162,6 +169,7 @@ def test_systrace_final_clock_sync_line_is_kept(traces, tmp_path):
 
 # --- perf script ------------------------------------------------------------------------------------------------
 
+
 def _perf_text(name: str) -> str:
     return lzma.decompress((PERF / name).read_bytes()).decode()
 
@@ -189,9 +197,14 @@ def test_perf_script_recorded_here_xz(tmp_path):
     at = (pl.col("ts") == ts) & (pl.col("cpu") == int(m.group(4)))
     row = data.tables["sched_switch"].filter(at).row(0, named=True)
     assert (row["common_pid"], row["prev_pid"], row["next_pid"], row["prev_prio"], row["prev_state"]) == (
-        int(m.group(2)), int(f["prev_pid"]), int(f["next_pid"]), int(f["prev_prio"]), 1)
+        int(m.group(2)),
+        int(f["prev_pid"]),
+        int(f["next_pid"]),
+        int(f["prev_prio"]),
+        1,
+    )
     assert str(row["common_comm"]) == m.group(1).strip() and str(row["next_comm"]) == f["next_comm"]
-    frames = [re.match(r"\s+[0-9a-f]+ (\S+)", ln).group(1) for ln in lines[i + 1:i + 4]]
+    frames = [re.match(r"\s+[0-9a-f]+ (\S+)", ln).group(1) for ln in lines[i + 1 : i + 4]]
     assert row["stack"].split("\n")[:3] == frames
     idle_rows = data.tables["cpu_idle"]
     assert idle_rows.schema["cpu"] == pl.Int32 and set(idle_rows["state"].unique()) <= {-1, 0, 1}
@@ -227,7 +240,13 @@ def test_perf_script_traceshark_doc_sample():
     assert data.meta["events"] == {"cpu_idle": 1, "sched_switch": 1}
     sw = data.tables["sched_switch"].row(0, named=True)
     assert (sw["ts"], sw["cpu"], sw["prev_comm"], sw["prev_pid"], sw["next_comm"], sw["next_pid"]) == (
-        12942039622000, 0, "migration/0", 18, "swapper/0", 0)
+        12942039622000,
+        0,
+        "migration/0",
+        18,
+        "swapper/0",
+        0,
+    )
     idle_row = data.tables["cpu_idle"].row(0, named=True)
     assert (idle_row["ts"], idle_row["cpu"], idle_row["state"]) == (12942039629000, 0, 3)
     assert idle_row["stack"].split("\n")[0].startswith("__do_trace_cpu_idle+0x186")
@@ -242,6 +261,7 @@ def test_perf_script_detection_leaves_ftrace_text_alone(traces):
 
 # --- timestamp outliers -----------------------------------------------------------------------------------------
 
+
 def _restamp(lines: list[str], i: int, seconds: str) -> list[str]:
     out = list(lines)
     out[i] = re.sub(r" \d+\.\d+: ", f" {seconds}: ", out[i], count=1)
@@ -252,12 +272,14 @@ def test_event_stamped_1ns_stays_out_of_the_span(traces, tmp_path):
     """One cpu_idle event re-stamped 1 ns in a real 1.25 s trace stretched it to 1794 s: idle wakeups/s
     3495 -> 2.4 and CPU0 idle 85.7 % -> 99.99 %, without a warning."""
     dat = traces / "x86-vm/x86-menu-hackbench-cyclictest.dat"
-    report = subprocess.run(["trace-cmd", "report", "-t", "-i", str(dat)],
-                            capture_output=True, text=True, check=True, timeout=120).stdout.splitlines()
+    report = subprocess.run(
+        ["trace-cmd", "report", "-t", "-i", str(dat)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.splitlines()
     idle_lines = [i for i, ln in enumerate(report) if " cpu_idle: " in ln]
     (tmp_path / "clean.txt").write_text("\n".join(report) + "\n")
-    (tmp_path / "mutated.txt").write_text("\n".join(_restamp(report, idle_lines[len(idle_lines) // 2],
-                                                             "0.000000001")) + "\n")
+    (tmp_path / "mutated.txt").write_text(
+        "\n".join(_restamp(report, idle_lines[len(idle_lines) // 2], "0.000000001")) + "\n"
+    )
     clean, mutated = Trace(tmp_path / "clean.txt"), Trace(tmp_path / "mutated.txt")
     assert (mutated.start_ns, mutated.end_ns) == (clean.start_ns, clean.end_ns)
     out = mutated.meta["timestamp_outliers"]
@@ -323,15 +345,26 @@ def test_funcgraph_args_retaddr_retval(tmp_path):
     entry = data.tables["funcgraph_entry"]
     first = entry.row(0, named=True)
     assert (first["func"], first["args"], first["retaddr"], first["leaf"]) == (
-        "pick_next_task", "rq=0xffff88807ddad800, prev=0xffff888007949bc0", "__schedule+0x154/0x700", False)
+        "pick_next_task",
+        "rq=0xffff88807ddad800, prev=0xffff888007949bc0",
+        "__schedule+0x154/0x700",
+        False,
+    )
     leaf = entry.filter(pl.col("func") == "rcu_rnp_online_cpus").row(0, named=True)
     assert (leaf["args"], leaf["retaddr"], leaf["retval"], leaf["duration_ns"], leaf["leaf"]) == (
-        "rnp=0xffffffff83781280", "rcu_rdp_cpu_online.isra.0+0xe/0x20", "0xff", 170, True)
+        "rnp=0xffffffff83781280",
+        "rcu_rdp_cpu_online.isra.0+0xe/0x20",
+        "0xff",
+        170,
+        True,
+    )
     no_args = entry.filter(pl.col("func") == "__cond_resched").row(0, named=True)
     assert (no_args["args"] or "", no_args["retval"]) == ("", "0x0")
     exits = data.tables["funcgraph_exit"]
-    assert dict(zip(exits["func"], exits["retval"])) == {"rcu_rdp_cpu_online.isra.0": "0x1",
-                                                         "pick_next_task": "0xffff888003d1c000"}
+    assert dict(zip(exits["func"], exits["retval"])) == {
+        "rcu_rdp_cpu_online.isra.0": "0x1",
+        "pick_next_task": "0xffff888003d1c000",
+    }
 
 
 # Documentation/trace/ftrace.rst as Linux 6.5 added it, "Example with funcgraph-retval" (the `= X` form)
@@ -357,8 +390,11 @@ def test_funcgraph_retval_equals_form(tmp_path):
     assert data.meta["events"] == {"funcgraph_entry": 7, "funcgraph_exit": 4} and data.meta["import_errors"] == {}
     exits = data.tables["funcgraph_exit"]
     assert dict(zip(exits["func"], exits["retval"])) == {
-        "cgroup_taskset_first": "0xffff93fc8fb20000", "cpu_cgroup_can_attach": "-22",
-        "cgroup_migrate_execute": "-22", "cgroup_migrate": "-22"}
+        "cgroup_taskset_first": "0xffff93fc8fb20000",
+        "cpu_cgroup_can_attach": "-22",
+        "cgroup_migrate_execute": "-22",
+        "cgroup_migrate": "-22",
+    }
     leaves = data.tables["funcgraph_entry"].filter(pl.col("leaf"))
     assert leaves["retval"].to_list() == ["0xffff93fcfd346c00", "0xffff93fc8fb20000", "0x0"]
     assert leaves["args"].null_count() == leaves.height

@@ -3,6 +3,7 @@
 Counts are checked against expected-counts.json; field values against lines read from the files
 here in the test; trace-cmd report text of a real trace.dat against trace-cmd's own -R output.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -18,7 +19,6 @@ import pytest
 
 from abtest.trace import ftrace_text
 from abtest.trace.detect import detect_format
-from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
 from abtest.trace.schema import EVENT_ALIASES
 
@@ -27,6 +27,7 @@ TEXT_SUFFIXES = (".dat", ".yml", ".perfetto-trace", ".pb")
 
 def _expected() -> dict:
     from tests.conftest import TRACES
+
     return json.loads((TRACES / "expected-counts.json").read_text())
 
 
@@ -119,14 +120,28 @@ def test_fields_comm_with_space_and_flags(traces):
     assert line.strip().startswith("Web Content-2711  [003] d... 26186.336632:")
     raw, meta = _raw(path)
     row = _row(raw["sched_waking"], _ts_ns(line), 3)
-    assert row == {"ts": 26_186_336_632_000, "cpu": 3, "common_pid": 2711, "common_comm": "Web Content",
-                   "comm": "Timer", "pid": 2745, "prio": 120, "target_cpu": 1,
-                   "common_flags": 0x01, "common_preempt_count": 0}  # "d...": irqs off, preempt depth 0
+    assert row == {
+        "ts": 26_186_336_632_000,
+        "cpu": 3,
+        "common_pid": 2711,
+        "common_comm": "Web Content",
+        "comm": "Timer",
+        "pid": 2745,
+        "prio": 120,
+        "target_cpu": 1,
+        "common_flags": 0x01,
+        "common_preempt_count": 0,
+    }  # "d...": irqs off, preempt depth 0
     assert meta["text_columns"] == {"tgid": False, "flags": True, "flags_bits": 0xFF}
     sw = _line(path, "26186.336680: sched_switch")
     row = _row(raw["sched_switch"], _ts_ns(sw), 2)
     assert (row["prev_comm"], row["prev_pid"], row["prev_state"], row["next_comm"], row["next_pid"]) == (
-        "kworker/2:0H", 24678, 2, "gnome-shell", 1746)  # prev_state=D -> 0x2
+        "kworker/2:0H",
+        24678,
+        2,
+        "gnome-shell",
+        1746,
+    )  # prev_state=D -> 0x2
 
 
 def test_payload_values_with_spaces(traces):
@@ -137,7 +152,12 @@ def test_payload_values_with_spaces(traces):
     raw, _ = _raw(path)
     row = _row(raw["sched_waking"], _ts_ns(line), 2)
     assert (row["common_comm"], row["comm"], row["pid"], row["prio"], row["target_cpu"]) == (
-        "gnome-shell", "Network Thread", 3481, 120, 2)
+        "gnome-shell",
+        "Network Thread",
+        3481,
+        120,
+        2,
+    )
     names = set(raw["sched_switch"]["prev_comm"]) | set(raw["sched_switch"]["next_comm"])
     assert {"Web Content", "Network Thread"} <= names
     assert raw["sched_switch"]["prev_pid"].dtype == pl.Int64
@@ -146,8 +166,15 @@ def test_payload_values_with_spaces(traces):
     raw, _ = _raw(path)
     cpu = int(re.search(r"\[(\d+)\]", line).group(1))
     row = _row(raw["sched_switch"], _ts_ns(line), cpu)
-    assert (row["common_comm"], row["common_pid"], row["prev_comm"], row["prev_pid"], row["prev_state"],
-            row["next_comm"], row["next_pid"]) == ("<...>", 15649, "POSIX timer 2", 15649, 1, "RxComputationSc", 12549)
+    assert (
+        row["common_comm"],
+        row["common_pid"],
+        row["prev_comm"],
+        row["prev_pid"],
+        row["prev_state"],
+        row["next_comm"],
+        row["next_pid"],
+    ) == ("<...>", 15649, "POSIX timer 2", 15649, 1, "RxComputationSc", 12549)
 
 
 def test_fields_tgid_column(traces):
@@ -172,9 +199,15 @@ def test_fields_comm_with_dash_digits(traces):
     line = _line(traces / "catapult/android_systrace.txt", "50260.766705: sched_switch")
     assert line.startswith(" irq/409-inv_irq-99    [000] 50260.766705:")
     row = _row(raw["sched_switch"], 50_260_766_705_000, 0)
-    assert (row["common_comm"], row["common_pid"], row["prev_comm"], row["prev_prio"], row["prev_state"],
-            row["next_comm"], row["next_pid"]) == ("irq/409-inv_irq", 99, "irq/409-inv_irq", 49, 2,
-                                                    "WebViewCoreThre", 11043)
+    assert (
+        row["common_comm"],
+        row["common_pid"],
+        row["prev_comm"],
+        row["prev_prio"],
+        row["prev_state"],
+        row["next_comm"],
+        row["next_pid"],
+    ) == ("irq/409-inv_irq", 99, "irq/409-inv_irq", 49, 2, "WebViewCoreThre", 11043)
     raw, _ = _raw(traces / "tracecompass/trace-android-sched-irq-syscall")
     df = raw["sys_enter"].filter(pl.col("common_comm") == "Binder:2030_3")
     assert df.height > 0 and set(df["common_pid"]) == {2053}
@@ -206,7 +239,12 @@ def test_field_typing_units_prefix_and_collisions(traces):
     assert (row["cpus"], row["load"]) == ("00000002", 0)
     raw, _ = _raw(traces / "trappy/trace.txt")
     row = raw["thermal_power_cpu_get_power"].row(0, named=True)
-    assert (row["cpus"], row["freq"], row["load"], row["dynamic_power"]) == ("00000000,00000006", 1100000, "{24 19}", 250)
+    assert (row["cpus"], row["freq"], row["load"], row["dynamic_power"]) == (
+        "00000000,00000006",
+        1100000,
+        "{24 19}",
+        250,
+    )
     raw, meta = _raw(traces / "trappy/trace_failed_to_parse.txt")
     row = raw["thermal_power_cpu_get_power"].row(0, named=True)
     assert row["buf"] == "[FAILED TO PARSE]" and row["freq"] == 0x82208  # known numeric field in hex
@@ -221,7 +259,11 @@ def test_markers_print_bputs_bprint(traces):
     raw, _ = _raw(traces / "lisa/trace_txt-trace.txt")
     row = _row(raw["print"], 76_368_433_000, 5)  # "print: 0xffff00000819ff24s: TRACE_MARKER_START"
     assert (row["common_comm"], row["common_pid"], row["ip"], row["buf"]) == (
-        "sh", 1702, "0xffff00000819ff24s", "TRACE_MARKER_START")
+        "sh",
+        1702,
+        "0xffff00000819ff24s",
+        "TRACE_MARKER_START",
+    )
     raw, _ = _raw(traces / "trappy/trace_dynamic.txt")
     assert raw["bprint"]["buf"][0] == "thermal_gpu_power_get: frequency=420 load=91"
 
@@ -300,13 +342,19 @@ def test_systrace_html_blocks(traces):
     raw, meta = _raw(traces / "trappy/trace_systrace.html")
     row = _row(raw["sched_wakeup"], 514_769_086_417_000, 0)
     assert (row["common_comm"], row["common_pid"], row["common_tgid"], row["comm"], row["state"]) == (
-        "Binder_4", 280, 184, "Binder_5", "W|m")
+        "Binder_4",
+        280,
+        184,
+        "Binder_5",
+        "W|m",
+    )
 
 
 @pytest.fixture(scope="module")
 def tracecmd_reports(tmp_path_factory):
     """trace-cmd report of a real trace.dat: plugin-formatted, -R raw, and -t (ns) text."""
     from tests.conftest import TRACES
+
     dat = TRACES / "x86-vm/x86-menu-hackbench-cyclictest.dat"
     out = tmp_path_factory.mktemp("tracecmd")
     paths = {}
@@ -330,8 +378,15 @@ def test_tracecmd_plugin_fields_equal_raw(tracecmd_reports):
     preempt bit 0x100 that the plugin prints as plain R (documented loss)."""
     plugin, _ = _raw(tracecmd_reports["plugin"])
     raw, _ = _raw(tracecmd_reports["raw"])
-    for ev in ("sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sched_migrate_task",
-               "cpu_idle", "print"):
+    for ev in (
+        "sched_switch",
+        "sched_wakeup",
+        "sched_waking",
+        "sched_wakeup_new",
+        "sched_migrate_task",
+        "cpu_idle",
+        "print",
+    ):
         a, b = plugin[ev], raw[ev]
         assert a.columns == b.columns, ev
         if ev != "sched_switch":
@@ -388,13 +443,21 @@ def test_tracecmd_report_old_header(traces):
     raw, meta = _raw(path)
     assert meta["format_version"] == "6" and meta["cpus"] == 6 and meta["empty_cpus"] == [3, 4]
     row = raw["sched_switch"].row(0, named=True)  # "ls-4734 [002] 106439.675591: ... prev_state=1024"
-    assert (row["common_comm"], row["common_pid"], row["cpu"], row["ts"], row["prev_comm"], row["prev_state"],
-            row["next_comm"], row["next_prio"]) == ("ls", 4734, 2, 106_439_675_591_000, "trace-cmd", 1024,
-                                                    "migration/2", 0)
+    assert (
+        row["common_comm"],
+        row["common_pid"],
+        row["cpu"],
+        row["ts"],
+        row["prev_comm"],
+        row["prev_state"],
+        row["next_comm"],
+        row["next_prio"],
+    ) == ("ls", 4734, 2, 106_439_675_591_000, "trace-cmd", 1024, "migration/2", 0)
 
 
-@pytest.mark.parametrize("name", ["lisa/trace_txt-trace.txt", "catapult/compressed_atrace_data.txt",
-                                  "trappy/trace_systrace.html"])
+@pytest.mark.parametrize(
+    "name", ["lisa/trace_txt-trace.txt", "catapult/compressed_atrace_data.txt", "trappy/trace_systrace.html"]
+)
 @pytest.mark.parametrize("wrapper", ["gzip", "zip"])
 def test_gzip_and_zip_wrappers(traces, tmp_path, name, wrapper):
     src = traces / name
@@ -435,8 +498,9 @@ def test_live_tracefs_text_equals_trace_cmd_extract(tracefs_lock, tmp_path):
         (inst / "trace_marker").write_text("abtest live text test")
         (inst / "tracing_on").write_text("0")
         text_path.write_bytes((inst / "trace").read_bytes())
-        subprocess.run(["trace-cmd", "extract", "-B", inst.name, "-o", str(dat)], capture_output=True,
-                       timeout=120, check=True)  # extract also removes the instance
+        subprocess.run(
+            ["trace-cmd", "extract", "-B", inst.name, "-o", str(dat)], capture_output=True, timeout=120, check=True
+        )  # extract also removes the instance
     finally:
         if inst.exists():
             for ev in LIVE_EVENTS:
@@ -450,7 +514,8 @@ def test_live_tracefs_text_equals_trace_cmd_extract(tracefs_lock, tmp_path):
     assert meta["text_columns"] == {"tgid": True, "flags": True, "flags_bits": 0xFF} and meta["lost_events"] == 0
     assert ref_meta["instances"] == [inst.name]
     assert {k: v.height for k, v in text.items() if k != "tracing_mark_write"} == {
-        k: v.height for k, v in ref.items() if k != "print"}
+        k: v.height for k, v in ref.items() if k != "print"
+    }
     assert text["sched_switch"].height > 50
     assert text["tracing_mark_write"]["buf"].to_list() == ref["print"]["buf"].to_list() == ["abtest live text test"]
     for ev in ("sched_switch", "sched_wakeup", "sched_waking"):
@@ -482,8 +547,9 @@ def test_live_tracefs_stack_traces(tracefs_lock, tmp_path):
         subprocess.run(["hackbench", "-g", "1", "-l", "2"], capture_output=True, timeout=60, check=True)
         (inst / "tracing_on").write_text("0")
         text_path.write_bytes((inst / "trace").read_bytes())
-        subprocess.run(["trace-cmd", "extract", "-B", inst.name, "-o", str(dat)], capture_output=True,
-                       timeout=120, check=True)
+        subprocess.run(
+            ["trace-cmd", "extract", "-B", inst.name, "-o", str(dat)], capture_output=True, timeout=120, check=True
+        )
     finally:
         if inst.exists():
             wakeup.write_text("0")
@@ -509,6 +575,7 @@ def test_text_reader_agrees_with_trace_dat_reader(traces, tmp_path):
     """Cross-reader check: `trace-cmd report -R -t` text of a trace.dat, through this reader and
     canonicalize(), equals abtest's own trace.dat reader on every shared column (exact ns ts)."""
     from abtest.trace.schema import canonicalize
+
     dat = traces / "x86-vm/x86-menu-hackbench-cyclictest.dat"
     out = tmp_path / "report.txt"
     with open(out, "wb") as f:
@@ -516,8 +583,16 @@ def test_text_reader_agrees_with_trace_dat_reader(traces, tmp_path):
     raw, meta = _raw(out)
     from_text = canonicalize(raw, meta)
     from_dat = read_trace(dat).tables
-    for ev in ("sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sched_migrate_task",
-               "cpu_idle", "cpu_idle_miss", "marker"):
+    for ev in (
+        "sched_switch",
+        "sched_wakeup",
+        "sched_waking",
+        "sched_wakeup_new",
+        "sched_migrate_task",
+        "cpu_idle",
+        "cpu_idle_miss",
+        "marker",
+    ):
         a, b = from_dat[ev], from_text[ev]
         cols = [c for c in a.columns if c in b.columns]
         assert {"ts", "cpu"} <= set(cols) and len(cols) >= 4, (ev, a.columns, b.columns)
@@ -536,10 +611,16 @@ def test_kernel_syscall_line_forms(tmp_path):
         "       hackbench-3008    [000] ..... 55060.726669: sys_read(fd: 7, buf: 0x7fffb4c35680, count: 0x64)\n"
         "       hackbench-3008    [000] ..... 55060.726793: sys_exit_group(error_code: 0)\n"
         "       hackbench-2681    [000] ..... 55060.731749: sys_wait4 -> 0xa8f\n"
-        "          python-2565    [000] ..... 55060.757724: sys_vfork()\n")
+        "          python-2565    [000] ..... 55060.757724: sys_vfork()\n"
+    )
     data = read_trace(path)
-    assert data.meta["events"] == {"sys_enter_exit_group": 1, "sys_enter_read": 1, "sys_enter_vfork": 1,
-                                   "sys_exit_read": 1, "sys_exit_wait4": 1}
+    assert data.meta["events"] == {
+        "sys_enter_exit_group": 1,
+        "sys_enter_read": 1,
+        "sys_enter_vfork": 1,
+        "sys_exit_read": 1,
+        "sys_exit_wait4": 1,
+    }
     enter = data.tables["sys_enter_read"].row(0, named=True)
     assert (enter["fd"], enter["count"], enter["ts"]) == (7, "0x64", 55060726669000)
     assert data.tables["sys_exit_wait4"]["ret"].to_list() == ["0xa8f"]
@@ -558,7 +639,8 @@ def test_multi_line_kernel_messages(tmp_path):
         "              sh-1670    [001] d.... 57952.875267: console: two\nlines\nand three\n"
         "              sh-1671    [000] ..... 57952.875300: tracing_mark_write: abtest marker\n gid=4\n"
         "              sh-1671    [000] d..2. 57952.875400: sched_switch: prev_comm=sh prev_pid=1671 prev_prio=120 "
-        "prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120\n")
+        "prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120\n"
+    )
     data = read_trace(path)
     assert data.tables["console"]["buf"].to_list() == ["abtest console test one", "two\nlines\nand three"]
     assert data.tables["marker"]["text"].to_list() == ["abtest marker\n gid=4"]
@@ -567,10 +649,14 @@ def test_multi_line_kernel_messages(tmp_path):
     assert list(data.meta["import_errors"]) == ["continuation_line"]  # joined, and counted: it may be damage
     assert [ex["line"] for ex in data.meta["import_errors"]["continuation_line"]["examples"]] == [5, 6, 8]
     bad = tmp_path / "bad.txt"
-    switch = ("sched_switch: prev_comm=sh prev_pid=1671 prev_prio=120 prev_state=S ==> next_comm=swapper/0 "
-              "next_pid=0 next_prio=120")
-    bad.write_text(head + f"              sh-1671    [000] d..2. 57952.875400: {switch}\ngarbage here\n"
-                   f"              sh-1671    [000] d..2. 57952.875500: {switch}\n")
+    switch = (
+        "sched_switch: prev_comm=sh prev_pid=1671 prev_prio=120 prev_state=S ==> next_comm=swapper/0 "
+        "next_pid=0 next_prio=120"
+    )
+    bad.write_text(
+        head + f"              sh-1671    [000] d..2. 57952.875400: {switch}\ngarbage here\n"
+        f"              sh-1671    [000] d..2. 57952.875500: {switch}\n"
+    )
     data = read_trace(bad)
     assert data.meta["events"] == {"sched_switch": 2}
     assert data.meta["import_errors"]["unrecognised_line"]["count"] == 1

@@ -2,6 +2,7 @@
 engine, v52), holds what abtest's own tables hold: the scheduling data (sched slices per CPU, CPU frequency
 and idle counters) and the derived tracks (PELT util/runnable, idle misses, wakeups beyond p99, overutilized
 spans, power per rail and channel), same counts, same timestamps, same values."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -51,8 +52,7 @@ def written(tmp_path_factory):
 
 
 def _counter(s, name: str) -> pl.DataFrame:
-    q = ("select c.ts, c.value from counter c join track t on c.track_id = t.id "
-         f"where t.name = '{name}' order by c.ts")
+    q = f"select c.ts, c.value from counter c join track t on c.track_id = t.id where t.name = '{name}' order by c.ts"
     return s.query(q)
 
 
@@ -60,8 +60,11 @@ def _steps(df: pl.DataFrame, key: str, value: str, decimals: int | None = None) 
     """The contract of a derived counter: at the written resolution (``decimals``, else tracks.quantized), nulls
     out, a sample only when the value changes; ``raw``: the value before rounding."""
     v = pl.col(value).cast(pl.Float64)
-    d = df.select(key, "ts", (v.round(decimals) if decimals is not None else quantized(v)).alias(value),
-                  v.alias("raw")).drop_nulls(value).sort(key, "ts")
+    d = (
+        df.select(key, "ts", (v.round(decimals) if decimals is not None else quantized(v)).alias(value), v.alias("raw"))
+        .drop_nulls(value)
+        .sort(key, "ts")
+    )
     prev = pl.col(value).shift(1).over(key)
     return d.filter(prev.is_null() | (pl.col(value) != prev))
 
@@ -93,15 +96,17 @@ def test_sched_tables_hold_abtests_switches(written, path):
     # trace_processor opens a slice at every switch but the first of each CPU (whose previous task it cannot
     # know from the compact form: it does the same on perfetto's own recordings)
     expect = sw.filter(pl.col("cpu").cum_count().over("cpu") > 1).select(
-        pl.col("cpu").cast(pl.Int64), "ts", pl.col("next_pid").cast(pl.Int64).alias("tid"))
+        pl.col("cpu").cast(pl.Int64), "ts", pl.col("next_pid").cast(pl.Int64).alias("tid")
+    )
     got = s.query("select s.cpu, s.ts, t.tid from sched s join thread t using (utid) order by s.cpu, s.ts")
     assert got.height == expect.height
     assert got.equals(expect.sort("cpu", "ts", maintain_order=True))
     for table, track in (("cpu_idle", "cpuidle"), ("cpu_frequency", "cpufreq")):
         if table not in t.tables:
             continue
-        n = s.query(f"select count(*) n from counter c join cpu_counter_track t on c.track_id = t.id "
-                    f"where t.name = '{track}'")["n"][0]
+        n = s.query(
+            f"select count(*) n from counter c join cpu_counter_track t on c.track_id = t.id where t.name = '{track}'"
+        )["n"][0]
         assert n == t.df(table).height
     if "sched_waking" in t.tables:
         assert s.query("select count(*) n from thread_state")["n"][0] > sw.height  # runnable states from wakings
@@ -137,15 +142,18 @@ def test_pelt_counters_equal_abtests_signals(written, path):
 def test_idle_misses_are_instants_with_state_and_sleep(written):
     t, _summary, s = written(X86_DAT)
     miss = t.df("cpu_idle_miss")
-    got = s.query("select s.ts, s.name, s.dur, t.name track, "
-                  "extract_arg(s.arg_set_id, 'debug.state') state, extract_arg(s.arg_set_id, 'debug.sleep_us') sleep "
-                  "from slice s join track t on s.track_id = t.id where t.name like '% idle misses' order by s.ts")
+    got = s.query(
+        "select s.ts, s.name, s.dur, t.name track, "
+        "extract_arg(s.arg_set_id, 'debug.state') state, extract_arg(s.arg_set_id, 'debug.sleep_us') sleep "
+        "from slice s join track t on s.track_id = t.id where t.name like '% idle misses' order by s.ts"
+    )
     assert got.height == miss.height > 0
     assert (got["dur"] == 0).all()
     assert sorted(got["ts"].to_list()) == sorted(miss["ts"].to_list())
     names = {"above": "too deep", "below": "too shallow"}
-    exp = miss.select("ts", pl.col("type").cast(pl.Utf8).replace_strict(names).alias("name"),
-                      pl.col("state").cast(pl.Int64)).sort("ts", "name", "state")
+    exp = miss.select(
+        "ts", pl.col("type").cast(pl.Utf8).replace_strict(names).alias("name"), pl.col("state").cast(pl.Int64)
+    ).sort("ts", "name", "state")
     assert got.select("ts", "name", "state").sort("ts", "name", "state").equals(exp)
     assert got["sleep"].null_count() == 0 and (got["sleep"] > 0).all()
 
@@ -155,27 +163,36 @@ def test_slow_wakeups_are_slices_named_by_task(written):
     lat = t.latency.df_latency("wakeup").with_columns(pl.col("comm").cast(pl.Utf8))
     p99 = lat.group_by("comm").agg(pl.col("latency_ns").quantile(0.99, "linear").alias("p99"), pl.len().alias("n"))
     slow = lat.join(p99.filter(pl.col("n") >= 20), on="comm").filter(pl.col("latency_ns") > pl.col("p99"))
-    got = s.query("select s.ts, s.dur, s.name, extract_arg(s.arg_set_id, 'debug.pid') pid from slice s "
-                  "join track t on s.track_id = t.id where t.name like '% wakeups > p99%'")
+    got = s.query(
+        "select s.ts, s.dur, s.name, extract_arg(s.arg_set_id, 'debug.pid') pid from slice s "
+        "join track t on s.track_id = t.id where t.name like '% wakeups > p99%'"
+    )
     assert 0 < got.height <= slow.height
     if got.height < slow.height:  # more overlapping outliers on a CPU than lanes: said so
         assert any("wakeups > p99" in n and "not shown" in n for n in summary.notes)
-    exp = slow.select(pl.col("wakeup_ts").alias("ts"), pl.col("latency_ns").alias("dur"), pl.col("comm").alias("name"),
-                      pl.col("pid").cast(pl.Int64))
+    exp = slow.select(
+        pl.col("wakeup_ts").alias("ts"),
+        pl.col("latency_ns").alias("dur"),
+        pl.col("comm").alias("name"),
+        pl.col("pid").cast(pl.Int64),
+    )
     assert got.join(exp, on=["ts", "dur", "name", "pid"], how="anti").is_empty()
 
 
 def test_overutilized_spans(written):
     t, _summary, s = written(JUNO_TXT)
     iv = t.overutilized.df_intervals().filter(pl.col("overutilized") == 1)
-    got = s.query("select s.ts, s.dur from slice s join track t on s.track_id = t.id "
-                  "where t.name like 'overutilized %' order by s.ts")
+    got = s.query(
+        "select s.ts, s.dur from slice s join track t on s.track_id = t.id "
+        "where t.name like 'overutilized %' order by s.ts"
+    )
     assert got.height == iv.height > 0
     assert got.equals(iv.select("ts", "dur").sort("ts"))
 
 
 def test_power_rails_and_channels(written):
     from abtest.analysis.power import df_rail_power_intervals
+
     t, summary, s = written(PIXEL)
     iv = df_rail_power_intervals(t.df("power_rail"), start_ns=t.start_ns, end_ns=t.end_ns)
     exp = _steps(iv.with_columns(pl.col("rail").cast(pl.Utf8)), "rail", "power_mw", 3)
@@ -196,19 +213,27 @@ def test_power_rails_and_channels(written):
 
 def test_no_counter_sample_repeats(written):
     _t, _summary, s = written(PIXEL)
-    rep = s.query("select count(*) n from (select c.value, lag(c.value) over (partition by c.track_id order by c.ts) p "
-                  "from counter c join track t on c.track_id = t.id where t.name like 'CPU % util %' "
-                  "or t.name like 'rail %' or t.name like 'task %') where value = p")
+    rep = s.query(
+        "select count(*) n from (select c.value, lag(c.value) over (partition by c.track_id order by c.ts) p "
+        "from counter c join track t on c.track_id = t.id where t.name like 'CPU % util %' "
+        "or t.name like 'rail %' or t.name like 'task %') where value = p"
+    )
     assert rep["n"][0] == 0
 
 
 # -- held-out real traces of every format: they open, with the expected threads and CPUs -----------------
-HELD_OUT = ["langraph/trace.dat", "tracecompass/trace-android-sched", "tracecompass/android_trace.html",
-            "catapult/compressed_atrace_data.txt", "systing/trace.pb"]
+HELD_OUT = [
+    "langraph/trace.dat",
+    "tracecompass/trace-android-sched",
+    "tracecompass/android_trace.html",
+    "catapult/compressed_atrace_data.txt",
+    "systing/trace.pb",
+]
 
 
-@pytest.mark.parametrize("rel", HELD_OUT, ids=["trace.dat-v7-zstd", "ftrace-text", "systrace-html", "atrace-z",
-                                               "perfetto"])
+@pytest.mark.parametrize(
+    "rel", HELD_OUT, ids=["trace.dat-v7-zstd", "ftrace-text", "systrace-html", "atrace-z", "perfetto"]
+)
 def test_held_out_trace_opens_with_its_threads_and_cpus(tmp_path, rel):
     _engine()
     t = Trace(TRACES / rel)

@@ -1,6 +1,7 @@
 """`abtest timeline --store STORE A B`: kernel A's and B's iterations side by side in one perfetto trace, under
 groups named by label, B aligned at A's start; read back with trace_processor (wasm) and checked against
 abtest's own tables of each iteration. Store: the bundled example (examples/idle-governors: ladder vs menu)."""
+
 from __future__ import annotations
 
 import re
@@ -49,8 +50,10 @@ def test_both_sides_running_tasks_aligned_at_start(ab):
     for label, t, shift in (("ladder", ta, 0), ("menu", tb, ta.start_ns - tb.start_ns)):
         iv = df_task_intervals(t.df("sched_switch", windowed=False), start_ns=t.start_ns, end_ns=t.end_ns)
         iv = iv.filter(pl.col("dur") > 0)
-        got = ab.query("select s.ts, s.dur, s.name from slice s join track t on s.track_id = t.id "
-                       f"where t.name like '{label} CPU % running' order by s.ts, s.dur")
+        got = ab.query(
+            "select s.ts, s.dur, s.name from slice s join track t on s.track_id = t.id "
+            f"where t.name like '{label} CPU % running' order by s.ts, s.dur"
+        )
         assert got.height == iv.height
         exp = iv.select((pl.col("ts") + shift).alias("ts"), "dur", pl.col("comm").cast(pl.Utf8).alias("name"))
         assert got.equals(exp.sort("ts", "dur"))
@@ -59,8 +62,10 @@ def test_both_sides_running_tasks_aligned_at_start(ab):
 def test_both_sides_have_derived_tracks(ab):
     for label in ("ladder", "menu"):
         t = _trace(label)
-        n = ab.query("select count(*) n from slice s join track t on s.track_id = t.id "
-                     f"where t.name like '{label} CPU % idle misses'")["n"][0]
+        n = ab.query(
+            "select count(*) n from slice s join track t on s.track_id = t.id "
+            f"where t.name like '{label} CPU % idle misses'"
+        )["n"][0]
         assert n == t.df("cpu_idle_miss").height > 0
         util = ab.query(f"select count(*) n from track where name like '{label} CPU % util (simulated)'")["n"][0]
         assert util == t.cpus

@@ -24,6 +24,7 @@ are explained here, each checked precisely (never a tolerance):
   literal "\\n\\"), and legacy systrace HTML (`var linuxPerfData = "..."`): TP only reads
   <script class="trace-data"> blocks.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from shared_data import TRACES
 
 from abtest.trace import perfetto_engine as pe
-from shared_data import TRACES
 
 COMPARED = ("sched_switch", "sched_waking", "sched_wakeup", "cpu_idle", "cpu_frequency")
 SKIP_STATS = {"sched_switch": "compact_sched_switch_skipped", "sched_waking": "compact_sched_waking_skipped"}
@@ -85,8 +86,12 @@ def tp_facts():
             return cache[rel]
         try:
             ftrace = dict(s.query("select name, count(*) as n from ftrace_event group by name").iter_rows())
-            counters = dict(s.query("select t.name, count(*) as n from counter c join cpu_counter_track t "
-                                    "on c.track_id = t.id group by t.name").iter_rows())
+            counters = dict(
+                s.query(
+                    "select t.name, count(*) as n from counter c join cpu_counter_track t "
+                    "on c.track_id = t.id group by t.name"
+                ).iter_rows()
+            )
             stats = dict(s.query("select name, value from stats where name like 'compact_sched_%'").iter_rows())
             rails = s.query("""
                 include perfetto module android.power_rails;
@@ -108,6 +113,7 @@ def tp_facts():
 
 def _abtest(rel: str):
     from abtest.session import Trace
+
     return Trace(TRACES / rel)
 
 
@@ -144,9 +150,11 @@ def test_counts_agree(rel, kind, tp_facts):
             if event not in facts["ftrace"]:
                 assert ours.get(event, 0) == 0, f"{event}: abtest has {ours.get(event)}, TP has none"
     else:
-        tp_counts = {"sched_switch": facts["ftrace"].get("sched_switch", 0),
-                     "cpu_idle": facts["counters"].get("cpuidle", 0),
-                     "cpu_frequency": facts["counters"].get("cpufreq", 0)}
+        tp_counts = {
+            "sched_switch": facts["ftrace"].get("sched_switch", 0),
+            "cpu_idle": facts["counters"].get("cpuidle", 0),
+            "cpu_frequency": facts["counters"].get("cpufreq", 0),
+        }
         dropped_last = _unterminated_last_event(TRACES / rel)
         for event, tp_count in tp_counts.items():
             expected = tp_count + (1 if dropped_last == event else 0)
@@ -167,10 +175,17 @@ def test_power_rails_agree(tp_facts):
     tp = tp_facts(rel)["rails"].sort("rail")
     assert tp.height == 24
     df = _abtest(rel).df("power_rail").with_columns(pl.col("rail").cast(pl.String))
-    ours = (df.sort("ts").group_by("rail", maintain_order=True)
-            .agg(pl.len().alias("samples"), pl.col("ts").min().alias("first_ts"), pl.col("ts").max().alias("last_ts"),
-                 (pl.col("energy_uj").last() - pl.col("energy_uj").first()).cast(pl.Int64).alias("energy_uj"))
-            .sort("rail"))
+    ours = (
+        df.sort("ts")
+        .group_by("rail", maintain_order=True)
+        .agg(
+            pl.len().alias("samples"),
+            pl.col("ts").min().alias("first_ts"),
+            pl.col("ts").max().alias("last_ts"),
+            (pl.col("energy_uj").last() - pl.col("energy_uj").first()).cast(pl.Int64).alias("energy_uj"),
+        )
+        .sort("rail")
+    )
     assert ours["rail"].to_list() == tp["rail"].to_list()
     for col in ("samples", "first_ts", "last_ts", "energy_uj"):
         assert ours[col].to_list() == tp[col].to_list(), col
@@ -184,8 +199,10 @@ def test_power_rails_agree(tp_facts):
     ours_all = df.select("rail", "ts", pl.col("energy_uj").cast(pl.Int64)).sort("rail", "ts")
     assert ours_all.equals(tp_all)
     offset_ms = (df["ts"] - df["packet_ts"]) / 1e6
-    print(f"\nrail sample time (HAL timestamp_ms) minus packet time: median {offset_ms.median():.3f} ms, "
-          f"range {offset_ms.min():.1f} .. {offset_ms.max():.1f} ms over {df.height} samples")
+    print(
+        f"\nrail sample time (HAL timestamp_ms) minus packet time: median {offset_ms.median():.3f} ms, "
+        f"range {offset_ms.min():.1f} .. {offset_ms.max():.1f} ms over {df.height} samples"
+    )
 
 
 # -- field by field ---------------------------------------------------------------------------------
@@ -202,8 +219,10 @@ def _tp_rows(s, event: str, kind: str) -> pl.DataFrame:
     if kind == "text" and event in ("cpu_idle", "cpu_frequency"):
         track = {"cpu_idle": "cpuidle", "cpu_frequency": "cpufreq"}[event]
         col = FIELDS[event][0]
-        return s.query(f"select c.ts, t.cpu, cast(c.value as int) as {col} from counter c join cpu_counter_track t "
-                       f"on c.track_id = t.id where t.name = '{track}'")
+        return s.query(
+            f"select c.ts, t.cpu, cast(c.value as int) as {col} from counter c join cpu_counter_track t "
+            f"on c.track_id = t.id where t.name = '{track}'"
+        )
     cols = ", ".join(f"extract_arg(e.arg_set_id, '{TP_ARG.get(c, c)}') as {c}" for c in FIELDS[event])
     cpu = "extract_arg(e.arg_set_id, 'cpu_id')" if event in ("cpu_idle", "cpu_frequency") else "e.cpu"
     return s.query(f"select e.ts, {cpu} as cpu, {cols} from ftrace_event e where e.name = '{event}'")
@@ -211,11 +230,15 @@ def _tp_rows(s, event: str, kind: str) -> pl.DataFrame:
 
 def _norm(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     out = df.select(["ts", "cpu", *cols]).with_columns(
-        [pl.col(c).cast(pl.String) if df.schema[c] in (pl.Categorical, pl.String) else pl.col(c).cast(pl.Int64)
-         for c in ["ts", "cpu", *cols]])
+        [
+            pl.col(c).cast(pl.String) if df.schema[c] in (pl.Categorical, pl.String) else pl.col(c).cast(pl.Int64)
+            for c in ["ts", "cpu", *cols]
+        ]
+    )
     if "state" in cols:  # the kernel writes (u32)-1 for "exit idle"; abtest's canonical table says -1
-        out = out.with_columns(pl.when(pl.col("state") == 4294967295).then(-1).otherwise(pl.col("state"))
-                               .alias("state"))
+        out = out.with_columns(
+            pl.when(pl.col("state") == 4294967295).then(-1).otherwise(pl.col("state")).alias("state")
+        )
     return out
 
 
@@ -252,17 +275,24 @@ def test_fields_agree(rel, kind):
                 # has one idle thread for all CPUs, "swapper"
                 ours = ours.with_columns(
                     pl.when((pl.col("prev_pid") == 0) & pl.col("prev_comm").str.contains(r"^swapper/\d+$"))
-                    .then(pl.lit("swapper")).otherwise(pl.col("prev_comm")).alias("prev_comm"))
+                    .then(pl.lit("swapper"))
+                    .otherwise(pl.col("prev_comm"))
+                    .alias("prev_comm")
+                )
             if kind == "text" and "prev_state" in cols:
                 # text "R+" (preempted while runnable): TP encodes the "+" as 0x800 (its own kMaxState),
                 # abtest as 0x100 (TASK_REPORT_MAX of 4.14+ kernels); the text carries no number at all
                 theirs = theirs.with_columns(
                     pl.when((pl.col("prev_state") & 0x800) != 0)
-                    .then((pl.col("prev_state") & ~0x800) | 0x100).otherwise(pl.col("prev_state")).alias("prev_state"))
+                    .then((pl.col("prev_state") & ~0x800) | 0x100)
+                    .otherwise(pl.col("prev_state"))
+                    .alias("prev_state")
+                )
             keys = ["ts", "cpu", *cols]
             only_tp = theirs.join(ours, on=keys, how="anti", nulls_equal=True)
             only_ours = ours.join(theirs, on=keys, how="anti", nulls_equal=True)
-            # renamed tasks switch out under their new comm in both (abtest reader fixed; tests/test_perfetto_derived.py)
+            # renamed tasks switch out under their new comm in both (abtest reader fixed;
+            # tests/test_perfetto_derived.py)
             assert only_tp.is_empty(), (event, only_tp.head())
             explained = int(stats.get(SKIP_STATS.get(event, ""), 0) or 0) if kind == "perfetto" else 0
             if kind == "text" and _unterminated_last_event(TRACES / rel) == event:
@@ -270,12 +300,19 @@ def test_fields_agree(rel, kind):
             assert only_ours.height == explained, (event, only_ours.head())
             if explained and event == "sched_switch":  # exactly the first sched_switch of each CPU
                 firsts = ours.sort("ts").group_by("cpu", maintain_order=True).first()
-                assert only_ours.select("cpu", "ts").sort("cpu", "ts").equals(firsts.select("cpu", "ts").sort("cpu", "ts"))
+                assert (
+                    only_ours.select("cpu", "ts").sort("cpu", "ts").equals(firsts.select("cpu", "ts").sort("cpu", "ts"))
+                )
             if explained and event == "sched_waking":  # exactly the wakings before the CPU's first sched_switch
-                first_switch = t.df("sched_switch").group_by(pl.col("cpu").cast(pl.Int64)).agg(pl.col("ts").min().alias("t0"))
+                first_switch = (
+                    t.df("sched_switch").group_by(pl.col("cpu").cast(pl.Int64)).agg(pl.col("ts").min().alias("t0"))
+                )
                 early = ours.join(first_switch, on="cpu", how="left").filter(
-                    pl.col("t0").is_null() | (pl.col("ts") < pl.col("t0")))
-                assert only_ours.select("cpu", "ts").sort("cpu", "ts").equals(early.select("cpu", "ts").sort("cpu", "ts"))
+                    pl.col("t0").is_null() | (pl.col("ts") < pl.col("t0"))
+                )
+                assert (
+                    only_ours.select("cpu", "ts").sort("cpu", "ts").equals(early.select("cpu", "ts").sort("cpu", "ts"))
+                )
             compared += ours.height
     finally:
         s.close()
@@ -295,37 +332,59 @@ def test_residency_agrees():
     """
     from abtest.analysis.frequency import df_frequency_intervals
     from abtest.analysis.idle import df_idle_intervals, df_idle_residency
+
     rel = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
     r = pe.analyze(TRACES / rel, engine="wasm")
     start, end = r["span"]["start_ns"], r["span"]["end_ns"]
     t = _abtest(rel)
-    idle = (df_idle_residency(df_idle_intervals(t.df("cpu_idle"), start_ns=start, end_ns=end))
-            .filter(pl.col("state").is_not_null())
-            .select(pl.col("cpu").cast(pl.Int64), "state", "time_ns").sort("cpu", "state"))
+    idle = (
+        df_idle_residency(df_idle_intervals(t.df("cpu_idle"), start_ns=start, end_ns=end))
+        .filter(pl.col("state").is_not_null())
+        .select(pl.col("cpu").cast(pl.Int64), "state", "time_ns")
+        .sort("cpu", "state")
+    )
     tp_idle = r["cpu_idle_residency"].select("cpu", "state", "time_ns").sort("cpu", "state")
     # abtest infers what TP leaves out: a CPU whose first cpu_idle event enters an idle state was active
     # from the window start until then (the stdlib starts each CPU at its first event)
-    first = (t.df("cpu_idle").sort("ts").group_by("cpu", maintain_order=True).first()
-             .filter(pl.col("state") >= 0)
-             .select(pl.col("cpu").cast(pl.Int64), pl.lit(-1, pl.Int64).alias("state"), (pl.col("ts") - start).alias("lead_in")))
+    first = (
+        t.df("cpu_idle")
+        .sort("ts")
+        .group_by("cpu", maintain_order=True)
+        .first()
+        .filter(pl.col("state") >= 0)
+        .select(
+            pl.col("cpu").cast(pl.Int64), pl.lit(-1, pl.Int64).alias("state"), (pl.col("ts") - start).alias("lead_in")
+        )
+    )
     assert first.height >= 1  # on this trace: CPU 3, 284 ms
-    tp_idle = (tp_idle.join(first, on=["cpu", "state"], how="left")
-               .select("cpu", "state", (pl.col("time_ns") + pl.col("lead_in").fill_null(0)).alias("time_ns")))
+    tp_idle = tp_idle.join(first, on=["cpu", "state"], how="left").select(
+        "cpu", "state", (pl.col("time_ns") + pl.col("lead_in").fill_null(0)).alias("time_ns")
+    )
     assert idle.equals(tp_idle)
 
-    freq = (df_frequency_intervals(t.df("cpu_frequency"), start_ns=start, end_ns=end)
-            .filter(pl.col("frequency_khz").is_not_null())
-            .group_by(pl.col("cpu").cast(pl.Int64), "frequency_khz").agg(pl.col("dur").sum().alias("time_ns"))
-            .sort("cpu", "frequency_khz"))
-    tp_ftrace_only = pe.query(TRACES / rel, """
+    freq = (
+        df_frequency_intervals(t.df("cpu_frequency"), start_ns=start, end_ns=end)
+        .filter(pl.col("frequency_khz").is_not_null())
+        .group_by(pl.col("cpu").cast(pl.Int64), "frequency_khz")
+        .agg(pl.col("dur").sum().alias("time_ns"))
+        .sort("cpu", "frequency_khz")
+    )
+    tp_ftrace_only = pe.query(
+        TRACES / rel,
+        """
         with ev as (select extract_arg(arg_set_id, 'cpu_id') as cpu, extract_arg(arg_set_id, 'state') as f, ts
                     from ftrace_event where name = 'cpu_frequency'),
              iv as (select cpu, f, lead(ts, 1, trace_end()) over (partition by cpu order by ts) - ts as dur from ev)
-        select cpu, f as frequency_khz, sum(dur) as time_ns from iv group by cpu, f order by cpu, f""", engine="wasm")
+        select cpu, f as frequency_khz, sum(dur) as time_ns from iv group by cpu, f order by cpu, f""",
+        engine="wasm",
+    )
     assert freq.equals(tp_ftrace_only)
     stdlib = r["cpu_frequency_residency"].select("cpu", "frequency_khz", pl.col("time_ns").alias("tp_ns"))
     diff = freq.join(stdlib, on=["cpu", "frequency_khz"], how="full", coalesce=True).with_columns(
-        (pl.col("time_ns").fill_null(0) - pl.col("tp_ns").fill_null(0)).abs().alias("d"))
+        (pl.col("time_ns").fill_null(0) - pl.col("tp_ns").fill_null(0)).abs().alias("d")
+    )
     little = diff.filter(pl.col("cpu") < 4)["d"].max()
-    print(f"\nfrequency residency, abtest vs TP stdlib (polling mixed in): little CPUs differ by up to "
-          f"{little / 1e6:.1f} ms per OPP; X1 CPUs by {diff.filter(pl.col('cpu') >= 6)['d'].max() / 1e9:.2f} s")
+    print(
+        f"\nfrequency residency, abtest vs TP stdlib (polling mixed in): little CPUs differ by up to "
+        f"{little / 1e6:.1f} ms per OPP; X1 CPUs by {diff.filter(pl.col('cpu') >= 6)['d'].max() / 1e9:.2f} s"
+    )

@@ -5,6 +5,7 @@ The shell path (ABTEST_TRACE_PROCESSOR -> perfetto package -> HTTP) is driven th
 tests/tp_shell_standin.py, a labelled STAND-IN process that hosts the same wasm engine behind the shell's
 HTTP endpoints (no native trace_processor_shell can be downloaded here).
 """
+
 from __future__ import annotations
 
 import json
@@ -78,15 +79,19 @@ def test_no_engine_clear_message_fast(clean_env, monkeypatch):
 def test_cli_no_engine_exits_2(clean_env, traces):
     env = dict(os.environ, ABTEST_TP_WASM=str(clean_env / "missing.wasm"))
     for args in (["engines"], ["sql", str(traces / SYSTING), "select 1"]):
-        r = subprocess.run([sys.executable, "-m", "abtest.cli", *args], env=env, capture_output=True,
-                           text=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", "abtest.cli", *args], env=env, capture_output=True, text=True, timeout=60
+        )
         assert r.returncode == 2, (args, r.stdout, r.stderr)
     assert "no Perfetto trace_processor engine" in r.stderr
 
 
 def test_query_types_and_errors(clean_env, traces):
-    df = pe.query(traces / PIXEL, "select name, count(*) as n, sum(cpu) * 1.0 / count(*) as mean_cpu, null as no_value "
-                                  "from ftrace_event group by name order by name")
+    df = pe.query(
+        traces / PIXEL,
+        "select name, count(*) as n, sum(cpu) * 1.0 / count(*) as mean_cpu, null as no_value "
+        "from ftrace_event group by name order by name",
+    )
     assert df.columns == ["name", "n", "mean_cpu", "no_value"]
     assert df.schema["name"] == pl.String and df.schema["n"] == pl.Int64 and df.schema["mean_cpu"] == pl.Float64
     counts = dict(zip(df["name"], df["n"]))
@@ -124,6 +129,7 @@ def test_analyze_stdlib_metrics(clean_env, traces):
 
 def test_trace_sql_method(clean_env, traces):
     from abtest.session import Trace
+
     t = Trace(traces / SYSTING)
     df = t.sql("select count(*) as n from ftrace_event where name = 'softirq_entry'")
     assert df["n"].to_list() == [4284]
@@ -131,9 +137,11 @@ def test_trace_sql_method(clean_env, traces):
 
 def test_module_cache_cold_then_warm(tmp_path):
     """Cold start compiles the 11 MB module (seconds); the second process deserialises the cached artefact."""
-    code = ("import json,time; t=time.perf_counter(); from abtest.trace.wasm_engine import WasmTraceProcessor;"
-            "tp=WasmTraceProcessor(); print(json.dumps({'source': tp.startup.source, 'module_s': tp.startup.seconds,"
-            "'total_s': time.perf_counter()-t}))")
+    code = (
+        "import json,time; t=time.perf_counter(); from abtest.trace.wasm_engine import WasmTraceProcessor;"
+        "tp=WasmTraceProcessor(); print(json.dumps({'source': tp.startup.source, 'module_s': tp.startup.seconds,"
+        "'total_s': time.perf_counter()-t}))"
+    )
     env = dict(os.environ, ABTEST_WASM_CACHE_DIR=str(tmp_path / "wasm-cache"))
     runs = []
     for _ in range(2):
@@ -143,14 +151,16 @@ def test_module_cache_cold_then_warm(tmp_path):
     assert runs[0]["source"] == "compiled" and runs[1]["source"] == "disk-cache"
     assert runs[1]["module_s"] < runs[0]["module_s"] / 5
     assert list((tmp_path / "wasm-cache").glob("*.cwasm"))
-    print(f"\nwasm start-up: cold {runs[0]['total_s']:.2f} s (compile {runs[0]['module_s']:.2f} s), "
-          f"warm {runs[1]['total_s']:.2f} s (deserialise {runs[1]['module_s']:.3f} s)")
+    print(
+        f"\nwasm start-up: cold {runs[0]['total_s']:.2f} s (compile {runs[0]['module_s']:.2f} s), "
+        f"warm {runs[1]['total_s']:.2f} s (deserialise {runs[1]['module_s']:.3f} s)"
+    )
 
 
 def test_shell_path_through_perfetto_package(clean_env, monkeypatch, traces, tmp_path):
     """ABTEST_TRACE_PROCESSOR -> perfetto.TraceProcessor(bin_path) -> HTTP; the binary is a STAND-IN."""
     wrapper = tmp_path / "trace_processor_shell"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'tp_shell_standin.py'} \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "tp_shell_standin.py"} "$@"\n')
     wrapper.chmod(0o755)
     monkeypatch.setenv("ABTEST_TRACE_PROCESSOR", str(wrapper))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
@@ -173,8 +183,13 @@ def test_shell_path_through_perfetto_package(clean_env, monkeypatch, traces, tmp
 def test_cli_engines_measure(clean_env):
     env = {k: v for k, v in os.environ.items() if k != "ABTEST_TRACE_PROCESSOR"}
     env["HOME"] = str(clean_env)
-    r = subprocess.run([sys.executable, "-m", "abtest.cli", "engines", "--json", "--measure"], env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "engines", "--json", "--measure"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     wasm = [x for x in rows if x["engine"] == "wasm"][0]
@@ -198,14 +213,21 @@ def test_runaway_query_times_out_and_session_recovers(clean_env, traces, monkeyp
 @pytest.mark.parametrize("rel", [PIXEL, SYSTING, "nowinandroid/trace.perfetto-trace"])
 def test_cli_analyze_engine_perfetto_offline(rel, traces):
     """`abtest analyze --engine perfetto` (wired by the analyze command) on every shared perfetto trace."""
-    r = subprocess.run([sys.executable, "-m", "abtest.cli", "analyze", "--engine", "perfetto", "--json",
-                        str(traces / rel)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "analyze", "--engine", "perfetto", "--json", str(traces / rel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["engine"]["name"] in ("wasm", "shell")
     counts = {row["event"]: row["count"] for row in doc["event_counts"]}
-    expected = {PIXEL: ("sched_switch", 49841), SYSTING: ("softirq_entry", 4284),
-                "nowinandroid/trace.perfetto-trace": ("print", 6246)}[rel]
+    expected = {
+        PIXEL: ("sched_switch", 49841),
+        SYSTING: ("softirq_entry", 4284),
+        "nowinandroid/trace.perfetto-trace": ("print", 6246),
+    }[rel]
     assert counts[expected[0]] == expected[1]
     if rel == PIXEL:
         assert len(doc["power_rails"]) == 24 and len(doc["cpu_idle_residency"]) > 8
@@ -213,7 +235,9 @@ def test_cli_analyze_engine_perfetto_offline(rel, traces):
 
 def test_result_conversion_mixed_cells(clean_env, traces):
     """SQLite typing is per cell: empty strings, nulls, ints mixed with floats, blobs."""
-    df = pe.query(traces / SYSTING, "select '' as a, 'x' as b, null as c, 1 as d, x'00ff' as e "
-                                    "union all select 'q', '', 'z', 2.5, null")
+    df = pe.query(
+        traces / SYSTING,
+        "select '' as a, 'x' as b, null as c, 1 as d, x'00ff' as e union all select 'q', '', 'z', 2.5, null",
+    )
     assert df.schema["a"] == pl.String and df.schema["d"] == pl.Float64 and df.schema["e"] == pl.Binary
     assert df.rows() == [("", "x", None, 1.0, b"\x00\xff"), ("q", "", "z", 2.5, None)]

@@ -8,6 +8,7 @@ or protobuf walk for the others) after the documented renames:
 - a line cut short before the fields its event needs is an import error (missing_field), not an event (issue 43):
   CUT_LINES lists those of the shared traces.
 Runs the real CLI entry point in-process (click) for speed; one subprocess run checks the installed script."""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from shared_data import TRACES
 
 from abtest.cli import cli
 from abtest.trace.schema import EVENT_ALIASES
-from shared_data import TRACES
 
 EXPECTED = json.loads((TRACES / "expected-counts.json").read_text())
 FILES = sorted(k for k in EXPECTED if not k.endswith(".yml"))
@@ -60,6 +61,7 @@ def header_overwritten(path: Path) -> int:
     """Events the ring buffer overwrote, as a tracefs text header states them
     (`# entries-in-buffer/entries-written: X/Y`: Y - X); 0 for files without that header."""
     import re
+
     head = path.read_bytes()[:4096].decode("latin-1")
     m = re.search(r"entries-in-buffer/entries-written: (\d+)/(\d+)", head)
     return int(m.group(2)) - int(m.group(1)) if m else 0
@@ -67,8 +69,12 @@ def header_overwritten(path: Path) -> int:
 
 def test_installed_script_prints_one_json_object():
     exe = Path(sys.executable).with_name("abtest")
-    r = subprocess.run([str(exe), "trace", "info", "--json", str(TRACES / "lisa/sched_load-trace.dat")],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [str(exe), "trace", "info", "--json", str(TRACES / "lisa/sched_load-trace.dat")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     info = json.loads(r.stdout)
     assert info["events"]["sched_pelt_se"] == 364 and info["event_aliases"]["sched_pelt_se"] == "sched_load_se"
     assert info["cpus"] == 6 and info["format"] == "trace.dat"

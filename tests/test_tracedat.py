@@ -1,6 +1,7 @@
 """trace.dat reader vs the reference decoder (`trace-cmd report`, run here) on every real trace.dat
 under ../shared/traces: per-event counts, every event's ts / cpu / pid / field values, marker text,
 metadata and the `abtest trace info --json` contract."""
+
 from __future__ import annotations
 
 import json
@@ -11,16 +12,22 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 import tracedat_ref as ref
-from abtest.trace import tracedat
-from abtest.trace.readers import read_trace
 from shared_data import TRACES
 
+from abtest.trace import tracedat
+from abtest.trace.readers import read_trace
+
 ROOT = Path(__file__).resolve().parent.parent
-TRACEDAT_FILES = ["langraph/trace.dat", "lisa/sched_load-trace.dat", "trappy/trace.dat", "trappy/trace_idle.dat",
-                  "x86-vm/x86-haltpoll-hackbench-cyclictest.dat", "x86-vm/x86-ladder-hackbench-cyclictest.dat",
-                  "x86-vm/x86-menu-hackbench-cyclictest.dat"]
+TRACEDAT_FILES = [
+    "langraph/trace.dat",
+    "lisa/sched_load-trace.dat",
+    "trappy/trace.dat",
+    "trappy/trace_idle.dat",
+    "x86-vm/x86-haltpoll-hackbench-cyclictest.dat",
+    "x86-vm/x86-ladder-hackbench-cyclictest.dat",
+    "x86-vm/x86-menu-hackbench-cyclictest.dat",
+]
 SCHED_POWER = ("sched_switch", "sched_wakeup", "sched_waking", "cpu_idle", "cpu_frequency", "cpu_idle_miss")
 
 
@@ -70,8 +77,22 @@ def test_trace_cmd_convert_variants(tmp_path, version, compression):
     same tables, and matches `trace-cmd report` on the converted file."""
     src = TRACES / "x86-vm/x86-menu-hackbench-cyclictest.dat"
     out = tmp_path / f"v{version}-{compression}.dat"
-    subprocess.run(["trace-cmd", "convert", "-i", str(src), "-o", str(out), "--file-version", version,
-                    "--compression", compression], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "trace-cmd",
+            "convert",
+            "-i",
+            str(src),
+            "-o",
+            str(out),
+            "--file-version",
+            version,
+            "--compression",
+            compression,
+        ],
+        check=True,
+        capture_output=True,
+    )
     raw, meta = tracedat.read(out, out.read_bytes())
     assert meta["format_version"] == version and meta["compression"] is None
     assert ref.compare_fields(raw, str(out)) == sum(df.height for df in raw.values())
@@ -107,12 +128,15 @@ def test_bprint_has_formatted_text():
     assert not any("UNKNOWN" in w for w in meta["warnings"])
 
 
-@pytest.mark.parametrize("rel,version,long_size,clock,cpus", [
-    ("langraph/trace.dat", "7", 8, "perf", 4),
-    ("lisa/sched_load-trace.dat", "6", 8, None, 6),
-    ("trappy/trace.dat", "6", 4, None, 8),
-    ("x86-vm/x86-menu-hackbench-cyclictest.dat", "7", 8, "local", 2),
-])
+@pytest.mark.parametrize(
+    "rel,version,long_size,clock,cpus",
+    [
+        ("langraph/trace.dat", "7", 8, "perf", 4),
+        ("lisa/sched_load-trace.dat", "6", 8, None, 6),
+        ("trappy/trace.dat", "6", 4, None, 8),
+        ("x86-vm/x86-menu-hackbench-cyclictest.dat", "7", 8, "local", 2),
+    ],
+)
 def test_meta(rel, version, long_size, clock, cpus):
     _, meta = raw_of(rel)
     assert meta["format_version"] == version
@@ -151,8 +175,12 @@ def test_canonical_tables_juno_pelt_and_idle():
 
 
 def _abtest_info(path: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(path)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -161,6 +189,7 @@ def test_cli_info_json_exact(rel, expected):
     info = _abtest_info(TRACES / rel)
     assert info["format"] == "trace.dat"
     from abtest.trace.schema import EVENT_ALIASES
+
     want = {EVENT_ALIASES.get(k, k): v for k, v in expected[rel]["events"].items()}
     assert {k: v for k, v in info["events"].items() if v} == want
     reference = ref.events(str(TRACES / rel))
@@ -215,10 +244,12 @@ format:
 
 print fmt: "comm=%s pid=%d value=%llu msg=%s", REC->comm, REC->pid, REC->value, __get_str(msg)
 """
-_HEADER_PAGE = ("\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
-                "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
-                "\tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;\n"
-                "\tfield: char data;\toffset:16;\tsize:4080;\tsigned:1;\n")
+_HEADER_PAGE = (
+    "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
+    "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
+    "\tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;\n"
+    "\tfield: char data;\toffset:16;\tsize:4080;\tsigned:1;\n"
+)
 
 
 def _record(e: str, pid: int, comm: bytes, value: int, msg: bytes) -> bytes:
@@ -281,8 +312,9 @@ def test_standin_v6_every_event_header_kind(tmp_path, endian):
     raw, meta = tracedat.read(path, blob)
     assert meta["kernel"]["endian"] == ("big" if endian == ">" else "little")
     df = raw["test_event"]
-    got = list(zip(df["ts"].to_list(), df["pid"].to_list(), df["comm"].to_list(), df["value"].to_list(),
-                   df["msg"].to_list()))
+    got = list(
+        zip(df["ts"].to_list(), df["pid"].to_list(), df["comm"].to_list(), df["value"].to_list(), df["msg"].to_list())
+    )
     assert got == expected
     assert df["common_pid"].to_list() == [7, 1, 3]
     assert meta["lost_events"] == 17 and meta["lost_events_per_cpu"] == {"0": 17}
@@ -298,27 +330,43 @@ def _standin_v7_zlib(e: str) -> tuple[bytes, list]:
     """The same content as `_standin_tracedat`, as a trace.dat v7 with zlib-compressed sections and a
     zlib-compressed flyrecord chunk (trace-cmd here can write neither zlib nor big-endian files)."""
     import zlib
+
     v6, expected = _standin_tracedat(e)
     page = v6[-4096:]
     fmt = _FMT.encode()
     cmdlines = b"7 alpha\n"
-    out = bytearray(b"\x17\x08\x44tracing7\0" + (b"\1" if e == ">" else b"\0") + b"\x08"
-                    + struct.pack(e + "I", 4096) + b"zlib\0" + b"1.2.13\0")
+    out = bytearray(
+        b"\x17\x08\x44tracing7\0"
+        + (b"\1" if e == ">" else b"\0")
+        + b"\x08"
+        + struct.pack(e + "I", 4096)
+        + b"zlib\0"
+        + b"1.2.13\0"
+    )
     opt_off_at = len(out)
     out += b"\0" * 8
 
     def section(sec_id: int, payload: bytes) -> int:
         at = len(out)
         blob = zlib.compress(payload)
-        out.extend(struct.pack(e + "HHIQ", sec_id, 1, 0, 8 + len(blob)) + struct.pack(e + "II", len(blob), len(payload))
-                   + blob)
+        out.extend(
+            struct.pack(e + "HHIQ", sec_id, 1, 0, 8 + len(blob)) + struct.pack(e + "II", len(blob), len(payload)) + blob
+        )
         return at
 
-    header_info = (b"header_page\0" + struct.pack(e + "Q", len(_HEADER_PAGE)) + _HEADER_PAGE.encode()
-                   + b"header_event\0" + struct.pack(e + "Q", 4) + b"none")
-    offs = {16: section(16, header_info),
-            18: section(18, struct.pack(e + "I", 1) + b"test\0" + struct.pack(e + "IQ", 1, len(fmt)) + fmt),
-            21: section(21, struct.pack(e + "Q", len(cmdlines)) + cmdlines)}
+    header_info = (
+        b"header_page\0"
+        + struct.pack(e + "Q", len(_HEADER_PAGE))
+        + _HEADER_PAGE.encode()
+        + b"header_event\0"
+        + struct.pack(e + "Q", 4)
+        + b"none"
+    )
+    offs = {
+        16: section(16, header_info),
+        18: section(18, struct.pack(e + "I", 1) + b"test\0" + struct.pack(e + "IQ", 1, len(fmt)) + fmt),
+        21: section(21, struct.pack(e + "Q", len(cmdlines)) + cmdlines),
+    }
     buf_sec = len(out)
     blob = zlib.compress(page)
     chunk = struct.pack(e + "II", len(blob), len(page)) + blob
@@ -331,13 +379,18 @@ def _standin_v7_zlib(e: str) -> tuple[bytes, list]:
     opts += struct.pack(e + "HI", 8, 4) + struct.pack(e + "I", 1)
     clock = b"[local] global\0"
     opts += struct.pack(e + "HI", 4, len(clock)) + clock
-    buffer_opt = (struct.pack(e + "Q", buf_sec) + b"\0" + b"local\0" + struct.pack(e + "II", 4096, 1)
-                  + struct.pack(e + "IQQ", 0, cpu_off, len(chunk)))
+    buffer_opt = (
+        struct.pack(e + "Q", buf_sec)
+        + b"\0"
+        + b"local\0"
+        + struct.pack(e + "II", 4096, 1)
+        + struct.pack(e + "IQQ", 0, cpu_off, len(chunk))
+    )
     opts += struct.pack(e + "HI", 3, len(buffer_opt)) + buffer_opt
     opts += struct.pack(e + "HIQ", 0, 8, 0)
     opt_off = len(out)
     out += struct.pack(e + "HHIQ", 0, 0, 0, len(opts)) + opts
-    out[opt_off_at:opt_off_at + 8] = struct.pack(e + "Q", opt_off)
+    out[opt_off_at : opt_off_at + 8] = struct.pack(e + "Q", opt_off)
     return bytes(out), expected
 
 
@@ -349,7 +402,8 @@ def test_standin_v7_zlib(tmp_path, endian):
     raw, meta = tracedat.read(path, blob)
     assert (meta["format_version"], meta["compression"], meta["clock"], meta["cpus"]) == ("7", "zlib", "local", 1)
     df = raw["test_event"]
-    got = list(zip(df["ts"].to_list(), df["pid"].to_list(), df["comm"].to_list(), df["value"].to_list(),
-                   df["msg"].to_list()))
+    got = list(
+        zip(df["ts"].to_list(), df["pid"].to_list(), df["comm"].to_list(), df["value"].to_list(), df["msg"].to_list())
+    )
     assert got == expected
     assert meta["lost_events"] == 17

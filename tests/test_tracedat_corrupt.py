@@ -5,6 +5,7 @@ The inputs are real traces from ../shared/traces with bytes changed in a tempora
 Decision (documented in docs/ingest.md): a file whose CPU data ends inside a ring-buffer page, or
 whose per-CPU data runs past the end of the file, is an error, not a shorter trace.
 """
+
 from __future__ import annotations
 
 import random
@@ -14,11 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_data import TRACES
 
 from abtest.trace import tracedat
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.readers import read_trace
-from shared_data import TRACES
 
 ROOT = Path(__file__).resolve().parent.parent
 V6 = TRACES / "lisa" / "sched_load-trace.dat"
@@ -33,8 +34,11 @@ def _write(tmp_path: Path, name: str, data: bytes) -> Path:
 
 
 def _cli_info(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(path)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "trace", "info", "--json", "--no-cache", str(path)],
+        capture_output=True,
+        text=True,
+    )
 
 
 def _cpu_spans(path: Path, data: bytes | None = None) -> list[tuple[int, int, int]]:
@@ -102,8 +106,8 @@ def _first_zstd_chunk_offset(path: Path) -> int:
 def test_bad_compression_stream(tmp_path):
     data = bytearray(V7.read_bytes())
     at = _first_zstd_chunk_offset(V7)
-    assert data[at + 8: at + 12] == b"\x28\xb5\x2f\xfd"  # zstd frame magic
-    data[at + 8: at + 12] = b"\x00\x00\x00\x00"
+    assert data[at + 8 : at + 12] == b"\x28\xb5\x2f\xfd"  # zstd frame magic
+    data[at + 8 : at + 12] = b"\x00\x00\x00\x00"
     p = _write(tmp_path, "badzstd.dat", bytes(data))
     with pytest.raises(TraceFormatError) as ei:
         read_trace(p)
@@ -126,7 +130,7 @@ def test_wrong_version(tmp_path):
 def test_unknown_compression_algorithm(tmp_path):
     data = bytearray(V7.read_bytes())
     i = data.index(b"zstd\0")
-    data[i:i + 4] = b"lzma"
+    data[i : i + 4] = b"lzma"
     p = _write(tmp_path, "lzma.dat", bytes(data))
     with pytest.raises(TraceFormatError, match="compression algorithm 'lzma'"):
         read_trace(p)

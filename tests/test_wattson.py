@@ -6,6 +6,7 @@ Honest coverage: Wattson does not cover the Pixel 7 Pro ("cheetah"); v52 maps on
 temporary copy so that Wattson runs with Tensor G1 curves: a check that Wattson and abtest's energy model
 agree on the same curves and the same activity, NOT a power estimate for the Pixel 7 Pro.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from abtest.trace import perfetto_engine as pe
 from abtest.interop.wattson import codename_of, compare_estimates
+from abtest.trace import perfetto_engine as pe
 
 PIXEL = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
 
@@ -31,8 +32,13 @@ def test_codename_of():
 def test_pixel7pro_is_not_covered(traces, platforms):
     r = compare_estimates(traces / PIXEL, engine="wasm", curves_dir=platforms / "perfetto-wattson")
     assert r["device"] == "cheetah" and not r["covered"] and r["wattson_cpu_mw"] is None
-    assert r["tp_device_map"] == {"oriole": "Tensor", "raven": "Tensor", "bluejay": "Tensor",
-                                  "eos": "monaco", "aurora": "monaco"}
+    assert r["tp_device_map"] == {
+        "oriole": "Tensor",
+        "raven": "Tensor",
+        "bluejay": "Tensor",
+        "eos": "monaco",
+        "aurora": "monaco",
+    }
     assert "not in this trace_processor's Wattson device map" in r["coverage"]
     # nor does Perfetto publish Tensor G2 curves (the shared copy of its curve directory)
     assert not any("G2" in p.name for p in (platforms / "perfetto-wattson").iterdir())
@@ -48,8 +54,9 @@ def test_pixel7pro_is_not_covered(traces, platforms):
 
 def test_what_if_tensor_g1_curves(traces, platforms):
     before = set(Path(tempfile.gettempdir()).glob("*-as-bluejay.perfetto-trace"))
-    r = compare_estimates(traces / PIXEL, engine="wasm", assume_device="bluejay",
-                          curves_dir=platforms / "perfetto-wattson")
+    r = compare_estimates(
+        traces / PIXEL, engine="wasm", assume_device="bluejay", curves_dir=platforms / "perfetto-wattson"
+    )
     assert set(Path(tempfile.gettempdir()).glob("*-as-bluejay.perfetto-trace")) == before  # temp copy removed
     assert any(n.startswith("WHAT-IF") for n in r["notes"])
     w = r["wattson_cpu_mw"]
@@ -61,8 +68,11 @@ def test_what_if_tensor_g1_curves(traces, platforms):
     model = r["energy_model"]
     mid_model = model.filter(pl.col("cpus") == "4,5")["avg_power_mw"][0]
     mid_wattson = w.filter(pl.col("component").is_in(["cpu4", "cpu5"]))["avg_mw"].sum()
-    print(f"\nmid cluster (CPUs 4-5), Tensor G1 curves: Wattson {mid_wattson:.3f} mW, abtest model "
-          f"{mid_model:.3f} mW, measured CPUCL1 rail {r['rails_mw'].filter(pl.col('channel') == 'CPU-Mid')['avg_power_mw'][0]:.3f} mW")
+    rail_mw = r["rails_mw"].filter(pl.col("channel") == "CPU-Mid")["avg_power_mw"][0]
+    print(
+        f"\nmid cluster (CPUs 4-5), Tensor G1 curves: Wattson {mid_wattson:.3f} mW, abtest model "
+        f"{mid_model:.3f} mW, measured CPUCL1 rail {rail_mw:.3f} mW"
+    )
     assert 0.5 < mid_model / mid_wattson < 2.0
 
 
@@ -72,8 +82,12 @@ def test_assume_device_needs_same_length(traces):
 
 
 def test_cli_json(traces):
-    r = subprocess.run([sys.executable, "-m", "abtest.cli", "wattson", str(traces / PIXEL), "--json"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "wattson", str(traces / PIXEL), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["covered"] is False and doc["device"] == "cheetah"

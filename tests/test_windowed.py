@@ -1,5 +1,6 @@
 """Long traces in bounded memory (abtest.analysis.windowed, `abtest analyze --windows`): per-window metrics combined
 as each metric declares, checked against the whole-trace analysis of real traces."""
+
 from __future__ import annotations
 
 import json
@@ -19,15 +20,20 @@ from abtest.trace import cache
 # (trace, whether every TIME value is exact too): on langraph and the x86 trace the signals are known from their
 # first events on; on the LISA Juno trace (0.43 s) the frequency is unknown for up to 46 % of the span at its
 # start and frequency means do not report their known time (docs/analysis-speed.md, Bounded memory)
-REAL = [("langraph/trace.dat", True), ("x86-vm/x86-menu-hackbench-cyclictest.dat", True),
-        ("lisa/sched_load-trace.dat", False)]
+REAL = [
+    ("langraph/trace.dat", True),
+    ("x86-vm/x86-menu-hackbench-cyclictest.dat", True),
+    ("lisa/sched_load-trace.dat", False),
+]
 
 
 def _compare(whole: pl.DataFrame, combined: pl.DataFrame) -> pl.DataFrame:
-    j = whole.select("key", "value").join(combined.select("key", pl.col("value").alias("windowed"), "exact"),
-                                          on="key", how="inner")
-    return j.with_columns(((pl.col("windowed") - pl.col("value")).abs()
-                           / pl.col("value").abs().clip(lower_bound=1e-9)).alias("rel"))
+    j = whole.select("key", "value").join(
+        combined.select("key", pl.col("value").alias("windowed"), "exact"), on="key", how="inner"
+    )
+    return j.with_columns(
+        ((pl.col("windowed") - pl.col("value")).abs() / pl.col("value").abs().clip(lower_bound=1e-9)).alias("rel")
+    )
 
 
 def test_every_trace_metric_declares_how_windows_combine():
@@ -105,23 +111,52 @@ def test_window_views_read_only_their_rows(traces, tmp_path, monkeypatch):
 def test_combine_rules():
     """RATE counts 0 where its analysis ran without the key; EVENTS_GEO weighs by the declared rate; SUM, MAX;
     a per-task event-weighted key under the minimum count is dropped."""
+
     def row(w, key, value, group=None, analysis="latency", dur=1_000_000_000):
         tmpl = registry.resolve(key)[0].key
-        return {"window": w, "start_ns": w * dur, "end_ns": (w + 1) * dur, "analysis": analysis, "key": key,
-                "key_template": tmpl, "group": group, "value": value}
-    rows = [row(0, "latency.wakeups_per_s", 100.0), row(1, "latency.wakeups_per_s", 300.0),
-            row(0, "latency.gmean_us", 10.0), row(1, "latency.gmean_us", 1000.0),
-            row(0, "latency.max_us", 5.0), row(1, "latency.max_us", 50.0),
-            row(0, "latency.task.a.wakeups_per_s", 20.0, "a"),  # task a: only in window 0
-            row(0, "latency.task.a.gmean_us", 7.0, "a"),
-            row(1, "latency.task.b.wakeups_per_s", 3.0, "b"), row(1, "latency.task.b.gmean_us", 9.0, "b"),
-            row(0, "overutilized.time_s", 0.25, analysis="overutilized"),
-            row(1, "overutilized.time_s", 0.5, analysis="overutilized")]
-    per = pl.DataFrame(rows, schema={"window": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "analysis": pl.Utf8,
-                                     "key": pl.Utf8, "key_template": pl.Utf8, "group": pl.Utf8, "value": pl.Float64})
+        return {
+            "window": w,
+            "start_ns": w * dur,
+            "end_ns": (w + 1) * dur,
+            "analysis": analysis,
+            "key": key,
+            "key_template": tmpl,
+            "group": group,
+            "value": value,
+        }
+
+    rows = [
+        row(0, "latency.wakeups_per_s", 100.0),
+        row(1, "latency.wakeups_per_s", 300.0),
+        row(0, "latency.gmean_us", 10.0),
+        row(1, "latency.gmean_us", 1000.0),
+        row(0, "latency.max_us", 5.0),
+        row(1, "latency.max_us", 50.0),
+        row(0, "latency.task.a.wakeups_per_s", 20.0, "a"),  # task a: only in window 0
+        row(0, "latency.task.a.gmean_us", 7.0, "a"),
+        row(1, "latency.task.b.wakeups_per_s", 3.0, "b"),
+        row(1, "latency.task.b.gmean_us", 9.0, "b"),
+        row(0, "overutilized.time_s", 0.25, analysis="overutilized"),
+        row(1, "overutilized.time_s", 0.5, analysis="overutilized"),
+    ]
+    per = pl.DataFrame(
+        rows,
+        schema={
+            "window": pl.Int64,
+            "start_ns": pl.Int64,
+            "end_ns": pl.Int64,
+            "analysis": pl.Utf8,
+            "key": pl.Utf8,
+            "key_template": pl.Utf8,
+            "group": pl.Utf8,
+            "value": pl.Float64,
+        },
+    )
     out = {r["key"]: r for r in df_combine(per, min_task_wakeups=10).iter_rows(named=True)}
     assert out["latency.wakeups_per_s"]["value"] == pytest.approx(200.0)
-    assert out["latency.gmean_us"]["value"] == pytest.approx(math.exp((100 * math.log(10) + 300 * math.log(1000)) / 400))
+    assert out["latency.gmean_us"]["value"] == pytest.approx(
+        math.exp((100 * math.log(10) + 300 * math.log(1000)) / 400)
+    )
     assert out["latency.max_us"]["value"] == 50.0
     assert out["latency.task.a.wakeups_per_s"]["value"] == pytest.approx(10.0)  # 20/s for 1 s of 2 s
     assert out["latency.task.a.gmean_us"]["value"] == pytest.approx(7.0)
@@ -133,16 +168,25 @@ def test_combine_rules():
 def test_cli_windows_json_and_table(traces, tmp_path):
     path = traces / "langraph/trace.dat"
     env_py = sys.executable
-    res = subprocess.run([env_py, "-m", "abtest.cli", "analyze", str(path), "--windows", "0.5", "--jobs", "2", "--json"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [env_py, "-m", "abtest.cli", "analyze", str(path), "--windows", "0.5", "--jobs", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     d = json.loads(res.stdout)
     assert d["windows"] >= 2 and d["history_s"] == 2.0
     keys = {m["key"]: m for m in d["metrics"]}
     assert keys["latency.waking.gmean_us"]["exact"] is True and keys["latency.waking.p95_us"]["exact"] is False
     assert keys["latency.waking.gmean_us"]["unit"] == "us"
-    res = subprocess.run([env_py, "-m", "abtest.cli", "analyze", str(path), "--windows", "0.5", "--jobs", "1"],
-                         capture_output=True, text=True, timeout=300, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+    res = subprocess.run(
+        [env_py, "-m", "abtest.cli", "analyze", str(path), "--windows", "0.5", "--jobs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"},
+    )
     assert res.returncode == 0, res.stderr
     assert "windows of 0.5 s" in res.stdout and "≈" in res.stdout
     assert max(len(line) for line in res.stdout.splitlines()) <= 100
@@ -157,8 +201,12 @@ def test_jobs_give_the_same_values(traces):
 
 
 def test_cli_windows_on_a_trace_without_metrics_exits_2(traces):
-    res = subprocess.run([sys.executable, "-m", "abtest.cli", "analyze", str(traces / "trappy/trace_empty.txt"),
-                          "--windows", "1"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "abtest.cli", "analyze", str(traces / "trappy/trace_empty.txt"), "--windows", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 2 and "no declared metric" in res.stderr
 
 
@@ -184,19 +232,22 @@ def test_analyze_suggests_windows_for_a_long_trace(traces, monkeypatch):
     from click.testing import CliRunner
 
     from abtest.commands import analyze as analyze_cmd
+
     monkeypatch.setattr(analyze_cmd, "LONG_TRACE_EVENTS", 1000)
     res = CliRunner().invoke(analyze_cmd.analyze, [str(traces / "langraph/trace.dat"), "--only", "idle", "--json"])
     assert res.exit_code in (0, 2), res.output
     assert "--windows 30" in res.stderr and "events" in res.stderr
 
 
-@pytest.mark.parametrize("rel", ["langraph/trace.dat", "x86-vm/x86-menu-hackbench-cyclictest.dat",
-                                 "lisa/trace_txt-trace.txt"])
+@pytest.mark.parametrize(
+    "rel", ["langraph/trace.dat", "x86-vm/x86-menu-hackbench-cyclictest.dat", "lisa/trace_txt-trace.txt"]
+)
 def test_window_pelt_aggregated_equals_the_segments(traces, rel):
     """A window view with a history: the simulated CPU signals start at the history's start and are aggregated
     over the window only while simulated (no segment kept); the figures equal those computed on the segments
     clipped to the window (df_signal_means, df_contention)."""
     from abtest.analysis import load_tracking as lt
+
     t = Trace(traces / rel)
     span = t.end_ns - t.start_ns
     checked = warmed = 0
@@ -207,13 +258,19 @@ def test_window_pelt_aggregated_equals_the_segments(traces, rel):
         warmed += la._reach() != la._win()  # the first window's history starts before the trace
         agg = la.df_cpu_stats("auto")
         sig, win = la.df_cpu_signals("auto"), la._win()
-        segs = lt.df_signal_means(sig, **win).join(lt.df_contention(sig, **win).drop("mean_util", "mean_runnable"),
-                                                    on="cpu").filter(pl.col("known_ns").is_not_null()).sort("cpu")
+        segs = (
+            lt.df_signal_means(sig, **win)
+            .join(lt.df_contention(sig, **win).drop("mean_util", "mean_runnable"), on="cpu")
+            .filter(pl.col("known_ns").is_not_null())
+            .sort("cpu")
+        )
         assert agg["cpu"].to_list() == segs["cpu"].to_list() and agg.height > 0
         for col in ("known_ns", "contended_ns", "max_runnable"):
             assert agg[col].to_list() == segs[col].to_list(), col
         for col in ("mean_util", "mean_runnable", "contended_pct", "runnable_util_ratio"):
             for a, b in zip(agg[col].to_list(), segs[col].to_list()):
-                assert (a is None and b is None) or (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-9), col
+                assert (
+                    (a is None and b is None) or (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-9)
+                ), col
         checked += agg.height
     assert checked >= 3 and warmed == 2

@@ -1,4 +1,5 @@
 """cyclictest workload plugin: a real short run on this machine, and the summary-line parser."""
+
 from __future__ import annotations
 
 import shutil

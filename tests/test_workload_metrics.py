@@ -5,6 +5,7 @@ tests/data holds SYNTHETIC files in the real formats (see tests/data/README.md).
 here is computed independently of abtest: with SQL in sqlite, the json module, csv, or a plain-Python
 pass over the text -- never with the code under test.
 """
+
 from __future__ import annotations
 
 import csv
@@ -19,7 +20,8 @@ import polars as pl
 import pytest
 
 from abtest.analysis import frames as workload_frames
-from abtest.results import benchmarks as workload, frames_text
+from abtest.results import benchmarks as workload
+from abtest.results import frames_text
 from abtest.trace.errors import TraceFormatError
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -30,12 +32,18 @@ INT64_MAX = 9223372036854775807
 def test_jankbench_jank_pct_and_mean_frame_time_match_sql():
     db = DATA / "jankbench_results.db"
     con = sqlite3.connect(db)
-    expected = {name: (n, 100.0 * jank / n, mean) for name, n, jank, mean in con.execute(
-        "SELECT name, COUNT(*), SUM(jank_frame), AVG(total_duration) FROM ui_results GROUP BY name")}
+    expected = {
+        name: (n, 100.0 * jank / n, mean)
+        for name, n, jank, mean in con.execute(
+            "SELECT name, COUNT(*), SUM(jank_frame), AVG(total_duration) FROM ui_results GROUP BY name"
+        )
+    }
     durs = {}
     for name, d in con.execute("SELECT name, total_duration FROM ui_results"):
         durs.setdefault(name, []).append(d)
-    all_n, all_jank, all_mean = con.execute("SELECT COUNT(*), SUM(jank_frame), AVG(total_duration) FROM ui_results").fetchone()
+    all_n, all_jank, all_mean = con.execute(
+        "SELECT COUNT(*), SUM(jank_frame), AVG(total_duration) FROM ui_results"
+    ).fetchone()
     con.close()
 
     m = workload.jankbench_metrics(db)
@@ -59,8 +67,12 @@ def test_jankbench_per_iteration_rows():
     frames = workload.read_jankbench_db(DATA / "jankbench_results.db")
     per = workload.df_jankbench(frames, per_iteration=True)
     con = sqlite3.connect(DATA / "jankbench_results.db")
-    exp = {(n, i): 100.0 * j / c for n, i, j, c in con.execute(
-        "SELECT name, iteration, SUM(jank_frame), COUNT(*) FROM ui_results GROUP BY name, iteration")}
+    exp = {
+        (n, i): 100.0 * j / c
+        for n, i, j, c in con.execute(
+            "SELECT name, iteration, SUM(jank_frame), COUNT(*) FROM ui_results GROUP BY name, iteration"
+        )
+    }
     con.close()
     got = {(r["name"], r["iteration"]): r["jank_pct"] for r in per.iter_rows(named=True)}
     assert got.keys() == exp.keys()
@@ -122,8 +134,13 @@ def _sf_expected(path: Path) -> dict:
         presents.append(actual)
     presents.sort()
     gaps = [b - a for a, b in zip(presents, presents[1:])]
-    return {"period": period, "frames": len(presents), "fps": (len(presents) - 1) / ((presents[-1] - presents[0]) / 1e9),
-            "missed": sum(g > 1.5 * period for g in gaps), "mean_ms": statistics.fmean(gaps) / 1e6}
+    return {
+        "period": period,
+        "frames": len(presents),
+        "fps": (len(presents) - 1) / ((presents[-1] - presents[0]) / 1e9),
+        "missed": sum(g > 1.5 * period for g in gaps),
+        "mean_ms": statistics.fmean(gaps) / 1e6,
+    }
 
 
 def test_surfaceflinger_latency_fps():
@@ -157,7 +174,7 @@ def _gfx_expected(path: Path) -> dict:
     lines = path.read_text().splitlines()
     start = lines.index("---PROFILEDATA---")
     end = lines.index("---PROFILEDATA---", start + 1)
-    rows = list(csv.reader(lines[start + 1:end]))
+    rows = list(csv.reader(lines[start + 1 : end]))
     header = [h for h in rows[0] if h]
     frames = [dict(zip(header, (int(v) for v in r if v != ""))) for r in rows[1:]]
     valid = [f for f in frames if f["Flags"] == 0]
@@ -167,9 +184,14 @@ def _gfx_expected(path: Path) -> dict:
     else:
         janky = sum(x > 1000 / 60 for x in ms)
     done = sorted(f["FrameCompleted"] for f in valid)
-    return {"frames": len(valid), "flagged": len(frames) - len(valid), "mean_ms": statistics.fmean(ms),
-            "p95_ms": float(np.percentile(ms, 95)), "janky": janky,
-            "fps": (len(done) - 1) / ((done[-1] - done[0]) / 1e9)}
+    return {
+        "frames": len(valid),
+        "flagged": len(frames) - len(valid),
+        "mean_ms": statistics.fmean(ms),
+        "p95_ms": float(np.percentile(ms, 95)),
+        "janky": janky,
+        "fps": (len(done) - 1) / ((done[-1] - done[0]) / 1e9),
+    }
 
 
 @pytest.mark.parametrize("name", ["gfxinfo_framestats.txt", "gfxinfo_framestats_legacy.txt"])
@@ -184,7 +206,9 @@ def test_gfxinfo_framestats(name):
     assert m["janky_frames"] == exp["janky"] > 0
     assert m["jank_pct"] == pytest.approx(100.0 * exp["janky"] / exp["frames"])
     assert m["fps"] == pytest.approx(exp["fps"])
-    assert m["windows"] == ["com.example.synthetic/com.example.synthetic.MainActivity/android.view.ViewRootImpl@8f8b7a (visibility=0)"]
+    assert m["windows"] == [
+        "com.example.synthetic/com.example.synthetic.MainActivity/android.view.ViewRootImpl@8f8b7a (visibility=0)"
+    ]
 
 
 def test_gfxinfo_errors(tmp_path):

@@ -1,6 +1,7 @@
 """Workload plugins: spec parsing, and each Linux workload run for real on this machine (short runs) with
 its output parsed into metrics with units; Android workloads' result files (real formats) converted to
 metrics through abtest.results.benchmarks parsers."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,19 @@ def test_spec_parsing_and_errors():
         make_workload("hackbench:groups=many")
     w = make_workload("hackbench:groups=3,threads=true,name=hb3")
     assert w.name == "hb3" and w.params["groups"] == 3 and w.params["threads"] is True
-    assert set(REGISTRY) >= {"shell", "hackbench", "stress-ng", "sysbench", "rt-app", "kbuild", "youtube", "game",
-                             "jankbench", "geekbench", "pcmark"}
+    assert set(REGISTRY) >= {
+        "shell",
+        "hackbench",
+        "stress-ng",
+        "sysbench",
+        "rt-app",
+        "kbuild",
+        "youtube",
+        "game",
+        "jankbench",
+        "geekbench",
+        "pcmark",
+    }
 
 
 def test_missing_tool_is_reported(local, tmp_path):
@@ -71,9 +83,14 @@ def test_sysbench(local, tmp_path):
 @pytest.mark.skipif(shutil.which("rt-app") is None, reason="rt-app not installed")
 def test_rt_app_profile(local, tmp_path):
     profile = tmp_path / "profile.json"
-    profile.write_text(json.dumps({
-        "global": {"duration": 1, "calibration": 100, "default_policy": "SCHED_OTHER", "logdir": str(tmp_path)},
-        "tasks": {"periodic": {"loop": -1, "run": 2000, "timer": {"ref": "tick", "period": 10000}}}}))
+    profile.write_text(
+        json.dumps(
+            {
+                "global": {"duration": 1, "calibration": 100, "default_policy": "SCHED_OTHER", "logdir": str(tmp_path)},
+                "tasks": {"periodic": {"loop": -1, "run": 2000, "timer": {"ref": "tick", "period": 10000}}},
+            }
+        )
+    )
     wl = make_workload(f"rt-app:profile={profile}")
     remote = tmp_path / "remote"
     remote.mkdir()
@@ -89,7 +106,8 @@ def test_kernel_build_make_jobs(local, tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     (src / "Makefile").write_text(
-        ".PHONY: all clean\nOBJS := a.o b.o c.o d.o\nall: $(OBJS)\n%.o:\n\tsleep 0.2; touch $@\nclean:\n\trm -f *.o\n")
+        ".PHONY: all clean\nOBJS := a.o b.o c.o d.o\nall: $(OBJS)\n%.o:\n\tsleep 0.2; touch $@\nclean:\n\trm -f *.o\n"
+    )
     wl = make_workload(f"kbuild:src={src},jobs=4")
     m = run(local, wl, tmp_path)
     assert m == {}  # its metric is the measured duration_s the orchestrator adds
@@ -101,18 +119,26 @@ def test_kernel_build_make_jobs(local, tmp_path):
 def test_jankbench_db_to_metrics(tmp_path):
     db = tmp_path / "BenchmarkResults"
     con = sqlite3.connect(db)
-    con.execute("CREATE TABLE ui_results (_id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT, run_id INTEGER, "
-                "iteration INTEGER, timestamp TEXT, unknown_delay REAL, input REAL, animation REAL, layout REAL, "
-                "draw REAL, sync REAL, command_issue REAL, swap_buffers REAL, total_duration REAL, "
-                "jank_frame BOOLEAN, device_charging INTEGER)")
-    rows = [("list_view", 1, 0, "0", 0.1, 0.1, 0.5, 1.0, 2.0, 0.5, 1.0, 1.0, d, j, 1)
-            for d, j in [(8.0, 0), (9.0, 0), (30.0, 1), (10.0, 0)]]
-    con.executemany("INSERT INTO ui_results (name, run_id, iteration, timestamp, unknown_delay, input, animation,"
-                    " layout, draw, sync, command_issue, swap_buffers, total_duration, jank_frame, device_charging)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+    con.execute(
+        "CREATE TABLE ui_results (_id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT, run_id INTEGER, "
+        "iteration INTEGER, timestamp TEXT, unknown_delay REAL, input REAL, animation REAL, layout REAL, "
+        "draw REAL, sync REAL, command_issue REAL, swap_buffers REAL, total_duration REAL, "
+        "jank_frame BOOLEAN, device_charging INTEGER)"
+    )
+    rows = [
+        ("list_view", 1, 0, "0", 0.1, 0.1, 0.5, 1.0, 2.0, 0.5, 1.0, 1.0, d, j, 1)
+        for d, j in [(8.0, 0), (9.0, 0), (30.0, 1), (10.0, 0)]
+    ]
+    con.executemany(
+        "INSERT INTO ui_results (name, run_id, iteration, timestamp, unknown_delay, input, animation,"
+        " layout, draw, sync, command_issue, swap_buffers, total_duration, jank_frame, device_charging)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        rows,
+    )
     con.commit()
     con.close()
     from abtest.results.benchmarks import read_workload_metrics
+
     m = metrics_from_result(read_workload_metrics(db))
     assert m["jank_pct"] == {"value": 25.0, "unit": "%", "lower_is_better": True}
     assert m["mean_frame_ms"]["value"] == pytest.approx(14.25)
@@ -120,9 +146,17 @@ def test_jankbench_db_to_metrics(tmp_path):
 
 def test_geekbench_and_surfaceflinger_to_metrics(tmp_path):
     from abtest.results.benchmarks import read_workload_metrics
+
     gb = tmp_path / "gb.json"
-    gb.write_text(json.dumps({"score": 1200, "multicore_score": 3400,
-                              "sections": [{"name": "Single-Core", "score": 1200, "workloads": []}]}))
+    gb.write_text(
+        json.dumps(
+            {
+                "score": 1200,
+                "multicore_score": 3400,
+                "sections": [{"name": "Single-Core", "score": 1200, "workloads": []}],
+            }
+        )
+    )
     m = metrics_from_result(read_workload_metrics(gb))
     assert m["geekbench_single_core_score"]["value"] == 1200 and m["geekbench_multi_core_score"]["value"] == 3400
     assert m["geekbench_multi_core_score"]["lower_is_better"] is False
@@ -138,8 +172,11 @@ def test_geekbench_and_surfaceflinger_to_metrics(tmp_path):
 def test_pcmark_archive_scores(tmp_path):
     z = tmp_path / "pcmark.zip"
     with zipfile.ZipFile(z, "w") as zf:
-        zf.writestr("Result.xml", "<result><WorkPerformanceScore>9876</WorkPerformanceScore>"
-                                  "<WebBrowsingScore>7000.5</WebBrowsingScore><name>Work</name></result>")
+        zf.writestr(
+            "Result.xml",
+            "<result><WorkPerformanceScore>9876</WorkPerformanceScore>"
+            "<WebBrowsingScore>7000.5</WebBrowsingScore><name>Work</name></result>",
+        )
     assert pcmark_scores(z) == {"WorkPerformanceScore": 9876.0, "WebBrowsingScore": 7000.5}
     (tmp_path / "bad.zip").write_bytes(b"not a zip")
     with pytest.raises(WorkloadError, match="not a PCMark result archive"):

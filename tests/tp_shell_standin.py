@@ -5,6 +5,7 @@ POST /parse, GET /notify_eof, POST /query), backed by the real trace_processor c
 (abtest.trace.wasm_engine). So the test exercises the package's real launch/HTTP/proto path
 (TraceProcessorConfig(bin_path=...)) end to end; only the process hosting trace_processor differs.
 """
+
 from __future__ import annotations
 
 import argparse

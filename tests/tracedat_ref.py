@@ -3,6 +3,7 @@
 `trace-cmd report -R -t` prints one line per event with full-ns timestamps and raw field values
 (`name=value` in format order, no print-fmt transformation), which is what the raw tables hold.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -17,8 +18,10 @@ import polars as pl
 # `-t` prints "secs.nanosecs" for clocks trace-cmd knows to be in ns (local, global, perf, ...) and the
 # raw counter value without a decimal point for the others (e.g. boot): both are parsed to an int.
 # Events of a named trace instance are prefixed with `NAME:` and padding.
-_LINE = re.compile(r"^(?:(?P<inst>[^\s:]+):\s{2,})?\s*(?P<comm>.*)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s*"
-                   r"(?P<s>\d+)(?:\.(?P<ns>\d{9}))?:\s+(?P<event>[\w:]+):\s?(?P<rest>.*)$")
+_LINE = re.compile(
+    r"^(?:(?P<inst>[^\s:]+):\s{2,})?\s*(?P<comm>.*)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s*"
+    r"(?P<s>\d+)(?:\.(?P<ns>\d{9}))?:\s+(?P<event>[\w:]+):\s?(?P<rest>.*)$"
+)
 
 
 @lru_cache(maxsize=32)
@@ -69,12 +72,21 @@ def _event_pairs(raw: dict, path: str):
             continue
         df = raw[ev]
         cpu_col = "buffer_cpu" if "buffer_cpu" in df.columns else "cpu"
-        names = [c for c in df.columns if c not in ("ts", "buffer_cpu", "common_pid", "instance") and
-                 not (c == "cpu" and cpu_col == "cpu") and not c.startswith("common_")]
+        names = [
+            c
+            for c in df.columns
+            if c not in ("ts", "buffer_cpu", "common_pid", "instance")
+            and not (c == "cpu" and cpu_col == "cpu")
+            and not c.startswith("common_")
+        ]
         dtypes = [df.schema[c] for c in names]
         # (ts, cpu, pid): events of two buffers (trace instances) may share ts and cpu
-        ours = sorted(zip(df["ts"].to_list(), df[cpu_col].to_list(), df["common_pid"].to_list(),
-                          *[df[c].to_list() for c in names]), key=lambda r: (r[0], r[1], r[2]))
+        ours = sorted(
+            zip(
+                df["ts"].to_list(), df[cpu_col].to_list(), df["common_pid"].to_list(), *[df[c].to_list() for c in names]
+            ),
+            key=lambda r: (r[0], r[1], r[2]),
+        )
         theirs = sorted(rows, key=lambda r: (r[0], r[1], r[2]))
         assert len(ours) == len(theirs), ev
         for mine, their in zip(ours, theirs):
@@ -96,8 +108,8 @@ def compare_fields(raw: dict, path: str) -> int:
                 # reading past a shorter record: compare the entries both have
                 size = mine[3 + names.index("size")]
                 assert len(v_mine) == size, (ev, v_mine, size)
-                ours_txt = _ours_as_text(v_mine[:8], dt)[len("ARRAY["):-1]
-                assert v_ref[len("ARRAY["):-1].startswith(ours_txt), (ev, ours_txt, v_ref)
+                ours_txt = _ours_as_text(v_mine[:8], dt)[len("ARRAY[") : -1]
+                assert v_ref[len("ARRAY[") : -1].startswith(ours_txt), (ev, ours_txt, v_ref)
             elif name == "buf" and ev == "print":
                 assert v_mine.rstrip("\n") == v_ref, (ev, v_mine, v_ref)
             elif name == "ip" and not v_ref.lstrip("-").isdigit() and not v_ref.startswith("0x"):
@@ -131,21 +143,21 @@ def _printed_integer_matches(value: int, text: str, bits: int) -> bool:
 _INT_BITS = {pl.Int8: 8, pl.UInt8: 8, pl.Int16: 16, pl.UInt16: 16, pl.Int32: 32, pl.UInt32: 32}
 
 
-def printk_and_symbols(path) -> tuple[dict[int, str], "Symbols"]:
+def printk_and_symbols(path) -> tuple[dict[int, str], Symbols]:
     """The file's printk formats ({address: format text}) and kernel symbols, as the decoder reads them."""
     from pathlib import Path
+
     from abtest.trace import tracedat
+
     printk, kallsyms = tracedat.printk_and_kallsyms(path, Path(path).read_bytes())
-    return ({a: f.decode("utf-8", "replace") for a, f in printk.items()},
-            Symbols(kallsyms.decode("utf-8", "replace")))
+    return ({a: f.decode("utf-8", "replace") for a, f in printk.items()}, Symbols(kallsyms.decode("utf-8", "replace")))
 
 
 class Symbols:
     """Kernel symbol lookup over the kallsyms text a trace.dat carries (`addr type name [module]` lines)."""
 
     def __init__(self, kallsyms: str):
-        pairs = sorted((int(a, 16), n) for a, _t, n, *_ in (ln.split() for ln in kallsyms.splitlines())
-                       if int(a, 16))
+        pairs = sorted((int(a, 16), n) for a, _t, n, *_ in (ln.split() for ln in kallsyms.splitlines()) if int(a, 16))
         self.addrs = [a for a, _ in pairs]
         self.names = [n for _, n in pairs]
 
@@ -181,7 +193,9 @@ def compare_fields_as_printed(raw: dict, path: str, printk: dict[int, str], syms
                 assert v_mine.rstrip("\n") == v_ref, (ev, v_mine, v_ref)
             elif isinstance(v_mine, int) and v_mine in printk and printk[v_mine] == v_ref:
                 via_printk += 1  # a constant-string pointer kept as its address, printed as the string
-            elif isinstance(v_mine, str) and re.fullmatch(r"0x[0-9a-f]+", v_ref) and printk.get(int(v_ref, 16)) == v_mine:
+            elif (
+                isinstance(v_mine, str) and re.fullmatch(r"0x[0-9a-f]+", v_ref) and printk.get(int(v_ref, 16)) == v_mine
+            ):
                 via_printk += 1  # resolved to its string here, printed as the address by trace-cmd
             elif isinstance(v_mine, int) and v_ref in syms.printed(v_mine & (1 << 64) - 1):
                 via_symbol += 1
@@ -213,8 +227,11 @@ def assert_v6_rewrite_matches(path, out, raw: dict) -> dict:
     raw tables equal `raw` (the decode of `path`). Returns the rewrite's meta."""
     from abtest.trace import tracedat
 
-    subprocess.run(["trace-cmd", "convert", "-i", str(path), "-o", str(out), "--file-version", "6",
-                    "--compression", "none"], check=True, capture_output=True)
+    subprocess.run(
+        ["trace-cmd", "convert", "-i", str(path), "-o", str(out), "--file-version", "6", "--compression", "none"],
+        check=True,
+        capture_output=True,
+    )
     raw6, meta6 = tracedat.read(out, out.read_bytes())
     assert sorted(raw6) == sorted(raw)
     for name in raw:

@@ -10,6 +10,7 @@ scenarios — work finishing sooner at a higher frequency is not modelled, so th
 Signal samples hold until the next sample; time before a CPU's first sample has no request (null) and is
 excluded from residency and energy (reported as unmodelled).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,15 +18,24 @@ from dataclasses import dataclass
 import polars as pl
 
 from abtest.analysis.energy import df_cpu_states, energy_estimate_from_activity
-from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import df_intervals, df_intervals_join, window_of
+from abtest.analysis.platform import trace_platform
 
 EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("sched_pelt_cfs", "cpu_idle", "cpu_frequency")
 HEADROOM = 1.25  # schedutil's map_util_freq margin
 
-__all__ = ["EVENTS", "HEADROOM", "BoostResult", "df_boost_requests", "df_boost_residency", "df_boost_energy",
-           "boost_whatif", "boost_whatif_for_trace", "plot_boost"]
+__all__ = [
+    "EVENTS",
+    "HEADROOM",
+    "BoostResult",
+    "df_boost_requests",
+    "df_boost_residency",
+    "df_boost_energy",
+    "boost_whatif",
+    "boost_whatif_for_trace",
+    "plot_boost",
+]
 
 
 @dataclass
@@ -37,21 +47,34 @@ class BoostResult:
     residency: domain, frequency_khz, util_ns, boost_ns, util_pct, boost_pct.
     energy: domain, util_energy_j, boost_energy_j, util_avg_power_mw, boost_avg_power_mw, diff_pct, source.
     """
+
     requests: pl.DataFrame
     residency: pl.DataFrame
     energy: pl.DataFrame | None
 
 
 def _platform_frames(platform: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
-    cpus = pl.DataFrame([(c["cpu"], c["domain"], float(c["capacity"] or 1024.0)) for c in platform["cpus"]],
-                        schema={"cpu": pl.Int32, "domain": pl.Int32, "capacity": pl.Float64}, orient="row")
-    opps = pl.DataFrame([(d["id"], o["frequency_khz"]) for d in platform["domains"] for o in d["opps"]],
-                        schema={"domain": pl.Int32, "opp_khz": pl.Int64}, orient="row").sort("opp_khz")
+    cpus = pl.DataFrame(
+        [(c["cpu"], c["domain"], float(c["capacity"] or 1024.0)) for c in platform["cpus"]],
+        schema={"cpu": pl.Int32, "domain": pl.Int32, "capacity": pl.Float64},
+        orient="row",
+    )
+    opps = pl.DataFrame(
+        [(d["id"], o["frequency_khz"]) for d in platform["domains"] for o in d["opps"]],
+        schema={"domain": pl.Int32, "opp_khz": pl.Int64},
+        orient="row",
+    ).sort("opp_khz")
     return cpus, opps
 
 
-def df_boost_requests(signals: pl.DataFrame, platform: dict, *, start_ns: int | None = None,
-                      end_ns: int | None = None, backend: str = "native") -> pl.DataFrame:
+def df_boost_requests(
+    signals: pl.DataFrame,
+    platform: dict,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    backend: str = "native",
+) -> pl.DataFrame:
     """Per-domain requested frequency over time for both scenarios (see BoostResult.requests).
 
     ``signals``: cpu, ts, util, runnable (PELT units; runnable null = unknown -> boost = util). ``backend``:
@@ -61,51 +84,71 @@ def df_boost_requests(signals: pl.DataFrame, platform: dict, *, start_ns: int | 
         raise ValueError("boost what-if needs a platform with frequency domains and OPPs")
     cpus, opps = _platform_frames(platform)
     fmax = opps.group_by("domain").agg(pl.col("opp_khz").max().alias("fmax"))
-    sig = signals.select(pl.col("cpu").cast(pl.Int32), "ts", pl.col("util").cast(pl.Float64),
-                         pl.col("runnable").cast(pl.Float64))
+    sig = signals.select(
+        pl.col("cpu").cast(pl.Int32), "ts", pl.col("util").cast(pl.Float64), pl.col("runnable").cast(pl.Float64)
+    )
     start_ns, end_ns = window_of(sig, start_ns, end_ns)
     if backend == "native":
         from abtest.analysis import sim_native
-        return sim_native.boost_requests(sig, cpus=cpus, opps=opps, headroom=HEADROOM, start_ns=start_ns,
-                                         end_ns=end_ns)
+
+        return sim_native.boost_requests(sig, cpus=cpus, opps=opps, headroom=HEADROOM, start_ns=start_ns, end_ns=end_ns)
     iv = df_intervals(sig, ["util", "runnable"], keys="cpu", start_ns=start_ns, end_ns=end_ns, merge_equal=False)
     iv = iv.join(cpus, on="cpu").join(fmax, on="domain")
     k = HEADROOM * pl.col("fmax") / pl.col("capacity")
-    iv = iv.with_columns((k * pl.col("util")).alias("util_req"),
-                         (k * pl.max_horizontal("util", pl.coalesce("runnable", "util"))).alias("boost_req"))
+    iv = iv.with_columns(
+        (k * pl.col("util")).alias("util_req"),
+        (k * pl.max_horizontal("util", pl.coalesce("runnable", "util"))).alias("boost_req"),
+    )
     # domain request = max over its CPUs at every instant: evaluate every CPU at every cut of its domain
     cuts = iv.select("domain", "ts").unique()
     grid = cuts.join(cpus.select("cpu", "domain"), on="domain").sort("ts")
     vals = iv.select("cpu", "ts", (pl.col("ts") + pl.col("dur")).alias("_end"), "util_req", "boost_req").sort("ts")
     grid = grid.join_asof(vals, on="ts", by="cpu", strategy="backward", check_sortedness=False).with_columns(
-        [pl.when(pl.col("ts") < pl.col("_end")).then(pl.col(c)).alias(c) for c in ("util_req", "boost_req")])
-    dom = grid.group_by("domain", "ts").agg(pl.col("util_req").max().alias("util_request_khz"),
-                                           pl.col("boost_req").max().alias("boost_request_khz")).sort("domain", "ts")
+        [pl.when(pl.col("ts") < pl.col("_end")).then(pl.col(c)).alias(c) for c in ("util_req", "boost_req")]
+    )
+    dom = (
+        grid.group_by("domain", "ts")
+        .agg(pl.col("util_req").max().alias("util_request_khz"), pl.col("boost_req").max().alias("boost_request_khz"))
+        .sort("domain", "ts")
+    )
     dom = dom.with_columns((pl.col("ts").shift(-1).over("domain").fill_null(end_ns) - pl.col("ts")).alias("dur"))
     dom = dom.filter(pl.col("dur") > 0)
 
     def clamp(col: str, out: str) -> pl.DataFrame:
         known = dom.filter(pl.col(col).is_not_null()).sort(col)
-        up = known.join_asof(opps.with_columns(pl.col("opp_khz").cast(pl.Float64)), left_on=col, right_on="opp_khz",
-                             by="domain", strategy="forward", check_sortedness=False)
+        up = known.join_asof(
+            opps.with_columns(pl.col("opp_khz").cast(pl.Float64)),
+            left_on=col,
+            right_on="opp_khz",
+            by="domain",
+            strategy="forward",
+            check_sortedness=False,
+        )
         up = up.join(fmax, on="domain").with_columns(pl.coalesce("opp_khz", "fmax").cast(pl.Int64).alias(out))
         return up.select("domain", "ts", out)
 
-    return (dom.join(clamp("util_request_khz", "util_khz"), on=["domain", "ts"], how="left")
-            .join(clamp("boost_request_khz", "boost_khz"), on=["domain", "ts"], how="left")
-            .select("domain", "ts", "dur", "util_request_khz", "boost_request_khz", "util_khz", "boost_khz")
-            .sort("domain", "ts"))
+    return (
+        dom.join(clamp("util_request_khz", "util_khz"), on=["domain", "ts"], how="left")
+        .join(clamp("boost_request_khz", "boost_khz"), on=["domain", "ts"], how="left")
+        .select("domain", "ts", "dur", "util_request_khz", "boost_request_khz", "util_khz", "boost_khz")
+        .sort("domain", "ts")
+    )
 
 
 def df_boost_residency(requests: pl.DataFrame) -> pl.DataFrame:
     """OPP residency of both scenarios per domain (see BoostResult.residency); pct of the known time."""
     parts = []
     for name in ("util", "boost"):
-        parts.append(requests.filter(pl.col(f"{name}_khz").is_not_null())
-                     .group_by("domain", pl.col(f"{name}_khz").alias("frequency_khz"))
-                     .agg(pl.col("dur").sum().alias(f"{name}_ns")))
-    res = parts[0].join(parts[1], on=["domain", "frequency_khz"], how="full", coalesce=True).with_columns(
-        pl.col("util_ns", "boost_ns").fill_null(0))
+        parts.append(
+            requests.filter(pl.col(f"{name}_khz").is_not_null())
+            .group_by("domain", pl.col(f"{name}_khz").alias("frequency_khz"))
+            .agg(pl.col("dur").sum().alias(f"{name}_ns"))
+        )
+    res = (
+        parts[0]
+        .join(parts[1], on=["domain", "frequency_khz"], how="full", coalesce=True)
+        .with_columns(pl.col("util_ns", "boost_ns").fill_null(0))
+    )
     return res.with_columns(
         (100.0 * pl.col("util_ns") / pl.col("util_ns").sum().over("domain")).alias("util_pct"),
         (100.0 * pl.col("boost_ns") / pl.col("boost_ns").sum().over("domain")).alias("boost_pct"),
@@ -121,19 +164,37 @@ def df_boost_energy(requests: pl.DataFrame, states: pl.DataFrame, platform: dict
     out = []
     for name in ("util", "boost"):
         f = requests.select("domain", "ts", "dur", pl.col(f"{name}_khz").alias("frequency_khz"))
-        per_cpu = f.join(cpus.select("cpu", "domain"), on="domain").select("cpu", "ts", "dur", "frequency_khz").sort("cpu", "ts")
+        per_cpu = (
+            f.join(cpus.select("cpu", "domain"), on="domain")
+            .select("cpu", "ts", "dur", "frequency_khz")
+            .sort("cpu", "ts")
+        )
         act = df_intervals_join(per_cpu, states.sort("cpu", "ts"), keys="cpu")
         e = energy_estimate_from_activity(act, platform)
-        out.append(e.select("domain", pl.col("energy_j").alias(f"{name}_energy_j"),
-                            pl.col("avg_power_mw").alias(f"{name}_avg_power_mw"), "source"))
+        out.append(
+            e.select(
+                "domain",
+                pl.col("energy_j").alias(f"{name}_energy_j"),
+                pl.col("avg_power_mw").alias(f"{name}_avg_power_mw"),
+                "source",
+            )
+        )
     res = out[0].join(out[1].drop("source"), on="domain")
     return res.with_columns(
         (100.0 * (pl.col("boost_energy_j") - pl.col("util_energy_j")) / pl.col("util_energy_j")).alias("diff_pct")
-    ).select("domain", "util_energy_j", "boost_energy_j", "util_avg_power_mw", "boost_avg_power_mw", "diff_pct", "source")
+    ).select(
+        "domain", "util_energy_j", "boost_energy_j", "util_avg_power_mw", "boost_avg_power_mw", "diff_pct", "source"
+    )
 
 
-def boost_whatif(signals: pl.DataFrame, platform: dict, *, states: pl.DataFrame | None = None,
-                 start_ns: int | None = None, end_ns: int | None = None) -> BoostResult:
+def boost_whatif(
+    signals: pl.DataFrame,
+    platform: dict,
+    *,
+    states: pl.DataFrame | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+) -> BoostResult:
     """Requests, residency and (when ``states`` and an energy model exist) energy of the boost what-if."""
     req = df_boost_requests(signals, platform, start_ns=start_ns, end_ns=end_ns)
     energy = None
@@ -146,8 +207,10 @@ def boost_whatif_for_trace(trace, signals: pl.DataFrame) -> BoostResult:
     """boost_whatif with the trace's platform and CPU states (cpu_idle, else sched_switch)."""
     plat = trace_platform(trace)
     if not plat:
-        raise ValueError(f"{trace.path}: the boost what-if needs a platform (capacities, OPPs, energy model): "
-                         "pass Trace(..., platform=FILE)")
+        raise ValueError(
+            f"{trace.path}: the boost what-if needs a platform (capacities, OPPs, energy model): "
+            "pass Trace(..., platform=FILE)"
+        )
     cpus = [c["cpu"] for c in plat["cpus"]]
     idle = trace.df("cpu_idle", windowed=False) if trace.has_events("cpu_idle") else None
     sw = trace.df("sched_switch", windowed=False) if trace.has_events("sched_switch") else None
@@ -162,6 +225,7 @@ def boost_whatif_for_trace(trace, signals: pl.DataFrame) -> BoostResult:
 def plot_boost(result: BoostResult):
     """Two panels: OPP residency (util vs boost) per domain, and average power per domain with the % gap."""
     import matplotlib.pyplot as plt
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
     res = result.residency
     labels, u, b = [], [], []

@@ -17,6 +17,7 @@ docs/analysis-kernel-views.md):
 Signals hold from one sample to the next; before the first sample they are unknown (not counted).
 Capacity units: 1024 = the biggest CPU at its top OPP.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -32,8 +33,17 @@ UTIL_CFS_TABLES = ("lisa__uclamp_util_cfs",)
 EVENTS: tuple[str, ...] = ()  # any of the optional ones
 OPTIONAL_EVENTS = CAPACITY_TABLES + TASK_CLAMP_TABLES + UTIL_SE_TABLES + UTIL_CFS_TABLES
 
-__all__ = ["EVENTS", "OPTIONAL_EVENTS", "df_capacity_stats", "df_task_clamp_changes", "df_task_clamps",
-           "df_cpu_clamps", "CapacityAnalysis", "summary", "metrics"]
+__all__ = [
+    "EVENTS",
+    "OPTIONAL_EVENTS",
+    "df_capacity_stats",
+    "df_task_clamp_changes",
+    "df_task_clamps",
+    "df_cpu_clamps",
+    "CapacityAnalysis",
+    "summary",
+    "metrics",
+]
 
 
 def _tw_mean(col: str) -> pl.Expr:
@@ -41,34 +51,63 @@ def _tw_mean(col: str) -> pl.Expr:
     w = pl.col("dur").cast(pl.Float64)
     k = pl.col(col).is_not_null()
     known = w.filter(k).sum()
-    return (pl.when(known > 0).then((pl.col(col).cast(pl.Float64) * w).filter(k).sum() / known)
-            .otherwise(None)).alias(f"mean_{col}")
+    return (pl.when(known > 0).then((pl.col(col).cast(pl.Float64) * w).filter(k).sum() / known).otherwise(None)).alias(
+        f"mean_{col}"
+    )
 
 
-def df_capacity_stats(capacity: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None) -> pl.DataFrame:
+def df_capacity_stats(
+    capacity: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None
+) -> pl.DataFrame:
     """Per CPU: ``cpu, samples, mean_capacity, min_capacity, mean_capacity_curr, capacity_orig (last),
     reduced_pct`` (% of the known time capacity < capacity_orig, i.e. RT/DL/IRQ/thermal pressure took some;
     null without capacity_orig), ``known_ns``. Events: sched_cpu_capacity / lisa__sched_cpu_capacity."""
     has = {c: c in capacity.columns for c in ("capacity_orig", "capacity_curr")}
-    ev = capacity.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32) if "cpu" in capacity.columns else
-                         pl.col("cpu_id").cast(pl.Int32).alias("cpu"), pl.col("capacity").cast(pl.Int64),
-                         *[(pl.col(c).cast(pl.Int64) if has[c] else pl.lit(None, pl.Int64)).alias(c)
-                           for c in ("capacity_orig", "capacity_curr")])
+    ev = capacity.select(
+        pl.col("ts").cast(pl.Int64),
+        pl.col("cpu").cast(pl.Int32) if "cpu" in capacity.columns else pl.col("cpu_id").cast(pl.Int32).alias("cpu"),
+        pl.col("capacity").cast(pl.Int64),
+        *[
+            (pl.col(c).cast(pl.Int64) if has[c] else pl.lit(None, pl.Int64)).alias(c)
+            for c in ("capacity_orig", "capacity_curr")
+        ],
+    )
     start_ns, end_ns = window_of(ev, start_ns, end_ns)
-    iv = df_intervals(ev, ["capacity", "capacity_orig", "capacity_curr"], keys="cpu", start_ns=start_ns,
-                      end_ns=end_ns, merge_equal=False).filter(pl.col("capacity").is_not_null())
-    red = (pl.col("capacity") < pl.col("capacity_orig"))
+    iv = df_intervals(
+        ev,
+        ["capacity", "capacity_orig", "capacity_curr"],
+        keys="cpu",
+        start_ns=start_ns,
+        end_ns=end_ns,
+        merge_equal=False,
+    ).filter(pl.col("capacity").is_not_null())
+    red = pl.col("capacity") < pl.col("capacity_orig")
     out = iv.group_by("cpu").agg(
-        _tw_mean("capacity"), pl.col("capacity").min().alias("min_capacity"), _tw_mean("capacity_curr"),
-        pl.col("capacity_orig").drop_nulls().last().alias("capacity_orig"), pl.col("dur").sum().alias("known_ns"),
-        (100.0 * pl.col("dur").filter(red).sum() / pl.col("dur").sum()).alias("reduced_pct"))
-    cnt = ev.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns)).group_by("cpu").agg(
-        pl.len().cast(pl.Int64).alias("samples"))
+        _tw_mean("capacity"),
+        pl.col("capacity").min().alias("min_capacity"),
+        _tw_mean("capacity_curr"),
+        pl.col("capacity_orig").drop_nulls().last().alias("capacity_orig"),
+        pl.col("dur").sum().alias("known_ns"),
+        (100.0 * pl.col("dur").filter(red).sum() / pl.col("dur").sum()).alias("reduced_pct"),
+    )
+    cnt = (
+        ev.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
+        .group_by("cpu")
+        .agg(pl.len().cast(pl.Int64).alias("samples"))
+    )
     out = out.join(cnt, on="cpu", how="left").with_columns(pl.col("samples").fill_null(0))
     if not has["capacity_orig"]:
         out = out.with_columns(pl.lit(None, pl.Float64).alias("reduced_pct"))
-    return out.select("cpu", "samples", "mean_capacity", "min_capacity", "mean_capacity_curr", "capacity_orig",
-                      "reduced_pct", "known_ns").sort("cpu")
+    return out.select(
+        "cpu",
+        "samples",
+        "mean_capacity",
+        "min_capacity",
+        "mean_capacity_curr",
+        "capacity_orig",
+        "reduced_pct",
+        "known_ns",
+    ).sort("cpu")
 
 
 def df_task_clamp_changes(uclamp_update_tsk: pl.DataFrame) -> pl.DataFrame:
@@ -83,24 +122,42 @@ def df_task_clamp_changes(uclamp_update_tsk: pl.DataFrame) -> pl.DataFrame:
     else:
         pick = lambda *names: next((pl.col(n).cast(pl.Int64) for n in names if n in df.columns), pl.lit(None, pl.Int64))  # noqa: E731
         mn, mx = pick("uclamp_min", "min", "util_min"), pick("uclamp_max", "max", "util_max")
-    ev = df.select(pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), comm.alias("comm"),
-                   mn.alias("uclamp_min"), mx.alias("uclamp_max")).with_row_index("_i").sort("pid", "ts", "_i")
+    ev = (
+        df.select(
+            pl.col("ts").cast(pl.Int64),
+            pl.col("pid").cast(pl.Int32),
+            comm.alias("comm"),
+            mn.alias("uclamp_min"),
+            mx.alias("uclamp_max"),
+        )
+        .with_row_index("_i")
+        .sort("pid", "ts", "_i")
+    )
     return ev.with_columns(pl.col("uclamp_min", "uclamp_max", "comm").forward_fill().over("pid")).drop("_i")
 
 
 def df_task_clamps(changes: pl.DataFrame, *, start_ns: int, end_ns: int) -> pl.DataFrame:
     """Per task name (threads pooled): ``comm, tasks, updates (in the window), mean_uclamp_min, mean_uclamp_max``
     (time-weighted over the time each thread's value is known, from its first update)."""
-    iv = df_intervals(changes.select("ts", "pid", "uclamp_min", "uclamp_max"), ["uclamp_min", "uclamp_max"], keys="pid",
-                      start_ns=start_ns, end_ns=end_ns, merge_equal=False)
+    iv = df_intervals(
+        changes.select("ts", "pid", "uclamp_min", "uclamp_max"),
+        ["uclamp_min", "uclamp_max"],
+        keys="pid",
+        start_ns=start_ns,
+        end_ns=end_ns,
+        merge_equal=False,
+    )
     names = changes.group_by("pid").agg(pl.col("comm").drop_nulls().last())
     iv = iv.join(names, on="pid", how="left").with_columns(pl.col("comm").fill_null(pl.col("pid").cast(pl.Utf8)))
-    cnt = (changes.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns)).join(names, on="pid", how="left",
-                                                                                       suffix="_n")
-           .group_by(pl.coalesce("comm_n", "comm", pl.col("pid").cast(pl.Utf8)).alias("comm"))
-           .agg(pl.len().cast(pl.Int64).alias("updates")))
-    out = iv.group_by("comm").agg(pl.col("pid").n_unique().cast(pl.Int64).alias("tasks"), _tw_mean("uclamp_min"),
-                                  _tw_mean("uclamp_max"))
+    cnt = (
+        changes.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
+        .join(names, on="pid", how="left", suffix="_n")
+        .group_by(pl.coalesce("comm_n", "comm", pl.col("pid").cast(pl.Utf8)).alias("comm"))
+        .agg(pl.len().cast(pl.Int64).alias("updates"))
+    )
+    out = iv.group_by("comm").agg(
+        pl.col("pid").n_unique().cast(pl.Int64).alias("tasks"), _tw_mean("uclamp_min"), _tw_mean("uclamp_max")
+    )
     return out.join(cnt, on="comm", how="left").with_columns(pl.col("updates").fill_null(0)).sort("comm")
 
 
@@ -108,8 +165,9 @@ def df_cpu_clamps(util_cfs: pl.DataFrame, *, start_ns: int | None = None, end_ns
     """Per CPU from lisa__uclamp_util_cfs: ``cpu, mean_util_avg, mean_uclamp_avg, mean_uclamp_min, mean_uclamp_max``
     (time-weighted; uclamp_avg = util as the rq's clamps let schedutil see it)."""
     cols = ["util_avg", "uclamp_avg", "uclamp_min", "uclamp_max"]
-    ev = util_cfs.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
-                         *[pl.col(c).cast(pl.Int64) for c in cols])
+    ev = util_cfs.select(
+        pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32), *[pl.col(c).cast(pl.Int64) for c in cols]
+    )
     start_ns, end_ns = window_of(ev, start_ns, end_ns)
     iv = df_intervals(ev, cols, keys="cpu", start_ns=start_ns, end_ns=end_ns, merge_equal=False)
     return iv.group_by("cpu").agg([_tw_mean(c) for c in cols]).sort("cpu")
@@ -144,9 +202,15 @@ class CapacityAnalysis:
         se = self._table(UTIL_SE_TABLES, "clamped task util")
         w = self._win()
         se = se.filter((pl.col("ts") >= w["start_ns"]) & (pl.col("ts") < w["end_ns"]))
-        return se.group_by(pl.col("comm").cast(pl.Utf8)).agg(
-            pl.len().cast(pl.Int64).alias("samples"), pl.col("util_avg").cast(pl.Float64).mean().alias("mean_util_avg"),
-            pl.col("uclamp_avg").cast(pl.Float64).mean().alias("mean_uclamp_avg")).sort("comm")
+        return (
+            se.group_by(pl.col("comm").cast(pl.Utf8))
+            .agg(
+                pl.len().cast(pl.Int64).alias("samples"),
+                pl.col("util_avg").cast(pl.Float64).mean().alias("mean_util_avg"),
+                pl.col("uclamp_avg").cast(pl.Float64).mean().alias("mean_uclamp_avg"),
+            )
+            .sort("comm")
+        )
 
 
 def summary(trace) -> dict:
@@ -156,8 +220,12 @@ def summary(trace) -> dict:
     ``task_clamped_util`` {name: {samples, mean_util_avg, mean_uclamp_avg}}. {} when it has none."""
     ca = CapacityAnalysis(trace)
     out: dict = {}
-    for key, fn, by in (("capacity", ca.df_capacity_stats, "cpu"), ("task_clamps", ca.df_task_clamps, "comm"),
-                        ("cpu_clamps", ca.df_cpu_clamps, "cpu"), ("task_clamped_util", ca.df_task_clamped_util, "comm")):
+    for key, fn, by in (
+        ("capacity", ca.df_capacity_stats, "cpu"),
+        ("task_clamps", ca.df_task_clamps, "comm"),
+        ("cpu_clamps", ca.df_cpu_clamps, "cpu"),
+        ("task_clamped_util", ca.df_task_clamped_util, "comm"),
+    ):
         try:
             df = fn()
         except MissingEventsError:
@@ -170,26 +238,58 @@ def summary(trace) -> dict:
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
 CPU_MEAN_CAPACITY = MetricSpec(
-    "capacity.cpu.{cpu}.mean", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU, title="mean CPU capacity",
+    "capacity.cpu.{cpu}.mean",
+    "",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CPU,
+    title="mean CPU capacity",
     description="Time-weighted mean of the CPU's capacity for CFS (rq->cpu_capacity, 1024 = biggest CPU at its top "
-                "OPP; sched_cpu_capacity / lisa__sched_cpu_capacity).", window=WindowCombine.TIME)
+    "OPP; sched_cpu_capacity / lisa__sched_cpu_capacity).",
+    window=WindowCombine.TIME,
+)
 CPU_CAPACITY_REDUCED_PCT = MetricSpec(
-    "capacity.cpu.{cpu}.reduced_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.CPU, title="capacity reduced",
+    "capacity.cpu.{cpu}.reduced_pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CPU,
+    title="capacity reduced",
     description="Share of the known time the CPU's capacity for CFS was below its original capacity (RT, DL, IRQ or "
-                "thermal pressure).", window=WindowCombine.TIME)
+    "thermal pressure).",
+    window=WindowCombine.TIME,
+)
 TASK_UCLAMP_MIN = MetricSpec(
-    "uclamp.task.{task}.mean_min", "", Direction.NONE, Aggregation.MEAN, Grouping.TASK, title="task uclamp.min",
+    "uclamp.task.{task}.mean_min",
+    "",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.TASK,
+    title="task uclamp.min",
     description="Time-weighted mean uclamp.min request of the threads named {task} (uclamp_update_tsk).",
-    window=WindowCombine.TIME)
+    window=WindowCombine.TIME,
+)
 TASK_UCLAMP_MAX = MetricSpec(
-    "uclamp.task.{task}.mean_max", "", Direction.NONE, Aggregation.MEAN, Grouping.TASK, title="task uclamp.max",
+    "uclamp.task.{task}.mean_max",
+    "",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.TASK,
+    title="task uclamp.max",
     description="Time-weighted mean uclamp.max request of the threads named {task} (uclamp_update_tsk).",
-    window=WindowCombine.TIME)
+    window=WindowCombine.TIME,
+)
 CPU_UCLAMP_AVG = MetricSpec(
-    "uclamp.cpu.{cpu}.mean_clamped_util", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
+    "uclamp.cpu.{cpu}.mean_clamped_util",
+    "",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CPU,
     title="clamped CPU util",
     description="Time-weighted mean of the root cfs_rq util as clamped by the rq's uclamp (what schedutil sees; "
-                "lisa__uclamp_util_cfs uclamp_avg).", window=WindowCombine.TIME)
+    "lisa__uclamp_util_cfs uclamp_avg).",
+    window=WindowCombine.TIME,
+)
 
 METRICS = (CPU_MEAN_CAPACITY, CPU_CAPACITY_REDUCED_PCT, TASK_UCLAMP_MIN, TASK_UCLAMP_MAX, CPU_UCLAMP_AVG)
 

@@ -20,6 +20,7 @@ wakeup belongs to the group its task was in at the wakeup) and CPU time (sched_s
 the group in force when it started), per cluster too. workload-processor groups the same way but takes the
 tasks ever attached to a group in the trace for the whole trace.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -33,27 +34,47 @@ EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("cgroup_attach_task", "marker", "sched_process_fork", "sched_wakeup", "sched_wakeup_new")
 UNKNOWN = "unknown"
 
-__all__ = ["EVENTS", "OPTIONAL_EVENTS", "df_membership_changes", "df_with_forks", "df_attribute", "df_cgroup_latency",
-           "df_cgroup_runtime", "CgroupAnalysis", "summary", "metrics"]
+__all__ = [
+    "EVENTS",
+    "OPTIONAL_EVENTS",
+    "df_membership_changes",
+    "df_with_forks",
+    "df_attribute",
+    "df_cgroup_latency",
+    "df_cgroup_runtime",
+    "CgroupAnalysis",
+    "summary",
+    "metrics",
+]
 
 
-def df_membership_changes(cgroup_attach_task: pl.DataFrame | None, marker: pl.DataFrame | None = None, *,
-                          root: int | None = None) -> pl.DataFrame:
+def df_membership_changes(
+    cgroup_attach_task: pl.DataFrame | None, marker: pl.DataFrame | None = None, *, root: int | None = None
+) -> pl.DataFrame:
     """``ts, pid (Int32), cgroup (Utf8 path), source`` ("kernel" | "marker"), sorted by ts (marker snapshot
     first at equal ts). Events: cgroup_attach_task; optional marker (the collector's snapshot)."""
     schema = {"ts": pl.Int64, "pid": pl.Int32, "cgroup": pl.Utf8, "source": pl.Utf8}
     parts = []
     if marker is not None and not marker.is_empty():
         snap = df_meta_events(marker, "cgroup_attach_task", {"dst_path": pl.Utf8, "pid": pl.Int64})
-        parts.append(snap.drop_nulls(["dst_path", "pid"]).select(
-            "ts", pl.col("pid").cast(pl.Int32), pl.col("dst_path").alias("cgroup"), pl.lit("marker").alias("source")))
+        parts.append(
+            snap.drop_nulls(["dst_path", "pid"]).select(
+                "ts", pl.col("pid").cast(pl.Int32), pl.col("dst_path").alias("cgroup"), pl.lit("marker").alias("source")
+            )
+        )
     if cgroup_attach_task is not None and not cgroup_attach_task.is_empty():
         ev = cgroup_attach_task
         if root is not None and "dst_root" in ev.columns:
             ev = ev.filter(pl.col("dst_root") == root)
         path = "dst_path" if "dst_path" in ev.columns else "path"
-        parts.append(ev.select(pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32),
-                               pl.col(path).cast(pl.Utf8).alias("cgroup"), pl.lit("kernel").alias("source")))
+        parts.append(
+            ev.select(
+                pl.col("ts").cast(pl.Int64),
+                pl.col("pid").cast(pl.Int32),
+                pl.col(path).cast(pl.Utf8).alias("cgroup"),
+                pl.lit("kernel").alias("source"),
+            )
+        )
     if not parts:
         return pl.DataFrame(schema=schema)
     order = (pl.col("source") == "kernel").cast(pl.Int8)
@@ -66,13 +87,19 @@ def df_with_forks(changes: pl.DataFrame, sched_process_fork: pl.DataFrame | None
     deep). Events: sched_process_fork (parent_pid, child_pid)."""
     if sched_process_fork is None or sched_process_fork.is_empty() or changes.is_empty():
         return changes
-    forks = sched_process_fork.select(pl.col("ts").cast(pl.Int64), pl.col("parent_pid").cast(pl.Int32).alias("pid"),
-                                      pl.col("child_pid").cast(pl.Int32).alias("child"))
+    forks = sched_process_fork.select(
+        pl.col("ts").cast(pl.Int64),
+        pl.col("parent_pid").cast(pl.Int32).alias("pid"),
+        pl.col("child_pid").cast(pl.Int32).alias("child"),
+    )
     out = changes
     for _ in range(generations):
         first = out.group_by("pid").agg(pl.col("ts").min().alias("_first"))
-        todo = (forks.join(first.rename({"pid": "child"}), on="child", how="left")
-                .filter(pl.col("_first").is_null() | (pl.col("ts") < pl.col("_first"))).drop("_first"))
+        todo = (
+            forks.join(first.rename({"pid": "child"}), on="child", how="left")
+            .filter(pl.col("_first").is_null() | (pl.col("ts") < pl.col("_first")))
+            .drop("_first")
+        )
         att = df_attribute(todo, out, ts="ts").filter(pl.col("cgroup") != UNKNOWN)
         new = att.select("ts", pl.col("child").alias("pid"), "cgroup", pl.lit("fork").alias("source"))
         new = new.join(out.select("pid", "ts"), on=["pid", "ts"], how="anti")
@@ -85,10 +112,16 @@ def df_with_forks(changes: pl.DataFrame, sched_process_fork: pl.DataFrame | None
 def df_attribute(rows: pl.DataFrame, membership: pl.DataFrame, *, ts: str, pid: str = "pid") -> pl.DataFrame:
     """``rows`` + ``cgroup``: the group its task was in at ``rows[ts]`` (last membership record at or before it;
     ``"unknown"`` when none)."""
-    m = (membership.select(pl.col("pid").cast(pl.Int32).alias(pid), pl.col("ts").alias(ts), "cgroup")
-         .unique([pid, ts], keep="last", maintain_order=True).sort(pid, ts))
-    out = rows.with_columns(pl.col(pid).cast(pl.Int32)).sort(pid, ts).join_asof(
-        m, on=ts, by=pid, strategy="backward", check_sortedness=False)
+    m = (
+        membership.select(pl.col("pid").cast(pl.Int32).alias(pid), pl.col("ts").alias(ts), "cgroup")
+        .unique([pid, ts], keep="last", maintain_order=True)
+        .sort(pid, ts)
+    )
+    out = (
+        rows.with_columns(pl.col(pid).cast(pl.Int32))
+        .sort(pid, ts)
+        .join_asof(m, on=ts, by=pid, strategy="backward", check_sortedness=False)
+    )
     return out.with_columns(pl.col("cgroup").fill_null(UNKNOWN))
 
 
@@ -97,22 +130,30 @@ def df_cgroup_latency(latency: pl.DataFrame, membership: pl.DataFrame) -> pl.Dat
     return df_latency_stats(df_attribute(latency, membership, ts="wakeup_ts"), by="cgroup")
 
 
-def df_cgroup_runtime(runs: pl.DataFrame, membership: pl.DataFrame, clusters: pl.DataFrame | None = None, *,
-                      window_ns: int) -> pl.DataFrame:
+def df_cgroup_runtime(
+    runs: pl.DataFrame, membership: pl.DataFrame, clusters: pl.DataFrame | None = None, *, window_ns: int
+) -> pl.DataFrame:
     """CPU time per cgroup: ``cgroup, tasks, runtime_ns, runtime_ms_per_s`` (per second of window) and, with
     ``clusters`` (cpu, cluster), one ``<cluster>_pct`` column each (% of the group's CPU time on that cluster).
     ``runs``: placement.df_task_intervals (cpu, ts, dur, pid, comm)."""
     att = df_attribute(runs, membership, ts="ts")
-    out = att.group_by("cgroup").agg(pl.col("pid").n_unique().cast(pl.Int64).alias("tasks"),
-                                     pl.col("dur").sum().alias("runtime_ns"))
+    out = att.group_by("cgroup").agg(
+        pl.col("pid").n_unique().cast(pl.Int64).alias("tasks"), pl.col("dur").sum().alias("runtime_ns")
+    )
     out = out.with_columns((pl.col("runtime_ns") / 1e6 / (window_ns / 1e9)).alias("runtime_ms_per_s"))
     if clusters is not None and not clusters.is_empty():
-        per = (att.join(clusters.select(pl.col("cpu").cast(pl.Int32), "cluster"), on="cpu", how="left")
-               .group_by("cgroup", "cluster").agg(pl.col("dur").sum().alias("_t")))
+        per = (
+            att.join(clusters.select(pl.col("cpu").cast(pl.Int32), "cluster"), on="cpu", how="left")
+            .group_by("cgroup", "cluster")
+            .agg(pl.col("dur").sum().alias("_t"))
+        )
         wide = per.pivot(on="cluster", index="cgroup", values="_t")
         cols = [c for c in wide.columns if c != "cgroup"]
-        out = out.join(wide, on="cgroup", how="left").with_columns(
-            [(100.0 * pl.col(c).fill_null(0) / pl.col("runtime_ns")).alias(f"{c}_pct") for c in cols]).drop(cols)
+        out = (
+            out.join(wide, on="cgroup", how="left")
+            .with_columns([(100.0 * pl.col(c).fill_null(0) / pl.col("runtime_ns")).alias(f"{c}_pct") for c in cols])
+            .drop(cols)
+        )
     return out.sort("runtime_ns", descending=True)
 
 
@@ -136,6 +177,7 @@ class CgroupAnalysis:
     def df_latency(self) -> pl.DataFrame:
         """Wakeup latency rows (default definition) + cgroup."""
         from abtest.analysis.latency import LatencyAnalysis
+
         return df_attribute(LatencyAnalysis(self.trace).df_latency(), self.df_membership_changes(), ts="wakeup_ts")
 
     def df_latency_stats(self) -> pl.DataFrame:
@@ -144,6 +186,7 @@ class CgroupAnalysis:
     def df_runtime(self) -> pl.DataFrame:
         from abtest.analysis.clusters import trace_clusters
         from abtest.analysis.placement import df_task_intervals
+
         t = self.trace
         t.require("cgroup CPU time", "sched_switch")
         runs = df_task_intervals(t.df("sched_switch", windowed=False), start_ns=t.start_ns, end_ns=t.end_ns)
@@ -164,35 +207,68 @@ def summary(trace) -> dict:
     rt = ca.df_runtime()
     groups: dict[str, dict] = {}
     for r in rt.iter_rows(named=True):  # one row per cgroup
-        groups[r["cgroup"]] = {"tasks": r["tasks"], "runtime_s": r["runtime_ns"] / 1e9,
-                               "runtime_ms_per_s": r["runtime_ms_per_s"],
-                               "cluster_pct": {k[:-4]: v for k, v in r.items() if k.endswith("_pct")}}
+        groups[r["cgroup"]] = {
+            "tasks": r["tasks"],
+            "runtime_s": r["runtime_ns"] / 1e9,
+            "runtime_ms_per_s": r["runtime_ms_per_s"],
+            "cluster_pct": {k[:-4]: v for k, v in r.items() if k.endswith("_pct")},
+        }
     if "sched_wakeup" in trace.tables:
         for r in ca.df_latency_stats().iter_rows(named=True):  # one row per cgroup
             groups.setdefault(r["cgroup"], {}).update(
-                {"wakeups": r["wakeups"], "latency_gmean_us": r["gmean_us"], "latency_p50_us": r["p50_us"],
-                 "latency_p95_us": r["p95_us"], "latency_p99_us": r["p99_us"]})
+                {
+                    "wakeups": r["wakeups"],
+                    "latency_gmean_us": r["gmean_us"],
+                    "latency_p50_us": r["p50_us"],
+                    "latency_p95_us": r["p95_us"],
+                    "latency_p99_us": r["p99_us"],
+                }
+            )
     counts = dict(ch.group_by("source").len().iter_rows())
-    return {"sources": {"kernel_events": int(counts.get("kernel", 0)), "fork_inherited": int(counts.get("fork", 0)),
-                        "snapshot_tasks": int(ch.filter(pl.col("source") == "marker")["pid"].n_unique())},
-            "cgroups": groups}
+    return {
+        "sources": {
+            "kernel_events": int(counts.get("kernel", 0)),
+            "fork_inherited": int(counts.get("fork", 0)),
+            "snapshot_tasks": int(ch.filter(pl.col("source") == "marker")["pid"].n_unique()),
+        },
+        "cgroups": groups,
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
 _G = "of the tasks in cgroup {cgroup} at the time (cgroup_attach_task events and the collector's start snapshot)"
-CGROUP_LATENCY_GMEAN_US = MetricSpec("cgroup.{cgroup}.latency_gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                                     Grouping.CGROUP, title="cgroup wakeup latency gmean",
-                                     description=f"Geometric mean wakeup latency (sched_wakeup -> switch-in) {_G}.",
-                                     window=WindowCombine.EVENTS_GEO)
-CGROUP_LATENCY_P95_US = MetricSpec("cgroup.{cgroup}.latency_p95_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                                   Grouping.CGROUP, title="cgroup wakeup latency p95",
-                                   description=f"95th percentile wakeup latency (sched_wakeup -> switch-in) {_G}.",
-                                   window=WindowCombine.QUANTILE)
-CGROUP_RUNTIME = MetricSpec("cgroup.{cgroup}.runtime_ms_per_s", "ms/s", Direction.NONE, Aggregation.MEAN,
-                            Grouping.CGROUP, title="cgroup CPU time",
-                            description=f"CPU time per second of window, all CPUs, {_G}.", window=WindowCombine.RATE)
+CGROUP_LATENCY_GMEAN_US = MetricSpec(
+    "cgroup.{cgroup}.latency_gmean_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.CGROUP,
+    title="cgroup wakeup latency gmean",
+    description=f"Geometric mean wakeup latency (sched_wakeup -> switch-in) {_G}.",
+    window=WindowCombine.EVENTS_GEO,
+)
+CGROUP_LATENCY_P95_US = MetricSpec(
+    "cgroup.{cgroup}.latency_p95_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.CGROUP,
+    title="cgroup wakeup latency p95",
+    description=f"95th percentile wakeup latency (sched_wakeup -> switch-in) {_G}.",
+    window=WindowCombine.QUANTILE,
+)
+CGROUP_RUNTIME = MetricSpec(
+    "cgroup.{cgroup}.runtime_ms_per_s",
+    "ms/s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CGROUP,
+    title="cgroup CPU time",
+    description=f"CPU time per second of window, all CPUs, {_G}.",
+    window=WindowCombine.RATE,
+)
 
 METRICS = (CGROUP_LATENCY_GMEAN_US, CGROUP_LATENCY_P95_US, CGROUP_RUNTIME)
 
@@ -201,8 +277,10 @@ def metrics(trace, options=None) -> list[MetricValue]:
     """Per cgroup: CPU time, and wakeup latency when the trace has sched_wakeup (groups with at least
     ``options.min_task_wakeups`` wakeups). MissingEventsError without any cgroup information."""
     ca = CgroupAnalysis(trace)
-    out = [MetricValue(CGROUP_RUNTIME, float(r["runtime_ms_per_s"]), r["cgroup"])
-           for r in ca.df_runtime().iter_rows(named=True)]  # one row per cgroup
+    out = [
+        MetricValue(CGROUP_RUNTIME, float(r["runtime_ms_per_s"]), r["cgroup"])
+        for r in ca.df_runtime().iter_rows(named=True)
+    ]  # one row per cgroup
     if "sched_wakeup" in trace.tables:
         floor = getattr(options, "min_task_wakeups", 10)
         for r in ca.df_latency_stats().filter(pl.col("wakeups") >= floor).iter_rows(named=True):

@@ -5,6 +5,7 @@ abtest.results.frames_text.
 All times are ns on the trace clock unless a column name says otherwise; ``*_ms`` columns are
 milliseconds, ``fps`` is frames per second.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,16 +26,20 @@ def df_marker_slices(marker: pl.DataFrame) -> pl.DataFrame:
     innermost open one. Returns tid, tgid, name, ts (begin, ns), dur_ns, depth (0 = outermost);
     unclosed slices are dropped.
     """
-    ev = marker.select("ts", pl.col("pid").alias("tid"), "text").filter(
-        pl.col("text").str.starts_with("B|") | (pl.col("text") == "E") | pl.col("text").str.starts_with("E|")
-    ).with_columns(
-        pl.col("text").str.starts_with("B").alias("is_begin"),
-    ).sort(["tid", "ts"], maintain_order=True).with_columns(
-        pl.when(pl.col("is_begin")).then(1).otherwise(-1).cum_sum().over("tid").alias("depth_after")
-    ).with_columns(
-        # a begin opens level depth_after; an end closes level depth_after + 1
-        pl.when(pl.col("is_begin")).then(pl.col("depth_after")).otherwise(pl.col("depth_after") + 1).alias("level")
-    ).filter(pl.col("level") > 0)
+    ev = (
+        marker.select("ts", pl.col("pid").alias("tid"), "text")
+        .filter(pl.col("text").str.starts_with("B|") | (pl.col("text") == "E") | pl.col("text").str.starts_with("E|"))
+        .with_columns(
+            pl.col("text").str.starts_with("B").alias("is_begin"),
+        )
+        .sort(["tid", "ts"], maintain_order=True)
+        .with_columns(pl.when(pl.col("is_begin")).then(1).otherwise(-1).cum_sum().over("tid").alias("depth_after"))
+        .with_columns(
+            # a begin opens level depth_after; an end closes level depth_after + 1
+            pl.when(pl.col("is_begin")).then(pl.col("depth_after")).otherwise(pl.col("depth_after") + 1).alias("level")
+        )
+        .filter(pl.col("level") > 0)
+    )
     paired = ev.with_columns(
         pl.col("ts").shift(-1).over(["tid", "level"]).alias("end_ts"),
         pl.col("is_begin").shift(-1).over(["tid", "level"]).alias("next_is_begin"),
@@ -57,14 +62,17 @@ def df_frames_from_markers(marker: pl.DataFrame, slice_name: str = "Choreographe
     slice_name matches the start of the slice name (Android appends the vsync id:
     "Choreographer#doFrame 123456")."""
     s = df_marker_slices(marker).filter(pl.col("name").str.starts_with(slice_name))
-    return s.group_by("tgid").agg(
-        pl.len().alias("frames"),
-        ((pl.col("ts").max() - pl.col("ts").min()) / 1e9).alias("span_s"),
-        (pl.col("dur_ns").mean() / 1e6).alias("mean_frame_ms"),
-        (pl.col("dur_ns").quantile(0.95, "linear") / 1e6).alias("p95_frame_ms"),
-    ).with_columns(
-        pl.when(pl.col("span_s") > 0).then((pl.col("frames") - 1) / pl.col("span_s")).alias("fps")
-    ).sort("frames", descending=True)
+    return (
+        s.group_by("tgid")
+        .agg(
+            pl.len().alias("frames"),
+            ((pl.col("ts").max() - pl.col("ts").min()) / 1e9).alias("span_s"),
+            (pl.col("dur_ns").mean() / 1e6).alias("mean_frame_ms"),
+            (pl.col("dur_ns").quantile(0.95, "linear") / 1e6).alias("p95_frame_ms"),
+        )
+        .with_columns(pl.when(pl.col("span_s") > 0).then((pl.col("frames") - 1) / pl.col("span_s")).alias("fps"))
+        .sort("frames", descending=True)
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,17 +106,26 @@ def df_frame_timeline_stats(frames: pl.DataFrame) -> pl.DataFrame:
     app_deadline_missed (jank_type mentions "App Deadline Missed"). layer "<display>" = SurfaceFlinger's
     display frames. Sorted by frames, descending."""
     f = frames.with_columns(pl.col("layer_name").fill_null("<display>").alias("layer"))
-    return f.group_by(["pid", "layer"]).agg(
-        pl.len().alias("frames"),
-        ((pl.col("ts").max() - pl.col("ts").min()) / 1e9).alias("span_s"),
-        (pl.col("dur_ns").mean() / 1e6).alias("mean_frame_ms"),
-        (pl.col("jank_type").fill_null("None") != "None").sum().cast(pl.Int64).alias("janky_frames"),
-        pl.col("jank_type").fill_null("").str.contains("App Deadline Missed").sum().cast(pl.Int64)
-        .alias("app_deadline_missed"),
-    ).with_columns(
-        pl.when(pl.col("span_s") > 0).then((pl.col("frames") - 1) / pl.col("span_s")).alias("fps"),
-        (100.0 * pl.col("janky_frames") / pl.col("frames")).alias("jank_pct"),
-    ).sort(["frames", "layer"], descending=[True, False])
+    return (
+        f.group_by(["pid", "layer"])
+        .agg(
+            pl.len().alias("frames"),
+            ((pl.col("ts").max() - pl.col("ts").min()) / 1e9).alias("span_s"),
+            (pl.col("dur_ns").mean() / 1e6).alias("mean_frame_ms"),
+            (pl.col("jank_type").fill_null("None") != "None").sum().cast(pl.Int64).alias("janky_frames"),
+            pl.col("jank_type")
+            .fill_null("")
+            .str.contains("App Deadline Missed")
+            .sum()
+            .cast(pl.Int64)
+            .alias("app_deadline_missed"),
+        )
+        .with_columns(
+            pl.when(pl.col("span_s") > 0).then((pl.col("frames") - 1) / pl.col("span_s")).alias("fps"),
+            (100.0 * pl.col("janky_frames") / pl.col("frames")).alias("jank_pct"),
+        )
+        .sort(["frames", "layer"], descending=[True, False])
+    )
 
 
 def summary(trace) -> dict:
@@ -131,8 +148,15 @@ def summary(trace) -> dict:
         per = df_frames_from_markers(trace.df("marker"))
         if per.height:
             sources.append("marker:Choreographer#doFrame")
-            processes = {str(r["tgid"]): {"frames": r["frames"], "fps": r["fps"], "mean_frame_ms": r["mean_frame_ms"],
-                                          "p95_frame_ms": r["p95_frame_ms"]} for r in per.iter_rows(named=True)}
+            processes = {
+                str(r["tgid"]): {
+                    "frames": r["frames"],
+                    "fps": r["fps"],
+                    "mean_frame_ms": r["mean_frame_ms"],
+                    "p95_frame_ms": r["p95_frame_ms"],
+                }
+                for r in per.iter_rows(named=True)
+            }
         else:
             notes.append("no Choreographer#doFrame slices in the trace's markers")
     if trace.meta.get("format") == "perfetto":
@@ -149,9 +173,13 @@ def summary(trace) -> dict:
                 ft = ft.filter((pl.col("ts") >= trace.start_ns) & (pl.col("ts") < trace.end_ns))
             st = df_frame_timeline_stats(ft).head(10)
             sources.append("perfetto:actual_frame_timeline_slice")
-            layers = {f"{r['pid']}:{r['layer']}": {k: r[k] for k in ("frames", "fps", "mean_frame_ms", "janky_frames",
-                                                                     "jank_pct", "app_deadline_missed")}
-                      for r in st.iter_rows(named=True)}
+            layers = {
+                f"{r['pid']}:{r['layer']}": {
+                    k: r[k]
+                    for k in ("frames", "fps", "mean_frame_ms", "janky_frames", "jank_pct", "app_deadline_missed")
+                }
+                for r in st.iter_rows(named=True)
+            }
     if not sources:
         if notes:
             raise ValueError("; ".join(notes))

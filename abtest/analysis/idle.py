@@ -22,6 +22,7 @@ teo util-awareness evaluation did. Derived misses apply the rules above to the t
 durations (trace timestamps bracket the kernel's own measurement by a few us, and the set of
 *disabled* states is unknown: every state in the platform table counts as enabled).
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,27 @@ from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, Met
 EVENTS = ("cpu_idle",)
 OPTIONAL_EVENTS = ("cpu_idle_miss",)
 
-DEFAULT_HIST_EDGES_US = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000,
-                         20_000, 50_000, 100_000, 1_000_000, float("inf"))
+DEFAULT_HIST_EDGES_US = (
+    0,
+    1,
+    2,
+    5,
+    10,
+    20,
+    50,
+    100,
+    200,
+    500,
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    1_000_000,
+    float("inf"),
+)
 
 _MISS_SCHEMA = {"cpu": pl.Int32, "state": pl.Int64, "ts": pl.Int64, "type": pl.Utf8}
 
@@ -45,8 +65,9 @@ _MISS_SCHEMA = {"cpu": pl.Int32, "state": pl.Int64, "ts": pl.Int64, "type": pl.U
 # --------------------------------------------------------------------------------------------
 # intervals and residency
 # --------------------------------------------------------------------------------------------
-def df_idle_intervals(cpu_idle: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
-                      cpus: list[int] | None = None) -> pl.DataFrame:
+def df_idle_intervals(
+    cpu_idle: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None, cpus: list[int] | None = None
+) -> pl.DataFrame:
     """Idle-state intervals per CPU over ``[start_ns, end_ns)`` (the shared
     :func:`abtest.analysis.intervals.df_cpu_idle_intervals`).
 
@@ -57,8 +78,9 @@ def df_idle_intervals(cpu_idle: pl.DataFrame, *, start_ns: int | None = None, en
     k >= 0 idle state k, null unknown), idle (Boolean, null unknown). ``cpus``: CPUs that must appear
     even without events (their whole window is then unknown).
     """
-    iv = df_cpu_idle_intervals(cpu_idle, start_ns=start_ns, end_ns=end_ns,
-                               cpus=None if cpus is None else [int(c) for c in cpus])
+    iv = df_cpu_idle_intervals(
+        cpu_idle, start_ns=start_ns, end_ns=end_ns, cpus=None if cpus is None else [int(c) for c in cpus]
+    )
     return iv.select("cpu", "ts", "dur", "state", "idle").sort(["cpu", "ts"])
 
 
@@ -66,15 +88,19 @@ def _state_names(states: pl.DataFrame, idle_states: pl.DataFrame | None) -> pl.D
     """Add state_name: "active" (-1), "idle-unknown" (idle, state not known), "unknown" (not known
     whether idle), platform name, else "state<k>"."""
     if idle_states is not None and not idle_states.is_empty() and "name" in idle_states.columns:
-        names = idle_states.select(pl.col("cpu").cast(pl.Int32), pl.col("state").cast(pl.Int64),
-                                   pl.col("name").alias("_pname")).unique(["cpu", "state"])
+        names = idle_states.select(
+            pl.col("cpu").cast(pl.Int32), pl.col("state").cast(pl.Int64), pl.col("name").alias("_pname")
+        ).unique(["cpu", "state"])
         states = states.join(names, on=["cpu", "state"], how="left")
     else:
         states = states.with_columns(pl.lit(None, pl.Utf8).alias("_pname"))
     return states.with_columns(
-        pl.when(pl.col("state").is_null() & (pl.col("idle") == True)).then(pl.lit("idle-unknown"))  # noqa: E712
-        .when(pl.col("state").is_null()).then(pl.lit("unknown"))
-        .when(pl.col("state") == -1).then(pl.lit("active"))
+        pl.when(pl.col("state").is_null() & (pl.col("idle") == True))
+        .then(pl.lit("idle-unknown"))  # noqa: E712
+        .when(pl.col("state").is_null())
+        .then(pl.lit("unknown"))
+        .when(pl.col("state") == -1)
+        .then(pl.lit("active"))
         .otherwise(pl.coalesce(pl.col("_pname"), pl.lit("state") + pl.col("state").cast(pl.Utf8)))
         .alias("state_name")
     ).drop("_pname")
@@ -91,12 +117,16 @@ def df_idle_residency(intervals: pl.DataFrame, idle_states: pl.DataFrame | None 
     """
     res = intervals.group_by(["cpu", "state", "idle"]).agg(pl.col("dur").sum().alias("time_ns"))
     res = res.with_columns((100.0 * pl.col("time_ns") / pl.col("time_ns").sum().over("cpu")).alias("pct"))
-    return _state_names(res, idle_states).select("cpu", "state", "idle", "state_name", "time_ns", "pct") \
+    return (
+        _state_names(res, idle_states)
+        .select("cpu", "state", "idle", "state_name", "time_ns", "pct")
         .sort(["cpu", "state", "state_name"], nulls_last=True)
+    )
 
 
-def df_cluster_idle_residency(intervals: pl.DataFrame, clusters: pl.DataFrame,
-                              idle_states: pl.DataFrame | None = None) -> pl.DataFrame:
+def df_cluster_idle_residency(
+    intervals: pl.DataFrame, clusters: pl.DataFrame, idle_states: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Idle residency per cluster, summed over its CPUs.
 
     Needs: cpu_idle (via df_idle_intervals). ``clusters``: cpu, cluster (e.g. frequency domains).
@@ -119,21 +149,36 @@ def df_cluster_idle_residency(intervals: pl.DataFrame, clusters: pl.DataFrame,
 def _all_cpus_idle(iv: pl.DataFrame, clusters: pl.DataFrame) -> pl.DataFrame:
     """Per cluster: ns during which all its CPUs are idle (sweep over +1/-1 idle edges)."""
     ncpu = clusters.group_by("cluster").agg(pl.len().alias("ncpu"))
-    window = iv.group_by("cluster").agg(pl.col("ts").min().alias("lo"), (pl.col("ts") + pl.col("dur")).max().alias("hi"))
+    window = iv.group_by("cluster").agg(
+        pl.col("ts").min().alias("lo"), (pl.col("ts") + pl.col("dur")).max().alias("hi")
+    )
     idle = iv.filter(pl.col("idle").fill_null(False))
-    edges = pl.concat([
-        idle.select("cluster", "ts", pl.lit(1).alias("d")),
-        idle.select("cluster", (pl.col("ts") + pl.col("dur")).alias("ts"), pl.lit(-1).alias("d")),
-    ]).group_by(["cluster", "ts"]).agg(pl.col("d").sum()).sort(["cluster", "ts"])
+    edges = (
+        pl.concat(
+            [
+                idle.select("cluster", "ts", pl.lit(1).alias("d")),
+                idle.select("cluster", (pl.col("ts") + pl.col("dur")).alias("ts"), pl.lit(-1).alias("d")),
+            ]
+        )
+        .group_by(["cluster", "ts"])
+        .agg(pl.col("d").sum())
+        .sort(["cluster", "ts"])
+    )
     sweep = edges.with_columns(
         pl.col("d").cum_sum().over("cluster").alias("n_idle"),
         (pl.col("ts").shift(-1).over("cluster") - pl.col("ts")).alias("span"),
     ).join(ncpu, on="cluster")
-    tot = sweep.filter(pl.col("n_idle") == pl.col("ncpu")).group_by("cluster").agg(
-        pl.col("span").sum().alias("all_cpus_idle_ns"))
+    tot = (
+        sweep.filter(pl.col("n_idle") == pl.col("ncpu"))
+        .group_by("cluster")
+        .agg(pl.col("span").sum().alias("all_cpus_idle_ns"))
+    )
     out = window.join(tot, on="cluster", how="left").with_columns(pl.col("all_cpus_idle_ns").fill_null(0))
-    return out.select("cluster", "all_cpus_idle_ns",
-                      (100.0 * pl.col("all_cpus_idle_ns") / (pl.col("hi") - pl.col("lo"))).alias("all_cpus_idle_pct"))
+    return out.select(
+        "cluster",
+        "all_cpus_idle_ns",
+        (100.0 * pl.col("all_cpus_idle_ns") / (pl.col("hi") - pl.col("lo"))).alias("all_cpus_idle_pct"),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,10 +192,15 @@ def df_wakeups(cpu_idle: pl.DataFrame, *, start_ns: int, end_ns: int) -> pl.Data
     """
     w = cpu_idle.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
     secs = max(end_ns - start_ns, 1) / 1e9
-    return (w.group_by(pl.col("cpu").cast(pl.Int32))
-            .agg((pl.col("state") >= 0).sum().cast(pl.Int64).alias("idle_entries"),
-                 (pl.col("state") == -1).sum().cast(pl.Int64).alias("wakeups"))
-            .with_columns((pl.col("wakeups") / secs).alias("wakeups_per_s")).sort("cpu"))
+    return (
+        w.group_by(pl.col("cpu").cast(pl.Int32))
+        .agg(
+            (pl.col("state") >= 0).sum().cast(pl.Int64).alias("idle_entries"),
+            (pl.col("state") == -1).sum().cast(pl.Int64).alias("wakeups"),
+        )
+        .with_columns((pl.col("wakeups") / secs).alias("wakeups_per_s"))
+        .sort("cpu")
+    )
 
 
 def df_idle_durations(intervals: pl.DataFrame) -> pl.DataFrame:
@@ -173,10 +223,19 @@ def df_idle_histogram(durations: pl.DataFrame, edges_us: tuple[float, ...] = DEF
     idx = np.searchsorted(edges, durations["dur"].to_numpy() / 1e3, side="right") - 1
     idx = np.clip(idx, 0, len(edges) - 2)
     binned = durations.with_columns(pl.Series("bin", idx, dtype=pl.Int64))
-    lo = pl.Series(edges[:-1]).to_frame("bin_lo_us").with_row_index("bin").with_columns(
-        pl.col("bin").cast(pl.Int64), pl.Series("bin_hi_us", edges[1:]))
-    return (binned.group_by(["cpu", "state", "bin"]).agg(pl.len().cast(pl.Int64).alias("count"))
-            .join(lo, on="bin").sort(["cpu", "state", "bin"]).select("cpu", "state", "bin_lo_us", "bin_hi_us", "count"))
+    lo = (
+        pl.Series(edges[:-1])
+        .to_frame("bin_lo_us")
+        .with_row_index("bin")
+        .with_columns(pl.col("bin").cast(pl.Int64), pl.Series("bin_hi_us", edges[1:]))
+    )
+    return (
+        binned.group_by(["cpu", "state", "bin"])
+        .agg(pl.len().cast(pl.Int64).alias("count"))
+        .join(lo, on="bin")
+        .sort(["cpu", "state", "bin"])
+        .select("cpu", "state", "bin_lo_us", "bin_hi_us", "count")
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,20 +250,31 @@ def df_derived_miss_events(intervals: pl.DataFrame, idle_states: pl.DataFrame) -
     Returns one row per miss: cpu, state, ts (ns, end of the idle period = the wakeup), type
     ("above" = too deep, "below" = too shallow).
     """
-    st = idle_states.select(pl.col("cpu").cast(pl.Int32), pl.col("state").cast(pl.Int64),
-                            (pl.col("target_residency_us") * 1e3).alias("target_ns"),
-                            (pl.col("exit_latency_us").fill_null(0.0) * 1e3).alias("exit_ns"))
+    st = idle_states.select(
+        pl.col("cpu").cast(pl.Int32),
+        pl.col("state").cast(pl.Int64),
+        (pl.col("target_residency_us") * 1e3).alias("target_ns"),
+        (pl.col("exit_latency_us").fill_null(0.0) * 1e3).alias("exit_ns"),
+    )
     if st["target_ns"].null_count():
-        raise ValueError("derived idle misses need every idle state's target_residency_us "
-                         "(the platform leaves some null)")
+        raise ValueError(
+            "derived idle misses need every idle state's target_residency_us (the platform leaves some null)"
+        )
     bounds = st.group_by("cpu").agg(pl.col("state").min().alias("min_state"))
     deeper = st.select("cpu", (pl.col("state") - 1).alias("state"), pl.col("target_ns").alias("next_target_ns"))
-    d = (df_idle_durations(intervals).join(st, on=["cpu", "state"], how="inner")
-         .join(bounds, on="cpu").join(deeper, on=["cpu", "state"], how="left"))
+    d = (
+        df_idle_durations(intervals)
+        .join(st, on=["cpu", "state"], how="inner")
+        .join(bounds, on="cpu")
+        .join(deeper, on=["cpu", "state"], how="left")
+    )
     too_deep = (pl.col("dur") < pl.col("target_ns")) & (pl.col("state") > pl.col("min_state"))
-    too_shallow = (~(pl.col("dur") < pl.col("target_ns")) & pl.col("next_target_ns").is_not_null()
-                   & (pl.col("dur") > pl.col("exit_ns"))
-                   & ((pl.col("dur") - pl.col("exit_ns")) >= pl.col("next_target_ns")))
+    too_shallow = (
+        ~(pl.col("dur") < pl.col("target_ns"))
+        & pl.col("next_target_ns").is_not_null()
+        & (pl.col("dur") > pl.col("exit_ns"))
+        & ((pl.col("dur") - pl.col("exit_ns")) >= pl.col("next_target_ns"))
+    )
     out = d.with_columns(
         pl.when(too_deep).then(pl.lit("above")).when(too_shallow).then(pl.lit("below")).alias("type"),
         (pl.col("ts") + pl.col("dur")).alias("ts"),
@@ -212,8 +282,9 @@ def df_derived_miss_events(intervals: pl.DataFrame, idle_states: pl.DataFrame) -
     return out.select("cpu", "state", "ts", "type").sort(["cpu", "ts"])
 
 
-def df_idle_misses(miss_events: pl.DataFrame, cpu_idle: pl.DataFrame, *, start_ns: int, end_ns: int,
-                   source: str) -> pl.DataFrame:
+def df_idle_misses(
+    miss_events: pl.DataFrame, cpu_idle: pl.DataFrame, *, start_ns: int, end_ns: int, source: str
+) -> pl.DataFrame:
     """Too deep / too shallow counts and % per CPU and idle state.
 
     Needs: cpu_idle (wakeups, entries) and the miss events: the cpu_idle_miss table, or
@@ -224,23 +295,34 @@ def df_idle_misses(miss_events: pl.DataFrame, cpu_idle: pl.DataFrame, *, start_n
     source. Only misses and entries inside ``[start_ns, end_ns)`` count.
     """
     m = miss_events.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns)).select(
-        pl.col("cpu").cast(pl.Int32), pl.col("state").cast(pl.Int64), pl.col("type").cast(pl.Utf8))
+        pl.col("cpu").cast(pl.Int32), pl.col("state").cast(pl.Int64), pl.col("type").cast(pl.Utf8)
+    )
     counts = m.group_by(["cpu", "state"]).agg(
         (pl.col("type") == "above").sum().cast(pl.Int64).alias("above"),
-        (pl.col("type") == "below").sum().cast(pl.Int64).alias("below"))
+        (pl.col("type") == "below").sum().cast(pl.Int64).alias("below"),
+    )
     w = cpu_idle.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
-    entries = w.filter(pl.col("state") >= 0).group_by(pl.col("cpu").cast(pl.Int32), "state").agg(
-        pl.len().cast(pl.Int64).alias("entries"))
+    entries = (
+        w.filter(pl.col("state") >= 0)
+        .group_by(pl.col("cpu").cast(pl.Int32), "state")
+        .agg(pl.len().cast(pl.Int64).alias("entries"))
+    )
     wake = df_wakeups(cpu_idle, start_ns=start_ns, end_ns=end_ns).select("cpu", "wakeups")
-    out = (entries.join(counts, on=["cpu", "state"], how="full", coalesce=True)
-           .with_columns(pl.col("entries", "above", "below").fill_null(0))
-           .join(wake, on="cpu", how="left").with_columns(pl.col("wakeups").fill_null(0)))
-    return out.with_columns(
-        pl.when(pl.col("wakeups") > 0).then(100.0 * pl.col("above") / pl.col("wakeups")).alias("above_pct"),
-        pl.when(pl.col("wakeups") > 0).then(100.0 * pl.col("below") / pl.col("wakeups")).alias("below_pct"),
-        pl.lit(source).alias("source"),
-    ).select("cpu", "state", "entries", "above", "below", "wakeups", "above_pct", "below_pct", "source") \
+    out = (
+        entries.join(counts, on=["cpu", "state"], how="full", coalesce=True)
+        .with_columns(pl.col("entries", "above", "below").fill_null(0))
+        .join(wake, on="cpu", how="left")
+        .with_columns(pl.col("wakeups").fill_null(0))
+    )
+    return (
+        out.with_columns(
+            pl.when(pl.col("wakeups") > 0).then(100.0 * pl.col("above") / pl.col("wakeups")).alias("above_pct"),
+            pl.when(pl.col("wakeups") > 0).then(100.0 * pl.col("below") / pl.col("wakeups")).alias("below_pct"),
+            pl.lit(source).alias("source"),
+        )
+        .select("cpu", "state", "entries", "above", "below", "wakeups", "above_pct", "below_pct", "source")
         .sort(["cpu", "state"])
+    )
 
 
 def df_idle_miss_totals(misses: pl.DataFrame) -> pl.DataFrame:
@@ -248,14 +330,23 @@ def df_idle_miss_totals(misses: pl.DataFrame) -> pl.DataFrame:
 
     Returns cpu, wakeups, above, below, above_pct, below_pct (100 * misses / wakeups), source.
     """
-    per_cpu = misses.group_by("cpu").agg(pl.col("wakeups").first(), pl.col("above").sum(), pl.col("below").sum(),
-                                         pl.col("source").first()).sort("cpu")
-    allrow = per_cpu.select(pl.lit(None, pl.Int32).alias("cpu"), pl.col("wakeups").sum(), pl.col("above").sum(),
-                            pl.col("below").sum(), pl.col("source").first())
+    per_cpu = (
+        misses.group_by("cpu")
+        .agg(pl.col("wakeups").first(), pl.col("above").sum(), pl.col("below").sum(), pl.col("source").first())
+        .sort("cpu")
+    )
+    allrow = per_cpu.select(
+        pl.lit(None, pl.Int32).alias("cpu"),
+        pl.col("wakeups").sum(),
+        pl.col("above").sum(),
+        pl.col("below").sum(),
+        pl.col("source").first(),
+    )
     tot = pl.concat([per_cpu, allrow], how="vertical_relaxed")
     return tot.with_columns(
         pl.when(pl.col("wakeups") > 0).then(100.0 * pl.col("above") / pl.col("wakeups")).alias("above_pct"),
-        pl.when(pl.col("wakeups") > 0).then(100.0 * pl.col("below") / pl.col("wakeups")).alias("below_pct"))
+        pl.when(pl.col("wakeups") > 0).then(100.0 * pl.col("below") / pl.col("wakeups")).alias("below_pct"),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,9 +361,14 @@ def idle_states_from_sysfs(cpu_root: str | os.PathLike = "/sys/devices/system/cp
     for cpu_dir in sorted(root.glob("cpu[0-9]*"), key=lambda p: int(p.name[3:])):
         states = []
         for sd in sorted((cpu_dir / "cpuidle").glob("state[0-9]*"), key=lambda p: int(p.name[5:])):
-            states.append({"index": int(sd.name[5:]), "name": (sd / "name").read_text().strip(),
-                           "target_residency_us": float((sd / "residency").read_text()),
-                           "exit_latency_us": float((sd / "latency").read_text())})
+            states.append(
+                {
+                    "index": int(sd.name[5:]),
+                    "name": (sd / "name").read_text().strip(),
+                    "target_residency_us": float((sd / "residency").read_text()),
+                    "exit_latency_us": float((sd / "latency").read_text()),
+                }
+            )
         if states:
             out.append({"cpu": int(cpu_dir.name[3:]), "idle_states": states})
     return out
@@ -344,12 +440,13 @@ def clusters_of(trace) -> pl.DataFrame:
     """cpu, cluster: frequency domains of the platform when known, else one cluster 0 of all CPUs."""
     plat = _platform(trace)
     if plat and plat.get("cpus"):
-        return pl.DataFrame({"cpu": [c["cpu"] for c in plat["cpus"]], "cluster": [c["domain"] for c in plat["cpus"]]},
-                            schema={"cpu": pl.Int32, "cluster": pl.Int32})
-    return pl.DataFrame({"cpu": list(range(trace.cpus)), "cluster": [0] * trace.cpus},
-                        schema={"cpu": pl.Int32, "cluster": pl.Int32})
-
-
+        return pl.DataFrame(
+            {"cpu": [c["cpu"] for c in plat["cpus"]], "cluster": [c["domain"] for c in plat["cpus"]]},
+            schema={"cpu": pl.Int32, "cluster": pl.Int32},
+        )
+    return pl.DataFrame(
+        {"cpu": list(range(trace.cpus)), "cluster": [0] * trace.cpus}, schema={"cpu": pl.Int32, "cluster": pl.Int32}
+    )
 
 
 class IdleAnalysis:
@@ -364,6 +461,7 @@ class IdleAnalysis:
         lo, hi = self.trace.start_ns, self.trace.end_ns
         if lo is None or hi is None:
             from abtest.trace.errors import MissingEventsError
+
             raise MissingEventsError("idle", list(EVENTS), str(self.trace.path))
         return int(lo), int(hi)
 
@@ -394,15 +492,19 @@ class IdleAnalysis:
         if marks.is_empty():
             return ev
         first = ev.group_by(pl.col("cpu").cast(pl.Int32)).agg(pl.col("ts").min().alias("_first"))
-        seeds = (marks.join(first, on="cpu", how="left")
-                 .filter(pl.col("_first").is_null() | (pl.col("ts") < pl.col("_first"))).select("ts", "cpu", "state"))
+        seeds = (
+            marks.join(first, on="cpu", how="left")
+            .filter(pl.col("_first").is_null() | (pl.col("ts") < pl.col("_first")))
+            .select("ts", "cpu", "state")
+        )
         kern = ev.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32), pl.col("state").cast(pl.Int64))
         return pl.concat([seeds, kern]).sort("ts", maintain_order=True)
 
     def df_intervals(self) -> pl.DataFrame:
         lo, hi = self._span()
-        return df_idle_intervals(self._cpu_idle_state(), start_ns=lo, end_ns=hi,
-                                 cpus=list(range(self.trace.cpus)) or None)
+        return df_idle_intervals(
+            self._cpu_idle_state(), start_ns=lo, end_ns=hi, cpus=list(range(self.trace.cpus)) or None
+        )
 
     def df_residency(self) -> pl.DataFrame:
         return df_idle_residency(self.df_intervals(), self.idle_states())
@@ -421,8 +523,8 @@ class IdleAnalysis:
         return df_idle_histogram(self.df_durations(), edges_us)
 
     def miss_source(self) -> str | None:
-        """"cpu_idle_miss" when the trace has it, "derived" when the platform gives target residencies, else None."""
-        if ("cpu_idle_miss" in self.trace.tables):
+        """ "cpu_idle_miss" when the trace has it, "derived" when the platform gives target residencies, else None."""
+        if "cpu_idle_miss" in self.trace.tables:
             return "cpu_idle_miss"
         st = self.idle_states()
         if st is not None and st["target_residency_us"].null_count() == 0:
@@ -440,11 +542,14 @@ class IdleAnalysis:
         elif src == "derived":
             st = self.idle_states()
             if st is None:
-                raise ValueError("derived idle misses need the platform's idle states (target residencies): "
-                                 "pass platform=... with idle_states")
+                raise ValueError(
+                    "derived idle misses need the platform's idle states (target residencies): "
+                    "pass platform=... with idle_states"
+                )
             ev = df_derived_miss_events(df_idle_intervals(cpu_idle, start_ns=lo, end_ns=hi), st)
         else:
             from abtest.trace.errors import MissingEventsError
+
             raise MissingEventsError("idle misses", ["cpu_idle_miss"], str(self.trace.path))
         return df_idle_misses(ev, cpu_idle, start_ns=lo, end_ns=hi, source=src)
 
@@ -475,14 +580,25 @@ def summary(trace) -> dict:
     cl = ia.df_cluster_residency()
     out: dict = {
         "window_s": (hi - lo) / 1e9,
-        "residency_pct": {str(c): dict(zip(g["state_name"].to_list(), g["pct"].to_list()))
-                          for (c,), g in res.group_by(["cpu"], maintain_order=True)},
-        "idle_pct": {str(c): float(v) for c, v in
-                     res.filter(pl.col("idle").fill_null(False)).group_by("cpu").agg(pl.col("pct").sum()).sort("cpu").iter_rows()},
-        "cluster_residency_pct": {str(c): dict(zip(g["state_name"].to_list(), g["pct"].to_list()))
-                                  for (c,), g in cl.group_by(["cluster"], maintain_order=True)},
-        "cluster_all_cpus_idle_pct": {str(c): float(v) for c, v in
-                                      cl.select("cluster", "all_cpus_idle_pct").unique().sort("cluster").iter_rows()},
+        "residency_pct": {
+            str(c): dict(zip(g["state_name"].to_list(), g["pct"].to_list()))
+            for (c,), g in res.group_by(["cpu"], maintain_order=True)
+        },
+        "idle_pct": {
+            str(c): float(v)
+            for c, v in res.filter(pl.col("idle").fill_null(False))
+            .group_by("cpu")
+            .agg(pl.col("pct").sum())
+            .sort("cpu")
+            .iter_rows()
+        },
+        "cluster_residency_pct": {
+            str(c): dict(zip(g["state_name"].to_list(), g["pct"].to_list()))
+            for (c,), g in cl.group_by(["cluster"], maintain_order=True)
+        },
+        "cluster_all_cpus_idle_pct": {
+            str(c): float(v) for c, v in cl.select("cluster", "all_cpus_idle_pct").unique().sort("cluster").iter_rows()
+        },
         "wakeups": {str(c): int(n) for c, n in wk.select("cpu", "wakeups").iter_rows()},
         "wakeups_total": int(wk["wakeups"].sum()),
         "wakeups_per_s": float(wk["wakeups"].sum()) / max((hi - lo) / 1e9, 1e-9),
@@ -492,11 +608,19 @@ def summary(trace) -> dict:
         allrow = tot.filter(pl.col("cpu").is_null()).row(0, named=True)
 
         def _m(r: dict) -> dict:
-            return {"too_deep_count": int(r["above"]), "too_shallow_count": int(r["below"]), "wakeups": int(r["wakeups"]),
-                    "too_deep_pct": _f(r["above_pct"]), "too_shallow_pct": _f(r["below_pct"])}
+            return {
+                "too_deep_count": int(r["above"]),
+                "too_shallow_count": int(r["below"]),
+                "wakeups": int(r["wakeups"]),
+                "too_deep_pct": _f(r["above_pct"]),
+                "too_shallow_pct": _f(r["below_pct"]),
+            }
 
-        out["misses"] = {"source": allrow["source"], **_m(allrow),
-                         "per_cpu": {str(r["cpu"]): _m(r) for r in tot.filter(pl.col("cpu").is_not_null()).iter_rows(named=True)}}
+        out["misses"] = {
+            "source": allrow["source"],
+            **_m(allrow),
+            "per_cpu": {str(r["cpu"]): _m(r) for r in tot.filter(pl.col("cpu").is_not_null()).iter_rows(named=True)},
+        }
     return out
 
 
@@ -508,28 +632,59 @@ def _f(x) -> float | None:
 # Declared metrics (abtest.analysis.registry): one value per trace/iteration each
 # --------------------------------------------------------------------------------------------
 TOO_DEEP_PCT = MetricSpec(
-    "idle.too_deep_pct", "%", Direction.LOWER, Aggregation.GMEAN, title="too deep", headline=True,
+    "idle.too_deep_pct",
+    "%",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    title="too deep",
+    headline=True,
     description="Idle entries whose state was deeper than the sleep that followed allowed (cpu_idle_miss 'above', "
-                "else derived from target residencies), as % of all wakeups from idle (all CPUs); the teo seed's "
-                "'too deep %'.", window=WindowCombine.EVENTS, window_weight="idle.wakeups_per_s")
+    "else derived from target residencies), as % of all wakeups from idle (all CPUs); the teo seed's "
+    "'too deep %'.",
+    window=WindowCombine.EVENTS,
+    window_weight="idle.wakeups_per_s",
+)
 TOO_SHALLOW_PCT = MetricSpec(
-    "idle.too_shallow_pct", "%", Direction.LOWER, Aggregation.GMEAN, title="too shallow", headline=True,
+    "idle.too_shallow_pct",
+    "%",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    title="too shallow",
+    headline=True,
     description="Idle entries where a deeper state would have fitted the sleep (cpu_idle_miss 'below', else "
-                "derived), as % of all wakeups from idle; the teo seed's 'too shallow %'.",
-                window=WindowCombine.EVENTS, window_weight="idle.wakeups_per_s")
+    "derived), as % of all wakeups from idle; the teo seed's 'too shallow %'.",
+    window=WindowCombine.EVENTS,
+    window_weight="idle.wakeups_per_s",
+)
 IDLE_WAKEUPS_PER_S = MetricSpec(
-    "idle.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN, title="idle wakeups",
+    "idle.wakeups_per_s",
+    "1/s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    title="idle wakeups",
     description="Exits from idle (cpu_idle state=-1 after an idle state) per second of window, all CPUs together.",
-    window=WindowCombine.RATE)
+    window=WindowCombine.RATE,
+)
 IDLE_PCT = MetricSpec(
-    "idle.idle_pct", "%", Direction.NONE, Aggregation.MEAN, title="CPU time idle",
+    "idle.idle_pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    title="CPU time idle",
     description="Share of all CPUs' time spent in any idle state (time with unknown state excluded from neither "
-                "part: it counts in the denominator).", window=WindowCombine.RATE)
+    "part: it counts in the denominator).",
+    window=WindowCombine.RATE,
+)
 STATE_RESIDENCY_PCT = MetricSpec(
-    "idle.state.{idle_state}.residency_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.IDLE_STATE,
+    "idle.state.{idle_state}.residency_pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.IDLE_STATE,
     title="idle state residency",
     description="Share of all CPUs' time spent in this idle state (by state name from the platform / cpuidle).",
-    window=WindowCombine.RATE)
+    window=WindowCombine.RATE,
+)
 
 METRICS = (TOO_DEEP_PCT, TOO_SHALLOW_PCT, IDLE_WAKEUPS_PER_S, IDLE_PCT, STATE_RESIDENCY_PCT)
 
@@ -544,8 +699,12 @@ def metrics(trace, options=None) -> list[MetricValue]:
     if total:
         idle_ns = res.filter(pl.col("idle").fill_null(False))["time_ns"].sum()
         out.append(MetricValue(IDLE_PCT, 100.0 * idle_ns / total))
-        per_state = (res.filter(pl.col("idle").fill_null(False)).group_by("state_name")
-                     .agg(pl.col("time_ns").sum()).sort("state_name"))
+        per_state = (
+            res.filter(pl.col("idle").fill_null(False))
+            .group_by("state_name")
+            .agg(pl.col("time_ns").sum())
+            .sort("state_name")
+        )
         out += [MetricValue(STATE_RESIDENCY_PCT, 100.0 * t / total, str(name)) for name, t in per_state.iter_rows()]
     wk = ia.df_wakeups()
     out.append(MetricValue(IDLE_WAKEUPS_PER_S, float(wk["wakeups"].sum()) / max((hi - lo) / 1e9, 1e-9)))

@@ -22,6 +22,7 @@ Rules (the contract other analyses rely on):
 
 All functions are vectorised polars; no Python loop over events.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -29,8 +30,14 @@ from typing import Any
 
 import polars as pl
 
-__all__ = ["df_intervals", "df_intervals_join", "df_residency", "time_weighted_mean", "window_of",
-           "df_cpu_idle_intervals"]
+__all__ = [
+    "df_intervals",
+    "df_intervals_join",
+    "df_residency",
+    "time_weighted_mean",
+    "window_of",
+    "df_cpu_idle_intervals",
+]
 
 
 def _as_list(x: str | Sequence[str]) -> list[str]:
@@ -118,8 +125,12 @@ def df_intervals(
     ch = ch.filter(~before | (carried & ~replaced))
     init_exprs = _initial_exprs(values, initial, ch.schema)
     if initial is not None:  # values carried in that are unknown take the initial ones
-        ch = ch.with_columns([pl.when(pl.col("ts") < start_ns).then(pl.coalesce(pl.col(v), e)).otherwise(pl.col(v))
-                              .alias(v) for v, e in zip(values, init_exprs)])
+        ch = ch.with_columns(
+            [
+                pl.when(pl.col("ts") < start_ns).then(pl.coalesce(pl.col(v), e)).otherwise(pl.col(v)).alias(v)
+                for v, e in zip(values, init_exprs)
+            ]
+        )
     ch = ch.with_columns(pl.max_horizontal("ts", pl.lit(start_ns, pl.Int64)).alias("ts"))
     # keys whose first change is inside the window (or that have none, from all_keys) start with
     # the initial value (or null = unknown) at start_ns
@@ -137,14 +148,17 @@ def df_intervals(
         rows = lead.unique(maintain_order=True).with_columns(pl.lit(start_ns, pl.Int64).alias("ts"), *init_exprs)
         ch = pl.concat([rows.select(cols), ch], how="vertical_relaxed").sort(key_cols, maintain_order=True)
     elif not key_cols and lead is None:
-        ch = pl.concat([pl.select(pl.lit(start_ns, pl.Int64).alias("ts"), *init_exprs).select(cols), ch],
-                       how="vertical_relaxed")
+        ch = pl.concat(
+            [pl.select(pl.lit(start_ns, pl.Int64).alias("ts"), *init_exprs).select(cols), ch], how="vertical_relaxed"
+        )
     if merge_equal and ch.height > 1:
         changed = ~_same_key(key_cols, 1)
         for v in values:
             changed = changed | pl.col(v).ne_missing(pl.col(v).shift(1))
         ch = ch.filter(changed)
-    dur = pl.when(_same_key(key_cols, -1)).then(pl.col("ts").shift(-1)).otherwise(pl.lit(end_ns, pl.Int64)) - pl.col("ts")
+    dur = pl.when(_same_key(key_cols, -1)).then(pl.col("ts").shift(-1)).otherwise(pl.lit(end_ns, pl.Int64)) - pl.col(
+        "ts"
+    )
     return ch.with_columns(dur.alias("dur")).filter(pl.col("dur") > 0).select([*key_cols, "ts", "dur", *values])
 
 
@@ -172,23 +186,40 @@ def df_intervals_join(a: pl.DataFrame, b: pl.DataFrame, *, keys: str | Sequence[
     if clash:
         raise ValueError(f"value columns {sorted(clash)} appear in both interval frames; rename one")
     if a.is_empty() or b.is_empty():
-        return pl.DataFrame(schema={**{k: a.schema[k] for k in key_cols}, "ts": pl.Int64, "dur": pl.Int64,
-                                    **{c: a.schema[c] for c in a_vals}, **{c: b.schema[c] for c in b_vals}})
+        return pl.DataFrame(
+            schema={
+                **{k: a.schema[k] for k in key_cols},
+                "ts": pl.Int64,
+                "dur": pl.Int64,
+                **{c: a.schema[c] for c in a_vals},
+                **{c: b.schema[c] for c in b_vals},
+            }
+        )
     ae = a.with_columns((pl.col("ts") + pl.col("dur")).alias("_a_end"))
     be = b.with_columns((pl.col("ts") + pl.col("dur")).alias("_b_end"))
-    cuts = pl.concat([
-        a.select([*key_cols, "ts"]), b.select([*key_cols, "ts"]),
-        ae.select([*key_cols, pl.col("_a_end").alias("ts")]), be.select([*key_cols, pl.col("_b_end").alias("ts")]),
-    ]).unique().sort([*key_cols, "ts"])
+    cuts = (
+        pl.concat(
+            [
+                a.select([*key_cols, "ts"]),
+                b.select([*key_cols, "ts"]),
+                ae.select([*key_cols, pl.col("_a_end").alias("ts")]),
+                be.select([*key_cols, pl.col("_b_end").alias("ts")]),
+            ]
+        )
+        .unique()
+        .sort([*key_cols, "ts"])
+    )
     nxt = pl.col("ts").shift(-1)
     if key_cols:
         nxt = nxt.over(key_cols)
     pieces = cuts.with_columns((nxt - pl.col("ts")).alias("dur")).filter(pl.col("dur") > 0)
     by = key_cols or None
-    pieces = pieces.join_asof(ae.sort([*key_cols, "ts"]).drop("dur"), on="ts", by=by, strategy="backward",
-                              check_sortedness=False)
-    pieces = pieces.join_asof(be.sort([*key_cols, "ts"]).drop("dur"), on="ts", by=by, strategy="backward",
-                              check_sortedness=False)
+    pieces = pieces.join_asof(
+        ae.sort([*key_cols, "ts"]).drop("dur"), on="ts", by=by, strategy="backward", check_sortedness=False
+    )
+    pieces = pieces.join_asof(
+        be.sort([*key_cols, "ts"]).drop("dur"), on="ts", by=by, strategy="backward", check_sortedness=False
+    )
     pieces = pieces.filter((pl.col("ts") < pl.col("_a_end")) & (pl.col("ts") < pl.col("_b_end")))
     return pieces.select([*key_cols, "ts", "dur", *a_vals, *b_vals]).sort([*key_cols, "ts"])
 
@@ -216,8 +247,9 @@ def time_weighted_mean(intervals: pl.DataFrame, value: str, by: str | Sequence[s
     return valid.group_by(by).agg(agg.alias(name)).sort(by)
 
 
-def df_cpu_idle_intervals(cpu_idle: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
-                          cpus: Sequence[int] | None = None) -> pl.DataFrame:
+def df_cpu_idle_intervals(
+    cpu_idle: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None, cpus: Sequence[int] | None = None
+) -> pl.DataFrame:
     """cpu_idle events -> per-CPU intervals ``cpu, ts (ns), dur (ns), state, idle``.
 
     ``state`` is the idle-state index (-1 = active, null = idle in an unknown state, e.g. before the first
@@ -237,5 +269,11 @@ def df_cpu_idle_intervals(cpu_idle: pl.DataFrame, *, start_ns: int | None = None
         (pl.col("state") == -1).alias("idle"),
     )
     changes = pl.concat([seed, ev.with_columns((pl.col("state") != -1).alias("idle"))])
-    return df_intervals(changes, ["state", "idle"], keys="cpu", start_ns=start_ns, end_ns=end_ns,
-                        all_keys=None if cpus is None else list(cpus))
+    return df_intervals(
+        changes,
+        ["state", "idle"],
+        keys="cpu",
+        start_ns=start_ns,
+        end_ns=end_ns,
+        all_keys=None if cpus is None else list(cpus),
+    )

@@ -37,6 +37,7 @@ P's next switch-in; LISA's ``df_latency_preemption``.
 Clusters (execution cluster = where the task ran after the wakeup, target cluster = the wakeup's
 target_cpu) come from abtest.analysis.clusters.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -65,23 +66,55 @@ def _wakeup_frame(waking: pl.DataFrame, kind: str) -> pl.DataFrame:
 def _moves(sched_switch: pl.DataFrame) -> pl.DataFrame:
     """One stream of "pid P switched in/out at ts": pid, ts, on_cpu, cpu, state (prev_state for switch-outs,
     null for switch-ins), k (index of the move within the pid). Out before in at equal ts (kernel order)."""
-    sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
-                             pl.col("prev_pid").cast(pl.Int32), pl.col("next_pid").cast(pl.Int32),
-                             (pl.col("prev_state").cast(pl.Int64) if "prev_state" in sched_switch.columns
-                              else pl.lit(None, pl.Int64)).alias("prev_state"))
-    moves = pl.concat([
-        sw.select("ts", pl.col("prev_pid").alias("pid"), pl.lit(False).alias("on_cpu"), "cpu",
-                  pl.col("prev_state").alias("state"), pl.lit(0).alias("_o")),
-        sw.select("ts", pl.col("next_pid").alias("pid"), pl.lit(True).alias("on_cpu"), "cpu",
-                  pl.lit(None, pl.Int64).alias("state"), pl.lit(1).alias("_o")),
-    ]).filter(pl.col("pid") != 0).with_row_index("_seq").sort(["pid", "ts", "_o", "_seq"]).drop("_o", "_seq")
+    sw = sched_switch.select(
+        pl.col("ts").cast(pl.Int64),
+        pl.col("cpu").cast(pl.Int32),
+        pl.col("prev_pid").cast(pl.Int32),
+        pl.col("next_pid").cast(pl.Int32),
+        (pl.col("prev_state").cast(pl.Int64) if "prev_state" in sched_switch.columns else pl.lit(None, pl.Int64)).alias(
+            "prev_state"
+        ),
+    )
+    moves = (
+        pl.concat(
+            [
+                sw.select(
+                    "ts",
+                    pl.col("prev_pid").alias("pid"),
+                    pl.lit(False).alias("on_cpu"),
+                    "cpu",
+                    pl.col("prev_state").alias("state"),
+                    pl.lit(0).alias("_o"),
+                ),
+                sw.select(
+                    "ts",
+                    pl.col("next_pid").alias("pid"),
+                    pl.lit(True).alias("on_cpu"),
+                    "cpu",
+                    pl.lit(None, pl.Int64).alias("state"),
+                    pl.lit(1).alias("_o"),
+                ),
+            ]
+        )
+        .filter(pl.col("pid") != 0)
+        .with_row_index("_seq")
+        .sort(["pid", "ts", "_o", "_seq"])
+        .drop("_o", "_seq")
+    )
     moves = moves.unique(["pid", "ts"], keep="last", maintain_order=True)  # as-of needs unique (pid, ts)
     return moves.with_columns(pl.int_range(pl.len()).over("pid").alias("k"))
 
 
-def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
-                      start_ns: int | None = None, end_ns: int | None = None, rule: str = "wakeup",
-                      backend: str = "native", columns: list[str] | None = None) -> pl.DataFrame:
+def df_wakeup_latency(
+    wakeups: pl.DataFrame,
+    sched_switch: pl.DataFrame,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    rule: str = "wakeup",
+    backend: str = "native",
+    columns: list[str] | None = None,
+) -> pl.DataFrame:
     """One row per matched wakeup (module docstring rules).
 
     Needs: sched_switch and a wakeup table (sched_wakeup for rule "wakeup", sched_waking for rule
@@ -89,9 +122,11 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
     optional kind. Pass whole tables; ``[start_ns, end_ns)`` selects wakeups by their timestamp.
     ``rule="waking"`` also counts a waking that fired while the task was still switching out.
 
-    Returns pid (Int32), comm (Categorical), kind (Categorical: "waking"/"wakeup"/"wakeup_new"), wakeup_ts (ns), switch_in_ts
+    Returns pid (Int32), comm (Categorical), kind (Categorical: "waking"/"wakeup"/"wakeup_new"), wakeup_ts (ns),
+    switch_in_ts
     (ns), cpu (Int32, where the task ran), target_cpu, while_on_cpu (Boolean), latency_ns (Int64),
-    latency_us (Float64); ``columns``: only those (the others are not built). Sorted by wakeup_ts. ``backend``: "native" (the rules replayed in time order,
+    latency_us (Float64); ``columns``: only those (the others are not built). Sorted by wakeup_ts. ``backend``: "native"
+    (the rules replayed in time order,
     native/sim/src/latency.rs) or "python" (as-of joins: the reference, tests/test_sim_native.py).
     """
     if rule not in DEFINITIONS:
@@ -99,15 +134,21 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
     w = wakeups
     if "kind" not in w.columns:
         w = w.with_columns(pl.lit("wakeup", pl.Categorical).alias("kind"))
-    w = w.select(pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Categorical),
-                 pl.col("target_cpu" if "target_cpu" in w.columns else "cpu").cast(pl.Int32).alias("target_cpu"),
-                 pl.col("kind").cast(pl.Categorical))
+    w = w.select(
+        pl.col("ts").cast(pl.Int64),
+        pl.col("pid").cast(pl.Int32),
+        pl.col("comm").cast(pl.Categorical),
+        pl.col("target_cpu" if "target_cpu" in w.columns else "cpu").cast(pl.Int32).alias("target_cpu"),
+        pl.col("kind").cast(pl.Categorical),
+    )
     if w["pid"].null_count() or (w["pid"] == 0).any():  # a copy of every column only when one is dropped
         w = w.filter(pl.col("pid") != 0)
     if backend == "native":
         from abtest.analysis import sim_native
-        return sim_native.wakeup_latency(w, sched_switch, start_ns=start_ns, end_ns=end_ns,
-                                         while_on_cpu=rule == "waking", columns=columns)
+
+        return sim_native.wakeup_latency(
+            w, sched_switch, start_ns=start_ns, end_ns=end_ns, while_on_cpu=rule == "waking", columns=columns
+        )
     w = w.sort(["pid", "ts"])
     all_w = w
     if start_ns is not None:
@@ -116,43 +157,90 @@ def df_wakeup_latency(wakeups: pl.DataFrame, sched_switch: pl.DataFrame, *,
         w = w.filter(pl.col("ts") < end_ns)
     moves = _moves(sched_switch)
     prev = moves.select("pid", "ts", pl.col("on_cpu").alias("prev_on_cpu"))
-    nxt = moves.select("pid", pl.col("ts").alias("next_ts"), pl.col("on_cpu").alias("next_on_cpu"), "cpu",
-                       pl.col("state").alias("next_state"), pl.col("k").alias("next_k"))
+    nxt = moves.select(
+        "pid",
+        pl.col("ts").alias("next_ts"),
+        pl.col("on_cpu").alias("next_on_cpu"),
+        "cpu",
+        pl.col("state").alias("next_state"),
+        pl.col("k").alias("next_k"),
+    )
     # a switch at exactly the wakeup ts counts as "after" (the wakeup is traced before the switch
     # it causes): the state comes from switches strictly before ts, the match from those at or after.
-    j = w.join_asof(prev.with_columns((pl.col("ts") + 1).alias("ts")), on="ts", by="pid",
-                    strategy="backward", check_sortedness=False)
-    j = j.join_asof(nxt.with_columns(pl.col("next_ts").alias("ts")), on="ts", by="pid",
-                    strategy="forward", check_sortedness=False)
-    normal = j.filter((pl.col("next_on_cpu") == True) & (  # noqa: E712 (polars expression)
-        pl.col("prev_on_cpu").is_null() | (pl.col("prev_on_cpu") == False))).select(  # noqa: E712
-        "pid", "comm", "kind", "ts", "next_ts", "cpu", "target_cpu", pl.lit(False).alias("while_on_cpu"))
+    j = w.join_asof(
+        prev.with_columns((pl.col("ts") + 1).alias("ts")),
+        on="ts",
+        by="pid",
+        strategy="backward",
+        check_sortedness=False,
+    )
+    j = j.join_asof(
+        nxt.with_columns(pl.col("next_ts").alias("ts")), on="ts", by="pid", strategy="forward", check_sortedness=False
+    )
+    normal = j.filter(
+        (pl.col("next_on_cpu") == True)
+        & (  # noqa: E712 (polars expression)
+            pl.col("prev_on_cpu").is_null() | (pl.col("prev_on_cpu") == False)
+        )
+    ).select(  # noqa: E712
+        "pid", "comm", "kind", "ts", "next_ts", "cpu", "target_cpu", pl.lit(False).alias("while_on_cpu")
+    )
     parts = [normal]
     if rule == "waking":
         # fired while still on the CPU: next move = sleeping switch-out, the one after = switch-in
-        cand = j.filter((pl.col("prev_on_cpu") == True) & (pl.col("next_on_cpu") == False)  # noqa: E712
-                        & ((pl.col("next_state") & 0xFF) != 0))
-        after = moves.select("pid", (pl.col("k") - 1).alias("next_k"), pl.col("ts").alias("in_ts"),
-                             pl.col("on_cpu").alias("in_on_cpu"), pl.col("cpu").alias("in_cpu"))
+        cand = j.filter(
+            (pl.col("prev_on_cpu") == True)
+            & (pl.col("next_on_cpu") == False)  # noqa: E712
+            & ((pl.col("next_state") & 0xFF) != 0)
+        )
+        after = moves.select(
+            "pid",
+            (pl.col("k") - 1).alias("next_k"),
+            pl.col("ts").alias("in_ts"),
+            pl.col("on_cpu").alias("in_on_cpu"),
+            pl.col("cpu").alias("in_cpu"),
+        )
         cand = cand.join(after, on=["pid", "next_k"], how="inner").filter(pl.col("in_on_cpu"))
         # no other wakeup of the task between its switch-out and that switch-in
         other = all_w.select("pid", pl.col("ts").alias("other_ts")).with_columns(pl.col("other_ts").alias("_t"))
-        cand = (cand.with_columns((pl.col("next_ts") + 1).alias("_t")).sort(["pid", "_t"])
-                .join_asof(other.sort(["pid", "_t"]), on="_t", by="pid", strategy="forward", check_sortedness=False))
+        cand = (
+            cand.with_columns((pl.col("next_ts") + 1).alias("_t"))
+            .sort(["pid", "_t"])
+            .join_asof(other.sort(["pid", "_t"]), on="_t", by="pid", strategy="forward", check_sortedness=False)
+        )
         race = cand.filter(pl.col("other_ts").is_null() | (pl.col("other_ts") >= pl.col("in_ts"))).select(
-            "pid", "comm", "kind", "ts", pl.col("in_ts").alias("next_ts"), pl.col("in_cpu").alias("cpu"),
-            "target_cpu", pl.lit(True).alias("while_on_cpu"))
+            "pid",
+            "comm",
+            "kind",
+            "ts",
+            pl.col("in_ts").alias("next_ts"),
+            pl.col("in_cpu").alias("cpu"),
+            "target_cpu",
+            pl.lit(True).alias("while_on_cpu"),
+        )
         parts.append(race)
-    m = (pl.concat(parts).sort(["pid", "next_ts", "ts"])
-         .unique(["pid", "next_ts"], keep="first", maintain_order=True))
-    return m.select(
-        "pid", "comm", "kind", pl.col("ts").alias("wakeup_ts"), pl.col("next_ts").alias("switch_in_ts"),
-        "cpu", "target_cpu", "while_on_cpu", (pl.col("next_ts") - pl.col("ts")).alias("latency_ns"),
-    ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us")).sort("wakeup_ts").select(columns or pl.all())
+    m = pl.concat(parts).sort(["pid", "next_ts", "ts"]).unique(["pid", "next_ts"], keep="first", maintain_order=True)
+    return (
+        m.select(
+            "pid",
+            "comm",
+            "kind",
+            pl.col("ts").alias("wakeup_ts"),
+            pl.col("next_ts").alias("switch_in_ts"),
+            "cpu",
+            "target_cpu",
+            "while_on_cpu",
+            (pl.col("next_ts") - pl.col("ts")).alias("latency_ns"),
+        )
+        .with_columns((pl.col("latency_ns") / 1e3).alias("latency_us"))
+        .sort("wakeup_ts")
+        .select(columns or pl.all())
+    )
 
 
-def df_preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None = None,
-                          end_ns: int | None = None, backend: str = "native") -> pl.DataFrame:
+def df_preemption_latency(
+    sched_switch: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None, backend: str = "native"
+) -> pl.DataFrame:
     """One row per preemption: a switch-out of a task still runnable (prev_state low byte 0, "R"/"R+") in
     ``[start_ns, end_ns)`` -> its next switch-in. Needs: sched_switch (whole table).
 
@@ -162,25 +250,48 @@ def df_preemption_latency(sched_switch: pl.DataFrame, *, start_ns: int | None = 
     """
     if backend == "native":
         from abtest.analysis import sim_native
+
         return sim_native.preemption_latency(sched_switch, start_ns=start_ns, end_ns=end_ns)
-    sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
-                             pl.col("prev_pid").cast(pl.Int32).alias("pid"), pl.col("prev_comm").cast(pl.Categorical).alias("comm"),
-                             pl.col("prev_state").cast(pl.Int64))
+    sw = sched_switch.select(
+        pl.col("ts").cast(pl.Int64),
+        pl.col("cpu").cast(pl.Int32),
+        pl.col("prev_pid").cast(pl.Int32).alias("pid"),
+        pl.col("prev_comm").cast(pl.Categorical).alias("comm"),
+        pl.col("prev_state").cast(pl.Int64),
+    )
     outs = sw.filter((pl.col("pid") != 0) & ((pl.col("prev_state") & 0xFF) == 0))
     if start_ns is not None:
         outs = outs.filter(pl.col("ts") >= start_ns)
     if end_ns is not None:
         outs = outs.filter(pl.col("ts") < end_ns)
-    moves = _moves(sched_switch).select("pid", pl.col("ts").alias("next_ts"), pl.col("on_cpu").alias("next_on_cpu"),
-                                        pl.col("cpu").alias("next_cpu"))
-    j = (outs.sort(["pid", "ts"]).with_columns((pl.col("ts") + 1).alias("_t"))
-         .join_asof(moves.with_columns(pl.col("next_ts").alias("_t")).sort(["pid", "_t"]), on="_t", by="pid",
-                    strategy="forward", check_sortedness=False))
+    moves = _moves(sched_switch).select(
+        "pid", pl.col("ts").alias("next_ts"), pl.col("on_cpu").alias("next_on_cpu"), pl.col("cpu").alias("next_cpu")
+    )
+    j = (
+        outs.sort(["pid", "ts"])
+        .with_columns((pl.col("ts") + 1).alias("_t"))
+        .join_asof(
+            moves.with_columns(pl.col("next_ts").alias("_t")).sort(["pid", "_t"]),
+            on="_t",
+            by="pid",
+            strategy="forward",
+            check_sortedness=False,
+        )
+    )
     m = j.filter(pl.col("next_on_cpu") == True)  # noqa: E712
-    return m.select("pid", "comm", pl.col("ts").alias("preempt_ts"), pl.col("next_ts").alias("switch_in_ts"),
-                    pl.col("cpu").alias("from_cpu"), pl.col("next_cpu").alias("cpu"),
-                    (pl.col("next_ts") - pl.col("ts")).alias("latency_ns")
-                    ).with_columns((pl.col("latency_ns") / 1e3).alias("latency_us")).sort("preempt_ts")
+    return (
+        m.select(
+            "pid",
+            "comm",
+            pl.col("ts").alias("preempt_ts"),
+            pl.col("next_ts").alias("switch_in_ts"),
+            pl.col("cpu").alias("from_cpu"),
+            pl.col("next_cpu").alias("cpu"),
+            (pl.col("next_ts") - pl.col("ts")).alias("latency_ns"),
+        )
+        .with_columns((pl.col("latency_ns") / 1e3).alias("latency_us"))
+        .sort("preempt_ts")
+    )
 
 
 # the quantiles of the latency statistics (p50_us ... p99_us), for polars' and the compiled statistics alike
@@ -216,8 +327,11 @@ def df_latency_stats(latency: pl.DataFrame, by: str | list[str] | None = ("pid",
     out = _compiled_stats(latency, by)
     if out is None:  # several keys, or keys / values the compiled statistics do not take
         col = pl.col("latency_us")
-        out = (latency.select(_stats(col)) if not by else
-               latency.lazy().select(*by, "latency_us").group_by(by).agg(_stats(col)).collect())
+        out = (
+            latency.select(_stats(col))
+            if not by
+            else latency.lazy().select(*by, "latency_us").group_by(by).agg(_stats(col)).collect()
+        )
     return out.sort(["wakeups", *by], descending=[True] + [False] * len(by)) if by else out
 
 
@@ -226,15 +340,20 @@ def _compiled_stats(latency: pl.DataFrame, by: list[str]) -> pl.DataFrame | None
     one copy of the latencies instead of one per quantile; means to ~1e-15 of polars', the rest equal); None
     when it does not apply."""
     from abtest.analysis import sim_native
+
     if len(by) > 1:
         return None
     g = sim_native.group_stats(latency, by[0] if by else None, "latency_us", _QUANTILES)
     if g is None:
         return None
     cols = {} if not by else {by[0]: g["key"]}
-    cols |= {"wakeups": g["count"], "mean_us": g["mean"],
-             **{_quantile_key(q): s for q, s in zip(_QUANTILES, g["quantiles"])},
-             "max_us": g["max"], "gmean_us": g["gmean"]}
+    cols |= {
+        "wakeups": g["count"],
+        "mean_us": g["mean"],
+        **{_quantile_key(q): s for q, s in zip(_QUANTILES, g["quantiles"])},
+        "max_us": g["max"],
+        "gmean_us": g["gmean"],
+    }
     return pl.DataFrame(cols)
 
 
@@ -281,8 +400,10 @@ def plot_latency_cdf(latency: pl.DataFrame, top_tasks: int = 5, *, ax=None):
     _cdf(latency["latency_us"].to_numpy(), f"all ({latency.height})")
     top = latency.group_by(["pid", "comm"]).len().sort("len", descending=True).head(top_tasks)
     for pid, comm, n in top.iter_rows():  # a handful of tasks, not events
-        _cdf(latency.filter((pl.col("pid") == pid) & (pl.col("comm") == comm))["latency_us"].to_numpy(),
-             f"{comm}:{pid} ({n})")
+        _cdf(
+            latency.filter((pl.col("pid") == pid) & (pl.col("comm") == comm))["latency_us"].to_numpy(),
+            f"{comm}:{pid} ({n})",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("wakeup latency (us)")
     ax.set_ylabel("fraction of wakeups")
@@ -319,18 +440,25 @@ class LatencyAnalysis:
 
     def df_latency(self, definition: str = "wakeup", columns: list[str] | None = None) -> pl.DataFrame:
         """df_wakeup_latency over the trace's window (``columns``: only those)."""
-        return df_wakeup_latency(self.df_wakeups(definition), self.trace.df("sched_switch", windowed=False),
-                                 start_ns=self.trace.start_ns, end_ns=self.trace.end_ns, rule=definition,
-                                 columns=columns)
+        return df_wakeup_latency(
+            self.df_wakeups(definition),
+            self.trace.df("sched_switch", windowed=False),
+            start_ns=self.trace.start_ns,
+            end_ns=self.trace.end_ns,
+            rule=definition,
+            columns=columns,
+        )
 
     def df_preemption_latency(self) -> pl.DataFrame:
         self.trace.require("preemption latency", "sched_switch")
-        return df_preemption_latency(self.trace.df("sched_switch", windowed=False),
-                                     start_ns=self.trace.start_ns, end_ns=self.trace.end_ns)
+        return df_preemption_latency(
+            self.trace.df("sched_switch", windowed=False), start_ns=self.trace.start_ns, end_ns=self.trace.end_ns
+        )
 
     def df_latency_clusters(self, definition: str = "wakeup", columns: list[str] | None = None) -> pl.DataFrame:
         """df_latency (``columns`` of it: include cpu and target_cpu) + cluster (execution) and target_cluster."""
         from abtest.analysis.clusters import trace_clusters
+
         return df_with_clusters(self.df_latency(definition, columns), trace_clusters(self.trace))
 
     def df_task_stats(self, definition: str = "wakeup") -> pl.DataFrame:
@@ -358,24 +486,37 @@ def _stat_dict(row: dict) -> dict:
 def _definition_summary(la: LatencyAnalysis, definition: str, top_tasks: int) -> dict:
     trace = la.trace
     from abtest.analysis.clusters import trace_clusters
+
     wk = la.df_wakeups(definition)
     lo, hi = trace.start_ns, trace.end_ns
     in_win = wk.select(((pl.col("ts") >= lo) & (pl.col("ts") < hi) & (pl.col("pid") != 0)).sum()).item()
     # the columns the statistics read: a million wakeups' other columns are not built
-    lat = df_with_clusters(df_wakeup_latency(wk, trace.df("sched_switch", windowed=False), start_ns=lo, end_ns=hi,
-                                             rule=definition, columns=_STAT_COLUMNS), trace_clusters(trace))
+    lat = df_with_clusters(
+        df_wakeup_latency(
+            wk, trace.df("sched_switch", windowed=False), start_ns=lo, end_ns=hi, rule=definition, columns=_STAT_COLUMNS
+        ),
+        trace_clusters(trace),
+    )
     lat = lat.drop("cpu", "target_cpu")  # read only to name the clusters
     del wk
     overall = df_latency_stats(lat, by=None).row(0, named=True)
-    out = {"definition": DEFINITION_TEXT[definition], "wakeup_event": DEFINITIONS[definition],
-           "wakeups": in_win, "matched_wakeups": lat.height, "unmatched_wakeups": in_win - lat.height,
-           **{k: _num(overall[k]) for k in STAT_KEYS if k != "wakeups"}}
+    out = {
+        "definition": DEFINITION_TEXT[definition],
+        "wakeup_event": DEFINITIONS[definition],
+        "wakeups": in_win,
+        "matched_wakeups": lat.height,
+        "unmatched_wakeups": in_win - lat.height,
+        **{k: _num(overall[k]) for k in STAT_KEYS if k != "wakeups"},
+    }
     if definition == "waking":
         out["while_on_cpu_wakeups"] = int(lat["while_on_cpu"].sum())
-    out["tasks"] = {r["comm"]: _stat_dict(r) for r in df_latency_stats(lat, by="comm").head(top_tasks).iter_rows(named=True)}
+    out["tasks"] = {
+        r["comm"]: _stat_dict(r) for r in df_latency_stats(lat, by="comm").head(top_tasks).iter_rows(named=True)
+    }
     out["per_cluster"] = {r["cluster"]: _stat_dict(r) for r in _stats_by_known(lat, "cluster").iter_rows(named=True)}
-    out["per_target_cluster"] = {r["target_cluster"]: _stat_dict(r)
-                                 for r in _stats_by_known(lat, "target_cluster").iter_rows(named=True)}
+    out["per_target_cluster"] = {
+        r["target_cluster"]: _stat_dict(r) for r in _stats_by_known(lat, "target_cluster").iter_rows(named=True)
+    }
     return out
 
 
@@ -401,19 +542,28 @@ def summary(trace, top_tasks: int = 10) -> dict:
         out["waking"] = _definition_summary(la, "waking", top_tasks)
     pre = la.df_preemption_latency()
     st = df_latency_stats(pre, by=None).row(0, named=True)
-    out["preemption"] = {"preemptions": pre.height, **{k: _num(st[k]) for k in STAT_KEYS if k != "wakeups"},
-                         "tasks": {r["comm"]: {("preemptions" if k == "wakeups" else k): _num(r[k]) for k in STAT_KEYS}
-                                   for r in df_latency_stats(pre, by="comm").head(top_tasks).iter_rows(named=True)}}
+    out["preemption"] = {
+        "preemptions": pre.height,
+        **{k: _num(st[k]) for k in STAT_KEYS if k != "wakeups"},
+        "tasks": {
+            r["comm"]: {("preemptions" if k == "wakeups" else k): _num(r[k]) for k in STAT_KEYS}
+            for r in df_latency_stats(pre, by="comm").head(top_tasks).iter_rows(named=True)
+        },
+    }
     return out
 
 
 # --------------------------------------------------------------------------------------------
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
-_LAT = ("Wakeup latency, sched_wakeup (or sched_wakeup_new) -> the task's next switch-in (LISA's, runqlat's and "
-        "the wakeup tracer's definition; module docstring rules), of all matched wakeups")
-_WAK = ("Wakeup latency from sched_waking (try_to_wake_up() entry, before the enqueue; also a waking fired while "
-        "the task was still switching out) -> next switch-in, of all matched wakeups")
+_LAT = (
+    "Wakeup latency, sched_wakeup (or sched_wakeup_new) -> the task's next switch-in (LISA's, runqlat's and "
+    "the wakeup tracer's definition; module docstring rules), of all matched wakeups"
+)
+_WAK = (
+    "Wakeup latency from sched_waking (try_to_wake_up() entry, before the enqueue; also a waking fired while "
+    "the task was still switching out) -> next switch-in, of all matched wakeups"
+)
 _PRE = "Preemption latency (switched out still runnable -> switched in again), of all preemptions"
 
 
@@ -422,95 +572,259 @@ def _family(prefix: str, what: str, title: str, rate: str, headline: bool = Fals
     of its per-window values, WindowCombine)."""
     ev = dict(window_weight=rate)
     return (
-        MetricSpec(f"{prefix}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} gmean",
-                   headline=headline, description=f"{what}: geometric mean of the positive latencies.",
-                   window=WindowCombine.EVENTS_GEO, **ev),
-        MetricSpec(f"{prefix}.mean_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} mean",
-                   description=f"{what}: arithmetic mean.", window=WindowCombine.EVENTS, **ev),
-        MetricSpec(f"{prefix}.p50_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p50",
-                   description=f"{what}: median (linear interpolation).", window=WindowCombine.QUANTILE, **ev),
-        MetricSpec(f"{prefix}.p90_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p90",
-                   description=f"{what}: 90th percentile.", window=WindowCombine.QUANTILE, **ev),
-        MetricSpec(f"{prefix}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p95",
-                   description=f"{what}: 95th percentile.", window=WindowCombine.QUANTILE, **ev),
-        MetricSpec(f"{prefix}.p99_us", "us", Direction.LOWER, Aggregation.GMEAN, title=f"{title} p99",
-                   description=f"{what}: 99th percentile.", window=WindowCombine.QUANTILE, **ev),
-        MetricSpec(f"{prefix}.max_us", "us", Direction.LOWER, Aggregation.MEDIAN, title=f"{title} max",
-                   description=f"{what}: maximum (median over iterations: one outlier per run is common).",
-                   window=WindowCombine.MAX),
+        MetricSpec(
+            f"{prefix}.gmean_us",
+            "us",
+            Direction.LOWER,
+            Aggregation.GMEAN,
+            title=f"{title} gmean",
+            headline=headline,
+            description=f"{what}: geometric mean of the positive latencies.",
+            window=WindowCombine.EVENTS_GEO,
+            **ev,
+        ),
+        MetricSpec(
+            f"{prefix}.mean_us",
+            "us",
+            Direction.LOWER,
+            Aggregation.GMEAN,
+            title=f"{title} mean",
+            description=f"{what}: arithmetic mean.",
+            window=WindowCombine.EVENTS,
+            **ev,
+        ),
+        MetricSpec(
+            f"{prefix}.p50_us",
+            "us",
+            Direction.LOWER,
+            Aggregation.GMEAN,
+            title=f"{title} p50",
+            description=f"{what}: median (linear interpolation).",
+            window=WindowCombine.QUANTILE,
+            **ev,
+        ),
+        MetricSpec(
+            f"{prefix}.p90_us",
+            "us",
+            Direction.LOWER,
+            Aggregation.GMEAN,
+            title=f"{title} p90",
+            description=f"{what}: 90th percentile.",
+            window=WindowCombine.QUANTILE,
+            **ev,
+        ),
+        MetricSpec(
+            f"{prefix}.p95_us",
+            "us",
+            Direction.LOWER,
+            Aggregation.GMEAN,
+            title=f"{title} p95",
+            description=f"{what}: 95th percentile.",
+            window=WindowCombine.QUANTILE,
+            **ev,
+        ),
+        MetricSpec(
+            f"{prefix}.p99_us",
+            "us",
+            Direction.LOWER,
+            Aggregation.GMEAN,
+            title=f"{title} p99",
+            description=f"{what}: 99th percentile.",
+            window=WindowCombine.QUANTILE,
+            **ev,
+        ),
+        MetricSpec(
+            f"{prefix}.max_us",
+            "us",
+            Direction.LOWER,
+            Aggregation.MEDIAN,
+            title=f"{title} max",
+            description=f"{what}: maximum (median over iterations: one outlier per run is common).",
+            window=WindowCombine.MAX,
+        ),
     )
 
 
-(LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P90_US, LATENCY_P95_US, LATENCY_P99_US,
- LATENCY_MAX_US) = _family("latency", _LAT, "wakeup latency", "latency.wakeups_per_s", headline=True)
-LATENCY_WAKEUPS_PER_S = MetricSpec("latency.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
-                                   title="matched wakeups",
-                                   description="Matched wakeups (sched_wakeup definition) per second of window.",
-                                   window=WindowCombine.RATE)
+(LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P90_US, LATENCY_P95_US, LATENCY_P99_US, LATENCY_MAX_US) = (
+    _family("latency", _LAT, "wakeup latency", "latency.wakeups_per_s", headline=True)
+)
+LATENCY_WAKEUPS_PER_S = MetricSpec(
+    "latency.wakeups_per_s",
+    "1/s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    title="matched wakeups",
+    description="Matched wakeups (sched_wakeup definition) per second of window.",
+    window=WindowCombine.RATE,
+)
 WAKING_FAMILY = _family("latency.waking", _WAK, "waking latency", "latency.waking.wakeups_per_s")
-WAKING_WAKEUPS_PER_S = MetricSpec("latency.waking.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
-                                  title="matched wakings",
-                                  description="Matched wakeups (sched_waking definition) per second of window.",
-                                  window=WindowCombine.RATE)
+WAKING_WAKEUPS_PER_S = MetricSpec(
+    "latency.waking.wakeups_per_s",
+    "1/s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    title="matched wakings",
+    description="Matched wakeups (sched_waking definition) per second of window.",
+    window=WindowCombine.RATE,
+)
 PREEMPT_FAMILY = _family("latency.preempt", _PRE, "preemption latency", "latency.preempt.preemptions_per_s")
-PREEMPTIONS_PER_S = MetricSpec("latency.preempt.preemptions_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
-                               title="preemptions",
-                               description="Switch-outs of a still-runnable task that later ran again, per second.",
-                               window=WindowCombine.RATE)
+PREEMPTIONS_PER_S = MetricSpec(
+    "latency.preempt.preemptions_per_s",
+    "1/s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    title="preemptions",
+    description="Switch-outs of a still-runnable task that later ran again, per second.",
+    window=WindowCombine.RATE,
+)
 
-_TASK = ("of the wakeups of threads named {task} (comm at the wakeup; threads sharing a name are pooled, a "
-         "renamed thread counts under each name it had; sched_wakeup definition)")
-TASK_LATENCY_GMEAN_US = MetricSpec("latency.task.{task}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                                   Grouping.TASK, title="task wakeup latency gmean",
-                                   description=f"Geometric mean wakeup latency {_TASK}.",
-                                   window=WindowCombine.EVENTS_GEO, window_weight="latency.task.{task}.wakeups_per_s")
-TASK_LATENCY_P50_US = MetricSpec("latency.task.{task}.p50_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                                 Grouping.TASK, title="task wakeup latency p50",
-                                 description=f"Median wakeup latency {_TASK}.",
-                                 window=WindowCombine.QUANTILE, window_weight="latency.task.{task}.wakeups_per_s")
-TASK_LATENCY_P90_US = MetricSpec("latency.task.{task}.p90_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                                 Grouping.TASK, title="task wakeup latency p90",
-                                 description=f"90th percentile wakeup latency {_TASK}.",
-                                 window=WindowCombine.QUANTILE, window_weight="latency.task.{task}.wakeups_per_s")
-TASK_LATENCY_P95_US = MetricSpec("latency.task.{task}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                                 Grouping.TASK, title="task wakeup latency p95",
-                                 description=f"95th percentile wakeup latency {_TASK}.",
-                                 window=WindowCombine.QUANTILE, window_weight="latency.task.{task}.wakeups_per_s")
-TASK_LATENCY_P99_US = MetricSpec("latency.task.{task}.p99_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                                 Grouping.TASK, title="task wakeup latency p99",
-                                 description=f"99th percentile wakeup latency {_TASK}.",
-                                 window=WindowCombine.QUANTILE, window_weight="latency.task.{task}.wakeups_per_s")
-TASK_WAKEUPS_PER_S = MetricSpec("latency.task.{task}.wakeups_per_s", "1/s", Direction.NONE, Aggregation.MEAN,
-                                Grouping.TASK, title="task wakeups",
-                                description=f"Matched wakeups per second of window {_TASK}.", window=WindowCombine.RATE)
-TASK_PREEMPT_GMEAN_US = MetricSpec("latency.preempt.task.{task}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                                   Grouping.TASK, title="task preemption latency gmean",
-                                   description="Geometric mean preemption latency of the threads named {task}.",
-                                   window=WindowCombine.EVENTS_GEO)
+_TASK = (
+    "of the wakeups of threads named {task} (comm at the wakeup; threads sharing a name are pooled, a "
+    "renamed thread counts under each name it had; sched_wakeup definition)"
+)
+TASK_LATENCY_GMEAN_US = MetricSpec(
+    "latency.task.{task}.gmean_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.TASK,
+    title="task wakeup latency gmean",
+    description=f"Geometric mean wakeup latency {_TASK}.",
+    window=WindowCombine.EVENTS_GEO,
+    window_weight="latency.task.{task}.wakeups_per_s",
+)
+TASK_LATENCY_P50_US = MetricSpec(
+    "latency.task.{task}.p50_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.TASK,
+    title="task wakeup latency p50",
+    description=f"Median wakeup latency {_TASK}.",
+    window=WindowCombine.QUANTILE,
+    window_weight="latency.task.{task}.wakeups_per_s",
+)
+TASK_LATENCY_P90_US = MetricSpec(
+    "latency.task.{task}.p90_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.TASK,
+    title="task wakeup latency p90",
+    description=f"90th percentile wakeup latency {_TASK}.",
+    window=WindowCombine.QUANTILE,
+    window_weight="latency.task.{task}.wakeups_per_s",
+)
+TASK_LATENCY_P95_US = MetricSpec(
+    "latency.task.{task}.p95_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.TASK,
+    title="task wakeup latency p95",
+    description=f"95th percentile wakeup latency {_TASK}.",
+    window=WindowCombine.QUANTILE,
+    window_weight="latency.task.{task}.wakeups_per_s",
+)
+TASK_LATENCY_P99_US = MetricSpec(
+    "latency.task.{task}.p99_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.TASK,
+    title="task wakeup latency p99",
+    description=f"99th percentile wakeup latency {_TASK}.",
+    window=WindowCombine.QUANTILE,
+    window_weight="latency.task.{task}.wakeups_per_s",
+)
+TASK_WAKEUPS_PER_S = MetricSpec(
+    "latency.task.{task}.wakeups_per_s",
+    "1/s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.TASK,
+    title="task wakeups",
+    description=f"Matched wakeups per second of window {_TASK}.",
+    window=WindowCombine.RATE,
+)
+TASK_PREEMPT_GMEAN_US = MetricSpec(
+    "latency.preempt.task.{task}.gmean_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.TASK,
+    title="task preemption latency gmean",
+    description="Geometric mean preemption latency of the threads named {task}.",
+    window=WindowCombine.EVENTS_GEO,
+)
 _CL = "(execution cluster: where the task ran after the wakeup; clusters named by their CPUs)"
 _TCL = "(target cluster: of the wakeup's target_cpu)"
-CLUSTER_LATENCY_GMEAN_US = MetricSpec("latency.cluster.{cluster}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                                      Grouping.CLUSTER, title="wakeup latency gmean per execution cluster",
-                                      description=f"Geometric mean wakeup latency (sched_wakeup definition) {_CL}.",
-                                      window=WindowCombine.EVENTS_GEO)
-CLUSTER_LATENCY_P95_US = MetricSpec("latency.cluster.{cluster}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN,
-                                    Grouping.CLUSTER, title="wakeup latency p95 per execution cluster",
-                                    description=f"95th percentile wakeup latency (sched_wakeup definition) {_CL}.",
-                                    window=WindowCombine.QUANTILE)
+CLUSTER_LATENCY_GMEAN_US = MetricSpec(
+    "latency.cluster.{cluster}.gmean_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.CLUSTER,
+    title="wakeup latency gmean per execution cluster",
+    description=f"Geometric mean wakeup latency (sched_wakeup definition) {_CL}.",
+    window=WindowCombine.EVENTS_GEO,
+)
+CLUSTER_LATENCY_P95_US = MetricSpec(
+    "latency.cluster.{cluster}.p95_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.CLUSTER,
+    title="wakeup latency p95 per execution cluster",
+    description=f"95th percentile wakeup latency (sched_wakeup definition) {_CL}.",
+    window=WindowCombine.QUANTILE,
+)
 TARGET_CLUSTER_LATENCY_GMEAN_US = MetricSpec(
-    "latency.target_cluster.{cluster}.gmean_us", "us", Direction.LOWER, Aggregation.GMEAN, Grouping.CLUSTER,
+    "latency.target_cluster.{cluster}.gmean_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.CLUSTER,
     title="wakeup latency gmean per target cluster",
-    description=f"Geometric mean wakeup latency (sched_wakeup definition) {_TCL}.", window=WindowCombine.EVENTS_GEO)
+    description=f"Geometric mean wakeup latency (sched_wakeup definition) {_TCL}.",
+    window=WindowCombine.EVENTS_GEO,
+)
 TARGET_CLUSTER_LATENCY_P95_US = MetricSpec(
-    "latency.target_cluster.{cluster}.p95_us", "us", Direction.LOWER, Aggregation.GMEAN, Grouping.CLUSTER,
+    "latency.target_cluster.{cluster}.p95_us",
+    "us",
+    Direction.LOWER,
+    Aggregation.GMEAN,
+    Grouping.CLUSTER,
     title="wakeup latency p95 per target cluster",
-    description=f"95th percentile wakeup latency (sched_wakeup definition) {_TCL}.", window=WindowCombine.QUANTILE)
+    description=f"95th percentile wakeup latency (sched_wakeup definition) {_TCL}.",
+    window=WindowCombine.QUANTILE,
+)
 
-METRICS = (LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P90_US, LATENCY_P95_US, LATENCY_P99_US,
-           LATENCY_MAX_US, LATENCY_WAKEUPS_PER_S, *WAKING_FAMILY, WAKING_WAKEUPS_PER_S, *PREEMPT_FAMILY,
-           PREEMPTIONS_PER_S, TASK_LATENCY_GMEAN_US, TASK_LATENCY_P50_US, TASK_LATENCY_P90_US, TASK_LATENCY_P95_US,
-           TASK_LATENCY_P99_US, TASK_WAKEUPS_PER_S, TASK_PREEMPT_GMEAN_US, CLUSTER_LATENCY_GMEAN_US,
-           CLUSTER_LATENCY_P95_US, TARGET_CLUSTER_LATENCY_GMEAN_US, TARGET_CLUSTER_LATENCY_P95_US)
+METRICS = (
+    LATENCY_GMEAN_US,
+    LATENCY_MEAN_US,
+    LATENCY_P50_US,
+    LATENCY_P90_US,
+    LATENCY_P95_US,
+    LATENCY_P99_US,
+    LATENCY_MAX_US,
+    LATENCY_WAKEUPS_PER_S,
+    *WAKING_FAMILY,
+    WAKING_WAKEUPS_PER_S,
+    *PREEMPT_FAMILY,
+    PREEMPTIONS_PER_S,
+    TASK_LATENCY_GMEAN_US,
+    TASK_LATENCY_P50_US,
+    TASK_LATENCY_P90_US,
+    TASK_LATENCY_P95_US,
+    TASK_LATENCY_P99_US,
+    TASK_WAKEUPS_PER_S,
+    TASK_PREEMPT_GMEAN_US,
+    CLUSTER_LATENCY_GMEAN_US,
+    CLUSTER_LATENCY_P95_US,
+    TARGET_CLUSTER_LATENCY_GMEAN_US,
+    TARGET_CLUSTER_LATENCY_P95_US,
+)
 
 _FAMILY_COLS = ("gmean_us", "mean_us", "p50_us", "p90_us", "p95_us", "p99_us", "max_us")
 
@@ -523,7 +837,9 @@ def _chosen(per: pl.DataFrame, options) -> pl.DataFrame:
     named = tuple(getattr(options, "tasks", ()) or ())
     top = getattr(options, "top_tasks", 20)
     floor = getattr(options, "min_task_wakeups", 10)
-    return per.filter(pl.col("comm").is_in(list(named)) | ((pl.col("wakeups") >= floor) & (pl.int_range(pl.len()) < top)))
+    return per.filter(
+        pl.col("comm").is_in(list(named)) | ((pl.col("wakeups") >= floor) & (pl.int_range(pl.len()) < top))
+    )
 
 
 def metrics(trace, options=None) -> list[MetricValue]:
@@ -542,20 +858,40 @@ def metrics(trace, options=None) -> list[MetricValue]:
         lat = la.df_latency_clusters("wakeup", columns=_STAT_COLUMNS)
         out.append(MetricValue(LATENCY_WAKEUPS_PER_S, lat.height / win_s))
         if lat.height:
-            out += _family_values((LATENCY_GMEAN_US, LATENCY_MEAN_US, LATENCY_P50_US, LATENCY_P90_US, LATENCY_P95_US,
-                                   LATENCY_P99_US, LATENCY_MAX_US), df_latency_stats(lat, by=None).row(0, named=True))
+            out += _family_values(
+                (
+                    LATENCY_GMEAN_US,
+                    LATENCY_MEAN_US,
+                    LATENCY_P50_US,
+                    LATENCY_P90_US,
+                    LATENCY_P95_US,
+                    LATENCY_P99_US,
+                    LATENCY_MAX_US,
+                ),
+                df_latency_stats(lat, by=None).row(0, named=True),
+            )
             for r in _chosen(df_latency_stats(lat, by="comm"), options).iter_rows(named=True):  # <= top + named rows
-                for spec, col in ((TASK_LATENCY_GMEAN_US, "gmean_us"), (TASK_LATENCY_P50_US, "p50_us"),
-                                  (TASK_LATENCY_P90_US, "p90_us"), (TASK_LATENCY_P95_US, "p95_us"),
-                                  (TASK_LATENCY_P99_US, "p99_us")):
+                for spec, col in (
+                    (TASK_LATENCY_GMEAN_US, "gmean_us"),
+                    (TASK_LATENCY_P50_US, "p50_us"),
+                    (TASK_LATENCY_P90_US, "p90_us"),
+                    (TASK_LATENCY_P95_US, "p95_us"),
+                    (TASK_LATENCY_P99_US, "p99_us"),
+                ):
                     if r[col] is not None:
                         out.append(MetricValue(spec, float(r[col]), r["comm"]))
                 out.append(MetricValue(TASK_WAKEUPS_PER_S, r["wakeups"] / win_s, r["comm"]))
-            one_cluster = (lat["cluster"].drop_nulls().n_unique() <= 1
-                           and lat["target_cluster"].drop_nulls().n_unique() <= 1)
-            for col, g_spec, p_spec in () if one_cluster else (  # one cluster: the overall values already say it
+            one_cluster = (
+                lat["cluster"].drop_nulls().n_unique() <= 1 and lat["target_cluster"].drop_nulls().n_unique() <= 1
+            )
+            for col, g_spec, p_spec in (
+                ()
+                if one_cluster
+                else (  # one cluster: the overall values already say it
                     ("cluster", CLUSTER_LATENCY_GMEAN_US, CLUSTER_LATENCY_P95_US),
-                    ("target_cluster", TARGET_CLUSTER_LATENCY_GMEAN_US, TARGET_CLUSTER_LATENCY_P95_US)):
+                    ("target_cluster", TARGET_CLUSTER_LATENCY_GMEAN_US, TARGET_CLUSTER_LATENCY_P95_US),
+                )
+            ):
                 for r in _stats_by_known(lat, col).iter_rows(named=True):  # one row per cluster
                     if r["gmean_us"] is not None:
                         out.append(MetricValue(g_spec, float(r["gmean_us"]), r[col]))

@@ -13,22 +13,39 @@ Signal frames: ``cpu`` (or ``pid``, ``comm``), ``ts`` (ns), ``util``, ``runnable
 util/runnable 0..1024 x CPUs' capacity scale; runnable of a runqueue may exceed 1024 with several runnable
 tasks; null when not known), the source columns. Values hold until the next sample of the same column.
 """
+
 from __future__ import annotations
 
 import polars as pl
 
 from abtest.analysis import pelt_sim, window_sim
-from abtest.analysis.platform import trace_platform
 from abtest.analysis.intervals import df_intervals, window_of
+from abtest.analysis.platform import trace_platform
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 
 EVENTS = ("sched_switch",)  # enough for the simulated signals
-OPTIONAL_EVENTS = ("sched_pelt_cfs", "sched_pelt_se", "cpu_frequency", "sched_wakeup", "sched_waking",
-                   "sched_wakeup_new", "sched_migrate_task", "cpu_idle")
+OPTIONAL_EVENTS = (
+    "sched_pelt_cfs",
+    "sched_pelt_se",
+    "cpu_frequency",
+    "sched_wakeup",
+    "sched_waking",
+    "sched_wakeup_new",
+    "sched_migrate_task",
+    "cpu_idle",
+)
 KERNEL_EVENTS = ("sched_pelt_cfs", "sched_pelt_se")
 
-__all__ = ["EVENTS", "OPTIONAL_EVENTS", "df_cpu_signals_kernel", "df_task_signals_kernel", "df_contention",
-           "plot_cpu_util_vs_runnable", "LoadTrackingAnalysis", "summary"]
+__all__ = [
+    "EVENTS",
+    "OPTIONAL_EVENTS",
+    "df_cpu_signals_kernel",
+    "df_task_signals_kernel",
+    "df_contention",
+    "plot_cpu_util_vs_runnable",
+    "LoadTrackingAnalysis",
+    "summary",
+]
 
 
 def _col_or_null(df: pl.DataFrame, name: str) -> pl.Expr:
@@ -45,8 +62,14 @@ def df_cpu_signals_kernel(sched_pelt_cfs: pl.DataFrame) -> pl.DataFrame:
     if "path" in df.columns:
         df = df.filter(pl.col("path").cast(pl.Utf8) == "/")
     cpu = pl.col("field_cpu") if "field_cpu" in df.columns else pl.col("cpu")
-    return df.select(cpu.cast(pl.Int32).alias("cpu"), "ts", _col_or_null(df, "util"), _col_or_null(df, "runnable"),
-                     _col_or_null(df, "load"), pl.lit("kernel").alias("source")).sort("cpu", "ts")
+    return df.select(
+        cpu.cast(pl.Int32).alias("cpu"),
+        "ts",
+        _col_or_null(df, "util"),
+        _col_or_null(df, "runnable"),
+        _col_or_null(df, "load"),
+        pl.lit("kernel").alias("source"),
+    ).sort("cpu", "ts")
 
 
 def df_task_signals_kernel(sched_pelt_se: pl.DataFrame) -> pl.DataFrame:
@@ -56,9 +79,16 @@ def df_task_signals_kernel(sched_pelt_se: pl.DataFrame) -> pl.DataFrame:
     df = sched_pelt_se.filter(pl.col("pid") > 0) if "pid" in sched_pelt_se.columns else sched_pelt_se
     cpu = pl.col("field_cpu") if "field_cpu" in df.columns else pl.col("cpu")
     comm = pl.col("comm").cast(pl.Utf8) if "comm" in df.columns else pl.lit(None, pl.Utf8).alias("comm")
-    return df.select(pl.col("pid").cast(pl.Int64), comm, cpu.cast(pl.Int32).alias("cpu"), "ts",
-                     _col_or_null(df, "util"), _col_or_null(df, "runnable"), _col_or_null(df, "load"),
-                     pl.lit("kernel").alias("source")).sort("pid", "ts")
+    return df.select(
+        pl.col("pid").cast(pl.Int64),
+        comm,
+        cpu.cast(pl.Int32).alias("cpu"),
+        "ts",
+        _col_or_null(df, "util"),
+        _col_or_null(df, "runnable"),
+        _col_or_null(df, "load"),
+        pl.lit("kernel").alias("source"),
+    ).sort("pid", "ts")
 
 
 _SIGNAL_COLS = ["cpu", "ts", "util", "runnable", "load", "util_source", "runnable_source", "load_source", "source"]
@@ -72,14 +102,21 @@ def df_merge_signals(kernel: pl.DataFrame, runnable: pl.DataFrame) -> pl.DataFra
     a = kernel.select("cpu", "ts", "util", "load", "util_source", "load_source")
     b = runnable.select(pl.col("cpu").cast(a.schema["cpu"]), pl.col("ts").cast(pl.Int64), "runnable", "runnable_source")
     axis = pl.concat([a.select("cpu", "ts"), b.select("cpu", "ts")]).unique().sort("cpu", "ts")
-    out = (axis.join_asof(a.sort("cpu", "ts"), on="ts", by="cpu", strategy="backward", check_sortedness=False)
-           .join_asof(b.sort("cpu", "ts"), on="ts", by="cpu", strategy="backward", check_sortedness=False))
+    out = axis.join_asof(a.sort("cpu", "ts"), on="ts", by="cpu", strategy="backward", check_sortedness=False).join_asof(
+        b.sort("cpu", "ts"), on="ts", by="cpu", strategy="backward", check_sortedness=False
+    )
     src = pl.concat_str([pl.lit("kernel util, "), pl.col("runnable_source").fill_null("no"), pl.lit(" runnable")])
     return out.with_columns(src.alias("source")).select(_SIGNAL_COLS)
 
 
-def df_contention(signals: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
-                  key: str = "cpu", margin: float = 1.0) -> pl.DataFrame:
+def df_contention(
+    signals: pl.DataFrame,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    key: str = "cpu",
+    margin: float = 1.0,
+) -> pl.DataFrame:
     """Contention per CPU (or task): how much runnable exceeds util.
 
     ``signals``: a signal frame (key, ts, util, runnable) — each sample holds until the next.
@@ -94,8 +131,9 @@ def df_contention(signals: pl.DataFrame, *, start_ns: int | None = None, end_ns:
     return pelt_sim.df_contention_of_intervals(known, key, margin)
 
 
-def df_signal_means(signals: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
-                    key: str = "cpu") -> pl.DataFrame:
+def df_signal_means(
+    signals: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None, key: str = "cpu"
+) -> pl.DataFrame:
     """Time-weighted mean of util, runnable and load per CPU (or task), each over the time that signal is
     known (a sample holds until the next): ``key, mean_util, mean_runnable, mean_load, util_known_ns,
     runnable_known_ns``."""
@@ -108,29 +146,66 @@ def df_signal_means(signals: pl.DataFrame, *, start_ns: int | None = None, end_n
         k = pl.col(c).is_not_null()
         return ((pl.col(c) * w).filter(k).sum() / w.filter(k).sum()).alias(f"mean_{c}")
 
-    return iv.group_by(key).agg(mean("util"), mean("runnable"), mean("load"),
-                                pl.col("dur").filter(pl.col("util").is_not_null()).sum().alias("util_known_ns"),
-                                pl.col("dur").filter(pl.col("runnable").is_not_null()).sum().alias("runnable_known_ns")
-                                ).sort(key)
+    return (
+        iv.group_by(key)
+        .agg(
+            mean("util"),
+            mean("runnable"),
+            mean("load"),
+            pl.col("dur").filter(pl.col("util").is_not_null()).sum().alias("util_known_ns"),
+            pl.col("dur").filter(pl.col("runnable").is_not_null()).sum().alias("runnable_known_ns"),
+        )
+        .sort(key)
+    )
 
 
-_STAT_COLS = ("cpu", "mean_util", "mean_runnable", "mean_load", "util_known_ns", "runnable_known_ns", "known_ns",
-              "contended_ns", "contended_pct", "runnable_util_ratio", "max_runnable", "util_source", "runnable_source",
-              "load_source", "source")
+_STAT_COLS = (
+    "cpu",
+    "mean_util",
+    "mean_runnable",
+    "mean_load",
+    "util_known_ns",
+    "runnable_known_ns",
+    "known_ns",
+    "contended_ns",
+    "contended_pct",
+    "runnable_util_ratio",
+    "max_runnable",
+    "util_source",
+    "runnable_source",
+    "load_source",
+    "source",
+)
 
 
 def _sources(sig: pl.DataFrame) -> pl.DataFrame:
     """Per CPU: util_source, runnable_source, load_source (the non-null value of each), source."""
     first = lambda c: pl.col(c).drop_nulls().first().alias(c)  # noqa: E731
-    return sig.group_by("cpu").agg(first("util_source"), first("runnable_source"), first("load_source")).with_columns(
-        pl.when(pl.col("util_source") == pl.col("runnable_source")).then(pl.col("util_source"))
-        .otherwise(pl.concat_str([pl.col("util_source").fill_null("no"), pl.lit(" util, "),
-                                  pl.col("runnable_source").fill_null("no"), pl.lit(" runnable")])).alias("source"))
+    return (
+        sig.group_by("cpu")
+        .agg(first("util_source"), first("runnable_source"), first("load_source"))
+        .with_columns(
+            pl.when(pl.col("util_source") == pl.col("runnable_source"))
+            .then(pl.col("util_source"))
+            .otherwise(
+                pl.concat_str(
+                    [
+                        pl.col("util_source").fill_null("no"),
+                        pl.lit(" util, "),
+                        pl.col("runnable_source").fill_null("no"),
+                        pl.lit(" runnable"),
+                    ]
+                )
+            )
+            .alias("source")
+        )
+    )
 
 
 def plot_cpu_util_vs_runnable(signals: pl.DataFrame, *, cpus: list[int] | None = None, axes=None):
     """One panel per CPU: util and runnable (step, PELT units) over time (ms from the first sample)."""
     import matplotlib.pyplot as plt
+
     cpus = cpus if cpus is not None else sorted(signals["cpu"].unique().to_list())
     if axes is None:
         fig, axes = plt.subplots(len(cpus), 1, figsize=(9, 1.8 * max(len(cpus), 1)), sharex=True, squeeze=False)
@@ -177,14 +252,20 @@ class LoadTrackingAnalysis:
         return {"start_ns": self.trace.reach_start_ns, "end_ns": self.trace.end_ns}
 
     def _wakeups(self) -> list[pl.DataFrame]:
-        return [df for df in (self._df(n) for n in ("sched_waking", "sched_wakeup", "sched_wakeup_new")) if df is not None]
+        return [
+            df for df in (self._df(n) for n in ("sched_waking", "sched_wakeup", "sched_wakeup_new")) if df is not None
+        ]
 
     def _forks(self) -> pl.DataFrame | None:
         return self._df("sched_process_fork") if self._nonempty("sched_process_fork") else self._df("sched_wakeup_new")
 
     def _sim_common(self) -> dict:
-        return dict(cpu_frequency=self._df("cpu_frequency"), wakeups=self._wakeups(), platform=trace_platform(self.trace),
-                    **self._reach())
+        return dict(
+            cpu_frequency=self._df("cpu_frequency"),
+            wakeups=self._wakeups(),
+            platform=trace_platform(self.trace),
+            **self._reach(),
+        )
 
     # -- signals -----------------------------------------------------------------------------------
     def _sim_cpu_args(self, kern: pl.DataFrame | None) -> dict:
@@ -192,9 +273,15 @@ class LoadTrackingAnalysis:
         self.trace.require("load_tracking.df_cpu_signals(simulated)", *EVENTS)
         sw = self.trace.df("sched_switch", windowed=False)
         cpu_seeds, task_seeds, new_pids = pelt_sim.kernel_seeds(
-            sw, sched_pelt_cfs=kern, sched_pelt_se=self._df("sched_pelt_se"), forks=self._forks(), **self._reach())
-        return dict(initial=cpu_seeds, task_initial=task_seeds, new_pids=new_pids,
-                    sched_migrate_task=self._df("sched_migrate_task"), **self._sim_common())
+            sw, sched_pelt_cfs=kern, sched_pelt_se=self._df("sched_pelt_se"), forks=self._forks(), **self._reach()
+        )
+        return dict(
+            initial=cpu_seeds,
+            task_initial=task_seeds,
+            new_pids=new_pids,
+            sched_migrate_task=self._df("sched_migrate_task"),
+            **self._sim_common(),
+        )
 
     def _simulated_cpu(self, kern: pl.DataFrame | None) -> pl.DataFrame:
         """abtest's PELT simulation of each CPU's root runqueue (seeded with the kernel's first samples)."""
@@ -222,17 +309,27 @@ class LoadTrackingAnalysis:
             k = df_cpu_signals_kernel(kern).filter((pl.col("ts") >= w["start_ns"]) & (pl.col("ts") < w["end_ns"]))
             has_run = k["runnable"].null_count() < k.height
             has_load = k["load"].null_count() < k.height
-            k = k.with_columns(pl.lit("kernel").alias("util_source"),
-                               pl.lit("kernel" if has_run else None, pl.Utf8).alias("runnable_source"),
-                               pl.lit("kernel" if has_load else None, pl.Utf8).alias("load_source"))
+            k = k.with_columns(
+                pl.lit("kernel").alias("util_source"),
+                pl.lit("kernel" if has_run else None, pl.Utf8).alias("runnable_source"),
+                pl.lit("kernel" if has_load else None, pl.Utf8).alias("load_source"),
+            )
             if has_run or source == "kernel" or not self._nonempty("sched_switch"):
                 return k.with_columns(pl.lit("kernel").alias("source")).select(_SIGNAL_COLS)
             sim = self._simulated_cpu(kern).select("cpu", "ts", "runnable")
             return df_merge_signals(k.drop("runnable"), sim.with_columns(pl.lit("simulated").alias("runnable_source")))
         sim = self._simulated_cpu(kern)
-        return sim.select("cpu", "ts", "util", "runnable", pl.lit(None, pl.Float64).alias("load"),
-                          pl.lit("simulated").alias("util_source"), pl.lit("simulated").alias("runnable_source"),
-                          pl.lit(None, pl.Utf8).alias("load_source"), pl.lit("simulated").alias("source"))
+        return sim.select(
+            "cpu",
+            "ts",
+            "util",
+            "runnable",
+            pl.lit(None, pl.Float64).alias("load"),
+            pl.lit("simulated").alias("util_source"),
+            pl.lit("simulated").alias("runnable_source"),
+            pl.lit(None, pl.Utf8).alias("load_source"),
+            pl.lit("simulated").alias("source"),
+        )
 
     def df_task_signals(self, source: str = "auto", pids: list[int] | None = None) -> pl.DataFrame:
         """Per-task signals: kernel sched_pelt_se when present ("auto"/"kernel"), else simulated."""
@@ -245,8 +342,16 @@ class LoadTrackingAnalysis:
             return out.filter(pl.col("pid").is_in(pids)) if pids is not None else out
         self.trace.require("load_tracking.df_task_signals(simulated)", *EVENTS)
         sim = pelt_sim.df_pelt_sim_task(self.trace.df("sched_switch", windowed=False), pids=pids, **self._sim_common())
-        return sim.select("pid", pl.lit(None, pl.Utf8).alias("comm"), pl.lit(None, pl.Int32).alias("cpu"), "ts", "util",
-                          "runnable", pl.lit(None, pl.Float64).alias("load"), pl.lit("simulated").alias("source"))
+        return sim.select(
+            "pid",
+            pl.lit(None, pl.Utf8).alias("comm"),
+            pl.lit(None, pl.Int32).alias("cpu"),
+            "ts",
+            "util",
+            "runnable",
+            pl.lit(None, pl.Float64).alias("load"),
+            pl.lit("simulated").alias("source"),
+        )
 
     def df_contention(self, source: str = "auto") -> pl.DataFrame:
         """Per-CPU contention (df_contention) on df_cpu_signals(source), + ``util_source``, ``runnable_source``,
@@ -255,10 +360,16 @@ class LoadTrackingAnalysis:
         if self._all_simulated(source):
             # simulated over the reach (a window's history warms the signals up), aggregated over the window
             win = self.trace.start_ns if self._reach() != self._win() else None
-            out = pelt_sim.df_cpu_contention(self.trace.df("sched_switch", windowed=False), aggregate_from_ns=win,
-                                             **self._sim_cpu_args(self._df("sched_pelt_cfs")))
-            return out.with_columns(*[pl.lit("simulated").alias(c) for c in ("util_source", "runnable_source")],
-                                    pl.lit(None, pl.Utf8).alias("load_source"), pl.lit("simulated").alias("source"))
+            out = pelt_sim.df_cpu_contention(
+                self.trace.df("sched_switch", windowed=False),
+                aggregate_from_ns=win,
+                **self._sim_cpu_args(self._df("sched_pelt_cfs")),
+            )
+            return out.with_columns(
+                *[pl.lit("simulated").alias(c) for c in ("util_source", "runnable_source")],
+                pl.lit(None, pl.Utf8).alias("load_source"),
+                pl.lit("simulated").alias("source"),
+            )
         sig = self.df_cpu_signals(source)
         return df_contention(sig, **self._win()).join(_sources(sig), on="cpu", how="left")
 
@@ -278,23 +389,35 @@ class LoadTrackingAnalysis:
             return self._stats[key]
         if self._all_simulated(source):
             c = self.df_contention(source)
-            out = c.with_columns(pl.lit(None, pl.Float64).alias("mean_load"), pl.col("known_ns").alias("util_known_ns"),
-                                 pl.col("known_ns").alias("runnable_known_ns"))
+            out = c.with_columns(
+                pl.lit(None, pl.Float64).alias("mean_load"),
+                pl.col("known_ns").alias("util_known_ns"),
+                pl.col("known_ns").alias("runnable_known_ns"),
+            )
         else:
             sig = self.df_cpu_signals(source)
             w = self._win()
-            cont = df_contention(sig, **w).select("cpu", "known_ns", "contended_ns", "contended_pct",
-                                                  "runnable_util_ratio", "max_runnable")
-            out = (df_signal_means(sig, **w).join(cont, on="cpu", how="left")
-                   .join(_sources(sig), on="cpu", how="left"))
+            cont = df_contention(sig, **w).select(
+                "cpu", "known_ns", "contended_ns", "contended_pct", "runnable_util_ratio", "max_runnable"
+            )
+            out = df_signal_means(sig, **w).join(cont, on="cpu", how="left").join(_sources(sig), on="cpu", how="left")
         self._stats[key] = out.select(_STAT_COLS).sort("cpu")
         return self._stats[key]
 
     def df_signal_means(self, source: str = "auto") -> pl.DataFrame:
         """Per-CPU time-weighted means of each signal over its own known time (df_signal_means) + sources."""
-        return self.df_cpu_stats(source).select("cpu", "mean_util", "mean_runnable", "mean_load", "util_known_ns",
-                                                "runnable_known_ns", "util_source", "runnable_source", "load_source",
-                                                "source")
+        return self.df_cpu_stats(source).select(
+            "cpu",
+            "mean_util",
+            "mean_runnable",
+            "mean_load",
+            "util_known_ns",
+            "runnable_known_ns",
+            "util_source",
+            "runnable_source",
+            "load_source",
+            "source",
+        )
 
     def df_cluster_signal_means(self, source: str = "auto") -> pl.DataFrame:
         """Per cluster (abtest.analysis.clusters): ``cluster, cpus, mean_util, mean_runnable, mean_load`` = the mean
@@ -303,9 +426,17 @@ class LoadTrackingAnalysis:
 
         means = self.df_signal_means(source)
         cl = trace_clusters(self.trace).select("cpu", "cluster")
-        return (means.join(cl, on="cpu", how="inner").group_by("cluster")
-                .agg(pl.col("cpu").sort().alias("cpus"), pl.col("mean_util").mean(), pl.col("mean_runnable").mean(),
-                     pl.col("mean_load").mean()).sort("cluster"))
+        return (
+            means.join(cl, on="cpu", how="inner")
+            .group_by("cluster")
+            .agg(
+                pl.col("cpu").sort().alias("cpus"),
+                pl.col("mean_util").mean(),
+                pl.col("mean_runnable").mean(),
+                pl.col("mean_load").mean(),
+            )
+            .sort("cluster")
+        )
 
     def plot_cpu_util_vs_runnable(self, source: str = "auto", cpus: list[int] | None = None, axes=None):
         return plot_cpu_util_vs_runnable(self.df_cpu_signals(source), cpus=cpus, axes=axes)
@@ -319,23 +450,42 @@ class LoadTrackingAnalysis:
             raise ValueError(f"{self.trace.path}: sched_pelt_cfs / sched_pelt_se tables are empty")
         forks = self._forks()
         return pelt_sim.df_sim_vs_kernel(
-            self.trace.df("sched_switch", windowed=False), sched_pelt_cfs=self._df("sched_pelt_cfs"),
-            sched_pelt_se=self._df("sched_pelt_se"), sched_migrate_task=self._df("sched_migrate_task"),
-            forks=forks, unknown_freq=unknown_freq, **self._sim_common())
+            self.trace.df("sched_switch", windowed=False),
+            sched_pelt_cfs=self._df("sched_pelt_cfs"),
+            sched_pelt_se=self._df("sched_pelt_se"),
+            sched_migrate_task=self._df("sched_migrate_task"),
+            forks=forks,
+            unknown_freq=unknown_freq,
+            **self._sim_common(),
+        )
 
     def df_pelt_sim_error_summary(self) -> pl.DataFrame:
         """Mean / median / p95 absolute error (util units) of the simulation, per kind (cpu, task)."""
         err = self.df_pelt_sim_error()
-        return err.group_by("kind").agg(
-            pl.len().alias("samples"), pl.col("abs_err").mean().alias("mae_util"),
-            pl.col("abs_err").median().alias("median_abs_err_util"),
-            pl.col("abs_err").quantile(0.95).alias("p95_abs_err_util")).sort("kind")
+        return (
+            err.group_by("kind")
+            .agg(
+                pl.len().alias("samples"),
+                pl.col("abs_err").mean().alias("mae_util"),
+                pl.col("abs_err").median().alias("median_abs_err_util"),
+                pl.col("abs_err").quantile(0.95).alias("p95_abs_err_util"),
+            )
+            .sort("kind")
+        )
 
-    def df_window_demand(self, window_ms: float = 20.0, n_windows: int = 5, pids: list[int] | None = None) -> pl.DataFrame:
+    def df_window_demand(
+        self, window_ms: float = 20.0, n_windows: int = 5, pids: list[int] | None = None
+    ) -> pl.DataFrame:
         self.trace.require("load_tracking.df_window_demand", *window_sim.EVENTS)
         return window_sim.df_window_demand(
-            self.trace.df("sched_switch", windowed=False), cpu_frequency=self._df("cpu_frequency"),
-            platform=trace_platform(self.trace), window_ms=window_ms, n_windows=n_windows, pids=pids, **self._win())
+            self.trace.df("sched_switch", windowed=False),
+            cpu_frequency=self._df("cpu_frequency"),
+            platform=trace_platform(self.trace),
+            window_ms=window_ms,
+            n_windows=n_windows,
+            pids=pids,
+            **self._win(),
+        )
 
     def df_pelt_vs_window(self, pid: int, window_ms: float = 20.0, n_windows: int = 5) -> pl.DataFrame:
         """One task's simulated PELT util and window demand on one time axis (window_sim.df_pelt_vs_window)."""
@@ -351,10 +501,12 @@ class LoadTrackingAnalysis:
     def df_boost(self, source: str = "auto"):
         """Boost what-if tables (abtest.analysis.boost.BoostResult) on df_cpu_signals(source)."""
         from abtest.analysis import boost
+
         return boost.boost_whatif_for_trace(self.trace, self.df_cpu_signals(source))
 
     def plot_boost(self, source: str = "auto"):
         from abtest.analysis import boost
+
         return boost.plot_boost(self.df_boost(source))
 
 
@@ -377,14 +529,20 @@ def summary(trace) -> dict:
     except (LookupError, ValueError):
         return {}
     out["signal_source"] = stats["source"][0] if stats.height else None
-    out["sources"] = {c: (stats[f"{c}_source"].drop_nulls()[0] if stats[f"{c}_source"].drop_nulls().len() else None)
-                      for c in ("util", "runnable", "load")}
-    out["per_cpu"] = {str(r["cpu"]): {k: r[k] for k in ("mean_util", "mean_runnable", "mean_load", "contended_pct",
-                                                        "runnable_util_ratio")}
-                      for r in stats.filter(pl.col("known_ns").is_not_null()).iter_rows(named=True)}
-    out["per_cluster"] = {r["cluster"]: {"mean_util": r["mean_util"], "mean_runnable": r["mean_runnable"],
-                                         "mean_load": r["mean_load"]}
-                          for r in lt.df_cluster_signal_means().iter_rows(named=True)}
+    out["sources"] = {
+        c: (stats[f"{c}_source"].drop_nulls()[0] if stats[f"{c}_source"].drop_nulls().len() else None)
+        for c in ("util", "runnable", "load")
+    }
+    out["per_cpu"] = {
+        str(r["cpu"]): {
+            k: r[k] for k in ("mean_util", "mean_runnable", "mean_load", "contended_pct", "runnable_util_ratio")
+        }
+        for r in stats.filter(pl.col("known_ns").is_not_null()).iter_rows(named=True)
+    }
+    out["per_cluster"] = {
+        r["cluster"]: {"mean_util": r["mean_util"], "mean_runnable": r["mean_runnable"], "mean_load": r["mean_load"]}
+        for r in lt.df_cluster_signal_means().iter_rows(named=True)
+    }
     if lt._nonempty("sched_switch") and (lt._nonempty("sched_pelt_cfs") or lt._nonempty("sched_pelt_se")):
         err = lt.df_pelt_sim_error_summary()
         out["pelt_sim_mae_util"] = {r["kind"]: r["mae_util"] for r in err.iter_rows(named=True)}
@@ -394,31 +552,64 @@ def summary(trace) -> dict:
 # --------------------------------------------------------------------------------------------
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
-_SRC = ("(each signal from the kernel's sched_pelt_cfs when the trace carries it, else abtest's PELT simulation "
-        "from sched_switch: pre-5.7 kernels have util but no runnable, so only runnable is simulated there)")
+_SRC = (
+    "(each signal from the kernel's sched_pelt_cfs when the trace carries it, else abtest's PELT simulation "
+    "from sched_switch: pre-5.7 kernels have util but no runnable, so only runnable is simulated there)"
+)
 CPU_MEAN_UTIL = MetricSpec(
-    "load_tracking.cpu.{cpu}.mean_util", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU, title="mean util",
+    "load_tracking.cpu.{cpu}.mean_util",
+    "",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CPU,
+    title="mean util",
     description=f"Time-weighted mean of the CPU's root cfs_rq util_avg in capacity units (1024 = the biggest CPU at "
-                f"its top OPP) over the time it is known {_SRC}.", window=WindowCombine.TIME)
+    f"its top OPP) over the time it is known {_SRC}.",
+    window=WindowCombine.TIME,
+)
 CPU_MEAN_RUNNABLE = MetricSpec(
-    "load_tracking.cpu.{cpu}.mean_runnable", "", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
-    title="mean runnable", description=f"Time-weighted mean of the CPU's runnable_avg (capacity units) {_SRC}.",
-    window=WindowCombine.TIME)
+    "load_tracking.cpu.{cpu}.mean_runnable",
+    "",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CPU,
+    title="mean runnable",
+    description=f"Time-weighted mean of the CPU's runnable_avg (capacity units) {_SRC}.",
+    window=WindowCombine.TIME,
+)
 CPU_CONTENDED_PCT = MetricSpec(
-    "load_tracking.cpu.{cpu}.contended_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.CPU,
+    "load_tracking.cpu.{cpu}.contended_pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CPU,
     title="contended time",
     description=f"Share of the time both signals are known where runnable_avg exceeds util_avg by more than 1 unit "
-                f"{_SRC}.", window=WindowCombine.TIME)
+    f"{_SRC}.",
+    window=WindowCombine.TIME,
+)
 CLUSTER_MEAN_UTIL = MetricSpec(
-    "load_tracking.cluster.{cluster}.mean_util", "", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
+    "load_tracking.cluster.{cluster}.mean_util",
+    "",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CLUSTER,
     title="cluster mean util",
     description=f"Mean over the cluster's CPUs of their root cfs_rq time-weighted mean util_avg (workload-processor's "
-                f"per-cluster PELT; it averages the raw samples instead) {_SRC}.", window=WindowCombine.TIME)
+    f"per-cluster PELT; it averages the raw samples instead) {_SRC}.",
+    window=WindowCombine.TIME,
+)
 CLUSTER_MEAN_LOAD = MetricSpec(
-    "load_tracking.cluster.{cluster}.mean_load", "", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
+    "load_tracking.cluster.{cluster}.mean_load",
+    "",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CLUSTER,
     title="cluster mean load",
     description="Mean over the cluster's CPUs of their root cfs_rq time-weighted mean load_avg (kernel PELT events "
-                "only: load is never simulated).", window=WindowCombine.TIME)
+    "only: load is never simulated).",
+    window=WindowCombine.TIME,
+)
 
 METRICS = (CPU_MEAN_UTIL, CPU_MEAN_RUNNABLE, CPU_CONTENDED_PCT, CLUSTER_MEAN_UTIL, CLUSTER_MEAN_LOAD)
 
@@ -435,15 +626,23 @@ def metrics(trace, options=None) -> list[MetricValue]:
     # simulated beside the kernel's util (the merged signals of a window are not those of the whole trace)
     for r in stats.iter_rows(named=True):  # one row per CPU
         one_source = r["util_source"] == r["runnable_source"]
-        for spec, col, known in ((CPU_MEAN_UTIL, "mean_util", "util_known_ns"),
-                                 (CPU_MEAN_RUNNABLE, "mean_runnable", "runnable_known_ns")):
+        for spec, col, known in (
+            (CPU_MEAN_UTIL, "mean_util", "util_known_ns"),
+            (CPU_MEAN_RUNNABLE, "mean_runnable", "runnable_known_ns"),
+        ):
             if r[col] is not None:
                 known_s = r[known] / 1e9 if spec is CPU_MEAN_UTIL or one_source else None
                 out.append(MetricValue(spec, float(r[col]), str(r["cpu"]), known_s=known_s))
     for r in stats.iter_rows(named=True):  # one row per CPU
         if r["contended_pct"] is not None:
-            out.append(MetricValue(CPU_CONTENDED_PCT, float(r["contended_pct"]), str(r["cpu"]),
-                                   known_s=r["known_ns"] / 1e9 if r["util_source"] == r["runnable_source"] else None))
+            out.append(
+                MetricValue(
+                    CPU_CONTENDED_PCT,
+                    float(r["contended_pct"]),
+                    str(r["cpu"]),
+                    known_s=r["known_ns"] / 1e9 if r["util_source"] == r["runnable_source"] else None,
+                )
+            )
     clusters = lt.df_cluster_signal_means()
     for r in clusters.iter_rows(named=True) if clusters.height > 1 else ():  # one cluster: the CPUs' values say it
         if r["mean_util"] is not None:

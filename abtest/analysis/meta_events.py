@@ -18,6 +18,7 @@ value in force at that time, from userspace. Analyses use them as initial state 
 them ``source = "marker"``; they never count them as kernel events (a marker is not a frequency
 transition). Work is done over the canonical ``marker`` table (abtest.trace.schema), vectorised.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,8 +26,14 @@ from collections.abc import Mapping
 
 import polars as pl
 
-__all__ = ["MARKER_ALIASES", "df_meta_events", "trace_meta_events", "meta_cpu_frequency", "meta_cpu_idle",
-           "meta_thermal_temperature"]
+__all__ = [
+    "MARKER_ALIASES",
+    "df_meta_events",
+    "trace_meta_events",
+    "meta_cpu_frequency",
+    "meta_cpu_idle",
+    "meta_thermal_temperature",
+]
 
 # kernel event -> names it is written under in markers
 MARKER_ALIASES: dict[str, tuple[str, ...]] = {
@@ -54,11 +61,15 @@ def df_meta_events(marker: pl.DataFrame, event: str, fields: Mapping[str, pl.Dat
     txt = pl.col("text").cast(pl.Utf8)
     m = marker.filter(txt.str.contains(head))
     if m.is_empty():
-        return pl.DataFrame(schema={"ts": pl.Int64, "marker_cpu": pl.Int32, "marker_pid": pl.Int32, "name": pl.Utf8,
-                                    **dict(fields)})
-    cols = [pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32).alias("marker_cpu"),
-            (pl.col("pid") if "pid" in m.columns else pl.lit(None)).cast(pl.Int32).alias("marker_pid"),
-            txt.str.extract(head, 1).alias("name")]
+        return pl.DataFrame(
+            schema={"ts": pl.Int64, "marker_cpu": pl.Int32, "marker_pid": pl.Int32, "name": pl.Utf8, **dict(fields)}
+        )
+    cols = [
+        pl.col("ts").cast(pl.Int64),
+        pl.col("cpu").cast(pl.Int32).alias("marker_cpu"),
+        (pl.col("pid") if "pid" in m.columns else pl.lit(None)).cast(pl.Int32).alias("marker_pid"),
+        txt.str.extract(head, 1).alias("name"),
+    ]
     for f, dt in fields.items():
         pat = _INT_RE if dt.is_integer() else _WORD_RE
         raw = txt.str.extract(rf"(?:^|\s){re.escape(f)}={pat}", 1)
@@ -70,8 +81,9 @@ def df_meta_events(marker: pl.DataFrame, event: str, fields: Mapping[str, pl.Dat
 def trace_meta_events(trace, event: str, fields: Mapping[str, pl.DataType]) -> pl.DataFrame:
     """df_meta_events over a Trace's whole ``marker`` table (empty frame when it has none)."""
     if "marker" not in trace.tables:
-        return df_meta_events(pl.DataFrame(schema={"ts": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "text": pl.Utf8}),
-                              event, fields)
+        return df_meta_events(
+            pl.DataFrame(schema={"ts": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "text": pl.Utf8}), event, fields
+        )
     return df_meta_events(trace.df("marker", windowed=False), event, fields)
 
 
@@ -80,8 +92,11 @@ def meta_cpu_frequency(marker: pl.DataFrame) -> pl.DataFrame:
     state), in the canonical cpu_frequency shape."""
     ev = df_meta_events(marker, "cpu_frequency", {"state": pl.Int64, "cpu_id": pl.Int64})
     return ev.drop_nulls(["state", "cpu_id"]).select(
-        "ts", pl.col("cpu_id").cast(pl.Int32).alias("cpu"), pl.col("state").alias("frequency_khz"),
-        pl.lit("marker").alias("source"))
+        "ts",
+        pl.col("cpu_id").cast(pl.Int32).alias("cpu"),
+        pl.col("state").alias("frequency_khz"),
+        pl.lit("marker").alias("source"),
+    )
 
 
 def meta_cpu_idle(marker: pl.DataFrame) -> pl.DataFrame:
@@ -89,9 +104,11 @@ def meta_cpu_idle(marker: pl.DataFrame) -> pl.DataFrame:
     4294967295 is normalised as in the canonical cpu_idle table)."""
     ev = df_meta_events(marker, "cpu_idle", {"state": pl.Int64, "cpu_id": pl.Int64})
     return ev.drop_nulls(["state", "cpu_id"]).select(
-        "ts", pl.col("cpu_id").cast(pl.Int32).alias("cpu"),
+        "ts",
+        pl.col("cpu_id").cast(pl.Int32).alias("cpu"),
         pl.when(pl.col("state") == 4294967295).then(-1).otherwise(pl.col("state")).cast(pl.Int64).alias("state"),
-        pl.lit("marker").alias("source"))
+        pl.lit("marker").alias("source"),
+    )
 
 
 def meta_thermal_temperature(marker: pl.DataFrame) -> pl.DataFrame:

@@ -17,6 +17,7 @@ Definitions (workload-processor and LISA report the same quantity, ``time`` and 
 Tables: ``df_overutilized_intervals`` (root_domain, ts, dur, overutilized: 1/0/null unknown),
 ``df_overutilized`` (root_domain, overutilized_ns, known_ns, unknown_ns, pct, unknown_pct, transitions).
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -31,23 +32,35 @@ OPTIONAL_EVENTS = TABLES
 
 SYSTEM = "all"
 
-__all__ = ["EVENTS", "OPTIONAL_EVENTS", "df_overutilized_events", "df_overutilized_intervals", "df_overutilized",
-           "OverutilizedAnalysis", "summary", "metrics"]
+__all__ = [
+    "EVENTS",
+    "OPTIONAL_EVENTS",
+    "df_overutilized_events",
+    "df_overutilized_intervals",
+    "df_overutilized",
+    "OverutilizedAnalysis",
+    "summary",
+    "metrics",
+]
 
 
 def df_overutilized_events(events: pl.DataFrame) -> pl.DataFrame:
     """``ts, root_domain (Utf8: the span, or "all"), overutilized (Int8)`` from a sched_overutilized /
     lisa__sched_overutilized table, consecutive repeats of a root domain's value dropped."""
     rd = pl.col("span").cast(pl.Utf8).str.strip_chars() if "span" in events.columns else pl.lit(SYSTEM)
-    ev = events.select(pl.col("ts").cast(pl.Int64), rd.alias("root_domain"),
-                       (pl.col("overutilized").cast(pl.Int64) != 0).cast(pl.Int8).alias("overutilized"))
+    ev = events.select(
+        pl.col("ts").cast(pl.Int64),
+        rd.alias("root_domain"),
+        (pl.col("overutilized").cast(pl.Int64) != 0).cast(pl.Int8).alias("overutilized"),
+    )
     ev = ev.with_row_index("_o").sort("root_domain", "ts", "_o")
     prev = pl.col("overutilized").shift(1).over("root_domain")
     return ev.filter(prev.is_null() | (prev != pl.col("overutilized"))).drop("_o").sort("ts", "root_domain")
 
 
-def df_overutilized_intervals(events: pl.DataFrame, *, start_ns: int | None = None,
-                              end_ns: int | None = None) -> pl.DataFrame:
+def df_overutilized_intervals(
+    events: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None
+) -> pl.DataFrame:
     """Per root domain: ``root_domain, ts (ns), dur (ns), overutilized`` (1, 0, null = unknown before the
     first event) over ``[start_ns, end_ns)``. ``events``: df_overutilized_events (whole trace)."""
     start_ns, end_ns = window_of(events, start_ns, end_ns)
@@ -55,16 +68,34 @@ def df_overutilized_intervals(events: pl.DataFrame, *, start_ns: int | None = No
 
 
 def _system(iv: pl.DataFrame, start_ns: int, end_ns: int) -> pl.DataFrame:
-    """"all": overutilized while any root domain is; unknown while none is and some is unknown."""
-    steps = pl.concat([
-        iv.select("ts", (pl.col("overutilized") == 1).cast(pl.Int64).alias("ou"),
-                  pl.col("overutilized").is_null().cast(pl.Int64).alias("unk")),
-        iv.select((pl.col("ts") + pl.col("dur")).alias("ts"), -(pl.col("overutilized") == 1).cast(pl.Int64).alias("ou"),
-                  -pl.col("overutilized").is_null().cast(pl.Int64).alias("unk")),
-    ]).group_by("ts").agg(pl.col("ou").sum(), pl.col("unk").sum()).sort("ts")
+    """ "all": overutilized while any root domain is; unknown while none is and some is unknown."""
+    steps = (
+        pl.concat(
+            [
+                iv.select(
+                    "ts",
+                    (pl.col("overutilized") == 1).cast(pl.Int64).alias("ou"),
+                    pl.col("overutilized").is_null().cast(pl.Int64).alias("unk"),
+                ),
+                iv.select(
+                    (pl.col("ts") + pl.col("dur")).alias("ts"),
+                    -(pl.col("overutilized") == 1).cast(pl.Int64).alias("ou"),
+                    -pl.col("overutilized").is_null().cast(pl.Int64).alias("unk"),
+                ),
+            ]
+        )
+        .group_by("ts")
+        .agg(pl.col("ou").sum(), pl.col("unk").sum())
+        .sort("ts")
+    )
     steps = steps.with_columns(pl.col("ou").cum_sum(), pl.col("unk").cum_sum()).filter(pl.col("ts") < end_ns)
-    state = (pl.when(pl.col("ou") > 0).then(pl.lit(1, pl.Int8)).when(pl.col("unk") > 0).then(pl.lit(None, pl.Int8))
-             .otherwise(pl.lit(0, pl.Int8)))
+    state = (
+        pl.when(pl.col("ou") > 0)
+        .then(pl.lit(1, pl.Int8))
+        .when(pl.col("unk") > 0)
+        .then(pl.lit(None, pl.Int8))
+        .otherwise(pl.lit(0, pl.Int8))
+    )
     ch = steps.select("ts", state.alias("overutilized"), pl.lit(SYSTEM).alias("root_domain"))
     return df_intervals(ch, "overutilized", keys="root_domain", start_ns=start_ns, end_ns=end_ns)
 
@@ -91,10 +122,14 @@ def df_overutilized(events: pl.DataFrame, *, start_ns: int | None = None, end_ns
         pl.col("dur").filter(~known).sum().alias("unknown_ns"),
         (known & known.shift(1)).sum().cast(pl.Int64).alias("transitions"),
     )
-    return out.with_columns((100.0 * pl.col("overutilized_ns") / win).alias("pct"),
-                            (100.0 * pl.col("unknown_ns") / win).alias("unknown_pct")).select(
-        "root_domain", "overutilized_ns", "known_ns", "unknown_ns", "pct", "unknown_pct", "transitions"
-    ).sort(pl.col("root_domain") != SYSTEM, "root_domain")
+    return (
+        out.with_columns(
+            (100.0 * pl.col("overutilized_ns") / win).alias("pct"),
+            (100.0 * pl.col("unknown_ns") / win).alias("unknown_pct"),
+        )
+        .select("root_domain", "overutilized_ns", "known_ns", "unknown_ns", "pct", "unknown_pct", "transitions")
+        .sort(pl.col("root_domain") != SYSTEM, "root_domain")
+    )
 
 
 class OverutilizedAnalysis:
@@ -134,10 +169,23 @@ def summary(trace) -> dict:
         return {}
     rows = {r["root_domain"]: r for r in df.iter_rows(named=True)}
     allr = rows[SYSTEM]
-    out = {"event": name, "time_s": allr["overutilized_ns"] / 1e9, "pct": allr["pct"], "unknown_pct": allr["unknown_pct"],
-           "window_s": (trace.end_ns - trace.start_ns) / 1e9}
-    rds = {k: {"time_s": r["overutilized_ns"] / 1e9, "pct": r["pct"], "unknown_pct": r["unknown_pct"],
-               "transitions": r["transitions"]} for k, r in rows.items() if k != SYSTEM}
+    out = {
+        "event": name,
+        "time_s": allr["overutilized_ns"] / 1e9,
+        "pct": allr["pct"],
+        "unknown_pct": allr["unknown_pct"],
+        "window_s": (trace.end_ns - trace.start_ns) / 1e9,
+    }
+    rds = {
+        k: {
+            "time_s": r["overutilized_ns"] / 1e9,
+            "pct": r["pct"],
+            "unknown_pct": r["unknown_pct"],
+            "transitions": r["transitions"],
+        }
+        for k, r in rows.items()
+        if k != SYSTEM
+    }
     if rds:
         out["root_domains"] = rds
     else:
@@ -149,19 +197,35 @@ def summary(trace) -> dict:
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
 OVERUTILIZED_PCT = MetricSpec(
-    "overutilized.pct", "%", Direction.NONE, Aggregation.MEAN, title="overutilized",
+    "overutilized.pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    title="overutilized",
     description="Share of the window the system (any root domain) was overutilized, i.e. EAS was off "
-                "(sched_overutilized / lisa__sched_overutilized; time before the first event is unknown, not counted).",
-                window=WindowCombine.RATE)
+    "(sched_overutilized / lisa__sched_overutilized; time before the first event is unknown, not counted).",
+    window=WindowCombine.RATE,
+)
 OVERUTILIZED_TIME_S = MetricSpec(
-    "overutilized.time_s", "s", Direction.NONE, Aggregation.MEAN, title="overutilized time",
+    "overutilized.time_s",
+    "s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    title="overutilized time",
     description="Time the system was overutilized in the window (workload-processor's 'time').",
-    window=WindowCombine.SUM)
+    window=WindowCombine.SUM,
+)
 RD_OVERUTILIZED_PCT = MetricSpec(
-    "overutilized.root_domain.{root_domain}.pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.ROOT_DOMAIN,
+    "overutilized.root_domain.{root_domain}.pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.ROOT_DOMAIN,
     title="root domain overutilized",
     description="Share of the window the root domain (named by its CPU span) was overutilized, when the event "
-                "carries a span.", window=WindowCombine.RATE)
+    "carries a span.",
+    window=WindowCombine.RATE,
+)
 
 METRICS = (OVERUTILIZED_PCT, OVERUTILIZED_TIME_S, RD_OVERUTILIZED_PCT)
 
@@ -172,8 +236,10 @@ def metrics(trace, options=None) -> list[MetricValue]:
     out: list[MetricValue] = []
     for r in df.iter_rows(named=True):  # one row per root domain + the system
         if r["root_domain"] == SYSTEM:
-            out += [MetricValue(OVERUTILIZED_PCT, float(r["pct"])),
-                    MetricValue(OVERUTILIZED_TIME_S, r["overutilized_ns"] / 1e9)]
+            out += [
+                MetricValue(OVERUTILIZED_PCT, float(r["pct"])),
+                MetricValue(OVERUTILIZED_TIME_S, r["overutilized_ns"] / 1e9),
+            ]
         else:
             out.append(MetricValue(RD_OVERUTILIZED_PCT, float(r["pct"]), r["root_domain"]))
     return out

@@ -16,6 +16,7 @@ tasks whose *home cluster* (where they ran longest) is a cluster of M CPUs:
   cluster; ``balance_index`` = 1 - sum_i |s_i - 1/M| / (2 (1 - 1/M)) with s_i the shares (0..1):
   1 = perfectly even, 0 = everything on one CPU; null when M = 1.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,14 @@ EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("sched_migrate_task",)
 
 
-def df_task_intervals(sched_switch: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
-                      include_idle: bool = False, backend: str = "native") -> pl.DataFrame:
+def df_task_intervals(
+    sched_switch: pl.DataFrame,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    include_idle: bool = False,
+    backend: str = "native",
+) -> pl.DataFrame:
     """Which task ran on each CPU, as intervals over ``[start_ns, end_ns)``.
 
     Needs: sched_switch (whole table, so the task running at the window start is carried in; before
@@ -42,29 +49,43 @@ def df_task_intervals(sched_switch: pl.DataFrame, *, start_ns: int | None = None
     """
     if backend == "native":
         from abtest.analysis import sim_native
+
         lo, hi = window_of(sched_switch, start_ns, end_ns)
         runs = sim_native.placement_runs(sched_switch, start_ns=lo, end_ns=hi, include_idle=include_idle)
         if runs is not None:
             return runs
     elif backend != "python":
         raise ValueError(f"backend {backend!r}: expected 'native' or 'python'")
-    sw = sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
-                             pl.col("next_pid").cast(pl.Int32).alias("pid"), pl.col("next_comm").alias("comm"))
+    sw = sched_switch.select(
+        pl.col("ts").cast(pl.Int64),
+        pl.col("cpu").cast(pl.Int32),
+        pl.col("next_pid").cast(pl.Int32).alias("pid"),
+        pl.col("next_comm").alias("comm"),
+    )
     iv = df_intervals(sw, ["pid", "comm"], keys="cpu", start_ns=start_ns, end_ns=end_ns)
     by_ts = sched_switch if sched_switch["ts"].is_sorted() else sched_switch.sort("ts", maintain_order=True)
-    first_prev = by_ts.lazy().select("cpu", "prev_pid", "prev_comm").group_by(
-        pl.col("cpu").cast(pl.Int32), maintain_order=True).first().select(
-        "cpu", pl.col("prev_pid").cast(pl.Int32), pl.col("prev_comm").cast(pl.Utf8)).collect()
+    first_prev = (
+        by_ts.lazy()
+        .select("cpu", "prev_pid", "prev_comm")
+        .group_by(pl.col("cpu").cast(pl.Int32), maintain_order=True)
+        .first()
+        .select("cpu", pl.col("prev_pid").cast(pl.Int32), pl.col("prev_comm").cast(pl.Utf8))
+        .collect()
+    )
     # iv is sorted by cpu, ts: a CPU's first interval is the row after another CPU's; its task, when unknown,
     # is the prev task of the CPU's first switch (a few CPUs: mapped, not joined, so no column is copied)
     lead = pl.col("pid").is_null() & pl.col("cpu").ne_missing(pl.col("cpu").shift(1))
     prev_pid = dict(zip(first_prev["cpu"], first_prev["prev_pid"]))
     prev_comm = dict(zip(first_prev["cpu"], first_prev["prev_comm"]))
     iv = iv.with_columns(
-        pl.when(lead).then(pl.col("cpu").replace_strict(prev_pid, default=None, return_dtype=pl.Int32))
-        .otherwise(pl.col("pid")).alias("pid"),
-        pl.when(lead).then(pl.col("cpu").replace_strict(prev_comm, default=None, return_dtype=pl.Utf8)
-                           .cast(pl.Categorical)).otherwise(pl.col("comm").cast(pl.Categorical)).alias("comm"),
+        pl.when(lead)
+        .then(pl.col("cpu").replace_strict(prev_pid, default=None, return_dtype=pl.Int32))
+        .otherwise(pl.col("pid"))
+        .alias("pid"),
+        pl.when(lead)
+        .then(pl.col("cpu").replace_strict(prev_comm, default=None, return_dtype=pl.Utf8).cast(pl.Categorical))
+        .otherwise(pl.col("comm").cast(pl.Categorical))
+        .alias("comm"),
     )
     keep = pl.col("pid").is_not_null() if include_idle else pl.col("pid").is_not_null() & (pl.col("pid") != 0)
     return iv.filter(keep).select("cpu", "ts", "dur", "pid", "comm")
@@ -84,13 +105,21 @@ def _residency(per_cpu: pl.DataFrame, names: pl.DataFrame) -> pl.DataFrame:
     """df_task_residency from the run time per task and CPU (pid, cpu, time_ns) and each task's name (pid,
     comm)."""
     res = per_cpu.with_columns(pl.col("time_ns").sum().over("pid").alias("task_time_ns"))
-    return (res.with_columns((100.0 * pl.col("time_ns") / pl.col("task_time_ns")).alias("pct"))
-            .join(names, on="pid").select("pid", "comm", "cpu", "time_ns", "pct", "task_time_ns")
-            .sort(["task_time_ns", "pid", "cpu"], descending=[True, False, False]))
+    return (
+        res.with_columns((100.0 * pl.col("time_ns") / pl.col("task_time_ns")).alias("pct"))
+        .join(names, on="pid")
+        .select("pid", "comm", "cpu", "time_ns", "pct", "task_time_ns")
+        .sort(["task_time_ns", "pid", "cpu"], descending=[True, False, False])
+    )
 
 
-def df_migrations(intervals: pl.DataFrame, sched_migrate_task: pl.DataFrame | None = None, *,
-                  start_ns: int | None = None, end_ns: int | None = None) -> pl.DataFrame:
+def df_migrations(
+    intervals: pl.DataFrame,
+    sched_migrate_task: pl.DataFrame | None = None,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+) -> pl.DataFrame:
     """Migrations per task.
 
     Needs: sched_switch (via df_task_intervals); sched_migrate_task optional.
@@ -102,11 +131,20 @@ def df_migrations(intervals: pl.DataFrame, sched_migrate_task: pl.DataFrame | No
     # (pid, ts) order as two stable one-key sorts: 3x faster than one sort on both keys here
     runs = intervals.select("pid", "ts", "cpu").sort("ts").sort("pid", maintain_order=True)
     chg = (pl.col("pid") == pl.col("pid").shift(1)) & (pl.col("cpu") != pl.col("cpu").shift(1))
-    obs = runs.group_by("pid").agg(pl.col("cpu").n_unique().cast(pl.Int64).alias("cpus_used")).join(
-        runs.filter(chg.fill_null(False)).group_by("pid").agg(pl.len().cast(pl.Int64).alias("observed_cpu_changes")),
-        on="pid", how="left").join(
-        intervals.group_by("pid").agg(pl.col("comm").get(pl.col("ts").arg_max())), on="pid").with_columns(
-        pl.col("observed_cpu_changes").fill_null(0)).select("pid", "comm", "cpus_used", "observed_cpu_changes")
+    obs = (
+        runs.group_by("pid")
+        .agg(pl.col("cpu").n_unique().cast(pl.Int64).alias("cpus_used"))
+        .join(
+            runs.filter(chg.fill_null(False))
+            .group_by("pid")
+            .agg(pl.len().cast(pl.Int64).alias("observed_cpu_changes")),
+            on="pid",
+            how="left",
+        )
+        .join(intervals.group_by("pid").agg(pl.col("comm").get(pl.col("ts").arg_max())), on="pid")
+        .with_columns(pl.col("observed_cpu_changes").fill_null(0))
+        .select("pid", "comm", "cpus_used", "observed_cpu_changes")
+    )
     if sched_migrate_task is None:
         return obs.with_columns(pl.lit(None, pl.Int64).alias("migrate_events")).sort("pid")
     mig = sched_migrate_task
@@ -115,12 +153,18 @@ def df_migrations(intervals: pl.DataFrame, sched_migrate_task: pl.DataFrame | No
     if end_ns is not None:
         mig = mig.filter(pl.col("ts") < end_ns)
     mcount = mig.group_by(pl.col("pid").cast(pl.Int32)).agg(
-        pl.len().cast(pl.Int64).alias("migrate_events"), pl.col("comm").cast(pl.Utf8).last().alias("_mcomm"))
+        pl.len().cast(pl.Int64).alias("migrate_events"), pl.col("comm").cast(pl.Utf8).last().alias("_mcomm")
+    )
     out = obs.join(mcount, on="pid", how="full", coalesce=True)
-    return out.with_columns(
-        pl.coalesce("comm", "_mcomm").alias("comm"),
-        pl.col("cpus_used", "observed_cpu_changes", "migrate_events").fill_null(0),
-    ).drop("_mcomm").select("pid", "comm", "cpus_used", "observed_cpu_changes", "migrate_events").sort("pid")
+    return (
+        out.with_columns(
+            pl.coalesce("comm", "_mcomm").alias("comm"),
+            pl.col("cpus_used", "observed_cpu_changes", "migrate_events").fill_null(0),
+        )
+        .drop("_mcomm")
+        .select("pid", "comm", "cpus_used", "observed_cpu_changes", "migrate_events")
+        .sort("pid")
+    )
 
 
 def _select_tasks(residency: pl.DataFrame, tasks, min_runtime_ns: int) -> pl.DataFrame:
@@ -133,8 +177,9 @@ def _select_tasks(residency: pl.DataFrame, tasks, min_runtime_ns: int) -> pl.Dat
     return res.filter(pl.col("pid").is_in(pids) | pl.col("comm").is_in(comms))
 
 
-def df_balance_per_cpu(residency: pl.DataFrame, clusters: pl.DataFrame, *, tasks=None,
-                       min_runtime_ns: int = 0) -> pl.DataFrame:
+def df_balance_per_cpu(
+    residency: pl.DataFrame, clusters: pl.DataFrame, *, tasks=None, min_runtime_ns: int = 0
+) -> pl.DataFrame:
     """Per cluster and CPU: how the selected tasks spread (see the module docstring).
 
     Needs: sched_switch (via df_task_residency). ``clusters``: cpu, cluster. ``tasks``: pids (int)
@@ -148,25 +193,50 @@ def df_balance_per_cpu(residency: pl.DataFrame, clusters: pl.DataFrame, *, tasks
     cl = clusters.select(pl.col("cpu").cast(pl.Int32), pl.col("cluster").cast(pl.Int32))
     res = _select_tasks(residency, tasks, min_runtime_ns).join(cl, on="cpu", how="inner")
     per_cl = res.group_by(["pid", "cluster"]).agg(pl.col("time_ns").sum().alias("cl_ns"))
-    home = per_cl.sort(["pid", "cl_ns", "cluster"], descending=[False, True, False]).group_by("pid").first() \
+    home = (
+        per_cl.sort(["pid", "cl_ns", "cluster"], descending=[False, True, False])
+        .group_by("pid")
+        .first()
         .select("pid", pl.col("cluster").alias("home"))
+    )
     res = res.join(home, on="pid").filter(pl.col("cluster") == pl.col("home"))
-    dominant = res.sort(["pid", "time_ns", "cpu"], descending=[False, True, False]).group_by("pid").first() \
+    dominant = (
+        res.sort(["pid", "time_ns", "cpu"], descending=[False, True, False])
+        .group_by("pid")
+        .first()
         .select("pid", "cluster", "cpu")
+    )
     ncpu = cl.group_by("cluster").agg(pl.len().cast(pl.Int64).alias("n_cpus"))
     ntask = home.group_by(pl.col("home").alias("cluster")).agg(pl.len().cast(pl.Int64).alias("n_tasks"))
     counts = dominant.group_by(["cluster", "cpu"]).agg(pl.len().cast(pl.Int64).alias("tasks"))
     rt = res.group_by(["cluster", "cpu"]).agg(pl.col("time_ns").sum().alias("runtime_ns"))
     grid = cl.join(ntask, on="cluster", how="left").join(ncpu, on="cluster")
-    out = (grid.join(counts, on=["cluster", "cpu"], how="left").join(rt, on=["cluster", "cpu"], how="left")
-           .with_columns(pl.col("tasks", "runtime_ns", "n_tasks").fill_null(0)))
-    return out.with_columns(
-        (pl.col("n_tasks") / pl.col("n_cpus")).alias("expected_tasks_per_cpu"),
-        pl.when(pl.col("runtime_ns").sum().over("cluster") > 0)
-        .then(100.0 * pl.col("runtime_ns") / pl.col("runtime_ns").sum().over("cluster")).alias("runtime_share_pct"),
-        (100.0 / pl.col("n_cpus")).alias("expected_share_pct"),
-    ).select("cluster", "cpu", "tasks", "n_tasks", "n_cpus", "expected_tasks_per_cpu", "runtime_ns",
-             "runtime_share_pct", "expected_share_pct").sort(["cluster", "cpu"])
+    out = (
+        grid.join(counts, on=["cluster", "cpu"], how="left")
+        .join(rt, on=["cluster", "cpu"], how="left")
+        .with_columns(pl.col("tasks", "runtime_ns", "n_tasks").fill_null(0))
+    )
+    return (
+        out.with_columns(
+            (pl.col("n_tasks") / pl.col("n_cpus")).alias("expected_tasks_per_cpu"),
+            pl.when(pl.col("runtime_ns").sum().over("cluster") > 0)
+            .then(100.0 * pl.col("runtime_ns") / pl.col("runtime_ns").sum().over("cluster"))
+            .alias("runtime_share_pct"),
+            (100.0 / pl.col("n_cpus")).alias("expected_share_pct"),
+        )
+        .select(
+            "cluster",
+            "cpu",
+            "tasks",
+            "n_tasks",
+            "n_cpus",
+            "expected_tasks_per_cpu",
+            "runtime_ns",
+            "runtime_share_pct",
+            "expected_share_pct",
+        )
+        .sort(["cluster", "cpu"])
+    )
 
 
 def df_balance(per_cpu: pl.DataFrame) -> pl.DataFrame:
@@ -174,11 +244,19 @@ def df_balance(per_cpu: pl.DataFrame) -> pl.DataFrame:
     max_task_deviation (max |tasks - N/M| over the CPUs), balance_index (0..1, null when M = 1)."""
     share = pl.col("runtime_share_pct") / 100.0
     m = pl.col("n_cpus").first()
-    return per_cpu.group_by("cluster").agg(
-        pl.col("n_tasks").first(), pl.col("n_cpus").first(), pl.col("expected_tasks_per_cpu").first(),
-        (pl.col("tasks") - pl.col("expected_tasks_per_cpu")).abs().max().alias("max_task_deviation"),
-        pl.when((m > 1) & (pl.col("n_tasks").first() > 0)).then(1.0 - (share - 1.0 / m).abs().sum() / (2.0 * (1.0 - 1.0 / m))).alias("balance_index"),
-    ).sort("cluster")
+    return (
+        per_cpu.group_by("cluster")
+        .agg(
+            pl.col("n_tasks").first(),
+            pl.col("n_cpus").first(),
+            pl.col("expected_tasks_per_cpu").first(),
+            (pl.col("tasks") - pl.col("expected_tasks_per_cpu")).abs().max().alias("max_task_deviation"),
+            pl.when((m > 1) & (pl.col("n_tasks").first() > 0))
+            .then(1.0 - (share - 1.0 / m).abs().sum() / (2.0 * (1.0 - 1.0 / m)))
+            .alias("balance_index"),
+        )
+        .sort("cluster")
+    )
 
 
 def plot_task_residency(residency: pl.DataFrame, top_tasks: int = 15, *, ax=None):
@@ -186,12 +264,24 @@ def plot_task_residency(residency: pl.DataFrame, top_tasks: int = 15, *, ax=None
     Returns the matplotlib Figure (drawn into ``ax`` when given)."""
     import matplotlib.pyplot as plt
 
-    top = residency.select("pid", "comm", "task_time_ns").unique("pid").sort("task_time_ns", descending=True).head(top_tasks)
+    top = (
+        residency.select("pid", "comm", "task_time_ns")
+        .unique("pid")
+        .sort("task_time_ns", descending=True)
+        .head(top_tasks)
+    )
     cpus = sorted(residency["cpu"].unique().to_list())
-    wide = (residency.join(top.select("pid"), on="pid").pivot(on="cpu", index="pid", values="pct")
-            .join(top, on="pid").sort("task_time_ns", descending=True))
-    mat = np.nan_to_num(np.array([wide[str(c)].to_numpy() if str(c) in wide.columns else np.zeros(wide.height)
-                                  for c in cpus], dtype=float).T)
+    wide = (
+        residency.join(top.select("pid"), on="pid")
+        .pivot(on="cpu", index="pid", values="pct")
+        .join(top, on="pid")
+        .sort("task_time_ns", descending=True)
+    )
+    mat = np.nan_to_num(
+        np.array(
+            [wide[str(c)].to_numpy() if str(c) in wide.columns else np.zeros(wide.height) for c in cpus], dtype=float
+        ).T
+    )
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(7, max(2.5, 0.3 * wide.height + 1)))
     im = ax.imshow(mat, aspect="auto", cmap="viridis", vmin=0, vmax=100)
     ax.set_xticks(range(len(cpus)), [str(c) for c in cpus])
@@ -210,17 +300,19 @@ def plot_balance(per_cpu: pl.DataFrame, *, ax=None):
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(7, 3.5))
     x = np.arange(per_cpu.height)
     ax.bar(x, per_cpu["tasks"].to_numpy(), label="tasks (dominant CPU)")
-    ax.step(np.append(x, x[-1] + 1) - 0.5 if len(x) else x,
-            np.append(per_cpu["expected_tasks_per_cpu"].to_numpy(), per_cpu["expected_tasks_per_cpu"].to_numpy()[-1:]),
-            where="post", color="k", label="even split N/M")
+    ax.step(
+        np.append(x, x[-1] + 1) - 0.5 if len(x) else x,
+        np.append(per_cpu["expected_tasks_per_cpu"].to_numpy(), per_cpu["expected_tasks_per_cpu"].to_numpy()[-1:]),
+        where="post",
+        color="k",
+        label="even split N/M",
+    )
     ax.set_xticks(x, [f"{c}/{u}" for c, u in zip(per_cpu["cluster"], per_cpu["cpu"])])
     ax.set_xlabel("cluster/CPU")
     ax.set_ylabel("tasks")
     ax.set_title("Task placement balance")
     ax.legend(fontsize="small")
     return fig
-
-
 
 
 class PlacementAnalysis:
@@ -231,18 +323,25 @@ class PlacementAnalysis:
 
     def df_intervals(self, include_idle: bool = False) -> pl.DataFrame:
         self.trace.require("placement", *EVENTS)
-        return df_task_intervals(self.trace.df("sched_switch", windowed=False), start_ns=self.trace.start_ns,
-                                 end_ns=self.trace.end_ns, include_idle=include_idle)
+        return df_task_intervals(
+            self.trace.df("sched_switch", windowed=False),
+            start_ns=self.trace.start_ns,
+            end_ns=self.trace.end_ns,
+            include_idle=include_idle,
+        )
 
     def df_residency(self) -> pl.DataFrame:
         return df_task_residency(self.df_intervals())
 
     def df_migrations(self) -> pl.DataFrame:
-        mig = self.trace.df("sched_migrate_task", windowed=False) if ("sched_migrate_task" in self.trace.tables) else None
+        mig = (
+            self.trace.df("sched_migrate_task", windowed=False) if ("sched_migrate_task" in self.trace.tables) else None
+        )
         return df_migrations(self.df_intervals(), mig, start_ns=self.trace.start_ns, end_ns=self.trace.end_ns)
 
     def clusters(self) -> pl.DataFrame:
         from abtest.analysis.idle import clusters_of
+
         return clusters_of(self.trace)
 
     def df_balance_per_cpu(self, tasks=None, min_runtime_ns: int = 0) -> pl.DataFrame:
@@ -262,8 +361,10 @@ def _folded(trace, runs_from_ns: int) -> dict[str, pl.DataFrame] | None:
     """sim_native.placement_fold of the trace's runs from runs_from_ns to its end, counted from its start;
     None when the switches need the frame rules (null CPUs, pids or names)."""
     from abtest.analysis import sim_native
-    return sim_native.placement_fold(trace.df("sched_switch", windowed=False), start_ns=runs_from_ns,
-                                     end_ns=trace.end_ns, from_ns=trace.start_ns)
+
+    return sim_native.placement_fold(
+        trace.df("sched_switch", windowed=False), start_ns=runs_from_ns, end_ns=trace.end_ns, from_ns=trace.start_ns
+    )
 
 
 def _migrate_events(trace) -> int:
@@ -280,7 +381,7 @@ def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
     {"<comm>:<pid>": {runtime_s, cpu_pct {cpu: %}}}."""
     pa = PlacementAnalysis(trace)
     trace.require("placement", *EVENTS)
-    has_mig = ("sched_migrate_task" in trace.tables)
+    has_mig = "sched_migrate_task" in trace.tables
     folded = _folded(trace, trace.start_ns)
     if folded is not None:  # the runs folded as they are made (compiled): no per-run frame
         res = _residency(folded["residency"], folded["tasks"].select("pid", "comm"))
@@ -297,16 +398,29 @@ def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
     for b in bal.iter_rows(named=True):  # one row per cluster
         sub = per_cpu.filter(pl.col("cluster") == b["cluster"])
         clusters[str(b["cluster"])] = {
-            "cpus": sub["cpu"].to_list(), "n_tasks": b["n_tasks"], "expected_tasks_per_cpu": b["expected_tasks_per_cpu"],
+            "cpus": sub["cpu"].to_list(),
+            "n_tasks": b["n_tasks"],
+            "expected_tasks_per_cpu": b["expected_tasks_per_cpu"],
             "tasks_per_cpu": {str(c): int(n) for c, n in zip(sub["cpu"], sub["tasks"])},
-            "runtime_share_pct": {str(c): (None if s is None else float(s)) for c, s in zip(sub["cpu"], sub["runtime_share_pct"])},
-            "max_task_deviation": b["max_task_deviation"], "balance_index": b["balance_index"],
+            "runtime_share_pct": {
+                str(c): (None if s is None else float(s)) for c, s in zip(sub["cpu"], sub["runtime_share_pct"])
+            },
+            "max_task_deviation": b["max_task_deviation"],
+            "balance_index": b["balance_index"],
         }
-    top = res.select("pid", "comm", "task_time_ns").unique("pid").sort(["task_time_ns", "pid"], descending=[True, False]).head(top_tasks)
+    top = (
+        res.select("pid", "comm", "task_time_ns")
+        .unique("pid")
+        .sort(["task_time_ns", "pid"], descending=[True, False])
+        .head(top_tasks)
+    )
     top_d = {}
     for pid, comm, t_ns in top.iter_rows():  # top_tasks rows
         sub = res.filter(pl.col("pid") == pid).sort("cpu")
-        top_d[f"{comm}:{pid}"] = {"runtime_s": t_ns / 1e9, "cpu_pct": {str(c): float(p) for c, p in zip(sub["cpu"], sub["pct"])}}
+        top_d[f"{comm}:{pid}"] = {
+            "runtime_s": t_ns / 1e9,
+            "cpu_pct": {str(c): float(p) for c, p in zip(sub["cpu"], sub["pct"])},
+        }
     return {
         "tasks": int(res["pid"].n_unique()),
         "migrate_events": migrate_events,
@@ -321,23 +435,45 @@ def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
 MIGRATIONS_PER_S = MetricSpec(
-    "placement.cpu_changes_per_s", "1/s", Direction.NONE, Aggregation.MEAN, title="CPU changes",
+    "placement.cpu_changes_per_s",
+    "1/s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    title="CPU changes",
     description="Times a task ran on a different CPU than on its previous run (from sched_switch), per second.",
-    window=WindowCombine.RATE)
+    window=WindowCombine.RATE,
+)
 BALANCE_INDEX = MetricSpec(
-    "placement.cluster.{cluster}.balance_index", "", Direction.NONE, Aggregation.MEAN, Grouping.CLUSTER,
+    "placement.cluster.{cluster}.balance_index",
+    "",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CLUSTER,
     title="placement balance",
     description="Balance index of the cluster's busy tasks over its CPUs (df_balance: 1 = tasks spread evenly).",
-    window=WindowCombine.TIME_APPROX)
+    window=WindowCombine.TIME_APPROX,
+)
 TASK_RUNTIME = MetricSpec(
-    "placement.task.{task}.runtime_ms_per_s", "ms/s", Direction.NONE, Aggregation.MEAN, Grouping.TASK,
+    "placement.task.{task}.runtime_ms_per_s",
+    "ms/s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.TASK,
     title="task CPU time",
     description="CPU time of the threads named {task} (comm at switch-in; same-name threads pooled) per second "
-                "of window, all CPUs.", window=WindowCombine.RATE)
+    "of window, all CPUs.",
+    window=WindowCombine.RATE,
+)
 TASK_ACTIVATIONS = MetricSpec(
-    "placement.task.{task}.activations_per_s", "1/s", Direction.NONE, Aggregation.MEAN, Grouping.TASK,
+    "placement.task.{task}.activations_per_s",
+    "1/s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.TASK,
     title="task activations",
-    description="Switch-ins of threads named {task} per second of window.", window=WindowCombine.RATE)
+    description="Switch-ins of threads named {task} per second of window.",
+    window=WindowCombine.RATE,
+)
 
 METRICS = (MIGRATIONS_PER_S, BALANCE_INDEX, TASK_RUNTIME, TASK_ACTIVATIONS)
 
@@ -364,22 +500,31 @@ def metrics(trace, options=None) -> list[MetricValue]:
         res = _residency(folded["residency"], folded["tasks"].select("pid", "comm"))
         per = folded["names"].sort(["run_ns", "comm"], descending=[True, False])
     else:
-        runs = df_task_intervals(trace.df("sched_switch", windowed=False), start_ns=runs_from, end_ns=trace.end_ns,
-                                 backend="python")
+        runs = df_task_intervals(
+            trace.df("sched_switch", windowed=False), start_ns=runs_from, end_ns=trace.end_ns, backend="python"
+        )
         iv = _clip_start(runs, start) if runs_from < start else runs
         seq = runs.select("pid", "ts", "cpu").sort("ts").sort("pid", maintain_order=True)
         changed = (pl.col("pid") == pl.col("pid").shift(1)) & (pl.col("cpu") != pl.col("cpu").shift(1))
         n_changes = seq.filter(changed.fill_null(False) & (pl.col("ts") >= start)).height
         res = df_task_residency(iv)
         switch_ins = runs.filter(pl.col("ts") >= start).group_by("comm").agg(pl.len().alias("runs"))
-        per = (iv.group_by("comm").agg(pl.col("dur").sum().alias("run_ns")).join(switch_ins, on="comm", how="left")
-               .with_columns(pl.col("runs").fill_null(0)).sort(["run_ns", "comm"], descending=[True, False]))
+        per = (
+            iv.group_by("comm")
+            .agg(pl.col("dur").sum().alias("run_ns"))
+            .join(switch_ins, on="comm", how="left")
+            .with_columns(pl.col("runs").fill_null(0))
+            .sort(["run_ns", "comm"], descending=[True, False])
+        )
     win_s = max((trace.end_ns - trace.start_ns) / 1e9, 1e-9)
     out: list[MetricValue] = [MetricValue(MIGRATIONS_PER_S, n_changes / win_s)]
     min_ns = int((trace.end_ns - trace.start_ns) * 0.01)
     bal = df_balance(df_balance_per_cpu(res, pa.clusters(), min_runtime_ns=min_ns))
-    out += [MetricValue(BALANCE_INDEX, float(b), str(c)) for c, b in bal.select("cluster", "balance_index").iter_rows()
-            if b is not None]
+    out += [
+        MetricValue(BALANCE_INDEX, float(b), str(c))
+        for c, b in bal.select("cluster", "balance_index").iter_rows()
+        if b is not None
+    ]
     named = tuple(getattr(options, "tasks", ()) or ())
     top = getattr(options, "top_tasks", 20)
     chosen = per.filter(pl.col("comm").is_in(list(named)) | (pl.int_range(pl.len()) < top))

@@ -30,6 +30,7 @@ and returns a dict in this schema (units in the key names):
 ``target_residency_us`` / ``exit_latency_us`` / ``power_mw`` are None when the source does not say.
 Power values are what the model states: EAS models (LISA) may be in abstract "bogo" units scaled like mW.
 """
+
 from __future__ import annotations
 
 import csv
@@ -43,13 +44,24 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-
-from abtest.ranges import number_ranges
 import yaml
 
-__all__ = ["load_platform", "platform_from_meta", "trace_platform", "check_platform", "platform_mismatches",
-           "PlatformMismatchError", "PlatformMismatchWarning", "df_cpus", "df_opps", "df_idle_states",
-           "cpu_capacities", "domain_of_cpu"]
+from abtest.ranges import number_ranges
+
+__all__ = [
+    "load_platform",
+    "platform_from_meta",
+    "trace_platform",
+    "check_platform",
+    "platform_mismatches",
+    "PlatformMismatchError",
+    "PlatformMismatchWarning",
+    "df_cpus",
+    "df_opps",
+    "df_idle_states",
+    "cpu_capacities",
+    "domain_of_cpu",
+]
 
 
 class PlatformFormatError(ValueError):
@@ -116,18 +128,34 @@ def _f(x) -> float | None:
 
 
 def _opp(freq, capacity=None, power=None, static=None, idle_power=None) -> dict:
-    return {"frequency_khz": int(freq), "capacity": _f(capacity), "power_mw": _f(power),
-            "static_mw": _f(static), "idle_power_mw": None if idle_power is None else [float(v) for v in idle_power]}
+    return {
+        "frequency_khz": int(freq),
+        "capacity": _f(capacity),
+        "power_mw": _f(power),
+        "static_mw": _f(static),
+        "idle_power_mw": None if idle_power is None else [float(v) for v in idle_power],
+    }
 
 
 def _idle_state(index, name=None, target_residency_us=None, exit_latency_us=None, power_mw=None) -> dict:
-    return {"index": int(index), "name": None if name is None else str(name),
-            "target_residency_us": _f(target_residency_us), "exit_latency_us": _f(exit_latency_us),
-            "power_mw": _f(power_mw)}
+    return {
+        "index": int(index),
+        "name": None if name is None else str(name),
+        "target_residency_us": _f(target_residency_us),
+        "exit_latency_us": _f(exit_latency_us),
+        "power_mw": _f(power_mw),
+    }
 
 
-def _finish(name, source, em_source, domains: list[dict], cpu_caps: dict[int, float | None],
-            cpu_idle: dict[int, list[dict]], notes: list[str]) -> dict:
+def _finish(
+    name,
+    source,
+    em_source,
+    domains: list[dict],
+    cpu_caps: dict[int, float | None],
+    cpu_idle: dict[int, list[dict]],
+    notes: list[str],
+) -> dict:
     """Assemble the schema; fill per-OPP capacity from CPU capacity x f/f_max when the source lacks it."""
     cpus = []
     for d in domains:
@@ -143,10 +171,17 @@ def _finish(name, source, em_source, domains: list[dict], cpu_caps: dict[int, fl
                     o["capacity"] = cap * o["frequency_khz"] / fmax
             notes.append(f"domain {d['id']}: OPP capacity = CPU capacity x f / f_max (frequency-invariant scaling)")
         for c in d["cpus"]:
-            cpus.append({"cpu": c, "domain": d["id"], "capacity": _f(cpu_caps.get(c, cap)),
-                         "idle_states": cpu_idle.get(c, [])})
-    return {"name": name, "source": source, "energy_model_source": em_source, "notes": notes,
-            "cpus": sorted(cpus, key=lambda c: c["cpu"]), "domains": sorted(domains, key=lambda d: d["id"])}
+            cpus.append(
+                {"cpu": c, "domain": d["id"], "capacity": _f(cpu_caps.get(c, cap)), "idle_states": cpu_idle.get(c, [])}
+            )
+    return {
+        "name": name,
+        "source": source,
+        "energy_model_source": em_source,
+        "notes": notes,
+        "cpus": sorted(cpus, key=lambda c: c["cpu"]),
+        "domains": sorted(domains, key=lambda d: d["id"]),
+    }
 
 
 # -- LISA plat_info.yml ---------------------------------------------------------------------------
@@ -217,8 +252,10 @@ def _relaxed_json(text: str, path: str) -> Any:
     try:
         return json.loads(cleaned)
     except json.JSONDecodeError as exc:
-        raise PlatformFormatError(f"{path}: line {exc.lineno} column {exc.colno}: not valid JSON "
-                                  f"(after removing // comments and trailing commas): {exc.msg}") from exc
+        raise PlatformFormatError(
+            f"{path}: line {exc.lineno} column {exc.colno}: not valid JSON "
+            f"(after removing // comments and trailing commas): {exc.msg}"
+        ) from exc
 
 
 def _lisa_legacy_json(doc: dict, path: str) -> dict:
@@ -230,8 +267,10 @@ def _lisa_legacy_json(doc: dict, path: str) -> dict:
         for cpu, core in enumerate(board["cores"]):
             clusters.setdefault("big" if core == board["big_core"] else "little", []).append(cpu)
     if not clusters:
-        raise PlatformFormatError(f"{path}: no 'clusters', 'topology' or 'board.cores': cannot tell which CPUs "
-                                  "exist (expected LISA platform JSON)")
+        raise PlatformFormatError(
+            f"{path}: no 'clusters', 'topology' or 'board.cores': cannot tell which CPUs "
+            "exist (expected LISA platform JSON)"
+        )
     freqs = doc.get("freqs") or {}
     nrg = doc.get("nrg_model") or {}
     notes: list[str] = []
@@ -260,9 +299,14 @@ def _lisa_legacy_json(doc: dict, path: str) -> dict:
             cl_max = em.get("cluster", {}).get("nrg_max")
             for f in flist:
                 r = f / fmax
-                opps.append(_opp(f, None if cap_max is None else cap_max * r,
-                                 None if p_max is None else p_max * r ** 3,
-                                 None if cl_max is None else cl_max * r ** 3))
+                opps.append(
+                    _opp(
+                        f,
+                        None if cap_max is None else cap_max * r,
+                        None if p_max is None else p_max * r**3,
+                        None if cl_max is None else cl_max * r**3,
+                    )
+                )
             if cap_max is not None:
                 for c in cpus:
                     cpu_caps[int(c)] = float(cap_max)
@@ -297,11 +341,18 @@ def _wattson_csv(path: str, cpus_count: int | None) -> dict:
     for lineno, r in enumerate(rows, start=2):
         try:
             by_policy.setdefault(int(r["policy"]), []).append(
-                _opp(int(r["freq_khz"]), None, float(r["active"]), float(r["static"]),
-                     [float(r["idle0"]), float(r["idle1"])]))
+                _opp(
+                    int(r["freq_khz"]),
+                    None,
+                    float(r["active"]),
+                    float(r["static"]),
+                    [float(r["idle0"]), float(r["idle1"])],
+                )
+            )
         except (TypeError, ValueError) as exc:
-            raise PlatformFormatError(f"{path}: line {lineno}: expected integer policy/freq_khz and numeric "
-                                      f"static/active/idle0/idle1: {exc}") from exc
+            raise PlatformFormatError(
+                f"{path}: line {lineno}: expected integer policy/freq_khz and numeric static/active/idle0/idle1: {exc}"
+            ) from exc
     if 255 in by_policy:
         del by_policy[255]
         notes.append("policy 255 (DSU / shared cache) skipped: not a CPU frequency domain")
@@ -319,8 +370,9 @@ def _wattson_csv(path: str, cpus_count: int | None) -> dict:
     idle = [_idle_state(0, "idle0"), _idle_state(1, "idle1")]
     notes.append("Wattson curves carry no CPU capacities; idle power is per OPP (idle_power_mw)")
     cpu_idle = {c: [dict(s) for s in idle] for d in domains for c in d["cpus"]}
-    return _finish(device, f"Perfetto Wattson cpu_1d.csv: {path}", f"Wattson {device} cpu_1d.csv",
-                   domains, {}, cpu_idle, notes)
+    return _finish(
+        device, f"Perfetto Wattson cpu_1d.csv: {path}", f"Wattson {device} cpu_1d.csv", domains, {}, cpu_idle, notes
+    )
 
 
 # -- the project's own format / already-normalised dicts ----------------------------------------
@@ -328,8 +380,9 @@ def _own_format(doc: dict, source: str) -> dict:
     if "platform" in doc and isinstance(doc["platform"], dict):  # a target file embedding a platform
         doc = doc["platform"]
     if "domains" not in doc:
-        raise PlatformFormatError(f"{source}: no 'domains' list (see the platform file format in "
-                                  "docs/analysis-load-frequency-energy.md)")
+        raise PlatformFormatError(
+            f"{source}: no 'domains' list (see the platform file format in docs/analysis-load-frequency-energy.md)"
+        )
     notes = list(doc.get("notes") or [])
     cpu_caps: dict[int, float | None] = {}
     cpu_idle: dict[int, list[dict]] = {}
@@ -344,11 +397,21 @@ def _own_format(doc: dict, source: str) -> dict:
                 o = dict(zip(("frequency_khz", "power_mw", "capacity"), o))
             if "frequency_khz" not in o:
                 raise PlatformFormatError(f"{source}: domains[{i}].opps[{j}] has no frequency_khz")
-            opps.append(_opp(o["frequency_khz"], o.get("capacity"), o.get("power_mw"), o.get("static_mw"),
-                             o.get("idle_power_mw")))
-        idle = [_idle_state(s.get("index", k), s.get("name"), s.get("target_residency_us"),
-                            s.get("exit_latency_us"), s.get("power_mw"))
-                for k, s in enumerate(d.get("idle_states") or [])]
+            opps.append(
+                _opp(
+                    o["frequency_khz"], o.get("capacity"), o.get("power_mw"), o.get("static_mw"), o.get("idle_power_mw")
+                )
+            )
+        idle = [
+            _idle_state(
+                s.get("index", k),
+                s.get("name"),
+                s.get("target_residency_us"),
+                s.get("exit_latency_us"),
+                s.get("power_mw"),
+            )
+            for k, s in enumerate(d.get("idle_states") or [])
+        ]
         for c in d["cpus"]:
             if d.get("capacity") is not None:
                 cpu_caps[int(c)] = float(d["capacity"])
@@ -358,14 +421,22 @@ def _own_format(doc: dict, source: str) -> dict:
         if c.get("capacity") is not None:
             cpu_caps[int(c["cpu"])] = float(c["capacity"])
         if c.get("idle_states"):
-            cpu_idle[int(c["cpu"])] = [_idle_state(s.get("index", k), s.get("name"), s.get("target_residency_us"),
-                                                   s.get("exit_latency_us"), s.get("power_mw"))
-                                       for k, s in enumerate(c["idle_states"])]
+            cpu_idle[int(c["cpu"])] = [
+                _idle_state(
+                    s.get("index", k),
+                    s.get("name"),
+                    s.get("target_residency_us"),
+                    s.get("exit_latency_us"),
+                    s.get("power_mw"),
+                )
+                for k, s in enumerate(c["idle_states"])
+            ]
     em = doc.get("energy_model_source")
     if em is None and any(o["power_mw"] is not None for d in domains for o in d["opps"]):
         em = f"platform file {doc.get('name') or source}"
-    return _finish(str(doc.get("name") or "unknown"), doc.get("source") or source, em, domains,
-                   cpu_caps, cpu_idle, notes)
+    return _finish(
+        str(doc.get("name") or "unknown"), doc.get("source") or source, em, domains, cpu_caps, cpu_idle, notes
+    )
 
 
 def load_platform(path_or_dict: dict | str | os.PathLike, *, cpus_count: int | None = None) -> dict:
@@ -419,18 +490,27 @@ def platform_from_meta(meta: dict) -> dict | None:
         return None
     groups: dict[tuple, list[dict]] = {}
     for c in info:
-        freqs = tuple(int(f) for f in (c.get("frequencies_khz") or c.get("opps_khz") or c.get("freqs")
-                                       or c.get("frequencies") or []))
+        freqs = tuple(
+            int(f)
+            for f in (c.get("frequencies_khz") or c.get("opps_khz") or c.get("freqs") or c.get("frequencies") or [])
+        )
         key = (c.get("cluster", c.get("cluster_id")), freqs)
         groups.setdefault(key, []).append(c)
     domains = []
     for i, ((_, freqs), cs) in enumerate(sorted(groups.items(), key=lambda kv: min(int(c["cpu"]) for c in kv[1]))):
-        domains.append({"id": i, "cpus": [int(c["cpu"]) for c in cs],
-                        "opps": [{"frequency_khz": f} for f in freqs],
-                        "capacity": next((c.get("capacity") for c in cs if c.get("capacity") is not None), None)})
+        domains.append(
+            {
+                "id": i,
+                "cpus": [int(c["cpu"]) for c in cs],
+                "opps": [{"frequency_khz": f} for f in freqs],
+                "capacity": next((c.get("capacity") for c in cs if c.get("capacity") is not None), None),
+            }
+        )
     src = (plat or {}).get("source") if isinstance(plat, dict) else None
-    return _own_format({"name": meta.get("device") or "trace", "source": f"trace metadata ({src or 'CpuInfo'})",
-                        "domains": domains}, "trace metadata")
+    return _own_format(
+        {"name": meta.get("device") or "trace", "source": f"trace metadata ({src or 'CpuInfo'})", "domains": domains},
+        "trace metadata",
+    )
 
 
 def _resolve_platform(trace) -> dict | None:
@@ -443,7 +523,7 @@ def _resolve_platform(trace) -> dict | None:
 
 
 # trace -> (platform object checked, checked platform with notes); a window view is checked again
-_CHECKED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def trace_platform(trace) -> dict | None:
@@ -470,9 +550,15 @@ def trace_platform(trace) -> dict | None:
     return checked
 
 
-def platform_mismatches(platform: dict, *, cpus: int | None, text_format: bool = False,
-                        cpus_with_events: set[int] | None = None, max_idle_state: dict[int, int] | None = None,
-                        frequencies: dict[int, set[int]] | None = None) -> tuple[list[str], list[str]]:
+def platform_mismatches(
+    platform: dict,
+    *,
+    cpus: int | None,
+    text_format: bool = False,
+    cpus_with_events: set[int] | None = None,
+    max_idle_state: dict[int, int] | None = None,
+    frequencies: dict[int, set[int]] | None = None,
+) -> tuple[list[str], list[str]]:
     """(errors, warnings) comparing a platform with what a trace shows.
 
     Errors (the platform describes another system): events on CPUs the platform lacks; a CPU count that
@@ -486,8 +572,7 @@ def platform_mismatches(platform: dict, *, cpus: int | None, text_format: bool =
     plat_cpus = sorted(c["cpu"] for c in platform.get("cpus", []))
     outside = sorted((cpus_with_events or set()) - set(plat_cpus))
     if outside:
-        errors.append(f"the trace has events on CPUs {outside} that {name} does not describe (it has CPUs "
-                      f"{plat_cpus})")
+        errors.append(f"the trace has events on CPUs {outside} that {name} does not describe (it has CPUs {plat_cpus})")
     if cpus and plat_cpus and cpus != len(plat_cpus):
         msg = f"{name} describes {len(plat_cpus)} CPUs, the trace has {cpus}"
         (warns if text_format and cpus < len(plat_cpus) else errors).append(msg)
@@ -495,18 +580,26 @@ def platform_mismatches(platform: dict, *, cpus: int | None, text_format: bool =
     for cpu, top in sorted((max_idle_state or {}).items()):
         n = states.get(cpu)
         if n and top >= n:
-            errors.append(f"CPU{cpu} enters idle state {top} but {name} lists {n} idle states for it "
-                          f"(index 0..{n - 1}): its idle states would be relabelled")
-    opps = {c: {o["frequency_khz"] for d in platform.get("domains", []) if c in d.get("cpus", []) for o in d.get("opps", [])}
-            for c in plat_cpus}
+            errors.append(
+                f"CPU{cpu} enters idle state {top} but {name} lists {n} idle states for it "
+                f"(index 0..{n - 1}): its idle states would be relabelled"
+            )
+    opps = {
+        c: {
+            o["frequency_khz"] for d in platform.get("domains", []) if c in d.get("cpus", []) for o in d.get("opps", [])
+        }
+        for c in plat_cpus
+    }
     for cpu, seen in sorted((frequencies or {}).items()):
         allowed = opps.get(cpu)
         if allowed:
             extra = sorted(seen - allowed)
             if extra:
-                warns.append(f"CPU{cpu} runs at {', '.join(f'{k} kHz' for k in extra[:5])}"
-                             f"{' ...' if len(extra) > 5 else ''}, not OPPs of {name} "
-                             f"({', '.join(str(k) for k in sorted(allowed))} kHz)")
+                warns.append(
+                    f"CPU{cpu} runs at {', '.join(f'{k} kHz' for k in extra[:5])}"
+                    f"{' ...' if len(extra) > 5 else ''}, not OPPs of {name} "
+                    f"({', '.join(str(k) for k in sorted(allowed))} kHz)"
+                )
     return errors, warns
 
 
@@ -525,31 +618,45 @@ def check_platform(platform: dict, trace) -> dict:
     freqs: dict[int, set[int]] = {}
     frames = []
     if "cpu_frequency" in trace.tables:
-        frames.append(trace.df("cpu_frequency", windowed=False).select(pl.col("cpu").cast(pl.Int64),
-                                                                        pl.col("frequency_khz").cast(pl.Int64)))
+        frames.append(
+            trace.df("cpu_frequency", windowed=False).select(
+                pl.col("cpu").cast(pl.Int64), pl.col("frequency_khz").cast(pl.Int64)
+            )
+        )
     if "marker" in trace.tables:
         from abtest.analysis.meta_events import meta_cpu_frequency
-        frames.append(meta_cpu_frequency(trace.df("marker", windowed=False)).select(
-            pl.col("cpu").cast(pl.Int64), "frequency_khz"))
+
+        frames.append(
+            meta_cpu_frequency(trace.df("marker", windowed=False)).select(pl.col("cpu").cast(pl.Int64), "frequency_khz")
+        )
     if frames:
         both = pl.concat(frames).unique()
         for cpu, khz in both.group_by("cpu").agg(pl.col("frequency_khz")).iter_rows():
             freqs[cpu] = set(khz)
     errors, warns = platform_mismatches(
-        platform, cpus=trace.cpus or None, text_format=str(trace.meta.get("format", "")).endswith("text"),
-        cpus_with_events=seen, max_idle_state=max_state, frequencies=freqs)
+        platform,
+        cpus=trace.cpus or None,
+        text_format=str(trace.meta.get("format", "")).endswith("text"),
+        cpus_with_events=seen,
+        max_idle_state=max_state,
+        frequencies=freqs,
+    )
     src = platform.get("source") or platform.get("name") or "platform"
     if errors:
-        raise PlatformMismatchError(f"{src} does not match {trace.path}: " + "; ".join(errors)
-                                    + ". Pass the platform of the traced system (or none).")
+        raise PlatformMismatchError(
+            f"{src} does not match {trace.path}: "
+            + "; ".join(errors)
+            + ". Pass the platform of the traced system (or none)."
+        )
     if not warns:
         return platform
     for w in warns:
         warnings.warn(PlatformMismatchWarning(f"{src} vs {trace.path}: {w}"), stacklevel=3)
     return {**platform, "notes": list(platform.get("notes") or []) + [f"does not match the trace: {w}" for w in warns]}
 
+
 def cpu_list_name(cpus) -> str:
-    """"cpu0-3", "cpu0,3-5", "cpu6": a CPU set written as runs of consecutive numbers."""
+    """ "cpu0-3", "cpu0,3-5", "cpu6": a CPU set written as runs of consecutive numbers."""
     return "cpu" + (number_ranges(cpus) or "?")
 
 
@@ -565,30 +672,65 @@ def domain_names(platform: dict) -> dict[int, str]:
 # -- tables ----------------------------------------------------------------------------------------
 def df_cpus(platform: dict) -> pl.DataFrame:
     """One row per CPU: cpu (Int32), domain (Int32), capacity (Float64, 0..1024 at max OPP, null = unknown)."""
-    return pl.DataFrame([{k: c[k] for k in ("cpu", "domain", "capacity")} for c in platform["cpus"]],
-                        schema={"cpu": pl.Int32, "domain": pl.Int32, "capacity": pl.Float64})
+    return pl.DataFrame(
+        [{k: c[k] for k in ("cpu", "domain", "capacity")} for c in platform["cpus"]],
+        schema={"cpu": pl.Int32, "domain": pl.Int32, "capacity": pl.Float64},
+    )
 
 
 def df_opps(platform: dict) -> pl.DataFrame:
     """One row per (domain, OPP): domain, frequency_khz, capacity (per CPU), power_mw (one busy CPU),
     static_mw (domain while busy), is_max (bool). Nulls where the model does not say."""
-    rows = [{"domain": d["id"], "frequency_khz": o["frequency_khz"], "capacity": o["capacity"],
-             "power_mw": o["power_mw"], "static_mw": o["static_mw"]}
-            for d in platform["domains"] for o in d["opps"]]
-    df = pl.DataFrame(rows, schema={"domain": pl.Int32, "frequency_khz": pl.Int64, "capacity": pl.Float64,
-                                    "power_mw": pl.Float64, "static_mw": pl.Float64})
+    rows = [
+        {
+            "domain": d["id"],
+            "frequency_khz": o["frequency_khz"],
+            "capacity": o["capacity"],
+            "power_mw": o["power_mw"],
+            "static_mw": o["static_mw"],
+        }
+        for d in platform["domains"]
+        for o in d["opps"]
+    ]
+    df = pl.DataFrame(
+        rows,
+        schema={
+            "domain": pl.Int32,
+            "frequency_khz": pl.Int64,
+            "capacity": pl.Float64,
+            "power_mw": pl.Float64,
+            "static_mw": pl.Float64,
+        },
+    )
     return df.with_columns((pl.col("frequency_khz") == pl.col("frequency_khz").max().over("domain")).alias("is_max"))
 
 
 def df_idle_states(platform: dict) -> pl.DataFrame:
     """One row per (cpu, idle state): cpu, state (index as in cpu_idle), name, target_residency_us,
     exit_latency_us, power_mw (nulls where unknown)."""
-    rows = [{"cpu": c["cpu"], "state": s["index"], "name": s["name"],
-             "target_residency_us": s["target_residency_us"], "exit_latency_us": s["exit_latency_us"],
-             "power_mw": s["power_mw"]} for c in platform["cpus"] for s in c["idle_states"]]
-    return pl.DataFrame(rows, schema={"cpu": pl.Int32, "state": pl.Int64, "name": pl.Utf8,
-                                      "target_residency_us": pl.Float64, "exit_latency_us": pl.Float64,
-                                      "power_mw": pl.Float64})
+    rows = [
+        {
+            "cpu": c["cpu"],
+            "state": s["index"],
+            "name": s["name"],
+            "target_residency_us": s["target_residency_us"],
+            "exit_latency_us": s["exit_latency_us"],
+            "power_mw": s["power_mw"],
+        }
+        for c in platform["cpus"]
+        for s in c["idle_states"]
+    ]
+    return pl.DataFrame(
+        rows,
+        schema={
+            "cpu": pl.Int32,
+            "state": pl.Int64,
+            "name": pl.Utf8,
+            "target_residency_us": pl.Float64,
+            "exit_latency_us": pl.Float64,
+            "power_mw": pl.Float64,
+        },
+    )
 
 
 def cpu_capacities(platform: dict) -> dict[int, float | None]:

@@ -34,6 +34,7 @@ rail's peak power over its ordinary steps; any other backward step is a drop: th
 Every exclusion, reset and wrap is counted per rail (df_power_per_rail) and power_metrics returns one
 CounterCheck per affected rail, which compare turns into a note of the iteration.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,14 +52,27 @@ CHANNEL_ORDER = ("CPU", "CPU-Big", "CPU-Little", "CPU-Mid", "GPU", "Total")  # t
 CPU_CHANNELS = ("CPU-Big", "CPU-Little", "CPU-Mid")
 
 POWER_CHANNEL = MetricSpec(
-    "power.{channel}", "mW", Direction.LOWER, Aggregation.MEAN, Grouping.CHANNEL, title="average power",
+    "power.{channel}",
+    "mW",
+    Direction.LOWER,
+    Aggregation.MEAN,
+    Grouping.CHANNEL,
+    title="average power",
     headline=True,
     description="Average power of the channel's rails over the iteration (energy / time covered by samples, "
-                "summed over its rails); Total = every rail.", window=WindowCombine.TIME)
+    "summed over its rails); Total = every rail.",
+    window=WindowCombine.TIME,
+)
 POWER_RAIL = MetricSpec(
-    "power.rail.{rail}", "mW", Direction.LOWER, Aggregation.MEAN, Grouping.RAIL, title="rail power",
+    "power.rail.{rail}",
+    "mW",
+    Direction.LOWER,
+    Aggregation.MEAN,
+    Grouping.RAIL,
+    title="rail power",
     description="Average power of one measured rail over the iteration (energy / time covered by its samples).",
-    window=WindowCombine.TIME)
+    window=WindowCombine.TIME,
+)
 
 METRICS = (POWER_CHANNEL, POWER_RAIL)
 
@@ -91,14 +105,31 @@ def df_counter_samples(power_rail: pl.DataFrame) -> pl.DataFrame:
     excluded one is still known: the step spans it."""
     s = power_rail.select(pl.col("rail").cast(pl.Utf8), "ts", pl.col("energy_uj").cast(pl.Float64)).with_row_index("_i")
     e = pl.col("energy_uj")
-    s = s.with_columns(pl.when(e.is_null() | e.is_nan()).then(pl.lit("unreadable"))
-                       .when(e < 0).then(pl.lit("negative")).alias("status"))
-    per_ts = (s.filter(pl.col("status").is_null()).group_by("rail", "ts")
-              .agg(e.n_unique().alias("_values"), pl.col("_i").min().alias("_first")))
-    s = s.join(per_ts, on=["rail", "ts"], how="left").with_columns(
-        pl.when(pl.col("status").is_not_null()).then(pl.col("status"))
-        .when(pl.col("_values") > 1).then(pl.lit("conflicting"))
-        .when(pl.col("_i") != pl.col("_first")).then(pl.lit("duplicate")).alias("status")).drop("_values", "_first")
+    s = s.with_columns(
+        pl.when(e.is_null() | e.is_nan())
+        .then(pl.lit("unreadable"))
+        .when(e < 0)
+        .then(pl.lit("negative"))
+        .alias("status")
+    )
+    per_ts = (
+        s.filter(pl.col("status").is_null())
+        .group_by("rail", "ts")
+        .agg(e.n_unique().alias("_values"), pl.col("_i").min().alias("_first"))
+    )
+    s = (
+        s.join(per_ts, on=["rail", "ts"], how="left")
+        .with_columns(
+            pl.when(pl.col("status").is_not_null())
+            .then(pl.col("status"))
+            .when(pl.col("_values") > 1)
+            .then(pl.lit("conflicting"))
+            .when(pl.col("_i") != pl.col("_first"))
+            .then(pl.lit("duplicate"))
+            .alias("status")
+        )
+        .drop("_values", "_first")
+    )
     kept = _mark_glitches(s.filter(pl.col("status").is_null()).sort("rail", "ts"))
     rest = s.filter(pl.col("status").is_not_null())
     return pl.concat([kept, rest]).sort("rail", "ts", "_i").drop("_i")
@@ -115,14 +146,16 @@ def _mark_glitches(kept: pl.DataFrame) -> pl.DataFrame:
     t0, t1 = ts.shift(1).over("rail"), ts.shift(-1).over("rail")
     line = prev + (nxt - prev) * (ts - t0).cast(pl.Float64) / (t1 - t0).cast(pl.Float64)
     in_order = (prev <= nxt).fill_null(False)
-    k = kept.with_columns((e - line).abs().alias("_dev"), (in_order & (e > nxt)).alias("_high"),
-                          (in_order & (e < prev)).alias("_low"))
+    k = kept.with_columns(
+        (e - line).abs().alias("_dev"), (in_order & (e > nxt)).alias("_high"), (in_order & (e < prev)).alias("_low")
+    )
     dev, high, low = pl.col("_dev"), pl.col("_high"), pl.col("_low")
     partner_low = (low.shift(-1).over("rail") & (dev.shift(-1).over("rail") > dev)).fill_null(False)
     partner_high = (high.shift(1).over("rail") & (dev.shift(1).over("rail") >= dev)).fill_null(False)
     glitch = (high & ~partner_low) | (low & ~partner_high)
     return k.with_columns(pl.when(glitch).then(pl.lit("glitch")).otherwise(pl.lit("ok")).alias("status")).drop(
-        "_dev", "_high", "_low")
+        "_dev", "_high", "_low"
+    )
 
 
 def df_counter_steps(samples: pl.DataFrame, wrap_uj: dict[str, float] | None = None) -> pl.DataFrame:
@@ -134,67 +167,117 @@ def df_counter_steps(samples: pl.DataFrame, wrap_uj: dict[str, float] | None = N
     "drop" (went down otherwise: the interval is not counted).
     """
     wrap_uj = wrap_uj or {}
-    wraps = pl.DataFrame({"rail": list(wrap_uj), "wrap_uj": [float(v) for v in wrap_uj.values()]},
-                         schema={"rail": pl.Utf8, "wrap_uj": pl.Float64})
-    d = (samples.filter(pl.col("status") == "ok").select("rail", "ts", "energy_uj").sort("rail", "ts")
-         .join(wraps, on="rail", how="left")
-         .with_columns(pl.col("ts").shift(-1).over("rail").alias("next_ts"),
-                       pl.col("energy_uj").shift(-1).over("rail").alias("_next_e"))
-         .filter(pl.col("next_ts").is_not_null()))
+    wraps = pl.DataFrame(
+        {"rail": list(wrap_uj), "wrap_uj": [float(v) for v in wrap_uj.values()]},
+        schema={"rail": pl.Utf8, "wrap_uj": pl.Float64},
+    )
+    d = (
+        samples.filter(pl.col("status") == "ok")
+        .select("rail", "ts", "energy_uj")
+        .sort("rail", "ts")
+        .join(wraps, on="rail", how="left")
+        .with_columns(
+            pl.col("ts").shift(-1).over("rail").alias("next_ts"),
+            pl.col("energy_uj").shift(-1).over("rail").alias("_next_e"),
+        )
+        .filter(pl.col("next_ts").is_not_null())
+    )
     raw = pl.col("_next_e") - pl.col("energy_uj")
     dt = (pl.col("next_ts") - pl.col("ts")).cast(pl.Float64)
     peak = (raw / dt).filter(raw >= 0).max().over("rail").fill_null(0.0)  # uJ/ns
     allowed = RESET_POWER_FACTOR * peak * dt  # the most the rail plausibly gains in this interval, uJ
     wrapped = raw + pl.col("wrap_uj") + 1
-    kind = (pl.when(raw >= 0).then(pl.lit("ok"))
-            .when(pl.col("wrap_uj").is_not_null() & (wrapped <= allowed)).then(pl.lit("wrap"))
-            .when(pl.col("_next_e") <= allowed).then(pl.lit("reset"))
-            .otherwise(pl.lit("drop")))
-    de = (pl.when(raw >= 0).then(raw).when(pl.col("_kind") == "wrap").then(wrapped)
-          .when(pl.col("_kind") == "reset").then(pl.col("_next_e")))
-    return (d.with_columns(kind.alias("_kind")).with_columns(de.alias("de_uj"))
-            .select("rail", "ts", "next_ts", "de_uj", pl.col("_kind").alias("kind")))
+    kind = (
+        pl.when(raw >= 0)
+        .then(pl.lit("ok"))
+        .when(pl.col("wrap_uj").is_not_null() & (wrapped <= allowed))
+        .then(pl.lit("wrap"))
+        .when(pl.col("_next_e") <= allowed)
+        .then(pl.lit("reset"))
+        .otherwise(pl.lit("drop"))
+    )
+    de = (
+        pl.when(raw >= 0)
+        .then(raw)
+        .when(pl.col("_kind") == "wrap")
+        .then(wrapped)
+        .when(pl.col("_kind") == "reset")
+        .then(pl.col("_next_e"))
+    )
+    return (
+        d.with_columns(kind.alias("_kind"))
+        .with_columns(de.alias("de_uj"))
+        .select("rail", "ts", "next_ts", "de_uj", pl.col("_kind").alias("kind"))
+    )
 
 
-def df_rail_power_intervals(power_rail: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
-                            wrap_uj: dict[str, float] | None = None) -> pl.DataFrame:
+def df_rail_power_intervals(
+    power_rail: pl.DataFrame,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    wrap_uj: dict[str, float] | None = None,
+) -> pl.DataFrame:
     """Piecewise-constant power per rail: ``rail, ts (ns), dur (ns), power_mw`` (null = not covered by samples,
     or a step not counted), clipped to the window. Samples and steps pass the counter checks first
     (df_counter_samples, df_counter_steps). Events: power_rail."""
     d = df_counter_steps(df_counter_samples(power_rail), wrap_uj)
     dt = (pl.col("next_ts") - pl.col("ts")).cast(pl.Float64)
-    changes = pl.concat([
-        d.select("rail", "ts", pl.when(dt > 0).then(pl.col("de_uj") / dt * 1e6).alias("power_mw")),
-        # after the last sample: unknown
-        d.group_by("rail").agg(pl.col("next_ts").max().alias("ts"))
-        .with_columns(pl.lit(None, pl.Float64).alias("power_mw")),
-    ])
+    changes = pl.concat(
+        [
+            d.select("rail", "ts", pl.when(dt > 0).then(pl.col("de_uj") / dt * 1e6).alias("power_mw")),
+            # after the last sample: unknown
+            d.group_by("rail")
+            .agg(pl.col("next_ts").max().alias("ts"))
+            .with_columns(pl.lit(None, pl.Float64).alias("power_mw")),
+        ]
+    )
     if start_ns is None or end_ns is None:
         start_ns, end_ns = window_of(power_rail, start_ns, end_ns)
     return df_intervals(changes, "power_mw", keys="rail", start_ns=start_ns, end_ns=end_ns, merge_equal=False)
 
 
-def _check_counts(power_rail: pl.DataFrame, wrap_uj: dict[str, float] | None, start_ns: int,
-                  end_ns: int) -> pl.DataFrame:
+def _check_counts(
+    power_rail: pl.DataFrame, wrap_uj: dict[str, float] | None, start_ns: int, end_ns: int
+) -> pl.DataFrame:
     """Per rail, the counter checks' counts in the window [start_ns, end_ns]: CHECK_COLUMNS (Int64)."""
     samples = df_counter_samples(power_rail)
     st = pl.col("status")
-    per_sample = samples.filter(pl.col("ts").is_between(start_ns, end_ns)).group_by("rail").agg(
-        (st == "duplicate").sum().alias("duplicates"), (st == "unreadable").sum().alias("unreadable"),
-        (st == "negative").sum().alias("negative"), (st == "conflicting").sum().alias("conflicting"),
-        (st == "glitch").sum().alias("glitches"))
+    per_sample = (
+        samples.filter(pl.col("ts").is_between(start_ns, end_ns))
+        .group_by("rail")
+        .agg(
+            (st == "duplicate").sum().alias("duplicates"),
+            (st == "unreadable").sum().alias("unreadable"),
+            (st == "negative").sum().alias("negative"),
+            (st == "conflicting").sum().alias("conflicting"),
+            (st == "glitch").sum().alias("glitches"),
+        )
+    )
     k = pl.col("kind")
-    per_step = (df_counter_steps(samples, wrap_uj)
-                .filter((pl.col("ts") < end_ns) & (pl.col("next_ts") > start_ns)).group_by("rail")
-                .agg((k == "drop").sum().alias("drops"), (k == "reset").sum().alias("resets"),
-                     (k == "wrap").sum().alias("wraps")))
+    per_step = (
+        df_counter_steps(samples, wrap_uj)
+        .filter((pl.col("ts") < end_ns) & (pl.col("next_ts") > start_ns))
+        .group_by("rail")
+        .agg(
+            (k == "drop").sum().alias("drops"), (k == "reset").sum().alias("resets"), (k == "wrap").sum().alias("wraps")
+        )
+    )
     rails = samples.select(pl.col("rail").unique())
-    return (rails.join(per_sample, on="rail", how="left").join(per_step, on="rail", how="left")
-            .select("rail", *(pl.col(c).fill_null(0).cast(pl.Int64) for c in CHECK_COLUMNS)))
+    return (
+        rails.join(per_sample, on="rail", how="left")
+        .join(per_step, on="rail", how="left")
+        .select("rail", *(pl.col(c).fill_null(0).cast(pl.Int64) for c in CHECK_COLUMNS))
+    )
 
 
-def df_power_per_rail(power_rail: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
-                      wrap_uj: dict[str, float] | None = None) -> pl.DataFrame:
+def df_power_per_rail(
+    power_rail: pl.DataFrame,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    wrap_uj: dict[str, float] | None = None,
+) -> pl.DataFrame:
     """Energy and average power per rail over the window.
 
     Columns: rail, subsystem, energy_j (J), avg_power_mw (energy / covered time, mW), covered_ns (time of
@@ -214,22 +297,31 @@ def df_power_per_rail(power_rail: pl.DataFrame, *, start_ns: int | None = None, 
     inwin = power_rail.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
     counts = inwin.group_by(pl.col("rail").cast(pl.Utf8)).agg(
         pl.len().cast(pl.Int64).alias("samples"),
-        (pl.col("subsystem").cast(pl.Utf8).first() if "subsystem" in inwin.columns else pl.lit(None, pl.Utf8)).alias("subsystem"))
-    out = (agg.join(counts, on="rail", how="left").join(checks, on="rail", how="left")
-           .with_columns(pl.col("samples", *CHECK_COLUMNS).fill_null(0)))
+        (pl.col("subsystem").cast(pl.Utf8).first() if "subsystem" in inwin.columns else pl.lit(None, pl.Utf8)).alias(
+            "subsystem"
+        ),
+    )
+    out = (
+        agg.join(counts, on="rail", how="left")
+        .join(checks, on="rail", how="left")
+        .with_columns(pl.col("samples", *CHECK_COLUMNS).fill_null(0))
+    )
     return out.select(
-        "rail", "subsystem",
+        "rail",
+        "subsystem",
         (pl.col("_mw_ns") * 1e-12).alias("energy_j"),  # mW x ns = 1e-3 W x 1e-9 s
         pl.when(pl.col("covered_ns") > 0).then(pl.col("_mw_ns") / pl.col("covered_ns")).alias("avg_power_mw"),
         "covered_ns",
         (100.0 * pl.col("covered_ns") / max(end_ns - start_ns, 1)).alias("coverage_pct"),
-        "samples", *CHECK_COLUMNS,
+        "samples",
+        *CHECK_COLUMNS,
     ).sort("rail")
 
 
 def plot_power_per_rail(per_rail: pl.DataFrame, *, ax=None, top: int = 24):
     """Horizontal bars of average power per rail (mW), largest first. Returns the Figure."""
     import matplotlib.pyplot as plt
+
     data = per_rail.drop_nulls("avg_power_mw").sort("avg_power_mw", descending=True).head(top)
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(8, max(2.5, 0.3 * data.height)))
     ax.barh(data["rail"].to_list()[::-1], data["avg_power_mw"].to_list()[::-1])
@@ -242,6 +334,7 @@ def plot_power_per_rail(per_rail: pl.DataFrame, *, ax=None, top: int = 24):
 class RailMapping:
     """channels: {channel: (rail names)} for the named channels (CPU, Total are derived); source: where the
     mapping comes from, printed with the power table."""
+
     channels: dict
     source: str
 
@@ -257,7 +350,8 @@ _PIXEL_TENSOR = RailMapping(
         "Display": ("VSYS_PWR_DISPLAY", "PPVAR_VSYS_PWR_DISP"),
         "Memory": ("S1M_VDD_MIF", "S4S_VDD2H_MEM", "S5S_VDDQ_MEM"),
     },
-    source="built-in mapping for Google Pixel 6/7/8 (Tensor ODPM rail names)")
+    source="built-in mapping for Google Pixel 6/7/8 (Tensor ODPM rail names)",
+)
 _DEVICE_MAPPINGS = ((_PIXEL_TENSOR, ("S4M_VDD_CPUCL0", "S2M_VDD_CPUCL2")),)  # (mapping, rails that identify it)
 
 # Generic patterns on rail names (case-insensitive regex), used only when no device mapping applies.
@@ -274,8 +368,10 @@ _GENERIC_PATTERNS = {
 def rail_mapping(rails: list[str], explicit: dict | None = None) -> RailMapping:
     """The rail -> channel mapping for these rail names (module docstring: explicit, device, generic)."""
     if explicit:
-        return RailMapping({ch: tuple(v) for ch, v in explicit.items() if ch not in ("CPU", "Total")},
-                           "explicit mapping (store abtest.toml / platform rail_channels)")
+        return RailMapping(
+            {ch: tuple(v) for ch, v in explicit.items() if ch not in ("CPU", "Total")},
+            "explicit mapping (store abtest.toml / platform rail_channels)",
+        )
     present = set(rails)
     for mapping, signature in _DEVICE_MAPPINGS:
         if all(r in present for r in signature):
@@ -297,18 +393,26 @@ def df_channel_power(per_rail: pl.DataFrame, mapping: RailMapping) -> pl.DataFra
         if not rails:
             continue
         sel = per_rail.filter(pl.col("rail").is_in(rails))
-        rows.append({"channel": ch, "rails": sorted(rails), "avg_power_mw": sel["avg_power_mw"].sum(),
-                     "energy_j": sel["energy_j"].sum()})
+        rows.append(
+            {
+                "channel": ch,
+                "rails": sorted(rails),
+                "avg_power_mw": sel["avg_power_mw"].sum(),
+                "energy_j": sel["energy_j"].sum(),
+            }
+        )
     order = {c: i for i, c in enumerate(CHANNEL_ORDER)}
     rows.sort(key=lambda r: (order.get(r["channel"], len(order)), r["channel"]))
-    return pl.DataFrame(rows, schema={"channel": pl.Utf8, "rails": pl.List(pl.Utf8), "avg_power_mw": pl.Float64,
-                                      "energy_j": pl.Float64})
+    return pl.DataFrame(
+        rows, schema={"channel": pl.Utf8, "rails": pl.List(pl.Utf8), "avg_power_mw": pl.Float64, "energy_j": pl.Float64}
+    )
 
 
 @dataclass(frozen=True)
 class CounterCheck:
     """What the counter checks did to one rail's samples in one window (one iteration): counts by kind
     (EXCLUDED and BELIEVED keys), the channels the rail feeds, and whether the rail kept a value at all."""
+
     rail: str
     channels: tuple[str, ...]
     counts: dict
@@ -326,6 +430,7 @@ class CounterCheck:
 class PowerMetrics(NamedTuple):
     """power_metrics' answer: the values, the rail -> channel mapping used, and one CounterCheck per rail
     whose samples the counter checks excluded or whose counter reset or wrapped (empty when all is clean)."""
+
     values: list
     mapping: RailMapping
     checks: list
@@ -344,18 +449,20 @@ def counter_checks(checks: pl.DataFrame, mapping: RailMapping, reported: set[str
     return out
 
 
-def power_metrics(samples: pl.DataFrame, *, explicit: dict | None = None, start_ns: int | None = None,
-                  end_ns: int | None = None) -> PowerMetrics:
+def power_metrics(
+    samples: pl.DataFrame, *, explicit: dict | None = None, start_ns: int | None = None, end_ns: int | None = None
+) -> PowerMetrics:
     """`power.<Channel>` and `power.rail.<RAIL>` (mW) from power_rail-shaped samples, the mapping used, and the
     counter checks' records (CounterCheck) for the notes."""
     start_ns, end_ns = window_of(samples, start_ns, end_ns)
-    per_rail = df_power_per_rail(samples, start_ns=start_ns, end_ns=end_ns).filter(
-        pl.col("avg_power_mw").is_not_null())
+    per_rail = df_power_per_rail(samples, start_ns=start_ns, end_ns=end_ns).filter(pl.col("avg_power_mw").is_not_null())
     mapping = rail_mapping(per_rail["rail"].to_list(), explicit)
     checks = counter_checks(_check_counts(samples, None, start_ns, end_ns), mapping, set(per_rail["rail"]))
     covered = dict(per_rail.select("rail", "covered_ns").iter_rows())
-    out = [MetricValue(POWER_RAIL, float(mw), rail, known_s=covered[rail] / 1e9)
-           for rail, mw in per_rail.select("rail", "avg_power_mw").iter_rows()]
+    out = [
+        MetricValue(POWER_RAIL, float(mw), rail, known_s=covered[rail] / 1e9)
+        for rail, mw in per_rail.select("rail", "avg_power_mw").iter_rows()
+    ]
     for ch, rails, mw in df_channel_power(per_rail, mapping).select("channel", "rails", "avg_power_mw").iter_rows():
         spans = {covered[r] for r in rails}  # a sum of rail means is a mean over one span only if they share it
         out.append(MetricValue(POWER_CHANNEL, float(mw), ch, known_s=spans.pop() / 1e9 if len(spans) == 1 else None))
@@ -366,8 +473,9 @@ def metrics(trace, options=None) -> list[MetricValue]:
     """Power metrics of a trace that carries power rails (perfetto PowerRails, BattOr in a Catapult zip).
     The mapping comes from ``options.rail_channels`` or the trace's platform ``rail_channels``, else built in."""
     explicit = getattr(options, "rail_channels", None) or (trace.platform or {}).get("rail_channels")
-    return power_metrics(trace.df("power_rail", windowed=False), explicit=explicit, start_ns=trace.start_ns,
-                         end_ns=trace.end_ns).values
+    return power_metrics(
+        trace.df("power_rail", windowed=False), explicit=explicit, start_ns=trace.start_ns, end_ns=trace.end_ns
+    ).values
 
 
 class PowerAnalysis:
@@ -379,8 +487,12 @@ class PowerAnalysis:
     def df_power_per_rail(self, wrap_uj: dict | None = None) -> pl.DataFrame:
         """df_power_per_rail over the trace's window. Events: power_rail."""
         self.trace.require("power.df_power_per_rail", *EVENTS)
-        return df_power_per_rail(self.trace.df("power_rail", windowed=False), wrap_uj=wrap_uj,
-                                 start_ns=self.trace.start_ns, end_ns=self.trace.end_ns)
+        return df_power_per_rail(
+            self.trace.df("power_rail", windowed=False),
+            wrap_uj=wrap_uj,
+            start_ns=self.trace.start_ns,
+            end_ns=self.trace.end_ns,
+        )
 
     def mapping(self, explicit: dict | None = None) -> RailMapping:
         """The rail -> channel mapping for this trace's rails (explicit, else built in; module docstring)."""
@@ -402,7 +514,11 @@ def summary(trace) -> dict:
         return {}
     per_rail = df_power_per_rail(trace.df("power_rail", windowed=False), start_ns=trace.start_ns, end_ns=trace.end_ns)
     mapping = rail_mapping(per_rail["rail"].to_list(), (trace.platform or {}).get("rail_channels"))
-    return {"rails": {r["rail"]: {"energy_j": r["energy_j"], "avg_power_mw": r["avg_power_mw"],
-                                  "coverage_pct": r["coverage_pct"]} for r in per_rail.iter_rows(named=True)},
-            "channels": dict(df_channel_power(per_rail, mapping).select("channel", "avg_power_mw").iter_rows()),
-            "channel_mapping": mapping.source}
+    return {
+        "rails": {
+            r["rail"]: {"energy_j": r["energy_j"], "avg_power_mw": r["avg_power_mw"], "coverage_pct": r["coverage_pct"]}
+            for r in per_rail.iter_rows(named=True)
+        },
+        "channels": dict(df_channel_power(per_rail, mapping).select("channel", "avg_power_mw").iter_rows()),
+        "channel_mapping": mapping.source,
+    }

@@ -17,13 +17,27 @@ Who reads it:
 Adding a metric: declare a MetricSpec in its analysis module, add it to that module's METRICS, emit it from
 its ``metrics()``. `compute()` refuses a value whose spec the analysis does not declare.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from abtest.analysis import energy, frequency, idle, latency, load_tracking, placement, power
-from abtest.analysis import capacity, cgroups, frames, overutilized, tasks, thermal
+from abtest.analysis import (
+    capacity,
+    cgroups,
+    energy,
+    frames,
+    frequency,
+    idle,
+    latency,
+    load_tracking,
+    overutilized,
+    placement,
+    power,
+    tasks,
+    thermal,
+)
 from abtest.metric_spec import Grouping, MetricSpec, MetricValue
 from abtest.results.specs import WORKLOAD_METRICS
 from abtest.trace.errors import MissingEventsError
@@ -40,6 +54,7 @@ class MetricOptions:
     also the most active task names (by wakeups / CPU time), at most this many; min_task_wakeups: a task
     needs this many matched wakeups for its latency metrics (fewer say little); rail_channels: explicit
     rail -> channel mapping ({channel: [rails]}) for power metrics."""
+
     tasks: tuple[str, ...] = ()
     top_tasks: int = 20
     min_task_wakeups: int = 10
@@ -53,6 +68,7 @@ class Analysis:
     (None: values come from elsewhere, see `source`). summary(trace) -> dict for `abtest analyze`.
     source: TRACE, METRICS_JSON (workload-reported) or POWER_SAMPLES (trace rails or the store's power files).
     """
+
     name: str
     title: str
     events: tuple[str, ...]
@@ -69,42 +85,164 @@ class Analysis:
         return tuple(dict.fromkeys(self.events + self.optional_events))
 
 
-IDLE = Analysis("idle", "Idle residency and idle misses", idle.EVENTS, idle.OPTIONAL_EVENTS, idle.METRICS,
-                idle.metrics, idle.summary, doc="abtest.analysis.idle")
-LATENCY = Analysis("latency", "Wakeup latency", latency.EVENTS, latency.OPTIONAL_EVENTS, latency.METRICS,
-                   latency.metrics, latency.summary, doc="abtest.analysis.latency")
-FREQUENCY = Analysis("frequency", "CPU frequency and OPP residency", frequency.EVENTS, frequency.OPTIONAL_EVENTS,
-                     frequency.METRICS, frequency.metrics, frequency.summary, doc="abtest.analysis.frequency")
-LOAD_TRACKING = Analysis("load_tracking", "PELT util vs runnable", load_tracking.EVENTS,
-                         load_tracking.OPTIONAL_EVENTS, load_tracking.METRICS, load_tracking.metrics,
-                         load_tracking.summary, doc="abtest.analysis.load_tracking", slow=True)
-PLACEMENT = Analysis("placement", "Task placement and CPU time per task", placement.EVENTS,
-                     placement.OPTIONAL_EVENTS, placement.METRICS, placement.metrics, placement.summary,
-                     doc="abtest.analysis.placement")
-POWER = Analysis("power", "Measured power per channel and rail", power.EVENTS, power.OPTIONAL_EVENTS, power.METRICS,
-                 power.metrics, power.summary, source=POWER_SAMPLES, doc="abtest.analysis.power")
-ENERGY_MODEL = Analysis("energy_model", "Energy-model power estimate", energy.ESTIMATE_EVENTS,
-                        energy.ESTIMATE_OPTIONAL_EVENTS, energy.ESTIMATE_METRICS, energy.estimate_metrics,
-                        energy.summary, doc="abtest.analysis.energy")
-TASKS = Analysis("tasks", "Task states and activations per task name", tasks.EVENTS, tasks.OPTIONAL_EVENTS,
-                 tasks.METRICS, tasks.metrics, tasks.summary, doc="abtest.analysis.tasks")
-OVERUTILIZED = Analysis("overutilized", "Overutilized time (EAS off)", overutilized.EVENTS,
-                        overutilized.OPTIONAL_EVENTS, overutilized.METRICS, overutilized.metrics,
-                        overutilized.summary, doc="abtest.analysis.overutilized")
-THERMAL = Analysis("thermal", "Thermal zones, cooling devices, power allocator", thermal.EVENTS,
-                   thermal.OPTIONAL_EVENTS, thermal.METRICS, thermal.metrics, thermal.summary,
-                   doc="abtest.analysis.thermal")
-CAPACITY = Analysis("capacity", "CPU capacity and uclamp", capacity.EVENTS, capacity.OPTIONAL_EVENTS,
-                    capacity.METRICS, capacity.metrics, capacity.summary, doc="abtest.analysis.capacity")
-CGROUPS = Analysis("cgroups", "Wakeup latency and CPU time per cgroup", cgroups.EVENTS, cgroups.OPTIONAL_EVENTS,
-                   cgroups.METRICS, cgroups.metrics, cgroups.summary, doc="abtest.analysis.cgroups")
-FRAMES = Analysis("frames", "Frames from atrace markers / the perfetto frame timeline", frames.EVENTS, (),
-                  (), None, frames.summary, doc="abtest.analysis.frames")
-WORKLOAD = Analysis("workload", "Workload-reported results (metrics.json)", (), (), WORKLOAD_METRICS,
-                    source=METRICS_JSON, doc="abtest.results.specs")
+IDLE = Analysis(
+    "idle",
+    "Idle residency and idle misses",
+    idle.EVENTS,
+    idle.OPTIONAL_EVENTS,
+    idle.METRICS,
+    idle.metrics,
+    idle.summary,
+    doc="abtest.analysis.idle",
+)
+LATENCY = Analysis(
+    "latency",
+    "Wakeup latency",
+    latency.EVENTS,
+    latency.OPTIONAL_EVENTS,
+    latency.METRICS,
+    latency.metrics,
+    latency.summary,
+    doc="abtest.analysis.latency",
+)
+FREQUENCY = Analysis(
+    "frequency",
+    "CPU frequency and OPP residency",
+    frequency.EVENTS,
+    frequency.OPTIONAL_EVENTS,
+    frequency.METRICS,
+    frequency.metrics,
+    frequency.summary,
+    doc="abtest.analysis.frequency",
+)
+LOAD_TRACKING = Analysis(
+    "load_tracking",
+    "PELT util vs runnable",
+    load_tracking.EVENTS,
+    load_tracking.OPTIONAL_EVENTS,
+    load_tracking.METRICS,
+    load_tracking.metrics,
+    load_tracking.summary,
+    doc="abtest.analysis.load_tracking",
+    slow=True,
+)
+PLACEMENT = Analysis(
+    "placement",
+    "Task placement and CPU time per task",
+    placement.EVENTS,
+    placement.OPTIONAL_EVENTS,
+    placement.METRICS,
+    placement.metrics,
+    placement.summary,
+    doc="abtest.analysis.placement",
+)
+POWER = Analysis(
+    "power",
+    "Measured power per channel and rail",
+    power.EVENTS,
+    power.OPTIONAL_EVENTS,
+    power.METRICS,
+    power.metrics,
+    power.summary,
+    source=POWER_SAMPLES,
+    doc="abtest.analysis.power",
+)
+ENERGY_MODEL = Analysis(
+    "energy_model",
+    "Energy-model power estimate",
+    energy.ESTIMATE_EVENTS,
+    energy.ESTIMATE_OPTIONAL_EVENTS,
+    energy.ESTIMATE_METRICS,
+    energy.estimate_metrics,
+    energy.summary,
+    doc="abtest.analysis.energy",
+)
+TASKS = Analysis(
+    "tasks",
+    "Task states and activations per task name",
+    tasks.EVENTS,
+    tasks.OPTIONAL_EVENTS,
+    tasks.METRICS,
+    tasks.metrics,
+    tasks.summary,
+    doc="abtest.analysis.tasks",
+)
+OVERUTILIZED = Analysis(
+    "overutilized",
+    "Overutilized time (EAS off)",
+    overutilized.EVENTS,
+    overutilized.OPTIONAL_EVENTS,
+    overutilized.METRICS,
+    overutilized.metrics,
+    overutilized.summary,
+    doc="abtest.analysis.overutilized",
+)
+THERMAL = Analysis(
+    "thermal",
+    "Thermal zones, cooling devices, power allocator",
+    thermal.EVENTS,
+    thermal.OPTIONAL_EVENTS,
+    thermal.METRICS,
+    thermal.metrics,
+    thermal.summary,
+    doc="abtest.analysis.thermal",
+)
+CAPACITY = Analysis(
+    "capacity",
+    "CPU capacity and uclamp",
+    capacity.EVENTS,
+    capacity.OPTIONAL_EVENTS,
+    capacity.METRICS,
+    capacity.metrics,
+    capacity.summary,
+    doc="abtest.analysis.capacity",
+)
+CGROUPS = Analysis(
+    "cgroups",
+    "Wakeup latency and CPU time per cgroup",
+    cgroups.EVENTS,
+    cgroups.OPTIONAL_EVENTS,
+    cgroups.METRICS,
+    cgroups.metrics,
+    cgroups.summary,
+    doc="abtest.analysis.cgroups",
+)
+FRAMES = Analysis(
+    "frames",
+    "Frames from atrace markers / the perfetto frame timeline",
+    frames.EVENTS,
+    (),
+    (),
+    None,
+    frames.summary,
+    doc="abtest.analysis.frames",
+)
+WORKLOAD = Analysis(
+    "workload",
+    "Workload-reported results (metrics.json)",
+    (),
+    (),
+    WORKLOAD_METRICS,
+    source=METRICS_JSON,
+    doc="abtest.results.specs",
+)
 
-ANALYSES: tuple[Analysis, ...] = (POWER, WORKLOAD, IDLE, LATENCY, FREQUENCY, LOAD_TRACKING, PLACEMENT, TASKS,
-                                  OVERUTILIZED, THERMAL, CAPACITY, CGROUPS, ENERGY_MODEL, FRAMES)
+ANALYSES: tuple[Analysis, ...] = (
+    POWER,
+    WORKLOAD,
+    IDLE,
+    LATENCY,
+    FREQUENCY,
+    LOAD_TRACKING,
+    PLACEMENT,
+    TASKS,
+    OVERUTILIZED,
+    THERMAL,
+    CAPACITY,
+    CGROUPS,
+    ENERGY_MODEL,
+    FRAMES,
+)
 BY_NAME: dict[str, Analysis] = {a.name: a for a in ANALYSES}
 TRACE_ANALYSES: tuple[Analysis, ...] = tuple(a for a in ANALYSES if a.source == TRACE and a.compute is not None)
 
@@ -120,8 +258,10 @@ for _a, _s in all_specs():
         raise RuntimeError(f"metric {_s.key!r} declared twice ({_SPEC_BY_KEY[_s.key][0].name} and {_a.name})")
     _SPEC_BY_KEY[_s.key] = (_a, _s)
 # grouped templates, most specific (longest literal text) first, for resolve()
-_GROUPED = sorted((s for _, s in _SPEC_BY_KEY.values() if s.group is not Grouping.NONE),
-                  key=lambda s: -len(s.key.replace("{" + s.group.value + "}", "")))
+_GROUPED = sorted(
+    (s for _, s in _SPEC_BY_KEY.values() if s.group is not Grouping.NONE),
+    key=lambda s: -len(s.key.replace("{" + s.group.value + "}", "")),
+)
 
 
 def spec(key: str) -> MetricSpec:

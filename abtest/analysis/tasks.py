@@ -22,6 +22,7 @@ Activations (LISA's ``df_task_activation`` / workload-processor's task activatio
 stretch on one CPU, from switch-in to switch-out (a preemption ends one). Per name: count, rate, and the
 run durations' mean, median, p95 and max.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -37,8 +38,20 @@ STATE_TYPE = pl.Enum(STATES)
 # states a wakeup makes runnable (from running, runnable or exited it does not)
 WAKEABLE = ("sleeping", "uninterruptible", "other")
 
-__all__ = ["EVENTS", "OPTIONAL_EVENTS", "STATES", "switch_out_state", "prev_state_encoding", "df_task_state_intervals", "df_task_states",
-           "df_activations", "df_activation_stats", "TasksAnalysis", "summary", "metrics"]
+__all__ = [
+    "EVENTS",
+    "OPTIONAL_EVENTS",
+    "STATES",
+    "switch_out_state",
+    "prev_state_encoding",
+    "df_task_state_intervals",
+    "df_task_states",
+    "df_activations",
+    "df_activation_stats",
+    "TasksAnalysis",
+    "summary",
+    "metrics",
+]
 
 
 def switch_out_state(prev_state: pl.Expr, *, pre_4_14: bool = False) -> pl.Expr:
@@ -51,12 +64,19 @@ def switch_out_state(prev_state: pl.Expr, *, pre_4_14: bool = False) -> pl.Expr:
     low = s & 0xFF
     dead = 0x70 if pre_4_14 else 0x30
     state = lambda name: pl.lit(name, STATE_TYPE)  # noqa: E731
-    return (pl.when(low == 0).then(state("runnable"))
-            .when((s & 0x1) != 0).then(state("sleeping"))
-            .when((s & 0x2) != 0).then(state("uninterruptible"))
-            .when((s & dead) != 0).then(pl.lit(None, STATE_TYPE))
-            .when(low == 0x80).then(state("sleeping"))
-            .otherwise(state("other")))
+    return (
+        pl.when(low == 0)
+        .then(state("runnable"))
+        .when((s & 0x1) != 0)
+        .then(state("sleeping"))
+        .when((s & 0x2) != 0)
+        .then(state("uninterruptible"))
+        .when((s & dead) != 0)
+        .then(pl.lit(None, STATE_TYPE))
+        .when(low == 0x80)
+        .then(state("sleeping"))
+        .otherwise(state("other"))
+    )
 
 
 def prev_state_encoding(sched_switch: pl.DataFrame) -> bool:
@@ -74,23 +94,38 @@ def _by_pid_then(df: pl.DataFrame, order: pl.Expr) -> pl.DataFrame:
 
 def _switches(sched_switch: pl.DataFrame) -> pl.DataFrame:
     # task names stay categorical until the result (sorting and carrying 2 M strings costs more than the rest)
-    return sched_switch.select(pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32),
-                               pl.col("prev_pid").cast(pl.Int32), pl.col("prev_comm").cast(pl.Categorical),
-                               pl.col("prev_state").cast(pl.Int64), pl.col("next_pid").cast(pl.Int32),
-                               pl.col("next_comm").cast(pl.Categorical))
+    return sched_switch.select(
+        pl.col("ts").cast(pl.Int64),
+        pl.col("cpu").cast(pl.Int32),
+        pl.col("prev_pid").cast(pl.Int32),
+        pl.col("prev_comm").cast(pl.Categorical),
+        pl.col("prev_state").cast(pl.Int64),
+        pl.col("next_pid").cast(pl.Int32),
+        pl.col("next_comm").cast(pl.Categorical),
+    )
 
 
 def _native_args(sw: pl.DataFrame, wakeups: pl.DataFrame | None) -> tuple[pl.Series, pl.DataFrame | None]:
     """(the state each switch-out leaves, the wakeups' ts, pid, comm) for the compiled pass."""
     out_state = sw.select(switch_out_state(pl.col("prev_state"), pre_4_14=prev_state_encoding(sw))).to_series()
-    wk = None if wakeups is None else wakeups.select(
-        pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Categorical))
+    wk = (
+        None
+        if wakeups is None
+        else wakeups.select(
+            pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Categorical)
+        )
+    )
     return out_state, wk
 
 
-def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | None = None, *,
-                            start_ns: int | None = None, end_ns: int | None = None,
-                            backend: str = "native") -> pl.DataFrame:
+def df_task_state_intervals(
+    sched_switch: pl.DataFrame,
+    wakeups: pl.DataFrame | None = None,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    backend: str = "native",
+) -> pl.DataFrame:
     """Per thread: ``pid (Int32), ts (ns), dur (ns), state (STATE_TYPE, null = unknown / not alive), cpu (Int32,
     where it runs; null unless running), comm (Categorical)`` over ``[start_ns, end_ns)``.
 
@@ -103,63 +138,114 @@ def df_task_state_intervals(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | 
     start_ns, end_ns = window_of(sw, start_ns, end_ns)
     if backend == "native":
         from abtest.analysis import sim_native
-        return sim_native.task_state_intervals(sw, *_native_args(sw, wakeups), states=STATES, wakeable=WAKEABLE,
-                                               start_ns=start_ns, end_ns=end_ns)
+
+        return sim_native.task_state_intervals(
+            sw, *_native_args(sw, wakeups), states=STATES, wakeable=WAKEABLE, start_ns=start_ns, end_ns=end_ns
+        )
     outs = sw.filter(pl.col("prev_pid") != 0).select(
-        "ts", pl.col("prev_pid").alias("pid"), pl.col("prev_comm").alias("comm"),
-        switch_out_state(pl.col("prev_state"), pre_4_14=prev_state_encoding(sw)).alias("state"), pl.lit(None, pl.Int32).alias("cpu"), pl.lit(0).alias("_o"))
+        "ts",
+        pl.col("prev_pid").alias("pid"),
+        pl.col("prev_comm").alias("comm"),
+        switch_out_state(pl.col("prev_state"), pre_4_14=prev_state_encoding(sw)).alias("state"),
+        pl.lit(None, pl.Int32).alias("cpu"),
+        pl.lit(0).alias("_o"),
+    )
     ins = sw.filter(pl.col("next_pid") != 0).select(
-        "ts", pl.col("next_pid").alias("pid"), pl.col("next_comm").alias("comm"), pl.lit("running", STATE_TYPE).alias("state"),
-        "cpu", pl.lit(2).alias("_o"))
+        "ts",
+        pl.col("next_pid").alias("pid"),
+        pl.col("next_comm").alias("comm"),
+        pl.lit("running", STATE_TYPE).alias("state"),
+        "cpu",
+        pl.lit(2).alias("_o"),
+    )
     moves = pl.concat([outs, ins])
     parts = [moves]
     if wakeups is not None and not wakeups.is_empty():
-        wk = _by_pid_then(wakeups.select(pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32),
-                                         pl.col("comm").cast(pl.Categorical)).filter(pl.col("pid") != 0), pl.col("ts"))
-        last = (_by_pid_then(moves, pl.col("ts") * 4 + pl.col("_o")).unique(["pid", "ts"], keep="last", maintain_order=True)
-                .select("pid", pl.col("ts").alias("_mts"), pl.col("state").alias("_prev"),
-                        (pl.col("ts") + 1).alias("ts")))
+        wk = _by_pid_then(
+            wakeups.select(
+                pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Categorical)
+            ).filter(pl.col("pid") != 0),
+            pl.col("ts"),
+        )
+        last = (
+            _by_pid_then(moves, pl.col("ts") * 4 + pl.col("_o"))
+            .unique(["pid", "ts"], keep="last", maintain_order=True)
+            .select("pid", pl.col("ts").alias("_mts"), pl.col("state").alias("_prev"), (pl.col("ts") + 1).alias("ts"))
+        )
         # state from the thread's last switch strictly before the wakeup: only a sleeping (or unknown) one is woken
         wk = wk.join_asof(last, on="ts", by="pid", strategy="backward", check_sortedness=False)
         woken = wk.filter(pl.col("_mts").is_null() | pl.col("_prev").is_in(list(WAKEABLE)))
-        parts.append(woken.select("ts", "pid", "comm", pl.lit("runnable", STATE_TYPE).alias("state"), pl.lit(None, pl.Int32).alias("cpu"),
-                                  pl.lit(1).alias("_o")))
+        parts.append(
+            woken.select(
+                "ts",
+                "pid",
+                "comm",
+                pl.lit("runnable", STATE_TYPE).alias("state"),
+                pl.lit(None, pl.Int32).alias("cpu"),
+                pl.lit(1).alias("_o"),
+            )
+        )
     ev = _by_pid_then(pl.concat(parts), pl.col("ts") * 4 + pl.col("_o"))
     # before a thread's first event: running if that event switches it out, else unknown
     first = ev.group_by("pid", maintain_order=True).first()
     seed = first.filter(pl.col("_o") == 0).select(
-        (pl.min_horizontal(pl.col("ts"), pl.lit(start_ns)) - 1).alias("ts"), "pid", "comm",
-        pl.lit("running", STATE_TYPE).alias("state"), pl.lit(None, pl.Int32).alias("cpu"))
+        (pl.min_horizontal(pl.col("ts"), pl.lit(start_ns)) - 1).alias("ts"),
+        "pid",
+        "comm",
+        pl.lit("running", STATE_TYPE).alias("state"),
+        pl.lit(None, pl.Int32).alias("cpu"),
+    )
     # the CPU it ran on before that first switch-out: the switch's own CPU
-    seed = seed.join(sw.select("ts", pl.col("prev_pid").alias("pid"), pl.col("cpu").alias("_c"))
-                     .group_by("pid").agg(pl.col("ts").min().alias("_t"), pl.col("_c").sort_by("ts").first()),
-                     on="pid", how="left").with_columns(pl.col("_c").alias("cpu")).drop("_t", "_c")
+    seed = (
+        seed.join(
+            sw.select("ts", pl.col("prev_pid").alias("pid"), pl.col("cpu").alias("_c"))
+            .group_by("pid")
+            .agg(pl.col("ts").min().alias("_t"), pl.col("_c").sort_by("ts").first()),
+            on="pid",
+            how="left",
+        )
+        .with_columns(pl.col("_c").alias("cpu"))
+        .drop("_t", "_c")
+    )
     changes = pl.concat([seed, ev.select("ts", "pid", "comm", "state", "cpu")])
     return df_intervals(changes, ["state", "cpu", "comm"], keys="pid", start_ns=start_ns, end_ns=end_ns)
 
 
-def df_task_state_aggregates(sched_switch: pl.DataFrame, wakeups: pl.DataFrame | None = None, *,
-                             start_ns: int | None = None, end_ns: int | None = None,
-                             backend: str = "native") -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def df_task_state_aggregates(
+    sched_switch: pl.DataFrame,
+    wakeups: pl.DataFrame | None = None,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    backend: str = "native",
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """What the per-name figures read, without keeping the intervals of df_task_state_intervals (same
     arguments): ``(times, runs, threads)``: times ``comm, state, dur`` (ns per name and known state: what
     df_task_states sums), runs ``comm, cpu, dur`` (df_activations' runs: what df_activation_stats and the
     running per cluster read), threads ``comm, pid`` (each thread once per name it had). "native" folds each
     thread's intervals as they are made; "python" folds df_task_state_intervals (aggregates_of_intervals)."""
     if backend != "native":
-        return aggregates_of_intervals(df_task_state_intervals(sched_switch, wakeups, start_ns=start_ns,
-                                                               end_ns=end_ns, backend=backend))
+        return aggregates_of_intervals(
+            df_task_state_intervals(sched_switch, wakeups, start_ns=start_ns, end_ns=end_ns, backend=backend)
+        )
     from abtest.analysis import sim_native
+
     sw = _switches(sched_switch)
     start_ns, end_ns = window_of(sw, start_ns, end_ns)
-    return sim_native.task_state_aggregates(sw, *_native_args(sw, wakeups), states=STATES, wakeable=WAKEABLE,
-                                            start_ns=start_ns, end_ns=end_ns)
+    return sim_native.task_state_aggregates(
+        sw, *_native_args(sw, wakeups), states=STATES, wakeable=WAKEABLE, start_ns=start_ns, end_ns=end_ns
+    )
 
 
 def aggregates_of_intervals(intervals: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """df_task_state_aggregates' (times, runs, threads) of task state intervals."""
-    times = (intervals.lazy().filter(pl.col("state").is_not_null()).group_by("comm", "state")
-             .agg(pl.col("dur").sum()).collect())
+    times = (
+        intervals.lazy()
+        .filter(pl.col("state").is_not_null())
+        .group_by("comm", "state")
+        .agg(pl.col("dur").sum())
+        .collect()
+    )
     runs = _runs(intervals).select("comm", "cpu", "dur").collect()
     threads = intervals.select("comm", "pid").unique()
     return times, runs, threads
@@ -173,8 +259,9 @@ def df_task_states(intervals: pl.DataFrame, by: str = "comm") -> pl.DataFrame:
     aggs = [pl.col("dur").sum().alias("known_ns")]
     aggs += [pl.col("dur").filter(pl.col("state") == s).sum().alias(f"{s}_ns") for s in STATES]
     out = known.group_by(by).agg(aggs).collect()
-    return out.with_columns([(100.0 * pl.col(f"{s}_ns") / pl.col("known_ns")).alias(f"{s}_pct") for s in STATES]
-                            ).sort("running_ns", descending=True)
+    return out.with_columns([(100.0 * pl.col(f"{s}_ns") / pl.col("known_ns")).alias(f"{s}_pct") for s in STATES]).sort(
+        "running_ns", descending=True
+    )
 
 
 def df_activations(intervals: pl.DataFrame) -> pl.DataFrame:
@@ -183,8 +270,7 @@ def df_activations(intervals: pl.DataFrame) -> pl.DataFrame:
     return intervals.filter(pl.col("state") == "running").select("pid", "comm", "cpu", "ts", "dur")
 
 
-def df_activation_stats(activations: pl.DataFrame | pl.LazyFrame, by: str = "comm", *,
-                        window_ns: int) -> pl.DataFrame:
+def df_activation_stats(activations: pl.DataFrame | pl.LazyFrame, by: str = "comm", *, window_ns: int) -> pl.DataFrame:
     """Per task name (or ``by`` column): ``activations``, ``activations_per_s``, run durations in ms: ``mean_ms``,
     ``p50_ms``, ``p95_ms``, ``max_ms`` (linear interpolation), ``running_ms`` (sum). ``activations``:
     df_activations, or a lazy frame of the runs (only ``by`` and ``dur`` are read)."""
@@ -193,11 +279,16 @@ def df_activation_stats(activations: pl.DataFrame | pl.LazyFrame, by: str = "com
     if out is None:  # a key or values the compiled statistics do not take
         d = pl.col("ms")
         out = runs.group_by(by).agg(
-            pl.len().cast(pl.Int64).alias("activations"), d.mean().alias("mean_ms"),
-            d.quantile(0.5, "linear").alias("p50_ms"), d.quantile(0.95, "linear").alias("p95_ms"),
-            d.max().alias("max_ms"), d.sum().alias("running_ms"))
-    return out.with_columns((pl.col("activations") / (window_ns / 1e9)).alias("activations_per_s")
-                            ).sort("running_ms", descending=True)
+            pl.len().cast(pl.Int64).alias("activations"),
+            d.mean().alias("mean_ms"),
+            d.quantile(0.5, "linear").alias("p50_ms"),
+            d.quantile(0.95, "linear").alias("p95_ms"),
+            d.max().alias("max_ms"),
+            d.sum().alias("running_ms"),
+        )
+    return out.with_columns((pl.col("activations") / (window_ns / 1e9)).alias("activations_per_s")).sort(
+        "running_ms", descending=True
+    )
 
 
 def _compiled_activation_stats(runs: pl.DataFrame, by: str) -> pl.DataFrame | None:
@@ -205,12 +296,21 @@ def _compiled_activation_stats(runs: pl.DataFrame, by: str) -> pl.DataFrame | No
     compiled (sim_native.group_stats: one copy of the durations; means to ~1e-15 of polars', the rest equal);
     None when it does not apply."""
     from abtest.analysis import sim_native
+
     g = sim_native.group_stats(runs, by, "ms", (0.5, 0.95))
     if g is None:
         return None
-    return pl.DataFrame({by: g["key"], "activations": g["count"].cast(pl.Int64), "mean_ms": g["mean"],
-                         "p50_ms": g["quantiles"][0], "p95_ms": g["quantiles"][1], "max_ms": g["max"],
-                         "running_ms": g["sum"]})
+    return pl.DataFrame(
+        {
+            by: g["key"],
+            "activations": g["count"].cast(pl.Int64),
+            "mean_ms": g["mean"],
+            "p50_ms": g["quantiles"][0],
+            "p95_ms": g["quantiles"][1],
+            "max_ms": g["max"],
+            "running_ms": g["sum"],
+        }
+    )
 
 
 def _runs(intervals: pl.DataFrame) -> pl.LazyFrame:
@@ -228,10 +328,17 @@ class TasksAnalysis:
 
     def _wakeups(self) -> pl.DataFrame | None:
         t = self.trace
-        names = ["sched_wakeup", "sched_wakeup_new"] if "sched_wakeup" in t.tables else ["sched_waking", "sched_wakeup_new"]
+        names = (
+            ["sched_wakeup", "sched_wakeup_new"] if "sched_wakeup" in t.tables else ["sched_waking", "sched_wakeup_new"]
+        )
         parts = [t.df(n, windowed=False).select("ts", "pid", "comm") for n in names if n in t.tables]
-        return pl.concat([p.with_columns(pl.col("comm").cast(pl.Categorical), pl.col("pid").cast(pl.Int32))
-                          for p in parts]) if parts else None
+        return (
+            pl.concat(
+                [p.with_columns(pl.col("comm").cast(pl.Categorical), pl.col("pid").cast(pl.Int32)) for p in parts]
+            )
+            if parts
+            else None
+        )
 
     def _over_window(self, fn):
         """fn(sched_switch, wakeups, start_ns=, end_ns=) over the trace's window."""
@@ -266,13 +373,18 @@ class TasksAnalysis:
         """Running time per task name and cluster (workload-processor's task residency per cluster):
         ``comm, cluster, running_ns, pct`` (% of the name's running time)."""
         from abtest.analysis.clusters import trace_clusters
+
         cl = trace_clusters(self.trace).select("cpu", "cluster")
         # summed per name and CPU first (a few hundred rows), then per cluster: the runs are not copied
         per_cpu = self.df_aggregates()[1].group_by("comm", "cpu").agg(pl.col("dur").sum())
-        res = (per_cpu.join(cl, on="cpu", how="left")
-               .group_by("comm", "cluster").agg(pl.col("dur").sum().alias("running_ns")))
-        return res.with_columns((100.0 * pl.col("running_ns") / pl.col("running_ns").sum().over("comm")).alias("pct")
-                                ).sort("comm", "cluster")
+        res = (
+            per_cpu.join(cl, on="cpu", how="left")
+            .group_by("comm", "cluster")
+            .agg(pl.col("dur").sum().alias("running_ns"))
+        )
+        return res.with_columns(
+            (100.0 * pl.col("running_ns") / pl.col("running_ns").sum().over("comm")).alias("pct")
+        ).sort("comm", "cluster")
 
 
 def summary(trace, top_tasks: int = 10) -> dict:
@@ -285,8 +397,9 @@ def summary(trace, top_tasks: int = 10) -> dict:
     ta = TasksAnalysis(trace)
     times, runs, thread_names = ta.df_aggregates()
     st = df_task_states(times).head(top_tasks)
-    act = {r["comm"]: r for r in df_activation_stats(runs, window_ns=trace.end_ns - trace.start_ns)
-           .iter_rows(named=True)}
+    act = {
+        r["comm"]: r for r in df_activation_stats(runs, window_ns=trace.end_ns - trace.start_ns).iter_rows(named=True)
+    }
     threads = dict(thread_names.group_by("comm").agg(pl.col("pid").n_unique()).iter_rows())
     clus = ta.df_cluster_running().filter(pl.col("comm").is_in(st["comm"].to_list()))
     cl: dict[str, dict] = {}
@@ -295,46 +408,100 @@ def summary(trace, top_tasks: int = 10) -> dict:
     tasks = {}
     for r in st.iter_rows(named=True):  # top_tasks rows
         a = act.get(r["comm"], {})
-        tasks[r["comm"]] = {"threads": int(threads.get(r["comm"], 0)), "known_s": r["known_ns"] / 1e9,
-                            **{f"{s}_pct": r[f"{s}_pct"] for s in STATES},
-                            "activations": a.get("activations", 0), "activations_per_s": a.get("activations_per_s", 0.0),
-                            **{f"activation_{k}": a.get(k) for k in ("mean_ms", "p50_ms", "p95_ms", "max_ms")},
-                            "cluster_running_pct": cl.get(r["comm"], {})}
-    ev = "sched_wakeup" if "sched_wakeup" in trace.tables else ("sched_waking" if "sched_waking" in trace.tables else None)
+        tasks[r["comm"]] = {
+            "threads": int(threads.get(r["comm"], 0)),
+            "known_s": r["known_ns"] / 1e9,
+            **{f"{s}_pct": r[f"{s}_pct"] for s in STATES},
+            "activations": a.get("activations", 0),
+            "activations_per_s": a.get("activations_per_s", 0.0),
+            **{f"activation_{k}": a.get(k) for k in ("mean_ms", "p50_ms", "p95_ms", "max_ms")},
+            "cluster_running_pct": cl.get(r["comm"], {}),
+        }
+    ev = (
+        "sched_wakeup"
+        if "sched_wakeup" in trace.tables
+        else ("sched_waking" if "sched_waking" in trace.tables else None)
+    )
     return {"wakeup_event": ev, "tasks": tasks}
 
 
 # --------------------------------------------------------------------------------------------
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
-_T = ("of the threads named {task} (sched_switch states, sched_wakeup; share of their known time, same-name "
-      "threads pooled)")
-TASK_RUNNING_PCT = MetricSpec("tasks.task.{task}.running_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.TASK,
-                              title="task running", description=f"Share of time running on a CPU {_T}.",
-                              window=WindowCombine.TIME_APPROX)
-TASK_RUNNABLE_PCT = MetricSpec("tasks.task.{task}.runnable_pct", "%", Direction.LOWER, Aggregation.MEAN, Grouping.TASK,
-                               title="task runnable (waiting)",
-                               description=f"Share of time runnable but not running (woken or preempted, waiting for a "
-                                           f"CPU) {_T}.", window=WindowCombine.TIME_APPROX)
-TASK_SLEEPING_PCT = MetricSpec("tasks.task.{task}.sleeping_pct", "%", Direction.NONE, Aggregation.MEAN, Grouping.TASK,
-                               title="task sleeping", description=f"Share of time sleeping (S, I) {_T}.",
-                               window=WindowCombine.TIME_APPROX)
-TASK_UNINTERRUPTIBLE_PCT = MetricSpec("tasks.task.{task}.uninterruptible_pct", "%", Direction.NONE, Aggregation.MEAN,
-                                      Grouping.TASK, title="task uninterruptible",
-                                      description=f"Share of time in uninterruptible sleep (D: I/O, locks) {_T}.",
-                                      window=WindowCombine.TIME_APPROX)
-TASK_ACTIVATION_MEAN_MS = MetricSpec("tasks.task.{task}.activation_mean_ms", "ms", Direction.NONE, Aggregation.GMEAN,
-                                     Grouping.TASK, title="task activation mean",
-                                     description="Mean duration of the runs (switch-in to switch-out on one CPU; LISA's "
-                                                 "activations) of the threads named {task}.",
-                                                 window=WindowCombine.EVENTS)
-TASK_ACTIVATION_P95_MS = MetricSpec("tasks.task.{task}.activation_p95_ms", "ms", Direction.NONE, Aggregation.GMEAN,
-                                    Grouping.TASK, title="task activation p95",
-                                    description="95th percentile run duration of the threads named {task}.",
-                                    window=WindowCombine.QUANTILE)
+_T = (
+    "of the threads named {task} (sched_switch states, sched_wakeup; share of their known time, same-name "
+    "threads pooled)"
+)
+TASK_RUNNING_PCT = MetricSpec(
+    "tasks.task.{task}.running_pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.TASK,
+    title="task running",
+    description=f"Share of time running on a CPU {_T}.",
+    window=WindowCombine.TIME_APPROX,
+)
+TASK_RUNNABLE_PCT = MetricSpec(
+    "tasks.task.{task}.runnable_pct",
+    "%",
+    Direction.LOWER,
+    Aggregation.MEAN,
+    Grouping.TASK,
+    title="task runnable (waiting)",
+    description=f"Share of time runnable but not running (woken or preempted, waiting for a CPU) {_T}.",
+    window=WindowCombine.TIME_APPROX,
+)
+TASK_SLEEPING_PCT = MetricSpec(
+    "tasks.task.{task}.sleeping_pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.TASK,
+    title="task sleeping",
+    description=f"Share of time sleeping (S, I) {_T}.",
+    window=WindowCombine.TIME_APPROX,
+)
+TASK_UNINTERRUPTIBLE_PCT = MetricSpec(
+    "tasks.task.{task}.uninterruptible_pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.TASK,
+    title="task uninterruptible",
+    description=f"Share of time in uninterruptible sleep (D: I/O, locks) {_T}.",
+    window=WindowCombine.TIME_APPROX,
+)
+TASK_ACTIVATION_MEAN_MS = MetricSpec(
+    "tasks.task.{task}.activation_mean_ms",
+    "ms",
+    Direction.NONE,
+    Aggregation.GMEAN,
+    Grouping.TASK,
+    title="task activation mean",
+    description="Mean duration of the runs (switch-in to switch-out on one CPU; LISA's "
+    "activations) of the threads named {task}.",
+    window=WindowCombine.EVENTS,
+)
+TASK_ACTIVATION_P95_MS = MetricSpec(
+    "tasks.task.{task}.activation_p95_ms",
+    "ms",
+    Direction.NONE,
+    Aggregation.GMEAN,
+    Grouping.TASK,
+    title="task activation p95",
+    description="95th percentile run duration of the threads named {task}.",
+    window=WindowCombine.QUANTILE,
+)
 
-METRICS = (TASK_RUNNING_PCT, TASK_RUNNABLE_PCT, TASK_SLEEPING_PCT, TASK_UNINTERRUPTIBLE_PCT, TASK_ACTIVATION_MEAN_MS,
-           TASK_ACTIVATION_P95_MS)
+METRICS = (
+    TASK_RUNNING_PCT,
+    TASK_RUNNABLE_PCT,
+    TASK_SLEEPING_PCT,
+    TASK_UNINTERRUPTIBLE_PCT,
+    TASK_ACTIVATION_MEAN_MS,
+    TASK_ACTIVATION_P95_MS,
+)
 
 
 def metrics(trace, options=None) -> list[MetricValue]:
@@ -345,16 +512,29 @@ def metrics(trace, options=None) -> list[MetricValue]:
     named = list(getattr(options, "tasks", ()) or ())
     top = getattr(options, "top_tasks", 20)
     st = st.filter(pl.col("comm").is_in(named) | (pl.int_range(pl.len()) < top))
-    act = {r["comm"]: r for r in df_activation_stats(runs, window_ns=trace.end_ns - trace.start_ns)
-           .filter(pl.col("comm").is_in(st["comm"].to_list())).iter_rows(named=True)}
+    act = {
+        r["comm"]: r
+        for r in df_activation_stats(runs, window_ns=trace.end_ns - trace.start_ns)
+        .filter(pl.col("comm").is_in(st["comm"].to_list()))
+        .iter_rows(named=True)
+    }
     out: list[MetricValue] = []
     for r in st.iter_rows(named=True):  # at most top + len(named) names
         c = r["comm"]
-        out += [MetricValue(spec, float(r[col]), c) for spec, col in (
-            (TASK_RUNNING_PCT, "running_pct"), (TASK_RUNNABLE_PCT, "runnable_pct"), (TASK_SLEEPING_PCT, "sleeping_pct"),
-            (TASK_UNINTERRUPTIBLE_PCT, "uninterruptible_pct")) if r[col] is not None]
+        out += [
+            MetricValue(spec, float(r[col]), c)
+            for spec, col in (
+                (TASK_RUNNING_PCT, "running_pct"),
+                (TASK_RUNNABLE_PCT, "runnable_pct"),
+                (TASK_SLEEPING_PCT, "sleeping_pct"),
+                (TASK_UNINTERRUPTIBLE_PCT, "uninterruptible_pct"),
+            )
+            if r[col] is not None
+        ]
         a = act.get(c)
         if a and a["activations"]:
-            out += [MetricValue(TASK_ACTIVATION_MEAN_MS, float(a["mean_ms"]), c),
-                    MetricValue(TASK_ACTIVATION_P95_MS, float(a["p95_ms"]), c)]
+            out += [
+                MetricValue(TASK_ACTIVATION_MEAN_MS, float(a["mean_ms"]), c),
+                MetricValue(TASK_ACTIVATION_P95_MS, float(a["p95_ms"]), c),
+            ]
     return out

@@ -22,6 +22,7 @@ threshold). Zones are named by their type (``soc_thermal``); two zones of the sa
 (``acpitz-1``). Cooling devices are named by their type (``thermal-cpufreq-0``); ``active_pct`` = share of
 the known time in a state > 0 (throttling).
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -32,12 +33,31 @@ from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, Met
 from abtest.trace.errors import MissingEventsError
 
 EVENTS: tuple[str, ...] = ()  # any of the optional ones (MissingEventsError from metrics() when none)
-OPTIONAL_EVENTS = ("thermal_temperature", "marker", "thermal_zone_trip", "cdev_update", "thermal_power_allocator",
-                   "thermal_power_allocator_pid", "thermal_power_cpu_limit", "thermal_power_devfreq_limit")
+OPTIONAL_EVENTS = (
+    "thermal_temperature",
+    "marker",
+    "thermal_zone_trip",
+    "cdev_update",
+    "thermal_power_allocator",
+    "thermal_power_allocator_pid",
+    "thermal_power_cpu_limit",
+    "thermal_power_devfreq_limit",
+)
 THRESHOLD_C = 70.0
 
-__all__ = ["EVENTS", "OPTIONAL_EVENTS", "THRESHOLD_C", "df_zone_temperatures", "df_zone_stats", "df_cdev_stats",
-           "df_power_allocator", "df_cpu_limits", "ThermalAnalysis", "summary", "metrics"]
+__all__ = [
+    "EVENTS",
+    "OPTIONAL_EVENTS",
+    "THRESHOLD_C",
+    "df_zone_temperatures",
+    "df_zone_stats",
+    "df_cdev_stats",
+    "df_power_allocator",
+    "df_cpu_limits",
+    "ThermalAnalysis",
+    "summary",
+    "metrics",
+]
 
 
 def df_zone_temperatures(thermal_temperature: pl.DataFrame | None, marker: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -45,26 +65,42 @@ def df_zone_temperatures(thermal_temperature: pl.DataFrame | None, marker: pl.Da
     ("kernel" | "marker"), sorted by ts. Events: thermal_temperature; optional marker (sampler)."""
     parts = []
     if thermal_temperature is not None and not thermal_temperature.is_empty():
-        parts.append(thermal_temperature.select(
-            pl.col("ts").cast(pl.Int64), pl.col("thermal_zone").cast(pl.Utf8),
-            (pl.col("id") if "id" in thermal_temperature.columns else pl.lit(None)).cast(pl.Int64).alias("id"),
-            pl.col("temp").cast(pl.Int64), pl.lit("kernel").alias("source")))
+        parts.append(
+            thermal_temperature.select(
+                pl.col("ts").cast(pl.Int64),
+                pl.col("thermal_zone").cast(pl.Utf8),
+                (pl.col("id") if "id" in thermal_temperature.columns else pl.lit(None)).cast(pl.Int64).alias("id"),
+                pl.col("temp").cast(pl.Int64),
+                pl.lit("kernel").alias("source"),
+            )
+        )
     if marker is not None and not marker.is_empty():
-        parts.append(meta_thermal_temperature(marker).select(
-            "ts", pl.col("thermal_zone").cast(pl.Utf8), pl.col("id").cast(pl.Int64), pl.col("temp").cast(pl.Int64), "source"))
+        parts.append(
+            meta_thermal_temperature(marker).select(
+                "ts",
+                pl.col("thermal_zone").cast(pl.Utf8),
+                pl.col("id").cast(pl.Int64),
+                pl.col("temp").cast(pl.Int64),
+                "source",
+            )
+        )
     if not parts:
         return pl.DataFrame(schema={"ts": pl.Int64, "zone": pl.Utf8, "temp_c": pl.Float64, "source": pl.Utf8})
     df = pl.concat(parts)
     # a type shared by several zone ids is told apart by the id
     ids = df.group_by("thermal_zone").agg(pl.col("id").drop_nulls().n_unique().alias("_n"))
     df = df.join(ids, on="thermal_zone", how="left").with_columns(
-        pl.when(pl.col("_n") > 1).then(pl.concat_str([pl.col("thermal_zone"), pl.lit("-"), pl.col("id").cast(pl.Utf8)]))
-        .otherwise(pl.col("thermal_zone")).alias("zone"))
+        pl.when(pl.col("_n") > 1)
+        .then(pl.concat_str([pl.col("thermal_zone"), pl.lit("-"), pl.col("id").cast(pl.Utf8)]))
+        .otherwise(pl.col("thermal_zone"))
+        .alias("zone")
+    )
     return df.select("ts", "zone", (pl.col("temp") / 1000.0).alias("temp_c"), "source").sort("ts", maintain_order=True)
 
 
-def df_zone_stats(temps: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None,
-                  threshold_c: float = THRESHOLD_C) -> pl.DataFrame:
+def df_zone_stats(
+    temps: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None, threshold_c: float = THRESHOLD_C
+) -> pl.DataFrame:
     """Per zone over ``[start_ns, end_ns)``: ``zone, samples (in the window), mean_c (time-weighted over the known
     time), max_c, min_c (samples in force in the window), known_ns, above_ns (time above threshold_c),
     above_threshold_pct (% of known time), kernel_samples, marker_samples``. ``temps``: df_zone_temperatures
@@ -74,39 +110,75 @@ def df_zone_stats(temps: pl.DataFrame, *, start_ns: int | None = None, end_ns: i
     known = iv.filter(pl.col("temp_c").is_not_null())
     w = pl.col("dur").cast(pl.Float64)
     st = known.group_by("zone").agg(
-        ((pl.col("temp_c") * w).sum() / w.sum()).alias("mean_c"), pl.col("temp_c").max().alias("max_c"),
-        pl.col("temp_c").min().alias("min_c"), pl.col("dur").sum().alias("known_ns"),
-        pl.col("dur").filter(pl.col("temp_c") > threshold_c).sum().alias("above_ns"))
+        ((pl.col("temp_c") * w).sum() / w.sum()).alias("mean_c"),
+        pl.col("temp_c").max().alias("max_c"),
+        pl.col("temp_c").min().alias("min_c"),
+        pl.col("dur").sum().alias("known_ns"),
+        pl.col("dur").filter(pl.col("temp_c") > threshold_c).sum().alias("above_ns"),
+    )
     inwin = temps.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
-    cnt = inwin.group_by("zone").agg(pl.len().cast(pl.Int64).alias("samples"),
-                                     (pl.col("source") == "kernel").sum().cast(pl.Int64).alias("kernel_samples"),
-                                     (pl.col("source") == "marker").sum().cast(pl.Int64).alias("marker_samples"))
-    return (st.join(cnt, on="zone", how="left").with_columns(
-        pl.col("samples", "kernel_samples", "marker_samples").fill_null(0),
-        (100.0 * pl.col("above_ns") / pl.col("known_ns")).alias("above_threshold_pct"))
-        .select("zone", "samples", "mean_c", "max_c", "min_c", "known_ns", "above_ns", "above_threshold_pct",
-                "kernel_samples", "marker_samples").sort("zone"))
+    cnt = inwin.group_by("zone").agg(
+        pl.len().cast(pl.Int64).alias("samples"),
+        (pl.col("source") == "kernel").sum().cast(pl.Int64).alias("kernel_samples"),
+        (pl.col("source") == "marker").sum().cast(pl.Int64).alias("marker_samples"),
+    )
+    return (
+        st.join(cnt, on="zone", how="left")
+        .with_columns(
+            pl.col("samples", "kernel_samples", "marker_samples").fill_null(0),
+            (100.0 * pl.col("above_ns") / pl.col("known_ns")).alias("above_threshold_pct"),
+        )
+        .select(
+            "zone",
+            "samples",
+            "mean_c",
+            "max_c",
+            "min_c",
+            "known_ns",
+            "above_ns",
+            "above_threshold_pct",
+            "kernel_samples",
+            "marker_samples",
+        )
+        .sort("zone")
+    )
 
 
 def df_cdev_stats(cdev_update: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None) -> pl.DataFrame:
     """Per cooling device: ``cdev (type), updates (in the window), mean_state (time-weighted over the known time),
     max_state, active_ns (state > 0), active_pct (% of known time), known_ns``. Events: cdev_update."""
-    ev = cdev_update.select(pl.col("ts").cast(pl.Int64), pl.col("type").cast(pl.Utf8).alias("cdev"),
-                            pl.col("target").cast(pl.Int64).alias("state"))
+    ev = cdev_update.select(
+        pl.col("ts").cast(pl.Int64),
+        pl.col("type").cast(pl.Utf8).alias("cdev"),
+        pl.col("target").cast(pl.Int64).alias("state"),
+    )
     start_ns, end_ns = window_of(ev, start_ns, end_ns)
     iv = df_intervals(ev, "state", keys="cdev", start_ns=start_ns, end_ns=end_ns).filter(pl.col("state").is_not_null())
     w = pl.col("dur").cast(pl.Float64)
-    st = iv.group_by("cdev").agg(((pl.col("state") * w).sum() / w.sum()).alias("mean_state"),
-                                 pl.col("state").max().alias("max_state"), pl.col("dur").sum().alias("known_ns"),
-                                 pl.col("dur").filter(pl.col("state") > 0).sum().alias("active_ns"))
-    cnt = ev.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns)).group_by("cdev").agg(
-        pl.len().cast(pl.Int64).alias("updates"))
-    return (st.join(cnt, on="cdev", how="left").with_columns(
-        pl.col("updates").fill_null(0), (100.0 * pl.col("active_ns") / pl.col("known_ns")).alias("active_pct"))
-        .select("cdev", "updates", "mean_state", "max_state", "active_ns", "active_pct", "known_ns").sort("cdev"))
+    st = iv.group_by("cdev").agg(
+        ((pl.col("state") * w).sum() / w.sum()).alias("mean_state"),
+        pl.col("state").max().alias("max_state"),
+        pl.col("dur").sum().alias("known_ns"),
+        pl.col("dur").filter(pl.col("state") > 0).sum().alias("active_ns"),
+    )
+    cnt = (
+        ev.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
+        .group_by("cdev")
+        .agg(pl.len().cast(pl.Int64).alias("updates"))
+    )
+    return (
+        st.join(cnt, on="cdev", how="left")
+        .with_columns(
+            pl.col("updates").fill_null(0), (100.0 * pl.col("active_ns") / pl.col("known_ns")).alias("active_pct")
+        )
+        .select("cdev", "updates", "mean_state", "max_state", "active_ns", "active_pct", "known_ns")
+        .sort("cdev")
+    )
 
 
-def df_power_allocator(allocator: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None) -> pl.DataFrame:
+def df_power_allocator(
+    allocator: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None
+) -> pl.DataFrame:
     """The power allocator's budget per thermal zone id (``zone_id``, null when the event has none): samples,
     mean_req_power_mw, mean_granted_power_mw, mean_max_allocatable_power_mw (plain means of the events in the
     window: one per governor run), control_temp_c (current + delta temperature, last value), mean_current_temp_c.
@@ -116,36 +188,58 @@ def df_power_allocator(allocator: pl.DataFrame, *, start_ns: int | None = None, 
         a = a.filter(pl.col("ts") >= start_ns)
     if end_ns is not None:
         a = a.filter(pl.col("ts") < end_ns)
+
     def col(*names: str) -> pl.Expr:  # field names differ across kernel versions (tz_id, current_temp, ...)
         return next((pl.col(n).cast(pl.Float64) for n in names if n in a.columns), pl.lit(None, pl.Float64))
 
     cur, delta = col("current_temperature", "current_temp"), col("delta_temperature", "delta_temp")
-    return a.with_columns(col("thermal_zone_id", "tz_id").cast(pl.Int64).alias("zone_id")).sort("ts").group_by(
-        "zone_id").agg(
-        pl.len().cast(pl.Int64).alias("samples"),
-        col("total_req_power").mean().alias("mean_req_power_mw"),
-        col("total_granted_power").mean().alias("mean_granted_power_mw"),
-        col("max_allocatable_power").mean().alias("mean_max_allocatable_power_mw"),
-        ((cur + delta).last() / 1000.0).alias("control_temp_c"),
-        (cur.mean() / 1000.0).alias("mean_current_temp_c"),
-    ).sort("zone_id")
+    return (
+        a.with_columns(col("thermal_zone_id", "tz_id").cast(pl.Int64).alias("zone_id"))
+        .sort("ts")
+        .group_by("zone_id")
+        .agg(
+            pl.len().cast(pl.Int64).alias("samples"),
+            col("total_req_power").mean().alias("mean_req_power_mw"),
+            col("total_granted_power").mean().alias("mean_granted_power_mw"),
+            col("max_allocatable_power").mean().alias("mean_max_allocatable_power_mw"),
+            ((cur + delta).last() / 1000.0).alias("control_temp_c"),
+            (cur.mean() / 1000.0).alias("mean_current_temp_c"),
+        )
+        .sort("zone_id")
+    )
 
 
 def df_cpu_limits(cpu_limit: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None) -> pl.DataFrame:
     """CPU frequency caps set by the power allocator, per CPU mask (``cpus``, as the event prints it): updates,
     mean_freq_limit_khz and mean_cdev_state (time-weighted over the known time), min_freq_limit_khz.
     Events: thermal_power_cpu_limit."""
-    ev = cpu_limit.select(pl.col("ts").cast(pl.Int64), pl.col("cpus").cast(pl.Utf8),
-                          pl.col("freq").cast(pl.Int64).alias("freq_khz"), pl.col("cdev_state").cast(pl.Int64))
+    ev = cpu_limit.select(
+        pl.col("ts").cast(pl.Int64),
+        pl.col("cpus").cast(pl.Utf8),
+        pl.col("freq").cast(pl.Int64).alias("freq_khz"),
+        pl.col("cdev_state").cast(pl.Int64),
+    )
     start_ns, end_ns = window_of(ev, start_ns, end_ns)
-    iv = df_intervals(ev, ["freq_khz", "cdev_state"], keys="cpus", start_ns=start_ns, end_ns=end_ns).drop_nulls("freq_khz")
+    iv = df_intervals(ev, ["freq_khz", "cdev_state"], keys="cpus", start_ns=start_ns, end_ns=end_ns).drop_nulls(
+        "freq_khz"
+    )
     w = pl.col("dur").cast(pl.Float64)
-    cnt = ev.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns)).group_by("cpus").agg(
-        pl.len().cast(pl.Int64).alias("updates"))
-    return iv.group_by("cpus").agg(((pl.col("freq_khz") * w).sum() / w.sum()).alias("mean_freq_limit_khz"),
-                                   ((pl.col("cdev_state") * w).sum() / w.sum()).alias("mean_cdev_state"),
-                                   pl.col("freq_khz").min().alias("min_freq_limit_khz")
-                                   ).join(cnt, on="cpus", how="left").with_columns(pl.col("updates").fill_null(0)).sort("cpus")
+    cnt = (
+        ev.filter((pl.col("ts") >= start_ns) & (pl.col("ts") < end_ns))
+        .group_by("cpus")
+        .agg(pl.len().cast(pl.Int64).alias("updates"))
+    )
+    return (
+        iv.group_by("cpus")
+        .agg(
+            ((pl.col("freq_khz") * w).sum() / w.sum()).alias("mean_freq_limit_khz"),
+            ((pl.col("cdev_state") * w).sum() / w.sum()).alias("mean_cdev_state"),
+            pl.col("freq_khz").min().alias("min_freq_limit_khz"),
+        )
+        .join(cnt, on="cpus", how="left")
+        .with_columns(pl.col("updates").fill_null(0))
+        .sort("cpus")
+    )
 
 
 class ThermalAnalysis:
@@ -204,47 +298,97 @@ def summary(trace) -> dict:
     temps = ta.df_zone_temperatures()
     if not temps.is_empty():
         out["threshold_c"] = THRESHOLD_C
-        out["zones"] = _rows(ta.df_zone_stats(), "zone", ("samples", "kernel_samples", "marker_samples", "mean_c",
-                                                          "max_c", "min_c", "above_threshold_pct"))
+        out["zones"] = _rows(
+            ta.df_zone_stats(),
+            "zone",
+            ("samples", "kernel_samples", "marker_samples", "mean_c", "max_c", "min_c", "above_threshold_pct"),
+        )
     if "thermal_zone_trip" in trace.tables:
         trips = ta.df_trips()
-        out["trips"] = {str(z): int(n) for z, n in trips.group_by(pl.col("thermal_zone").cast(pl.Utf8)).len().iter_rows()}
+        out["trips"] = {
+            str(z): int(n) for z, n in trips.group_by(pl.col("thermal_zone").cast(pl.Utf8)).len().iter_rows()
+        }
     if "cdev_update" in trace.tables:
         out["cooling_devices"] = _rows(ta.df_cdev_stats(), "cdev", ("updates", "mean_state", "max_state", "active_pct"))
     if "thermal_power_allocator" in trace.tables:
         pa = ta.df_power_allocator().with_columns(pl.col("zone_id").cast(pl.Utf8).fill_null("none"))
-        out["power_allocator"] = _rows(pa, "zone_id", ("samples", "mean_req_power_mw", "mean_granted_power_mw",
-                                                       "mean_max_allocatable_power_mw", "control_temp_c",
-                                                       "mean_current_temp_c"))
+        out["power_allocator"] = _rows(
+            pa,
+            "zone_id",
+            (
+                "samples",
+                "mean_req_power_mw",
+                "mean_granted_power_mw",
+                "mean_max_allocatable_power_mw",
+                "control_temp_c",
+                "mean_current_temp_c",
+            ),
+        )
     if "thermal_power_cpu_limit" in trace.tables:
-        out["cpu_limits"] = _rows(ta.df_cpu_limits(), "cpus", ("updates", "mean_freq_limit_khz", "min_freq_limit_khz",
-                                                               "mean_cdev_state"))
+        out["cpu_limits"] = _rows(
+            ta.df_cpu_limits(), "cpus", ("updates", "mean_freq_limit_khz", "min_freq_limit_khz", "mean_cdev_state")
+        )
     return out
 
 
 # --------------------------------------------------------------------------------------------
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
-_Z = ("of the thermal zone (named by its type; thermal_temperature events and abtest's sampler's readings), "
-      "over the time its temperature is known")
-ZONE_MEAN_C = MetricSpec("thermal.zone.{zone}.mean_c", "°C", Direction.NONE, Aggregation.MEAN, Grouping.ZONE,
-                         title="mean temperature", description=f"Time-weighted mean temperature {_Z}.",
-                         window=WindowCombine.TIME)
-ZONE_MAX_C = MetricSpec("thermal.zone.{zone}.max_c", "°C", Direction.NONE, Aggregation.MEAN, Grouping.ZONE,
-                        title="max temperature", description="Highest temperature sample of the zone in the window.",
-                        window=WindowCombine.MAX)
-ZONE_ABOVE_PCT = MetricSpec("thermal.zone.{zone}.above_threshold_pct", "%", Direction.NONE, Aggregation.MEAN,
-                            Grouping.ZONE, title=f"time above {THRESHOLD_C:g} °C",
-                            description=f"Share of the known time the zone was above {THRESHOLD_C:g} °C.",
-                            window=WindowCombine.TIME)
-CDEV_MEAN_STATE = MetricSpec("thermal.cdev.{cdev}.mean_state", "", Direction.NONE, Aggregation.MEAN,
-                             Grouping.COOLING_DEVICE, title="cooling state",
-                             description="Time-weighted mean state of the cooling device (cdev_update target; 0 = not "
-                                         "throttling) over the time it is known.", window=WindowCombine.TIME)
-CDEV_ACTIVE_PCT = MetricSpec("thermal.cdev.{cdev}.active_pct", "%", Direction.NONE, Aggregation.MEAN,
-                             Grouping.COOLING_DEVICE, title="throttling time",
-                             description="Share of the known time the cooling device was in a state > 0 (throttling).",
-                             window=WindowCombine.TIME)
+_Z = (
+    "of the thermal zone (named by its type; thermal_temperature events and abtest's sampler's readings), "
+    "over the time its temperature is known"
+)
+ZONE_MEAN_C = MetricSpec(
+    "thermal.zone.{zone}.mean_c",
+    "°C",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.ZONE,
+    title="mean temperature",
+    description=f"Time-weighted mean temperature {_Z}.",
+    window=WindowCombine.TIME,
+)
+ZONE_MAX_C = MetricSpec(
+    "thermal.zone.{zone}.max_c",
+    "°C",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.ZONE,
+    title="max temperature",
+    description="Highest temperature sample of the zone in the window.",
+    window=WindowCombine.MAX,
+)
+ZONE_ABOVE_PCT = MetricSpec(
+    "thermal.zone.{zone}.above_threshold_pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.ZONE,
+    title=f"time above {THRESHOLD_C:g} °C",
+    description=f"Share of the known time the zone was above {THRESHOLD_C:g} °C.",
+    window=WindowCombine.TIME,
+)
+CDEV_MEAN_STATE = MetricSpec(
+    "thermal.cdev.{cdev}.mean_state",
+    "",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.COOLING_DEVICE,
+    title="cooling state",
+    description="Time-weighted mean state of the cooling device (cdev_update target; 0 = not "
+    "throttling) over the time it is known.",
+    window=WindowCombine.TIME,
+)
+CDEV_ACTIVE_PCT = MetricSpec(
+    "thermal.cdev.{cdev}.active_pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.COOLING_DEVICE,
+    title="throttling time",
+    description="Share of the known time the cooling device was in a state > 0 (throttling).",
+    window=WindowCombine.TIME,
+)
 
 METRICS = (ZONE_MEAN_C, ZONE_MAX_C, ZONE_ABOVE_PCT, CDEV_MEAN_STATE, CDEV_ACTIVE_PCT)
 
@@ -259,10 +403,15 @@ def metrics(trace, options=None) -> list[MetricValue]:
         raise MissingEventsError("thermal", ["thermal_temperature"], str(trace.path))
     if not temps.is_empty():
         for r in ta.df_zone_stats().iter_rows(named=True):  # one row per zone
-            out += [MetricValue(ZONE_MEAN_C, float(r["mean_c"]), r["zone"]), MetricValue(ZONE_MAX_C, float(r["max_c"]), r["zone"]),
-                    MetricValue(ZONE_ABOVE_PCT, float(r["above_threshold_pct"]), r["zone"])]
+            out += [
+                MetricValue(ZONE_MEAN_C, float(r["mean_c"]), r["zone"]),
+                MetricValue(ZONE_MAX_C, float(r["max_c"]), r["zone"]),
+                MetricValue(ZONE_ABOVE_PCT, float(r["above_threshold_pct"]), r["zone"]),
+            ]
     if "cdev_update" in trace.tables:
         for r in ta.df_cdev_stats().iter_rows(named=True):  # one row per cooling device
-            out += [MetricValue(CDEV_MEAN_STATE, float(r["mean_state"]), r["cdev"]),
-                    MetricValue(CDEV_ACTIVE_PCT, float(r["active_pct"]), r["cdev"])]
+            out += [
+                MetricValue(CDEV_MEAN_STATE, float(r["mean_state"]), r["cdev"]),
+                MetricValue(CDEV_ACTIVE_PCT, float(r["active_pct"]), r["cdev"]),
+            ]
     return out

@@ -11,6 +11,7 @@ from its first running window on.
 Approximations: WALT's per-CPU accounting of waiting time, the ``sched_ravg_window`` tunables other than
 window size and N, frequency sampling at IRQ/tick time and idle-exit accounting are not modelled.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -21,14 +22,22 @@ from abtest.analysis.pelt_sim import cpu_scale_spec, df_cpu_running, df_cpu_scal
 EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("cpu_frequency",)
 
-__all__ = ["EVENTS", "OPTIONAL_EVENTS", "df_window_demand", "df_pelt_vs_window", "df_ramp_times",
-           "plot_pelt_vs_window"]
+__all__ = ["EVENTS", "OPTIONAL_EVENTS", "df_window_demand", "df_pelt_vs_window", "df_ramp_times", "plot_pelt_vs_window"]
 
 
-def df_window_demand(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame | None = None,
-                     platform: dict | None = None, start_ns: int | None = None, end_ns: int | None = None,
-                     window_ms: float = 20.0, n_windows: int = 5, pids: list[int] | None = None,
-                     unknown_freq: str = "max", backend: str = "native") -> pl.DataFrame:
+def df_window_demand(
+    sched_switch: pl.DataFrame,
+    *,
+    cpu_frequency: pl.DataFrame | None = None,
+    platform: dict | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    window_ms: float = 20.0,
+    n_windows: int = 5,
+    pids: list[int] | None = None,
+    unknown_freq: str = "max",
+    backend: str = "native",
+) -> pl.DataFrame:
     """Per task and window: ``pid, window (index), window_start_ns, window_end_ns, running_ns (raw),
     window_load (0..1024, scaled), demand`` (0..1024: the demand in force *after* this window's rollover,
     i.e. from window_end_ns until the next rollover). ``backend``: "native" (native/sim/src/window.rs) or
@@ -38,42 +47,70 @@ def df_window_demand(sched_switch: pl.DataFrame, *, cpu_frequency: pl.DataFrame 
     win = int(window_ms * 1e6)
     if win <= 0:
         raise ValueError(f"window_ms must be > 0, got {window_ms}")
-    cpus = sorted(set(sched_switch["cpu"].unique().drop_nulls().cast(pl.Int32).to_list()) |
-                  {c["cpu"] for c in (platform or {}).get("cpus", [])})
+    cpus = sorted(
+        set(sched_switch["cpu"].unique().drop_nulls().cast(pl.Int32).to_list())
+        | {c["cpu"] for c in (platform or {}).get("cpus", [])}
+    )
     if backend == "native":
         from abtest.analysis import sim_native
+
         spec = cpu_scale_spec(cpu_frequency, platform=platform, cpus=cpus, unknown_freq=unknown_freq)
-        return sim_native.window_demand(sched_switch, spec=spec, start_ns=start_ns, end_ns=end_ns,
-                                        cpu_frequency=cpu_frequency, window_ns=win, n_windows=n_windows, pids=pids)
+        return sim_native.window_demand(
+            sched_switch,
+            spec=spec,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            cpu_frequency=cpu_frequency,
+            window_ns=win,
+            n_windows=n_windows,
+            pids=pids,
+        )
     run = df_cpu_running(sched_switch, start_ns=start_ns, end_ns=end_ns, cpus=cpus).filter(pl.col("pid") > 0)
-    scale = df_cpu_scale(cpu_frequency, platform=platform, cpus=cpus, start_ns=start_ns, end_ns=end_ns,
-                         unknown_freq=unknown_freq)
+    scale = df_cpu_scale(
+        cpu_frequency, platform=platform, cpus=cpus, start_ns=start_ns, end_ns=end_ns, unknown_freq=unknown_freq
+    )
     pieces = df_intervals_join(run.select("cpu", "ts", "dur", "pid"), scale, keys="cpu")
     if pids is not None:
         pieces = pieces.filter(pl.col("pid").is_in(pids))
     # split running pieces at window boundaries
     pieces = pieces.with_columns(
         ((pl.col("ts") - start_ns) // win).alias("_w0"),
-        ((pl.col("ts") + pl.col("dur") - 1 - start_ns) // win).alias("_w1"))
+        ((pl.col("ts") + pl.col("dur") - 1 - start_ns) // win).alias("_w1"),
+    )
     pieces = pieces.with_columns(pl.int_ranges("_w0", pl.col("_w1") + 1).alias("window")).explode("window")
     wstart = pl.col("window") * win + start_ns
-    overlap = (pl.min_horizontal(pl.col("ts") + pl.col("dur"), wstart + win) - pl.max_horizontal("ts", wstart))
-    per = (pieces.with_columns(overlap.alias("_ov"))
-           .group_by("pid", "window").agg(pl.col("_ov").sum().alias("running_ns"),
-                                          (pl.col("_ov") * pl.col("scale")).sum().alias("_scaled")))
+    overlap = pl.min_horizontal(pl.col("ts") + pl.col("dur"), wstart + win) - pl.max_horizontal("ts", wstart)
+    per = (
+        pieces.with_columns(overlap.alias("_ov"))
+        .group_by("pid", "window")
+        .agg(pl.col("_ov").sum().alias("running_ns"), (pl.col("_ov") * pl.col("scale")).sum().alias("_scaled"))
+    )
     n_win = max(1, -(-(end_ns - start_ns) // win))
     spans = per.group_by("pid").agg(pl.col("window").min().alias("_first"))
-    grid = (spans.with_columns(pl.int_ranges("_first", n_win).alias("window")).explode("window").drop("_first")
-            .with_columns(pl.col("window").cast(per.schema["window"])))
-    out = grid.join(per, on=["pid", "window"], how="left").with_columns(
-        pl.col("running_ns").fill_null(0), pl.col("_scaled").fill_null(0.0)).sort("pid", "window")
+    grid = (
+        spans.with_columns(pl.int_ranges("_first", n_win).alias("window"))
+        .explode("window")
+        .drop("_first")
+        .with_columns(pl.col("window").cast(per.schema["window"]))
+    )
+    out = (
+        grid.join(per, on=["pid", "window"], how="left")
+        .with_columns(pl.col("running_ns").fill_null(0), pl.col("_scaled").fill_null(0.0))
+        .sort("pid", "window")
+    )
     load = pl.col("_scaled") / win  # capacity units (scale is 0..1024)
     out = out.with_columns(load.alias("window_load"))
     avg = pl.col("window_load").rolling_mean(window_size=n_windows, min_samples=1).over("pid")
     out = out.with_columns(pl.max_horizontal(avg, pl.col("window_load")).alias("demand"))
-    return out.select("pid", "window", (pl.col("window") * win + start_ns).alias("window_start_ns"),
-                      pl.min_horizontal(pl.col("window") * win + start_ns + win, pl.lit(end_ns)).alias("window_end_ns"),
-                      "running_ns", "window_load", "demand")
+    return out.select(
+        "pid",
+        "window",
+        (pl.col("window") * win + start_ns).alias("window_start_ns"),
+        pl.min_horizontal(pl.col("window") * win + start_ns + win, pl.lit(end_ns)).alias("window_end_ns"),
+        "running_ns",
+        "window_load",
+        "demand",
+    )
 
 
 def df_pelt_vs_window(pelt_task: pl.DataFrame, demand: pl.DataFrame, pid: int, *, grid_ms: float = 1.0) -> pl.DataFrame:
@@ -84,9 +121,13 @@ def df_pelt_vs_window(pelt_task: pl.DataFrame, demand: pl.DataFrame, pid: int, *
     ``demand``: df_window_demand output (held from each rollover).
     """
     from abtest.analysis.pelt_sim import sample_signal
+
     p = pelt_task.filter(pl.col("pid") == pid).sort("ts")
-    d = (demand.filter(pl.col("pid") == pid)
-         .select(pl.col("window_end_ns").alias("ts"), pl.col("demand").alias("window_demand")).sort("ts"))
+    d = (
+        demand.filter(pl.col("pid") == pid)
+        .select(pl.col("window_end_ns").alias("ts"), pl.col("demand").alias("window_demand"))
+        .sort("ts")
+    )
     pts = [p.select("ts"), d.select("ts")]
     if "x_util" in p.columns and p.height:
         lo, hi = p["ts"].min(), (p["ts"] + p["dur"]).max()
@@ -98,13 +139,18 @@ def df_pelt_vs_window(pelt_task: pl.DataFrame, demand: pl.DataFrame, pid: int, *
         pe = pe.select("ts", pl.col("sim_util").alias("pelt_util")).sort("ts")
         out = axis.join(pe, on="ts", how="left")
     else:
-        out = axis.join_asof(p.select("ts", pl.col("util").cast(pl.Float64).alias("pelt_util")), on="ts",
-                             strategy="backward")
+        out = axis.join_asof(
+            p.select("ts", pl.col("util").cast(pl.Float64).alias("pelt_util")), on="ts", strategy="backward"
+        )
     return out.join_asof(d, on="ts", strategy="backward").with_columns(pl.col("window_demand").fill_null(0.0))
 
 
-def df_ramp_times(signals: pl.DataFrame, *, columns: tuple[str, ...] = ("pelt_util", "window_demand"),
-                  levels_pct: tuple[float, ...] = (50.0, 90.0)) -> pl.DataFrame:
+def df_ramp_times(
+    signals: pl.DataFrame,
+    *,
+    columns: tuple[str, ...] = ("pelt_util", "window_demand"),
+    levels_pct: tuple[float, ...] = (50.0, 90.0),
+) -> pl.DataFrame:
     """Ramp-up and ramp-down of each signal column of df_pelt_vs_window.
 
     Ramp-up to L %: time (ms) from the first ts to the first ts where the signal reaches L % of its maximum.
@@ -119,18 +165,28 @@ def df_ramp_times(signals: pl.DataFrame, *, columns: tuple[str, ...] = ("pelt_ut
         t_max = s.filter(pl.col("v") == vmax)["ts"].min() if vmax > 0 else None
         for lvl in levels_pct:
             up = s.filter(pl.col("v") >= vmax * lvl / 100.0)["ts"].min() if vmax > 0 else None
-            down = (s.filter((pl.col("ts") > t_max) & (pl.col("v") <= vmax * (100.0 - lvl) / 100.0))["ts"].min()
-                    if t_max is not None else None)
-            rows.append({"signal": col, "level_pct": lvl,
-                         "ramp_up_ms": None if up is None else (up - t0) / 1e6,
-                         "ramp_down_ms": None if down is None else (down - t_max) / 1e6})
-    return pl.DataFrame(rows, schema={"signal": pl.Utf8, "level_pct": pl.Float64, "ramp_up_ms": pl.Float64,
-                                      "ramp_down_ms": pl.Float64})
+            down = (
+                s.filter((pl.col("ts") > t_max) & (pl.col("v") <= vmax * (100.0 - lvl) / 100.0))["ts"].min()
+                if t_max is not None
+                else None
+            )
+            rows.append(
+                {
+                    "signal": col,
+                    "level_pct": lvl,
+                    "ramp_up_ms": None if up is None else (up - t0) / 1e6,
+                    "ramp_down_ms": None if down is None else (down - t_max) / 1e6,
+                }
+            )
+    return pl.DataFrame(
+        rows, schema={"signal": pl.Utf8, "level_pct": pl.Float64, "ramp_up_ms": pl.Float64, "ramp_down_ms": pl.Float64}
+    )
 
 
 def plot_pelt_vs_window(both: pl.DataFrame, *, title: str = "PELT vs window demand", ax=None):
     """Step plot of df_pelt_vs_window (time in ms from the first point, signals in capacity units)."""
     import matplotlib.pyplot as plt
+
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(9, 3.5))
     t = ((both["ts"] - both["ts"].min()) / 1e6).to_list()
     ax.plot(t, both["pelt_util"].to_list(), drawstyle="steps-post", label="PELT util_avg")

@@ -25,6 +25,7 @@ docs/analysis-speed.md):
 Pure functions: `window_edges` (span -> windows), `df_window_metrics` (trace -> per-window values),
 `df_combine` (per-window values -> one value per key).
 """
+
 from __future__ import annotations
 
 import math
@@ -41,9 +42,17 @@ from abtest.trace.errors import MissingEventsError
 
 DEFAULT_HISTORY_S = 2.0
 
-_PER_WINDOW_SCHEMA = {"window": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "analysis": pl.Utf8,
-                      "key": pl.Utf8, "key_template": pl.Utf8, "group": pl.Utf8, "value": pl.Float64,
-                      "known_s": pl.Float64}
+_PER_WINDOW_SCHEMA = {
+    "window": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "analysis": pl.Utf8,
+    "key": pl.Utf8,
+    "key_template": pl.Utf8,
+    "group": pl.Utf8,
+    "value": pl.Float64,
+    "known_s": pl.Float64,
+}
 
 
 def window_edges(start_ns: int, end_ns: int, window_ns: int) -> list[tuple[int, int]]:
@@ -68,11 +77,23 @@ def _window_rows(trace, index: int, lo: int, hi: int, history_ns: int, analyses,
         except (MissingEventsError, ValueError):
             continue
         except Exception as e:  # noqa: BLE001 - named with its window, never dropped silently
-            raise WindowAnalysisError(f"{trace.path}: analysis {a.name} failed on window {index} "
-                                      f"[{lo}, {hi}) ns: {type(e).__name__}: {e}") from e
-        rows += [{"window": index, "start_ns": lo, "end_ns": hi, "analysis": a.name, "key": v.key,
-                  "key_template": v.spec.key, "group": v.group, "value": float(v.value), "known_s": v.known_s}
-                 for v in vals]
+            raise WindowAnalysisError(
+                f"{trace.path}: analysis {a.name} failed on window {index} [{lo}, {hi}) ns: {type(e).__name__}: {e}"
+            ) from e
+        rows += [
+            {
+                "window": index,
+                "start_ns": lo,
+                "end_ns": hi,
+                "analysis": a.name,
+                "key": v.key,
+                "key_template": v.spec.key,
+                "group": v.group,
+                "value": float(v.value),
+                "known_s": v.known_s,
+            }
+            for v in vals
+        ]
     return rows
 
 
@@ -85,10 +106,16 @@ def _worker(trace, windows: list[tuple[int, int, int]], history_ns: int, names: 
     return rows
 
 
-def df_window_metrics(trace, window_s: float, *, history_s: float = DEFAULT_HISTORY_S,
-                      analyses: Iterable[str] | None = None,
-                      options: registry.MetricOptions = registry.MetricOptions(), jobs: int = 1,
-                      on_window: Callable[[int, int], None] | None = None) -> pl.DataFrame:
+def df_window_metrics(
+    trace,
+    window_s: float,
+    *,
+    history_s: float = DEFAULT_HISTORY_S,
+    analyses: Iterable[str] | None = None,
+    options: registry.MetricOptions = registry.MetricOptions(),
+    jobs: int = 1,
+    on_window: Callable[[int, int], None] | None = None,
+) -> pl.DataFrame:
     """The declared metrics of every `window_s`-second window of the trace (abtest.session.Trace; its
     window, if any, is the span cut into windows).
 
@@ -100,8 +127,7 @@ def df_window_metrics(trace, window_s: float, *, history_s: float = DEFAULT_HIST
     """
     if trace.start_ns is None or trace.end_ns is None:
         raise ValueError(f"{trace.path}: no events, no span to cut into windows")
-    chosen = [registry.BY_NAME[n] for n in analyses] if analyses else \
-        list(registry.TRACE_ANALYSES) + [registry.POWER]
+    chosen = [registry.BY_NAME[n] for n in analyses] if analyses else list(registry.TRACE_ANALYSES) + [registry.POWER]
     edges = window_edges(trace.start_ns, trace.end_ns, int(round(window_s * 1e9)))
     history_ns = int(round(history_s * 1e9))
     # every task name in every window (a name's top-N rank and the minimum wakeup count are properties of
@@ -134,20 +160,31 @@ def df_combine(per_window: pl.DataFrame, *, min_task_wakeups: int = 10) -> pl.Da
 
     RATE keys count 0 in the windows where their analysis gave values but not to them; an event-weighted
     per-task or per-cgroup key is kept when its events over the span number at least `min_task_wakeups`
-    (the windows are analysed with no minimum and every task name). Returns analysis, key, key_template, group, value, unit, direction, aggregation, window (the
+    (the windows are analysed with no minimum and every task name). Returns analysis, key, key_template, group, value,
+    unit, direction, aggregation, window (the
     WindowCombine), exact (the combination is exact: see the module docstring for the per-window part),
     windows (how many windows had a value)."""
-    schema = {"analysis": pl.Utf8, "key": pl.Utf8, "key_template": pl.Utf8, "group": pl.Utf8, "value": pl.Float64,
-              "unit": pl.Utf8, "direction": pl.Utf8, "aggregation": pl.Utf8, "window": pl.Utf8,
-              "exact": pl.Boolean, "windows": pl.Int64}
+    schema = {
+        "analysis": pl.Utf8,
+        "key": pl.Utf8,
+        "key_template": pl.Utf8,
+        "group": pl.Utf8,
+        "value": pl.Float64,
+        "unit": pl.Utf8,
+        "direction": pl.Utf8,
+        "aggregation": pl.Utf8,
+        "window": pl.Utf8,
+        "exact": pl.Boolean,
+        "windows": pl.Int64,
+    }
     if per_window.is_empty():
         return pl.DataFrame(schema=schema)
-    pw = per_window.with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e9).alias("dur_s"),
-                                 pl.col("group").fill_null(""))
+    pw = per_window.with_columns(
+        ((pl.col("end_ns") - pl.col("start_ns")) / 1e9).alias("dur_s"), pl.col("group").fill_null("")
+    )
     # per analysis, the time of the windows in which it gave any value (the denominator of RATE keys)
     ran_s = dict(pw.unique(["analysis", "window"]).group_by("analysis").agg(pl.col("dur_s").sum()).iter_rows())
-    rates = pw.select("window", "group", pl.col("key_template").alias("weight_template"),
-                      pl.col("value").alias("rate"))
+    rates = pw.select("window", "group", pl.col("key_template").alias("weight_template"), pl.col("value").alias("rate"))
     out = []
     for (template,), part in pw.group_by(["key_template"], maintain_order=True):
         spec = registry.spec(template)
@@ -155,8 +192,9 @@ def df_combine(per_window: pl.DataFrame, *, min_task_wakeups: int = 10) -> pl.Da
         if how is None:
             raise ValueError(f"metric {template!r} declares no window combination (MetricSpec.window)")
         if spec.window_weight and how in (WindowCombine.EVENTS, WindowCombine.EVENTS_GEO, WindowCombine.QUANTILE):
-            part = part.join(rates.filter(pl.col("weight_template") == spec.window_weight),
-                             on=["window", "group"], how="left")
+            part = part.join(
+                rates.filter(pl.col("weight_template") == spec.window_weight), on=["window", "group"], how="left"
+            )
             part = part.with_columns((pl.col("rate").fill_null(0.0) * pl.col("dur_s")).alias("w"))
         elif how is WindowCombine.TIME:  # each window's known time when reported, else its length
             part = part.with_columns(pl.coalesce("known_s", "dur_s").alias("w"))
@@ -172,10 +210,21 @@ def df_combine(per_window: pl.DataFrame, *, min_task_wakeups: int = 10) -> pl.Da
             else:
                 value = _combine(how, g["value"].to_list(), g["w"].to_list())
             exact = spec.exact_combination or (how is WindowCombine.TIME and g["known_s"].null_count() == 0)
-            out.append({"analysis": g["analysis"][0], "key": key, "key_template": template,
-                        "group": g["group"][0] or None, "value": value,
-                        "unit": spec.unit, "direction": spec.direction.value, "aggregation": spec.aggregation.value,
-                        "window": how.value, "exact": exact, "windows": g.height})
+            out.append(
+                {
+                    "analysis": g["analysis"][0],
+                    "key": key,
+                    "key_template": template,
+                    "group": g["group"][0] or None,
+                    "value": value,
+                    "unit": spec.unit,
+                    "direction": spec.direction.value,
+                    "aggregation": spec.aggregation.value,
+                    "window": how.value,
+                    "exact": exact,
+                    "windows": g.height,
+                }
+            )
     return pl.DataFrame(out, schema=schema)
 
 
@@ -197,8 +246,10 @@ def _combine(how: WindowCombine, values: list[float], weights: list[float]) -> f
     return sum(v * w for v, w in zip(values, weights) if w > 0) / total
 
 
-def windowed_metrics(trace, window_s: float, *, options: registry.MetricOptions = registry.MetricOptions(),
-                     **kwargs) -> pl.DataFrame:
+def windowed_metrics(
+    trace, window_s: float, *, options: registry.MetricOptions = registry.MetricOptions(), **kwargs
+) -> pl.DataFrame:
     """df_combine(df_window_metrics(...)): the trace's declared metrics in bounded memory."""
-    return df_combine(df_window_metrics(trace, window_s, options=options, **kwargs),
-                      min_task_wakeups=options.min_task_wakeups)
+    return df_combine(
+        df_window_metrics(trace, window_s, options=options, **kwargs), min_task_wakeups=options.min_task_wakeups
+    )

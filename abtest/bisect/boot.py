@@ -12,12 +12,13 @@ Per target kind (the target file's optional [bisect] table):
   ([bisect] recover_timeout_s, default 60: how long a target that stopped answering is waited for).
 BootFailed: skip this revision. TargetDead: abort the bisection (its state is kept).
 """
+
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from abtest.collectors.orchestrate import TargetProvider
 from abtest.targets.base import Target, TargetError, TargetTimeout
@@ -62,8 +63,9 @@ class RevisionProvider:
             self._drop(label.name)
             return self._qemu(label.name)
         try:
-            self._target.wait_until_back(float(self.opts.get("recover_timeout_s", 60) if timeout_s is None
-                                               else timeout_s))
+            self._target.wait_until_back(
+                float(self.opts.get("recover_timeout_s", 60) if timeout_s is None else timeout_s)
+            )
         except TargetError as e:
             raise TargetDead(f"{self.cfg.name} does not answer: {e}") from e
         return self._target
@@ -90,8 +92,14 @@ class RevisionProvider:
         old_boot = t.read_file("/proc/sys/kernel/random/boot_id").strip() if self.opts.get("reboot") else ""
         self.log(f"installing {label} ({hook})")
         try:
-            r = subprocess.run(hook, shell=True, env=env, capture_output=True, text=True,
-                               timeout=float(self.opts.get("install_timeout_s", 1800)))
+            r = subprocess.run(
+                hook,
+                shell=True,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=float(self.opts.get("install_timeout_s", 1800)),
+            )
         except subprocess.TimeoutExpired as e:
             raise BootFailed(f"{label}: install hook timed out") from e
         if r.returncode != 0:
@@ -124,8 +132,13 @@ class RevisionProvider:
         initrd = build_initramfs(kernel, tuple(q.get("extra_binaries", ())))
         while len(self._vms) >= 2:
             self._drop(next(iter(self._vms)))
-        vm = QemuVM(kernel, initrd, memory_mb=int(q.get("memory_mb", 512)), smp=int(q.get("smp", 2)),
-                    append=f"{q.get('append', '')} {cmdline}".strip())
+        vm = QemuVM(
+            kernel,
+            initrd,
+            memory_mb=int(q.get("memory_mb", 512)),
+            smp=int(q.get("smp", 2)),
+            append=f"{q.get('append', '')} {cmdline}".strip(),
+        )
         self.log(f"booting {label} under QEMU ({cmdline or 'default command line'})")
         try:
             vm.start(timeout_s=float(q.get("boot_timeout_s", 120)))
@@ -142,8 +155,10 @@ class RevisionProvider:
     def _package(self) -> str:
         pkg = self.opts.get("package") or next((b.package for b in self.cfg.boot.values() if b.package), "")
         if not pkg:
-            raise TargetDead(f"{self.cfg.name}: a qemu target needs [bisect] package = \"linux-image-...\" "
-                             "(or a [boot.*] package) when the build leaves no bzImage")
+            raise TargetDead(
+                f'{self.cfg.name}: a qemu target needs [bisect] package = "linux-image-..." '
+                "(or a [boot.*] package) when the build leaves no bzImage"
+            )
         return pkg
 
     def _drop(self, label: str) -> None:

@@ -6,6 +6,7 @@ revision's full hash and the output directory, in the repository, with the same 
 target boots (see abtest.bisect.boot): e.g. `bzImage` and/or `cmdline` for QEMU, anything the target file's
 install hook uses for ssh/adb/local. A non-zero exit or a timeout is a build failure: the revision is skipped.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,15 @@ def build(cfg: Config, store: Path, sha: str) -> Path:
     argv = shlex.split(cfg.build) + [sha, str(tmp)]
     env = {**os.environ, "ABTEST_REV": sha, "ABTEST_OUT": str(tmp), "ABTEST_REPO": str(cfg.repo)}
     try:
-        r = subprocess.run(argv, cwd=cfg.repo, env=env, capture_output=True, text=True, timeout=cfg.build_timeout_s,
-                           stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            argv,
+            cwd=cfg.repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=cfg.build_timeout_s,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise BuildFailed(f"build of {sha[:12]} did not finish within {cfg.build_timeout_s:.0f} s") from e

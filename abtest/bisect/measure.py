@@ -4,10 +4,11 @@ evaluation path (abtest.compare.metrics.iteration_metrics), so `abtest compare` 
 Measurer.collect(labels, runs) brings every label to `runs` complete iterations (interleaved, resuming what a
 killed run left); Measurer.values(label) is the metric's value per complete iteration (metric unit).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from abtest.analysis import registry
 from abtest.bisect.boot import BootFailed, RevisionProvider, TargetDead
@@ -49,8 +50,10 @@ class Measurer:
                 vals, notes = iteration_metrics(it, with_trace=self.cfg.trace)
                 m = vals.get(self.cfg.metric)
                 if m is None:
-                    raise BisectError(f"{it.path}: no metric {self.cfg.metric!r} (it has: "
-                                      f"{', '.join(sorted(vals)[:20]) or 'none'}){'; ' + notes[0] if notes else ''}")
+                    raise BisectError(
+                        f"{it.path}: no metric {self.cfg.metric!r} (it has: "
+                        f"{', '.join(sorted(vals)[:20]) or 'none'}){'; ' + notes[0] if notes else ''}"
+                    )
                 out.append(float(m.value))
                 if self.direction is None:
                     self.direction = m.spec.lower_is_better
@@ -66,9 +69,17 @@ class Measurer:
         for label in builds:
             self._cache.pop(label, None)
         self.provider.builds.update(builds)
-        cc = CollectConfig(target_cfg=self.target_cfg, labels=[LabelSpec(label) for label in builds],
-                           workloads=[self.workload], iterations=runs, store=self.store, resume=True,
-                           trace=self.cfg.trace, analysis_events=self.events(), progress=self.progress)
+        cc = CollectConfig(
+            target_cfg=self.target_cfg,
+            labels=[LabelSpec(label) for label in builds],
+            workloads=[self.workload],
+            iterations=runs,
+            store=self.store,
+            resume=True,
+            trace=self.cfg.trace,
+            analysis_events=self.events(),
+            progress=self.progress,
+        )
         try:
             collect(cc, provider=self.provider, log=self.log)
         except CollectError as e:

@@ -19,6 +19,7 @@ right before it), as `git bisect` reports "one of these commits".
 Every function takes arrays with any leading batch shape (H, R) (R = N + 1 revisions), so the simulation bench
 (bench/bisect_sim.py) runs thousands of histories through the same code as `abtest bisect`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,18 +33,19 @@ MIN_SPREAD = 1e-12  # relative floor of the pooled sd (all runs identical: a ste
 class Evidence:
     """Per-revision sufficient statistics, arrays of shape (..., R): runs, sum and sum of squares of the values
     (the metric's unit), and `untestable` (bool: a build/boot failed or the revision was given up)."""
+
     n: np.ndarray
     s: np.ndarray
     ss: np.ndarray
     untestable: np.ndarray
 
     @classmethod
-    def empty(cls, revisions: int, batch: tuple[int, ...] = ()) -> "Evidence":
+    def empty(cls, revisions: int, batch: tuple[int, ...] = ()) -> Evidence:
         shape = (*batch, revisions)
         return cls(np.zeros(shape, np.int64), np.zeros(shape), np.zeros(shape), np.zeros(shape, bool))
 
     @classmethod
-    def from_runs(cls, runs: list[list[float]], untestable: list[bool] | None = None) -> "Evidence":
+    def from_runs(cls, runs: list[list[float]], untestable: list[bool] | None = None) -> Evidence:
         """One history: runs[i] = the values measured at position i."""
         ev = cls.empty(len(runs))
         for i, xs in enumerate(runs):
@@ -62,6 +64,7 @@ class Posterior:
     culprit: the most probable block's testable position (..., ). confidence: its block probability.
     cdf: P(culprit <= m) = P(position m is bad). mu_good / mu_bad / sd: the model's side means and pooled sd
     (metric unit)."""
+
     prob: np.ndarray
     block: np.ndarray
     culprit: np.ndarray
@@ -102,8 +105,9 @@ def posterior(ev: Evidence) -> Posterior:
     culprit = block.argmax(axis=-1)
     confidence = np.take_along_axis(block, culprit[..., None], axis=-1)[..., 0]
     var, _ = pooled_spread(ev)
-    return Posterior(prob, block, culprit, confidence, cdf, ev.s[..., 0] / n[..., 0], ev.s[..., -1] / n[..., -1],
-                     np.sqrt(var))
+    return Posterior(
+        prob, block, culprit, confidence, cdf, ev.s[..., 0] / n[..., 0], ev.s[..., -1] / n[..., -1], np.sqrt(var)
+    )
 
 
 def change_point_logp(ev: Evidence) -> np.ndarray:
@@ -115,7 +119,7 @@ def change_point_logp(ev: Evidence) -> np.ndarray:
         log p(c) = -(n_tot - 2) / 2 * log(SS_good(c) + SS_bad(c)) - 1/2 * log(n_good(c) * n_bad(c))
     with SS the sum of squared deviations from each side's mean and n its run count."""
     n = ev.n.astype(float)
-    ref = (ev.s[..., :1] / np.maximum(n[..., :1], 1))  # centre on the good endpoint's mean (numerics)
+    ref = ev.s[..., :1] / np.maximum(n[..., :1], 1)  # centre on the good endpoint's mean (numerics)
     s = ev.s - n * ref
     ss = np.maximum(ev.ss - 2 * ref * ev.s + n * ref * ref, 0.0)
     cn, cs, css = np.cumsum(n, -1), np.cumsum(s, -1), np.cumsum(ss, -1)
@@ -123,7 +127,7 @@ def change_point_logp(ev: Evidence) -> np.ndarray:
     ng, sg, ssg = cn[..., :-1], cs[..., :-1], css[..., :-1]  # good side of culprit c = 1..N: positions < c
     nb, sb, ssb = tn - ng, ts - sg, tss - ssg
     with np.errstate(invalid="ignore", divide="ignore"):
-        dev = (np.maximum(ssg - sg * sg / np.maximum(ng, 1), 0.0) + np.maximum(ssb - sb * sb / np.maximum(nb, 1), 0.0))
+        dev = np.maximum(ssg - sg * sg / np.maximum(ng, 1), 0.0) + np.maximum(ssb - sb * sb / np.maximum(nb, 1), 0.0)
     scale = np.maximum(tss, 1e-300)
     dev = np.maximum(dev, MIN_SPREAD * scale)
     logp = np.full(n.shape, -np.inf)
@@ -171,6 +175,7 @@ class SearchRule:
     confirmation's 3 + 3). per_revision_cap: a revision with this many runs is not measured again (the search
     treats it as skipped from then on; its runs still count). stuck_margin: when no eligible position has
     P(bad) within 0.5 +/- (0.5 - stuck_margin), the endpoint with fewer runs is measured (up to twice the cap)."""
+
     confidence: float = 0.95
     batch: int = 2
     confirm_runs: int = 3

@@ -18,11 +18,12 @@ The oracle (classic steps, `abtest bisect oracle`): a revision's runs against th
 says regression (bad) / no change or improvement (good), or `per_step_cap` runs (skip); at the significance level
 `step_alpha`, so that the whole halving takes a wrong turn with probability 1 - confidence at most.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -47,8 +48,9 @@ class Bisector:
         self.store, self.st, self.m, self.log = Path(store), st, measurer, log
         self.cfg = st.config
         self.policy = Policy(min_effect_pct=self.cfg.min_effect_pct)
-        self.step_policy = Policy(alpha=step_alpha(1 - self.cfg.confidence, st.n),
-                                  min_effect_pct=self.cfg.min_effect_pct)
+        self.step_policy = Policy(
+            alpha=step_alpha(1 - self.cfg.confidence, st.n), min_effect_pct=self.cfg.min_effect_pct
+        )
 
     # ---------------------------------------------------------------- helpers
     def save(self) -> None:
@@ -62,8 +64,10 @@ class Bisector:
             return self.cfg.direction == "lower"
         lib = self.st.lower_is_better if self.st.lower_is_better is not None else self.m.direction
         if lib is None:
-            raise S.BisectError(f"metric {self.cfg.metric} declares no direction (better is neither lower nor "
-                                "higher): pass --direction lower|higher")
+            raise S.BisectError(
+                f"metric {self.cfg.metric} declares no direction (better is neither lower nor "
+                "higher): pass --direction lower|higher"
+            )
         return lib
 
     def runs_total(self) -> int:
@@ -161,11 +165,15 @@ class Bisector:
                         self.save()
                     return
                 if v.verdict in (IMPROVEMENT, NO_CHANGE):
-                    raise S.BisectError(f"nothing to bisect: {self.cfg.metric} {v.text} from good to bad "
-                                        f"({_pct(v.delta_pct)}, {len(good)} vs {len(bad)} runs)")
+                    raise S.BisectError(
+                        f"nothing to bisect: {self.cfg.metric} {v.text} from good to bad "
+                        f"({_pct(v.delta_pct)}, {len(good)} vs {len(bad)} runs)"
+                    )
                 if n >= self.cfg.per_step_cap:
-                    raise S.BisectError(f"nothing to bisect: no regression of {self.cfg.metric} shown after {n} "
-                                        f"runs per endpoint ({v.text}, {_pct(v.delta_pct)})")
+                    raise S.BisectError(
+                        f"nothing to bisect: no regression of {self.cfg.metric} shown after {n} "
+                        f"runs per endpoint ({v.text}, {_pct(v.delta_pct)})"
+                    )
             target = ENDPOINT_START if n < ENDPOINT_START else n + self.cfg.batch
             self.log(f"endpoints: measuring good and bad to {target} runs each")
             if not self.measure([0, last], target):
@@ -173,8 +181,12 @@ class Bisector:
 
     def search(self) -> tuple[int, bool]:
         """Posterior search; (culprit position, budget exhausted)."""
-        rule = SearchRule(confidence=self.cfg.confidence, batch=self.cfg.batch, confirm_runs=CONFIRM_RUNS,
-                          per_revision_cap=self.cfg.per_step_cap)
+        rule = SearchRule(
+            confidence=self.cfg.confidence,
+            batch=self.cfg.batch,
+            confirm_runs=CONFIRM_RUNS,
+            per_revision_cap=self.cfg.per_step_cap,
+        )
         while True:
             ev = self.evidence()
             post = posterior(ev)
@@ -186,9 +198,11 @@ class Bisector:
                 self.log("budget exhausted" if nxt >= 0 else "no revision left to measure")
                 return culprit, True
             runs = int(ev.n[nxt]) + self.cfg.batch
-            self.log(f"[{self.runs_total()} runs] culprit so far {self.st.revisions[culprit][:12]} "
-                     f"(P = {float(post.confidence):.3f}); measuring {self.st.revisions[nxt][:12]} "
-                     f"(P(bad) = {float(post.cdf[nxt]):.2f}) to {runs} runs")
+            self.log(
+                f"[{self.runs_total()} runs] culprit so far {self.st.revisions[culprit][:12]} "
+                f"(P = {float(post.confidence):.3f}); measuring {self.st.revisions[nxt][:12]} "
+                f"(P(bad) = {float(post.cdf[nxt]):.2f}) to {runs} runs"
+            )
             self.measure([nxt], runs)
 
     def classic(self) -> tuple[int, bool]:
@@ -246,15 +260,28 @@ class Bisector:
             if n >= CONFIRM_RUNS:
                 v = self.decide(a, b)
                 if v.verdict != "inconclusive" or n >= self.cfg.per_step_cap or self.over_budget():
-                    return {"parent": parent, "verdict": v.verdict, "text": v.text, "delta_pct": v.delta_pct,
-                            "p_welch": v.p_welch, "p_mannwhitney": v.p_mannwhitney, "runs": [len(a), len(b)],
-                            "confirmed": v.verdict == REGRESSION}
+                    return {
+                        "parent": parent,
+                        "verdict": v.verdict,
+                        "text": v.text,
+                        "delta_pct": v.delta_pct,
+                        "p_welch": v.p_welch,
+                        "p_mannwhitney": v.p_mannwhitney,
+                        "runs": [len(a), len(b)],
+                        "confirmed": v.verdict == REGRESSION,
+                    }
             target = max(CONFIRM_RUNS, n + self.cfg.batch)
-            self.log(f"confirming {self.st.revisions[culprit][:12]} against its parent "
-                     f"{self.st.revisions[parent][:12]}: {target} runs each")
+            self.log(
+                f"confirming {self.st.revisions[culprit][:12]} against its parent "
+                f"{self.st.revisions[parent][:12]}: {target} runs each"
+            )
             if not self.measure([parent, culprit], target):
-                return {"parent": parent, "verdict": "untestable", "text": "culprit or parent became untestable",
-                        "confirmed": False}
+                return {
+                    "parent": parent,
+                    "verdict": "untestable",
+                    "text": "culprit or parent became untestable",
+                    "confirmed": False,
+                }
 
     def finish(self, culprit: int, confirm: dict | None, exhausted: bool) -> dict:
         ev = self.evidence()
@@ -264,20 +291,32 @@ class Bisector:
         runs = {revs[i][:12]: int(ev.n[i]) for i in range(self.st.n) if ev.n[i] or ev.untestable[i]}
         parent = confirm["parent"] if confirm else int(parent_of(ev.untestable, np.array(culprit)))
         res = {
-            "culprit": revs[culprit], "subject": self.st.subjects[culprit], "position": culprit,
-            "candidates": [revs[i] for i in members], "probability": float(post.block[culprit]),
-            "parent": revs[parent], "mode": self.cfg.mode, "metric": self.cfg.metric,
+            "culprit": revs[culprit],
+            "subject": self.st.subjects[culprit],
+            "position": culprit,
+            "candidates": [revs[i] for i in members],
+            "probability": float(post.block[culprit]),
+            "parent": revs[parent],
+            "mode": self.cfg.mode,
+            "metric": self.cfg.metric,
             "min_effect_pct": self.cfg.min_effect_pct,
-            "lower_is_better": self.lower_is_better(), "confirmation": confirm, "exhausted": exhausted,
-            "runs_total": int(ev.n.sum()), "revisions_built": int(sum(s != S.UNTESTED for s in self.st.status)),
+            "lower_is_better": self.lower_is_better(),
+            "confirmation": confirm,
+            "exhausted": exhausted,
+            "runs_total": int(ev.n.sum()),
+            "revisions_built": int(sum(s != S.UNTESTED for s in self.st.status)),
             "runs_per_revision": runs,
             "untestable": {r[:12]: w for r, w in self.st.why.items()},
             "labels": {"parent": self.st.label(parent), "culprit": self.st.label(culprit)},
             **self._levels(post),
         }
         self.st.result = res
-        self.st.event("done", culprit=revs[culprit], probability=res["probability"],
-                      confirmed=bool(confirm and confirm.get("confirmed")))
+        self.st.event(
+            "done",
+            culprit=revs[culprit],
+            probability=res["probability"],
+            confirmed=bool(confirm and confirm.get("confirmed")),
+        )
         self.save()
         return res
 

@@ -8,6 +8,7 @@ The runs themselves are never in state.json: they are the store's iterations (wr
 collector), read back on every step, so no completed measurement is lost to a kill. state.json is replaced
 atomically (write to a temporary file, fsync, rename).
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import os
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 STATE_DIR = ".bisect"
@@ -40,6 +41,7 @@ class Config:
     regression. confidence: posterior probability of the culprit block to stop at. max_iterations: run budget of
     the whole bisection (endpoints included). per_step_cap: runs per revision before it is given up ("skip").
     direction: "lower" / "higher" is better, or "" for the metric's declaration."""
+
     good: str
     bad: str
     repo: str
@@ -63,6 +65,7 @@ class BisectState:
     """The whole bisection. revisions: full hashes, position 0 = good, last = bad (first-parent order).
     status: per revision UNTESTED / TESTABLE / UNTESTABLE; why: the reason a revision is untestable.
     log: events (dicts with "utc", "event" and details). result: set when the bisection has finished."""
+
     config: Config
     revisions: list[str]
     subjects: list[str]
@@ -84,7 +87,7 @@ class BisectState:
         return label_of(self.revisions[pos])
 
     def event(self, event: str, **details) -> dict:
-        entry = {"utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "event": event, **details}
+        entry = {"utc": datetime.now(UTC).isoformat(timespec="seconds"), "event": event, **details}
         self.log.append(entry)
         return entry
 
@@ -92,7 +95,7 @@ class BisectState:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, doc: dict) -> "BisectState":
+    def from_json(cls, doc: dict) -> BisectState:
         doc = dict(doc)
         doc["config"] = Config(**doc["config"])
         return cls(**doc)
@@ -152,8 +155,7 @@ def revision_range(repo: str | Path, good: str, bad: str) -> tuple[list[str], li
         raise BisectError(f"--good {good} ({g[:12]}) is not an ancestor of --bad {bad} ({b[:12]})")
     lines = git(repo, "log", "--first-parent", "--reverse", "--format=%H %s", f"{g}..{b}").splitlines()
     hashes = [g] + [ln.split(" ", 1)[0] for ln in lines]
-    subjects = [git(repo, "log", "-1", "--format=%s", g).strip()] + [
-        (ln.split(" ", 1) + [""])[1] for ln in lines]
+    subjects = [git(repo, "log", "-1", "--format=%s", g).strip()] + [(ln.split(" ", 1) + [""])[1] for ln in lines]
     if hashes[-1] != b:
         raise BisectError(f"{good}..{bad}: the first-parent chain from {bad} does not reach {good}")
     return hashes, subjects

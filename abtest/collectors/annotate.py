@@ -17,6 +17,7 @@ analysis reads them from the canonical ``marker`` table (abtest.analysis.meta_ev
 Settings (target file ``[trace]``): ``thermal_sample_s`` (default 1.0; 0 = off), ``cgroup_snapshot`` (default
 true). Both cost one command at start (the snapshot and the loop's launch share it) and one at stop.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,8 +34,8 @@ def cgroup_snapshot_script(marker: str, proc: str = "/proc") -> str:
     return (
         f"for d in {proc}/[0-9]*/task/[0-9]*; do c=; v2=; "
         f"while IFS= read -r l; do case $l in *:cpuset:*) c=${{l#*:cpuset:}};; 0::*) v2=${{l#0::}};; esac; "
-        f"done < $d/cgroup 2>/dev/null; [ -z \"$c\" ] && c=$v2; [ -n \"$c\" ] && "
-        f"echo \"cgroup_attach_task: dst_path=$c pid=${{d##*/}}\" > {m}; done 2>/dev/null"
+        f'done < $d/cgroup 2>/dev/null; [ -z "$c" ] && c=$v2; [ -n "$c" ] && '
+        f'echo "cgroup_attach_task: dst_path=$c pid=${{d##*/}}" > {m}; done 2>/dev/null'
     )
 
 
@@ -44,9 +45,11 @@ def thermal_loop_script(marker: str, zones: list[tuple[int, str]], period_s: flo
     body = []
     for zid, ztype in zones:
         typ = "".join(ch if ch.isalnum() or ch in "-_.:" else "_" for ch in ztype) or f"zone{zid}"
-        body.append(f"t=$(cat {quote(f'{root}/thermal_zone{zid}/temp')} 2>/dev/null) && "
-                    f"echo \"thermal_temperature: thermal_zone={typ} id={zid} temp_prev=${{p{zid}:-$t}} temp=$t\" "
-                    f"> {m}; p{zid}=$t")
+        body.append(
+            f"t=$(cat {quote(f'{root}/thermal_zone{zid}/temp')} 2>/dev/null) && "
+            f'echo "thermal_temperature: thermal_zone={typ} id={zid} temp_prev=${{p{zid}:-$t}} temp=$t" '
+            f"> {m}; p{zid}=$t"
+        )
     return f"while :; do {'; '.join(body)}; sleep {period_s:g}; done"
 
 
@@ -58,6 +61,7 @@ class TraceAnnotator:
     thermal_period_s: seconds between zone readings (0 = no sampler); cgroups: write the snapshot;
     thermal_root / proc: sysfs and procfs locations (other roots for tests).
     """
+
     target: Target
     marker: str
     thermal_period_s: float = 1.0
@@ -69,7 +73,7 @@ class TraceAnnotator:
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_settings(cls, target: Target, collector, trace_cfg: dict) -> "TraceAnnotator | None":
+    def from_settings(cls, target: Target, collector, trace_cfg: dict) -> TraceAnnotator | None:
         """An annotator for a collector that has a trace_marker, with the target file's ``[trace]`` settings."""
         marker = getattr(collector, "marker_path", None) if collector is not None else None
         if not marker:
@@ -83,9 +87,12 @@ class TraceAnnotator:
     def discover_zones(self) -> list[tuple[int, str]]:
         """(id, type) of every zone whose temp is readable."""
         root = quote(self.thermal_root)
-        out = self.target.run(f"for z in {root}/thermal_zone*; do [ -r \"$z/temp\" ] && cat \"$z/temp\" >/dev/null 2>&1 "
-                              f"&& echo \"${{z##*thermal_zone}} $(cat \"$z/type\" 2>/dev/null)\"; done", 30,
-                              as_root=True).stdout
+        out = self.target.run(
+            f'for z in {root}/thermal_zone*; do [ -r "$z/temp" ] && cat "$z/temp" >/dev/null 2>&1 '
+            f'&& echo "${{z##*thermal_zone}} $(cat "$z/type" 2>/dev/null)"; done',
+            30,
+            as_root=True,
+        ).stdout
         zones = []
         for line in out.splitlines():
             parts = line.split(None, 1)
@@ -124,5 +131,9 @@ class TraceAnnotator:
 
     def describe(self) -> dict:
         """For meta.json: what was written into the trace."""
-        return {"cgroup_snapshot": self.cgroups, "thermal_sample_s": self.thermal_period_s if self.zones else None,
-                "thermal_zones": {str(z): t for z, t in self.zones}, "warnings": list(self.warnings)}
+        return {
+            "cgroup_snapshot": self.cgroups,
+            "thermal_sample_s": self.thermal_period_s if self.zones else None,
+            "thermal_zones": {str(z): t for z, t in self.zones},
+            "warnings": list(self.warnings),
+        }

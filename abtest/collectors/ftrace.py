@@ -5,11 +5,13 @@ is locked down; writing tracefs files + `trace-cmd extract` works on it, in the 
 phones). Every step is one shell script per call, so a remote target costs few round trips.
 
 Events: the default set plus the canonical tables the requested analyses declare (the caller passes them:
-`abtest collect` asks abtest.analysis.registry.events_for), mapped to kernel event names (`sched_pelt_cfs` -> sched_pelt_cfs,
+`abtest collect` asks abtest.analysis.registry.events_for), mapped to kernel event names (`sched_pelt_cfs` ->
+sched_pelt_cfs,
 lisa__sched_pelt_cfs or sched_load_cfs_rq, whichever the kernel has). Events a kernel lacks are
 reported in `FtraceSession.missing_events`, never silently dropped. Lost events come from the kernel's
 own per-CPU ring buffer counters (per_cpu/cpuN/stats: overrun + dropped events) read before extract.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +23,16 @@ from abtest.collectors.host_state import TargetLock
 from abtest.targets.base import Target, TargetError
 from abtest.targets.shell import check_clock, check_event, quote
 
-DEFAULT_EVENTS = ("sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sched_migrate_task",
-                  "cpu_idle", "cpu_idle_miss", "cpu_frequency")
+DEFAULT_EVENTS = (
+    "sched_switch",
+    "sched_wakeup",
+    "sched_waking",
+    "sched_wakeup_new",
+    "sched_migrate_task",
+    "cpu_idle",
+    "cpu_idle_miss",
+    "cpu_frequency",
+)
 
 # canonical table -> kernel event names to try, first that exists wins
 KERNEL_EVENT_CANDIDATES: dict[str, tuple[str, ...]] = {
@@ -47,8 +57,10 @@ def enable_line(table: str, candidates) -> str:
     and printing `ABTEST_ON <table> <event>`, else `ABTEST_MISSING <table>`. Every name is checked against
     the event alphabet and quoted (issue 43: an unquoted `$(...)` here ran as root on the target)."""
     table_sh = quote(check_event(table))
-    tries_sh = " || ".join(f"{{ echo {quote(check_event(c))} >> set_event 2>/dev/null && "
-                           f"echo ABTEST_ON {table_sh} {quote(c)}; }}" for c in candidates)
+    tries_sh = " || ".join(
+        f"{{ echo {quote(check_event(c))} >> set_event 2>/dev/null && echo ABTEST_ON {table_sh} {quote(c)}; }}"
+        for c in candidates
+    )
     return f"{tries_sh} || echo ABTEST_MISSING {table_sh}"
 
 
@@ -66,6 +78,7 @@ class FtraceSession:
     lost_events_per_cpu: {cpu: overrun + dropped events}. lost_events: their sum.
     clock: trace clock used. buffer_size_kb: per-CPU buffer size. trace_path: pulled trace.dat.
     """
+
     enabled: list[str] = field(default_factory=list)
     missing_events: list[str] = field(default_factory=list)
     lost_events_per_cpu: dict[int, int] = field(default_factory=dict)
@@ -77,10 +90,16 @@ class FtraceSession:
     warnings: list[str] = field(default_factory=list)
 
     def as_meta(self) -> dict:
-        return {"events_enabled": self.enabled, "events_missing": self.missing_events,
-                "lost_events": self.lost_events, "lost_events_per_cpu": self.lost_events_per_cpu,
-                "trace_clock": self.clock, "buffer_size_kb": self.buffer_size_kb, "tracefs": self.tracefs,
-                "warnings": self.warnings}
+        return {
+            "events_enabled": self.enabled,
+            "events_missing": self.missing_events,
+            "lost_events": self.lost_events,
+            "lost_events_per_cpu": self.lost_events_per_cpu,
+            "trace_clock": self.clock,
+            "buffer_size_kb": self.buffer_size_kb,
+            "tracefs": self.tracefs,
+            "warnings": self.warnings,
+        }
 
 
 def TracefsLock(needed: bool = True) -> TargetLock:
@@ -90,13 +109,15 @@ def TracefsLock(needed: bool = True) -> TargetLock:
 
 
 # Tracefs values a collection changes and puts back (FtraceCollector.snapshot / restore_script).
-SNAPSHOT_SCRIPT = "\n".join([
-    "echo ABTEST_ORIG tracing_on $(cat tracing_on)",
-    "echo ABTEST_ORIG trace_clock $(sed -e 's/.*\\[//' -e 's/\\].*//' trace_clock)",
-    "echo ABTEST_ORIG buffer_size_kb $(cut -d' ' -f1 buffer_size_kb)",
-    "for c in per_cpu/cpu*; do echo ABTEST_ORIG_CPUBUF ${c##*cpu} $(cut -d' ' -f1 $c/buffer_size_kb); done",
-    "sed 's/^/ABTEST_ORIG_EVENT /' set_event",
-])
+SNAPSHOT_SCRIPT = "\n".join(
+    [
+        "echo ABTEST_ORIG tracing_on $(cat tracing_on)",
+        "echo ABTEST_ORIG trace_clock $(sed -e 's/.*\\[//' -e 's/\\].*//' trace_clock)",
+        "echo ABTEST_ORIG buffer_size_kb $(cut -d' ' -f1 buffer_size_kb)",
+        "for c in per_cpu/cpu*; do echo ABTEST_ORIG_CPUBUF ${c##*cpu} $(cut -d' ' -f1 $c/buffer_size_kb); done",
+        "sed 's/^/ABTEST_ORIG_EVENT /' set_event",
+    ]
+)
 _EVENT_NAME = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_*]+$")
 
 
@@ -124,8 +145,11 @@ def restore_script(orig: dict) -> str:
     if buf.isdigit():
         lines.append(f"echo {int(buf)} > buffer_size_kb")
     else:  # "X": the CPUs' sizes differed
-        lines += [f"echo {int(v)} > per_cpu/cpu{int(c)}/buffer_size_kb"
-                  for c, v in orig.get("buffer_size_kb_per_cpu", {}).items() if str(v).isdigit() and str(c).isdigit()]
+        lines += [
+            f"echo {int(v)} > per_cpu/cpu{int(c)}/buffer_size_kb"
+            for c, v in orig.get("buffer_size_kb_per_cpu", {}).items()
+            if str(v).isdigit() and str(c).isdigit()
+        ]
     if orig.get("trace_clock"):
         lines.append(f"echo {quote(orig['trace_clock'])} > trace_clock")
     lines.append("echo > trace")
@@ -151,8 +175,16 @@ class FtraceCollector:
     journals them on the host first, abtest.collectors.host_state).
     """
 
-    def __init__(self, target: Target, events: list[str] | None = None, *, buffer_size_kb: int = 8192,
-                 clock: str = "boot", remote_dir: str = "/tmp", owner_uid: int | None = None):
+    def __init__(
+        self,
+        target: Target,
+        events: list[str] | None = None,
+        *,
+        buffer_size_kb: int = 8192,
+        clock: str = "boot",
+        remote_dir: str = "/tmp",
+        owner_uid: int | None = None,
+    ):
         self.target = target
         self.events = check_events(events or DEFAULT_EVENTS)
         self.buffer_size_kb = int(buffer_size_kb)
@@ -183,8 +215,10 @@ class FtraceCollector:
         """Read the tracefs values a collection changes (one round trip); sets and returns `original`."""
         res = self.target.run(f"cd {quote(self.tracefs)} || exit 90\n{SNAPSHOT_SCRIPT}", 30, as_root=True)
         if res.exit_code != 0:
-            raise TargetError(f"{self.target.name}: cannot read tracefs state in {self.tracefs} "
-                              f"(exit {res.exit_code}): {res.stderr.strip()[-300:]}")
+            raise TargetError(
+                f"{self.target.name}: cannot read tracefs state in {self.tracefs} "
+                f"(exit {res.exit_code}): {res.stderr.strip()[-300:]}"
+            )
         self.original = parse_snapshot(res.stdout, self.tracefs)
         return self.original
 
@@ -200,14 +234,20 @@ class FtraceCollector:
         (session, the whole stdout) so the caller can parse its part.
         """
         self.session = FtraceSession(clock=self.clock, buffer_size_kb=self.buffer_size_kb, tracefs=self.tracefs)
-        lines = [preamble, f"rm -f {quote(self.remote_trace)}",
-                 f"cd {quote(self.tracefs)} || exit 90",
-                 "echo 0 > tracing_on", "echo > set_event",
-                 f"echo {int(self.buffer_size_kb)} > buffer_size_kb || echo ABTEST_WARN buffer_size_kb",
-                 ]
+        lines = [
+            preamble,
+            f"rm -f {quote(self.remote_trace)}",
+            f"cd {quote(self.tracefs)} || exit 90",
+            "echo 0 > tracing_on",
+            "echo > set_event",
+            f"echo {int(self.buffer_size_kb)} > buffer_size_kb || echo ABTEST_WARN buffer_size_kb",
+        ]
         clocks = [self.clock] + [c for c in ("mono", "local") if c != self.clock]
-        lines.append("for c in " + " ".join(quote(c) for c in clocks) +
-                     "; do if echo \"$c\" > trace_clock 2>/dev/null; then echo ABTEST_CLOCK \"$c\"; break; fi; done")
+        lines.append(
+            "for c in "
+            + " ".join(quote(c) for c in clocks)
+            + '; do if echo "$c" > trace_clock 2>/dev/null; then echo ABTEST_CLOCK "$c"; break; fi; done'
+        )
         for table in self.events:
             if table in NOT_FTRACE:
                 continue
@@ -232,8 +272,9 @@ class FtraceCollector:
         if self.session.clock != self.clock:
             self.session.warnings.append(f"trace clock {self.clock!r} unavailable, used {self.session.clock!r}")
         if not self.session.enabled:
-            raise TargetError(f"{self.target.name}: none of the requested events exist on this kernel "
-                              f"({', '.join(self.events)})")
+            raise TargetError(
+                f"{self.target.name}: none of the requested events exist on this kernel ({', '.join(self.events)})"
+            )
         return self.session, res.stdout
 
     def marker_command(self, text: str) -> str:
@@ -245,31 +286,35 @@ class FtraceCollector:
         buffer size, clock, tracing_on; buffer emptied), pull to `local_trace` (owner-only there too)."""
         remote = self.remote_trace
         err = f"{self.remote_dir}/abtest-extract.err"
-        script = "\n".join([
-            f"cd {quote(self.tracefs)} || exit 90",
-            "echo 0 > tracing_on",
-            "for c in per_cpu/cpu*; do n=${c##*cpu}; "
-            "o=$(sed -n 's/^overrun: *//p' $c/stats); d=$(sed -n 's/^dropped events: *//p' $c/stats); "
-            "echo ABTEST_LOST $n ${o:-0} ${d:-0}; done",
-            f"trace-cmd extract -o {quote(remote)} >/dev/null 2>{quote(err)}; rc=$?",
-            self._restore_lines(),
-            f"[ $rc = 0 ] || {{ cat {quote(err)} >&2; exit 91; }}",
-            f"chmod 600 {quote(remote)}",
-        ] + ([f"chown {int(self.owner_uid)} {quote(remote)}"]
-             if self.owner_uid not in (None, 0) else []))
+        script = "\n".join(
+            [
+                f"cd {quote(self.tracefs)} || exit 90",
+                "echo 0 > tracing_on",
+                "for c in per_cpu/cpu*; do n=${c##*cpu}; "
+                "o=$(sed -n 's/^overrun: *//p' $c/stats); d=$(sed -n 's/^dropped events: *//p' $c/stats); "
+                "echo ABTEST_LOST $n ${o:-0} ${d:-0}; done",
+                f"trace-cmd extract -o {quote(remote)} >/dev/null 2>{quote(err)}; rc=$?",
+                self._restore_lines(),
+                f"[ $rc = 0 ] || {{ cat {quote(err)} >&2; exit 91; }}",
+                f"chmod 600 {quote(remote)}",
+            ]
+            + ([f"chown {int(self.owner_uid)} {quote(remote)}"] if self.owner_uid not in (None, 0) else [])
+        )
         res = self.target.run(script, 300, as_root=True)
         if res.exit_code == 91:
             raise TargetError(f"{self.target.name}: trace-cmd extract failed: {res.stderr.strip()[-500:]}")
         if res.exit_code != 0:
-            raise TargetError(f"{self.target.name}: stopping ftrace failed (exit {res.exit_code}): "
-                              f"{res.stderr.strip()[-500:]}")
+            raise TargetError(
+                f"{self.target.name}: stopping ftrace failed (exit {res.exit_code}): {res.stderr.strip()[-500:]}"
+            )
         for m in re.finditer(r"^ABTEST_LOST (\d+) (\d+) (\d+)$", res.stdout, re.M):
             self.session.lost_events_per_cpu[int(m.group(1))] = int(m.group(2)) + int(m.group(3))
         self.session.lost_events = sum(self.session.lost_events_per_cpu.values())
         if self.session.lost_events:
             self.session.warnings.append(
                 f"{self.session.lost_events} events lost in the ring buffer (per CPU "
-                f"{self.session.lost_events_per_cpu}); raise buffer_size_kb")
+                f"{self.session.lost_events_per_cpu}); raise buffer_size_kb"
+            )
         self.target.pull(remote, local_trace)
         os.chmod(local_trace, 0o600)
         self.session.trace_path = Path(local_trace)
@@ -285,8 +330,11 @@ class FtraceCollector:
 
     def restore(self) -> bool:
         """reset() + remove the remote trace file (end of a collection). True when the target ran it."""
-        lines = [f"cd {quote(self.tracefs)} || exit 90", self._restore_lines(),
-                 f"rm -f {quote(self.remote_trace)} {quote(self.remote_dir + '/abtest-extract.err')}"]
+        lines = [
+            f"cd {quote(self.tracefs)} || exit 90",
+            self._restore_lines(),
+            f"rm -f {quote(self.remote_trace)} {quote(self.remote_dir + '/abtest-extract.err')}",
+        ]
         try:
             return self.target.run("\n".join(lines), 15, as_root=True).exit_code == 0
         except TargetError:

@@ -16,6 +16,7 @@ the target lock, then deletes it. A journal records the target's boot_id: after 
 reset by the reboot itself and the journal is dropped. State dir: $ABTEST_STATE_DIR, else /var/lib/abtest (root)
 or ~/.local/state/abtest.
 """
+
 from __future__ import annotations
 
 import errno
@@ -26,7 +27,7 @@ import re
 import secrets
 import socket
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from abtest.safe_io import UnsafePathError, write_file_no_follow
@@ -110,16 +111,16 @@ class TargetLock:
         self._fds: list[int] = []
 
     @classmethod
-    def tracefs(cls, needed: bool = True) -> "TargetLock":
+    def tracefs(cls, needed: bool = True) -> TargetLock:
         return cls(lock_dir() / "tracefs.lock", legacy=LEGACY_TRACEFS_LOCK, needed=needed)
 
     @classmethod
-    def for_target(cls, key: str, needed: bool = True) -> "TargetLock":
+    def for_target(cls, key: str, needed: bool = True) -> TargetLock:
         if key == "local":
             return cls.tracefs(needed)
         return cls(lock_dir() / f"target-{key}.lock", needed=needed)
 
-    def __enter__(self) -> "TargetLock":
+    def __enter__(self) -> TargetLock:
         if not self.needed:
             return self
         try:
@@ -149,19 +150,29 @@ class TargetLock:
 @dataclass
 class StateJournal:
     """This run's journal for one target (see the module docstring). Create with `StateJournal.open`."""
+
     path: Path
     doc: dict
     _lock_fd: int | None = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, key: str, target: dict, boot_id: str, directory: Path | None = None) -> "StateJournal":
+    def open(cls, key: str, target: dict, boot_id: str, directory: Path | None = None) -> StateJournal:
         directory = directory or state_dir()
         stem = f"{key}.{os.getpid()}-{secrets.token_hex(4)}"
         fd = _open_lock(directory / f"{stem}.lock")
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until close(): "this run is alive"
-        doc = {"version": 1, "target_key": key, "target": target, "boot_id": boot_id, "host": socket.gethostname(),
-               "host_pid": os.getpid(), "created_utc": datetime.now(timezone.utc).isoformat(),
-               "tracefs": None, "settings": {}, "remote_dirs": []}
+        doc = {
+            "version": 1,
+            "target_key": key,
+            "target": target,
+            "boot_id": boot_id,
+            "host": socket.gethostname(),
+            "host_pid": os.getpid(),
+            "created_utc": datetime.now(UTC).isoformat(),
+            "tracefs": None,
+            "settings": {},
+            "remote_dirs": [],
+        }
         return cls(directory / f"{stem}.json", doc, fd)
 
     def _write(self) -> None:
@@ -193,6 +204,7 @@ class StateJournal:
 @dataclass
 class StaleJournal:
     """A journal left by a run that is no longer alive."""
+
     path: Path
     doc: dict
     lock_fd: int

@@ -3,6 +3,7 @@
 One shell script gathers everything on the target in a single round trip; `parse_meta_output` turns
 its sectioned output into a dict (pure function, tested on real output).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,7 +36,7 @@ echo "@@ android"; getprop ro.build.fingerprint 2>/dev/null; getprop ro.product.
 echo "@@ tools"; trace-cmd -h 2>&1 | sed -n 's/^trace-cmd version \([^ ]*\).*/trace-cmd \1/p' | head -1; \
   busybox 2>&1 | head -1 | grep -o 'BusyBox v[^ ]*'
 echo "@@ end"
-"""
+"""  # noqa: E501 (a shell script: its lines stay whole)
 
 
 def parse_meta_output(text: str) -> dict:
@@ -61,10 +62,12 @@ def parse_meta_output(text: str) -> dict:
     for l in sections.get("cpufreq", []):
         parts = l.split()
         if parts:
-            freq[parts[0]] = {"governor": parts[1] if len(parts) > 1 else None,
-                              "min_khz": int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None,
-                              "max_khz": int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else None,
-                              "cpus": [int(c) for c in parts[4:] if c.isdigit()]}
+            freq[parts[0]] = {
+                "governor": parts[1] if len(parts) > 1 else None,
+                "min_khz": int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None,
+                "max_khz": int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else None,
+                "cpus": [int(c) for c in parts[4:] if c.isdigit()],
+            }
     thermal = {}
     for l in sections.get("thermal", []):
         parts = l.split()
@@ -80,13 +83,25 @@ def parse_meta_output(text: str) -> dict:
     android = sections.get("android", [])
     up = first("uptime").split()
     return {
-        "kernel": {"release": first("release"), "version": first("version"), "machine": first("machine"),
-                   "cmdline": first("cmdline"), "config_sha256": None if cfg == "none" else cfg},
-        "hardware": {"cpu_model": model, "cpus": ncpu, "memory_kb": int(mem.group(1)) if mem else None,
-                     "android_fingerprint": android[0] if android else None,
-                     "android_model": android[1] if len(android) > 1 else None},
-        "governors": {"cpuidle_driver": idle.get("driver") or None, "cpuidle": idle.get("governor") or None,
-                      "cpufreq": freq},
+        "kernel": {
+            "release": first("release"),
+            "version": first("version"),
+            "machine": first("machine"),
+            "cmdline": first("cmdline"),
+            "config_sha256": None if cfg == "none" else cfg,
+        },
+        "hardware": {
+            "cpu_model": model,
+            "cpus": ncpu,
+            "memory_kb": int(mem.group(1)) if mem else None,
+            "android_fingerprint": android[0] if android else None,
+            "android_model": android[1] if len(android) > 1 else None,
+        },
+        "governors": {
+            "cpuidle_driver": idle.get("driver") or None,
+            "cpuidle": idle.get("governor") or None,
+            "cpufreq": freq,
+        },
         "thermal": thermal,
         "boot_id": first("boot_id"),
         "uptime_s": float(up[0]) if up else None,
@@ -113,10 +128,13 @@ def host_tools() -> dict:
         m = re.search(pattern, out.stdout + out.stderr)
         return m.group(1) if m else None
 
-    return {"abtest": __version__, "python": host_platform.python_version(),
-            "trace-cmd": ver(["trace-cmd", "-h"], r"trace-cmd version (\S+)"),
-            "adb": ver(["adb", "version"], r"Android Debug Bridge version (\S+)"),
-            "qemu": ver(["qemu-system-x86_64", "--version"], r"version (\S+)")}
+    return {
+        "abtest": __version__,
+        "python": host_platform.python_version(),
+        "trace-cmd": ver(["trace-cmd", "-h"], r"trace-cmd version (\S+)"),
+        "adb": ver(["adb", "version"], r"Android Debug Bridge version (\S+)"),
+        "qemu": ver(["qemu-system-x86_64", "--version"], r"version (\S+)"),
+    }
 
 
 def settings_hash(settings: dict) -> str:

@@ -15,16 +15,17 @@ before the first change to a target, and removed when the collection ends having
 that finds the journal of a dead run restores it first (`abtest collect --restore` does only that).
 Scratch files on the target live in a private directory made by `mktemp -d` (removed at the end).
 """
+
 from __future__ import annotations
 
 import fnmatch
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 from abtest.collectors.annotate import TraceAnnotator
 from abtest.collectors.ftrace import FtraceCollector, requested_events, restore_script
@@ -38,8 +39,15 @@ from abtest.safe_io import UnsafePathError, check_name
 from abtest.store.writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
 from abtest.targets.base import Target, TargetConnectionError, TargetError, TargetTimeout
 from abtest.targets.config import BootEntry, TargetConfig, make_target
-from abtest.targets.shell import (ShellNameError, check_clock, check_event, check_label, check_workload_name,
-                                  quote, quote_glob)
+from abtest.targets.shell import (
+    ShellNameError,
+    check_clock,
+    check_event,
+    check_label,
+    check_workload_name,
+    quote,
+    quote_glob,
+)
 
 RETRYABLE = (TargetConnectionError, TargetTimeout, WorkloadError, OSError, EOFError)
 
@@ -51,6 +59,7 @@ class CollectError(RuntimeError):
 @dataclass
 class LabelSpec:
     """A column of the A/B: a kernel (boot entry) and/or settings applied on the running kernel."""
+
     name: str
     boot: BootEntry | None = None
     settings: dict = field(default_factory=dict)
@@ -63,7 +72,9 @@ class PlannedIteration:
     iteration: int
 
 
-def make_plan(labels: list[str], workloads: list[str], iterations: int, order: str = "interleave") -> list[PlannedIteration]:
+def make_plan(
+    labels: list[str], workloads: list[str], iterations: int, order: str = "interleave"
+) -> list[PlannedIteration]:
     """Iteration order. interleave: for each iteration, every workload on every label (A B A B ...:
     spreads thermal drift over both labels). blocked: all iterations of a label before the next
     (A A B B: one kernel switch per label, for targets where switching is slow)."""
@@ -97,8 +108,10 @@ class TargetProvider:
         if ok and boot.expect_release:
             return t  # already running that kernel
         if not (boot.command or boot.host_command):
-            raise CollectError(f"label {label.name}: running kernel {rel} does not match "
-                               f"expect_release {boot.expect_release!r} and [boot.{label.name}] has no command")
+            raise CollectError(
+                f"label {label.name}: running kernel {rel} does not match "
+                f"expect_release {boot.expect_release!r} and [boot.{label.name}] has no command"
+            )
         old_boot_id = t.read_file("/proc/sys/kernel/random/boot_id").strip()
         self.log(f"booting {label.name} ({boot.host_command or boot.command})")
         if boot.host_command:
@@ -142,6 +155,7 @@ class TargetProvider:
 @dataclass
 class CollectConfig:
     """Everything `collect` needs. Times in seconds."""
+
     target_cfg: TargetConfig
     labels: list[LabelSpec]
     workloads: list[Workload]
@@ -167,26 +181,35 @@ class CollectConfig:
 def _workload_script(wl: Workload, marker: str | None, tag: str, remote_dir: str) -> str:
     """Workload command between trace markers, timed on the target (ns; /proc/uptime fallback)."""
     mark = (lambda text: f"echo {quote(text)} > {quote(marker)} 2>/dev/null") if marker else (lambda text: ":")
-    return "\n".join([
-        f"cd {quote(remote_dir)} || exit 97",
-        "abtest_now() { t=$(/usr/bin/date +%s%N 2>/dev/null || date +%s%N 2>/dev/null); case \"$t\" in *N*|'') "
-        "t=$(awk '{printf \"%.0f\", $1*1000000000}' /proc/uptime);; esac; echo $t; }",
-        mark(f"abtest_workload_begin {tag}"),
-        "abtest_s=$(abtest_now)",
-        f"( {wl.command(remote_dir)} )",
-        "abtest_rc=$?",
-        "abtest_e=$(abtest_now)",
-        mark(f"abtest_workload_end {tag}"),
-        "echo ABTEST_WALL_NS $abtest_s $abtest_e >&2",
-        "exit $abtest_rc",
-    ])
+    return "\n".join(
+        [
+            f"cd {quote(remote_dir)} || exit 97",
+            "abtest_now() { t=$(/usr/bin/date +%s%N 2>/dev/null || date +%s%N 2>/dev/null); case \"$t\" in *N*|'') "
+            "t=$(awk '{printf \"%.0f\", $1*1000000000}' /proc/uptime);; esac; echo $t; }",
+            mark(f"abtest_workload_begin {tag}"),
+            "abtest_s=$(abtest_now)",
+            f"( {wl.command(remote_dir)} )",
+            "abtest_rc=$?",
+            "abtest_e=$(abtest_now)",
+            mark(f"abtest_workload_end {tag}"),
+            "echo ABTEST_WALL_NS $abtest_s $abtest_e >&2",
+            "exit $abtest_rc",
+        ]
+    )
 
 
 THERMAL_TEMPS = "/sys/class/thermal/thermal_zone*/temp"
 
 
-def wait_cooldown(t: Target, *, fixed_s: float = 0.0, thermal_max_c: float | None = None,
-                  timeout_s: float = 300.0, temp_glob: str = THERMAL_TEMPS, poll_s: float = 2.0) -> dict:
+def wait_cooldown(
+    t: Target,
+    *,
+    fixed_s: float = 0.0,
+    thermal_max_c: float | None = None,
+    timeout_s: float = 300.0,
+    temp_glob: str = THERMAL_TEMPS,
+    poll_s: float = 2.0,
+) -> dict:
     """Sleep fixed_s, then poll the target's thermal zones (milli-degC files matching temp_glob) until the
     hottest is at or below thermal_max_c, for at most timeout_s. Returns what happened, for meta.json:
     {"fixed_s", "thermal_max_c", "zones", "max_temp_c" (last reading), "reached", "waited_s"}."""
@@ -196,8 +219,11 @@ def wait_cooldown(t: Target, *, fixed_s: float = 0.0, thermal_max_c: float | Non
         time.sleep(fixed_s)
     if thermal_max_c is not None:
         while True:
-            temps = [int(x) / 1000 for x in t.run(f"cat {quote_glob(temp_glob)} 2>/dev/null", 30).stdout.split()
-                     if x.lstrip("-").isdigit()]
+            temps = [
+                int(x) / 1000
+                for x in t.run(f"cat {quote_glob(temp_glob)} 2>/dev/null", 30).stdout.split()
+                if x.lstrip("-").isdigit()
+            ]
             out["zones"] = len(temps)
             out["max_temp_c"] = max(temps) if temps else None
             if not temps:
@@ -216,10 +242,12 @@ def wait_cooldown(t: Target, *, fixed_s: float = 0.0, thermal_max_c: float | Non
 def _cooldown(t: Target, cc: CollectConfig, cfg: TargetConfig) -> dict:
     c = cfg.cooldown
     return wait_cooldown(
-        t, fixed_s=cc.cooldown_fixed_s if cc.cooldown_fixed_s is not None else float(c.get("fixed_s", 0)),
+        t,
+        fixed_s=cc.cooldown_fixed_s if cc.cooldown_fixed_s is not None else float(c.get("fixed_s", 0)),
         thermal_max_c=cc.cooldown_thermal_max_c if cc.cooldown_thermal_max_c is not None else c.get("thermal_max_c"),
         timeout_s=cc.cooldown_timeout_s if cc.cooldown_timeout_s is not None else float(c.get("timeout_s", 300)),
-        temp_glob=c.get("temp_glob", THERMAL_TEMPS))
+        temp_glob=c.get("temp_glob", THERMAL_TEMPS),
+    )
 
 
 @dataclass
@@ -230,6 +258,7 @@ class TargetState:
     boot_id: the target's boot when remote_dir was made. lock: the target lock (this machine: the tracefs
     lock). journal: this run's state journal for the target (None for QEMU guests: their state dies with them).
     """
+
     target: Target
     is_local: bool
     collector: FtraceCollector | None  # or a PerfettoCollector ([trace] backend = "perfetto")
@@ -244,9 +273,11 @@ class TargetState:
     prepared: set = field(default_factory=set)
 
 
-_PROBE = ("echo ABTEST_UID $(id -u); echo ABTEST_BOOT $(cat /proc/sys/kernel/random/boot_id)")
-_MKTEMP = ("d=$(mktemp -d \"${TMPDIR:-/tmp}/abtest.XXXXXXXXXX\" 2>/dev/null || "
-           "mktemp -d /data/local/tmp/abtest.XXXXXXXXXX) && chmod 700 \"$d\" && echo ABTEST_DIR \"$d\"")
+_PROBE = "echo ABTEST_UID $(id -u); echo ABTEST_BOOT $(cat /proc/sys/kernel/random/boot_id)"
+_MKTEMP = (
+    'd=$(mktemp -d "${TMPDIR:-/tmp}/abtest.XXXXXXXXXX" 2>/dev/null || '
+    'mktemp -d /data/local/tmp/abtest.XXXXXXXXXX) && chmod 700 "$d" && echo ABTEST_DIR "$d"'
+)
 
 
 def probe_target(t: Target, *, make_dir: bool) -> dict:
@@ -265,12 +296,17 @@ def probe_target(t: Target, *, make_dir: bool) -> dict:
 
 def _target_desc(cc: CollectConfig, t: Target) -> dict:
     cfg = cc.target_cfg
-    return {"name": t.name, "kind": cfg.kind, "file": str(cfg.path) if cfg.path else None,
-            "connection": {k: v for k, v in cfg.connection.items() if k in ("host", "port", "user", "serial")}}
+    return {
+        "name": t.name,
+        "kind": cfg.kind,
+        "file": str(cfg.path) if cfg.path else None,
+        "connection": {k: v for k, v in cfg.connection.items() if k in ("host", "port", "user", "serial")},
+    }
 
 
-def make_state(t: Target, cc: CollectConfig, events: list[str], *, generation: int = 0,
-               log: Callable[[str], None] = print) -> TargetState:
+def make_state(
+    t: Target, cc: CollectConfig, events: list[str], *, generation: int = 0, log: Callable[[str], None] = print
+) -> TargetState:
     """Connect-time work for a target: probe it, restore what a dead run left (journal), open this run's
     journal, make the private scratch directory, build the collector."""
     cfg = cc.target_cfg
@@ -283,19 +319,32 @@ def make_state(t: Target, cc: CollectConfig, events: list[str], *, generation: i
     if cfg.kind != "qemu":
         restore_stale_state(t, key, info.get("boot", ""), lock, cc.state_dir, log)
         journal = StateJournal.open(key, _target_desc(cc, t), info.get("boot", ""), cc.state_dir)
-    st = TargetState(t, is_local, None, SettingsManager(t, on_original=journal.record_setting if journal else None),
-                     owner_uid=int(info["uid"]) if info.get("uid", "").isdigit() else None,
-                     boot_id=info.get("boot", ""), lock=lock, journal=journal, generation=generation)
+    st = TargetState(
+        t,
+        is_local,
+        None,
+        SettingsManager(t, on_original=journal.record_setting if journal else None),
+        owner_uid=int(info["uid"]) if info.get("uid", "").isdigit() else None,
+        boot_id=info.get("boot", ""),
+        lock=lock,
+        journal=journal,
+        generation=generation,
+    )
     new_remote_dir(st, cc)
     trace_cfg = cfg.trace
     if cc.trace and trace_cfg.get("backend", "ftrace") == "perfetto":
         from abtest.collectors.perfetto_config import PerfettoCollector
+
         st.collector = PerfettoCollector(t, events, remote_dir=st.remote_dir)
     elif cc.trace:
         st.collector = FtraceCollector(
-            t, events, buffer_size_kb=int(cc.buffer_size_kb or trace_cfg.get("buffer_size_kb", 8192)),
-            clock=cc.trace_clock or trace_cfg.get("clock", "boot"), remote_dir=st.remote_dir,
-            owner_uid=st.owner_uid)
+            t,
+            events,
+            buffer_size_kb=int(cc.buffer_size_kb or trace_cfg.get("buffer_size_kb", 8192)),
+            clock=cc.trace_clock or trace_cfg.get("clock", "boot"),
+            remote_dir=st.remote_dir,
+            owner_uid=st.owner_uid,
+        )
     return st
 
 
@@ -337,18 +386,23 @@ def restore_from_journal(t: Target, doc: dict) -> list[str]:
     tr = doc.get("tracefs")
     if tr and tr.get("path"):
         restore_sh = restore_script(tr)
-        res = t.run(f"cd {quote(tr['path'])} || exit 90\n{restore_sh}\n"
-                    "echo ABTEST_ON $(cat tracing_on); echo ABTEST_CLOCK $(sed -e 's/.*\\[//' -e 's/\\].*//' trace_clock)",
-                    30, as_root=True)
+        res = t.run(
+            f"cd {quote(tr['path'])} || exit 90\n{restore_sh}\n"
+            "echo ABTEST_ON $(cat tracing_on); echo ABTEST_CLOCK $(sed -e 's/.*\\[//' -e 's/\\].*//' trace_clock)",
+            30,
+            as_root=True,
+        )
         got = dict(line.split(" ", 1) for line in res.stdout.splitlines() if line.startswith("ABTEST_") and " " in line)
         if res.exit_code == 90:
             errors.append(f"tracefs {tr['path']} not found")
-        elif got.get("ABTEST_ON", "").strip() != str(tr.get("tracing_on")) or \
-                (tr.get("trace_clock") and got.get("ABTEST_CLOCK", "").strip() != tr["trace_clock"]):
+        elif got.get("ABTEST_ON", "").strip() != str(tr.get("tracing_on")) or (
+            tr.get("trace_clock") and got.get("ABTEST_CLOCK", "").strip() != tr["trace_clock"]
+        ):
             errors.append(f"tracefs did not take its original values back (now {got})")
     for path, value in (doc.get("settings") or {}).items():
         res = t.run(f"echo {quote(value)} > {quote(path)}; cat {quote(path)}", 30, as_root=True)
         from abtest.collectors.settings import _current
+
         if _current(res.stdout) != value:
             errors.append(f"{path} is {_current(res.stdout)!r}, original {value!r}")
     dirs = [d for d in doc.get("remote_dirs", []) if re.fullmatch(r"/[\w./-]*/abtest\.[A-Za-z0-9]{10}", d)]
@@ -357,16 +411,19 @@ def restore_from_journal(t: Target, doc: dict) -> list[str]:
     return errors
 
 
-def restore_stale_state(t: Target, key: str, boot_id: str, lock: TargetLock, directory: Path | None,
-                        log: Callable[[str], None] = print) -> dict:
+def restore_stale_state(
+    t: Target, key: str, boot_id: str, lock: TargetLock, directory: Path | None, log: Callable[[str], None] = print
+) -> dict:
     """Restore every journal of `key` left by a run that died (under the target lock); drop those from an
     earlier boot of the target (a reboot reset that state). Raises CollectError when a value cannot be put
     back (the journal is kept for `abtest collect --restore`). Returns {"restored", "dropped", "live"}."""
     stale, live = stale_journals(key, directory)
     out = {"restored": 0, "dropped": 0, "live": len(live)}
     for doc in live:
-        log(f"[yellow]note: a collection on {key} is running (host pid {doc.get('host_pid')}); "
-            f"this one waits for its lock at each iteration[/]")
+        log(
+            f"[yellow]note: a collection on {key} is running (host pid {doc.get('host_pid')}); "
+            f"this one waits for its lock at each iteration[/]"
+        )
     for i, j in enumerate(stale):
         if j.doc.get("boot_id") and boot_id and j.doc["boot_id"] != boot_id:
             log(f"state journal {j.path.name}: target rebooted since, nothing to restore (dropped)")
@@ -378,17 +435,22 @@ def restore_stale_state(t: Target, key: str, boot_id: str, lock: TargetLock, dir
         if errors:
             for rest in stale[i:]:
                 rest.release()
-            raise CollectError(f"{t.name}: a collection (host pid {j.doc.get('host_pid')}) died leaving "
-                               f"changed state; restoring it from {j.path} failed: {'; '.join(errors)}")
-        log(f"restored the state a dead collection (host pid {j.doc.get('host_pid')}) left on {t.name}: "
-            f"{'tracefs ' if j.doc.get('tracefs') else ''}{', '.join(j.doc.get('settings') or {}) or ''}".rstrip())
+            raise CollectError(
+                f"{t.name}: a collection (host pid {j.doc.get('host_pid')}) died leaving "
+                f"changed state; restoring it from {j.path} failed: {'; '.join(errors)}"
+            )
+        log(
+            f"restored the state a dead collection (host pid {j.doc.get('host_pid')}) left on {t.name}: "
+            f"{'tracefs ' if j.doc.get('tracefs') else ''}{', '.join(j.doc.get('settings') or {}) or ''}".rstrip()
+        )
         j.drop()
         out["restored"] += 1
     return out
 
 
-def restore_target(cfg: TargetConfig, *, state_directory: Path | None = None,
-                   log: Callable[[str], None] = print) -> dict:
+def restore_target(
+    cfg: TargetConfig, *, state_directory: Path | None = None, log: Callable[[str], None] = print
+) -> dict:
     """`abtest collect --restore`: connect to the target (no boot, no change) and restore what dead
     collections left on it. Returns {"restored", "dropped", "live"}."""
     t = make_target(cfg)
@@ -401,8 +463,16 @@ def restore_target(cfg: TargetConfig, *, state_directory: Path | None = None,
         t.close()
 
 
-def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Workload, it: int, attempt: int,
-                  writer: IterationWriter, boot_meta: dict | None) -> None:
+def run_iteration(
+    st: TargetState,
+    cc: CollectConfig,
+    label: LabelSpec,
+    wl: Workload,
+    it: int,
+    attempt: int,
+    writer: IterationWriter,
+    boot_meta: dict | None,
+) -> None:
     """One iteration into writer.tmp; commits on success. Raises on any failure (caller retries).
 
     Under the target lock (this machine: the tracefs lock): apply the label's settings, cool down, start
@@ -412,7 +482,7 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
     pull (SFTP/adb), plus the workload's own prepare (first time) and collect.
     """
     t, cfg = st.target, cc.target_cfg
-    start_utc = datetime.now(timezone.utc).isoformat()
+    start_utc = datetime.now(UTC).isoformat()
     remote_dir = st.remote_dir
     if wl.name not in st.prepared:
         wl.prepare(t, remote_dir)
@@ -447,8 +517,13 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
                 meta = collect_target_meta(t)
             kind = cfg.power.get("sampler", "none")
             if kind != "none":
-                sampler = PowerSampler(t, kind, period_s=float(cfg.power.get("period_s", 0.5)), remote_dir=remote_dir,
-                                       sysfs=cfg.power.get("sysfs", "/sys"))
+                sampler = PowerSampler(
+                    t,
+                    kind,
+                    period_s=float(cfg.power.get("period_s", 0.5)),
+                    remote_dir=remote_dir,
+                    sysfs=cfg.power.get("sysfs", "/sys"),
+                )
                 sampler.start()
             phases["start_s"] = time.monotonic() - a
             a = time.monotonic()
@@ -458,13 +533,17 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
             wl_stderr = "".join(ln for ln in res.stderr.splitlines(True) if not ln.startswith("ABTEST_WALL_NS "))
             (writer.tmp / "workload.log").write_text(
                 f"$ {wl.command(remote_dir)}\n--- stdout ---\n{res.stdout}\n--- stderr ---\n{wl_stderr}\n"
-                f"--- exit {res.exit_code} ---\n")
+                f"--- exit {res.exit_code} ---\n"
+            )
             if res.exit_code != 0:
-                raise WorkloadError(f"{t.name}: workload {wl.name} exited {res.exit_code}: "
-                                    f"{(wl_stderr or res.stdout).strip()[-400:] or '(no output)'}")
+                raise WorkloadError(
+                    f"{t.name}: workload {wl.name} exited {res.exit_code}: "
+                    f"{(wl_stderr or res.stdout).strip()[-400:] or '(no output)'}"
+                )
             wall = [ln.split() for ln in res.stderr.splitlines() if ln.startswith("ABTEST_WALL_NS ")]
-            workload_s = ((int(wall[-1][2]) - int(wall[-1][1])) / 1e9) if wall and len(wall[-1]) == 3 \
-                else res.duration_s
+            workload_s = (
+                ((int(wall[-1][2]) - int(wall[-1][1])) / 1e9) if wall and len(wall[-1]) == 3 else res.duration_s
+            )
             a = time.monotonic()
             if sampler:
                 power = sampler.stop(writer.tmp / ".power-raw.txt")
@@ -500,31 +579,60 @@ def run_iteration(st: TargetState, cc: CollectConfig, label: LabelSpec, wl: Work
     metrics.update(wl.collect(t, writer.tmp, remote_dir))
     metrics.update(workload_metrics((wl.DURATION_METRIC, workload_s)))
     iteration_s = time.monotonic() - t_work0
-    meta.update({
-        "label": label.name, "workload": wl.name, "iteration": it, "attempt": attempt,
-        "target": {"name": cfg.name, "kind": cfg.kind, "file": str(cfg.path) if cfg.path else None,
-                   "emulated": cfg.kind == "qemu"},
-        "boot": boot_meta,
-        "settings": {"label": label.settings, "applied": settings_now,
-                     # values found before the change, put back after the iteration (state journal)
-                     "original": {p: st.settings.original.get(p) for p in settings_now},
-                     "workload": wl.describe(),
-                     "events_requested": collector.events if collector else [], "analyses": cc.analyses},
-        "trace": ({**session_meta, "tracefs_original": getattr(collector, "original", None),
-                   **({"annotations": annotator.describe()} if annotator else {})}
-                  if collector else session_meta),
-        "power": ({"sampler": cfg.power.get("sampler"), "period_s": cfg.power.get("period_s", 0.5),
-                   "aligned": session_meta.get("trace_clock") == "boot",
-                   "clock": "CLOCK_BOOTTIME"} if sampler else None),
-        "cooldown": cool,
-        "tools": {**host_tools(), **{f"target:{k}": v for k, v in meta.pop("target_tools", {}).items()}},
-        "timestamps": {"start_utc": start_utc, "end_utc": datetime.now(timezone.utc).isoformat()},
-        "timings": {"iteration_s": round(iteration_s, 4), "workload_s": round(workload_s, 4),
-                    "overhead_s": round(iteration_s - workload_s, 4),
-                    "cooldown_s": round(float(cool.get("waited_s", 0.0)), 4),
-                    **{k: round(v, 4) for k, v in phases.items()}},
-        "platform": cfg.platform,
-    })
+    meta.update(
+        {
+            "label": label.name,
+            "workload": wl.name,
+            "iteration": it,
+            "attempt": attempt,
+            "target": {
+                "name": cfg.name,
+                "kind": cfg.kind,
+                "file": str(cfg.path) if cfg.path else None,
+                "emulated": cfg.kind == "qemu",
+            },
+            "boot": boot_meta,
+            "settings": {
+                "label": label.settings,
+                "applied": settings_now,
+                # values found before the change, put back after the iteration (state journal)
+                "original": {p: st.settings.original.get(p) for p in settings_now},
+                "workload": wl.describe(),
+                "events_requested": collector.events if collector else [],
+                "analyses": cc.analyses,
+            },
+            "trace": (
+                {
+                    **session_meta,
+                    "tracefs_original": getattr(collector, "original", None),
+                    **({"annotations": annotator.describe()} if annotator else {}),
+                }
+                if collector
+                else session_meta
+            ),
+            "power": (
+                {
+                    "sampler": cfg.power.get("sampler"),
+                    "period_s": cfg.power.get("period_s", 0.5),
+                    "aligned": session_meta.get("trace_clock") == "boot",
+                    "clock": "CLOCK_BOOTTIME",
+                }
+                if sampler
+                else None
+            ),
+            "cooldown": cool,
+            "tools": {**host_tools(), **{f"target:{k}": v for k, v in meta.pop("target_tools", {}).items()}},
+            "timestamps": {"start_utc": start_utc, "end_utc": datetime.now(UTC).isoformat()},
+            "timings": {
+                "iteration_s": round(iteration_s, 4),
+                "workload_s": round(workload_s, 4),
+                "overhead_s": round(iteration_s - workload_s, 4),
+                "cooldown_s": round(float(cool.get("waited_s", 0.0)), 4),
+                **{k: round(v, 4) for k, v in phases.items()},
+            },
+            "platform": cfg.platform,
+        }
+    )
     if session_meta.get("lost_events"):
         meta.setdefault("warnings", []).append(f"{session_meta['lost_events']} trace events lost")
     writer.commit(metrics, meta)
@@ -549,15 +657,23 @@ def check_shell_names(labels: list[str], workloads: list[str], events: list[str]
         raise CollectError(str(e)) from e
 
 
-def collect(cc: CollectConfig, provider: TargetProvider | None = None,
-            log: Callable[[str], None] | None = None) -> dict:
+def collect(
+    cc: CollectConfig, provider: TargetProvider | None = None, log: Callable[[str], None] | None = None
+) -> dict:
     """Run the whole plan; return a summary {"done", "skipped", "retries", "iterations": [...]}.
 
     Raises CollectError when an iteration fails after its retries; KeyboardInterrupt propagates after
     cleaning up (completed iterations stay).
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     console = Console(stderr=True)
     log = log or (lambda msg: console.print(msg, highlight=False))
@@ -566,15 +682,21 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
     if len(wl_by_name) != len(cc.workloads):
         raise CollectError("two workloads share a name; give one name=... to tell them apart")
     label_by_name = {l.name: l for l in cc.labels}
-    check_shell_names(list(label_by_name), list(wl_by_name), [*cc.analysis_events, *cc.extra_events],
-                      cc.trace_clock or cc.target_cfg.trace.get("clock"))
+    check_shell_names(
+        list(label_by_name),
+        list(wl_by_name),
+        [*cc.analysis_events, *cc.extra_events],
+        cc.trace_clock or cc.target_cfg.trace.get("clock"),
+    )
     plan = make_plan(list(label_by_name), list(wl_by_name), cc.iterations, cc.order)
     done_already = [p for p in plan if is_complete(iteration_dir(store, p.label, p.workload, p.iteration))]
     if done_already and not cc.resume:
         p = done_already[0]
-        raise CollectError(f"{iteration_dir(store, p.label, p.workload, p.iteration)} is already complete "
-                           f"({len(done_already)} of {len(plan)} planned iterations are): pass --resume to "
-                           f"continue this collection, or choose another --store")
+        raise CollectError(
+            f"{iteration_dir(store, p.label, p.workload, p.iteration)} is already complete "
+            f"({len(done_already)} of {len(plan)} planned iterations are): pass --resume to "
+            f"continue this collection, or choose another --store"
+        )
     for stale in discard_stale_temps(store) if store.exists() else []:
         log(f"removed interrupted iteration {stale}")
     events = requested_events(cc.analysis_events) + [e for e in cc.extra_events]
@@ -582,15 +704,24 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
     if provider is None:
         if cc.target_cfg.kind == "qemu":
             from abtest.targets.qemu import QemuProvider
+
             provider = QemuProvider(cc.target_cfg, log=log)
         else:
             provider = TargetProvider(cc.target_cfg, log=log)
     summary = {"done": 0, "skipped": len(done_already), "retries": 0, "iterations": []}
     states: dict[int, TargetState] = {}
     todo = [p for p in plan if p not in done_already]
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("ETA"), TimeRemainingColumn(), console=console, disable=not cc.progress,
-                        transient=False)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not cc.progress,
+        transient=False,
+    )
     try:
         with progress:
             task = progress.add_task("collect", total=len(plan), completed=len(done_already))
@@ -625,11 +756,14 @@ def collect(cc: CollectConfig, provider: TargetProvider | None = None,
                         if writer:
                             writer.discard()
                         if attempt > cc.retries:
-                            raise CollectError(f"{step.label}/{step.workload}/{step.iteration}: failed after "
-                                               f"{attempt} attempts: {e}") from e
+                            raise CollectError(
+                                f"{step.label}/{step.workload}/{step.iteration}: failed after {attempt} attempts: {e}"
+                            ) from e
                         summary["retries"] += 1
-                        log(f"[yellow]retrying {step.label}/{step.workload}/{step.iteration} "
-                            f"(attempt {attempt} failed: {e})[/]")
+                        log(
+                            f"[yellow]retrying {step.label}/{step.workload}/{step.iteration} "
+                            f"(attempt {attempt} failed: {e})[/]"
+                        )
                         for st in states.values():
                             st.prepared.clear()
                         try:

@@ -20,6 +20,7 @@ clock), meta.json says so (`power.aligned = false`). Host-side meters (Monsoon) 
 caller with `start_ts_ns` (e.g. the trace timestamp of the workload-start marker when the meter was
 started with the workload).
 """
+
 from __future__ import annotations
 
 import io
@@ -28,11 +29,10 @@ from pathlib import Path
 
 import polars as pl
 
+from abtest.store.power import POWER_SCHEMA, write_power_csv  # noqa: F401 (write_power_csv re-exported for the collectors)
 from abtest.targets.base import Target, TargetError
 from abtest.targets.shell import quote
 from abtest.trace.errors import TraceFormatError
-
-from abtest.store.power import POWER_SCHEMA, write_power_csv  # noqa: F401 (write_power_csv re-exported for the collectors)
 
 _ODPM_LINE = re.compile(r"^CH(\d+)\(T=(\d+)\)\[([^\]]+)\],\s*(\d+)\s*$")
 _RAILS_LINE = re.compile(r"^CH(\d+)\[([^\]]+)\]:\s*(\S*)\s*$")
@@ -50,8 +50,9 @@ def parse_odpm_enabled_rails(text: str, path: str = "enabled_rails") -> dict[str
             continue
         m = _RAILS_LINE.match(line.strip())
         if not m:
-            raise TraceFormatError(path, f"bad enabled_rails line {line!r}", line=i,
-                                   expected="CH<n>[<RAIL>]:<subsystem>")
+            raise TraceFormatError(
+                path, f"bad enabled_rails line {line!r}", line=i, expected="CH<n>[<RAIL>]:<subsystem>"
+            )
         rails[m.group(2)] = m.group(3)
     return rails
 
@@ -69,19 +70,27 @@ def parse_odpm_energy(text: str, rails: dict[str, str] | None = None, path: str 
             continue
         m = _ODPM_LINE.match(s)
         if not m:
-            raise TraceFormatError(path, f"bad energy_value line {s!r}", line=i,
-                                   expected="t=<ms> or CH<n>(T=<ms>)[<RAIL>], <uWs>")
+            raise TraceFormatError(
+                path, f"bad energy_value line {s!r}", line=i, expected="t=<ms> or CH<n>(T=<ms>)[<RAIL>], <uWs>"
+            )
         ts.append(int(m.group(2)) * 1_000_000)
         names.append(m.group(3))
         energy.append(float(m.group(4)))
     rails = rails or {}
-    df = pl.DataFrame({"ts_ns": ts, "rail": names, "energy_uj": energy},
-                      schema={"ts_ns": pl.Int64, "rail": pl.Utf8, "energy_uj": pl.Float64})
-    sub = pl.DataFrame({"rail": list(rails), "subsystem": list(rails.values())},
-                       schema={"rail": pl.Utf8, "subsystem": pl.Utf8})
-    return (df.join(sub, on="rail", how="left").with_columns(pl.col("subsystem").fill_null(""))
-            .select(list(POWER_SCHEMA)).unique(["ts_ns", "rail"], keep="first", maintain_order=True)
-            .sort("rail", "ts_ns"))
+    df = pl.DataFrame(
+        {"ts_ns": ts, "rail": names, "energy_uj": energy},
+        schema={"ts_ns": pl.Int64, "rail": pl.Utf8, "energy_uj": pl.Float64},
+    )
+    sub = pl.DataFrame(
+        {"rail": list(rails), "subsystem": list(rails.values())}, schema={"rail": pl.Utf8, "subsystem": pl.Utf8}
+    )
+    return (
+        df.join(sub, on="rail", how="left")
+        .with_columns(pl.col("subsystem").fill_null(""))
+        .select(list(POWER_SCHEMA))
+        .unique(["ts_ns", "rail"], keep="first", maintain_order=True)
+        .sort("rail", "ts_ns")
+    )
 
 
 def unwrap_counter(df: pl.DataFrame, max_range_uj: dict[str, float] | float) -> pl.DataFrame:
@@ -123,8 +132,9 @@ def parse_monsoon_csv(path: str | Path, start_ts_ns: int = 0) -> pl.DataFrame:
     df = df.select([c for c in df.columns if c.strip() and not c.startswith("_duplicated")])
     tcol = next((c for c in df.columns if c.strip().lower().startswith("time")), None)
     if tcol is None:
-        raise TraceFormatError(path, f"no Time column (columns {df.columns})", line=1,
-                               expected="Time(ms),Main(mA),Main Voltage(V),...")
+        raise TraceFormatError(
+            path, f"no Time column (columns {df.columns})", line=1, expected="Time(ms),Main(mA),Main Voltage(V),..."
+        )
     frames = []
     for c in df.columns:
         m = re.fullmatch(r"\s*(\w+)\(mA\)\s*", c)
@@ -134,13 +144,20 @@ def parse_monsoon_csv(path: str | Path, start_ts_ns: int = 0) -> pl.DataFrame:
         vcol = next((v for v in df.columns if v.strip() == f"{chan} Voltage(V)"), None)
         if vcol is None:
             continue
-        frames.append(df.select(
-            (pl.col(tcol).cast(pl.Float64) * 1e9).round().cast(pl.Int64).add(start_ts_ns).alias("ts_ns"),
-            pl.lit(chan).alias("rail"),
-            (pl.col(c).cast(pl.Float64) * pl.col(vcol).cast(pl.Float64)).alias("power_mw")))
+        frames.append(
+            df.select(
+                (pl.col(tcol).cast(pl.Float64) * 1e9).round().cast(pl.Int64).add(start_ts_ns).alias("ts_ns"),
+                pl.lit(chan).alias("rail"),
+                (pl.col(c).cast(pl.Float64) * pl.col(vcol).cast(pl.Float64)).alias("power_mw"),
+            )
+        )
     if not frames:
-        raise TraceFormatError(path, f"no <channel>(mA) column with a matching '<channel> Voltage(V)' "
-                                     f"(columns {df.columns})", line=1, expected="Main(mA) and Main Voltage(V)")
+        raise TraceFormatError(
+            path,
+            f"no <channel>(mA) column with a matching '<channel> Voltage(V)' (columns {df.columns})",
+            line=1,
+            expected="Main(mA) and Main Voltage(V)",
+        )
     return integrate_power(pl.concat(frames), "power_mw", 1000.0)
 
 
@@ -153,8 +170,12 @@ def parse_generic_csv(path: str | Path) -> pl.DataFrame:
     elif "ts_s" in df.columns:
         df = df.with_columns((pl.col("ts_s").cast(pl.Float64) * 1e9).round().cast(pl.Int64).alias("ts_ns"))
     else:
-        raise TraceFormatError(path, f"no ts_ns or ts_s column (columns {df.columns})", line=1,
-                               expected="ts_ns or ts_s, rail, energy_uj or power_mw/power_uw")
+        raise TraceFormatError(
+            path,
+            f"no ts_ns or ts_s column (columns {df.columns})",
+            line=1,
+            expected="ts_ns or ts_s, rail, energy_uj or power_mw/power_uw",
+        )
     if "rail" not in df.columns:
         raise TraceFormatError(path, "no rail column", line=1, expected="a rail column")
     df = df.with_columns(pl.col("rail").cast(pl.Utf8))
@@ -166,8 +187,12 @@ def parse_generic_csv(path: str | Path) -> pl.DataFrame:
     for col, scale in (("power_mw", 1000.0), ("power_uw", 1.0)):
         if col in df.columns:
             return integrate_power(df, col, scale)
-    raise TraceFormatError(path, f"no energy_uj, power_mw or power_uw column (columns {df.columns})", line=1,
-                           expected="energy_uj (cumulative uJ) or power_mw / power_uw")
+    raise TraceFormatError(
+        path,
+        f"no energy_uj, power_mw or power_uw column (columns {df.columns})",
+        line=1,
+        expected="energy_uj (cumulative uJ) or power_mw / power_uw",
+    )
 
 
 def parse_sysfs_samples(text: str, path: str = "samples") -> pl.DataFrame:
@@ -188,18 +213,22 @@ def parse_sysfs_samples(text: str, path: str = "samples") -> pl.DataFrame:
             files.append(parts[0])
             vals.append(int(parts[1]))
         else:
-            raise TraceFormatError(path, f"bad sampler line {line!r}", line=i,
-                                   expected="'@ <uptime s>' or '<path> <integer>'")
-    return pl.DataFrame({"ts_ns": ts, "file": files, "value": vals},
-                        schema={"ts_ns": pl.Int64, "file": pl.Utf8, "value": pl.Int64})
+            raise TraceFormatError(
+                path, f"bad sampler line {line!r}", line=i, expected="'@ <uptime s>' or '<path> <integer>'"
+            )
+    return pl.DataFrame(
+        {"ts_ns": ts, "file": files, "value": vals}, schema={"ts_ns": pl.Int64, "file": pl.Utf8, "value": pl.Int64}
+    )
 
 
 def rapl_from_samples(samples: pl.DataFrame, names: dict[str, str], max_range: dict[str, float]) -> pl.DataFrame:
     """RAPL sampler frame -> power frame. names: energy_uj path -> domain name (e.g. package-0);
     max_range: domain -> max_energy_range_uj."""
-    df = samples.with_columns(pl.col("file").replace_strict(names, default=None).alias("rail"),
-                              pl.col("value").cast(pl.Float64).alias("energy_uj"),
-                              pl.lit("").alias("subsystem")).drop_nulls("rail")
+    df = samples.with_columns(
+        pl.col("file").replace_strict(names, default=None).alias("rail"),
+        pl.col("value").cast(pl.Float64).alias("energy_uj"),
+        pl.lit("").alias("subsystem"),
+    ).drop_nulls("rail")
     return unwrap_counter(df.select(list(POWER_SCHEMA)), max_range)
 
 
@@ -207,7 +236,8 @@ def hwmon_from_samples(samples: pl.DataFrame, names: dict[str, str]) -> pl.DataF
     """hwmon sampler frame -> power frame; energy*_input taken as uJ, power*_input (uW) integrated."""
     df = samples.with_columns(pl.col("file").replace_strict(names, default=None).alias("rail")).drop_nulls("rail")
     energy = df.filter(pl.col("file").str.contains(r"/energy\d+_input$")).select(
-        "ts_ns", "rail", pl.lit("").alias("subsystem"), pl.col("value").cast(pl.Float64).alias("energy_uj"))
+        "ts_ns", "rail", pl.lit("").alias("subsystem"), pl.col("value").cast(pl.Float64).alias("energy_uj")
+    )
     power = df.filter(pl.col("file").str.contains(r"/power\d+_input$"))
     parts = [energy.select(list(POWER_SCHEMA))]
     if power.height:
@@ -223,8 +253,9 @@ class PowerSampler:
     remote_dir; `stop()` kills it, pulls it and returns the power frame.
     """
 
-    def __init__(self, target: Target, kind: str, *, period_s: float = 0.5, remote_dir: str = "/tmp",
-                 sysfs: str = "/sys"):
+    def __init__(
+        self, target: Target, kind: str, *, period_s: float = 0.5, remote_dir: str = "/tmp", sysfs: str = "/sys"
+    ):
         if kind not in ("odpm", "hwmon", "rapl"):
             raise ValueError(f"unknown power sampler {kind!r} (odpm, hwmon, rapl)")
         self.target, self.kind, self.period_s, self.remote_dir = target, kind, period_s, remote_dir
@@ -239,14 +270,21 @@ class PowerSampler:
         """Find the counter files (raises TargetError when the target has none)."""
         t = self.target
         if self.kind == "odpm":
-            out = t.run(f"cat {self.sysfs}/bus/iio/devices/iio:device*/enabled_rails 2>/dev/null", 30,
-                        as_root=True).stdout
+            out = t.run(
+                f"cat {self.sysfs}/bus/iio/devices/iio:device*/enabled_rails 2>/dev/null", 30, as_root=True
+            ).stdout
             self.rails = parse_odpm_enabled_rails(out)
             if not self.rails:
-                raise TargetError(f"{t.name}: no ODPM rails under {self.sysfs}/bus/iio/devices/iio:device*/enabled_rails")
+                raise TargetError(
+                    f"{t.name}: no ODPM rails under {self.sysfs}/bus/iio/devices/iio:device*/enabled_rails"
+                )
         elif self.kind == "rapl":
-            out = t.run(f"for d in {self.sysfs}/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
-                        "echo $d/energy_uj $(cat $d/name) $(cat $d/max_energy_range_uj); done", 30, as_root=True).stdout
+            out = t.run(
+                f"for d in {self.sysfs}/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
+                "echo $d/energy_uj $(cat $d/name) $(cat $d/max_energy_range_uj); done",
+                30,
+                as_root=True,
+            ).stdout
             for line in out.splitlines():
                 f, name, rng = line.split()
                 domain = f"{name}:{f.split('intel-rapl:')[1].split('/')[0]}"
@@ -255,8 +293,12 @@ class PowerSampler:
             if not self.names:
                 raise TargetError(f"{t.name}: no readable {self.sysfs}/class/powercap/intel-rapl:*/energy_uj")
         else:
-            out = t.run(f"for f in {self.sysfs}/class/hwmon/hwmon*/energy*_input {self.sysfs}/class/hwmon/hwmon*/power*_input; do "
-                        "[ -r $f ] && echo $f $(cat ${f%/*}/name)_$(basename ${f%_input}); done", 30).stdout
+            out = t.run(
+                f"for f in {self.sysfs}/class/hwmon/hwmon*/energy*_input "
+                f"{self.sysfs}/class/hwmon/hwmon*/power*_input; do "
+                "[ -r $f ] && echo $f $(cat ${f%/*}/name)_$(basename ${f%_input}); done",
+                30,
+            ).stdout
             self.names = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
             if not self.names:
                 raise TargetError(f"{t.name}: no hwmon energy*_input / power*_input files")
@@ -267,8 +309,10 @@ class PowerSampler:
             body = f"cat {self.sysfs}/bus/iio/devices/iio:device*/energy_value"
         else:
             files = " ".join(quote(f) for f in self.names)
-            body = (f"echo @ $(cut -d' ' -f1 /proc/uptime); for f in {files}; do "
-                    f"v=$(cat $f 2>/dev/null) && [ -n \"$v\" ] && echo $f $v; done")
+            body = (
+                f"echo @ $(cut -d' ' -f1 /proc/uptime); for f in {files}; do "
+                f'v=$(cat $f 2>/dev/null) && [ -n "$v" ] && echo $f $v; done'
+            )
         return f"while :; do {body}; sleep {period}; done"
 
     def start(self) -> None:
@@ -278,8 +322,7 @@ class PowerSampler:
 
     def launch(self) -> None:
         """Start the background loop over the counters found (or set) in names/rails."""
-        script = (f"nohup sh -c {quote(self.loop_script())} > {quote(self.remote_out)} 2>/dev/null "
-                  f"</dev/null & echo $!")
+        script = f"nohup sh -c {quote(self.loop_script())} > {quote(self.remote_out)} 2>/dev/null </dev/null & echo $!"
         self.pid = self.target.run(script, 30, as_root=True, check=True).stdout.strip().splitlines()[-1]
 
     def stop(self, local_raw: Path) -> pl.DataFrame:

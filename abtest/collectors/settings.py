@@ -12,6 +12,7 @@ settings; each original value goes to the host's state journal (`on_original`) b
 A `cpuidle_governor` on a target whose cpuidle driver is `none` (no idle states: the governor never runs)
 is taken but reported in `SettingsManager.warnings`: labels that differ only by it compare one setting.
 """
+
 from __future__ import annotations
 
 from abtest.safe_io import UnsafePathError, check_name
@@ -95,8 +96,10 @@ class SettingsManager:
                 res = self.target.run(f"echo {quote(str(value))} > {q} && cat {q}", 30, as_root=True)
                 got = _current(res.stdout)
                 if res.exit_code != 0 or got != str(value):
-                    raise SettingError(f"{self.target.name}: setting {key}={value} on {path} failed "
-                                       f"(now {got!r}; {res.stderr.strip()})")
+                    raise SettingError(
+                        f"{self.target.name}: setting {key}={value} on {path} failed "
+                        f"(now {got!r}; {res.stderr.strip()})"
+                    )
                 now[path] = got
         return now
 
@@ -107,13 +110,15 @@ class SettingsManager:
         paths = [p for p in self.original if p in self.changed]
         if not paths:
             return
-        script = "\n".join(f"echo {quote(self.original[p])} > {quote(p)}; "
-                           f"echo ABTEST_NOW {i} \"$(cat {quote(p)})\"" for i, p in enumerate(paths))
+        script = "\n".join(
+            f'echo {quote(self.original[p])} > {quote(p)}; echo ABTEST_NOW {i} "$(cat {quote(p)})"'
+            for i, p in enumerate(paths)
+        )
         res = self.target.run(script, 30, as_root=True)
         now = {}
         for line in res.stdout.splitlines():
             if line.startswith("ABTEST_NOW "):
-                idx, _, value = line[len("ABTEST_NOW "):].partition(" ")
+                idx, _, value = line[len("ABTEST_NOW ") :].partition(" ")
                 if idx.isdigit() and int(idx) < len(paths):
                     now[paths[int(idx)]] = _current(value)
         bad = [f"{p} is {now.get(p)!r}, original {self.original[p]!r}" for p in paths if now.get(p) != self.original[p]]
@@ -125,14 +130,19 @@ class SettingsManager:
 def cpuidle_governor_warning(target: Target) -> str | None:
     """Why a cpuidle governor cannot act on `target` (its cpuidle driver is `none`, or it has no idle state
     on any CPU), or None when it can."""
-    res = target.run(f"cat {CPUIDLE_DRIVER} 2>/dev/null; ls -d /sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]* "
-                     "2>/dev/null | wc -l", 30)
+    res = target.run(
+        f"cat {CPUIDLE_DRIVER} 2>/dev/null; ls -d /sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]* "
+        "2>/dev/null | wc -l",
+        30,
+    )
     lines = res.stdout.split()
     driver = lines[0] if len(lines) == 2 else "unknown"
     states = int(lines[-1]) if lines and lines[-1].isdigit() else 0
     if driver == "none" or states == 0:
-        return (f"{target.name}: cpuidle driver is {driver!r} and no CPU has an idle state: the cpuidle governor "
-                f"never runs there, so labels that differ only by cpuidle_governor compare the same system")
+        return (
+            f"{target.name}: cpuidle driver is {driver!r} and no CPU has an idle state: the cpuidle governor "
+            f"never runs there, so labels that differ only by cpuidle_governor compare the same system"
+        )
     return None
 
 
@@ -140,5 +150,5 @@ def _current(text: str) -> str:
     """Value of a sysfs file; for choice files like `[menu] ladder` the bracketed entry."""
     text = text.strip()
     if "[" in text and "]" in text:
-        return text[text.index("[") + 1:text.index("]")]
+        return text[text.index("[") + 1 : text.index("]")]
     return text

@@ -20,6 +20,7 @@ the others; abtest.commands.text_grid: fitted to the terminal width, $COLUMNS ho
 See docs/analyze.md for each analysis' keys. Exit status: 0 when at least one analysis ran, 2 when
 none applies, one failed (see above), or the file / platform is unreadable.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,12 +32,11 @@ import polars as pl
 from rich.console import Console
 from rich.text import Text
 
+from abtest.analysis import registry
 from abtest.commands.analyze_tables import Context, blocks_for, perfetto_blocks
 from abtest.commands.text_grid import Grid, print_grid
 from abtest.session import Trace
 from abtest.trace.errors import MissingEventsError
-
-from abtest.analysis import registry
 
 # JSON key -> registry Analysis with a summary(trace); order = registry order = order of the terminal report
 ANALYSES: dict[str, registry.Analysis] = {a.name: a for a in registry.ANALYSES if a.summary is not None}
@@ -60,10 +60,12 @@ def _run_one(key: str, analysis, trace: Trace) -> tuple[dict | None, str | None]
     except Exception as e:  # noqa: BLE001 - not hidden: reported under "failed", on stderr and as exit 2
         if os.environ.get("ABTEST_DEBUG"):
             import traceback
+
             traceback.print_exc()
         return None, FAILED + f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
     finally:
         from abtest import _native
+
         _native.release_freed_memory()
     if not res:
         return None, "no data for this analysis in the trace (its events are absent or empty)"
@@ -87,6 +89,7 @@ def _summaries(trace: Trace, keys: list[str], threads: int) -> dict[str, tuple[d
     if threads <= 1 or len(keys) <= 1:
         return {k: _run_one(k, ANALYSES[k], trace) for k in keys}
     import threading
+
     large = [k for k in _LARGE if k in keys]
     rest = sorted((k for k in keys if k not in large), key=lambda k: k not in _SLOW)
     done: dict[str, tuple[dict | None, str | None]] = {}
@@ -112,15 +115,22 @@ def _summaries(trace: Trace, keys: list[str], threads: int) -> dict[str, tuple[d
 LONG_TRACE_EVENTS = 30_000_000
 
 
-def analyze_dict(trace: Trace, *, window_s: tuple[float, float] | None = None,
-                 only: tuple[str, ...] | None = None, threads: int | None = None) -> dict:
+def analyze_dict(
+    trace: Trace,
+    *,
+    window_s: tuple[float, float] | None = None,
+    only: tuple[str, ...] | None = None,
+    threads: int | None = None,
+) -> dict:
     """The `abtest analyze --json` object for a (possibly windowed) trace. threads: analyses run at once
     (default: the CPUs, at most 2: more adds memory, not speed, on this 2-core class of machine)."""
     m = trace.meta
     out: dict = {
         "file": str(trace.path),
         "format": m.get("format"),
-        "duration_s": (trace.end_ns - trace.start_ns) / 1e9 if trace.start_ns is not None and trace.end_ns is not None else None,
+        "duration_s": (trace.end_ns - trace.start_ns) / 1e9
+        if trace.start_ns is not None and trace.end_ns is not None
+        else None,
         "window_s": list(window_s) if window_s else None,
         "lost_events": int(m.get("lost_events") or 0),
         "platform": (trace.platform or {}).get("name") if isinstance(trace.platform, dict) else None,
@@ -139,7 +149,7 @@ def analyze_dict(trace: Trace, *, window_s: tuple[float, float] | None = None,
         if why:
             skipped[key] = why
     out["skipped"] = skipped
-    out["failed"] = {k: why[len(FAILED):] for k, why in skipped.items() if why.startswith(FAILED)}
+    out["failed"] = {k: why[len(FAILED) :] for k, why in skipped.items() if why.startswith(FAILED)}
     return out
 
 
@@ -164,7 +174,9 @@ def _perfetto_dict(path: str) -> dict:
     try:
         from abtest.trace import perfetto_engine
     except ModuleNotFoundError as e:
-        raise click.ClickException(f"--engine perfetto needs abtest.trace.perfetto_engine, which is missing ({e})") from e
+        raise click.ClickException(
+            f"--engine perfetto needs abtest.trace.perfetto_engine, which is missing ({e})"
+        ) from e
     try:
         res = perfetto_engine.analyze(path)
     except (perfetto_engine.EngineUnavailableError, RuntimeError) as e:
@@ -182,6 +194,7 @@ def _context(trace: Trace | None, d: dict) -> Context:
     domains = None
     if trace is not None and d.get("frequency"):
         from abtest.analysis.frequency import df_cpu_domains
+
         try:
             doms = df_cpu_domains(trace.df("cpu_frequency", windowed=False))
             domains = {int(c): int(g) for c, g in doms.iter_rows()}
@@ -231,8 +244,10 @@ def print_report(d: dict, trace: Trace | None = None, con: Console | None = None
         for key, why in skipped:
             con.print(Text(f"{key}: {_short(why).replace(' in ' + str(d['file']), '')}", style="yellow"))
     if any("Record them" in w for w in d["skipped"].values()):
-        con.print("(record missing events with `trace-cmd record -e EVENT`, or enable them under "
-                  "/sys/kernel/tracing/events and `trace-cmd extract`, or with `abtest collect`)")
+        con.print(
+            "(record missing events with `trace-cmd record -e EVENT`, or enable them under "
+            "/sys/kernel/tracing/events and `trace-cmd extract`, or with `abtest collect`)"
+        )
     con.print(Text("every value: abtest analyze --json (keys: docs/analyze.md)", style="dim"))
 
 
@@ -247,7 +262,9 @@ def print_perfetto_report(d: dict, con: Console | None = None) -> None:
     eng = d.get("engine") or {}
     span = d.get("span") or {}
     con.print(Text(str(d["file"]), style="bold"))
-    facts = [f"engine: Perfetto trace_processor {eng.get('version') or ''} ({eng.get('name')}, from {eng.get('source')})"]
+    facts = [
+        f"engine: Perfetto trace_processor {eng.get('version') or ''} ({eng.get('name')}, from {eng.get('source')})"
+    ]
     if span.get("start_ns") is not None and span.get("end_ns") is not None:
         facts.append(f"span: {(span['end_ns'] - span['start_ns']) / 1e9:.3f} s")
     con.print(Text("; ".join(facts)))
@@ -260,23 +277,62 @@ def print_perfetto_report(d: dict, con: Console | None = None) -> None:
 @click.command("analyze")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (stable keys, see docs/analyze.md)")
-@click.option("--platform", "platform_file", type=click.Path(exists=True, dir_okay=False),
-              help="platform file (YAML/TOML, LISA plat_info.yml, Wattson CSV): capacities, OPPs, idle states, EM")
-@click.option("--range", "window", nargs=2, type=float, metavar="START_S END_S",
-              help="analyse only [START_S, END_S), seconds from the first event of the trace (not to be confused "
-                   "with --windows)")
-@click.option("--engine", type=click.Choice(["native", "perfetto"]), default="native", show_default=True,
-              help="native: abtest's readers and analyses; perfetto: Perfetto trace_processor's stdlib metrics")
+@click.option(
+    "--platform",
+    "platform_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="platform file (YAML/TOML, LISA plat_info.yml, Wattson CSV): capacities, OPPs, idle states, EM",
+)
+@click.option(
+    "--range",
+    "window",
+    nargs=2,
+    type=float,
+    metavar="START_S END_S",
+    help="analyse only [START_S, END_S), seconds from the first event of the trace (not to be confused with --windows)",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["native", "perfetto"]),
+    default="native",
+    show_default=True,
+    help="native: abtest's readers and analyses; perfetto: Perfetto trace_processor's stdlib metrics",
+)
 @click.option("--only", multiple=True, type=click.Choice(list(ANALYSES)), help="run only these analyses (repeatable)")
-@click.option("--windows", "windows_s", type=click.FloatRange(min=0.001), metavar="SECONDS",
-              help="long traces in bounded memory: analyse consecutive windows of SECONDS and combine each declared "
-                   "metric as the registry says (abtest.analysis.windowed); prints the metrics")
-@click.option("--history", "history_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
-              metavar="SECONDS", help="with --windows: seconds read around each window for the state carried into it")
-@click.option("--jobs", type=click.IntRange(min=1), default=None,
-              help="with --windows: worker processes (default: the number of CPUs)")
-def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[float, float] | None,
-            engine: str, only: tuple[str, ...], windows_s: float | None, history_s: float, jobs: int | None) -> None:
+@click.option(
+    "--windows",
+    "windows_s",
+    type=click.FloatRange(min=0.001),
+    metavar="SECONDS",
+    help="long traces in bounded memory: analyse consecutive windows of SECONDS and combine each declared "
+    "metric as the registry says (abtest.analysis.windowed); prints the metrics",
+)
+@click.option(
+    "--history",
+    "history_s",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="with --windows: seconds read around each window for the state carried into it",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="with --windows: worker processes (default: the number of CPUs)",
+)
+def analyze(
+    file: str,
+    as_json: bool,
+    platform_file: str | None,
+    window: tuple[float, float] | None,
+    engine: str,
+    only: tuple[str, ...],
+    windows_s: float | None,
+    history_s: float,
+    jobs: int | None,
+) -> None:
     """Main metrics of FILE: idle residency and misses, wakeup latency, OPP residency, util/runnable,
     energy per rail, placement. Analyses whose events are missing are skipped with a note.
     With --windows: the declared metrics of a long trace, window by window (docs/analyze.md)."""
@@ -291,6 +347,7 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
         return
     if platform_file:
         from abtest.analysis.platform import PlatformFormatError, load_platform
+
         try:
             platform = load_platform(platform_file)
         except PlatformFormatError as e:
@@ -306,34 +363,50 @@ def analyze(file: str, as_json: bool, platform_file: str | None, window: tuple[f
         trace = trace.window(t0 + int(round(lo * 1e9)), t0 + int(round(hi * 1e9)))
     n_events = sum(trace.events.values())
     if not windows_s and n_events > LONG_TRACE_EVENTS:
-        click.secho(f"note: {n_events:,} events: the whole-trace analyses hold about twice the tables in memory "
-                    f"(docs/analysis-speed.md); `abtest analyze --windows 30` analyses this trace in bounded "
-                    f"memory", fg="yellow", err=True)
+        click.secho(
+            f"note: {n_events:,} events: the whole-trace analyses hold about twice the tables in memory "
+            f"(docs/analysis-speed.md); `abtest analyze --windows 30` analyses this trace in bounded "
+            f"memory",
+            fg="yellow",
+            err=True,
+        )
     if windows_s:
         from abtest.commands.analyze_windows import run_windowed
+
         run_windowed(trace, windows_s, history_s=history_s, jobs=jobs, only=only, as_json=as_json)
         return
     d = analyze_dict(trace, window_s=window, only=only or None)
     from abtest.trace.import_log import import_warnings
+
     for w in import_warnings(trace.meta):
         click.secho(f"WARNING: {w}", fg="yellow", err=True)
     if d["lost_events"]:
-        click.secho(f"WARNING: {d['lost_events']} events were lost in the ring buffer "
-                    f"(per CPU: {trace.meta.get('lost_events_per_cpu')}): results from this trace are incomplete",
-                    fg="yellow", err=True)
+        click.secho(
+            f"WARNING: {d['lost_events']} events were lost in the ring buffer "
+            f"(per CPU: {trace.meta.get('lost_events_per_cpu')}): results from this trace are incomplete",
+            fg="yellow",
+            err=True,
+        )
     if as_json:
         click.echo(json.dumps(d))
     else:
         print_report(d, trace)
     for key, why in d["failed"].items():
-        click.secho(f"error: analysis {key} failed on {file}: {why} (the other analyses ran; ABTEST_DEBUG=1 prints "
-                    "the traceback)", fg="red", err=True)
+        click.secho(
+            f"error: analysis {key} failed on {file}: {why} (the other analyses ran; ABTEST_DEBUG=1 prints "
+            "the traceback)",
+            fg="red",
+            err=True,
+        )
     if d["failed"]:
         raise SystemExit(2)
     if all(d[k] is None for k in ANALYSES):
-        click.secho(f"error: no analysis applies to {file}: "
-                    + "; ".join(f"{k}: {_short(v).replace(f' in {file}', '')}" for k, v in d["skipped"].items()),
-                    fg="red", err=True)
+        click.secho(
+            f"error: no analysis applies to {file}: "
+            + "; ".join(f"{k}: {_short(v).replace(f' in {file}', '')}" for k, v in d["skipped"].items()),
+            fg="red",
+            err=True,
+        )
         raise SystemExit(2)
 
 

@@ -5,6 +5,7 @@ JSON: {"file", "windows_s", "history_s", "windows", "metrics": [{analysis, key, 
 windows}]}; a value whose combination is approximate (a percentile, a share of some threads' known time) has
 "exact": false and is marked "≈" in the table.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,20 +26,29 @@ def _progress():
     if not sys.stderr.isatty():
         return None, lambda: None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    p = Progress(TextColumn("analysing windows"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                 console=Console(stderr=True), transient=True)
+
+    p = Progress(
+        TextColumn("analysing windows"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
     task = p.add_task("", total=None)
     p.start()
     return (lambda done, total: p.update(task, completed=done, total=total)), p.stop
 
 
-def run_windowed(trace, windows_s: float, *, history_s: float, jobs: int | None, only: tuple[str, ...],
-                 as_json: bool) -> None:
+def run_windowed(
+    trace, windows_s: float, *, history_s: float, jobs: int | None, only: tuple[str, ...], as_json: bool
+) -> None:
     jobs = jobs or os.cpu_count() or 1
     tick, stop = _progress()
     try:
-        per_window = df_window_metrics(trace, windows_s, history_s=history_s, analyses=only or None, jobs=jobs,
-                                       on_window=tick)
+        per_window = df_window_metrics(
+            trace, windows_s, history_s=history_s, analyses=only or None, jobs=jobs, on_window=tick
+        )
     except (WindowAnalysisError, ValueError) as e:
         raise click.ClickException(str(e)) from e
     finally:
@@ -46,29 +56,60 @@ def run_windowed(trace, windows_s: float, *, history_s: float, jobs: int | None,
     combined = df_combine(per_window)
     n = per_window["window"].n_unique()
     if combined.is_empty():
-        click.secho(f"error: no declared metric could be computed from {trace.path} in any window (its events are "
-                    f"absent or empty; `abtest analyze` without --windows says which)", fg="red", err=True)
+        click.secho(
+            f"error: no declared metric could be computed from {trace.path} in any window (its events are "
+            f"absent or empty; `abtest analyze` without --windows says which)",
+            fg="red",
+            err=True,
+        )
         if as_json:
-            click.echo(json.dumps({"file": str(trace.path), "windows_s": windows_s, "history_s": history_s,
-                                   "windows": n, "metrics": []}))
+            click.echo(
+                json.dumps(
+                    {
+                        "file": str(trace.path),
+                        "windows_s": windows_s,
+                        "history_s": history_s,
+                        "windows": n,
+                        "metrics": [],
+                    }
+                )
+            )
         raise SystemExit(2)
     if as_json:
-        rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
-                for r in combined.select("analysis", "key", "value", "unit", "window", "exact", "windows").to_dicts()]
-        click.echo(json.dumps({"file": str(trace.path), "windows_s": windows_s, "history_s": history_s, "windows": n,
-                               "metrics": rows}))
+        rows = [
+            {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+            for r in combined.select("analysis", "key", "value", "unit", "window", "exact", "windows").to_dicts()
+        ]
+        click.echo(
+            json.dumps(
+                {"file": str(trace.path), "windows_s": windows_s, "history_s": history_s, "windows": n, "metrics": rows}
+            )
+        )
         return
     con = Console(highlight=False)
     span = (trace.end_ns - trace.start_ns) / 1e9
     con.print(Text(str(trace.path), style="bold"))
-    con.print(Text(f"{span:.3f} s in {n} windows of {windows_s:g} s (history {history_s:g} s); "
-                   f"{combined.height} values"))
+    con.print(
+        Text(f"{span:.3f} s in {n} windows of {windows_s:g} s (history {history_s:g} s); {combined.height} values")
+    )
     for (analysis,), part in combined.group_by(["analysis"], maintain_order=True):
-        g = Grid(analysis, [Column("metric", numeric=False), Column("value", numeric=True),
-                            Column("unit", numeric=False), Column("combined", numeric=False)])
+        g = Grid(
+            analysis,
+            [
+                Column("metric", numeric=False),
+                Column("value", numeric=True),
+                Column("unit", numeric=False),
+                Column("combined", numeric=False),
+            ],
+        )
         for r in part.iter_rows(named=True):
             g.add(r["key"], ("" if r["exact"] else "≈ ") + fmt(r["value"], r["unit"]), r["unit"] or "-", r["window"])
         print_grid(con, g)
-    con.print(Text("≈: approximate combination of the windows' values (percentiles, shares of some threads' known "
-                   "time); the others equal the whole-trace analysis when the state carried into each window is "
-                   "within the history (docs/analyze.md)", style="dim"))
+    con.print(
+        Text(
+            "≈: approximate combination of the windows' values (percentiles, shares of some threads' known "
+            "time); the others equal the whole-trace analysis when the state carried into each window is "
+            "within the history (docs/analyze.md)",
+            style="dim",
+        )
+    )

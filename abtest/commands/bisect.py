@@ -5,6 +5,7 @@ Exit codes: 0 done (run) / ok; 2 bad input, or the bisection stopped (nothing to
 state is kept and `abtest bisect run` resumes); 130 interrupted (resumable too).
 `oracle`: 0 good, 1 bad, 125 skip (untestable), 128 abort, as `git bisect run` expects.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,13 @@ import click
 
 from abtest.store.layout import STORE_ENV, default_store_root
 
-STORE_OPT = click.option("--store", type=click.Path(file_okay=False), envvar=STORE_ENV, default=None,
-                         help="run store directory [env ABTEST_STORE; default ./results]")
+STORE_OPT = click.option(
+    "--store",
+    type=click.Path(file_okay=False),
+    envvar=STORE_ENV,
+    default=None,
+    help="run store directory [env ABTEST_STORE; default ./results]",
+)
 FORMAT_OPT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 
 
@@ -46,26 +52,61 @@ def bisect() -> None:
 @click.option("--good", required=True, help="a revision without the regression")
 @click.option("--bad", required=True, help="a later revision with it (good must be its ancestor)")
 @click.option("--repo", type=click.Path(exists=True, file_okay=False), default=".", show_default=True)
-@click.option("--build", "build_cmd", required=True,
-              help="build command; called as CMD REV OUTDIR in the repository (also $ABTEST_REV, $ABTEST_OUT)")
+@click.option(
+    "--build",
+    "build_cmd",
+    required=True,
+    help="build command; called as CMD REV OUTDIR in the repository (also $ABTEST_REV, $ABTEST_OUT)",
+)
 @click.option("--target", "target_spec", required=True, help="target TOML file, or a name in targets/examples")
 @click.option("--workload", required=True, help="NAME[:param=value,...] as for `abtest collect`")
 @click.option("--metric", required=True, help="metric key, e.g. power.Total (`abtest metrics` lists them)")
 @click.option("--min-effect", default="2%", show_default=True, help="smallest change worth calling a regression")
-@click.option("--confidence", type=click.FloatRange(0.5, 0.9999), default=0.95, show_default=True,
-              help="posterior probability of the culprit to stop at")
-@click.option("--max-iterations", type=click.IntRange(8), default=400, show_default=True,
-              help="run budget of the whole bisection")
-@click.option("--per-step-cap", type=click.IntRange(4), default=40, show_default=True,
-              help="runs of one revision before it is given up (skip)")
+@click.option(
+    "--confidence",
+    type=click.FloatRange(0.5, 0.9999),
+    default=0.95,
+    show_default=True,
+    help="posterior probability of the culprit to stop at",
+)
+@click.option(
+    "--max-iterations", type=click.IntRange(8), default=400, show_default=True, help="run budget of the whole bisection"
+)
+@click.option(
+    "--per-step-cap",
+    type=click.IntRange(4),
+    default=40,
+    show_default=True,
+    help="runs of one revision before it is given up (skip)",
+)
 @click.option("--batch", type=click.IntRange(1), default=2, show_default=True, help="runs per visit of a revision")
 @click.option("--mode", type=click.Choice(["posterior", "classic"]), default="posterior", show_default=True)
-@click.option("--direction", type=click.Choice(["lower", "higher"]), default=None,
-              help="which way is better, for a metric that declares none")
+@click.option(
+    "--direction",
+    type=click.Choice(["lower", "higher"]),
+    default=None,
+    help="which way is better, for a metric that declares none",
+)
 @click.option("--trace", is_flag=True, help="trace every run (needed for trace-derived metrics)")
 @STORE_OPT
-def start(good, bad, repo, build_cmd, target_spec, workload, metric, min_effect, confidence, max_iterations,
-          per_step_cap, batch, mode, direction, trace, store) -> None:
+def start(
+    good,
+    bad,
+    repo,
+    build_cmd,
+    target_spec,
+    workload,
+    metric,
+    min_effect,
+    confidence,
+    max_iterations,
+    per_step_cap,
+    batch,
+    mode,
+    direction,
+    trace,
+    store,
+) -> None:
     """Start a bisection in the run store (measures nothing; `abtest bisect run` does)."""
     from abtest.bisect import state as S
     from abtest.commands.collect import resolve_target_file
@@ -78,15 +119,31 @@ def start(good, bad, repo, build_cmd, target_spec, workload, metric, min_effect,
         revs, subjects = S.revision_range(repo, good, bad)
     except S.BisectError as e:
         raise click.UsageError(str(e)) from e
-    cfg = S.Config(good=good, bad=bad, repo=str(Path(repo).resolve()), build=build_cmd,
-                   target=str(target.resolve()), workload=workload, metric=metric, min_effect_pct=_pct(min_effect),
-                   confidence=confidence, max_iterations=max_iterations, per_step_cap=per_step_cap, batch=batch,
-                   mode=mode, direction=direction or "", trace=trace)
+    cfg = S.Config(
+        good=good,
+        bad=bad,
+        repo=str(Path(repo).resolve()),
+        build=build_cmd,
+        target=str(target.resolve()),
+        workload=workload,
+        metric=metric,
+        min_effect_pct=_pct(min_effect),
+        confidence=confidence,
+        max_iterations=max_iterations,
+        per_step_cap=per_step_cap,
+        batch=batch,
+        mode=mode,
+        direction=direction or "",
+        trace=trace,
+    )
     st = S.BisectState(cfg, revs, subjects)
     st.event("start", good=revs[0], bad=revs[-1], revisions=len(revs))
     S.save(root, st)
-    click.echo(f"bisecting {len(revs) - 2} commits between {revs[0][:12]} (good) and {revs[-1][:12]} (bad) "
-               f"on {metric}; next: abtest bisect run --store {root}", err=True)
+    click.echo(
+        f"bisecting {len(revs) - 2} commits between {revs[0][:12]} (good) and {revs[-1][:12]} (bad) "
+        f"on {metric}; next: abtest bisect run --store {root}",
+        err=True,
+    )
 
 
 @bisect.command("run")
@@ -137,9 +194,8 @@ def run(store, fmt, no_progress) -> None:
 def status(store, fmt) -> None:
     """Where the bisection stands: range, runs per revision, the current posterior, the result when done."""
     from abtest.bisect import state as S
-    from abtest.bisect.report import status_doc, status_text
-
     from abtest.bisect.measure import Measurer
+    from abtest.bisect.report import status_doc, status_text
 
     root = _store(store)
     try:
@@ -216,6 +272,7 @@ def oracle(rev, store) -> None:
 
 def _plain(msg: str) -> str:
     import re
+
     return re.sub(r"\[/?[a-z ]*\]", "", msg)
 
 
@@ -239,8 +296,14 @@ def _compare_text(root: Path, res: dict, trace: bool) -> str:
 
     try:
         a, b = (load_label(root / res["labels"][k]) for k in ("parent", "culprit"))
-        c = compare_labels(a, b, policy=Policy(min_effect_pct=res.get("min_effect_pct", 1.0)), with_trace=trace,
-                           metric_patterns=(res["metric"],), jobs=1)
+        c = compare_labels(
+            a,
+            b,
+            policy=Policy(min_effect_pct=res.get("min_effect_pct", 1.0)),
+            with_trace=trace,
+            metric_patterns=(res["metric"],),
+            jobs=1,
+        )
         tables = [t for t in seed_tables(c) if t.key != "all_metrics"]
         return "\n" + comparison_text(c, tables, width=100)
     except (CompareError, StoreError, OSError, ValueError) as e:

@@ -1,4 +1,5 @@
 """`abtest collect --lab URL`: the lab branch of `abtest collect` (thin: config -> collect_lab -> report)."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,26 @@ from abtest.collectors.orchestrate import CollectError
 from abtest.store.writer import default_store
 
 
-def collect_through_lab(cfg, labels, workloads, *, lab_url, iterations, store, resume, order, analyses,
-                        analysis_events, extra_events, trace, buffer_size_kb, trace_clock, retries, progress, as_json) -> None:
+def collect_through_lab(
+    cfg,
+    labels,
+    workloads,
+    *,
+    lab_url,
+    iterations,
+    store,
+    resume,
+    order,
+    analyses,
+    analysis_events,
+    extra_events,
+    trace,
+    buffer_size_kb,
+    trace_clock,
+    retries,
+    progress,
+    as_json,
+) -> None:
     """Run the collection through the lab; exit 0 when every iteration is complete, 1 when some failed
     after their retries (listed with job ids and reasons), 2 on a bad [lab] table, 130 on Ctrl-C."""
     try:
@@ -24,16 +43,32 @@ def collect_through_lab(cfg, labels, workloads, *, lab_url, iterations, store, r
         raise click.UsageError(str(e)) from e
     if retries is not None:
         lab.retries = retries
-    cc = LabCollectConfig(lab=lab, target_cfg=cfg, labels=labels, workloads=workloads, iterations=iterations,
-                          store=Path(store) if store else default_store(), resume=resume, order=order,
-                          analyses=list(analyses) or None, analysis_events=list(analysis_events),
-                          extra_events=list(extra_events), trace=trace,
-                          buffer_size_kb=buffer_size_kb, trace_clock=trace_clock, progress=progress)
+    cc = LabCollectConfig(
+        lab=lab,
+        target_cfg=cfg,
+        labels=labels,
+        workloads=workloads,
+        iterations=iterations,
+        store=Path(store) if store else default_store(),
+        resume=resume,
+        order=order,
+        analyses=list(analyses) or None,
+        analysis_events=list(analysis_events),
+        extra_events=list(extra_events),
+        trace=trace,
+        buffer_size_kb=buffer_size_kb,
+        trace_clock=trace_clock,
+        progress=progress,
+    )
     try:
         summary = collect_lab(cc)
     except KeyboardInterrupt:
-        click.secho(f"\ninterrupted: jobs in flight were canceled; completed iterations in {cc.store} are intact; "
-                    f"rerun the same command with --resume to continue", fg="yellow", err=True)
+        click.secho(
+            f"\ninterrupted: jobs in flight were canceled; completed iterations in {cc.store} are intact; "
+            f"rerun the same command with --resume to continue",
+            fg="yellow",
+            err=True,
+        )
         sys.exit(130)
     except LabConfigError as e:
         raise click.UsageError(str(e)) from e
@@ -43,11 +78,16 @@ def collect_through_lab(cfg, labels, workloads, *, lab_url, iterations, store, r
     if as_json:
         click.echo(json.dumps(summary))
     else:
-        devices = "; ".join(f"{label}: " + ", ".join(f"{d} x{n}" for d, n in sorted(devs.items()))
-                            for label, devs in sorted(summary["devices"].items()))
-        click.echo(f"{summary['done']} iterations collected through {lab.url}, {summary['skipped']} already "
-                   f"complete, {summary['retries']} retries, {len(summary['failed'])} failed; store: {cc.store}"
-                   + (f"\ndevices per label: {devices}" if devices else ""), err=True)
+        devices = "; ".join(
+            f"{label}: " + ", ".join(f"{d} x{n}" for d, n in sorted(devs.items()))
+            for label, devs in sorted(summary["devices"].items())
+        )
+        click.echo(
+            f"{summary['done']} iterations collected through {lab.url}, {summary['skipped']} already "
+            f"complete, {summary['retries']} retries, {len(summary['failed'])} failed; store: {cc.store}"
+            + (f"\ndevices per label: {devices}" if devices else ""),
+            err=True,
+        )
     for f in summary["failed"]:
         reasons = "; ".join(f"job {a['job_id']}: {a['reason']}" for a in f["attempts"])
         click.secho(f"failed: {f['label']}/{f['workload']}/{f['iteration']}: {reasons}", fg="red", err=True)

@@ -1,6 +1,7 @@
 """`abtest explain A B`: where a power change came from — per frequency domain and OPP, idle state, task, with
 the residual the model does not explain, the scheduler signals that moved and a narrative (thin over
 abtest.compare.explain; docs/explain.md)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,13 +14,24 @@ from abtest.commands.compare import BadInput, _run_comparison, _with_common, _wi
 @click.command("explain")
 @_with_labels
 @_with_common
-@click.option("--channel", "channels", multiple=True, metavar="CH",
-              help="Power channel to decompose (CPU-Big, CPU, Total ...; repeatable). Default: every channel that "
-                   "changed significantly.")
-@click.option("--platform", "platform_file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Platform file with an energy model, for iterations without platform.yml beside their trace.")
-@click.option("--format", "fmt", type=click.Choice(["table", "text", "markdown", "json"]), default="table",
-              show_default=True)
+@click.option(
+    "--channel",
+    "channels",
+    multiple=True,
+    metavar="CH",
+    help="Power channel to decompose (CPU-Big, CPU, Total ...; repeatable). Default: every channel that "
+    "changed significantly.",
+)
+@click.option(
+    "--platform",
+    "platform_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Platform file with an energy model, for iterations without platform.yml beside their trace.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "text", "markdown", "json"]), default="table", show_default=True
+)
 @click.option("--width", type=click.IntRange(40), default=None, help="Width of --format text (default 80).")
 def explain(a, b, store, workload, no_trace, no_cache, tasks, jobs, channels, platform_file, fmt, width):
     """Explain the power change from A to B: a decomposition that adds up to the measured (or modelled) delta,
@@ -44,6 +56,7 @@ def explain(a, b, store, workload, no_trace, no_cache, tasks, jobs, channels, pl
     print_explanations(exs, fmt, width)
     if fmt != "json":  # from the explanation to the timeline: the iterations behind it, side by side
         from abtest.report.timeline_links import explanation_timeline_lines
+
         for line in explanation_timeline_lines(c, store):
             click.echo(line)
 

@@ -15,6 +15,7 @@ also when the output is piped; 80 columns when piped without it):
 
 Numbers are formatted by `fmt(value, unit)` (thousands separators; decimals by unit; None -> "-").
 """
+
 from __future__ import annotations
 
 import math
@@ -37,6 +38,7 @@ _BREAK = re.compile(r"(?<=[ /.:,])")  # a text cell may wrap after these charact
 class Column:
     """name: what the column holds; unit: printed after the name in brackets ("" = plain number or text);
     numeric: right-aligned, never wrapped; group: columns with the same group stay together when split."""
+
     name: str
     unit: str = ""
     numeric: bool = True
@@ -52,13 +54,14 @@ class Grid:
     """A titled table. rows hold formatted strings (use `fmt`); the first `keys` columns name the row.
     alternatives: other layouts of the same data, used when this one does not fit whole; legend: a table
     printed after this one (long names referred to by a short key)."""
+
     title: str
     columns: list[Column]
     rows: list[list[str]] = field(default_factory=list)
     keys: int = 1
     notes: list[str] = field(default_factory=list)
-    alternatives: list["Grid"] = field(default_factory=list)
-    legend: "Grid | None" = None
+    alternatives: list[Grid] = field(default_factory=list)
+    legend: Grid | None = None
 
     def add(self, *cells: str) -> None:
         if len(cells) != len(self.columns):
@@ -85,8 +88,8 @@ def fmt(v, unit: str = "") -> str:
             return MISSING
         d = _DECIMALS.get(unit)
         if d is not None and abs(v) < 1000:
-            if v != 0 and abs(v) < 0.5 * 10 ** -d:
-                return f"<{10 ** -d:.{d}f}" if v > 0 else f">-{10 ** -d:.{d}f}"
+            if v != 0 and abs(v) < 0.5 * 10**-d:
+                return f"<{10**-d:.{d}f}" if v > 0 else f">-{10**-d:.{d}f}"
             return f"{v:,.{d}f}"
         a = abs(v)
         if a >= 1000:
@@ -131,9 +134,9 @@ def _wrap_text(s: str, width: int) -> str:
 
 @dataclass(frozen=True)
 class _Widths:
-    cells: int   # widest cell
-    hard: int    # narrowest possible: numbers whole, text wrapped at separators, header wrapped at spaces
-    soft: int    # no cell wrapped (header may wrap at spaces)
+    cells: int  # widest cell
+    hard: int  # narrowest possible: numbers whole, text wrapped at separators, header wrapped at spaces
+    soft: int  # no cell wrapped (header may wrap at spaces)
     natural: int  # nothing wrapped
 
 
@@ -227,8 +230,11 @@ def _stacked(grid: Grid, width: int) -> RichTable:
     rt.add_column("value", width=vw)
     for r, row in enumerate(grid.rows):
         for j, (col, c) in enumerate(zip(grid.columns, row)):
-            rt.add_row(Text(_wrap_text(col.header, fw)), Text(_wrap_text(c, vw)),
-                       end_section=(j == len(row) - 1 and r < len(grid.rows) - 1))
+            rt.add_row(
+                Text(_wrap_text(col.header, fw)),
+                Text(_wrap_text(c, vw)),
+                end_section=(j == len(row) - 1 and r < len(grid.rows) - 1),
+            )
     return rt
 
 

@@ -1,5 +1,6 @@
 """`abtest timeline`: a trace and abtest's derived signals (or kernel A's and B's iterations side by side) as one
 perfetto trace for the Perfetto UI (thin over abtest.timeline; docs/timeline.md)."""
+
 from __future__ import annotations
 
 import shlex
@@ -16,15 +17,21 @@ def _print_summary(s) -> None:
     for kind in s.tracks.values():
         kinds[kind] = kinds.get(kind, 0) + 1
     click.echo(f"wrote {s.path} ({s.size / 1e6:.2f} MB in {s.seconds:.1f} s)")
-    click.echo(f"  scheduling data: {s.source_packets}"
-               + (f" ({', '.join(f'{k} {v}' for k, v in s.ftrace_rows.items())})" if s.ftrace_rows else ""))
-    click.echo(f"  derived tracks: {', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}; "
-               f"{', '.join(f'{v} {k}' for k, v in s.events.items()) or 'no events'}")
+    click.echo(
+        f"  scheduling data: {s.source_packets}"
+        + (f" ({', '.join(f'{k} {v}' for k, v in s.ftrace_rows.items())})" if s.ftrace_rows else "")
+    )
+    click.echo(
+        f"  derived tracks: {', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}; "
+        f"{', '.join(f'{v} {k}' for k, v in s.events.items()) or 'no events'}"
+    )
     click.echo(f"  {s.clock}")
     for n in s.notes:
         click.echo(f"  not shown: {n}")
-    click.echo("  open it in the Perfetto UI (https://ui.perfetto.dev, Open trace file; or a local UI), or query it: "
-               f"abtest sql {shlex.quote(str(s.path))} \"select name from track\"")
+    click.echo(
+        "  open it in the Perfetto UI (https://ui.perfetto.dev, Open trace file; or a local UI), or query it: "
+        f'abtest sql {shlex.quote(str(s.path))} "select name from track"'
+    )
 
 
 def _window_view(trace, window: tuple[float, float] | None):
@@ -91,29 +98,61 @@ def _ab(store, a, b, workload, iteration, out, platform, top_tasks, no_cache) ->
     ta = Trace(ia.trace_path, platform=platform or ia.platform_path)
     tb = Trace(ib.trace_path, platform=platform or ib.platform_path)
     click.echo(f"{wname}: {la.name} iteration {ia.name} vs {lb.name} iteration {ib.name} ({why})")
-    s = write_ab_timeline(ta, tb, out, label_a=la.name, label_b=lb.name,
-                          what_a=f"{wname} iteration {ia.name}", what_b=f"{wname} iteration {ib.name}",
-                          top_tasks=top_tasks)
+    s = write_ab_timeline(
+        ta,
+        tb,
+        out,
+        label_a=la.name,
+        label_b=lb.name,
+        what_a=f"{wname} iteration {ia.name}",
+        what_b=f"{wname} iteration {ib.name}",
+        top_tasks=top_tasks,
+    )
     _print_summary(s)
 
 
 @click.command("timeline")
 @click.argument("inputs", nargs=-1, required=True, metavar="TRACE | A B")
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
-              help="The .perfetto-trace file to write.")
-@click.option("--platform", "platform_file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Platform file (capacities, OPPs, idle states, energy model) for the derived tracks.")
-@click.option("--window", nargs=2, type=float, metavar="START_S END_S", default=None,
-              help="Only this span, in seconds from the trace's start (perfetto inputs keep all their packets; "
-                   "the derived tracks cover the span).")
-@click.option("--top-tasks", type=click.IntRange(0), default=8, show_default=True,
-              help="Per-task util and window demand tracks for this many tasks (most CPU time).")
-@click.option("--store", default=None, type=click.Path(file_okay=False),
-              help="Compare mode: A and B are labels of this run store; their iterations side by side.")
+@click.option(
+    "-o", "--output", "out", required=True, type=click.Path(dir_okay=False), help="The .perfetto-trace file to write."
+)
+@click.option(
+    "--platform",
+    "platform_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Platform file (capacities, OPPs, idle states, energy model) for the derived tracks.",
+)
+@click.option(
+    "--window",
+    nargs=2,
+    type=float,
+    metavar="START_S END_S",
+    default=None,
+    help="Only this span, in seconds from the trace's start (perfetto inputs keep all their packets; "
+    "the derived tracks cover the span).",
+)
+@click.option(
+    "--top-tasks",
+    type=click.IntRange(0),
+    default=8,
+    show_default=True,
+    help="Per-task util and window demand tracks for this many tasks (most CPU time).",
+)
+@click.option(
+    "--store",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Compare mode: A and B are labels of this run store; their iterations side by side.",
+)
 @click.option("--workload", default=None, help="Compare mode: the workload (default: the first in common).")
-@click.option("--iteration", default=None, metavar="K",
-              help="Compare mode: this iteration on both sides (default: each side's iteration nearest its median "
-                   "of the deciding metric).")
+@click.option(
+    "--iteration",
+    default=None,
+    metavar="K",
+    help="Compare mode: this iteration on both sides (default: each side's iteration nearest its median "
+    "of the deciding metric).",
+)
 @click.option("--no-cache", is_flag=True, help="Compare mode: recompute per-iteration metrics.")
 def timeline(inputs, out, platform_file, window, top_tasks, store, workload, iteration, no_cache):
     """Write TRACE's scheduling data and abtest's derived tracks (PELT util/runnable, window demand, boost

@@ -1,4 +1,5 @@
 """`abtest trace info|convert`: what is in a trace; convert it to parquet tables."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,9 @@ def info_dict(t: Trace) -> dict:
         "cpus": int(m.get("cpus") or 0),
         "start_ns": m.get("start_ns"),
         "end_ns": m.get("end_ns"),
-        "duration_s": ((m["end_ns"] - m["start_ns"]) / 1e9) if m.get("start_ns") is not None and m.get("end_ns") is not None else None,
+        "duration_s": ((m["end_ns"] - m["start_ns"]) / 1e9)
+        if m.get("start_ns") is not None and m.get("end_ns") is not None
+        else None,
         "clock": m.get("clock"),
         "events": t.events,
         "samples": m.get("samples", {}),
@@ -84,14 +87,22 @@ def info(file: str, as_json: bool, no_cache: bool) -> None:
     else:
         from rich.console import Console
         from rich.table import Table
+
         con = Console()
         con.print(f"[bold]{d['file']}[/]", markup=True, highlight=False)
-        con.print(f"format: {format_text(d)}; cpus: {d['cpus']}" + (f"; clock: {d['clock']}" if d["clock"] else ""),
-                  markup=False, highlight=False)
+        con.print(
+            f"format: {format_text(d)}; cpus: {d['cpus']}" + (f"; clock: {d['clock']}" if d["clock"] else ""),
+            markup=False,
+            highlight=False,
+        )
         data_cpus = d["cpus_with_data"]
         if data_cpus and len(data_cpus) != d["cpus"]:
-            con.print(f"events on {len(data_cpus)} of the {d['cpus']} CPUs: {', '.join(map(str, data_cpus[:32]))}"
-                      f"{' ...' if len(data_cpus) > 32 else ''}", markup=False, highlight=False)
+            con.print(
+                f"events on {len(data_cpus)} of the {d['cpus']} CPUs: {', '.join(map(str, data_cpus[:32]))}"
+                f"{' ...' if len(data_cpus) > 32 else ''}",
+                markup=False,
+                highlight=False,
+            )
         if d["duration_s"] is not None:
             con.print(f"span: {d['start_ns']} .. {d['end_ns']} ns ({d['duration_s']:.3f} s)")
         if d["instances"]:
@@ -108,20 +119,31 @@ def info(file: str, as_json: bool, no_cache: bool) -> None:
         for w in d["warnings"]:
             con.print(f"[yellow]warning:[/] {w}")
         if d["non_event_content"]:
-            con.print("skipped (recognised, not events): " + ", ".join(
-                f"{k} {v['count']:,}" for k, v in sorted(d["non_event_content"].items())))
+            con.print(
+                "skipped (recognised, not events): "
+                + ", ".join(f"{k} {v['count']:,}" for k, v in sorted(d["non_event_content"].items()))
+            )
     for w in import_warnings(t.meta):  # unparsed content and broken sched_switch chains
         click.secho(f"WARNING: {w}", fg="yellow", err=True)
     if d["lost_events"]:
-        click.secho(f"WARNING: {d['lost_events']} events were lost in the ring buffer "
-                    f"(per CPU: {d['lost_events_per_cpu']}); results from this trace are incomplete",
-                    fg="yellow", err=True)
+        click.secho(
+            f"WARNING: {d['lost_events']} events were lost in the ring buffer "
+            f"(per CPU: {d['lost_events_per_cpu']}); results from this trace are incomplete",
+            fg="yellow",
+            err=True,
+        )
 
 
 @trace.command("convert")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="directory to write <table>.parquet files and meta.json into")
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="directory to write <table>.parquet files and meta.json into",
+)
 def convert(file: str, out_dir: str) -> None:
     """Decode FILE into one parquet file per canonical table plus meta.json in OUT_DIR."""
     t0 = time.perf_counter()

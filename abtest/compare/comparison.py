@@ -3,6 +3,7 @@
 `compare_labels(label_a, label_b)` is the library entry point behind `abtest compare` and `abtest gate`.
 A is the baseline: delta_pct = 100 * (mean(B) - mean(A)) / |mean(A)|.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +16,7 @@ import numpy as np
 
 from abtest.analysis.registry import MetricOptions
 from abtest.compare import stats
-from abtest.compare.metrics import Measured, iteration_metrics
+from abtest.compare.metrics import Measured
 from abtest.compare.verdict import Policy, Verdict, aggregate, decide
 from abtest.metric_spec import Grouping, MetricSpec
 from abtest.store.config import StoreConfig
@@ -40,6 +41,7 @@ class MetricComparison:
     gmean or median; None when it is not defined, e.g. a gmean over a 0) — delta_pct always compares these two.
     declared: False when the metric came from a metrics.json key the registry does not declare.
     """
+
     name: str
     spec: MetricSpec
     group: str | None
@@ -77,20 +79,36 @@ class MetricComparison:
     def to_json(self) -> dict:
         v = self.verdict
         return {
-            "name": self.name, "key_template": self.spec.key, "group": self.group, "analysis": self.analysis,
-            "declared": self.declared, "title": self.spec.title, "unit": self.unit,
-            "direction": self.spec.direction.value, "lower_is_better": self.lower_is_better,
-            "aggregation": self.aggregation, "grouping": self.spec.group.value, "source": self.source,
-            "a": self.a.to_json() if self.a else None, "b": self.b.to_json() if self.b else None,
-            "value_a": _num(self.value_a), "value_b": _num(self.value_b),
-            "values_a": self.values_a, "values_b": self.values_b,
+            "name": self.name,
+            "key_template": self.spec.key,
+            "group": self.group,
+            "analysis": self.analysis,
+            "declared": self.declared,
+            "title": self.spec.title,
+            "unit": self.unit,
+            "direction": self.spec.direction.value,
+            "lower_is_better": self.lower_is_better,
+            "aggregation": self.aggregation,
+            "grouping": self.spec.group.value,
+            "source": self.source,
+            "a": self.a.to_json() if self.a else None,
+            "b": self.b.to_json() if self.b else None,
+            "value_a": _num(self.value_a),
+            "value_b": _num(self.value_b),
+            "values_a": self.values_a,
+            "values_b": self.values_b,
             "delta_pct": _num(self.delta_pct),
             "bootstrap_ci95_pct": list(self.bootstrap_ci95_pct) if self.bootstrap_ci95_pct else None,
-            "p_mannwhitney": _num(v.p_mannwhitney), "p_welch": _num(v.p_welch),
-            "decision_test": v.decision_test, "significant": v.significant,
+            "p_mannwhitney": _num(v.p_mannwhitney),
+            "p_welch": _num(v.p_welch),
+            "decision_test": v.decision_test,
+            "significant": v.significant,
             "equivalence_ci90_pct": list(v.equivalence_ci90_pct) if v.equivalence_ci90_pct else None,
-            "verdict": v.verdict, "verdict_text": v.text, "need_more_iterations": v.need_more_iterations,
-            "aggregation_note": v.note or None, "nan_iterations": self.nan_iterations,
+            "verdict": v.verdict,
+            "verdict_text": v.text,
+            "need_more_iterations": v.need_more_iterations,
+            "aggregation_note": v.note or None,
+            "nan_iterations": self.nan_iterations,
         }
 
 
@@ -98,6 +116,7 @@ class MetricComparison:
 class WorkloadComparison:
     """All metrics of one workload. excluded: [{"label", "path", "reason"}] for incomplete/broken iterations.
     meta_a / meta_b: meta.json summaries (see `summarize_meta`). notes: things the reader must know."""
+
     workload: str
     iterations_a: list
     iterations_b: list
@@ -129,11 +148,20 @@ class WorkloadComparison:
         return [m for m in self.metrics if m.spec == spec]
 
     def to_json(self) -> dict:
-        return {"workload": self.workload, "n_a": len(self.iterations_a), "n_b": len(self.iterations_b),
-                "iterations_a": self.iterations_a, "iterations_b": self.iterations_b, "excluded": self.excluded,
-                "metrics": [m.to_json() for m in self.metrics], "metrics_only_in_a": self.only_in_a,
-                "metrics_only_in_b": self.only_in_b, "meta_a": self.meta_a, "meta_b": self.meta_b,
-                "notes": self.notes}
+        return {
+            "workload": self.workload,
+            "n_a": len(self.iterations_a),
+            "n_b": len(self.iterations_b),
+            "iterations_a": self.iterations_a,
+            "iterations_b": self.iterations_b,
+            "excluded": self.excluded,
+            "metrics": [m.to_json() for m in self.metrics],
+            "metrics_only_in_a": self.only_in_a,
+            "metrics_only_in_b": self.only_in_b,
+            "meta_a": self.meta_a,
+            "meta_b": self.meta_b,
+            "notes": self.notes,
+        }
 
 
 @dataclass
@@ -159,21 +187,41 @@ class Comparison:
         return self.policy.describe(self.sample_sizes())
 
     def to_json(self) -> dict:
-        return {"schema": "abtest.compare/1", "label_a": self.label_a, "label_b": self.label_b,
-                "path_a": self.path_a, "path_b": self.path_b, "alpha": self.policy.alpha,
-                "min_effect_pct": self.policy.min_effect_pct, "decision_rule": self.rule_text(),
-                "workloads": [w.to_json() for w in self.workloads],
-                "workloads_only_in_a": self.workloads_only_in_a, "workloads_only_in_b": self.workloads_only_in_b}
+        return {
+            "schema": "abtest.compare/1",
+            "label_a": self.label_a,
+            "label_b": self.label_b,
+            "path_a": self.path_a,
+            "path_b": self.path_b,
+            "alpha": self.policy.alpha,
+            "min_effect_pct": self.policy.min_effect_pct,
+            "decision_rule": self.rule_text(),
+            "workloads": [w.to_json() for w in self.workloads],
+            "workloads_only_in_a": self.workloads_only_in_a,
+            "workloads_only_in_b": self.workloads_only_in_b,
+        }
 
 
 def _num(x):
     return x if (x is None or math.isfinite(x)) else None
 
 
-def compare_labels(label_a: Label, label_b: Label, *, workload: str | None = None, policy: Policy = Policy(),
-                   with_trace: bool = True, use_cache: bool = True, metric_patterns: tuple = (),
-                   tasks: tuple[str, ...] = (), config: StoreConfig | None = None, jobs: int = 1,
-                   top_tasks: int = 10, progress: bool = False, analysed: dict | None = None) -> Comparison:
+def compare_labels(
+    label_a: Label,
+    label_b: Label,
+    *,
+    workload: str | None = None,
+    policy: Policy = Policy(),
+    with_trace: bool = True,
+    use_cache: bool = True,
+    metric_patterns: tuple = (),
+    tasks: tuple[str, ...] = (),
+    config: StoreConfig | None = None,
+    jobs: int = 1,
+    top_tasks: int = 10,
+    progress: bool = False,
+    analysed: dict | None = None,
+) -> Comparison:
     """Compare every workload present under both labels (or only `workload`). Raises CompareError on bad input.
 
     metric_patterns: shell-style patterns (fnmatch); when given, only matching metric names are compared.
@@ -192,17 +240,29 @@ def compare_labels(label_a: Label, label_b: Label, *, workload: str | None = Non
     if workload is not None:
         missing = [f"{lab.name} ({lab.path})" for lab, ws in ((label_a, wa), (label_b, wb)) if workload not in ws]
         if missing:
-            raise CompareError(f"workload {workload!r} not found under {' and '.join(missing)}; "
-                               f"workloads: {label_a.name}: {sorted(wa) or 'none'}, "
-                               f"{label_b.name}: {sorted(wb) or 'none'}")
+            raise CompareError(
+                f"workload {workload!r} not found under {' and '.join(missing)}; "
+                f"workloads: {label_a.name}: {sorted(wa) or 'none'}, "
+                f"{label_b.name}: {sorted(wb) or 'none'}"
+            )
         common = [workload]
     else:
         common = sorted(wa & wb)
         if not common:
-            raise CompareError(f"labels {label_a.name} and {label_b.name} have no workload in common "
-                               f"({label_a.name}: {sorted(wa) or 'none'}; {label_b.name}: {sorted(wb) or 'none'})")
-    result = Comparison(label_a.name, label_b.name, str(label_a.path), str(label_b.path), policy, [],
-                        sorted(wa - wb) if workload is None else [], sorted(wb - wa) if workload is None else [])
+            raise CompareError(
+                f"labels {label_a.name} and {label_b.name} have no workload in common "
+                f"({label_a.name}: {sorted(wa) or 'none'}; {label_b.name}: {sorted(wb) or 'none'})"
+            )
+    result = Comparison(
+        label_a.name,
+        label_b.name,
+        str(label_a.path),
+        str(label_b.path),
+        policy,
+        [],
+        sorted(wa - wb) if workload is None else [],
+        sorted(wb - wa) if workload is None else [],
+    )
     sides = {}
     jobs_list = []
     for w in common:
@@ -213,6 +273,7 @@ def compare_labels(label_a: Label, label_b: Label, *, workload: str | None = Non
             sides[(label.name, w)] = (usable, excluded, options, named)
             jobs_list += [(it, options) for it in usable]
     from abtest.compare.parallel import analyse_iterations
+
     memo = analysed if analysed is not None else {}
     todo = [(it, o) for it, o in jobs_list if str(it.path) not in memo]
     memo.update(analyse_iterations(todo, use_cache=use_cache, with_trace=with_trace, jobs=jobs, progress=progress))
@@ -221,12 +282,15 @@ def compare_labels(label_a: Label, label_b: Label, *, workload: str | None = Non
         side_a = _side(label_a, w, sides, results)
         side_b = _side(label_b, w, sides, results)
         named = sides[(label_a.name, w)][3]
-        result.workloads.append(_compare_workload(label_a.name, label_b.name, w, side_a, side_b, policy,
-                                                  metric_patterns, named, top_tasks))
+        result.workloads.append(
+            _compare_workload(label_a.name, label_b.name, w, side_a, side_b, policy, metric_patterns, named, top_tasks)
+        )
     if not any(w.metrics for w in result.workloads):
         what = f"matching {', '.join(metric_patterns)} " if metric_patterns else ""
-        raise CompareError(f"{label_a.name} and {label_b.name} have no metric {what}in common in "
-                           f"{', '.join(common)} (no metrics.json, power.csv or analysable trace on one side?)")
+        raise CompareError(
+            f"{label_a.name} and {label_b.name} have no metric {what}in common in "
+            f"{', '.join(common)} (no metrics.json, power.csv or analysable trace on one side?)"
+        )
     return result
 
 
@@ -236,17 +300,24 @@ def not_enough_data(c: Comparison, min_iterations: int = 2) -> list[str]:
     for w in c.workloads:
         for label, its in ((c.label_a, w.iterations_a), (c.label_b, w.iterations_b)):
             if len(its) < min_iterations:
-                out.append(f"{label}/{w.workload}: {len(its)} usable iteration(s); statistics need at least "
-                           f"{min_iterations} per label (run more iterations)")
+                out.append(
+                    f"{label}/{w.workload}: {len(its)} usable iteration(s); statistics need at least "
+                    f"{min_iterations} per label (run more iterations)"
+                )
     return out
 
 
 def _usable(label: Label, workload: str) -> tuple[list[Iteration], list[dict]]:
     """Usable iterations and the excluded ones ({label, path, reason}); CompareError when none is usable."""
     usable = label.complete(workload)
-    excluded = [{"label": label.name, "path": str(it.path),
-                 "reason": "; ".join(it.problems) if it.problems else "incomplete (no .complete marker)"}
-                for it in label.excluded(workload)]
+    excluded = [
+        {
+            "label": label.name,
+            "path": str(it.path),
+            "reason": "; ".join(it.problems) if it.problems else "incomplete (no .complete marker)",
+        }
+        for it in label.excluded(workload)
+    ]
     if not usable:
         where = label.path if label.plain else label.path / workload
         msg = f"{label.name}/{workload}: no complete iterations under {where}"
@@ -280,8 +351,10 @@ def _side(label: Label, workload: str, sides: dict, results: dict) -> _Side:
 def _select_tasks(a: _Side, b: _Side, named: tuple[str, ...], top: int, notes: list[str]) -> set[str] | None:
     """Task names whose per-task metrics are compared: the named ones, else the `top` names with the most
     CPU time in A among those present in every iteration of both sides. None: no per-task metric at all."""
+
     def tasks_in(m: dict) -> set[str]:
         return {x.group for x in m.values() if x.spec.group is Grouping.TASK}
+
     every = [tasks_in(m) for m in a.per_it + b.per_it]
     if not any(every):
         return None
@@ -289,8 +362,10 @@ def _select_tasks(a: _Side, b: _Side, named: tuple[str, ...], top: int, notes: l
         present = set().union(*every)
         absent = [t for t in named if t not in present]
         if absent:
-            notes.append(f"task(s) {', '.join(absent)} never seen in these iterations (per-task metrics need the "
-                         "task to run and be woken; names are comm, at most 15 characters)")
+            notes.append(
+                f"task(s) {', '.join(absent)} never seen in these iterations (per-task metrics need the "
+                "task to run and be woken; names are comm, at most 15 characters)"
+            )
         return set(named)
     common = set.intersection(*every)
     runtime: dict[str, float] = {}
@@ -301,46 +376,72 @@ def _select_tasks(a: _Side, b: _Side, named: tuple[str, ...], top: int, notes: l
     ranked = sorted(common, key=lambda t: (-runtime.get(t, 0.0), t))
     chosen = set(ranked[:top])
     if len(common) > top:
-        notes.append(f"per-task metrics: the {top} task names with the most CPU time in {a.label} of the "
-                     f"{len(common)} present in every iteration (name others with --task)")
+        notes.append(
+            f"per-task metrics: the {top} task names with the most CPU time in {a.label} of the "
+            f"{len(common)} present in every iteration (name others with --task)"
+        )
     return chosen
 
 
-def _compare_workload(label_a: str, label_b: str, workload: str, a: _Side, b: _Side, policy: Policy,
-                      metric_patterns: tuple, named: tuple[str, ...], top_tasks: int) -> WorkloadComparison:
+def _compare_workload(
+    label_a: str,
+    label_b: str,
+    workload: str,
+    a: _Side,
+    b: _Side,
+    policy: Policy,
+    metric_patterns: tuple,
+    named: tuple[str, ...],
+    top_tasks: int,
+) -> WorkloadComparison:
     notes = a.notes + b.notes
     ma, mb = a.per_it, b.per_it
     if metric_patterns:
         keep = lambda name: any(fnmatch.fnmatchcase(name, p) for p in metric_patterns)  # noqa: E731
         ma = [{k: v for k, v in m.items() if keep(k)} for m in ma]
         mb = [{k: v for k, v in m.items() if keep(k)} for m in mb]
-    tasks = _select_tasks(_Side(a.label, a.iterations, ma, [], []), _Side(b.label, b.iterations, mb, [], []),
-                          named, top_tasks, notes)
+    tasks = _select_tasks(
+        _Side(a.label, a.iterations, ma, [], []), _Side(b.label, b.iterations, mb, [], []), named, top_tasks, notes
+    )
     if tasks is not None:
         drop = lambda x: x.spec.group is Grouping.TASK and x.group not in tasks  # noqa: E731
         ma = [{k: v for k, v in m.items() if not drop(v)} for m in ma]
         mb = [{k: v for k, v in m.items() if not drop(v)} for m in mb]
     for side in (a, b):
         if side.excluded:
-            notes.append(f"{side.label}/{workload}: {len(side.excluded)} iteration(s) excluded, "
-                         f"{len(side.iterations)} used")
+            notes.append(
+                f"{side.label}/{workload}: {len(side.excluded)} iteration(s) excluded, {len(side.iterations)} used"
+            )
     ma, mb = _same_units(ma, mb, a.label, b.label, notes)
     names_a = set().union(*(m.keys() for m in ma))
     names_b = set().union(*(m.keys() for m in mb))
     missing: dict[tuple[str, tuple[str, ...]], list[str]] = {}
-    metrics = [_compare_metric(name, a.iterations, ma, b.iterations, mb, policy, notes, label_a, label_b, missing)
-               for name in sorted(names_a & names_b)]
+    metrics = [
+        _compare_metric(name, a.iterations, ma, b.iterations, mb, policy, notes, label_a, label_b, missing)
+        for name in sorted(names_a & names_b)
+    ]
     notes += _missing_notes(missing)
     return WorkloadComparison(
-        workload=workload, iterations_a=[it.name for it in a.iterations], iterations_b=[it.name for it in b.iterations],
-        excluded=a.excluded + b.excluded, metrics=metrics, only_in_a=sorted(names_a - names_b),
-        only_in_b=sorted(names_b - names_a), meta_a=summarize_meta(a.iterations), meta_b=summarize_meta(b.iterations),
-        notes=notes, measured_a=a.per_it, measured_b=b.per_it, paths_a=[str(it.path) for it in a.iterations],
-        paths_b=[str(it.path) for it in b.iterations])
+        workload=workload,
+        iterations_a=[it.name for it in a.iterations],
+        iterations_b=[it.name for it in b.iterations],
+        excluded=a.excluded + b.excluded,
+        metrics=metrics,
+        only_in_a=sorted(names_a - names_b),
+        only_in_b=sorted(names_b - names_a),
+        meta_a=summarize_meta(a.iterations),
+        meta_b=summarize_meta(b.iterations),
+        notes=notes,
+        measured_a=a.per_it,
+        measured_b=b.per_it,
+        paths_a=[str(it.path) for it in a.iterations],
+        paths_b=[str(it.path) for it in b.iterations],
+    )
 
 
-def _same_units(ma: list[dict], mb: list[dict], label_a: str, label_b: str, notes: list[str]
-                ) -> tuple[list[dict], list[dict]]:
+def _same_units(
+    ma: list[dict], mb: list[dict], label_a: str, label_b: str, notes: list[str]
+) -> tuple[list[dict], list[dict]]:
     """Every value of a metric in one unit: the unit of its first iteration in A (declared metrics are already
     in their declared unit). Values in another unit of the same quantity are converted (abtest.units) and a
     note says so; a metric whose units do not convert (or that states no unit on one side only) is removed
@@ -376,6 +477,7 @@ def _same_units(ma: list[dict], mb: list[dict], label_a: str, label_b: str, note
                 x = dataclasses.replace(x, spec=ref, value=x.value * factors[x.spec.unit])
             out[key] = x
         return out
+
     if not units or not (convert or refused):
         return ma, mb
     return [fix(m) for m in ma], [fix(m) for m in mb]
@@ -386,13 +488,16 @@ def _missing_notes(missing: dict[tuple[str, tuple[str, ...]], list[str]]) -> lis
     out = []
     for (label, its), names in sorted(missing.items()):
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        out.append(f"{label}: iteration(s) {', '.join(its)} lack {len(names)} metric(s) the others have: {shown} "
-                   "(their statistics use the other iterations)")
+        out.append(
+            f"{label}: iteration(s) {', '.join(its)} lack {len(names)} metric(s) the others have: {shown} "
+            "(their statistics use the other iterations)"
+        )
     return out
 
 
-def _values(name: str, its: list[Iteration], per_it: list[dict], label: str, notes: list[str],
-            missing_by: dict | None = None) -> tuple[list[float], list[str], Measured | None]:
+def _values(
+    name: str, its: list[Iteration], per_it: list[dict], label: str, notes: list[str], missing_by: dict | None = None
+) -> tuple[list[float], list[str], Measured | None]:
     vals, nan_paths, proto = [], [], None
     missing = []
     for it, m in zip(its, per_it):
@@ -427,11 +532,24 @@ def _compare_metric(name, its_a, ma, its_b, mb, policy, notes, label_a, label_b,
     v = decide(np.asarray(va), np.asarray(vb), spec.lower_is_better, policy, aggregation=agg)
     value_a, value_b = aggregate(va, agg), aggregate(vb, agg)
     ci = stats.bootstrap_delta_ci_pct(va, vb, aggregation=agg) if (len(va) >= 2 and len(vb) >= 2) else None
-    return MetricComparison(name=name, spec=spec, group=proto_a.group, source=proto_a.source, values_a=va,
-                            values_b=vb, a=sa, b=sb, value_a=value_a, value_b=value_b, delta_pct=v.delta_pct
-                            if (value_a is not None and value_b is not None) else None,
-                            bootstrap_ci95_pct=ci, verdict=v, nan_iterations=nan_a + nan_b,
-                            declared=proto_a.declared, analysis=proto_a.analysis)
+    return MetricComparison(
+        name=name,
+        spec=spec,
+        group=proto_a.group,
+        source=proto_a.source,
+        values_a=va,
+        values_b=vb,
+        a=sa,
+        b=sb,
+        value_a=value_a,
+        value_b=value_b,
+        delta_pct=v.delta_pct if (value_a is not None and value_b is not None) else None,
+        bootstrap_ci95_pct=ci,
+        verdict=v,
+        nan_iterations=nan_a + nan_b,
+        declared=proto_a.declared,
+        analysis=proto_a.analysis,
+    )
 
 
 _ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d")
@@ -458,8 +576,11 @@ def summarize_meta(iterations: list[Iteration]) -> dict:
     keys = sorted(set().union(*flats)) if flats else []
     out = {}
     for k in keys:
-        vals = [f[k] for f in flats if k in f and f[k] is not None
-                and not (isinstance(f[k], float) and not math.isfinite(f[k]))]  # NaN in meta.json: dropped
+        vals = [
+            f[k]
+            for f in flats
+            if k in f and f[k] is not None and not (isinstance(f[k], float) and not math.isfinite(f[k]))
+        ]  # NaN in meta.json: dropped
         if not vals:
             continue
         distinct = list(dict.fromkeys(str(v) for v in vals))

@@ -17,6 +17,7 @@ Each contribution carries a 95 % confidence interval (Welch, from the iterations
 Channels map to model domains by size (attribution.domain_channels): CPU-Little / CPU-Mid / CPU-Big, CPU = all
 CPU domains; Total = all CPU domains, its residual holding every non-CPU rail.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ class Contribution:
     """One term of a channel's delta. kind: active / idle / static / residual / task; delta_mw = mean(B) - mean(A)
     (mW); share_pct of the channel's delta; ci95_mw: Welch 95 % CI of delta_mw (None with < 2 iterations a side);
     dtime_ms_per_s: change of the time the term covers (ms per s of window)."""
+
     kind: str
     domain: str | None
     opp_khz: int | None
@@ -73,11 +75,23 @@ class Contribution:
         return f"{self.kind}{where} @ {_mhz(self.opp_khz)}"
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "domain": self.domain, "opp_khz": self.opp_khz, "state": self.state,
-                "task": self.task, "a_mw": self.a_mw, "b_mw": self.b_mw, "delta_mw": self.delta_mw,
-                "share_pct": self.share_pct, "ci95_mw": list(self.ci95_mw) if self.ci95_mw else None,
-                "dtime_ms_per_s": self.dtime_ms_per_s, "a_ms_per_s": self.a_ms_per_s, "b_ms_per_s": self.b_ms_per_s,
-                "top_opps_khz": list(self.top_opps_khz), "label": self.label}
+        return {
+            "kind": self.kind,
+            "domain": self.domain,
+            "opp_khz": self.opp_khz,
+            "state": self.state,
+            "task": self.task,
+            "a_mw": self.a_mw,
+            "b_mw": self.b_mw,
+            "delta_mw": self.delta_mw,
+            "share_pct": self.share_pct,
+            "ci95_mw": list(self.ci95_mw) if self.ci95_mw else None,
+            "dtime_ms_per_s": self.dtime_ms_per_s,
+            "a_ms_per_s": self.a_ms_per_s,
+            "b_ms_per_s": self.b_ms_per_s,
+            "top_opps_khz": list(self.top_opps_khz),
+            "label": self.label,
+        }
 
 
 @dataclass
@@ -85,6 +99,7 @@ class ChannelExplanation:
     """The decomposition of one channel. source: what the delta is ("measured: <source>" or "energy model:
     <source>"); delta_mw = b_mw - a_mw (means over iterations); contributions ranked by |delta_mw| — they sum to
     delta_mw exactly; tasks: per task and domain, ranked; model_source; limits: what the reader must know."""
+
     channel: str
     source: str
     a_mw: float
@@ -102,12 +117,20 @@ class ChannelExplanation:
         return 100.0 * self.delta_mw / abs(self.a_mw) if self.a_mw else None
 
     def to_json(self) -> dict:
-        return {"channel": self.channel, "source": self.source, "a_mw": self.a_mw, "b_mw": self.b_mw,
-                "delta_mw": self.delta_mw, "delta_pct": self.delta_pct, "verdict": self.verdict,
-                "model_source": self.model_source, "limits": self.limits,
-                "domains": [c.to_json() for c in self.domains],
-                "contributions": [c.to_json() for c in self.contributions],
-                "tasks": [c.to_json() for c in self.tasks]}
+        return {
+            "channel": self.channel,
+            "source": self.source,
+            "a_mw": self.a_mw,
+            "b_mw": self.b_mw,
+            "delta_mw": self.delta_mw,
+            "delta_pct": self.delta_pct,
+            "verdict": self.verdict,
+            "model_source": self.model_source,
+            "limits": self.limits,
+            "domains": [c.to_json() for c in self.domains],
+            "contributions": [c.to_json() for c in self.contributions],
+            "tasks": [c.to_json() for c in self.tasks],
+        }
 
 
 @dataclass
@@ -121,21 +144,38 @@ class Explanation:
     notes: list
 
     def to_json(self) -> dict:
-        return {"schema": "abtest.explain/1", "label_a": self.label_a, "label_b": self.label_b,
-                "workload": self.workload, "channels": [c.to_json() for c in self.channels],
-                "signals": self.signals, "narrative": self.narrative, "notes": self.notes}
+        return {
+            "schema": "abtest.explain/1",
+            "label_a": self.label_a,
+            "label_b": self.label_b,
+            "workload": self.workload,
+            "channels": [c.to_json() for c in self.channels],
+            "signals": self.signals,
+            "narrative": self.narrative,
+            "notes": self.notes,
+        }
 
     def df_contributions(self) -> pl.DataFrame:
         """Every channel's ranked contributions as one frame (channel, kind, domain, opp_khz, state, task,
         a_mw, b_mw, delta_mw, share_pct, ci_low_mw, ci_high_mw, dtime_ms_per_s)."""
-        rows = [{"channel": ch.channel, **{k: v for k, v in c.to_json().items() if k not in ("ci95_mw", "label")},
-                 "ci_low_mw": c.ci95_mw[0] if c.ci95_mw else None, "ci_high_mw": c.ci95_mw[1] if c.ci95_mw else None}
-                for ch in self.channels for c in ch.contributions]
+        rows = [
+            {
+                "channel": ch.channel,
+                **{k: v for k, v in c.to_json().items() if k not in ("ci95_mw", "label")},
+                "ci_low_mw": c.ci95_mw[0] if c.ci95_mw else None,
+                "ci_high_mw": c.ci95_mw[1] if c.ci95_mw else None,
+            }
+            for ch in self.channels
+            for c in ch.contributions
+        ]
         return pl.DataFrame(rows, infer_schema_length=None)
 
     def df_tasks(self) -> pl.DataFrame:
-        rows = [{"channel": ch.channel, **{k: v for k, v in c.to_json().items() if k not in ("ci95_mw", "label")}}
-                for ch in self.channels for c in ch.tasks]
+        rows = [
+            {"channel": ch.channel, **{k: v for k, v in c.to_json().items() if k not in ("ci95_mw", "label")}}
+            for ch in self.channels
+            for c in ch.tasks
+        ]
         return pl.DataFrame(rows, infer_schema_length=None)
 
 
@@ -156,6 +196,7 @@ def iteration_terms(it: Iteration, platform=None) -> tuple[pl.DataFrame | None, 
     energy model are missing (the reason is the third value)."""
     from abtest.session import Trace
     from abtest.trace.errors import MissingEventsError, TraceFormatError
+
     if it.trace_path is None:
         return None, None, "no trace"
     try:
@@ -180,8 +221,10 @@ def _delta(a: list[float], b: list[float]) -> tuple[float, float, float, tuple |
 def _matrix(frames: list[pl.DataFrame], keys: list[str], combos: pl.DataFrame, value: str) -> np.ndarray:
     """(len(combos), len(frames)) matrix of `value` summed per key combination and iteration; an absent term
     is 0."""
-    parts = [f.group_by(keys).agg(pl.col(value).sum()).with_columns(pl.lit(i, pl.Int64).alias("_i"))
-             for i, f in enumerate(frames)]
+    parts = [
+        f.group_by(keys).agg(pl.col(value).sum()).with_columns(pl.lit(i, pl.Int64).alias("_i"))
+        for i, f in enumerate(frames)
+    ]
     long = pl.concat(parts, how="vertical_relaxed") if parts else pl.DataFrame()
     idx = combos.with_row_index("_row")
     m = np.zeros((combos.height, len(frames)))
@@ -203,15 +246,33 @@ def _term_deltas(ta: list[pl.DataFrame], tb: list[pl.DataFrame], keys: list[str]
     out = []
     for k, combo in enumerate(combos.iter_rows(named=True)):  # one per term (domain x OPP x ...), not per event
         ma, mb, d, ci = _delta(list(pa[k]), list(pb[k]))
-        out.append({**combo, "a": ma, "b": mb, "d": d, "ci": ci, "share": 100.0 * d / total if total else None,
-                    "dtime": float(wb[k].mean() - wa[k].mean()), "ta": float(wa[k].mean()),
-                    "tb": float(wb[k].mean())})
+        out.append(
+            {
+                **combo,
+                "a": ma,
+                "b": mb,
+                "d": d,
+                "ci": ci,
+                "share": 100.0 * d / total if total else None,
+                "dtime": float(wb[k].mean() - wa[k].mean()),
+                "ta": float(wa[k].mean()),
+                "tb": float(wb[k].mean()),
+            }
+        )
     return out
 
 
-def explain_channel(channel: str, its_a: list[Iteration], its_b: list[Iteration], measured_a: list[float | None],
-                    measured_b: list[float | None], verdict: str, source: str, platform=None,
-                    top_tasks: int = 8) -> ChannelExplanation:
+def explain_channel(
+    channel: str,
+    its_a: list[Iteration],
+    its_b: list[Iteration],
+    measured_a: list[float | None],
+    measured_b: list[float | None],
+    verdict: str,
+    source: str,
+    platform=None,
+    top_tasks: int = 8,
+) -> ChannelExplanation:
     """Decompose one channel (module docstring). measured_*: the channel's measured power per iteration (None:
     not measured, then the model's own total is explained)."""
     terms_a, terms_b, limits, model_source, plat = [], [], [], None, None
@@ -233,13 +294,15 @@ def explain_channel(channel: str, its_a: list[Iteration], its_b: list[Iteration]
         else:
             domains = [d for d, ch in chans.items() if ch == channel] or None
         if domains is None:
-            limits.append(f"no energy-model domain corresponds to channel {channel} (domains: "
-                          f"{', '.join(f'{d} = {c}' for d, c in chans.items()) or 'unknown'})")
+            limits.append(
+                f"no energy-model domain corresponds to channel {channel} (domains: "
+                f"{', '.join(f'{d} = {c}' for d, c in chans.items()) or 'unknown'})"
+            )
     have_model = domains is not None and all(t is not None for t in terms_a + terms_b)
     measured = all(v is not None for v in measured_a + measured_b)
     if have_model:
         sel = [t.filter(pl.col("domain").is_in(domains)) for t in terms_a + terms_b]
-        ta, tb = sel[:len(terms_a)], sel[len(terms_a):]
+        ta, tb = sel[: len(terms_a)], sel[len(terms_a) :]
         model_a = [float(t["power_mw"].sum()) for t in ta]
         model_b = [float(t["power_mw"].sum()) for t in tb]
     else:
@@ -258,74 +321,165 @@ def explain_channel(channel: str, its_a: list[Iteration], its_b: list[Iteration]
     level1: list[Contribution] = []
     if have_model:
         for r in _term_deltas(ta, tb, ["kind", "domain"], total):
-            level1.append(Contribution(r["kind"], r["domain"], None, None, None, r["a"], r["b"], r["d"], r["share"],
-                                       r["ci"], r["dtime"], (), r["ta"], r["tb"]))
+            level1.append(
+                Contribution(
+                    r["kind"],
+                    r["domain"],
+                    None,
+                    None,
+                    None,
+                    r["a"],
+                    r["b"],
+                    r["d"],
+                    r["share"],
+                    r["ci"],
+                    r["dtime"],
+                    (),
+                    r["ta"],
+                    r["tb"],
+                )
+            )
         for keys in (["kind", "domain", "opp_khz"], ["kind", "domain", "state", "opp_khz"]):
             kinds = ("active", "static") if "state" not in keys else ("idle",)
-            for r in _term_deltas([t.filter(pl.col("kind").is_in(kinds)) for t in ta],
-                                  [t.filter(pl.col("kind").is_in(kinds)) for t in tb], keys, total):
-                contributions.append(Contribution(r["kind"], r["domain"], r.get("opp_khz"), r.get("state"), None,
-                                                  r["a"], r["b"], r["d"], r["share"], r["ci"], r["dtime"], (),
-                                                  r["ta"], r["tb"]))
+            for r in _term_deltas(
+                [t.filter(pl.col("kind").is_in(kinds)) for t in ta],
+                [t.filter(pl.col("kind").is_in(kinds)) for t in tb],
+                keys,
+                total,
+            ):
+                contributions.append(
+                    Contribution(
+                        r["kind"],
+                        r["domain"],
+                        r.get("opp_khz"),
+                        r.get("state"),
+                        None,
+                        r["a"],
+                        r["b"],
+                        r["d"],
+                        r["share"],
+                        r["ci"],
+                        r["dtime"],
+                        (),
+                        r["ta"],
+                        r["tb"],
+                    )
+                )
         if measured:
             res_a = [m - x for m, x in zip(va, model_a)]
             res_b = [m - x for m, x in zip(vb, model_b)]
             a_, b_, d, ci = _delta(res_a, res_b)
-            residual = Contribution("residual", None, None, None, None, a_, b_, d, 100.0 * d / total if total else None,
-                                    ci, None)
+            residual = Contribution(
+                "residual", None, None, None, None, a_, b_, d, 100.0 * d / total if total else None, ci, None
+            )
             contributions.append(residual)
             level1.append(residual)
-        for r in _term_deltas([t.filter(pl.col("kind") == "active") for t in ta],
-                              [t.filter(pl.col("kind") == "active") for t in tb], ["task", "domain"], total):
-            tasks.append(Contribution("task", r["domain"], None, None, r["task"], r["a"], r["b"], r["d"], r["share"],
-                                      r["ci"], r["dtime"], (), r["ta"], r["tb"]))
+        for r in _term_deltas(
+            [t.filter(pl.col("kind") == "active") for t in ta],
+            [t.filter(pl.col("kind") == "active") for t in tb],
+            ["task", "domain"],
+            total,
+        ):
+            tasks.append(
+                Contribution(
+                    "task",
+                    r["domain"],
+                    None,
+                    None,
+                    r["task"],
+                    r["a"],
+                    r["b"],
+                    r["d"],
+                    r["share"],
+                    r["ci"],
+                    r["dtime"],
+                    (),
+                    r["ta"],
+                    r["tb"],
+                )
+            )
         tasks.sort(key=lambda c: -abs(c.delta_mw))
         tasks = tasks[:top_tasks]
         # per task, the OPPs where its time grew most (for the narrative)
-        opp_rows = _term_deltas([t.filter(pl.col("kind") == "active") for t in ta],
-                                [t.filter(pl.col("kind") == "active") for t in tb], ["task", "domain", "opp_khz"], total)
+        opp_rows = _term_deltas(
+            [t.filter(pl.col("kind") == "active") for t in ta],
+            [t.filter(pl.col("kind") == "active") for t in tb],
+            ["task", "domain", "opp_khz"],
+            total,
+        )
         for c in tasks:
-            mine = sorted((r for r in opp_rows if r["task"] == c.task and r["domain"] == c.domain),
-                          key=lambda r: -(r["d"] if c.delta_mw >= 0 else -r["d"]))
+            mine = sorted(
+                (r for r in opp_rows if r["task"] == c.task and r["domain"] == c.domain),
+                key=lambda r: -(r["d"] if c.delta_mw >= 0 else -r["d"]),
+            )
             c.top_opps_khz = tuple(r["opp_khz"] for r in mine[:2] if r["opp_khz"] is not None)
     else:
-        contributions.append(Contribution("unmodelled", None, None, None, None, ma, mb, total, 100.0 if total else None,
-                                          _delta(va, vb)[3], None))
-        limits.append("no energy model: the change cannot be split into residency terms; pass --platform (a "
-                      "platform file with an energy model) or put platform.yml beside each trace")
+        contributions.append(
+            Contribution(
+                "unmodelled", None, None, None, None, ma, mb, total, 100.0 if total else None, _delta(va, vb)[3], None
+            )
+        )
+        limits.append(
+            "no energy model: the change cannot be split into residency terms; pass --platform (a "
+            "platform file with an energy model) or put platform.yml beside each trace"
+        )
     contributions.sort(key=lambda c: -abs(c.delta_mw))
     level1.sort(key=lambda c: -abs(c.delta_mw))
     n = min(len(its_a), len(its_b))
     if n < 3:
         limits.append(f"only {len(its_a)} vs {len(its_b)} iterations: the confidence intervals are wide or undefined")
-    return ChannelExplanation(channel, source, ma, mb, total, verdict, contributions, tasks, model_source, limits,
-                              level1 or list(contributions))
+    return ChannelExplanation(
+        channel,
+        source,
+        ma,
+        mb,
+        total,
+        verdict,
+        contributions,
+        tasks,
+        model_source,
+        limits,
+        level1 or list(contributions),
+    )
 
 
 def _signals(w: WorkloadComparison) -> list[str]:
     """Significant changes of the scheduler signals that can explain a power shift, largest first."""
-    sig = [m for m in w.metrics if m.analysis in SIGNAL_ANALYSES and m.verdict.verdict in (REGRESSION, IMPROVEMENT,
-                                                                                              "changed")]
+    sig = [
+        m
+        for m in w.metrics
+        if m.analysis in SIGNAL_ANALYSES and m.verdict.verdict in (REGRESSION, IMPROVEMENT, "changed")
+    ]
     sig.sort(key=lambda m: -abs(m.delta_pct or 0.0))
-    return [f"{m.name}: {m.value_a:.4g} -> {m.value_b:.4g} {m.unit} ({m.delta_pct:+.1f} %, {m.verdict.text})"
-            for m in sig[:10] if m.value_a is not None and m.value_b is not None and m.delta_pct is not None]
+    return [
+        f"{m.name}: {m.value_a:.4g} -> {m.value_b:.4g} {m.unit} ({m.delta_pct:+.1f} %, {m.verdict.text})"
+        for m in sig[:10]
+        if m.value_a is not None and m.value_b is not None and m.delta_pct is not None
+    ]
 
 
 def narrative(ex: ChannelExplanation, label_a: str, label_b: str) -> list[str]:
     """Plain sentences with numbers, ready for a commit message or a mailing-list reply."""
     d = ex.delta_pct
-    out = [f"{ex.channel} went from {ex.a_mw:.1f} to {ex.b_mw:.1f} mW ({ex.delta_mw:+.1f} mW"
-           + (f", {d:+.1f} %" if d is not None else "") + f") from {label_a} to {label_b}; {ex.source}; "
-           f"verdict: {ex.verdict}."]
+    out = [
+        f"{ex.channel} went from {ex.a_mw:.1f} to {ex.b_mw:.1f} mW ({ex.delta_mw:+.1f} mW"
+        + (f", {d:+.1f} %" if d is not None else "")
+        + f") from {label_a} to {label_b}; {ex.source}; "
+        f"verdict: {ex.verdict}."
+    ]
     for dom in [c for c in ex.domains if c.kind not in ("residual", "unmodelled") and abs(c.delta_mw) > 1e-9][:2]:
         share = f" ({dom.share_pct:.0f} % of the change)" if dom.share_pct is not None else ""
         line = f"{dom.kind.capitalize()} power on {dom.domain}: {dom.delta_mw:+.1f} mW{share}"
-        opps = sorted((c for c in ex.contributions if c.kind == dom.kind and c.domain == dom.domain
-                       and c.dtime_ms_per_s), key=lambda c: -abs(c.dtime_ms_per_s))[:2]
+        opps = sorted(
+            (c for c in ex.contributions if c.kind == dom.kind and c.domain == dom.domain and c.dtime_ms_per_s),
+            key=lambda c: -abs(c.dtime_ms_per_s),
+        )[:2]
         if len(opps) == 2 and opps[0].dtime_ms_per_s * opps[1].dtime_ms_per_s < 0:
             gain, loss = (opps[0], opps[1]) if opps[0].dtime_ms_per_s > 0 else (opps[1], opps[0])
-            line += (f": {abs(loss.dtime_ms_per_s):.1f} ms/s of {dom.kind} time moved from {_mhz(loss.opp_khz)} to "
-                     f"{_mhz(gain.opp_khz)}")
+            line += (
+                f": {abs(loss.dtime_ms_per_s):.1f} ms/s of {dom.kind} time moved from {_mhz(loss.opp_khz)} to "
+                f"{_mhz(gain.opp_khz)}"
+            )
         elif opps:
             line += ": " + ", ".join(f"{c.dtime_ms_per_s:+.1f} ms/s at {_mhz(c.opp_khz)}" for c in opps)
         out.append(line + ".")
@@ -334,20 +488,29 @@ def narrative(ex: ChannelExplanation, label_a: str, label_b: str) -> list[str]:
             continue
         opps = " and ".join(_mhz(k) for k in c.top_opps_khz)
         if abs(c.dtime_ms_per_s or 0) >= 0.05:
-            out.append(f"{c.task} spent {c.dtime_ms_per_s:+.1f} ms/s on {c.domain}" + (f", mostly at {opps}" if opps
-                       else "") + f" ({c.delta_mw:+.1f} mW priced by the model).")
+            out.append(
+                f"{c.task} spent {c.dtime_ms_per_s:+.1f} ms/s on {c.domain}"
+                + (f", mostly at {opps}" if opps else "")
+                + f" ({c.delta_mw:+.1f} mW priced by the model)."
+            )
         else:
-            out.append(f"{c.task} ran as long on {c.domain} but its work cost {c.delta_mw:+.1f} mW"
-                       + (f" (at {opps})" if opps else "") + ".")
+            out.append(
+                f"{c.task} ran as long on {c.domain} but its work cost {c.delta_mw:+.1f} mW"
+                + (f" (at {opps})" if opps else "")
+                + "."
+            )
     res = next((c for c in ex.contributions if c.kind == "residual"), None)
     if res is not None and ex.delta_mw:
-        out.append(f"Not explained by residency (measured - model, i.e. power at equal time or rails the model "
-                   f"does not cover): {res.delta_mw:+.1f} mW ({res.share_pct:.0f} % of the change).")
+        out.append(
+            f"Not explained by residency (measured - model, i.e. power at equal time or rails the model "
+            f"does not cover): {res.delta_mw:+.1f} mW ({res.share_pct:.0f} % of the change)."
+        )
     return out
 
 
-def explain_workload(c: Comparison, label_a: Label, label_b: Label, workload: str, *,
-                     channels: tuple[str, ...] = (), platform=None) -> Explanation:
+def explain_workload(
+    c: Comparison, label_a: Label, label_b: Label, workload: str, *, channels: tuple[str, ...] = (), platform=None
+) -> Explanation:
     """The explanation of one compared workload: every power channel that changed significantly (or those
     named), each decomposed; the scheduler signals that moved; a narrative."""
     w = c.workload(workload)
@@ -357,8 +520,10 @@ def explain_workload(c: Comparison, label_a: Label, label_b: Label, workload: st
         chosen = [m for m in chans if m.group in channels]
         missing = [ch for ch in channels if ch not in {m.group for m in chans}]
         if missing:
-            notes.append(f"channel(s) {', '.join(missing)} not measured in {workload} "
-                         f"(channels: {', '.join(m.group for m in chans) or 'none'})")
+            notes.append(
+                f"channel(s) {', '.join(missing)} not measured in {workload} "
+                f"(channels: {', '.join(m.group for m in chans) or 'none'})"
+            )
     else:
         chosen = [m for m in chans if m.verdict.verdict in (REGRESSION, IMPROVEMENT) and m.group != "Total"]
         chosen = sorted(chosen, key=lambda m: -abs(m.delta_pct or 0.0))
@@ -367,8 +532,10 @@ def explain_workload(c: Comparison, label_a: Label, label_b: Label, workload: st
             chosen.insert(0, tot)
         if chans and not chosen:
             big = max(chans, key=lambda m: abs(m.delta_pct or 0.0))
-            notes.append(f"no power channel changed significantly (largest: {big.name} {big.delta_pct:+.2f} %, "
-                         f"{big.verdict.text}); name one with --channel to decompose it anyway")
+            notes.append(
+                f"no power channel changed significantly (largest: {big.name} {big.delta_pct:+.2f} %, "
+                f"{big.verdict.text}); name one with --channel to decompose it anyway"
+            )
     its_a, its_b = label_a.complete(workload), label_b.complete(workload)
     out_channels = []
     # the values compare computed (with the store's rail mapping and task options), never recomputed here
@@ -377,8 +544,9 @@ def explain_workload(c: Comparison, label_a: Label, label_b: Label, workload: st
         va = [x.get(m.name).value if x.get(m.name) else None for x in measured["a"]]
         vb = [x.get(m.name).value if x.get(m.name) else None for x in measured["b"]]
         try:
-            out_channels.append(explain_channel(m.group, its_a, its_b, va, vb, m.verdict.text,
-                                                f"measured: {m.source}", platform))
+            out_channels.append(
+                explain_channel(m.group, its_a, its_b, va, vb, m.verdict.text, f"measured: {m.source}", platform)
+            )
         except ValueError as e:
             notes.append(str(e))
     if not chans:
@@ -386,15 +554,27 @@ def explain_workload(c: Comparison, label_a: Label, label_b: Label, workload: st
         if est:
             m = est[0]
             try:
-                out_channels.append(explain_channel("estimate", its_a, its_b, [None] * len(its_a), [None] * len(its_b),
-                                                    m.verdict.text, "energy model", platform))
+                out_channels.append(
+                    explain_channel(
+                        "estimate",
+                        its_a,
+                        its_b,
+                        [None] * len(its_a),
+                        [None] * len(its_b),
+                        m.verdict.text,
+                        "energy model",
+                        platform,
+                    )
+                )
                 out_channels[-1].channel = "CPU (energy model estimate)"
             except ValueError as e:
                 notes.append(str(e))
         else:
-            notes.append("no power was measured (no power.csv, trace rails or BattOr log) and no energy model is "
-                         "available (platform.yml beside the traces, or --platform): power cannot be attributed. "
-                         "The scheduler signals that moved are listed below.")
+            notes.append(
+                "no power was measured (no power.csv, trace rails or BattOr log) and no energy model is "
+                "available (platform.yml beside the traces, or --platform): power cannot be attributed. "
+                "The scheduler signals that moved are listed below."
+            )
     text = []
     for ch in out_channels:
         text += narrative(ch, c.label_a, c.label_b)
@@ -406,15 +586,21 @@ def explain_workload(c: Comparison, label_a: Label, label_b: Label, workload: st
 
 def _fmt_change(m) -> str:
     d = f"{m.delta_pct:+.1f} %" if m.delta_pct is not None else "n/a"
-    return f"{m.name} {m.value_a:.4g} -> {m.value_b:.4g} {m.unit} ({d}, {m.verdict.verdict})" \
-        if m.value_a is not None and m.value_b is not None else f"{m.name} ({m.verdict.text})"
+    return (
+        f"{m.name} {m.value_a:.4g} -> {m.value_b:.4g} {m.unit} ({d}, {m.verdict.verdict})"
+        if m.value_a is not None and m.value_b is not None
+        else f"{m.name} ({m.verdict.text})"
+    )
 
 
 def latency_narrative(w: WorkloadComparison, label_a: str, label_b: str) -> list[str]:
     """Without power: a significant wakeup-latency change read against the idle residency and misses that can
     explain it (deeper idle states cost exit latency), and the per-task latencies behind it."""
-    lat = [m for m in w.metrics if m.analysis == "latency" and m.group is None
-           and m.verdict.verdict in (REGRESSION, IMPROVEMENT)]
+    lat = [
+        m
+        for m in w.metrics
+        if m.analysis == "latency" and m.group is None and m.verdict.verdict in (REGRESSION, IMPROVEMENT)
+    ]
     if not lat:
         return ["No power to attribute and no significant wakeup-latency change: nothing to explain here."]
     m = next((x for x in lat if x.spec.key == "latency.gmean_us"), lat[0])
@@ -422,30 +608,46 @@ def latency_narrative(w: WorkloadComparison, label_a: str, label_b: str) -> list
     idle = [x for x in w.metrics if x.analysis == "idle" and x.value_a is not None and x.value_b is not None]
     idle.sort(key=lambda x: (x.verdict.verdict not in (REGRESSION, IMPROVEMENT, "changed"), -abs(x.delta_pct or 0.0)))
     if idle:
-        out.append("Idle behaviour beside it (residency per state, misses, wakeups; a shift to deeper states costs "
-                   "exit latency): " + "; ".join(_fmt_change(x) for x in idle[:5]) + ".")
+        out.append(
+            "Idle behaviour beside it (residency per state, misses, wakeups; a shift to deeper states costs "
+            "exit latency): " + "; ".join(_fmt_change(x) for x in idle[:5]) + "."
+        )
     else:
         out.append("The traces have no cpu_idle events, so idle residency and misses cannot be read against it.")
     tasks = [x for x in w.metrics if x.spec.key == "latency.task.{task}.gmean_us" and x.delta_pct is not None]
     tasks.sort(key=lambda x: -abs(x.delta_pct))
     if tasks:
-        out.append("Per task: " + "; ".join(f"{x.group} {x.delta_pct:+.1f} % ({x.verdict.verdict})" for x in tasks[:4])
-                   + ".")
+        out.append(
+            "Per task: " + "; ".join(f"{x.group} {x.delta_pct:+.1f} % ({x.verdict.verdict})" for x in tasks[:4]) + "."
+        )
     return out
 
 
-def explain(label_a: Label, label_b: Label, *, workload: str | None = None, channels: tuple[str, ...] = (),
-            platform=None, comparison: Comparison | None = None, **compare_kw) -> list[Explanation]:
+def explain(
+    label_a: Label,
+    label_b: Label,
+    *,
+    workload: str | None = None,
+    channels: tuple[str, ...] = (),
+    platform=None,
+    comparison: Comparison | None = None,
+    **compare_kw,
+) -> list[Explanation]:
     """Python API: explanations of every workload both labels have (or `workload`). `comparison`: an existing
     compare_labels result to reuse; `compare_kw` go to compare_labels otherwise."""
     from abtest.compare.comparison import compare_labels
+
     c = comparison or compare_labels(label_a, label_b, workload=workload, **compare_kw)
-    return [explain_workload(c, label_a, label_b, w.workload, channels=channels, platform=platform)
-            for w in c.workloads if workload is None or w.workload == workload]
+    return [
+        explain_workload(c, label_a, label_b, w.workload, channels=channels, platform=platform)
+        for w in c.workloads
+        if workload is None or w.workload == workload
+    ]
 
 
-def explain_store(a, b, *, store=None, workload: str | None = None, channels: tuple[str, ...] = (), platform=None,
-                  **compare_kw) -> list[Explanation]:
+def explain_store(
+    a, b, *, store=None, workload: str | None = None, channels: tuple[str, ...] = (), platform=None, **compare_kw
+) -> list[Explanation]:
     """Where a power change came from, A -> B (exported as `abtest.explain`): a list of Explanation (one per
     workload), each with `.narrative`, `.df_contributions()`, `.df_tasks()` (polars) and `.to_json()`.
 

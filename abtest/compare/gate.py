@@ -17,8 +17,10 @@ on a side, or (when the metric lists `workloads`) is missing there; a gated metr
 workload is an error too unless it says `required = false` and the name is a declared metric (a typo in a
 metric name must not pass silently). The test runs on the metric's declared aggregation (gmean metrics on
 their logarithms, abtest.compare.verdict). With A's aggregate 0 there is no percent scale: a significant
-change in the bad direction fails whatever max_regression_pct says. Exit code: 1 if any check failed, else 2 if any error, else 0.
+change in the bad direction fails whatever max_regression_pct says. Exit code: 1 if any check failed, else 2 if any
+error, else 0.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -33,7 +35,7 @@ import numpy as np
 
 from abtest.analysis.registry import all_specs, resolve
 from abtest.compare.comparison import Comparison
-from abtest.compare.verdict import REGRESSION, INCONCLUSIVE, Policy, decide
+from abtest.compare.verdict import INCONCLUSIVE, REGRESSION, Policy, decide
 
 PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skipped"
 
@@ -64,6 +66,7 @@ class Thresholds:
 @dataclass
 class Check:
     """Outcome of one (workload, metric) check. status: pass / fail / error / skipped."""
+
     workload: str
     metric: str
     status: str
@@ -122,8 +125,9 @@ def load_thresholds(path: str | Path) -> Thresholds:
         raise ThresholdsError(f"{path}: fail_on_inconclusive must be true or false")
     metrics = doc.get("metrics")
     if not isinstance(metrics, dict) or not metrics:
-        raise ThresholdsError(f"{path}: no [metrics.<name>] tables; expected e.g. "
-                              "[metrics.soc_power_mw] max_regression_pct = 3.0")
+        raise ThresholdsError(
+            f"{path}: no [metrics.<name>] tables; expected e.g. [metrics.soc_power_mw] max_regression_pct = 3.0"
+        )
     out = []
     for name, spec in metrics.items():
         where = f"{path}: [metrics.{name}]"
@@ -138,10 +142,16 @@ def load_thresholds(path: str | Path) -> Thresholds:
         req = spec.get("required", True)
         if not isinstance(req, bool):
             raise ThresholdsError(f"{where}: required must be true or false")
-        out.append(MetricThreshold(
-            name=name, max_regression_pct=_num(f"{where} max_regression_pct", spec["max_regression_pct"]),
-            alpha=_num(f"{where} alpha", spec.get("alpha", alpha), positive=True, upper=1),
-            lower_is_better=lib, workloads=tuple(wl), required=req))
+        out.append(
+            MetricThreshold(
+                name=name,
+                max_regression_pct=_num(f"{where} max_regression_pct", spec["max_regression_pct"]),
+                alpha=_num(f"{where} alpha", spec.get("alpha", alpha), positive=True, upper=1),
+                lower_is_better=lib,
+                workloads=tuple(wl),
+                required=req,
+            )
+        )
     return Thresholds(str(path), alpha, min_it, foi, tuple(out))
 
 
@@ -156,8 +166,10 @@ def check_metric_names(th: Thresholds, labels) -> None:
         declared = [s.key for _, s in all_specs()]
         close = difflib.get_close_matches(t.name, sorted(known) + declared, n=3, cutoff=0.6)
         hint = f"; did you mean {' or '.join(close)}?" if close else " (`abtest metrics` lists the declared ones)"
-        raise ThresholdsError(f"{th.path}: [metrics.{t.name}]: unknown metric {t.name!r}: not a declared metric nor "
-                              f"a metrics.json key of {' or '.join(lab.name for lab in labels)}{hint}")
+        raise ThresholdsError(
+            f"{th.path}: [metrics.{t.name}]: unknown metric {t.name!r}: not a declared metric nor "
+            f"a metrics.json key of {' or '.join(lab.name for lab in labels)}{hint}"
+        )
 
 
 def run_gate(c: Comparison, th: Thresholds) -> GateResult:
@@ -171,20 +183,32 @@ def run_gate(c: Comparison, th: Thresholds) -> GateResult:
             m = w.metric(t.name)
             if m is None:
                 if t.workloads:
-                    res.checks.append(Check(w.workload, t.name, ERROR, f"metric {t.name} missing in workload "
-                                            f"{w.workload} (thresholds list it for this workload)"))
+                    res.checks.append(
+                        Check(
+                            w.workload,
+                            t.name,
+                            ERROR,
+                            f"metric {t.name} missing in workload {w.workload} (thresholds list it for this workload)",
+                        )
+                    )
                 else:
-                    res.checks.append(Check(w.workload, t.name, SKIP, f"metric {t.name} not measured in "
-                                            f"{w.workload}"))
+                    res.checks.append(Check(w.workload, t.name, SKIP, f"metric {t.name} not measured in {w.workload}"))
                 continue
             found_anywhere = True
             res.checks.append(_check(w.workload, m, t, th))
         if not found_anywhere and not t.workloads and (t.required or resolve(t.name) is None):
-            why = "" if resolve(t.name) is not None else (
-                "; it is not a declared metric either (`abtest metrics` lists them: e.g. power.Total, fps, "
-                "latency.gmean_us), so this is probably a typo")
-            res.errors.append(f"gated metric {t.name} was found in no compared workload "
-                              f"({', '.join(w.workload for w in c.workloads)}){why}")
+            why = (
+                ""
+                if resolve(t.name) is not None
+                else (
+                    "; it is not a declared metric either (`abtest metrics` lists them: e.g. power.Total, fps, "
+                    "latency.gmean_us), so this is probably a typo"
+                )
+            )
+            res.errors.append(
+                f"gated metric {t.name} was found in no compared workload "
+                f"({', '.join(w.workload for w in c.workloads)}){why}"
+            )
     return res
 
 
@@ -194,21 +218,31 @@ def _check(workload: str, m, t: MetricThreshold, th: Thresholds) -> Check:
     if m.nan_iterations:
         return Check(status=ERROR, message=f"NaN/null values in {', '.join(m.nan_iterations)}", **base)
     if n_a < th.min_iterations or n_b < th.min_iterations:
-        return Check(status=ERROR, message=f"not enough data: n = {n_a} vs {n_b}, need >= {th.min_iterations} "
-                     "per side", **base)
+        return Check(
+            status=ERROR, message=f"not enough data: n = {n_a} vs {n_b}, need >= {th.min_iterations} per side", **base
+        )
     lib = t.lower_is_better if t.lower_is_better is not None else m.lower_is_better
     if lib is None:
-        return Check(status=ERROR, message=f"metric {t.name} has no direction; set lower_is_better in the "
-                     "thresholds file", **base)
-    v = decide(np.asarray(m.values_a), np.asarray(m.values_b), lib,
-               Policy(alpha=t.alpha, min_effect_pct=t.max_regression_pct, min_iterations=th.min_iterations),
-               aggregation=m.aggregation)
+        return Check(
+            status=ERROR,
+            message=f"metric {t.name} has no direction; set lower_is_better in the thresholds file",
+            **base,
+        )
+    v = decide(
+        np.asarray(m.values_a),
+        np.asarray(m.values_b),
+        lib,
+        Policy(alpha=t.alpha, min_effect_pct=t.max_regression_pct, min_iterations=th.min_iterations),
+        aggregation=m.aggregation,
+    )
     base.update(delta_pct=v.delta_pct, p_welch=v.p_welch, p_mannwhitney=v.p_mannwhitney)
     d = f"{v.delta_pct:+.2f} %" if v.delta_pct is not None else "n/a"
     agg = f" ({m.aggregation})" if m.aggregation != "mean" else ""
-    detail = (f"{t.name}{agg} {d} (limit {t.max_regression_pct} % worse, alpha {t.alpha}); p Welch "
-              f"{_p(v.p_welch)}, p Mann-Whitney {_p(v.p_mannwhitney)}; n = {n_a} vs {n_b}; {v.text}"
-              + (f" ({v.note})" if v.note else ""))
+    detail = (
+        f"{t.name}{agg} {d} (limit {t.max_regression_pct} % worse, alpha {t.alpha}); p Welch "
+        f"{_p(v.p_welch)}, p Mann-Whitney {_p(v.p_mannwhitney)}; n = {n_a} vs {n_b}; {v.text}"
+        + (f" ({v.note})" if v.note else "")
+    )
     if v.verdict == REGRESSION:
         return Check(status=FAIL, message=f"significant regression: {detail}", **base)
     if v.verdict == INCONCLUSIVE and th.fail_on_inconclusive:
@@ -231,12 +265,24 @@ def junit_xml(res: GateResult, thresholds_path: str = "") -> str:
     errs = sum(c.status == ERROR for c in res.checks) + len(res.errors)
     skips = sum(c.status == SKIP for c in res.checks)
     suites = ET.Element("testsuites", name="abtest gate")
-    suite = ET.SubElement(suites, "testsuite", name=f"abtest gate {res.label_b} vs {res.label_a}",
-                          tests=str(len(res.checks) + len(res.errors)), failures=str(fails), errors=str(errs),
-                          skipped=str(skips), time="0")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"abtest gate {res.label_b} vs {res.label_a}",
+        tests=str(len(res.checks) + len(res.errors)),
+        failures=str(fails),
+        errors=str(errs),
+        skipped=str(skips),
+        time="0",
+    )
     props = ET.SubElement(suite, "properties")
-    for k, v in (("label_a", res.label_a), ("label_b", res.label_b), ("thresholds", thresholds_path),
-                 ("exit_code", str(res.exit_code)), ("excluded_iterations", str(len(res.excluded)))):
+    for k, v in (
+        ("label_a", res.label_a),
+        ("label_b", res.label_b),
+        ("thresholds", thresholds_path),
+        ("exit_code", str(res.exit_code)),
+        ("excluded_iterations", str(len(res.excluded))),
+    ):
         ET.SubElement(props, "property", name=k, value=v)
     if res.excluded:
         ET.SubElement(suite, "system-out").text = "\n".join(excluded_lines(res))

@@ -17,6 +17,7 @@ a cache file that is a symlink is neither read nor written through. With $ABTEST
 go to the user cache directory instead (`cache_file`), so a store that must stay untouched (the bundled
 examples/, a shared or archived store) is never written to.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,6 +43,7 @@ class Measured:
     """One value of one iteration with its declaration. source: "metrics.json", "power.csv",
     "trace:power_rail", "trace:<analysis>". declared: False when the spec was made from a metrics.json entry
     whose key the registry does not declare (the file's own unit and direction)."""
+
     spec: MetricSpec
     value: float
     group: str | None
@@ -84,20 +86,30 @@ def declared_from_file(name: str, m: Metric) -> tuple[Measured | None, str | Non
         how = " (the same unit)" if factor == 1 else f": value converted (x {factor:g})"
         return Measured(spec, m.value * factor, group, m.source), said + how
     safe = name.replace("{", "(").replace("}", ")")
-    spec = MetricSpec(safe, m.unit, Direction.from_lower_is_better(m.lower_is_better), Aggregation.MEAN,
-                      title=safe, description=f"declared by {m.source} (not in the registry)")
+    spec = MetricSpec(
+        safe,
+        m.unit,
+        Direction.from_lower_is_better(m.lower_is_better),
+        Aggregation.MEAN,
+        title=safe,
+        description=f"declared by {m.source} (not in the registry)",
+    )
     return Measured(spec, m.value, None, m.source, declared=False), None
 
 
 # ---------------------------------------------------------------- power + trace
-def _power_from_samples(samples, source: str, options: registry.MetricOptions, *, start_ns: int | None = None,
-                        end_ns: int | None = None) -> tuple[list[Measured], list[str]]:
+def _power_from_samples(
+    samples, source: str, options: registry.MetricOptions, *, start_ns: int | None = None, end_ns: int | None = None
+) -> tuple[list[Measured], list[str]]:
     """Power values from power_rail-shaped samples (a channel's source also names the rail mapping used) and
     one note per rail whose samples the counter checks excluded or whose counter reset / wrapped
     (abtest.analysis.power.CounterCheck), prefixed with the source."""
     vals, mapping, checks = power_metrics(samples, explicit=options.rail_channels, start_ns=start_ns, end_ns=end_ns)
-    measured = [Measured(v.spec, v.value, v.group, source if v.spec is POWER_RAIL else f"{source}; {mapping.source}")
-                for v in vals if v.is_finite()]
+    measured = [
+        Measured(v.spec, v.value, v.group, source if v.spec is POWER_RAIL else f"{source}; {mapping.source}")
+        for v in vals
+        if v.is_finite()
+    ]
     return measured, [f"{source}: {c.note()}" for c in checks]
 
 
@@ -105,8 +117,7 @@ def _measured(vals: list[MetricValue], source: str) -> list[Measured]:
     return [Measured(v.spec, v.value, v.group, source) for v in vals if v.is_finite()]
 
 
-def trace_values(trace, options: registry.MetricOptions, *, with_power: bool
-                 ) -> tuple[list[Measured], list[str]]:
+def trace_values(trace, options: registry.MetricOptions, *, with_power: bool) -> tuple[list[Measured], list[str]]:
     """Values of every trace analysis (and the trace's power rails when with_power) with notes on what was
     skipped and why."""
     from abtest.trace.errors import MissingEventsError
@@ -115,15 +126,23 @@ def trace_values(trace, options: registry.MetricOptions, *, with_power: bool
     notes: list[str] = []
     lost = trace.meta.get("lost_events") or 0
     if lost:
-        notes.append(f"{trace.path}: {lost} events lost in the ring buffer; trace metrics are computed from "
-                     "incomplete data")
+        notes.append(
+            f"{trace.path}: {lost} events lost in the ring buffer; trace metrics are computed from incomplete data"
+        )
     gaps = sum((trace.meta.get("inferred_gaps") or {}).values())
     if gaps:
-        notes.append(f"sched_switch chains break {gaps} time(s) without a recorded loss: task residency, task "
-                     "states and wakeup latency miss what happened in those gaps")
+        notes.append(
+            f"sched_switch chains break {gaps} time(s) without a recorded loss: task residency, task "
+            "states and wakeup latency miss what happened in those gaps"
+        )
     if with_power:
-        pvals, pnotes = _power_from_samples(trace.df("power_rail", windowed=False), "trace:power_rail", options,
-                                            start_ns=trace.start_ns, end_ns=trace.end_ns)
+        pvals, pnotes = _power_from_samples(
+            trace.df("power_rail", windowed=False),
+            "trace:power_rail",
+            options,
+            start_ns=trace.start_ns,
+            end_ns=trace.end_ns,
+        )
         out += pvals
         notes += pnotes
     for a in registry.TRACE_ANALYSES:
@@ -131,8 +150,10 @@ def trace_values(trace, options: registry.MetricOptions, *, with_power: bool
             vals = registry.compute(a, trace, options)
         except MissingEventsError as e:
             if a.name not in ("energy_model",):
-                notes.append(f"{a.name}: skipped, the trace has no {', '.join(e.missing)} events (record them with "
-                             f"`abtest collect`, or `trace-cmd record {' '.join('-e ' + x for x in e.missing)}`)")
+                notes.append(
+                    f"{a.name}: skipped, the trace has no {', '.join(e.missing)} events (record them with "
+                    f"`abtest collect`, or `trace-cmd record {' '.join('-e ' + x for x in e.missing)}`)"
+                )
             continue
         except ValueError as e:  # needs platform data the trace does not carry, etc.
             notes.append(f"{a.name}: skipped ({e})")
@@ -150,11 +171,20 @@ def _file_key(p: Path | None) -> list | None:
 
 def cache_key(it: Iteration, options: registry.MetricOptions, with_trace: bool) -> dict:
     from abtest.version import __version__
-    return {"abtest": __version__, "metrics_version": METRICS_VERSION, "registry": FINGERPRINT,
-            "trace": _file_key(it.trace_path) if with_trace else None, "power": _file_key(it.power_path),
-            "battor": _file_key(it.battor_path), "platform": _file_key(it.platform_path), "tasks": list(options.tasks), "top_tasks": options.top_tasks,
-            "min_task_wakeups": options.min_task_wakeups,
-            "rail_channels": {k: list(v) for k, v in (options.rail_channels or {}).items()}}
+
+    return {
+        "abtest": __version__,
+        "metrics_version": METRICS_VERSION,
+        "registry": FINGERPRINT,
+        "trace": _file_key(it.trace_path) if with_trace else None,
+        "power": _file_key(it.power_path),
+        "battor": _file_key(it.battor_path),
+        "platform": _file_key(it.platform_path),
+        "tasks": list(options.tasks),
+        "top_tasks": options.top_tasks,
+        "min_task_wakeups": options.min_task_wakeups,
+        "rail_channels": {k: list(v) for k, v in (options.rail_channels or {}).items()},
+    }
 
 
 def cache_file(iteration_dir: Path) -> Path:
@@ -167,6 +197,7 @@ def cache_file(iteration_dir: Path) -> Path:
     if os.environ.get("ABTEST_METRICS_CACHE", "store") != "user" and not Path(iteration_dir).is_file():
         return iteration_dir / METRICS_CACHE_FILE
     from abtest.trace.cache import cache_root
+
     digest = hashlib.blake2b(str(Path(iteration_dir).resolve()).encode(), digest_size=16).hexdigest()
     return cache_root() / "metrics" / f"{digest}.json"
 
@@ -206,8 +237,6 @@ def _write_cache(path: Path, key: dict, vals: list[Measured], notes: list[str]) 
         pass  # read-only store, or a link planted meanwhile: nothing written
 
 
-
-
 def _effective_options(it: Iteration, options: registry.MetricOptions) -> registry.MetricOptions:
     """The rail mapping: the store's abtest.toml, else the target file's [platform.rails] that the collector
     recorded in meta.json, else none (built-in mappings apply)."""
@@ -219,8 +248,13 @@ def _effective_options(it: Iteration, options: registry.MetricOptions) -> regist
     return options
 
 
-def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.MetricOptions(), *,
-                    use_cache: bool = True, with_trace: bool = True) -> tuple[list[Measured], list[str]]:
+def derived_metrics(
+    it: Iteration,
+    options: registry.MetricOptions = registry.MetricOptions(),
+    *,
+    use_cache: bool = True,
+    with_trace: bool = True,
+) -> tuple[list[Measured], list[str]]:
     """Power and trace values of one iteration plus notes; from the cache file when it is current."""
     from abtest.store.power import read_power_csv
     from abtest.trace.errors import TraceFormatError
@@ -247,13 +281,15 @@ def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.Me
             failed = True
     if with_trace and it.trace_path is not None:
         from abtest.session import Trace
+
         try:
             # the values are cached: skip the table cache; a platform file beside the trace applies to it
             trace = Trace(it.trace_path, use_cache=False, platform=it.platform_path)
             has_rails = "power_rail" in trace.tables and trace.df("power_rail", windowed=False).height > 0
             if power_done and has_rails:
-                notes.append("power from power.csv; the trace's own power rails were not used (one power source "
-                             "per iteration)")
+                notes.append(
+                    "power from power.csv; the trace's own power rails were not used (one power source per iteration)"
+                )
             tv, tnotes = trace_values(trace, options, with_power=has_rails and not power_done)
             power_done = power_done or any(m.source == "trace:power_rail" for m in tv)
             vals += tv
@@ -263,15 +299,17 @@ def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.Me
             failed = True
     if it.battor_path is not None:
         if power_done:
-            notes.append(f"power from {'power.csv' if it.power_path else 'the trace'}; {it.battor_path.name} was not "
-                         "used (one power source per iteration)")
+            notes.append(
+                f"power from {'power.csv' if it.power_path else 'the trace'}; {it.battor_path.name} was not "
+                "used (one power source per iteration)"
+            )
         else:
             from abtest.store.power import read_battor_samples
+
             try:
                 samples, bmeta = read_battor_samples(it.battor_path)
                 clock = (bmeta.get("clock") or {}).get("method", "unaligned")
-                pvals, pnotes = _power_from_samples(samples, f"{it.battor_path.name} (BattOr, clock {clock})",
-                                                    options)
+                pvals, pnotes = _power_from_samples(samples, f"{it.battor_path.name} (BattOr, clock {clock})", options)
                 vals += pvals
                 notes += pnotes
                 n_bad = sum(e["count"] for e in (bmeta.get("import_errors") or {}).values())
@@ -285,8 +323,13 @@ def derived_metrics(it: Iteration, options: registry.MetricOptions = registry.Me
     return vals, notes
 
 
-def iteration_metrics(it: Iteration, options: registry.MetricOptions = registry.MetricOptions(), *,
-                      use_cache: bool = True, with_trace: bool = True) -> tuple[dict[str, Measured], list[str]]:
+def iteration_metrics(
+    it: Iteration,
+    options: registry.MetricOptions = registry.MetricOptions(),
+    *,
+    use_cache: bool = True,
+    with_trace: bool = True,
+) -> tuple[dict[str, Measured], list[str]]:
     """All values of one iteration by full key: derived ones, then metrics.json's (which win on a clash),
     and notes about what could not be derived or disagrees with its declaration."""
     derived, notes = derived_metrics(it, options, use_cache=use_cache, with_trace=with_trace)

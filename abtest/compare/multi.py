@@ -6,6 +6,7 @@ label's iterations, the baseline's included, are analysed once per run. `MultiCo
 `Comparison`s and builds the side-by-side tables (one column per label, as mmtests' compare-kernels prints
 them): the baseline's value, then per label "value (perc_diff vs the baseline) verdict".
 """
+
 from __future__ import annotations
 
 import re
@@ -36,6 +37,7 @@ SCHEMA = "abtest.compare-multi/1"
 class MultiComparison:
     """baseline: the baseline label's name; pairs: one two-label Comparison (baseline, X) per other label, in
     the order given."""
+
     baseline: str
     path: str
     pairs: list
@@ -68,11 +70,19 @@ class MultiComparison:
 
     def to_json(self) -> dict:
         """Everything: the labels, one `abtest.compare/1` document per pair, and the side-by-side tables."""
-        return {"schema": SCHEMA, "baseline": self.baseline, "path": self.path, "labels": self.labels,
-                "paths": {c.label_b: c.path_b for c in self.pairs}, "alpha": self.policy.alpha,
-                "min_effect_pct": self.policy.min_effect_pct, "decision_rule": self.rule_text(),
-                "headlines": self.headlines(), "comparisons": [c.to_json() for c in self.pairs],
-                "tables": [multi_summary(self).to_json(), multi_all_metrics(self).to_json()]}
+        return {
+            "schema": SCHEMA,
+            "baseline": self.baseline,
+            "path": self.path,
+            "labels": self.labels,
+            "paths": {c.label_b: c.path_b for c in self.pairs},
+            "alpha": self.policy.alpha,
+            "min_effect_pct": self.policy.min_effect_pct,
+            "decision_rule": self.rule_text(),
+            "headlines": self.headlines(),
+            "comparisons": [c.to_json() for c in self.pairs],
+            "tables": [multi_summary(self).to_json(), multi_all_metrics(self).to_json()],
+        }
 
 
 def compare_many(baseline: Label, others: list[Label], **options) -> MultiComparison:
@@ -84,8 +94,10 @@ def compare_many(baseline: Label, others: list[Label], **options) -> MultiCompar
     names = [baseline.name] + [x.name for x in others]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise CompareError(f"label name(s) given twice: {', '.join(twice)} (every column is named by its label; "
-                           "copy or link the directory under another name)")
+        raise CompareError(
+            f"label name(s) given twice: {', '.join(twice)} (every column is named by its label; "
+            "copy or link the directory under another name)"
+        )
     memo: dict = {}
     pairs = [compare_labels(baseline, x, analysed=memo, **options) for x in others]
     return MultiComparison(baseline.name, str(baseline.path), pairs)
@@ -137,17 +149,22 @@ def multi_summary(mc: MultiComparison) -> Table:
         for name, m in _row_metrics(mc, wname, lambda w: summary_metrics(w)[0]):
             a, _, _ = shown_values(m)
             t.rows.append([wname, metric_label(m), [a, None]] + _cells(mc, wname, name))
-    t.notes.append(f"cells: value over iterations, (perc_diff vs {mc.baseline}) and the verdict of that label "
-                   f"against {mc.baseline}; inconclusive ~N: about N more iterations per side would decide; "
-                   f"{mc.rule_text()}")
+    t.notes.append(
+        f"cells: value over iterations, (perc_diff vs {mc.baseline}) and the verdict of that label "
+        f"against {mc.baseline}; inconclusive ~N: about N more iterations per side would decide; "
+        f"{mc.rule_text()}"
+    )
     return t
 
 
 def multi_all_metrics(mc: MultiComparison) -> Table:
     """Every metric of every pair, one column per label (the baseline's value first)."""
     cols = [("workload", TEXT), ("metric", TEXT), ("unit", TEXT), ("agg", TEXT), (mc.baseline, VALDIFF)]
-    t = Table("all_metrics_multi", f"All metrics: {', '.join(mc.labels[1:])} vs {mc.baseline}",
-              cols + [(x, VALVERDICT) for x in mc.labels[1:]])
+    t = Table(
+        "all_metrics_multi",
+        f"All metrics: {', '.join(mc.labels[1:])} vs {mc.baseline}",
+        cols + [(x, VALVERDICT) for x in mc.labels[1:]],
+    )
     for wname in mc.workloads():
         for name, m in _row_metrics(mc, wname, lambda w: w.metrics):
             a, _, _ = shown_values(m)

@@ -9,6 +9,7 @@ An iteration is flagged when
     events that analysis needs, or the analysis failed there).
 Pure: reads the WorkloadComparison only (values as compare measured them, iteration paths, notes).
 """
+
 from __future__ import annotations
 
 import re
@@ -28,6 +29,7 @@ MIN_ITERATIONS = 4  # quartiles of fewer values do not fence anything meaningful
 @dataclass(frozen=True)
 class Outlier:
     """label / iteration (name) / path of the flagged iteration; reason: why, in words (metric, value, fences)."""
+
     label: str
     workload: str
     iteration: str
@@ -46,8 +48,7 @@ def tukey_fences(values: list[float], k: float = TUKEY_K) -> tuple[float, float]
 
 def verdict_metrics(w: WorkloadComparison) -> list[MetricComparison]:
     """The metrics that decided a verdict: significant ones (rails aside) and those behind the status."""
-    sig = [m for m in w.metrics if m.verdict.verdict in (REGRESSION, IMPROVEMENT)
-           and m.spec.group is not Grouping.RAIL]
+    sig = [m for m in w.metrics if m.verdict.verdict in (REGRESSION, IMPROVEMENT) and m.spec.group is not Grouping.RAIL]
     return list({m.name: m for m in sig + deciding_metrics(w, limit=len(w.metrics))}.values())
 
 
@@ -64,17 +65,25 @@ def _value_outliers(w: WorkloadComparison, label_a: str, label_b: str) -> list[O
     out = []
     for m in verdict_metrics(w):
         for label, names, paths, measured in _sides(w, label_a, label_b):
-            vals = [(i, x[m.name].value) for i, x in enumerate(measured)
-                    if m.name in x and np.isfinite(x[m.name].value)]
+            vals = [
+                (i, x[m.name].value) for i, x in enumerate(measured) if m.name in x and np.isfinite(x[m.name].value)
+            ]
             if len(vals) < MIN_ITERATIONS:
                 continue
             lo, hi = tukey_fences([v for _, v in vals])
             for i, v in vals:
                 if v < lo or v > hi:
-                    out.append(Outlier(label, w.workload, names[i], _path(paths, i),
-                                       f"{metric_label(m)} = {_fmt(v)}, outside the Tukey fences "
-                                       f"[{_fmt(lo)}, {_fmt(hi)}] of {label}'s {len(vals)} iterations "
-                                       f"(verdict: {m.verdict.verdict})"))
+                    out.append(
+                        Outlier(
+                            label,
+                            w.workload,
+                            names[i],
+                            _path(paths, i),
+                            f"{metric_label(m)} = {_fmt(v)}, outside the Tukey fences "
+                            f"[{_fmt(lo)}, {_fmt(hi)}] of {label}'s {len(vals)} iterations "
+                            f"(verdict: {m.verdict.verdict})",
+                        )
+                    )
     return out
 
 
@@ -82,8 +91,10 @@ def _path(paths: list, i: int) -> str:
     return paths[i] if i < len(paths) else "?"
 
 
-_SKIPPED = re.compile(r"^(?P<label>[^/]+)/(?P<workload>[^/]+)/(?P<it>[^:]+): (?P<analysis>[\w.-]+): "
-                      r"(?P<why>skipped, the trace has no .*? events)")
+_SKIPPED = re.compile(
+    r"^(?P<label>[^/]+)/(?P<workload>[^/]+)/(?P<it>[^:]+): (?P<analysis>[\w.-]+): "
+    r"(?P<why>skipped, the trace has no .*? events)"
+)
 
 
 def _skip_reasons(w: WorkloadComparison) -> dict[tuple[str, str, str], str]:

@@ -2,6 +2,7 @@
 others go to a pool of `jobs` worker processes (spawned, so a worker never inherits polars' thread pool
 mid-operation). A failure in one iteration is reported with its path and does not lose the others.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -9,7 +10,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from abtest.analysis.registry import MetricOptions
-from abtest.compare.metrics import cache_file, read_cache, cache_key, iteration_metrics
+from abtest.compare.metrics import cache_file, cache_key, iteration_metrics, read_cache
 from abtest.store.model import Iteration
 
 
@@ -24,8 +25,14 @@ def _is_cached(it: Iteration, options: MetricOptions, with_trace: bool) -> bool:
     return read_cache(cache_file(it.path), cache_key(it, options, with_trace)) is not None
 
 
-def analyse_iterations(work: list[tuple[Iteration, MetricOptions]], *, use_cache: bool = True,
-                       with_trace: bool = True, jobs: int = 1, progress: bool = False) -> dict:
+def analyse_iterations(
+    work: list[tuple[Iteration, MetricOptions]],
+    *,
+    use_cache: bool = True,
+    with_trace: bool = True,
+    jobs: int = 1,
+    progress: bool = False,
+) -> dict:
     """{str(iteration path): (metrics by key, notes)} for every (iteration, options) in `work`."""
     out: dict = {}
     todo = []
@@ -64,8 +71,16 @@ def _progress(total: int):
         return None
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    p = Progress(TextColumn("analysing iterations"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                 TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
+
+    p = Progress(
+        TextColumn("analysing iterations"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=Console(stderr=True),
+        transient=True,
+    )
     task = p.add_task("", total=total)
     p.start()
     return p, task
@@ -74,4 +89,3 @@ def _progress(total: int):
 def _advance(bar, it: Iteration) -> None:
     if bar is not None:
         bar[0].update(bar[1], advance=1, description=f"{it.label}/{it.workload}/{it.name}")
-

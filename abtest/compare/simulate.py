@@ -6,6 +6,7 @@ prints, for normal data at a given CV, the rate of regression/improvement verdic
 the same distribution (false positives) and when B is shifted (detection power), per iterations per side.
 Useful to choose how many iterations to run. Vectorised: thousands of comparisons take milliseconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,10 +53,14 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(args.seed)
     a = rng.normal(100, 100 * args.cv, (args.reps, 5))
     b = rng.normal(100 * (1 + args.shift), 100 * args.cv, (args.reps, 5))
-    print(f"n = 5, {args.shift:.0%} shift, each test alone at p < 0.05: Welch's t "
-          f"{np.mean(stats.welch_p(a, b) < 0.05):.1%}, Mann-Whitney U {np.mean(stats.mannwhitney_p(a, b) < 0.05):.1%}")
-    print(f"bootstrap CI as the test, A/A, n = 5: {bootstrap_as_test_rate(5, args.cv, 1000, args.seed):.1%} "
-          "false positives (1000 comparisons)")
+    print(
+        f"n = 5, {args.shift:.0%} shift, each test alone at p < 0.05: Welch's t "
+        f"{np.mean(stats.welch_p(a, b) < 0.05):.1%}, Mann-Whitney U {np.mean(stats.mannwhitney_p(a, b) < 0.05):.1%}"
+    )
+    print(
+        f"bootstrap CI as the test, A/A, n = 5: {bootstrap_as_test_rate(5, args.cv, 1000, args.seed):.1%} "
+        "false positives (1000 comparisons)"
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Conventions:
   delta_pct = 100 * (mean(B) - mean(A)) / |mean(A)|    (percent of A; the seeds' "perc_diff")
   CV        = stdev / |mean|                            (sample stdev, ddof = 1; a fraction, printed as %)
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,6 +29,7 @@ class Summary:
     gmean is None unless every value is > 0 (a geometric mean of ratios/scores/latencies is meaningful only
     then). ci95_low/high: 95 % confidence interval of the mean (Student t), None when n < 2.
     """
+
     n: int
     mean: float
     median: float
@@ -68,8 +70,18 @@ def describe(values) -> Summary:
     if n >= 2:
         half = float(sc.stdtrit(n - 1, 0.975)) * stdev / math.sqrt(n)
         lo, hi = mean - half, mean + half
-    return Summary(n=n, mean=mean, median=float(np.median(x)), stdev=stdev, cv=cv, gmean=gmean,
-                   minimum=float(x.min()), maximum=float(x.max()), ci95_low=lo, ci95_high=hi)
+    return Summary(
+        n=n,
+        mean=mean,
+        median=float(np.median(x)),
+        stdev=stdev,
+        cv=cv,
+        gmean=gmean,
+        minimum=float(x.min()),
+        maximum=float(x.max()),
+        ci95_low=lo,
+        ci95_high=hi,
+    )
 
 
 def delta_pct(mean_a: float, mean_b: float) -> float | None:
@@ -90,7 +102,7 @@ def welch_p(a, b) -> np.ndarray:
     diff = b.mean(axis=1) - a.mean(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = diff / np.sqrt(se2)
-        df = se2 ** 2 / (va ** 2 / (a.shape[1] - 1) + vb ** 2 / (b.shape[1] - 1))
+        df = se2**2 / (va**2 / (a.shape[1] - 1) + vb**2 / (b.shape[1] - 1))
     p = 2.0 * sc.stdtr(df, -np.abs(t))  # Student t survival function: cdf at -|t|
     # zero variance on both sides: identical means -> p = 1, different constants -> p = 0
     const = se2 == 0
@@ -112,7 +124,7 @@ def mannwhitney_p(a, b) -> np.ndarray:
     u = np.maximum(u1, n1 * n2 - u1)
     if (n1 > 8 and n2 > 8) or np.any(tie_counts > 1):
         n = n1 + n2
-        tie_term = np.sum(tie_counts ** 2 - 1.0, axis=1)  # = sum over tie groups of t^3 - t
+        tie_term = np.sum(tie_counts**2 - 1.0, axis=1)  # = sum over tie groups of t^3 - t
         sd = np.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))))
         with np.errstate(divide="ignore", invalid="ignore"):
             z = (u - n1 * n2 / 2 - 0.5) / sd
@@ -129,11 +141,11 @@ def _ranks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ranks, ties = np.empty_like(x), np.empty_like(x)
     step = max(1, int(2e7 // max(n * n, 1)))
     for i in range(0, r_all, step):
-        c = x[i:i + step]
+        c = x[i : i + step]
         less = (c[:, None, :] < c[:, :, None]).sum(axis=2)
         equal = (c[:, None, :] == c[:, :, None]).sum(axis=2)
-        ranks[i:i + step] = less + (equal + 1) / 2
-        ties[i:i + step] = equal
+        ranks[i : i + step] = less + (equal + 1) / 2
+        ties[i : i + step] = equal
     return ranks, ties
 
 
@@ -147,8 +159,8 @@ def _mwu_exact_sf(n1: int, n2: int) -> np.ndarray:
         cur = [np.ones(1)]  # (i, 0): U = 0
         for j in range(1, n + 1):
             d = np.zeros(i * j + 1)
-            d[j:j + prev[j].size] += i / (i + j) * prev[j]
-            d[:cur[j - 1].size] += j / (i + j) * cur[j - 1]
+            d[j : j + prev[j].size] += i / (i + j) * prev[j]
+            d[: cur[j - 1].size] += j / (i + j) * cur[j - 1]
             cur.append(d)
         prev = cur
     pmf = prev[n]
@@ -175,7 +187,7 @@ def welch_diff_ci(a, b, level: float) -> tuple[float, float] | None:
     diff = float(b.mean() - a.mean())
     if se == 0:
         return (diff, diff)
-    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
     half = float(sc.stdtrit(df, 0.5 + level / 2)) * se
     return (diff - half, diff + half)
 
@@ -191,14 +203,21 @@ def welch_delta_ci_pct(a, b, level: float) -> tuple[float, float] | None:
     diff = b.mean() - a.mean()
     if se == 0:
         return (100 * diff / abs(a.mean()),) * 2
-    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
     half = float(sc.stdtrit(df, 0.5 + level / 2)) * se
     scale = 100.0 / abs(a.mean())
     return ((diff - half) * scale, (diff + half) * scale)
 
 
-def bootstrap_delta_ci_pct(a, b, *, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
-                           seed: int = BOOTSTRAP_SEED, aggregation: str = "mean") -> tuple[float, float] | None:
+def bootstrap_delta_ci_pct(
+    a,
+    b,
+    *,
+    level: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    aggregation: str = "mean",
+) -> tuple[float, float] | None:
     """Percentile bootstrap CI of delta_pct (B vs A), resampling each side independently with replacement.
 
     Seeded, so the same data always prints the same interval. Reported, not used for the verdict: with
@@ -246,8 +265,15 @@ def t_test_power(n: int, d: float, *, alpha: float = 0.05, two_sided: bool = Tru
     return float(1.0 - sc.nctdtr(df, nc, crit)) + lower
 
 
-def iterations_needed(cv: float | None, effect_pct: float, *, alpha: float = 0.05, power: float = 0.8,
-                      two_sided: bool = True, max_n: int = 1000) -> int | None:
+def iterations_needed(
+    cv: float | None,
+    effect_pct: float,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    two_sided: bool = True,
+    max_n: int = 1000,
+) -> int | None:
     """Iterations per side for a two-sample t-test to detect `effect_pct` (percent of the mean) with the given
     power, for a metric with coefficient of variation `cv` (fraction): the smallest n whose noncentral-t power
     (`t_test_power`, df = 2n - 2, noncentrality = (e / cv) sqrt(n / 2)) reaches `power`. None when cv is unknown

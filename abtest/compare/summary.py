@@ -7,16 +7,17 @@ iteration-to-iteration noise), changed (significant, on a metric with no better 
 
 Headline metrics are those the registry marks `headline` (power per channel, FPS, jank, scores, idle misses,
 wakeup latency, workload results), plus any other metric whose verdict is a significant regression or
-improvement (so nothing that changed hides in "All metrics"; single rails are left to the power table). Cells are `value (perc_diff)` as workload-
+improvement (so nothing that changed hides in "All metrics"; single rails are left to the power table). Cells are `value
+(perc_diff)` as workload-
 processor's `summary()` prints them; values are the declared aggregates over iterations.
 """
+
 from __future__ import annotations
 
 from abtest.analysis.power import CHANNEL_ORDER, POWER_CHANNEL
 from abtest.compare.comparison import Comparison, MetricComparison, WorkloadComparison
 from abtest.compare.tables import TEXT, VALDIFF, Table
-from abtest.compare.verdict import (CHANGED, IMPROVEMENT, INCONCLUSIVE, MAX_MORE_ITERATIONS, NO_CHANGE,
-                                   REGRESSION)
+from abtest.compare.verdict import CHANGED, IMPROVEMENT, INCONCLUSIVE, MAX_MORE_ITERATIONS, NO_CHANGE, REGRESSION
 from abtest.metric_spec import Grouping
 
 MAX_EXTRA_ROWS = 12  # significant non-headline metrics listed in the summary; the rest are counted
@@ -35,7 +36,9 @@ def _rank(m: MetricComparison) -> tuple:
 
 def summary_metrics(w: WorkloadComparison) -> tuple[list[MetricComparison], int]:
     """(metrics for the summary table, number of further significant ones not listed)."""
-    head = [m for m in w.metrics if m.spec.headline and m.declared and m.spec.group in (Grouping.NONE, Grouping.CHANNEL)]
+    head = [
+        m for m in w.metrics if m.spec.headline and m.declared and m.spec.group in (Grouping.NONE, Grouping.CHANNEL)
+    ]
     head += [m for m in w.metrics if not m.declared]  # a workload's own results: what the user asked to compare
     extra = [m for m in w.metrics if _significant(m) and m not in head and m.spec.group is not Grouping.RAIL]
     extra.sort(key=lambda m: -abs(m.delta_pct or 0.0))
@@ -60,7 +63,7 @@ def below_noise(m: MetricComparison) -> bool:
 
 
 def noise_text(m: MetricComparison) -> str:
-    """"below noise (CV 12.3 %, needs ~992 iterations)" from the verdict's fields (iterations per side, in
+    """ "below noise (CV 12.3 %, needs ~992 iterations)" from the verdict's fields (iterations per side, in
     total: the ones run plus the ones missing; "> 999 more" when the estimate hit its cap)."""
     n = m.verdict.need_more_iterations or 0
     cv = larger_cv_pct(m)
@@ -98,7 +101,7 @@ def shown_values(m: MetricComparison) -> tuple[float | None, float | None, float
 
 
 def metric_label(m: MetricComparison) -> str:
-    """"wakeup latency gmean (us)", "power CPU-Big (mW)": title, group and unit."""
+    """ "wakeup latency gmean (us)", "power CPU-Big (mW)": title, group and unit."""
     title = m.spec.title or m.name
     if m.spec == POWER_CHANNEL:
         title = f"power {m.group}"
@@ -109,24 +112,31 @@ def metric_label(m: MetricComparison) -> str:
 
 def table_summary(c: Comparison) -> Table:
     """Per workload: metric, A (value), B (value (perc_diff)), verdict; the headline metrics first."""
-    t = Table("summary", f"Summary: {c.label_b} vs {c.label_a} (baseline)",
-              [("workload", TEXT), ("metric", TEXT), (c.label_a, VALDIFF), (c.label_b, VALDIFF), ("verdict", TEXT)])
+    t = Table(
+        "summary",
+        f"Summary: {c.label_b} vs {c.label_a} (baseline)",
+        [("workload", TEXT), ("metric", TEXT), (c.label_a, VALDIFF), (c.label_b, VALDIFF), ("verdict", TEXT)],
+    )
     for w in c.workloads:
         chosen, more = summary_metrics(w)
         for m in chosen:
             a, b, d = shown_values(m)
             t.rows.append([w.workload, metric_label(m), [a, None], [b, d], short_verdict(m)])
             if (a, b) != (m.value_a, m.value_b):
-                t.notes.append(f"{w.workload}: {metric_label(m)}: 0 in every iteration of "
-                               f"{_zero_sides(c, m)} (a gmean of zeros is not defined; the values are 0)")
+                t.notes.append(
+                    f"{w.workload}: {metric_label(m)}: 0 in every iteration of "
+                    f"{_zero_sides(c, m)} (a gmean of zeros is not defined; the values are 0)"
+                )
             elif m.verdict.note:
                 t.notes.append(f"{w.workload}: {m.name}: {m.verdict.note}")
             if below_noise(m):
                 t.notes.append(f"{w.workload}: {metric_label(m)}: {noise_text(m)}")
         other = sorted({metric_label(m) for m in chosen if m.aggregation != "mean"})
         if other:
-            t.notes.append(f"{w.workload}: geometric mean (gmean) / median over iterations: {', '.join(other)}; "
-                           "arithmetic mean for the others")
+            t.notes.append(
+                f"{w.workload}: geometric mean (gmean) / median over iterations: {', '.join(other)}; "
+                "arithmetic mean for the others"
+            )
         if more:
             t.notes.append(f"{w.workload}: {more} more significant changes (all metrics: --all)")
     t.notes.append(f"cells: value over iterations, and perc_diff vs {c.label_a}; {c.rule_text()}")
@@ -161,8 +171,10 @@ def deciding_metrics(w: WorkloadComparison, limit: int = 5) -> list[MetricCompar
     status = workload_status(w)
     if status in ("REGRESSION", "IMPROVEMENT"):
         want = REGRESSION if status == "REGRESSION" else IMPROVEMENT
-        ms = sorted((m for m in w.metrics if m.verdict.verdict == want and m.spec.group is not Grouping.RAIL),
-                    key=lambda m: (not m.spec.headline, -abs(m.delta_pct or 0.0)))
+        ms = sorted(
+            (m for m in w.metrics if m.verdict.verdict == want and m.spec.group is not Grouping.RAIL),
+            key=lambda m: (not m.spec.headline, -abs(m.delta_pct or 0.0)),
+        )
     else:
         chosen = [m for m in summary_metrics(w)[0] if m.lower_is_better is not None]
         ms = chosen if status == "NO CHANGE" else [m for m in chosen if m.verdict.verdict != NO_CHANGE]
@@ -170,7 +182,7 @@ def deciding_metrics(w: WorkloadComparison, limit: int = 5) -> list[MetricCompar
 
 
 def verdict_counts(w: WorkloadComparison) -> str:
-    """"5 regressions, 0 improvements, 13 no change, 123 inconclusive, 3 changed (no better direction)"."""
+    """ "5 regressions, 0 improvements, 13 no change, 123 inconclusive, 3 changed (no better direction)"."""
     counts: dict[str, int] = {}
     for m in w.metrics:
         counts[m.verdict.verdict] = counts.get(m.verdict.verdict, 0) + 1
@@ -188,13 +200,19 @@ def headlines(c: Comparison) -> list[str]:
     significant changes by name with their perc_diff."""
     out = []
     for w in c.workloads:
-        sig = sorted((m for m in w.metrics if _significant(m) and m.spec.group is not Grouping.RAIL),
-                     key=lambda m: (not m.spec.headline, -abs(m.delta_pct or 0.0)))
-        line = (f"{workload_status(w)} {w.workload} ({len(w.iterations_a)} vs {len(w.iterations_b)} iterations): "
-                + verdict_counts(w))
+        sig = sorted(
+            (m for m in w.metrics if _significant(m) and m.spec.group is not Grouping.RAIL),
+            key=lambda m: (not m.spec.headline, -abs(m.delta_pct or 0.0)),
+        )
+        line = (
+            f"{workload_status(w)} {w.workload} ({len(w.iterations_a)} vs {len(w.iterations_b)} iterations): "
+            + verdict_counts(w)
+        )
         if sig:
             line += "; " + "; ".join(
                 f"{m.verdict.verdict.upper()} {metric_label(m)} "
-                + (f"{m.delta_pct:+.2f} %" if m.delta_pct is not None else "(from 0)") for m in sig[:3])
+                + (f"{m.delta_pct:+.2f} %" if m.delta_pct is not None else "(from 0)")
+                for m in sig[:3]
+            )
         out.append(line)
     return out

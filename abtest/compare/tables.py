@@ -16,6 +16,7 @@ the metric's declared aggregate over iterations, and a perc_diff always compares
   tasks           per task name: wakeup latency gmean / p95 and CPU time per kernel with perc_diff
   all_metrics     every metric: n, aggregates, CVs, delta %, bootstrap 95 % CI, p-values, verdict
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ VALVERDICT = "valverdict"  # [value, perc_diff, verdict] -> "14.20 (+13.93 %) re
 @dataclass
 class Table:
     """key: stable identifier (JSON). columns: [(title, kind)]. rows: lists of raw values (None = empty)."""
+
     key: str
     title: str
     columns: list
@@ -41,8 +43,14 @@ class Table:
     notes: list = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"key": self.key, "title": self.title, "columns": [c for c, _ in self.columns],
-                "kinds": [k for _, k in self.columns], "rows": self.rows, "notes": self.notes}
+        return {
+            "key": self.key,
+            "title": self.title,
+            "columns": [c for c, _ in self.columns],
+            "kinds": [k for _, k in self.columns],
+            "rows": self.rows,
+            "notes": self.notes,
+        }
 
 
 def _value(m: MetricComparison | None, side: str):
@@ -64,16 +72,39 @@ def _power_total(w) -> MetricComparison | None:
 
 
 def table_fps_power(c: Comparison) -> Table | None:
-    t = Table("fps_power", "FPS and SoC power", [("workload", TEXT), ("kernel", TEXT), ("FPS", NUM),
-              ("FPS sdev", NUM), ("SoC Power (mW)", NUM), ("power sdev", NUM), ("diff", DIFF), ("verdict", TEXT)])
+    t = Table(
+        "fps_power",
+        "FPS and SoC power",
+        [
+            ("workload", TEXT),
+            ("kernel", TEXT),
+            ("FPS", NUM),
+            ("FPS sdev", NUM),
+            ("SoC Power (mW)", NUM),
+            ("power sdev", NUM),
+            ("diff", DIFF),
+            ("verdict", TEXT),
+        ],
+    )
     for w in c.workloads:
         fps, pw = w.of(wl.FPS), _power_total(w)
         if fps is None and pw is None:
             continue
-        t.rows.append([w.workload, c.label_a, _value(fps, "a"), _sdev(fps, "a"), _value(pw, "a"), _sdev(pw, "a"),
-                       None, None])
-        t.rows.append([w.workload, c.label_b, _value(fps, "b"), _sdev(fps, "b"), _value(pw, "b"), _sdev(pw, "b"),
-                       pw.delta_pct if pw else None, pw.verdict.text if pw else None])
+        t.rows.append(
+            [w.workload, c.label_a, _value(fps, "a"), _sdev(fps, "a"), _value(pw, "a"), _sdev(pw, "a"), None, None]
+        )
+        t.rows.append(
+            [
+                w.workload,
+                c.label_b,
+                _value(fps, "b"),
+                _sdev(fps, "b"),
+                _value(pw, "b"),
+                _sdev(pw, "b"),
+                pw.delta_pct if pw else None,
+                pw.verdict.text if pw else None,
+            ]
+        )
         if pw is not None:
             t.notes.append(f"{w.workload}: SoC power = power.Total, from {pw.source}")
     return t if t.rows else None
@@ -86,21 +117,35 @@ def _channel_rank(m: MetricComparison) -> tuple:
 
 def table_power_channels(c: Comparison) -> Table | None:
     """The seeds' "Average power" table: per channel one row per kernel (value, perc_diff vs the first)."""
-    t = Table("power_channels", "Average power", [("workload", TEXT), ("channel", TEXT), ("tag", TEXT),
-              ("value (mW)", NUM), ("perc_diff", DIFF), ("verdict", TEXT)])
+    t = Table(
+        "power_channels",
+        "Average power",
+        [
+            ("workload", TEXT),
+            ("channel", TEXT),
+            ("tag", TEXT),
+            ("value (mW)", NUM),
+            ("perc_diff", DIFF),
+            ("verdict", TEXT),
+        ],
+    )
     for w in c.workloads:
         chans = sorted(w.grouped(POWER_CHANNEL), key=_channel_rank)
         for m in chans:
             t.rows.append([w.workload, m.group, c.label_a, m.value_a, 0.0 if m.value_a is not None else None, None])
             t.rows.append([w.workload, m.group, c.label_b, m.value_b, m.delta_pct, m.verdict.text])
         if chans:
-            t.notes.append(f"{w.workload}: power from {chans[0].source}; mean over iterations of each iteration's "
-                           "average power")
+            t.notes.append(
+                f"{w.workload}: power from {chans[0].source}; mean over iterations of each iteration's average power"
+            )
     return t if t.rows else None
 
 
-IDLE_COLUMNS = ((idle.TOO_DEEP_PCT, "too deep %"), (idle.TOO_SHALLOW_PCT, "too shallow %"),
-                (latency.LATENCY_GMEAN_US, "wakeup latency (us)"))
+IDLE_COLUMNS = (
+    (idle.TOO_DEEP_PCT, "too deep %"),
+    (idle.TOO_SHALLOW_PCT, "too shallow %"),
+    (latency.LATENCY_GMEAN_US, "wakeup latency (us)"),
+)
 
 
 def table_idle(c: Comparison) -> Table | None:
@@ -113,13 +158,17 @@ def table_idle(c: Comparison) -> Table | None:
         pw = _power_total(w)
         for side, label in (("a", c.label_a), ("b", c.label_b)):
             t.rows.append([w.workload, label] + [_value(m, side) for m in found] + [_value(pw, side)])
-        t.rows.append([w.workload, "perc_diff"] + [m.delta_pct if m else None for m in found]
-                      + [pw.delta_pct if pw else None])
+        t.rows.append(
+            [w.workload, "perc_diff"] + [m.delta_pct if m else None for m in found] + [pw.delta_pct if pw else None]
+        )
         for m in found + [pw]:
             if m is not None and m.verdict.note:
                 t.notes.append(f"{w.workload}: {m.name}: {m.verdict.note}")
-        t.notes.append(f"{w.workload}: " + ", ".join(f"{m.name} ({m.aggregation})" for m in found + [pw] if m)
-                       + "; perc_diff compares the two values above it")
+        t.notes.append(
+            f"{w.workload}: "
+            + ", ".join(f"{m.name} ({m.aggregation})" for m in found + [pw] if m)
+            + "; perc_diff compares the two values above it"
+        )
     return t if t.rows else None
 
 
@@ -141,17 +190,23 @@ def _two_metric_table(c: Comparison, key, title, specs) -> Table | None:
 
 
 def table_geekbench(c: Comparison) -> Table | None:
-    return _two_metric_table(c, "geekbench", "Geekbench scores (gmean over iterations)",
-                             [("single", wl.GEEKBENCH_SINGLE), ("multi", wl.GEEKBENCH_MULTI)])
+    return _two_metric_table(
+        c,
+        "geekbench",
+        "Geekbench scores (gmean over iterations)",
+        [("single", wl.GEEKBENCH_SINGLE), ("multi", wl.GEEKBENCH_MULTI)],
+    )
 
 
 def table_jank(c: Comparison) -> Table | None:
     return _two_metric_table(c, "jank", "Jank", [("jank %", wl.JANK_PCT)])
 
 
-TASK_COLUMNS = ((latency.TASK_LATENCY_GMEAN_US, "wakeup latency gmean (us)"),
-                (latency.TASK_LATENCY_P95_US, "wakeup latency p95 (us)"),
-                (placement.TASK_RUNTIME, "CPU time (ms/s)"))
+TASK_COLUMNS = (
+    (latency.TASK_LATENCY_GMEAN_US, "wakeup latency gmean (us)"),
+    (latency.TASK_LATENCY_P95_US, "wakeup latency p95 (us)"),
+    (placement.TASK_RUNTIME, "CPU time (ms/s)"),
+)
 
 
 def table_tasks(c: Comparison) -> Table | None:
@@ -173,25 +228,65 @@ def table_tasks(c: Comparison) -> Table | None:
 
 
 def table_all_metrics(c: Comparison) -> Table:
-    t = Table("all_metrics", f"All metrics: {c.label_b} vs {c.label_a}", [
-        ("workload", TEXT), ("metric", TEXT), ("unit", TEXT), ("agg", TEXT), ("n A", INT), ("n B", INT),
-        (c.label_a, NUM), (c.label_b, NUM), ("CV A", PCT), ("CV B", PCT), ("delta", DIFF),
-        ("95% CI (bootstrap)", CI), ("p MWU", PVAL), ("p Welch", PVAL), ("verdict", TEXT)])
+    t = Table(
+        "all_metrics",
+        f"All metrics: {c.label_b} vs {c.label_a}",
+        [
+            ("workload", TEXT),
+            ("metric", TEXT),
+            ("unit", TEXT),
+            ("agg", TEXT),
+            ("n A", INT),
+            ("n B", INT),
+            (c.label_a, NUM),
+            (c.label_b, NUM),
+            ("CV A", PCT),
+            ("CV B", PCT),
+            ("delta", DIFF),
+            ("95% CI (bootstrap)", CI),
+            ("p MWU", PVAL),
+            ("p Welch", PVAL),
+            ("verdict", TEXT),
+        ],
+    )
     for w in c.workloads:
         for m in w.metrics:
-            t.rows.append([w.workload, m.name, m.unit, m.aggregation, m.a.n if m.a else 0, m.b.n if m.b else 0,
-                           m.value_a, m.value_b,
-                           100 * m.a.cv if (m.a and m.a.cv is not None) else None,
-                           100 * m.b.cv if (m.b and m.b.cv is not None) else None,
-                           m.delta_pct, list(m.bootstrap_ci95_pct) if m.bootstrap_ci95_pct else None,
-                           m.verdict.p_mannwhitney, m.verdict.p_welch, m.verdict.text])
+            t.rows.append(
+                [
+                    w.workload,
+                    m.name,
+                    m.unit,
+                    m.aggregation,
+                    m.a.n if m.a else 0,
+                    m.b.n if m.b else 0,
+                    m.value_a,
+                    m.value_b,
+                    100 * m.a.cv if (m.a and m.a.cv is not None) else None,
+                    100 * m.b.cv if (m.b and m.b.cv is not None) else None,
+                    m.delta_pct,
+                    list(m.bootstrap_ci95_pct) if m.bootstrap_ci95_pct else None,
+                    m.verdict.p_mannwhitney,
+                    m.verdict.p_welch,
+                    m.verdict.text,
+                ]
+            )
     return t
 
 
 def seed_tables(c: Comparison, *, with_all: bool = True) -> list[Table]:
     """All tables that apply, seed shapes first, the full metric table last (when with_all)."""
-    out = [t for t in (table_fps_power(c), table_power_channels(c), table_idle(c), table_geekbench(c),
-                       table_jank(c), table_tasks(c)) if t is not None]
+    out = [
+        t
+        for t in (
+            table_fps_power(c),
+            table_power_channels(c),
+            table_idle(c),
+            table_geekbench(c),
+            table_jank(c),
+            table_tasks(c),
+        )
+        if t is not None
+    ]
     if with_all:
         out.append(table_all_metrics(c))
     return out

@@ -29,6 +29,7 @@ The bootstrap CI of the delta is reported next to the verdict but does not decid
 side the percentile bootstrap is too narrow (A/A false-positive rate 12.5 % at n = 5 if it were used as the
 test; `python -m abtest.compare.simulate`).
 """
+
 from __future__ import annotations
 
 import math
@@ -62,6 +63,7 @@ class Policy:
     calling a regression/improvement. min_iterations: per side. small_n: what happens at sample sizes where
     Mann-Whitney U cannot reach p < alpha (its smallest two-sided p, 2 / C(n_a + n_b, n_a), is >= alpha:
     3 vs 3, 3 vs 4, 2 vs anything at alpha 0.05): WELCH_ALONE (Welch's t decides alone) or NO_VERDICT."""
+
     alpha: float = 0.05
     min_effect_pct: float = 1.0
     min_iterations: int = 2
@@ -98,23 +100,31 @@ class Policy:
     def describe(self, sizes=None) -> str:
         """The rule as applied, one sentence for a report footer. sizes: the (n_a, n_b) pairs the verdicts
         were decided at (None: the general rule, as docs/compare.md states it)."""
-        base = (f"a regression/improvement needs p < {self.alpha:g} from Welch's t and Mann-Whitney U both, "
-                f"and |delta| >= {self.min_effect_pct:g} %")
+        base = (
+            f"a regression/improvement needs p < {self.alpha:g} from Welch's t and Mann-Whitney U both, "
+            f"and |delta| >= {self.min_effect_pct:g} %"
+        )
         then = "Welch's t decides alone" if self.small_n == WELCH_ALONE else "no regression/improvement is called"
         if sizes is None:
-            return (f"{base}; where the sample sizes make p < {self.alpha:g} impossible for the rank test (its "
-                    f"smallest p, 2 / C(nA + nB, nA), is 0.1 at 3 vs 3), {then}")
+            return (
+                f"{base}; where the sample sizes make p < {self.alpha:g} impossible for the rank test (its "
+                f"smallest p, 2 / C(nA + nB, nA), is 0.1 at 3 vs 3), {then}"
+            )
         decided = sorted({(a, b) for a, b in sizes if min(a, b) >= self.min_iterations})
         small = [s for s in decided if not self.rank_test_can_decide(*s)]
         if not small:
             return base
         where = ", ".join(f"{a} vs {b}" for a, b in small[:4]) + (" ..." if len(small) > 4 else "")
         worst = min(stats.mannwhitney_min_p(a, b) for a, b in small)
-        clause = (f"at {where} iterations Mann-Whitney U cannot reach p < {self.alpha:g}, its smallest p being "
-                  f"{worst:.2g}, so {then}")
+        clause = (
+            f"at {where} iterations Mann-Whitney U cannot reach p < {self.alpha:g}, its smallest p being "
+            f"{worst:.2g}, so {then}"
+        )
         if len(small) == len(decided) and self.small_n == WELCH_ALONE:
-            return (f"a regression/improvement needs p < {self.alpha:g} from Welch's t and |delta| >= "
-                    f"{self.min_effect_pct:g} % ({clause})")
+            return (
+                f"a regression/improvement needs p < {self.alpha:g} from Welch's t and |delta| >= "
+                f"{self.min_effect_pct:g} % ({clause})"
+            )
         return f"{base}; {clause}"
 
 
@@ -124,6 +134,7 @@ class Verdict:
     "inconclusive (need ~4 more iterations)". need_more_iterations: per side, only for inconclusive.
     decision_test: Policy.decision_test at these n: "welch+mannwhitney", "welch" (the rank test could not reach
     alpha, Welch's t decided alone) or "none" (Policy.small_n = NO_VERDICT at such n)."""
+
     verdict: str
     text: str
     significant: bool
@@ -193,8 +204,7 @@ def decide(a, b, lower_is_better: bool | None, policy: Policy = Policy(), aggreg
     note = ""
     if aggregation == "gmean" and n_a and n_b and not (np.all(a > 0) and np.all(b > 0)):
         zeros = int(np.sum(a <= 0) + np.sum(b <= 0))
-        note = (f"gmean not defined ({zeros} of {n_a + n_b} iteration values are <= 0): decided on arithmetic "
-                "means")
+        note = f"gmean not defined ({zeros} of {n_a + n_b} iteration values are <= 0): decided on arithmetic means"
         aggregation = "mean"
     if aggregation == "gmean" and n_a and n_b:
         xa, xb = np.log(a), np.log(b)
@@ -206,9 +216,19 @@ def decide(a, b, lower_is_better: bool | None, policy: Policy = Policy(), aggreg
         else:
             d = stats.delta_pct(float(xa.mean()), float(xb.mean())) if n_a and n_b else None
     if n_a < policy.min_iterations or n_b < policy.min_iterations:
-        return Verdict(INSUFFICIENT, f"insufficient data (n = {n_a} vs {n_b}; need >= {policy.min_iterations} "
-                       "per side)", False, d, None, None, "none", None,
-                       max(policy.min_iterations - min(n_a, n_b), 1), aggregation, note)
+        return Verdict(
+            INSUFFICIENT,
+            f"insufficient data (n = {n_a} vs {n_b}; need >= {policy.min_iterations} per side)",
+            False,
+            d,
+            None,
+            None,
+            "none",
+            None,
+            max(policy.min_iterations - min(n_a, n_b), 1),
+            aggregation,
+            note,
+        )
     sig_arr, pw_arr, pm_arr = significant_batch(xa, xb, policy)
     sig, pw, pm = bool(sig_arr[0]), float(pw_arr[0]), float(pm_arr[0])
     test = policy.decision_test(n_a, n_b)
@@ -227,12 +247,15 @@ def decide(a, b, lower_is_better: bool | None, policy: Policy = Policy(), aggreg
             if lower_is_better is None:
                 return out(CHANGED, "changed (A's mean is 0, no percent change)")
             worse = (xb.mean() > xa.mean()) if lower_is_better else (xb.mean() < xa.mean())
-            return out(REGRESSION if worse else IMPROVEMENT,
-                       f"{REGRESSION if worse else IMPROVEMENT} (A's mean is 0: a significant change from 0 "
-                       "exceeds any percent threshold)")
+            return out(
+                REGRESSION if worse else IMPROVEMENT,
+                f"{REGRESSION if worse else IMPROVEMENT} (A's mean is 0: a significant change from 0 "
+                "exceeds any percent threshold)",
+            )
         both_zero = not np.any(a) and not np.any(b)
-        return out(NO_CHANGE if both_zero else INCONCLUSIVE,
-                   "no change" if both_zero else "inconclusive (A's mean is 0)")
+        return out(
+            NO_CHANGE if both_zero else INCONCLUSIVE, "no change" if both_zero else "inconclusive (A's mean is 0)"
+        )
     if sig and abs(d) >= policy.min_effect_pct:
         if lower_is_better is None:
             return out(CHANGED, f"changed ({'higher' if d > 0 else 'lower'})")
@@ -244,8 +267,9 @@ def decide(a, b, lower_is_better: bool | None, policy: Policy = Policy(), aggreg
     if need is None:
         text = "inconclusive"
     elif need >= MAX_MORE_ITERATIONS:
-        text = (f"inconclusive (need > {MAX_MORE_ITERATIONS} more iterations: the difference is too small "
-                "for this noise)")
+        text = (
+            f"inconclusive (need > {MAX_MORE_ITERATIONS} more iterations: the difference is too small for this noise)"
+        )
     else:
         text = f"inconclusive (need ~{need} more iterations)"
     return out(INCONCLUSIVE, text, need)
@@ -255,14 +279,13 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _more_iterations(a: np.ndarray, b: np.ndarray, d: float, policy: Policy, *, log_scale: bool = False
-                     ) -> int | None:
+def _more_iterations(a: np.ndarray, b: np.ndarray, d: float, policy: Policy, *, log_scale: bool = False) -> int | None:
     """Extra iterations per side (rule 4), capped at MAX_MORE_ITERATIONS. On a log scale (gmean) the spread
     of the logarithms is the coefficient of variation and effects are log-ratios."""
     if log_scale:
         sd_a = float(a.std(ddof=1)) if a.size > 1 else 0.0
         sd_b = float(b.std(ddof=1)) if b.size > 1 else 0.0
-        cv = math.sqrt((sd_a ** 2 + sd_b ** 2) / 2)
+        cv = math.sqrt((sd_a**2 + sd_b**2) / 2)
 
         def to_eff(pct):  # percent change -> percent on the log scale
             return 100.0 * abs(math.log1p(pct / 100.0)) if pct > -100 else math.inf
@@ -272,10 +295,11 @@ def _more_iterations(a: np.ndarray, b: np.ndarray, d: float, policy: Policy, *, 
             return None
         cva = (sa.stdev or 0.0) / abs(sa.mean)
         cvb = (sb.stdev or 0.0) / abs(sa.mean)  # B's spread on A's scale
-        cv = math.sqrt((cva ** 2 + cvb ** 2) / 2)
+        cv = math.sqrt((cva**2 + cvb**2) / 2)
 
         def to_eff(pct):
             return abs(pct)
+
     # Target 85 % power of the t-test: the rule (rank test must agree, minimum effect) then reaches about
     # 80 % (simulated in tests/test_stats.py); at least policy.min_rank_n() per side (4 at alpha 0.05) so that
     # the rank test can agree.

@@ -27,6 +27,7 @@ Defaults and why:
   (one build alone cannot be told from a spike).
 - window = 50 builds: Otava's and chromeperf's window.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ CANDIDATE_P = 0.05  # liberal: candidates are pruned by the real test in step 2
 class Settings:
     """p_max: significance level; min_change_pct: smallest |relative change| in percent; min_segment /
     min_tail: builds per segment (interior / newest); window: builds per candidate window."""
+
     p_max: float = 0.001
     min_change_pct: float = 2.0
     min_segment: int = 3
@@ -56,6 +58,7 @@ class Step:
     """A change point: `index` is the first build of the new segment (0-based in the series); mean_before /
     mean_after: the means of the segments beside it; delta_pct: relative change in percent (nan when
     mean_before is 0); p: t-test p-value."""
+
     index: int
     mean_before: float
     mean_after: float
@@ -100,7 +103,7 @@ def _candidates(x: np.ndarray, lo: int, hi: int, min_size: int, out: set[int]) -
     tau = energy_split(x[lo:hi], min_size)
     if tau is None:
         return
-    if _pooled_t(x[lo:lo + tau], x[lo + tau:hi]) >= CANDIDATE_P:
+    if _pooled_t(x[lo : lo + tau], x[lo + tau : hi]) >= CANDIDATE_P:
         return
     out.add(lo + tau)
     _candidates(x, lo, lo + tau, min_size, out)
@@ -127,13 +130,17 @@ def _assess(x: np.ndarray, cps: list[int], s: Settings) -> list[tuple[bool, Step
     bounds = [0, *cps, n]
     out = []
     for k, i in enumerate(cps):
-        a, b = x[bounds[k]:i], x[i:bounds[k + 2]]
+        a, b = x[bounds[k] : i], x[i : bounds[k + 2]]
         p = _pooled_t(a, b)
         ma, mb = float(a.mean()), float(b.mean())
         delta = (mb - ma) / abs(ma) * 100 if ma != 0 else float("nan")
         right_min = s.min_tail if bounds[k + 2] == n else s.min_segment
-        ok = (p < s.p_max and len(a) >= s.min_segment and len(b) >= right_min
-              and (abs(delta) >= s.min_change_pct if np.isfinite(delta) else mb != ma))
+        ok = (
+            p < s.p_max
+            and len(a) >= s.min_segment
+            and len(b) >= right_min
+            and (abs(delta) >= s.min_change_pct if np.isfinite(delta) else mb != ma)
+        )
         out.append((ok, Step(i, ma, mb, delta, p)))
     return out
 
@@ -153,7 +160,7 @@ def _refine(x: np.ndarray, cps: list[int], s: Settings) -> list[int]:
             continue
         c = np.concatenate([[0.0], np.cumsum(seg)])
         diff = (c[n] - c[tau]) / (n - tau) - c[tau] / tau
-        out[k] = lo + int(tau[int(np.argmax(tau * (n - tau) / n * diff ** 2))])
+        out[k] = lo + int(tau[int(np.argmax(tau * (n - tau) / n * diff**2))])
     return out
 
 
@@ -165,8 +172,9 @@ def change_points(values, settings: Settings = Settings()) -> list[Step]:
     cps = candidates(x, settings)
     while cps:
         assessed = _assess(x, cps, settings)
-        failing = [(st.p, -abs(st.delta_pct) if np.isfinite(st.delta_pct) else 0.0, st.index)
-                   for ok, st in assessed if not ok]
+        failing = [
+            (st.p, -abs(st.delta_pct) if np.isfinite(st.delta_pct) else 0.0, st.index) for ok, st in assessed if not ok
+        ]
         if not failing:
             refined = _refine(x, cps, settings)
             if refined == cps:

@@ -7,6 +7,7 @@ plain file path (an SQLite file). Default: $ABTEST_HISTORY, else `<user data dir
 The schema is owned by Alembic migrations (abtest/history/migrations/versions); `open_db` upgrades an older
 database to the newest revision before use, so a database written by an older abtest keeps working.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,6 +59,7 @@ def open_db(db: str | os.PathLike | None = None, *, migrate: bool = True) -> Eng
 
 def _alembic_config(connection):
     from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = connection
@@ -67,6 +69,7 @@ def _alembic_config(connection):
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Apply the migrations up to `revision` (Alembic's version table records where the database is)."""
     from alembic import command
+
     with engine.begin() as conn:
         command.upgrade(_alembic_config(conn), revision)
 
@@ -74,5 +77,6 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 def current_revision(engine: Engine) -> str | None:
     """The migration revision the database is at (None: not initialised)."""
     from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()

@@ -6,6 +6,7 @@ of processes in about a second, ships work as pickled Python objects (an Iterati
 connects to a cluster by one address; Ray's object store and raylet processes buy nothing for a job of
 independent, file-reading tasks. The workers must see the stores under the same paths (a shared filesystem).
 """
+
 from __future__ import annotations
 
 import sys
@@ -16,8 +17,15 @@ from abtest.history.evaluate import Evaluated, evaluate
 from abtest.store.model import Iteration
 
 
-def evaluate_all(work: list[tuple[Iteration, MetricOptions]], *, with_trace: bool = True, use_cache: bool = True,
-                 workers: int = 1, scheduler: str | None = None, progress: bool = False) -> Iterator[Evaluated]:
+def evaluate_all(
+    work: list[tuple[Iteration, MetricOptions]],
+    *,
+    with_trace: bool = True,
+    use_cache: bool = True,
+    workers: int = 1,
+    scheduler: str | None = None,
+    progress: bool = False,
+) -> Iterator[Evaluated]:
     """Evaluated values of every (iteration, options), in completion order.
 
     workers: 1 and no scheduler: in this process. Otherwise a Dask LocalCluster of `workers` processes (one
@@ -45,12 +53,19 @@ def _on_dask(work, with_trace: bool, use_cache: bool, workers: int, scheduler: s
 
     cluster = None
     if scheduler is None:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                               dashboard_address=None)
+        cluster = LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        )
     client = Client(scheduler or cluster)
     try:
-        futures = client.map(evaluate, [it for it, _ in work], [o for _, o in work],
-                             [with_trace] * len(work), [use_cache] * len(work), pure=False)
+        futures = client.map(
+            evaluate,
+            [it for it, _ in work],
+            [o for _, o in work],
+            [with_trace] * len(work),
+            [use_cache] * len(work),
+            pure=False,
+        )
         for fut in as_completed(futures):
             yield fut.result()
     finally:
@@ -71,9 +86,17 @@ class _Bar:
             TextColumn,
             TimeElapsedColumn,
         )
+
         console = Console(stderr=True, force_terminal=force or None)
-        self.p = Progress(TextColumn("history add"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=console, transient=not force, disable=not (force or sys.stderr.isatty()))
+        self.p = Progress(
+            TextColumn("history add"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=not force,
+            disable=not (force or sys.stderr.isatty()),
+        )
         self.task = self.p.add_task("", total=total)
         self.p.start()
 
@@ -87,4 +110,3 @@ class _Bar:
 def _advance(bar: _Bar | None, _ev: Evaluated) -> None:
     if bar is not None:
         bar.advance()
-

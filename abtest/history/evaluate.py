@@ -1,6 +1,7 @@
 """One iteration's values for the database, through the one evaluation path
 (abtest.compare.metrics.iteration_metrics with the store's options, as abtest.compare.comparison builds them).
 Module-level functions of plain data so that a Dask worker process can run them."""
+
 from __future__ import annotations
 
 import math
@@ -17,6 +18,7 @@ from abtest.store.model import Iteration
 class Value:
     """One finite value of one iteration: key (full metric key), value (in unit), unit, direction
     (lower/higher/none), aggregation (mean/gmean/...), declared (registry declares the key)."""
+
     key: str
     value: float
     unit: str
@@ -29,6 +31,7 @@ class Value:
 class Evaluated:
     """path: str(iteration path); values; notes: what could not be derived (as iteration_metrics says);
     pid: the process that evaluated it (a Dask worker's, or this one's)."""
+
     path: str
     values: list = field(default_factory=list)
     notes: list = field(default_factory=list)
@@ -52,5 +55,8 @@ def evaluate(it: Iteration, options: MetricOptions, with_trace: bool = True, use
 def values_of(measured: dict) -> list[Value]:
     """The finite values of one iteration's {full key: Measured} (as iteration_metrics returns it, and as
     compare keeps it in WorkloadComparison.measured_a / _b), sorted by key."""
-    return [Value(k, float(m.value), m.spec.unit, m.spec.direction.value, m.spec.aggregation.value, m.declared)
-            for k, m in sorted(measured.items()) if math.isfinite(m.value)]
+    return [
+        Value(k, float(m.value), m.spec.unit, m.spec.direction.value, m.spec.aggregation.value, m.declared)
+        for k, m in sorted(measured.items())
+        if math.isfinite(m.value)
+    ]

@@ -8,6 +8,7 @@ max_regression_pct as its minimum magnitude, unless a person already triaged tha
 acknowledged or invalid. A series without the newest build is skipped. Exit code as `gate`: 1 on a failure,
 2 on an error, else 0. The detection of the newest build is written to the database (the dashboard shows it).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,9 +30,16 @@ def _build_label(engine: Engine, build_id: int) -> str:
 def _triage(engine: Engine, f: Found) -> str:
     cp = S.change_points
     with engine.connect() as conn:
-        row = conn.execute(select(cp.c.triage).where(and_(
-            cp.c.device == f.key.device, cp.c.workload == f.key.workload, cp.c.metric_id == f.key.metric_id,
-            cp.c.build_after_id == f.after.build_id))).first()
+        row = conn.execute(
+            select(cp.c.triage).where(
+                and_(
+                    cp.c.device == f.key.device,
+                    cp.c.workload == f.key.workload,
+                    cp.c.metric_id == f.key.metric_id,
+                    cp.c.build_after_id == f.after.build_id,
+                )
+            )
+        ).first()
     return row[0] if row else "new"
 
 
@@ -39,8 +47,15 @@ def _near(f: Found, earlier: list[Found], slack: int) -> bool:
     return any(abs(e.step.index - f.step.index) <= slack and e.kind == f.kind for e in earlier)
 
 
-def history_gate(engine: Engine, th: Thresholds, settings: Settings = DEFAULTS, *, build_id: int | None = None,
-                 devices: tuple[str, ...] = (), workloads: tuple[str, ...] = ()) -> tuple[GateResult, list[Found]]:
+def history_gate(
+    engine: Engine,
+    th: Thresholds,
+    settings: Settings = DEFAULTS,
+    *,
+    build_id: int | None = None,
+    devices: tuple[str, ...] = (),
+    workloads: tuple[str, ...] = (),
+) -> tuple[GateResult, list[Found]]:
     """The gate's checks for `build_id` (default: the newest build) and the regression change points it
     opened."""
     build_id = build_id if build_id is not None else newest_build(engine)
@@ -51,8 +66,11 @@ def history_gate(engine: Engine, th: Thresholds, settings: Settings = DEFAULTS, 
     res = GateResult("previous build", _build_label(engine, build_id))
     opened: list[Found] = []
     for t in th.metrics:
-        keys = [k for k in list_series(engine, metrics=(t.name,), devices=devices, workloads=workloads)
-                if k.metric == t.name and (not t.workloads or k.workload in t.workloads)]
+        keys = [
+            k
+            for k in list_series(engine, metrics=(t.name,), devices=devices, workloads=workloads)
+            if k.metric == t.name and (not t.workloads or k.workload in t.workloads)
+        ]
         if not keys and t.required:
             res.errors.append(f"gated metric {t.name} has no series in the history database")
         s = dataclasses.replace(settings, min_change_pct=t.max_regression_pct)
@@ -65,16 +83,23 @@ def history_gate(engine: Engine, th: Thresholds, settings: Settings = DEFAULTS, 
                 res.checks.append(Check(where, t.name, SKIP, f"{t.name}: the build is not in this series"))
                 continue
             if key.direction == "none":
-                res.checks.append(Check(where, t.name, ERROR, f"metric {t.name} has no direction; set "
-                                        "lower_is_better in the thresholds file"))
+                res.checks.append(
+                    Check(
+                        where,
+                        t.name,
+                        ERROR,
+                        f"metric {t.name} has no direction; set lower_is_better in the thresholds file",
+                    )
+                )
                 continue
             res.label_a = pts[-2].label if len(pts) > 1 else "(none)"
             now_found = detect_series(engine, key, s, up_to_build=build_id)
             before = detect_series(engine, key, s, up_to_build=pts[-2].build_id) if len(pts) > 1 else []
             with engine.begin() as conn:
                 now_found = save(conn, key, now_found)
-            new = [f for f in now_found if f.kind == REGRESSION and not _near(f, before, 1)
-                   and _triage(engine, f) == "new"]
+            new = [
+                f for f in now_found if f.kind == REGRESSION and not _near(f, before, 1) and _triage(engine, f) == "new"
+            ]
             opened += new
             res.checks.append(_check(where, t.name, key, pts, new, now_found))
     return res, opened
@@ -84,12 +109,20 @@ def _check(where: str, metric: str, key, pts, new: list[Found], found: list[Foun
     n = len(pts)
     if new:
         f = new[-1]
-        return Check(where, metric, FAIL,
-                     f"regression change point opened: {metric} {f.step.delta_pct:+.2f} % from build "
-                     f"{f.before.label} to {f.after.label} (p {f.step.p:.2g}, {n} builds); next: "
-                     f"abtest compare {f.before.label} {f.after.label} / abtest history serve",
-                     delta_pct=f.step.delta_pct, n_a=f.step.index, n_b=n - f.step.index)
-    last = (f"; last change point {found[-1].kind} {found[-1].step.delta_pct:+.2f} % at build {found[-1].after.label}"
-            if found else "")
+        return Check(
+            where,
+            metric,
+            FAIL,
+            f"regression change point opened: {metric} {f.step.delta_pct:+.2f} % from build "
+            f"{f.before.label} to {f.after.label} (p {f.step.p:.2g}, {n} builds); next: "
+            f"abtest compare {f.before.label} {f.after.label} / abtest history serve",
+            delta_pct=f.step.delta_pct,
+            n_a=f.step.index,
+            n_b=n - f.step.index,
+        )
+    last = (
+        f"; last change point {found[-1].kind} {found[-1].step.delta_pct:+.2f} % at build {found[-1].after.label}"
+        if found
+        else ""
+    )
     return Check(where, metric, PASS, f"no new regression change point over {n} builds{last}", n_a=n)
-

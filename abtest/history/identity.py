@@ -3,6 +3,7 @@
 Nothing here guesses: a field meta.json does not carry is '' (unknown), except the date, which falls back to
 the iteration directory's modification time (UTC) so that builds without meta.json still have an order.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,6 +21,7 @@ _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 class BuildIdentity:
     """kernel_release / kernel_version: `uname -r` / `uname -v`; git_revision: hex revision; config_hash:
     sha256 of the kernel config. '' = unknown."""
+
     kernel_release: str = ""
     kernel_version: str = ""
     git_revision: str = ""
@@ -38,8 +40,11 @@ def _text(v) -> str:
 def git_revision(meta: dict, label: str) -> str:
     """The source revision: meta.json git.revision / kernel.git_revision / build.revision, else the hex of a
     bisect label, else ''."""
-    for cand in (_dict(meta, "git").get("revision"), _dict(meta, "kernel").get("git_revision"),
-                 _dict(meta, "build").get("revision")):
+    for cand in (
+        _dict(meta, "git").get("revision"),
+        _dict(meta, "kernel").get("git_revision"),
+        _dict(meta, "build").get("revision"),
+    ):
         text = _text(cand).lower()
         if _HEX.match(text):
             return text
@@ -49,8 +54,12 @@ def git_revision(meta: dict, label: str) -> str:
 
 def build_identity(meta: dict, label: str) -> BuildIdentity:
     kernel = _dict(meta, "kernel")
-    return BuildIdentity(_text(kernel.get("release")), _text(kernel.get("version")), git_revision(meta, label),
-                         _text(kernel.get("config_sha256")))
+    return BuildIdentity(
+        _text(kernel.get("release")),
+        _text(kernel.get("version")),
+        git_revision(meta, label),
+        _text(kernel.get("config_sha256")),
+    )
 
 
 def device(meta: dict) -> str:

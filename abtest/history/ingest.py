@@ -4,6 +4,7 @@ it is evaluated, and a build (store, label) is created once.
 
 `add_compared` records what `abtest compare` / `gate --history` already computed (the comparison's per-iteration
 values), with the same builds, identity and idempotence, without analysing an iteration a second time."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,6 +27,7 @@ from abtest.store.reader import Label, load_label
 class AddResult:
     """What `add` did: builds / iterations / values written, iterations already present, and notes
     (iterations that could not be evaluated, labels that do not exist); pids: the processes that evaluated."""
+
     builds: int = 0
     iterations: int = 0
     skipped: int = 0
@@ -71,9 +73,17 @@ def _build(conn, store: Path, name: str, usable: list[Iteration], res: AddResult
     ident = build_identity(next((it.meta for it in usable if it.meta), {}), name)
     date = min(iteration_date(it) for it in usable)
     res.builds += 1
-    return conn.execute(insert(S.builds).values(
-        store=str(store), label=name, kernel_release=ident.kernel_release, kernel_version=ident.kernel_version,
-        git_revision=ident.git_revision, config_hash=ident.config_hash, date=date)).inserted_primary_key[0]
+    return conn.execute(
+        insert(S.builds).values(
+            store=str(store),
+            label=name,
+            kernel_release=ident.kernel_release,
+            kernel_version=ident.kernel_version,
+            git_revision=ident.git_revision,
+            config_hash=ident.config_hash,
+            date=date,
+        )
+    ).inserted_primary_key[0]
 
 
 class _Metrics:
@@ -84,16 +94,26 @@ class _Metrics:
 
     def id(self, conn, v) -> int:
         if v.key not in self.ids:
-            self.ids[v.key] = conn.execute(insert(S.metrics).values(
-                key=v.key, unit=v.unit, direction=v.direction, aggregation=v.aggregation,
-                declared=v.declared)).inserted_primary_key[0]
+            self.ids[v.key] = conn.execute(
+                insert(S.metrics).values(
+                    key=v.key, unit=v.unit, direction=v.direction, aggregation=v.aggregation, declared=v.declared
+                )
+            ).inserted_primary_key[0]
         return self.ids[v.key]
 
 
 def _record(conn, metrics: _Metrics, build_id: int, it: Iteration, ev: Evaluated, res: AddResult) -> None:
-    iid = conn.execute(insert(S.iterations).values(
-        build_id=build_id, path=str(it.path.resolve()), device=device(it.meta), workload=it.workload,
-        name=it.name, date=iteration_date(it), added=now())).inserted_primary_key[0]
+    iid = conn.execute(
+        insert(S.iterations).values(
+            build_id=build_id,
+            path=str(it.path.resolve()),
+            device=device(it.meta),
+            workload=it.workload,
+            name=it.name,
+            date=iteration_date(it),
+            added=now(),
+        )
+    ).inserted_primary_key[0]
     rows = [{"iteration_id": iid, "metric_id": metrics.id(conn, v), "value": v.value} for v in ev.values]
     if rows:
         conn.execute(insert(S.metric_values), rows)
@@ -101,9 +121,17 @@ def _record(conn, metrics: _Metrics, build_id: int, it: Iteration, ev: Evaluated
     res.values += len(rows)
 
 
-def add(engine: Engine, stores: list[str | Path], labels: tuple[str, ...] = (), *, with_trace: bool = True,
-        use_cache: bool = True, workers: int = 1, scheduler: str | None = None,
-        progress: bool = False) -> AddResult:
+def add(
+    engine: Engine,
+    stores: list[str | Path],
+    labels: tuple[str, ...] = (),
+    *,
+    with_trace: bool = True,
+    use_cache: bool = True,
+    workers: int = 1,
+    scheduler: str | None = None,
+    progress: bool = False,
+) -> AddResult:
     """Record the labels (all labels when none is named) of each store. workers / scheduler: where the
     per-iteration metrics are computed (abtest.history.distributed). An iteration whose analysis failed is
     recorded with the values it has and its notes are returned."""
@@ -117,8 +145,14 @@ def add(engine: Engine, stores: list[str | Path], labels: tuple[str, ...] = (), 
     by_path = {str(it.path): (build_id, it) for build_id, it, _ in work}
     with engine.begin() as conn:
         metrics = _Metrics(conn)
-        for ev in evaluate_all([(it, o) for _, it, o in work], with_trace=with_trace, use_cache=use_cache,
-                               workers=workers, scheduler=scheduler, progress=progress):
+        for ev in evaluate_all(
+            [(it, o) for _, it, o in work],
+            with_trace=with_trace,
+            use_cache=use_cache,
+            workers=workers,
+            scheduler=scheduler,
+            progress=progress,
+        ):
             build_id, it = by_path[ev.path]
             res.pids.add(ev.pid)
             res.notes += [f"{it.label}/{it.workload}/{it.name}: {n}" for n in ev.notes]
@@ -148,11 +182,15 @@ def add_compared(engine: Engine, comparisons: list, labels: list[Label]) -> AddR
         metrics = _Metrics(conn)
         for c in comparisons:
             for w in c.workloads:
-                for label_path, paths, measured in ((c.path_a, w.paths_a, w.measured_a),
-                                                    (c.path_b, w.paths_b, w.measured_b)):
+                for label_path, paths, measured in (
+                    (c.path_a, w.paths_a, w.measured_a),
+                    (c.path_b, w.paths_b, w.measured_b),
+                ):
                     # a plain folder of traces compared with a store label takes the other's workload name
-                    usable = [its[p] if its[p].workload == w.workload else dataclasses.replace(its[p], workload=w.workload)
-                              for p in paths]
+                    usable = [
+                        its[p] if its[p].workload == w.workload else dataclasses.replace(its[p], workload=w.workload)
+                        for p in paths
+                    ]
                     fresh = [(it, m) for it, m in zip(usable, measured) if str(it.path.resolve()) not in seen]
                     seen.update(str(it.path.resolve()) for it, _ in fresh)
                     todo = [(it, m) for it, m in fresh if str(it.path.resolve()) not in known]

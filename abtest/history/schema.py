@@ -34,26 +34,28 @@ change_points  one detected step of one (device, workload, metric) series
   triage           new / acknowledged / invalid; kept across re-detection (key: series + build_after_id)
   note, detected   free text; ISO-8601 UTC time of the detection that (re)found it
 """
+
 from __future__ import annotations
 
 from sqlalchemy import (
-                        Boolean,
-                        Column,
-                        Float,
-                        ForeignKey,
-                        Index,
-                        Integer,
-                        MetaData,
-                        String,
-                        Table,
-                        Text,
-                        UniqueConstraint,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
 )
 
 metadata = MetaData()
 
 builds = Table(
-    "builds", metadata,
+    "builds",
+    metadata,
     Column("id", Integer, primary_key=True),
     Column("store", Text, nullable=False),
     Column("label", String(255), nullable=False),
@@ -66,7 +68,8 @@ builds = Table(
 )
 
 iterations = Table(
-    "iterations", metadata,
+    "iterations",
+    metadata,
     Column("id", Integer, primary_key=True),
     Column("build_id", Integer, ForeignKey("builds.id", ondelete="CASCADE"), nullable=False),
     Column("path", Text, nullable=False, unique=True),
@@ -79,7 +82,8 @@ iterations = Table(
 )
 
 metrics = Table(
-    "metrics", metadata,
+    "metrics",
+    metadata,
     Column("id", Integer, primary_key=True),
     Column("key", String(255), nullable=False, unique=True),
     Column("unit", String(64), nullable=False, default=""),
@@ -89,7 +93,8 @@ metrics = Table(
 )
 
 metric_values = Table(
-    "metric_values", metadata,
+    "metric_values",
+    metadata,
     Column("iteration_id", Integer, ForeignKey("iterations.id", ondelete="CASCADE"), primary_key=True),
     Column("metric_id", Integer, ForeignKey("metrics.id"), primary_key=True),
     Column("value", Float, nullable=False),
@@ -97,7 +102,8 @@ metric_values = Table(
 )
 
 change_points = Table(
-    "change_points", metadata,
+    "change_points",
+    metadata,
     Column("id", Integer, primary_key=True),
     Column("device", String(255), nullable=False),
     Column("workload", String(255), nullable=False),

@@ -2,6 +2,7 @@
 (builds.date, then insertion order). A point is the build's aggregate of its iterations (the metric's declared
 aggregation: mean, gmean on logarithms, median) with a 95 % confidence band (Student t on the iterations;
 none with one iteration)."""
+
 from __future__ import annotations
 
 import math
@@ -18,6 +19,7 @@ from abtest.history import schema as S
 @dataclass(frozen=True)
 class SeriesKey:
     """device, workload, metric (full key); unit, direction (lower/higher/none), aggregation of the metric."""
+
     device: str
     workload: str
     metric: str
@@ -27,14 +29,21 @@ class SeriesKey:
     metric_id: int = 0
 
     def to_json(self) -> dict:
-        return {"device": self.device, "workload": self.workload, "metric": self.metric, "unit": self.unit,
-                "direction": self.direction, "aggregation": self.aggregation}
+        return {
+            "device": self.device,
+            "workload": self.workload,
+            "metric": self.metric,
+            "unit": self.unit,
+            "direction": self.direction,
+            "aggregation": self.aggregation,
+        }
 
 
 @dataclass(frozen=True)
 class Point:
     """One build of a series: value (aggregate, metric unit), ci_low / ci_high (95 %, None with n = 1), n
     iterations; build identity for labels and links."""
+
     build_id: int
     label: str
     store: str
@@ -47,15 +56,26 @@ class Point:
     n: int
 
     def to_json(self) -> dict:
-        return {"build_id": self.build_id, "label": self.label, "store": self.store, "date": self.date,
-                "git_revision": self.git_revision, "kernel_release": self.kernel_release, "value": self.value,
-                "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n}
+        return {
+            "build_id": self.build_id,
+            "label": self.label,
+            "store": self.store,
+            "date": self.date,
+            "git_revision": self.git_revision,
+            "kernel_release": self.kernel_release,
+            "value": self.value,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "n": self.n,
+        }
 
 
-def list_series(engine: Engine, *, metrics: tuple[str, ...] = (), devices: tuple[str, ...] = (),
-                workloads: tuple[str, ...] = ()) -> list[SeriesKey]:
+def list_series(
+    engine: Engine, *, metrics: tuple[str, ...] = (), devices: tuple[str, ...] = (), workloads: tuple[str, ...] = ()
+) -> list[SeriesKey]:
     """Every (device, workload, metric) with values, filtered by exact names or shell patterns of metrics."""
     from fnmatch import fnmatchcase
+
     # (device, workload) pairs x metrics that have a value there: index lookups, not a scan of every value
     it, m, mv = S.iterations, S.metrics, S.metric_values
     pairs = select(it.c.device, it.c.workload).distinct()
@@ -65,12 +85,18 @@ def list_series(engine: Engine, *, metrics: tuple[str, ...] = (), devices: tuple
         pairs = pairs.where(it.c.workload.in_(workloads))
     pairs = pairs.subquery("pairs")
     i2 = it.alias("i2")
-    has_value = (select(mv.c.metric_id).select_from(mv.join(i2, mv.c.iteration_id == i2.c.id))
-                 .where(mv.c.metric_id == m.c.id, i2.c.device == pairs.c.device, i2.c.workload == pairs.c.workload)
-                 .exists())
-    q = (select(pairs.c.device, pairs.c.workload, m.c.key, m.c.unit, m.c.direction, m.c.aggregation, m.c.id)
-         .select_from(pairs.join(m, sa_true())).where(has_value)
-         .order_by(pairs.c.device, pairs.c.workload, m.c.key))
+    has_value = (
+        select(mv.c.metric_id)
+        .select_from(mv.join(i2, mv.c.iteration_id == i2.c.id))
+        .where(mv.c.metric_id == m.c.id, i2.c.device == pairs.c.device, i2.c.workload == pairs.c.workload)
+        .exists()
+    )
+    q = (
+        select(pairs.c.device, pairs.c.workload, m.c.key, m.c.unit, m.c.direction, m.c.aggregation, m.c.id)
+        .select_from(pairs.join(m, sa_true()))
+        .where(has_value)
+        .order_by(pairs.c.device, pairs.c.workload, m.c.key)
+    )
     with engine.connect() as conn:
         rows = conn.execute(q).all()
     out = [SeriesKey(*r) for r in rows]
@@ -83,8 +109,12 @@ def series_key(engine: Engine, device: str, workload: str, metric: str) -> Serie
     """The series of one (device, workload, metric key), None when it has no value. One indexed lookup (the
     metric by its unique key, then any value of it on that device and workload), not a scan of all series."""
     m, it, mv = S.metrics, S.iterations, S.metric_values
-    has_value = (select(mv.c.metric_id).select_from(mv.join(it))
-                 .where(mv.c.metric_id == m.c.id, it.c.device == device, it.c.workload == workload).exists())
+    has_value = (
+        select(mv.c.metric_id)
+        .select_from(mv.join(it))
+        .where(mv.c.metric_id == m.c.id, it.c.device == device, it.c.workload == workload)
+        .exists()
+    )
     q = select(m.c.key, m.c.unit, m.c.direction, m.c.aggregation, m.c.id).where(m.c.key == metric, has_value)
     with engine.connect() as conn:
         row = conn.execute(q).first()
@@ -102,13 +132,13 @@ def aggregate(values: np.ndarray, aggregation: str) -> tuple[float, float | None
         half = float(stats.t.ppf(0.975, n - 1) * v.std(ddof=1) / math.sqrt(n))
         lo, hi = centre - half, centre + half
     if logs:
-        return math.exp(centre), (math.exp(lo) if lo is not None else None), (math.exp(hi) if hi is not None
-                                                                                else None)
+        return math.exp(centre), (math.exp(lo) if lo is not None else None), (math.exp(hi) if hi is not None else None)
     return centre, lo, hi
 
 
-def aggregate_groups(values: np.ndarray, starts: np.ndarray, aggregation: str
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def aggregate_groups(
+    values: np.ndarray, starts: np.ndarray, aggregation: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`aggregate` of many builds at once: values holds each build's iteration values one build after the
     other, starts the index of each build's first value. Returns (aggregate, ci_low, ci_high, n) per build;
     the CI bounds are NaN where a build has one iteration."""
@@ -130,8 +160,7 @@ def aggregate_groups(values: np.ndarray, starts: np.ndarray, aggregation: str
         sd = np.sqrt(sq / (n - 1))
         half = np.where(n > 1, stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(n), np.nan)
     lo, hi = centre - half, centre + half
-    return (np.where(logs, np.exp(centre), centre), np.where(logs, np.exp(lo), lo), np.where(logs, np.exp(hi), hi),
-            n)
+    return (np.where(logs, np.exp(centre), centre), np.where(logs, np.exp(lo), lo), np.where(logs, np.exp(hi), hi), n)
 
 
 def _opt(x: float) -> float | None:
@@ -141,12 +170,26 @@ def _opt(x: float) -> float | None:
 def points(engine: Engine, key: SeriesKey, *, up_to_build: int | None = None) -> list[Point]:
     """The series' builds in order (oldest first). up_to_build: stop at this build (included).
     One query; the per-build aggregates and CI bands are computed for all builds at once (numpy)."""
-    q = (select(S.builds.c.id, S.builds.c.label, S.builds.c.store, S.builds.c.date, S.builds.c.git_revision,
-                S.builds.c.kernel_release, S.metric_values.c.value)
-         .select_from(S.metric_values.join(S.iterations).join(S.builds))
-         .where(and_(S.metric_values.c.metric_id == key.metric_id, S.iterations.c.device == key.device,
-                     S.iterations.c.workload == key.workload))
-         .order_by(S.builds.c.date, S.builds.c.id))
+    q = (
+        select(
+            S.builds.c.id,
+            S.builds.c.label,
+            S.builds.c.store,
+            S.builds.c.date,
+            S.builds.c.git_revision,
+            S.builds.c.kernel_release,
+            S.metric_values.c.value,
+        )
+        .select_from(S.metric_values.join(S.iterations).join(S.builds))
+        .where(
+            and_(
+                S.metric_values.c.metric_id == key.metric_id,
+                S.iterations.c.device == key.device,
+                S.iterations.c.workload == key.workload,
+            )
+        )
+        .order_by(S.builds.c.date, S.builds.c.id)
+    )
     with engine.connect() as conn:
         rows = conn.execute(q).all()
     if not rows:
@@ -157,19 +200,21 @@ def points(engine: Engine, key: SeriesKey, *, up_to_build: int | None = None) ->
         hit = np.flatnonzero(build_ids[starts] == up_to_build)
         if len(hit):
             ends = np.append(starts[1:], len(rows))
-            rows, starts = rows[:ends[hit[0]]], starts[:hit[0] + 1]
+            rows, starts = rows[: ends[hit[0]]], starts[: hit[0] + 1]
     values = np.fromiter((r[6] for r in rows), dtype=float, count=len(rows))
     value, lo, hi, n = aggregate_groups(values, starts, key.aggregation)
-    return [Point(b[0], b[1], b[2], b[3], b[4], b[5], float(v), _opt(low), _opt(high), int(k))
-            for b, v, low, high, k in zip((rows[i] for i in starts), value.tolist(), lo.tolist(), hi.tolist(),
-                                           n.tolist())]
+    return [
+        Point(b[0], b[1], b[2], b[3], b[4], b[5], float(v), _opt(low), _opt(high), int(k))
+        for b, v, low, high, k in zip((rows[i] for i in starts), value.tolist(), lo.tolist(), hi.tolist(), n.tolist())
+    ]
 
 
 def newest_build(engine: Engine) -> int | None:
     """The id of the newest build (latest date, then latest added)."""
     with engine.connect() as conn:
-        row = conn.execute(select(S.builds.c.id).order_by(S.builds.c.date.desc(), S.builds.c.id.desc())
-                           .limit(1)).first()
+        row = conn.execute(
+            select(S.builds.c.id).order_by(S.builds.c.date.desc(), S.builds.c.id.desc()).limit(1)
+        ).first()
     return row[0] if row else None
 
 

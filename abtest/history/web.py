@@ -1,15 +1,16 @@
 """`abtest history serve`: the dashboard and its JSON API (Flask), on 127.0.0.1 by default.
 
-    GET  /                                   the dashboard (static/dashboard.html + dashboard.js)
-    GET  /static/plotly.min.js               plotly.js from the plotly wheel (no CDN)
-    GET  /api/series[?device=&workload=&metric=]      series: device, workload, metric, unit, direction
-    GET  /api/points?device=D&workload=W&metric=M     one series: points (per build: value, 95 % CI, n) and
-                                                      its active change points
-    GET  /api/changepoints[?device=&workload=&metric=&all=1]   change points with builds and next commands
-    POST /api/changepoints/<id>/triage       JSON {"state": "new|acknowledged|invalid", "note": "..."}
-    GET  /report/<id>                        the compare/explain report between the builds of change point
-                                             <id> (rendered by the `report` callable given to create_app)
+GET  /                                   the dashboard (static/dashboard.html + dashboard.js)
+GET  /static/plotly.min.js               plotly.js from the plotly wheel (no CDN)
+GET  /api/series[?device=&workload=&metric=]      series: device, workload, metric, unit, direction
+GET  /api/points?device=D&workload=W&metric=M     one series: points (per build: value, 95 % CI, n) and
+                                                  its active change points
+GET  /api/changepoints[?device=&workload=&metric=&all=1]   change points with builds and next commands
+POST /api/changepoints/<id>/triage       JSON {"state": "new|acknowledged|invalid", "note": "..."}
+GET  /report/<id>                        the compare/explain report between the builds of change point
+                                         <id> (rendered by the `report` callable given to create_app)
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -32,16 +33,22 @@ def plotly_js() -> Path:
 
 
 def _filters() -> dict:
-    return {"devices": tuple(request.args.getlist("device")), "workloads": tuple(request.args.getlist("workload")),
-            "metrics": tuple(request.args.getlist("metric"))}
+    return {
+        "devices": tuple(request.args.getlist("device")),
+        "workloads": tuple(request.args.getlist("workload")),
+        "metrics": tuple(request.args.getlist("metric")),
+    }
 
 
 def default_report(cp: dict) -> str:
     """A page with the commands of a change point (used when no report renderer is given)."""
     from html import escape
+
     cmds = "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in cp["commands"].items())
-    return (f"<!doctype html><title>change point {cp['id']}</title><h1 id='report-title'>{escape(cp['metric'])}: "
-            f"{escape(cp['before']['label'])} &rarr; {escape(cp['after']['label'])}</h1><ul>{cmds}</ul>")
+    return (
+        f"<!doctype html><title>change point {cp['id']}</title><h1 id='report-title'>{escape(cp['metric'])}: "
+        f"{escape(cp['before']['label'])} &rarr; {escape(cp['after']['label'])}</h1><ul>{cmds}</ul>"
+    )
 
 
 def create_app(engine: Engine, report: Callable[[dict], str] | None = None) -> Flask:
@@ -75,8 +82,9 @@ def create_app(engine: Engine, report: Callable[[dict], str] | None = None) -> F
             abort(Response(f"no series {dev}/{wl}/{met}", status=404))
         cps = stored(engine, devices=(dev,), workloads=(wl,), metrics=(met,))
         cps = [c for c in cps if c["metric"] == met]
-        return jsonify({"series": key.to_json(), "points": [p.to_json() for p in points(engine, key)],
-                        "change_points": cps})
+        return jsonify(
+            {"series": key.to_json(), "points": [p.to_json() for p in points(engine, key)], "change_points": cps}
+        )
 
     @app.get("/api/changepoints")
     def api_changepoints():
@@ -109,6 +117,7 @@ class Server:
 
     def __init__(self, app: Flask, host: str = "127.0.0.1", port: int = 0):
         from werkzeug.serving import make_server
+
         self.httpd = make_server(host, port, app, threaded=True)
         self.host, self.port = host, self.httpd.server_port
         self.thread = None
@@ -119,6 +128,7 @@ class Server:
 
     def start(self) -> Self:
         import threading
+
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
         return self

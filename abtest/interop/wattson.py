@@ -20,6 +20,7 @@ replaced by another of the same length (e.g. cheetah -> bluejay) so that Wattson
 curves. It is a check of the machinery (Wattson vs abtest's model on the same curves), NOT a power
 estimate for the real device.
 """
+
 from __future__ import annotations
 
 import os
@@ -71,8 +72,10 @@ def df_wattson_cpu_mw(s: pe.Session) -> pl.DataFrame:
 def _patched_copy(path: Path, old: str, new: str) -> Path:
     """Copy of `path` whose fingerprint codename `old` is replaced by `new` (same length: no proto re-encoding)."""
     if len(old) != len(new):
-        raise ValueError(f"cannot substitute device {old!r} with {new!r}: codenames must have the same length "
-                         "(the fingerprint is patched in place, without re-encoding the protobuf)")
+        raise ValueError(
+            f"cannot substitute device {old!r} with {new!r}: codenames must have the same length "
+            "(the fingerprint is patched in place, without re-encoding the protobuf)"
+        )
     data = path.read_bytes()
     needle = f"/{old}/{old}".encode()
     if needle not in data:
@@ -89,21 +92,32 @@ def _rails_mw(trace) -> pl.DataFrame | None:
     if "power_rail" not in trace.tables:
         return None
     from abtest.analysis.power import CPU_CHANNELS, df_power_per_rail, rail_mapping
+
     per_rail = df_power_per_rail(trace.df("power_rail"))
     mapping = rail_mapping(per_rail["rail"].to_list())
     rail_channel = {r: ch for ch in CPU_CHANNELS for r in mapping.channels.get(ch, ())}
-    return (per_rail.with_columns(pl.col("rail").replace_strict(rail_channel, default=None, return_dtype=pl.String)
-                                  .alias("channel"))
-            .filter(pl.col("channel").is_not_null()).select("rail", "channel", "avg_power_mw").sort("rail"))
+    return (
+        per_rail.with_columns(
+            pl.col("rail").replace_strict(rail_channel, default=None, return_dtype=pl.String).alias("channel")
+        )
+        .filter(pl.col("channel").is_not_null())
+        .select("rail", "channel", "avg_power_mw")
+        .sort("rail")
+    )
 
 
-def _energy_model(trace, platform, wattson_device: str | None, curves_dir: Path | None) -> tuple[pl.DataFrame | None, str]:
+def _energy_model(
+    trace, platform, wattson_device: str | None, curves_dir: Path | None
+) -> tuple[pl.DataFrame | None, str]:
     from abtest.analysis.energy import df_energy_estimate
     from abtest.analysis.platform import load_platform
+
     if platform is None:
         if wattson_device is None or curves_dir is None:
-            return None, ("no energy model: give platform= (an energy-model platform file) or the Wattson curves "
-                          f"directory (curves_dir= or ${CURVES_ENV}) for a covered device")
+            return None, (
+                "no energy model: give platform= (an energy-model platform file) or the Wattson curves "
+                f"directory (curves_dir= or ${CURVES_ENV}) for a covered device"
+            )
         curve = curves_dir / wattson_device / "cpu_1d.csv"
         if not curve.is_file():
             return None, f"no energy model: {curve} does not exist"
@@ -115,14 +129,23 @@ def _energy_model(trace, platform, wattson_device: str | None, curves_dir: Path 
     sched_switch = trace.df("sched_switch") if cpu_idle is None and trace.has_events("sched_switch") else None
     est = df_energy_estimate(trace.df("cpu_frequency"), plat, cpu_idle=cpu_idle, sched_switch=sched_switch)
     cpus = {d["id"]: d["cpus"] for d in plat["domains"]}
-    est = est.with_columns(pl.col("domain").map_elements(lambda d: ",".join(map(str, cpus.get(d, []))),
-                                                         return_dtype=pl.String).alias("cpus"))
+    est = est.with_columns(
+        pl.col("domain")
+        .map_elements(lambda d: ",".join(map(str, cpus.get(d, []))), return_dtype=pl.String)
+        .alias("cpus")
+    )
     notes = "; ".join(plat.get("notes") or [])
     return est.select("domain", "cpus", "avg_power_mw", "unmodelled_ns", "source"), notes
 
 
-def compare_estimates(path: str | os.PathLike, *, engine: str | None = None, assume_device: str | None = None,
-                      platform=None, curves_dir: str | os.PathLike | None = None) -> dict:
+def compare_estimates(
+    path: str | os.PathLike,
+    *,
+    engine: str | None = None,
+    assume_device: str | None = None,
+    platform=None,
+    curves_dir: str | os.PathLike | None = None,
+) -> dict:
     """Wattson (trace_processor) vs abtest's energy model vs measured CPU rails for one trace.
 
     Returns a dict: device, fingerprint, wattson_device, covered (bool), coverage (sentence), assumed_device,
@@ -131,6 +154,7 @@ def compare_estimates(path: str | os.PathLike, *, engine: str | None = None, ass
     rails_mw (DataFrame rail/channel/avg_power_mw or None), rails_cpu_total_mw, tp_device_map, notes.
     """
     from abtest.session import Trace
+
     path = Path(path)
     curves = Path(curves_dir) if curves_dir else (Path(os.environ[CURVES_ENV]) if os.environ.get(CURVES_ENV) else None)
     notes: list[str] = []
@@ -142,10 +166,14 @@ def compare_estimates(path: str | os.PathLike, *, engine: str | None = None, ass
         dmap = wattson_device_map(s)
         wdev = dmap.get(device or "")
         covered = wdev is not None
-        coverage = (f"device {device!r} is covered by Wattson ({wdev})" if covered else
-                    f"device {device!r} is not in this trace_processor's Wattson device map "
-                    f"({', '.join(f'{k}->{v}' for k, v in sorted(dmap.items()))}): no Wattson estimate"
-                    if device else "no Android build fingerprint in the trace: Wattson cannot pick a device")
+        coverage = (
+            f"device {device!r} is covered by Wattson ({wdev})"
+            if covered
+            else f"device {device!r} is not in this trace_processor's Wattson device map "
+            f"({', '.join(f'{k}->{v}' for k, v in sorted(dmap.items()))}): no Wattson estimate"
+            if device
+            else "no Android build fingerprint in the trace: Wattson cannot pick a device"
+        )
         wattson_session = s
         if assume_device:
             if assume_device not in dmap:
@@ -155,8 +183,10 @@ def compare_estimates(path: str | os.PathLike, *, engine: str | None = None, ass
             tmp = _patched_copy(path, device, assume_device)
             wattson_session = pe.open_session(tmp, engine)
             wdev = dmap[assume_device]
-            notes.append(f"WHAT-IF: Wattson ran with {assume_device!r} ({wdev}) curves on a {device!r} trace: a check "
-                         "of the machinery, not a power estimate for this device")
+            notes.append(
+                f"WHAT-IF: Wattson ran with {assume_device!r} ({wdev}) curves on a {device!r} trace: a check "
+                "of the machinery, not a power estimate for this device"
+            )
         wattson = df_wattson_cpu_mw(wattson_session) if (covered or assume_device) else None
         if wattson_session is not s:
             wattson_session.close()
@@ -172,8 +202,14 @@ def compare_estimates(path: str | os.PathLike, *, engine: str | None = None, ass
     if rails is None:
         notes.append("no power rails in the trace")
     return {
-        "path": str(path), "device": device, "fingerprint": fingerprint, "wattson_device": wdev if covered else None,
-        "covered": covered, "coverage": coverage, "assumed_device": assume_device, "tp_device_map": dmap,
+        "path": str(path),
+        "device": device,
+        "fingerprint": fingerprint,
+        "wattson_device": wdev if covered else None,
+        "covered": covered,
+        "coverage": coverage,
+        "assumed_device": assume_device,
+        "tp_device_map": dmap,
         "wattson_cpu_mw": wattson,
         "wattson_cpu_total_mw": float(wattson["avg_mw"].sum()) if wattson is not None and wattson.height else None,
         "energy_model": model,

@@ -1,10 +1,11 @@
 """Figures for a comparison (matplotlib, Agg backend; each function returns a Figure or None).
 
-  plot_metric_dots      per-iteration values of A and B for several metrics, mean and 95 % CI of the mean
-  plot_power_channels   average power per channel (mW), A vs B bars with 95 % CI error bars
-  plot_residency        residency side by side (OPP residency from the frequency analysis, or idle-state
-                        residency from the idle analysis): mean % per state/OPP, A vs B
+plot_metric_dots      per-iteration values of A and B for several metrics, mean and 95 % CI of the mean
+plot_power_channels   average power per channel (mW), A vs B bars with 95 % CI error bars
+plot_residency        residency side by side (OPP residency from the frequency analysis, or idle-state
+                      residency from the idle analysis): mean % per state/OPP, A vs B
 """
+
 from __future__ import annotations
 
 import matplotlib
@@ -44,6 +45,7 @@ def _agg_and_ci(vals: list, aggregation: str) -> tuple[float | None, tuple[float
     """The declared aggregate of a side and its 95 % CI: Student t on the values (mean), on their logarithms
     mapped back (gmean: an asymmetric interval), none for the median."""
     from scipy import stats as sps
+
     x = np.asarray(vals, float)
     if x.size == 0:
         return None, None
@@ -76,7 +78,7 @@ def plot_metric_dots(metrics: list[MetricComparison], label_a: str, label_b: str
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
     rng = np.random.default_rng(0)  # fixed jitter: the same data draws the same figure
     for ax, m in zip(axes.flat, metrics):
-        for x, vals, s, color in ((0, m.values_a, m.a, COLOR_A), (1, m.values_b, m.b, COLOR_B)):
+        for x, vals, color in ((0, m.values_a, COLOR_A), (1, m.values_b, COLOR_B)):
             if not vals:
                 continue
             ax.scatter(x + rng.uniform(-0.12, 0.12, len(vals)), vals, color=color, alpha=0.7, s=18)
@@ -93,7 +95,7 @@ def plot_metric_dots(metrics: list[MetricComparison], label_a: str, label_b: str
         if log_axis(m):
             ax.set_yscale("log")
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(metrics):]:
+    for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
     fig.tight_layout()
     return fig
@@ -107,14 +109,23 @@ def plot_power_channels(w: WorkloadComparison, label_a: str, label_b: str):
         return None
     x = np.arange(len(ms))
     fig, ax = plt.subplots(figsize=(1.3 * len(ms) + 3, 3.6))
-    ax.bar(x - 0.2, [m.a.mean for _, m in ms], 0.4, yerr=[_ci(m.a) for _, m in ms], color=COLOR_A,
-           capsize=3, label=label_a)
-    ax.bar(x + 0.2, [m.b.mean for _, m in ms], 0.4, yerr=[_ci(m.b) for _, m in ms], color=COLOR_B,
-           capsize=3, label=label_b)
+    ax.bar(
+        x - 0.2, [m.a.mean for _, m in ms], 0.4, yerr=[_ci(m.a) for _, m in ms], color=COLOR_A, capsize=3, label=label_a
+    )
+    ax.bar(
+        x + 0.2, [m.b.mean for _, m in ms], 0.4, yerr=[_ci(m.b) for _, m in ms], color=COLOR_B, capsize=3, label=label_b
+    )
     for xi, (_, m) in zip(x, ms):
         if m.delta_pct is not None:
-            ax.annotate(f"{m.delta_pct:+.1f}%", (xi, max(m.a.mean, m.b.mean)), ha="center", va="bottom",
-                        fontsize=7, xytext=(0, 6), textcoords="offset points")
+            ax.annotate(
+                f"{m.delta_pct:+.1f}%",
+                (xi, max(m.a.mean, m.b.mean)),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 6),
+                textcoords="offset points",
+            )
     ax.set_xticks(x, [ch for ch, _ in ms])
     ax.set_ylabel("average power (mW)")
     ax.set_title(f"{w.workload}: average power per channel")
@@ -138,8 +149,9 @@ def idle_residency_metrics(w: WorkloadComparison) -> dict[str, dict[str, MetricC
     return {"all CPUs": {m.group: m for m in sorted(ms, key=lambda m: m.group)}} if ms else {}
 
 
-def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, groups: dict, title: str,
-                   max_groups: int = 4, xlabel: str = ""):
+def plot_residency(
+    w: WorkloadComparison, label_a: str, label_b: str, groups: dict, title: str, max_groups: int = 4, xlabel: str = ""
+):
     """Side-by-side residency bars (mean % of time) per state or OPP, one panel per group (frequency domain,
     or all CPUs); `groups` from opp_residency_metrics / idle_residency_metrics."""
     if not groups:
@@ -165,24 +177,35 @@ def plot_residency(w: WorkloadComparison, label_a: str, label_b: str, groups: di
 def dot_plot_metrics(w: WorkloadComparison) -> list[MetricComparison]:
     """Metrics worth a dot plot: those with a direction (verdicts) whose values are not one constant; workload
     metrics (metrics.json) first, then regressions/improvements, then overall before per-CPU values."""
+
     def informative(m: MetricComparison) -> bool:
         return len(set(m.values_a) | set(m.values_b)) > 1
 
     chosen = [m for m in w.metrics if m.lower_is_better is not None and m.a and m.b and informative(m)]
-    chosen.sort(key=lambda m: (m.source != "metrics.json", m.verdict.verdict not in ("regression", "improvement"),
-                               m.group is not None, m.name))
+    chosen.sort(
+        key=lambda m: (
+            m.source != "metrics.json",
+            m.verdict.verdict not in ("regression", "improvement"),
+            m.group is not None,
+            m.name,
+        )
+    )
     return chosen[:MAX_DOT_PANELS]
 
 
 def workload_figures(w: WorkloadComparison, label_a: str, label_b: str) -> dict:
     """{name: Figure or None} for one workload: "metrics" (per-iteration dots), "power" (per channel),
     "opp_residency", "idle_residency"; None where the data is absent."""
-    return {"metrics": plot_metric_dots(dot_plot_metrics(w), label_a, label_b),
-            "power": plot_power_channels(w, label_a, label_b),
-            "opp_residency": plot_residency(w, label_a, label_b, opp_residency_metrics(w), "OPP residency",
-                                            xlabel="OPP (MHz)"),
-            "idle_residency": plot_residency(w, label_a, label_b, idle_residency_metrics(w),
-                                             "idle-state residency", xlabel="idle state")}
+    return {
+        "metrics": plot_metric_dots(dot_plot_metrics(w), label_a, label_b),
+        "power": plot_power_channels(w, label_a, label_b),
+        "opp_residency": plot_residency(
+            w, label_a, label_b, opp_residency_metrics(w), "OPP residency", xlabel="OPP (MHz)"
+        ),
+        "idle_residency": plot_residency(
+            w, label_a, label_b, idle_residency_metrics(w), "idle-state residency", xlabel="idle state"
+        ),
+    }
 
 
 def write_plots(c, out_dir, formats: tuple[str, ...] = ("png", "svg"), dpi: int = 150) -> list:
@@ -190,6 +213,7 @@ def write_plots(c, out_dir, formats: tuple[str, ...] = ("png", "svg"), dpi: int 
     paths written. Figures without data are not written."""
     import re
     from pathlib import Path
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -206,7 +230,7 @@ def write_plots(c, out_dir, formats: tuple[str, ...] = ("png", "svg"), dpi: int 
     return written
 
 
-def plot_explain_opps(ch) -> "plt.Figure | None":
+def plot_explain_opps(ch) -> plt.Figure | None:
     """An explained channel (abtest.compare.explain.ChannelExplanation): per frequency domain, active time at
     each OPP (ms per s of window) A vs B, annotated with each OPP's power change (mW)."""
     rows = [c for c in ch.contributions if c.kind == "active" and c.a_ms_per_s is not None]
@@ -221,8 +245,15 @@ def plot_explain_opps(ch) -> "plt.Figure | None":
         ax.bar(x + 0.2, [c.b_ms_per_s for c in mine], 0.4, color=COLOR_B, label="B")
         for xi, c in zip(x, mine):
             if abs(c.delta_mw) > 1e-9:
-                ax.annotate(f"{c.delta_mw:+.2f} mW", (xi, max(c.a_ms_per_s, c.b_ms_per_s)), ha="center",
-                            va="bottom", fontsize=7, xytext=(0, 3), textcoords="offset points")
+                ax.annotate(
+                    f"{c.delta_mw:+.2f} mW",
+                    (xi, max(c.a_ms_per_s, c.b_ms_per_s)),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                )
         ax.set_xticks(x, [f"{(c.opp_khz or 0) / 1000:g}" for c in mine], fontsize=7)
         ax.set_xlabel("OPP (MHz)", fontsize=8)
         ax.set_ylabel("active time (ms/s)", fontsize=8)
@@ -233,7 +264,7 @@ def plot_explain_opps(ch) -> "plt.Figure | None":
     return fig
 
 
-def plot_explain_tasks(ch, top: int = 8) -> "plt.Figure | None":
+def plot_explain_tasks(ch, top: int = 8) -> plt.Figure | None:
     """An explained channel: CPU time of the tasks that changed power most, per domain, A vs B (ms/s)."""
     tasks = [c for c in ch.tasks if c.a_ms_per_s is not None][:top]
     if not tasks:

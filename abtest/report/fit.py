@@ -3,6 +3,7 @@ mid-word: first text columns wrap at their spaces (down to their longest word; n
 columns are split into groups that each repeat the table's key columns. Headers wrap at spaces. When even the
 key columns and one more do not fit, the table is stacked instead: one block per row, one line per column.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from abtest.compare.tables import TEXT, Table, format_value
 @dataclass
 class Grid:
     """A table as text. headers: column titles; right: right-aligned columns; rows: cell strings."""
+
     title: str
     headers: list
     right: list
@@ -93,8 +95,16 @@ def wrap_header(h: str, width: int) -> list[str]:
     return lines + ([cur] if cur else [])
 
 
-KEY_COLUMNS = {"summary": 1, "power_channels": 2, "idle": 1, "tasks": 2, "all_metrics": 1, "fps_power": 1,
-               "geekbench": 1, "jank": 1}
+KEY_COLUMNS = {
+    "summary": 1,
+    "power_channels": 2,
+    "idle": 1,
+    "tasks": 2,
+    "all_metrics": 1,
+    "fps_power": 1,
+    "geekbench": 1,
+    "jank": 1,
+}
 
 
 def split(g: Grid, width: int, *, pad: int = 3, keys: int | None = None) -> list[Grid]:
@@ -124,9 +134,14 @@ def split(g: Grid, width: int, *, pad: int = 3, keys: int | None = None) -> list
     out = []
     for n, idx in enumerate(groups):
         cols = list(range(keys)) + idx
-        sub = Grid(g.title + (f" ({n + 1}/{len(groups)})" if len(groups) > 1 else ""),
-                   [g.headers[i] for i in cols], [g.right[i] for i in cols],
-                   [[r[i] for i in cols] for r in g.rows], g.notes if n == len(groups) - 1 else [], g.key)
+        sub = Grid(
+            g.title + (f" ({n + 1}/{len(groups)})" if len(groups) > 1 else ""),
+            [g.headers[i] for i in cols],
+            [g.right[i] for i in cols],
+            [[r[i] for i in cols] for r in g.rows],
+            g.notes if n == len(groups) - 1 else [],
+            g.key,
+        )
         out.append(sub)
     return out
 

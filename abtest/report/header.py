@@ -3,6 +3,7 @@
 Rows come from the meta.json summaries of both labels (abtest.compare.comparison.summarize_meta), in a fixed
 order of sections; keys that no collector wrote are simply absent.
 """
+
 from __future__ import annotations
 
 from abtest.compare.comparison import Comparison, WorkloadComparison
@@ -21,11 +22,16 @@ SECTIONS = (
 
 def header_rows(c: Comparison, w: WorkloadComparison) -> list[tuple[str, str, str]]:
     """[(field, value for A, value for B)] for one workload: workload, iterations, then meta.json fields."""
-    rows = [("workload", w.workload, w.workload),
-            ("label", c.label_a, c.label_b),
-            ("iterations used", str(len(w.iterations_a)), str(len(w.iterations_b))),
-            ("iterations excluded", str(sum(e["label"] == c.label_a for e in w.excluded)),
-             str(sum(e["label"] == c.label_b for e in w.excluded)))]
+    rows = [
+        ("workload", w.workload, w.workload),
+        ("label", c.label_a, c.label_b),
+        ("iterations used", str(len(w.iterations_a)), str(len(w.iterations_b))),
+        (
+            "iterations excluded",
+            str(sum(e["label"] == c.label_a for e in w.excluded)),
+            str(sum(e["label"] == c.label_b for e in w.excluded)),
+        ),
+    ]
     keys = list(dict.fromkeys(list(w.meta_a) + list(w.meta_b)))
     used = set()
     for _, prefixes in SECTIONS:
@@ -51,15 +57,46 @@ def missing_header_fields(c: Comparison, w: WorkloadComparison) -> list[str]:
 
 # Per-run noise: fields that differ between runs without being a test condition. Left out of the "differs"
 # list (they stay in `--conditions`, the JSON meta_a/meta_b and the HTML's folded conditions).
-IGNORED_DIFFERENCES = ("boot_id", "timestamps.", "timings.", "tools.", "host_tools.", "target_tools.", "uptime_s",
-                       "iteration", "attempt", "label", "target.file", "cooldown.", "date", "started", "finished",
-                       "start_time", "end_time", "wa.run_uuid", "wa.job_id", "wa.start_time", "wa.end_time",
-                       # LAVA lab provenance per job (abtest/collectors/lab): lab.device stays (a condition)
-                       "lab.job_id", "lab.job_url", "lab.attempt_key", "lab.submit_time", "lab.start_time",
-                       "lab.end_time", "lab.files.", "lab.failed_attempts", "lab.log_problems")
-IDENTITY = (("kernel", ("kernel.release",)), ("version", ("kernel.version",)),
-            ("hardware", ("hardware.cpu_model", "hardware.target", "hardware.soc", "hardware.model")),
-            ("CPUs", ("hardware.cpus",)), ("date", ("timestamps.start_utc", "wa.start_time")))
+IGNORED_DIFFERENCES = (
+    "boot_id",
+    "timestamps.",
+    "timings.",
+    "tools.",
+    "host_tools.",
+    "target_tools.",
+    "uptime_s",
+    "iteration",
+    "attempt",
+    "label",
+    "target.file",
+    "cooldown.",
+    "date",
+    "started",
+    "finished",
+    "start_time",
+    "end_time",
+    "wa.run_uuid",
+    "wa.job_id",
+    "wa.start_time",
+    "wa.end_time",
+    # LAVA lab provenance per job (abtest/collectors/lab): lab.device stays (a condition)
+    "lab.job_id",
+    "lab.job_url",
+    "lab.attempt_key",
+    "lab.submit_time",
+    "lab.start_time",
+    "lab.end_time",
+    "lab.files.",
+    "lab.failed_attempts",
+    "lab.log_problems",
+)
+IDENTITY = (
+    ("kernel", ("kernel.release",)),
+    ("version", ("kernel.version",)),
+    ("hardware", ("hardware.cpu_model", "hardware.target", "hardware.soc", "hardware.model")),
+    ("CPUs", ("hardware.cpus",)),
+    ("date", ("timestamps.start_utc", "wa.start_time")),
+)
 
 
 def _ignored(key: str) -> bool:
@@ -75,9 +112,14 @@ def _first(meta: dict, keys: tuple) -> str:
 
 def identity_rows(c: Comparison, w: WorkloadComparison) -> list[tuple[str, str, str]]:
     """What a reviewer asks first: kernel release and version, hardware, workload, iterations, date."""
-    rows = [("workload", w.workload, w.workload),
-            ("iterations", f"{len(w.iterations_a)}" + (f" (+{_excluded(c.label_a, w)} excluded)" if _excluded(c.label_a, w) else ""),
-             f"{len(w.iterations_b)}" + (f" (+{_excluded(c.label_b, w)} excluded)" if _excluded(c.label_b, w) else ""))]
+    rows = [
+        ("workload", w.workload, w.workload),
+        (
+            "iterations",
+            f"{len(w.iterations_a)}" + (f" (+{_excluded(c.label_a, w)} excluded)" if _excluded(c.label_a, w) else ""),
+            f"{len(w.iterations_b)}" + (f" (+{_excluded(c.label_b, w)} excluded)" if _excluded(c.label_b, w) else ""),
+        ),
+    ]
     for name, keys in IDENTITY:
         a, b = _first(w.meta_a, keys), _first(w.meta_b, keys)
         if name == "date":

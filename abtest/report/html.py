@@ -17,6 +17,7 @@ job or a mail. Structure (stable, tests parse it):
 Every table sits in a <div class="scroll">: a table wider than the window scrolls inside it (overflow-x: auto),
 the page itself never grows wider than the window.
 """
+
 from __future__ import annotations
 
 import base64
@@ -26,13 +27,13 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from abtest.compare.comparison import Comparison, MetricComparison, WorkloadComparison
-from abtest.report.timeline_links import outlier_lines_with_timelines, write_outlier_timelines
+from abtest.compare.comparison import Comparison, WorkloadComparison
+from abtest.compare.summary import headlines, table_summary
 from abtest.compare.tables import TEXT, VALVERDICT, Table, format_value, seed_tables
 from abtest.report import figures
-from abtest.compare.summary import headlines, table_summary
 from abtest.report.header import differing_rows, header_rows, identity_rows, missing_header_fields
 from abtest.report.notes import comparison_notes
+from abtest.report.timeline_links import outlier_lines_with_timelines, write_outlier_timelines
 
 CSS = """
 body{font-family:sans-serif;margin:2em;color:#222} table{border-collapse:collapse;margin:1em 0}
@@ -94,9 +95,14 @@ def table_html(t: Table) -> str:
             cells.append(f"<td{cls}>{_e(s)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     notes = "".join(f"<li>{_e(n)}</li>" for n in t.notes)
-    return (f'<h3>{_e(t.title)}</h3>' + scroll(f'<table class="seed" id="table-{_e(t.key)}"><thead><tr>{head}'
-                                               f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
-            + (f"<ul>{notes}</ul>" if notes else ""))
+    return (
+        f"<h3>{_e(t.title)}</h3>"
+        + scroll(
+            f'<table class="seed" id="table-{_e(t.key)}"><thead><tr>{head}'
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        )
+        + (f"<ul>{notes}</ul>" if notes else "")
+    )
 
 
 def header_html(c: Comparison, w: WorkloadComparison) -> str:
@@ -105,59 +111,87 @@ def header_html(c: Comparison, w: WorkloadComparison) -> str:
         cls = ' class="differs"' if a != b and k != "label" else ""
         rows.append(f"<tr{cls}><th>{_e(k)}</th><td>{_e(a)}</td><td>{_e(b)}</td></tr>")
     missing = missing_header_fields(c, w)
-    warn = (f'<p class="warn">meta.json lacks {_e(", ".join(missing))}: not stated.</p>' if missing else "")
-    return (f"<h2>Test conditions: {_e(w.workload)}</h2>"
-            + scroll(f'<table class="header" data-workload="{_e(w.workload)}"><thead><tr><th>field</th>'
-                     f"<th>{_e(c.label_a)}</th><th>{_e(c.label_b)}</th></tr></thead><tbody>{''.join(rows)}"
-                     "</tbody></table>")
-            + warn)
+    warn = f'<p class="warn">meta.json lacks {_e(", ".join(missing))}: not stated.</p>' if missing else ""
+    return (
+        f"<h2>Test conditions: {_e(w.workload)}</h2>"
+        + scroll(
+            f'<table class="header" data-workload="{_e(w.workload)}"><thead><tr><th>field</th>'
+            f"<th>{_e(c.label_a)}</th><th>{_e(c.label_b)}</th></tr></thead><tbody>{''.join(rows)}"
+            "</tbody></table>"
+        )
+        + warn
+    )
 
 
 def _figure_html(fig, caption: str) -> str:
     if fig is None:
         return ""
     data = figure_png_base64(fig)
-    return (f'<figure class="fig"><img src="data:image/png;base64,{data}" alt="{_e(caption)}">'
-            f"<figcaption>{_e(caption)}</figcaption></figure>")
+    return (
+        f'<figure class="fig"><img src="data:image/png;base64,{data}" alt="{_e(caption)}">'
+        f"<figcaption>{_e(caption)}</figcaption></figure>"
+    )
 
 
 def workload_figures_html(c: Comparison, w: WorkloadComparison) -> tuple[str, list[str]]:
     """HTML of the workload's figures and notes on figures that could not be drawn."""
     parts, missing = [], []
     dots = figures.dot_plot_metrics(w)
-    parts.append(_figure_html(figures.plot_metric_dots(dots, c.label_a, c.label_b),
-                              f"{w.workload}: per-iteration values, mean and 95 % CI"))
+    parts.append(
+        _figure_html(
+            figures.plot_metric_dots(dots, c.label_a, c.label_b),
+            f"{w.workload}: per-iteration values, mean and 95 % CI",
+        )
+    )
     fig = figures.plot_power_channels(w, c.label_a, c.label_b)
     if fig is None:
-        missing.append(f"{w.workload}: no power per channel figure (no power source in the iterations: power.csv, trace rails, BattOr)")
+        missing.append(
+            f"{w.workload}: no power per channel figure (no power source in the iterations: power.csv, trace rails, "
+            "BattOr)"
+        )
     parts.append(_figure_html(fig, f"{w.workload}: average power per channel"))
-    fig = figures.plot_residency(w, c.label_a, c.label_b, figures.opp_residency_metrics(w), "OPP residency",
-                                  xlabel="OPP (MHz)")
+    fig = figures.plot_residency(
+        w, c.label_a, c.label_b, figures.opp_residency_metrics(w), "OPP residency", xlabel="OPP (MHz)"
+    )
     if fig is None:
-        missing.append(f"{w.workload}: no OPP residency figure (no frequency residency metrics: "
-                       "cpu_frequency events absent or the frequency analysis unavailable)")
+        missing.append(
+            f"{w.workload}: no OPP residency figure (no frequency residency metrics: "
+            "cpu_frequency events absent or the frequency analysis unavailable)"
+        )
     parts.append(_figure_html(fig, f"{w.workload}: OPP residency"))
-    parts.append(_figure_html(figures.plot_residency(w, c.label_a, c.label_b, figures.idle_residency_metrics(w),
-                                                     "idle-state residency", xlabel="idle state"),
-                              f"{w.workload}: idle-state residency"))
+    parts.append(
+        _figure_html(
+            figures.plot_residency(
+                w, c.label_a, c.label_b, figures.idle_residency_metrics(w), "idle-state residency", xlabel="idle state"
+            ),
+            f"{w.workload}: idle-state residency",
+        )
+    )
     return "".join(parts), missing
 
 
 def identity_html(c: Comparison, w: WorkloadComparison) -> str:
     rows = identity_rows(c, w) + differing_rows(c, w)
     differs = ' class="differs"'
-    body = "".join(f"<tr{differs if a != b else ''}><th>{_e(k)}</th><td>{_e(a)}</td><td>{_e(b)}</td></tr>"
-                   for k, a, b in rows)
-    return scroll(f'<table class="identity" data-workload="{_e(w.workload)}"><thead><tr><th>{_e(w.workload)}</th>'
-                  f"<th>{_e(c.label_a)}</th><th>{_e(c.label_b)}</th></tr></thead><tbody>{body}</tbody></table>")
+    body = "".join(
+        f"<tr{differs if a != b else ''}><th>{_e(k)}</th><td>{_e(a)}</td><td>{_e(b)}</td></tr>" for k, a, b in rows
+    )
+    return scroll(
+        f'<table class="identity" data-workload="{_e(w.workload)}"><thead><tr><th>{_e(w.workload)}</th>'
+        f"<th>{_e(c.label_a)}</th><th>{_e(c.label_b)}</th></tr></thead><tbody>{body}</tbody></table>"
+    )
 
 
 def explanation_html(ex) -> str:
     """One workload's explanation: the narrative, then its tables."""
     from abtest.report.explain import explanation_tables
+
     paras = "".join(f"<p>{_e(x)}</p>" for x in ex.narrative) + "".join(f'<p class="warn">{_e(n)}</p>' for n in ex.notes)
-    return (f'<section class="explain" data-workload="{_e(ex.workload)}"><h3>{_e(ex.workload)}</h3>{paras}'
-            + "".join(table_html(t) for t in explanation_tables(ex)) + "</section>")
+    return (
+        f'<section class="explain" data-workload="{_e(ex.workload)}"><h3>{_e(ex.workload)}</h3>{paras}'
+        + "".join(table_html(t) for t in explanation_tables(ex))
+        + "</section>"
+    )
 
 
 def outliers_html(lines: list[str], timelines: dict[str, Path] | None = None) -> str:
@@ -169,30 +203,46 @@ def outliers_html(lines: list[str], timelines: dict[str, Path] | None = None) ->
 
     def item(x: str) -> str:
         f = timelines.get(x)
-        link = (f' <a class="timeline" href="{_e(f.parent.name + "/" + f.name)}">timeline (open in the Perfetto UI)'
-                "</a>") if f is not None else ""
+        link = (
+            (f' <a class="timeline" href="{_e(f.parent.name + "/" + f.name)}">timeline (open in the Perfetto UI)</a>')
+            if f is not None
+            else ""
+        )
         return f"<li>{_e(x)}{link}</li>"
 
-    return ('<section id="outliers"><h2>Outlier iterations</h2><p>Iterations beyond the Tukey fences (1.5 IQR) '
-            "of their label on a metric that decided a verdict, or lacking an analysis other iterations have: "
-            'look at them before trusting the verdict.</p><ul class="notes">'
-            + "".join(item(x) for x in lines) + "</ul></section>")
+    return (
+        '<section id="outliers"><h2>Outlier iterations</h2><p>Iterations beyond the Tukey fences (1.5 IQR) '
+        "of their label on a metric that decided a verdict, or lacking an analysis other iterations have: "
+        'look at them before trusting the verdict.</p><ul class="notes">'
+        + "".join(item(x) for x in lines)
+        + "</ul></section>"
+    )
 
 
-def comparison_html(c: Comparison, tables: list[Table] | None = None, explanations: list | None = None,
-                    timelines: dict[str, Path] | None = None) -> str:
+def comparison_html(
+    c: Comparison,
+    tables: list[Table] | None = None,
+    explanations: list | None = None,
+    timelines: dict[str, Path] | None = None,
+) -> str:
     """The report (see the module docstring for its structure). `tables`: the seed tables (default: all,
     "All metrics" included; it is folded)."""
     tables = tables if tables is not None else seed_tables(c)
     title = f"abtest compare: {c.label_b} vs {c.label_a}"
     heads = headlines(c)
-    items = "".join(f'<li class="{"has-regression" if "REGRESSION" in h else "has-improvement" if "IMPROVEMENT" in h else ""}">'
-                    f"{_e(h)}</li>" for h in heads)
-    body = [f"<h1>{_e(title)}</h1>", f'<ul class="verdicts">{items}</ul>',
-            table_html(table_summary(c)),
-            f"<p>Baseline <b>{_e(c.label_a)}</b> ({_e(c.path_a)}), compared <b>{_e(c.label_b)}</b> "
-            f"({_e(c.path_b)}). perc_diff = (B - A) / |A| of each metric's declared aggregate; alpha = "
-            f"{c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} %; {_e(c.rule_text())}.</p>"]
+    items = "".join(
+        f'<li class="{"has-regression" if "REGRESSION" in h else "has-improvement" if "IMPROVEMENT" in h else ""}">'
+        f"{_e(h)}</li>"
+        for h in heads
+    )
+    body = [
+        f"<h1>{_e(title)}</h1>",
+        f'<ul class="verdicts">{items}</ul>',
+        table_html(table_summary(c)),
+        f"<p>Baseline <b>{_e(c.label_a)}</b> ({_e(c.path_a)}), compared <b>{_e(c.label_b)}</b> "
+        f"({_e(c.path_b)}). perc_diff = (B - A) / |A| of each metric's declared aggregate; alpha = "
+        f"{c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} %; {_e(c.rule_text())}.</p>",
+    ]
     body += ["<h2>Test conditions</h2>"] + [identity_html(c, w) for w in c.workloads]
     body.append("<h2>Results</h2>")
     body += [table_html(t) for t in tables if t.key not in ("summary", "all_metrics")]
@@ -207,20 +257,27 @@ def comparison_html(c: Comparison, tables: list[Table] | None = None, explanatio
         notes += missing
     allm = next((t for t in tables if t.key == "all_metrics"), None)
     if allm is not None:
-        body.append(f'<details id="all-metrics"><summary>All metrics ({len(allm.rows)})</summary>'
-                    f"{table_html(allm)}</details>")
-    body.append('<details id="conditions"><summary>All test conditions (meta.json)</summary>'
-                + "".join(header_html(c, w) for w in c.workloads) + "</details>")
+        body.append(
+            f'<details id="all-metrics"><summary>All metrics ({len(allm.rows)})</summary>{table_html(allm)}</details>'
+        )
+    body.append(
+        '<details id="conditions"><summary>All test conditions (meta.json)</summary>'
+        + "".join(header_html(c, w) for w in c.workloads)
+        + "</details>"
+    )
     if notes:
         body.append('<h2>Notes</h2><ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     body.append(outliers_html(outlier_lines_with_timelines(c), timelines))
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
+        f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n"
+    )
 
 
-def write_html(c: Comparison, path: str | Path, tables: list[Table] | None = None, *,
-               explanations: list | None = None) -> Path:
+def write_html(
+    c: Comparison, path: str | Path, tables: list[Table] | None = None, *, explanations: list | None = None
+) -> Path:
     path = Path(path)
     # the flagged iterations' timelines beside the report (<report>.timelines/), linked from its outlier notes
     timelines = write_outlier_timelines(c, path.with_name(path.stem + ".timelines"))

@@ -1,10 +1,11 @@
 """Markdown rendering of a comparison (pipe tables, ready to paste into a mail or a PR)."""
+
 from __future__ import annotations
 
 from abtest.compare.comparison import Comparison
 from abtest.compare.outliers import outlier_lines
-from abtest.compare.tables import Table, seed_tables
 from abtest.compare.summary import headlines, table_summary
+from abtest.compare.tables import Table, seed_tables
 from abtest.report.fit import grid_of
 from abtest.report.header import differing_rows, header_rows, identity_rows
 from abtest.report.notes import comparison_notes
@@ -36,8 +37,12 @@ def comparison_markdown(c: Comparison, tables: list[Table] | None = None, *, con
     out.append(table_markdown(table_summary(c)))
     for w in c.workloads:
         rows = identity_rows(c, w) + (header_rows(c, w) if conditions else differing_rows(c, w))
-        out += [f"#### Test conditions: {w.workload}" + ("" if conditions else " (identity, and what differs)"), "",
-                f"| field | {_esc(c.label_a)} | {_esc(c.label_b)} |", "|:---|:---|:---|"]
+        out += [
+            f"#### Test conditions: {w.workload}" + ("" if conditions else " (identity, and what differs)"),
+            "",
+            f"| field | {_esc(c.label_a)} | {_esc(c.label_b)} |",
+            "|:---|:---|:---|",
+        ]
         out += [f"| {_esc(k)} | {_esc(a)} | {_esc(b)} |" for k, a, b in rows]
         out.append("")
     out += [table_markdown(t) for t in tables if t.key != "summary"]
@@ -47,6 +52,8 @@ def comparison_markdown(c: Comparison, tables: list[Table] | None = None, *, con
     flagged = outlier_lines(c)
     if flagged:
         out += ["", "### Outlier iterations", ""] + [f"- {_esc(n)}" for n in flagged]
-    out.append(f"\nVerdicts: alpha = {c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} % "
-               f"({_esc(c.rule_text())}; see docs/compare.md).")
+    out.append(
+        f"\nVerdicts: alpha = {c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} % "
+        f"({_esc(c.rule_text())}; see docs/compare.md)."
+    )
     return "\n".join(out) + "\n"

@@ -1,6 +1,7 @@
 """The notes of a comparison, condensed for reading: excluded iterations, workloads or metrics present on one
 side only, and per-iteration notes — identical per-iteration notes are merged into one line naming the
 iterations ("frequency: skipped, ... — in 16 iterations: menu 1-8, ladder 1-8")."""
+
 from __future__ import annotations
 
 import re
@@ -12,7 +13,7 @@ _ITER_NOTE = re.compile(r"^(?P<label>[^/]+)/(?P<workload>[^/]+)/(?P<it>[^:]+): (
 
 
 def _ranges(names: list[str]) -> str:
-    """"1-8" for consecutive integers, else the names joined."""
+    """ "1-8" for consecutive integers, else the names joined."""
     try:
         return number_ranges(names)
     except ValueError:
@@ -54,6 +55,8 @@ def comparison_notes(c: Comparison) -> list[str]:
         out += [f"{w.workload}: excluded {e['path']}: {e['reason']}" for e in w.excluded]
         out += [f"{w.workload}: {n}" for n in condense(w.notes)]
         if w.only_in_a or w.only_in_b:
-            out.append(f"{w.workload}: metrics only in {c.label_a}: {', '.join(w.only_in_a) or 'none'}; "
-                       f"only in {c.label_b}: {', '.join(w.only_in_b) or 'none'}")
+            out.append(
+                f"{w.workload}: metrics only in {c.label_a}: {', '.join(w.only_in_a) or 'none'}; "
+                f"only in {c.label_b}: {', '.join(w.only_in_b) or 'none'}"
+            )
     return out

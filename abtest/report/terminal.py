@@ -1,6 +1,7 @@
 """Terminal rendering with rich: verdict headlines, the summary table, the test conditions that differ, the
 seed-style tables, notes. Fits the terminal: tables are fitted to the console width (text columns wrap at
 spaces, wide tables split into column groups; abtest.report.fit), COLUMNS is honoured when output is piped."""
+
 from __future__ import annotations
 
 import os
@@ -11,11 +12,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
+from abtest.analysis.power import POWER_CHANNEL
 from abtest.compare.comparison import Comparison
 from abtest.compare.outliers import outlier_lines
-from abtest.analysis.power import POWER_CHANNEL
-from abtest.compare.summary import (deciding_metrics, metric_label, short_verdict, shown_values,
-                                    summary_metrics, table_summary, verdict_counts, workload_status)
+from abtest.compare.summary import (
+    deciding_metrics,
+    metric_label,
+    short_verdict,
+    shown_values,
+    summary_metrics,
+    table_summary,
+    verdict_counts,
+    workload_status,
+)
 from abtest.compare.tables import Table, seed_tables
 from abtest.report.fit import Grid, fitted_widths, grid_of, min_widths, split, stacked_lines, wrap_header
 from abtest.report.header import missing_header_fields
@@ -23,8 +32,14 @@ from abtest.report.notes import comparison_notes
 from abtest.report.text import condition_lines
 
 PIPED_WIDTH = 100  # when stdout is not a terminal and COLUMNS is not set
-_VERDICT_STYLE = {"regression": "bold red", "improvement": "bold green", "no change": "dim",
-                  "changed": "yellow", "inconclusive": "yellow", "insufficient": "red"}
+_VERDICT_STYLE = {
+    "regression": "bold red",
+    "improvement": "bold green",
+    "no change": "dim",
+    "changed": "yellow",
+    "inconclusive": "yellow",
+    "insufficient": "red",
+}
 
 
 def _style(text: str) -> str | None:
@@ -36,8 +51,14 @@ def _style(text: str) -> str | None:
 
 def wrap_line(text: str, width: int, indent: str) -> str:
     """`text` wrapped at spaces to `width`, first line indented by `indent`, the rest 2 more."""
-    return textwrap.fill(text, width, initial_indent=indent, subsequent_indent=" " * (len(indent) + 2),
-                         break_long_words=False, break_on_hyphens=False)
+    return textwrap.fill(
+        text,
+        width,
+        initial_indent=indent,
+        subsequent_indent=" " * (len(indent) + 2),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def console_for_output(width: int | None = None) -> Console:
@@ -80,8 +101,9 @@ def print_table(console: Console, t: Table) -> None:
         console.print(wrap_line(n, console.width, "  "), style="dim", markup=False, highlight=False)
 
 
-def print_comparison(c: Comparison, console: Console | None = None, tables: list[Table] | None = None, *,
-                     conditions: bool = False) -> None:
+def print_comparison(
+    c: Comparison, console: Console | None = None, tables: list[Table] | None = None, *, conditions: bool = False
+) -> None:
     """The report: headlines, summary, conditions (identity + what differs; all with `conditions`), seed tables
     (`tables`, default: those of seed_tables without "All metrics"), notes."""
     console = console or console_for_output()
@@ -108,8 +130,10 @@ def print_comparison(c: Comparison, console: Console | None = None, tables: list
         console.print("[bold]Outlier iterations[/] (look at them before trusting the verdict)")
         for n in flagged:
             console.print(wrap_line(n, console.width, "  - "), markup=False, highlight=False)
-    console.print(f"[dim]alpha = {c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} %; "
-                  f"{escape(c.rule_text())} (docs/compare.md); all metrics: --all[/]")
+    console.print(
+        f"[dim]alpha = {c.policy.alpha}, minimum effect = {c.policy.min_effect_pct} %; "
+        f"{escape(c.rule_text())} (docs/compare.md); all metrics: --all[/]"
+    )
 
 
 # -- the first screen: a status per workload, the metrics that decided it, the summary ---------------------------
@@ -124,8 +148,7 @@ def _evidence(m) -> list[str]:
     """perc_diff, bootstrap 95 % CI of it, and both sides' CV, as short cells."""
     ci = m.bootstrap_ci95_pct
     cvs = [f"{100 * s.cv:.1f}" if s is not None and s.cv is not None else "-" for s in (m.a, m.b)]
-    return [_pct(m.delta_pct), "CI " + (f"[{ci[0]:+.1f}, {ci[1]:+.1f}] %" if ci else "n/a"),
-            f"CV {'/'.join(cvs)} %"]
+    return [_pct(m.delta_pct), "CI " + (f"[{ci[0]:+.1f}, {ci[1]:+.1f}] %" if ci else "n/a"), f"CV {'/'.join(cvs)} %"]
 
 
 def deciding_lines(w, width: int) -> list[str]:
@@ -135,8 +158,10 @@ def deciding_lines(w, width: int) -> list[str]:
     if not rows:
         return []
     cols = [max(len(r[1][i]) for r in rows) for i in range(3)]
-    numbers = ["  ".join(e.rjust(cw) if i == 0 else e.ljust(cw) for i, (e, cw) in enumerate(zip(ev, cols))).rstrip()
-               for _, ev in rows]
+    numbers = [
+        "  ".join(e.rjust(cw) if i == 0 else e.ljust(cw) for i, (e, cw) in enumerate(zip(ev, cols))).rstrip()
+        for _, ev in rows
+    ]
     room = width - 4 - 2 - max(len(n) for n in numbers)
     name_w = min(max(len(label) for label, _ in rows), max(room, 0))
     out = []
@@ -153,12 +178,20 @@ def print_first_screen(c: Comparison, console: Console) -> None:
     decided it with perc_diff, CI and CV, the verdict counts; then the summary table, metric names unwrapped."""
     for w in c.workloads:
         status = workload_status(w)
-        console.print(f"{status} {w.workload} ({len(w.iterations_a)} vs {len(w.iterations_b)} iterations)",
-                      style=_STATUS_STYLE[status], markup=False, highlight=False)
+        console.print(
+            f"{status} {w.workload} ({len(w.iterations_a)} vs {len(w.iterations_b)} iterations)",
+            style=_STATUS_STYLE[status],
+            markup=False,
+            highlight=False,
+        )
         for line in deciding_lines(w, console.width):
             console.print(line, markup=False, highlight=False)
-        console.print(wrap_line("all metrics: " + verdict_counts(w), console.width, "  "), style="dim",
-                      markup=False, highlight=False)
+        console.print(
+            wrap_line("all metrics: " + verdict_counts(w), console.width, "  "),
+            style="dim",
+            markup=False,
+            highlight=False,
+        )
     print_summary(console, c)
 
 
@@ -181,7 +214,7 @@ def summary_rows(c: Comparison, w) -> list[tuple[str, list[str]]]:
 
 
 def _terse(verdict: str) -> str:
-    """"inconclusive (~7 more)" -> "inconclusive ~7" (the table's note says what the number is)."""
+    """ "inconclusive (~7 more)" -> "inconclusive ~7" (the table's note says what the number is)."""
     m = re.fullmatch(r"inconclusive \(~(\d+) more\)", verdict)
     return f"inconclusive ~{m.group(1)}" if m else verdict
 
@@ -210,21 +243,32 @@ def print_summary(console: Console, c: Comparison) -> None:
     """The summary table: metric | A | B | perc_diff | verdict, metric names never wrapped (at least as wide
     as the longest), then the table's notes."""
     from rich import box
+
     t = table_summary(c)
     for w in c.workloads:
-        rt = RichTable(title=f"Summary: {c.label_b} vs {c.label_a} (baseline) — {w.workload}", title_justify="left",
-                       box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        rt = RichTable(
+            title=f"Summary: {c.label_b} vs {c.label_a} (baseline) — {w.workload}",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            show_edge=False,
+        )
         rt.add_column("metric", no_wrap=True)
         for name in (c.label_a, c.label_b, "diff"):
             rt.add_column(escape(name), justify="right", no_wrap=True)
         rt.add_column("verdict", no_wrap=True)
         for label, cells in summary_rows(c, w):
             style = _style(cells[3]) if cells[3] else None
-            rt.add_row(escape(label), *(escape(x) for x in cells[:3]),
-                       f"[{style}]{escape(cells[3])}[/]" if style else escape(cells[3]))
+            rt.add_row(
+                escape(label),
+                *(escape(x) for x in cells[:3]),
+                f"[{style}]{escape(cells[3])}[/]" if style else escape(cells[3]),
+            )
         console.print(rt)
     if any(_terse(short_verdict(m)) != short_verdict(m) for w in c.workloads for m in summary_metrics(w)[0]):
-        t.notes.insert(0, "inconclusive ~N: not significant and not shown equivalent; about N more iterations per "
-                          "side would decide")
+        t.notes.insert(
+            0,
+            "inconclusive ~N: not significant and not shown equivalent; about N more iterations per side would decide",
+        )
     for n in t.notes:
         console.print(wrap_line(n, console.width, "  "), style="dim", markup=False, highlight=False)

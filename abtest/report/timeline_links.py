@@ -4,6 +4,7 @@ in the Perfetto UI (abtest.timeline); the HTML report writes those timelines bes
 
 Time ranges are seconds from the trace's first event (what `abtest timeline --window` takes).
 """
+
 from __future__ import annotations
 
 import shlex
@@ -21,6 +22,7 @@ MAX_HTML_TIMELINES = 5  # timelines the HTML report writes (the first flagged it
 class TimelineLink:
     """One flagged iteration: ``text`` (the outlier line), its ``trace`` file (None: the iteration has none),
     ``span_s`` (0, duration in s), the ``command`` that writes its timeline and where (``output``)."""
+
     text: str
     trace: Path | None
     span_s: tuple[float, float] | None
@@ -36,6 +38,7 @@ class TimelineLink:
 
 def _trace_of(path: str, label: str, workload: str) -> Path | None:
     from abtest.store.reader import load_iteration
+
     p = Path(path)
     if p.is_file():  # a plain directory's iteration is the trace file itself
         return p
@@ -47,6 +50,7 @@ def _trace_of(path: str, label: str, workload: str) -> Path | None:
 def _span_s(trace: Path) -> tuple[float, float] | None:
     """(0, duration s) of a trace (its metadata: from the parquet cache once compare has read it)."""
     from abtest.session import Trace
+
     try:
         t = Trace(trace)
     except (OSError, ValueError):
@@ -78,6 +82,7 @@ def write_outlier_timelines(c, directory: str | Path, limit: int = MAX_HTML_TIME
     """Write the timelines of the first ``limit`` flagged iterations into ``directory``: {outlier line: file}."""
     from abtest.session import Trace
     from abtest.timeline.builder import write_timeline
+
     directory = Path(directory)
     out: dict[str, Path] = {}
     written: dict[Path, Path] = {}  # trace -> its timeline (an iteration flagged for several metrics: one file)
@@ -107,6 +112,7 @@ def explanation_timeline_lines(c, store: str | Path | None) -> list[str]:
     """Per workload of an explained comparison: the A and B iterations nearest their median of the deciding
     metric (trace file, time range) and the `abtest timeline --store` command that puts them side by side."""
     from abtest.compare.summary import deciding_metrics, metric_label
+
     lines = []
     for w in c.workloads:
         dec = deciding_metrics(w, limit=1)
@@ -114,8 +120,10 @@ def explanation_timeline_lines(c, store: str | Path | None) -> list[str]:
             continue
         m = dec[0]
         picks = []
-        for label, names, paths, measured in ((c.label_a, w.iterations_a, w.paths_a, w.measured_a),
-                                              (c.label_b, w.iterations_b, w.paths_b, w.measured_b)):
+        for label, names, paths, measured in (
+            (c.label_a, w.iterations_a, w.paths_a, w.measured_a),
+            (c.label_b, w.iterations_b, w.paths_b, w.measured_b),
+        ):
             name = _median_name(names, measured, m.name)
             if name is None:
                 continue
@@ -124,8 +132,13 @@ def explanation_timeline_lines(c, store: str | Path | None) -> list[str]:
             span = _span_s(trace) if trace else None
             where = f"{trace} {span[0]:.3f}-{span[1]:.3f} s" if trace and span else str(trace or path)
             picks.append(f"{label} iteration {name} ({where})")
-        cmd = ["abtest", "timeline"] + (["--store", str(store)] if store else []) + \
-              [c.label_a, c.label_b, "--workload", w.workload, "-o", f"{w.workload}-ab.perfetto-trace"]
-        lines.append(f"See {w.workload} on the timeline ({'; '.join(picks)}: nearest the median of "
-                     f"{metric_label(m)}): {shlex.join(cmd)}")
+        cmd = (
+            ["abtest", "timeline"]
+            + (["--store", str(store)] if store else [])
+            + [c.label_a, c.label_b, "--workload", w.workload, "-o", f"{w.workload}-ab.perfetto-trace"]
+        )
+        lines.append(
+            f"See {w.workload} on the timeline ({'; '.join(picks)}: nearest the median of "
+            f"{metric_label(m)}): {shlex.join(cmd)}"
+        )
     return lines

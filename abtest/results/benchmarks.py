@@ -13,6 +13,7 @@ Jankbench (Android UI benchmark) results DB, table ``ui_results`` with one row p
 Geekbench JSON export: top-level ``score`` (single-core), ``multicore_score`` and ``sections``, a
 list of ``{"name", "score", "workloads": [{"name", "score"}, ...]}``.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,21 @@ from abtest.trace.errors import TraceFormatError
 
 JANKBENCH_TABLE = "ui_results"
 JANKBENCH_COLUMNS = (
-    "_id", "name", "run_id", "iteration", "timestamp", "unknown_delay", "input", "animation",
-    "layout", "draw", "sync", "command_issue", "swap_buffers", "total_duration", "jank_frame",
+    "_id",
+    "name",
+    "run_id",
+    "iteration",
+    "timestamp",
+    "unknown_delay",
+    "input",
+    "animation",
+    "layout",
+    "draw",
+    "sync",
+    "command_issue",
+    "swap_buffers",
+    "total_duration",
+    "jank_frame",
     "device_charging",
 )
 _JANKBENCH_REQUIRED = ("name", "iteration", "total_duration", "jank_frame")
@@ -52,27 +66,50 @@ def read_jankbench_db(path: str | os.PathLike) -> pl.DataFrame:
     with open(path, "rb") as f:
         head = f.read(16)
     if head != _SQLITE_MAGIC:
-        raise TraceFormatError(path, f"not an sqlite database (first bytes {head!r})", offset=0,
-                               expected="a Jankbench results DB (SQLite format 3)")
+        raise TraceFormatError(
+            path,
+            f"not an sqlite database (first bytes {head!r})",
+            offset=0,
+            expected="a Jankbench results DB (SQLite format 3)",
+        )
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if JANKBENCH_TABLE not in tables:
-            raise TraceFormatError(path, f"no table {JANKBENCH_TABLE!r} (tables: {sorted(tables)})",
-                                   expected="Jankbench's ui_results table")
+            raise TraceFormatError(
+                path,
+                f"no table {JANKBENCH_TABLE!r} (tables: {sorted(tables)})",
+                expected="Jankbench's ui_results table",
+            )
         cols = [r[1] for r in con.execute(f"PRAGMA table_info({JANKBENCH_TABLE})")]
         missing = [c for c in _JANKBENCH_REQUIRED if c not in cols]
         if missing:
-            raise TraceFormatError(path, f"table ui_results lacks columns {missing} (has {cols})",
-                                   expected=f"columns {list(JANKBENCH_COLUMNS)}")
+            raise TraceFormatError(
+                path,
+                f"table ui_results lacks columns {missing} (has {cols})",
+                expected=f"columns {list(JANKBENCH_COLUMNS)}",
+            )
         wanted = [c for c in JANKBENCH_COLUMNS if c in cols]
         quoted = ", ".join(f'"{c}"' for c in wanted)
         rows = con.execute(f"SELECT {quoted} FROM {JANKBENCH_TABLE} ORDER BY rowid").fetchall()
     finally:
         con.close()
     df = pl.DataFrame(rows, schema=wanted, orient="row", infer_schema_length=None)
-    stage_cols = [c for c in ("unknown_delay", "input", "animation", "layout", "draw", "sync",
-                              "command_issue", "swap_buffers", "total_duration") if c in wanted]
+    stage_cols = [
+        c
+        for c in (
+            "unknown_delay",
+            "input",
+            "animation",
+            "layout",
+            "draw",
+            "sync",
+            "command_issue",
+            "swap_buffers",
+            "total_duration",
+        )
+        if c in wanted
+    ]
     return df.with_columns(
         [pl.col(c).cast(pl.Float64) for c in stage_cols]
         + [pl.col("name").cast(pl.Utf8), pl.col("jank_frame").cast(pl.Int64).cast(pl.Boolean)]
@@ -105,8 +142,20 @@ def df_jankbench(frames: pl.DataFrame, *, per_iteration: bool = False) -> pl.Dat
             dur.quantile(0.99, "linear").alias("p99_frame_ms"),
         )
         .with_columns((100.0 * pl.col("jank_frames") / pl.col("frames")).alias("jank_pct"))
-        .select(keys + ["iterations", "frames", "jank_frames", "jank_pct", "mean_frame_ms",
-                        "p50_frame_ms", "p90_frame_ms", "p95_frame_ms", "p99_frame_ms"])
+        .select(
+            keys
+            + [
+                "iterations",
+                "frames",
+                "jank_frames",
+                "jank_pct",
+                "mean_frame_ms",
+                "p50_frame_ms",
+                "p90_frame_ms",
+                "p95_frame_ms",
+                "p99_frame_ms",
+            ]
+        )
         .sort(keys)
     )
 
@@ -123,8 +172,13 @@ def jankbench_metrics(path: str | os.PathLike) -> dict:
         raise TraceFormatError(path, "ui_results holds no frames", expected="at least one frame row")
     per = df_jankbench(frames)
     benchmarks = {
-        r["name"]: {"frames": r["frames"], "iterations": r["iterations"], "jank_pct": r["jank_pct"],
-                    "mean_frame_ms": r["mean_frame_ms"], "p95_frame_ms": r["p95_frame_ms"]}
+        r["name"]: {
+            "frames": r["frames"],
+            "iterations": r["iterations"],
+            "jank_pct": r["jank_pct"],
+            "mean_frame_ms": r["mean_frame_ms"],
+            "p95_frame_ms": r["p95_frame_ms"],
+        }
         for r in per.iter_rows(named=True)  # one row per benchmark, not per event
     }
     return {
@@ -155,18 +209,21 @@ def read_geekbench_json(path: str | os.PathLike) -> dict:
     except UnicodeDecodeError as e:
         raise TraceFormatError(path, f"not UTF-8 text ({e})", offset=e.start, expected="Geekbench JSON") from e
     except json.JSONDecodeError as e:
-        raise TraceFormatError(path, f"invalid JSON: {e.msg}", line=e.lineno,
-                               expected="a Geekbench JSON export") from e
+        raise TraceFormatError(path, f"invalid JSON: {e.msg}", line=e.lineno, expected="a Geekbench JSON export") from e
     if not isinstance(doc, dict) or ("score" not in doc and "multicore_score" not in doc):
         keys = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
-        raise TraceFormatError(path, f"no 'score' or 'multicore_score' key (found {keys})",
-                               expected="a Geekbench JSON export with score / multicore_score")
+        raise TraceFormatError(
+            path,
+            f"no 'score' or 'multicore_score' key (found {keys})",
+            expected="a Geekbench JSON export with score / multicore_score",
+        )
     sections: dict[str, float | None] = {}
     workloads: dict[str, float | None] = {}
     for sec in doc.get("sections") or []:
         if not isinstance(sec, dict) or "name" not in sec:
-            raise TraceFormatError(path, f"sections[] entry without a name: {sec!r:.80}",
-                                   expected="sections[] = {name, score, workloads}")
+            raise TraceFormatError(
+                path, f"sections[] entry without a name: {sec!r:.80}", expected="sections[] = {name, score, workloads}"
+            )
         sections[str(sec["name"])] = _num(sec.get("score"))
         for wl in sec.get("workloads") or []:
             if isinstance(wl, dict) and "name" in wl:
@@ -206,5 +263,9 @@ def read_workload_metrics(path: str | os.PathLike) -> dict:
     first = stripped.split(b"\n", 1)[0].strip()
     if first.isdigit():
         return surfaceflinger_metrics(path)
-    raise TraceFormatError(path, f"unrecognised workload result file (first bytes {head[:24]!r})", offset=0,
-                           expected="Jankbench DB, Geekbench JSON, SurfaceFlinger --latency or gfxinfo framestats text")
+    raise TraceFormatError(
+        path,
+        f"unrecognised workload result file (first bytes {head[:24]!r})",
+        offset=0,
+        expected="Jankbench DB, Geekbench JSON, SurfaceFlinger --latency or gfxinfo framestats text",
+    )

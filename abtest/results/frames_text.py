@@ -15,6 +15,7 @@ FrameDeadline, GpuCompleted...; the header ends with a comma) then one line per 
 Rows with Flags != 0 are frames Android itself excludes from its jank statistics (window layout
 changes, first draw, ...): they are dropped here too.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,23 +58,37 @@ def parse_surfaceflinger_latency(path: str | os.PathLike) -> tuple[int, pl.DataF
     df = _lines_frame(text).filter(pl.col("line") != "")
     if df.is_empty() or not df["line"][0].isdigit():
         first = df["line"][0] if not df.is_empty() else "(empty file)"
-        raise TraceFormatError(p, f"first line {first!r:.40} is not a refresh period", line=1,
-                               expected="the refresh period in ns on line 1")
+        raise TraceFormatError(
+            p,
+            f"first line {first!r:.40} is not a refresh period",
+            line=1,
+            expected="the refresh period in ns on line 1",
+        )
     refresh_ns = int(df["line"][0])
-    body = df.slice(1).with_columns(
-        pl.col("line").str.extract_groups(r"^(\d+)\s+(\d+)\s+(\d+)$").alias("g"))
+    body = df.slice(1).with_columns(pl.col("line").str.extract_groups(r"^(\d+)\s+(\d+)\s+(\d+)$").alias("g"))
     body = body.unnest("g")
     bad = body.filter(pl.col("1").is_null())
     if not bad.is_empty():
         r = bad.row(0, named=True)
-        raise TraceFormatError(p, f"malformed frame line {r['line']!r:.60}", line=int(r["line_no"]),
-                               expected="three integers: desiredPresentTime actualPresentTime frameReadyTime (ns)")
-    frames = body.select(
-        pl.col("1").cast(pl.Int64).alias("desired_present_ns"),
-        pl.col("2").cast(pl.Int64).alias("actual_present_ns"),
-        pl.col("3").cast(pl.Int64).alias("frame_ready_ns"),
-    ).filter((pl.col("desired_present_ns") != 0) & (pl.col("actual_present_ns") != 0)
-             & (pl.col("actual_present_ns") < INT64_MAX)).sort("actual_present_ns")
+        raise TraceFormatError(
+            p,
+            f"malformed frame line {r['line']!r:.60}",
+            line=int(r["line_no"]),
+            expected="three integers: desiredPresentTime actualPresentTime frameReadyTime (ns)",
+        )
+    frames = (
+        body.select(
+            pl.col("1").cast(pl.Int64).alias("desired_present_ns"),
+            pl.col("2").cast(pl.Int64).alias("actual_present_ns"),
+            pl.col("3").cast(pl.Int64).alias("frame_ready_ns"),
+        )
+        .filter(
+            (pl.col("desired_present_ns") != 0)
+            & (pl.col("actual_present_ns") != 0)
+            & (pl.col("actual_present_ns") < INT64_MAX)
+        )
+        .sort("actual_present_ns")
+    )
     return refresh_ns, frames
 
 
@@ -81,9 +96,11 @@ def df_present_intervals(frames: pl.DataFrame, refresh_period_ns: int) -> pl.Dat
     """Per presented frame: actual_present_ns, interval_ns since the previous present (null for the
     first), and missed_vsync (interval > 1.5 refresh periods: at least one refresh without a new
     frame)."""
-    return frames.select("actual_present_ns").with_columns(
-        pl.col("actual_present_ns").diff().alias("interval_ns")
-    ).with_columns((pl.col("interval_ns") > 1.5 * refresh_period_ns).alias("missed_vsync"))
+    return (
+        frames.select("actual_present_ns")
+        .with_columns(pl.col("actual_present_ns").diff().alias("interval_ns"))
+        .with_columns((pl.col("interval_ns") > 1.5 * refresh_period_ns).alias("missed_vsync"))
+    )
 
 
 def surfaceflinger_metrics(path: str | os.PathLike) -> dict:
@@ -130,19 +147,24 @@ def parse_gfxinfo_framestats(path: str | os.PathLike) -> pl.DataFrame:
     lines = text.splitlines()
     markers = [i for i, ln in enumerate(lines) if ln.strip() == PROFILEDATA]
     if len(markers) < 2:
-        raise TraceFormatError(p, f"found {len(markers)} '{PROFILEDATA}' line(s)", line=(markers[0] + 1) if markers else None,
-                               expected=f"framestats blocks delimited by two '{PROFILEDATA}' lines")
+        raise TraceFormatError(
+            p,
+            f"found {len(markers)} '{PROFILEDATA}' line(s)",
+            line=(markers[0] + 1) if markers else None,
+            expected=f"framestats blocks delimited by two '{PROFILEDATA}' lines",
+        )
     blocks = []
     for b, (start, end) in enumerate(zip(markers[0::2], markers[1::2])):  # loop over blocks, not frames
         blocks.append(_parse_profiledata_block(p, lines, start, end, b))
     if len(markers) % 2:
-        raise TraceFormatError(p, f"unterminated {PROFILEDATA} block", line=markers[-1] + 1,
-                               expected=f"a closing '{PROFILEDATA}' line")
+        raise TraceFormatError(
+            p, f"unterminated {PROFILEDATA} block", line=markers[-1] + 1, expected=f"a closing '{PROFILEDATA}' line"
+        )
     return pl.concat(blocks, how="diagonal_relaxed")
 
 
 def _window_name(lines: list[str], start: int, block: int) -> str:
-    for ln in reversed(lines[max(0, start - 3):start]):
+    for ln in reversed(lines[max(0, start - 3) : start]):
         if ln.strip():
             return ln.strip()
     return f"block{block}"
@@ -155,26 +177,44 @@ def _parse_profiledata_block(p, lines: list[str], start: int, end: int, block: i
     header = [h.strip() for h in lines[header_idx].strip().rstrip(",").split(",")]
     for col in ("Flags", "IntendedVsync", "FrameCompleted"):
         if col not in header:
-            raise TraceFormatError(p, f"framestats header lacks {col!r}: {lines[header_idx].strip()!r:.80}",
-                                   line=header_idx + 1, expected="Flags,IntendedVsync,...,FrameCompleted header")
-    body = pl.DataFrame({"line": lines[header_idx + 1:end]}, schema={"line": pl.Utf8}).with_columns(
-        pl.int_range(header_idx + 2, end + 1).alias("line_no"),
-        pl.col("line").str.strip_chars().str.strip_chars_end(","),
-    ).filter(pl.col("line") != "")
+            raise TraceFormatError(
+                p,
+                f"framestats header lacks {col!r}: {lines[header_idx].strip()!r:.80}",
+                line=header_idx + 1,
+                expected="Flags,IntendedVsync,...,FrameCompleted header",
+            )
+    body = (
+        pl.DataFrame({"line": lines[header_idx + 1 : end]}, schema={"line": pl.Utf8})
+        .with_columns(
+            pl.int_range(header_idx + 2, end + 1).alias("line_no"),
+            pl.col("line").str.strip_chars().str.strip_chars_end(","),
+        )
+        .filter(pl.col("line") != "")
+    )
     parts = body.with_columns(pl.col("line").str.split(",").alias("f"))
     wrong = parts.filter(pl.col("f").list.len() != len(header))
     if not wrong.is_empty():
         r = wrong.row(0, named=True)
-        raise TraceFormatError(p, f"frame row has {len(r['f'])} fields, header has {len(header)}",
-                               line=int(r["line_no"]), expected="one integer per header column")
-    cols = [pl.col("f").list.get(i).str.strip_chars().cast(pl.Int64, strict=False).alias(h)
-            for i, h in enumerate(header)]
-    out = parts.select(pl.lit(_window_name(lines, start, block)).alias("window"),
-                       pl.lit(block, pl.Int32).alias("block"), "line_no", *cols)
+        raise TraceFormatError(
+            p,
+            f"frame row has {len(r['f'])} fields, header has {len(header)}",
+            line=int(r["line_no"]),
+            expected="one integer per header column",
+        )
+    cols = [
+        pl.col("f").list.get(i).str.strip_chars().cast(pl.Int64, strict=False).alias(h) for i, h in enumerate(header)
+    ]
+    out = parts.select(
+        pl.lit(_window_name(lines, start, block)).alias("window"),
+        pl.lit(block, pl.Int32).alias("block"),
+        "line_no",
+        *cols,
+    )
     bad = out.filter(pl.any_horizontal([pl.col(h).is_null() for h in header]))
     if not bad.is_empty():
-        raise TraceFormatError(p, "non-integer value in frame row", line=int(bad["line_no"][0]),
-                               expected="integers (ns)")
+        raise TraceFormatError(
+            p, "non-integer value in frame row", line=int(bad["line_no"][0]), expected="integers (ns)"
+        )
     return out
 
 
@@ -191,13 +231,17 @@ def df_gfxinfo_frames(rows: pl.DataFrame, refresh_rate_hz: float = DEFAULT_REFRE
         budget = pl.when(pl.col("FrameDeadline") > 0).then(budget).otherwise(1000.0 / refresh_rate_hz)
     else:
         budget = pl.lit(1000.0 / refresh_rate_hz)
-    return valid.select(
-        "window",
-        pl.col("IntendedVsync").alias("intended_vsync_ns"),
-        pl.col("FrameCompleted").alias("frame_completed_ns"),
-        ((pl.col("FrameCompleted") - pl.col("IntendedVsync")) / 1e6).alias("frame_ms"),
-        budget.alias("budget_ms"),
-    ).with_columns((pl.col("frame_ms") > pl.col("budget_ms")).alias("janky")).sort("frame_completed_ns")
+    return (
+        valid.select(
+            "window",
+            pl.col("IntendedVsync").alias("intended_vsync_ns"),
+            pl.col("FrameCompleted").alias("frame_completed_ns"),
+            ((pl.col("FrameCompleted") - pl.col("IntendedVsync")) / 1e6).alias("frame_ms"),
+            budget.alias("budget_ms"),
+        )
+        .with_columns((pl.col("frame_ms") > pl.col("budget_ms")).alias("janky"))
+        .sort("frame_completed_ns")
+    )
 
 
 def gfxinfo_metrics(path: str | os.PathLike, refresh_rate_hz: float = DEFAULT_REFRESH_HZ) -> dict:

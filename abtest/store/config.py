@@ -9,6 +9,7 @@
 
 Both are optional; without the file every default applies. A malformed file is a StoreError naming it.
 """
+
 from __future__ import annotations
 
 import tomllib
@@ -22,6 +23,7 @@ from abtest.store.model import StoreError
 @dataclass(frozen=True)
 class StoreConfig:
     """tasks: workload -> task names; rail_channels: channel -> rail names (None: built-in mapping)."""
+
     tasks: dict = field(default_factory=dict)
     rail_channels: dict | None = None
     path: str | None = None
@@ -40,8 +42,7 @@ def _table(doc: dict, key: str, path: Path) -> dict:
     (`power = 1` instead of a [power] table)."""
     value = doc.get(key, {})
     if not isinstance(value, dict):
-        raise StoreError(f"{path}: key {key}: expected a table ([{key}]), got {type(value).__name__} "
-                         f"{_shown(value)}")
+        raise StoreError(f"{path}: key {key}: expected a table ([{key}]), got {type(value).__name__} {_shown(value)}")
     return value
 
 
@@ -59,8 +60,10 @@ def load_store_config(root: str | Path | None) -> StoreConfig:
     tasks: dict[str, tuple[str, ...]] = {}
     for wl, spec in _table(doc, "workloads", path).items():
         if not isinstance(spec, dict):
-            raise StoreError(f"{path}: key workloads.{wl}: expected a table ([workloads.{wl}]), got "
-                             f"{type(spec).__name__} {_shown(spec)}")
+            raise StoreError(
+                f"{path}: key workloads.{wl}: expected a table ([workloads.{wl}]), got "
+                f"{type(spec).__name__} {_shown(spec)}"
+            )
         names = spec.get("tasks", [])
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise StoreError(f"{path}: [workloads.{wl}] tasks must be a list of task names")
@@ -68,7 +71,8 @@ def load_store_config(root: str | Path | None) -> StoreConfig:
     channels = _table(doc, "power", path).get("channels")
     if channels is not None:
         if not isinstance(channels, dict) or not all(
-                isinstance(v, list) and all(isinstance(r, str) for r in v) for v in channels.values()):
+            isinstance(v, list) and all(isinstance(r, str) for r in v) for v in channels.values()
+        ):
             raise StoreError(f"{path}: [power.channels] must map channel names to lists of rail names")
         channels = {k: tuple(v) for k, v in channels.items()}
     return StoreConfig(tasks=tasks, rail_channels=channels, path=str(path))

@@ -19,6 +19,7 @@ A plain directory of traces also works as a label (no store, no markers; abtest.
                                          (same name, trace suffix replaced) are its power samples, results, meta
     DIR/<run>/trace.dat [power.csv ...]  or one subdirectory per iteration holding an iteration's files
 """
+
 from __future__ import annotations
 
 import os
@@ -36,21 +37,45 @@ STORE_CONFIG_FILE = "abtest.toml"
 METRICS_CACHE_FILE = ".abtest-metrics.json"
 PLAIN_WORKLOAD = "traces"  # the one workload of a plain directory of traces
 # The layouts a label argument may have, for error messages (one line each).
-LAYOUT_HINT = ("expected a folder of trace files (each file one iteration; NAME.power.csv / NAME.metrics.json "
-               "beside a trace are its own), or the run store layout STORE/<label>/<workload>/<iteration>/"
-               "{trace.dat, power.csv, metrics.json, .complete}")
+LAYOUT_HINT = (
+    "expected a folder of trace files (each file one iteration; NAME.power.csv / NAME.metrics.json "
+    "beside a trace are its own), or the run store layout STORE/<label>/<workload>/<iteration>/"
+    "{trace.dat, power.csv, metrics.json, .complete}"
+)
 # How to repair iterations excluded for lacking their marker ({dir}: the workload directory).
-INCOMPLETE_FIX = ("`abtest collect` writes .complete last, so a missing one means the run did not finish; if these "
-                  "runs did finish, mark them: `touch {dir}/*/.complete` (or compare the folder of traces directly: "
-                  "plain directories need no markers)")
+INCOMPLETE_FIX = (
+    "`abtest collect` writes .complete last, so a missing one means the run did not finish; if these "
+    "runs did finish, mark them: `touch {dir}/*/.complete` (or compare the folder of traces directly: "
+    "plain directories need no markers)"
+)
 
 # Files in an iteration directory that are never the trace.
 NOT_TRACE = {COMPLETE_MARKER, METRICS_FILE, META_FILE, POWER_FILE, METRICS_CACHE_FILE, *BATTOR_FILES, *PLATFORM_FILES}
 # Trace file names in order of preference (exact names first, then suffixes).
-TRACE_NAMES = ("trace.dat", "trace.perfetto-trace", "trace.pftrace", "trace.pb", "trace.html",
-               "trace.ctrace", "trace.txt")
-TRACE_SUFFIXES = (".dat", ".perfetto-trace", ".pftrace", ".perfetto", ".pb", ".html", ".ctrace",
-                  ".atrace", ".systrace", ".txt", ".gz", ".zst", ".zip")
+TRACE_NAMES = (
+    "trace.dat",
+    "trace.perfetto-trace",
+    "trace.pftrace",
+    "trace.pb",
+    "trace.html",
+    "trace.ctrace",
+    "trace.txt",
+)
+TRACE_SUFFIXES = (
+    ".dat",
+    ".perfetto-trace",
+    ".pftrace",
+    ".perfetto",
+    ".pb",
+    ".html",
+    ".ctrace",
+    ".atrace",
+    ".systrace",
+    ".txt",
+    ".gz",
+    ".zst",
+    ".zip",
+)
 # Files beside a trace in a plain directory of traces: `<trace stem>.power.csv` etc. (never a trace themselves).
 SIDECAR_SUFFIXES = (".power.csv", ".metrics.json", ".meta.json")
 
@@ -81,8 +106,9 @@ def find_trace(directory: Path) -> Path | None:
     for n in TRACE_NAMES:
         if (directory / n).is_file():
             return directory / n
-    files = [f for f in sorted(directory.iterdir()) if f.is_file() and f.name not in NOT_TRACE
-             and not f.name.startswith(".")]
+    files = [
+        f for f in sorted(directory.iterdir()) if f.is_file() and f.name not in NOT_TRACE and not f.name.startswith(".")
+    ]
     for suffix in TRACE_SUFFIXES:
         for f in files:
             if f.name.endswith(suffix):
@@ -108,11 +134,14 @@ def find_platform(directory: Path) -> Path | None:
 
 def is_trace_name(name: str) -> bool:
     """A file name a trace may have (TRACE_NAMES / TRACE_SUFFIXES), not an iteration's other files nor hidden."""
-    if name in NOT_TRACE or name.startswith(".") or name.endswith(SIDECAR_SUFFIXES) \
-            or name.lower().startswith("readme"):
+    if (
+        name in NOT_TRACE
+        or name.startswith(".")
+        or name.endswith(SIDECAR_SUFFIXES)
+        or name.lower().startswith("readme")
+    ):
         return False
     return name in TRACE_NAMES or name.endswith(TRACE_SUFFIXES)
-
 
 
 def trace_stem(trace: Path) -> str:

@@ -1,4 +1,5 @@
 """Values of the run store: one iteration and the metrics.json entries it carries."""
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,10 @@ def _check_tree(doc, path: Path) -> None:
     while stack:
         value, keys = stack.pop()
         if isinstance(value, _LongInt):
-            raise StoreError(f"{path}: key {_key_path(keys)}: an integer of {value.digits} digits (at most "
-                             f"{MAX_INT_DIGITS} are read)")
+            raise StoreError(
+                f"{path}: key {_key_path(keys)}: an integer of {value.digits} digits (at most "
+                f"{MAX_INT_DIGITS} are read)"
+            )
         if len(keys) > MAX_JSON_DEPTH:
             raise StoreError(f"{path}: key {_key_path(keys)}: nested deeper than {MAX_JSON_DEPTH} levels")
         if isinstance(value, dict):
@@ -84,17 +87,17 @@ class Metric:
     fps, score: False; None: no preferred direction, e.g. a residency).  source: where it came from
     ("metrics.json", "power.csv", "trace:<module>").
     """
+
     value: float
     unit: str = ""
     lower_is_better: bool | None = True
     source: str = METRICS_FILE
 
     def to_json(self) -> dict:
-        return {"value": self.value, "unit": self.unit, "lower_is_better": self.lower_is_better,
-                "source": self.source}
+        return {"value": self.value, "unit": self.unit, "lower_is_better": self.lower_is_better, "source": self.source}
 
     @classmethod
-    def from_json(cls, obj, *, where: str = "", source: str = METRICS_FILE) -> "Metric":
+    def from_json(cls, obj, *, where: str = "", source: str = METRICS_FILE) -> Metric:
         """Build from the metrics.json entry form `{"value", "unit", "lower_is_better"}` (or a Metric)."""
         if isinstance(obj, Metric):
             return obj
@@ -109,13 +112,15 @@ class Metric:
             try:
                 value = float(raw)
             except OverflowError:
-                raise StoreError(f"{where}: 'value' {str(raw)[:20]}... is out of the range of a float "
-                                 "(about 1.8e308)") from None
+                raise StoreError(
+                    f"{where}: 'value' {str(raw)[:20]}... is out of the range of a float (about 1.8e308)"
+                ) from None
         lib = obj.get("lower_is_better", True)
         if lib is not None and not isinstance(lib, bool):
             raise StoreError(f"{where}: 'lower_is_better' must be true, false or null, got {lib!r}")
-        return cls(value=value, unit=str(obj.get("unit", "")), lower_is_better=lib,
-                   source=str(obj.get("source", source)))
+        return cls(
+            value=value, unit=str(obj.get("unit", "")), lower_is_better=lib, source=str(obj.get("source", source))
+        )
 
 
 @dataclass
@@ -125,9 +130,11 @@ class Iteration:
     label: kernel label (the directory under STORE).  workload: workload name.  index: iteration number
     (trailing digits of the directory name, else its position).  path: the iteration directory.
     complete: `.complete` present.  metrics: name -> Metric (from metrics.json; derived metrics are added by
-    abtest.compare.metrics).  meta: meta.json contents.  trace_path / power_path / battor_path / platform_path: files or None.
+    abtest.compare.metrics).  meta: meta.json contents.  trace_path / power_path / battor_path / platform_path: files or
+    None.
     name: directory name.  problems: why the iteration is unusable (empty when fine).
     """
+
     label: str
     workload: str
     index: int
@@ -153,5 +160,3 @@ class Iteration:
     def usable(self) -> bool:
         """Complete and nothing wrong with it."""
         return self.complete and not self.problems
-
-

@@ -7,6 +7,7 @@ sampled, uJ). Every reader returns the shape of the canonical ``power_rail`` tab
 (``ts`` Int64 ns, ``rail`` / ``subsystem`` Categorical, ``energy_uj`` Float64), so one integration
 (abtest.analysis.power) serves power.csv, perfetto rails, ODPM, hwmon, RAPL, Monsoon and BattOr alike.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,7 +36,9 @@ def read_power_csv(path: str | Path) -> pl.DataFrame:
     cols = [c.strip() for c in header.split(",")]
     missing = [c for c in ("ts_ns", "rail", "energy_uj") if c not in cols]
     if missing:
-        raise TraceFormatError(path, f"header lacks {missing}", line=1, expected="CSV header ts_ns,rail,subsystem,energy_uj")
+        raise TraceFormatError(
+            path, f"header lacks {missing}", line=1, expected="CSV header ts_ns,rail,subsystem,energy_uj"
+        )
     raw = pl.read_csv(path, infer_schema=False)  # all Utf8, so a bad value can be located
     raw = raw.with_row_index("_line", offset=2)
     parsed = raw.select(
@@ -44,15 +47,21 @@ def read_power_csv(path: str | Path) -> pl.DataFrame:
         pl.col("rail").str.strip_chars().alias("rail"),
         (pl.col("subsystem").fill_null("") if "subsystem" in raw.columns else pl.lit("")).alias("subsystem"),
         pl.col("energy_uj").str.strip_chars().cast(pl.Float64, strict=False).alias("energy_uj"),
-        pl.col("ts_ns").alias("_ts_raw"), pl.col("energy_uj").alias("_e_raw"),
+        pl.col("ts_ns").alias("_ts_raw"),
+        pl.col("energy_uj").alias("_e_raw"),
     )
     bad = parsed.filter(pl.col("ts").is_null() | pl.col("energy_uj").is_null() | pl.col("rail").is_null())
     if bad.height:
         row = bad.row(0, named=True)
-        raise TraceFormatError(path, f"bad sample ts_ns={row['_ts_raw']!r} energy_uj={row['_e_raw']!r}",
-                               line=int(row["_line"]), expected="integer ts_ns, non-empty rail, numeric energy_uj")
-    return (parsed.select("ts", pl.col("rail").cast(pl.Categorical), pl.col("subsystem").cast(pl.Categorical),
-                          "energy_uj").sort("ts", maintain_order=True))
+        raise TraceFormatError(
+            path,
+            f"bad sample ts_ns={row['_ts_raw']!r} energy_uj={row['_e_raw']!r}",
+            line=int(row["_line"]),
+            expected="integer ts_ns, non-empty rail, numeric energy_uj",
+        )
+    return parsed.select(
+        "ts", pl.col("rail").cast(pl.Categorical), pl.col("subsystem").cast(pl.Categorical), "energy_uj"
+    ).sort("ts", maintain_order=True)
 
 
 def write_power_csv(df: pl.DataFrame, path: str | Path) -> Path:
@@ -67,10 +76,18 @@ def read_battor_samples(path: str | Path) -> tuple[pl.DataFrame, dict]:
     own clock unless aligned — and import_errors). Averages over the log's own span are what a power metric
     needs, so an unaligned clock is fine for power.<Channel>; the metadata says which clock it is."""
     from abtest.trace.battor import read_battor
+
     frame, meta = read_battor(path)
     usable = frame["energy_uj"].is_not_null().sum()  # null: a negative current / voltage, excluded
     if usable < 2:
-        raise TraceFormatError(path, f"only {usable} usable BattOr sample(s)",
-                               expected="'time_ms current_mA voltage_mV' rows after the '# BattOr' header")
-    return frame.select("ts", pl.col("rail").cast(pl.Categorical), pl.col("subsystem").cast(pl.Categorical),
-                        pl.col("energy_uj").cast(pl.Float64)), meta
+        raise TraceFormatError(
+            path,
+            f"only {usable} usable BattOr sample(s)",
+            expected="'time_ms current_mA voltage_mV' rows after the '# BattOr' header",
+        )
+    return frame.select(
+        "ts",
+        pl.col("rail").cast(pl.Categorical),
+        pl.col("subsystem").cast(pl.Categorical),
+        pl.col("energy_uj").cast(pl.Float64),
+    ), meta

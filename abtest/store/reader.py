@@ -9,18 +9,30 @@ Automation 3 output directory (a `__meta` directory and/or `result.json` at its 
 
 Everything here is plain data loading: no statistics, no trace decoding.
 """
+
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from abtest.store.layout import (COMPLETE_MARKER, METRICS_FILE, META_FILE, PLAIN_WORKLOAD, POWER_FILE, STORE_ENV,
-                                 default_store_root, find_battor, find_platform, find_trace, is_trace_name, sidecar,
-                                 trace_stem)
+from abtest.store.layout import (
+    COMPLETE_MARKER,
+    META_FILE,
+    METRICS_FILE,
+    PLAIN_WORKLOAD,
+    POWER_FILE,
+    STORE_ENV,
+    default_store_root,
+    find_battor,
+    find_platform,
+    find_trace,
+    is_trace_name,
+    sidecar,
+    trace_stem,
+)
 from abtest.store.model import Iteration, Metric, StoreError, read_json
 from abtest.store.wa import load_wa_output
 
@@ -29,6 +41,7 @@ from abtest.store.wa import load_wa_output
 class Label:
     """All iterations of one kernel label. workloads: workload -> iterations sorted by index (all of them,
     including incomplete ones; use `complete()` for the usable ones)."""
+
     name: str
     path: Path
     workloads: dict = field(default_factory=dict)
@@ -55,6 +68,7 @@ class Label:
 @dataclass
 class Store:
     """A store root and its labels (label name -> Label)."""
+
     root: Path
     labels: dict = field(default_factory=dict)
 
@@ -67,17 +81,20 @@ class Store:
         if p.is_dir():
             return load_label(p)
         known = ", ".join(sorted(self.labels)) or "none"
-        raise StoreError(f"label {key!r} not found in store {self.root} (labels there: {known}) "
-                         f"and it is not a directory")
+        raise StoreError(
+            f"label {key!r} not found in store {self.root} (labels there: {known}) and it is not a directory"
+        )
 
 
 def align_plain(a: Label, b: Label) -> tuple[Label, Label]:
     """When exactly one of two labels is a plain directory of traces and the other has one workload, the plain
     label's workload takes that name, so a folder of traces compares with a store label."""
+
     def renamed(plain: Label, other: Label) -> Label:
         (name,) = other.workloads
         its = [dataclasses.replace(it, workload=name) for it in plain.workloads.get(PLAIN_WORKLOAD, [])]
         return Label(plain.name, plain.path, {name: its}, plain=True)
+
     if a.plain != b.plain and len(a.workloads) == len(b.workloads) == 1:
         return (renamed(a, b), b) if a.plain else (a, renamed(b, a))
     return a, b
@@ -92,8 +109,7 @@ def load_store(root: str | os.PathLike | None = None) -> Store:
     """Load every label directory under `root` (default: ABTEST_STORE or ./results)."""
     root_path = Path(root) if root is not None else default_store_root()
     if not root_path.is_dir():
-        raise StoreError(f"store {root_path} does not exist or is not a directory "
-                         f"(set --store or {STORE_ENV})")
+        raise StoreError(f"store {root_path} does not exist or is not a directory (set --store or {STORE_ENV})")
     store = Store(root=root_path)
     for child in sorted(root_path.iterdir()):
         if child.is_dir() and not child.name.startswith("."):
@@ -138,7 +154,8 @@ def _holds_one_iteration(d: Path) -> bool:
         return False
     children = list(d.iterdir())
     return not any(c.is_dir() for c in children) and (
-        find_trace(d) is not None or (d / METRICS_FILE).is_file() or (d / POWER_FILE).is_file())
+        find_trace(d) is not None or (d / METRICS_FILE).is_file() or (d / POWER_FILE).is_file()
+    )
 
 
 def _plain_dirs(path: Path) -> list[Path]:
@@ -180,9 +197,19 @@ def _plain_file_iteration(trace: Path, *, label: str, position: int) -> Iteratio
             problems.append(str(e))
     meta = _read_meta(sidecar(trace, "meta.json"), problems)
     stem = trace_stem(trace)
-    return Iteration(label=label, workload=PLAIN_WORKLOAD, index=_iteration_index(stem, position), path=trace,
-                     complete=True, metrics=metrics, meta=meta, trace_path=trace,
-                     power_path=sidecar(trace, "power.csv"), name=trace.name, problems=problems)
+    return Iteration(
+        label=label,
+        workload=PLAIN_WORKLOAD,
+        index=_iteration_index(stem, position),
+        path=trace,
+        complete=True,
+        metrics=metrics,
+        meta=meta,
+        trace_path=trace,
+        power_path=sidecar(trace, "power.csv"),
+        name=trace.name,
+        problems=problems,
+    )
 
 
 def _load_wa(path: Path, label: str) -> list[Iteration]:
@@ -218,11 +245,19 @@ def load_iteration(path: str | os.PathLike, *, label: str, workload: str, positi
     meta = _read_meta(meta_path if meta_path.is_file() else None, problems)
     power = path / POWER_FILE
     return Iteration(
-        label=label, workload=workload, index=_iteration_index(path.name, position), path=path,
-        complete=(path / COMPLETE_MARKER).exists(), metrics=metrics, meta=meta,
-        trace_path=find_trace(path), power_path=power if power.is_file() else None,
-        battor_path=find_battor(path), platform_path=find_platform(path),
-        name=path.name, problems=problems,
+        label=label,
+        workload=workload,
+        index=_iteration_index(path.name, position),
+        path=path,
+        complete=(path / COMPLETE_MARKER).exists(),
+        metrics=metrics,
+        meta=meta,
+        trace_path=find_trace(path),
+        power_path=power if power.is_file() else None,
+        battor_path=find_battor(path),
+        platform_path=find_platform(path),
+        name=path.name,
+        problems=problems,
     )
 
 

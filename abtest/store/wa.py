@@ -35,6 +35,7 @@ Mapping onto abtest's store model (abtest.store.reader.Iteration):
   meta          <- {"kernel": {"release", "version"}, "hardware": target/os/abi/cpus, "wa": run name,
                     uuid, job id, WA status, classifiers, workload parameters, runtime parameters}
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -78,15 +79,23 @@ def _jobs_from_state(root: Path) -> list[dict]:
         doc = _read_json(state, "run state")
         jobs = []
         for j in doc.get("jobs", []):
-            jobs.append({"id": str(j["id"]), "label": str(j["label"]), "iteration": int(j["iteration"]),
-                         "status": _status(j.get("status")), "retries": int(j.get("retries") or 0)})
+            jobs.append(
+                {
+                    "id": str(j["id"]),
+                    "label": str(j["label"]),
+                    "iteration": int(j["iteration"]),
+                    "status": _status(j.get("status")),
+                    "retries": int(j.get("retries") or 0),
+                }
+            )
         return jobs
     jobs = []  # no state file: job directories named <id>-<label>-<iteration> holding a result.json
     for d in sorted(root.iterdir()):
         m = _JOB_DIR.match(d.name)
         if d.is_dir() and m and (d / "result.json").is_file():
-            jobs.append({"id": m["id"], "label": m["label"], "iteration": int(m["iteration"]),
-                         "status": None, "retries": 0})
+            jobs.append(
+                {"id": m["id"], "label": m["label"], "iteration": int(m["iteration"]), "status": None, "retries": 0}
+            )
     return jobs
 
 
@@ -100,8 +109,12 @@ def _metric_name(m: dict, job_classifiers: dict) -> str:
 def _trace_artifact(job_dir: Path, artifacts: list[dict]) -> Path | None:
     for a in artifacts:
         p = job_dir / str(a.get("path", ""))
-        if a.get("kind") in ("data", "raw") and p.is_file() and p.name.endswith(_TRACE_ARTIFACT_SUFFIXES) \
-                and "energy" not in p.name:
+        if (
+            a.get("kind") in ("data", "raw")
+            and p.is_file()
+            and p.name.endswith(_TRACE_ARTIFACT_SUFFIXES)
+            and "energy" not in p.name
+        ):
             return p
     return None
 
@@ -110,8 +123,11 @@ def _energy_csvs(job_dir: Path, artifacts: list[dict]) -> list[Path]:
     found = []
     for a in artifacts:
         p = job_dir / str(a.get("path", ""))
-        if p.suffix == ".csv" and p.is_file() and ("energy" in p.name or "energy" in str(a.get("name", ""))
-                                                   or "power" in p.name):
+        if (
+            p.suffix == ".csv"
+            and p.is_file()
+            and ("energy" in p.name or "energy" in str(a.get("name", "")) or "power" in p.name)
+        ):
             found.append(p)
     if not found:
         found = sorted(p for p in job_dir.glob("*.csv") if "energy" in p.name or "power" in p.name)
@@ -154,8 +170,16 @@ def energy_csv_to_samples(path: Path) -> pl.DataFrame:
         else:
             dt_s = np.diff(ts_ns) / 1e9
             energy_uj = np.concatenate([[0.0], np.cumsum((v[1:] + v[:-1]) / 2 * dt_s)]) * 1e6
-        frames.append(pl.DataFrame({"ts_ns": ts_ns, "rail": [site] * len(ts_ns),
-                                    "subsystem": ["wa-energy"] * len(ts_ns), "energy_uj": energy_uj}))
+        frames.append(
+            pl.DataFrame(
+                {
+                    "ts_ns": ts_ns,
+                    "rail": [site] * len(ts_ns),
+                    "subsystem": ["wa-energy"] * len(ts_ns),
+                    "energy_uj": energy_uj,
+                }
+            )
+        )
     return pl.concat(frames)
 
 
@@ -194,7 +218,9 @@ def load_wa_output(path: str | os.PathLike, label: str | None = None) -> list[It
     run_result = _read_json(root / "result.json", "run result") if (root / "result.json").is_file() else {}
     meta_dir = root / "__meta"
     run_info = _read_json(meta_dir / "run_info.json", "run info") if (meta_dir / "run_info.json").is_file() else {}
-    target = _read_json(meta_dir / "target_info.json", "target info") if (meta_dir / "target_info.json").is_file() else {}
+    target = (
+        _read_json(meta_dir / "target_info.json", "target info") if (meta_dir / "target_info.json").is_file() else {}
+    )
     specs = {}
     if (meta_dir / "jobs.json").is_file():
         specs = {str(s.get("id")): s for s in _read_json(meta_dir / "jobs.json", "job specs").get("jobs", [])}
@@ -224,35 +250,58 @@ def load_wa_output(path: str | os.PathLike, label: str | None = None) -> list[It
             value = m.get("value")
             metrics[_metric_name(m, classifiers)] = {
                 "value": value if isinstance(value, (int, float)) and not isinstance(value, bool) else None,
-                "unit": m.get("units") or "", "lower_is_better": bool(m.get("lower_is_better", False)),
-                "source": "wa:result.json"}
+                "unit": m.get("units") or "",
+                "lower_is_better": bool(m.get("lower_is_better", False)),
+                "source": "wa:result.json",
+            }
         artifacts = [a for a in result.get("artifacts", []) if isinstance(a, dict)]
         trace_path = _trace_artifact(job_dir, artifacts) if job_dir.is_dir() else None
         if trace_path is None and job_dir.is_dir():
             trace_path = find_trace(job_dir)
             if trace_path is not None and (trace_path.name == "result.json" or trace_path.suffix == ".csv"):
                 trace_path = None
-        power_path, power_problems = _power_file(job_dir, _energy_csvs(job_dir, artifacts)) if job_dir.is_dir() \
-            else (None, [])
+        power_path, power_problems = (
+            _power_file(job_dir, _energy_csvs(job_dir, artifacts)) if job_dir.is_dir() else (None, [])
+        )
         problems.extend(power_problems)
         if status != "OK":
             problems.append(f"WA job status {status}")
         meta = {
             "kernel": {"release": target.get("kernel_release"), "version": target.get("kernel_version")},
-            "hardware": {k: target.get(k) for k in ("target", "os", "os_version", "abi", "hostname")
-                         if target.get(k) is not None} | ({"cpus": len(target["cpus"])} if target.get("cpus") else {}),
-            "wa": {"run_name": run_info.get("run_name"), "run_uuid": run_info.get("uuid"),
-                   "project": run_info.get("project"), "job_id": job["id"], "status": status,
-                   "retries": job["retries"], "classifiers": classifiers,
-                   "workload_name": spec.get("workload_name"),
-                   "workload_parameters": spec.get("workload_parameters"),
-                   "runtime_parameters": spec.get("runtime_parameters"),
-                   "start_time": run_info.get("start_time"), "end_time": run_info.get("end_time")},
+            "hardware": {
+                k: target.get(k) for k in ("target", "os", "os_version", "abi", "hostname") if target.get(k) is not None
+            }
+            | ({"cpus": len(target["cpus"])} if target.get("cpus") else {}),
+            "wa": {
+                "run_name": run_info.get("run_name"),
+                "run_uuid": run_info.get("uuid"),
+                "project": run_info.get("project"),
+                "job_id": job["id"],
+                "status": status,
+                "retries": job["retries"],
+                "classifiers": classifiers,
+                "workload_name": spec.get("workload_name"),
+                "workload_parameters": spec.get("workload_parameters"),
+                "runtime_parameters": spec.get("runtime_parameters"),
+                "start_time": run_info.get("start_time"),
+                "end_time": run_info.get("end_time"),
+            },
         }
-        iterations.append(Iteration(
-            label=kernel_label, workload=job["label"], index=job["iteration"], path=job_dir,
-            complete=status == "OK" and job_dir.is_dir(), metrics=metrics, meta=meta, trace_path=trace_path,
-            power_path=power_path, name=job_dir.name, problems=problems))
+        iterations.append(
+            Iteration(
+                label=kernel_label,
+                workload=job["label"],
+                index=job["iteration"],
+                path=job_dir,
+                complete=status == "OK" and job_dir.is_dir(),
+                metrics=metrics,
+                meta=meta,
+                trace_path=trace_path,
+                power_path=power_path,
+                name=job_dir.name,
+                problems=problems,
+            )
+        )
     if not iterations:
         raise StoreError(f"{root}: WA output directory lists no jobs (.run_state.json or <id>-<label>-<n>/ dirs)")
     return iterations

@@ -13,6 +13,7 @@ directory is created private (0700) and opened to the umask's mode only when com
 `.complete` are written without following symlinks; the trace file stays owner-only (0600: it holds
 kernel symbol addresses).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,9 @@ import shutil
 from pathlib import Path
 
 from abtest.safe_io import UnsafePathError, check_name, confined, make_private_dir, write_file_no_follow
-from abtest.store.model import Metric
-
 from abtest.store.layout import COMPLETE_MARKER as COMPLETE
 from abtest.store.layout import STORE_ENV, default_store_root, is_complete, iteration_dir  # noqa: F401 (re-exported)
+from abtest.store.model import Metric
 
 
 def default_store() -> Path:
@@ -91,8 +91,7 @@ def discard_stale_temps(store: Path) -> list[Path]:
     return removed
 
 
-def write_iteration(path: str | os.PathLike, metrics: dict, meta: dict | None = None, *,
-                    complete: bool = True) -> Path:
+def write_iteration(path: str | os.PathLike, metrics: dict, meta: dict | None = None, *, complete: bool = True) -> Path:
     """Write an iteration directory in the store layout (for importers and tests): metrics.json from
     {name: {"value", "unit", "lower_is_better"}} (or Metric), meta.json, then `.complete` last."""
     path = Path(path)

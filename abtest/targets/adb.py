@@ -6,6 +6,7 @@ another adb server), root through `adb root` when the build allows it with a fal
 tracefs discovery (/sys/kernel/tracing vs /sys/kernel/debug/tracing, from the base class).
 Exit codes arrive through adb's shell v2 protocol (adb >= 1.0.36 on both ends).
 """
+
 from __future__ import annotations
 
 import re
@@ -16,11 +17,11 @@ from pathlib import Path
 
 from abtest.targets.base import RunResult, Target, TargetConnectionError, TargetError, TargetTimeout
 
-
 # what the adb client prints when the transport (not the command) failed
 _ADB_TRANSPORT_ERROR = re.compile(
     r"^(adb: )?error: (device .*not found|no devices|closed|device offline|device unauthorized|protocol fault"
-    r"|more than one device|failed to)")
+    r"|more than one device|failed to)"
+)
 
 
 @dataclass
@@ -32,6 +33,7 @@ class AdbTarget(Target):
         server_port: adb server port for this target (None: adb's default 5037).
         adb: path of the adb binary.
     """
+
     name: str = "adb"
     serial: str | None = None
     server_port: int | None = None
@@ -49,12 +51,12 @@ class AdbTarget(Target):
         """Run `adb [-P port] [-s serial] ARGS...` on the host."""
         t0 = time.monotonic()
         try:
-            p = subprocess.run(self._adb_argv(*args), capture_output=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL)
+            p = subprocess.run(self._adb_argv(*args), capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise TargetTimeout(f"{self.name}: adb {' '.join(args)[:200]} did not finish within {timeout} s") from None
-        return RunResult(p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"),
-                         time.monotonic() - t0)
+        return RunResult(
+            p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"), time.monotonic() - t0
+        )
 
     def connect(self) -> None:
         """`adb connect` a network serial (HOST:PORT); no-op for USB serials."""
@@ -63,8 +65,10 @@ class AdbTarget(Target):
             p = subprocess.run(argv, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
             out = p.stdout.decode(errors="replace")
             if "connected to" not in out:
-                raise TargetConnectionError(f"{self.name}: adb connect {self.serial} failed: {out.strip()} "
-                                            f"{p.stderr.decode(errors='replace').strip()}")
+                raise TargetConnectionError(
+                    f"{self.name}: adb connect {self.serial} failed: {out.strip()} "
+                    f"{p.stderr.decode(errors='replace').strip()}"
+                )
 
     def reconnect(self) -> None:
         self.connect()
@@ -126,7 +130,10 @@ class AdbTarget(Target):
             except TargetConnectionError:
                 time.sleep(poll_s)
                 continue
-            if self.is_up() and self._run("getprop sys.boot_completed 2>/dev/null || echo 1", 15).stdout.strip() in ("1", ""):
+            if self.is_up() and self._run("getprop sys.boot_completed 2>/dev/null || echo 1", 15).stdout.strip() in (
+                "1",
+                "",
+            ):
                 self.root_wrap = None
                 return time.monotonic() - t0
             time.sleep(poll_s)

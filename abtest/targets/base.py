@@ -9,12 +9,13 @@ Commands are given either as an argv list (each element quoted with abtest.targe
 remote shell: no injection) or as a string, which is passed to the target's shell unchanged (use
 that only for shell syntax you wrote yourself: pipes, redirections, loops).
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from abtest.targets.shell import quote
 
@@ -32,7 +33,7 @@ class TargetConnectionError(TargetError):
 class TargetCommandError(TargetError):
     """A command exited non-zero when success was required (`check=True`)."""
 
-    def __init__(self, target: str, cmd: str, result: "RunResult"):
+    def __init__(self, target: str, cmd: str, result: RunResult):
         self.result = result
         tail = (result.stderr or result.stdout).strip()[-800:]
         super().__init__(f"{target}: `{cmd}` exited {result.exit_code}: {tail}")
@@ -46,6 +47,7 @@ class TargetTimeout(TargetError):
 class RunResult:
     """Outcome of one command: exit_code (int), stdout/stderr (str, utf-8 with replacement),
     duration_s (float, wall-clock seconds measured on the host)."""
+
     exit_code: int
     stdout: str
     stderr: str
@@ -73,6 +75,7 @@ class Target:
         root_wrap: how a shell command is made to run as root: '' (already root), 'sudo -n' or
             'su -c'; None until `ensure_root` has found out.
     """
+
     name: str = "target"
     platform: dict | None = None
     root_wrap: str | None = field(default=None, repr=False)
@@ -110,8 +113,7 @@ class Target:
         return here == there
 
     # -- provided ------------------------------------------------------------------------------
-    def run(self, cmd: Command, timeout: float | None = 60, *, as_root: bool = False,
-            check: bool = False) -> RunResult:
+    def run(self, cmd: Command, timeout: float | None = 60, *, as_root: bool = False, check: bool = False) -> RunResult:
         """Run `cmd` on the target; return its RunResult.
 
         Args:
@@ -182,11 +184,14 @@ class Target:
             "[ -e /sys/kernel/tracing/trace_marker ] && { echo /sys/kernel/tracing; exit 0; }; "
             "mount -t debugfs nodev /sys/kernel/debug 2>/dev/null; "
             "[ -e /sys/kernel/debug/tracing/trace_marker ] && { echo /sys/kernel/debug/tracing; exit 0; }; "
-            "exit 1")
+            "exit 1"
+        )
         res = self.run(script, 30, as_root=True)
         if res.exit_code != 0 or not res.stdout.strip():
-            raise TargetError(f"{self.name}: no tracefs at /sys/kernel/tracing or /sys/kernel/debug/tracing "
-                              f"and mounting failed ({res.stderr.strip()})")
+            raise TargetError(
+                f"{self.name}: no tracefs at /sys/kernel/tracing or /sys/kernel/debug/tracing "
+                f"and mounting failed ({res.stderr.strip()})"
+            )
         return res.stdout.strip().splitlines()[-1]
 
     def reboot(self, command: str | None = None) -> None:

@@ -22,8 +22,10 @@
     settings = { cpuidle_governor = "menu" }
     [platform]                   # capacities, OPPs, energy model, rail groups (see docs/collect.md)
 
-The QEMU kind takes [qemu] (memory_mb, smp, append, boot_timeout_s, boot_attempts) and per kernel `package = "linux-image-6.1.0-*-amd64"`.
+The QEMU kind takes [qemu] (memory_mb, smp, append, boot_timeout_s, boot_attempts) and per kernel `package =
+"linux-image-6.1.0-*-amd64"`.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,6 +53,7 @@ class BootEntry:
     append: QEMU only, extra kernel command line.
     timeout_s: seconds to wait for the target to come back.
     """
+
     label: str
     command: str = ""
     host_command: str = ""
@@ -63,6 +66,7 @@ class BootEntry:
 @dataclass
 class TargetConfig:
     """A parsed target file. `raw` keeps the whole TOML document."""
+
     name: str
     kind: str
     path: Path | None = None
@@ -103,11 +107,20 @@ def parse_target(doc: dict, where: str = "<target>") -> TargetConfig:
             raise TargetConfigError(f"{where}: [labels.{label}] must be a table with a `settings` table")
     conn = _table(doc, "connection", where)
     if kind == "ssh" and "host" not in conn:
-        raise TargetConfigError(f"{where}: kind = \"ssh\" needs [connection] host")
-    return TargetConfig(name=str(doc.get("name") or (Path(where).stem if where else kind)), kind=kind,
-                        connection=conn, trace=_table(doc, "trace", where), power=_table(doc, "power", where),
-                        cooldown=_table(doc, "cooldown", where), boot=boot, labels=labels,
-                        qemu=_table(doc, "qemu", where), platform=doc.get("platform"), raw=doc)
+        raise TargetConfigError(f'{where}: kind = "ssh" needs [connection] host')
+    return TargetConfig(
+        name=str(doc.get("name") or (Path(where).stem if where else kind)),
+        kind=kind,
+        connection=conn,
+        trace=_table(doc, "trace", where),
+        power=_table(doc, "power", where),
+        cooldown=_table(doc, "cooldown", where),
+        boot=boot,
+        labels=labels,
+        qemu=_table(doc, "qemu", where),
+        platform=doc.get("platform"),
+        raw=doc,
+    )
 
 
 def load_target_file(path: str | os.PathLike) -> TargetConfig:
@@ -130,19 +143,32 @@ def make_target(cfg: TargetConfig, *, connection: dict | None = None) -> Target:
     conn.update(connection or {})
     if cfg.kind == "local":
         from abtest.targets.local import LocalTarget
+
         return LocalTarget(name=cfg.name, platform=cfg.platform)
     if cfg.kind in ("ssh", "qemu"):
         from abtest.targets.ssh import SshTarget
-        allowed = {"host", "port", "user", "key_file", "host_key", "known_hosts", "insecure_accept_any_host_key",
-                   "connect_timeout_s"}
+
+        allowed = {
+            "host",
+            "port",
+            "user",
+            "key_file",
+            "host_key",
+            "known_hosts",
+            "insecure_accept_any_host_key",
+            "connect_timeout_s",
+        }
         bad = set(conn) - allowed
         if bad:
-            raise TargetConfigError(f"{cfg.path or cfg.name}: unknown [connection] keys {sorted(bad)} "
-                                    f"(ssh takes {sorted(allowed)})")
+            raise TargetConfigError(
+                f"{cfg.path or cfg.name}: unknown [connection] keys {sorted(bad)} (ssh takes {sorted(allowed)})"
+            )
         return SshTarget(name=cfg.name, platform=cfg.platform, **conn)
     from abtest.targets.adb import AdbTarget
+
     bad = set(conn) - {"serial", "server_port", "adb"}
     if bad:
-        raise TargetConfigError(f"{cfg.path or cfg.name}: unknown [connection] keys {sorted(bad)} "
-                                f"(adb takes serial, server_port, adb)")
+        raise TargetConfigError(
+            f"{cfg.path or cfg.name}: unknown [connection] keys {sorted(bad)} (adb takes serial, server_port, adb)"
+        )
     return AdbTarget(name=cfg.name, platform=cfg.platform, **conn)

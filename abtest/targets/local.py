@@ -1,4 +1,5 @@
 """LocalTarget: this machine, through /bin/sh and plain file copies."""
+
 from __future__ import annotations
 
 import os
@@ -15,12 +16,18 @@ from abtest.targets.base import RunResult, Target, TargetTimeout
 @dataclass
 class LocalTarget(Target):
     """Runs commands with `/bin/sh -c` on this machine."""
+
     name: str = "local"
 
     def _run(self, shell_cmd: str, timeout: float | None) -> RunResult:
         t0 = time.monotonic()
-        proc = subprocess.Popen(["/bin/sh", "-c", shell_cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", shell_cmd],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -31,8 +38,9 @@ class LocalTarget(Target):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             raise
-        return RunResult(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"),
-                         time.monotonic() - t0)
+        return RunResult(
+            proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"), time.monotonic() - t0
+        )
 
     def push(self, local: str | Path, remote: str) -> None:
         shutil.copyfile(local, remote)

@@ -15,6 +15,7 @@
   first use and kept running across iterations (boots are reused; ABAB costs no reboot).
 TCG timings are emulated: compare kernels' behaviour, not absolute speed.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -29,9 +30,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from rich.markup import escape
 
@@ -41,8 +42,14 @@ from abtest.targets.shell import quote
 from abtest.targets.ssh import SshTarget
 
 INITRAMFS_VERSION = "4"  # bump when the initramfs content changes (part of the cache key)
-GUEST_BINARIES = ("/usr/sbin/dropbear", "/usr/lib/sftp-server", "/usr/bin/trace-cmd", "/usr/bin/hackbench",
-                  "/usr/bin/cyclictest", "/usr/bin/date")
+GUEST_BINARIES = (
+    "/usr/sbin/dropbear",
+    "/usr/lib/sftp-server",
+    "/usr/bin/trace-cmd",
+    "/usr/bin/hackbench",
+    "/usr/bin/cyclictest",
+    "/usr/bin/date",
+)
 DROPBEAR_LINE = "dropbear -r /etc/dropbear/dropbear_ed25519_host_key -s -p 22 -P /run/dropbear.pid"
 # without ssh (the LAVA recipe's ramdisk: no host key in it), /init marks the network ready instead
 NO_SSH_LINE = ": > /run/abtest-net.ready"
@@ -96,6 +103,7 @@ def find_kernel_package(glob: str) -> list[str]:
 @dataclass
 class KernelImage:
     """An extracted Debian kernel: release (uname -r), vmlinuz path, modules to load at boot."""
+
     package: str
     release: str
     vmlinuz: Path
@@ -124,9 +132,14 @@ def fetch_kernel(package_glob: str, log: Callable[[str], None] = lambda m: None)
                 errors.append(f"{name}: {r.stderr.strip()[-300:]}")
                 continue
             # only vmlinuz and the NIC driver: a few MB instead of the whole module tree
-            tar = subprocess.run(f"dpkg-deb --fsys-tarfile {quote(str(debs[0]))} | tar -x -C {quote(str(tmp))} "
-                                 "--wildcards './boot/vmlinuz-*' '*/drivers/net/ethernet/intel/e1000/e1000.ko*'",
-                                 shell=True, capture_output=True, text=True, timeout=600)
+            tar = subprocess.run(
+                f"dpkg-deb --fsys-tarfile {quote(str(debs[0]))} | tar -x -C {quote(str(tmp))} "
+                "--wildcards './boot/vmlinuz-*' '*/drivers/net/ethernet/intel/e1000/e1000.ko*'",
+                shell=True,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             if tar.returncode != 0:
                 errors.append(f"{name}: extracting failed: {tar.stderr.strip()[-300:]}")
                 continue
@@ -145,7 +158,7 @@ def _kernel_from_dir(name: str, d: Path) -> KernelImage:
     vmlinuz = sorted((d / "boot").glob("vmlinuz-*"))
     if not vmlinuz:
         raise TargetError(f"{d}: no boot/vmlinuz-* in {name}")
-    release = vmlinuz[0].name[len("vmlinuz-"):]
+    release = vmlinuz[0].name[len("vmlinuz-") :]
     mods = sorted(d.glob("lib/modules/*/kernel/drivers/net/ethernet/intel/e1000/e1000.ko*"))
     return KernelImage(name, release, vmlinuz[0], mods)
 
@@ -187,6 +200,7 @@ def _decompress_module(src: Path, dest: Path) -> None:
         data = lzma.decompress(data)
     elif src.suffix == ".zst":
         import zstandard
+
         data = zstandard.ZstdDecompressor().decompressobj().decompress(data)
     elif src.suffix == ".gz":
         data = gzip.decompress(data)
@@ -208,8 +222,22 @@ def build_initramfs(kernel: KernelImage, extra_binaries: tuple[str, ...] = (), *
     host_key, _, client = guest_keys() if ssh else (None, None, None)
     with tempfile.TemporaryDirectory(prefix="abtest-initramfs-") as tmpd:
         root = Path(tmpd) / "root"
-        for d in ("bin", "sbin", "usr/bin", "usr/sbin", "usr/lib", "etc/dropbear", "proc", "sys", "dev", "tmp",
-                  "run", "root/.ssh", "lib/modules", "var/log"):
+        for d in (
+            "bin",
+            "sbin",
+            "usr/bin",
+            "usr/sbin",
+            "usr/lib",
+            "etc/dropbear",
+            "proc",
+            "sys",
+            "dev",
+            "tmp",
+            "run",
+            "root/.ssh",
+            "lib/modules",
+            "var/log",
+        ):
             (root / d).mkdir(parents=True, exist_ok=True)
         _copy("/bin/busybox", root, "/bin/busybox")
         applets = subprocess.run(["/bin/busybox", "--list"], capture_output=True, text=True, check=True).stdout.split()
@@ -264,11 +292,13 @@ def write_newc_cpio(root: Path, f) -> None:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         rel_dir = os.path.relpath(dirpath, root)
-        entries = ([] if rel_dir == "." else [rel_dir]) + [os.path.normpath(os.path.join(rel_dir, n))
-                                                           for n in sorted(filenames)]
+        entries = ([] if rel_dir == "." else [rel_dir]) + [
+            os.path.normpath(os.path.join(rel_dir, n)) for n in sorted(filenames)
+        ]
         # symlinks to directories show up in dirnames: archive them as links too
-        entries += [os.path.normpath(os.path.join(rel_dir, n)) for n in dirnames
-                    if os.path.islink(os.path.join(dirpath, n))]
+        entries += [
+            os.path.normpath(os.path.join(rel_dir, n)) for n in dirnames if os.path.islink(os.path.join(dirpath, n))
+        ]
         for rel in entries:
             full = root / rel
             st = os.lstat(full)
@@ -302,8 +332,16 @@ def free_port() -> int:
 class QemuVM:
     """One TCG guest; `start()` returns once dropbear answers on the forwarded 127.0.0.1 port."""
 
-    def __init__(self, kernel: KernelImage, initrd: Path, *, memory_mb: int = 512, smp: int = 2,
-                 append: str = "", workdir: Path | None = None):
+    def __init__(
+        self,
+        kernel: KernelImage,
+        initrd: Path,
+        *,
+        memory_mb: int = 512,
+        smp: int = 2,
+        append: str = "",
+        workdir: Path | None = None,
+    ):
         self.kernel, self.initrd = kernel, initrd
         self.memory_mb, self.smp, self.append = memory_mb, smp, append
         self.owns_dir = workdir is None
@@ -318,13 +356,35 @@ class QemuVM:
     def argv(self) -> list[str]:
         # loglevel=4: warnings (RCU stalls, soft lockups, oopses) reach the serial log for diagnosis
         cmdline = f"console=ttyS0 loglevel=4 panic=-1 {self.append}".strip()
-        return ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max", "-m", str(self.memory_mb),
-                "-smp", str(self.smp), "-display", "none", "-no-reboot", "-kernel", str(self.kernel.vmlinuz),
-                "-initrd", str(self.initrd), "-append", cmdline,
-                "-nic", f"user,model=e1000,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:22",
-                "-pidfile", str(self.pidfile), "-serial", f"file:{self.serial_log}", "-daemonize"]
+        return [
+            "qemu-system-x86_64",
+            "-accel",
+            "tcg,thread=multi",
+            "-cpu",
+            "max",
+            "-m",
+            str(self.memory_mb),
+            "-smp",
+            str(self.smp),
+            "-display",
+            "none",
+            "-no-reboot",
+            "-kernel",
+            str(self.kernel.vmlinuz),
+            "-initrd",
+            str(self.initrd),
+            "-append",
+            cmdline,
+            "-nic",
+            f"user,model=e1000,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:22",
+            "-pidfile",
+            str(self.pidfile),
+            "-serial",
+            f"file:{self.serial_log}",
+            "-daemonize",
+        ]
 
-    def start(self, timeout_s: float = 120.0) -> "QemuVM":
+    def start(self, timeout_s: float = 120.0) -> QemuVM:
         self.port = free_port()
         self.serial_log.unlink(missing_ok=True)
         t0 = time.monotonic()
@@ -335,8 +395,10 @@ class QemuVM:
         while time.monotonic() - t0 < timeout_s:
             if not self.alive():
                 self.death_reason = guest_death_reason(self.log_text())
-                raise TargetError(f"qemu exited during boot of {self.kernel.release} "
-                                  f"({self.death_reason}); serial log tail: {self.log_tail()}")
+                raise TargetError(
+                    f"qemu exited during boot of {self.kernel.release} "
+                    f"({self.death_reason}); serial log tail: {self.log_tail()}"
+                )
             if "ABTEST-READY" in self.log_text():
                 try:
                     with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
@@ -348,8 +410,9 @@ class QemuVM:
                     pass
             time.sleep(0.25)
         self.stop()
-        raise TargetTimeout(f"{self.kernel.release} did not boot to ssh within {timeout_s:.0f} s; "
-                            f"serial log tail: {self.log_tail()}")
+        raise TargetTimeout(
+            f"{self.kernel.release} did not boot to ssh within {timeout_s:.0f} s; serial log tail: {self.log_tail()}"
+        )
 
     def log_text(self) -> str:
         try:
@@ -385,8 +448,15 @@ class QemuVM:
 
     def target(self, name: str) -> SshTarget:
         _, host_pub, client = guest_keys()
-        return SshTarget(name=name, host="127.0.0.1", port=self.port, user="root", key_file=str(client),
-                         host_key=host_pub, connect_timeout_s=30)
+        return SshTarget(
+            name=name,
+            host="127.0.0.1",
+            port=self.port,
+            user="root",
+            key_file=str(client),
+            host_key=host_pub,
+            connect_timeout_s=30,
+        )
 
 
 class QemuProvider:
@@ -407,8 +477,13 @@ class QemuProvider:
         attempts = max(1, int(q.get("boot_attempts", 3)))
         timeout_s = float(q.get("boot_timeout_s", boot.timeout_s if boot.timeout_s != 300.0 else 120.0))
         for attempt in range(1, attempts + 1):
-            vm = QemuVM(kernel, initrd, memory_mb=int(q.get("memory_mb", 512)), smp=int(q.get("smp", 2)),
-                        append=f"{q.get('append', '')} {boot.append}".strip())
+            vm = QemuVM(
+                kernel,
+                initrd,
+                memory_mb=int(q.get("memory_mb", 512)),
+                smp=int(q.get("smp", 2)),
+                append=f"{q.get('append', '')} {boot.append}".strip(),
+            )
             self.log(f"booting {label}: {kernel.package} ({kernel.release}) under QEMU TCG")
             try:
                 vm.start(timeout_s=timeout_s)
@@ -417,8 +492,10 @@ class QemuProvider:
                 vm.stop()
                 if vm.death_reason is None or attempt == attempts:
                     raise
-                self.log(f"[yellow]{label}: guest died during boot ({escape(vm.death_reason)}); relaunching "
-                         f"(boot attempt {attempt + 1}/{attempts})[/]")
+                self.log(
+                    f"[yellow]{label}: guest died during boot ({escape(vm.death_reason)}); relaunching "
+                    f"(boot attempt {attempt + 1}/{attempts})[/]"
+                )
         self.log(f"{label}: {kernel.release} up in {vm.boot_s:.1f} s on 127.0.0.1:{vm.port}")
         self.vms[label] = vm
         t = vm.target(f"{self.cfg.name}:{label}")
@@ -428,7 +505,7 @@ class QemuProvider:
 
     def activate(self, label) -> SshTarget:
         if label.boot is None or not label.boot.package:
-            raise TargetError(f"label {label.name}: a qemu target needs [boot.{label.name}] package = \"...\"")
+            raise TargetError(f'label {label.name}: a qemu target needs [boot.{label.name}] package = "..."')
         vm = self.vms.get(label.name)
         if vm is not None and not vm.alive():
             self._forget(label.name, f"VM exited ({guest_death_reason(vm.log_text())})")

@@ -19,13 +19,25 @@ trace markers and console protocol lines). The alphabets, per kind:
 A space or `+` in a label is fine (quoted); `$`, quotes, backquotes, `;`, `|`, `&`, `<`, `>`, `(`, `)`,
 `\\`, `/`, newlines and any non-ASCII character are not.
 """
+
 from __future__ import annotations
 
 import re
 import shlex
 
-__all__ = ["ShellNameError", "check_clock", "check_event", "check_key", "check_label", "check_workload_name", "join",
-           "quote", "quote_glob", "slug", "split"]
+__all__ = [
+    "ShellNameError",
+    "check_clock",
+    "check_event",
+    "check_key",
+    "check_label",
+    "check_workload_name",
+    "join",
+    "quote",
+    "quote_glob",
+    "slug",
+    "split",
+]
 
 
 class ShellNameError(ValueError):
@@ -33,12 +45,18 @@ class ShellNameError(ValueError):
 
 
 _ALPHABETS: dict[str, tuple[re.Pattern, str]] = {
-    "ftrace event": (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:*-]{0,127}"),
-                     "letters, digits, `_` first, then also `.`, `:`, `*`, `-`; at most 128"),
+    "ftrace event": (
+        re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:*-]{0,127}"),
+        "letters, digits, `_` first, then also `.`, `:`, `*`, `-`; at most 128",
+    ),
     "trace clock": (re.compile(r"[A-Za-z0-9_-]{1,32}"), "letters, digits, `_`, `-`; at most 32"),
-    "label": (re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_ .+,:=@%~-]{0,98}[A-Za-z0-9_.+,:=@%~-])?"),
-              ("letters, digits, `_` first, then also space, `.`, `+`, `,`, `:`, `=`, `@`, `%`, `~`, `-` "
-               "(no trailing space); at most 100")),
+    "label": (
+        re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_ .+,:=@%~-]{0,98}[A-Za-z0-9_.+,:=@%~-])?"),
+        (
+            "letters, digits, `_` first, then also space, `.`, `+`, `,`, `:`, `=`, `@`, `%`, `~`, `-` "
+            "(no trailing space); at most 100"
+        ),
+    ),
     "lab attempt key": (re.compile(r"[A-Za-z0-9._-]{1,160}"), "letters, digits, `.`, `_`, `-`; at most 160"),
 }
 _ALPHABETS["workload name"] = _ALPHABETS["label"]

@@ -6,6 +6,7 @@ file (`known_hosts`, default ~/.ssh/known_hosts); an unknown or mismatching key 
 Authentication: `key_file` (private key), else the ssh agent and ~/.ssh/id_* keys.
 Files move over SFTP (OpenSSH's internal-sftp, or /usr/lib/sftp-server under dropbear).
 """
+
 from __future__ import annotations
 
 import base64
@@ -50,6 +51,7 @@ class SshTarget(Target):
         insecure_accept_any_host_key: skip verification (never the default).
         connect_timeout_s: TCP + handshake timeout in seconds.
     """
+
     name: str = "ssh"
     host: str = "127.0.0.1"
     port: int = 22
@@ -64,8 +66,11 @@ class SshTarget(Target):
 
     # -- connection ----------------------------------------------------------------------------
     def connect(self) -> paramiko.SSHClient:
-        if self._client is not None and self._client.get_transport() is not None \
-                and self._client.get_transport().is_active():
+        if (
+            self._client is not None
+            and self._client.get_transport() is not None
+            and self._client.get_transport().is_active()
+        ):
             return self._client
         self.close()
         client = paramiko.SSHClient()
@@ -78,22 +83,30 @@ class SshTarget(Target):
             if kh.exists():
                 client.load_host_keys(str(kh))
         client.set_missing_host_key_policy(
-            paramiko.AutoAddPolicy() if self.insecure_accept_any_host_key else paramiko.RejectPolicy())
+            paramiko.AutoAddPolicy() if self.insecure_accept_any_host_key else paramiko.RejectPolicy()
+        )
         try:
-            client.connect(self.host, port=self.port, username=self.user,
-                           key_filename=os.path.expanduser(self.key_file) if self.key_file else None,
-                           timeout=self.connect_timeout_s, banner_timeout=self.connect_timeout_s,
-                           auth_timeout=self.connect_timeout_s, allow_agent=self.key_file is None,
-                           look_for_keys=self.key_file is None)
+            client.connect(
+                self.host,
+                port=self.port,
+                username=self.user,
+                key_filename=os.path.expanduser(self.key_file) if self.key_file else None,
+                timeout=self.connect_timeout_s,
+                banner_timeout=self.connect_timeout_s,
+                auth_timeout=self.connect_timeout_s,
+                allow_agent=self.key_file is None,
+                look_for_keys=self.key_file is None,
+            )
         except paramiko.BadHostKeyException as e:
             client.close()
-            raise TargetConnectionError(f"{self.name}: host key of {self.host}:{self.port} does not match "
-                                        f"the pinned/known key ({e})") from e
+            raise TargetConnectionError(
+                f"{self.name}: host key of {self.host}:{self.port} does not match the pinned/known key ({e})"
+            ) from e
         except paramiko.SSHException as e:
             client.close()
             msg = str(e)
             if "not found in known_hosts" in msg:
-                msg += " (pin it with host_key = \"...\" in the target file, or add it to known_hosts)"
+                msg += ' (pin it with host_key = "..." in the target file, or add it to known_hosts)'
             raise TargetConnectionError(f"{self.name}: ssh to {self.user}@{self.host}:{self.port} failed: {msg}") from e
         except (OSError, EOFError) as e:
             client.close()
@@ -162,8 +175,9 @@ class SshTarget(Target):
             raise
         except _DROPPED as e:
             self.close()
-            raise TargetConnectionError(f"{self.name}: connection dropped while running "
-                                        f"`{shell_cmd[:200]}`: {e!r}") from e
+            raise TargetConnectionError(
+                f"{self.name}: connection dropped while running `{shell_cmd[:200]}`: {e!r}"
+            ) from e
         return RunResult(code, out.decode(errors="replace"), err.decode(errors="replace"), time.monotonic() - t0)
 
     def push(self, local: str | Path, remote: str) -> None:

@@ -10,6 +10,7 @@ derived tracks on their own packet sequence (abtest.timeline.derived, abtest.tim
 track per trace. Timestamps are the trace's own clock values in ns, unchanged (perfetto's BOOTTIME domain):
 a ts in trace_processor equals the ts abtest's tables hold.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,6 +37,7 @@ class TimelineSummary:
     """What was written: path, bytes, seconds taken, the ftrace rows written per table (empty when the
     original perfetto packets were kept), the derived tracks (name -> kind) and events per kind, notes
     (derived tracks left out, and why), the clock statement."""
+
     path: Path
     size: int
     seconds: float
@@ -49,8 +51,10 @@ class TimelineSummary:
 
 def clock_statement(meta: dict) -> str:
     clock = meta.get("clock") or "not stated by the trace"
-    return (f"timestamps: the trace's own clock ({clock}), ns, written unchanged in perfetto's BOOTTIME domain "
-            "(a ts in trace_processor equals the ts of abtest's tables)")
+    return (
+        f"timestamps: the trace's own clock ({clock}), ns, written unchanged in perfetto's BOOTTIME domain "
+        "(a ts in trace_processor equals the ts of abtest's tables)"
+    )
 
 
 def _keeps_original(trace) -> bool:
@@ -63,8 +67,16 @@ def root_track(scope: str, name: str, description: str, rank: int = 0) -> Track:
     return Track(track_uuid(scope, "root"), name, "group", None, None, description, rank)
 
 
-def derived_tracks(trace, *, scope: str, title: str, shift_ns: int = 0, top_tasks: int = derived.DEFAULT_TOP_TASKS,
-                   rail_channels: dict | None = None, rank: int = 0) -> derived.Tracks:
+def derived_tracks(
+    trace,
+    *,
+    scope: str,
+    title: str,
+    shift_ns: int = 0,
+    top_tasks: int = derived.DEFAULT_TOP_TASKS,
+    rail_channels: dict | None = None,
+    rank: int = 0,
+) -> derived.Tracks:
     """Every derived track of ``trace`` under one group named ``title``."""
     root = root_track(scope, title, clock_statement(trace.meta), rank)
     out = derived.Tracks(scope=scope, root=root.uuid, shift_ns=shift_ns, tracks=[root])
@@ -88,8 +100,14 @@ def encode_derived(parts: list[derived.Tracks]) -> tuple[bytes, dict]:
     return b"".join(body), counts
 
 
-def write_timeline(trace, out: str | os.PathLike, *, top_tasks: int = derived.DEFAULT_TOP_TASKS,
-                   rail_channels: dict | None = None, title: str | None = None) -> TimelineSummary:
+def write_timeline(
+    trace,
+    out: str | os.PathLike,
+    *,
+    top_tasks: int = derived.DEFAULT_TOP_TASKS,
+    rail_channels: dict | None = None,
+    title: str | None = None,
+) -> TimelineSummary:
     """Write ``trace`` (a Trace, possibly a window of one) and its derived tracks as one perfetto trace."""
     t0 = time.perf_counter()
     out = Path(out)
@@ -109,5 +127,14 @@ def write_timeline(trace, out: str | os.PathLike, *, top_tasks: int = derived.DE
         f.write(source)
         f.write(body)
     tmp.replace(out)
-    return TimelineSummary(out, out.stat().st_size, time.perf_counter() - t0, clock_statement(meta), how, rows,
-                           {t.name: t.kind for t in part.tracks}, counts, part.notes)
+    return TimelineSummary(
+        out,
+        out.stat().st_size,
+        time.perf_counter() - t0,
+        clock_statement(meta),
+        how,
+        rows,
+        {t.name: t.kind for t in part.tracks},
+        counts,
+        part.notes,
+    )

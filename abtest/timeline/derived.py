@@ -21,6 +21,7 @@ Tracks (names as the Perfetto UI shows them; per CPU under "CPU n", per domain, 
   power <channel> / rail <rail>  mW, piecewise-constant power between rail samples (power.df_rail_power_intervals),
                         a channel = the sum of its rails (power.rail_mapping, the source named)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class Tracks:
     ``scope``: names the uuids (the same names in another scope give other tracks: A and B side by side);
     ``shift_ns``: added to every timestamp (A vs B alignment); ``root``: the group everything nests under;
     ``prefix``: put before every track name (a label: A's and B's tracks stay apart in a query too)."""
+
     scope: str
     root: int
     shift_ns: int = 0
@@ -66,19 +68,37 @@ class Tracks:
     def uuid(self, *path: object) -> int:
         return track_uuid(self.scope, *path)
 
-    def group(self, *path: str, name: str | None = None, parent: int | None = None, rank: int = 0,
-              description: str = "") -> int:
+    def group(
+        self, *path: str, name: str | None = None, parent: int | None = None, rank: int = 0, description: str = ""
+    ) -> int:
         """The uuid of a group track (created once)."""
         if path not in self._groups:
             u = self.uuid("group", *path)
-            self.tracks.append(Track(u, self.prefix + (name or path[-1]), "group",
-                                     parent if parent is not None else self.root,
-                                     description=description, rank=rank))
+            self.tracks.append(
+                Track(
+                    u,
+                    self.prefix + (name or path[-1]),
+                    "group",
+                    parent if parent is not None else self.root,
+                    description=description,
+                    rank=rank,
+                )
+            )
             self._groups[path] = u
         return self._groups[path]
 
-    def counter(self, parent: int, name: str, ts, values, *, unit: str, description: str, rank: int = 0,
-                share_axis: str | None = None) -> int:
+    def counter(
+        self,
+        parent: int,
+        name: str,
+        ts,
+        values,
+        *,
+        unit: str,
+        description: str,
+        rank: int = 0,
+        share_axis: str | None = None,
+    ) -> int:
         u = self.uuid("counter", parent, name)
         self.tracks.append(Track(u, self.prefix + name, "counter", parent, unit, description, rank, share_axis))
         self.events.append(counter_events(u, pl.Series(ts).cast(pl.Int64) + self.shift_ns, values))
@@ -108,8 +128,9 @@ def _steps(df: pl.DataFrame, key: str, value: str, *, decimals: int | None = Non
     dropped, a sample kept only when it differs from the key's previous one. Resolution: ``decimals`` when
     given, else tracks.quantized (whole units below 1024, 10 significant bits above)."""
     v = pl.col(value).cast(pl.Float64)
-    d = df.select(key, pl.col("ts").cast(pl.Int64), (v.round(decimals) if decimals is not None else quantized(v))
-                  .alias(value))
+    d = df.select(
+        key, pl.col("ts").cast(pl.Int64), (v.round(decimals) if decimals is not None else quantized(v)).alias(value)
+    )
     d = d.filter(pl.col(value).is_not_null() & pl.col(value).is_not_nan()).sort(key, "ts", maintain_order=True)
     return thinned(d, key, value)
 
@@ -130,19 +151,31 @@ def add_pelt(trace, out: Tracks, lt=None) -> None:
         for (cpu,), part in steps.partition_by("cpu", as_dict=True, maintain_order=True).items():
             src = sources.filter(pl.col("cpu") == cpu)[src_col].to_list()
             src = src[0] if src and src[0] else "unknown"
-            out.counter(out.cpu_group(int(cpu)), f"CPU {cpu} {col} ({src})", part["ts"], part[col], unit="util",
-                        share_axis=f"pelt{cpu}", rank=1 if col == "util" else 2,
-                        description=f"{col}_avg of CPU {cpu}'s root CFS runqueue, PELT units ({src}; "
-                                    "abtest.analysis.load_tracking.df_cpu_signals), whole units, written on change")
+            out.counter(
+                out.cpu_group(int(cpu)),
+                f"CPU {cpu} {col} ({src})",
+                part["ts"],
+                part[col],
+                unit="util",
+                share_axis=f"pelt{cpu}",
+                rank=1 if col == "util" else 2,
+                description=f"{col}_avg of CPU {cpu}'s root CFS runqueue, PELT units ({src}; "
+                "abtest.analysis.load_tracking.df_cpu_signals), whole units, written on change",
+            )
 
 
 def _top_pids(trace, n: int) -> pl.DataFrame:
     """``pid, comm, running_ns``: the n tasks (pid > 0) with the most CPU time."""
     from abtest.analysis.placement import df_task_intervals
+
     iv = df_task_intervals(trace.df("sched_switch", windowed=False), start_ns=trace.start_ns, end_ns=trace.end_ns)
-    return (iv.filter(pl.col("pid") > 0).group_by("pid")
-            .agg(pl.col("comm").cast(pl.Utf8).last(), pl.col("dur").sum().alias("running_ns"))
-            .sort("running_ns", "pid", descending=[True, False]).head(n))
+    return (
+        iv.filter(pl.col("pid") > 0)
+        .group_by("pid")
+        .agg(pl.col("comm").cast(pl.Utf8).last(), pl.col("dur").sum().alias("running_ns"))
+        .sort("running_ns", "pid", descending=[True, False])
+        .head(n)
+    )
 
 
 def add_tasks(trace, out: Tracks, top: int = DEFAULT_TOP_TASKS, lt=None) -> None:
@@ -163,19 +196,35 @@ def add_tasks(trace, out: Tracks, top: int = DEFAULT_TOP_TASKS, lt=None) -> None
         tg = out.group("tasks", str(pid), name=f"{comm} [{pid}]", parent=grp, rank=rank)
         u = util.filter(pl.col("pid") == pid)
         if u.height:
-            out.counter(tg, f"task {comm} [{pid}] util ({src})", u["ts"], u["util"], unit="util", rank=1,
-                        share_axis=f"task{pid}", description="task PELT util_avg (load_tracking.df_task_signals)")
+            out.counter(
+                tg,
+                f"task {comm} [{pid}] util ({src})",
+                u["ts"],
+                u["util"],
+                unit="util",
+                rank=1,
+                share_axis=f"task{pid}",
+                description="task PELT util_avg (load_tracking.df_task_signals)",
+            )
         d = demand.filter(pl.col("pid") == pid)
         if d.height:
-            out.counter(tg, f"task {comm} [{pid}] window demand", d["ts"], d["demand"], unit="util", rank=2,
-                        share_axis=f"task{pid}",
-                        description="WALT-style window demand, 20 ms windows, max(mean of 5, last) "
-                                    "(abtest.analysis.window_sim), from each rollover")
+            out.counter(
+                tg,
+                f"task {comm} [{pid}] window demand",
+                d["ts"],
+                d["demand"],
+                unit="util",
+                rank=2,
+                share_axis=f"task{pid}",
+                description="WALT-style window demand, 20 ms windows, max(mean of 5, last) "
+                "(abtest.analysis.window_sim), from each rollover",
+            )
 
 
 def add_boost(trace, out: Tracks, lt=None) -> None:
     """domain d boost what-if: requested kHz from util and from max(util, runnable)."""
     from abtest.analysis.platform import trace_platform
+
     if not trace_platform(trace):
         out.notes.append("boost what-if: needs a platform (capacities, OPPs): --platform FILE")
         return
@@ -188,10 +237,17 @@ def add_boost(trace, out: Tracks, lt=None) -> None:
     for col, label in (("util_khz", "util"), ("boost_khz", "max(util, runnable)")):
         steps = _steps(req.select("domain", "ts", col), "domain", col)
         for (dom,), part in steps.partition_by("domain", as_dict=True, maintain_order=True).items():
-            out.counter(grp, f"domain {dom} freq request: {label}", part["ts"], part[col], unit="kHz",
-                        share_axis=f"boost{dom}", rank=int(dom) * 2 + (col == "boost_khz"),
-                        description="schedutil's 1.25 x signal / capacity x f_max, clamped to an OPP, highest CPU of "
-                                    "the domain (abtest.analysis.boost.df_boost_requests)")
+            out.counter(
+                grp,
+                f"domain {dom} freq request: {label}",
+                part["ts"],
+                part[col],
+                unit="kHz",
+                share_axis=f"boost{dom}",
+                rank=int(dom) * 2 + (col == "boost_khz"),
+                description="schedutil's 1.25 x signal / capacity x f_max, clamped to an OPP, highest CPU of "
+                "the domain (abtest.analysis.boost.df_boost_requests)",
+            )
 
 
 def _miss_events(trace) -> tuple[pl.DataFrame, str] | None:
@@ -203,9 +259,14 @@ def _miss_events(trace) -> tuple[pl.DataFrame, str] | None:
         ev = trace.df("cpu_idle_miss")
     else:
         from abtest.analysis.idle import df_derived_miss_events
+
         ev = df_derived_miss_events(idle.df_intervals(), idle.idle_states())
-    return ev.select(pl.col("cpu").cast(pl.Int32), pl.col("ts").cast(pl.Int64), pl.col("state").cast(pl.Int64),
-                     pl.col("type").cast(pl.Utf8)), src
+    return ev.select(
+        pl.col("cpu").cast(pl.Int32),
+        pl.col("ts").cast(pl.Int64),
+        pl.col("state").cast(pl.Int64),
+        pl.col("type").cast(pl.Utf8),
+    ), src
 
 
 def add_idle_misses(trace, out: Tracks) -> None:
@@ -223,18 +284,29 @@ def add_idle_misses(trace, out: Tracks) -> None:
     ev = ev.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).sort("cpu", "ts")
     # the sleep: the last idle period that started at or before the miss (the event fires at the wakeup,
     # just before or just after the cpu_idle exit: either way the CPU has not gone idle again since)
-    iv = trace.idle.df_intervals().filter(pl.col("idle")).select(
-        pl.col("cpu").cast(pl.Int32), pl.col("ts").alias("idle_ts"), pl.col("dur").alias("sleep_ns")
-    ).sort("cpu", "idle_ts")
+    iv = (
+        trace.idle.df_intervals()
+        .filter(pl.col("idle"))
+        .select(pl.col("cpu").cast(pl.Int32), pl.col("ts").alias("idle_ts"), pl.col("dur").alias("sleep_ns"))
+        .sort("cpu", "idle_ts")
+    )
     ev = ev.join_asof(iv, left_on="ts", right_on="idle_ts", by="cpu", strategy="backward", check_sortedness=False)
     names = {"above": "too deep", "below": "too shallow"}
     for (cpu,), part in ev.partition_by("cpu", as_dict=True, maintain_order=True).items():
-        args = [annotations(state=int(s), sleep_us=None if d is None else float(d) / 1e3, source=src)
-                for s, d in zip(part["state"].to_list(), part["sleep_ns"].to_list())]
-        out.instants(out.cpu_group(int(cpu)), f"CPU {cpu} idle misses", part["ts"],
-                     part["type"].replace_strict(names, default="miss"), pl.Series(args, dtype=pl.Binary), rank=5,
-                     description=f"idle misses ({src}): too deep = the state's target residency was longer than "
-                                 "the sleep; too shallow = a deeper state would have fitted (abtest.analysis.idle)")
+        args = [
+            annotations(state=int(s), sleep_us=None if d is None else float(d) / 1e3, source=src)
+            for s, d in zip(part["state"].to_list(), part["sleep_ns"].to_list())
+        ]
+        out.instants(
+            out.cpu_group(int(cpu)),
+            f"CPU {cpu} idle misses",
+            part["ts"],
+            part["type"].replace_strict(names, default="miss"),
+            pl.Series(args, dtype=pl.Binary),
+            rank=5,
+            description=f"idle misses ({src}): too deep = the state's target residency was longer than "
+            "the sleep; too shallow = a deeper state would have fitted (abtest.analysis.idle)",
+        )
 
 
 def _lanes(start: np.ndarray, end: np.ndarray, lanes: int) -> np.ndarray:
@@ -266,24 +338,37 @@ def add_latency_outliers(trace, out: Tracks) -> None:
         out.notes.append(f"wakeups > p99: {e}")
         return
     lat = lat.with_columns(pl.col("comm").cast(pl.Utf8))
-    p99 = lat.group_by("comm").agg(pl.col("latency_ns").quantile(0.99, "linear").alias("p99_ns"),
-                                   pl.len().alias("n")).filter(pl.col("n") >= MIN_TASK_WAKEUPS)
-    slow = (lat.join(p99, on="comm").filter(pl.col("latency_ns") > pl.col("p99_ns"))
-            .sort("cpu", "wakeup_ts"))
+    p99 = (
+        lat.group_by("comm")
+        .agg(pl.col("latency_ns").quantile(0.99, "linear").alias("p99_ns"), pl.len().alias("n"))
+        .filter(pl.col("n") >= MIN_TASK_WAKEUPS)
+    )
+    slow = lat.join(p99, on="comm").filter(pl.col("latency_ns") > pl.col("p99_ns")).sort("cpu", "wakeup_ts")
     for (cpu,), part in slow.partition_by("cpu", as_dict=True, maintain_order=True).items():
         lane = _lanes(part["wakeup_ts"].to_numpy(), part["switch_in_ts"].to_numpy(), MAX_OUTLIER_LANES)
         if (lane < 0).any():
-            out.notes.append(f"wakeups > p99: CPU {cpu}: {int((lane < 0).sum())} of {len(lane)} not shown (more than "
-                             f"{MAX_OUTLIER_LANES} overlapping at once)")
+            out.notes.append(
+                f"wakeups > p99: CPU {cpu}: {int((lane < 0).sum())} of {len(lane)} not shown (more than "
+                f"{MAX_OUTLIER_LANES} overlapping at once)"
+            )
         part = part.with_columns(pl.Series("lane", lane)).filter(pl.col("lane") >= 0)
         for (k,), sub in part.partition_by("lane", as_dict=True, maintain_order=True).items():
-            args = [annotations(pid=int(p), latency_us=float(x) / 1e3, p99_us=float(q) / 1e3, definition=definition)
-                    for p, x, q in zip(sub["pid"].to_list(), sub["latency_ns"].to_list(), sub["p99_ns"].to_list())]
+            args = [
+                annotations(pid=int(p), latency_us=float(x) / 1e3, p99_us=float(q) / 1e3, definition=definition)
+                for p, x, q in zip(sub["pid"].to_list(), sub["latency_ns"].to_list(), sub["p99_ns"].to_list())
+            ]
             name = f"CPU {cpu} wakeups > p99" + (f" #{k + 1}" if k else "")
-            out.slices(out.cpu_group(int(cpu)), name, sub["wakeup_ts"], sub["latency_ns"], sub["comm"],
-                       pl.Series(args, dtype=pl.Binary), rank=6 + int(k),
-                       description=f"wakeups ({definition} -> switch-in) slower than the task's p99 latency "
-                                   f"(tasks with >= {MIN_TASK_WAKEUPS} wakeups; abtest.analysis.latency)")
+            out.slices(
+                out.cpu_group(int(cpu)),
+                name,
+                sub["wakeup_ts"],
+                sub["latency_ns"],
+                sub["comm"],
+                pl.Series(args, dtype=pl.Binary),
+                rank=6 + int(k),
+                description=f"wakeups ({definition} -> switch-in) slower than the task's p99 latency "
+                f"(tasks with >= {MIN_TASK_WAKEUPS} wakeups; abtest.analysis.latency)",
+            )
 
 
 def add_overutilized(trace, out: Tracks) -> None:
@@ -299,8 +384,14 @@ def add_overutilized(trace, out: Tracks) -> None:
         return
     grp = out.group("overutilized", name="Overutilized (EAS off)", rank=950)
     for (rd,), part in on.partition_by("root_domain", as_dict=True, maintain_order=True).items():
-        out.slices(grp, f"overutilized {rd}", part["ts"], part["dur"], pl.Series(["overutilized"] * part.height),
-                   description="root domain overutilized (sched_overutilized; abtest.analysis.overutilized)")
+        out.slices(
+            grp,
+            f"overutilized {rd}",
+            part["ts"],
+            part["dur"],
+            pl.Series(["overutilized"] * part.height),
+            description="root domain overutilized (sched_overutilized; abtest.analysis.overutilized)",
+        )
 
 
 def _sum_steps(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -336,8 +427,15 @@ def _add_rails(trace, out: Tracks, rail_channels: dict | None) -> None:
     per_rail = {r: iv.filter(pl.col("rail") == r).select("ts", "value") for r in rails}
     for i, r in enumerate(rails):
         s = _steps(per_rail[r].with_columns(pl.lit(r).alias("rail")), "rail", "value", decimals=3)
-        out.counter(rg, f"rail {r}", s["ts"], s["value"], unit="mW", rank=i,
-                    description="rail power between two samples, mW (abtest.analysis.power.df_rail_power_intervals)")
+        out.counter(
+            rg,
+            f"rail {r}",
+            s["ts"],
+            s["value"],
+            unit="mW",
+            rank=i,
+            description="rail power between two samples, mW (abtest.analysis.power.df_rail_power_intervals)",
+        )
     chans = {ch: [r for r in rs if r in per_rail] for ch, rs in mapping.channels.items()}
     cpu = sorted({r for ch in power_mod.CPU_CHANNELS for r in chans.get(ch, [])})
     chans = {**chans, "CPU": cpu, "Total": rails}
@@ -345,15 +443,24 @@ def _add_rails(trace, out: Tracks, rail_channels: dict | None) -> None:
     for ch, rs in sorted(chans.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])):
         if not rs:
             continue
-        s = _steps(_sum_steps([per_rail[r] for r in rs]).with_columns(pl.lit(ch).alias("ch")), "ch", "value",
-                   decimals=3)
-        out.counter(grp, f"power {ch}", s["ts"], s["value"], unit="mW", rank=order.get(ch, len(order)),
-                    description=f"sum of rails {', '.join(rs)}, mW ({mapping.source})")
+        s = _steps(
+            _sum_steps([per_rail[r] for r in rs]).with_columns(pl.lit(ch).alias("ch")), "ch", "value", decimals=3
+        )
+        out.counter(
+            grp,
+            f"power {ch}",
+            s["ts"],
+            s["value"],
+            unit="mW",
+            rank=order.get(ch, len(order)),
+            description=f"sum of rails {', '.join(rs)}, mW ({mapping.source})",
+        )
 
 
 def _add_energy_model(trace, out: Tracks) -> None:
     from abtest.analysis.energy import df_cpu_activity, df_priced_activity
     from abtest.analysis.platform import trace_platform
+
     plat = trace_platform(trace)
     if not plat or not plat.get("energy_model_source") or "cpu_frequency" not in trace.tables:
         out.notes.append("power: no power rails in the trace and no energy model (platform) with cpu_frequency")
@@ -361,15 +468,28 @@ def _add_energy_model(trace, out: Tracks) -> None:
     cpus = [c["cpu"] for c in plat["cpus"]]
     idle = trace.df("cpu_idle", windowed=False) if trace.has_events("cpu_idle") else None
     sw = trace.df("sched_switch", windowed=False) if trace.has_events("sched_switch") else None
-    act = df_cpu_activity(trace.df("cpu_frequency", windowed=False), cpu_idle=idle, sched_switch=sw,
-                          start_ns=trace.start_ns, end_ns=trace.end_ns, cpus=cpus)
+    act = df_cpu_activity(
+        trace.df("cpu_frequency", windowed=False),
+        cpu_idle=idle,
+        sched_switch=sw,
+        start_ns=trace.start_ns,
+        end_ns=trace.end_ns,
+        cpus=cpus,
+    )
     priced = df_priced_activity(act, plat).sort("cpu", "ts")
     steps = _steps(priced.select("cpu", "ts", pl.col("cpu_mw")), "cpu", "cpu_mw", decimals=3)
     src = plat.get("energy_model_source")
     for (cpu,), part in steps.partition_by("cpu", as_dict=True, maintain_order=True).items():
-        out.counter(out.cpu_group(int(cpu)), f"CPU {cpu} power (EM)", part["ts"], part["cpu_mw"], unit="mW", rank=4,
-                    description=f"energy-model estimate of the CPU's power, mW (model: {src}; "
-                                "abtest.analysis.energy.df_priced_activity; domain static power not included)")
+        out.counter(
+            out.cpu_group(int(cpu)),
+            f"CPU {cpu} power (EM)",
+            part["ts"],
+            part["cpu_mw"],
+            unit="mW",
+            rank=4,
+            description=f"energy-model estimate of the CPU's power, mW (model: {src}; "
+            "abtest.analysis.energy.df_priced_activity; domain static power not included)",
+        )
 
 
 def add_all(trace, out: Tracks, *, top_tasks: int = DEFAULT_TOP_TASKS, rail_channels: dict | None = None) -> None:

@@ -18,6 +18,7 @@ derived tracks use: everything lines up, and a ts in a query equals the ts abtes
 
 Field numbers: perfetto's protos/perfetto/trace/ftrace/*.proto (public).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,10 +41,14 @@ EV_PRINT, EV_CPU_FREQUENCY, EV_CPU_IDLE, EV_SCHED_WAKEUP, EV_SCHED_WAKEUP_NEW = 
 _PLAIN = {
     "cpu_frequency": (EV_CPU_FREQUENCY, [(1, "frequency_khz", "int"), (2, "cpu", "int")]),
     "cpu_idle": (EV_CPU_IDLE, [(1, "state", "u32"), (2, "cpu", "int")]),
-    "sched_wakeup": (EV_SCHED_WAKEUP, [(1, "comm", "str"), (2, "pid", "int"), (3, "prio", "int"),
-                                       (5, "target_cpu", "int")]),
-    "sched_wakeup_new": (EV_SCHED_WAKEUP_NEW, [(1, "comm", "str"), (2, "pid", "int"), (3, "prio", "int"),
-                                               (5, "target_cpu", "int")]),
+    "sched_wakeup": (
+        EV_SCHED_WAKEUP,
+        [(1, "comm", "str"), (2, "pid", "int"), (3, "prio", "int"), (5, "target_cpu", "int")],
+    ),
+    "sched_wakeup_new": (
+        EV_SCHED_WAKEUP_NEW,
+        [(1, "comm", "str"), (2, "pid", "int"), (3, "prio", "int"), (5, "target_cpu", "int")],
+    ),
     "marker": (EV_PRINT, [(2, "text", "str")]),
 }
 WRITTEN_TABLES = ("sched_switch", "sched_waking", *_PLAIN)
@@ -110,11 +115,14 @@ def compact_switch_packets(sched_switch: pl.DataFrame) -> list[bytes]:
     out = []
     for c, i, j in _chunks(cpu):
         intern, idx = _interned(comms[i:j], names)
-        cs = (intern + wire.packed_varints(CS_SWITCH_TS, _deltas(ts[i:j]))
-              + wire.packed_varints(CS_SWITCH_PREV_STATE, state[i:j])
-              + wire.packed_varints(CS_SWITCH_NEXT_PID, pid[i:j])
-              + wire.packed_varints(CS_SWITCH_NEXT_PRIO, prio[i:j])
-              + wire.packed_varints(CS_SWITCH_NEXT_COMM, idx))
+        cs = (
+            intern
+            + wire.packed_varints(CS_SWITCH_TS, _deltas(ts[i:j]))
+            + wire.packed_varints(CS_SWITCH_PREV_STATE, state[i:j])
+            + wire.packed_varints(CS_SWITCH_NEXT_PID, pid[i:j])
+            + wire.packed_varints(CS_SWITCH_NEXT_PRIO, prio[i:j])
+            + wire.packed_varints(CS_SWITCH_NEXT_COMM, idx)
+        )
         out.append(_packet(wire.field_varint(BUNDLE_CPU, c) + wire.field_bytes(BUNDLE_COMPACT_SCHED, cs)))
     return out
 
@@ -129,11 +137,14 @@ def compact_waking_packets(sched_waking: pl.DataFrame) -> list[bytes]:
     out = []
     for c, i, j in _chunks(cpu):
         intern, idx = _interned(comms[i:j], names)
-        cs = (intern + wire.packed_varints(CS_WAKING_TS, _deltas(ts[i:j]))
-              + wire.packed_varints(CS_WAKING_PID, pid[i:j])
-              + wire.packed_varints(CS_WAKING_TARGET_CPU, target[i:j])
-              + wire.packed_varints(CS_WAKING_PRIO, prio[i:j])
-              + wire.packed_varints(CS_WAKING_COMM, idx))
+        cs = (
+            intern
+            + wire.packed_varints(CS_WAKING_TS, _deltas(ts[i:j]))
+            + wire.packed_varints(CS_WAKING_PID, pid[i:j])
+            + wire.packed_varints(CS_WAKING_TARGET_CPU, target[i:j])
+            + wire.packed_varints(CS_WAKING_PRIO, prio[i:j])
+            + wire.packed_varints(CS_WAKING_COMM, idx)
+        )
         out.append(_packet(wire.field_varint(BUNDLE_CPU, c) + wire.field_bytes(BUNDLE_COMPACT_SCHED, cs)))
     return out
 
@@ -158,8 +169,9 @@ def plain_event_packets(name: str, df: pl.DataFrame) -> list[bytes]:
     framed = wire.Rows(d.height).message(BUNDLE_EVENT, ev)
     flat = framed.to_flat().tobytes()
     offs = np.r_[0, np.cumsum(framed.lens)]
-    return [_packet(wire.field_varint(BUNDLE_CPU, c) + flat[offs[i]:offs[j]])
-            for c, i, j in _chunks(_int_col(d, "cpu"))]
+    return [
+        _packet(wire.field_varint(BUNDLE_CPU, c) + flat[offs[i] : offs[j]]) for c, i, j in _chunks(_int_col(d, "cpu"))
+    ]
 
 
 def system_info_packet(meta: dict) -> bytes:
@@ -169,8 +181,12 @@ def system_info_packet(meta: dict) -> bytes:
     release = k.get("release")
     if not release:
         return b""
-    uts = (wire.field_string(1, "Linux") + wire.field_string(2, str(k.get("version") or ""))
-           + wire.field_string(3, str(release)) + wire.field_string(4, str(k.get("arch") or "")))
+    uts = (
+        wire.field_string(1, "Linux")
+        + wire.field_string(2, str(k.get("version") or ""))
+        + wire.field_string(3, str(release))
+        + wire.field_string(4, str(k.get("arch") or ""))
+    )
     return wire.framed_packet(wire.field_bytes(PACKET_SYSTEM_INFO, wire.field_bytes(1, uts)))
 
 

@@ -1,5 +1,6 @@
 """From the reports to the timeline: the `abtest timeline` command that opens a trace file (or a span of it),
 for compare's outlier notes and explain's top items (abtest.report names it, the HTML report links the file)."""
+
 from __future__ import annotations
 
 import shlex
@@ -14,8 +15,9 @@ def timeline_output(trace_path: str | Path) -> Path:
     return p.with_name(p.name + TIMELINE_SUFFIX)
 
 
-def timeline_command(trace_path: str | Path, window_s: tuple[float, float] | None = None,
-                     out: str | Path | None = None) -> str:
+def timeline_command(
+    trace_path: str | Path, window_s: tuple[float, float] | None = None, out: str | Path | None = None
+) -> str:
     """The `abtest timeline` command line that writes the timeline of ``trace_path`` (optionally the span
     ``window_s``, seconds from the trace's start) to ``out`` (default: timeline_output)."""
     cmd = ["abtest", "timeline", str(trace_path), "-o", str(out or timeline_output(trace_path))]

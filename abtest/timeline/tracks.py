@@ -17,6 +17,7 @@ EVENT_SCHEMA columns:
   args (Binary)    encoded DebugAnnotation fields (annotations()), null for none
 Field numbers: perfetto's protos/perfetto/trace/track_event/*.proto and trace_packet.proto (public).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,14 @@ import polars as pl
 from abtest.timeline import wire
 
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
-EVENT_SCHEMA = {"track": pl.UInt64, "ts": pl.Int64, "type": pl.Int8, "value": pl.Float64, "name": pl.Utf8,
-                "args": pl.Binary}
+EVENT_SCHEMA = {
+    "track": pl.UInt64,
+    "ts": pl.Int64,
+    "type": pl.Int8,
+    "value": pl.Float64,
+    "name": pl.Utf8,
+    "args": pl.Binary,
+}
 
 SEQUENCE_ID = 0xAB7  # the derived tracks' trusted_packet_sequence_id (distinct from a recorder's ids)
 INCREMENTAL_CLOCK = 64  # a sequence-scoped clock id (64..127), incremental, 1 ns units
@@ -47,6 +54,7 @@ TE_TYPE, TE_TRACK, TE_NAME, TE_DOUBLE, TE_INT, TE_ANNOTATIONS = 9, 11, 23, 44, 3
 class Track:
     """One UI track. kind: "group" | "counter" | "slice"; unit: shown beside counter values (mW, kHz,
     util); description: the track's tooltip (what it is, its source, units); rank: order among siblings."""
+
     uuid: int
     name: str
     kind: str
@@ -87,13 +95,21 @@ def descriptor_packet(t: Track) -> bytes:
 def sequence_start_packet(first_ts: int) -> bytes:
     """The sequence's first packet: incremental state cleared, the incremental clock defined at ``first_ts``
     (as BOOTTIME) and made the sequence's default timestamp clock."""
-    clock = (wire.field_bytes(1, wire.field_varint(1, INCREMENTAL_CLOCK) + wire.field_varint(2, first_ts)
-                              + wire.field_varint(3, 1) + wire.field_varint(4, 1))
-             + wire.field_bytes(1, wire.field_varint(1, BOOTTIME) + wire.field_varint(2, first_ts)))
-    body = (wire.field_varint(P_TIMESTAMP, first_ts) + wire.field_varint(P_TS_CLOCK, BOOTTIME)
-            + wire.field_bytes(P_CLOCK_SNAPSHOT, clock) + wire.field_varint(P_SEQ_ID, SEQUENCE_ID)
-            + wire.field_varint(P_SEQ_FLAGS, SEQ_CLEARED)
-            + wire.field_bytes(P_DEFAULTS, wire.field_varint(P_TS_CLOCK, INCREMENTAL_CLOCK)))
+    clock = wire.field_bytes(
+        1,
+        wire.field_varint(1, INCREMENTAL_CLOCK)
+        + wire.field_varint(2, first_ts)
+        + wire.field_varint(3, 1)
+        + wire.field_varint(4, 1),
+    ) + wire.field_bytes(1, wire.field_varint(1, BOOTTIME) + wire.field_varint(2, first_ts))
+    body = (
+        wire.field_varint(P_TIMESTAMP, first_ts)
+        + wire.field_varint(P_TS_CLOCK, BOOTTIME)
+        + wire.field_bytes(P_CLOCK_SNAPSHOT, clock)
+        + wire.field_varint(P_SEQ_ID, SEQUENCE_ID)
+        + wire.field_varint(P_SEQ_FLAGS, SEQ_CLEARED)
+        + wire.field_bytes(P_DEFAULTS, wire.field_varint(P_TS_CLOCK, INCREMENTAL_CLOCK))
+    )
     return wire.framed_packet(body)
 
 
@@ -158,38 +174,70 @@ def event_packets(events: pl.DataFrame, first_ts: int) -> bytes:
 def counter_events(track: int, ts: np.ndarray | pl.Series, value: np.ndarray | pl.Series) -> pl.DataFrame:
     """Counter samples of one track as EVENT_SCHEMA rows."""
     df = pl.DataFrame({"ts": pl.Series(ts).cast(pl.Int64), "value": pl.Series(value).cast(pl.Float64)})
-    return df.select(pl.lit(track, pl.UInt64).alias("track"), "ts", pl.lit(COUNTER, pl.Int8).alias("type"), "value",
-                     pl.lit(None, pl.Utf8).alias("name"), pl.lit(None, pl.Binary).alias("args"))
+    return df.select(
+        pl.lit(track, pl.UInt64).alias("track"),
+        "ts",
+        pl.lit(COUNTER, pl.Int8).alias("type"),
+        "value",
+        pl.lit(None, pl.Utf8).alias("name"),
+        pl.lit(None, pl.Binary).alias("args"),
+    )
 
 
-def slice_events(track: int, ts: pl.Series, dur: pl.Series, name: pl.Series,
-                 args: pl.Series | None = None) -> pl.DataFrame:
+def slice_events(
+    track: int, ts: pl.Series, dur: pl.Series, name: pl.Series, args: pl.Series | None = None
+) -> pl.DataFrame:
     """Complete slices (ts, dur ns, name, optional encoded args) as begin/end EVENT_SCHEMA rows; a slice of
     dur 0 as an instant (its end would sort before its begin). Slices on one track must not overlap (they
     would nest)."""
     n = len(ts)
     a = args if args is not None else pl.Series([None] * n, dtype=pl.Binary)
-    d = pl.DataFrame({"ts": pl.Series(ts).cast(pl.Int64), "dur": pl.Series(dur).cast(pl.Int64),
-                      "name": pl.Series(name).cast(pl.Utf8), "args": a})
+    d = pl.DataFrame(
+        {
+            "ts": pl.Series(ts).cast(pl.Int64),
+            "dur": pl.Series(dur).cast(pl.Int64),
+            "name": pl.Series(name).cast(pl.Utf8),
+            "args": a,
+        }
+    )
     point = d.filter(pl.col("dur") <= 0)
     begin = d.filter(pl.col("dur") > 0)
     end = begin.select((pl.col("ts") + pl.col("dur")).alias("ts"))
-    return pl.concat([
-        instant_events(track, point["ts"], point["name"], point["args"]),
-        begin.select(pl.lit(track, pl.UInt64).alias("track"), "ts", pl.lit(SLICE_BEGIN, pl.Int8).alias("type"),
-                     pl.lit(None, pl.Float64).alias("value"), "name", "args"),
-        end.select(pl.lit(track, pl.UInt64).alias("track"), "ts", pl.lit(SLICE_END, pl.Int8).alias("type"),
-                   pl.lit(None, pl.Float64).alias("value"), pl.lit(None, pl.Utf8).alias("name"),
-                   pl.lit(None, pl.Binary).alias("args")),
-    ])
+    return pl.concat(
+        [
+            instant_events(track, point["ts"], point["name"], point["args"]),
+            begin.select(
+                pl.lit(track, pl.UInt64).alias("track"),
+                "ts",
+                pl.lit(SLICE_BEGIN, pl.Int8).alias("type"),
+                pl.lit(None, pl.Float64).alias("value"),
+                "name",
+                "args",
+            ),
+            end.select(
+                pl.lit(track, pl.UInt64).alias("track"),
+                "ts",
+                pl.lit(SLICE_END, pl.Int8).alias("type"),
+                pl.lit(None, pl.Float64).alias("value"),
+                pl.lit(None, pl.Utf8).alias("name"),
+                pl.lit(None, pl.Binary).alias("args"),
+            ),
+        ]
+    )
 
 
 def instant_events(track: int, ts: pl.Series, name: pl.Series, args: pl.Series | None = None) -> pl.DataFrame:
     n = len(ts)
     a = args if args is not None else pl.Series([None] * n, dtype=pl.Binary)
     df = pl.DataFrame({"ts": pl.Series(ts).cast(pl.Int64), "name": pl.Series(name).cast(pl.Utf8), "args": a})
-    return df.select(pl.lit(track, pl.UInt64).alias("track"), "ts", pl.lit(INSTANT, pl.Int8).alias("type"),
-                     pl.lit(None, pl.Float64).alias("value"), "name", "args")
+    return df.select(
+        pl.lit(track, pl.UInt64).alias("track"),
+        "ts",
+        pl.lit(INSTANT, pl.Int8).alias("type"),
+        pl.lit(None, pl.Float64).alias("value"),
+        "name",
+        "args",
+    )
 
 
 QUANT_BITS = 10

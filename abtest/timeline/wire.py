@@ -14,6 +14,7 @@ Two levels:
 Signed int32/int64 fields are written as their 64-bit two's complement (10 bytes for a negative value), as
 protobuf does for ``int32``/``int64`` (not ``sint``).
 """
+
 from __future__ import annotations
 
 import struct
@@ -109,13 +110,14 @@ def arrow_strings(arr) -> tuple[np.ndarray, np.ndarray]:
     object per row."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
     arr = pc.fill_null(arr.cast(pa.large_binary()), b"")
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
     data_buf = arr.buffers()[2]
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    return data[offsets[0]:offsets[-1]], np.diff(offsets)
+    return data[offsets[0] : offsets[-1]], np.diff(offsets)
 
 
 class Rows:
@@ -152,8 +154,7 @@ class Rows:
         mat = np.ascontiguousarray(values, dtype="<f8").view(np.uint8).reshape(self.n, 8)
         return self._add(mat, np.full(self.n, 8, dtype=np.int64), mask)
 
-    def strings(self, field: int, values: tuple[np.ndarray, np.ndarray],
-                mask: np.ndarray | None = None) -> Rows:
+    def strings(self, field: int, values: tuple[np.ndarray, np.ndarray], mask: np.ndarray | None = None) -> Rows:
         """A length-delimited field whose payload differs per row (names, arguments): ``values`` = (the
         payloads concatenated, uint8; their lengths), see byte_strings / arrow_strings."""
         data, lens = values

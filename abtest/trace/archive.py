@@ -19,6 +19,7 @@ The rule (docs/ingest-policy.md, "Archives"):
    with each member's role is ``meta["archive"]["members"]``.
 5. An archive with no readable trace member is refused, naming every member and what it is.
 """
+
 from __future__ import annotations
 
 import io
@@ -38,13 +39,28 @@ from abtest.trace.limits import Limits, current, inflate_error
 MAX_DEPTH = 3
 # what the standard library's zip / tar readers raise on damaged archives (a damaged central directory
 # can give an empty member name: IndexError in ZipInfo.is_dir; a damaged LZMA-method member: LZMAError)
-_ARCHIVE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, ValueError, OSError, EOFError,
-                   IndexError, KeyError, struct.error, NotImplementedError, RuntimeError, zlib.error,
-                   lzma.LZMAError, OverflowError, UnicodeDecodeError)
+_ARCHIVE_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    tarfile.TarError,
+    ValueError,
+    OSError,
+    EOFError,
+    IndexError,
+    KeyError,
+    struct.error,
+    NotImplementedError,
+    RuntimeError,
+    zlib.error,
+    lzma.LZMAError,
+    OverflowError,
+    UnicodeDecodeError,
+)
 TRACE_FORMATS = ("trace.dat", "perfetto", "systrace-html", "atrace-z", "atrace", "ftrace-text", "perf-script")
 # an event line (`comm-pid [cpu] sec.frac:`), a function_graph line (` 0)  ...|`), an ftrace header
 _TEXT_TRACE_RE = re.compile(
-    rb"(?m)(?:-\d+\s+(?:\(\s*[-\d]+\)\s+)?\[\d+\][^\n]{0,40}?\d+(?:\.\d+)?:\s|^\s*\d+\)\s[^\n]*\||^#\s*tracer:)")
+    rb"(?m)(?:-\d+\s+(?:\(\s*[-\d]+\)\s+)?\[\d+\][^\n]{0,40}?\d+(?:\.\d+)?:\s|^\s*\d+\)\s[^\n]*\||^#\s*tracer:)"
+)
 
 
 @dataclass
@@ -69,7 +85,7 @@ class Member:
 
 def looks_like_text_trace(data: bytes) -> bool:
     """A text member holds ftrace event lines (or a function_graph / ftrace header) in its first 256 KiB."""
-    return _TEXT_TRACE_RE.search(data[:1 << 18]) is not None
+    return _TEXT_TRACE_RE.search(data[: 1 << 18]) is not None
 
 
 def _classify(member: Member) -> None:
@@ -133,8 +149,12 @@ def _zip_members(path, member: Member, prefix: str, limits: Limits, budget: list
         zf = zipfile.ZipFile(io.BytesIO(member.data))
         infos = [i for i in zf.infolist() if not i.is_dir()]
     except _ARCHIVE_ERRORS as e:
-        raise TraceFormatError(path, f"corrupt zip archive{' ' + member.name if member.name else ''} ({e})",
-                               offset=0, expected="a zip archive with a readable central directory") from None
+        raise TraceFormatError(
+            path,
+            f"corrupt zip archive{' ' + member.name if member.name else ''} ({e})",
+            offset=0,
+            expected="a zip archive with a readable central directory",
+        ) from None
     wrapper = _join(member.wrapper, "zip")
     out = []
     for info in infos:
@@ -142,16 +162,22 @@ def _zip_members(path, member: Member, prefix: str, limits: Limits, budget: list
         m = Member(name, wrapper=wrapper, size=info.file_size)
         limit = limits.max_inflated(max(info.compress_size, 1))
         if info.file_size > min(limit, budget[0]):
-            raise inflate_error(path, f"zip member {info.filename} (declared {info.file_size} bytes)",
-                                info.compress_size, info.header_offset, limits)
+            raise inflate_error(
+                path,
+                f"zip member {info.filename} (declared {info.file_size} bytes)",
+                info.compress_size,
+                info.header_offset,
+                limits,
+            )
         try:
             with zf.open(info) as f:
                 chunks, total = [], 0
                 while chunk := f.read(1 << 22):
                     total += len(chunk)
                     if total > limit:
-                        raise inflate_error(path, f"zip member {info.filename}", info.compress_size,
-                                            info.header_offset, limits)
+                        raise inflate_error(
+                            path, f"zip member {info.filename}", info.compress_size, info.header_offset, limits
+                        )
                     chunks.append(chunk)
             m.data = b"".join(chunks)
         except TraceFormatError:
@@ -215,5 +241,10 @@ def wrapper_name(m: Member) -> str:
 
 
 def describe(members: list[Member]) -> str:
-    return ", ".join(f"{m.name or '(stream)'} ({m.role}{', ' + m.format if m.format and m.role != 'corrupt' else ''})"
-                     for m in members) or "(empty archive)"
+    return (
+        ", ".join(
+            f"{m.name or '(stream)'} ({m.role}{', ' + m.format if m.format and m.role != 'corrupt' else ''})"
+            for m in members
+        )
+        or "(empty archive)"
+    )

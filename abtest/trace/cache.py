@@ -17,6 +17,7 @@ Key: blake2b-128 of the file's bytes + the reader version, so an edited file or 
 never serves stale tables. The key is remembered (<root>/keys/) by the file's path and identity (device,
 inode, size, mtime), so an unchanged file is read once, not at every open.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,8 +68,13 @@ def content_key(path: str | os.PathLike) -> str:
     identity = _identity(st)
     note = _key_note(real)
     known = _read_key_note(note)
-    if known is not None and known.get("path") == real and known.get("file") == identity \
-            and known.get("reader") == READER_VERSION and isinstance(known.get("key"), str):
+    if (
+        known is not None
+        and known.get("path") == real
+        and known.get("file") == identity
+        and known.get("reader") == READER_VERSION
+        and isinstance(known.get("key"), str)
+    ):
         return known["key"]
     key = hash_content(real)
     if time.time_ns() - st.st_mtime_ns >= SETTLED_NS and _identity(os.stat(real)) == identity:
@@ -108,6 +114,7 @@ def _read_key_note(note: Path) -> dict | None:
 def _write_key_note(note: Path, doc: dict) -> None:
     """Written atomically, never through a symlink; a cache root that cannot be written is fine."""
     from abtest.safe_io import UnsafePathError, write_file_no_follow
+
     try:
         note.parent.mkdir(parents=True, exist_ok=True)
         write_file_no_follow(note.parent, note.name, json.dumps(doc))
@@ -178,7 +185,7 @@ def table_path(entry: Path, name: str) -> Path:
 
 
 def table_names(entry: Path) -> list[str]:
-    return sorted({p.name[:-len(s)] for s in SUFFIX.values() for p in entry.glob(f"*{s}")})
+    return sorted({p.name[: -len(s)] for s in SUFFIX.values() for p in entry.glob(f"*{s}")})
 
 
 def read_table(entry: Path, name: str) -> pl.DataFrame:
@@ -196,6 +203,7 @@ def read_ipc_mapped(path: Path, columns: list[str] | None = None) -> pl.DataFram
     """An Arrow IPC file as a frame of views of its memory mapping (read where files cannot be mapped);
     `columns`: only those it has (the others are never read)."""
     from abtest import _native
+
     try:
         table = _native.ipc_map(str(path), columns=columns)
     except OSError:  # a file system that cannot map files
@@ -212,6 +220,7 @@ def read_table_range(entry: Path, name: str, lo_ns: int | None, hi_ns: int | Non
     path = table_path(entry, name)
     if path.suffix == SUFFIX["ipc"] and name in _ts_sorted(entry):
         from abtest import _native
+
         try:
             return pl.DataFrame(_native.ipc_map(str(path), lo_ns, hi_ns)).rechunk()
         except OSError:  # a file system that cannot map files: read whole and filtered below

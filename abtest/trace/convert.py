@@ -1,6 +1,7 @@
 """`convert(path, out_dir)`: decode a trace once and write its canonical tables (one file each) plus
 meta.json, the layout of abtest.trace.cache (what `abtest trace convert` writes). A long trace.dat is
 decoded in rounds (abtest.trace.streamed), so that memory stays bounded whatever its length."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Format detection from the first bytes of a file (magic numbers and content sniffing)."""
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,10 @@ def _looks_like_perfetto(head: bytes) -> bool:
 
 
 # a `perf script` tracepoint sample head (abtest.trace.perf_script): COMM TID [CPU] SEC.FRAC: SYSTEM:EVENT:
-_PERF_SCRIPT_HEAD = re.compile(rb"(?m)^[ \t]*\S[^\n]*?[ \t]-?\d+(?:/\d+)?[ \t]+\[\d+\][ \t]+\d+\.\d{1,9}:[ \t]+"
-                               rb"(?:\d+[ \t]+)?[A-Za-z0-9_]+:[A-Za-z0-9_]+:")
+_PERF_SCRIPT_HEAD = re.compile(
+    rb"(?m)^[ \t]*\S[^\n]*?[ \t]-?\d+(?:/\d+)?[ \t]+\[\d+\][ \t]+\d+\.\d{1,9}:[ \t]+"
+    rb"(?:\d+[ \t]+)?[A-Za-z0-9_]+:[A-Za-z0-9_]+:"
+)
 # an ftrace event head (COMM-PID [CPU] ... SEC.FRAC:): a text holding one is ftrace text
 _FTRACE_HEAD = re.compile(rb"(?m)-\d+[ \t]+(?:\([ \t]*[-\d]+\)[ \t]+)?\[\d+\][^\n]{0,40}?\d+(?:\.\d+)?:[ \t]")
 
@@ -62,7 +65,7 @@ def detect_format(head: bytes) -> str | None:
         return "xz"
     if head.startswith(BZIP2_MAGIC) and head[3:4].isdigit():
         return "bzip2"
-    if head[TAR_MAGIC_OFFSET:TAR_MAGIC_OFFSET + 5] == b"ustar":
+    if head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + 5] == b"ustar":
         return "tar"
     stripped = head.lstrip()
     if stripped.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark
@@ -75,7 +78,7 @@ def detect_format(head: bytes) -> str | None:
     # atrace: a "TRACE:" line at the top or after a preamble ("capturing trace... done", adb messages)
     trace_line = re.search(rb"(?:^|\n)TRACE:[ \t\r]*\n", stripped[:8192])
     if trace_line is not None:
-        if stripped[trace_line.end():].lstrip(b"\r\n")[:1] == b"\x78":  # zlib header (CMF 0x78)
+        if stripped[trace_line.end() :].lstrip(b"\r\n")[:1] == b"\x78":  # zlib header (CMF 0x78)
             return "atrace-z"
         return "atrace"
     # text: mostly printable bytes (checked before the perfetto sniff: a text trace that starts

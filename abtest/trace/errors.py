@@ -1,4 +1,5 @@
 """Errors raised by trace readers and analyses. Every message names the file and where it went wrong."""
+
 from __future__ import annotations
 
 
@@ -12,8 +13,9 @@ class TraceFormatError(ValueError):
         expected: short description of what the reader expected to find.
     """
 
-    def __init__(self, path, message: str, *, offset: int | None = None,
-                 line: int | None = None, expected: str | None = None):
+    def __init__(
+        self, path, message: str, *, offset: int | None = None, line: int | None = None, expected: str | None = None
+    ):
         self.path = str(path)
         self.offset = offset
         self.line = line

@@ -29,6 +29,7 @@ then the event's fields (see abtest.trace.text_fields). Line parsing is in abtes
 unparseable content is accounted in meta ``import_errors`` (abtest.trace.import_log). A text is refused
 only when it holds no event line at all, or more unparseable lines than events: it is not a trace.
 """
+
 from __future__ import annotations
 
 import base64
@@ -46,12 +47,20 @@ import polars as pl
 from abtest.trace import import_log
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.inflate import inflate
-from abtest.trace.text_lines import (EXPECTED_LINE, ends_with_newline, is_ascii, looks_js_escaped, parse_lines,
-                                     split_lines, unescape_js_lines)
+from abtest.trace.text_lines import (
+    EXPECTED_LINE,
+    ends_with_newline,
+    is_ascii,
+    looks_js_escaped,
+    parse_lines,
+    split_lines,
+    unescape_js_lines,
+)
 from abtest.trace.text_process import PROCESS_SCHEMA, fill_from_process_table, merge_listings
 
 _TRACE_DATA_BLOCK = re.compile(
-    rb"<script\s+class=\"trace-data\"\s+type=\"application/text\"\s*>(.*?)</script>", re.S | re.I)
+    rb"<script\s+class=\"trace-data\"\s+type=\"application/text\"\s*>(.*?)</script>", re.S | re.I
+)
 _LEGACY_BLOCK = re.compile(rb"var\s+linuxPerfData\s*=\s*\"\\?\r?\n(.*?)(?:\";|</script>)", re.S)
 _BEGIN_END = re.compile(rb"<!--\s*BEGIN TRACE\s*-->(.*?)<!--\s*END TRACE\s*-->", re.S)
 _TRACE_LINE = re.compile(rb"^TRACE:[ \t\r]*\n", re.M)
@@ -95,7 +104,7 @@ def read(path, data, fmt: str) -> tuple[dict, dict]:
 def _parse_text(path, body: bytes, first_line: int, meta: dict, source: str | None = None) -> dict[str, pl.DataFrame]:
     padded = len(body) - len(body.rstrip(b"\x00")) if body[-1:] == b"\x00" else 0
     if padded:  # NUL padding after the text (a file or buffer padded to a block size): skipped, counted
-        body = body[:len(body) - padded]
+        body = body[: len(body) - padded]
         import_log.add_skipped(meta, "nul_padding", padded, [import_log.example(None, offset=len(body), source=source)])
     quirks = meta.setdefault("text_quirks", [])
     lines = split_lines(body, first_line, quirks)
@@ -120,8 +129,9 @@ def _ends_with_escaped_newline(lines: pl.DataFrame) -> bool:
 
 # lines that are nothing a trace file holds (as opposed to a bad value inside an event line, or a ps
 # listing row that does not fit its header): these decide whether a text is a trace at all
-_NOT_TRACE_KINDS = frozenset({"unrecognised_line", "malformed_event_line", "binary_line", "line_too_long",
-                              "truncated_line", "continuation_line"})
+_NOT_TRACE_KINDS = frozenset(
+    {"unrecognised_line", "malformed_event_line", "binary_line", "line_too_long", "truncated_line", "continuation_line"}
+)
 
 
 def refuse_if_not_a_trace(path, tables: dict, meta: dict) -> None:
@@ -134,12 +144,19 @@ def refuse_if_not_a_trace(path, tables: dict, meta: dict) -> None:
     entries = [e for k, e in (meta.get("import_errors") or {}).items() if k in _NOT_TRACE_KINDS]
     firsts = [ex for e in entries for ex in e["examples"][:1] if "line" in ex]
     first = min(firsts, key=lambda ex: ex["line"]) if firsts else {}
-    why = "no ftrace event line at all" if not events else \
-        f"{errors} of {errors + events} lines do not parse (more than the {events} event lines)"
+    why = (
+        "no ftrace event line at all"
+        if not events
+        else f"{errors} of {errors + events} lines do not parse (more than the {events} event lines)"
+    )
     detail = f" ({first['detail']})" if first.get("detail") else ""
     where = f" ({first['source']})" if first.get("source") else ""
-    raise TraceFormatError(f"{path}{where}", f"not a trace: {why}; first unparseable line{detail}: "
-                           f"{first.get('text', '')[:80]!r}", line=first.get("line"), expected=EXPECTED_LINE)
+    raise TraceFormatError(
+        f"{path}{where}",
+        f"not a trace: {why}; first unparseable line{detail}: {first.get('text', '')[:80]!r}",
+        line=first.get("line"),
+        expected=EXPECTED_LINE,
+    )
 
 
 def _after_trace_line(path, raw: bytes, meta: dict) -> tuple[bytes, int]:
@@ -148,14 +165,18 @@ def _after_trace_line(path, raw: bytes, meta: dict) -> tuple[bytes, int]:
     if m is None:
         raise TraceFormatError(path, "no 'TRACE:' line", line=1, expected="atrace output ('TRACE:' then ftrace text)")
     _count_preamble(raw[: m.end()], meta)
-    return raw[m.end():], raw[: m.end()].count(b"\n") + 1
+    return raw[m.end() :], raw[: m.end()].count(b"\n") + 1
 
 
 def _count_preamble(preamble: bytes, meta: dict) -> None:
     """The lines up to and with ``TRACE:`` (``capturing trace... done``, adb messages): non_event_content."""
     lines = preamble.split(b"\n")[:-1]
-    import_log.add_skipped(meta, "atrace_preamble", len(lines),
-                           [import_log.example(t.strip(), line=i + 1) for i, t in enumerate(lines[:3])])
+    import_log.add_skipped(
+        meta,
+        "atrace_preamble",
+        len(lines),
+        [import_log.example(t.strip(), line=i + 1) for i, t in enumerate(lines[:3])],
+    )
 
 
 def _inflate_atrace(path, raw: bytes, meta: dict) -> tuple[bytes, bytes, int]:
@@ -249,8 +270,12 @@ def _json_block(content: bytes, line: int, meta: dict) -> None:
             import_log.add_error(meta, "unparsed_json_block", 1, [import_log.example(content[:80], line=line)])
             return
         except RecursionError:  # nested deeper than the interpreter's recursion limit
-            import_log.add_error(meta, "unparsed_json_block", 1, [import_log.example(
-                content[:80], line=line, detail="JSON nested too deeply to parse")])
+            import_log.add_error(
+                meta,
+                "unparsed_json_block",
+                1,
+                [import_log.example(content[:80], line=line, detail="JSON nested too deeply to parse")],
+            )
             return
         events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc if isinstance(doc, list) else []
         if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict):
@@ -262,20 +287,31 @@ def _json_block(content: bytes, line: int, meta: dict) -> None:
         phases = [p.decode() for p in re.findall(rb'"ph"\s*:\s*"([^"]*)"', content)]
         names = [None] * len(phases)
     meta_events = sum(1 for p, n in zip(phases, names) if p == "M" or n == "clock_sync")
-    import_log.add_skipped(meta, "json_metadata", max(meta_events, 1),
-                           [import_log.example(content[:120], line=line)])
+    import_log.add_skipped(meta, "json_metadata", max(meta_events, 1), [import_log.example(content[:120], line=line)])
     other = len(phases) - meta_events
     if other:
-        import_log.add_error(meta, "json_trace_events", other, [import_log.example(
-            content[:120], line=line, detail="Chrome JSON trace events in a systrace block are not imported")])
+        import_log.add_error(
+            meta,
+            "json_trace_events",
+            other,
+            [
+                import_log.example(
+                    content[:120], line=line, detail="Chrome JSON trace events in a systrace block are not imported"
+                )
+            ],
+        )
 
 
 def _read_html(path, raw: bytes, meta: dict) -> dict[str, pl.DataFrame]:
     blocks = _html_blocks(raw)
     if not blocks:
-        raise TraceFormatError(path, "systrace HTML holds no trace block", offset=0,
-                               expected="a <script class=\"trace-data\" type=\"application/text\"> block "
-                                        "or a 'var linuxPerfData = \"...\"' string with ftrace text")
+        raise TraceFormatError(
+            path,
+            "systrace HTML holds no trace block",
+            offset=0,
+            expected='a <script class="trace-data" type="application/text"> block '
+            "or a 'var linuxPerfData = \"...\"' string with ftrace text",
+        )
     merged: dict[str, list[pl.DataFrame]] = {}
     kinds: dict[str, int] = {}
     seen: set[bytes] = set()
@@ -295,8 +331,9 @@ def _read_html(path, raw: bytes, meta: dict) -> dict[str, pl.DataFrame]:
             meta.setdefault("_battor_texts", []).append((body, f"systrace HTML block at line {line}"))
             continue
         if kind in ("cgroup", "atrace_process_dump"):
-            import_log.add_skipped(meta, f"{kind}_block", body.count(b"\n") + 1,
-                                   [import_log.example(body[:80], line=line)])
+            import_log.add_skipped(
+                meta, f"{kind}_block", body.count(b"\n") + 1, [import_log.example(body[:80], line=line)]
+            )
             continue
         if kind == "empty":
             meta["warnings"].append(f"empty trace block at line {line}")
@@ -310,9 +347,13 @@ def _read_html(path, raw: bytes, meta: dict) -> dict[str, pl.DataFrame]:
             merged.setdefault(name, []).append(df)
     if kinds.get("ftrace", 0) == 0:
         what = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-        raise TraceFormatError(path, f"systrace HTML holds {len(blocks)} trace block(s) but none with ftrace "
-                               f"text ({what}; JSON blocks hold Chrome trace events or metadata, not ftrace)",
-                               offset=0, expected="a trace-data block with ftrace text")
+        raise TraceFormatError(
+            path,
+            f"systrace HTML holds {len(blocks)} trace block(s) but none with ftrace "
+            f"text ({what}; JSON blocks hold Chrome trace events or metadata, not ftrace)",
+            offset=0,
+            expected="a trace-data block with ftrace text",
+        )
     meta["html_blocks"] = {"ftrace": kinds["ftrace"], "skipped": len(blocks) - kinds["ftrace"]}
     meta["html_block_kinds"] = kinds
     return {n: pl.concat(dfs, how="diagonal_relaxed") if len(dfs) > 1 else dfs[0] for n, dfs in merged.items()}
@@ -335,9 +376,11 @@ def _finish_meta(meta: dict) -> None:
     overwritten = meta.get("overwritten_events", 0)
     meta["lost_events"] = lost + overwritten
     if lost:
-        meta["warnings"].append(f"{lost} events lost (lost-event lines) on CPUs "
-                                f"{sorted(per_cpu)}: per-CPU counts in lost_events_per_cpu")
+        meta["warnings"].append(
+            f"{lost} events lost (lost-event lines) on CPUs {sorted(per_cpu)}: per-CPU counts in lost_events_per_cpu"
+        )
     if overwritten:
         meta["warnings"].append(
             f"ring buffer overwritten: entries-written {meta['entries_written']} > entries-in-buffer "
-            f"{meta['entries_in_buffer']}, {overwritten} oldest events lost")
+            f"{meta['entries_in_buffer']}, {overwritten} oldest events lost"
+        )

@@ -30,6 +30,7 @@ entries, ``funcgraph-retaddr``: the caller ``__schedule+0x154/0x700``). Comment 
 become rows of that event (other comments: table ``funcgraph_comment``, column buf). Task-switch separators
 (``------``, ``bash-1 => sleep-2``) and irq marks are counted in ``non_event_content``.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -38,8 +39,10 @@ import polars as pl
 # groups: 1 overhead mark, 2 duration (us), 3 irq entry/exit mark, 4 indent, 5 the call
 CALL_RE = r"^\s*(?:([+!#*@$])?\s*([0-9]+(?:\.[0-9]+)?)\s*us\s*|(={5,}>|<={5,})\s*)?\|(\s*)(.*?)\s*$"
 # the tracer's own lines: [TIME |] CPU) [TASK-PID |] then the call part
-TRACER_LINE_RE = (r"^\s*(?:([0-9]+)\.([0-9]{1,9})\s*\|\s*)?([0-9]+)\)\s+"
-                  r"(?:(\S(?:.*\S)?)-([0-9]+)\s*\|\s*)?(.*\|.*)$")
+TRACER_LINE_RE = (
+    r"^\s*(?:([0-9]+)\.([0-9]{1,9})\s*\|\s*)?([0-9]+)\)\s+"
+    r"(?:(\S(?:.*\S)?)-([0-9]+)\s*\|\s*)?(.*\|.*)$"
+)
 # ----------- separator lines and " 0)  bash-1234  =>  sleep-1235 " (funcgraph context switch)
 SEPARATOR_RE = r"^\s*-{10,}\s*$"
 SWITCH_RE = r"^\s*[0-9]+\)\s+\S.*-[0-9]+\s+=>\s+\S.*-[0-9]+\s*$"
@@ -76,49 +79,81 @@ def _call_columns(call: pl.Expr) -> list[pl.Expr]:
     int_part = us.str.extract(r"^([0-9]+)", 1).cast(pl.Int64, strict=False)
     frac = us.str.extract(r"\.([0-9]+)$", 1)
     ns = int_part * 1000 + pl.when(frac.is_null()).then(0).otherwise(
-        frac.str.slice(0, 3).str.pad_end(3, "0").cast(pl.Int64, strict=False))
+        frac.str.slice(0, 3).str.pad_end(3, "0").cast(pl.Int64, strict=False)
+    )
     entry, leaf = body.str.extract_groups("^" + ENTRY_RE).struct, body.str.extract_groups("^" + LEAF_RE).struct
     tail = body.str.extract(EXIT_RE, 1)
     comment = body.str.extract(r"^/\*\s?(.*?)\s?\*/$", 1)
-    kind = (pl.when(entry.field("1").is_not_null()).then(pl.lit("entry"))
-            .when(leaf.field("1").is_not_null()).then(pl.lit("leaf"))
-            .when(body.str.starts_with("}")).then(pl.lit("exit"))
-            .when(comment.is_not_null()).then(pl.lit("comment"))
-            .when(g.struct.field("3").is_not_null() | body.str.contains(IRQ_MARK_RE)).then(pl.lit("irq")))
+    kind = (
+        pl.when(entry.field("1").is_not_null())
+        .then(pl.lit("entry"))
+        .when(leaf.field("1").is_not_null())
+        .then(pl.lit("leaf"))
+        .when(body.str.starts_with("}"))
+        .then(pl.lit("exit"))
+        .when(comment.is_not_null())
+        .then(pl.lit("comment"))
+        .when(g.struct.field("3").is_not_null() | body.str.contains(IRQ_MARK_RE))
+        .then(pl.lit("irq"))
+    )
     note = pl.coalesce(entry.field("3"), leaf.field("3"))  # the comment after an entry / a leaf
     exit_func = tail.str.replace(RETVAL_RE, "").str.strip_chars().str.strip_suffix("()")
-    func = (pl.when(kind == "entry").then(entry.field("1")).when(kind == "leaf").then(leaf.field("1"))
-            .when(kind == "exit").then(pl.when(exit_func != "").then(exit_func)))
+    func = (
+        pl.when(kind == "entry")
+        .then(entry.field("1"))
+        .when(kind == "leaf")
+        .then(leaf.field("1"))
+        .when(kind == "exit")
+        .then(pl.when(exit_func != "").then(exit_func))
+    )
     args = pl.coalesce(entry.field("2"), leaf.field("2"))
     retval = pl.coalesce(tail.str.extract(RETVAL_RE, 1), note.str.extract(RETVAL_RE, 1)).str.strip_chars()
-    return [g.struct.field("1").alias("overhead"), ns.alias("duration_ns"),
-            ((spaces - 2) // 2).clip(lower_bound=0).cast(pl.Int32).alias("depth"),
-            kind.alias("_kind"), func.alias("func"),
-            pl.when(args != "").then(args).alias("args"), note.str.extract(RETADDR_RE, 1).alias("retaddr"),
-            retval.alias("retval"), comment.alias("_comment")]
+    return [
+        g.struct.field("1").alias("overhead"),
+        ns.alias("duration_ns"),
+        ((spaces - 2) // 2).clip(lower_bound=0).cast(pl.Int32).alias("depth"),
+        kind.alias("_kind"),
+        func.alias("func"),
+        pl.when(args != "").then(args).alias("args"),
+        note.str.extract(RETADDR_RE, 1).alias("retaddr"),
+        retval.alias("retval"),
+        comment.alias("_comment"),
+    ]
 
 
-def parse_tracer_lines(lines: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], pl.DataFrame, pl.DataFrame,
-                                                     pl.DataFrame]:
+def parse_tracer_lines(lines: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(``_line``, ``text``) of function_graph tracer lines -> (rows by event name, comment-event rows
     (_line, ts, cpu, common_pid, common_comm, event, payload), lines that did not parse, irq-mark lines)."""
     g = pl.col("text").str.extract_groups(TRACER_LINE_RE)
     df = lines.with_columns(g.alias("g")).unnest("g")
     sec, frac = pl.col("1"), pl.col("2")
     ts = sec.cast(pl.Int64, strict=False) * 1_000_000_000 + frac.str.pad_end(9, "0").cast(pl.Int64, strict=False)
-    df = df.select("_line", "text", ts.alias("ts"), pl.col("3").cast(pl.Int32, strict=False).alias("cpu"),
-                   pl.col("5").cast(pl.Int32, strict=False).alias("common_pid"),
-                   pl.col("4").alias("common_comm"), *_call_columns(pl.col("6")))
+    df = df.select(
+        "_line",
+        "text",
+        ts.alias("ts"),
+        pl.col("3").cast(pl.Int32, strict=False).alias("cpu"),
+        pl.col("5").cast(pl.Int32, strict=False).alias("common_pid"),
+        pl.col("4").alias("common_comm"),
+        *_call_columns(pl.col("6")),
+    )
     bad = df.filter(pl.col("_kind").is_null() | pl.col("cpu").is_null()).select("_line", "text")
     df = df.filter(pl.col("_kind").is_not_null() & pl.col("cpu").is_not_null())
     irq = df.filter(pl.col("_kind") == "irq").select("_line", "text")
     comments = df.filter(pl.col("_kind") == "comment")
     named = pl.col("_comment").str.extract(r"^([A-Za-z_][A-Za-z0-9_]*):\s", 1)
     as_events = comments.select(
-        "_line", "ts", "cpu", "common_pid", "common_comm",
+        "_line",
+        "ts",
+        "cpu",
+        "common_pid",
+        "common_comm",
         pl.coalesce(named, pl.lit("funcgraph_comment")).alias("event"),
-        pl.when(named.is_not_null()).then(pl.col("_comment").str.replace(r"^[A-Za-z0-9_]+:\s*", ""))
-        .otherwise(pl.col("_comment")).alias("payload"))
+        pl.when(named.is_not_null())
+        .then(pl.col("_comment").str.replace(r"^[A-Za-z0-9_]+:\s*", ""))
+        .otherwise(pl.col("_comment"))
+        .alias("payload"),
+    )
     calls = df.filter(pl.col("_kind").is_in(["entry", "leaf", "exit"])).drop("text", "_comment")
     tables = {}
     entries = calls.filter(pl.col("_kind") != "exit")
@@ -146,13 +181,20 @@ def finish_tables(tables: dict[str, pl.DataFrame]) -> None:
     entries, exits = tables.get("funcgraph_entry"), tables.get("funcgraph_exit")
     if entries is not None and "_kind" in entries.columns:
         tables["funcgraph_entry"] = entries.with_columns(
-            pl.when(pl.col("_kind").is_not_null()).then(pl.col("_kind") == "leaf").alias("leaf")).drop("_kind")
+            pl.when(pl.col("_kind").is_not_null()).then(pl.col("_kind") == "leaf").alias("leaf")
+        ).drop("_kind")
     if exits is not None and "_kind" in exits.columns:
         exits = exits.drop("_kind", "leaf", strict=False)
         if entries is not None and "_kind" in entries.columns and exits["func"].null_count():
-            opened = (entries.filter(pl.col("_kind") == "entry")
-                      .select("_line", "cpu", "depth", pl.col("func").alias("_open")).sort("_line"))
-            exits = (exits.sort("_line").join_asof(opened, on="_line", by=["cpu", "depth"], strategy="backward",
-                                            check_sortedness=False)
-                     .with_columns(pl.coalesce("func", "_open").alias("func")).drop("_open"))
+            opened = (
+                entries.filter(pl.col("_kind") == "entry")
+                .select("_line", "cpu", "depth", pl.col("func").alias("_open"))
+                .sort("_line")
+            )
+            exits = (
+                exits.sort("_line")
+                .join_asof(opened, on="_line", by=["cpu", "depth"], strategy="backward", check_sortedness=False)
+                .with_columns(pl.coalesce("func", "_open").alias("func"))
+                .drop("_open")
+            )
         tables["funcgraph_exit"] = exits

@@ -20,6 +20,7 @@ inflated atrace -z stream) or ``detail`` (why it did not parse).
 
 Kinds used by the readers are listed in docs/ingest-policy.md.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -31,8 +32,14 @@ IMPORT_ERRORS = "import_errors"
 NON_EVENT_CONTENT = "non_event_content"
 
 
-def example(text: str | bytes | None = None, *, line: int | None = None, offset: int | None = None,
-            source: str | None = None, detail: str | None = None) -> dict:
+def example(
+    text: str | bytes | None = None,
+    *,
+    line: int | None = None,
+    offset: int | None = None,
+    source: str | None = None,
+    detail: str | None = None,
+) -> dict:
     """One example entry (see the module docstring)."""
     out: dict = {}
     if line is not None:
@@ -73,12 +80,15 @@ def add_skipped(meta: dict, kind: str, count: int, examples: list[dict] = ()) ->
 
 def line_examples(lines: pl.DataFrame, *, source: str | None = None, detail: str | None = None) -> list[dict]:
     """The first MAX_EXAMPLES rows of a (``_line``, ``text``) frame as examples."""
-    return [example(text, line=ln, source=source, detail=detail)
-            for ln, text in lines.select("_line", "text").head(MAX_EXAMPLES).iter_rows()]
+    return [
+        example(text, line=ln, source=source, detail=detail)
+        for ln, text in lines.select("_line", "text").head(MAX_EXAMPLES).iter_rows()
+    ]
 
 
-def add_error_lines(meta: dict, kind: str, lines: pl.DataFrame, *, source: str | None = None,
-                    detail: str | None = None) -> None:
+def add_error_lines(
+    meta: dict, kind: str, lines: pl.DataFrame, *, source: str | None = None, detail: str | None = None
+) -> None:
     """Count the rows of a (``_line``, ``text``) frame as import errors of `kind`."""
     add_error(meta, kind, lines.height, line_examples(lines, source=source, detail=detail))
 
@@ -129,9 +139,13 @@ def import_warnings(meta: dict) -> list[str]:
     if gaps:
         total = sum(gaps.values())
         lost = {str(c) for c, n in (meta.get("lost_events_per_cpu") or {}).items() if n}
-        per_cpu = ", ".join(f"CPU {c}: {n}{' (lost events recorded)' if c in lost else ''}"
-                            for c, n in sorted(gaps.items(), key=lambda kv: int(kv[0])))
-        out.append(f"{total} sched_switch chain breaks (prev_pid is not the previous next_pid on the CPU: events "
-                   f"missing; inferred_gaps) {per_cpu}. Task residency and wakeup latency across a break are "
-                   f"unreliable")
+        per_cpu = ", ".join(
+            f"CPU {c}: {n}{' (lost events recorded)' if c in lost else ''}"
+            for c, n in sorted(gaps.items(), key=lambda kv: int(kv[0]))
+        )
+        out.append(
+            f"{total} sched_switch chain breaks (prev_pid is not the previous next_pid on the CPU: events "
+            f"missing; inferred_gaps) {per_cpu}. Task residency and wakeup latency across a break are "
+            f"unreliable"
+        )
     return out

@@ -5,6 +5,7 @@ TraceFormatError naming the file, the compressed offset reached and the limit as
 exceed it. A corrupt or truncated stream is a TraceFormatError too (a partial trace is never presented as
 a complete one). gzip files of several members (concatenated gzip) are inflated member after member.
 """
+
 from __future__ import annotations
 
 import bz2
@@ -50,12 +51,17 @@ def _zlib_like(path, data, what: str, wbits: int, limits: Limits, base_offset: i
             if not d.eof:
                 out += d.flush()
         except zlib.error as e:
-            raise TraceFormatError(path, f"corrupt {what} ({e})", offset=base_offset + pos,
-                                   expected=f"a complete {what}") from e
+            raise TraceFormatError(
+                path, f"corrupt {what} ({e})", offset=base_offset + pos, expected=f"a complete {what}"
+            ) from e
         if not d.eof:
-            raise TraceFormatError(path, f"truncated {what}: it ends after {len(data) - pos} compressed bytes "
-                                   f"without its end marker ({len(out)} bytes inflated so far)",
-                                   offset=base_offset + len(data), expected=f"a complete {what}")
+            raise TraceFormatError(
+                path,
+                f"truncated {what}: it ends after {len(data) - pos} compressed bytes "
+                f"without its end marker ({len(out)} bytes inflated so far)",
+                offset=base_offset + len(data),
+                expected=f"a complete {what}",
+            )
         rest = d.unused_data
         pos = len(data) - len(rest)
         if wbits == 31 and rest[:2] == GZIP_MAGIC:  # concatenated gzip members
@@ -78,11 +84,14 @@ def _chunked(path, data, what: str, decomp, limits: Limits, base_offset: int, er
             if decomp.eof or (decomp.needs_input and not chunk):
                 break
     except errors as e:
-        raise TraceFormatError(path, f"corrupt {what} ({e})", offset=base_offset,
-                               expected=f"a complete {what}") from e
+        raise TraceFormatError(path, f"corrupt {what} ({e})", offset=base_offset, expected=f"a complete {what}") from e
     if not decomp.eof:
-        raise TraceFormatError(path, f"truncated {what} ({len(out)} bytes inflated before the data ended)",
-                               offset=base_offset + len(data), expected=f"a complete {what}")
+        raise TraceFormatError(
+            path,
+            f"truncated {what} ({len(out)} bytes inflated before the data ended)",
+            offset=base_offset + len(data),
+            expected=f"a complete {what}",
+        )
     rest = decomp.unused_data
     return Inflated(bytes(out), len(data) - len(rest), bytes(rest))
 
@@ -105,18 +114,22 @@ def _zstd(path, data, what: str, limits: Limits, base_offset: int) -> Inflated:
             if len(out) > limit:  # the compressed offset: what the reader has taken from the source so far
                 raise inflate_error(path, what, len(data), base_offset + source.tell(), limits)
     except zstandard.ZstdError as e:
-        raise TraceFormatError(path, f"corrupt or truncated {what} ({e})", offset=base_offset + source.tell(),
-                               expected=f"a complete {what}") from e
+        raise TraceFormatError(
+            path,
+            f"corrupt or truncated {what} ({e})",
+            offset=base_offset + source.tell(),
+            expected=f"a complete {what}",
+        ) from e
     return Inflated(bytes(out), len(data))
 
 
 CODECS = ("gzip", "zlib", "zstd", "bz2", "xz")
-_NAMES = {"gzip": "gzip stream", "zlib": "zlib stream", "zstd": "zstd stream", "bz2": "bzip2 stream",
-          "xz": "xz stream"}
+_NAMES = {"gzip": "gzip stream", "zlib": "zlib stream", "zstd": "zstd stream", "bz2": "bzip2 stream", "xz": "xz stream"}
 
 
-def inflate(path, data, codec: str, *, what: str | None = None, limits: Limits | None = None,
-            base_offset: int = 0) -> Inflated:
+def inflate(
+    path, data, codec: str, *, what: str | None = None, limits: Limits | None = None, base_offset: int = 0
+) -> Inflated:
     """Inflate one `codec` stream held in `data` (bytes-like) under `limits` (default: the environment's).
 
     what: how errors name the stream ("atrace -z zlib stream", "zip member trace.txt"); base_offset: the

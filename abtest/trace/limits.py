@@ -20,6 +20,7 @@ Configuration: environment variables ABTEST_MAX_INFLATE_RATIO, ABTEST_MAX_INFLAT
 ABTEST_MAX_INFLATED_BYTES, ABTEST_MAX_FIELDS_PER_LINE, ABTEST_MAX_LINE_BYTES (read at each call), or
 `Limits(...)` passed where a function accepts one.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,10 +69,18 @@ def current() -> Limits:
 def inflate_error(path, what: str, compressed_size: int, offset: int | None, limits: Limits) -> TraceFormatError:
     """The error for a stream that inflates beyond its limit."""
     limit = limits.max_inflated(compressed_size)
-    which = ("the absolute limit" if limit == limits.inflated_bytes else
-             f"{limits.inflate_ratio:g} x its {compressed_size} compressed bytes" if limit > limits.inflate_floor
-             else "the small-input floor")
+    which = (
+        "the absolute limit"
+        if limit == limits.inflated_bytes
+        else f"{limits.inflate_ratio:g} x its {compressed_size} compressed bytes"
+        if limit > limits.inflate_floor
+        else "the small-input floor"
+    )
     return TraceFormatError(
-        path, f"{what} inflates beyond {limit} bytes ({which}; a decompression bomb or an unexpectedly large "
-              f"trace). Raise ABTEST_MAX_INFLATE_RATIO / ABTEST_MAX_INFLATE_FLOOR_BYTES / ABTEST_MAX_INFLATED_BYTES "
-              f"(bytes) to read it", offset=offset, expected=f"at most {limit} inflated bytes")
+        path,
+        f"{what} inflates beyond {limit} bytes ({which}; a decompression bomb or an unexpectedly large "
+        f"trace). Raise ABTEST_MAX_INFLATE_RATIO / ABTEST_MAX_INFLATE_FLOOR_BYTES / ABTEST_MAX_INFLATED_BYTES "
+        f"(bytes) to read it",
+        offset=offset,
+        expected=f"at most {limit} inflated bytes",
+    )

@@ -1,4 +1,5 @@
 """TraceData: what every reader returns (canonical tables + JSON-serialisable metadata)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

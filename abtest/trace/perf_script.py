@@ -23,6 +23,7 @@ the ``SYSTEM:`` prefix (``sched:sched_switch`` -> ``sched_switch``); a call chai
 Not read (counted in ``import_errors`` like any other unparseable line): lines of samples that are not
 tracepoints (``cycles:`` ...), ``perf script`` output without the cpu field, and ``--show-*-events`` lines.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,8 +41,10 @@ from abtest.trace.text_lines import (
 )
 
 # one sample head: COMM  PID[/TID]  [CPU]  SEC.FRAC:  [PERIOD]  SYSTEM:EVENT:  PAYLOAD
-HEAD_RE = (r"^\s*(.+?)\s+(-?[0-9]+)(?:/([0-9]+))?\s+\[([0-9]+)\]\s+([0-9]+\.[0-9]{1,9}):\s+(?:[0-9]+\s+)?"
-           r"([A-Za-z0-9_]+):([A-Za-z0-9_]+):(?:\s(.*))?$")
+HEAD_RE = (
+    r"^\s*(.+?)\s+(-?[0-9]+)(?:/([0-9]+))?\s+\[([0-9]+)\]\s+([0-9]+\.[0-9]{1,9}):\s+(?:[0-9]+\s+)?"
+    r"([A-Za-z0-9_]+):([A-Za-z0-9_]+):(?:\s(.*))?$"
+)
 # any sample head (a tracepoint or not): COMM PID[/TID] [CPU] SEC.FRAC: [PERIOD] EVENT:
 SAMPLE_RE = r"^\s*.+?\s+-?[0-9]+(?:/[0-9]+)?\s+\[[0-9]+\]\s+[0-9]+\.[0-9]{1,9}:\s+(?:[0-9]+\s+)?\S+:(?:\s|$)"
 # a call-chain line: ADDRESS SYMBOL+OFFSET (DSO)
@@ -62,16 +65,24 @@ def read(path, data) -> tuple[dict, dict]:
     rewritten, other, samples = to_ftrace_lines(lines)
     if other.height:
         import_log.add_skipped_lines(meta, "perf_sample_not_tracepoint", other)
-        meta["warnings"].append(f"{other.height} lines of perf samples that are not tracepoints (and their call "
-                                f"chains) set aside: only tracepoint samples become events")
+        meta["warnings"].append(
+            f"{other.height} lines of perf samples that are not tracepoints (and their call "
+            f"chains) set aside: only tracepoint samples become events"
+        )
     if samples == 0:
-        raise TraceFormatError(path, "no perf script tracepoint sample with a [CPU] column (record system-wide "
-                               "with -a, or print with perf script -F +cpu)", line=1, expected=EXPECTED)
+        raise TraceFormatError(
+            path,
+            "no perf script tracepoint sample with a [CPU] column (record system-wide "
+            "with -a, or print with perf script -F +cpu)",
+            line=1,
+            expected=EXPECTED,
+        )
     tables = parse_lines(path, rewritten, meta, complete=ends_with_newline(raw), ascii_only=is_ascii(raw))
     refuse_if_not_a_trace(path, tables, meta)
-    meta["perf_script"] = {"samples": samples,
-                           "call_chains": int(sum(df["stack"].is_not_null().sum() for df in tables.values()
-                                                  if "stack" in df.columns))}
+    meta["perf_script"] = {
+        "samples": samples,
+        "call_chains": int(sum(df["stack"].is_not_null().sum() for df in tables.values() if "stack" in df.columns)),
+    }
     return tables, meta
 
 
@@ -90,16 +101,44 @@ def to_ftrace_lines(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, in
     # a sample that is not a tracepoint (cycles, cpu-clock: `... 3857.362619:  1  cpu-cycles:`) and the call
     # chain after it are not events of any table: set aside (counted by the caller)
     other_head = ~is_head & text.str.contains(SAMPLE_RE)
-    owner = (pl.when(is_head).then(pl.lit(False)).when(other_head).then(pl.lit(True))
-             .when(~is_chain).then(pl.lit(False)).forward_fill().fill_null(False))
+    owner = (
+        pl.when(is_head)
+        .then(pl.lit(False))
+        .when(other_head)
+        .then(pl.lit(True))
+        .when(~is_chain)
+        .then(pl.lit(False))
+        .forward_fill()
+        .fill_null(False)
+    )
     df = df.with_columns(is_head.alias("_is_head"), is_chain.alias("_is_chain"), owner.alias("_skip"))
     # the ftrace pid column is the thread (common_pid); perf's PID/TID puts the process in the TGID column
     tid = pl.coalesce(h.field("3"), h.field("2"))
     tgid = pl.when(h.field("3").is_not_null()).then(pl.lit(" (") + h.field("2") + pl.lit(")")).otherwise(pl.lit(""))
-    ftrace_head = pl.concat_str([h.field("1"), pl.lit("-"), tid, tgid, pl.lit(" ["), h.field("4"), pl.lit("] "),
-                                 h.field("5"), pl.lit(": "), h.field("7"), pl.lit(": "), h.field("8").fill_null("")])
+    ftrace_head = pl.concat_str(
+        [
+            h.field("1"),
+            pl.lit("-"),
+            tid,
+            tgid,
+            pl.lit(" ["),
+            h.field("4"),
+            pl.lit("] "),
+            h.field("5"),
+            pl.lit(": "),
+            h.field("7"),
+            pl.lit(": "),
+            h.field("8").fill_null(""),
+        ]
+    )
     kept = df.filter(~pl.col("_skip"))
-    out = kept.select("_line", pl.when(pl.col("_is_head")).then(ftrace_head)
-                      .when(pl.col("_is_chain")).then(pl.lit(" => ") + c.field("2"))
-                      .otherwise(text).alias("text"))
+    out = kept.select(
+        "_line",
+        pl.when(pl.col("_is_head"))
+        .then(ftrace_head)
+        .when(pl.col("_is_chain"))
+        .then(pl.lit(" => ") + c.field("2"))
+        .otherwise(text)
+        .alias("text"),
+    )
     return out, df.filter(pl.col("_skip")).select("_line", "text"), int(kept["_is_head"].sum())

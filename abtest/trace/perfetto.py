@@ -23,6 +23,7 @@ What is decoded (see docs/perfetto.md):
 - compressed_packets (zlib) and zstd_compressed_packets are inflated (within abtest.trace.limits: a block
   that inflates beyond its limit is a TraceFormatError naming its offset and the limit) and walked.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -60,21 +61,42 @@ def _account_damage(meta: dict) -> None:
     if damage is None:
         return
     meta["perfetto"]["damaged_from_offset"] = damage["offset"]
-    import_log.add_error(meta, "damaged_packets", 1, [import_log.example(
-        offset=damage["damage_offset"],
-        detail=(f"{damage['message']}; the packets from byte {damage['offset']} to the end "
-                f"({damage['bytes_not_read']} bytes) were not read, the {meta['perfetto']['packets']} before "
-                "them were"))])
+    import_log.add_error(
+        meta,
+        "damaged_packets",
+        1,
+        [
+            import_log.example(
+                offset=damage["damage_offset"],
+                detail=(
+                    f"{damage['message']}; the packets from byte {damage['offset']} to the end "
+                    f"({damage['bytes_not_read']} bytes) were not read, the {meta['perfetto']['packets']} before "
+                    "them were"
+                ),
+            )
+        ],
+    )
 
 
 # TracePacket fields that perfetto declares as extensions defined in the Android tree (trace_packet.proto's
 # `extensions` list), so the protos the schema is generated from do not name them; and fields newer than them.
 EXTENSION_PACKETS = {
-    56: "heap_graph", 76: "frame_timeline_event", 88: "network_packet", 92: "network_packet_bundle",
-    93: "surfaceflinger_layers_snapshot", 94: "surfaceflinger_transactions", 96: "shell_transition",
-    97: "shell_handler_mappings", 104: "protolog_message", 105: "protolog_viewer_config",
-    112: "winscope_extensions", 114: "bluetooth_trace_event", 116: "app_wakelock_bundle", 121: "evdev_event",
-    139: "source_file", 140: "module_disassembly",
+    56: "heap_graph",
+    76: "frame_timeline_event",
+    88: "network_packet",
+    92: "network_packet_bundle",
+    93: "surfaceflinger_layers_snapshot",
+    94: "surfaceflinger_transactions",
+    96: "shell_transition",
+    97: "shell_handler_mappings",
+    104: "protolog_message",
+    105: "protolog_viewer_config",
+    112: "winscope_extensions",
+    114: "bluetooth_trace_event",
+    116: "app_wakelock_bundle",
+    121: "evdev_event",
+    139: "source_file",
+    140: "module_disassembly",
 }
 
 
@@ -87,6 +109,6 @@ def _name_extension_packets(meta: dict) -> None:
         return
     renamed = {}
     for key, n in nd.items():
-        num = key[len("field_"):] if key.startswith("field_") else ""
+        num = key[len("field_") :] if key.startswith("field_") else ""
         renamed[EXTENSION_PACKETS.get(int(num), key) if num.isdigit() else key] = n
     perf["packets_not_decoded"] = renamed

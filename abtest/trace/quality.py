@@ -18,6 +18,7 @@
     events stamped far outside the trace's body (`timestamp_outliers`, docs/ingest-policy.md): kept in their
     tables, left out of the span (start_ns / end_ns), counted in import_errors ``timestamp_outlier``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,10 +31,12 @@ OUTLIER_MAX_SHARE = 0.001
 OUTLIER_MAX_EVENTS = 1000
 OUTLIER_GAP_FACTOR = 10
 OUTLIER_MIN_GAP_NS = 10_000_000_000
-OUTLIER_RULE = (f"an event is a timestamp outlier when an empty gap longer than {OUTLIER_GAP_FACTOR} x the trace's "
-                f"robust span (and longer than {OUTLIER_MIN_GAP_NS / 1e9:g} s) separates it from the rest of the "
-                f"trace, with at most {OUTLIER_MAX_SHARE:.1%} of the events (at least 1, at most "
-                f"{OUTLIER_MAX_EVENTS}) beyond the gap at either end")
+OUTLIER_RULE = (
+    f"an event is a timestamp outlier when an empty gap longer than {OUTLIER_GAP_FACTOR} x the trace's "
+    f"robust span (and longer than {OUTLIER_MIN_GAP_NS / 1e9:g} s) separates it from the rest of the "
+    f"trace, with at most {OUTLIER_MAX_SHARE:.1%} of the events (at least 1, at most "
+    f"{OUTLIER_MAX_EVENTS}) beyond the gap at either end"
+)
 
 
 def inferred_gaps(switch) -> dict[str, int]:
@@ -54,12 +57,22 @@ def chain_breaks(switch: pl.DataFrame, before: pl.DataFrame | None = None) -> tu
     rows = switch.select(*by, "prev_pid", "next_pid")
     if before is not None:  # each CPU's switch before these rows: its next_pid is what the first must follow
         rows = pl.concat([before, rows], how="vertical_relaxed")
-    breaks = (rows.select("cpu", "prev_pid", pl.col("next_pid").shift(1).over(by).alias("_before"))
-              .filter(pl.col("prev_pid").is_not_null() & pl.col("_before").is_not_null()
-                      & (pl.col("prev_pid").cast(pl.Int64) != pl.col("_before").cast(pl.Int64)))
-              .group_by("cpu").len())
-    last = rows.group_by(by, maintain_order=True).last().with_columns(pl.lit(None, rows.schema["prev_pid"])
-                                                                      .alias("prev_pid")).select(rows.columns)
+    breaks = (
+        rows.select("cpu", "prev_pid", pl.col("next_pid").shift(1).over(by).alias("_before"))
+        .filter(
+            pl.col("prev_pid").is_not_null()
+            & pl.col("_before").is_not_null()
+            & (pl.col("prev_pid").cast(pl.Int64) != pl.col("_before").cast(pl.Int64))
+        )
+        .group_by("cpu")
+        .len()
+    )
+    last = (
+        rows.group_by(by, maintain_order=True)
+        .last()
+        .with_columns(pl.lit(None, rows.schema["prev_pid"]).alias("prev_pid"))
+        .select(rows.columns)
+    )
     return {cpu: int(n) for cpu, n in breaks.iter_rows() if cpu is not None}, last
 
 
@@ -91,7 +104,8 @@ def check(tables: dict, meta: dict, gaps: dict[str, int] | None = None) -> None:
         if beyond:
             meta.setdefault("warnings", []).append(
                 f"events on CPUs {beyond[:8]}{'...' if len(beyond) > 8 else ''} although the file states "
-                f"{header} CPUs (cpus_header): the CPU numbers or the header are wrong")
+                f"{header} CPUs (cpus_header): the CPU numbers or the header are wrong"
+            )
     else:
         meta["cpus"] = (max(data_cpus) + 1) if data_cpus else 0
     # reported by abtest.trace.import_log.import_warnings (trace info, analyze), with the CPUs that lost events
@@ -112,8 +126,8 @@ def _edge_times(tables: dict, k: int) -> tuple[np.ndarray, np.ndarray, int]:
             highs.append(ts.top_k(k + 1).to_numpy())
     if not n:
         return np.empty(0, np.int64), np.empty(0, np.int64), 0
-    low = np.sort(np.concatenate(lows).astype(np.int64))[:k + 1]
-    high = np.sort(np.concatenate(highs).astype(np.int64))[-(k + 1):]
+    low = np.sort(np.concatenate(lows).astype(np.int64))[: k + 1]
+    high = np.sort(np.concatenate(highs).astype(np.int64))[-(k + 1) :]
     return low, high, n
 
 
@@ -134,15 +148,15 @@ def outlier_cuts(tables: dict) -> tuple[int | None, int | None]:
     inner_hi = int(high[max(len(high) - 1 - k, 0)])
     gap_min = max(OUTLIER_GAP_FACTOR * max(inner_hi - inner_lo, 0), OUTLIER_MIN_GAP_NS)
     low_cut = high_cut = None
-    low_gaps = np.diff(low[:k + 1])  # low_gaps[i]: between the (i+1)-th and (i+2)-th smallest
+    low_gaps = np.diff(low[: k + 1])  # low_gaps[i]: between the (i+1)-th and (i+2)-th smallest
     for i in range(len(low_gaps) - 1, -1, -1):  # the widest split: the most events before the gap
         if low_gaps[i] > gap_min:
             low_cut = int(low[i + 1])
             break
-    high_gaps = np.diff(high[-(k + 1):])
+    high_gaps = np.diff(high[-(k + 1) :])
     for i in range(len(high_gaps)):
         if high_gaps[i] > gap_min:
-            high_cut = int(high[-(k + 1):][i])
+            high_cut = int(high[-(k + 1) :][i])
             break
     return low_cut, high_cut
 
@@ -161,7 +175,8 @@ def timestamp_outliers(tables: dict) -> dict | None:
             continue
         ts = pl.col("ts")
         out = (ts < low_cut if low_cut is not None else pl.lit(False)) | (
-            ts > high_cut if high_cut is not None else pl.lit(False))
+            ts > high_cut if high_cut is not None else pl.lit(False)
+        )
         flagged = df.filter(out.fill_null(False))
         if flagged.height:
             per_table[name] = flagged.height
@@ -170,7 +185,11 @@ def timestamp_outliers(tables: dict) -> dict | None:
         if body.len():
             body_lo.append(body.min())
             body_hi.append(body.max())
-    return {"count": sum(per_table.values()), "tables": per_table,
-            "body_start_ns": int(min(body_lo)) if body_lo else None,
-            "body_end_ns": int(max(body_hi)) if body_hi else None,
-            "examples": examples[:5], "rule": OUTLIER_RULE}
+    return {
+        "count": sum(per_table.values()),
+        "tables": per_table,
+        "body_start_ns": int(min(body_lo)) if body_lo else None,
+        "body_end_ns": int(max(body_hi)) if body_hi else None,
+        "examples": examples[:5],
+        "rule": OUTLIER_RULE,
+    }

@@ -4,6 +4,7 @@ adding BattOr power samples, accounting what was not imported and checking the d
 Every reader returns meta["import_errors"] / meta["non_event_content"] (abtest.trace.import_log) for what it
 could not parse / recognised and skipped; `abtest trace info` prints them (`import_log.import_warnings`).
 """
+
 from __future__ import annotations
 
 import mmap
@@ -20,11 +21,18 @@ from abtest.trace.model import TraceData
 from abtest.trace.schema import canonicalize, event_counts, sample_counts
 
 # Bumped whenever a reader's output changes: part of the cache key.
-READER_VERSION = "15"  # 15: perf script text, trace_printk lines as bprint, funcgraph args/retaddr, timestamp outliers out of the span (issue 43); 14: text lines lacking a canonical field and rows with a null or negative CPU are import errors (schema._drop_unfit_rows, text_lines._require_fields); 13: perfetto extension packets named (field_76 -> frame_timeline_event); 12: the native decoders rewritten (same tables; the Trace cache holds Arrow IPC); 11: ingestion accounting (import_errors, process table) + canonical integer widths only in the analysed tables
+# 15: perf script text, trace_printk lines as bprint, funcgraph args/retaddr, timestamp outliers out of the span
+# (issue 43); 14: text lines lacking a canonical field and rows with a null or negative CPU are import errors
+# (schema._drop_unfit_rows, text_lines._require_fields); 13: perfetto extension packets named (field_76 ->
+# frame_timeline_event); 12: the native decoders rewritten (same tables; the Trace cache holds Arrow IPC); 11:
+# ingestion accounting (import_errors, process table) + canonical integer widths only in the analysed tables
+READER_VERSION = "15"
 
 _TEXT_FORMATS = ("ftrace-text", "atrace", "atrace-z", "systrace-html")
-_EXPECTED = ("trace.dat, ftrace text, systrace HTML, atrace, perf script text, perfetto protobuf, a BattOr log, "
-             "gzip/zstd/bzip2/xz, zip or tar")
+_EXPECTED = (
+    "trace.dat, ftrace text, systrace HTML, atrace, perf script text, perfetto protobuf, a BattOr log, "
+    "gzip/zstd/bzip2/xz, zip or tar"
+)
 
 
 def read_trace(path: str | os.PathLike, *, limits: Limits | None = None) -> TraceData:
@@ -51,12 +59,19 @@ def read_trace(path: str | os.PathLike, *, limits: Limits | None = None) -> Trac
         if chosen is None and not battors:
             corrupt = [m for m in members if m.role == "corrupt"]
             why = "; ".join(f"member {m.name or '(stream)'} is corrupt: {m.error}" for m in corrupt)
-            raise TraceFormatError(path, f"{fmt} container holds no trace that reads ({why + '; ' if why else ''}"
-                                   f"members: {archive.describe(members)})",
-                                   offset=0, expected="a member in a supported trace format")
+            raise TraceFormatError(
+                path,
+                f"{fmt} container holds no trace that reads ({why + '; ' if why else ''}"
+                f"members: {archive.describe(members)})",
+                offset=0,
+                expected="a member in a supported trace format",
+            )
         if chosen is None:  # a BattOr log alone (compressed or archived)
-            data, fmt, wrapper = battors[0][0], "battor", archive.wrapper_name(
-                next(m for m in members if m.role == "battor"))
+            data, fmt, wrapper = (
+                battors[0][0],
+                "battor",
+                archive.wrapper_name(next(m for m in members if m.role == "battor")),
+            )
             battors = battors[1:]
         else:
             data, fmt, wrapper = chosen.data, chosen.format, archive.wrapper_name(chosen)
@@ -83,16 +98,25 @@ def base_meta(meta: dict, *, fmt: str, wrapper: str, path: Path, size: int) -> N
     meta["wrapper"] = wrapper or None
     meta["source_path"] = str(path)
     meta["source_size"] = size
-    for key, default in (("clock", None), ("lost_events", 0), ("lost_events_per_cpu", {}),
-                         ("lost_events_exact", True), ("kernel", {}), ("platform", None), ("warnings", [])):
+    for key, default in (
+        ("clock", None),
+        ("lost_events", 0),
+        ("lost_events_per_cpu", {}),
+        ("lost_events_exact", True),
+        ("kernel", {}),
+        ("platform", None),
+        ("warnings", []),
+    ):
         meta.setdefault(key, default)
     # one key type for every reader, the one meta.json (the cache) gives back: the CPU number as a string
-    meta["lost_events_per_cpu"] = {str(cpu): n for cpu, n in
-                                   sorted(meta["lost_events_per_cpu"].items(), key=lambda kv: int(kv[0]))}
+    meta["lost_events_per_cpu"] = {
+        str(cpu): n for cpu, n in sorted(meta["lost_events_per_cpu"].items(), key=lambda kv: int(kv[0]))
+    }
 
 
-def finish(tables: dict[str, pl.DataFrame], meta: dict, battors: list | tuple = (),
-           inferred_gaps: dict[str, int] | None = None) -> TraceData:
+def finish(
+    tables: dict[str, pl.DataFrame], meta: dict, battors: list | tuple = (), inferred_gaps: dict[str, int] | None = None
+) -> TraceData:
     """Canonical tables + meta -> TraceData: the span, BattOr logs found beside the trace, the decoder's
     unparsed content and the quality checks in meta (``inferred_gaps``: when already counted), event and
     sample counts."""
@@ -112,25 +136,35 @@ def _refuse_unknown(path: Path, fmt: str | None, head: bytes) -> None:
     if fmt is None:
         raise TraceFormatError(path, f"unrecognised format (first bytes {head[:16]!r})", offset=0, expected=_EXPECTED)
     if fmt == "json":
-        raise TraceFormatError(path, "a JSON document (Chrome trace events / Perfetto UI JSON): abtest reads kernel "
-                               "traces, not JSON trace events", offset=0, expected=_EXPECTED)
+        raise TraceFormatError(
+            path,
+            "a JSON document (Chrome trace events / Perfetto UI JSON): abtest reads kernel "
+            "traces, not JSON trace events",
+            offset=0,
+            expected=_EXPECTED,
+        )
 
 
 def _decode(path, data, fmt: str, limits: Limits) -> tuple[dict, dict]:
     if fmt == "trace.dat":
         from abtest.trace import tracedat
+
         return tracedat.read(path, data, limits=limits)
     if fmt == "perfetto":
         from abtest.trace import perfetto
+
         return perfetto.read(path, data, limits=limits)
     if fmt in _TEXT_FORMATS:
         from abtest.trace import ftrace_text
+
         return ftrace_text.read(path, data, fmt)
     if fmt == "perf-script":
         from abtest.trace import perf_script
+
         return perf_script.read(path, data)
     if fmt == "battor":
         from abtest.trace import battor
+
         frame, bmeta = battor.read_battor(bytes(data))
         meta = {"format": "battor", "warnings": bmeta.pop("warnings"), "battor": [_battor_summary(bmeta, str(path))]}
         import_log.merge(meta, bmeta)
@@ -139,16 +173,29 @@ def _decode(path, data, fmt: str, limits: Limits) -> tuple[dict, dict]:
 
 
 def _battor_summary(bmeta: dict, source: str) -> dict:
-    keep = ("sample_rate_hz", "measured_sample_rate_hz", "samples", "duration_s", "voltage_range_mv",
-            "current_range_ma", "gain", "negative_current_samples", "clock")
-    return {"source": source, **{k: bmeta[k] for k in keep if k in bmeta},
-            "sync_markers": len(bmeta.get("sync_markers", []))}
+    keep = (
+        "sample_rate_hz",
+        "measured_sample_rate_hz",
+        "samples",
+        "duration_s",
+        "voltage_range_mv",
+        "current_range_ma",
+        "gain",
+        "negative_current_samples",
+        "clock",
+    )
+    return {
+        "source": source,
+        **{k: bmeta[k] for k in keep if k in bmeta},
+        "sync_markers": len(bmeta.get("sync_markers", [])),
+    }
 
 
 def _add_battor(tables: dict, meta: dict, sources: list[tuple[bytes, str]]) -> None:
     """BattOr logs found beside the trace (archive members, systrace HTML blocks) -> rows of ``power_rail``,
     aligned to the trace clock when the trace allows it (abtest.trace.battor.align_to_trace)."""
     from abtest.trace import battor
+
     frames = []
     for data, source in sources:
         frame, bmeta = battor.read_battor(data)
@@ -172,19 +219,35 @@ def _account_members(members: list, chosen, meta: dict) -> None:
         if m is chosen or m.role == "battor":
             continue
         if m.role == "corrupt":
-            import_log.add_error(meta, "archive_member_corrupt", 1, [import_log.example(
-                None, source=m.name or "(stream)", detail=m.error)])
+            import_log.add_error(
+                meta,
+                "archive_member_corrupt",
+                1,
+                [import_log.example(None, source=m.name or "(stream)", detail=m.error)],
+            )
         elif m.role in ("trace", "json"):
-            why = (f"{m.format} trace member not read: member {chosen.name!r} was chosen (richest format, then largest)"
-                   if m.role == "trace" and chosen is not None else "Chrome JSON trace events are not read")
-            import_log.add_error(meta, "archive_member_not_imported", 1, [import_log.example(
-                None, source=m.name, detail=why)])
+            why = (
+                f"{m.format} trace member not read: member {chosen.name!r} was chosen (richest format, then largest)"
+                if m.role == "trace" and chosen is not None
+                else "Chrome JSON trace events are not read"
+            )
+            import_log.add_error(
+                meta, "archive_member_not_imported", 1, [import_log.example(None, source=m.name, detail=why)]
+            )
         else:
-            import_log.add_skipped(meta, "archive_member", 1, [import_log.example(
-                m.data[:80] if m.format == "ftrace-text" else None, source=m.name,
-                detail=f"{m.format or 'binary'} content, {m.size} bytes, not a trace")])
-    meta["archive"] = {"members": [m.summary() for m in members],
-                       "read": chosen.name if chosen is not None else None}
+            import_log.add_skipped(
+                meta,
+                "archive_member",
+                1,
+                [
+                    import_log.example(
+                        m.data[:80] if m.format == "ftrace-text" else None,
+                        source=m.name,
+                        detail=f"{m.format or 'binary'} content, {m.size} bytes, not a trace",
+                    )
+                ],
+            )
+    meta["archive"] = {"members": [m.summary() for m in members], "read": chosen.name if chosen is not None else None}
 
 
 def _account_decoder(tables: dict, meta: dict) -> None:
@@ -194,20 +257,30 @@ def _account_decoder(tables: dict, meta: dict) -> None:
     ids outside perfetto's schema (`ftrace_event_<id>`)."""
     for name, df in tables.items():
         for prefix, kind, detail in (
-                ("unknown_event_", "event_format_unparsed",
-                 "the file has no usable format for this event id: records kept as raw bytes in table {name}"),
-                ("ftrace_event_", "ftrace_event_unknown_field_id",
-                 "perfetto FtraceEvent field id outside the schema: fields kept as field_<n> in table {name}")):
+            (
+                "unknown_event_",
+                "event_format_unparsed",
+                "the file has no usable format for this event id: records kept as raw bytes in table {name}",
+            ),
+            (
+                "ftrace_event_",
+                "ftrace_event_unknown_field_id",
+                "perfetto FtraceEvent field id outside the schema: fields kept as field_<n> in table {name}",
+            ),
+        ):
             if name.startswith(prefix):
-                ev_id = name[len(prefix):]
+                ev_id = name[len(prefix) :]
                 why = next((w for w in meta.get("warnings", []) if f"(id {ev_id})" in w), None)
-                import_log.add_error(meta, kind, df.height, [import_log.example(
-                    why, detail=detail.format(name=name))])
+                import_log.add_error(meta, kind, df.height, [import_log.example(why, detail=detail.format(name=name))])
     if meta.get("format") == "perfetto":
         perf = meta.get("perfetto") or {}
         for packet, n in sorted((perf.get("packets_not_decoded") or {}).items()):
-            import_log.add_error(meta, f"perfetto_packet_not_imported.{packet}", int(n), [import_log.example(
-                None, detail=f"TracePacket field {packet}: not imported by abtest")])
+            import_log.add_error(
+                meta,
+                f"perfetto_packet_not_imported.{packet}",
+                int(n),
+                [import_log.example(None, detail=f"TracePacket field {packet}: not imported by abtest")],
+            )
 
 
 def _fill_span(tables: dict, meta: dict) -> None:
@@ -242,7 +315,15 @@ def _account_outliers(meta: dict, outliers: dict) -> None:
     with its table and time)."""
     meta["timestamp_outliers"] = outliers
     body = f"{outliers['body_start_ns'] / 1e9:.6f}..{outliers['body_end_ns'] / 1e9:.6f} s"
-    import_log.add_error(meta, "timestamp_outlier", outliers["count"], [import_log.example(
-        f"{ex['table']} at ts {ex['ts']} ns ({ex['ts'] / 1e9:.9f} s)",
-        detail=f"far outside the trace's body ({body}): kept in its table, left out of the span")
-        for ex in outliers["examples"]])
+    import_log.add_error(
+        meta,
+        "timestamp_outlier",
+        outliers["count"],
+        [
+            import_log.example(
+                f"{ex['table']} at ts {ex['ts']} ns ({ex['ts'] / 1e9:.9f} s)",
+                detail=f"far outside the trace's body ({body}): kept in its table, left out of the span",
+            )
+            for ex in outliers["examples"]
+        ],
+    )

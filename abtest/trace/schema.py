@@ -39,6 +39,7 @@ Traces with named trace instances (tracefs instances/NAME, `trace-cmd record -B 
 `instance` (Categorical) to every table: the instance whose ring buffer held the event, null for the
 top-level buffer; meta["instances"] lists the names.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -109,8 +110,11 @@ def _canon_cpu_idle_miss(df: pl.DataFrame) -> pl.DataFrame:
         df = df.with_columns(_signed_state("state"))
     if "below" in df.columns and "type" not in df.columns:
         df = df.with_columns(
-            pl.when(pl.col("below").cast(pl.Int64) != 0).then(pl.lit("below"))
-            .otherwise(pl.lit("above")).cast(pl.Categorical).alias("type")
+            pl.when(pl.col("below").cast(pl.Int64) != 0)
+            .then(pl.lit("below"))
+            .otherwise(pl.lit("above"))
+            .cast(pl.Categorical)
+            .alias("type")
         ).drop("below")
     elif "type" in df.columns:
         df = df.with_columns(pl.col("type").cast(pl.Utf8).cast(pl.Categorical))
@@ -150,8 +154,13 @@ def _build_marker(raw: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
         if df is None:
             continue
         pid = pl.col("common_pid") if "common_pid" in df.columns else pl.lit(None, pl.Int32)
-        cols = [pl.col("ts").cast(pl.Int64), pl.col("cpu").cast(pl.Int32), pid.cast(pl.Int32).alias("pid"),
-                _marker_text_column(name, df), pl.lit(name).alias("event")]
+        cols = [
+            pl.col("ts").cast(pl.Int64),
+            pl.col("cpu").cast(pl.Int32),
+            pid.cast(pl.Int32).alias("pid"),
+            _marker_text_column(name, df),
+            pl.lit(name).alias("event"),
+        ]
         if df.schema.get("ip") == pl.Utf8:  # text readers: the caller's symbol as printed (trace_printk's function)
             cols.append(pl.col("ip"))
         if "instance" in df.columns:
@@ -189,8 +198,13 @@ def _coerce_integers(name: str, df: pl.DataFrame, meta: dict) -> pl.DataFrame:
     wanted = {**_COMMON_INTEGER_FIELDS, **own}
     # text columns (a corrupt value) are coerced everywhere; an integer column changes width only in the tables
     # the analyses read (other tables keep the kernel's widths, as the decoder-to-parquet path writes them)
-    cols = [c for c, t in wanted.items() if c in df.columns and df.schema[c] != t
-            and (df.schema[c] in (pl.Utf8, pl.Categorical) or (c in own and df.schema[c].is_integer()))]
+    cols = [
+        c
+        for c, t in wanted.items()
+        if c in df.columns
+        and df.schema[c] != t
+        and (df.schema[c] in (pl.Utf8, pl.Categorical) or (c in own and df.schema[c].is_integer()))
+    ]
     if not cols:
         return df
     exprs = {}
@@ -206,7 +220,8 @@ def _coerce_integers(name: str, df: pl.DataFrame, meta: dict) -> pl.DataFrame:
             first = df.filter(bad[c]).row(0, named=True)
             meta.setdefault("warnings", []).append(
                 f"{name}.{c}: {n} value(s) not an integer of the field's width set to null (first {first[c]!r}"
-                + (f" at ts {first['ts']} ns)" if "ts" in first else ")"))
+                + (f" at ts {first['ts']} ns)" if "ts" in first else ")")
+            )
     return df.with_columns([e.alias(c) for c, e in exprs.items()])
 
 
@@ -226,8 +241,11 @@ def _event_cpu_convention(df: pl.DataFrame) -> pl.DataFrame:
     `field_cpu`)."""
     if "field_cpu" not in df.columns or "buffer_cpu" in df.columns:
         return df
-    return (df.rename({"cpu": "buffer_cpu"}).rename({"field_cpu": "cpu"})
-            .with_columns(pl.col("cpu").cast(pl.Int32, strict=False)))
+    return (
+        df.rename({"cpu": "buffer_cpu"})
+        .rename({"field_cpu": "cpu"})
+        .with_columns(pl.col("cpu").cast(pl.Int32, strict=False))
+    )
 
 
 def unchanged_by_canonicalize(name: str, schema: dict[str, pl.DataType]) -> bool:
@@ -246,9 +264,13 @@ def unchanged_by_canonicalize(name: str, schema: dict[str, pl.DataType]) -> bool
 # compact sched format does not know the task a CPU ran before its first recorded switch.
 _REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "sched_switch": ("next_pid",),
-    "sched_wakeup": ("pid",), "sched_waking": ("pid",), "sched_wakeup_new": ("pid",),
+    "sched_wakeup": ("pid",),
+    "sched_waking": ("pid",),
+    "sched_wakeup_new": ("pid",),
     "sched_migrate_task": ("pid", "orig_cpu", "dest_cpu"),
-    "cpu_idle": ("state",), "cpu_idle_miss": ("state",), "cpu_frequency": ("frequency_khz",),
+    "cpu_idle": ("state",),
+    "cpu_idle_miss": ("state",),
+    "cpu_frequency": ("frequency_khz",),
     "cpu_frequency_limits": ("min_khz", "max_khz"),
 }
 
@@ -271,12 +293,20 @@ def _drop_unfit_rows(name: str, df: pl.DataFrame, meta: dict) -> pl.DataFrame:
         return df
     rows = df.filter(bad)
     cols = [c for c in ("ts", "cpu", *need) if c in rows.columns]
-    import_log.add_error(meta, "value_out_of_range", rows.height, [
-        import_log.example(f"{name}: " + " ".join(f"{c}={r[c]}" for c in cols),
-                           detail=f"{name} rows need a CPU number in 0..2^31-1"
-                                  + (f" and {', '.join(need)}" if need else "")
-                                  + " (null: a value that does not fit the field's width)")
-        for r in rows.head(import_log.MAX_EXAMPLES).iter_rows(named=True)])
+    import_log.add_error(
+        meta,
+        "value_out_of_range",
+        rows.height,
+        [
+            import_log.example(
+                f"{name}: " + " ".join(f"{c}={r[c]}" for c in cols),
+                detail=f"{name} rows need a CPU number in 0..2^31-1"
+                + (f" and {', '.join(need)}" if need else "")
+                + " (null: a value that does not fit the field's width)",
+            )
+            for r in rows.head(import_log.MAX_EXAMPLES).iter_rows(named=True)
+        ],
+    )
     return df.filter(~bad)
 
 

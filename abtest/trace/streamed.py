@@ -13,6 +13,7 @@ whose timestamps go backwards on a CPU cannot be cut into rounds in time order: 
 ``ABTEST_DECODE_PIECE_KB`` sets the unit of decoding work (default 8192 KiB; a round decodes again the pieces
 that hold rows past its end).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -73,8 +74,15 @@ def progress_bar(path: Path):
         return
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
-    with Progress(TextColumn(f"decoding {path.name} in rounds"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+
+    with Progress(
+        TextColumn(f"decoding {path.name} in rounds"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
         task = bar.add_task("decode", total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
@@ -96,8 +104,9 @@ class _NotInOrder(Exception):
 FINISH_COLUMNS = ["ts", "cpu", "event"]
 
 
-def write_entry(path: str | os.PathLike, entry: Path, *, fmt: str = "ipc", limits: Limits | None = None,
-                progress=None) -> dict | None:
+def write_entry(
+    path: str | os.PathLike, entry: Path, *, fmt: str = "ipc", limits: Limits | None = None, progress=None
+) -> dict | None:
     """Decode the trace.dat at `path` in rounds into the directory `entry`: the cache's layout (`fmt` "ipc"),
     or `abtest trace convert`'s ("parquet"), written atomically as cache.write_tables does. Returns the meta
     written; None, and nothing written, when the file's timestamps go backwards on a CPU.
@@ -135,8 +144,9 @@ def write_entry(path: str | os.PathLike, entry: Path, *, fmt: str = "ipc", limit
 
             with open(path, "rb") as f:
                 data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            meta = tracedat.read_rounds(path, data, emit, round_bytes=round_bytes(), piece_bytes=piece_bytes(),
-                                        limits=limits, progress=progress)
+            meta = tracedat.read_rounds(
+                path, data, emit, round_bytes=round_bytes(), piece_bytes=piece_bytes(), limits=limits, progress=progress
+            )
             if meta is None:
                 raise _NotInOrder
             for name, ps in parts.items():
@@ -151,11 +161,15 @@ def write_entry(path: str | os.PathLike, entry: Path, *, fmt: str = "ipc", limit
                 meta.setdefault("end_ns", int(max(span)))
             # what finish() reads of the joined tables (the span, the CPUs, marker kinds, row counts): not the
             # names, whose codes polars would otherwise turn into its own, table by table, all at once
-            tables = {name: cache.read_ipc_mapped(tmp / f"{name}{cache.SUFFIX['ipc']}", columns=FINISH_COLUMNS)
-                      for name in parts}
+            tables = {
+                name: cache.read_ipc_mapped(tmp / f"{name}{cache.SUFFIX['ipc']}", columns=FINISH_COLUMNS)
+                for name in parts
+            }
             # rounds follow each other in time: a table sorted in every round is sorted (not read again to know)
-            tables = {name: df.with_columns(df["ts"].set_sorted()) if "ts" in df.columns and name not in unsorted
-                      else df for name, df in tables.items()}
+            tables = {
+                name: df.with_columns(df["ts"].set_sorted()) if "ts" in df.columns and name not in unsorted else df
+                for name, df in tables.items()
+            }
             done = finish(tables, meta, inferred_gaps=quality.gaps_of(breaks))
             meta, sorted_tables = done.meta, done.tables if fmt == "ipc" else None
             del tables, done  # their mappings: a mapped page read stays resident while its mapping lives
@@ -178,6 +192,7 @@ def _give_back_memory() -> None:
     if "pyarrow" in sys.modules:
         sys.modules["pyarrow"].default_memory_pool().release_unused()
     from abtest import _native
+
     _native.release_freed_memory()
 
 
@@ -191,6 +206,7 @@ def _join_parts(parts: list[Path], out: Path) -> None:
         os.replace(parts[0], out)
         return
     import pyarrow as pa
+
     schemas = [_ipc_reader(p).schema for p in parts]
     if any(s != schemas[0] for s in schemas):  # columns that differ between rounds: polars aligns them
         frames = [cache.read_ipc_mapped(p) for p in parts]
@@ -206,8 +222,10 @@ def _join_parts(parts: list[Path], out: Path) -> None:
                 reader = _ipc_reader(p)
                 for k in range(reader.num_record_batches):
                     batch = reader.get_batch(k)
-                    cols = [(_recoded(batch.column(i), names[i], typed[i]) if i in names else batch.column(i))
-                            for i in range(batch.num_columns)]
+                    cols = [
+                        (_recoded(batch.column(i), names[i], typed[i]) if i in names else batch.column(i))
+                        for i in range(batch.num_columns)
+                    ]
                     writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
                 del reader
     for p in parts:
@@ -218,6 +236,7 @@ def _ipc_reader(path: Path):
     """pyarrow's reader of an IPC file that reads each batch into memory when asked (not a mapping: the pages
     of a mapping stay resident while it lives)."""
     import pyarrow as pa
+
     return pa.ipc.open_file(pa.OSFile(str(path)))
 
 
@@ -226,6 +245,7 @@ def _unified_names(parts: list[Path], column: int):
     (as large strings: pyarrow's lookups take no string views)."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
     seen = []
     for p in parts:
         reader = _ipc_reader(p)
@@ -236,6 +256,7 @@ def _unified_names(parts: list[Path], column: int):
 def _lookup_type(values):
     """String views as large strings (what pyarrow's compute functions take); other arrays as they are."""
     import pyarrow as pa
+
     return values.cast(pa.large_string()) if values.type == pa.string_view() else values
 
 
@@ -244,6 +265,7 @@ def _recoded(col, names, dictionary):
     `dictionary` (the same names, of col's value type) as its dictionary."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
     where = pc.index_in(_lookup_type(col.dictionary), value_set=names).cast(col.type.index_type)
     return pa.DictionaryArray.from_arrays(pc.take(where, col.indices), dictionary, ordered=col.type.ordered)
 
@@ -255,6 +277,7 @@ def _ipc_to_parquet(src: Path, dst: Path) -> None:
     written by polars instead, from the whole mapped table."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     reader = _ipc_reader(src)
     target = pa.schema([f.with_type(_parquet_type(f.type)) for f in reader.schema], metadata=reader.schema.metadata)
     try:
@@ -272,6 +295,7 @@ def _parquet_type(t):
     """An Arrow type pyarrow's parquet writer takes: string views (also as dictionary values or list items)
     as large strings."""
     import pyarrow as pa
+
     if t == pa.string_view():
         return pa.large_string()
     if pa.types.is_dictionary(t):

@@ -27,6 +27,7 @@ each letter, not the exact value that kernel stored. 0 always means "runnable", 
 gives back the trace.dat integer exactly except that bits >= 0x100 (the 4.14+ preempt bit) are not
 printed by the plugin and read back as 0. Use ``trace-cmd report -R`` for exact values.
 """
+
 from __future__ import annotations
 
 import re
@@ -35,20 +36,61 @@ import polars as pl
 
 # kernel (>= 4.14) sched_switch prev_state letters, plus letters only pre-4.14 kernels print
 KERNEL_STATE_BITS: dict[str, int] = {
-    "R": 0, "S": 0x1, "D": 0x2, "T": 0x4, "t": 0x8, "X": 0x10, "Z": 0x20, "P": 0x40, "I": 0x80,
-    "x": 0x40, "K": 0x80, "W": 0x100, "N": 0x400, "+": 0x100,
+    "R": 0,
+    "S": 0x1,
+    "D": 0x2,
+    "T": 0x4,
+    "t": 0x8,
+    "X": 0x10,
+    "Z": 0x20,
+    "P": 0x40,
+    "I": 0x80,
+    "x": 0x40,
+    "K": 0x80,
+    "W": 0x100,
+    "N": 0x400,
+    "+": 0x100,
 }
 # libtraceevent sched_switch plugin (trace-cmd report): bit i <-> "SDTtZXxW"[i]
 TRACECMD_PLUGIN_STATE_BITS: dict[str, int] = {
-    "R": 0, "S": 0x1, "D": 0x2, "T": 0x4, "t": 0x8, "Z": 0x10, "X": 0x20, "x": 0x40, "W": 0x80,
+    "R": 0,
+    "S": 0x1,
+    "D": 0x2,
+    "T": 0x4,
+    "t": 0x8,
+    "Z": 0x10,
+    "X": 0x20,
+    "x": 0x40,
+    "W": 0x80,
 }
 
 # Fields whose values are integers even when printed in hex (0x..) -- converted to Int64.
-KNOWN_INT_FIELDS = frozenset({
-    "pid", "prio", "target_cpu", "orig_cpu", "dest_cpu", "cpu", "cpu_id", "success",
-    "prev_pid", "prev_prio", "next_pid", "next_prio", "state", "freq", "frequency",
-    "min_freq", "max_freq", "util", "util_avg", "load", "load_avg", "runnable_avg",
-})
+KNOWN_INT_FIELDS = frozenset(
+    {
+        "pid",
+        "prio",
+        "target_cpu",
+        "orig_cpu",
+        "dest_cpu",
+        "cpu",
+        "cpu_id",
+        "success",
+        "prev_pid",
+        "prev_prio",
+        "next_pid",
+        "next_prio",
+        "state",
+        "freq",
+        "frequency",
+        "min_freq",
+        "max_freq",
+        "util",
+        "util_avg",
+        "load",
+        "load_avg",
+        "runnable_avg",
+    }
+)
 MARKER_LIKE = frozenset({"print", "bprint", "bputs"})
 # Fields the canonical tables (abtest.trace.schema) need as integers: a row where one is not an integer is
 # not imported (abtest.trace.text_lines counts it in import_errors as bad_field_value); INT32_FIELDS must
@@ -56,12 +98,17 @@ MARKER_LIKE = frozenset({"print", "bprint", "bputs"})
 _WAKE_FIELDS = ("pid", "prio", "target_cpu")
 CANONICAL_INT_FIELDS: dict[str, tuple[str, ...]] = {
     "sched_switch": ("prev_pid", "prev_prio", "next_pid", "next_prio"),
-    "sched_wakeup": _WAKE_FIELDS, "sched_waking": _WAKE_FIELDS, "sched_wakeup_new": _WAKE_FIELDS,
+    "sched_wakeup": _WAKE_FIELDS,
+    "sched_waking": _WAKE_FIELDS,
+    "sched_wakeup_new": _WAKE_FIELDS,
     "sched_migrate_task": ("pid", "prio", "orig_cpu", "dest_cpu"),
-    "cpu_idle": ("state", "cpu_id"), "cpu_frequency": ("state", "cpu_id"),
-    "cpu_idle_miss": ("state", "cpu_id"), "cpu_frequency_limits": ("min_freq", "max_freq", "cpu_id"),
+    "cpu_idle": ("state", "cpu_id"),
+    "cpu_frequency": ("state", "cpu_id"),
+    "cpu_idle_miss": ("state", "cpu_id"),
+    "cpu_frequency_limits": ("min_freq", "max_freq", "cpu_id"),
     # not canonical tables, but read as integers by abtest.analysis.thermal
-    "thermal_temperature": ("id", "temp_prev", "temp"), "cdev_update": ("target",),
+    "thermal_temperature": ("id", "temp_prev", "temp"),
+    "cdev_update": ("target",),
     "thermal_power_cpu_limit": ("freq", "cdev_state", "power"),
 }
 # Fields every line of the event must carry for its table to keep the canonical schema (abtest.trace.schema) and
@@ -70,11 +117,16 @@ CANONICAL_INT_FIELDS: dict[str, tuple[str, ...]] = {
 _WAKE_REQUIRED = ("comm", "pid", "prio", "target_cpu")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "sched_switch": ("prev_comm", "prev_pid", "prev_prio", "next_comm", "next_pid", "next_prio"),
-    "sched_wakeup": _WAKE_REQUIRED, "sched_waking": _WAKE_REQUIRED, "sched_wakeup_new": _WAKE_REQUIRED,
+    "sched_wakeup": _WAKE_REQUIRED,
+    "sched_waking": _WAKE_REQUIRED,
+    "sched_wakeup_new": _WAKE_REQUIRED,
     "sched_migrate_task": ("comm", "pid", "prio", "orig_cpu", "dest_cpu"),
-    "cpu_idle": ("state", "cpu_id"), "cpu_frequency": ("state", "cpu_id"), "cpu_idle_miss": ("state", "cpu_id"),
+    "cpu_idle": ("state", "cpu_id"),
+    "cpu_frequency": ("state", "cpu_id"),
+    "cpu_idle_miss": ("state", "cpu_id"),
     "cpu_frequency_limits": ("min_freq", "max_freq", "cpu_id"),
-    "thermal_temperature": ("thermal_zone", "temp"), "cdev_update": ("type", "target"),
+    "thermal_temperature": ("thermal_zone", "temp"),
+    "cdev_update": ("type", "target"),
 }
 INT32_FIELDS = frozenset({"prev_pid", "next_pid", "pid", "target_cpu", "orig_cpu", "dest_cpu", "cpu_id"})
 # Columns every raw table starts with; an event field of the same name is renamed field_<name>
@@ -98,9 +150,14 @@ def state_letters_to_bits(col: pl.Expr, table: dict[str, int]) -> pl.Expr:
         total = total + pl.when(col.str.contains(letter, literal=True)).then(bit).otherwise(0)
     known = "".join(k for k in table if k not in "|")
     only_letters = col.str.contains(r"^[" + known.replace("+", r"\+") + r"|]+$")
-    return (pl.when(col.str.contains(_INT_RE)).then(col.str.to_integer(strict=False))
-            .when(only_letters).then(total)
-            .otherwise(None).cast(pl.Int64))
+    return (
+        pl.when(col.str.contains(_INT_RE))
+        .then(col.str.to_integer(strict=False))
+        .when(only_letters)
+        .then(total)
+        .otherwise(None)
+        .cast(pl.Int64)
+    )
 
 
 def _typed(df: pl.DataFrame, name: str) -> pl.Series:
@@ -156,8 +213,7 @@ def _simple_pairs(df: pl.DataFrame, max_layouts: int = 8) -> tuple[list[pl.DataF
         names = _field_names(keys)[1:]
         tokens = [f"_tok{i}" for i in range(len(keys))]
         split = remaining.with_columns(
-            pl.col("payload").str.split_exact(" ", len(keys) - 1)
-            .struct.rename_fields(tokens).alias("_tokens"),
+            pl.col("payload").str.split_exact(" ", len(keys) - 1).struct.rename_fields(tokens).alias("_tokens"),
             (pl.col("payload").str.count_matches(" ", literal=True) == len(keys) - 1).alias("_ok"),
         ).unnest("_tokens")
         checks = [pl.col(t).str.starts_with(k + "=") for t, k in zip(tokens, keys)]
@@ -170,9 +226,11 @@ def _simple_pairs(df: pl.DataFrame, max_layouts: int = 8) -> tuple[list[pl.DataF
         split = split.with_columns(ok.alias("_ok"))
         hit = split.filter("_ok")
         if hit.height:
-            parts.append(hit.with_columns(
-                pl.col(t).str.strip_prefix(k + "=").alias(n) for t, k, n in zip(tokens, keys, names))
-                .drop("payload", "_ok", *tokens))
+            parts.append(
+                hit.with_columns(
+                    pl.col(t).str.strip_prefix(k + "=").alias(n) for t, k, n in zip(tokens, keys, names)
+                ).drop("payload", "_ok", *tokens)
+            )
         first_ok = bool(split["_ok"][0])
         remaining = split.filter(~pl.col("_ok")).drop("_ok", *tokens)
         if not first_ok:  # e.g. "comm=GPU completion ...": its layout has values with spaces
@@ -197,9 +255,13 @@ def _general_pairs(df: pl.DataFrame) -> list[pl.DataFrame]:
             parts.append(_exploded_pairs(part))
             continue
         names = _field_names(sig.split(","))
-        pattern = "^(.*?)" + "".join(
-            ("(?:^|\\s)" if i == 0 else "\\s+") + _regex_escape(k) + "=(.*?)"
-            for i, k in enumerate(sig.split(","))) + "$"
+        pattern = (
+            "^(.*?)"
+            + "".join(
+                ("(?:^|\\s)" if i == 0 else "\\s+") + _regex_escape(k) + "=(.*?)" for i, k in enumerate(sig.split(","))
+            )
+            + "$"
+        )
         pattern = pattern[: -len("(.*?)$")] + "(.*)$"  # last value runs to the end of the line
         groups = pl.col("payload").str.extract_groups(pattern)
         fields = part.select(
@@ -222,25 +284,45 @@ def _exploded_pairs(df: pl.DataFrame) -> pl.DataFrame:
     columns. Linear in the input whatever the number of layouts. Same rules as `_general_pairs`."""
     marked = pl.col("payload").str.replace_all(r"(?:^|\s)([A-Za-z_][A-Za-z0-9_.]*)=", "\x1f${1}\x1e")
     rows = df.with_row_index("_row")
-    pieces = rows.select("_row", marked.str.split("\x1f").alias("_p")).explode("_p").with_columns(
-        pl.int_range(pl.len()).over("_row").alias("_i"))
+    pieces = (
+        rows.select("_row", marked.str.split("\x1f").alias("_p"))
+        .explode("_p")
+        .with_columns(pl.int_range(pl.len()).over("_row").alias("_i"))
+    )
     buf = pieces.filter(pl.col("_i") == 0).select("_row", pl.col("_p").str.strip_chars().alias("buf"))
-    kv = pieces.filter(pl.col("_i") > 0).select(
-        "_row", "_i", pl.col("_p").str.split_exact("\x1e", 1).struct.rename_fields(["_k", "_v"]).alias("s")).unnest("s")
+    kv = (
+        pieces.filter(pl.col("_i") > 0)
+        .select("_row", "_i", pl.col("_p").str.split_exact("\x1e", 1).struct.rename_fields(["_k", "_v"]).alias("s"))
+        .unnest("s")
+    )
     kv = kv.with_columns(
-        pl.when(pl.col("_k").is_in(list(COMMON_COLUMNS))).then(pl.lit("field_") + pl.col("_k")).otherwise(pl.col("_k"))
-        .alias("_k"), pl.col("_v").str.strip_chars_end(" \t"))
+        pl.when(pl.col("_k").is_in(list(COMMON_COLUMNS)))
+        .then(pl.lit("field_") + pl.col("_k"))
+        .otherwise(pl.col("_k"))
+        .alias("_k"),
+        pl.col("_v").str.strip_chars_end(" \t"),
+    )
     nth = pl.int_range(pl.len()).over("_row", "_k")  # a key repeated in one payload: k, k_1, k_2 (as _dedupe)
-    kv = kv.with_columns(pl.when(nth == 0).then(pl.col("_k")).otherwise(pl.col("_k") + "_" + nth.cast(pl.Utf8))
-                         .alias("_k"))
-    order = kv.group_by("_k").agg(pl.col("_row").min().alias("_first"), pl.col("_i").min().alias("_pos")) \
-        .sort("_first", "_pos")["_k"].to_list()
-    wide = kv.pivot(on="_k", index="_row", values="_v", aggregate_function="first") if kv.height else \
-        pl.DataFrame({"_row": pl.Series([], dtype=pl.UInt32)})
+    kv = kv.with_columns(
+        pl.when(nth == 0).then(pl.col("_k")).otherwise(pl.col("_k") + "_" + nth.cast(pl.Utf8)).alias("_k")
+    )
+    order = (
+        kv.group_by("_k")
+        .agg(pl.col("_row").min().alias("_first"), pl.col("_i").min().alias("_pos"))
+        .sort("_first", "_pos")["_k"]
+        .to_list()
+    )
+    wide = (
+        kv.pivot(on="_k", index="_row", values="_v", aggregate_function="first")
+        if kv.height
+        else pl.DataFrame({"_row": pl.Series([], dtype=pl.UInt32)})
+    )
     out = rows.drop("payload").join(buf, on="_row", how="left").join(wide, on="_row", how="left")
     if out["buf"].eq("").all():
         out = out.drop("buf")
-    return out.select([c for c in out.columns if c not in order and c != "_row"] + [c for c in order if c in out.columns])
+    return out.select(
+        [c for c in out.columns if c not in order and c != "_row"] + [c for c in order if c in out.columns]
+    )
 
 
 TOO_MANY_NAMES = "_too_many_field_names"
@@ -310,6 +392,7 @@ def _task_prio_columns(df: pl.DataFrame, src: str, prefix: str, ascii_only: bool
     Intermediate results are materialised column by column (a polars expression reused inside another is
     recomputed every time). ascii_only: the text has no multi-byte character (character slices are then
     byte slices, and cheaper)."""
+
     def cut(e: pl.Expr, start, length=None) -> pl.Expr:
         return e.str.slice(start, length) if ascii_only else _byte_slice(e, start, length)
 
@@ -334,11 +417,13 @@ def parse_sched_switch(df: pl.DataFrame, ascii_only: bool = False) -> pl.DataFra
     if plugin.height:
         p = pl.col("payload")
         plugin = plugin.with_columns(p.str.find(" ==> ", literal=True).alias("_a"))
-        plugin = plugin.with_columns(p.str.slice(0, pl.col("_a")).alias("_prev"),
-                                     p.str.slice(pl.col("_a") + 5).alias("_next"))
+        plugin = plugin.with_columns(
+            p.str.slice(0, pl.col("_a")).alias("_prev"), p.str.slice(pl.col("_a") + 5).alias("_next")
+        )
         plugin = _task_prio_columns(plugin, "_prev", "prev_", ascii_only)
         plugin = plugin.with_columns(
-            state_letters_to_bits(pl.col("_state"), TRACECMD_PLUGIN_STATE_BITS).alias("prev_state"))
+            state_letters_to_bits(pl.col("_state"), TRACECMD_PLUGIN_STATE_BITS).alias("prev_state")
+        )
         plugin = _task_prio_columns(plugin.drop("_state"), "_next", "next_", ascii_only)
         parts.append(plugin.drop("_a", "_prev", "_next", "_state", "payload"))
     if kernel.height:
@@ -359,8 +444,11 @@ def parse_sched_wakeup(df: pl.DataFrame, ascii_only: bool = False) -> pl.DataFra
         plugin = _task_prio_columns(plugin, "payload", "", ascii_only)
         state = pl.col("_state")  # "CPU:002" or "success=1 CPU:002"
         plugin = plugin.with_columns(state.str.find("CPU:", literal=True).alias("_t"))
-        cols = [(state.str.slice(pl.col("_t") + 4) if ascii_only else _byte_slice(state, pl.col("_t") + 4))
-                .alias("target_cpu")]
+        cols = [
+            (state.str.slice(pl.col("_t") + 4) if ascii_only else _byte_slice(state, pl.col("_t") + 4)).alias(
+                "target_cpu"
+            )
+        ]
         if plugin["_state"].str.starts_with("success=").any():
             cols.append(state.str.extract(r"^success=([0-9]+)", 1).cast(pl.Int64, strict=False).alias("success"))
         parts.append(plugin.with_columns(cols).drop("_t", "_state", "payload"))
@@ -386,10 +474,18 @@ def parse_marker(df: pl.DataFrame, event: str) -> pl.DataFrame:
     is_raw = payload.str.contains(raw_re)
     is_plug = payload.str.contains(plugin_re)
     return df.with_columns(
-        pl.when(is_raw).then(raw.struct.field("1")).when(is_plug).then(plug.struct.field("1"))
-        .otherwise(None).alias("ip"),
-        pl.when(is_raw).then(raw.struct.field("3")).when(is_plug).then(plug.struct.field("2"))
-        .otherwise(payload).alias("buf"),
+        pl.when(is_raw)
+        .then(raw.struct.field("1"))
+        .when(is_plug)
+        .then(plug.struct.field("1"))
+        .otherwise(None)
+        .alias("ip"),
+        pl.when(is_raw)
+        .then(raw.struct.field("3"))
+        .when(is_plug)
+        .then(plug.struct.field("2"))
+        .otherwise(payload)
+        .alias("buf"),
     ).drop("payload")
 
 

@@ -23,6 +23,7 @@ trace-cmd report -l (libtraceevent; CPU digits run into the flags: ``1dN.2.``)
 A flags column that does not fit (unknown letter, preempt depth of more than two hex digits) gives
 null for that row, never a guess.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -46,6 +47,7 @@ def flags_columns(flags: pl.Expr, latency_form: pl.Expr) -> list[pl.Expr]:
 
     flags: the flags text (``d..2.``); latency_form: True on rows printed by ``trace-cmd report -l``.
     """
+
     def char(i: int) -> pl.Expr:
         return flags.str.slice(i, 1)
 

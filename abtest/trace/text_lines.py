@@ -54,6 +54,7 @@ with more unparseable lines than events: it is not a trace.
 Old (2.6/3.x) kernels printed trace_marker writes with event name ``0`` (the print event's ip was 0):
 those become ``tracing_mark_write`` (see docs/text-formats.md).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -63,8 +64,13 @@ import pyarrow as pa
 from abtest.trace import funcgraph_text, import_log, text_process
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.limits import Limits, current
-from abtest.trace.text_fields import (CANONICAL_INT_FIELDS, INT32_FIELDS, REQUIRED_FIELDS, TOO_MANY_NAMES,
-                                      parse_event_payload)
+from abtest.trace.text_fields import (
+    CANONICAL_INT_FIELDS,
+    INT32_FIELDS,
+    REQUIRED_FIELDS,
+    TOO_MANY_NAMES,
+    parse_event_payload,
+)
 from abtest.trace.text_flags import KERNEL_FLAG_BITS, LATENCY_FORM_FLAG_BITS, flags_columns
 
 # The fixed middle of an event line ("-PID [(TGID)] [CPU] [FLAGS] SEC.FRAC:"), searched unanchored:
@@ -94,15 +100,18 @@ def _event_head_re(lat_flags: str) -> str:
 def _event_fields_re(lat_flags: str) -> str:
     """The head again, anchored after the dash, with groups; group 1 = the whole head up to the payload."""
     cpu = rf"(?:\[({_D}+)\]{_S}*(?:([.a-zA-Z]{_NS}*){_S}+)?|({_D}+)({lat_flags}))"
-    return (rf"^(({_D}+){_S}+(?:\(({_S}*{_D}+|-+)\){_S}+)?{cpu}"
-            rf"({_D}+)(?:\.({_D}{{1,9}})|(us){_LAT_MARK})?:(?:{_S}+|$)(?:{_TS_DIFF})?"
-            rf"(?:({_W}[A-Za-z0-9_.]*):(?:{_S}+|$)|(<[a-z ]+>){_S}*$)?)")
+    return (
+        rf"^(({_D}+){_S}+(?:\(({_S}*{_D}+|-+)\){_S}+)?{cpu}"
+        rf"({_D}+)(?:\.({_D}{{1,9}})|(us){_LAT_MARK})?:(?:{_S}+|$)(?:{_TS_DIFF})?"
+        rf"(?:({_W}[A-Za-z0-9_.]*):(?:{_S}+|$)|(<[a-z ]+>){_S}*$)?)"
+    )
 
 
 EVENT_HEAD_RE, EVENT_FIELDS_RE = _event_head_re(_LAT_FLAGS), _event_fields_re(_LAT_FLAGS)
 GLUED_HEAD_RE, GLUED_FIELDS_RE = _event_head_re(_GLUED_FLAGS), _event_fields_re(_GLUED_FLAGS)
-(_G_HEAD, _G_PID, _G_TGID, _G_CPU, _G_FLAGS, _G_CPU_LAT, _G_FLAGS_LAT, _G_SEC, _G_FRAC, _G_US, _G_EVENT,
- _G_STACK) = (str(i) for i in range(1, 13))
+(_G_HEAD, _G_PID, _G_TGID, _G_CPU, _G_FLAGS, _G_CPU_LAT, _G_FLAGS_LAT, _G_SEC, _G_FRAC, _G_US, _G_EVENT, _G_STACK) = (
+    str(i) for i in range(1, 13)
+)
 FUNCTION_PAYLOAD_RE = r"^[^ \t]+[ \t]+<-[^ \t]+"
 # The kernel prints syscall events in forms of its own, with no ``EVENT:`` name
 # (kernel/trace/trace_syscalls.c): entry ``sys_read(fd: 7, buf: 0x7ffc1000, count: 0x64)`` is event
@@ -116,18 +125,22 @@ RAW_DATA_RE = r"^# [0-9a-fA-F]+ buf:(?: [0-9a-fA-F]{2})*[ \t]*$"
 # only the caller's symbol (`%ps`, or `%pS` with options/sym-offset), ": " and the message. The symbol shapes a
 # tracepoint name cannot have mark them: "+0xOFF/0xSIZE" (sym-offset), " [module]" (a module's symbol), " <ADDR>"
 # (options/sym-addr), a bare "0xADDR" (no symbol found), a leading underscore or a compiler suffix (".isra.0").
-PRINTK_DECORATED_RE = (r"^([A-Za-z_.$][A-Za-z0-9_.$]*)((?:\+0x[0-9a-f]+/0x[0-9a-f]+)?(?: \[[A-Za-z0-9_-]+\])?"
-                       r"(?: <[0-9a-f]+>)?): (.*)$")
+PRINTK_DECORATED_RE = (
+    r"^([A-Za-z_.$][A-Za-z0-9_.$]*)((?:\+0x[0-9a-f]+/0x[0-9a-f]+)?(?: \[[A-Za-z0-9_-]+\])?"
+    r"(?: <[0-9a-f]+>)?): (.*)$"
+)
 PRINTK_SYMBOL_NAME_RE = r"^(?:_|0x[0-9a-f]+$)|\.(?:isra|constprop|part|cold|llvm|lto_priv|clone)(?:\.|$)"
 PRINTK_MARKER_SYMBOL = "tracing_mark_write"  # the caller of a trace_marker write: event tracing_mark_write
-HEADER_RE = (r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
-             # trace-cmd report --verbose's plugin list; -w's wakeup-latency summary at the end
-             r"|^(?:registering plugin: |overriding event \(\d+\) |removing override handler for event \(\d+\) )"
-             r"|^(?:(?:RT )?(?:Average wakeup latency|Maximum Latency|Minimum Latency): |RT task timings:)"
-             # ring-buffer page starts (--boundary; with --debug: [page ts:offset], then the page's
-             # padding / time-extend / absolute-time records on lines of their own)
-             r"|^CPU:\d+ \[SUBBUFFER START\](?: \[\d+:0x[0-9a-f]+\])?\s*$"
-             r"|^ (?:(?:PADDING|TIME EXTEND): delta|TIME STAMP: timestamp):-?\d+ length:\d+\s*$")
+HEADER_RE = (
+    r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
+    # trace-cmd report --verbose's plugin list; -w's wakeup-latency summary at the end
+    r"|^(?:registering plugin: |overriding event \(\d+\) |removing override handler for event \(\d+\) )"
+    r"|^(?:(?:RT )?(?:Average wakeup latency|Maximum Latency|Minimum Latency): |RT task timings:)"
+    # ring-buffer page starts (--boundary; with --debug: [page ts:offset], then the page's
+    # padding / time-extend / absolute-time records on lines of their own)
+    r"|^CPU:\d+ \[SUBBUFFER START\](?: \[\d+:0x[0-9a-f]+\])?\s*$"
+    r"|^ (?:(?:PADDING|TIME EXTEND): delta|TIME STAMP: timestamp):-?\d+ length:\d+\s*$"
+)
 WAKEUP_SUMMARY_RE = r"^(?:RT )?Average wakeup latency: "
 # what trace-cmd report -w appends to the sched_switch that ends a measured wakeup
 WAKEUP_LATENCY_SUFFIX_RE = r"[ \t]+Latency: [0-9]+\.[0-9]+ usecs$"
@@ -149,16 +162,21 @@ OLD_MARKER_EVENT = "0"
 TEXT_PAYLOAD_EVENTS = ["console", "print", "bprint", "bputs", "tracing_mark_write", OLD_MARKER_EVENT]
 # Text around the trace that tools print: atrace's preamble, adb's daemon messages, `trace-cmd record`'s
 # per-CPU buffer statistics and its notes.
-PREAMBLE_RE = (r"^\s*(?:capturing trace\.\.\.(?: done)?|TRACE:|\* daemon (?:not running; starting now at \S+|"
-               r"started successfully) \*|Kernel buffer statistics:|Note: \"entries\" are the entries left in the "
-               r"kernel ring buffer and are not|recorded in the trace data\. They should all be zero\.)\s*$")
-TRACECMD_STATS_RE = (r"^\s*(?:CPU: \d+|entries: \d+|overrun: \d+|commit overrun: \d+|bytes: \d+|"
-                     r"oldest event ts: +[0-9.]+|now ts: +[0-9.]+|dropped events: \d+|read events: \d+)\s*$")
+PREAMBLE_RE = (
+    r"^\s*(?:capturing trace\.\.\.(?: done)?|TRACE:|\* daemon (?:not running; starting now at \S+|"
+    r"started successfully) \*|Kernel buffer statistics:|Note: \"entries\" are the entries left in the "
+    r"kernel ring buffer and are not|recorded in the trace data\. They should all be zero\.)\s*$"
+)
+TRACECMD_STATS_RE = (
+    r"^\s*(?:CPU: \d+|entries: \d+|overrun: \d+|commit overrun: \d+|bytes: \d+|"
+    r"oldest event ts: +[0-9.]+|now ts: +[0-9.]+|dropped events: \d+|read events: \d+)\s*$"
+)
 # what a damaged event line still shows: a [CPU] column, a "SEC.FRAC:" time, or a "comm-pid" start followed
 # by a TGID or CPU column
 LOOKS_LIKE_EVENT_RE = r"(?:\[[0-9]{1,5}\]|\s[0-9]+\.[0-9]{3,9}:|^\s*\S+-[0-9]+\s+[\[(])"
-EXPECTED_LINE = ("an ftrace event line 'COMM-PID [CPU] SECONDS.FRACTION: EVENT: FIELDS', "
-                 "a '#' comment or a trace-cmd report header")
+EXPECTED_LINE = (
+    "an ftrace event line 'COMM-PID [CPU] SECONDS.FRACTION: EVENT: FIELDS', a '#' comment or a trace-cmd report header"
+)
 INT64_MAX_SECONDS = 9_223_372_035  # SEC * 1e9 + FRAC stays within Int64 up to here
 
 
@@ -190,8 +208,11 @@ def split_lines(data: bytes, first_line: int = 1, quirks: list | None = None) ->
     offsets[1:] = ends
     arr = pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(data))
     lines = pl.from_arrow(arr).alias("text").str.strip_suffix("\n")
-    return pl.DataFrame({"text": lines}).with_row_index("_line", offset=first_line).with_columns(
-        pl.col("_line").cast(pl.Int64))
+    return (
+        pl.DataFrame({"text": lines})
+        .with_row_index("_line", offset=first_line)
+        .with_columns(pl.col("_line").cast(pl.Int64))
+    )
 
 
 def ends_with_newline(data: bytes) -> bool:
@@ -228,8 +249,9 @@ def _header_meta(other: pl.DataFrame, meta: dict) -> int | None:
     if version.len():
         meta["format_version"] = version[0]
     cpus = text.str.extract(r"^cpus=(\d+)").drop_nulls().cast(pl.Int64, strict=False).drop_nulls()
-    entries = pl.concat([text.str.extract_groups(rx).struct.unnest().drop_nulls()
-                         for rx in (ENTRIES_RE, LATENCY_HEADER_RE)])
+    entries = pl.concat(
+        [text.str.extract_groups(rx).struct.unnest().drop_nulls() for rx in (ENTRIES_RE, LATENCY_HEADER_RE)]
+    )
     entries = entries.select(pl.all().cast(pl.Int64, strict=False)).drop_nulls()
     in_buffer = None
     if entries.height:
@@ -249,19 +271,23 @@ def _header_meta(other: pl.DataFrame, meta: dict) -> int | None:
 
 def _lost_meta(lost: pl.DataFrame, meta: dict) -> None:
     g = lost["text"].str.extract_groups(LOST_RE).struct.unnest()
-    g = g.select(pl.col("1").cast(pl.Int64, strict=False).alias("cpu"),
-                 pl.coalesce(pl.col("2"), pl.col("3")).cast(pl.Int64, strict=False).alias("n"),
-                 (pl.col("2").is_null() & pl.col("3").is_null()).alias("unknown")).filter(pl.col("cpu").is_not_null())
+    g = g.select(
+        pl.col("1").cast(pl.Int64, strict=False).alias("cpu"),
+        pl.coalesce(pl.col("2"), pl.col("3")).cast(pl.Int64, strict=False).alias("n"),
+        (pl.col("2").is_null() & pl.col("3").is_null()).alias("unknown"),
+    ).filter(pl.col("cpu").is_not_null())
     per_cpu = meta.setdefault("lost_events_per_cpu", {})
-    for cpu, n, unknown in (g.group_by("cpu").agg(pl.col("n").sum(), pl.col("unknown").sum().alias("u"))
-                            .sort("cpu").iter_rows()):
+    for cpu, n, unknown in (
+        g.group_by("cpu").agg(pl.col("n").sum(), pl.col("unknown").sum().alias("u")).sort("cpu").iter_rows()
+    ):
         # a marker without a count stands for at least one lost event: counted as 1, as the trace.dat
         # reader counts a ring-buffer page flagged without a stored count
         per_cpu[int(cpu)] = per_cpu.get(int(cpu), 0) + int(n or 0) + int(unknown)
         if unknown:
             meta.setdefault("warnings", []).append(
                 f"CPU {cpu}: {unknown} 'EVENTS DROPPED' marker(s) without a count, counted as 1 each: "
-                "lost_events is a lower bound")
+                "lost_events is a lower bound"
+            )
             meta["lost_events_exact"] = False
 
 
@@ -298,10 +324,11 @@ def _split_event_lines(lines: pl.DataFrame, ascii_only: bool | None = None) -> p
     df = df.with_columns(tail.str.extract_groups(fields_re).alias("g")).unnest("g")
     # "_latency_form": trace-cmd report -l's flags letters (CPU digits run into the flags); the kernel's
     # own latency format prints them the same way, with the kernel's letters and a microsecond time
-    df = df.with_columns(pl.coalesce(_G_CPU, _G_CPU_LAT).alias(_G_CPU),
-                         pl.coalesce(_G_FLAGS, pl.col(_G_FLAGS_LAT).str.strip_chars_end()).alias(_G_FLAGS),
-                         (pl.col(_G_FLAGS_LAT).is_not_null() & pl.col(_G_US).is_null()).alias("_latency_form"),
-                         ).drop(_G_CPU_LAT, _G_FLAGS_LAT)
+    df = df.with_columns(
+        pl.coalesce(_G_CPU, _G_CPU_LAT).alias(_G_CPU),
+        pl.coalesce(_G_FLAGS, pl.col(_G_FLAGS_LAT).str.strip_chars_end()).alias(_G_FLAGS),
+        (pl.col(_G_FLAGS_LAT).is_not_null() & pl.col(_G_US).is_null()).alias("_latency_form"),
+    ).drop(_G_CPU_LAT, _G_FLAGS_LAT)
     df = df.with_columns(
         comm.str.strip_chars_start().alias("_comm"),
         tail.str.slice(pl.col(_G_HEAD).str.len_chars()).alias("_rest"),
@@ -318,14 +345,21 @@ def _named_by_form(df: pl.DataFrame) -> pl.DataFrame:
     unnamed = pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
     syscall = unnamed & pl.col("_rest").str.starts_with("sys_")
     raw_data = unnamed & pl.col("_rest").str.starts_with("# ")
-    symbol_name = (pl.col(_G_EVENT).str.starts_with("_") | pl.col(_G_EVENT).str.starts_with("0x")
-                   | pl.col(_G_EVENT).str.contains(".", literal=True)).fill_null(False)
+    symbol_name = (
+        pl.col(_G_EVENT).str.starts_with("_")
+        | pl.col(_G_EVENT).str.starts_with("0x")
+        | pl.col(_G_EVENT).str.contains(".", literal=True)
+    ).fill_null(False)
     has_syscall, has_raw_data, has_unnamed, has_symbol = df.select(
-        syscall.any().alias("s"), raw_data.any().alias("r"), (unnamed & ~syscall & ~raw_data).any().alias("u"),
-        symbol_name.any().alias("n")).row(0)
+        syscall.any().alias("s"),
+        raw_data.any().alias("r"),
+        (unnamed & ~syscall & ~raw_data).any().alias("u"),
+        symbol_name.any().alias("n"),
+    ).row(0)
     if not (has_syscall or has_raw_data or has_unnamed or has_symbol):  # the usual case: no regular expression
-        return df.with_columns(pl.lit(None, pl.String).alias("_form_event"),
-                               pl.lit(None, pl.String).alias("_form_payload"))
+        return df.with_columns(
+            pl.lit(None, pl.String).alias("_form_event"), pl.lit(None, pl.String).alias("_form_payload")
+        )
     raw_data = raw_data & pl.col("_rest").str.contains(RAW_DATA_RE)
     events = [pl.when(raw_data).then(pl.lit("raw_data"))]
     payloads = [pl.when(raw_data).then(pl.col("_rest"))]
@@ -343,9 +377,9 @@ def _named_by_form(df: pl.DataFrame) -> pl.DataFrame:
         df, event, payload = _printk_form(df, unnamed & ~syscall & ~raw_data, symbol_name)
         events.append(event)
         payloads.append(payload)
-    return df.with_columns(pl.coalesce(events).alias("_form_event"),
-                           pl.coalesce(payloads).alias("_form_payload")).drop("_enter", "_exit", "_printk",
-                                                                               strict=False)
+    return df.with_columns(pl.coalesce(events).alias("_form_event"), pl.coalesce(payloads).alias("_form_payload")).drop(
+        "_enter", "_exit", "_printk", strict=False
+    )
 
 
 def _printk_form(df: pl.DataFrame, unnamed: pl.Expr, symbol_name: pl.Expr) -> tuple[pl.DataFrame, pl.Expr, pl.Expr]:
@@ -356,11 +390,14 @@ def _printk_form(df: pl.DataFrame, unnamed: pl.Expr, symbol_name: pl.Expr) -> tu
     decorated = unnamed & pl.col("_rest").str.contains(PRINTK_DECORATED_RE)
     g = pl.col("_rest").str.extract_groups(PRINTK_DECORATED_RE).struct
     df = df.with_columns(
-        pl.when(decorated).then(pl.struct(g.field("1").alias("sym"), (g.field("1") + g.field("2")).alias("ip"),
-                                          g.field("3").alias("msg")))
-        .when(symbol_name).then(pl.struct(pl.col(_G_EVENT).alias("sym"), pl.col(_G_EVENT).alias("ip"),
-                                          pl.col("_rest").alias("msg")))
-        .alias("_printk"))
+        pl.when(decorated)
+        .then(
+            pl.struct(g.field("1").alias("sym"), (g.field("1") + g.field("2")).alias("ip"), g.field("3").alias("msg"))
+        )
+        .when(symbol_name)
+        .then(pl.struct(pl.col(_G_EVENT).alias("sym"), pl.col(_G_EVENT).alias("ip"), pl.col("_rest").alias("msg")))
+        .alias("_printk")
+    )
     p = pl.col("_printk").struct
     marker = p.field("sym") == PRINTK_MARKER_SYMBOL
     event = pl.when(marker).then(pl.lit("tracing_mark_write")).when(p.field("sym").is_not_null()).then(pl.lit("bprint"))
@@ -378,11 +415,21 @@ def _time_columns() -> tuple[pl.Expr, pl.Expr]:
     # the kernel's latency format: microseconds since the buffer's start
     is_us, is_raw = pl.col(_G_US).is_not_null(), frac.is_null()
     # a row that fails `ok` may wrap in the multiplication: it is dropped (and counted) by the caller
-    ok = sec.is_not_null() & (sec <= pl.when(is_us).then(INT64_MAX_SECONDS * 1_000_000)
-                              .when(is_raw).then(pl.lit(2**63 - 1)).otherwise(INT64_MAX_SECONDS))
-    ts = (pl.when(is_us).then(sec * 1000)
-          .when(is_raw).then(sec)
-          .otherwise(sec * 1_000_000_000 + frac.str.pad_end(9, "0").cast(pl.Int64, strict=False)))
+    ok = sec.is_not_null() & (
+        sec
+        <= pl.when(is_us)
+        .then(INT64_MAX_SECONDS * 1_000_000)
+        .when(is_raw)
+        .then(pl.lit(2**63 - 1))
+        .otherwise(INT64_MAX_SECONDS)
+    )
+    ts = (
+        pl.when(is_us)
+        .then(sec * 1000)
+        .when(is_raw)
+        .then(sec)
+        .otherwise(sec * 1_000_000_000 + frac.str.pad_end(9, "0").cast(pl.Int64, strict=False))
+    )
     return ts, ok
 
 
@@ -398,10 +445,16 @@ def _event_frame(ev: pl.DataFrame, has_tgid: bool, has_flags: bool) -> pl.DataFr
     in_range = ts_ok & cpu.is_not_null() & pid.is_not_null()
     if has_tgid:  # "(-----)" is an unknown tgid (null), a number that does not fit Int32 is out of range
         in_range = in_range & (tgid.is_not_null() | tgid_text.is_null() | tgid_text.str.starts_with("-"))
-    event = pl.coalesce(pl.col("_form_event"), pl.col(_G_EVENT), pl.col(_G_STACK).replace(STACK_EVENT_NAMES),
-                        pl.lit("function"))
-    cols = [pl.col("_line"), ts.alias("ts"), cpu.alias("cpu"), pid.alias("common_pid"),
-            pl.col("_comm").alias("common_comm")]
+    event = pl.coalesce(
+        pl.col("_form_event"), pl.col(_G_EVENT), pl.col(_G_STACK).replace(STACK_EVENT_NAMES), pl.lit("function")
+    )
+    cols = [
+        pl.col("_line"),
+        ts.alias("ts"),
+        cpu.alias("cpu"),
+        pid.alias("common_pid"),
+        pl.col("_comm").alias("common_comm"),
+    ]
     if has_tgid:
         cols.append(tgid.alias("common_tgid"))
     if "_instance" in ev.columns:
@@ -420,30 +473,45 @@ def _drop_report_annotations(events: pl.DataFrame, other_text: pl.Series, warnin
     lines among the other lines) is removed from the payloads, with a warning: it is not part of the events."""
     if other_text.str.contains(WAKEUP_SUMMARY_RE).any():
         suffix = events["payload"].str.contains(WAKEUP_LATENCY_SUFFIX_RE) & (events["event"] == "sched_switch")
-        events = events.with_columns(pl.when(suffix).then(pl.col("payload").str.replace(WAKEUP_LATENCY_SUFFIX_RE, ""))
-                                     .otherwise(pl.col("payload")).alias("payload"))
-        warnings.append(f"trace-cmd report -w text: its wakeup latencies (' Latency: N usecs' after "
-                        f"{int(suffix.sum())} sched_switch lines) and summary are not read")
+        events = events.with_columns(
+            pl.when(suffix)
+            .then(pl.col("payload").str.replace(WAKEUP_LATENCY_SUFFIX_RE, ""))
+            .otherwise(pl.col("payload"))
+            .alias("payload")
+        )
+        warnings.append(
+            f"trace-cmd report -w text: its wakeup latencies (' Latency: N usecs' after "
+            f"{int(suffix.sum())} sched_switch lines) and summary are not read"
+        )
     if other_text.str.contains(DEBUG_PAGE_RE).any():
         events = events.with_columns(pl.col("payload").str.replace(DEBUG_SUFFIX_RE, ""))
         warnings.append("trace-cmd report --debug text: its [delta:offset:size] after each event is not read")
     return events
 
 
-def _join_continuations(lines: pl.DataFrame, others: pl.DataFrame, meta: dict, source) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _join_continuations(
+    lines: pl.DataFrame, others: pl.DataFrame, meta: dict, source
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Unrecognised lines that follow a free-text event (TEXT_PAYLOAD_EVENTS, with only such lines in
     between) and do not look like an event line are the rest of its text: appended to its payload after a
     newline. Returns the event lines with those payloads, and the other lines without the joined ones."""
     kind = pl.col("_kind")
     joinable = (kind == "bad") & ~pl.col("text").str.contains(LOOKS_LIKE_EVENT_RE)
-    owners = pl.concat([
-        lines.filter(pl.col("_pos").is_not_null())
-        .select("_line", pl.coalesce("_form_event", _G_EVENT).is_in(TEXT_PAYLOAD_EVENTS).fill_null(False)
-                .alias("_text")),
-        others.select("_line", pl.when(~joinable).then(pl.lit(False)).alias("_text")),
-    ]).sort("_line").with_columns(
-        pl.when(pl.col("_text").is_not_null()).then(pl.col("_line")).forward_fill().alias("_owner"),
-        pl.col("_text").forward_fill().fill_null(False).alias("_owner_text"),
+    owners = (
+        pl.concat(
+            [
+                lines.filter(pl.col("_pos").is_not_null()).select(
+                    "_line",
+                    pl.coalesce("_form_event", _G_EVENT).is_in(TEXT_PAYLOAD_EVENTS).fill_null(False).alias("_text"),
+                ),
+                others.select("_line", pl.when(~joinable).then(pl.lit(False)).alias("_text")),
+            ]
+        )
+        .sort("_line")
+        .with_columns(
+            pl.when(pl.col("_text").is_not_null()).then(pl.col("_line")).forward_fill().alias("_owner"),
+            pl.col("_text").forward_fill().fill_null(False).alias("_owner_text"),
+        )
     )
     more = owners.filter(pl.col("_text").is_null() & pl.col("_owner_text")).select("_line", "_owner")
     if more.is_empty():
@@ -452,15 +520,28 @@ def _join_continuations(lines: pl.DataFrame, others: pl.DataFrame, meta: dict, s
     joined = joined_lines.group_by("_owner", maintain_order=True).agg(pl.col("text").str.join("\n").alias("_more"))
     # a line without an event head after a message may be the rest of it (a newline inside the text) or a
     # damaged line: it is joined (so no text is lost) and counted, so the user can tell which
-    import_log.add_error_lines(meta, "continuation_line", joined_lines, source=source,
-                               detail="no event head, after a console/marker event: joined to its text as a "
-                                      "newline inside the message (if it is a damaged line, that text holds it)")
+    import_log.add_error_lines(
+        meta,
+        "continuation_line",
+        joined_lines,
+        source=source,
+        detail="no event head, after a console/marker event: joined to its text as a "
+        "newline inside the message (if it is a damaged line, that text holds it)",
+    )
     meta.setdefault("warnings", []).append(
         f"{more.height} lines continue the text of {joined.height} console/marker events (newlines inside "
-        f"the message): joined to it")
-    lines = lines.join(joined, left_on="_line", right_on="_owner", how="left").with_columns(
-        pl.when(pl.col("_more").is_null()).then(pl.col("_rest"))
-        .otherwise(pl.col("_rest") + "\n" + pl.col("_more")).alias("_rest")).drop("_more")
+        f"the message): joined to it"
+    )
+    lines = (
+        lines.join(joined, left_on="_line", right_on="_owner", how="left")
+        .with_columns(
+            pl.when(pl.col("_more").is_null())
+            .then(pl.col("_rest"))
+            .otherwise(pl.col("_rest") + "\n" + pl.col("_more"))
+            .alias("_rest")
+        )
+        .drop("_more")
+    )
     return lines, others.join(more, on="_line", how="anti")
 
 
@@ -469,17 +550,27 @@ def _attach_stacks(events: pl.DataFrame, stacks: pl.DataFrame, meta: dict, sourc
     any event: import_errors ``orphan_stack_line``)."""
     if stacks.is_empty():
         return events
-    owners = pl.concat([
-        events.select("_line", pl.col("_line").alias("_owner")),
-        stacks.select("_line", pl.lit(None, pl.Int64).alias("_owner"), pl.col("text")),
-    ], how="diagonal").sort("_line").with_columns(pl.col("_owner").forward_fill())
+    owners = (
+        pl.concat(
+            [
+                events.select("_line", pl.col("_line").alias("_owner")),
+                stacks.select("_line", pl.lit(None, pl.Int64).alias("_owner"), pl.col("text")),
+            ],
+            how="diagonal",
+        )
+        .sort("_line")
+        .with_columns(pl.col("_owner").forward_fill())
+    )
     orphan = owners.filter(pl.col("_owner").is_null() & pl.col("text").is_not_null())
     if orphan.height:
-        import_log.add_error_lines(meta, "orphan_stack_line", orphan, source=source,
-                                   detail="stack trace line before any event")
-    joined = (owners.filter(pl.col("text").is_not_null() & pl.col("_owner").is_not_null())
-              .group_by("_owner", maintain_order=True)
-              .agg(pl.col("text").str.strip_chars().str.strip_prefix("=> ").str.join("\n").alias("stack")))
+        import_log.add_error_lines(
+            meta, "orphan_stack_line", orphan, source=source, detail="stack trace line before any event"
+        )
+    joined = (
+        owners.filter(pl.col("text").is_not_null() & pl.col("_owner").is_not_null())
+        .group_by("_owner", maintain_order=True)
+        .agg(pl.col("text").str.strip_chars().str.strip_prefix("=> ").str.join("\n").alias("stack"))
+    )
     return events.join(joined, left_on="_line", right_on="_owner", how="left")
 
 
@@ -492,10 +583,12 @@ def _split_instance_prefix(groups: pl.DataFrame, meta: dict) -> pl.DataFrame:
     has = pl.col("_comm").str.contains(INSTANCE_PREFIX_RE)
     if not groups.select(has.any()).item():
         return groups
-    groups = groups.with_columns(pl.when(has).then(pl.col("_comm").str.extract(INSTANCE_PREFIX_RE, 1))
-                                 .alias("_instance"))
-    groups = groups.with_columns(pl.when(has).then(pl.col("_comm").str.replace(INSTANCE_PREFIX_RE, ""))
-                                 .otherwise(pl.col("_comm")).alias("_comm"))
+    groups = groups.with_columns(
+        pl.when(has).then(pl.col("_comm").str.extract(INSTANCE_PREFIX_RE, 1)).alias("_instance")
+    )
+    groups = groups.with_columns(
+        pl.when(has).then(pl.col("_comm").str.replace(INSTANCE_PREFIX_RE, "")).otherwise(pl.col("_comm")).alias("_comm")
+    )
     meta["instances"] = sorted(groups["_instance"].drop_nulls().unique().to_list())
     return groups
 
@@ -514,27 +607,42 @@ def _flags_meta(events: pl.DataFrame, groups: pl.DataFrame, meta: dict) -> None:
     if latency_form:
         meta["text_columns"]["flags_note"] = (
             "flags column in trace-cmd report -l form: common_flags holds only the bits it prints "
-            "(0x1f: irqs-off, need-resched, hardirq, softirq); PROCESS_RESCHED, NMI and BH_OFF are not shown"
-            .replace("PROCESS_RESCHED", "PREEMPT_RESCHED"))
+            "(0x1f: irqs-off, need-resched, hardirq, softirq); PROCESS_RESCHED, NMI and BH_OFF are not shown".replace(
+                "PROCESS_RESCHED", "PREEMPT_RESCHED"
+            )
+        )
     if undecoded:
         meta.setdefault("warnings", []).append(
-            f"{undecoded} flags columns did not decode (unknown letters): common_flags/common_preempt_count null")
+            f"{undecoded} flags columns did not decode (unknown letters): common_flags/common_preempt_count null"
+        )
 
 
 def _screen_raw_lines(lines: pl.DataFrame, meta: dict, source, limits: Limits) -> pl.DataFrame:
     """NUL padding (whole lines of NULs, NULs after a line) is skipped and counted; lines holding other
     control bytes and lines longer than the limit are counted as import errors and not parsed."""
     text = pl.col("text")
-    has_long, has_ctrl = lines.select((text.str.len_bytes() > limits.max_line_bytes).any().alias("long"),
-                                      text.str.contains(BINARY_RE).any().alias("ctrl")).row(0)
+    has_long, has_ctrl = lines.select(
+        (text.str.len_bytes() > limits.max_line_bytes).any().alias("long"),
+        text.str.contains(BINARY_RE).any().alias("ctrl"),
+    ).row(0)
     if not (has_long or has_ctrl):  # the usual case: nothing to filter (a filter would copy every line)
         return lines
     too_long = lines.filter(text.str.len_bytes() > limits.max_line_bytes) if has_long else lines.clear()
     if too_long.height:
-        import_log.add_error(meta, "line_too_long", too_long.height,
-                             [import_log.example(t, line=ln, source=source, detail=f"{len(t.encode())} bytes, "
-                                                f"limit {limits.max_line_bytes} (ABTEST_MAX_LINE_BYTES)")
-                              for ln, t in too_long.head(import_log.MAX_EXAMPLES).iter_rows()])
+        import_log.add_error(
+            meta,
+            "line_too_long",
+            too_long.height,
+            [
+                import_log.example(
+                    t,
+                    line=ln,
+                    source=source,
+                    detail=f"{len(t.encode())} bytes, limit {limits.max_line_bytes} (ABTEST_MAX_LINE_BYTES)",
+                )
+                for ln, t in too_long.head(import_log.MAX_EXAMPLES).iter_rows()
+            ],
+        )
         lines = lines.filter(text.str.len_bytes() <= limits.max_line_bytes)
     ctrl = text.str.contains(BINARY_RE)
     if not has_ctrl:
@@ -543,9 +651,12 @@ def _screen_raw_lines(lines: pl.DataFrame, meta: dict, source, limits: Limits) -
     lines = lines.with_columns(ctrl.alias("_ctrl"), cleaned.alias("_clean"))
     padded = lines.filter(pl.col("_ctrl") & (pl.col("_clean") != text))
     if padded.height:
-        import_log.add_skipped(meta, "nul_padding", int(padded.select((text.str.len_bytes()
-                                                                       - pl.col("_clean").str.len_bytes()).sum()).item()),
-                               [import_log.example(None, line=ln, source=source) for ln in padded["_line"].head(3)])
+        import_log.add_skipped(
+            meta,
+            "nul_padding",
+            int(padded.select((text.str.len_bytes() - pl.col("_clean").str.len_bytes()).sum()).item()),
+            [import_log.example(None, line=ln, source=source) for ln in padded["_line"].head(3)],
+        )
     lines = lines.with_columns(pl.col("_clean").alias("text"))
     binary = lines.filter(pl.col("_ctrl") & pl.col("text").str.contains(BINARY_RE))
     if binary.height:
@@ -560,43 +671,69 @@ def _classify_others(others: pl.DataFrame) -> pl.DataFrame:
     text = pl.col("text")
     stripped = text.str.strip_chars()
     others = others.with_columns(
-        (pl.col("_line") < pl.col("_line").filter(text.str.contains(r"^#\s*tracer:")).min()).fill_null(False)
-        .alias("_before_header"))
+        (pl.col("_line") < pl.col("_line").filter(text.str.contains(r"^#\s*tracer:")).min())
+        .fill_null(False)
+        .alias("_before_header")
+    )
     return others.with_columns(
-        pl.when(stripped == "").then(pl.lit("blank"))
-        .when(stripped.str.starts_with("#")).then(pl.lit("comment"))
-        .when(text.str.contains(HEADER_RE)).then(pl.lit("header"))
-        .when(text.str.contains(LOST_RE)).then(pl.lit("lost"))
-        .when(text.str.contains(STACK_RE)).then(pl.lit("stack"))
-        .when(text.str.contains(PREAMBLE_RE) | pl.col("_before_header")).then(pl.lit("preamble"))
-        .when(text.str.contains(TRACECMD_STATS_RE)).then(pl.lit("tracecmd_stats"))
-        .otherwise(pl.lit("bad")).alias("_kind")).drop("_before_header")
+        pl.when(stripped == "")
+        .then(pl.lit("blank"))
+        .when(stripped.str.starts_with("#"))
+        .then(pl.lit("comment"))
+        .when(text.str.contains(HEADER_RE))
+        .then(pl.lit("header"))
+        .when(text.str.contains(LOST_RE))
+        .then(pl.lit("lost"))
+        .when(text.str.contains(STACK_RE))
+        .then(pl.lit("stack"))
+        .when(text.str.contains(PREAMBLE_RE) | pl.col("_before_header"))
+        .then(pl.lit("preamble"))
+        .when(text.str.contains(TRACECMD_STATS_RE))
+        .then(pl.lit("tracecmd_stats"))
+        .otherwise(pl.lit("bad"))
+        .alias("_kind")
+    ).drop("_before_header")
 
 
-def _process_listings(lines: pl.DataFrame, others: pl.DataFrame, meta: dict, source) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+def _process_listings(
+    lines: pl.DataFrame, others: pl.DataFrame, meta: dict, source
+) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """ps listings / PROCESS DUMP titles among the unrecognised lines -> table ``process``; their lines
     become kind "ps" (accounted), rows that do not parse become import errors."""
     bad = others.filter(pl.col("_kind") == "bad")
     if bad.is_empty() or not bad["text"].str.contains(text_process.PS_HEADER_RE).any():
         if not bad.is_empty() and bad["text"].str.contains(text_process.PROCESS_DUMP_RE).any():
-            title = others.with_columns(pl.when((pl.col("_kind") == "bad") & pl.col("text").str.contains(
-                text_process.PROCESS_DUMP_RE)).then(pl.lit("ps")).otherwise(pl.col("_kind")).alias("_kind"))
+            title = others.with_columns(
+                pl.when((pl.col("_kind") == "bad") & pl.col("text").str.contains(text_process.PROCESS_DUMP_RE))
+                .then(pl.lit("ps"))
+                .otherwise(pl.col("_kind"))
+                .alias("_kind")
+            )
             import_log.add_skipped_lines(meta, "process_dump", title.filter(pl.col("_kind") == "ps"), source=source)
             return title, None
         return others, None
-    marked = text_process.mark_listings(lines.select("_line", "text", pl.col("_pos").is_not_null().alias("_ev")),
-                                        pl.col("_ev"))
+    marked = text_process.mark_listings(
+        lines.select("_line", "text", pl.col("_pos").is_not_null().alias("_ev")), pl.col("_ev")
+    )
     listed = marked.filter(pl.col("_ps").is_not_null())
     process, bad_rows = text_process.process_table(listed)
     ps_lines = listed.select("_line")
     others = others.with_columns(
         pl.when(pl.col("_line").is_in(ps_lines["_line"].implode()) & (pl.col("_kind") == "bad"))
-        .then(pl.lit("ps")).otherwise(pl.col("_kind")).alias("_kind"))
-    import_log.add_skipped_lines(meta, "process_listing", listed.select("_line", "text").join(
-        bad_rows.select("_line"), on="_line", how="anti"), source=source)
+        .then(pl.lit("ps"))
+        .otherwise(pl.col("_kind"))
+        .alias("_kind")
+    )
+    import_log.add_skipped_lines(
+        meta,
+        "process_listing",
+        listed.select("_line", "text").join(bad_rows.select("_line"), on="_line", how="anti"),
+        source=source,
+    )
     if bad_rows.height:
-        import_log.add_error_lines(meta, "ps_listing_row", bad_rows, source=source,
-                                   detail="a row of a ps listing that does not fit its header")
+        import_log.add_error_lines(
+            meta, "ps_listing_row", bad_rows, source=source, detail="a row of a ps listing that does not fit its header"
+        )
     return others, process
 
 
@@ -605,14 +742,25 @@ def _function_graph(others: pl.DataFrame, meta: dict, source) -> tuple[pl.DataFr
     funcgraph tables, comment-event rows)."""
     bad = pl.col("_kind") == "bad"
     cand = others.filter(bad & funcgraph_text.is_tracer_line(pl.col("text")))
-    seps = others.filter(bad & (pl.col("text").str.contains(funcgraph_text.SEPARATOR_RE)
-                                | pl.col("text").str.contains(funcgraph_text.SWITCH_RE)))
+    seps = others.filter(
+        bad
+        & (
+            pl.col("text").str.contains(funcgraph_text.SEPARATOR_RE)
+            | pl.col("text").str.contains(funcgraph_text.SWITCH_RE)
+        )
+    )
     if cand.is_empty():
         return others, {}, None
     tables, comments, unparsed, irq = funcgraph_text.parse_tracer_lines(cand)
-    done = pl.concat([cand.select("_line"), seps.select("_line")]).join(unparsed.select("_line"), on="_line", how="anti")
-    others = others.with_columns(pl.when(pl.col("_line").is_in(done["_line"].implode()))
-                                 .then(pl.lit("funcgraph")).otherwise(pl.col("_kind")).alias("_kind"))
+    done = pl.concat([cand.select("_line"), seps.select("_line")]).join(
+        unparsed.select("_line"), on="_line", how="anti"
+    )
+    others = others.with_columns(
+        pl.when(pl.col("_line").is_in(done["_line"].implode()))
+        .then(pl.lit("funcgraph"))
+        .otherwise(pl.col("_kind"))
+        .alias("_kind")
+    )
     if seps.height:
         import_log.add_skipped_lines(meta, "funcgraph_task_switch", seps, source=source)
     if irq.height:
@@ -655,12 +803,21 @@ def _require_fields(name: str, parsed: pl.DataFrame, meta: dict, source) -> pl.D
     counted = lacking & ~whole if whole is not None else lacking
     rows = parsed.filter(counted)
     shown = [c for c in rows.columns if c not in ("_line", "ts", "cpu", "common_pid", "common_comm")]
-    import_log.add_error(meta, "missing_field", rows.height, [
-        import_log.example(f"{name}: " + " ".join(f"{c}={r[c]}" for c in shown if r[c] is not None),
-                           line=r["_line"], source=source,
-                           detail=f"{name} lines need the fields {', '.join(fields)}; this one lacks "
-                                  + ", ".join(f for f in fields if r[f] is None))
-        for r in rows.head(import_log.MAX_EXAMPLES).iter_rows(named=True)])
+    import_log.add_error(
+        meta,
+        "missing_field",
+        rows.height,
+        [
+            import_log.example(
+                f"{name}: " + " ".join(f"{c}={r[c]}" for c in shown if r[c] is not None),
+                line=r["_line"],
+                source=source,
+                detail=f"{name} lines need the fields {', '.join(fields)}; this one lacks "
+                + ", ".join(f for f in fields if r[f] is None),
+            )
+            for r in rows.head(import_log.MAX_EXAMPLES).iter_rows(named=True)
+        ],
+    )
     return parsed.filter(~lacking)
 
 
@@ -674,14 +831,23 @@ def _validate_fields(name: str, parsed: pl.DataFrame, meta: dict, source) -> pl.
     text_fields = [f for f in fields if parsed.schema[f] == pl.Utf8]
     converted = parsed.with_columns(
         [pl.col(f).str.strip_chars().str.to_integer(strict=False) for f in text_fields]
-        + [pl.col(f).cast(pl.Int64, strict=False) for f in fields if parsed.schema[f] not in (pl.Utf8, pl.Int64)])
-    bad_value = pl.repeat(False, parsed.height, eager=True).alias("_bad_value") if not text_fields else \
-        pl.DataFrame({f: parsed[f].is_not_null() & converted[f].is_null() for f in text_fields}).select(
-            pl.any_horizontal(pl.all()).alias("_bad_value")).to_series()
+        + [pl.col(f).cast(pl.Int64, strict=False) for f in fields if parsed.schema[f] not in (pl.Utf8, pl.Int64)]
+    )
+    bad_value = (
+        pl.repeat(False, parsed.height, eager=True).alias("_bad_value")
+        if not text_fields
+        else pl.DataFrame({f: parsed[f].is_not_null() & converted[f].is_null() for f in text_fields})
+        .select(pl.any_horizontal(pl.all()).alias("_bad_value"))
+        .to_series()
+    )
     wide = [f for f in fields if f in INT32_FIELDS]
-    out_of_range = pl.repeat(False, parsed.height, eager=True).alias("_oor") if not wide else converted.select(
-        pl.any_horizontal([~pl.col(f).is_between(-(2**31), 2**31 - 1).fill_null(True) for f in wide]).alias("_oor")
-    ).to_series()
+    out_of_range = (
+        pl.repeat(False, parsed.height, eager=True).alias("_oor")
+        if not wide
+        else converted.select(
+            pl.any_horizontal([~pl.col(f).is_between(-(2**31), 2**31 - 1).fill_null(True) for f in wide]).alias("_oor")
+        ).to_series()
+    )
     if not (bad_value.any() or out_of_range.any()):  # the usual case
         return converted
     checked = converted.with_columns(bad_value, out_of_range)
@@ -689,11 +855,21 @@ def _validate_fields(name: str, parsed: pl.DataFrame, meta: dict, source) -> pl.
     for flag, kind in (("_bad_value", "bad_field_value"), ("_oor", "value_out_of_range")):
         rows = shown.filter(pl.col(flag))
         if rows.height:
-            import_log.add_error(meta, kind, rows.height, [
-                import_log.example(f"{name}: " + " ".join(f"{f}={r[f]}" for f in fields), line=r["_line"],
-                                   source=source, detail=f"{name} fields {', '.join(fields)} must be "
-                                   + ("integers" if kind == "bad_field_value" else "within Int32"))
-                for r in rows.head(import_log.MAX_EXAMPLES).iter_rows(named=True)])
+            import_log.add_error(
+                meta,
+                kind,
+                rows.height,
+                [
+                    import_log.example(
+                        f"{name}: " + " ".join(f"{f}={r[f]}" for f in fields),
+                        line=r["_line"],
+                        source=source,
+                        detail=f"{name} fields {', '.join(fields)} must be "
+                        + ("integers" if kind == "bad_field_value" else "within Int32"),
+                    )
+                    for r in rows.head(import_log.MAX_EXAMPLES).iter_rows(named=True)
+                ],
+            )
     return checked.filter(~pl.col("_bad_value") & ~pl.col("_oor")).drop("_bad_value", "_oor")
 
 
@@ -714,9 +890,16 @@ def _truncated_last_line(events: pl.DataFrame, last_line: int) -> bool:
     return not bool(same.select((keys == sig).any()).item())
 
 
-def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = None,
-                complete: bool = True, limits: Limits | None = None,
-                ascii_only: bool | None = None) -> dict[str, pl.DataFrame]:
+def parse_lines(
+    path,
+    lines: pl.DataFrame,
+    meta: dict,
+    *,
+    source: str | None = None,
+    complete: bool = True,
+    limits: Limits | None = None,
+    ascii_only: bool | None = None,
+) -> dict[str, pl.DataFrame]:
     """Frame of (``_line``, ``text``) -> raw tables keyed by event name; fills ``meta`` (import accounting in
     meta["import_errors"] / meta["non_event_content"], see the module docstring; table ``process`` when
     the text holds ps listings).
@@ -747,39 +930,67 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = N
             import_log.add_skipped_lines(meta, what, skipped, source=source)
     groups = lines.filter(is_event)
     # event heads whose payload is neither `EVENT: ...` nor a known unnamed form: damaged event lines
-    unnamed = groups.filter(pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null() & pl.col("_form_event").is_null()
-                            & ~pl.col("_rest").str.contains(FUNCTION_PAYLOAD_RE))
+    unnamed = groups.filter(
+        pl.col(_G_EVENT).is_null()
+        & pl.col(_G_STACK).is_null()
+        & pl.col("_form_event").is_null()
+        & ~pl.col("_rest").str.contains(FUNCTION_PAYLOAD_RE)
+    )
     if unnamed.height:
         groups = groups.join(unnamed.select("_line"), on="_line", how="anti")
-    bad = pl.concat([others.filter(pl.col("_kind") == "bad").select("_line", "text"),
-                     unnamed.select("_line", "text")]).sort("_line")
+    bad = pl.concat(
+        [others.filter(pl.col("_kind") == "bad").select("_line", "text"), unnamed.select("_line", "text")]
+    ).sort("_line")
     last_line = int(lines["_line"].max()) if lines.height else 0
     if not complete and bad.height and int(bad["_line"].max()) == last_line:
         cut = bad.filter(pl.col("_line") == last_line)
-        import_log.add_error_lines(meta, "truncated_line", cut, source=source,
-                                   detail="the text ends inside this line (no line end)")
+        import_log.add_error_lines(
+            meta, "truncated_line", cut, source=source, detail="the text ends inside this line (no line end)"
+        )
         bad = bad.filter(pl.col("_line") != last_line)
     if bad.height:
         looks = bad["text"].str.contains(LOOKS_LIKE_EVENT_RE)
         malformed, unrecognised = bad.filter(looks), bad.filter(~looks)
         tracer = others["text"].str.extract(r"^#\s*tracer:\s*(\S+)").drop_nulls()
-        detail = (f"the {tracer[0]} tracer's own output format is not read (record trace events, or use trace.dat)"
-                  if tracer.len() and tracer[0] in ("wakeup", "wakeup_rt", "wakeup_dl", "irqsoff", "preemptoff",
-                                                     "preemptirqsoff", "blk", "mmiotrace", "hwlat", "osnoise",
-                                                     "timerlat") else None)
+        detail = (
+            f"the {tracer[0]} tracer's own output format is not read (record trace events, or use trace.dat)"
+            if tracer.len()
+            and tracer[0]
+            in (
+                "wakeup",
+                "wakeup_rt",
+                "wakeup_dl",
+                "irqsoff",
+                "preemptoff",
+                "preemptirqsoff",
+                "blk",
+                "mmiotrace",
+                "hwlat",
+                "osnoise",
+                "timerlat",
+            )
+            else None
+        )
         several = unrecognised.filter(pl.col("text").str.contains(r"^\s*\S+: cpus=\d+\s*$"))
         if several.height:  # two traces interleaved line by line: reading them as one would be wrong
-            raise_bad_line(path, several, "a `trace-cmd report` of several input files (a 'FILE: cpus=N' header "
-                                          "each) is not supported: report each file on its own")
-        import_log.add_error_lines(meta, "malformed_event_line", malformed, source=source,
-                                   detail="looks like an event line but does not parse")
+            raise_bad_line(
+                path,
+                several,
+                "a `trace-cmd report` of several input files (a 'FILE: cpus=N' header "
+                "each) is not supported: report each file on its own",
+            )
+        import_log.add_error_lines(
+            meta, "malformed_event_line", malformed, source=source, detail="looks like an event line but does not parse"
+        )
         import_log.add_error_lines(meta, "unrecognised_line", unrecognised, source=source, detail=detail)
     if groups.is_empty() and not fg_tables and others.filter(pl.col("_kind") != "blank").is_empty() and bad.is_empty():
         raise TraceFormatError(path, "no trace lines (only blank lines)", line=1, expected=EXPECTED_LINE)
     in_buffer = _header_meta(others.filter(pl.col("_kind").is_in(["comment", "header"])), meta)
     if in_buffer is not None and groups.height < in_buffer:
-        warnings.append(f"the header says the ring buffer held {in_buffer} entries but the text has "
-                        f"{groups.height} events: a truncated or filtered copy of the trace")
+        warnings.append(
+            f"the header says the ring buffer held {in_buffer} entries but the text has "
+            f"{groups.height} events: a truncated or filtered copy of the trace"
+        )
     lost = others.filter(pl.col("_kind") == "lost")
     if lost.height:
         _lost_meta(lost, meta)
@@ -788,28 +999,44 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = N
     latency_us = int(groups[_G_US].is_not_null().sum())
     if latency_us:
         meta["time_origin"] = "buffer start"
-        warnings.append(f"{latency_us} timestamps in the kernel's latency format (options/latency-format): "
-                        f"microseconds since the ring buffer's start, not the trace clock; comm cut to 8 "
-                        f"characters")
+        warnings.append(
+            f"{latency_us} timestamps in the kernel's latency format (options/latency-format): "
+            f"microseconds since the ring buffer's start, not the trace clock; comm cut to 8 "
+            f"characters"
+        )
     raw_clock = int((groups[_G_FRAC].is_null() & groups[_G_US].is_null()).sum())
     if raw_clock:
-        warnings.append(f"{raw_clock} timestamps have no fraction: kept as raw clock counts (ns only if "
-                        f"the trace clock counts ns)")
+        warnings.append(
+            f"{raw_clock} timestamps have no fraction: kept as raw clock counts (ns only if the trace clock counts ns)"
+        )
     has_flags = groups[_G_FLAGS].null_count() < groups.height
     events = _event_frame(groups, has_tgid, has_flags)
     out_of_range = events.filter(~pl.col("_in_range")) if not events["_in_range"].all() else events.clear()
     if out_of_range.height:
-        import_log.add_error_lines(meta, "value_out_of_range", groups.join(out_of_range.select("_line"), on="_line",
-                                                                           how="semi"),
-                                   source=source, detail="a time, CPU, pid or tgid that does not fit its column")
+        import_log.add_error_lines(
+            meta,
+            "value_out_of_range",
+            groups.join(out_of_range.select("_line"), on="_line", how="semi"),
+            source=source,
+            detail="a time, CPU, pid or tgid that does not fit its column",
+        )
         events = events.filter(pl.col("_in_range"))
     events = events.drop("_in_range")
-    if not complete and events.height and int(events["_line"].max()) == last_line \
-            and _truncated_last_line(events, last_line):
+    if (
+        not complete
+        and events.height
+        and int(events["_line"].max()) == last_line
+        and _truncated_last_line(events, last_line)
+    ):
         cut = lines.filter(pl.col("_line") == last_line).select("_line", "text")
-        import_log.add_error_lines(meta, "truncated_line", cut, source=source,
-                                   detail="the text ends inside this line (no line end) and its fields are those of "
-                                          "no other line of the event")
+        import_log.add_error_lines(
+            meta,
+            "truncated_line",
+            cut,
+            source=source,
+            detail="the text ends inside this line (no line end) and its fields are those of "
+            "no other line of the event",
+        )
         events = events.filter(pl.col("_line") != last_line)
     if fg_comments is not None and fg_comments.height:
         events = pl.concat([events, fg_comments], how="diagonal_relaxed").sort("_line")
@@ -817,14 +1044,19 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = N
     events = _attach_stacks(events, others.filter(pl.col("_kind") == "stack"), meta, source)
     old_markers = int((groups[_G_EVENT] == OLD_MARKER_EVENT).sum())
     if old_markers:
-        warnings.append(f"{old_markers} lines with event name '0' (trace_marker writes as old 2.6/3.x kernels "
-                        f"printed them: the print event's ip was 0) read as tracing_mark_write")
+        warnings.append(
+            f"{old_markers} lines with event name '0' (trace_marker writes as old 2.6/3.x kernels "
+            f"printed them: the print event's ip was 0) read as tracing_mark_write"
+        )
     failed = int(events["payload"].str.starts_with("[FAILED TO PARSE]").sum())
     if failed:
-        warnings.append(f"{failed} events marked [FAILED TO PARSE] by the tool that wrote the text: "
-                        f"their raw text is kept in column buf")
-    meta["_text_event_lines"] = meta.get("_text_event_lines", 0) + events.height + sum(
-        t.height for t in fg_tables.values())
+        warnings.append(
+            f"{failed} events marked [FAILED TO PARSE] by the tool that wrote the text: "
+            f"their raw text is kept in column buf"
+        )
+    meta["_text_event_lines"] = (
+        meta.get("_text_event_lines", 0) + events.height + sum(t.height for t in fg_tables.values())
+    )
     if events.is_empty() and not fg_tables:
         warnings.append("trace holds no events (headers only)")
     meta["text_columns"] = {"tgid": has_tgid, "flags": bool(has_flags)}
@@ -840,10 +1072,21 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = N
                 parsed = parsed.drop("stack")
         if TOO_MANY_NAMES in parsed.columns:
             many = parsed.filter(pl.col(TOO_MANY_NAMES).fill_null(False))
-            import_log.add_error(meta, "too_many_field_names", many.height, [
-                import_log.example(b, line=ln, source=source, detail=f"the {name} lines name more than 1024 different "
-                                   f"keys: not an event format; payloads kept whole in buf")
-                for ln, b in many.select("_line", "buf").head(import_log.MAX_EXAMPLES).iter_rows()])
+            import_log.add_error(
+                meta,
+                "too_many_field_names",
+                many.height,
+                [
+                    import_log.example(
+                        b,
+                        line=ln,
+                        source=source,
+                        detail=f"the {name} lines name more than 1024 different "
+                        f"keys: not an event format; payloads kept whole in buf",
+                    )
+                    for ln, b in many.select("_line", "buf").head(import_log.MAX_EXAMPLES).iter_rows()
+                ],
+            )
             parsed = parsed.drop(TOO_MANY_NAMES)
         parsed = _validate_fields(name, _require_fields(name, parsed, meta, source), meta, source)
         if has_flags and all(c in parsed.columns for c in _FLAG_COLUMNS):  # at the end, as in trace.dat tables
@@ -855,8 +1098,10 @@ def parse_lines(path, lines: pl.DataFrame, meta: dict, *, source: str | None = N
     tables = {name: df.drop("_line", strict=False) for name, df in tables.items()}
     switch = tables.get("sched_switch")
     if switch is not None and "prev_state" in switch.columns and switch["prev_state"].null_count():
-        warnings.append(f"{switch['prev_state'].null_count()} sched_switch prev_state values are not "
-                        f"state letters or numbers: left null")
+        warnings.append(
+            f"{switch['prev_state'].null_count()} sched_switch prev_state values are not "
+            f"state letters or numbers: left null"
+        )
     if process is not None and process.height:
         tables["process"] = process  # the caller fills task names from it (text_process.fill_from_process_table)
     return tables
@@ -869,9 +1114,17 @@ def _parse_event(name: str, part: pl.DataFrame, meta: dict, source, limits: Limi
         plugin = ~part["payload"].str.starts_with("func=")
         rows, unfit = funcgraph_text.parse_report_payloads(part.filter(plugin), name)
         if unfit.height:
-            import_log.add_error(meta, "malformed_event_line", unfit.height, [
-                import_log.example(p, line=ln, source=source, detail=f"{name} payload not in the function_graph "
-                                   f"plugin form") for ln, p in unfit.head(import_log.MAX_EXAMPLES).iter_rows()])
+            import_log.add_error(
+                meta,
+                "malformed_event_line",
+                unfit.height,
+                [
+                    import_log.example(
+                        p, line=ln, source=source, detail=f"{name} payload not in the function_graph plugin form"
+                    )
+                    for ln, p in unfit.head(import_log.MAX_EXAMPLES).iter_rows()
+                ],
+            )
         parts = [rows]
         if (~plugin).any():
             parts.append(parse_event_payload(part.filter(~plugin), name, ascii_only))
@@ -880,11 +1133,22 @@ def _parse_event(name: str, part: pl.DataFrame, meta: dict, source, limits: Limi
     if not many.any():
         return parse_event_payload(part, name, ascii_only)
     over = part.filter(many)
-    import_log.add_error(meta, "too_many_fields", over.height, [
-        import_log.example(p, line=ln, source=source, detail=f"more than {limits.max_fields} key=value fields "
-                           f"(ABTEST_MAX_FIELDS_PER_LINE): payload kept whole in buf (the line is left out when its "
-                           "event needs fields, as they are then not read)")
-        for ln, p in over.select("_line", "payload").head(import_log.MAX_EXAMPLES).iter_rows()])
+    import_log.add_error(
+        meta,
+        "too_many_fields",
+        over.height,
+        [
+            import_log.example(
+                p,
+                line=ln,
+                source=source,
+                detail=f"more than {limits.max_fields} key=value fields "
+                f"(ABTEST_MAX_FIELDS_PER_LINE): payload kept whole in buf (the line is left out when its "
+                "event needs fields, as they are then not read)",
+            )
+            for ln, p in over.select("_line", "payload").head(import_log.MAX_EXAMPLES).iter_rows()
+        ],
+    )
     whole = over.rename({"payload": "buf"}).with_columns(pl.lit(True).alias(KEPT_WHOLE))
     rest = part.filter(~many)
     if rest.is_empty():

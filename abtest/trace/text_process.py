@@ -28,6 +28,7 @@ Table ``process`` (one row per thread seen; for a thread listed twice each colum
 Task names are filled from it where an event line has none (``<...>``), and ``common_tgid`` where the text
 had no TGID column or printed ``(-----)``: see `fill_from_process_table`.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -37,8 +38,10 @@ PS_HEADER_RE = r"^\s*(?:USER\s+)?PID\s+(?:PPID|TID)\b"
 PROCESS_DUMP_RE = r"^\s*PROCESS DUMP\s*$"
 # a row starts with the user (or a number) and two integers
 _ROW_START_RE = r"^\s*\S+\s+[0-9]+\s+[0-9]+(?:\s|$)"
-_LEGACY_ROW_RE = (r"^\s*(\S+)\s+([0-9]+)\s+([0-9]+)\s+[0-9]+\s+[0-9]+\s+(?:\S+\s+)??[0-9a-fA-F]+\s+"
-                  r"[A-Za-z]\s+(.*?)\s*$")
+_LEGACY_ROW_RE = (
+    r"^\s*(\S+)\s+([0-9]+)\s+([0-9]+)\s+[0-9]+\s+[0-9]+\s+(?:\S+\s+)??[0-9a-fA-F]+\s+"
+    r"[A-Za-z]\s+(.*?)\s*$"
+)
 
 PROCESS_SCHEMA = {"pid": pl.Int32, "tgid": pl.Int32, "ppid": pl.Int32, "name": pl.Utf8, "user": pl.Utf8}
 
@@ -48,22 +51,34 @@ def mark_listings(lines: pl.DataFrame, is_event: pl.Expr) -> pl.DataFrame:
     "dump" (a ``PROCESS DUMP`` title) or null. A listing ends at an event line or at the first line
     that is not a row."""
     text = pl.col("text")
-    kind = (pl.when(is_event).then(pl.lit("event"))
-            .when(text.str.contains(PS_HEADER_RE)).then(pl.lit("header"))
-            .when(text.str.contains(PROCESS_DUMP_RE)).then(pl.lit("dump"))
-            .when(text.str.contains(_ROW_START_RE)).then(pl.lit("rowlike"))
-            .otherwise(pl.lit("other")))
+    kind = (
+        pl.when(is_event)
+        .then(pl.lit("event"))
+        .when(text.str.contains(PS_HEADER_RE))
+        .then(pl.lit("header"))
+        .when(text.str.contains(PROCESS_DUMP_RE))
+        .then(pl.lit("dump"))
+        .when(text.str.contains(_ROW_START_RE))
+        .then(pl.lit("rowlike"))
+        .otherwise(pl.lit("other"))
+    )
     df = lines.with_columns(kind.alias("_ps_kind"))
     # a listing = a header and the run of row-like lines right after it
     run = (pl.col("_ps_kind") != "rowlike").cum_sum()
     df = df.with_columns(run.alias("_run"))
-    df = df.with_columns(pl.col("_ps_kind").first().over("_run").alias("_run_head"),
-                         pl.col("_line").first().over("_run").alias("_listing"))
+    df = df.with_columns(
+        pl.col("_ps_kind").first().over("_run").alias("_run_head"),
+        pl.col("_line").first().over("_run").alias("_listing"),
+    )
     return df.with_columns(
-        pl.when(pl.col("_ps_kind") == "header").then(pl.lit("header"))
-        .when(pl.col("_ps_kind") == "dump").then(pl.lit("dump"))
-        .when((pl.col("_ps_kind") == "rowlike") & (pl.col("_run_head") == "header")).then(pl.lit("row"))
-        .alias("_ps")).drop("_ps_kind", "_run", "_run_head")
+        pl.when(pl.col("_ps_kind") == "header")
+        .then(pl.lit("header"))
+        .when(pl.col("_ps_kind") == "dump")
+        .then(pl.lit("dump"))
+        .when((pl.col("_ps_kind") == "rowlike") & (pl.col("_run_head") == "header"))
+        .then(pl.lit("row"))
+        .alias("_ps")
+    ).drop("_ps_kind", "_run", "_run_head")
 
 
 def _columns(header: str) -> list[str]:
@@ -77,8 +92,11 @@ def _columns(header: str) -> list[str]:
 
 def _legacy(rows: pl.DataFrame) -> pl.DataFrame:
     g = pl.col("text").str.extract_groups(_LEGACY_ROW_RE)
-    df = rows.select("_line", "_listing", g.alias("g")).unnest("g").rename(
-        {"1": "user", "2": "pid", "3": "ppid", "4": "name"})
+    df = (
+        rows.select("_line", "_listing", g.alias("g"))
+        .unnest("g")
+        .rename({"1": "user", "2": "pid", "3": "ppid", "4": "name"})
+    )
     df = df.with_columns(pl.col("pid", "ppid").cast(pl.Int64, strict=False))
     nxt_pid, nxt_ppid = pl.col("pid").shift(-1).over("_listing"), pl.col("ppid").shift(-1).over("_listing")
     main_thread = (nxt_pid == pl.col("pid")) & (nxt_ppid == pl.col("pid"))
@@ -87,7 +105,8 @@ def _legacy(rows: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(
         pl.when(process_row).then(pl.col("pid")).otherwise(pl.col("ppid")).alias("tgid"),
         pl.when(process_row).then(pl.col("ppid")).alias("ppid"),
-        process_row.alias("_process_row"))
+        process_row.alias("_process_row"),
+    )
 
 
 def _by_header(rows: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -105,12 +124,26 @@ def _by_header(rows: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     pid = col("PID").cast(pl.Int64, strict=False)
     name = pl.coalesce(col("COMM"), col("CMD"), col("NAME"), col("ARGS"), col("COMMAND"))
     if "TID" in df.columns:  # thread listing: PID is the thread group
-        return df.select("_line", "_listing", col("USER").alias("user"), tid.alias("pid"), pid.alias("tgid"),
-                         col("PPID").cast(pl.Int64, strict=False).alias("ppid"), name.alias("name"),
-                         (tid == pid).alias("_process_row"))
-    return df.select("_line", "_listing", col("USER").alias("user"), pid.alias("pid"), pid.alias("tgid"),
-                     col("PPID").cast(pl.Int64, strict=False).alias("ppid"),
-                     pl.coalesce(col("NAME"), name).alias("name"), pl.lit(True).alias("_process_row"))
+        return df.select(
+            "_line",
+            "_listing",
+            col("USER").alias("user"),
+            tid.alias("pid"),
+            pid.alias("tgid"),
+            col("PPID").cast(pl.Int64, strict=False).alias("ppid"),
+            name.alias("name"),
+            (tid == pid).alias("_process_row"),
+        )
+    return df.select(
+        "_line",
+        "_listing",
+        col("USER").alias("user"),
+        pid.alias("pid"),
+        pid.alias("tgid"),
+        col("PPID").cast(pl.Int64, strict=False).alias("ppid"),
+        pl.coalesce(col("NAME"), name).alias("name"),
+        pl.lit(True).alias("_process_row"),
+    )
 
 
 def process_table(marked: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -141,13 +174,26 @@ def merge_listings(rows: pl.DataFrame) -> pl.DataFrame:
     """Rows of several listings (in file order) -> one row per thread: each column's last known value (a
     thread listing gives the thread's name and group, the process listing its parent); threads take the
     parent of their thread group's process."""
-    merged = (rows.group_by("pid", maintain_order=True).agg(pl.all().drop_nulls().last())
-              .select(pl.col("pid").cast(pl.Int32), pl.col("tgid").cast(pl.Int32),
-                      pl.col("ppid").cast(pl.Int32, strict=False), pl.col("name").str.strip_chars(), "user"))
-    parents = merged.filter(pl.col("pid") == pl.col("tgid")).select(pl.col("pid").alias("tgid"),
-                                                                     pl.col("ppid").alias("_pp"))
-    return (merged.join(parents, on="tgid", how="left", maintain_order="left")
-            .with_columns(pl.coalesce("ppid", "_pp").alias("ppid")).drop("_pp").sort("pid"))
+    merged = (
+        rows.group_by("pid", maintain_order=True)
+        .agg(pl.all().drop_nulls().last())
+        .select(
+            pl.col("pid").cast(pl.Int32),
+            pl.col("tgid").cast(pl.Int32),
+            pl.col("ppid").cast(pl.Int32, strict=False),
+            pl.col("name").str.strip_chars(),
+            "user",
+        )
+    )
+    parents = merged.filter(pl.col("pid") == pl.col("tgid")).select(
+        pl.col("pid").alias("tgid"), pl.col("ppid").alias("_pp")
+    )
+    return (
+        merged.join(parents, on="tgid", how="left", maintain_order="left")
+        .with_columns(pl.coalesce("ppid", "_pp").alias("ppid"))
+        .drop("_pp")
+        .sort("pid")
+    )
 
 
 def fill_from_process_table(tables: dict[str, pl.DataFrame], process: pl.DataFrame, meta: dict) -> None:
@@ -155,8 +201,9 @@ def fill_from_process_table(tables: dict[str, pl.DataFrame], process: pl.DataFra
     (no column, or ``(-----)``), from the `process` table; counts in meta["process_table"]."""
     if process.is_empty():
         return
-    names = process.select(pl.col("pid").alias("common_pid"), pl.col("name").alias("_pname"),
-                           pl.col("tgid").alias("_ptgid"))
+    names = process.select(
+        pl.col("pid").alias("common_pid"), pl.col("name").alias("_pname"), pl.col("tgid").alias("_ptgid")
+    )
     filled_comm = filled_tgid = 0
     for name, df in list(tables.items()):
         if "common_pid" not in df.columns or "common_comm" not in df.columns:
@@ -164,7 +211,9 @@ def fill_from_process_table(tables: dict[str, pl.DataFrame], process: pl.DataFra
         j = df.join(names, on="common_pid", how="left", maintain_order="left")
         unknown = (pl.col("common_comm") == "<...>") & pl.col("_pname").is_not_null()
         filled_comm += int(j.select(unknown.sum()).item())
-        j = j.with_columns(pl.when(unknown).then(pl.col("_pname")).otherwise(pl.col("common_comm")).alias("common_comm"))
+        j = j.with_columns(
+            pl.when(unknown).then(pl.col("_pname")).otherwise(pl.col("common_comm")).alias("common_comm")
+        )
         if "common_tgid" in j.columns:
             missing = pl.col("common_tgid").is_null() & pl.col("_ptgid").is_not_null()
             filled_tgid += int(j.select(missing.sum()).item())
@@ -173,8 +222,14 @@ def fill_from_process_table(tables: dict[str, pl.DataFrame], process: pl.DataFra
             filled_tgid += int(j["_ptgid"].is_not_null().sum())
             cols = j.columns
             j = j.rename({"_ptgid": "common_tgid"}).select(
-                [c for c in cols[: cols.index("common_comm") + 1]] + ["common_tgid"]
-                + [c for c in cols[cols.index("common_comm") + 1:] if c not in ("_ptgid", "_pname")])
+                [c for c in cols[: cols.index("common_comm") + 1]]
+                + ["common_tgid"]
+                + [c for c in cols[cols.index("common_comm") + 1 :] if c not in ("_ptgid", "_pname")]
+            )
         tables[name] = j.drop("_pname", "_ptgid", strict=False)
-    meta["process_table"] = {"threads": process.height, "processes": int(process["tgid"].n_unique()),
-                             "filled_comms": filled_comm, "filled_tgids": filled_tgid}
+    meta["process_table"] = {
+        "threads": process.height,
+        "processes": int(process["tgid"].n_unique()),
+        "filled_comms": filled_comm,
+        "filled_tgids": filled_tgid,
+    }

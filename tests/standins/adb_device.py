@@ -10,6 +10,7 @@ shell-v2 packets), and serves the sync protocol (STAT, RECV, SEND, QUIT) for `ad
 Use a port outside 5555-5585 (the adb server probes those as emulators). Run standalone:
     python tests/standins/adb_device.py PORT
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,8 +22,10 @@ import sys
 A_CNXN, A_OPEN, A_OKAY, A_CLSE, A_WRTE = (0x4E584E43, 0x4E45504F, 0x59414B4F, 0x45534C43, 0x45545257)
 A_VERSION = 0x01000001
 MAX_PAYLOAD = 256 * 1024
-BANNER = (b"device::ro.product.name=abtest_standin;ro.product.model=abtest_standin;"
-          b"ro.product.device=standin;features=shell_v2,cmd")
+BANNER = (
+    b"device::ro.product.name=abtest_standin;ro.product.model=abtest_standin;"
+    b"ro.product.device=standin;features=shell_v2,cmd"
+)
 # shell v2 packet ids
 SH_STDIN, SH_STDOUT, SH_STDERR, SH_EXIT, SH_CLOSE_STDIN = 0, 1, 2, 3, 4
 
@@ -35,7 +38,7 @@ def pack(cmd: int, arg0: int, arg1: int, data: bytes = b"") -> bytes:
 class Stream:
     """One OPENed service: outgoing WRTEs wait for the host's OKAY (ADB flow control)."""
 
-    def __init__(self, conn: "Connection", local_id: int, remote_id: int):
+    def __init__(self, conn: Connection, local_id: int, remote_id: int):
         self.conn, self.local_id, self.remote_id = conn, local_id, remote_id
         self.acked = asyncio.Event()
         self.acked.set()
@@ -48,7 +51,7 @@ class Stream:
             if self.closed:
                 return
             self.acked.clear()
-            self.conn.send(A_WRTE, self.local_id, self.remote_id, data[i:i + self.conn.max_payload])
+            self.conn.send(A_WRTE, self.local_id, self.remote_id, data[i : i + self.conn.max_payload])
 
     async def close(self) -> None:
         if not self.closed:
@@ -126,7 +129,7 @@ class Connection:
                 st.closed = True
                 return
             await st.close()
-        except (asyncio.TimeoutError, ConnectionError):
+        except (TimeoutError, ConnectionError):
             pass
         finally:
             self.streams.pop(st.local_id, None)
@@ -134,9 +137,15 @@ class Connection:
 
 async def shell(st: Stream, command: str, v2: bool) -> None:
     """Run `command` here with /bin/sh -c; stream its output as shell v2 packets and send its exit code."""
-    proc = await asyncio.create_subprocess_exec("/bin/sh", "-c", command or "true", cwd="/",
-                                                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/sh",
+        "-c",
+        command or "true",
+        cwd="/",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
     async def pump(src: asyncio.StreamReader, ident: int) -> None:
         while chunk := await src.read(65536):
@@ -150,7 +159,7 @@ async def shell(st: Stream, command: str, v2: bool) -> None:
                 ident, n = struct.unpack("<BI", buf[:5])
                 if len(buf) < 5 + n:
                     break
-                payload, buf = buf[5:5 + n], buf[5 + n:]
+                payload, buf = buf[5 : 5 + n], buf[5 + n :]
                 if ident == SH_STDIN and proc.stdin:
                     proc.stdin.write(payload)
                 elif ident == SH_CLOSE_STDIN and proc.stdin:

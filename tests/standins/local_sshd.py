@@ -5,6 +5,7 @@ random free port, internal-sftp), starts `sshd -D -e` as a child and waits until
 `stop()` kills that child by PID. `serving_children()` lists the per-connection sshd processes
 (children of the listener), so a test can kill one to drop a connection.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,7 +37,7 @@ class LocalSshd:
         """`ssh-ed25519 AAAA...` line of the server's host key (pin it in the target file)."""
         return " ".join(self.host_key.with_suffix(".pub").read_text().split()[:2])
 
-    def start(self, timeout_s: float = 10.0) -> "LocalSshd":
+    def start(self, timeout_s: float = 10.0) -> LocalSshd:
         for key in (self.host_key, self.client_key):
             if not key.exists():
                 subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
@@ -49,11 +50,16 @@ class LocalSshd:
             f"PidFile {self.dir / 'sshd.pid'}\nAuthorizedKeysFile {auth}\n"
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             "UsePAM no\nStrictModes no\nSubsystem sftp internal-sftp\nMaxStartups 50\nMaxSessions 50\n"
-            "ClientAliveInterval 5\n")
+            "ClientAliveInterval 5\n"
+        )
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         self.log = open(self.dir / "sshd.log", "w")
-        self.proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)], stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            ["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout_s:
             if self.proc.poll() is not None:
@@ -81,8 +87,10 @@ class LocalSshd:
         return found
 
     def target_toml(self, name: str = "ssh-localhost", extra: str = "") -> str:
-        return (f'name = "{name}"\nkind = "ssh"\n\n[connection]\nhost = "127.0.0.1"\nport = {self.port}\n'
-                f'user = "{self.user}"\nkey_file = "{self.client_key}"\nhost_key = "{self.host_pubkey}"\n\n{extra}')
+        return (
+            f'name = "{name}"\nkind = "ssh"\n\n[connection]\nhost = "127.0.0.1"\nport = {self.port}\n'
+            f'user = "{self.user}"\nkey_file = "{self.client_key}"\nhost_key = "{self.host_pubkey}"\n\n{extra}'
+        )
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

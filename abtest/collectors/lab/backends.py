@@ -26,6 +26,7 @@ dependency. The dispatcher configuration sets a per-collection `prefix` so that 
 cancel/close stop the lava-run processes by PID (SIGTERM: lava-run cancels the job and stops its QEMU),
 then whatever they left (descendants found through /proc) by PID.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,6 +61,7 @@ class LabUnavailable(LabError):
 @dataclass
 class JobStatus:
     """A job as the lab reports it. Times are ISO strings (UTC) or None."""
+
     job_id: int
     state: str
     health: str
@@ -98,8 +100,10 @@ class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         if _origin(newurl) != _origin(req.full_url):
-            raise LabError(f"{req.full_url}: HTTP {code} redirects to another origin ({newurl}); not following "
-                           f"it with the API token (point [lab] url at the server itself)")
+            raise LabError(
+                f"{req.full_url}: HTTP {code} redirects to another origin ({newurl}); not following "
+                f"it with the API token (point [lab] url at the server itself)"
+            )
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
@@ -135,7 +139,7 @@ class LavaServer:
             if e.code >= 500:
                 raise LabUnavailable(f"{self.url}: {method} {path}: HTTP {e.code}: {text}") from None
             raise LabError(f"{self.url}: {method} {path}: HTTP {e.code}: {text}") from None
-        except (urllib.error.URLError, OSError, socket.timeout) as e:
+        except (TimeoutError, urllib.error.URLError, OSError) as e:
             raise LabUnavailable(f"{self.url}: {method} {path}: {getattr(e, 'reason', e)}") from None
         return payload if raw else json.loads(payload or b"null")
 
@@ -144,8 +148,7 @@ class LavaServer:
 
     def submit(self, definition: str) -> int:
         if not self._token:
-            raise LabError(f"{self.url}: submitting needs an API token (set ${self.cfg.token_env} or "
-                           f"[lab] token_file)")
+            raise LabError(f"{self.url}: submitting needs an API token (set ${self.cfg.token_env} or [lab] token_file)")
         out = self._request("POST", "jobs/", {"definition": definition})
         ids = out.get("job_ids") if isinstance(out, dict) else None
         if not ids:
@@ -154,8 +157,16 @@ class LavaServer:
 
     def status(self, job_id: int) -> JobStatus:
         j = self._request("GET", f"jobs/{int(job_id)}/")
-        return JobStatus(int(j["id"]), str(j["state"]), str(j["health"]), j.get("actual_device"),
-                         j.get("submit_time"), j.get("start_time"), j.get("end_time"), j.get("failure_comment"))
+        return JobStatus(
+            int(j["id"]),
+            str(j["state"]),
+            str(j["health"]),
+            j.get("actual_device"),
+            j.get("submit_time"),
+            j.get("start_time"),
+            j.get("end_time"),
+            j.get("failure_comment"),
+        )
 
     def log(self, job_id: int) -> str:
         try:
@@ -176,7 +187,9 @@ class LavaServer:
             return None
         if device not in self._workers:
             try:
-                self._workers[device] = self._request("GET", f"devices/{urllib.parse.quote(device)}/").get("worker_host")
+                self._workers[device] = self._request("GET", f"devices/{urllib.parse.quote(device)}/").get(
+                    "worker_host"
+                )
             except LabError:
                 self._workers[device] = None
         return self._workers[device]
@@ -186,27 +199,37 @@ class LavaServer:
         q = urllib.parse.urlencode({"device_type": device_type, "limit": 1000})
         out = self._request("GET", f"devices/?{q}")
         rows = out.get("results", []) if isinstance(out, dict) else []
-        return [d["hostname"] for d in rows
-                if d.get("health") in ("Good", "Unknown", "Looping") and set(tags) <= set(d.get("tags") or [])]
+        return [
+            d["hostname"]
+            for d in rows
+            if d.get("health") in ("Good", "Unknown", "Looping") and set(tags) <= set(d.get("tags") or [])
+        ]
 
     def close(self) -> None:
         pass
 
 
 # -- lava-run on this machine ------------------------------------------------------------------------------
-def render_device_dictionary(dictionary: Path, out: Path, context: dict | None = None,
-                             templates: Path = DEVICE_TYPES_DIR) -> Path:
+def render_device_dictionary(
+    dictionary: Path, out: Path, context: dict | None = None, templates: Path = DEVICE_TYPES_DIR
+) -> Path:
     """A device dictionary (jinja2, `{% extends 'qemu.jinja2' %}` ...) -> device YAML, rendered the way
     lava-server renders it for a job (jinja2 FileSystemLoader over LAVA's device-type templates,
     trim_blocks, the job's `context` as variables), by Debian's python3 (where lava's jinja2 lives)."""
     if not (templates / "base.jinja2").is_file():
         raise LabError(f"{templates}: LAVA's device-type templates are missing (apt-get install lava-server)")
-    code = ("import sys, jinja2\n"
-            "env = jinja2.Environment(loader=jinja2.FileSystemLoader(sys.argv[1]), trim_blocks=True, autoescape=False)\n"
-            "sys.stdout.write(env.from_string(sys.stdin.read()).render(**json.loads(sys.argv[2])))\n")
-    r = subprocess.run([SYSTEM_PYTHON, "-c", "import json\n" + code, str(templates), json.dumps(context or {})],
-                       input=Path(dictionary).read_text(),
-                       capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys, jinja2\n"
+        "env = jinja2.Environment(loader=jinja2.FileSystemLoader(sys.argv[1]), trim_blocks=True, autoescape=False)\n"
+        "sys.stdout.write(env.from_string(sys.stdin.read()).render(**json.loads(sys.argv[2])))\n"
+    )
+    r = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import json\n" + code, str(templates), json.dumps(context or {})],
+        input=Path(dictionary).read_text(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if r.returncode != 0:
         raise LabError(f"rendering {dictionary} failed: {r.stderr.strip()[-500:]}")
     out.write_text(r.stdout)
@@ -301,8 +324,9 @@ class LavaRun:
         src = cfg.lava_run_device
         if not src.is_file():
             raise LabError(f"lava-run device file {src} does not exist")
-        self.device_yaml = (render_device_dictionary(src, self.workdir / "device.yaml", context)
-                            if src.suffix == ".jinja2" else src)
+        self.device_yaml = (
+            render_device_dictionary(src, self.workdir / "device.yaml", context) if src.suffix == ".jinja2" else src
+        )
         self.device_name = src.stem
         self.prefix = f"abtest-{secrets.token_hex(4)}-"
         self.dispatcher_yaml = self.workdir / "dispatcher.yaml"
@@ -339,10 +363,23 @@ class LavaRun:
             if j.proc is None and not j.canceled:
                 out = open(j.dir / "lava.log", "w")
                 j.proc = subprocess.Popen(
-                    ["lava-run", "--job-id", str(j.job_id), "--output-dir", str(j.dir / "output"),
-                     "--device", str(self.device_yaml), "--dispatcher", str(self.dispatcher_yaml),
-                     str(j.dir / "job.yaml")],
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                    [
+                        "lava-run",
+                        "--job-id",
+                        str(j.job_id),
+                        "--output-dir",
+                        str(j.dir / "output"),
+                        "--device",
+                        str(self.device_yaml),
+                        "--dispatcher",
+                        str(self.dispatcher_yaml),
+                        str(j.dir / "job.yaml"),
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
                 out.close()
                 j.start_time = self._now()
                 running += 1
@@ -351,8 +388,10 @@ class LavaRun:
         try:
             return self._jobs[int(job_id)]
         except KeyError:
-            raise LabError(f"lava-run job {job_id} is not one of this run's (lava-run jobs do not outlive "
-                           f"the abtest process that started them)") from None
+            raise LabError(
+                f"lava-run job {job_id} is not one of this run's (lava-run jobs do not outlive "
+                f"the abtest process that started them)"
+            ) from None
 
     def status(self, job_id: int) -> JobStatus:
         self._pump()
@@ -365,9 +404,16 @@ class LavaRun:
             state = "Running"
         else:
             state = "Finished"
-        return JobStatus(j.job_id, state, j.health if state == "Finished" else "Unknown",
-                         self.device_name if j.proc is not None else None,
-                         j.submit_time, j.start_time, j.end_time, j.failure)
+        return JobStatus(
+            j.job_id,
+            state,
+            j.health if state == "Finished" else "Unknown",
+            self.device_name if j.proc is not None else None,
+            j.submit_time,
+            j.start_time,
+            j.end_time,
+            j.failure,
+        )
 
     def log(self, job_id: int) -> str:
         p = self._job(job_id).dir / "lava.log"
@@ -399,6 +445,7 @@ def _lava_run_error(job_dir: Path) -> str | None:
     p = job_dir / "output" / "result.yaml"
     try:
         import yaml
+
         res = yaml.safe_load(p.read_text()) or {}
     except (OSError, ValueError):
         return None
@@ -411,6 +458,7 @@ def make_backend(cfg: LabConfig, token: str | None, workdir: Path):
     """LavaRun for `lava-run:DEVICE`, else LavaServer."""
     if cfg.is_lava_run:
         # lava-run takes a rendered device: render it with the QEMU recipe's job context, as a server would
-        return LavaRun(cfg, workdir, parallel=max(1, cfg.max_in_flight or 1),
-                       context=QEMU_CONTEXT if not cfg.actions else {})
+        return LavaRun(
+            cfg, workdir, parallel=max(1, cfg.max_in_flight or 1), context=QEMU_CONTEXT if not cfg.actions else {}
+        )
     return LavaServer(cfg, token)

@@ -18,14 +18,15 @@ failures), complete iterations stay. `--resume` skips complete iterations, polls
 still lists as submitted (their artifacts are harvested if they came through the log, or were uploaded
 before abtest stopped) and resubmits the rest.
 """
+
 from __future__ import annotations
 
 import secrets
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from abtest.collectors.ftrace import requested_events
 from abtest.collectors.lab import guest_script as gs
@@ -47,6 +48,7 @@ from abtest.targets.shell import slug
 @dataclass
 class LabCollectConfig:
     """Everything collect_lab needs (the lab counterpart of orchestrate.CollectConfig)."""
+
     lab: LabConfig
     target_cfg: TargetConfig
     labels: list[LabelSpec]
@@ -64,12 +66,18 @@ class LabCollectConfig:
     progress: bool = True
 
 
-def lab_plan(labels: list[str], workloads: list[str], iterations: int, order: str = "interleave") -> list[PlannedIteration]:
+def lab_plan(
+    labels: list[str], workloads: list[str], iterations: int, order: str = "interleave"
+) -> list[PlannedIteration]:
     """interleave: per iteration, every workload, labels in alternating direction (A B | B A | A B ...);
     blocked: A A .. B B .."""
     if order == "interleave":
-        return [PlannedIteration(l, w, i) for i in range(1, iterations + 1) for w in workloads
-                for l in (labels if i % 2 else labels[::-1])]
+        return [
+            PlannedIteration(l, w, i)
+            for i in range(1, iterations + 1)
+            for w in workloads
+            for l in (labels if i % 2 else labels[::-1])
+        ]
     if order == "blocked":
         return [PlannedIteration(l, w, i) for l in labels for i in range(1, iterations + 1) for w in workloads]
     raise ValueError(f"order must be 'interleave' or 'blocked', got {order!r}")
@@ -86,21 +94,29 @@ def check_supported(cc: LabCollectConfig) -> None:
     """Refuse what a lab job cannot do (CollectError naming it)."""
     for label in cc.labels:
         if label.settings:
-            raise CollectError(f"label {label.name}: settings labels are not supported through a lab yet "
-                               f"(use kernel labels: [boot.{label.name}])")
+            raise CollectError(
+                f"label {label.name}: settings labels are not supported through a lab yet "
+                f"(use kernel labels: [boot.{label.name}])"
+            )
         if label.name not in cc.lab.actions and (label.boot is None or not label.boot.package):
-            raise CollectError(f"label {label.name}: a lab job needs the label's kernel: [boot.{label.name}] "
-                               f"package = \"linux-image-...\" (QEMU recipe) or [lab.actions.{label.name}] "
-                               f"deploy/boot actions")
+            raise CollectError(
+                f"label {label.name}: a lab job needs the label's kernel: [boot.{label.name}] "
+                f'package = "linux-image-..." (QEMU recipe) or [lab.actions.{label.name}] '
+                f"deploy/boot actions"
+            )
     if any(l.name not in cc.lab.actions for l in cc.labels) and cc.lab.prompt != CONSOLE_PROMPT:
-        raise CollectError(f"[lab] prompt {cc.lab.prompt!r}: the QEMU recipe's console prompt is {CONSOLE_PROMPT!r} "
-                           f"(prompt is for images of [lab.actions])")
+        raise CollectError(
+            f"[lab] prompt {cc.lab.prompt!r}: the QEMU recipe's console prompt is {CONSOLE_PROMPT!r} "
+            f"(prompt is for images of [lab.actions])"
+        )
     for wl in cc.workloads:
         if type(wl).prepare is not Workload.prepare or type(wl).collect is not Workload.collect:
-            raise CollectError(f"workload {wl.name} ({wl.KIND}) pushes inputs or pulls result files, which a "
-                               f"lab job does not do yet; workloads whose output is their stdout work")
+            raise CollectError(
+                f"workload {wl.name} ({wl.KIND}) pushes inputs or pulls result files, which a "
+                f"lab job does not do yet; workloads whose output is their stdout work"
+            )
     if cc.target_cfg.trace.get("backend", "ftrace") != "ftrace" and cc.trace:
-        raise CollectError("a lab job traces with ftrace ([trace] backend = \"ftrace\")")
+        raise CollectError('a lab job traces with ftrace ([trace] backend = "ftrace")')
     if cc.target_cfg.power.get("sampler", "none") not in ("none", "hwmon", "rapl", "odpm"):
         raise CollectError(f"[power] sampler {cc.target_cfg.power.get('sampler')!r} is unknown")
 
@@ -108,14 +124,22 @@ def check_supported(cc: LabCollectConfig) -> None:
 class _Run:
     """State of one collect_lab call."""
 
-    def __init__(self, cc: LabCollectConfig, backend, receiver: ArtifactReceiver | None, journal: Journal,
-                 log: Callable[[str], None]):
+    def __init__(
+        self,
+        cc: LabCollectConfig,
+        backend,
+        receiver: ArtifactReceiver | None,
+        journal: Journal,
+        log: Callable[[str], None],
+    ):
         self.cc, self.backend, self.receiver, self.journal, self.log = cc, backend, receiver, journal, log
         self.labels = {l.name: l for l in cc.labels}
         self.workloads = {w.name: w for w in cc.workloads}
         self.images: dict[str, BootImages] = {}
         self.image_urls: dict[str, tuple[str, str]] = {}
-        self.events = list(dict.fromkeys(requested_events(cc.analysis_events) + list(cc.extra_events))) if cc.trace else []
+        self.events = (
+            list(dict.fromkeys(requested_events(cc.analysis_events) + list(cc.extra_events))) if cc.trace else []
+        )
         tr = cc.target_cfg.trace
         self.buffer_size_kb = int(cc.buffer_size_kb or tr.get("buffer_size_kb", 8192))
         self.clock = cc.trace_clock or tr.get("clock", "boot")
@@ -133,8 +157,10 @@ class _Run:
             img = qemu_boot_images(name, label.boot, self.cc.target_cfg.qemu, log=self.log)
             self.images[name] = img
             if self.cc.lab.image_transport == "http":
-                self.image_urls[name] = (self.receiver.register_image(img.vmlinuz, img.sha256["kernel"]),
-                                         self.receiver.register_image(img.ramdisk, img.sha256["ramdisk"]))
+                self.image_urls[name] = (
+                    self.receiver.register_image(img.vmlinuz, img.sha256["kernel"]),
+                    self.receiver.register_image(img.ramdisk, img.sha256["ramdisk"]),
+                )
             else:
                 # LAVA takes the path after file:// verbatim (no percent-decoding: "+" must stay "+")
                 self.image_urls[name] = (f"file://{img.vmlinuz.resolve()}", f"file://{img.ramdisk.resolve()}")
@@ -144,23 +170,42 @@ class _Run:
         return self.cc.lab.test_timeout_min or int(wl.timeout_s // 60) + 5
 
     def build_job(self, a: Attempt) -> dict:
-        wl, label = self.workloads[a.workload], self.labels[a.label]
+        wl = self.workloads[a.workload]
         tag = f"label={a.label} workload={a.workload} iteration={a.iteration}"
-        script = gs.build_script(gs.GuestSpec(
-            key=a.key, tag=tag, command=wl.command(gs.GUEST_DIR), tools=tuple(wl.TOOLS), timeout_s=wl.timeout_s,
-            events=self.events, buffer_size_kb=self.buffer_size_kb, clock=self.clock, power=self.power,
-            transport=self.cc.lab.artifacts, log_max_bytes=int(self.cc.lab.log_max_mb * (1 << 20))))
+        script = gs.build_script(
+            gs.GuestSpec(
+                key=a.key,
+                tag=tag,
+                command=wl.command(gs.GUEST_DIR),
+                tools=tuple(wl.TOOLS),
+                timeout_s=wl.timeout_s,
+                events=self.events,
+                buffer_size_kb=self.buffer_size_kb,
+                clock=self.clock,
+                power=self.power,
+                transport=self.cc.lab.artifacts,
+                log_max_bytes=int(self.cc.lab.log_max_mb * (1 << 20)),
+            )
+        )
         upload = self.receiver.open_slot(a.key) if (self.receiver and self.cc.lab.artifacts == "upload") else ""
         if a.label in self.cc.lab.actions:
             acts = self.cc.lab.actions[a.label]
             deploy, boot = dict(acts["deploy"]), dict(acts["boot"])
         else:
             deploy, boot = qemu_actions(self.images[a.label], *self.image_urls[a.label], self.cc.lab)
-        definition = job_definition(self.cc.lab, label=a.label, workload=a.workload, iteration=a.iteration,
-                                    attempt=a.attempt, key=a.key, deploy=deploy, boot=boot,
-                                    commands=gs.delivery_commands(script, upload),
-                                    test_timeout_min=self.test_timeout_min(wl),
-                                    qemu_context=a.label not in self.cc.lab.actions)
+        definition = job_definition(
+            self.cc.lab,
+            label=a.label,
+            workload=a.workload,
+            iteration=a.iteration,
+            attempt=a.attempt,
+            key=a.key,
+            deploy=deploy,
+            boot=boot,
+            commands=gs.delivery_commands(script, upload),
+            test_timeout_min=self.test_timeout_min(wl),
+            qemu_context=a.label not in self.cc.lab.actions,
+        )
         return {"definition": definition, "script": script, "upload": upload}
 
     def submit(self, step: PlannedIteration) -> None:
@@ -184,22 +229,42 @@ class _Run:
         label, wl = self.labels[a.label], self.workloads[a.workload]
         received = self.receiver.received(a.key) if self.receiver else {}
         ctx = HarvestContext(
-            lab=self.cc.lab.describe(), job_url=self.cc.lab.job_url(job_id),
-            worker=self.backend.device_worker(status.device), target_name=self.cc.target_cfg.name,
+            lab=self.cc.lab.describe(),
+            job_url=self.cc.lab.job_url(job_id),
+            worker=self.backend.device_worker(status.device),
+            target_name=self.cc.target_cfg.name,
             target_file=str(self.cc.target_cfg.path) if self.cc.target_cfg.path else None,
             emulated=a.label not in self.cc.lab.actions and self.cc.lab.device_type.startswith("qemu"),
             label_name=a.label,
-            boot={**(vars(label.boot) if label.boot else {}),
-                  **({"images": self.images[a.label].describe()} if a.label in self.images else {})},
+            boot={
+                **(vars(label.boot) if label.boot else {}),
+                **({"images": self.images[a.label].describe()} if a.label in self.images else {}),
+            },
             expect_release=label.boot.expect_release if label.boot else "",
-            workload=wl, events_requested=self.events, analyses=self.cc.analyses, power=self.power,
-            platform=self.cc.target_cfg.platform, definition=entry["definition"], script=entry["script"],
+            workload=wl,
+            events_requested=self.events,
+            analyses=self.cc.analyses,
+            power=self.power,
+            platform=self.cc.target_cfg.platform,
+            definition=entry["definition"],
+            script=entry["script"],
             failed_attempts=[{"job_id": f.job_id, "reason": f.reason} for f in self.journal.failures(a.slot)],
-            max_log_data_bytes=self.max_log_data_bytes)
+            max_log_data_bytes=self.max_log_data_bytes,
+        )
         writer = IterationWriter(self.cc.store, a.label, a.workload, a.iteration)
         try:
-            path = harvest(writer, ctx, status, log_text, received, key=a.key, iteration=a.iteration,
-                           attempt=a.attempt, buffer_size_kb=self.buffer_size_kb, clock=self.clock)
+            path = harvest(
+                writer,
+                ctx,
+                status,
+                log_text,
+                received,
+                key=a.key,
+                iteration=a.iteration,
+                attempt=a.attempt,
+                buffer_size_kb=self.buffer_size_kb,
+                clock=self.clock,
+            )
         except AttemptFailed as e:
             writer.discard()
             self.journal.update(a, state="failed", reason=e.reason)
@@ -229,7 +294,8 @@ class _Run:
 def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] | None = None) -> dict:
     """Run the plan through the lab. Returns {"done", "skipped", "retries", "failed": [...],
     "iterations": [...], "jobs": [{"job_id", "label", "workload", "iteration", "attempt", "state", "reason",
-    "device", "queue_s", "job_s"}], "devices": {label: {device: count}}, "warnings": [...]}. Raises CollectError on unusable input, LabError
+    "device", "queue_s", "job_s"}], "devices": {label: {device: count}}, "warnings": [...]}. Raises CollectError on
+    unusable input, LabError
     when the lab refuses the jobs; KeyboardInterrupt propagates after canceling the jobs in flight."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -237,16 +303,22 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
     console = Console(stderr=True)
     log = log or (lambda msg: console.print(msg, highlight=False))
     check_supported(cc)
-    check_shell_names([l.name for l in cc.labels], [w.name for w in cc.workloads],
-                      [*cc.analysis_events, *cc.extra_events], cc.trace_clock or cc.target_cfg.trace.get("clock"))
+    check_shell_names(
+        [l.name for l in cc.labels],
+        [w.name for w in cc.workloads],
+        [*cc.analysis_events, *cc.extra_events],
+        cc.trace_clock or cc.target_cfg.trace.get("clock"),
+    )
     store = Path(cc.store)
     plan = lab_plan([l.name for l in cc.labels], [w.name for w in cc.workloads], cc.iterations, cc.order)
     done_already = [p for p in plan if is_complete(iteration_dir(store, p.label, p.workload, p.iteration))]
     journal = Journal(store)
     if (done_already or journal.exists) and not cc.resume:
-        raise CollectError(f"{store} already holds this lab collection ({len(done_already)} of {len(plan)} "
-                           f"iterations complete{', a journal in ' + str(journal.path) if journal.exists else ''}): "
-                           f"pass --resume to continue it, or choose another --store")
+        raise CollectError(
+            f"{store} already holds this lab collection ({len(done_already)} of {len(plan)} "
+            f"iterations complete{', a journal in ' + str(journal.path) if journal.exists else ''}): "
+            f"pass --resume to continue it, or choose another --store"
+        )
     try:  # STORE/.lab: ours, 0700, never through a symlink (uploads, the journal and lava-run live there)
         lab_dir(store, "incoming")
     except UnsafePathError as e:
@@ -260,15 +332,35 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
     backend = backend or make_backend(cc.lab, token, lab_dir(store, "lava-run"))
     receiver = None
     if cc.lab.artifacts == "upload" or cc.lab.image_transport == "http":
-        receiver = ArtifactReceiver(lab_dir(store, "incoming"), bind=cc.lab.receiver_bind,
-                                    port=cc.lab.receiver_port, public_url=cc.lab.upload_url,
-                                    max_file_bytes=int(cc.lab.max_artifact_mb * (1 << 20)), log=log).start()
+        receiver = ArtifactReceiver(
+            lab_dir(store, "incoming"),
+            bind=cc.lab.receiver_bind,
+            port=cc.lab.receiver_port,
+            public_url=cc.lab.upload_url,
+            max_file_bytes=int(cc.lab.max_artifact_mb * (1 << 20)),
+            log=log,
+        ).start()
     run = _Run(cc, backend, receiver, journal, log)
-    summary: dict = {"done": 0, "skipped": len(done_already), "retries": 0, "failed": [], "iterations": [],
-                     "jobs": [], "devices": {}, "warnings": []}
+    summary: dict = {
+        "done": 0,
+        "skipped": len(done_already),
+        "retries": 0,
+        "failed": [],
+        "iterations": [],
+        "jobs": [],
+        "devices": {},
+        "warnings": [],
+    }
     todo = [p for p in plan if p not in done_already]
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=console, disable=not cc.progress, transient=False)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not cc.progress,
+        transient=False,
+    )
     try:
         run.prepare_images()
         if receiver:
@@ -280,8 +372,10 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
             except LabError as e:
                 raise LabError(f"cannot list the lab's {cc.lab.device_type} devices: {e}") from e
             if n == 0:
-                raise LabError(f"{cc.lab.url}: no usable device of type {cc.lab.device_type!r}"
-                               f"{' with tags ' + ', '.join(cc.lab.tags) if cc.lab.tags else ''}")
+                raise LabError(
+                    f"{cc.lab.url}: no usable device of type {cc.lab.device_type!r}"
+                    f"{' with tags ' + ', '.join(cc.lab.tags) if cc.lab.tags else ''}"
+                )
             max_in_flight = 2 * n
         # --resume: jobs the journal lists as still in the lab are polled again, not resubmitted
         todo_slots = {(p.label, p.workload, p.iteration) for p in todo}
@@ -295,8 +389,12 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
                     journal.update(a, state="lost", reason=str(e))
                     continue
                 definition = _definition_of(backend, a.job_id)
-                run.in_flight[a.job_id] = {"attempt": a, "definition": definition,
-                                           "script": gs.script_from_definition(definition), "upload": ""}
+                run.in_flight[a.job_id] = {
+                    "attempt": a,
+                    "definition": definition,
+                    "script": gs.script_from_definition(definition),
+                    "upload": "",
+                }
             else:
                 journal.update(a, state="canceled", reason="not part of this plan")
         busy = {e["attempt"].slot for e in run.in_flight.values()}
@@ -329,12 +427,20 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
                         a = run.in_flight.pop(job_id)["attempt"]
                         journal.update(a, state="failed", reason=str(e))
                         status, ok, detail = JobStatus(job_id, "Finished", "Unknown"), False, str(e)
-                    summary["jobs"].append({"job_id": job_id, "label": a.label, "workload": a.workload,
-                                            "iteration": a.iteration, "attempt": a.attempt,
-                                            "state": "harvested" if ok else "failed",
-                                            "reason": None if ok else detail, "device": status.device,
-                                            "queue_s": status.seconds("submit_time", "start_time"),
-                                            "job_s": status.seconds("start_time", "end_time")})
+                    summary["jobs"].append(
+                        {
+                            "job_id": job_id,
+                            "label": a.label,
+                            "workload": a.workload,
+                            "iteration": a.iteration,
+                            "attempt": a.attempt,
+                            "state": "harvested" if ok else "failed",
+                            "reason": None if ok else detail,
+                            "device": status.device,
+                            "queue_s": status.seconds("submit_time", "start_time"),
+                            "job_s": status.seconds("start_time", "end_time"),
+                        }
+                    )
                     if ok:
                         summary["done"] += 1
                         summary["iterations"].append(detail)
@@ -345,21 +451,33 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
                         continue
                     failures = journal.failures(a.slot)
                     if len(failures) > cc.lab.retries:
-                        log(f"[red]{a.label}/{a.workload}/{a.iteration}: failed after {len(failures)} attempts; "
-                            f"last: {detail}[/]")
-                        summary["failed"].append({"label": a.label, "workload": a.workload, "iteration": a.iteration,
-                                                  "attempts": [{"job_id": f.job_id, "reason": f.reason}
-                                                               for f in failures]})
+                        log(
+                            f"[red]{a.label}/{a.workload}/{a.iteration}: failed after {len(failures)} attempts; "
+                            f"last: {detail}[/]"
+                        )
+                        summary["failed"].append(
+                            {
+                                "label": a.label,
+                                "workload": a.workload,
+                                "iteration": a.iteration,
+                                "attempts": [{"job_id": f.job_id, "reason": f.reason} for f in failures],
+                            }
+                        )
                         outstanding.discard(a.slot)
                         progress.advance(task)
                     else:
                         summary["retries"] += 1
-                        log(f"[yellow]{a.label}/{a.workload}/{a.iteration}: job {job_id} failed ({detail}); "
-                            f"resubmitting (attempt {len(failures) + 1} of {cc.lab.retries + 1})[/]")
+                        log(
+                            f"[yellow]{a.label}/{a.workload}/{a.iteration}: job {job_id} failed ({detail}); "
+                            f"resubmitting (attempt {len(failures) + 1} of {cc.lab.retries + 1})[/]"
+                        )
                         queue.insert(0, PlannedIteration(a.label, a.workload, a.iteration))
                 states = [e["attempt"] for e in run.in_flight.values()]
-                progress.update(task, description=f"lab: {len(states)} in the lab, {len(queue)} to submit, "
-                                                  f"{summary['done']} done, {len(summary['failed'])} failed")
+                progress.update(
+                    task,
+                    description=f"lab: {len(states)} in the lab, {len(queue)} to submit, "
+                    f"{summary['done']} done, {len(summary['failed'])} failed",
+                )
                 if outstanding:
                     time.sleep(cc.lab.poll_s)
     except BaseException:
@@ -384,11 +502,13 @@ def device_confounding(devices: dict[str, dict[str, int]]) -> list[str]:
     if len(sets) < 2 or len(set().union(*sets.values())) < 2:
         return []
     labels = sorted(sets)
-    if any(sets[a] & sets[b] for i, a in enumerate(labels) for b in labels[i + 1:]):
+    if any(sets[a] & sets[b] for i, a in enumerate(labels) for b in labels[i + 1 :]):
         return []
     split = "; ".join(f"{label}: {', '.join(sorted(sets[label]))}" for label in labels)
-    return [f"every label ran on its own devices ({split}): device differences are confounded with the "
-            f"labels; pin one device with [lab] tags or collect more iterations"]
+    return [
+        f"every label ran on its own devices ({split}): device differences are confounded with the "
+        f"labels; pin one device with [lab] tags or collect more iterations"
+    ]
 
 
 def _definition_of(backend, job_id: int) -> str:

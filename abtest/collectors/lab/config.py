@@ -34,6 +34,7 @@ The token is read when the collection starts and is never written into the store
 never sent over plain http to another machine unless `allow_http = true`, and never sent to another origin
 on a redirect (backends.LavaServer).
 """
+
 from __future__ import annotations
 
 import os
@@ -53,6 +54,7 @@ class LabConfigError(ValueError):
 @dataclass
 class LabConfig:
     """A parsed [lab] table. Times in minutes or seconds as named; sizes in MiB."""
+
     url: str
     token_env: str = DEFAULT_TOKEN_ENV
     token_file: str = ""
@@ -84,7 +86,7 @@ class LabConfig:
 
     @property
     def lava_run_device(self) -> Path:
-        return Path(os.path.expanduser(self.url[len(LAVA_RUN_SCHEME):]))
+        return Path(os.path.expanduser(self.url[len(LAVA_RUN_SCHEME) :]))
 
     @property
     def server_is_local(self) -> bool:
@@ -110,10 +112,17 @@ class LabConfig:
 
     def describe(self) -> dict:
         """For meta.json and the journal: everything but secrets (the token never appears here)."""
-        return {"url": self.url, "device_type": self.device_type, "tags": list(self.tags),
-                "priority": self.priority, "transport": self.artifacts, "images": self.image_transport,
-                "token_from": (f"file {self.token_file}" if self.token_file else f"env {self.token_env}")
-                if not self.is_lava_run else None}
+        return {
+            "url": self.url,
+            "device_type": self.device_type,
+            "tags": list(self.tags),
+            "priority": self.priority,
+            "transport": self.artifacts,
+            "images": self.image_transport,
+            "token_from": (f"file {self.token_file}" if self.token_file else f"env {self.token_env}")
+            if not self.is_lava_run
+            else None,
+        }
 
 
 _KEYS = set(LabConfig.__dataclass_fields__)
@@ -122,6 +131,7 @@ _KEYS = set(LabConfig.__dataclass_fields__)
 def _is_loopback(host: str) -> bool:
     """`localhost` or a loopback IP address (127.0.0.0/8, ::1)."""
     import ipaddress
+
     if host.lower() == "localhost":
         return True
     try:
@@ -139,7 +149,7 @@ def parse_lab(table: dict | None, url: str | None = None, where: str = "[lab]") 
     if url:
         table["url"] = url
     if not table.get("url"):
-        raise LabConfigError(f"{where}: no lab URL (give --lab URL or url = \"...\" in [lab])")
+        raise LabConfigError(f'{where}: no lab URL (give --lab URL or url = "..." in [lab])')
     try:
         cfg = LabConfig(**table)
     except TypeError as e:
@@ -148,7 +158,7 @@ def parse_lab(table: dict | None, url: str | None = None, where: str = "[lab]") 
     if not cfg.is_lava_run and urlparse(u).scheme not in ("http", "https"):
         raise LabConfigError(f"{where}: url {u!r} is neither http(s)://SERVER/ nor lava-run:DEVICE_FILE")
     if cfg.artifacts not in ("upload", "log"):
-        raise LabConfigError(f"{where}: artifacts must be \"upload\" or \"log\", got {cfg.artifacts!r}")
+        raise LabConfigError(f'{where}: artifacts must be "upload" or "log", got {cfg.artifacts!r}')
     if cfg.images not in ("auto", "file", "http"):
         raise LabConfigError(f"{where}: images must be auto, file or http, got {cfg.images!r}")
     if cfg.visibility not in ("public", "personal"):
@@ -168,8 +178,10 @@ def parse_lab(table: dict | None, url: str | None = None, where: str = "[lab]") 
         raise LabConfigError(f"{where}: allow_http must be true or false")
     host = urlparse(u).hostname or ""
     if not cfg.is_lava_run and urlparse(u).scheme == "http" and not _is_loopback(host) and not cfg.allow_http:
-        raise LabConfigError(f"{where}: url {u!r} is plain http to {host!r}, not this machine: the API token would "
-                             f"cross the network unencrypted; use https://, or set allow_http = true in [lab]")
+        raise LabConfigError(
+            f"{where}: url {u!r} is plain http to {host!r}, not this machine: the API token would "
+            f"cross the network unencrypted; use https://, or set allow_http = true in [lab]"
+        )
     return cfg
 
 

@@ -32,6 +32,7 @@ Delivery: the script is gzip'ed and base64'ed into a few `echo <chunk> >> FILE` 
 shorter than busybox's 1024-character line editor limit), decoded and run, so a job needs no network
 for its script.
 """
+
 from __future__ import annotations
 
 import base64
@@ -58,8 +59,17 @@ STDERR_FILE = "workload.stderr"
 TRACE_FILE = "trace.dat"
 POWER_DISCOVER_FILE = "power-discover.txt"
 POWER_FILE = "power.txt"
-RETURNED_FILES = (META_FILE, FTRACE_START_FILE, WALL_FILE, STDOUT_FILE, STDERR_FILE, FTRACE_STOP_FILE,
-                  POWER_DISCOVER_FILE, POWER_FILE, TRACE_FILE)
+RETURNED_FILES = (
+    META_FILE,
+    FTRACE_START_FILE,
+    WALL_FILE,
+    STDOUT_FILE,
+    STDERR_FILE,
+    FTRACE_STOP_FILE,
+    POWER_DISCOVER_FILE,
+    POWER_FILE,
+    TRACE_FILE,
+)
 
 
 @dataclass
@@ -76,6 +86,7 @@ class GuestSpec:
     workdir: scratch directory on the device (emptied first). quiet_console: lower the console log
     level to emergencies only while the script runs (kernel messages would interleave with its output).
     """
+
     key: str
     tag: str
     command: str
@@ -98,17 +109,20 @@ def _ftrace_start(spec: GuestSpec) -> str:
         'T=""',
         'for d in /sys/kernel/tracing /sys/kernel/debug/tracing; do [ -e "$d/trace_marker" ] && { T=$d; break; }; done',
         'if [ -z "$T" ]; then mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null; '
-        '[ -e /sys/kernel/tracing/trace_marker ] && T=/sys/kernel/tracing; fi',
+        "[ -e /sys/kernel/tracing/trace_marker ] && T=/sys/kernel/tracing; fi",
         'if [ -z "$T" ]; then mount -t debugfs nodev /sys/kernel/debug 2>/dev/null; '
-        '[ -e /sys/kernel/debug/tracing/trace_marker ] && T=/sys/kernel/debug/tracing; fi',
+        "[ -e /sys/kernel/debug/tracing/trace_marker ] && T=/sys/kernel/debug/tracing; fi",
         'echo ABTEST_TRACEFS "$T"',
         '[ -n "$T" ] && cd "$T" && {',
         "echo 0 > tracing_on; echo > set_event",
         f"echo {int(spec.buffer_size_kb)} > buffer_size_kb || echo ABTEST_WARN buffer_size_kb",
     ]
     clocks = [spec.clock] + [c for c in ("mono", "local") if c != spec.clock]
-    lines.append("for c in " + " ".join(quote(c) for c in clocks) +
-                 "; do if echo \"$c\" > trace_clock 2>/dev/null; then echo ABTEST_CLOCK \"$c\"; break; fi; done")
+    lines.append(
+        "for c in "
+        + " ".join(quote(c) for c in clocks)
+        + '; do if echo "$c" > trace_clock 2>/dev/null; then echo ABTEST_CLOCK "$c"; break; fi; done'
+    )
     for table in spec.events:
         if table in NOT_FTRACE:
             continue
@@ -119,17 +133,19 @@ def _ftrace_start(spec: GuestSpec) -> str:
 
 def _ftrace_stop() -> str:
     """Shell: stop tracing, lost-event counters per CPU, extract to $W/trace.dat, quiesce tracefs."""
-    return "\n".join([
-        'cd "$T" || exit 90',
-        "echo 0 > tracing_on",
-        "for c in per_cpu/cpu*; do n=${c##*cpu}; "
-        "o=$(sed -n 's/^overrun: *//p' $c/stats); d=$(sed -n 's/^dropped events: *//p' $c/stats); "
-        "echo ABTEST_LOST $n ${o:-0} ${d:-0}; done",
-        f'trace-cmd extract -o "$W/{TRACE_FILE}" >/dev/null 2>"$W/extract.err"; rc=$?',
-        "echo > set_event; echo > trace",
-        "echo ABTEST_EXTRACT_RC $rc",
-        '[ $rc = 0 ] || sed "s/^/ABTEST_EXTRACT_ERR /" "$W/extract.err" | tail -20',
-    ])
+    return "\n".join(
+        [
+            'cd "$T" || exit 90',
+            "echo 0 > tracing_on",
+            "for c in per_cpu/cpu*; do n=${c##*cpu}; "
+            "o=$(sed -n 's/^overrun: *//p' $c/stats); d=$(sed -n 's/^dropped events: *//p' $c/stats); "
+            "echo ABTEST_LOST $n ${o:-0} ${d:-0}; done",
+            f'trace-cmd extract -o "$W/{TRACE_FILE}" >/dev/null 2>"$W/extract.err"; rc=$?',
+            "echo > set_event; echo > trace",
+            "echo ABTEST_EXTRACT_RC $rc",
+            '[ $rc = 0 ] || sed "s/^/ABTEST_EXTRACT_ERR /" "$W/extract.err" | tail -20',
+        ]
+    )
 
 
 def _power_discover(power: dict) -> str:
@@ -138,12 +154,16 @@ def _power_discover(power: dict) -> str:
     if kind == "odpm":
         return f"cat {quote(sysfs)}/bus/iio/devices/iio:device*/enabled_rails 2>/dev/null"
     if kind == "rapl":
-        return (f"for d in {quote(sysfs)}/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
-                "echo $d/energy_uj $(cat $d/name) $(cat $d/max_energy_range_uj); done")
+        return (
+            f"for d in {quote(sysfs)}/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
+            "echo $d/energy_uj $(cat $d/name) $(cat $d/max_energy_range_uj); done"
+        )
     if kind == "hwmon":
-        return (f"for f in {quote(sysfs)}/class/hwmon/hwmon*/energy*_input "
-                f"{quote(sysfs)}/class/hwmon/hwmon*/power*_input; do "
-                "[ -r $f ] && echo $f $(cat ${f%/*}/name)_$(basename ${f%_input}); done")
+        return (
+            f"for f in {quote(sysfs)}/class/hwmon/hwmon*/energy*_input "
+            f"{quote(sysfs)}/class/hwmon/hwmon*/power*_input; do "
+            "[ -r $f ] && echo $f $(cat ${f%/*}/name)_$(basename ${f%_input}); done"
+        )
     raise ValueError(f"unknown power sampler {kind!r} (odpm, hwmon, rapl)")
 
 
@@ -153,41 +173,48 @@ def _power_loop(power: dict) -> str:
     if power["sampler"] == "odpm":
         body_sh = f"cat {quote(sysfs)}/bus/iio/devices/iio:device*/energy_value"
     else:
-        body_sh = ('echo @ $(cut -d" " -f1 /proc/uptime); for f in $PFILES; do '
-                'v=$(cat $f 2>/dev/null) && [ -n "$v" ] && echo $f $v; done')
+        body_sh = (
+            'echo @ $(cut -d" " -f1 /proc/uptime); for f in $PFILES; do '
+            'v=$(cat $f 2>/dev/null) && [ -n "$v" ] && echo $f $v; done'
+        )
     return f"while :; do {body_sh}; sleep {float(power.get('period_s', 0.5)):g}; done"
 
 
 def _send_function(spec: GuestSpec) -> str:
     """Shell function `abtest_send NAME`: manifest line, then the bytes through the log or the receiver."""
-    return "\n".join([
-        "abtest_send() {",
-        '  f=$1; [ -f "$f" ] || return 0',
-        '  size=$(wc -c < "$f" | tr -d " "); sha=$(sha256sum "$f" | cut -d" " -f1)',
-        '  echo "ABTEST-FILE $f $size $sha"',
-        f'  if [ "$size" -le {int(spec.small_bytes)} ] || [ "$TRANSPORT" = log ]; then',
-        f'    if [ "$TRANSPORT" = log ] && [ $((LOG_SENT + size)) -gt {int(spec.log_max_bytes)} ]; then',
-        '      echo "ABTEST-ERROR $f ($size bytes) exceeds the job log budget; use artifacts = upload"; STATUS=error; return 0',
-        "    fi",
-        "    LOG_SENT=$((LOG_SENT + size))",
-        # long lines: LAVA logs one record per console line, so fewer lines stream much faster
-        '    echo "ABTEST-DATA-BEGIN $f"; gzip -c "$f" | base64 -w 16384; echo; echo "ABTEST-DATA-END $f"',
-        "  else",
-        '    gzip -c "$f" | base64 > "$f.b64"',
-        '    r=$(wget -q -O - --header "X-Abtest-Sha256: $sha" --header "X-Abtest-Size: $size" '
-        '--post-file "$f.b64" "$UPLOAD/$f" 2>&1)',
-        '    rm -f "$f.b64"',
-        '    case "$r" in "stored $sha"*) echo "ABTEST-UPLOADED $f";; '
-        '*) echo "ABTEST-UPLOAD-FAILED $f $(echo $r | tr "\\n" " " | cut -c1-200)"; STATUS=error;; esac',
-        "  fi",
-        "}",
-    ])
+    return "\n".join(
+        [
+            "abtest_send() {",
+            '  f=$1; [ -f "$f" ] || return 0',
+            '  size=$(wc -c < "$f" | tr -d " "); sha=$(sha256sum "$f" | cut -d" " -f1)',
+            '  echo "ABTEST-FILE $f $size $sha"',
+            f'  if [ "$size" -le {int(spec.small_bytes)} ] || [ "$TRANSPORT" = log ]; then',
+            f'    if [ "$TRANSPORT" = log ] && [ $((LOG_SENT + size)) -gt {int(spec.log_max_bytes)} ]; then',
+            '      echo "ABTEST-ERROR $f ($size bytes) exceeds the job log budget; use artifacts = upload"; '
+            "STATUS=error; return 0",
+            "    fi",
+            "    LOG_SENT=$((LOG_SENT + size))",
+            # long lines: LAVA logs one record per console line, so fewer lines stream much faster
+            '    echo "ABTEST-DATA-BEGIN $f"; gzip -c "$f" | base64 -w 16384; echo; echo "ABTEST-DATA-END $f"',
+            "  else",
+            '    gzip -c "$f" | base64 > "$f.b64"',
+            '    r=$(wget -q -O - --header "X-Abtest-Sha256: $sha" --header "X-Abtest-Size: $size" '
+            '--post-file "$f.b64" "$UPLOAD/$f" 2>&1)',
+            '    rm -f "$f.b64"',
+            '    case "$r" in "stored $sha"*) echo "ABTEST-UPLOADED $f";; '
+            '*) echo "ABTEST-UPLOAD-FAILED $f $(echo $r | tr "\\n" " " | cut -c1-200)"; STATUS=error;; esac',
+            "  fi",
+            "}",
+        ]
+    )
 
 
 def _now_function() -> str:
     """abtest_now: ns since the epoch (coreutils date), else CLOCK_BOOTTIME ns from /proc/uptime."""
-    return ("abtest_now() { t=$(/usr/bin/date +%s%N 2>/dev/null || date +%s%N 2>/dev/null); case \"$t\" in "
-            "*N*|'') t=$(awk '{printf \"%.0f\", $1*1000000000}' /proc/uptime);; esac; echo $t; }")
+    return (
+        'abtest_now() { t=$(/usr/bin/date +%s%N 2>/dev/null || date +%s%N 2>/dev/null); case "$t" in '
+        "*N*|'') t=$(awk '{printf \"%.0f\", $1*1000000000}' /proc/uptime);; esac; echo $t; }"
+    )
 
 
 def build_script(spec: GuestSpec) -> str:
@@ -198,8 +225,7 @@ def build_script(spec: GuestSpec) -> str:
     check_clock(spec.clock)
     check_key(spec.key)
     tracing = bool([e for e in spec.events if e not in NOT_FTRACE])
-    mark = ((lambda text: f'echo {quote(text)} > "$T/trace_marker" 2>/dev/null') if tracing
-            else (lambda text: ":"))
+    mark = (lambda text: f'echo {quote(text)} > "$T/trace_marker" 2>/dev/null') if tracing else (lambda text: ":")
     timeout = max(1, int(round(spec.timeout_s)))
     parts = [
         "#!/bin/sh",
@@ -216,21 +242,27 @@ def build_script(spec: GuestSpec) -> str:
         "# -- the target, as meta.json describes it",
         f"( {META_SCRIPT.strip()}\n) > {META_FILE} 2>&1",
         "# -- tools the workload needs",
-        *[f"command -v {quote(t)} >/dev/null || {{ echo ABTEST-ERROR missing tool {quote(t)}; STATUS=error; }}"
-          for t in spec.tools],
+        *[
+            f"command -v {quote(t)} >/dev/null || {{ echo ABTEST-ERROR missing tool {quote(t)}; STATUS=error; }}"
+            for t in spec.tools
+        ],
     ]
     if tracing:
-        parts += ["# -- ftrace", f"( {_ftrace_start(spec)}\n) > {FTRACE_START_FILE} 2>&1",
-                  f"T=$(sed -n 's/^ABTEST_TRACEFS //p' {FTRACE_START_FILE})",
-                  f'[ -n "$T" ] && grep -q "^ABTEST_ON " {FTRACE_START_FILE} || '
-                  '{ echo "ABTEST-ERROR no tracefs or none of the requested events exist"; STATUS=error; }']
+        parts += [
+            "# -- ftrace",
+            f"( {_ftrace_start(spec)}\n) > {FTRACE_START_FILE} 2>&1",
+            f"T=$(sed -n 's/^ABTEST_TRACEFS //p' {FTRACE_START_FILE})",
+            f'[ -n "$T" ] && grep -q "^ABTEST_ON " {FTRACE_START_FILE} || '
+            '{ echo "ABTEST-ERROR no tracefs or none of the requested events exist"; STATUS=error; }',
+        ]
     if spec.power:
-        parts += ["# -- power sampling (CLOCK_BOOTTIME stamps)",
-                  f"( {_power_discover(spec.power)} ) > {POWER_DISCOVER_FILE} 2>&1",
-                  f"PFILES=$(cut -d' ' -f1 {POWER_DISCOVER_FILE} | tr '\\n' ' ')",
-                  f"PFILES=\"$PFILES\" sh -c {quote(_power_loop(spec.power))} > {POWER_FILE} "
-                  "2>/dev/null </dev/null &",
-                  "PPID_SAMPLER=$!"]
+        parts += [
+            "# -- power sampling (CLOCK_BOOTTIME stamps)",
+            f"( {_power_discover(spec.power)} ) > {POWER_DISCOVER_FILE} 2>&1",
+            f"PFILES=$(cut -d' ' -f1 {POWER_DISCOVER_FILE} | tr '\\n' ' ')",
+            f'PFILES="$PFILES" sh -c {quote(_power_loop(spec.power))} > {POWER_FILE} 2>/dev/null </dev/null &',
+            "PPID_SAMPLER=$!",
+        ]
     parts += [
         "# -- the workload, between trace markers",
         'if [ "$STATUS" = ok ]; then',
@@ -247,9 +279,11 @@ def build_script(spec: GuestSpec) -> str:
     if spec.power:
         parts += ["kill $PPID_SAMPLER 2>/dev/null; sleep 0.1"]
     if tracing:
-        parts += [f'if [ -n "$T" ]; then ( {_ftrace_stop()}\n) > {FTRACE_STOP_FILE} 2>&1; cd "$W"; fi',
-                  f"grep -q '^ABTEST_EXTRACT_RC 0$' {FTRACE_STOP_FILE} 2>/dev/null || "
-                  "{ echo \"ABTEST-ERROR trace-cmd extract failed\"; STATUS=error; }"]
+        parts += [
+            f'if [ -n "$T" ]; then ( {_ftrace_stop()}\n) > {FTRACE_STOP_FILE} 2>&1; cd "$W"; fi',
+            f"grep -q '^ABTEST_EXTRACT_RC 0$' {FTRACE_STOP_FILE} 2>/dev/null || "
+            '{ echo "ABTEST-ERROR trace-cmd extract failed"; STATUS=error; }',
+        ]
     parts += [
         "# -- outputs",
         *[f"abtest_send {name}" for name in RETURNED_FILES],
@@ -259,8 +293,9 @@ def build_script(spec: GuestSpec) -> str:
     return "\n".join(parts) + "\n"
 
 
-def delivery_commands(script: str, upload_url: str = "", path: str = SCRIPT_PATH,
-                      chunk_chars: int = CHUNK_CHARS) -> list[str]:
+def delivery_commands(
+    script: str, upload_url: str = "", path: str = SCRIPT_PATH, chunk_chars: int = CHUNK_CHARS
+) -> list[str]:
     """Console commands that write `script` to `path` on the device and run it: `rm`, a few `echo
     <base64 chunk> >> path.b64` (base64 needs no quoting in sh), then decode + gunzip + sha256 check +
     `sh path UPLOAD_URL`. The last command is the one whose output holds the ABTEST-* protocol lines."""
@@ -268,12 +303,14 @@ def delivery_commands(script: str, upload_url: str = "", path: str = SCRIPT_PATH
     sha = hashlib.sha256(script.encode()).hexdigest()
     b64 = path + ".b64"
     cmds = [f"rm -f {quote(path)} {quote(b64)}"]
-    cmds += [f"echo {quote(blob[i:i + chunk_chars])} >> {quote(b64)}" for i in range(0, len(blob), chunk_chars)]
+    cmds += [f"echo {quote(blob[i : i + chunk_chars])} >> {quote(b64)}" for i in range(0, len(blob), chunk_chars)]
     # on a damaged delivery, print the end line so LAVA stops waiting (the quotes keep the marker out of
     # the command's own echo, which LAVA's pattern would otherwise match)
-    cmds.append(f"base64 -d {quote(b64)} | gunzip > {quote(path)} && echo {quote(sha + '  ' + path)} | sha256sum -c -s "
-                f"&& sh {quote(path)} {quote(upload_url)} "
-                f"|| echo ABTEST-\"\"END status=error delivery")
+    cmds.append(
+        f"base64 -d {quote(b64)} | gunzip > {quote(path)} && echo {quote(sha + '  ' + path)} | sha256sum -c -s "
+        f"&& sh {quote(path)} {quote(upload_url)} "
+        f'|| echo ABTEST-""END status=error delivery'
+    )
     return cmds
 
 
@@ -281,6 +318,7 @@ def script_from_definition(definition: str) -> str:
     """The iteration script a job definition delivers (decoded from its `echo <chunk> >>` commands);
     "" when the definition holds none."""
     import yaml
+
     try:
         job = yaml.safe_load(definition) or {}
         tests = [a["test"] for a in job.get("actions", []) if "test" in a]

@@ -14,25 +14,40 @@ the base64 data lines left out), lava-script.sh (what ran on the device), metric
 (kernel/hardware as the ssh collectors record them, plus `lab`: URL, job id and page, device, worker,
 times), and commits (`.complete` last).
 """
+
 from __future__ import annotations
 
 import fnmatch
 import os
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from abtest.collectors.ftrace import FtraceSession
 from abtest.collectors.lab import guest_script as gs
 from abtest.collectors.lab.backends import JobStatus
 from abtest.collectors.lab.job import redact
-from abtest.collectors.lab.lava_log import (DEFAULT_MAX_DATA_BYTES, LogProblems, action_durations, job_errors,
-                                            parse_log, read_guest_report, sha256_bytes, strip_data_blocks,
-                                            target_lines)
+from abtest.collectors.lab.lava_log import (
+    DEFAULT_MAX_DATA_BYTES,
+    LogProblems,
+    action_durations,
+    job_errors,
+    parse_log,
+    read_guest_report,
+    sha256_bytes,
+    strip_data_blocks,
+    target_lines,
+)
 from abtest.collectors.meta import host_tools, parse_meta_output
-from abtest.collectors.power import (hwmon_from_samples, parse_odpm_enabled_rails, parse_odpm_energy,
-                                     parse_sysfs_samples, rapl_from_samples, write_power_csv)
+from abtest.collectors.power import (
+    hwmon_from_samples,
+    parse_odpm_enabled_rails,
+    parse_odpm_energy,
+    parse_sysfs_samples,
+    rapl_from_samples,
+    write_power_csv,
+)
 from abtest.collectors.workloads.base import Workload, WorkloadError
 from abtest.collectors.workloads.base import metrics as workload_metrics
 from abtest.store.writer import IterationWriter
@@ -51,19 +66,20 @@ class AttemptFailed(Exception):
 @dataclass
 class HarvestContext:
     """What harvest needs besides the job itself."""
-    lab: dict                     # LabConfig.describe()
+
+    lab: dict  # LabConfig.describe()
     job_url: str | None
     worker: str | None
     target_name: str
     target_file: str | None
     emulated: bool
     label_name: str
-    boot: dict | None             # the label's [boot.X] entry (vars) and images
+    boot: dict | None  # the label's [boot.X] entry (vars) and images
     expect_release: str
     workload: Workload
     events_requested: list[str]
     analyses: list[str] | None
-    power: dict | None            # [power] table when sampling
+    power: dict | None  # [power] table when sampling
     platform: dict | None
     definition: str
     script: str
@@ -83,14 +99,18 @@ def collect_files(rep, received: dict[str, dict]) -> dict[str, bytes | Path]:
         if name in rep.data:
             data = rep.data[name]
             if len(data) != size or sha256_bytes(data) != sha:
-                raise AttemptFailed(f"{name} through the job log: {len(data)} bytes sha256 {sha256_bytes(data)[:12]}, "
-                                    f"manifest says {size} bytes sha256 {sha[:12]}")
+                raise AttemptFailed(
+                    f"{name} through the job log: {len(data)} bytes sha256 {sha256_bytes(data)[:12]}, "
+                    f"manifest says {size} bytes sha256 {sha[:12]}"
+                )
             out[name] = data
         elif name in received:
             got = received[name]
             if got["size"] != size or got["sha256"] != sha:
-                raise AttemptFailed(f"{name} uploaded: {got['size']} bytes sha256 {got['sha256'][:12]}, manifest "
-                                    f"says {size} bytes sha256 {sha[:12]}")
+                raise AttemptFailed(
+                    f"{name} uploaded: {got['size']} bytes sha256 {got['sha256'][:12]}, manifest "
+                    f"says {size} bytes sha256 {sha[:12]}"
+                )
             out[name] = Path(got["path"])
         else:
             why = rep.upload_failed.get(name, "neither in the log nor uploaded")
@@ -124,8 +144,9 @@ def ftrace_session(start: str, stop: str, requested_kb: int, requested_clock: st
         s.lost_events_per_cpu[int(m.group(1))] = int(m.group(2)) + int(m.group(3))
     s.lost_events = sum(s.lost_events_per_cpu.values())
     if s.lost_events:
-        s.warnings.append(f"{s.lost_events} events lost in the ring buffer (per CPU {s.lost_events_per_cpu}); "
-                          f"raise buffer_size_kb")
+        s.warnings.append(
+            f"{s.lost_events} events lost in the ring buffer (per CPU {s.lost_events_per_cpu}); raise buffer_size_kb"
+        )
     return s
 
 
@@ -133,8 +154,9 @@ def power_frame(power: dict, discover: str, samples: str, where: str):
     """The sampler's discovery + samples text -> power frame (collectors.power parsers)."""
     kind = power["sampler"]
     if kind == "odpm":
-        return parse_odpm_energy(samples, parse_odpm_enabled_rails(discover, f"{where}:{gs.POWER_DISCOVER_FILE}"),
-                                 f"{where}:{gs.POWER_FILE}")
+        return parse_odpm_energy(
+            samples, parse_odpm_enabled_rails(discover, f"{where}:{gs.POWER_DISCOVER_FILE}"), f"{where}:{gs.POWER_FILE}"
+        )
     rows = [line.split() for line in discover.splitlines() if line.strip()]
     frame = parse_sysfs_samples(samples, f"{where}:{gs.POWER_FILE}")
     if kind == "rapl":
@@ -146,9 +168,19 @@ def power_frame(power: dict, discover: str, samples: str, where: str):
     return hwmon_from_samples(frame, {r[0]: r[1] for r in rows if len(r) == 2})
 
 
-def harvest(writer: IterationWriter, ctx: HarvestContext, status: JobStatus, log_text: str,
-            received: dict[str, dict], *, key: str, iteration: int, attempt: int,
-            buffer_size_kb: int, clock: str) -> Path:
+def harvest(
+    writer: IterationWriter,
+    ctx: HarvestContext,
+    status: JobStatus,
+    log_text: str,
+    received: dict[str, dict],
+    *,
+    key: str,
+    iteration: int,
+    attempt: int,
+    buffer_size_kb: int,
+    clock: str,
+) -> Path:
     """Check the attempt and write it as an iteration (see the module docstring). Returns the final
     iteration directory; raises AttemptFailed (the writer's temp directory is left to the caller)."""
     problems = LogProblems()
@@ -159,31 +191,40 @@ def harvest(writer: IterationWriter, ctx: HarvestContext, status: JobStatus, log
         why = status.failure_comment or "; ".join(lava_errors) or "no reason given"
         raise AttemptFailed(f"LAVA job {status.job_id} {status.health.lower()}: {why}"[:600])
     if rep.key is None:
-        raise AttemptFailed(f"LAVA job {status.job_id}: the iteration script never started "
-                            f"(no ABTEST-BEGIN key={key} in the log){': ' + '; '.join(lava_errors) if lava_errors else ''}")
+        raise AttemptFailed(
+            f"LAVA job {status.job_id}: the iteration script never started "
+            f"(no ABTEST-BEGIN key={key} in the log){': ' + '; '.join(lava_errors) if lava_errors else ''}"
+        )
     if rep.over_limit:
         raise AttemptFailed(f"LAVA job {status.job_id}: {rep.over_limit}")
     if rep.status != "ok":
         detail = "; ".join(rep.errors + [f"upload of {n} failed: {r}" for n, r in rep.upload_failed.items()])
-        raise AttemptFailed(f"LAVA job {status.job_id}: the iteration script reported status "
-                            f"{rep.status or 'none (no ABTEST-END)'}{': ' + detail if detail else ''}"[:600])
+        raise AttemptFailed(
+            f"LAVA job {status.job_id}: the iteration script reported status "
+            f"{rep.status or 'none (no ABTEST-END)'}{': ' + detail if detail else ''}"[:600]
+        )
     files = collect_files(rep, received)
     small = {n: (v if isinstance(v, bytes) else v.read_bytes()) for n, v in files.items() if n != gs.TRACE_FILE}
     meta = parse_meta_output(_text(small, gs.META_FILE))
     release = meta["kernel"]["release"]
     if ctx.expect_release and not fnmatch.fnmatch(release, ctx.expect_release):
-        raise AttemptFailed(f"LAVA job {status.job_id}: the device ran kernel {release!r}, label "
-                            f"{ctx.label_name} expects {ctx.expect_release!r}")
+        raise AttemptFailed(
+            f"LAVA job {status.job_id}: the device ran kernel {release!r}, label "
+            f"{ctx.label_name} expects {ctx.expect_release!r}"
+        )
     stdout, stderr = _text(small, gs.STDOUT_FILE), _text(small, gs.STDERR_FILE)
     rc = rep.rc if rep.rc is not None else -1
     wall = _text(small, gs.WALL_FILE).split()
     workload_s = (int(wall[2]) - int(wall[1])) / 1e9 if len(wall) == 3 and wall[0] == "ABTEST_WALL_NS" else None
     cmd = ctx.workload.command(gs.GUEST_DIR)
-    (writer.tmp / "workload.log").write_text(f"$ {cmd}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n"
-                                             f"--- exit {rc} ---\n")
+    (writer.tmp / "workload.log").write_text(
+        f"$ {cmd}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- exit {rc} ---\n"
+    )
     if rc != 0:
-        raise AttemptFailed(f"LAVA job {status.job_id}: workload {ctx.workload.name} exited {rc}: "
-                            f"{(stderr or stdout).strip()[-300:] or '(no output)'}")
+        raise AttemptFailed(
+            f"LAVA job {status.job_id}: workload {ctx.workload.name} exited {rc}: "
+            f"{(stderr or stdout).strip()[-300:] or '(no output)'}"
+        )
     try:
         metrics = ctx.workload.parse(RunResult(rc, stdout, stderr, workload_s or 0.0))
     except WorkloadError as e:
@@ -192,8 +233,9 @@ def harvest(writer: IterationWriter, ctx: HarvestContext, status: JobStatus, log
         metrics.update(workload_metrics((ctx.workload.DURATION_METRIC, workload_s)))
     session = None
     if ctx.events_requested:
-        session = ftrace_session(_text(small, gs.FTRACE_START_FILE), _text(small, gs.FTRACE_STOP_FILE),
-                                 buffer_size_kb, clock)
+        session = ftrace_session(
+            _text(small, gs.FTRACE_START_FILE), _text(small, gs.FTRACE_STOP_FILE), buffer_size_kb, clock
+        )
         trace = files.get(gs.TRACE_FILE)
         if trace is None:
             raise AttemptFailed(f"LAVA job {status.job_id}: tracing was requested but no {gs.TRACE_FILE} arrived")
@@ -205,8 +247,9 @@ def harvest(writer: IterationWriter, ctx: HarvestContext, status: JobStatus, log
         os.chmod(dest, 0o600)  # owner-only, as the ssh/adb collectors keep trace.dat (kernel addresses)
     if ctx.power and gs.POWER_FILE in small:
         try:
-            frame = power_frame(ctx.power, _text(small, gs.POWER_DISCOVER_FILE), _text(small, gs.POWER_FILE),
-                                f"job {status.job_id}")
+            frame = power_frame(
+                ctx.power, _text(small, gs.POWER_DISCOVER_FILE), _text(small, gs.POWER_FILE), f"job {status.job_id}"
+            )
         except TraceFormatError as e:
             raise AttemptFailed(f"LAVA job {status.job_id}: power samples unreadable: {e}") from None
         write_power_csv(frame, writer.tmp / "power.csv")
@@ -215,36 +258,75 @@ def harvest(writer: IterationWriter, ctx: HarvestContext, status: JobStatus, log
     (writer.tmp / "lava-script.sh").write_text(ctx.script)
     actions = action_durations(records)
     session_meta = session.as_meta() if session else {}
-    meta.update({
-        "label": ctx.label_name, "workload": ctx.workload.name, "iteration": iteration, "attempt": attempt,
-        "target": {"name": ctx.target_name, "kind": "lava", "file": ctx.target_file, "emulated": ctx.emulated},
-        "boot": ctx.boot,
-        "settings": {"label": {}, "applied": {}, "workload": ctx.workload.describe(),
-                     "events_requested": ctx.events_requested, "analyses": ctx.analyses},
-        "trace": session_meta,
-        "power": ({"sampler": ctx.power.get("sampler"), "period_s": ctx.power.get("period_s", 0.5),
-                   "aligned": session_meta.get("trace_clock") == "boot", "clock": "CLOCK_BOOTTIME"}
-                  if ctx.power else None),
-        "lab": {**ctx.lab, "job_id": status.job_id, "job_url": ctx.job_url, "device": status.device,
-                "worker": ctx.worker, "health": status.health, "attempt_key": key,
-                "submit_time": status.submit_time, "start_time": status.start_time, "end_time": status.end_time,
+    meta.update(
+        {
+            "label": ctx.label_name,
+            "workload": ctx.workload.name,
+            "iteration": iteration,
+            "attempt": attempt,
+            "target": {"name": ctx.target_name, "kind": "lava", "file": ctx.target_file, "emulated": ctx.emulated},
+            "boot": ctx.boot,
+            "settings": {
+                "label": {},
+                "applied": {},
+                "workload": ctx.workload.describe(),
+                "events_requested": ctx.events_requested,
+                "analyses": ctx.analyses,
+            },
+            "trace": session_meta,
+            "power": (
+                {
+                    "sampler": ctx.power.get("sampler"),
+                    "period_s": ctx.power.get("period_s", 0.5),
+                    "aligned": session_meta.get("trace_clock") == "boot",
+                    "clock": "CLOCK_BOOTTIME",
+                }
+                if ctx.power
+                else None
+            ),
+            "lab": {
+                **ctx.lab,
+                "job_id": status.job_id,
+                "job_url": ctx.job_url,
+                "device": status.device,
+                "worker": ctx.worker,
+                "health": status.health,
+                "attempt_key": key,
+                "submit_time": status.submit_time,
+                "start_time": status.start_time,
+                "end_time": status.end_time,
                 "failed_attempts": ctx.failed_attempts,
-                "files": {n: {"size": rep.manifest[n][0], "sha256": rep.manifest[n][1],
-                                  "via": "log" if n in rep.data else "upload"} for n in rep.manifest},
-                "log_problems": problems.as_meta() | rep.problems.as_meta()},
-        "tools": {**host_tools(), **{f"target:{k}": v for k, v in meta.pop("target_tools", {}).items()}},
-        "timestamps": {"start_utc": status.start_time, "end_utc": status.end_time,
-                       "harvested_utc": datetime.now(timezone.utc).isoformat()},
-        "timings": {"workload_s": round(workload_s, 4) if workload_s is not None else None,
-                    "queue_s": status.seconds("submit_time", "start_time"),
-                    "job_s": status.seconds("start_time", "end_time"),
-                    **{f"lava_{k.replace('-', '_')}_s": v for k, v in actions.items()}},
-        "platform": ctx.platform,
-    })
+                "files": {
+                    n: {
+                        "size": rep.manifest[n][0],
+                        "sha256": rep.manifest[n][1],
+                        "via": "log" if n in rep.data else "upload",
+                    }
+                    for n in rep.manifest
+                },
+                "log_problems": problems.as_meta() | rep.problems.as_meta(),
+            },
+            "tools": {**host_tools(), **{f"target:{k}": v for k, v in meta.pop("target_tools", {}).items()}},
+            "timestamps": {
+                "start_utc": status.start_time,
+                "end_utc": status.end_time,
+                "harvested_utc": datetime.now(UTC).isoformat(),
+            },
+            "timings": {
+                "workload_s": round(workload_s, 4) if workload_s is not None else None,
+                "queue_s": status.seconds("submit_time", "start_time"),
+                "job_s": status.seconds("start_time", "end_time"),
+                **{f"lava_{k.replace('-', '_')}_s": v for k, v in actions.items()},
+            },
+            "platform": ctx.platform,
+        }
+    )
     warnings = list(session.warnings) if session else []
     if problems.counts or rep.problems.counts:
-        warnings.append(f"LAVA log: {sum(problems.counts.values()) + sum(rep.problems.counts.values())} "
-                        f"unparsed lines (see lab.log_problems)")
+        warnings.append(
+            f"LAVA log: {sum(problems.counts.values()) + sum(rep.problems.counts.values())} "
+            f"unparsed lines (see lab.log_problems)"
+        )
     if session_meta.get("lost_events"):
         warnings.append(f"{session_meta['lost_events']} trace events lost")
     if warnings:

@@ -16,6 +16,7 @@ serial console). The ramdisk is served unauthenticated on the receiver's /images
 deploy URLs with no credentials abtest could give it, and the URL sits in the job definition anyway), so it
 holds nothing secret: Debian binaries, the kernel's module and abtest's scripts.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -23,9 +24,9 @@ import hashlib
 import io
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from abtest.targets.config import BootEntry
 from abtest.targets.qemu import KernelImage, build_initramfs, cache_dir, fetch_kernel, write_newc_cpio
@@ -54,6 +55,7 @@ class BootImages:
 
     vmlinuz, ramdisk: local files; cmdline: kernel command line; sha256: {"kernel", "ramdisk"}.
     """
+
     label: str
     kernel: KernelImage
     vmlinuz: Path
@@ -63,8 +65,14 @@ class BootImages:
 
     def describe(self) -> dict:
         """For meta.json."""
-        return {"package": self.kernel.package, "release": self.kernel.release, "cmdline": self.cmdline,
-                "kernel": self.vmlinuz.name, "ramdisk": self.ramdisk.name, "sha256": dict(self.sha256)}
+        return {
+            "package": self.kernel.package,
+            "release": self.kernel.release,
+            "cmdline": self.cmdline,
+            "kernel": self.vmlinuz.name,
+            "ramdisk": self.ramdisk.name,
+            "sha256": dict(self.sha256),
+        }
 
 
 def sha256_file(path: Path) -> str:
@@ -107,15 +115,22 @@ def lava_ramdisk(kernel: KernelImage, extra_binaries: tuple[str, ...] = ()) -> P
     return out
 
 
-def qemu_boot_images(label: str, boot: BootEntry, qemu_cfg: dict | None = None,
-                     log: Callable[[str], None] = lambda m: None) -> BootImages:
+def qemu_boot_images(
+    label: str, boot: BootEntry, qemu_cfg: dict | None = None, log: Callable[[str], None] = lambda m: None
+) -> BootImages:
     """The label's [boot.LABEL] package -> kernel + ramdisk + command line ([qemu] append, then the
     entry's append)."""
     if not boot.package:
-        raise ValueError(f"label {label}: the QEMU recipe needs [boot.{label}] package = \"linux-image-...\"")
+        raise ValueError(f'label {label}: the QEMU recipe needs [boot.{label}] package = "linux-image-..."')
     q = qemu_cfg or {}
     kernel = fetch_kernel(boot.package, log=log)
     ramdisk = lava_ramdisk(kernel, tuple(q.get("extra_binaries", ())))
     cmdline = " ".join(p for p in (BASE_CMDLINE, str(q.get("append", "")), boot.append) if p.strip())
-    return BootImages(label, kernel, kernel.vmlinuz, ramdisk, cmdline,
-                      {"kernel": sha256_file(kernel.vmlinuz), "ramdisk": sha256_file(ramdisk)})
+    return BootImages(
+        label,
+        kernel,
+        kernel.vmlinuz,
+        ramdisk,
+        cmdline,
+        {"kernel": sha256_file(kernel.vmlinuz), "ramdisk": sha256_file(ramdisk)},
+    )

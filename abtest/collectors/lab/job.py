@@ -19,6 +19,7 @@ tmpfs needs libguestfs, which cannot build its appliance on every worker).
 The definition is YAML text (what LAVA stores and shows); `redact` hides the upload token in copies
 kept in the store.
 """
+
 from __future__ import annotations
 
 import re
@@ -36,38 +37,69 @@ TEST_NAME = "abtest"
 
 def qemu_actions(images: BootImages, kernel_url: str, ramdisk_url: str, cfg: LabConfig) -> tuple[dict, dict]:
     """deploy + boot actions of the QEMU recipe (tmpfs: kernel and ramdisk passed to qemu-system)."""
-    deploy = {"to": "tmpfs", "timeout": {"minutes": cfg.boot_timeout_min}, "images": {
-        "kernel": {"url": kernel_url, "image_arg": f'-kernel {{kernel}} -append "{images.cmdline}"'},
-        "ramdisk": {"url": ramdisk_url, "image_arg": "-initrd {ramdisk}"}}}
-    boot = {"method": "qemu", "media": "tmpfs", "timeout": {"minutes": cfg.boot_timeout_min},
-            "prompts": [cfg.prompt]}
+    deploy = {
+        "to": "tmpfs",
+        "timeout": {"minutes": cfg.boot_timeout_min},
+        "images": {
+            "kernel": {"url": kernel_url, "image_arg": f'-kernel {{kernel}} -append "{images.cmdline}"'},
+            "ramdisk": {"url": ramdisk_url, "image_arg": "-initrd {ramdisk}"},
+        },
+    }
+    boot = {"method": "qemu", "media": "tmpfs", "timeout": {"minutes": cfg.boot_timeout_min}, "prompts": [cfg.prompt]}
     return deploy, boot
 
 
-def job_definition(cfg: LabConfig, *, label: str, workload: str, iteration: int, attempt: int, key: str,
-                   deploy: dict, boot: dict, commands: list[str], test_timeout_min: int,
-                   qemu_context: bool) -> str:
+def job_definition(
+    cfg: LabConfig,
+    *,
+    label: str,
+    workload: str,
+    iteration: int,
+    attempt: int,
+    key: str,
+    deploy: dict,
+    boot: dict,
+    commands: list[str],
+    test_timeout_min: int,
+    qemu_context: bool,
+) -> str:
     """YAML text of the job. `commands`: the console commands of guest_script.delivery_commands (the
     last one runs the iteration and prints the ABTEST-END line LAVA waits for)."""
     script = [{"command": c} for c in commands[:-1]]
-    script.append({"command": commands[-1], "name": ITERATION_CASE,
-                   "successes": [{"message": "ABTEST-END status=ok"}],
-                   "failures": [{"message": "ABTEST-END status=error"}]})
+    script.append(
+        {
+            "command": commands[-1],
+            "name": ITERATION_CASE,
+            "successes": [{"message": "ABTEST-END status=ok"}],
+            "failures": [{"message": "ABTEST-END status=error"}],
+        }
+    )
     job = {
         "job_name": f"abtest {label}/{workload}/{iteration} (attempt {attempt})",
         "device_type": cfg.device_type,
         "visibility": cfg.visibility,
         "priority": cfg.priority,
-        "timeouts": {"job": {"minutes": cfg.job_timeout_min}, "action": {"minutes": max(cfg.boot_timeout_min,
-                                                                                        test_timeout_min)},
-                     "connection": {"minutes": max(2, test_timeout_min)}},
-        "metadata": {"abtest.label": label, "abtest.workload": workload, "abtest.iteration": iteration,
-                     "abtest.attempt": attempt, "abtest.key": key},
+        "timeouts": {
+            "job": {"minutes": cfg.job_timeout_min},
+            "action": {"minutes": max(cfg.boot_timeout_min, test_timeout_min)},
+            "connection": {"minutes": max(2, test_timeout_min)},
+        },
+        "metadata": {
+            "abtest.label": label,
+            "abtest.workload": workload,
+            "abtest.iteration": iteration,
+            "abtest.attempt": attempt,
+            "abtest.key": key,
+        },
         "actions": [
             {"deploy": deploy},
             {"boot": boot},
-            {"test": {"timeout": {"minutes": test_timeout_min},
-                      "interactive": [{"name": TEST_NAME, "prompts": [cfg.prompt], "script": script}]}},
+            {
+                "test": {
+                    "timeout": {"minutes": test_timeout_min},
+                    "interactive": [{"name": TEST_NAME, "prompts": [cfg.prompt], "script": script}],
+                }
+            },
         ],
     }
     if cfg.tags:

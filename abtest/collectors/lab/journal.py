@@ -12,11 +12,12 @@ symlink is refused) and journal.json is written 0600 via a private temp name (a 
 never written through). The store's readers skip dot-directories, so .lab/ (journal, upload staging, lava-run job
 directories) never mixes into compare.
 """
+
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from abtest.safe_io import ensure_private_dir, write_file_no_follow
@@ -47,7 +48,7 @@ class Attempt:
     job_id: int | None = None
     state: str = "submitted"
     reason: str | None = None
-    submitted_utc: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+    submitted_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     @property
     def slot(self) -> tuple[str, str, int]:
@@ -67,7 +68,7 @@ class Journal:
     def exists(self) -> bool:
         return self.path.is_file()
 
-    def load(self) -> "Journal":
+    def load(self) -> Journal:
         doc = json.loads(self.path.read_text())
         self.lab = doc.get("lab", {})
         self.attempts = [Attempt(**a) for a in doc.get("attempts", [])]
@@ -75,8 +76,13 @@ class Journal:
 
     def save(self) -> None:
         lab_dir(self.dir.parent)
-        write_file_no_follow(self.dir, JOURNAL, json.dumps({"version": 1, "lab": self.lab, "attempts": [
-            asdict(a) for a in self.attempts]}, indent=1) + "\n", mode=0o600)
+        write_file_no_follow(
+            self.dir,
+            JOURNAL,
+            json.dumps({"version": 1, "lab": self.lab, "attempts": [asdict(a) for a in self.attempts]}, indent=1)
+            + "\n",
+            mode=0o600,
+        )
 
     def add(self, a: Attempt) -> Attempt:
         self.attempts.append(a)

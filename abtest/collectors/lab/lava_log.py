@@ -17,6 +17,7 @@ the size its manifest line announced): a block that would inflate beyond it is n
 report says so in `over_limit` (harvest turns that into a failed attempt) instead of a job log of a few MB
 becoming GiBs in memory.
 """
+
 from __future__ import annotations
 
 import base64
@@ -39,6 +40,7 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 @dataclass
 class LogProblems:
     """Unparseable content, per kind: {kind: count} and up to 3 examples per kind as (line, text)."""
+
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list] = field(default_factory=dict)
 
@@ -49,13 +51,16 @@ class LogProblems:
             ex.append((line, text[:200]))
 
     def as_meta(self) -> dict:
-        return {kind: {"count": n, "examples": [{"line": l, "text": t} for l, t in self.examples.get(kind, [])]}
-                for kind, n in self.counts.items()}
+        return {
+            kind: {"count": n, "examples": [{"line": l, "text": t} for l, t in self.examples.get(kind, [])]}
+            for kind, n in self.counts.items()
+        }
 
 
 @dataclass
 class LogRecord:
     """One log record: line number in the log (1-based), dt (ISO time string), lvl, msg (str or dict)."""
+
     line: int
     dt: str
     lvl: str
@@ -118,6 +123,7 @@ class GuestReport:
     problems: damaged data blocks and stray lines inside them. over_limit: why a data block was not
     inflated whole (it would exceed the report's bound), or None.
     """
+
     key: str | None = None
     manifest: dict[str, tuple[int, str]] = field(default_factory=dict)
     data: dict[str, bytes] = field(default_factory=dict)
@@ -130,8 +136,9 @@ class GuestReport:
     over_limit: str | None = None
 
 
-def read_guest_report(lines: list[tuple[int, str]], key: str | None = None, *,
-                      max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> GuestReport:
+def read_guest_report(
+    lines: list[tuple[int, str]], key: str | None = None, *, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES
+) -> GuestReport:
     """Console lines -> GuestReport. With `key`, only the section after `ABTEST-BEGIN key=<key>` counts
     (a device that printed an older attempt's lines cannot be mistaken for this one). `max_data_bytes`:
     bound on the bytes all data blocks together inflate to (see the module docstring)."""
@@ -157,7 +164,8 @@ def read_guest_report(lines: list[tuple[int, str]], key: str | None = None, *,
                 if data is None:
                     rep.over_limit = rep.over_limit or (
                         f"data block of {block} (log line {lineno}) inflates beyond {max(limit, 0)} bytes "
-                        f"(its manifest size, within the {budget}-byte bound on data through the log)")
+                        f"(its manifest size, within the {budget}-byte bound on data through the log)"
+                    )
                     data = b""
                 rep.data[block] = data
                 block, block_lines = None, []
@@ -185,7 +193,7 @@ def read_guest_report(lines: list[tuple[int, str]], key: str | None = None, *,
             m = re.search(r"rc=(-?\d+)", s)
             rep.rc = int(m.group(1)) if m else None
         elif tag == "ABTEST-ERROR":
-            rep.errors.append(s[len("ABTEST-ERROR"):].strip())
+            rep.errors.append(s[len("ABTEST-ERROR") :].strip())
         elif tag == "ABTEST-END":
             m = re.search(r"status=(\w+)", s)
             rep.status = m.group(1) if m else "error"
@@ -228,8 +236,10 @@ def strip_data_blocks(text: str) -> str:
             if m:
                 in_block, count = m.group(1), 0
         elif f"ABTEST-DATA-END {in_block}" in line:
-            out.append(f"# abtest: {count} log lines of base64 data for {in_block} left out (the file is kept "
-                       "beside this log, checked against its sha256)")
+            out.append(
+                f"# abtest: {count} log lines of base64 data for {in_block} left out (the file is kept "
+                "beside this log, checked against its sha256)"
+            )
             out.append(line)
             in_block = None
         else:

@@ -9,8 +9,10 @@ Tokens are random (128 bit), one per job attempt, and only valid while the colle
 `[A-Za-z0-9][A-Za-z0-9._-]*` (no paths). Limits: `max_file_bytes` per decoded file (the encoded body may
 be at most 4/3 of it plus slack, refused from its Content-Length before reading), `max_job_bytes` per
 token, a 60 s socket timeout per request, and at most `max_connections` requests handled at once (one
-thread each; a connection beyond that waits up to 10 s for a free handler, then is closed unanswered). Files land in `staging/<attempt key>/` (0700 directories made
-without following symlinks; each file written 0600 to a hidden temporary name, renamed after the hash check); the harvester checks them again against the
+thread each; a connection beyond that waits up to 10 s for a free handler, then is closed unanswered). Files land in
+`staging/<attempt key>/` (0700 directories made
+without following symlinks; each file written 0600 to a hidden temporary name, renamed after the hash check); the
+harvester checks them again against the
 manifest in the job log.
 
 For QEMU devices on the worker's own machine the device reaches the receiver at 10.0.2.2 (QEMU user
@@ -18,6 +20,7 @@ networking maps it to the host's 127.0.0.1), so the default bind address is 127.
 devices sit elsewhere binds 0.0.0.0 (or a lab-facing address) and sets `upload_url` to what devices
 can reach; real labs may point `upload_url` at their own storage server speaking the same protocol.
 """
+
 from __future__ import annotations
 
 import base64
@@ -29,9 +32,9 @@ import secrets
 import shutil
 import threading
 import zlib
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
 
 from abtest.safe_io import ensure_private_dir
 
@@ -93,9 +96,18 @@ class ArtifactReceiver:
     max_connections: requests handled at once. log: callback for one-line notices (rejections).
     """
 
-    def __init__(self, staging: Path, *, bind: str = "127.0.0.1", port: int = 0, public_url: str = "",
-                 max_file_bytes: int = 256 << 20, max_job_bytes: int = 1 << 30, max_connections: int = 16,
-                 log: Callable[[str], None] = lambda m: None):
+    def __init__(
+        self,
+        staging: Path,
+        *,
+        bind: str = "127.0.0.1",
+        port: int = 0,
+        public_url: str = "",
+        max_file_bytes: int = 256 << 20,
+        max_job_bytes: int = 1 << 30,
+        max_connections: int = 16,
+        log: Callable[[str], None] = lambda m: None,
+    ):
         self.staging = Path(staging)
         self.bind, self.port = bind, port
         self._public = public_url.rstrip("/")
@@ -109,7 +121,7 @@ class ArtifactReceiver:
         self.stats = {"uploads": 0, "rejected": 0, "bytes": 0, "image_requests": 0}
 
     # -- lifecycle ---------------------------------------------------------------------------------------
-    def start(self) -> "ArtifactReceiver":
+    def start(self) -> ArtifactReceiver:
         self.staging.parent.mkdir(parents=True, exist_ok=True)
         ensure_private_dir(self.staging.parent, self.staging.name)
         handler = type("Handler", (_Handler,), {"receiver": self})
@@ -128,7 +140,7 @@ class ArtifactReceiver:
             self._thread.join(timeout=10)
             self._thread = None
 
-    def __enter__(self) -> "ArtifactReceiver":
+    def __enter__(self) -> ArtifactReceiver:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -210,8 +222,9 @@ class ArtifactReceiver:
         try:
             got_size, got_sha = _decode_to(rfile, length, part, self.max_file_bytes)
             if got_size != size or got_sha != sha:
-                raise UploadRejected(422, f"{name}: received {got_size} bytes sha256 {got_sha}, "
-                                          f"announced {size} bytes sha256 {sha}")
+                raise UploadRejected(
+                    422, f"{name}: received {got_size} bytes sha256 {got_sha}, announced {size} bytes sha256 {sha}"
+                )
             os.replace(part, slot.dir / name)
         except BaseException:
             with slot.lock:
@@ -243,6 +256,7 @@ def _decode_to(rfile, length: int, out: Path, max_bytes: int) -> tuple[int, str]
     left = length
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as f:
+
         def emit(raw: bytes) -> None:
             nonlocal size
             while raw:

@@ -4,13 +4,26 @@ Each plugin says what to run on the target (`command()`), optionally pushes inpu
 pulls results (`collect`), and turns the output into metrics with units (`parse`). The registry is an
 explicit dict; add a plugin by adding a line to it.
 """
+
 from __future__ import annotations
 
-from abtest.collectors.workloads.android import (GameWorkload, GeekbenchWorkload, JankbenchWorkload,
-                                                 PCMarkWorkload, YouTubeWorkload)
+from abtest.collectors.workloads.android import (
+    GameWorkload,
+    GeekbenchWorkload,
+    JankbenchWorkload,
+    PCMarkWorkload,
+    YouTubeWorkload,
+)
 from abtest.collectors.workloads.base import Workload, WorkloadError, parse_spec
-from abtest.collectors.workloads.linux import (CyclictestWorkload, HackbenchWorkload, KernelBuildWorkload, RtAppWorkload,
-                                               ShellWorkload, StressNgWorkload, SysbenchWorkload)
+from abtest.collectors.workloads.linux import (
+    CyclictestWorkload,
+    HackbenchWorkload,
+    KernelBuildWorkload,
+    RtAppWorkload,
+    ShellWorkload,
+    StressNgWorkload,
+    SysbenchWorkload,
+)
 
 REGISTRY: dict[str, type[Workload]] = {
     "shell": ShellWorkload,

@@ -5,6 +5,7 @@ below; result parsing is done by abtest.results (benchmarks, frames_text; writte
 real-format files there), imported, not duplicated. Metric conversion from those parsers' dicts is
 `metrics_from_result`, tested here.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,6 +45,7 @@ def metrics_from_result(result: dict) -> dict:
 
 def _read_result_file(path: Path) -> dict:
     from abtest.results.benchmarks import read_workload_metrics
+
     return read_workload_metrics(path)
 
 
@@ -60,6 +62,7 @@ def check_package(workload: Workload) -> None:
 class _FramesWorkload(Workload):
     """Shared by YouTube and game: launch, play for duration_s, dump SurfaceFlinger --latency of the
     layer whose name contains `layer` (default: the package), stop the app."""
+
     TOOLS = ("am", "dumpsys")
 
     def __init__(self, **params):
@@ -73,10 +76,12 @@ class _FramesWorkload(Workload):
         p = self.params
         layer = p.get("layer") or p["package"]
         out = quote(f"{remote_dir}/abtest-sf-latency.txt")
-        return (f"{self.launch_command()} >/dev/null && sleep {p['duration_s']:g} && "
-                f"L=$(dumpsys SurfaceFlinger --list | grep -F {quote(layer)} | grep -i surfaceview | head -1); "
-                f"[ -n \"$L\" ] || L=$(dumpsys SurfaceFlinger --list | grep -F {quote(layer)} | head -1); "
-                f"dumpsys SurfaceFlinger --latency \"$L\" > {out}; am force-stop {quote(p['package'])}")
+        return (
+            f"{self.launch_command()} >/dev/null && sleep {p['duration_s']:g} && "
+            f"L=$(dumpsys SurfaceFlinger --list | grep -F {quote(layer)} | grep -i surfaceview | head -1); "
+            f'[ -n "$L" ] || L=$(dumpsys SurfaceFlinger --list | grep -F {quote(layer)} | head -1); '
+            f'dumpsys SurfaceFlinger --latency "$L" > {out}; am force-stop {quote(p["package"])}'
+        )
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
         local = outdir / "sf-latency.dump"
@@ -86,18 +91,23 @@ class _FramesWorkload(Workload):
 
 class YouTubeWorkload(_FramesWorkload):
     """Play `url` in the YouTube app for duration_s; metrics fps, jank_pct (missed vsyncs), mean_frame_ms."""
+
     KIND = "youtube"
-    DEFAULTS = {"url": "https://www.youtube.com/watch?v=aqz-KE-bpKQ", "duration_s": 60.0,
-                "package": "com.google.android.youtube", "layer": ""}
+    DEFAULTS = {
+        "url": "https://www.youtube.com/watch?v=aqz-KE-bpKQ",
+        "duration_s": 60.0,
+        "package": "com.google.android.youtube",
+        "layer": "",
+    }
 
     def launch_command(self) -> str:
         p = self.params
-        return (f"am start -W -a android.intent.action.VIEW -d {quote(p['url'])} "
-                f"{quote(p['package'])}")
+        return f"am start -W -a android.intent.action.VIEW -d {quote(p['url'])} {quote(p['package'])}"
 
 
 class GameWorkload(_FramesWorkload):
     """Launch the game `package` and let it run duration_s; metrics fps, jank_pct, mean_frame_ms."""
+
     KIND = "game"
     DEFAULTS = {"package": "", "duration_s": 60.0, "layer": ""}
 
@@ -113,6 +123,7 @@ class GameWorkload(_FramesWorkload):
 class JankbenchWorkload(Workload):
     """Jankbench: run benchmark ids `benchmarks` (comma list in quotes) `runs` times, wait for the app to
     finish, pull its BenchmarkResults sqlite DB; metrics jank_pct, mean_frame_ms (abtest.results.benchmarks)."""
+
     KIND = "jankbench"
     DEFAULTS = {"benchmarks": "0", "runs": 1, "package": "com.android.benchmark", "wait_s": 600.0}
     TOOLS = ("am", "dumpsys")
@@ -125,11 +136,13 @@ class JankbenchWorkload(Workload):
         p = self.params
         pkg = quote(p["package"])
         db = f"/data/data/{p['package']}/databases/BenchmarkResults"
-        return (f"rm -f {quote(db)}; am start -W -n {pkg}/.app.RunLocalBenchmarksActivity "
-                f"--eia com.android.benchmark.EXTRA_ENABLED_BENCHMARK_IDS {quote(p['benchmarks'])} "
-                f"--ei com.android.benchmark.EXTRA_RUN_COUNT {int(p['runs'])} >/dev/null; "
-                f"t=0; while [ $t -lt {int(p['wait_s'])} ] && dumpsys window | grep -q RunLocalBenchmarks; do "
-                f"sleep 2; t=$((t+2)); done; cp {quote(db)} {quote(remote_dir + '/abtest-jankbench.db')}")
+        return (
+            f"rm -f {quote(db)}; am start -W -n {pkg}/.app.RunLocalBenchmarksActivity "
+            f"--eia com.android.benchmark.EXTRA_ENABLED_BENCHMARK_IDS {quote(p['benchmarks'])} "
+            f"--ei com.android.benchmark.EXTRA_RUN_COUNT {int(p['runs'])} >/dev/null; "
+            f"t=0; while [ $t -lt {int(p['wait_s'])} ] && dumpsys window | grep -q RunLocalBenchmarks; do "
+            f"sleep 2; t=$((t+2)); done; cp {quote(db)} {quote(remote_dir + '/abtest-jankbench.db')}"
+        )
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
         local = outdir / "jankbench.db"
@@ -144,6 +157,7 @@ class GeekbenchWorkload(Workload):
     `extra_args` are more command-line arguments for geekbench, split the way a shell splits words (quotes
     group words: `extra_args='--cpu-workers 4'`) and passed as separate, quoted arguments: no shell syntax in
     them (`;`, `|`, `$(...)`, redirections) is ever run. Use the `shell` workload for a shell command line."""
+
     KIND = "geekbench"
     DEFAULTS = {"binary": "geekbench6", "extra_args": "--no-upload"}
 
@@ -200,9 +214,13 @@ def pcmark_scores(path: str | Path) -> dict:
 class PCMarkWorkload(Workload):
     """PCMark for Android Work benchmark: start it, wait up to wait_s for a new result archive under
     `results_dir`, pull it; metrics pcmark_<name> (points, higher is better)."""
+
     KIND = "pcmark"
-    DEFAULTS = {"package": "com.futuremark.pcmark.android.benchmark", "wait_s": 1800.0,
-                "results_dir": "/sdcard/PCMark for Android"}
+    DEFAULTS = {
+        "package": "com.futuremark.pcmark.android.benchmark",
+        "wait_s": 1800.0,
+        "results_dir": "/sdcard/PCMark for Android",
+    }
     TOOLS = ("am",)
 
     def __init__(self, **params):
@@ -212,11 +230,13 @@ class PCMarkWorkload(Workload):
     def command(self, remote_dir: str) -> str:
         p = self.params
         rd = quote(p["results_dir"])
-        return (f"before=$(ls -t {rd}/*.zip 2>/dev/null | head -1); "
-                f"am start -W -n {quote(p['package'])}/com.futuremark.gypsum.activity.SplashPageActivity >/dev/null; "
-                f"t=0; while [ $t -lt {int(p['wait_s'])} ]; do now=$(ls -t {rd}/*.zip 2>/dev/null | head -1); "
-                f"[ -n \"$now\" ] && [ \"$now\" != \"$before\" ] && break; sleep 5; t=$((t+5)); done; "
-                f"[ -n \"$now\" ] && cp \"$now\" {quote(remote_dir + '/abtest-pcmark.zip')}")
+        return (
+            f"before=$(ls -t {rd}/*.zip 2>/dev/null | head -1); "
+            f"am start -W -n {quote(p['package'])}/com.futuremark.gypsum.activity.SplashPageActivity >/dev/null; "
+            f"t=0; while [ $t -lt {int(p['wait_s'])} ]; do now=$(ls -t {rd}/*.zip 2>/dev/null | head -1); "
+            f'[ -n "$now" ] && [ "$now" != "$before" ] && break; sleep 5; t=$((t+5)); done; '
+            f'[ -n "$now" ] && cp "$now" {quote(remote_dir + "/abtest-pcmark.zip")}'
+        )
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
         local = outdir / "pcmark-result.pcmark"

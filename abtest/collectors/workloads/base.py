@@ -1,4 +1,5 @@
 """Workload plugin base: parameters, the command to run, and metrics with units."""
+
 from __future__ import annotations
 
 import shlex
@@ -53,6 +54,7 @@ class Workload:
     DURATION_METRIC (the declared metric the measured wall time of the command is written as).
     Params `name` (store directory name, default KIND) and `timeout_s` are common to all.
     """
+
     KIND = "workload"
     DEFAULTS: dict = {}
     TOOLS: tuple[str, ...] = ()
@@ -63,8 +65,9 @@ class Workload:
         known.setdefault("timeout_s", 600.0)
         unknown = set(params) - set(known) - {"name"}
         if unknown:
-            raise WorkloadError(f"workload {self.KIND!r}: unknown parameters {sorted(unknown)}; "
-                                f"it takes {sorted(known)}")
+            raise WorkloadError(
+                f"workload {self.KIND!r}: unknown parameters {sorted(unknown)}; it takes {sorted(known)}"
+            )
         try:  # the name is a directory of the run store: a plain name (no path separator, no leading dot)
             self.name = check_name(str(params.pop("name", self.KIND)), "workload name")
         except UnsafePathError as e:
@@ -80,8 +83,9 @@ class Workload:
                 else:
                     self.params[key] = raw
             except (TypeError, ValueError) as e:
-                raise WorkloadError(f"workload {self.KIND!r}: parameter {key}={raw!r} is not a "
-                                    f"{type(default).__name__}") from e
+                raise WorkloadError(
+                    f"workload {self.KIND!r}: parameter {key}={raw!r} is not a {type(default).__name__}"
+                ) from e
 
     @property
     def timeout_s(self) -> float:
@@ -91,11 +95,14 @@ class Workload:
         """Check the tools exist on the target; push inputs. Raises WorkloadError."""
         if self.TOOLS:
             script = "; ".join(f"command -v {quote(t)} >/dev/null || echo MISSING {t}" for t in self.TOOLS)
-            missing = [l.split(" ", 1)[1] for l in target.run(script, 30).stdout.splitlines()
-                       if l.startswith("MISSING ")]
+            missing = [
+                l.split(" ", 1)[1] for l in target.run(script, 30).stdout.splitlines() if l.startswith("MISSING ")
+            ]
             if missing:
-                raise WorkloadError(f"{target.name}: workload {self.name!r} needs {', '.join(missing)} "
-                                    f"on the target (not found in PATH)")
+                raise WorkloadError(
+                    f"{target.name}: workload {self.name!r} needs {', '.join(missing)} "
+                    f"on the target (not found in PATH)"
+                )
 
     def command(self, remote_dir: str) -> str:  # pragma: no cover
         """Shell command line run on the target (as root)."""

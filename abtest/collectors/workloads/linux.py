@@ -1,4 +1,5 @@
 """Linux workloads: shell command, hackbench, stress-ng, sysbench, rt-app JSON profile, kernel build."""
+
 from __future__ import annotations
 
 import re
@@ -14,6 +15,7 @@ class ShellWorkload(Workload):
     """Any shell command (`cmd`), run as root by the target's shell exactly as written (that is its purpose:
     pipes, loops, redirections; whoever can pass `--workload` can run commands as root on the target);
     metric: the common duration_s only."""
+
     KIND = "shell"
     DEFAULTS = {"cmd": ""}
 
@@ -29,6 +31,7 @@ class ShellWorkload(Workload):
 class HackbenchWorkload(Workload):
     """hackbench (rt-tests): `groups` groups x 20 senders/receivers, `loops` messages; threads or processes,
     pipes or sockets. Metric hackbench_time_s = the time hackbench itself reports (s, lower is better)."""
+
     KIND = "hackbench"
     DEFAULTS = {"groups": 2, "loops": 100, "threads": False, "pipe": False, "datasize": 100}
     TOOLS = ("hackbench",)
@@ -51,19 +54,22 @@ class HackbenchWorkload(Workload):
 class StressNgWorkload(Workload):
     """stress-ng `stressor` with `workers` instances for `duration_s` seconds.
     Metric bogo_ops_per_s (real time, higher is better) from its --metrics-brief line."""
+
     KIND = "stress-ng"
     DEFAULTS = {"stressor": "cpu", "workers": 1, "duration_s": 5.0}
     TOOLS = ("stress-ng",)
 
     def command(self, remote_dir: str) -> str:
         p = self.params
-        return (f"stress-ng --{quote(p['stressor'])} {int(p['workers'])} "
-                f"--timeout {p['duration_s']:g}s --metrics-brief")
+        return f"stress-ng --{quote(p['stressor'])} {int(p['workers'])} --timeout {p['duration_s']:g}s --metrics-brief"
 
     def parse(self, res: RunResult) -> dict:
         text = res.stdout + res.stderr
-        rx = (r"metrc: \[\d+\]\s+" + re.escape(self.params["stressor"]) +
-              r"\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)")
+        rx = (
+            r"metrc: \[\d+\]\s+"
+            + re.escape(self.params["stressor"])
+            + r"\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)"
+        )
         m = re.search(rx, text)
         if not m:
             raise WorkloadError(f"stress-ng printed no metrics line for {self.params['stressor']!r}: {text[-400:]!r}")
@@ -73,6 +79,7 @@ class StressNgWorkload(Workload):
 class SysbenchWorkload(Workload):
     """sysbench `test` (cpu, memory, threads...) with `threads` for `duration_s`.
     Metrics events_per_s (higher is better), latency_avg_ms / latency_p95_ms (lower is better)."""
+
     KIND = "sysbench"
     DEFAULTS = {"test": "cpu", "threads": 1, "duration_s": 5.0}
     TOOLS = ("sysbench",)
@@ -102,6 +109,7 @@ class SysbenchWorkload(Workload):
 class RtAppWorkload(Workload):
     """rt-app with a JSON profile (`profile`: host path, pushed to the target).
     Metric: the common duration_s; rt-app's per-thread logs stay on the target."""
+
     KIND = "rt-app"
     DEFAULTS = {"profile": ""}
     TOOLS = ("rt-app",)
@@ -109,8 +117,9 @@ class RtAppWorkload(Workload):
     def __init__(self, **params):
         super().__init__(**params)
         if not self.params["profile"] or not Path(self.params["profile"]).is_file():
-            raise WorkloadError(f"workload 'rt-app' needs profile=<JSON file on the host>; "
-                                f"got {self.params['profile']!r}")
+            raise WorkloadError(
+                f"workload 'rt-app' needs profile=<JSON file on the host>; got {self.params['profile']!r}"
+            )
 
     def prepare(self, target: Target, remote_dir: str) -> None:
         super().prepare(target, remote_dir)
@@ -124,6 +133,7 @@ class KernelBuildWorkload(Workload):
     """`make -j<jobs> <make_target>` in the target directory `src` (a kernel tree, or any make project),
     after `make clean` when clean=true (clean time not counted). Metric build_time_s (lower is better): the
     collector's measured wall time of the make command."""
+
     KIND = "kbuild"
     DURATION_METRIC = specs.BUILD_TIME
     DEFAULTS = {"src": "", "jobs": 0, "make_target": "", "clean": True}
@@ -156,20 +166,27 @@ class CyclictestWorkload(Workload):
     the default here leaves idle states usable). Metrics from its summary lines (us, lower is better):
     latency_avg_us (mean of the per-thread averages), latency_max_us (max over threads),
     latency_min_us (min over threads)."""
+
     KIND = "cyclictest"
     DEFAULTS = {"threads": 2, "interval_us": 2000, "loops": 500, "priority": 90, "dma_latency_us": 1000000}
     TOOLS = ("cyclictest",)
 
     def command(self, remote_dir: str) -> str:
         p = self.params
-        return (f"cyclictest -q -t {int(p['threads'])} -i {int(p['interval_us'])} -l {int(p['loops'])} "
-                f"-p {int(p['priority'])} --latency={int(p['dma_latency_us'])}")
+        return (
+            f"cyclictest -q -t {int(p['threads'])} -i {int(p['interval_us'])} -l {int(p['loops'])} "
+            f"-p {int(p['priority'])} --latency={int(p['dma_latency_us'])}"
+        )
 
     def parse(self, res: RunResult) -> dict:
-        rows = re.findall(r"^T:\s*\d+.*?Min:\s*(\d+)\s+Act:\s*\d+\s+Avg:\s*(\d+)\s+Max:\s*(\d+)",
-                          res.stdout, re.M)
+        rows = re.findall(r"^T:\s*\d+.*?Min:\s*(\d+)\s+Act:\s*\d+\s+Avg:\s*(\d+)\s+Max:\s*(\d+)", res.stdout, re.M)
         if not rows:
-            raise WorkloadError(f"cyclictest printed no 'T:' summary lines: {res.stdout[-300:]!r} {res.stderr[-300:]!r}")
+            raise WorkloadError(
+                f"cyclictest printed no 'T:' summary lines: {res.stdout[-300:]!r} {res.stderr[-300:]!r}"
+            )
         mins, avgs, maxs = ([int(r[i]) for r in rows] for i in range(3))
-        return metrics((specs.CYCLICTEST_AVG, sum(avgs) / len(avgs)), (specs.CYCLICTEST_MAX, max(maxs)),
-                       (specs.CYCLICTEST_MIN, min(mins)))
+        return metrics(
+            (specs.CYCLICTEST_AVG, sum(avgs) / len(avgs)),
+            (specs.CYCLICTEST_MAX, max(maxs)),
+            (specs.CYCLICTEST_MIN, min(mins)),
+        )

@@ -1,4 +1,5 @@
 """Alembic environment: migrations run on the connection abtest.history.db passes in (no alembic.ini)."""
+
 from __future__ import annotations
 
 from alembic import context

@@ -3,6 +3,7 @@
 Revision ID: 0001
 Revises:
 """
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -48,8 +49,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "metric_values",
-        sa.Column("iteration_id", sa.Integer, sa.ForeignKey("iterations.id", ondelete="CASCADE"),
-                  primary_key=True),
+        sa.Column("iteration_id", sa.Integer, sa.ForeignKey("iterations.id", ondelete="CASCADE"), primary_key=True),
         sa.Column("metric_id", sa.Integer, sa.ForeignKey("metrics.id"), primary_key=True),
         sa.Column("value", sa.Float, nullable=False),
     )
@@ -71,8 +71,7 @@ def upgrade() -> None:
         sa.Column("triage", sa.String(16), nullable=False),
         sa.Column("note", sa.Text, nullable=False),
         sa.Column("detected", sa.String(40), nullable=False),
-        sa.UniqueConstraint("device", "workload", "metric_id", "build_after_id",
-                            name="uq_change_points_series_build"),
+        sa.UniqueConstraint("device", "workload", "metric_id", "build_after_id", name="uq_change_points_series_build"),
     )
 
 
