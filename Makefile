@@ -49,8 +49,8 @@ $(CORE_STAMP): pyproject.toml $(NATIVE_SRC)
 
 # + the [dev] extras (test runner, notebooks, linters, the second engine), without building the core again.
 $(STAMP): $(CORE_STAMP) pyproject.toml
-	$(PY) -m pip install -q $$($(PY) -c "import tomllib; \
-		print(' '.join(repr(d) for d in tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['dev']))")
+	$(PY) -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['dev']))" > $(VENV)/dev-requirements.txt
+	$(PY) -m pip install -q -r $(VENV)/dev-requirements.txt
 	@touch $@
 
 # Rebuild only the Rust extension (fast path while working on native/).
