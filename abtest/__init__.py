@@ -13,7 +13,7 @@ Everything but the version is exported lazily: importing any part of abtest (abt
 
 from abtest.version import __version__
 
-__all__ = ["Trace", "TraceFormatError", "MissingEventsError", "explain", "__version__"]
+__all__ = ["Trace", "TraceFormatError", "MissingEventsError", "AnalysisNotApplicable", "explain", "__version__"]
 
 
 def __getattr__(name: str):
@@ -22,7 +22,7 @@ def __getattr__(name: str):
         from abtest.session import Trace
 
         return Trace
-    if name in ("TraceFormatError", "MissingEventsError"):
+    if name in ("TraceFormatError", "MissingEventsError", "AnalysisNotApplicable"):
         from abtest.trace import errors
 
         return getattr(errors, name)

@@ -94,6 +94,8 @@ def run(args: list[str] | None = None) -> int:
             return e.code or 0
         click.echo(e.code, err=True)
         return 2
+    except MemoryError as e:
+        return _out_of_memory(e, args)
     except Exception as e:  # noqa: BLE001 - the exit-code contract: anything unexpected is 2, never 1
         return _unexpected(e, args)
     return 0
@@ -119,6 +121,33 @@ def _unexpected(e: Exception, args: list[str] | None) -> int:
     click.secho(
         f"error: abtest {cmd} failed on its input: {type(e).__name__}: {text or '(no message)'} "
         f"(this is a bug or an input abtest does not handle; set {DEBUG_ENV}=1 for the traceback)",
+        fg="red",
+        err=True,
+    )
+    return 2
+
+
+def _out_of_memory(e: MemoryError, args: list[str] | None) -> int:
+    """Exit code 2 and one line for a MemoryError: what was refused before reading (TraceTooLargeError says the
+    size and the limit), or an allocation that failed, with this process' limits."""
+    from abtest.trace.limits import TraceTooLargeError, memory_limits
+
+    if os.environ.get(DEBUG_ENV):
+        import traceback
+
+        traceback.print_exception(e)
+    if isinstance(e, TraceTooLargeError):
+        click.secho(f"error: {e}", fg="red", err=True)
+        return 2
+    argv = sys.argv[1:] if args is None else args
+    cmd = next((a for a in argv if not a.startswith("-")), "abtest")
+    limit, available = memory_limits()
+    gib = lambda n: "unlimited" if n is None else f"{n / 2**30:.1f} GiB"  # noqa: E731
+    click.secho(
+        f"error: abtest {cmd} ran out of memory (address-space limit, ulimit -v / RLIMIT_AS: {gib(limit)}; "
+        f"available memory: {gib(available)}){': ' + str(e) if str(e) else ''}. Raise the limit or free memory; "
+        "a long trace reads in bounded memory as trace.dat, and `abtest analyze --windows 30` analyses it window "
+        "by window",
         fg="red",
         err=True,
     )

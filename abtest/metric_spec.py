@@ -55,7 +55,7 @@ class Grouping(str, Enum):
     CHANNEL = "channel"  # power channel: CPU, CPU-Big, CPU-Little, CPU-Mid, GPU, Total, ...
     RAIL = "rail"  # one measured power rail, by its name
     DOMAIN = "domain"  # energy-model performance domain (cluster), by its first CPU
-    TASK = "task"  # task name (comm); threads sharing a name are pooled
+    TASK = "task"  # task key: comm, or PROCESS/THREAD with a process table (abtest.analysis.task_keys)
     CLUSTER = "cluster"  # CPU cluster / frequency domain
     CPU = "cpu"  # one CPU number
     IDLE_STATE = "idle_state"  # idle state name (or index when unnamed)

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import polars as pl
 
+from abtest.analysis import registry
 from abtest.trace import cache
-from abtest.trace.errors import MissingEventsError
+from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
 from abtest.trace.model import TraceData
 from abtest.trace.readers import read_trace
 from abtest.trace.schema import EVENT_ALIASES, MARKER_EVENTS
@@ -63,6 +64,10 @@ class Trace:
         platform: platform description (dict, or a path to a platform file: YAML/TOML/LISA plat_info.yml)
             used by analyses when the trace itself carries none.
         window: optional (start_ns, end_ns) time window applied to every table.
+
+    Analyses hang off it as properties, one per abtest.analysis.registry entry that declares a facade:
+    t.idle, t.latency, t.frequency, t.load_tracking, t.placement, t.power, t.energy, t.tasks, t.overutilized,
+    t.thermal, t.capacity, t.cgroups (help(Trace.idle) says what each is).
     """
 
     def __init__(
@@ -279,36 +284,13 @@ class Trace:
         data = TraceData(tables={n: self.df(n, windowed=False) for n in self.tables}, meta=dict(self.meta))
         return cache.write_tables(data, out_dir)
 
-    # -- analyses (abtest.analysis.*; imported lazily) ------------------------------------------
-    @property
-    def load_tracking(self):
-        """PELT signals, contention, PELT/window simulation, boost what-if (abtest.analysis.load_tracking)."""
-        from abtest.analysis.load_tracking import LoadTrackingAnalysis
-
-        return LoadTrackingAnalysis(self)
-
-    @property
-    def frequency(self):
-        """OPP residency, average frequency, transitions (abtest.analysis.frequency)."""
-        from abtest.analysis.frequency import FrequencyAnalysis
-
-        return FrequencyAnalysis(self)
-
-    @property
-    def power(self):
-        """Measured power per rail and channel (abtest.analysis.power; the trace's power_rail table)."""
-        from abtest.analysis.power import PowerAnalysis
-
-        return PowerAnalysis(self)
-
+    # -- analyses: t.idle, t.latency, ... are made from the registry below (_analysis_properties) --------
     def metrics(self, analyses: list[str] | None = None, *, tasks: tuple[str, ...] = (), options=None) -> pl.DataFrame:
         """Every declared metric this trace yields (abtest.analysis.registry), one row per value:
         analysis, key (full), key_template, group, value, unit, direction, aggregation. Analyses whose
         required events are absent are left out (`abtest analyze` says why). options: a
         registry.MetricOptions (default: MetricOptions(tasks=tasks)). For a long trace in bounded memory:
         abtest.analysis.windowed.windowed_metrics(trace, window_s)."""
-        from abtest.analysis import registry
-
         options = options or registry.MetricOptions(tasks=tuple(tasks))
         rows = []
         chosen = (
@@ -317,7 +299,7 @@ class Trace:
         for a in chosen:
             try:
                 vals = registry.compute(a, self, options)
-            except (MissingEventsError, ValueError):
+            except (MissingEventsError, AnalysisNotApplicable):  # anything else is a failure: raised
                 continue
             rows += [
                 {
@@ -344,69 +326,6 @@ class Trace:
         }
         return pl.DataFrame(rows, schema=schema)
 
-    @property
-    def energy(self):
-        """Energy-model estimates, and measured rails for convenience (abtest.analysis.energy)."""
-        from abtest.analysis.energy import EnergyAnalysis
-
-        return EnergyAnalysis(self)
-
-    @property
-    def idle(self):
-        """Idle residency and idle misses (abtest.analysis.idle)."""
-        from abtest.analysis.idle import IdleAnalysis
-
-        return IdleAnalysis(self)
-
-    @property
-    def latency(self):
-        """Wakeup latency (abtest.analysis.latency)."""
-        from abtest.analysis.latency import LatencyAnalysis
-
-        return LatencyAnalysis(self)
-
-    @property
-    def placement(self):
-        """Task placement and balance (abtest.analysis.placement)."""
-        from abtest.analysis.placement import PlacementAnalysis
-
-        return PlacementAnalysis(self)
-
-    @property
-    def tasks(self):
-        """Task states (running / runnable / sleeping / uninterruptible) and activations (abtest.analysis.tasks)."""
-        from abtest.analysis.tasks import TasksAnalysis
-
-        return TasksAnalysis(self)
-
-    @property
-    def overutilized(self):
-        """Overutilized time per root domain (abtest.analysis.overutilized)."""
-        from abtest.analysis.overutilized import OverutilizedAnalysis
-
-        return OverutilizedAnalysis(self)
-
-    @property
-    def thermal(self):
-        """Thermal zones, cooling devices, power allocator (abtest.analysis.thermal)."""
-        from abtest.analysis.thermal import ThermalAnalysis
-
-        return ThermalAnalysis(self)
-
-    @property
-    def capacity(self):
-        """CPU capacity over time and uclamp (abtest.analysis.capacity)."""
-        from abtest.analysis.capacity import CapacityAnalysis
-
-        return CapacityAnalysis(self)
-
-    @property
-    def cgroups(self):
-        """cgroup membership, wakeup latency and CPU time per cgroup (abtest.analysis.cgroups)."""
-        from abtest.analysis.cgroups import CgroupAnalysis
-
-        return CgroupAnalysis(self)
-
     def __repr__(self) -> str:
         n = sum(self.events.values())
         return f"Trace({str(self.path)!r}, format={self.meta.get('format')!r}, cpus={self.cpus}, events={n})"
@@ -417,3 +336,32 @@ class Trace:
         from abtest.trace.perfetto_engine import query as tp_query
 
         return tp_query(self.path, query, engine=engine)
+
+
+def _facade_property(a: registry.Analysis) -> property:
+    """Trace.<a.trace_attribute>: a new a.facade bound to the trace, documented from the registry entry."""
+    facade = a.facade
+
+    def get(self: Trace):
+        return facade(self)
+
+    get.__name__ = a.trace_attribute
+    get.__qualname__ = f"Trace.{a.trace_attribute}"
+    get.__annotations__ = {"return": facade}
+    get.__doc__ = f"{a.title} ({a.doc}): {facade.__module__}.{facade.__qualname__} bound to this trace.\n\n" + (
+        facade.__doc__ or ""
+    )
+    return property(get, doc=get.__doc__)
+
+
+def _analysis_properties() -> None:
+    """One property per registry analysis that declares a facade (t.idle, t.energy, ...)."""
+    for a in registry.ANALYSES:
+        if a.facade is None:
+            continue
+        if hasattr(Trace, a.trace_attribute):
+            raise RuntimeError(f"analysis {a.name}: Trace already has an attribute {a.trace_attribute!r}")
+        setattr(Trace, a.trace_attribute, _facade_property(a))
+
+
+_analysis_properties()

@@ -18,7 +18,8 @@ tracefs lock). Printed, per round (best and median over --repeat rounds):
 - end to end: the `abtest analyze --json FILE` command, first open (an empty cache: decode, cache write,
   analyse) and cached, and `abtest analyze --windows --window-s --jobs 1` cached (the bounded-memory path),
   wall time and peak RSS of the process; the peak RSS of `abtest analyze` on a small shared trace (the floor:
-  interpreter, libraries, imports) is printed beside them;
+  interpreter, libraries, imports) is printed beside them (bench/analyze_cli.py: the cached command against
+  `trace-cmd report` of the same trace, interleaved, with CPU times and the ratio of issue 38);
 - the targets of issue 24, met / NOT met, from this run's figures;
 - --lisa: LISA 3.1.0 (its own virtualenv, bench/crosscheck_lisa.py's) on the same trace, the analyses LISA has
   for the same metrics, and the ratio;
@@ -184,12 +185,15 @@ def in_process(path: Path, repeat: int, reference: bool) -> dict:
         ),
     ]
     if reference:
+        sys.path.insert(0, str(ROOT / "tests"))  # the frame-written oracles (tests/oracles/)
+        from oracles import window_sim as window_sim_oracle
+
         kernels += [
             ("PELT cpu, python reference", n_pelt, lambda: pelt_sim.df_pelt_sim_cpu(sw, backend="python", **args)),
             (
                 "window demand, python reference",
                 sw.height,
-                lambda: window_sim.df_window_demand(sw, start_ns=t.start_ns, end_ns=t.end_ns, backend="python"),
+                lambda: window_sim_oracle.df_window_demand(sw, start_ns=t.start_ns, end_ns=t.end_ns),
             ),
             (
                 "latency matching, python reference",

@@ -12,9 +12,13 @@ bisect` reports "one of these commits") contains the true culprit.
 Strategies, all vectorised over the histories (numpy):
 - posterior: `abtest bisect`'s default, the same code (abtest.bisect.posterior: posterior, next_query,
   SearchRule): endpoints first, interleaved, 4 + 4 runs then 2 more each until compare's decision rule (rules 2-3,
-  `directional_batch`) calls a regression in the metric's direction (at most 30 each; otherwise the history
+  `directional_batch`) calls a regression in the metric's direction (at most 40 each; otherwise the history
   fails: nothing to bisect); then 2 runs per visit at the revision that splits the posterior mass, until the
-  culprit block has 95 % and it and its parent have >= 3 runs (total budget 400 runs per history).
+  culprit block has 95 % and it and its parent have >= 3 runs (total budget 400 runs per history); then the
+  confirmation as Bisector.confirm does it: culprit vs parent with compare's `decide` on >= 3 + 3 runs taken
+  for it (the search's runs at the two are left out), 2 more each until the verdict is not inconclusive (or 40,
+  or the budget); an unconfirmed culprit that the posterior no longer holds at 95 % is searched again (3 rounds
+  at most). Failures are broken down by cause (--json: fail_endpoints, fail_budget, fail_stuck, fail_wrong).
 - classic n=k: plain bisection with k runs per step and k runs per endpoint, a revision called bad when its mean
   is past the midpoint of the endpoints' means (a broken build: the nearest testable revision, like `git bisect
   skip`).
@@ -35,12 +39,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from abtest.bisect.posterior import Evidence, SearchRule, classic_next, next_query, parent_of, posterior  # noqa: E402
-from abtest.compare.verdict import Policy, directional_batch  # noqa: E402
+from abtest.bisect.search import CONFIRM_RUNS, SEARCH_ROUNDS  # noqa: E402
+from abtest.compare.verdict import INCONCLUSIVE, REGRESSION, Policy, decide, directional_batch  # noqa: E402
 
 BASE_MW = 1000.0
 BROKEN = 0.05
 ENDPOINT_START, ENDPOINT_STEP, ENDPOINT_CAP = 4, 2, 40
 MAX_RUNS = 400
+FRESH = True  # the confirmation decides on the runs taken for it (abtest.bisect.search.Bisector.confirm)
 
 
 class History:
@@ -89,22 +95,73 @@ def endpoints(h: History, policy: Policy) -> tuple[Evidence, np.ndarray]:
         ev.n[:, pos] = n_used
         ev.s[:, pos] = x.sum(axis=1)
         ev.ss[:, pos] = (x * x).sum(axis=1)
+    h.endpoint_runs = [[row[:k] for row, k in zip(side.tolist(), n_used.tolist())] for side in (good, bad)]
     return ev, confirmed
 
 
 def run_posterior(h: History, rule: SearchRule, policy: Policy) -> dict:
+    """`abtest bisect`'s posterior mode (abtest.bisect.search.Bisector.run): search, then confirm the culprit
+    against its parent with the decision rule; when that does not confirm it and the confirmation's runs moved
+    the posterior off it, search again (SEARCH_ROUNDS rounds at most)."""
     H = h.culprit.size
     ev, confirmed = endpoints(h, policy)
+    raw = [{0: list(h.endpoint_runs[0][i]), h.N: list(h.endpoint_runs[1][i])} for i in range(H)]
     builds = np.full(H, 2)
-    active = confirmed.copy()
     reported = np.full(H, h.N)
+    # 0 stopped confident, 1 endpoints not confirmed, 2 budget, 3 nothing left to measure
+    why = np.where(confirmed, 0, 1)
+    culprit_confirmed = np.zeros(H, bool)
+    rows = np.flatnonzero(confirmed)
+    for round_ in range(SEARCH_ROUNDS):
+        rows = _search(h, ev, raw, rows, rule, builds, reported, why)
+        rows = rows[why[rows] == 0]  # the budget or the range ran out: no confirmation (the tool finishes)
+        again = []
+        for i in rows:
+            ok = _confirm(h, ev, raw[i], int(i), int(reported[i]), rule, policy)
+            culprit_confirmed[i] = ok
+            if ok or round_ == SEARCH_ROUNDS - 1:
+                continue
+            sub = Evidence(ev.n[i : i + 1], ev.s[i : i + 1], ev.ss[i : i + 1], ev.untestable[i : i + 1])
+            post = posterior(sub)
+            if not (int(post.culprit[0]) == reported[i] and float(post.confidence[0]) >= rule.confidence):
+                again.append(i)
+        rows = np.asarray(again, int)
+        if rows.size == 0:
+            break
+    correct = confirmed & h.correct(reported, ev.untestable)
+    h.reported, h.why, h.evidence = reported, why, ev  # for a closer look (tests, diagnosis)
+    return {
+        "accuracy": float(correct.mean()),
+        "runs": float(ev.n.sum(axis=1).mean()),
+        "builds": float(builds.mean()),
+        "endpoints_confirmed": float(confirmed.mean()),
+        "culprit_confirmed": float(culprit_confirmed.mean()),
+        # failures by cause (fractions of all histories): the endpoints not confirmed; the budget ran out with
+        # the wrong culprit; nothing left to measure with the wrong culprit; the search stopped (confidence
+        # reached, confirmation done) on the wrong culprit
+        "fail_endpoints": float((why == 1).mean()),
+        "fail_budget": float(((why == 2) & ~correct).mean()),
+        "fail_stuck": float(((why == 3) & ~correct).mean()),
+        "fail_wrong": float(((why == 0) & confirmed & ~correct).mean()),
+    }
+
+
+def _search(h, ev, raw, rows, rule, builds, reported, why) -> np.ndarray:
+    """The posterior search for the histories `rows` until each is done, out of budget (why 2) or out of
+    revisions (why 3); returns the rows searched."""
+    searched = rows
+    active = np.zeros(h.culprit.size, bool)
+    active[rows] = True
     while active.any():
         rows = np.flatnonzero(active)
         sub = Evidence(ev.n[rows], ev.s[rows], ev.ss[rows], ev.untestable[rows])
         post = posterior(sub)
         reported[rows] = post.culprit
         nxt, done = next_query(sub, post, rule)
-        stop = done | (nxt < 0) | (sub.n.sum(axis=1) >= MAX_RUNS)
+        over = sub.n.sum(axis=1) >= MAX_RUNS
+        stop = done | (nxt < 0) | over
+        why[rows[~done & (nxt < 0)]] = 3
+        why[rows[~done & (nxt >= 0) & over]] = 2
         active[rows[stop]] = False
         go = ~stop
         rows, nxt = rows[go], nxt[go]
@@ -117,16 +174,40 @@ def run_posterior(h: History, rule: SearchRule, policy: Policy) -> dict:
         ok = ~broken
         r2, p2 = rows[ok], nxt[ok]
         x = h.runs(r2, p2, rule.batch)
-        ev.n[r2, p2] += rule.batch
-        ev.s[r2, p2] += x.sum(axis=1)
-        ev.ss[r2, p2] += (x * x).sum(axis=1)
-    correct = confirmed & h.correct(reported, ev.untestable)
-    return {
-        "accuracy": float(correct.mean()),
-        "runs": float(ev.n.sum(axis=1).mean()),
-        "builds": float(builds.mean()),
-        "endpoints_confirmed": float(confirmed.mean()),
-    }
+        _add(ev, raw, r2, p2, x)
+    return searched
+
+
+def _add(ev: Evidence, raw: list, rows: np.ndarray, pos: np.ndarray, x: np.ndarray) -> None:
+    ev.n[rows, pos] += x.shape[1]
+    ev.s[rows, pos] += x.sum(axis=1)
+    ev.ss[rows, pos] += (x * x).sum(axis=1)
+    for i, p, xs in zip(rows.tolist(), pos.tolist(), x.tolist()):
+        raw[i].setdefault(p, []).extend(xs)
+
+
+def _confirm(h, ev, raw_i, i, culprit, rule, policy) -> bool:
+    """Bisector.confirm for history i: culprit vs parent, >= 3 + 3 runs, `batch` more each until the decision
+    rule says anything but inconclusive, or the per-revision cap, or the budget. True when it says regression.
+    (The parent has runs already: the search does not stop before the culprit and its parent have 3 each.)"""
+    parent = int(parent_of(ev.untestable[i], np.array(culprit)))
+    skip = {p: len(raw_i.get(p, [])) if FRESH else 0 for p in (parent, culprit)}
+    while True:
+        a, b = raw_i.get(parent, [])[skip[parent] :], raw_i.get(culprit, [])[skip[culprit] :]
+        n = min(len(a), len(b))
+        if n >= CONFIRM_RUNS:
+            v = decide(a, b, True, policy)
+            if v.verdict != INCONCLUSIVE or n >= rule.per_revision_cap or ev.n[i].sum() >= MAX_RUNS:
+                return v.verdict == REGRESSION
+        target = max(CONFIRM_RUNS, n + rule.batch)
+        for p in (parent, culprit):
+            k = target - len(raw_i.get(p, [])) + skip[p]
+            if k > 0:
+                x = h.runs(np.array([i]), np.array([p]), k)
+                ev.n[i, p] += k
+                ev.s[i, p] += x.sum()
+                ev.ss[i, p] += (x * x).sum()
+                raw_i.setdefault(p, []).extend(x[0].tolist())
 
 
 def run_classic(h: History, n: int) -> dict:
@@ -164,7 +245,14 @@ def main(argv=None) -> int:
     ap.add_argument("--confidence", type=float, default=0.95)
     ap.add_argument("--seed", type=int, default=20261128)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--confirm-on-search-runs",
+        action="store_true",
+        help="the first version's confirmation: the verdict also counts the search's runs at culprit and parent",
+    )
     args = ap.parse_args(argv)
+    global FRESH
+    FRESH = not args.confirm_on_search_runs
     rule = SearchRule(confidence=args.confidence)
     policy = Policy(min_effect_pct=1.0)
     t0 = time.monotonic()

@@ -3,6 +3,7 @@
     python bench/fuzz.py --execs 100000                 # every reader, 100,000 cases each
     python bench/fuzz.py --reader perfetto --seconds 600
     python bench/fuzz.py --replay trace.dat:1234:987654  # rerun one case (reader:seed-index:case-seed)
+    python bench/fuzz.py --execs 600 --analyze           # every reader, then `abtest analyze` on what reads
 
 Readers (what `abtest trace info` dispatches to): trace.dat, perfetto, ftrace text, systrace HTML, atrace
 (plain and `atrace -z`), and the gzip/zip/zstd wrappers around them. Seeds are the real traces in
@@ -23,6 +24,15 @@ turns into exit 2). Any other exception, a signal (abort, segfault), a timeout, 
 under the limit, or a peak RSS over --rss-mb is a failure, printed with its replay id. A timeout or a signal is
 confirmed by running the case again in a fresh worker; one that does not repeat (a stalled machine, a signal
 sent from outside) is counted as `stall`, not as a failure.
+
+With --analyze, a case that reads is also analysed as `abtest analyze` does (`analyze_dict`: every analysis
+of the registry, one thread): an analysis that fails on the mutant (listed under "failed", which `abtest
+analyze` reports as exit 2 and "analysis X failed") or an exception out of analyze_dict is a failure of kind
+`analysis`; the time and RSS bounds cover the read and the analysis together. Cases whose analysis ran count
+as `analysed`, cases rejected by the reader as `rejected`. The worker's cap is then on its data segment
+(RLIMIT_DATA, warm size + --mem-mb: the perfetto frame timeline's wasm engine reserves GiBs of address space
+that it does not use), a worker is replaced every ANALYSE_CASES_PER_WORKER cases, and a failed case is rerun
+in a fresh worker (one that does not repeat counts as `stall`).
 
 Output: per reader the number of executions, passes (read / rejected), failures by kind, executions per second.
 """
@@ -336,11 +346,29 @@ def _status_kib(key: str) -> int:
     return 0
 
 
-def worker_main(mem_mb: int) -> None:
+def _analyse(path: str, data) -> tuple[str, str]:
+    """`abtest analyze` of a case that read: ("analysed", "") or ("analysis", what failed)."""
+    from abtest.commands.analyze import analyze_dict
+    from abtest.session import Trace
+    from abtest.trace import perfetto_engine
+
+    try:
+        d = analyze_dict(Trace(path, _data=data), threads=1)
+    except BaseException as e:  # noqa: BLE001 - every outcome is classified
+        kind, detail = _classify_exception(e, path)
+        return ("analysis" if kind == "exception" else kind), detail
+    finally:  # the frame timeline's trace_processor sessions (cached per path): one case's memory, not two
+        perfetto_engine.close_all()
+    if d["failed"]:
+        return "analysis", "; ".join(f"{k}: {why}" for k, why in sorted(d["failed"].items()))[:1500]
+    return "analysed", ""
+
+
+def worker_main(mem_mb: int, analyse: bool = False) -> None:
     """The worker process: warm up, cap its address space at its warm size + mem_mb, then read the case paths
     that arrive on stdin (one per line) and answer each with one JSON line {kind, detail, seconds, rss_mb}
     (rss_mb: how far the peak RSS rose above the RSS at the case's start; the peak is reset through
-    /proc/self/clear_refs before each case)."""
+    /proc/self/clear_refs before each case). analyse: run `abtest analyze`'s analyses on each case that reads."""
     from abtest.trace.readers import read_trace
 
     for spec in (
@@ -350,9 +378,17 @@ def worker_main(mem_mb: int) -> None:
         "catapult/compressed_atrace_data.txt",
         "trappy/trace_systrace.html",
     ):
-        read_trace(TRACES / spec)  # starts polars' thread pool and every lazy import before the cap
-    limit = _status_kib("VmSize") * 1024 + mem_mb * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        data = read_trace(TRACES / spec)  # starts polars' thread pool and every lazy import before the cap
+        if analyse:
+            _analyse(str(TRACES / spec), data)
+    if analyse:
+        # the perfetto frame timeline runs trace_processor in wasmtime, which reserves several GiB of address
+        # space per instance (not memory): the cap is on the data segment (private writable mappings) instead
+        limit = _status_kib("VmData") * 1024 + mem_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    else:
+        limit = _status_kib("VmSize") * 1024 + mem_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     out = sys.stdout
     for line in sys.stdin:
@@ -365,9 +401,13 @@ def worker_main(mem_mb: int) -> None:
         t0 = time.monotonic()
         kind, detail = "read", ""
         try:
-            read_trace(path)
+            data = read_trace(path)
         except BaseException as e:  # noqa: BLE001 - every outcome is classified
             kind, detail = _classify_exception(e, path)
+        else:
+            if analyse:
+                kind, detail = _analyse(path, data)
+            del data
         res = {
             "kind": kind,
             "detail": detail,
@@ -389,15 +429,17 @@ class Outcome:
 class Worker:
     """A `bench/fuzz.py --worker` process; restarted after a case kills it or runs over the time bound."""
 
-    def __init__(self, *, timeout_s: float, mem_mb: int, rss_mb: int):
-        self.timeout_s, self.mem_mb, self.rss_mb = timeout_s, mem_mb, rss_mb
+    def __init__(self, *, timeout_s: float, mem_mb: int, rss_mb: int, analyse: bool = False):
+        self.timeout_s, self.mem_mb, self.rss_mb, self.analyse = timeout_s, mem_mb, rss_mb, analyse
         self.proc: subprocess.Popen | None = None
         self.warm = False
+        self.cases = 0  # cases run by the current worker process
 
     def _start(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", "--mem-mb", str(self.mem_mb)],
+            [sys.executable, str(Path(__file__).resolve()), "--worker", "--mem-mb", str(self.mem_mb)]
+            + (["--analyze"] if self.analyse else []),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -420,8 +462,12 @@ class Worker:
         return (err or "")[-3000:]
 
     def run(self, path: str) -> Outcome:
+        if self.analyse and self.cases >= ANALYSE_CASES_PER_WORKER:
+            self._stop()
         if self.proc is None or self.proc.poll() is not None:
             self._start()
+            self.cases = 0
+        self.cases += 1
         p = self.proc
         t0 = time.monotonic()
         try:
@@ -461,7 +507,14 @@ class Worker:
         self._stop()
 
 
-FAILURES = ("unclear-error", "exception", "memory", "signal", "timeout", "rss")
+# With --analyze a worker is replaced after this many cases, and a failed case is rerun in a fresh worker (only a
+# repeat counts; one that does not is a `stall`): the perfetto frame timeline's wasm engine keeps memory mappings
+# across the traces one process loads (its module's file mapping then fails under the cap, `WasmtimeError: failed
+# deserialization ... Failed to create file mapping`, after 60-200 perfetto cases in one process, each of which
+# passes in a fresh worker; `abtest analyze` loads one trace per process)
+ANALYSE_CASES_PER_WORKER = 50
+
+FAILURES = ("unclear-error", "exception", "analysis", "memory", "signal", "timeout", "rss")
 
 
 @dataclass
@@ -530,9 +583,10 @@ def fuzz_reader(
     keep: int = 20,
     workdir: Path | None = None,
     log=None,
+    analyse: bool = False,
 ) -> ReaderStats:
     """Run `execs` cases (or until `seconds` passed) of one reader; cases cycle over its seeds.
-    Case i uses seed i % len(seeds) and case seed base_seed * 1_000_003 + i."""
+    Case i uses seed i % len(seeds) and case seed base_seed * 1_000_003 + i. analyse: `abtest analyze` too."""
     seeds = [seed_bytes(s) for s in READER_SEEDS[reader]]
     stats = ReaderStats(reader)
     own_dir = workdir is None
@@ -540,7 +594,7 @@ def fuzz_reader(
         workdir or tempfile.mkdtemp(prefix="abtest-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     )
     path = str(workdir / f"case-{reader.replace('.', '_')}")
-    worker = Worker(timeout_s=timeout_s, mem_mb=mem_mb, rss_mb=rss_mb)
+    worker = Worker(timeout_s=timeout_s, mem_mb=mem_mb, rss_mb=rss_mb, analyse=analyse)
     t0 = time.monotonic()
     i = 0
     try:
@@ -551,7 +605,9 @@ def fuzz_reader(
             with open(path, "wb") as f:
                 f.write(data)
             out = worker.run(path)
-            if out.kind in ("timeout", "signal"):
+            if analyse and out.kind in FAILURES and out.kind not in ("timeout", "signal"):
+                worker.close()  # rerun below in a fresh worker (see ANALYSE_CASES_PER_WORKER)
+            if out.kind in ("timeout", "signal") or (analyse and out.kind in FAILURES):
                 # a machine that stalls (2 shared cores) or a signal from outside must not count as a reader
                 # bug: the case runs again in a fresh worker; only a repeat counts as a failure
                 again = worker.run(path)
@@ -563,6 +619,8 @@ def fuzz_reader(
                         out.rss_mb,
                     )
             stats.add(f"{reader}:{si}:{case_seed}", mutations, out, keep)
+            if log and out.kind == "stall":
+                log(f"STALL {reader}:{si}:{case_seed} {out.detail[:300]}")
             if log and out.kind in FAILURES and not known_bug(reader, out.kind, out.detail):
                 last = out.detail.strip().splitlines()[-1:] or [""]
                 log(f"FAIL {reader}:{si}:{case_seed} {out.kind} {mutations} {last[0][:300]}")
@@ -578,7 +636,9 @@ def fuzz_reader(
     return stats
 
 
-def replay(spec: str, out_path: str | None, *, timeout_s: float, mem_mb: int, rss_mb: int) -> Outcome:
+def replay(
+    spec: str, out_path: str | None, *, timeout_s: float, mem_mb: int, rss_mb: int, analyse: bool = False
+) -> Outcome:
     """Rebuild case `reader:seed-index:case-seed`, write it to out_path (or a temp file), run it once."""
     path = out_path or tempfile.mkstemp(prefix="abtest-fuzz-case-")[1]
     reader, kind, rest = spec.split(":", 2)
@@ -590,7 +650,7 @@ def replay(spec: str, out_path: str | None, *, timeout_s: float, mem_mb: int, rs
         data, mutations = make_case(seed_bytes(READER_SEEDS[reader][si]), case_seed)
         Path(path).write_bytes(data)
         print(f"{spec}: seed {READER_SEEDS[reader][si]}, mutations {mutations}, case written to {path}")
-    worker = Worker(timeout_s=timeout_s, mem_mb=mem_mb, rss_mb=rss_mb)
+    worker = Worker(timeout_s=timeout_s, mem_mb=mem_mb, rss_mb=rss_mb, analyse=analyse)
     try:
         return worker.run(path)
     finally:
@@ -609,13 +669,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_out", help="write the per-reader results to this JSON file")
     ap.add_argument("--replay", help="rerun one case: reader:seed-index:case-seed (or reader:b64:<bytes>)")
     ap.add_argument("--write-case", help="with --replay: where to write the mutant")
+    ap.add_argument("--analyze", action="store_true", help="also run `abtest analyze`'s analyses on cases that read")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        worker_main(args.mem_mb)
+        worker_main(args.mem_mb, args.analyze)
         return 0
     if args.replay:
-        out = replay(args.replay, args.write_case, timeout_s=args.timeout_s, mem_mb=args.mem_mb, rss_mb=args.rss_mb)
+        out = replay(
+            args.replay,
+            args.write_case,
+            timeout_s=args.timeout_s,
+            mem_mb=args.mem_mb,
+            rss_mb=args.rss_mb,
+            analyse=args.analyze,
+        )
         print(f"outcome: {out.kind} ({out.seconds:.3f} s, peak RSS {out.rss_mb:.0f} MiB)\n{out.detail}")
         return 0 if out.kind not in FAILURES else 1
     if args.execs is None and args.seconds is None:
@@ -631,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
             mem_mb=args.mem_mb,
             rss_mb=args.rss_mb,
             log=lambda m: print(m, file=sys.stderr, flush=True),
+            analyse=args.analyze,
         )
         d = st.as_dict()
         results.append(d)

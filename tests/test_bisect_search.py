@@ -90,3 +90,27 @@ def test_per_step_error_budget():
     assert step_alpha(0.05, 33) == pytest.approx(1 - 0.95 ** (1 / 5))  # 32 commits: 5 halvings
     assert step_alpha(0.05, 3) == pytest.approx(0.05)  # 2 commits: 1 step
     assert 0.010 < step_alpha(0.05, 32) < 0.0103
+
+
+def test_confirmation_decides_on_new_runs_only(tmp_path):
+    """The search's runs at the culprit and its parent picked them (a selected sample): the confirmation's
+    verdict uses only runs taken after it started, and the counts it left out are in the event log, so that a
+    resumed bisection leaves out the same runs."""
+    st = _bisection(tmp_path, 33)
+    culprit = 21
+    m = LevelMeasurer(st, [1000.0 if i < culprit else 1050.0 for i in range(33)], cv=0.02)
+    res = Bisector(tmp_path, st, m, log=lambda msg: None).run()
+    assert res["culprit"] == st.revisions[culprit] and res["confirmation"]["confirmed"]
+    (ev,) = [e for e in S.load(tmp_path).log if e["event"] == "confirm"]
+    assert ev["culprit"] == st.revisions[culprit] and ev["parent"] == st.revisions[culprit - 1]
+    before = ev["before"]
+    assert min(before) >= 3  # the search stopped with >= 3 runs at both
+    runs = res["runs_per_revision"]
+    assert res["confirmation"]["runs"] == [
+        runs[st.revisions[culprit - 1][:12]] - before[0],
+        runs[st.revisions[culprit][:12]] - before[1],
+    ]
+    assert min(res["confirmation"]["runs"]) >= 3
+    # resumed mid-confirmation: the recorded counts are reused, not the current ones
+    b = Bisector(tmp_path, S.load(tmp_path), m, log=lambda msg: None)
+    assert b._confirm_offsets(culprit - 1, culprit) == tuple(before)

@@ -73,6 +73,36 @@ def test_fuzz_reader(reader, tmp_path):
     )
 
 
+# `bench/fuzz.py --analyze`: the same mutants, and `abtest analyze`'s analyses on every one that reads (issue 43
+# deliverable 6; the campaign of 3,600 cases is in docs/robustness.md). Budget: ~1-2 min for the six readers.
+CI_ANALYSE_SEED = 4343
+CI_ANALYSE_EXECS = 50
+
+
+@pytest.mark.parametrize("reader", fuzz.READERS)
+def test_fuzz_reader_and_analyze(reader, tmp_path):
+    stats = fuzz.fuzz_reader(
+        reader,
+        execs=CI_ANALYSE_EXECS,
+        base_seed=CI_ANALYSE_SEED,
+        timeout_s=20.0,
+        mem_mb=1024,
+        rss_mb=1024,
+        keep=CI_ANALYSE_EXECS,
+        workdir=tmp_path,
+        analyse=True,
+    )
+    assert stats.execs == CI_ANALYSE_EXECS
+    print(f"{reader} + analyze: {stats.as_dict()['counts']} in {stats.seconds:.1f} s")
+    assert stats.counts.get("analysed", 0) + stats.counts.get("rejected", 0) > 0, stats.counts
+    unknown = [
+        f"{replay} {out.kind} {mutations}: {out.detail.strip()[-600:]}" for replay, mutations, out in stats.failures
+    ]
+    assert not unknown, f"{len(unknown)} new failures (replay with bench/fuzz.py --analyze --replay ID):\n" + "\n".join(
+        unknown[:10]
+    )
+
+
 @pytest.mark.parametrize(
     "bug",
     KNOWN_BUGS,

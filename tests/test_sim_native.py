@@ -1,11 +1,14 @@
 """The compiled simulators (native/src/sim*.rs, abtest/analysis/sim_native.py) against the Python frame
-implementations they replace (backend="python", the reference), on every shared trace with sched_switch:
-the same segments, the same signals (to float rounding), the same window demand and boost requests."""
+implementations they replace (the reference: tests/oracles/ for window demand and boost requests,
+backend="python" for the others), on every shared trace with sched_switch: the same segments, the same
+signals (to float rounding), the same window demand and boost requests."""
 
 from __future__ import annotations
 
 import polars as pl
 import pytest
+from oracles import boost as boost_oracle
+from oracles import window_sim as window_sim_oracle
 from shared_data import TRACES
 
 from abtest import Trace
@@ -125,7 +128,7 @@ def test_window_demand_native_equals_python(traces, rel):
     lt = t.load_tracking
     kw = dict(cpu_frequency=lt._df("cpu_frequency"), platform=lt._sim_common()["platform"], **lt._win())
     sw = t.df("sched_switch", windowed=False)
-    py, nat = (window_sim.df_window_demand(sw, backend=b, **kw) for b in ("python", "native"))
+    py, nat = window_sim_oracle.df_window_demand(sw, **kw), window_sim.df_window_demand(sw, **kw)
     key = ["pid", "window", "window_start_ns", "window_end_ns", "running_ns"]
     assert nat.select(key).equals(py.select(key))
     for c in ("window_load", "demand"):
@@ -151,10 +154,8 @@ def test_boost_requests_native_equals_python(traces, rel):
         pytest.skip("no sched_switch")
     plat = t.platform if "sched_load" in rel else _toy_platform(sorted(t.df("sched_switch")["cpu"].unique().to_list()))
     sig = t.load_tracking.df_cpu_signals()
-    py, nat = (
-        boost.df_boost_requests(sig, plat, start_ns=t.start_ns, end_ns=t.end_ns, backend=b)
-        for b in ("python", "native")
-    )
+    py = boost_oracle.df_boost_requests(sig, plat, start_ns=t.start_ns, end_ns=t.end_ns)
+    nat = boost.df_boost_requests(sig, plat, start_ns=t.start_ns, end_ns=t.end_ns)
     assert nat.equals(py)
     assert nat.height > 0
 

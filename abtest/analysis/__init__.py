@@ -14,8 +14,11 @@ Convention (every module follows it; ``abtest analyze`` and the A/B compare rely
 * A class ``<Name>Analysis(trace)`` exposing the same ``df_*``/``plot_*`` bound to a Trace: each method calls
   ``trace.require("<analysis>", *events)`` first (MissingEventsError names what is missing), then the pure
   function with ``trace.df(...)`` frames and the trace window (``trace.start_ns``/``trace.end_ns``).
-  Reached as properties of Trace: ``trace.load_tracking``, ``trace.frequency``, ``trace.energy``,
-  ``trace.idle``, ``trace.latency``, ``trace.placement``.
+  Declared as the ``facade`` of the module's registry entry (abtest.analysis.registry), which makes it a
+  property of Trace: ``trace.load_tracking``, ``trace.frequency``, ``trace.energy``, ``trace.idle``, ...
+* "Does not apply" is said by raising MissingEventsError (absent events) or AnalysisNotApplicable (platform
+  data the trace lacks, an empty table; abtest.trace.errors): the callers that run every analysis skip those
+  two with their message and report any other exception as a failure of the analysis.
 * ``summary(trace) -> dict``: JSON-serialisable, stable keys with units in the names
   (e.g. ``"avg_frequency_khz"``, ``"energy_j"``), used by ``abtest analyze --json`` and by the A/B compare.
   Absent inputs give absent keys (never made-up zeros).

@@ -28,6 +28,7 @@ from abtest.analysis.energy import df_cpu_activity, df_priced_activity, df_stati
 from abtest.analysis.intervals import df_intervals_join
 from abtest.analysis.placement import df_task_intervals
 from abtest.analysis.platform import domain_names, trace_platform
+from abtest.trace.errors import AnalysisNotApplicable
 
 EVENTS = ("cpu_frequency",)
 OPTIONAL_EVENTS = ("cpu_idle", "sched_switch")
@@ -62,7 +63,7 @@ def df_power_terms(trace, platform: dict | None = None) -> pl.DataFrame:
     sched_switch, and a platform with an energy model (ValueError otherwise)."""
     plat = platform or trace_platform(trace)
     if not (plat and plat.get("domains")):
-        raise ValueError(
+        raise AnalysisNotApplicable(
             f"{trace.path}: attribution needs a platform with an energy model (platform.yml beside "
             "the trace, or --platform)"
         )

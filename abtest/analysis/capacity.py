@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from abtest.analysis import task_keys
 from abtest.analysis.intervals import df_intervals, window_of
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 from abtest.trace.errors import MissingEventsError
@@ -177,7 +178,7 @@ class CapacityAnalysis:
     """CPU capacity and uclamp of one trace (``trace.capacity``)."""
 
     def __init__(self, trace):
-        self.trace = trace
+        self.trace = task_keys.keyed(trace)  # comm columns hold task keys (abtest.analysis.task_keys)
 
     def _table(self, names: tuple[str, ...], what: str) -> pl.DataFrame:
         for n in names:
@@ -309,7 +310,8 @@ def metrics(trace, options=None) -> list[MetricValue]:
         named = list(getattr(options, "tasks", ()) or ())
         top = getattr(options, "top_tasks", 20)
         tc = ca.df_task_clamps().sort("updates", descending=True)
-        for r in tc.filter(pl.col("comm").is_in(named) | (pl.int_range(pl.len()) < top)).iter_rows(named=True):
+        chosen = pl.col("comm").is_in(task_keys.select(tc["comm"].to_list(), named)) | (pl.int_range(pl.len()) < top)
+        for r in tc.filter(chosen).iter_rows(named=True):
             if r["mean_uclamp_min"] is not None:
                 out.append(MetricValue(TASK_UCLAMP_MIN, float(r["mean_uclamp_min"]), r["comm"]))
             if r["mean_uclamp_max"] is not None:

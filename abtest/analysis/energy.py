@@ -14,6 +14,7 @@ from abtest.analysis.intervals import df_cpu_idle_intervals, df_intervals, df_in
 from abtest.analysis.platform import domain_names, trace_platform
 from abtest.analysis.power import df_channel_power, df_power_per_rail, plot_power_per_rail, rail_mapping
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.trace.errors import AnalysisNotApplicable
 
 MODEL_EVENTS = ("cpu_frequency",)
 
@@ -55,7 +56,7 @@ def df_cpu_states(
             pl.when(pl.col("next_pid") == 0).then(0).otherwise(-1).cast(pl.Int64).alias("state"),
         )
         return df_intervals(sw, "state", keys="cpu", start_ns=start_ns, end_ns=end_ns, all_keys=cpus)
-    raise ValueError("needs cpu_idle or sched_switch to tell active from idle time")
+    raise AnalysisNotApplicable("needs cpu_idle or sched_switch to tell active from idle time")
 
 
 def df_cpu_activity(
@@ -121,7 +122,9 @@ def df_priced_activity(activity: pl.DataFrame, platform: dict) -> pl.DataFrame:
     of the domain is busy: see df_static_busy).
     """
     if not platform or not platform.get("domains"):
-        raise ValueError("energy estimate needs a platform with an energy model (see abtest.analysis.platform)")
+        raise AnalysisNotApplicable(
+            "energy estimate needs a platform with an energy model (see abtest.analysis.platform)"
+        )
     doms = pl.DataFrame(
         [(c["cpu"], c["domain"]) for c in platform["cpus"]], schema={"cpu": pl.Int32, "domain": pl.Int32}, orient="row"
     )
@@ -282,7 +285,9 @@ class EnergyAnalysis:
         self.trace.require("energy.df_energy_estimate", *MODEL_EVENTS)
         plat = platform or trace_platform(self.trace)
         if not plat:
-            raise ValueError(f"{self.trace.path}: no platform (energy model) known: pass Trace(..., platform=FILE)")
+            raise AnalysisNotApplicable(
+                f"{self.trace.path}: no platform (energy model) known: pass Trace(..., platform=FILE)"
+            )
         idle = self.trace.df("cpu_idle", windowed=False) if self.trace.has_events("cpu_idle") else None
         sw = None
         if idle is None:

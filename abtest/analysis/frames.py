@@ -12,6 +12,8 @@ import os
 
 import polars as pl
 
+from abtest.trace.errors import AnalysisNotApplicable
+
 EVENTS = ("marker",)  # frame slices from atrace markers (tracing_mark_write / print)
 
 
@@ -182,6 +184,6 @@ def summary(trace) -> dict:
             }
     if not sources:
         if notes:
-            raise ValueError("; ".join(notes))
+            raise AnalysisNotApplicable("; ".join(notes))
         raise MissingEventsError("frames", ["tracing_mark_write"], str(trace.path))
     return {"source": "+".join(sources), "processes": processes, "layers": layers}

@@ -33,6 +33,7 @@ import polars as pl
 
 from abtest.analysis.intervals import df_cpu_idle_intervals
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.trace.errors import AnalysisNotApplicable
 
 EVENTS = ("cpu_idle",)
 OPTIONAL_EVENTS = ("cpu_idle_miss",)
@@ -257,7 +258,7 @@ def df_derived_miss_events(intervals: pl.DataFrame, idle_states: pl.DataFrame) -
         (pl.col("exit_latency_us").fill_null(0.0) * 1e3).alias("exit_ns"),
     )
     if st["target_ns"].null_count():
-        raise ValueError(
+        raise AnalysisNotApplicable(
             "derived idle misses need every idle state's target_residency_us (the platform leaves some null)"
         )
     bounds = st.group_by("cpu").agg(pl.col("state").min().alias("min_state"))
@@ -542,7 +543,7 @@ class IdleAnalysis:
         elif src == "derived":
             st = self.idle_states()
             if st is None:
-                raise ValueError(
+                raise AnalysisNotApplicable(
                     "derived idle misses need the platform's idle states (target residencies): "
                     "pass platform=... with idle_states"
                 )

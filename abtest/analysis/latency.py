@@ -43,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from abtest.analysis import task_keys
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
@@ -417,7 +418,7 @@ class LatencyAnalysis:
     sched_wakeup -> switch-in) or "waking" (sched_waking -> switch-in); see the module docstring."""
 
     def __init__(self, trace):
-        self.trace = trace
+        self.trace = task_keys.keyed(trace)  # comm columns hold task keys (abtest.analysis.task_keys)
 
     def definitions(self) -> list[str]:
         """The definitions this trace supports ("wakeup" needs sched_wakeup, "waking" sched_waking)."""
@@ -838,7 +839,8 @@ def _chosen(per: pl.DataFrame, options) -> pl.DataFrame:
     top = getattr(options, "top_tasks", 20)
     floor = getattr(options, "min_task_wakeups", 10)
     return per.filter(
-        pl.col("comm").is_in(list(named)) | ((pl.col("wakeups") >= floor) & (pl.int_range(pl.len()) < top))
+        pl.col("comm").is_in(task_keys.select(per["comm"].to_list(), named))
+        | ((pl.col("wakeups") >= floor) & (pl.int_range(pl.len()) < top))
     )
 
 

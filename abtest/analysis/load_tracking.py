@@ -22,6 +22,7 @@ from abtest.analysis import pelt_sim, window_sim
 from abtest.analysis.intervals import df_intervals, window_of
 from abtest.analysis.platform import trace_platform
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
 
 EVENTS = ("sched_switch",)  # enough for the simulated signals
 OPTIONAL_EVENTS = (
@@ -305,7 +306,7 @@ class LoadTrackingAnalysis:
         if source == "kernel" or (source == "auto" and kern is not None):
             self.trace.require("load_tracking.df_cpu_signals(kernel)", "sched_pelt_cfs")
             if kern is None:
-                raise ValueError(f"{self.trace.path}: sched_pelt_cfs is empty")
+                raise AnalysisNotApplicable(f"{self.trace.path}: sched_pelt_cfs is empty")
             k = df_cpu_signals_kernel(kern).filter((pl.col("ts") >= w["start_ns"]) & (pl.col("ts") < w["end_ns"]))
             has_run = k["runnable"].null_count() < k.height
             has_load = k["load"].null_count() < k.height
@@ -447,7 +448,7 @@ class LoadTrackingAnalysis:
         self.trace.require("load_tracking.df_pelt_sim_error", "sched_switch")
         if not (self._nonempty("sched_pelt_cfs") or self._nonempty("sched_pelt_se")):
             self.trace.require("load_tracking.df_pelt_sim_error", *KERNEL_EVENTS)
-            raise ValueError(f"{self.trace.path}: sched_pelt_cfs / sched_pelt_se tables are empty")
+            raise AnalysisNotApplicable(f"{self.trace.path}: sched_pelt_cfs / sched_pelt_se tables are empty")
         forks = self._forks()
         return pelt_sim.df_sim_vs_kernel(
             self.trace.df("sched_switch", windowed=False),
@@ -526,7 +527,7 @@ def summary(trace) -> dict:
     out: dict = {}
     try:
         stats = lt.df_cpu_stats()
-    except (LookupError, ValueError):
+    except (MissingEventsError, AnalysisNotApplicable):
         return {}
     out["signal_source"] = stats["source"][0] if stats.height else None
     out["sources"] = {

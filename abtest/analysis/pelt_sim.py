@@ -55,6 +55,7 @@ import numpy as np
 import polars as pl
 
 from abtest.analysis.intervals import df_intervals, df_intervals_join, window_of
+from abtest.trace.errors import AnalysisNotApplicable
 
 EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("sched_wakeup", "sched_waking", "sched_wakeup_new", "cpu_frequency")
@@ -1084,6 +1085,6 @@ def df_sim_vs_kernel(
             got.select(pl.lit("task").alias("kind"), pl.col("pid").alias("id"), "ts", "kernel_util", "sim_util")
         )
     if not parts:
-        raise ValueError("df_sim_vs_kernel needs sched_pelt_cfs or sched_pelt_se samples")
+        raise AnalysisNotApplicable("df_sim_vs_kernel needs sched_pelt_cfs or sched_pelt_se samples")
     out = pl.concat(parts).drop_nulls("sim_util")
     return out.with_columns((pl.col("sim_util") - pl.col("kernel_util")).abs().alias("abs_err"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from abtest.analysis import task_keys
 from abtest.analysis.intervals import df_intervals, window_of
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 
@@ -319,7 +320,7 @@ class PlacementAnalysis:
     """Placement analyses of one trace (window = the trace's window)."""
 
     def __init__(self, trace):
-        self.trace = trace
+        self.trace = task_keys.keyed(trace)  # comm columns hold task keys (abtest.analysis.task_keys)
 
     def df_intervals(self, include_idle: bool = False) -> pl.DataFrame:
         self.trace.require("placement", *EVENTS)
@@ -379,6 +380,7 @@ def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
     expected_tasks_per_cpu, tasks_per_cpu {cpu: n}, runtime_share_pct {cpu: %}, max_task_deviation,
     balance_index}} over tasks that ran at least ``min_runtime_pct`` % of the window; ``top_tasks``
     {"<comm>:<pid>": {runtime_s, cpu_pct {cpu: %}}}."""
+    trace = task_keys.keyed(trace)
     pa = PlacementAnalysis(trace)
     trace.require("placement", *EVENTS)
     has_mig = "sched_migrate_task" in trace.tables
@@ -490,6 +492,7 @@ def metrics(trace, options=None) -> list[MetricValue]:
     ``options.top_tasks`` names with the most CPU time. A view with a history (abtest.analysis.windowed) reads
     the runs from the history's start, so that a CPU change and a switch-in count in the window where the
     later run starts, and a run carried into the window counts its time in it but not as a switch-in."""
+    trace = task_keys.keyed(trace)
     pa = PlacementAnalysis(trace)
     trace.require("placement", *EVENTS)
     start, reach = trace.start_ns, trace.reach_start_ns
@@ -527,7 +530,9 @@ def metrics(trace, options=None) -> list[MetricValue]:
     ]
     named = tuple(getattr(options, "tasks", ()) or ())
     top = getattr(options, "top_tasks", 20)
-    chosen = per.filter(pl.col("comm").is_in(list(named)) | (pl.int_range(pl.len()) < top))
+    chosen = per.filter(
+        pl.col("comm").is_in(task_keys.select(per["comm"].to_list(), named)) | (pl.int_range(pl.len()) < top)
+    )
     for comm, run_ns, runs_n in chosen.iter_rows():  # at most top + len(named) task names
         out.append(MetricValue(TASK_RUNTIME, run_ns / 1e6 / win_s, comm))
         out.append(MetricValue(TASK_ACTIVATIONS, runs_n / win_s, comm))

@@ -34,6 +34,7 @@ Power values are what the model states: EAS models (LISA) may be in abstract "bo
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import re
@@ -44,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import yaml
 
 from abtest.ranges import number_ranges
 
@@ -78,11 +78,10 @@ class PlatformMismatchWarning(UserWarning):
 
 
 # -- YAML without executing anything ------------------------------------------------------------
-class _InertLoader(yaml.SafeLoader):
-    """SafeLoader that turns every unknown tag (``!!python/object:...``, ``!call:...``) into plain data."""
+# (yaml is imported when a YAML platform file is read: ~20 ms of every CLI start-up otherwise)
+def _construct_inert(loader, tag_suffix: str, node):
+    import yaml
 
-
-def _construct_inert(loader: _InertLoader, tag_suffix: str, node: yaml.Node):
     if isinstance(node, yaml.MappingNode):
         data: dict = {}
         yield data
@@ -96,6 +95,8 @@ def _construct_inert(loader: _InertLoader, tag_suffix: str, node: yaml.Node):
 
 
 def _construct_mapping_unhashable_ok(loader, node, deep=False):
+    import yaml
+
     # LISA dumps may use tuples (now lists) as keys; make them hashable
     if not isinstance(node, yaml.MappingNode):
         raise yaml.constructor.ConstructorError(None, None, "expected a mapping", node.start_mark)
@@ -110,14 +111,25 @@ def _construct_mapping_unhashable_ok(loader, node, deep=False):
     return mapping
 
 
-_InertLoader.add_multi_constructor("tag:yaml.org,2002:python/", _construct_inert)
-_InertLoader.add_multi_constructor("!", _construct_inert)
-_InertLoader.construct_mapping = _construct_mapping_unhashable_ok  # type: ignore[assignment]
+@functools.cache
+def _inert_loader():
+    """SafeLoader that turns every unknown tag (``!!python/object:...``, ``!call:...``) into plain data."""
+    import yaml
+
+    class _InertLoader(yaml.SafeLoader):
+        pass
+
+    _InertLoader.add_multi_constructor("tag:yaml.org,2002:python/", _construct_inert)
+    _InertLoader.add_multi_constructor("!", _construct_inert)
+    _InertLoader.construct_mapping = _construct_mapping_unhashable_ok  # type: ignore[assignment]
+    return _InertLoader
 
 
 def _yaml_load(text: str, path: str) -> Any:
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_InertLoader)  # noqa: S506 - inert loader: no object construction
+        return yaml.load(text, Loader=_inert_loader())  # noqa: S506 - inert loader: no object construction
     except yaml.YAMLError as exc:
         raise PlatformFormatError(f"{path}: not valid YAML: {exc}") from exc
 

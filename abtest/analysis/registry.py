@@ -50,7 +50,8 @@ TRACE, METRICS_JSON, POWER_SAMPLES = "trace", "metrics.json", "power samples"
 class MetricOptions:
     """Options of the per-trace metric functions.
 
-    tasks: task names (comm) whose per-task metrics are always computed when the task appears; top_tasks:
+    tasks: task names (comm or a task key, abtest.analysis.task_keys.matches) whose per-task metrics are always
+    computed when the task appears; top_tasks:
     also the most active task names (by wakeups / CPU time), at most this many; min_task_wakeups: a task
     needs this many matched wakeups for its latency metrics (fewer say little); rail_channels: explicit
     rail -> channel mapping ({channel: [rails]}) for power metrics."""
@@ -67,6 +68,8 @@ class Analysis:
     present (collectors enable both). compute(trace, MetricOptions) -> [MetricValue] for declared metrics
     (None: values come from elsewhere, see `source`). summary(trace) -> dict for `abtest analyze`.
     source: TRACE, METRICS_JSON (workload-reported) or POWER_SAMPLES (trace rails or the store's power files).
+    facade: the class ``<Name>Analysis(trace)`` exposing the module's df_*/plot_* bound to a Trace; abtest.session
+    makes it the property ``Trace.<attribute>`` (attribute: the analysis name unless given, e.g. ``t.energy``).
     """
 
     name: str
@@ -79,6 +82,13 @@ class Analysis:
     source: str = TRACE
     doc: str = ""
     slow: bool = field(default=False)
+    facade: type | None = None
+    attribute: str | None = None
+
+    @property
+    def trace_attribute(self) -> str | None:
+        """The name of this analysis' facade on a Trace (``t.idle``), or None when it has none."""
+        return None if self.facade is None else (self.attribute or self.name)
 
     @property
     def all_events(self) -> tuple[str, ...]:
@@ -94,6 +104,7 @@ IDLE = Analysis(
     idle.metrics,
     idle.summary,
     doc="abtest.analysis.idle",
+    facade=idle.IdleAnalysis,
 )
 LATENCY = Analysis(
     "latency",
@@ -104,6 +115,7 @@ LATENCY = Analysis(
     latency.metrics,
     latency.summary,
     doc="abtest.analysis.latency",
+    facade=latency.LatencyAnalysis,
 )
 FREQUENCY = Analysis(
     "frequency",
@@ -114,6 +126,7 @@ FREQUENCY = Analysis(
     frequency.metrics,
     frequency.summary,
     doc="abtest.analysis.frequency",
+    facade=frequency.FrequencyAnalysis,
 )
 LOAD_TRACKING = Analysis(
     "load_tracking",
@@ -125,6 +138,7 @@ LOAD_TRACKING = Analysis(
     load_tracking.summary,
     doc="abtest.analysis.load_tracking",
     slow=True,
+    facade=load_tracking.LoadTrackingAnalysis,
 )
 PLACEMENT = Analysis(
     "placement",
@@ -135,6 +149,7 @@ PLACEMENT = Analysis(
     placement.metrics,
     placement.summary,
     doc="abtest.analysis.placement",
+    facade=placement.PlacementAnalysis,
 )
 POWER = Analysis(
     "power",
@@ -146,6 +161,7 @@ POWER = Analysis(
     power.summary,
     source=POWER_SAMPLES,
     doc="abtest.analysis.power",
+    facade=power.PowerAnalysis,
 )
 ENERGY_MODEL = Analysis(
     "energy_model",
@@ -156,6 +172,8 @@ ENERGY_MODEL = Analysis(
     energy.estimate_metrics,
     energy.summary,
     doc="abtest.analysis.energy",
+    facade=energy.EnergyAnalysis,
+    attribute="energy",
 )
 TASKS = Analysis(
     "tasks",
@@ -166,6 +184,7 @@ TASKS = Analysis(
     tasks.metrics,
     tasks.summary,
     doc="abtest.analysis.tasks",
+    facade=tasks.TasksAnalysis,
 )
 OVERUTILIZED = Analysis(
     "overutilized",
@@ -176,6 +195,7 @@ OVERUTILIZED = Analysis(
     overutilized.metrics,
     overutilized.summary,
     doc="abtest.analysis.overutilized",
+    facade=overutilized.OverutilizedAnalysis,
 )
 THERMAL = Analysis(
     "thermal",
@@ -186,6 +206,7 @@ THERMAL = Analysis(
     thermal.metrics,
     thermal.summary,
     doc="abtest.analysis.thermal",
+    facade=thermal.ThermalAnalysis,
 )
 CAPACITY = Analysis(
     "capacity",
@@ -196,6 +217,7 @@ CAPACITY = Analysis(
     capacity.metrics,
     capacity.summary,
     doc="abtest.analysis.capacity",
+    facade=capacity.CapacityAnalysis,
 )
 CGROUPS = Analysis(
     "cgroups",
@@ -206,6 +228,7 @@ CGROUPS = Analysis(
     cgroups.metrics,
     cgroups.summary,
     doc="abtest.analysis.cgroups",
+    facade=cgroups.CgroupAnalysis,
 )
 FRAMES = Analysis(
     "frames",

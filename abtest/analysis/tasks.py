@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from abtest.analysis import task_keys
 from abtest.analysis.intervals import df_intervals, window_of
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
 
@@ -322,7 +323,7 @@ class TasksAnalysis:
     """Task states and activations of one trace (``trace.tasks``; window = the trace's window)."""
 
     def __init__(self, trace):
-        self.trace = trace
+        self.trace = task_keys.keyed(trace)  # comm columns hold task keys (abtest.analysis.task_keys)
         self._intervals: pl.DataFrame | None = None
         self._aggregates: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None = None
 
@@ -511,7 +512,7 @@ def metrics(trace, options=None) -> list[MetricValue]:
     st = df_task_states(times)
     named = list(getattr(options, "tasks", ()) or ())
     top = getattr(options, "top_tasks", 20)
-    st = st.filter(pl.col("comm").is_in(named) | (pl.int_range(pl.len()) < top))
+    st = st.filter(pl.col("comm").is_in(task_keys.select(st["comm"].to_list(), named)) | (pl.int_range(pl.len()) < top))
     act = {
         r["comm"]: r
         for r in df_activation_stats(runs, window_ns=trace.end_ns - trace.start_ns)

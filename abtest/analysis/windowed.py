@@ -38,7 +38,7 @@ import polars as pl
 
 from abtest.analysis import registry
 from abtest.metric_spec import Grouping, WindowCombine
-from abtest.trace.errors import MissingEventsError
+from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
 
 DEFAULT_HISTORY_S = 2.0
 
@@ -74,7 +74,7 @@ def _window_rows(trace, index: int, lo: int, hi: int, history_ns: int, analyses,
     for a in analyses:
         try:
             vals = registry.compute(a, view, options)
-        except (MissingEventsError, ValueError):
+        except (MissingEventsError, AnalysisNotApplicable):
             continue
         except Exception as e:  # noqa: BLE001 - named with its window, never dropped silently
             raise WindowAnalysisError(

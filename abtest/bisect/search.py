@@ -10,7 +10,8 @@ goes on from there without repeating a run.
 2. Search. posterior (default): abtest.bisect.posterior over the range from every run so far; the next revision is
    the one that splits the posterior mass; stop when the culprit block reaches `confidence`. classic: git bisect's
    halving, each step judged by the oracle (below).
-3. Confirmation: culprit vs its parent (last testable revision before it), >= 3 + 3 runs, measured until the
+3. Confirmation: culprit vs its parent (last testable revision before it), >= 3 + 3 new runs (the search's runs
+   of the two picked them, so they are left out of the verdict), measured until the
    decision rule says regression (confirmed) or something else (not confirmed) or the cap. When an unconfirmed
    culprit is no longer the posterior's (the confirmation's runs are evidence too), the search goes on (at most
    SEARCH_ROUNDS rounds).
@@ -251,11 +252,19 @@ class Bisector:
                 return SKIP
 
     def confirm(self, culprit: int) -> dict:
-        """Culprit vs parent with the decision rule (>= 3 + 3 runs); returns the verdict's summary."""
+        """Culprit vs parent with the decision rule on runs taken for the confirmation (>= 3 + 3 fresh runs);
+        returns the verdict's summary.
+
+        The runs the search already took at the two revisions are what made the posterior pick them (a selected
+        sample: the parent looked good and the culprit bad), so they are left out of the verdict (they stay
+        evidence for the posterior). Reusing them confirmed a wrong culprit as often as a right one in the
+        simulation (docs/bisect.md). How many runs each had is kept in the event log ("confirm"), so that a
+        resumed bisection leaves out the same runs."""
         untestable = np.array([s == S.UNTESTABLE for s in self.st.status])
         parent = int(parent_of(untestable, np.array(culprit)))
+        skip_a, skip_b = self._confirm_offsets(parent, culprit)
         while True:
-            a, b = self.values(parent), self.values(culprit)
+            a, b = self.values(parent)[skip_a:], self.values(culprit)[skip_b:]
             n = min(len(a), len(b))
             if n >= CONFIRM_RUNS:
                 v = self.decide(a, b)
@@ -273,15 +282,31 @@ class Bisector:
             target = max(CONFIRM_RUNS, n + self.cfg.batch)
             self.log(
                 f"confirming {self.st.revisions[culprit][:12]} against its parent "
-                f"{self.st.revisions[parent][:12]}: {target} runs each"
+                f"{self.st.revisions[parent][:12]}: {target} new runs each"
             )
-            if not self.measure([parent, culprit], target):
+            # each to its own count (their earlier runs differ); alternating per batch, as the search measures
+            need = [(p, skip + target) for p, skip in ((parent, skip_a), (culprit, skip_b))]
+            if not all(self.measure([p], k) for p, k in need if len(self.values(p)) < k):
                 return {
                     "parent": parent,
                     "verdict": "untestable",
                     "text": "culprit or parent became untestable",
                     "confirmed": False,
                 }
+
+    def _confirm_offsets(self, parent: int, culprit: int) -> tuple[int, int]:
+        """Runs of parent and culprit taken before their confirmation started (from the event log when this
+        confirmation was started before a resume; recorded now otherwise)."""
+        revs = self.st.revisions
+        for e in reversed(self.st.log):
+            if e["event"] == "unconfirmed":
+                break  # a confirmation started before the last search round is not this one
+            if e["event"] == "confirm" and e.get("culprit") == revs[culprit] and e.get("parent") == revs[parent]:
+                return int(e["before"][0]), int(e["before"][1])
+        before = [len(self.values(parent)), len(self.values(culprit))]
+        self.st.event("confirm", culprit=revs[culprit], parent=revs[parent], before=before)
+        self.save()
+        return before[0], before[1]
 
     def finish(self, culprit: int, confirm: dict | None, exhausted: bool) -> dict:
         ev = self.evidence()

@@ -26,17 +26,19 @@ from __future__ import annotations
 import json
 import math
 import os
+from typing import TYPE_CHECKING
 
 import click
 import polars as pl
-from rich.console import Console
-from rich.text import Text
 
 from abtest.analysis import registry
-from abtest.commands.analyze_tables import Context, blocks_for, perfetto_blocks
-from abtest.commands.text_grid import Grid, print_grid
 from abtest.session import Trace
-from abtest.trace.errors import MissingEventsError
+from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
+
+if TYPE_CHECKING:  # the terminal report's modules (rich, the tables) are imported when it is printed, not for --json
+    from rich.console import Console
+
+    from abtest.commands.analyze_tables import Context
 
 # JSON key -> registry Analysis with a summary(trace); order = registry order = order of the terminal report
 ANALYSES: dict[str, registry.Analysis] = {a.name: a for a in registry.ANALYSES if a.summary is not None}
@@ -55,7 +57,7 @@ def _run_one(key: str, analysis, trace: Trace) -> tuple[dict | None, str | None]
         res = analysis.summary(trace)
     except MissingEventsError as e:
         return None, str(e)
-    except ValueError as e:  # e.g. needs platform data the trace does not carry
+    except AnalysisNotApplicable as e:  # e.g. needs platform data the trace does not carry
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - not hidden: reported under "failed", on stderr and as exit 2
         if os.environ.get("ABTEST_DEBUG"):
@@ -72,26 +74,29 @@ def _run_one(key: str, analysis, trace: Trace) -> tuple[dict | None, str | None]
     return res, None
 
 
-# the analyses that take most of the time on a sched trace (bench/analyze.py), and those of them that need the
-# most memory while they run (tens of MB of task moves, runs and matched wakeups on the bench trace), in the
-# order their lane runs them
-_SLOW = ("tasks", "latency", "load_tracking", "placement")
-_LARGE = ("placement", "tasks", "latency")
+# The two lanes of _summaries on a sched trace, in the order each runs them. Their time on the bench trace
+# (thread CPU, bench/analyze.py's trace): latency 0.49 s, tasks 0.43, load_tracking 0.21, placement 0.14, the
+# others 0.03 together. _LANE_LARGE holds latency and placement, the other lane load_tracking, then tasks,
+# then the rest: ~0.63 s each, and tasks starts only once load_tracking has given its memory back.
+_LANE_LARGE = ("latency", "placement")
+_LANE_OTHER_FIRST = ("load_tracking", "tasks")
 
 
 def _summaries(trace: Trace, keys: list[str], threads: int) -> dict[str, tuple[dict | None, str | None]]:
     """{key: _run_one(...)} of the analyses. With two threads or more (polars and the compiled passes release
-    the GIL, so two analyses overlap where one alone leaves a core idle) they run in two lanes: the large
-    ones (_LARGE) one after the other in one, the others, slowest first, in the other, so that two large ones
-    never hold their memory at once. On the analysis bench trace (a cached `abtest analyze --json`, GNU time,
-    6 runs): 0.84-0.87 s and 243-248 MB; before the lanes, the memory given back after each analysis and the
-    compiled statistics: 0.77-0.85 s and 318-338 MB (docs/analysis-speed.md)."""
+    the GIL, so two analyses overlap where one alone leaves a core idle) they run in two lanes of about
+    equal time (_LANE_LARGE; _LANE_OTHER_FIRST then the others). Until 2026-11-28 the three large analyses
+    (placement, tasks, latency) ran one after the other in one lane, so that two of them never held their
+    memory at once: that lane took 1.02 s of thread CPU against 0.24 s for the other, on a 2-core machine
+    most of a cached `abtest analyze` of the bench trace. Balanced, the longer lane takes 0.65 s; the peak
+    RSS is 12-24 MB higher (286-298 MB against 273-275 MB, GNU time; bench/analyze_cli.py)."""
     if threads <= 1 or len(keys) <= 1:
         return {k: _run_one(k, ANALYSES[k], trace) for k in keys}
     import threading
 
-    large = [k for k in _LARGE if k in keys]
-    rest = sorted((k for k in keys if k not in large), key=lambda k: k not in _SLOW)
+    large = [k for k in _LANE_LARGE if k in keys]
+    first = [k for k in _LANE_OTHER_FIRST if k in keys]
+    rest = first + [k for k in keys if k not in large and k not in first]
     done: dict[str, tuple[dict | None, str | None]] = {}
     failed: list[BaseException] = []
 
@@ -187,10 +192,14 @@ def _perfetto_dict(path: str) -> dict:
 # -- terminal report ------------------------------------------------------------------------------------
 def _console() -> Console:
     """rich honours $COLUMNS (also when piped; 80 columns when piped without it)."""
+    from rich.console import Console
+
     return Console(highlight=False)
 
 
 def _context(trace: Trace | None, d: dict) -> Context:
+    from abtest.commands.analyze_tables import Context
+
     domains = None
     if trace is not None and d.get("frequency"):
         from abtest.analysis.frequency import df_cpu_domains
@@ -204,6 +213,10 @@ def _context(trace: Trace | None, d: dict) -> Context:
 
 
 def _print_blocks(con: Console, blocks: list) -> None:
+    from rich.text import Text
+
+    from abtest.commands.text_grid import Grid, print_grid
+
     for b in blocks:
         if isinstance(b, Grid):
             print_grid(con, b)
@@ -213,6 +226,8 @@ def _print_blocks(con: Console, blocks: list) -> None:
 
 
 def _print_header(con: Console, d: dict) -> None:
+    from rich.text import Text
+
     dur = f"{d['duration_s']:.3f} s" if d["duration_s"] is not None else "unknown"
     con.print(Text(str(d["file"]), style="bold"))
     facts = [f"format: {d['format']}", f"duration: {dur}"]
@@ -229,6 +244,10 @@ def print_report(d: dict, trace: Trace | None = None, con: Console | None = None
     """The terminal report of an analyze_dict() object (tables per analysis, then what did not run).
     trace: the analysed Trace, for what the summaries do not carry (frequency domains); con: where to print
     (default: stdout at the terminal's width, or $COLUMNS)."""
+    from rich.text import Text
+
+    from abtest.commands.analyze_tables import blocks_for
+
     con = con or _console()
     _print_header(con, d)
     ctx = _context(trace, d)
@@ -258,6 +277,10 @@ def _short(reason: str) -> str:
 
 def print_perfetto_report(d: dict, con: Console | None = None) -> None:
     """The terminal report of `--engine perfetto` (abtest.trace.perfetto_engine.analyze's object)."""
+    from rich.text import Text
+
+    from abtest.commands.analyze_tables import perfetto_blocks
+
     con = con or _console()
     eng = d.get("engine") or {}
     span = d.get("span") or {}

@@ -80,8 +80,22 @@ def _labels(a, b, store):
 
 
 def _run_comparison(
-    a, b, store, workload, alpha, min_effect, no_trace, no_cache, metric_patterns=(), tasks=(), jobs=None, labels=None
+    a,
+    b,
+    store,
+    workload,
+    alpha,
+    min_effect,
+    no_trace,
+    no_cache,
+    metric_patterns=(),
+    tasks=(),
+    jobs=None,
+    labels=None,
+    progress=None,
 ):
+    """compare_labels with the command line's options; progress: the per-iteration bar (default: on stderr when
+    it is a terminal; a rich Console: drawn on it)."""
     from abtest.compare.comparison import CompareError, compare_labels
     from abtest.compare.verdict import Policy
     from abtest.store.config import load_store_config
@@ -102,7 +116,7 @@ def _run_comparison(
             tasks=tuple(tasks),
             config=config,
             jobs=jobs if jobs is not None else (os.cpu_count() or 1),
-            progress=sys.stderr.isatty(),
+            progress=sys.stderr.isatty() if progress is None else progress,
         )
     except (CompareError, StoreError, TraceFormatError) as e:
         raise BadInput(str(e)) from e

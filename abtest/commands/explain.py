@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from abtest.commands.compare import BadInput, _run_comparison, _with_common, _with_labels, resolve_label
+from abtest.commands.status import DelayedStatus
 
 
 @click.command("explain")
@@ -49,10 +50,16 @@ def explain(a, b, store, workload, no_trace, no_cache, tasks, jobs, channels, pl
             platform = load_platform(platform_file)
         except PlatformFormatError as e:
             raise BadInput(str(e)) from e
-    c = _run_comparison(a, b, store, workload, 0.05, 1.0, False, no_cache, (), tasks, jobs)
-    root = Path(store) if store else default_store_root()
-    la, lb = resolve_label(a, root), resolve_label(b, root)
-    exs = [explain_workload(c, la, lb, w.workload, channels=tuple(channels), platform=platform) for w in c.workloads]
+    # 1-5 s before anything prints (per-iteration metrics read, compared, decomposed): a spinner on stderr at a
+    # terminal says which step runs (abtest.commands.status), erased before the result prints
+    with DelayedStatus(f"explain {a} -> {b}: comparing the iterations") as status:
+        c = _run_comparison(a, b, store, workload, 0.05, 1.0, False, no_cache, (), tasks, jobs, progress=status.console)
+        root = Path(store) if store else default_store_root()
+        la, lb = resolve_label(a, root), resolve_label(b, root)
+        exs = []
+        for w in c.workloads:
+            status.update(f"explain {a} -> {b}: decomposing the power change of {w.workload}")
+            exs.append(explain_workload(c, la, lb, w.workload, channels=tuple(channels), platform=platform))
     print_explanations(exs, fmt, width)
     if fmt != "json":  # from the explanation to the timeline: the iterations behind it, side by side
         from abtest.report.timeline_links import explanation_timeline_lines

@@ -55,7 +55,14 @@ def registry_markdown() -> str:
         "perc_diff compares) and its grouping. A key's `{placeholder}` is filled with the group value, e.g. "
         "`power.{channel}` -> `power.CPU-Big`; compare, `--metric` patterns and the gate's thresholds file "
         "use the filled keys. `windows`: how the values of the windows of one long trace combine "
-        "(`abtest analyze --windows`, docs/analyze.md; a weight metric in brackets; ≈ = approximate).",
+        "(`abtest analyze --windows`, docs/analyze.md; a weight metric in brackets; ≈ = approximate). "
+        "`{task}` is a task key (abtest.analysis.task_keys): the thread's name (comm) as the kernel printed it, "
+        "or, where the trace lists its processes (perfetto ProcessTree packets, the ps listings of systrace / "
+        "atrace text), `PROCESS/THREAD` (PROCESS: the basename of the process's name; a main thread, or a thread "
+        "named like its process, is just `PROCESS`), so processes whose threads share a comm stay apart "
+        "(`android.hardware.power-service`, `surfaceflinger/RenderEngine`). A key holds no pid: it compares "
+        "across runs. `--task NAME` (and a store's task lists) selects the keys equal to NAME or whose thread "
+        "part is NAME (a 15-character NAME, a comm cut by the kernel, also the processes it begins).",
         "",
     ]
     for a in ANALYSES:

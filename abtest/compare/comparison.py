@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from abtest.analysis import task_keys
 from abtest.analysis.registry import MetricOptions
 from abtest.compare import stats
 from abtest.compare.metrics import Measured
@@ -219,7 +220,7 @@ def compare_labels(
     config: StoreConfig | None = None,
     jobs: int = 1,
     top_tasks: int = 10,
-    progress: bool = False,
+    progress=False,
     analysed: dict | None = None,
 ) -> Comparison:
     """Compare every workload present under both labels (or only `workload`). Raises CompareError on bad input.
@@ -228,7 +229,8 @@ def compare_labels(
     tasks: task names whose per-task metrics are compared (plus the store config's list for the workload);
     when neither names any, the `top_tasks` task names with the most CPU time in A that appear in every
     iteration of both sides. jobs: processes that analyse iterations in parallel (1: in this process).
-    progress: show a progress bar on stderr while iterations are analysed. analysed: a memo shared by several
+    progress: show a progress bar on stderr while iterations are analysed (True, or the rich Console to draw it
+    on: abtest.compare.parallel.analyse_iterations). analysed: a memo shared by several
     calls of one run ({str(iteration path): (metrics, notes)}, same options): iterations already in it are not
     analysed again, the ones analysed here are added (an N-way compare analyses its baseline once)."""
     config = config or StoreConfig()
@@ -359,14 +361,15 @@ def _select_tasks(a: _Side, b: _Side, named: tuple[str, ...], top: int, notes: l
     if not any(every):
         return None
     if named:
+        # a name selects task keys: the key itself or its thread part (abtest.analysis.task_keys.matches)
         present = set().union(*every)
-        absent = [t for t in named if t not in present]
+        absent = [t for t in named if not task_keys.select(present, [t])]
         if absent:
             notes.append(
                 f"task(s) {', '.join(absent)} never seen in these iterations (per-task metrics need the "
-                "task to run and be woken; names are comm, at most 15 characters)"
+                "task to run and be woken; names are comm, at most 15 characters, or PROCESS/THREAD keys)"
             )
-        return set(named)
+        return set(named) | set(task_keys.select(present, named))
     common = set.intersection(*every)
     runtime: dict[str, float] = {}
     for m in a.per_it:

@@ -35,7 +35,7 @@ from abtest.store.layout import METRICS_CACHE_FILE
 from abtest.store.model import Iteration, Metric
 from abtest.units import unit_factor
 
-METRICS_VERSION = 4  # 4: power counter checks (glitches, conflicting rows, resets)
+METRICS_VERSION = 5  # 5: per-task keys PROCESS/THREAD (task_keys); 4: power counter checks
 
 
 @dataclass(frozen=True)
@@ -117,13 +117,16 @@ def _measured(vals: list[MetricValue], source: str) -> list[Measured]:
     return [Measured(v.spec, v.value, v.group, source) for v in vals if v.is_finite()]
 
 
-def trace_values(trace, options: registry.MetricOptions, *, with_power: bool) -> tuple[list[Measured], list[str]]:
-    """Values of every trace analysis (and the trace's power rails when with_power) with notes on what was
-    skipped and why."""
-    from abtest.trace.errors import MissingEventsError
+def trace_values(trace, options: registry.MetricOptions, *, with_power: bool) -> tuple[list[Measured], list[str], bool]:
+    """Values of every trace analysis (and the trace's power rails when with_power), notes on what was skipped
+    and why, and whether an analysis failed. An analysis that does not apply (MissingEventsError,
+    AnalysisNotApplicable) is skipped with a note; one that raises anything else failed: a note names it and
+    the error, its values are left out for this iteration and the other analyses go on."""
+    from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
 
     out: list[Measured] = []
     notes: list[str] = []
+    failed = False
     lost = trace.meta.get("lost_events") or 0
     if lost:
         notes.append(
@@ -155,11 +158,18 @@ def trace_values(trace, options: registry.MetricOptions, *, with_power: bool) ->
                     f"`abtest collect`, or `trace-cmd record {' '.join('-e ' + x for x in e.missing)}`)"
                 )
             continue
-        except ValueError as e:  # needs platform data the trace does not carry, etc.
+        except AnalysisNotApplicable as e:  # needs platform data the trace does not carry, etc.
             notes.append(f"{a.name}: skipped ({e})")
             continue
+        except Exception as e:  # noqa: BLE001 - not hidden: a note names the analysis and the error
+            notes.append(
+                f"{a.name}: FAILED on {trace.path}: {type(e).__name__}: {' '.join(str(e).split())[:300]} "
+                f"(a bug, or input it does not handle; this iteration is left out of {a.name}'s metrics)"
+            )
+            failed = True
+            continue
         out += _measured(vals, f"trace:{a.name}")
-    return out, notes
+    return out, notes, failed
 
 
 def _file_key(p: Path | None) -> list | None:
@@ -290,7 +300,8 @@ def derived_metrics(
                 notes.append(
                     "power from power.csv; the trace's own power rails were not used (one power source per iteration)"
                 )
-            tv, tnotes = trace_values(trace, options, with_power=has_rails and not power_done)
+            tv, tnotes, analysis_failed = trace_values(trace, options, with_power=has_rails and not power_done)
+            failed = failed or analysis_failed  # not cached: the next run tries again
             power_done = power_done or any(m.source == "trace:power_rail" for m in tv)
             vals += tv
             notes += tnotes

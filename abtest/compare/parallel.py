@@ -31,9 +31,11 @@ def analyse_iterations(
     use_cache: bool = True,
     with_trace: bool = True,
     jobs: int = 1,
-    progress: bool = False,
+    progress=False,
 ) -> dict:
-    """{str(iteration path): (metrics by key, notes)} for every (iteration, options) in `work`."""
+    """{str(iteration path): (metrics by key, notes)} for every (iteration, options) in `work`. progress: True
+    for a bar on stderr when it is a terminal, or the rich Console to draw it on (a command's spinner's, so
+    that rich nests the two displays; abtest.commands.status)."""
     out: dict = {}
     todo = []
     for it, options in work:
@@ -43,7 +45,7 @@ def analyse_iterations(
             todo.append((it, options))
     if not todo:
         return out
-    bar = _progress(len(todo)) if progress else None
+    bar = _progress(len(todo), None if progress is True else progress) if progress else None
     try:
         if jobs <= 1 or len(todo) == 1:
             for it, options in todo:
@@ -66,8 +68,8 @@ def analyse_iterations(
     return out
 
 
-def _progress(total: int):
-    if not sys.stderr.isatty():
+def _progress(total: int, console=None):
+    if console is None and not sys.stderr.isatty():
         return None
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -78,7 +80,7 @@ def _progress(total: int):
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.description}"),
-        console=Console(stderr=True),
+        console=console if console is not None else Console(stderr=True),
         transient=True,
     )
     task = p.add_task("", total=total)

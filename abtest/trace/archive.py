@@ -26,7 +26,6 @@ import io
 import lzma
 import re
 import struct
-import tarfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -39,10 +38,10 @@ from abtest.trace.limits import Limits, current, inflate_error
 MAX_DEPTH = 3
 # what the standard library's zip / tar readers raise on damaged archives (a damaged central directory
 # can give an empty member name: IndexError in ZipInfo.is_dir; a damaged LZMA-method member: LZMAError)
+# (tarfile.TarError is added where a tar is read: tarfile is imported only then, ~30 ms of every CLI start-up)
 _ARCHIVE_ERRORS = (
     zipfile.BadZipFile,
     zipfile.LargeZipFile,
-    tarfile.TarError,
     ValueError,
     OSError,
     EOFError,
@@ -193,6 +192,9 @@ def _zip_members(path, member: Member, prefix: str, limits: Limits, budget: list
 
 
 def _tar_members(path, member: Member, prefix: str, limits: Limits, budget: list[int]) -> list[Member]:
+    import tarfile
+
+    tar_errors = (*_ARCHIVE_ERRORS, tarfile.TarError)
     wrapper = _join(member.wrapper, "tar")
     out = []
     try:
@@ -204,14 +206,14 @@ def _tar_members(path, member: Member, prefix: str, limits: Limits, budget: list
                 try:
                     f = tf.extractfile(info)
                     m.data = f.read() if f is not None else b""
-                except _ARCHIVE_ERRORS as e:
+                except tar_errors as e:
                     m.role, m.error = "corrupt", f"{type(e).__name__}: {e}"
                     out.append(m)
                     continue
                 if len(m.data) != info.size:
                     m.role, m.error = "corrupt", f"truncated tar member ({len(m.data)} of {info.size} bytes)"
                 out.append(m)
-    except _ARCHIVE_ERRORS as e:
+    except tar_errors as e:
         if not out:
             raise TraceFormatError(path, f"corrupt tar archive ({e})", offset=0, expected="a tar archive") from None
         out.append(Member(f"{prefix}(rest of archive)", role="corrupt", wrapper=wrapper, error=str(e)))

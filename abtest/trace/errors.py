@@ -46,3 +46,14 @@ class MissingEventsError(LookupError):
             f"/sys/kernel/tracing/events and `trace-cmd extract`), or with "
             f"`abtest collect`, which enables what the requested analyses declare."
         )
+
+
+class AnalysisNotApplicable(ValueError):
+    """An analysis does not apply to this trace for a reason other than absent events: it needs platform data
+    the trace does not carry (an energy model, idle-state residencies, OPPs), or its input tables are present
+    but empty. The message says what is missing and how to provide it.
+
+    Callers that run many analyses (Trace.metrics, windows, compare, `abtest analyze`) catch this and
+    MissingEventsError only, and report them as "skipped"; any other exception is a failure of that analysis
+    and is reported as one. A subclass of ValueError so that code catching ValueError keeps working.
+    """

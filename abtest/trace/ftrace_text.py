@@ -47,6 +47,7 @@ import polars as pl
 from abtest.trace import import_log
 from abtest.trace.errors import TraceFormatError
 from abtest.trace.inflate import inflate
+from abtest.trace.limits import check_text_memory
 from abtest.trace.text_lines import (
     EXPECTED_LINE,
     ends_with_newline,
@@ -70,6 +71,16 @@ _CGROUP_TITLE = re.compile(rb"^\s*(?:# tracer: ?\r?\n)?CGROUP DUMP\s*\n")
 _ATRACE_DUMP_TITLE = re.compile(rb"^\s*ATRACE_PROCESS_DUMP\s*\n")
 _BATTOR_TITLE = re.compile(rb"^\s*# BattOr")
 _PROCESS_DUMP_TITLE = re.compile(rb"^\s*PROCESS DUMP\s*\n")
+# A plain ftrace text longer than TEXT_BLOCK_BYTES is read block by block (issue 43: a 10 M-event, 1 GB text
+# read whole peaked at ~7 GB: the line frame, its regex captures and the per-event frames are several times the
+# text): blocks of about TEXT_BLOCK_BYTES, each cut before an event line that follows an event line (never inside
+# a stack, a multi-line message or a ps listing), are parsed and converted on their own and the tables
+# concatenated (without copying). Line numbers, import accounting and the not-a-trace rule stay those of the
+# whole file. Measured in docs/robustness.md ("Long text traces").
+TEXT_BLOCK_BYTES = 32 << 20
+# a line that looks like an event line ("... [CPU] ... SEC.FRAC: "), searched from a block's target end
+_EVENT_LINE_START = re.compile(rb"\n(?=[^\n]{0,4096}?\[[0-9]{1,5}\][^\n]{0,512}?[0-9]\.[0-9]{1,9}: )")
+_EVENT_LINE = re.compile(rb"[^\n]{0,4096}?\[[0-9]{1,5}\][^\n]{0,512}?[0-9]\.[0-9]{1,9}: ")
 
 
 def read(path, data, fmt: str) -> tuple[dict, dict]:
@@ -78,8 +89,16 @@ def read(path, data, fmt: str) -> tuple[dict, dict]:
     meta["_battor_texts"]: BattOr logs found in systrace HTML blocks, [(bytes, where)], for readers.py
     (popped there before the metadata is stored)."""
     path = Path(path)
-    raw = bytes(data)
     meta: dict = {"format": fmt, "warnings": [], "clock": None}
+    blocks = fmt == "ftrace-text" and len(data) > TEXT_BLOCK_BYTES
+    check_text_memory(path, len(data), blocks=blocks)
+    if blocks:
+        tables = _parse_text_blocks(path, data, meta)
+        refuse_if_not_a_trace(path, tables, meta)
+        _finish_process(tables, meta)
+        _finish_meta(meta)
+        return tables, meta
+    raw = bytes(data)
     if fmt == "ftrace-text":
         tables = _parse_text(path, raw, 1, meta)
     elif fmt == "atrace":
@@ -101,7 +120,77 @@ def read(path, data, fmt: str) -> tuple[dict, dict]:
     return tables, meta
 
 
-def _parse_text(path, body: bytes, first_line: int, meta: dict, source: str | None = None) -> dict[str, pl.DataFrame]:
+def _block_ends(data, size: int) -> list[int]:
+    """End offsets of the blocks of a long text: each ends with a line end followed by an event line and preceded
+    by one, at or after a multiple of `size` (the last block ends at the end of the data)."""
+    ends, pos, n = [], 0, len(data)
+    while n - pos > size:
+        target = pos + size
+        end = None
+        for _ in range(64):  # a few candidates: the line before the cut must be an event line too
+            m = _EVENT_LINE_START.search(data, target, min(n, target + (8 << 20)))
+            if m is None:
+                break
+            start = data.rfind(b"\n", pos, m.start()) + 1
+            if start > pos and _EVENT_LINE.match(data, start, m.start()):
+                end = m.start() + 1
+                break
+            target = m.start() + 1
+        if end is None:
+            break
+        ends.append(end)
+        pos = end
+    ends.append(n)
+    return ends
+
+
+def _parse_text_blocks(path, data, meta: dict) -> dict[str, pl.DataFrame]:
+    """A long plain text (see TEXT_BLOCK_BYTES): block by block, the tables concatenated."""
+    parts: dict[str, list[pl.DataFrame]] = {}
+    columns: dict = {}
+    first_line, start, events = 1, 0, 0
+    for end in _block_ends(data, TEXT_BLOCK_BYTES):
+        body = bytes(data[start:end])
+        if hasattr(data, "madvise"):  # an mmap: the block's pages leave this process' memory once copied
+            import mmap
+
+            page = mmap.PAGESIZE
+            lo, hi = start // page * page, end // page * page
+            if hi > lo:
+                data.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        before = meta.get("_text_event_lines", 0)
+        for name, df in _parse_text(path, body, first_line, meta, entries_check=False).items():
+            parts.setdefault(name, []).append(df)
+        events += meta.get("_text_event_lines", 0) - before
+        cols = meta.get("text_columns") or {}
+        columns = {**columns, **cols, **{k: bool(columns.get(k)) or bool(cols.get(k)) for k in ("tgid", "flags")}}
+        first_line += body.count(b"\n")
+        start = end
+        del body
+    if columns:
+        meta["text_columns"] = columns
+    in_buffer = meta.get("entries_in_buffer")
+    if in_buffer is not None and events < in_buffer:
+        meta["warnings"].append(
+            f"the header says the ring buffer held {in_buffer} entries but the text has "
+            f"{events} events: a truncated or filtered copy of the trace"
+        )
+    return {n: _concat_blocks(dfs) for n, dfs in parts.items()}
+
+
+def _concat_blocks(dfs: list[pl.DataFrame]) -> pl.DataFrame:
+    """One event's tables of every block, without copying, in the column order of the widest (a column only some
+    blocks have, such as ``stack``, where the whole text's table has it)."""
+    if len(dfs) == 1:
+        return dfs[0]
+    order = list(max(dfs, key=lambda df: df.width).columns)
+    order += [c for df in dfs for c in df.columns if c not in order]
+    return pl.concat(dfs, how="diagonal_relaxed", rechunk=False).select(order)
+
+
+def _parse_text(
+    path, body: bytes, first_line: int, meta: dict, source: str | None = None, entries_check: bool = True
+) -> dict[str, pl.DataFrame]:
     padded = len(body) - len(body.rstrip(b"\x00")) if body[-1:] == b"\x00" else 0
     if padded:  # NUL padding after the text (a file or buffer padded to a block size): skipped, counted
         body = body[: len(body) - padded]
@@ -118,7 +207,9 @@ def _parse_text(path, body: bytes, first_line: int, meta: dict, source: str | No
     if not quirks:
         meta.pop("text_quirks")
     where = f"{path} ({source})" if source else path
-    return parse_lines(where, lines, meta, source=source, complete=complete, ascii_only=is_ascii(body))
+    return parse_lines(
+        where, lines, meta, source=source, complete=complete, ascii_only=is_ascii(body), entries_check=entries_check
+    )
 
 
 def _ends_with_escaped_newline(lines: pl.DataFrame) -> bool:

@@ -84,3 +84,60 @@ def inflate_error(path, what: str, compressed_size: int, offset: int | None, lim
         offset=offset,
         expected=f"at most {limit} inflated bytes",
     )
+
+
+# Memory a text trace takes to read, per byte of text (issue 43; docs/robustness.md "Long text traces"): a text
+# longer than ftrace_text.TEXT_BLOCK_BYTES is read block by block (peak RSS ~1.8 x its size, address space
+# ~5 x: polars' allocator keeps the address space it reserved), a shorter one whole (~10 x). Measured on a
+# 10 M-event one-CPU `trace-cmd report` text of 1.01 GB: peak RSS 1.83 GB, peak address space 5.7 GB.
+TEXT_BLOCK_RSS_PER_BYTE, TEXT_BLOCK_AS_PER_BYTE, TEXT_WHOLE_PER_BYTE = 1.9, 5.0, 10.0
+
+
+class TraceTooLargeError(MemoryError):
+    """The trace needs more memory than this process may have (address-space limit or available memory): said
+    before reading it, rather than dying half-way in an allocation that aborts the process."""
+
+
+def _status_bytes(key: str, path: str = "/proc/self/status") -> int | None:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def memory_limits() -> tuple[int | None, int | None]:
+    """(address-space limit RLIMIT_AS in bytes or None when unlimited, MemAvailable of /proc/meminfo or None)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    limit = None if soft == resource.RLIM_INFINITY else soft
+    return limit, _status_bytes("MemAvailable", "/proc/meminfo")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def check_text_memory(path, size: int, *, blocks: bool) -> None:
+    """Refuse a text trace of `size` bytes that cannot be read within this process' address-space limit
+    (`ulimit -v`, RLIMIT_AS) or the memory available (MemAvailable), with a TraceTooLargeError naming the size,
+    the estimate and the limit. blocks: the text is read block by block (else whole)."""
+    rss = size * (TEXT_BLOCK_RSS_PER_BYTE if blocks else TEXT_WHOLE_PER_BYTE)
+    space = size * (TEXT_BLOCK_AS_PER_BYTE if blocks else TEXT_WHOLE_PER_BYTE) + (_status_bytes("VmSize") or 0)
+    limit, available = memory_limits()
+    what = f"{path}: a text trace of {size:,} bytes needs about"
+    if limit is not None and space > limit:
+        raise TraceTooLargeError(
+            f"{what} {_gib(space)} of address space to read, over this process' address-space limit "
+            f"(ulimit -v / RLIMIT_AS) of {_gib(limit)}: raise the limit (ulimit -v), or convert the trace to "
+            f"trace.dat (`trace-cmd record`), which is read in bounded memory"
+        )
+    if available is not None and rss > available:
+        raise TraceTooLargeError(
+            f"{what} {_gib(rss)} of memory to read, more than the {_gib(available)} available "
+            f"(MemAvailable in /proc/meminfo): free memory, or convert the trace to trace.dat, read in bounded memory"
+        )

@@ -19,6 +19,9 @@ What is decoded (see docs/perfetto.md):
   uWs, packet_ts, rail_index); BatteryCounters -> `battery_counters`.
 - SysStats.cpufreq_khz (traced's polling of scaling_cur_freq) -> `cpu_frequency_polled` (ts = packet time
   ns, cpu, frequency_khz Int64), a counter-sample table apart from the cpu_frequency events.
+- ProcessTree -> `process` (pid, tgid, ppid, name = a process's cmdline[0] / a thread's name, user null; one
+  row per pid, no ts), the shape of the text readers' ps listings; the per-task metrics key threads by it
+  (abtest.analysis.task_keys).
 - SystemInfo, CpuInfo, FtraceStats, TraceStats, ClockSnapshot -> metadata.
 - compressed_packets (zlib) and zstd_compressed_packets are inflated (within abtest.trace.limits: a block
   that inflates beyond its limit is a TraceFormatError naming its offset and the limit) and walked.

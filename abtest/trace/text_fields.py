@@ -110,13 +110,44 @@ CANONICAL_INT_FIELDS: dict[str, tuple[str, ...]] = {
     "thermal_temperature": ("id", "temp_prev", "temp"),
     "cdev_update": ("target",),
     "thermal_power_cpu_limit": ("freq", "cdev_state", "power"),
+    "thermal_power_allocator": (
+        "thermal_zone_id",
+        "tz_id",
+        "total_req_power",
+        "total_granted_power",
+        "max_allocatable_power",
+        "current_temperature",
+        "current_temp",
+        "delta_temperature",
+        "delta_temp",
+    ),
+    # PELT signals, read as numbers by abtest.analysis.load_tracking (every name of abtest.trace.schema's
+    # sched_pelt_* tables; each field checked where the event has it)
+    **{
+        name: ("util", "load", "runnable", "util_avg", "load_avg", "runnable_avg", "utilization", "pid", "field_cpu")
+        for name in (
+            "sched_load_cfs_rq",
+            "sched_load_se",
+            "sched_load_rt_rq",
+            "sched_load_dl_rq",
+            "sched_load_irq",
+            "sched_load_avg_cpu",
+            "sched_load_avg_task",
+            "lisa__sched_pelt_cfs",
+            "lisa__sched_pelt_se",
+            "lisa__sched_pelt_rt",
+            "lisa__sched_pelt_dl",
+            "lisa__sched_pelt_irq",
+            "lisa__sched_pelt_thermal",
+        )
+    },
 }
 # Fields every line of the event must carry for its table to keep the canonical schema (abtest.trace.schema) and
 # the analyses to read it: a line without one (``cpu_frequency: freq=1000 cpu=0``, ``cpu_idle: foo=1``) is not
 # imported (import_errors ``missing_field``), and a table whose every line lacks it still has the column (empty).
 _WAKE_REQUIRED = ("comm", "pid", "prio", "target_cpu")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
-    "sched_switch": ("prev_comm", "prev_pid", "prev_prio", "next_comm", "next_pid", "next_prio"),
+    "sched_switch": ("prev_comm", "prev_pid", "prev_prio", "prev_state", "next_comm", "next_pid", "next_prio"),
     "sched_wakeup": _WAKE_REQUIRED,
     "sched_waking": _WAKE_REQUIRED,
     "sched_wakeup_new": _WAKE_REQUIRED,
@@ -127,8 +158,9 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "cpu_frequency_limits": ("min_freq", "max_freq", "cpu_id"),
     "thermal_temperature": ("thermal_zone", "temp"),
     "cdev_update": ("type", "target"),
+    "thermal_power_cpu_limit": ("cpus", "freq", "cdev_state"),
 }
-INT32_FIELDS = frozenset({"prev_pid", "next_pid", "pid", "target_cpu", "orig_cpu", "dest_cpu", "cpu_id"})
+INT32_FIELDS = frozenset({"prev_pid", "next_pid", "pid", "target_cpu", "orig_cpu", "dest_cpu", "cpu_id", "field_cpu"})
 # Columns every raw table starts with; an event field of the same name is renamed field_<name>
 # (e.g. sched_load_avg_cpu's own ``cpu=7`` -> field_cpu; ``cpu`` stays the ring-buffer CPU).
 COMMON_COLUMNS = frozenset({"ts", "cpu", "common_pid", "common_comm", "common_tgid", "stack"})
@@ -417,8 +449,10 @@ def parse_sched_switch(df: pl.DataFrame, ascii_only: bool = False) -> pl.DataFra
     if plugin.height:
         p = pl.col("payload")
         plugin = plugin.with_columns(p.str.find(" ==> ", literal=True).alias("_a"))
+        # str.find gives a byte offset: character slicing is right only for ASCII text
         plugin = plugin.with_columns(
-            p.str.slice(0, pl.col("_a")).alias("_prev"), p.str.slice(pl.col("_a") + 5).alias("_next")
+            (p.str.slice(0, pl.col("_a")) if ascii_only else _byte_slice(p, 0, pl.col("_a"))).alias("_prev"),
+            (p.str.slice(pl.col("_a") + 5) if ascii_only else _byte_slice(p, pl.col("_a") + 5)).alias("_next"),
         )
         plugin = _task_prio_columns(plugin, "_prev", "prev_", ascii_only)
         plugin = plugin.with_columns(

@@ -899,6 +899,7 @@ def parse_lines(
     complete: bool = True,
     limits: Limits | None = None,
     ascii_only: bool | None = None,
+    entries_check: bool = True,
 ) -> dict[str, pl.DataFrame]:
     """Frame of (``_line``, ``text``) -> raw tables keyed by event name; fills ``meta`` (import accounting in
     meta["import_errors"] / meta["non_event_content"], see the module docstring; table ``process`` when
@@ -907,6 +908,8 @@ def parse_lines(
     source: how examples name the text when it is not the file itself (e.g. "inflated atrace -z stream");
     complete: False when the text does not end with a line end (its last line may be cut short).
     ascii_only: the text holds no byte >= 0x80 (`is_ascii`; None: found out here): cheaper slicing.
+    entries_check: warn when the text has fewer events than its header's entries-in-buffer (False for one
+    block of a longer text: the caller checks the whole).
     Never raises for unparseable lines: the caller decides whether the text is a trace at all
     (meta["_text_event_lines"] counts the lines read as events). An input holding only
     headers/comments gives no tables and a warning."""
@@ -986,7 +989,7 @@ def parse_lines(
     if groups.is_empty() and not fg_tables and others.filter(pl.col("_kind") != "blank").is_empty() and bad.is_empty():
         raise TraceFormatError(path, "no trace lines (only blank lines)", line=1, expected=EXPECTED_LINE)
     in_buffer = _header_meta(others.filter(pl.col("_kind").is_in(["comment", "header"])), meta)
-    if in_buffer is not None and groups.height < in_buffer:
+    if entries_check and in_buffer is not None and groups.height < in_buffer:
         warnings.append(
             f"the header says the ring buffer held {in_buffer} entries but the text has "
             f"{groups.height} events: a truncated or filtered copy of the trace"

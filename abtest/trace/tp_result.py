@@ -18,7 +18,10 @@ def _batch_columns(batch, n_cols: int) -> list[tuple[np.ndarray, np.ndarray, np.
     cells = np.fromiter(batch.cells, dtype=np.int8, count=len(batch.cells))
     varints = np.fromiter(batch.varint_cells, dtype=np.int64, count=len(batch.varint_cells))
     floats = np.fromiter(batch.float64_cells, dtype=np.float64, count=len(batch.float64_cells))
-    strings = batch.string_cells.split("\0")  # each cell NUL-terminated: one spare "" at the end
+    text = batch.string_cells
+    if isinstance(text, bytes):  # invalid UTF-8 in the trace's strings: the proto decoder gives the raw bytes
+        text = text.decode("utf-8", errors="replace")
+    strings = text.split("\0")  # each cell NUL-terminated: one spare "" at the end
     blobs = list(batch.blob_cells)
     # index of each cell within its type's value array
     idx = np.zeros(len(cells), dtype=np.int64)

@@ -63,6 +63,9 @@ def frames(batches: list) -> dict[str, pl.DataFrame]:
         name, batch = batches.pop()
         df = pl.DataFrame(batch)
         del batch
+        if "ts" not in df.columns:  # a table describing the system (perfetto's `process`)
+            out[name] = df
+            continue
         ts = df["ts"]
         out[name] = df.with_columns(ts.set_sorted()) if ts.is_sorted() else df
     return out

@@ -1,6 +1,6 @@
 //! Perfetto Trace -> columnar tables. A Trace is `repeated TracePacket packet = 1`.
 //!
-//! Decoded packets (field numbers of perfetto.protos.TracePacket): ftrace_events (1),
+//! Decoded packets (field numbers of perfetto.protos.TracePacket): ftrace_events (1), process_tree (2),
 //! clock_snapshot (6), timestamp (8), ftrace_stats (34), trace_stats (35), power_rails (40),
 //! battery (38), sys_stats (7, cpufreq_khz only), previous_packet_dropped (42), system_info (45), compressed_packets (50, zlib),
 //! timestamp_clock_id (58), cpu_info (67), zstd_compressed_packets (133).
@@ -9,7 +9,7 @@ use std::io::Read;
 
 use crate::compact::{self, CompactSwitch, CompactWaking};
 use crate::generic::{decode_generic_fields, event_descriptor, generic_name};
-use crate::packets::{self, Meta, Rails};
+use crate::packets::{self, Meta, ProcessTree, Rails};
 use crate::schema::{EventSpec, Schema};
 use crate::sort::{
     derive_prev, sort_compact_switch, sort_compact_waking, sort_rails, sort_table, waker_pids, PrevTask, Renames,
@@ -36,6 +36,7 @@ pub struct Decoder<'s> {
     pub waking: CompactWaking,
     pub prev: PrevTask,
     pub rails: Rails,
+    pub procs: ProcessTree,
     pub meta: Meta,
     pub warnings: Vec<String>,
     /// tables of event ids outside the schema (one warning each)
@@ -70,6 +71,7 @@ impl<'s> Decoder<'s> {
             waking: CompactWaking::default(),
             prev: PrevTask::default(),
             rails: Rails::default(),
+            procs: ProcessTree::default(),
             meta: Meta::default(),
             warnings: Vec::new(),
             unknown_ids: FxHashMap::default(),
@@ -134,7 +136,7 @@ impl<'s> Decoder<'s> {
                 10 => seq = Some(v.as_u64() as u32),
                 42 => dropped_before = v.as_u64() != 0,
                 // sys_stats (7): only cpufreq_khz is read, so it also stays counted as not decoded
-                7 | 1 | 6 | 34 | 35 | 38 | 40 | 45 | 50 | 67 | 133 => {
+                7 | 1 | 2 | 6 | 34 | 35 | 38 | 40 | 45 | 50 | 67 | 133 => {
                     if num == 7 {
                         *self.meta.packets_not_decoded.entry(7).or_insert(0) += 1;
                     }
@@ -168,6 +170,7 @@ impl<'s> Decoder<'s> {
             };
             match num {
                 1 => self.decode_bundle(pb, poff)?,
+                2 => packets::process_tree(pb, poff, &mut self.procs)?,
                 6 => packets::clock_snapshot(pb, poff, &mut self.meta)?,
                 34 => packets::ftrace_stats(pb, poff, &mut self.meta)?,
                 35 => packets::trace_stats(pb, poff, &mut self.meta)?,

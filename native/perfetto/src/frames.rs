@@ -11,7 +11,12 @@
 //! - power_rail: ts (energy_data.timestamp_ms in ns; the packet time when absent), rail, subsystem (from
 //!   the rail_descriptor of that index, first one wins), energy_uj (Float64, cumulative uWs = uJ as
 //!   sampled), packet_ts (null when the packet had no timestamp), rail_index;
-//! - battery_counters has no cpu; cpu_frequency_polled's frequency_khz is Int64 like cpu_frequency's.
+//! - battery_counters has no cpu; cpu_frequency_polled's frequency_khz is Int64 like cpu_frequency's;
+//! - process (ProcessTree packets; no ts: it describes the system): one row per pid, sorted by pid, in the
+//!   shape of the text readers' ps listings (abtest/trace/text_process.py): pid (Int32: process or thread
+//!   id), tgid (Int32: = pid for a process), ppid (Int32: the process's parent, for a thread its
+//!   process's), name (Utf8: a process's cmdline[0], a thread's name; null when none), user (Utf8, null:
+//!   ProcessTree has only the uid). A pid listed as a process and as a thread is the process's row.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -274,8 +279,34 @@ fn power_rail(d: &Decoder, warnings: &mut Vec<String>) -> Vec<(String, ArrayRef)
     ]
 }
 
+/// The `process` table from the ProcessTree packets (see the module doc).
+fn process(d: &Decoder) -> Vec<(String, ArrayRef)> {
+    let t = &d.procs;
+    let mut rows: Vec<(i32, i32, Option<i32>, Option<&str>)> = Vec::new();
+    for (&pid, p) in &t.processes {
+        rows.push((pid, pid, p.parent, p.name.as_deref()));
+    }
+    for (&tid, th) in &t.threads {
+        if t.processes.contains_key(&tid) {
+            continue;
+        }
+        let tgid = th.parent.unwrap_or(tid);
+        let ppid = t.processes.get(&tgid).and_then(|p| p.parent);
+        rows.push((tid, tgid, ppid, th.name.as_deref()));
+    }
+    rows.sort_unstable_by_key(|r| r.0);
+    let n = rows.len();
+    vec![
+        ("pid".into(), Arc::new(rows.iter().map(|r| r.0).collect::<Int32Array>()) as ArrayRef),
+        ("tgid".into(), Arc::new(rows.iter().map(|r| r.1).collect::<Int32Array>())),
+        ("ppid".into(), Arc::new(rows.iter().map(|r| r.2).collect::<Int32Array>())),
+        ("name".into(), Arc::new(rows.iter().map(|r| r.3).collect::<LargeStringArray>())),
+        ("user".into(), new_null_array(&DataType::LargeUtf8, n)),
+    ]
+}
+
 /// Every table of a finished decoder (in order: event tables as first met, then the compact rows, then
-/// power_rail); `warnings` gets the rails without a descriptor.
+/// power_rail, then process); `warnings` gets the rails without a descriptor.
 pub fn tables(d: &Decoder, warnings: &mut Vec<String>) -> Vec<(String, RecordBatch)> {
     let mut out: Vec<(String, Vec<(String, ArrayRef)>)> =
         d.tables.iter().filter(|t| !t.ts.is_empty()).map(|t| (t.name.clone(), event_table(t, &d.strings))).collect();
@@ -292,6 +323,9 @@ pub fn tables(d: &Decoder, warnings: &mut Vec<String>) -> Vec<(String, RecordBat
     if !d.rails.ts.is_empty() {
         let cols = power_rail(d, warnings);
         out.push(("power_rail".into(), cols));
+    }
+    if !d.procs.processes.is_empty() || !d.procs.threads.is_empty() {
+        out.push(("process".into(), process(d)));
     }
     out.into_iter().map(|(n, cols)| (n, batch(cols))).collect()
 }

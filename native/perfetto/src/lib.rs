@@ -141,4 +141,42 @@ mod tests {
         data.extend_from_slice(&garbage);
         assert!(decode(&data, Limits::default()).is_err());
     }
+
+    fn ld(field: u8, payload: &[u8]) -> Vec<u8> {
+        assert!(payload.len() < 128);
+        let mut out = vec![field << 3 | 2, payload.len() as u8];
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn process_tree_becomes_the_process_table() {
+        use arrow_array::{Array, Int32Array, LargeStringArray};
+        // Process{pid 10, ppid 1, cmdline ["/vendor/bin/hw/hal", "-x"]}; Thread{tid 11, name "hal_worker", tgid 10};
+        // Thread{tid 12, name "old", tgid 10}, then in a later packet Thread{tid 12, name "new", tgid 10}
+        let mut proc10 = vec![0x08, 10, 0x10, 1];
+        proc10.extend(ld(3, b"/vendor/bin/hw/hal"));
+        proc10.extend(ld(3, b"-x"));
+        let mut t11 = vec![0x08, 11];
+        t11.extend(ld(2, b"hal_worker"));
+        t11.extend([0x18, 10]);
+        let mut t12 = vec![0x08, 12, 0x18, 10];
+        t12.extend(ld(2, b"old"));
+        let mut tree = ld(1, &proc10);
+        tree.extend(ld(2, &t11));
+        tree.extend(ld(2, &t12));
+        let mut later = vec![0x08, 12, 0x18, 10];
+        later.extend(ld(2, b"new"));
+        let mut data = ld(1, &ld(2, &tree));
+        data.extend(ld(1, &ld(2, &ld(2, &later))));
+        let d = decode(&data, Limits::default()).unwrap();
+        let (_, t) = d.tables.iter().find(|(n, _)| n == "process").unwrap();
+        let ints = |c: &str| t.column_by_name(c).unwrap().as_any().downcast_ref::<Int32Array>().unwrap().clone();
+        let names = t.column_by_name("name").unwrap().as_any().downcast_ref::<LargeStringArray>().unwrap().clone();
+        assert_eq!(ints("pid").values().to_vec(), vec![10, 11, 12]);
+        assert_eq!(ints("tgid").values().to_vec(), vec![10, 10, 10]);
+        assert_eq!(ints("ppid").values().to_vec(), vec![1, 1, 1]);
+        assert_eq!((names.value(0), names.value(1), names.value(2)), ("/vendor/bin/hw/hal", "hal_worker", "new"));
+        assert!(!d.meta.perfetto.packets_not_decoded.contains_key("process_tree"));
+    }
 }

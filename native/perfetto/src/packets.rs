@@ -324,3 +324,51 @@ pub fn clock_snapshot(b: &[u8], off: usize, meta: &mut Meta) -> DResult<()> {
     meta.clock_snapshots.push(clocks);
     Ok(())
 }
+
+/// What ProcessTree packets (packet field 2) said about one pid (a later record replaces an earlier one).
+#[derive(Default, Clone)]
+pub struct TaskRec {
+    /// Process: its parent; Thread: its thread group (process)
+    pub parent: Option<i32>,
+    /// Process: cmdline[0] (none for kernel threads); Thread: the thread's name
+    pub name: Option<String>,
+}
+
+/// ProcessTree (packet field 2) of the whole trace: processes (pid -> ppid, cmdline[0]) and threads
+/// (tid -> tgid, name); for a pid a later record wins.
+#[derive(Default)]
+pub struct ProcessTree {
+    pub processes: std::collections::BTreeMap<i32, TaskRec>,
+    pub threads: std::collections::BTreeMap<i32, TaskRec>,
+}
+
+/// ProcessTree: Process{pid = 1, ppid = 2, repeated cmdline = 3}, Thread{tid = 1, name = 2, tgid = 3}.
+pub fn process_tree(b: &[u8], off: usize, tree: &mut ProcessTree) -> DResult<()> {
+    let mut m = Msg::new(b, off);
+    while let Some((num, v)) = m.next_field()? {
+        if num != 1 && num != 2 {
+            continue;
+        }
+        let Some(mut pm) = Msg::from_value(&v) else { continue };
+        let (mut id, mut rec, mut first_arg) = (None, TaskRec::default(), true);
+        while let Some((n2, v2)) = pm.next_field()? {
+            match (num, n2) {
+                (_, 1) => id = Some(v2.as_u64() as i32),
+                (1, 2) | (2, 3) => rec.parent = Some(v2.as_u64() as i32),
+                (1, 3) if first_arg => {
+                    first_arg = false;
+                    rec.name = Some(string_of(&v2)).filter(|s| !s.is_empty());
+                }
+                (2, 2) => rec.name = Some(string_of(&v2)).filter(|s| !s.is_empty()),
+                _ => {}
+            }
+        }
+        let Some(id) = id else { continue };
+        if num == 1 {
+            tree.processes.insert(id, rec);
+        } else {
+            tree.threads.insert(id, rec);
+        }
+    }
+    Ok(())
+}
