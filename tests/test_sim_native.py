@@ -5,6 +5,8 @@ signals (to float rounding), the same window demand and boost requests."""
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 from oracles import boost as boost_oracle
@@ -16,16 +18,23 @@ from abtest.analysis import boost, latency, load_tracking, pelt_sim, placement, 
 from abtest.analysis.platform import load_platform
 
 JUNO_PLAT = TRACES / "lisa" / "sched_load-plat_info.yml"
-_SKIP = ("plat_info", "MANIFEST", "README", ".json")
-SWITCH_TRACES = sorted(
-    str(p.relative_to(TRACES)) for p in TRACES.glob("*/*") if p.is_file() and not any(s in p.name for s in _SKIP)
-)
+# the shared traces with sched_switch events (and those with wakeups too), by their independently counted events
+_COUNTS = {k: doc.get("events") or {} for k, doc in json.loads((TRACES / "expected-counts.json").read_text()).items()}
 
 
-def _open(rel: str) -> Trace | None:
+def _with(*prefixes: str) -> list[str]:
+    return sorted(
+        k for k, ev in _COUNTS.items() if all(any(e.startswith(p) and n for e, n in ev.items()) for p in prefixes)
+    )
+
+
+SWITCH_TRACES = _with("sched_switch")
+WAKEUP_TRACES = sorted(set(_with("sched_switch", "sched_wakeup")) | set(_with("sched_switch", "sched_waking")))
+
+
+def _open(rel: str) -> Trace:
     t = Trace(TRACES / rel, platform=JUNO_PLAT if "sched_load" in rel else None)
-    if "sched_switch" not in t.tables or t.df("sched_switch").is_empty():
-        return None
+    assert "sched_switch" in t.tables and not t.df("sched_switch").is_empty(), rel
     return t
 
 
@@ -53,8 +62,6 @@ def _max_gap(a: pl.DataFrame, b: pl.DataFrame, key: str) -> dict[str, float]:
 @pytest.mark.parametrize("rel", SWITCH_TRACES)
 def test_pelt_native_equals_python(traces, rel):
     t = _open(rel)
-    if t is None:
-        pytest.skip("no sched_switch")
     lt = t.load_tracking
     sw = t.df("sched_switch", windowed=False)
     common = lt._sim_common()
@@ -123,8 +130,6 @@ def test_waiting_rules():
 @pytest.mark.parametrize("rel", SWITCH_TRACES)
 def test_window_demand_native_equals_python(traces, rel):
     t = _open(rel)
-    if t is None:
-        pytest.skip("no sched_switch")
     lt = t.load_tracking
     kw = dict(cpu_frequency=lt._df("cpu_frequency"), platform=lt._sim_common()["platform"], **lt._win())
     sw = t.df("sched_switch", windowed=False)
@@ -150,8 +155,6 @@ def _toy_platform(cpus: list[int]) -> dict:
 @pytest.mark.parametrize("rel", SWITCH_TRACES)
 def test_boost_requests_native_equals_python(traces, rel):
     t = _open(rel)
-    if t is None:
-        pytest.skip("no sched_switch")
     plat = t.platform if "sched_load" in rel else _toy_platform(sorted(t.df("sched_switch")["cpu"].unique().to_list()))
     sig = t.load_tracking.df_cpu_signals()
     py = boost_oracle.df_boost_requests(sig, plat, start_ns=t.start_ns, end_ns=t.end_ns)
@@ -160,15 +163,14 @@ def test_boost_requests_native_equals_python(traces, rel):
     assert nat.height > 0
 
 
-@pytest.mark.parametrize("rel", SWITCH_TRACES)
+@pytest.mark.parametrize("rel", WAKEUP_TRACES)
 def test_wakeup_latency_native_equals_python(traces, rel):
     """Both definitions (sched_wakeup -> switch-in; sched_waking -> switch-in, which also counts wakings that
     fired while the task was switching out): the compiled matching gives the as-of joins' rows."""
     t = _open(rel)
-    defs = [d for d, ev in latency.DEFINITIONS.items() if t is not None and t.has_events(ev)]
-    if not defs:
-        pytest.skip("no sched_switch and wakeups")
-    sw = t.df("sched_switch", windowed=False) if t is not None else None
+    defs = [d for d, ev in latency.DEFINITIONS.items() if t.has_events(ev)]
+    assert defs, rel
+    sw = t.df("sched_switch", windowed=False)
     key = ["wakeup_ts", "pid", "kind", "switch_in_ts"]
     for d in defs:
         wk = t.latency.df_wakeups(d)
@@ -191,8 +193,6 @@ def test_wakeup_latency_native_equals_python(traces, rel):
 def test_preemption_latency_native_equals_python(traces, rel):
     """The compiled preemption matching gives the as-of join's rows (whole trace and a half-trace window)."""
     t = _open(rel)
-    if t is None:
-        pytest.skip("no sched_switch")
     sw = t.df("sched_switch", windowed=False)
     key = ["preempt_ts", "pid", "from_cpu", "switch_in_ts"]
     for lo in (t.start_ns, (t.start_ns + t.end_ns) // 2):
@@ -207,8 +207,6 @@ def test_preemption_latency_native_equals_python(traces, rel):
 def test_task_state_intervals_native_equals_python(traces, rel):
     """The compiled task-state pass gives the frames' intervals (whole trace and a half-trace window)."""
     t = _open(rel)
-    if t is None:
-        pytest.skip("no sched_switch")
     sw, wk = t.df("sched_switch", windowed=False), tasks.TasksAnalysis(t)._wakeups()
     for lo in (t.start_ns, (t.start_ns + t.end_ns) // 2):
         py, nat = (
@@ -223,8 +221,6 @@ def test_task_state_aggregates_fold_the_intervals(traces, rel):
     """The compiled pass folding each thread's intervals as it makes them (what the tasks summary and metrics
     read) = the frames' intervals folded afterwards (whole trace and a half-trace window)."""
     t = _open(rel)
-    if t is None:
-        pytest.skip("no sched_switch")
     sw, wk = t.df("sched_switch", windowed=False), tasks.TasksAnalysis(t)._wakeups()
     for lo in (t.start_ns, (t.start_ns + t.end_ns) // 2):
         kw = dict(start_ns=lo, end_ns=t.end_ns)
@@ -242,8 +238,6 @@ def test_contention_aggregated_while_simulating(traces, rel):
     """load_tracking's contention figures from the simulation: aggregated in Rust without keeping segments
     = load_tracking.df_contention on the simulated segments (python backend)."""
     t = _open(rel)
-    if t is None:
-        pytest.skip("no sched_switch")
     lt = t.load_tracking
     sw = t.df("sched_switch", windowed=False)
     args = lt._sim_cpu_args(lt._df("sched_pelt_cfs"))
@@ -262,8 +256,6 @@ def test_placement_runs_native_equals_python(traces, rel):
     """The compiled placement pass gives the frames' runs (idle kept and dropped; whole trace, a window that
     cuts the trace in the middle, one that starts before the first switch)."""
     t = _open(rel)
-    if t is None:
-        pytest.skip("no sched_switch")
     sw = t.df("sched_switch", windowed=False)
     first = sw["ts"].min()
     for lo, hi in (
@@ -288,8 +280,6 @@ def test_placement_fold_equals_the_runs_grouped(traces, rel, monkeypatch):
     whole trace, and windows with a history (the metrics count switch-ins and CPU changes from the window
     start, the time of a run carried in)."""
     t = _open(rel)
-    if t is None:
-        pytest.skip("no sched_switch")
     mid = (t.start_ns + t.end_ns) // 2
     views = [t, t.window(mid, t.end_ns, history_ns=(mid - t.start_ns) // 2), t.window(t.start_ns, mid, history_ns=0)]
     got = [(placement.summary(v), placement.metrics(v)) for v in views]
@@ -304,10 +294,9 @@ def test_placement_fold_equals_the_runs_grouped(traces, rel, monkeypatch):
 
 
 def test_the_equivalence_tests_compare_real_traces(traces):
-    """The per-trace tests above skip shared traces without sched_switch (idle-only, power-only, frames-only
-    captures); this keeps them from passing by skipping everything: most shared traces have switches."""
-    with_switches = [r for r in SWITCH_TRACES if _open(r) is not None]
-    assert len(with_switches) >= 15, with_switches
+    """The per-trace tests above run on the shared traces with switches (idle-only, power-only, frames-only
+    captures are left out by their counted events); this keeps that selection from shrinking unnoticed."""
+    assert len(SWITCH_TRACES) >= 15 and len(WAKEUP_TRACES) >= 15, (SWITCH_TRACES, WAKEUP_TRACES)
 
 
 def _polars_stats(df: pl.DataFrame, by: str | None, value: str, qs: tuple[float, ...]) -> pl.DataFrame:
@@ -346,8 +335,6 @@ def test_group_stats_equal_polars(traces, rel):
     matched wakeup latencies (per name, per cluster with unknown ones, overall) and the task runs (per name):
     counts, quantiles and maxima equal, sums and means to 1e-12 (they add in another order)."""
     t = _open(rel)
-    if t is None:
-        pytest.skip("no sched_switch")
     qs = (0.5, 0.9, 0.95, 0.99)
     frames = []
     if t.latency.definitions():

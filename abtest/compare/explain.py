@@ -262,6 +262,14 @@ def _term_deltas(ta: list[pl.DataFrame], tb: list[pl.DataFrame], keys: list[str]
     return out
 
 
+def _term_contribution(r: dict) -> Contribution:
+    """A Contribution from one row of _term_deltas (per domain, or per domain and OPP / idle state)."""
+    return Contribution(
+        r["kind"], r["domain"], r.get("opp_khz"), r.get("state"), None, r["a"], r["b"], r["d"], r["share"],
+        r["ci"], r["dtime"], (), r["ta"], r["tb"],
+    )  # fmt: skip
+
+
 def explain_channel(
     channel: str,
     its_a: list[Iteration],
@@ -321,24 +329,7 @@ def explain_channel(
     level1: list[Contribution] = []
     if have_model:
         for r in _term_deltas(ta, tb, ["kind", "domain"], total):
-            level1.append(
-                Contribution(
-                    r["kind"],
-                    r["domain"],
-                    None,
-                    None,
-                    None,
-                    r["a"],
-                    r["b"],
-                    r["d"],
-                    r["share"],
-                    r["ci"],
-                    r["dtime"],
-                    (),
-                    r["ta"],
-                    r["tb"],
-                )
-            )
+            level1.append(_term_contribution(r))
         for keys in (["kind", "domain", "opp_khz"], ["kind", "domain", "state", "opp_khz"]):
             kinds = ("active", "static") if "state" not in keys else ("idle",)
             for r in _term_deltas(
@@ -347,24 +338,7 @@ def explain_channel(
                 keys,
                 total,
             ):
-                contributions.append(
-                    Contribution(
-                        r["kind"],
-                        r["domain"],
-                        r.get("opp_khz"),
-                        r.get("state"),
-                        None,
-                        r["a"],
-                        r["b"],
-                        r["d"],
-                        r["share"],
-                        r["ci"],
-                        r["dtime"],
-                        (),
-                        r["ta"],
-                        r["tb"],
-                    )
-                )
+                contributions.append(_term_contribution(r))
         if measured:
             res_a = [m - x for m, x in zip(va, model_a)]
             res_b = [m - x for m, x in zip(vb, model_b)]
