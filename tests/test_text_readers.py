@@ -662,3 +662,27 @@ def test_multi_line_kernel_messages(tmp_path):
     assert data.meta["import_errors"]["unrecognised_line"]["count"] == 1
     example = data.meta["import_errors"]["unrecognised_line"]["examples"][0]
     assert (example["line"], example["text"]) == (4, "garbage here")
+
+
+def test_event_cpu_field_followed_by_text(tmp_path):
+    """An event's own `cpu` field followed by text that is not `key=value` (cgroup_rstat_locked prints
+    "cpu=%d lock contended:%d"): the rows are events with the leading number as their `cpu`, placed by the
+    ring buffer's CPU (`buffer_cpu`), never import errors. Lines copied from `trace-cmd report` (3.1.6) of a
+    recording on this machine (kernel 6.18, events cgroup:cgroup_rstat_locked/unlock, `cat */cpu.stat`); the
+    last line is the same form with cpu=-1 (the event's "no CPU"), which the kernel prints for a whole-tree
+    flush."""
+    path = tmp_path / "rstat.txt"
+    path.write_text(
+        "cpus=2\n"
+        "             cat-18119 [000]11926025161808: cgroup_rstat_locked:  root=4 id=1 level=0 cpu=0 lock contended:0\n"
+        "             cat-18119 [000]11926025172540: cgroup_rstat_unlock:  root=4 id=1 level=0 cpu=0 lock contended:0\n"
+        "             cat-18119 [000]11926025172680: cgroup_rstat_locked:  root=4 id=1 level=0 cpu=1 lock contended:0\n"
+        "            cat-18119 [001]11926025175238: cgroup_rstat_unlock:  root=4 id=1 level=0 cpu=-1 lock contended:1\n"
+    )
+    data = read_trace(path)
+    assert data.meta["events"] == {"cgroup_rstat_locked": 2, "cgroup_rstat_unlock": 2}
+    assert "import_errors" not in data.meta or not data.meta["import_errors"]
+    unlock = data.tables["cgroup_rstat_unlock"]
+    assert unlock["cpu"].to_list() == [0, -1]
+    assert unlock["buffer_cpu"].to_list() == [0, 1]
+    assert data.tables["cgroup_rstat_locked"]["cpu"].to_list() == [0, 1]

@@ -241,11 +241,10 @@ def _event_cpu_convention(df: pl.DataFrame) -> pl.DataFrame:
     `field_cpu`)."""
     if "field_cpu" not in df.columns or "buffer_cpu" in df.columns:
         return df
-    return (
-        df.rename({"cpu": "buffer_cpu"})
-        .rename({"field_cpu": "cpu"})
-        .with_columns(pl.col("cpu").cast(pl.Int32, strict=False))
-    )
+    cpu = pl.col("cpu")
+    if df.schema["field_cpu"] == pl.Utf8:  # "cpu=0 lock contended:0": the value is the leading number
+        cpu = cpu.str.extract(r"^\s*(-?\d+)(?:\s|$)").str.to_integer(base=10, strict=False)
+    return df.rename({"cpu": "buffer_cpu"}).rename({"field_cpu": "cpu"}).with_columns(cpu.cast(pl.Int32, strict=False))
 
 
 def unchanged_by_canonicalize(name: str, schema: dict[str, pl.DataType]) -> bool:
@@ -284,15 +283,18 @@ def _drop_unfit_rows(name: str, df: pl.DataFrame, meta: dict) -> pl.DataFrame:
         return df
     need = [c for c in _REQUIRED_COLUMNS.get(name, ()) if c in df.columns]
     checks = [pl.col(c).is_null() for c in need]
-    if "cpu" in df.columns and df.schema["cpu"].is_integer():
-        checks.append(pl.col("cpu").is_null() | (pl.col("cpu") < 0))
+    # the ring buffer's CPU places the row; an event's own `cpu` field (then the ring buffer's is `buffer_cpu`)
+    # may be -1 or absent by the event's own meaning (cgroup_rstat_locked: cpu=-1) and is kept as it is
+    placed_by = "buffer_cpu" if "buffer_cpu" in df.columns else "cpu"
+    if placed_by in df.columns and df.schema[placed_by].is_integer():
+        checks.append(pl.col(placed_by).is_null() | (pl.col(placed_by) < 0))
     if not checks:
         return df
     bad = df.select(pl.any_horizontal(checks).alias("_bad")).to_series()
     if not bad.any():  # the usual case
         return df
     rows = df.filter(bad)
-    cols = [c for c in ("ts", "cpu", *need) if c in rows.columns]
+    cols = [c for c in ("ts", placed_by, *need) if c in rows.columns]
     import_log.add_error(
         meta,
         "value_out_of_range",
