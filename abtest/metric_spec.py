@@ -16,6 +16,7 @@ This module imports nothing from abtest: every layer may use it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -203,3 +204,32 @@ class MetricValue:
 def values(spec: MetricSpec, by_group: dict) -> list[MetricValue]:
     """MetricValues of a grouped spec from {group: value} (None values skipped)."""
     return [MetricValue(spec, float(v), str(g)) for g, v in by_group.items() if v is not None]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A declared non-scalar table of an analysis: what no metric says in one value per group (OPP residency per
+    CPU, idle residency per CPU and state, power per rail, frames per layer). Declared once next to its function,
+    like a MetricSpec; `abtest analyze` prints it with the units declared here and writes it to JSON.
+
+    key: name in the analysis' ``tables`` (JSON); title: table title; columns: the columns in order, each
+    ``name`` or ``name[unit]`` separated by spaces ("cpu state_name time_s[s] pct[%]"; no unit: a plain number or
+    text); rows: ``rows(trace)`` -> a polars DataFrame holding these columns (None or an empty frame: the trace
+    has nothing for it); keys: how many leading columns name a row; note: printed under the table; across: a key
+    column that the terminal spreads across (one column per CPU: a CPU x OPP matrix per value column)."""
+
+    key: str
+    title: str
+    columns: str
+    rows: Callable
+    keys: int = 1
+    note: str = ""
+    across: str | None = None
+
+    def units(self) -> dict[str, str]:
+        """{column: unit} in order ("" = no unit)."""
+        out = {}
+        for c in self.columns.split():
+            name, _, unit = c.partition("[")
+            out[name] = unit.removesuffix("]")
+        return out

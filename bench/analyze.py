@@ -9,8 +9,9 @@ recorded with hackbench when it holds fewer than --min-events events; recording 
 tracefs lock). Printed, per round (best and median over --repeat rounds):
 
 - the trace: events, tables in memory (all tables / those `abtest analyze` reads);
-- each analysis' summary (what `abtest analyze` prints) in one process after the tables are loaded: time, input
-  events (rows of the tables it reads) per second; the same for its metrics (what `abtest compare` uses);
+- each analysis' evaluation (registry.evaluate: its metric values, which `abtest compare` uses too, and its
+  declared tables; what `abtest analyze` prints) in one process after the tables are loaded: time, input
+  events (rows of the tables it reads) per second;
 - the compiled simulators alone: PELT (per-CPU segments with tasks' jumps; and aggregated into contention, as
   load_tracking uses it), window demand, wakeup-latency matching: input events/s; with --reference also the
   Python frame implementations they replaced (slow);
@@ -130,33 +131,31 @@ def in_process(path: Path, repeat: int, reference: bool) -> dict:
     out = {"events": total, "tables_mb": all_mb, "read_mb": read_mb, "analyses": {}}
     print("per analysis (tables loaded; s; input events/s = rows of the tables it reads / time):")
     for a in registry.ANALYSES:
-        if a.summary is None and a.compute is None:
+        if a.compute is None and not a.tables:
             continue
         n_in = _events_of(t, a.all_events)
-        for what, fn in (("summary", a.summary), ("metrics", a.compute)):
-            if fn is None:
-                continue
-            times = []
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                try:
-                    fn(t) if what == "summary" else fn(t, registry.MetricOptions())
-                except Exception as e:  # noqa: BLE001 - an analysis that does not apply: say why
-                    times = None
-                    why = f"{type(e).__name__}: {str(e).splitlines()[0][:70]}"
-                    break
-                times.append(time.perf_counter() - t0)
-            if times is None:
-                if what == "summary":
-                    print(f"  {a.name:14s} {what:8s} skipped ({why})")
-                continue
-            rate = f"{n_in / min(times) / 1e6:7.1f} M ev/s" if n_in and min(times) > 1e-3 else " " * 12
-            print(f"  {a.name:14s} {what:8s} {_stats(times)}  {rate}  ({n_in:,} rows)")
-            out["analyses"].setdefault(a.name, {})[what] = {
-                "best_s": min(times),
-                "median_s": statistics.median(times),
-                "input_rows": n_in,
-            }
+        what = "evaluate"  # registry.evaluate: the metric values and the declared tables, as `abtest analyze`
+        times = []
+        for _ in range(repeat):
+            view = t.window(t.start_ns, t.end_ns)  # a fresh Trace object: nothing memoised from the last round
+            t0 = time.perf_counter()
+            try:
+                registry.evaluate(a, view, registry.MetricOptions())
+            except Exception as e:  # noqa: BLE001 - an analysis that does not apply: say why
+                times = None
+                why = f"{type(e).__name__}: {str(e).splitlines()[0][:70]}"
+                break
+            times.append(time.perf_counter() - t0)
+        if times is None:
+            print(f"  {a.name:14s} {what:8s} skipped ({why})")
+            continue
+        rate = f"{n_in / min(times) / 1e6:7.1f} M ev/s" if n_in and min(times) > 1e-3 else " " * 12
+        print(f"  {a.name:14s} {what:8s} {_stats(times)}  {rate}  ({n_in:,} rows)")
+        out["analyses"].setdefault(a.name, {})[what] = {
+            "best_s": min(times),
+            "median_s": statistics.median(times),
+            "input_rows": n_in,
+        }
     # the compiled simulators alone
     lt = t.load_tracking
     sw = t.df("sched_switch", windowed=False)
@@ -216,7 +215,7 @@ def in_process(path: Path, repeat: int, reference: bool) -> dict:
 
 
 def one_analysis_rss(path: Path, name: str) -> None:
-    """Child: load the tables analyze reads, then one analysis' summary; print JSON RSS figures (MB)."""
+    """Child: load the tables analyze reads, then one analysis (registry.evaluate); print JSON RSS figures (MB)."""
     from abtest import Trace
     from abtest.analysis import registry
 
@@ -229,7 +228,7 @@ def one_analysis_rss(path: Path, name: str) -> None:
     _reset_peak()
     a = registry.BY_NAME[name]
     try:
-        a.summary(t)
+        registry.evaluate(a, t, registry.MetricOptions())
     except Exception:  # noqa: BLE001 - not applicable here
         pass
     print(json.dumps({"baseline": base, "loaded": loaded, "peak": _vm("VmHWM")}))
@@ -238,10 +237,10 @@ def one_analysis_rss(path: Path, name: str) -> None:
 def per_analysis_rss(path: Path) -> dict:
     from abtest.analysis import registry
 
-    print("peak RSS of one analysis' summary in a fresh process (MB; over the loaded tables):")
+    print("peak RSS of one analysis (registry.evaluate) in a fresh process (MB; over the loaded tables):")
     out = {}
     for a in registry.ANALYSES:
-        if a.summary is None:
+        if a.compute is None and not a.tables:
             continue
         res = subprocess.run(
             [sys.executable, __file__, "--rss-child", a.name, "--trace", str(path)], capture_output=True, text=True

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bisect_sim.py            # 1,000 histories per setting (the table of docs/bisect.md)
     .venv/bin/python bench/bisect_sim.py --histories 100 --json
+    .venv/bin/python bench/bisect_sim.py --table after.json [before.json]   # the markdown table of a --json output
 
 Each history: a range of N commits (positions 0..N, 0 known good, N known bad) with one culprit drawn uniformly
 from 1..N; every run of a revision is base x (1 + effect if at/after the culprit) x (1 + CV x normal noise);
@@ -14,11 +15,13 @@ Strategies, all vectorised over the histories (numpy):
   SearchRule): endpoints first, interleaved, 4 + 4 runs then 2 more each until compare's decision rule (rules 2-3,
   `directional_batch`) calls a regression in the metric's direction (at most 40 each; otherwise the history
   fails: nothing to bisect); then 2 runs per visit at the revision that splits the posterior mass, until the
-  culprit block has 95 % and it and its parent have >= 3 runs (total budget 400 runs per history); then the
-  confirmation as Bisector.confirm does it: culprit vs parent with compare's `decide` on >= 3 + 3 runs taken
-  for it (the search's runs at the two are left out), 2 more each until the verdict is not inconclusive (or 40,
-  or the budget); an unconfirmed culprit that the posterior no longer holds at 95 % is searched again (3 rounds
-  at most). Failures are broken down by cause (--json: fail_endpoints, fail_budget, fail_stuck, fail_wrong).
+  culprit block has 95 % (total budget 400 runs per history); then the confirmation as Bisector.confirm does it
+  (abtest.bisect.confirm): new runs at culprit and parent (>= 1 each, as many as the effect in units of noise
+  needs) until the sequential test on them settles both sides, the decision rule (`decide`) on all their runs
+  (>= 3 + 3) and the posterior; an unconfirmed culprit that the posterior no longer holds at 95 % is searched
+  again (3 rounds at most). `--confirmation fixed` / `search-runs`: the previous confirmations. Failures are
+  broken down by cause (--json: fail_endpoints, fail_budget, fail_stuck, fail_wrong); confirm_runs: the runs
+  the confirmation took.
 - classic n=k: plain bisection with k runs per step and k runs per endpoint, a revision called bad when its mean
   is past the midpoint of the endpoints' means (a broken build: the nearest testable revision, like `git bisect
   skip`).
@@ -38,7 +41,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from abtest.bisect.posterior import Evidence, SearchRule, classic_next, next_query, parent_of, posterior  # noqa: E402
+from abtest.bisect import confirm as C  # noqa: E402
+from abtest.bisect.posterior import (  # noqa: E402
+    Evidence,
+    SearchRule,
+    classic_next,
+    next_query,
+    parent_of,
+    pooled_spread,
+    posterior,
+)
 from abtest.bisect.search import CONFIRM_RUNS, SEARCH_ROUNDS  # noqa: E402
 from abtest.compare.verdict import INCONCLUSIVE, REGRESSION, Policy, decide, directional_batch  # noqa: E402
 
@@ -46,7 +58,9 @@ BASE_MW = 1000.0
 BROKEN = 0.05
 ENDPOINT_START, ENDPOINT_STEP, ENDPOINT_CAP = 4, 2, 40
 MAX_RUNS = 400
-FRESH = True  # the confirmation decides on the runs taken for it (abtest.bisect.search.Bisector.confirm)
+# the confirmation: "sequential" (abtest.bisect.search.Bisector.confirm), "fixed" (the previous version: the
+# decision rule on >= 3 + 3 new runs), "search-runs" (the first version: the rule on all runs, >= 3 + 3)
+CONFIRMATION = "sequential"
 
 
 class History:
@@ -111,13 +125,16 @@ def run_posterior(h: History, rule: SearchRule, policy: Policy) -> dict:
     # 0 stopped confident, 1 endpoints not confirmed, 2 budget, 3 nothing left to measure
     why = np.where(confirmed, 0, 1)
     culprit_confirmed = np.zeros(H, bool)
+    confirm_runs = np.zeros(H)  # runs the confirmation(s) took
     rows = np.flatnonzero(confirmed)
     for round_ in range(SEARCH_ROUNDS):
         rows = _search(h, ev, raw, rows, rule, builds, reported, why)
         rows = rows[why[rows] == 0]  # the budget or the range ran out: no confirmation (the tool finishes)
         again = []
         for i in rows:
+            before = ev.n[i].sum()
             ok = _confirm(h, ev, raw[i], int(i), int(reported[i]), rule, policy)
+            confirm_runs[i] += ev.n[i].sum() - before
             culprit_confirmed[i] = ok
             if ok or round_ == SEARCH_ROUNDS - 1:
                 continue
@@ -136,6 +153,7 @@ def run_posterior(h: History, rule: SearchRule, policy: Policy) -> dict:
         "builds": float(builds.mean()),
         "endpoints_confirmed": float(confirmed.mean()),
         "culprit_confirmed": float(culprit_confirmed.mean()),
+        "confirm_runs": float(confirm_runs.mean()),  # of all runs, those the culprit's confirmation took
         # failures by cause (fractions of all histories): the endpoints not confirmed; the budget ran out with
         # the wrong culprit; nothing left to measure with the wrong culprit; the search stopped (confidence
         # reached, confirmation done) on the wrong culprit
@@ -187,11 +205,65 @@ def _add(ev: Evidence, raw: list, rows: np.ndarray, pos: np.ndarray, x: np.ndarr
 
 
 def _confirm(h, ev, raw_i, i, culprit, rule, policy) -> bool:
-    """Bisector.confirm for history i: culprit vs parent, >= 3 + 3 runs, `batch` more each until the decision
-    rule says anything but inconclusive, or the per-revision cap, or the budget. True when it says regression.
+    """Bisector.confirm for history i: the sequential test (abtest.bisect.confirm.step) on the new runs at
+    parent and culprit, then the decision rule on all their runs and the posterior from all runs. True when
+    confirmed. The other CONFIRMATION modes: `_confirm_fixed`."""
+    if CONFIRMATION != "sequential":
+        return _confirm_fixed(h, ev, raw_i, i, culprit, rule, policy)
+    parent = int(parent_of(ev.untestable[i], np.array(culprit)))
+    skip = {p: len(raw_i.get(p, [])) for p in (parent, culprit)}
+    while True:
+        sub = Evidence(ev.n[i : i + 1], ev.s[i : i + 1], ev.ss[i : i + 1], ev.untestable[i : i + 1])
+        var, dof = pooled_spread(sub)
+        lv = C.levels_of(ev.n[i], ev.s[i], float(var[0]), float(dof[0]))
+        a, b = raw_i.get(parent, []), raw_i.get(culprit, [])
+        s = C.step(
+            a[skip[parent] :],
+            b[skip[culprit] :],
+            len(a),
+            len(b),
+            parent == 0,
+            culprit == h.N,
+            lv,
+            rule.confidence,
+            rule.batch,
+        )
+        new = max(len(a) - skip[parent], len(b) - skip[culprit])
+        capped = new >= rule.per_revision_cap or ev.n[i].sum() >= MAX_RUNS
+        if s.status != C.MORE or capped:
+            if s.status == C.REFUTED:
+                return False
+            v = decide(a, b, True, policy)
+            post = posterior(sub)
+            same = int(post.culprit[0]) == culprit and float(post.confidence[0]) >= rule.confidence
+            if s.status == C.CONFIRMED and v.verdict == REGRESSION and same:
+                return True
+            if capped or v.verdict != INCONCLUSIVE or not same:
+                return False
+            more = {parent: rule.batch, culprit: rule.batch}
+        else:
+            more = {parent: s.more_parent, culprit: s.more_culprit}
+        for p, k in more.items():
+            if k > 0:
+                _take(h, ev, raw_i, i, p, k)
+
+
+def _take(h, ev, raw_i, i, p, k) -> None:
+    x = h.runs(np.array([i]), np.array([p]), k)
+    ev.n[i, p] += k
+    ev.s[i, p] += x.sum()
+    ev.ss[i, p] += (x * x).sum()
+    raw_i.setdefault(p, []).extend(x[0].tolist())
+
+
+def _confirm_fixed(h, ev, raw_i, i, culprit, rule, policy) -> bool:
+    """The previous versions of Bisector.confirm for history i: culprit vs parent, >= 3 + 3 runs, `batch` more
+    each until the decision rule says anything but inconclusive, or the per-revision cap, or the budget. True
+    when it says regression. "fixed": the verdict on the runs taken for it only; "search-runs": on all runs.
     (The parent has runs already: the search does not stop before the culprit and its parent have 3 each.)"""
     parent = int(parent_of(ev.untestable[i], np.array(culprit)))
-    skip = {p: len(raw_i.get(p, [])) if FRESH else 0 for p in (parent, culprit)}
+    fresh = CONFIRMATION == "fixed"
+    skip = {p: len(raw_i.get(p, [])) if fresh else 0 for p in (parent, culprit)}
     while True:
         a, b = raw_i.get(parent, [])[skip[parent] :], raw_i.get(culprit, [])[skip[culprit] :]
         n = min(len(a), len(b))
@@ -203,11 +275,7 @@ def _confirm(h, ev, raw_i, i, culprit, rule, policy) -> bool:
         for p in (parent, culprit):
             k = target - len(raw_i.get(p, [])) + skip[p]
             if k > 0:
-                x = h.runs(np.array([i]), np.array([p]), k)
-                ev.n[i, p] += k
-                ev.s[i, p] += x.sum()
-                ev.ss[i, p] += (x * x).sum()
-                raw_i.setdefault(p, []).extend(x[0].tolist())
+                _take(h, ev, raw_i, i, p, k)
 
 
 def run_classic(h: History, n: int) -> dict:
@@ -246,14 +314,28 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=20261128)
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
-        "--confirm-on-search-runs",
-        action="store_true",
-        help="the first version's confirmation: the verdict also counts the search's runs at culprit and parent",
+        "--table",
+        nargs="+",
+        metavar="JSON",
+        help="no simulation: print the markdown table of docs/bisect.md from a --json output (a second --json "
+        "output, e.g. of --confirmation fixed, adds its accuracy, runs and confirmation runs as 'before')",
+    )
+    ap.add_argument(
+        "--confirmation",
+        choices=["sequential", "fixed", "search-runs"],
+        default="sequential",
+        help="sequential: abtest bisect's (default); fixed: the previous version's, the decision rule on >= 3 + 3 "
+        "new runs; search-runs: the first version's, the rule on all runs of culprit and parent",
     )
     args = ap.parse_args(argv)
-    global FRESH
-    FRESH = not args.confirm_on_search_runs
-    rule = SearchRule(confidence=args.confidence)
+    if args.table:
+        docs = [json.loads(Path(f).read_text()) for f in args.table]
+        print(markdown_table(docs[0]["rows"], docs[1]["rows"] if len(docs) > 1 else None))
+        return 0
+    global CONFIRMATION
+    CONFIRMATION = args.confirmation
+    # the sequential confirmation brings culprit and parent to 3 runs itself; the earlier ones had the search do it
+    rule = SearchRule(confidence=args.confidence, confirm_runs=1 if CONFIRMATION == "sequential" else CONFIRM_RUNS)
     policy = Policy(min_effect_pct=1.0)
     t0 = time.monotonic()
     rows = []
@@ -275,7 +357,9 @@ def main(argv=None) -> int:
                     _print_row(row, args.classic_n, header=len(rows) == 1)
     elapsed = time.monotonic() - t0
     if args.json:
-        print(json.dumps({"rows": rows, "seconds": round(elapsed, 1), "histories": args.histories}))
+        doc = {"rows": rows, "seconds": round(elapsed, 1), "histories": args.histories, "seed": args.seed}
+        doc.update(confidence=args.confidence, confirmation=args.confirmation)
+        print(json.dumps(doc))
     else:
         print(
             f"{args.histories} histories per setting, {BROKEN:.0%} broken builds, confidence {args.confidence}; "
@@ -292,6 +376,41 @@ def equal_accuracy(row: dict, classic_n: list[int]) -> tuple[int, dict] | None:
         if row[f"classic_n{k}"]["accuracy"] >= target:
             return k, row[f"classic_n{k}"]
     return None
+
+
+def markdown_table(rows: list[dict], before: list[dict] | None = None) -> str:
+    """The table of docs/bisect.md: per setting the posterior search's accuracy, runs, runs of the culprit's
+    confirmation, builds and how often the culprit was confirmed; `before` (rows of the same settings) adds its
+    accuracy / runs / confirmation runs; classic n=1 and n=3 (accuracy / runs) and classic at equal accuracy."""
+    classic_n = sorted(int(k.removeprefix("classic_n")) for k in rows[0] if k.startswith("classic_n"))
+    head = ["commits", "effect", "CV", "accuracy", "runs", "confirmation runs", "builds", "culprit confirmed"]
+    if before:
+        head += ["before: accuracy / runs / confirmation runs"]
+    head += [f"classic n={k}" for k in classic_n if k in (1, 3)] + ["classic at equal accuracy"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---:|" * (len(head) - 1) + "---|"]
+    for i, row in enumerate(rows):
+        p = row["posterior"]
+        cells = [str(row["commits"]), f"{row['effect_pct']:g}%", f"{row['cv_pct']:g}%", f"{p['accuracy']:.1%}"]
+        cells += [f"{p['runs']:.1f}", f"{p.get('confirm_runs', float('nan')):.1f}", f"{p['builds']:.1f}"]
+        cells.append(f"{p['culprit_confirmed']:.1%}")
+        if before:
+            b = before[i]
+            assert (b["commits"], b["effect_pct"], b["cv_pct"]) == (row["commits"], row["effect_pct"], row["cv_pct"])
+            q = b["posterior"]
+            cells.append(f"{q['accuracy']:.1%} / {q['runs']:.1f} / {q.get('confirm_runs', float('nan')):.1f}")
+        for k in classic_n:
+            if k in (1, 3):
+                c = row[f"classic_n{k}"]
+                cells.append(f"{c['accuracy']:.1%} / {c['runs']:.0f}")
+        eq = equal_accuracy(row, classic_n)
+        if eq is None:
+            best = max(classic_n, key=lambda k: row[f"classic_n{k}"]["accuracy"])
+            cells.append(f"none up to n={max(classic_n)} (best {row[f'classic_n{best}']['accuracy']:.1%})")
+        else:
+            k, c = eq
+            cells.append(f"n={k}: {c['accuracy']:.1%}, {c['runs']:.0f} runs ({c['runs'] / p['runs']:.2f}x)")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def _print_row(row: dict, classic_n: list[int], header: bool) -> None:

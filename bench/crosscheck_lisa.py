@@ -238,10 +238,10 @@ def abtest_side(path: Path, plat: Path | None) -> tuple[dict, dict]:
         out["pelt.mean_util"] = {
             str(r["cpu"]): r["mean_util"] for r in t.load_tracking.df_signal_means().iter_rows(named=True)
         }
-    if any(n in t.tables for n in overutilized.TABLES):
+    if any(n in t.tables for n in overutilized.EVENT_TABLES):
         spec["overutilized"] = True
-        s = overutilized.summary(t)
-        out["overutilized.time_s"], out["overutilized.pct"] = s["time_s"], s["pct"]
+        s = {v.key: v.value for v in overutilized.metrics(t)}
+        out["overutilized.time_s"], out["overutilized.pct"] = s["overutilized.time_s"], s["overutilized.pct"]
     if "thermal_temperature" in t.tables:
         spec["thermal"] = True
         out["thermal.mean_c"] = {r["zone"]: r["mean_c"] for r in t.thermal.df_zone_stats().iter_rows(named=True)}

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from abtest import Trace
 from abtest.commands.analyze import analyze_dict
@@ -53,7 +54,11 @@ def test_non_numeric_prev_pid_is_nulled_with_a_warning(traces, tmp_path):
     err = t.meta["import_errors"]["bad_field_value"]
     assert err["count"] == 1 and "prev_pid=16x2" in err["examples"][0]["text"]
     out = analyze_dict(t)
-    assert out["latency"]["wakeups"] == 1068 and out["latency"]["matched_wakeups"] > 1000
+    per_s = {k: m["value"] for k, m in out["latency"]["metrics"].items()}
+    matched, unmatched = (
+        per_s[k] * out["duration_s"] for k in ("latency.wakeups_per_s", "latency.unmatched_wakeups_per_s")
+    )
+    assert matched + unmatched == pytest.approx(1068) and matched > 1000
     assert out["placement"] is not None
 
 

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from shared_data import TRACES
 
+from abtest.analysis import registry
 from abtest.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,37 +40,37 @@ ANALYSES = (
     "energy_model",
     "frames",
 )
-TOP_KEYS = {"file", "format", "duration_s", "window_s", "lost_events", "platform", "skipped", "failed", *ANALYSES}
-IDLE_KEYS = {
+TOP_KEYS = {
+    "schema_version",
+    "file",
+    "format",
+    "duration_s",
     "window_s",
-    "residency_pct",
-    "idle_pct",
-    "cluster_residency_pct",
-    "cluster_all_cpus_idle_pct",
-    "wakeups",
-    "wakeups_total",
-    "wakeups_per_s",
+    "lost_events",
+    "platform",
+    "skipped",
+    "failed",
+    *ANALYSES,
 }
-LATENCY_KEYS = {
-    "definition",
-    "wakeup_event",
-    "wakeups",
-    "matched_wakeups",
-    "unmatched_wakeups",
-    "mean_us",
-    "p50_us",
-    "p90_us",
-    "p95_us",
-    "p99_us",
-    "max_us",
-    "gmean_us",
-    "tasks",
-    "per_cluster",
-    "per_target_cluster",
-    "preemption",
-}
-LATENCY_OPTIONAL_KEYS = {"waking", "while_on_cpu_wakeups"}  # both definitions / waking-only traces
-PLACEMENT_KEYS = {"tasks", "migrate_events", "observed_cpu_changes", "min_runtime_pct", "clusters", "top_tasks"}
+PLACEMENT_TABLES = {"counts", "balance", "top_tasks"}
+
+
+def _check_declared(name: str, res: dict) -> None:
+    """Every value of an analysis' JSON object is a declared metric with its spec's unit and group, and every
+    table holds its declared columns."""
+    a = registry.BY_NAME[name]
+    for key, m in res["metrics"].items():
+        s = registry.spec(m["template"])
+        assert registry.analysis_of(s) is a and s.full_key(m["group"]) == key and m["unit"] == s.unit
+        assert registry.resolve(key) == (s, m["group"])
+    specs = {t.key: t for t in a.tables}
+    for key, t in res["tables"].items():
+        assert t["columns"] == specs[key].units() and t["rows"]
+        assert all(list(r) == list(t["columns"]) for r in t["rows"])
+
+
+def _value(d: dict, analysis: str, key: str):
+    return d[analysis]["metrics"][key]["value"]
 
 
 def _counts(name: str) -> dict[str, int]:
@@ -99,14 +100,25 @@ def test_analyze_json_on_every_shared_trace(name):
     assert (d["tasks"] is not None) == has_switch, d["skipped"].get("tasks")
     assert (d["overutilized"] is not None) == (c.get("sched_overutilized", 0) > 0)
     assert (d["thermal"] is not None) == (c.get("thermal_temperature", 0) + c.get("cdev_update", 0) > 0)
+    for k in ANALYSES:
+        if d[k] is not None:
+            _check_declared(k, d[k])
     if d["idle"] is not None:
-        assert IDLE_KEYS <= set(d["idle"])
-        assert 0 <= d["idle"]["wakeups_total"] <= c["cpu_idle"]  # wakeups are the exit half of cpu_idle
-        assert ("misses" in d["idle"]) == (c.get("cpu_idle_miss", 0) > 0)
+        assert {"idle.idle_pct", "idle.wakeups_per_s"} <= set(d["idle"]["metrics"])
+        assert {"residency", "cluster_residency"} <= set(d["idle"]["tables"])
+        wakeups = _value(d, "idle", "idle.wakeups_per_s") * d["duration_s"]
+        assert 0 <= wakeups <= c["cpu_idle"] * (1 + 1e-9)  # wakeups are the exit half of cpu_idle
+        assert ("misses" in d["idle"]["tables"]) == (c.get("cpu_idle_miss", 0) > 0)
     if d["latency"] is not None:
-        assert LATENCY_KEYS <= set(d["latency"]) <= LATENCY_KEYS | LATENCY_OPTIONAL_KEYS
+        got = set(d["latency"]["metrics"])
+        assert "latency.preempt.preemptions_per_s" in got
+        if c.get("sched_wakeup", 0):
+            assert {"latency.wakeups_per_s", "latency.unmatched_wakeups_per_s"} <= got
+        if c.get("sched_waking", 0):
+            assert "latency.waking.wakeups_per_s" in got
     if d["placement"] is not None:
-        assert set(d["placement"]) == PLACEMENT_KEYS
+        assert set(d["placement"]["tables"]) == PLACEMENT_TABLES
+        assert "placement.cpu_changes_per_s" in d["placement"]["metrics"]
     for k in ANALYSES:
         if d[k] is None:
             assert d["skipped"][k]
@@ -131,8 +143,8 @@ def test_terminal_report_x86():
     res = _run(["analyze", str(SHARED_TRACES / "x86-vm" / "x86-menu-hackbench-cyclictest.dat")])
     assert res.exit_code == 0
     out = res.stdout
-    assert "Idle state residency per CPU" in out and "idle misses per CPU (misses from cpu_idle_miss" in out
-    assert "Wakeup latency (sched_wakeup -> the task's next sched_switch in)" in out
+    assert "Idle state residency per CPU" in out and "Idle misses per CPU" in out and "cpu_idle_miss" in out
+    assert "Wakeup latency" in out and "wakeup latency gmean" in out
     assert "4,271" in out  # too-shallow misses counted by trace-cmd report (see test_idle)
 
 
@@ -141,10 +153,12 @@ def test_window_option():
     d = json.loads(_run(["analyze", "--json", "--only", "idle", "--range", "0.2", "0.7", str(path)]).stdout)
     assert d["window_s"] == [0.2, 0.7]
     assert d["duration_s"] == pytest.approx(0.5)
-    assert d["idle"]["window_s"] == pytest.approx(0.5)
-    assert sum(d["idle"]["residency_pct"]["0"].values()) == pytest.approx(100.0)
+    rows = d["idle"]["tables"]["residency"]["rows"]
+    assert sum(r["time_s"] for r in rows if r["cpu"] == 0) == pytest.approx(0.5)
+    assert sum(r["pct"] for r in rows if r["cpu"] == 0) == pytest.approx(100.0)
     full = json.loads(_run(["analyze", "--json", "--only", "idle", str(path)]).stdout)
-    assert d["idle"]["wakeups_total"] < full["idle"]["wakeups_total"]
+    wakeups = _value(d, "idle", "idle.wakeups_per_s") * d["duration_s"]
+    assert wakeups < _value(full, "idle", "idle.wakeups_per_s") * full["duration_s"]
     bad = _run(["analyze", "--json", "--range", "0.7", "0.2", str(path)])
     assert bad.exit_code == 2
 
@@ -159,7 +173,9 @@ def test_platform_option(tmp_path):
     )
     d = json.loads(_run(["analyze", "--json", "--only", "idle", "--platform", str(plat), str(path)]).stdout)
     assert d["platform"] == "x86-vm"
-    assert {"POLL", "haltpoll idle", "active"} <= set(d["idle"]["residency_pct"]["0"])
+    rows = d["idle"]["tables"]["residency"]["rows"]
+    assert {"POLL", "haltpoll idle", "active"} <= {r["state_name"] for r in rows if r["cpu"] == 0}
+    assert {"idle.state.POLL.residency_pct", "idle.state.haltpoll idle.residency_pct"} <= set(d["idle"]["metrics"])
     junk = tmp_path / "junk.yaml"
     junk.write_text("just: [a, list\n")
     res = subprocess.run(
@@ -218,7 +234,7 @@ def test_lost_events_are_reported(traces):
     lossy = Trace(t.path, _data=TraceData(tables={"cpu_idle": t.df("cpu_idle", windowed=False)}, meta=meta))
     d = analyze_dict(lossy, only=("idle",))
     assert d["lost_events"] == 12
-    assert d["idle"]["wakeups_total"] == 4367
+    assert _value(d, "idle", "idle.wakeups_per_s") * d["duration_s"] == pytest.approx(4367)
 
 
 def test_json_is_deterministic():
@@ -243,11 +259,30 @@ def test_two_lanes_give_the_one_lane_result_and_raise_its_errors(monkeypatch):
 
     for broken in ("tasks", "idle"):  # one of each lane
 
-        def boom(trace, _name=broken):
+        def boom(trace, options, _name=broken):
             raise RuntimeError(f"{_name} broke")
 
-        monkeypatch.setitem(A.ANALYSES, broken, dataclasses.replace(A.ANALYSES[broken], summary=boom))
+        monkeypatch.setitem(A.ANALYSES, broken, dataclasses.replace(A.ANALYSES[broken], compute=boom))
         got = A.analyze_dict(t, threads=2)
         assert got["failed"] == {broken: f"RuntimeError: {broken} broke"} and got[broken] is None
         assert all(got[k] == two[k] for k in A.ANALYSES if k != broken)
         monkeypatch.undo()
+
+
+def test_task_option_gives_that_tasks_metrics():
+    """--task NAME: the per-task metrics of NAME too, as MetricOptions.tasks gives them to Trace.metrics and
+    compare (the same evaluation path); schema version 2."""
+    from abtest import Trace
+
+    path = str(SHARED_TRACES / "PerfettoTraceScript" / "pixel7pro-power-rails.perfetto-trace")
+    base = json.loads(_run(["analyze", "--json", "--only", "tasks", path]).stdout)
+    assert base["schema_version"] == 2
+    shown = {m["group"] for m in base["tasks"]["metrics"].values()}
+    every = Trace(path).metrics(["tasks"], options=registry.MetricOptions(top_tasks=10_000))
+    quiet = sorted(set(every["group"].to_list()) - shown)[0]  # a task key beyond the busiest
+    d = json.loads(_run(["analyze", "--json", "--only", "tasks", "--task", quiet, path]).stdout)
+    assert f"tasks.task.{quiet}.running_pct" in d["tasks"]["metrics"]
+    assert f"tasks.task.{quiet}.running_pct" not in base["tasks"]["metrics"]
+    want = Trace(path).metrics(["tasks"], tasks=(quiet,))
+    got = {k: m["value"] for k, m in d["tasks"]["metrics"].items()}
+    assert got == dict(want.select("key", "value").iter_rows())

@@ -1,9 +1,8 @@
-"""`abtest analyze` as tables, on every shared trace at 80 and 120 columns: every line fits, no JSON key
-of the summaries shows up flattened ("per_cpu.0.opp_residency_pct.450000") or raw ("too_deep_pct"), no
-"None"/"nan", no cell or header word is cut ("…", or a number / word of a table missing from the output),
-and every analysis that ran has its section. The same for `--engine perfetto` on the shared perfetto traces
-and for the generic renderer fed with every real summary (what an analysis without a dedicated table
-prints). The expectations come from the traces' JSON (`--json`), not from the renderer."""
+"""`abtest analyze` as tables, on every shared trace at 80 and 120 columns: every line fits, no "None"/"nan",
+no cell or header word is cut ("…", or a number / word of a table missing from the output), every analysis that
+ran has its section and every metric value of the JSON is a cell of the grid of its declared grouping. The same
+for `--engine perfetto` on the shared perfetto traces. The expectations come from the traces' JSON (`--json`),
+not from the renderer."""
 
 from __future__ import annotations
 
@@ -20,16 +19,17 @@ from rich.console import Console
 from shared_data import TRACES
 
 from abtest import Trace
+from abtest.analysis import registry
 from abtest.cli import cli
 from abtest.commands import analyze as A
-from abtest.commands.analyze_tables import blocks_for, generic_blocks, perfetto_blocks
-from abtest.commands.text_grid import Grid, _chunks, print_grid
+from abtest.commands.analyze_tables import analysis_grids, perfetto_grids
+from abtest.metric_spec import Grouping
+from abtest.report.fit import Grid, chunks, fmt
 
 EXPECTED = json.loads((TRACES / "expected-counts.json").read_text())
 TRACE_FILES = sorted(k for k in EXPECTED if not k.endswith(".yml"))
 PERFETTO_FILES = [k for k in TRACE_FILES if k.endswith((".perfetto-trace", ".pb"))]  # protobuf traces
 WIDTHS = (80, 120)
-UNIT_KEY = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*_(?:pct|us|ms|ns|s|per_s|khz|mhz|mw|j|uws)$")
 
 
 @cache
@@ -48,54 +48,62 @@ def _console(width: int) -> tuple[Console, io.StringIO]:
     return Console(file=buf, width=width, color_system=None, highlight=False), buf
 
 
-def _keys(x, out: set[str] | None = None) -> set[str]:
-    out = set() if out is None else out
-    if isinstance(x, dict):
-        for k, v in x.items():
-            out.add(str(k))
-            _keys(v, out)
-    elif isinstance(x, list):
-        for v in x:
-            _keys(v, out)
-    return out
-
-
-def _grids(blocks) -> list[Grid]:
-    out = []
-    for b in blocks:
-        if isinstance(b, Grid):
-            out.append(b)
-    return out
-
-
-def check_output(out: str, width: int, summary: dict, grids: list[Grid]) -> None:
+def check_output(out: str, width: int, grids: list[Grid]) -> None:
     lines = out.splitlines()
     too_long = [ln for ln in lines if len(ln.rstrip()) > width]
     assert not too_long, f"{len(too_long)} lines wider than {width}: {too_long[:3]}"
     assert "…" not in out, "a cell or header was cropped"
     words = set(out.split())
     assert not words & {"None", "nan", "NaN", "inf"}, "a missing value printed as None/nan"
-    keys = _keys(summary)
-    for tok in re.split(r"[\s(),;\[\]]+", out):
-        parts = tok.split(".")
-        if len(parts) > 1 and not all(p.replace(",", "").lstrip("<>-").isdigit() for p in parts):  # not a number
-            assert sum(p in keys for p in parts) < 2, f"flattened key in the output: {tok!r}"
-    raw = sorted(k for k in keys if UNIT_KEY.match(k) and k in words)
-    assert not raw, f"raw summary keys in the output: {raw}"
     for g in grids:
         for row in g.rows:
-            for col, cell in zip(g.columns, row):
+            for h, right, cell in zip(g.headers, g.right, row):
                 if not cell:
                     continue
-                if col.numeric:
-                    assert cell in words, f"{g.title}: cell {cell!r} ({col.header}) not printed whole"
+                if right:
+                    assert cell in words, f"{g.title}: cell {cell!r} ({h}) not printed whole"
                 else:
-                    for chunk in _chunks(cell):
-                        assert chunk.strip() in out, f"{g.title}: text {chunk!r} of {cell!r} cut"
-        if not g.alternatives:
-            for col in g.columns:
-                for w in col.header.split():
-                    assert w in words, f"{g.title}: header word {w!r} of {col.header!r} cut"
+                    for w in chunks(cell):
+                        assert w.strip() in out, f"{g.title}: text {w!r} of {cell!r} cut"
+        for h in g.headers:
+            for w in h.split():
+                assert w in out, f"{g.title}: header word {w!r} of {h!r} cut"
+
+
+def check_every_value_shown(d: dict) -> None:
+    """Every metric value of the JSON is the cell of its group's row and its spec's column (units from the spec)."""
+    for k, a in A.ANALYSES.items():
+        if d[k] is None:
+            continue
+        grids = analysis_grids(a, d[k])
+        for key, m in d[k]["metrics"].items():
+            s = registry.spec(m["template"])
+            col = s.title if s.group is Grouping.NONE else (f"{s.title} ({s.unit})" if s.unit else s.title)
+            if s.group is Grouping.NONE:
+                g = grids[0]
+                row = next(r for r in g.rows if r[0] == s.title)
+                assert row[1:] == [fmt(m["value"], s.unit), s.unit], key
+            else:
+                g = next(
+                    g for g in grids if g.headers[1:] and col in g.headers and g.title.endswith("per " + g.headers[0])
+                )
+                row = next(r for r in g.rows if r[0] == m["group"])
+                assert row[g.headers.index(col)] == fmt(m["value"], s.unit), key
+        for t in a.tables:
+            if t.key not in d[k]["tables"]:
+                continue
+            rows = d[k]["tables"][t.key]["rows"]
+            if not t.across:
+                assert any(g.title == t.title and len(g.rows) == len(rows) for g in grids)
+                continue
+            cols = list(t.units())
+            down = [c for c in cols[: t.keys] if c != t.across]
+            for col in cols[t.keys :]:  # a matrix per value column: every row of the table is one of its cells
+                g = next(g for g in grids if g.title.startswith(f"{t.title}: {col}"))
+                for r in rows:
+                    row = next(x for x in g.rows if x[: len(down)] == [str(r[c]) for c in down])
+                    head = f"CPU {r[t.across]}" + (f" ({t.units()[col]})" if t.units()[col] else "")
+                    assert row[g.headers.index(head)] == fmt(r[col], t.units()[col]), (t.key, col, r)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -103,12 +111,12 @@ def check_output(out: str, width: int, summary: dict, grids: list[Grid]) -> None
 def test_analyze_tables_fit_and_show_everything(name, width):
     trace, d = _analysis(name)
     con, buf = _console(width)
-    A.print_report(d, trace, con)
+    A.print_report(d, con)
     out = buf.getvalue()
     ran = [k for k in A.ANALYSES if d[k] is not None]
-    ctx = A._context(trace, d)
-    grids = [g for k in ran for g in _grids(blocks_for(k, d[k], ctx))]
-    check_output(out, width, d, grids)
+    grids = [g for k in ran for g in analysis_grids(A.ANALYSES[k], d[k])]
+    check_output(out, width, grids)
+    check_every_value_shown(d)
     for k in ran:
         assert A.ANALYSES[k].title in out
     assert not out.lstrip().startswith("{")
@@ -120,53 +128,42 @@ def test_analyze_tables_with_platform_energy_model(width):
     trace, d = _analysis("lisa/sched_load-trace.dat", "lisa/sched_load-plat_info.yml")
     assert d["energy_model"] is not None and d["platform"]
     con, buf = _console(width)
-    A.print_report(d, trace, con)
+    A.print_report(d, con)
     out = buf.getvalue()
-    ctx = A._context(trace, d)
-    grids = [g for k in A.ANALYSES if d[k] is not None for g in _grids(blocks_for(k, d[k], ctx))]
-    check_output(out, width, d, grids)
+    grids = [g for k in A.ANALYSES if d[k] is not None for g in analysis_grids(A.ANALYSES[k], d[k])]
+    check_output(out, width, grids)
+    check_every_value_shown(d)
     assert "Energy-model estimate per frequency domain" in out
-    total = d["energy_model"]["total_energy_j"]
-    assert re.search(rf"^all\s+{total:.3f}\s", out, re.M)
-
-
-@pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("name", TRACE_FILES)
-def test_generic_renderer_on_every_real_summary(name, width):
-    """What an analysis without a dedicated renderer prints: every real summary through generic_blocks."""
-    _, d = _analysis(name)
-    for k in A.ANALYSES:
-        if d[k] is None:
-            continue
-        blocks = generic_blocks(d[k], path=k)
-        con, buf = _console(width)
-        for b in blocks:
-            print_grid(con, b) if isinstance(b, Grid) else con.print(b)
-        check_output(buf.getvalue(), width, d[k], _grids(blocks))
+    total = d["energy_model"]["metrics"]["power.estimate.all"]["value"]
+    rows = d["energy_model"]["tables"]["domains"]["rows"]
+    assert total == pytest.approx(sum(r["energy_j"] for r in rows) / d["duration_s"] * 1e3)
+    assert re.search(rf"\ball[\s│]+{total:,.2f}\s", out)
 
 
 def test_pixel_tables():
-    """Pixel 7 Pro: OPP matrices per frequency domain in MHz with s = % x window, zero rails folded by name,
-    placement without None, the full frequency section (no "... more values")."""
+    """Pixel 7 Pro: every rail a row, highest power first; OPP residency per CPU in MHz with s = % x window;
+    per-CPU frequencies; no None."""
     trace, d = _analysis("PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace")
     con, buf = _console(120)
-    A.print_report(d, trace, con)
+    A.print_report(d, con)
     out = buf.getvalue()
-    zero = sorted(r for r, v in d["power"]["rails"].items() if v["avg_power_mw"] == 0)
-    assert len(zero) == 4
-    assert f"{len(zero)} rails at 0 mW not shown: {', '.join(zero)}" in out.replace("\n  ", " ")
-    rail_rows = [ln.split()[0] for ln in out.splitlines() if ln and ln.split()[0] in d["power"]["rails"]]
-    assert sorted(rail_rows) == sorted(set(d["power"]["rails"]) - set(zero))
-    for title in ("OPP residency, CPUs 0-3", "OPP residency, CPUs 4-5", "OPP residency, CPUs 6-7"):
-        assert title in out
-    per = d["frequency"]["per_cpu"]
-    for cpu in per:  # every OPP of every CPU is a row, in MHz
-        for khz in per[cpu]["opp_residency_pct"]:
-            assert re.search(rf"^\s*{int(khz) // 1000:,}\s", out, re.M), khz
-    pct = per["0"]["opp_residency_pct"]["300000"]
-    row = next(ln for ln in out.splitlines() if re.match(r"^\s*300\s", ln))
-    assert row.split()[1:3] == [f"{pct * d['duration_s'] / 100:.3f}", f"{pct:.2f}"]
-    assert "more values" not in out and "None" not in out
+    rails = d["power"]["tables"]["rails"]["rows"]
+    assert len(rails) == 24 and [r["avg_power_mw"] for r in rails] == sorted(
+        (r["avg_power_mw"] for r in rails), reverse=True
+    )
+    cells = [ln.replace("│", " ").split() for ln in out.splitlines()]
+    rail_rows = [c[0] for c in cells if c and c[0] in {r["rail"] for r in rails}]
+    assert sorted(set(rail_rows)) == sorted(r["rail"] for r in rails)
+    opp = d["frequency"]["tables"]["opp_residency"]["rows"]
+    assert {r["cpu"] for r in opp} == set(range(8))
+    for r in opp:  # every OPP of every CPU is a row, in MHz, time = % x window
+        if r["frequency_mhz"] != "unknown":
+            assert r["time_s"] == pytest.approx(r["pct"] * d["duration_s"] / 100, rel=1e-6)
+    r300 = next(r for r in opp if r["cpu"] == 0 and r["frequency_mhz"] == "300")
+    rows300 = [ln.replace("│", " ").split() for ln in out.splitlines() if re.match(r"^[\s│]*300[\s│]", ln)]
+    # a CPU x OPP matrix per quantity: time (s), % of the window, % of the active time; CPU 0 first
+    assert [r[1] for r in rows300] == [f"{r300['time_s']:.3f}", f"{r300['pct']:.2f}", f"{r300['active_pct']:.2f}"]
+    assert "None" not in out
 
 
 def test_columns_honoured_when_piped():
@@ -197,8 +194,8 @@ def test_perfetto_engine_prints_tables(name, width):
     con, buf = _console(width)
     A.print_perfetto_report(d, con)
     out = buf.getvalue()
-    grids = [g for _, blocks in perfetto_blocks(d) for g in _grids(blocks)]
-    check_output(out, width, d, grids)
+    grids = perfetto_grids(d)
+    check_output(out, width, grids)
     assert not out.lstrip().startswith("{") and "Perfetto trace_processor" in out
     if d["cpu_frequency_residency"]:
         assert "OPP residency" in out

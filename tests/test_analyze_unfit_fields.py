@@ -25,7 +25,6 @@ from abtest.analysis.clusters import trace_clusters
 from abtest.commands.analyze import analyze_dict
 from abtest.trace import readers
 from abtest.trace.limits import current
-from abtest.trace.schema import canonicalize
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,14 +144,13 @@ def _mutated_binary(traces: Path, rel: str, table: str, col: str, value: int, ro
     data = path.read_bytes()
     fmt = "trace.dat" if rel.endswith(".dat") else "perfetto"
     raw, meta = readers._decode(str(path), data, fmt, current())
-    raw = {k: v for k, v in raw.items() if v.height}
-    readers.base_meta(meta, fmt=fmt, wrapper=None, path=path, size=len(data))
     df = raw[table]
     first = pl.int_range(pl.len()) < rows
     raw[table] = df.with_columns(
         pl.when(first).then(pl.lit(value)).otherwise(pl.col(col)).cast(df.schema[col]).alias(col)
     )
-    return readers.finish(canonicalize(raw, meta), meta)
+    ingest = readers.Ingest(fmt=fmt, path=path, size=len(data))
+    return ingest.finish(ingest.add(raw), meta)
 
 
 @pytest.mark.parametrize(
@@ -185,17 +183,17 @@ def test_perfetto_bundle_cpu_minus_one_is_counted(traces):
 
 
 def test_an_analysis_that_fails_is_noted_and_the_others_run(traces, monkeypatch, capsys):
-    """Deliverable 3 for analyze: an unexpected error in one analysis (fault injected: its summary raises) is
+    """Deliverable 3 for analyze: an unexpected error in one analysis (fault injected: its metric function raises) is
     listed under "failed", the others print, and the exit status is 2."""
     import dataclasses
 
     from abtest.cli import run
     from abtest.commands import analyze as cmd
 
-    def boom(trace):
+    def boom(trace, options):
         raise KeyError("injected")
 
-    monkeypatch.setitem(cmd.ANALYSES, "latency", dataclasses.replace(cmd.ANALYSES["latency"], summary=boom))
+    monkeypatch.setitem(cmd.ANALYSES, "latency", dataclasses.replace(cmd.ANALYSES["latency"], compute=boom))
     code = run(["analyze", "--json", str(traces / "lisa/trace_txt-trace.txt")])
     out = capsys.readouterr()
     assert code == 2

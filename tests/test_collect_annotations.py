@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 
 from abtest import Trace
-from abtest.analysis import cgroups, thermal
+from abtest.analysis import cgroups, registry, thermal
 from abtest.collectors.annotate import TraceAnnotator
 from abtest.targets.local import LocalTarget
 
@@ -114,8 +114,9 @@ def test_cgroup_snapshot_thermal_sampler_and_attach_events(tracefs_lock, tmp_pat
     exp_after = _child_wakeups(out, child.pid, int(moved["ts"][0]))
     stats = {r["cgroup"]: r for r in cgroups.CgroupAnalysis(t).df_latency_stats().iter_rows(named=True)}
     assert stats[f"/{group.name}"]["wakeups"] == len(exp_after) > 50
-    s = cgroups.summary(t)
-    assert s["cgroups"][f"/{group.name}"]["tasks"] == 1 and s["cgroups"][f"/{group.name}"]["runtime_s"] > 0
+    rt = registry.evaluate(registry.CGROUPS, t).tables["runtime"]  # what `abtest analyze` prints
+    mine = rt.filter(pl.col("cgroup") == f"/{group.name}").row(0, named=True)
+    assert mine["tasks"] == 1 and mine["runtime_s"] > 0
     # 4. thermal: both zones sampled about every 0.2 s, the change written mid-run seen
     temps = thermal.ThermalAnalysis(t).df_zone_temperatures()
     by_zone = {z: sorted(set(v)) for z, v in temps.group_by("zone").agg(pl.col("temp_c")).iter_rows()}

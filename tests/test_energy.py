@@ -9,9 +9,10 @@ import pytest
 from abtest import Trace
 from abtest.analysis import energy as en
 from abtest.analysis import power as pw
+from abtest.analysis import registry
 from abtest.analysis.platform import load_platform
 from abtest.store.power import read_power_csv
-from abtest.trace.errors import TraceFormatError
+from abtest.trace.errors import MissingEventsError, TraceFormatError
 
 PIXEL = "PerfettoTraceScript/pixel7pro-power-rails.perfetto-trace"
 
@@ -52,9 +53,11 @@ def test_pixel_channels(pixel):
     assert custom.filter(channel="Modem+RF")["avg_power_mw"][0] == pytest.approx(
         mw["VSYS_PWR_MODEM"] + mw["VSYS_PWR_RFFE"]
     )
-    s = pw.summary(pixel)
-    assert s["channels"]["Display"] == pytest.approx(mw["VSYS_PWR_DISPLAY"])
-    assert s["channel_mapping"].startswith("built-in mapping for Google Pixel")
+    ev = registry.evaluate(registry.POWER, pixel)  # what `abtest analyze` prints
+    assert {v.key: v.value for v in ev.values}["power.Display"] == pytest.approx(mw["VSYS_PWR_DISPLAY"])
+    (source,) = set(ev.tables["channels"]["mapping"])
+    assert source.startswith("built-in mapping for Google Pixel")
+    assert dict(ev.tables["rails"].select("rail", "avg_power_mw").iter_rows()) == pytest.approx(mw)
 
 
 def test_window_prorating_wrap_and_reset():
@@ -178,6 +181,7 @@ def test_juno_estimate_matches_residency_times_power(traces):
     assert got == pytest.approx(expect, rel=1e-9)
     # the time before the first cpu_frequency event is unknown and reported, not priced
     assert (est["unmodelled_ns"] > 0).all()
-    s = en.summary(t)
-    assert s["source"] == "LISA plat_info.yml (juno)"
-    assert pw.summary(t) == {}  # no meter in this trace: no made-up rail numbers
+    ev = registry.evaluate(registry.ENERGY_MODEL, t)
+    assert set(ev.tables["domains"]["energy_model"]) == {"LISA plat_info.yml (juno)"}
+    with pytest.raises(MissingEventsError):  # no meter in this trace: no made-up rail numbers
+        registry.evaluate(registry.POWER, t)

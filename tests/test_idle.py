@@ -8,7 +8,6 @@ Pixel 7 Pro perfetto trace: residency from a plain-Python sweep over the decoded
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from collections import Counter, defaultdict
@@ -18,7 +17,7 @@ import polars as pl
 import pytest
 
 from abtest import Trace
-from abtest.analysis import idle
+from abtest.analysis import idle, registry
 from abtest.trace.errors import MissingEventsError
 from abtest.trace.model import TraceData
 
@@ -186,38 +185,48 @@ def test_derived_misses_equal_kernel_misses(x86, name):
     assert derived.select(cols).to_dicts() == kernel.select(cols).to_dicts()
 
 
-def test_summary_uses_derived_when_cpu_idle_miss_absent(x86):
+def _evaluated(t) -> tuple[dict, dict]:
+    """({full key: value}, {table: frame}) of the idle analysis through the evaluation path `abtest analyze` uses."""
+    ev = registry.evaluate(registry.IDLE, t)
+    return {v.key: v.value for v in ev.values}, ev.tables
+
+
+def test_misses_use_derived_when_cpu_idle_miss_absent(x86):
     t, exp = x86["x86-haltpoll-hackbench-cyclictest.dat"]
     tables = {"cpu_idle": t.df("cpu_idle", windowed=False)}  # same trace without its cpu_idle_miss table
     no_miss = Trace(t.path, platform=X86_PLATFORM, _data=TraceData(tables=tables, meta=dict(t.meta)))
-    s = idle.summary(no_miss)
-    assert s["misses"]["source"] == "derived"
-    k = idle.summary(t)["misses"]
-    assert k["source"] == "cpu_idle_miss"
-    assert (
-        (s["misses"]["too_deep_count"], s["misses"]["too_shallow_count"])
-        == (k["too_deep_count"], k["too_shallow_count"])
-        == (1, 4273)
-    )
-    json.dumps(s)  # JSON-serialisable
-    # neither the event nor target residencies: no misses key at all (never made-up zeros)
-    bare = Trace(t.path, _data=TraceData(tables=tables, meta=dict(t.meta)))
-    assert "misses" not in idle.summary(bare)
+    sv, st = _evaluated(no_miss)
+    kv, kt = _evaluated(t)
+    s_all = st["misses"].filter(pl.col("cpu") == "all").row(0, named=True)
+    k_all = kt["misses"].filter(pl.col("cpu") == "all").row(0, named=True)
+    assert s_all["source"] == "derived" and k_all["source"] == "cpu_idle_miss"
+    assert (s_all["too_deep"], s_all["too_shallow"]) == (k_all["too_deep"], k_all["too_shallow"]) == (1, 4273)
+    assert sv["idle.too_shallow_pct"] == kv["idle.too_shallow_pct"] == pytest.approx(100.0 * 4273 / s_all["wakeups"])
+    # neither the event nor target residencies: no misses at all (never made-up zeros)
+    bv, bt = _evaluated(Trace(t.path, _data=TraceData(tables=tables, meta=dict(t.meta))))
+    assert "misses" not in bt and "idle.too_deep_pct" not in bv
 
 
-def test_summary_keys_and_values(x86):
+def test_values_and_tables(x86):
     t, exp = x86["x86-menu-hackbench-cyclictest.dat"]
-    s = idle.summary(t)
-    assert s["wakeups"] == {"0": exp["wakeups"][0]} == {"0": 4367}
-    assert s["wakeups_total"] == 4367
-    assert s["window_s"] == pytest.approx((exp["hi"] - exp["lo"]) / 1e9)
-    assert s["misses"]["too_shallow_pct"] == pytest.approx(100.0 * 4271 / 4367)
-    assert s["residency_pct"]["0"]["POLL"] == pytest.approx(
-        100.0 * exp["residency"][(0, "state0")] / (exp["hi"] - exp["lo"])
-    )
-    assert s["idle_pct"]["0"] == pytest.approx(
-        100.0 - 100.0 * exp["residency"][(0, "active")] / (exp["hi"] - exp["lo"])
-    )
+    v, tables = _evaluated(t)
+    win_s = (exp["hi"] - exp["lo"]) / 1e9
+    assert exp["wakeups"][0] == 4367
+    assert v["idle.cpu.0.wakeups_per_s"] * win_s == pytest.approx(4367)
+    assert v["idle.wakeups_per_s"] * win_s == pytest.approx(4367)
+    miss = tables["misses"].filter(pl.col("cpu") == "all").row(0, named=True)
+    assert miss["wakeups"] == 4367 and miss["too_shallow"] == 4271
+    assert v["idle.too_shallow_pct"] == miss["too_shallow_pct"] == pytest.approx(100.0 * 4271 / 4367)
+    res = tables["residency"].filter(pl.col("cpu") == 0)
+    poll = res.filter(pl.col("state_name") == "POLL").row(0, named=True)
+    assert poll["pct"] == pytest.approx(100.0 * exp["residency"][(0, "state0")] / (exp["hi"] - exp["lo"]))
+    assert poll["time_s"] == pytest.approx(exp["residency"][(0, "state0")] / 1e9)
+    idle_pct = 100.0 - 100.0 * exp["residency"][(0, "active")] / (exp["hi"] - exp["lo"])
+    assert v["idle.cpu.0.idle_pct"] == pytest.approx(idle_pct)
+    # all CPUs: CPU 1 has no cpu_idle event (state unknown all along), which counts in the denominator only
+    assert tables["residency"].filter(pl.col("cpu") == 1)["state_name"].to_list() == ["unknown"]
+    assert "idle.cpu.1.idle_pct" not in v
+    assert v["idle.idle_pct"] == pytest.approx(idle_pct / 2)
 
 
 def test_window_clips_and_carries_state_in(x86):
@@ -302,6 +311,9 @@ def test_pixel7pro_idle_residency_first_principles(traces):
     assert sorted(res["cpu"].unique().to_list()) == list(range(8))
     per_cpu = res.group_by("cpu").agg(pl.col("time_ns").sum())
     assert (per_cpu["time_ns"] == t.end_ns - t.start_ns).all()
-    s = idle.summary(t)
-    assert set(s["residency_pct"]) == {str(c) for c in range(8)}
-    assert "misses" not in s  # no cpu_idle_miss, and the trace carries no idle-state table
+    v, tables = _evaluated(t)
+    assert set(tables["residency"]["cpu"].to_list()) == set(range(8))
+    assert {k for k in v if k.endswith(".idle_pct") and k.startswith("idle.cpu.")} <= {
+        f"idle.cpu.{c}.idle_pct" for c in range(8)
+    }
+    assert "misses" not in tables  # no cpu_idle_miss, and the trace carries no idle-state table

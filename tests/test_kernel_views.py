@@ -18,11 +18,17 @@ from pathlib import Path
 import pytest
 
 from abtest import Trace
-from abtest.analysis import capacity, overutilized, thermal
+from abtest.analysis import capacity, overutilized, registry, thermal
 
 LINE = re.compile(
     r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<us>\d{6}):\s+(?P<ev>\w+):\s+(?P<body>.*)$"
 )
+
+
+def _table_rows(analysis, t, table: str) -> dict:
+    """{first column: row} of one declared table as `abtest analyze` gets it (registry.evaluate)."""
+    df = registry.evaluate(analysis, t).tables[table]
+    return {r[df.columns[0]]: r for r in df.iter_rows(named=True)}
 
 
 def _events(path: Path, name: str):
@@ -71,7 +77,7 @@ def test_overutilized_on_lisa_juno_trace(traces):
         for (t1, f), (t2, _) in zip(evs, evs[1:] + [(t.end_ns, None)])
         if f["overutilized"] == "1"
     )
-    s = overutilized.summary(t)
+    s = _table_rows(registry.OVERUTILIZED, t, "root_domains")[overutilized.SYSTEM]
     assert s["time_s"] == pytest.approx(ou / 1e9) == pytest.approx(4.886673)
     assert s["pct"] == pytest.approx(100.0 * ou / win)
     assert s["unknown_pct"] == pytest.approx(100.0 * (evs[0][0] - t.start_ns) / win)
@@ -86,10 +92,11 @@ def test_overutilized_per_root_domain(views):
     for ts, f in _events(views, "lisa__sched_overutilized"):
         per[f["span"]].append((ts, int(f["overutilized"])))
     sw = _sweep(per, t.end_ns)
-    s = overutilized.summary(t)
+    rds = _table_rows(registry.OVERUTILIZED, t, "root_domains")
     for span, (_, _, spans) in sw.items():
         ou = sum(d for v, d in spans if v == 1)
-        assert s["root_domains"][span]["time_s"] == pytest.approx(ou / 1e9)
+        assert rds[span]["time_s"] == pytest.approx(ou / 1e9)
+    s = rds[overutilized.SYSTEM]
     # the system: overutilized while either root domain is (a sweep over both step signals)
     edges = sorted({ts for rows in per.values() for ts, _ in rows} | {t.end_ns})
     state = {k: None for k in per}
@@ -122,7 +129,9 @@ def test_thermal_zones_cooling_devices_and_allocator(traces, name):
         assert st[zone]["max_c"] == pytest.approx(max(v for _, v in temps[zone]))
         above = sum(d for v, d in spans if v > thermal.THRESHOLD_C)
         assert st[zone]["above_threshold_pct"] == pytest.approx(100.0 * above / known)
-    s = thermal.summary(t)
+    tables = registry.evaluate(registry.THERMAL, t).tables
+    assert ("cooling_devices" in tables) == (name == "trappy/trace.txt")  # trace_thermal.txt has no cdev_update
+    s = {k: {r[df.columns[0]]: r for r in df.iter_rows(named=True)} for k, df in tables.items()}
     if name == "trappy/trace.txt":
         cd = defaultdict(list)
         for ts, f in _events(path, "cdev_update"):

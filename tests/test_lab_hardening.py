@@ -22,12 +22,12 @@ import pytest
 
 from abtest.collectors.lab import guest_script as gs
 from abtest.collectors.lab.backends import JobStatus, LabError, LavaServer
-from abtest.collectors.lab.collect import LabCollectConfig, collect_lab
+from abtest.collectors.lab.collect import collect_lab
 from abtest.collectors.lab.config import LabConfigError, parse_lab
 from abtest.collectors.lab.harvest import AttemptFailed, HarvestContext, harvest
 from abtest.collectors.lab.journal import Attempt, Journal
 from abtest.collectors.lab.receiver import ArtifactReceiver
-from abtest.collectors.orchestrate import CollectError, LabelSpec
+from abtest.collectors.plan import CollectConfig, CollectError, LabelSpec
 from abtest.collectors.workloads import make_workload
 from abtest.safe_io import UnsafePathError
 from abtest.store.writer import IterationWriter
@@ -135,9 +135,9 @@ class FakeLab:
         pass
 
 
-def _lab_cc(tmp_path, label="A", **lab) -> LabCollectConfig:
+def _lab_cc(tmp_path, label="A", **lab) -> CollectConfig:
     acts = {label: {"deploy": {"to": "tmpfs"}, "boot": {"method": "qemu"}}}
-    return LabCollectConfig(
+    return CollectConfig(
         lab=parse_lab(
             {
                 "url": "lava-run:/dev/null",

@@ -21,7 +21,7 @@ import pytest
 
 from abtest.collectors.lab import guest_script as gs
 from abtest.collectors.lab.backends import JobStatus, render_device_dictionary, stop_process_tree
-from abtest.collectors.lab.collect import LabCollectConfig, collect_lab, lab_plan
+from abtest.collectors.lab.collect import collect_lab, lab_plan
 from abtest.collectors.lab.config import LabConfig, LabConfigError, load_token, parse_lab
 from abtest.collectors.lab.harvest import AttemptFailed, HarvestContext, harvest
 from abtest.collectors.lab.job import job_definition, qemu_actions, redact
@@ -36,7 +36,7 @@ from abtest.collectors.lab.lava_log import (
 )
 from abtest.collectors.lab.receiver import ArtifactReceiver
 from abtest.collectors.meta import parse_meta_output
-from abtest.collectors.orchestrate import CollectError, LabelSpec
+from abtest.collectors.plan import CollectConfig, CollectError, LabelSpec
 from abtest.collectors.workloads import make_workload
 from abtest.store.writer import IterationWriter
 from abtest.targets.config import parse_target
@@ -434,9 +434,9 @@ def test_receiver_stores_checked_uploads_and_refuses_the_rest(tmp_path):
 
 
 # -- collection bookkeeping -------------------------------------------------------------------------------------
-def _lab_cc(tmp_path, **kw) -> LabCollectConfig:
+def _lab_cc(tmp_path, **kw) -> CollectConfig:
     cfg = parse_target({"name": "t", "kind": "qemu", "boot": {"A": {"package": "linux-image-6.1.0-*-amd64"}}})
-    return LabCollectConfig(
+    return CollectConfig(
         lab=parse_lab(None, "http://127.0.0.1:9/"),
         target_cfg=cfg,
         labels=kw.pop("labels", [LabelSpec("A", boot=cfg.boot["A"])]),

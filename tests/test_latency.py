@@ -26,7 +26,7 @@ import polars as pl
 import pytest
 
 from abtest import Trace
-from abtest.analysis import latency
+from abtest.analysis import latency, registry
 from abtest.trace.model import TraceData
 
 X86 = [
@@ -209,26 +209,35 @@ def test_definitions_follow_the_recorded_events(x86_traces):
         t2.latency.df_latency()
     keys = {v.key for v in latency.metrics(t2)}
     assert "latency.waking.gmean_us" in keys and "latency.gmean_us" not in keys
-    s = latency.summary(t2)
-    assert s["definition"] == "sched_waking -> switch-in" and "waking" not in s
+    assert "latency.waking.wakeups_per_s" in keys and "latency.wakeups_per_s" not in keys
     # sched_waking fires before sched_wakeup (enqueue done): latencies are never shorter by that measure
     assert t.latency.df_stats("wakeup")["p50_us"][0] <= t.latency.df_stats("waking")["p50_us"][0]
 
 
-def test_summary(x86_traces):
+def test_metric_values(x86_traces):
+    """The values `abtest analyze` prints (registry.evaluate: the path Trace.metrics and compare read)."""
     t = x86_traces["x86-haltpoll-hackbench-cyclictest.dat"]
-    s = latency.summary(t, top_tasks=3)
+    ev = registry.evaluate(registry.LATENCY, t, registry.MetricOptions(top_tasks=3))
+    v = {x.key: x.value for x in ev.values}
+    win_s = (t.end_ns - t.start_ns) / 1e9
     exp = expected_latencies(t.path, *DEFS["wakeup"])
-    assert s["definition"] == "sched_wakeup -> switch-in" and s["wakeup_event"] == "sched_wakeup"
-    assert s["matched_wakeups"] == len(exp)
-    assert s["wakeups"] == s["matched_wakeups"] + s["unmatched_wakeups"]
-    assert s["wakeups"] == t.df("sched_wakeup").filter(pl.col("pid") != 0).height + t.df("sched_wakeup_new").height
-    assert len(s["tasks"]) == 3
-    assert s["p90_us"] == pytest.approx(np.percentile(np.array([e[2] for e in exp]) / 1e3, 90))
-    assert s["waking"]["definition"] == "sched_waking -> switch-in" and s["waking"]["while_on_cpu_wakeups"] == 9
-    assert s["preemption"]["preemptions"] == len(expected_preemptions(t.path))
-    # no platform and no cpufreq on the VM: one cluster of both CPUs
-    assert list(s["per_cluster"]) == ["cpu0-1"] and s["per_cluster"]["cpu0-1"]["wakeups"] == len(exp)
+    assert v["latency.wakeups_per_s"] * win_s == pytest.approx(len(exp))
+    wakeups = t.df("sched_wakeup").filter(pl.col("pid") != 0).height + t.df("sched_wakeup_new").height
+    assert (v["latency.wakeups_per_s"] + v["latency.unmatched_wakeups_per_s"]) * win_s == pytest.approx(wakeups)
+    assert len({x.group for x in ev.values if x.spec is latency.TASK_WAKEUPS_PER_S}) == 3
+    assert v["latency.p90_us"] == pytest.approx(np.percentile(np.array([e[2] for e in exp]) / 1e3, 90))
+    assert "latency.waking.gmean_us" in v and int(t.latency.df_latency("waking")["while_on_cpu"].sum()) == 9
+    counts = {r["definition"]: r for r in ev.tables["wakeups"].iter_rows(named=True)}
+    w, k = counts["sched_wakeup -> switch-in"], counts["sched_waking -> switch-in"]
+    assert (w["wakeups"], w["matched"], w["unmatched"]) == (wakeups, len(exp), wakeups - len(exp))
+    assert k["while_on_cpu"] == 9 and k["matched"] * 1.0 == pytest.approx(v["latency.waking.wakeups_per_s"] * win_s)
+    tasks = ev.tables["tasks"]  # the most woken names, as df_latency_stats gives them
+    want = latency.df_latency_stats(t.latency.df_latency("wakeup"), by="comm").head(tasks.height)
+    assert tasks.drop("definition").equals(want.select(tasks.drop("definition").columns))
+    assert v["latency.preempt.preemptions_per_s"] * win_s == pytest.approx(len(expected_preemptions(t.path)))
+    # no platform and no cpufreq on the VM: one cluster of both CPUs, said by the overall values
+    assert set(t.latency.df_latency_clusters()["cluster"]) == {"cpu0-1"}
+    assert not [k for k in v if k.startswith(("latency.cluster.", "latency.target_cluster."))]
 
 
 def test_per_cluster_on_juno_text_trace(traces):

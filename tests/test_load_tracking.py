@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from abtest import Trace
-from abtest.analysis import boost, load_tracking, pelt_sim, window_sim
+from abtest.analysis import boost, load_tracking, pelt_sim, registry, window_sim
 from abtest.analysis.platform import load_platform
 from abtest.trace.errors import MissingEventsError
 
@@ -215,15 +215,22 @@ def test_missing_events_are_named(traces):
     t = Trace(traces / "trappy" / "trace_thermal.txt")
     with pytest.raises(MissingEventsError, match="sched_switch"):
         t.load_tracking.df_cpu_signals(source="simulated")
-    assert load_tracking.summary(t) == {}
+    with pytest.raises(MissingEventsError, match="sched_switch"):  # `abtest analyze` skips it, naming the event
+        registry.evaluate(registry.LOAD_TRACKING, t)
 
 
-def test_summary_juno(juno):
-    s = load_tracking.summary(juno)
-    assert s["signal_source"] == "kernel util, simulated runnable"
-    assert s["sources"] == {"util": "kernel", "runnable": "simulated", "load": "kernel"}
-    assert set(s["per_cpu"]) == {"0", "1", "2", "3", "4", "5"}
-    assert s["pelt_sim_mae_util"]["task"] < TASK_MAE_BOUND
+def test_tables_juno(juno):
+    ev = registry.evaluate(registry.LOAD_TRACKING, juno)
+    sig = ev.tables["signals"]
+    assert set(sig["source"]) == {"kernel util, simulated runnable"}
+    assert {c: set(sig[f"{c}_source"]) for c in ("util", "runnable", "load")} == {
+        "util": {"kernel"},
+        "runnable": {"simulated"},
+        "load": {"kernel"},
+    }
+    assert sig["cpu"].to_list() == [0, 1, 2, 3, 4, 5]
+    mae = dict(ev.tables["pelt_sim_error"].select("kind", "mae_util").iter_rows())
+    assert mae["task"] < TASK_MAE_BOUND
 
 
 def test_kernel_util_is_kept_when_runnable_is_missing(juno, traces):
@@ -238,23 +245,22 @@ def test_kernel_util_is_kept_when_runnable_is_missing(juno, traces):
     for m in re.finditer(r"\s(\d+)\.(\d{9}): sched_load_cfs_rq:\s+cpu=(\d+) path=/ load=(\d+) util=(\d+)", out):
         samples.setdefault(int(m[3]), []).append((int(m[1]) * 10**9 + int(m[2]), int(m[5]), int(m[4])))
     end = juno.end_ns
-    s = load_tracking.summary(juno)
+    vals = {v.key: v.value for v in load_tracking.metrics(juno)}
+    load_of = dict(
+        registry.evaluate(registry.LOAD_TRACKING, juno).tables["signals"].select("cpu", "mean_load").iter_rows()
+    )
     for cpu, rows in samples.items():
         rows.sort(key=lambda r: r[0])
         spans = [(b[0] - a[0], a) for a, b in zip(rows, rows[1:] + [(end, 0, 0)])]
         util = sum(d * a[1] for d, a in spans) / sum(d for d, _ in spans)
         load = sum(d * a[2] for d, a in spans) / sum(d for d, _ in spans)
-        assert s["per_cpu"][str(cpu)]["mean_util"] == pytest.approx(util)
-        assert s["per_cpu"][str(cpu)]["mean_load"] == pytest.approx(load)
-    assert s["per_cpu"]["0"]["mean_util"] == pytest.approx(25.57, abs=0.01)
-    vals = {v.key: v.value for v in load_tracking.metrics(juno)}
-    assert vals["load_tracking.cpu.0.mean_util"] == pytest.approx(s["per_cpu"]["0"]["mean_util"])
+        assert vals[f"load_tracking.cpu.{cpu}.mean_util"] == pytest.approx(util)
+        assert load_of[cpu] == pytest.approx(load)
+    assert vals["load_tracking.cpu.0.mean_util"] == pytest.approx(25.57, abs=0.01)
     # per cluster (workload-processor's PELT per cluster): the mean of the cluster's CPUs' means
-    little = [s["per_cpu"][c]["mean_util"] for c in ("0", "3", "4", "5")]
+    little = [vals[f"load_tracking.cpu.{c}.mean_util"] for c in (0, 3, 4, 5)]
     assert vals["load_tracking.cluster.cpu0,3-5.mean_util"] == pytest.approx(sum(little) / 4)
-    assert s["per_cluster"]["cpu1-2"]["mean_load"] == pytest.approx(
-        (s["per_cpu"]["1"]["mean_load"] + s["per_cpu"]["2"]["mean_load"]) / 2
-    )
+    assert vals["load_tracking.cluster.cpu1-2.mean_load"] == pytest.approx((load_of[1] + load_of[2]) / 2)
     # the fully simulated signals remain available, labelled so
     sim = juno.load_tracking.df_cpu_signals(source="simulated")
     assert set(sim["util_source"]) == {"simulated"} and set(sim["source"]) == {"simulated"}

@@ -29,8 +29,8 @@ def _not_applicable(trace, options=None):
     raise AnalysisNotApplicable("needs a platform with an energy model")
 
 
-BUGGY = replace(registry.IDLE, name="buggy", compute=_bug, summary=_bug)
-NOT_APPLICABLE = replace(registry.IDLE, name="not_applicable", compute=_not_applicable, summary=_not_applicable)
+BUGGY = replace(registry.IDLE, name="buggy", compute=_bug)
+NOT_APPLICABLE = replace(registry.IDLE, name="not_applicable", compute=_not_applicable)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_not_applicable_is_a_value_error_of_its_own():
 
 
 def test_compare_notes_a_failing_analysis_and_goes_on(trace, patched):
-    values, notes, failed = trace_values(trace, registry.MetricOptions(), with_power=False)
+    values, notes, failed = trace_values(trace, registry.MetricOptions())
     assert failed
     bug = [n for n in notes if n.startswith("buggy:")]
     assert len(bug) == 1 and "FAILED" in bug[0] and "ValueError: bug" in bug[0], notes
@@ -75,9 +75,9 @@ def test_windows_name_a_failing_analysis_and_skip_what_does_not_apply(trace, pat
 
 
 def test_analyze_lists_a_failing_analysis_as_failed(trace):
-    res, reason = _run_one("buggy", BUGGY, trace)
+    res, reason = _run_one("buggy", BUGGY, trace, registry.MetricOptions())
     assert res is None and reason.startswith(FAILED) and "ValueError: bug" in reason
-    res, reason = _run_one("not_applicable", NOT_APPLICABLE, trace)
+    res, reason = _run_one("not_applicable", NOT_APPLICABLE, trace, registry.MetricOptions())
     assert res is None and reason == "needs a platform with an energy model"
 
 

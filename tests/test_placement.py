@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from abtest import Trace
-from abtest.analysis import placement
+from abtest.analysis import placement, registry
 
 LINE = re.compile(
     r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<s>\d+)\.(?P<ns>\d{9}):\s+(?P<event>\w+):\s+(?P<body>.*)$"
@@ -112,19 +112,25 @@ def test_balance_on_juno_clusters(traces):
             if pid == p:
                 per[cluster_of[cpu]] += v
         home[p] = max(sorted(per), key=lambda c: per[c])
-    s = placement.summary(t)
+    ev = registry.evaluate(registry.PLACEMENT, t)  # what `abtest analyze` prints
+    bal = ev.tables["balance"]
+    vals = {v.key: v.value for v in ev.values}
     for c, cpus in ((0, [0, 3, 4, 5]), (1, [1, 2])):
         mine = [p for p in tasks if home[p] == c]
         runtime = {cpu: sum(exp_res.get((p, cpu), 0) for p in mine) for cpu in cpus}
         tot = sum(runtime.values())
-        got = s["clusters"][str(c)]
-        assert got["n_tasks"] == len(mine)
-        assert got["expected_tasks_per_cpu"] == pytest.approx(len(mine) / len(cpus))
+        rows = {r["cpu"]: r for r in bal.filter(pl.col("cluster") == c).iter_rows(named=True)}
+        assert sorted(rows) == sorted(cpus)
+        assert sum(r["tasks"] for r in rows.values()) == len(mine)
+        assert [r["expected_tasks_per_cpu"] for r in rows.values()] == pytest.approx(
+            [len(mine) / len(cpus)] * len(cpus)
+        )
         if tot:
             shares = [runtime[cpu] / tot for cpu in cpus]
             exp_bi = 1 - sum(abs(x - 1 / len(cpus)) for x in shares) / (2 * (1 - 1 / len(cpus)))
-            assert got["balance_index"] == pytest.approx(exp_bi)
-            assert [got["runtime_share_pct"][str(cpu)] for cpu in cpus] == pytest.approx([100 * x for x in shares])
+            assert rows[cpus[0]]["balance_index"] == pytest.approx(exp_bi)
+            assert vals[f"placement.cluster.{c}.balance_index"] == pytest.approx(exp_bi)
+            assert [rows[cpu]["runtime_share_pct"] for cpu in cpus] == pytest.approx([100 * x for x in shares])
 
 
 def _seed_frames(assign: dict[int, int]) -> pl.DataFrame:

@@ -159,7 +159,7 @@ def test_a_platform_for_another_system_is_refused(traces):
     """LISA's 6-CPU Juno plat_info on a 2-CPU x86 trace used to be applied silently (its idle-state names
     relabelled the VM's states): refused now, naming the disagreement, by every analysis that uses it."""
     from abtest import Trace
-    from abtest.analysis import idle
+    from abtest.analysis import registry
     from abtest.analysis.platform import PlatformMismatchError, trace_platform
 
     x86 = traces / "x86-vm" / "x86-menu-hackbench-cyclictest.dat"
@@ -167,7 +167,7 @@ def test_a_platform_for_another_system_is_refused(traces):
     with pytest.raises(PlatformMismatchError, match="juno describes 6 CPUs, the trace has 2"):
         trace_platform(t)
     with pytest.raises(PlatformMismatchError):
-        idle.summary(t)
+        registry.evaluate(registry.IDLE, t)
     # right CPU count, too few idle states: the VM enters state 1 (haltpoll) on both CPUs
     one_state = {
         "name": "one-state",

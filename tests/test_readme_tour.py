@@ -190,28 +190,21 @@ def test_perfetto_extension_packets_are_named(tmp_path, monkeypatch):
     assert not any("field_" in k for k in kinds)
 
 
-def test_analyze_matrix_headers_name_their_keys():
-    """The tasks analysis' cluster table: rows are task names under "task", columns "cluster <name>" (it read
-    `key  key sudo (%)  key bash (%)`)."""
-    from abtest.commands.analyze_tables import generic_blocks
+def test_analyze_groupings_head_their_tables():
+    """`abtest analyze` prints a grouping's metrics as one table: rows are the group values under the grouping's
+    noun ("task"), columns the metrics' titles with the spec's unit (it read `key  key sudo (%)` when the tables
+    were built from summary keys)."""
+    from abtest.analysis import registry, tasks
+    from abtest.commands.analyze_tables import metric_grids
 
-    summary = {
-        "tasks": {
-            "sudo": {"running_pct": 5.0, "cluster_running_pct": {"little": 40.0, "big": 60.0}},
-            "bash": {"running_pct": 1.0, "cluster_running_pct": {"little": 100.0}},
-            "kworker": {"running_pct": 1.0, "cluster_running_pct": {"big": 100.0}},
-        }
+    values = {
+        tasks.TASK_RUNNING_PCT.key: {"sudo": 5.0, "bash": 1.0},
+        tasks.TASK_ACTIVATION_P95_MS.key: {"sudo": 2.5},
     }
-    grids = generic_blocks(summary, path="tasks")
-    heads = [[c.name for c in g.columns] for g in grids]
-    assert heads[0][0] == "task"
-    matrix = next(h for g, h in zip(grids, heads) if "cluster running" in g.title)
-    assert matrix == ["cluster", "task sudo", "task bash", "task kworker"] or matrix == [
-        "task",
-        "cluster little",
-        "cluster big",
-    ]
-    assert not any(h.startswith("key ") for hs in heads for h in hs)
+    (g,) = metric_grids(registry.TASKS.title, registry.TASKS.metrics, values)
+    assert g.headers == ["task", "task running (%)", "task activation p95 (ms)"]
+    assert g.rows == [["sudo", "5.00", "2.50"], ["bash", "1.00", "-"]]
+    assert not any(h.startswith("key ") for h in g.headers)
 
 
 def test_demo_live_has_its_own_report(tmp_path):

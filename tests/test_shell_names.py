@@ -15,7 +15,7 @@ import pytest
 
 from abtest.collectors.ftrace import FtraceCollector, enable_line
 from abtest.collectors.lab import guest_script as gs
-from abtest.collectors.lab.collect import LabCollectConfig, attempt_key, collect_lab
+from abtest.collectors.lab.collect import attempt_key, collect_lab
 from abtest.collectors.lab.config import parse_lab
 from abtest.collectors.lab.lava_log import read_guest_report
 from abtest.collectors.lab.receiver import ArtifactReceiver
@@ -160,10 +160,10 @@ def test_event_names_outside_the_alphabet_are_refused(bad):
         check_event(bad)
 
 
-def _lab_cc(tmp_path, labels, artifacts="log") -> LabCollectConfig:
+def _lab_cc(tmp_path, labels, artifacts="log") -> CollectConfig:
     cfg = parse_target({"name": "t", "kind": "qemu"})
     acts = {label: {"deploy": {"to": "tmpfs"}, "boot": {"method": "qemu"}} for label in labels}
-    return LabCollectConfig(
+    return CollectConfig(
         lab=parse_lab({"url": "lava-run:/dev/null", "artifacts": artifacts, "actions": acts}),
         target_cfg=cfg,
         labels=[LabelSpec(x) for x in labels],
@@ -262,6 +262,12 @@ def unquoted_shell_values(path: Path) -> list[str]:
 CHECKED = [
     "abtest/collectors/ftrace.py",
     "abtest/collectors/orchestrate.py",
+    "abtest/collectors/plan.py",
+    "abtest/collectors/provider.py",
+    "abtest/collectors/cooldown.py",
+    "abtest/collectors/target_state.py",
+    "abtest/collectors/iteration.py",
+    "abtest/collectors/power.py",
     "abtest/collectors/lab",
     "abtest/targets/base.py",
     "abtest/targets/shell.py",

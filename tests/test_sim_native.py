@@ -14,7 +14,7 @@ from oracles import window_sim as window_sim_oracle
 from shared_data import TRACES
 
 from abtest import Trace
-from abtest.analysis import boost, latency, load_tracking, pelt_sim, placement, tasks, window_sim
+from abtest.analysis import boost, latency, load_tracking, pelt_sim, placement, registry, tasks, window_sim
 from abtest.analysis.platform import load_platform
 
 JUNO_PLAT = TRACES / "lisa" / "sched_load-plat_info.yml"
@@ -276,21 +276,31 @@ def test_placement_runs_native_equals_python(traces, rel):
 
 @pytest.mark.parametrize("rel", SWITCH_TRACES)
 def test_placement_fold_equals_the_runs_grouped(traces, rel, monkeypatch):
-    """placement's summary and metrics from the compiled fold = from the frames' runs grouped afterwards: the
-    whole trace, and windows with a history (the metrics count switch-ins and CPU changes from the window
+    """placement's metrics and declared tables from the compiled fold = from the frames' runs grouped afterwards:
+    the whole trace, and windows with a history (the metrics count switch-ins and CPU changes from the window
     start, the time of a run carried in)."""
-    t = _open(rel)
-    mid = (t.start_ns + t.end_ns) // 2
-    views = [t, t.window(mid, t.end_ns, history_ns=(mid - t.start_ns) // 2), t.window(t.start_ns, mid, history_ns=0)]
-    got = [(placement.summary(v), placement.metrics(v)) for v in views]
-    with monkeypatch.context() as m:
-        m.setattr(placement, "_folded", lambda trace, runs_from_ns: None)
-        want = [(placement.summary(v), placement.metrics(v)) for v in views]
-    for (gs, gm), (ws, wm) in zip(got, want):
-        assert gs == ws
-        assert [(v.spec.key, v.group) for v in gm] == [(v.spec.key, v.group) for v in wm]
-        assert all(g.value == pytest.approx(w.value, rel=1e-12, abs=1e-12) for g, w in zip(gm, wm))
-    assert got[0][0]["tasks"] > 0
+
+    def both(fold: bool):
+        t = _open(rel)
+        mid = (t.start_ns + t.end_ns) // 2
+        views = [
+            t,
+            t.window(mid, t.end_ns, history_ns=(mid - t.start_ns) // 2),
+            t.window(t.start_ns, mid, history_ns=0),
+        ]
+        with monkeypatch.context() as m:
+            if not fold:
+                m.setattr(placement, "_folded", lambda trace, runs_from_ns: None)
+            return [registry.evaluate(registry.PLACEMENT, v) for v in views]
+
+    got, want = both(True), both(False)
+    for g, w in zip(got, want):
+        assert set(g.tables) == set(w.tables)
+        for k in g.tables:
+            assert g.tables[k].equals(w.tables[k]), k
+        assert [(v.spec.key, v.group) for v in g.values] == [(v.spec.key, v.group) for v in w.values]
+        assert all(a.value == pytest.approx(b.value, rel=1e-12, abs=1e-12) for a, b in zip(g.values, w.values))
+    assert got[0].tables["counts"]["count"][0] > 0  # tasks that ran
 
 
 def test_the_equivalence_tests_compare_real_traces(traces):

@@ -138,8 +138,8 @@ def test_metrics_cache_is_keyed_on_inputs(tmp_path, monkeypatch):
     cache = json.loads((d / ".abtest-metrics.json").read_text())
     assert cache["key"]["power"][0] == "power.csv"
     calls = []
-    real = metrics_mod.power_metrics
-    monkeypatch.setattr(metrics_mod, "power_metrics", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = metrics_mod.power_source.evaluate
+    monkeypatch.setattr(metrics_mod.power_source, "evaluate", lambda *a, **k: calls.append(a) or real(*a, **k))
     metrics_mod.iteration_metrics(it, with_trace=False)
     assert calls == []  # served from the cache
     (d / "power.csv").write_text("ts_ns,rail,subsystem,energy_uj\n0,VDD_X,x,0\n1000000000,VDD_X,x,800000\n")

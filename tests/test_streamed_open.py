@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
@@ -155,3 +156,73 @@ def test_a_failing_consumer_is_not_a_format_error(traces):
     with pytest.raises(ValueError, match="the consumer broke") as raised:
         tracedat.read_rounds(path, path.read_bytes(), emit, round_bytes=50_000, piece_bytes=8192)
     assert raised.type is ValueError
+
+
+def test_rounds_account_what_canonicalising_drops(traces, tmp_path, tiny_rounds, monkeypatch):
+    """One ingestion driver (readers.Ingest) for both paths: rows canonicalising moves to import errors (a
+    cpu_idle whose cpu_id does not fit, as in tests/test_analyze_unfit_fields.py) are counted, with the same
+    examples, whether the trace is decoded whole or in rounds (the rounds used to lose the count)."""
+    from abtest.trace import tracedat
+
+    frames = tracedat.frames
+
+    def unfit_cpu_ids(batches):
+        out = frames(batches)
+        if "cpu_idle" in out:  # every 7th microsecond: the same rows whatever the rounds
+            df = out["cpu_idle"]
+            bad = (pl.col("ts") // 1000) % 7 == 0
+            out["cpu_idle"] = df.with_columns(
+                pl.when(bad)
+                .then(pl.lit(4294967295))
+                .otherwise(pl.col("cpu_id"))
+                .cast(df.schema["cpu_id"])
+                .alias("cpu_id")
+            )
+        return out
+
+    monkeypatch.setattr(tracedat, "frames", unfit_cpu_ids)
+    path = traces / "x86-vm/x86-menu-hackbench-cyclictest.dat"
+    assert assert_streamed_equals_whole(path, tmp_path / "entry") > 10
+    whole = read_trace(path).meta["import_errors"]["value_out_of_range"]
+    assert whole["count"] > 100 and len(whole["examples"]) == 5
+
+
+def test_chain_breaks_in_parts_equal_the_whole_table():
+    """quality.ChainBreaks, the one count of sched_switch chain breaks: a table given in parts (cut anywhere,
+    a part perhaps without the `instance` column) counts what the whole table counts."""
+    import random
+
+    from abtest.trace.quality import ChainBreaks
+
+    rng = random.Random(39)
+    n = 2000
+    switch = pl.DataFrame(
+        {
+            "ts": range(n),
+            "cpu": [rng.randrange(3) for _ in range(n)],
+            "instance": [rng.choice([None, "b"]) for _ in range(n)],
+            "prev_pid": [rng.choice([None, 1, 2, 3]) for _ in range(n)],
+            "next_pid": [rng.choice([1, 2, 3]) for _ in range(n)],
+        },
+        schema_overrides={"cpu": pl.Int32, "prev_pid": pl.Int32, "next_pid": pl.Int32},
+    )
+    whole = ChainBreaks()
+    whole.add(switch)
+    # an independent count: per (cpu, instance), consecutive rows where prev_pid is not the previous next_pid
+    last: dict = {}
+    expected: dict[str, int] = {}
+    for cpu, inst, prev, nxt in switch.select("cpu", "instance", "prev_pid", "next_pid").iter_rows():
+        before = last.get((cpu, inst))
+        if prev is not None and before is not None and prev != before:
+            expected[str(cpu)] = expected.get(str(cpu), 0) + 1
+        last[(cpu, inst)] = nxt
+    assert whole.gaps() == dict(sorted(expected.items())) and expected
+    cuts = [0, *sorted(rng.sample(range(1, n), 12)), n]
+    parts = ChainBreaks()
+    first = switch.slice(0, cuts[1])  # its top buffer's rows come first, without the instance column
+    parts.add(first.filter(pl.col("instance").is_null()).drop("instance"))
+    parts.add(first.filter(pl.col("instance").is_not_null()))
+    for lo, hi in zip(cuts[1:], cuts[2:]):
+        parts.add(switch.slice(lo, hi - lo))
+    assert parts.gaps() == whole.gaps()
+    assert ChainBreaks().gaps() == {}

@@ -163,7 +163,7 @@ def test_thermal_cooldown_waits_for_the_hottest_zone(tmp_path):
     """Thermal zone files (milli-degC, as sysfs reports them) cool down while the collector waits."""
     import threading
 
-    from abtest.collectors.orchestrate import wait_cooldown
+    from abtest.collectors.cooldown import wait_cooldown
 
     z0, z1 = tmp_path / "zone0_temp", tmp_path / "zone1_temp"
     z0.write_text("35000\n")

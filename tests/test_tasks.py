@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
+import polars as pl
 import pytest
 from test_latency import SWITCH, SWITCH_KV, WAKE_KV, WAKE_NEW, report_events
 
 from abtest import Trace
-from abtest.analysis import tasks
+from abtest.analysis import registry, tasks
 
 
 def _state(st: str, pre_4_14: bool) -> str | None:
@@ -118,13 +119,18 @@ def test_task_states_match_the_report(traces, name, pre_4_14):
         assert got["ramp"]["other_pct"] == 0 and got["ramp"]["running_pct"] > 80
 
 
-def test_summary_and_metrics(traces):
+def test_tables_and_metrics(traces):
     t = Trace(traces / "x86-vm" / "x86-menu-hackbench-cyclictest.dat")
-    s = tasks.summary(t, top_tasks=5)
-    assert s["wakeup_event"] == "sched_wakeup"
-    cyc = s["tasks"]["cyclictest"]
+    ev = registry.evaluate(registry.TASKS, t)  # what `abtest analyze` prints
+    states = {r["comm"]: r for r in ev.tables["states"].iter_rows(named=True)}
+    assert len(states) == 10
+    cyc = states["cyclictest"]
     assert cyc["threads"] == 3 and cyc["sleeping_pct"] > 95 and cyc["activations"] > 500
-    assert cyc["cluster_running_pct"] == {"cpu0-1": pytest.approx(100.0)}
-    vals = {v.key: v.value for v in tasks.metrics(t)}
-    assert vals["tasks.task.hackbench.runnable_pct"] == pytest.approx(s["tasks"]["hackbench"]["runnable_pct"])
-    assert vals["tasks.task.cyclictest.activation_p95_ms"] == pytest.approx(cyc["activation_p95_ms"])
+    running = ev.tables["cluster_running"].filter(pl.col("comm") == "cyclictest")
+    assert dict(running.select("cluster", "pct").iter_rows()) == {"cpu0-1": pytest.approx(100.0)}
+    vals = {v.key: v.value for v in ev.values}
+    assert vals == {v.key: v.value for v in tasks.metrics(t)}
+    assert vals["tasks.task.hackbench.runnable_pct"] == pytest.approx(states["hackbench"]["runnable_pct"])
+    assert vals["tasks.task.cyclictest.activation_p95_ms"] == pytest.approx(cyc["p95_ms"])
+    stats = t.tasks.df_activation_stats().filter(pl.col("comm") == "cyclictest").row(0, named=True)
+    assert (cyc["activations"], cyc["p95_ms"]) == (stats["activations"], pytest.approx(stats["p95_ms"]))

@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 
 from abtest import Trace
-from abtest.analysis import idle, tasks
+from abtest.analysis import registry
 from abtest.trace.detect import detect_format
 from abtest.trace.import_log import import_warnings
 from abtest.trace.readers import read_trace
@@ -286,9 +286,9 @@ def test_event_stamped_1ns_stays_out_of_the_span(traces, tmp_path):
     assert out["tables"] == {"cpu_idle": 1} and out["examples"][0]["ts"] == 1
     assert mutated.meta["import_errors"]["timestamp_outlier"]["count"] == 1
     assert mutated.meta["events"]["cpu_idle"] == clean.meta["events"]["cpu_idle"]  # kept in its table
-    a, b = idle.summary(clean), idle.summary(mutated)
-    assert b["window_s"] == a["window_s"] and b["wakeups_per_s"] == pytest.approx(a["wakeups_per_s"])
-    assert b["idle_pct"]["0"] == pytest.approx(a["idle_pct"]["0"], abs=0.1)
+    a, b = ({v.key: v.value for v in registry.evaluate(registry.IDLE, t).values} for t in (clean, mutated))
+    assert b["idle.wakeups_per_s"] == pytest.approx(a["idle.wakeups_per_s"])
+    assert b["idle.cpu.0.idle_pct"] == pytest.approx(a["idle.cpu.0.idle_pct"], abs=0.1)
 
 
 def test_event_stamped_4294967295s_stays_out_of_the_span(traces, tmp_path):
@@ -303,7 +303,9 @@ def test_event_stamped_4294967295s_stays_out_of_the_span(traces, tmp_path):
     assert mutated.meta["timestamp_outliers"]["tables"] == {"sched_switch": 1}
     assert any(w.startswith("kept out of the span: 1 x timestamp_outlier") for w in import_warnings(mutated.meta))
     span_s = (clean.end_ns - clean.start_ns) / 1e9
-    for name, t in tasks.summary(mutated)["tasks"].items():
+    states = registry.evaluate(registry.TASKS, mutated).tables["states"]
+    for t in states.iter_rows(named=True):
+        name = t["comm"]
         assert 0 <= t["known_s"] <= span_s * t["threads"] + 1e-9, name
         assert all(0 <= t[f"{s}_pct"] <= 100 + 1e-9 for s in ("running", "runnable", "sleeping")), (name, t)
 

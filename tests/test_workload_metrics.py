@@ -298,7 +298,9 @@ def test_frame_timeline_nowinandroid(traces):
     assert got["fps"] == pytest.approx((len(rows) - 1) / ((starts[-1] - starts[0]) / 1e9))
     assert got["mean_frame_ms"] == pytest.approx(statistics.fmean(r[1] for r in rows) / 1e6)
     from abtest import Trace
+    from abtest.analysis import registry
 
-    s = workload_frames.summary(Trace(path))
-    assert s["source"] == "perfetto:actual_frame_timeline_slice" and s["processes"] == {}
-    assert s["layers"]["9305:" + app[0]]["frames"] == 739
+    ev = registry.evaluate(registry.FRAMES, Trace(path))  # what `abtest analyze` prints
+    assert set(ev.tables) == {"layers"}  # from the perfetto frame timeline; no atrace doFrame markers
+    layer = ev.tables["layers"].filter((pl.col("pid") == 9305) & (pl.col("layer") == app[0]))
+    assert layer["frames"].to_list() == [739]

@@ -19,9 +19,11 @@ Convention (every module follows it; ``abtest analyze`` and the A/B compare rely
 * "Does not apply" is said by raising MissingEventsError (absent events) or AnalysisNotApplicable (platform
   data the trace lacks, an empty table; abtest.trace.errors): the callers that run every analysis skip those
   two with their message and report any other exception as a failure of the analysis.
-* ``summary(trace) -> dict``: JSON-serialisable, stable keys with units in the names
-  (e.g. ``"avg_frequency_khz"``, ``"energy_j"``), used by ``abtest analyze --json`` and by the A/B compare.
-  Absent inputs give absent keys (never made-up zeros).
+* ``METRICS`` / ``metrics(trace, options)``: the declared metric values (abtest.metric_spec.MetricSpec: unit,
+  direction, aggregation, grouping), and ``TABLES``: the declared non-scalar tables (TableSpec: columns with
+  units), both gathered by abtest.analysis.registry; ``abtest analyze``, Trace.metrics, windows and compare read
+  them through ``registry.evaluate`` / ``registry.compute``. Absent inputs give absent values (never made-up
+  zeros).
 * Every "value over time" question goes through :mod:`abtest.analysis.intervals`
   (state changes -> ``(key, ts, dur, value)`` clipped to the window, value at window start carried in).
   No analysis re-derives deltas on its own. No per-event Python loops: polars expressions, numpy, or the

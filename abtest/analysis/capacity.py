@@ -24,7 +24,7 @@ import polars as pl
 
 from abtest.analysis import task_keys
 from abtest.analysis.intervals import df_intervals, window_of
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
 CAPACITY_TABLES = ("sched_cpu_capacity", "lisa__sched_cpu_capacity")
@@ -42,7 +42,6 @@ __all__ = [
     "df_task_clamps",
     "df_cpu_clamps",
     "CapacityAnalysis",
-    "summary",
     "metrics",
 ]
 
@@ -214,25 +213,40 @@ class CapacityAnalysis:
         )
 
 
-def summary(trace) -> dict:
-    """JSON summary of what the trace has: ``capacity`` {cpu: {samples, mean_capacity, min_capacity,
-    mean_capacity_curr, capacity_orig, reduced_pct}}; ``task_clamps`` {name: {tasks, updates, mean_uclamp_min,
-    mean_uclamp_max}}; ``cpu_clamps`` {cpu: {mean_util_avg, mean_uclamp_avg, mean_uclamp_min, mean_uclamp_max}};
-    ``task_clamped_util`` {name: {samples, mean_util_avg, mean_uclamp_avg}}. {} when it has none."""
-    ca = CapacityAnalysis(trace)
-    out: dict = {}
-    for key, fn, by in (
-        ("capacity", ca.df_capacity_stats, "cpu"),
-        ("task_clamps", ca.df_task_clamps, "comm"),
-        ("cpu_clamps", ca.df_cpu_clamps, "cpu"),
-        ("task_clamped_util", ca.df_task_clamped_util, "comm"),
-    ):
-        try:
-            df = fn()
-        except MissingEventsError:
-            continue
-        out[key] = {str(r[by]): {k: v for k, v in r.items() if k != by} for r in df.iter_rows(named=True)}
-    return out
+def _table(fn):
+    """The rows of a declared table: the frame `fn()` returns, None when the trace lacks its events."""
+    try:
+        return fn()
+    except MissingEventsError:
+        return None
+
+
+TABLES = (
+    TableSpec(
+        "capacity",
+        "CPU capacity (sched_cpu_capacity, capacity units: 1024 = biggest CPU at its top OPP)",
+        "cpu samples mean_capacity min_capacity mean_capacity_curr capacity_orig reduced_pct[%]",
+        lambda t: _table(CapacityAnalysis(t).df_capacity_stats),
+    ),
+    TableSpec(
+        "task_clamps",
+        "uclamp requests per task name",
+        "comm tasks updates mean_uclamp_min mean_uclamp_max",
+        lambda t: _table(CapacityAnalysis(t).df_task_clamps),
+    ),
+    TableSpec(
+        "cpu_clamps",
+        "Clamped util per CPU",
+        "cpu mean_util_avg mean_uclamp_avg mean_uclamp_min mean_uclamp_max",
+        lambda t: _table(CapacityAnalysis(t).df_cpu_clamps),
+    ),
+    TableSpec(
+        "task_clamped_util",
+        "Clamped util per task name",
+        "comm samples mean_util_avg mean_uclamp_avg",
+        lambda t: _table(CapacityAnalysis(t).df_task_clamped_util),
+    ),
+)
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import polars as pl
 
 from abtest.analysis.latency import df_latency_stats
 from abtest.analysis.meta_events import df_meta_events
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
 EVENTS = ("sched_switch",)
@@ -43,7 +43,6 @@ __all__ = [
     "df_cgroup_latency",
     "df_cgroup_runtime",
     "CgroupAnalysis",
-    "summary",
     "metrics",
 ]
 
@@ -193,46 +192,72 @@ class CgroupAnalysis:
         return df_cgroup_runtime(runs, self.df_membership_changes(), trace_clusters(t), window_ns=t.end_ns - t.start_ns)
 
 
-def summary(trace) -> dict:
-    """JSON summary: ``sources`` {kernel_events, snapshot_tasks}; ``cgroups`` {path | "unknown": {tasks, runtime_s,
-    runtime_ms_per_s, cluster_pct {cluster: %}, wakeups, latency_gmean_us, latency_p50_us, latency_p95_us,
-    latency_p99_us}} (latency keys only with sched_wakeup). {} without any cgroup information."""
+def _cgroup_rows(trace, fn) -> pl.DataFrame | None:
+    """fn(CgroupAnalysis) when the trace has cgroup information and sched_switch, else None."""
     ca = CgroupAnalysis(trace)
     try:
-        ch = ca.df_membership_changes()
+        ca.df_membership_changes()
     except MissingEventsError:
-        return {}
-    if "sched_switch" not in trace.tables:
-        return {}
+        return None
+    return fn(ca) if "sched_switch" in trace.tables else None
+
+
+def _runtime_rows(ca: CgroupAnalysis) -> pl.DataFrame:
+    return ca.df_runtime().with_columns((pl.col("runtime_ns") / 1e9).alias("runtime_s"))
+
+
+def _cluster_rows(ca: CgroupAnalysis) -> pl.DataFrame:
     rt = ca.df_runtime()
-    groups: dict[str, dict] = {}
-    for r in rt.iter_rows(named=True):  # one row per cgroup
-        groups[r["cgroup"]] = {
-            "tasks": r["tasks"],
-            "runtime_s": r["runtime_ns"] / 1e9,
-            "runtime_ms_per_s": r["runtime_ms_per_s"],
-            "cluster_pct": {k[:-4]: v for k, v in r.items() if k.endswith("_pct")},
-        }
-    if "sched_wakeup" in trace.tables:
-        for r in ca.df_latency_stats().iter_rows(named=True):  # one row per cgroup
-            groups.setdefault(r["cgroup"], {}).update(
-                {
-                    "wakeups": r["wakeups"],
-                    "latency_gmean_us": r["gmean_us"],
-                    "latency_p50_us": r["p50_us"],
-                    "latency_p95_us": r["p95_us"],
-                    "latency_p99_us": r["p99_us"],
-                }
-            )
+    pct = [c for c in rt.columns if c.endswith("_pct")]
+    return (
+        rt.select("cgroup", *pct)
+        .unpivot(pct, index="cgroup", variable_name="cluster", value_name="pct")
+        .with_columns(pl.col("cluster").str.strip_suffix("_pct"))
+    )
+
+
+def _source_rows(ca: CgroupAnalysis) -> pl.DataFrame:
+    ch = ca.df_membership_changes()
     counts = dict(ch.group_by("source").len().iter_rows())
-    return {
-        "sources": {
-            "kernel_events": int(counts.get("kernel", 0)),
-            "fork_inherited": int(counts.get("fork", 0)),
-            "snapshot_tasks": int(ch.filter(pl.col("source") == "marker")["pid"].n_unique()),
-        },
-        "cgroups": groups,
-    }
+    return pl.DataFrame(
+        {
+            "source": ["kernel_events", "fork_inherited", "snapshot_tasks"],
+            "count": [
+                int(counts.get("kernel", 0)),
+                int(counts.get("fork", 0)),
+                int(ch.filter(pl.col("source") == "marker")["pid"].n_unique()),
+            ],
+        }
+    )
+
+
+TABLES = (
+    TableSpec(
+        "runtime",
+        "CPU time per cgroup",
+        "cgroup tasks runtime_s[s] runtime_ms_per_s[ms/s]",
+        lambda t: _cgroup_rows(t, _runtime_rows),
+    ),
+    TableSpec(
+        "cluster_runtime",
+        "CPU time per cgroup and cluster (% of the cgroup's CPU time)",
+        "cgroup cluster pct[%]",
+        lambda t: _cgroup_rows(t, _cluster_rows),
+        keys=2,
+    ),
+    TableSpec(
+        "latency",
+        "Wakeup latency per cgroup",
+        "cgroup wakeups gmean_us[us] p50_us[us] p95_us[us] p99_us[us]",
+        lambda t: _cgroup_rows(t, CgroupAnalysis.df_latency_stats) if "sched_wakeup" in t.tables else None,
+    ),
+    TableSpec(
+        "sources",
+        "Where cgroup membership came from",
+        "source count",
+        lambda t: _cgroup_rows(t, _source_rows),
+    ),
+)
 
 
 # --------------------------------------------------------------------------------------------

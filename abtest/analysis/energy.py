@@ -13,7 +13,7 @@ import polars as pl
 from abtest.analysis.intervals import df_cpu_idle_intervals, df_intervals, df_intervals_join, window_of
 from abtest.analysis.platform import domain_names, trace_platform
 from abtest.analysis.power import df_channel_power, df_power_per_rail, plot_power_per_rail, rail_mapping
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 from abtest.trace.errors import AnalysisNotApplicable
 
 MODEL_EVENTS = ("cpu_frequency",)
@@ -25,7 +25,6 @@ __all__ = [
     "df_energy_estimate",
     "energy_estimate_from_activity",
     "EnergyAnalysis",
-    "summary",
 ]
 
 
@@ -301,9 +300,7 @@ class EnergyAnalysis:
         return plot_power_per_rail(self.df_power_per_rail(), ax=ax)
 
 
-def summary(trace) -> dict:
-    """JSON-serialisable energy-model estimate: {"source", "domains": {domain: {energy_j, avg_power_mw,
-    unmodelled_ns}}, "total_energy_j"}; {} without a platform energy model or cpu_frequency."""
+def _domain_rows(trace) -> pl.DataFrame | None:
     plat = trace_platform(trace)
     if not (
         plat
@@ -311,20 +308,26 @@ def summary(trace) -> dict:
         and trace.has_events("cpu_frequency")
         and (trace.has_events("cpu_idle") or trace.has_events("sched_switch"))
     ):
-        return {}
-    est = EnergyAnalysis(trace).df_energy_estimate()
-    return {
-        "source": plat["energy_model_source"],
-        "domains": {
-            str(r["domain"]): {
-                "energy_j": r["energy_j"],
-                "avg_power_mw": r["avg_power_mw"],
-                "unmodelled_ns": r["unmodelled_ns"],
-            }
-            for r in est.iter_rows(named=True)
-        },
-        "total_energy_j": float(est["energy_j"].sum()),
-    }
+        return None
+    est = EnergyAnalysis(trace).df_energy_estimate(plat)
+    return est.select(
+        pl.Series("domain", [_domain_name(d, plat) for d in est["domain"]], dtype=pl.Utf8),  # one per domain
+        "energy_j",
+        "avg_power_mw",
+        (pl.col("unmodelled_ns") / 1e9).alias("unmodelled_s"),
+        pl.lit(plat["energy_model_source"]).alias("energy_model"),
+    )
+
+
+TABLES = (
+    TableSpec(
+        "domains",
+        "Energy-model estimate per frequency domain",
+        "domain energy_j[J] avg_power_mw[mW] unmodelled_s[s] energy_model",
+        _domain_rows,
+        note="unmodelled: time at frequencies or states the energy model does not describe",
+    ),
+)
 
 
 # --------------------------------------------------------------------------------------------

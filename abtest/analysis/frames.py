@@ -12,6 +12,7 @@ import os
 
 import polars as pl
 
+from abtest.metric_spec import TableSpec
 from abtest.trace.errors import AnalysisNotApplicable
 
 EVENTS = ("marker",)  # frame slices from atrace markers (tracing_mark_write / print)
@@ -130,60 +131,49 @@ def df_frame_timeline_stats(frames: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def summary(trace) -> dict:
-    """JSON frame summary of a trace. Keys: ``source`` ("marker:Choreographer#doFrame" and/or
-    "perfetto:actual_frame_timeline_slice", joined by "+"), ``processes`` {tgid: {frames, fps,
-    mean_frame_ms, p95_frame_ms}} from atrace doFrame markers, ``layers`` {"<pid>:<layer>": {frames,
-    fps, mean_frame_ms, janky_frames, jank_pct, app_deadline_missed}} from the perfetto frame timeline
-    (at most 10 layers, most frames first). Either dict may be empty, not both.
-
-    Raises MissingEventsError (no markers, and no frame timeline) or ValueError (markers without any
-    doFrame slice, or a frame timeline that cannot be read because no Perfetto engine is available).
-    """
+def _process_rows(trace) -> pl.DataFrame:
+    """Frames per process from atrace Choreographer#doFrame markers (MissingEventsError without markers,
+    AnalysisNotApplicable when they hold no doFrame slice)."""
     from abtest.trace.errors import MissingEventsError
 
-    processes: dict = {}
-    layers: dict = {}
-    sources = []
-    notes = []
-    if "marker" in trace.tables and trace.df("marker", windowed=False).height:
-        per = df_frames_from_markers(trace.df("marker"))
-        if per.height:
-            sources.append("marker:Choreographer#doFrame")
-            processes = {
-                str(r["tgid"]): {
-                    "frames": r["frames"],
-                    "fps": r["fps"],
-                    "mean_frame_ms": r["mean_frame_ms"],
-                    "p95_frame_ms": r["p95_frame_ms"],
-                }
-                for r in per.iter_rows(named=True)
-            }
-        else:
-            notes.append("no Choreographer#doFrame slices in the trace's markers")
-    if trace.meta.get("format") == "perfetto":
-        from abtest.trace.perfetto_engine import EngineQueryError, EngineUnavailableError
-
-        try:
-            ft = read_frame_timeline(trace.path)
-        except (EngineUnavailableError, EngineQueryError) as e:  # say so; the markers may still answer
-            notes.append(f"perfetto frame timeline not read ({type(e).__name__}: {e})")
-            ft = None
-        if ft is not None and ft.height:
-            windowed = (trace.start_ns, trace.end_ns) != (trace.meta.get("start_ns"), trace.meta.get("end_ns"))
-            if windowed:  # a Trace.window(): keep the frames that start inside it
-                ft = ft.filter((pl.col("ts") >= trace.start_ns) & (pl.col("ts") < trace.end_ns))
-            st = df_frame_timeline_stats(ft).head(10)
-            sources.append("perfetto:actual_frame_timeline_slice")
-            layers = {
-                f"{r['pid']}:{r['layer']}": {
-                    k: r[k]
-                    for k in ("frames", "fps", "mean_frame_ms", "janky_frames", "jank_pct", "app_deadline_missed")
-                }
-                for r in st.iter_rows(named=True)
-            }
-    if not sources:
-        if notes:
-            raise AnalysisNotApplicable("; ".join(notes))
+    if "marker" not in trace.tables or not trace.df("marker", windowed=False).height:
         raise MissingEventsError("frames", ["tracing_mark_write"], str(trace.path))
-    return {"source": "+".join(sources), "processes": processes, "layers": layers}
+    per = df_frames_from_markers(trace.df("marker"))
+    if not per.height:
+        raise AnalysisNotApplicable("no Choreographer#doFrame slices in the trace's markers")
+    return per
+
+
+def _layer_rows(trace) -> pl.DataFrame | None:
+    """Frames per layer from the perfetto frame timeline (the 10 layers with most frames; None for other
+    formats; AnalysisNotApplicable when no Perfetto engine can read it)."""
+    if trace.meta.get("format") != "perfetto":
+        return None
+    from abtest.trace.perfetto_engine import EngineQueryError, EngineUnavailableError
+
+    try:
+        ft = read_frame_timeline(trace.path)
+    except (EngineUnavailableError, EngineQueryError) as e:  # say so; the markers may still answer
+        raise AnalysisNotApplicable(f"perfetto frame timeline not read ({type(e).__name__}: {e})") from e
+    if not ft.height:
+        return None
+    if (trace.start_ns, trace.end_ns) != (trace.meta.get("start_ns"), trace.meta.get("end_ns")):
+        ft = ft.filter((pl.col("ts") >= trace.start_ns) & (pl.col("ts") < trace.end_ns))  # frames starting inside
+    return df_frame_timeline_stats(ft).head(10)
+
+
+TABLES = (
+    TableSpec(
+        "processes",
+        "Frames per process (atrace Choreographer#doFrame slices)",
+        "tgid frames fps[frames/s] mean_frame_ms[ms] p95_frame_ms[ms]",
+        _process_rows,
+    ),
+    TableSpec(
+        "layers",
+        "Frames per layer (perfetto frame timeline, the 10 layers with most frames)",
+        "pid layer frames fps[frames/s] mean_frame_ms[ms] janky_frames jank_pct[%] app_deadline_missed",
+        _layer_rows,
+        keys=2,
+    ),
+)

@@ -34,8 +34,9 @@ import polars as pl
 from abtest.analysis.clusters import cpus_label, df_domains_from_frequency
 from abtest.analysis.intervals import df_cpu_idle_intervals, df_intervals, df_intervals_join, window_of
 from abtest.analysis.meta_events import meta_cpu_frequency
+from abtest.analysis.per_trace import per_trace
 from abtest.analysis.platform import trace_platform
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
 # cpu_frequency kernel events, or only marker-carried ones (devlib): either is enough, so none is required
@@ -58,7 +59,6 @@ __all__ = [
     "df_oscillations",
     "plot_opp_residency",
     "FrequencyAnalysis",
-    "summary",
 ]
 
 
@@ -558,6 +558,7 @@ class FrequencyAnalysis:
     def __init__(self, trace):
         self.trace = trace
         self._changes: pl.DataFrame | None = None
+        self._stats: pl.DataFrame | None = None
 
     def _freq(self, what: str = "") -> pl.DataFrame:
         if self._changes is None:
@@ -584,7 +585,10 @@ class FrequencyAnalysis:
         return df_domain_opp_residency(self._freq(), self._idle(), platform=trace_platform(self.trace), **self._win())
 
     def df_frequency_stats(self) -> pl.DataFrame:
-        return df_frequency_stats(self._freq(), self._idle(), **self._win())
+        """df_frequency_stats of the window (computed once per analysis object)."""
+        if self._stats is None:
+            self._stats = df_frequency_stats(self._freq(), self._idle(), **self._win())
+        return self._stats
 
     def df_domain_frequency_stats(self) -> pl.DataFrame:
         return df_domain_frequency_stats(self._freq(), self._idle(), platform=trace_platform(self.trace), **self._win())
@@ -605,68 +609,75 @@ class FrequencyAnalysis:
         return plot_opp_residency(self.df_opp_residency(), key="cpu", active=active, ax=ax)
 
 
-def _pct_map(df: pl.DataFrame, col: str) -> dict[str, float]:
-    """{kHz: pct} from residency rows (the unknown share is reported apart, as unknown_pct)."""
-    return {str(k): v for k, v in df.select("frequency_khz", col).iter_rows() if v is not None and k is not None}
+# one facade per trace for the metrics and the declared tables: they share its frequency changes
+_facade = per_trace(FrequencyAnalysis)
 
 
-def summary(trace) -> dict:
-    """JSON-serialisable frequency summary (stable keys, units in names); {} without frequency data.
-
-    Keys:
-      sources: {kernel_events, marker_samples, polled_samples} over the whole trace;
-      per_cpu: {cpu: {time_weighted_khz, active_time_weighted_khz, unknown_pct, transitions, transitions_per_s,
-                      oscillations, opp_residency_pct: {kHz: % of window},
-                      opp_active_residency_pct: {kHz: % of active time}}};
-      per_domain: {cluster ("cpu0-3"): {domain (first CPU), mean_khz, active_mean_khz, unknown_pct,
-                   transitions, transitions_per_s, opp_residency_pct: {kHz: % of window}}}.
-    opp_residency_pct values plus unknown_pct (the time before the first known value) sum to 100.
-    """
+def _opp_rows(trace) -> pl.DataFrame | None:
     if not has_frequency(trace):
-        return {}
-    fa = FrequencyAnalysis(trace)
-    ch = fa.df_frequency_changes()
-    stats = fa.df_frequency_stats()
-    osc = fa.df_oscillations()
-    res = fa.df_opp_residency()
-    win = max(trace.end_ns - trace.start_ns, 1)
-    per_cpu: dict[str, dict] = {}
-    for row in stats.iter_rows(named=True):  # one row per CPU
-        c = row["cpu"]
-        r = res.filter(pl.col("cpu") == c)
-        o = osc.filter(pl.col("cpu") == c)
-        per_cpu[str(c)] = {
-            "time_weighted_khz": row["time_weighted_khz"],
-            "active_time_weighted_khz": row["active_time_weighted_khz"],
-            "unknown_pct": 100.0 * (row["unknown_ns"] or 0) / win,
-            "transitions": row["transitions"],
-            "transitions_per_s": row["transitions_per_s"],
-            "oscillations": int(o["oscillations"][0]) if o.height else 0,
-            "opp_residency_pct": _pct_map(r, "pct"),
-            "opp_active_residency_pct": _pct_map(r.filter(pl.col("frequency_khz").is_not_null()), "active_pct"),
+        return None
+    return (
+        _facade(trace)
+        .df_opp_residency()
+        .select(
+            "cpu",
+            pl.when(pl.col("frequency_khz").is_null())
+            .then(pl.lit("unknown"))
+            .otherwise((pl.col("frequency_khz") / 1000).round(1).cast(pl.Utf8).str.strip_suffix(".0"))
+            .alias("frequency_mhz"),
+            (pl.col("time_ns") / 1e9).alias("time_s"),
+            "pct",
+            "active_pct",
+        )
+    )
+
+
+def _cpu_rows(trace) -> pl.DataFrame | None:
+    if not has_frequency(trace):
+        return None
+    fa = _facade(trace)
+    stats = fa.df_frequency_stats().select("cpu", "transitions")
+    return stats.join(fa.df_oscillations().select("cpu", "oscillations"), on="cpu", how="left").with_columns(
+        pl.col("oscillations").fill_null(0)
+    )
+
+
+def _source_rows(trace) -> pl.DataFrame | None:
+    if not has_frequency(trace):
+        return None
+    counts = dict(_facade(trace).df_frequency_changes().group_by("source").len().iter_rows())
+    return pl.DataFrame(
+        {
+            "source": ["kernel_events", "marker_samples", "polled_samples"],
+            "samples": [int(counts.get(k, 0)) for k in ("kernel", "marker", "polled")],
         }
-    dres = fa.df_domain_opp_residency()
-    per_domain: dict[str, dict] = {}
-    for d in fa.df_domain_frequency_stats().iter_rows(named=True):  # one row per domain
-        per_domain[d["cluster"]] = {
-            "domain": d["domain"],
-            "mean_khz": d["mean_khz"],
-            "active_mean_khz": d["active_mean_khz"],
-            "unknown_pct": d["unknown_pct"],
-            "transitions": d["transitions"],
-            "transitions_per_s": d["transitions_per_s"],
-            "opp_residency_pct": _pct_map(dres.filter(pl.col("domain") == d["domain"]), "pct"),
-        }
-    counts = dict(ch.group_by("source").len().iter_rows())
-    return {
-        "sources": {
-            "kernel_events": int(counts.get("kernel", 0)),
-            "marker_samples": int(counts.get("marker", 0)),
-            "polled_samples": int(counts.get("polled", 0)),
-        },
-        "per_cpu": per_cpu,
-        "per_domain": per_domain,
-    }
+    )
+
+
+TABLES = (
+    TableSpec(
+        "opp_residency",
+        "OPP residency per CPU (time at each OPP, % of the window and % of the CPU's active time)",
+        "cpu frequency_mhz[MHz] time_s[s] pct[%] active_pct[%]",
+        _opp_rows,
+        keys=2,
+        across="cpu",
+        note="unknown: before the CPU's first cpu_frequency event",
+    ),
+    TableSpec(
+        "transitions",
+        "Frequency transitions per CPU",
+        "cpu transitions oscillations",
+        _cpu_rows,
+        note="oscillations: swings over half the OPP range that come back within 20 ms",
+    ),
+    TableSpec(
+        "sources",
+        "Where the frequencies came from (whole trace)",
+        "source samples",
+        _source_rows,
+    ),
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -792,7 +803,7 @@ def split_opp_group(group: str) -> tuple[int, int]:
 def metrics(trace, options=None) -> list[MetricValue]:
     """The declared frequency metrics of one trace (per CPU, per domain, per domain OPP). Needs cpu_frequency
     events or marker-carried ones (MissingEventsError otherwise)."""
-    fa = FrequencyAnalysis(trace)
+    fa = _facade(trace)
     stats = fa.df_frequency_stats()
     out: list[MetricValue] = []
     res = fa.df_domain_opp_residency().filter(pl.col("frequency_khz").is_not_null())

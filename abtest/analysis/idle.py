@@ -32,7 +32,8 @@ import numpy as np
 import polars as pl
 
 from abtest.analysis.intervals import df_cpu_idle_intervals
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.analysis.per_trace import per_trace
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 from abtest.trace.errors import AnalysisNotApplicable
 
 EVENTS = ("cpu_idle",)
@@ -455,6 +456,7 @@ class IdleAnalysis:
 
     def __init__(self, trace):
         self.trace = trace
+        self._residency: pl.DataFrame | None = None
 
     def _span(self) -> tuple[int, int]:
         """The trace window [start_ns, end_ns). A trace with no event has none: MissingEventsError (the idle
@@ -508,7 +510,10 @@ class IdleAnalysis:
         )
 
     def df_residency(self) -> pl.DataFrame:
-        return df_idle_residency(self.df_intervals(), self.idle_states())
+        """df_idle_residency of the window (computed once per analysis object)."""
+        if self._residency is None:
+            self._residency = df_idle_residency(self.df_intervals(), self.idle_states())
+        return self._residency
 
     def df_cluster_residency(self) -> pl.DataFrame:
         return df_cluster_idle_residency(self.df_intervals(), clusters_of(self.trace), self.idle_states())
@@ -564,69 +569,64 @@ class IdleAnalysis:
         return plot_idle_misses(self.df_misses(source), ax=ax)
 
 
-def summary(trace) -> dict:
-    """JSON summary (stable keys; CPU keys are strings):
-
-    ``window_s``; ``residency_pct`` {cpu: {state_name: % of window}}; ``idle_pct`` {cpu: % in any
-    idle state}; ``cluster_residency_pct`` {cluster: {state_name: % of the cluster's CPU-time}};
-    ``cluster_all_cpus_idle_pct`` {cluster: %}; ``wakeups`` {cpu: count};
-    ``wakeups_total``; ``wakeups_per_s`` (all CPUs); ``misses`` (absent when neither cpu_idle_miss nor
-    target residencies exist): {``source``, ``too_deep_count``, ``too_shallow_count``, ``wakeups``,
-    ``too_deep_pct``, ``too_shallow_pct``, ``per_cpu`` {cpu: {same keys}}}.
-    """
-    ia = IdleAnalysis(trace)
-    lo, hi = ia._span()
-    res = ia.df_residency()
-    wk = ia.df_wakeups()
-    cl = ia.df_cluster_residency()
-    out: dict = {
-        "window_s": (hi - lo) / 1e9,
-        "residency_pct": {
-            str(c): dict(zip(g["state_name"].to_list(), g["pct"].to_list()))
-            for (c,), g in res.group_by(["cpu"], maintain_order=True)
-        },
-        "idle_pct": {
-            str(c): float(v)
-            for c, v in res.filter(pl.col("idle").fill_null(False))
-            .group_by("cpu")
-            .agg(pl.col("pct").sum())
-            .sort("cpu")
-            .iter_rows()
-        },
-        "cluster_residency_pct": {
-            str(c): dict(zip(g["state_name"].to_list(), g["pct"].to_list()))
-            for (c,), g in cl.group_by(["cluster"], maintain_order=True)
-        },
-        "cluster_all_cpus_idle_pct": {
-            str(c): float(v) for c, v in cl.select("cluster", "all_cpus_idle_pct").unique().sort("cluster").iter_rows()
-        },
-        "wakeups": {str(c): int(n) for c, n in wk.select("cpu", "wakeups").iter_rows()},
-        "wakeups_total": int(wk["wakeups"].sum()),
-        "wakeups_per_s": float(wk["wakeups"].sum()) / max((hi - lo) / 1e9, 1e-9),
-    }
-    if ia.miss_source() is not None:
-        tot = ia.df_miss_totals()
-        allrow = tot.filter(pl.col("cpu").is_null()).row(0, named=True)
-
-        def _m(r: dict) -> dict:
-            return {
-                "too_deep_count": int(r["above"]),
-                "too_shallow_count": int(r["below"]),
-                "wakeups": int(r["wakeups"]),
-                "too_deep_pct": _f(r["above_pct"]),
-                "too_shallow_pct": _f(r["below_pct"]),
-            }
-
-        out["misses"] = {
-            "source": allrow["source"],
-            **_m(allrow),
-            "per_cpu": {str(r["cpu"]): _m(r) for r in tot.filter(pl.col("cpu").is_not_null()).iter_rows(named=True)},
-        }
-    return out
+# one facade per trace for the metrics and the declared tables: they share its residency (small: per CPU and state)
+_facade = per_trace(IdleAnalysis)
 
 
-def _f(x) -> float | None:
-    return None if x is None or (isinstance(x, float) and np.isnan(x)) else float(x)
+def _residency_rows(trace) -> pl.DataFrame:
+    return _facade(trace).df_residency().select("cpu", "state_name", (pl.col("time_ns") / 1e9).alias("time_s"), "pct")
+
+
+def _miss_rows(trace) -> pl.DataFrame | None:
+    ia = _facade(trace)
+    if ia.miss_source() is None:
+        return None
+    return (
+        ia.df_miss_totals()
+        .sort(pl.col("cpu").is_null(), "cpu")
+        .select(
+            pl.col("cpu").cast(pl.Utf8).fill_null("all"),
+            "source",
+            "wakeups",
+            pl.col("above").alias("too_deep"),
+            pl.col("above_pct").alias("too_deep_pct"),
+            pl.col("below").alias("too_shallow"),
+            pl.col("below_pct").alias("too_shallow_pct"),
+        )
+    )
+
+
+def _cluster_rows(trace) -> pl.DataFrame:
+    return _facade(trace).df_cluster_residency().select("cluster", "state_name", "pct", "all_cpus_idle_pct")
+
+
+TABLES = (
+    TableSpec(
+        "residency",
+        "Idle state residency per CPU (time in each state and % of the window)",
+        "cpu state_name time_s[s] pct[%]",
+        _residency_rows,
+        keys=2,
+        across="cpu",
+        note="active = not idle; idle-unknown = idle before the CPU's first cpu_idle event, state not known; "
+        "unknown = no cpu_idle event on that CPU",
+    ),
+    TableSpec(
+        "misses",
+        "Idle misses per CPU (% of wakeups from idle)",
+        "cpu source wakeups too_deep too_deep_pct[%] too_shallow too_shallow_pct[%]",
+        _miss_rows,
+        note="too deep: the sleep was shorter than the state's target residency; too shallow: a deeper state "
+        "would have fitted",
+    ),
+    TableSpec(
+        "cluster_residency",
+        "Idle state residency per cluster (% of the cluster's CPU time)",
+        "cluster state_name pct[%] all_cpus_idle_pct[%]",
+        _cluster_rows,
+        keys=2,
+    ),
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -687,12 +687,41 @@ STATE_RESIDENCY_PCT = MetricSpec(
     window=WindowCombine.RATE,
 )
 
-METRICS = (TOO_DEEP_PCT, TOO_SHALLOW_PCT, IDLE_WAKEUPS_PER_S, IDLE_PCT, STATE_RESIDENCY_PCT)
+CPU_IDLE_PCT = MetricSpec(
+    "idle.cpu.{cpu}.idle_pct",
+    "%",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CPU,
+    title="idle",
+    description="Share of this CPU's time in the window spent in any idle state.",
+    window=WindowCombine.RATE,
+)
+CPU_WAKEUPS_PER_S = MetricSpec(
+    "idle.cpu.{cpu}.wakeups_per_s",
+    "1/s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    Grouping.CPU,
+    title="wakeups from idle",
+    description="Exits from idle of this CPU per second of window.",
+    window=WindowCombine.RATE,
+)
+
+METRICS = (
+    TOO_DEEP_PCT,
+    TOO_SHALLOW_PCT,
+    IDLE_WAKEUPS_PER_S,
+    IDLE_PCT,
+    STATE_RESIDENCY_PCT,
+    CPU_IDLE_PCT,
+    CPU_WAKEUPS_PER_S,
+)
 
 
 def metrics(trace, options=None) -> list[MetricValue]:
     """The declared idle metrics of one trace (see METRICS). Needs cpu_idle."""
-    ia = IdleAnalysis(trace)
+    ia = _facade(trace)
     lo, hi = ia._span()
     res = ia.df_residency()
     total = res["time_ns"].sum()
@@ -707,8 +736,12 @@ def metrics(trace, options=None) -> list[MetricValue]:
             .sort("state_name")
         )
         out += [MetricValue(STATE_RESIDENCY_PCT, 100.0 * t / total, str(name)) for name, t in per_state.iter_rows()]
+        per_cpu = res.filter(pl.col("idle").fill_null(False)).group_by("cpu").agg(pl.col("pct").sum()).sort("cpu")
+        out += [MetricValue(CPU_IDLE_PCT, float(p), str(c)) for c, p in per_cpu.iter_rows()]
     wk = ia.df_wakeups()
-    out.append(MetricValue(IDLE_WAKEUPS_PER_S, float(wk["wakeups"].sum()) / max((hi - lo) / 1e9, 1e-9)))
+    win_s = max((hi - lo) / 1e9, 1e-9)
+    out.append(MetricValue(IDLE_WAKEUPS_PER_S, float(wk["wakeups"].sum()) / win_s))
+    out += [MetricValue(CPU_WAKEUPS_PER_S, n / win_s, str(c)) for c, n in wk.select("cpu", "wakeups").iter_rows()]
     if ia.miss_source() is not None:
         allrow = ia.df_miss_totals().filter(pl.col("cpu").is_null()).row(0, named=True)
         if allrow["above_pct"] is not None:

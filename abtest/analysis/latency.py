@@ -29,7 +29,7 @@ as-of joins is ``backend="python"``):
   finds P still queued does not enqueue anything; P keeps running or is preempted, so no sleeping
   switch-out follows and it is dropped.)
 * pid 0 (the idle task) is ignored; a wakeup with no switch-in before the end of the trace, or of a task
-  still running, is dropped (``unmatched_wakeups`` in the summary).
+  still running, is dropped (metric ``latency.unmatched_wakeups_per_s``).
 
 Preemption latency: a switch-out of P with a runnable prev_state (low byte 0: preempted, "R"/"R+") ->
 P's next switch-in; LISA's ``df_latency_preemption``.
@@ -44,7 +44,8 @@ import numpy as np
 import polars as pl
 
 from abtest.analysis import task_keys
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.analysis.per_trace import per_trace
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
 EVENTS = ("sched_switch",)
@@ -314,9 +315,6 @@ def _stats(col: pl.Expr) -> list[pl.Expr]:
     ]
 
 
-STAT_KEYS = ("wakeups", "mean_us", *(_quantile_key(q) for q in _QUANTILES), "max_us", "gmean_us")
-
-
 def df_latency_stats(latency: pl.DataFrame, by: str | list[str] | None = ("pid", "comm")) -> pl.DataFrame:
     """Latency statistics in us: wakeups (count of rows), mean_us, p50_us, p90_us, p95_us, p99_us (linear
     interpolation between order statistics, as numpy's default), max_us, gmean_us (geometric mean of the
@@ -383,7 +381,7 @@ def _stats_by_known(lat: pl.DataFrame, col: str) -> pl.DataFrame:
     return df_latency_stats(lat.select(col, "latency_us"), by=col).filter(pl.col(col).is_not_null()).sort(col)
 
 
-# the columns the summary and the metrics read of the matched wakeups (the others are not built)
+# the columns the metrics read of the matched wakeups (the others are not built)
 _STAT_COLUMNS = ["comm", "cpu", "target_cpu", "while_on_cpu", "latency_us"]
 
 
@@ -470,88 +468,6 @@ class LatencyAnalysis:
 
     def plot_cdf(self, top_tasks: int = 5, ax=None, definition: str = "wakeup"):
         return plot_latency_cdf(self.df_latency(definition), top_tasks, ax=ax)
-
-
-def _num(x):
-    if x is None:
-        return None
-    if isinstance(x, float):
-        return None if np.isnan(x) else x
-    return int(x)
-
-
-def _stat_dict(row: dict) -> dict:
-    return {k: _num(row[k]) for k in STAT_KEYS}
-
-
-def _definition_summary(la: LatencyAnalysis, definition: str, top_tasks: int) -> dict:
-    trace = la.trace
-    from abtest.analysis.clusters import trace_clusters
-
-    wk = la.df_wakeups(definition)
-    lo, hi = trace.start_ns, trace.end_ns
-    in_win = wk.select(((pl.col("ts") >= lo) & (pl.col("ts") < hi) & (pl.col("pid") != 0)).sum()).item()
-    # the columns the statistics read: a million wakeups' other columns are not built
-    lat = df_with_clusters(
-        df_wakeup_latency(
-            wk, trace.df("sched_switch", windowed=False), start_ns=lo, end_ns=hi, rule=definition, columns=_STAT_COLUMNS
-        ),
-        trace_clusters(trace),
-    )
-    lat = lat.drop("cpu", "target_cpu")  # read only to name the clusters
-    del wk
-    overall = df_latency_stats(lat, by=None).row(0, named=True)
-    out = {
-        "definition": DEFINITION_TEXT[definition],
-        "wakeup_event": DEFINITIONS[definition],
-        "wakeups": in_win,
-        "matched_wakeups": lat.height,
-        "unmatched_wakeups": in_win - lat.height,
-        **{k: _num(overall[k]) for k in STAT_KEYS if k != "wakeups"},
-    }
-    if definition == "waking":
-        out["while_on_cpu_wakeups"] = int(lat["while_on_cpu"].sum())
-    out["tasks"] = {
-        r["comm"]: _stat_dict(r) for r in df_latency_stats(lat, by="comm").head(top_tasks).iter_rows(named=True)
-    }
-    out["per_cluster"] = {r["cluster"]: _stat_dict(r) for r in _stats_by_known(lat, "cluster").iter_rows(named=True)}
-    out["per_target_cluster"] = {
-        r["target_cluster"]: _stat_dict(r) for r in _stats_by_known(lat, "target_cluster").iter_rows(named=True)
-    }
-    return out
-
-
-def summary(trace, top_tasks: int = 10) -> dict:
-    """JSON summary.
-
-    Top level: the default definition (sched_wakeup -> switch-in) when the trace has sched_wakeup, else the
-    waking one (``definition`` says which): ``definition``, ``wakeup_event``, ``wakeups`` (window total),
-    ``matched_wakeups``, ``unmatched_wakeups`` (no switch-in followed, or the task was still running),
-    ``mean_us``, ``p50_us``, ``p90_us``, ``p95_us``, ``p99_us``, ``max_us``, ``gmean_us`` (all matched
-    wakeups), ``tasks`` {task name: {wakeups, mean_us, p50_us, p90_us, p95_us, p99_us, max_us, gmean_us}} (the
-    top_tasks most woken names), ``per_cluster`` / ``per_target_cluster`` {cluster: same stats}.
-    ``waking``: the same for sched_waking -> switch-in (+ ``while_on_cpu_wakeups``) when the trace has both.
-    ``preemption``: {preemptions, mean_us, ..., gmean_us, tasks {name: stats}}: preempted -> running again.
-    """
-    la = LatencyAnalysis(trace)
-    defs = la.definitions()
-    la.trace.require("wakeup latency", "sched_switch")
-    if not defs:
-        raise MissingEventsError("wakeup latency", ["sched_wakeup"], str(trace.path))
-    out = _definition_summary(la, defs[0], top_tasks)
-    if len(defs) > 1:
-        out["waking"] = _definition_summary(la, "waking", top_tasks)
-    pre = la.df_preemption_latency()
-    st = df_latency_stats(pre, by=None).row(0, named=True)
-    out["preemption"] = {
-        "preemptions": pre.height,
-        **{k: _num(st[k]) for k in STAT_KEYS if k != "wakeups"},
-        "tasks": {
-            r["comm"]: {("preemptions" if k == "wakeups" else k): _num(r[k]) for k in STAT_KEYS}
-            for r in df_latency_stats(pre, by="comm").head(top_tasks).iter_rows(named=True)
-        },
-    }
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -657,6 +573,16 @@ LATENCY_WAKEUPS_PER_S = MetricSpec(
     title="matched wakeups",
     description="Matched wakeups (sched_wakeup definition) per second of window.",
     window=WindowCombine.RATE,
+)
+LATENCY_UNMATCHED_PER_S = MetricSpec(
+    "latency.unmatched_wakeups_per_s",
+    "1/s",
+    Direction.NONE,
+    Aggregation.MEAN,
+    title="unmatched wakeups",
+    description="Wakeups (sched_wakeup definition, pid > 0) in the window not matched to a switch-in (none "
+    "followed, or the task was running), per second of window.",
+    window=WindowCombine.TIME_APPROX,
 )
 WAKING_FAMILY = _family("latency.waking", _WAK, "waking latency", "latency.waking.wakeups_per_s")
 WAKING_WAKEUPS_PER_S = MetricSpec(
@@ -810,6 +736,7 @@ METRICS = (
     LATENCY_P99_US,
     LATENCY_MAX_US,
     LATENCY_WAKEUPS_PER_S,
+    LATENCY_UNMATCHED_PER_S,
     *WAKING_FAMILY,
     WAKING_WAKEUPS_PER_S,
     *PREEMPT_FAMILY,
@@ -844,35 +771,111 @@ def _chosen(per: pl.DataFrame, options) -> pl.DataFrame:
     )
 
 
+@per_trace
+def _trace_stats(trace) -> dict:
+    """The latency statistics the metrics and the declared tables read, small frames only (the matched wakeups
+    are not kept): per definition the trace supports, {"wakeups": in the window (pid > 0), "matched", "overall"
+    (df_latency_stats row), "while_on_cpu", and for the first definition "per_comm" (most woken first) and
+    "clusters" (per execution / target cluster, only when more than one)}; "preempt": matched, overall, per_comm
+    of the preemptions."""
+    la = LatencyAnalysis(trace)
+    defs = la.definitions()
+    if not defs:
+        raise MissingEventsError("wakeup latency", ["sched_wakeup"], str(trace.path))
+    lo, hi = trace.start_ns, trace.end_ns
+    out: dict = {}
+    for d in defs:
+        in_win = la.df_wakeups(d).select(((pl.col("ts") >= lo) & (pl.col("ts") < hi) & (pl.col("pid") != 0)).sum())
+        main = d == defs[0]  # per task and cluster: the first definition only (the metrics and tables read no more)
+        lat = (
+            la.df_latency_clusters(d, columns=_STAT_COLUMNS)
+            if main
+            else la.df_latency(d, ["while_on_cpu", "latency_us"])
+        )
+        one_cluster = not main or (
+            lat["cluster"].drop_nulls().n_unique() <= 1 and lat["target_cluster"].drop_nulls().n_unique() <= 1
+        )
+        out[d] = {
+            "wakeups": int(in_win.item()),
+            "matched": lat.height,
+            "while_on_cpu": int(lat["while_on_cpu"].sum()),
+            "overall": df_latency_stats(lat, by=None).row(0, named=True) if lat.height else None,
+            "per_comm": df_latency_stats(lat, by="comm") if main else None,
+            "clusters": {} if one_cluster else {c: _stats_by_known(lat, c) for c in ("cluster", "target_cluster")},
+        }
+        del lat
+    pre = la.df_preemption_latency()
+    out["preempt"] = {
+        "matched": pre.height,
+        "overall": df_latency_stats(pre, by=None).row(0, named=True) if pre.height else None,
+        "per_comm": df_latency_stats(pre, by="comm"),
+    }
+    return out
+
+
+def _count_rows(trace) -> pl.DataFrame:
+    st = _trace_stats(trace)
+    defs = [d for d in DEFINITIONS if d in st]
+    return pl.DataFrame(
+        {
+            "definition": [DEFINITION_TEXT[d] for d in defs],
+            "wakeups": [st[d]["wakeups"] for d in defs],
+            "matched": [st[d]["matched"] for d in defs],
+            "unmatched": [st[d]["wakeups"] - st[d]["matched"] for d in defs],
+            "while_on_cpu": [st[d]["while_on_cpu"] for d in defs],
+        }
+    )
+
+
+def _task_rows(trace, top: int = 10) -> pl.DataFrame:
+    st = _trace_stats(trace)
+    d = next(d for d in DEFINITIONS if d in st)
+    return st[d]["per_comm"].head(top).with_columns(pl.lit(DEFINITION_TEXT[d]).alias("definition"))
+
+
+TABLES = (
+    TableSpec(
+        "wakeups",
+        "Wakeups in the window and how many were matched to a switch-in",
+        "definition wakeups matched unmatched while_on_cpu",
+        _count_rows,
+        note="unmatched: no switch-in followed, or the task was running; while_on_cpu: wakings of a task still "
+        "switching out, counted from their own time",
+    ),
+    TableSpec(
+        "tasks",
+        "Wakeup latency of the 10 most woken task names",
+        "comm wakeups mean_us[us] p50_us[us] p95_us[us] p99_us[us] max_us[us] gmean_us[us] definition",
+        _task_rows,
+    ),
+)
+
+
 def metrics(trace, options=None) -> list[MetricValue]:
     """The declared latency metrics of one trace: latency.* (sched_wakeup definition) when the trace has
     sched_wakeup, latency.waking.* when it has sched_waking, latency.preempt.* always (sched_switch); per
     execution / target cluster only when the tasks ran on (or targeted) more than one cluster.
     Per task: the names in ``options.tasks`` and the ``options.top_tasks`` most woken names with at least
     ``options.min_task_wakeups`` wakeups (preemptions for the preemption metric)."""
-    la = LatencyAnalysis(trace)
-    defs = la.definitions()
-    if not defs:
-        raise MissingEventsError("wakeup latency", ["sched_wakeup"], str(trace.path))
+    st = _trace_stats(trace)
     win_s = max((trace.end_ns - trace.start_ns) / 1e9, 1e-9)
     out: list[MetricValue] = []
-    if "wakeup" in defs:
-        lat = la.df_latency_clusters("wakeup", columns=_STAT_COLUMNS)
-        out.append(MetricValue(LATENCY_WAKEUPS_PER_S, lat.height / win_s))
-        if lat.height:
-            out += _family_values(
-                (
-                    LATENCY_GMEAN_US,
-                    LATENCY_MEAN_US,
-                    LATENCY_P50_US,
-                    LATENCY_P90_US,
-                    LATENCY_P95_US,
-                    LATENCY_P99_US,
-                    LATENCY_MAX_US,
-                ),
-                df_latency_stats(lat, by=None).row(0, named=True),
+    if "wakeup" in st:
+        w = st["wakeup"]
+        out.append(MetricValue(LATENCY_WAKEUPS_PER_S, w["matched"] / win_s))
+        out.append(MetricValue(LATENCY_UNMATCHED_PER_S, (w["wakeups"] - w["matched"]) / win_s))
+        if w["matched"]:
+            family = (
+                LATENCY_GMEAN_US,
+                LATENCY_MEAN_US,
+                LATENCY_P50_US,
+                LATENCY_P90_US,
+                LATENCY_P95_US,
+                LATENCY_P99_US,
+                LATENCY_MAX_US,
             )
-            for r in _chosen(df_latency_stats(lat, by="comm"), options).iter_rows(named=True):  # <= top + named rows
+            out += _family_values(family, w["overall"])
+            for r in _chosen(w["per_comm"], options).iter_rows(named=True):  # <= top + named rows
                 for spec, col in (
                     (TASK_LATENCY_GMEAN_US, "gmean_us"),
                     (TASK_LATENCY_P50_US, "p50_us"),
@@ -883,31 +886,23 @@ def metrics(trace, options=None) -> list[MetricValue]:
                     if r[col] is not None:
                         out.append(MetricValue(spec, float(r[col]), r["comm"]))
                 out.append(MetricValue(TASK_WAKEUPS_PER_S, r["wakeups"] / win_s, r["comm"]))
-            one_cluster = (
-                lat["cluster"].drop_nulls().n_unique() <= 1 and lat["target_cluster"].drop_nulls().n_unique() <= 1
-            )
-            for col, g_spec, p_spec in (
-                ()
-                if one_cluster
-                else (  # one cluster: the overall values already say it
-                    ("cluster", CLUSTER_LATENCY_GMEAN_US, CLUSTER_LATENCY_P95_US),
-                    ("target_cluster", TARGET_CLUSTER_LATENCY_GMEAN_US, TARGET_CLUSTER_LATENCY_P95_US),
-                )
+            for col, g_spec, p_spec in (  # one cluster: the overall values already say it (no clusters)
+                ("cluster", CLUSTER_LATENCY_GMEAN_US, CLUSTER_LATENCY_P95_US),
+                ("target_cluster", TARGET_CLUSTER_LATENCY_GMEAN_US, TARGET_CLUSTER_LATENCY_P95_US),
             ):
-                for r in _stats_by_known(lat, col).iter_rows(named=True):  # one row per cluster
+                for r in w["clusters"].get(col, pl.DataFrame()).iter_rows(named=True):  # one row per cluster
                     if r["gmean_us"] is not None:
                         out.append(MetricValue(g_spec, float(r["gmean_us"]), r[col]))
                     out.append(MetricValue(p_spec, float(r["p95_us"]), r[col]))
-    if "waking" in defs:
-        lat = la.df_latency("waking", columns=["latency_us"])
-        out.append(MetricValue(WAKING_WAKEUPS_PER_S, lat.height / win_s))
-        if lat.height:
-            out += _family_values(WAKING_FAMILY, df_latency_stats(lat, by=None).row(0, named=True))
-    pre = la.df_preemption_latency()
-    out.append(MetricValue(PREEMPTIONS_PER_S, pre.height / win_s))
-    if pre.height:
-        out += _family_values(PREEMPT_FAMILY, df_latency_stats(pre, by=None).row(0, named=True))
-        for r in _chosen(df_latency_stats(pre, by="comm"), options).iter_rows(named=True):
+    if "waking" in st:
+        out.append(MetricValue(WAKING_WAKEUPS_PER_S, st["waking"]["matched"] / win_s))
+        if st["waking"]["matched"]:
+            out += _family_values(WAKING_FAMILY, st["waking"]["overall"])
+    pre = st["preempt"]
+    out.append(MetricValue(PREEMPTIONS_PER_S, pre["matched"] / win_s))
+    if pre["matched"]:
+        out += _family_values(PREEMPT_FAMILY, pre["overall"])
+        for r in _chosen(pre["per_comm"], options).iter_rows(named=True):
             if r["gmean_us"] is not None:
                 out.append(MetricValue(TASK_PREEMPT_GMEAN_US, float(r["gmean_us"]), r["comm"]))
     return out

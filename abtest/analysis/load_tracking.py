@@ -20,12 +20,16 @@ import polars as pl
 
 from abtest.analysis import pelt_sim, window_sim
 from abtest.analysis.intervals import df_intervals, window_of
+from abtest.analysis.per_trace import per_trace
 from abtest.analysis.platform import trace_platform
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
 
-EVENTS = ("sched_switch",)  # enough for the simulated signals
+# sched_switch (enough for the simulated signals) or the kernel's sched_pelt_cfs: metrics() raises
+# MissingEventsError when the trace has neither
+EVENTS: tuple[str, ...] = ()
 OPTIONAL_EVENTS = (
+    "sched_switch",
     "sched_pelt_cfs",
     "sched_pelt_se",
     "cpu_frequency",
@@ -45,7 +49,6 @@ __all__ = [
     "df_contention",
     "plot_cpu_util_vs_runnable",
     "LoadTrackingAnalysis",
-    "summary",
 ]
 
 
@@ -292,7 +295,7 @@ class LoadTrackingAnalysis:
         """Per-CPU util / runnable / load samples with per-column sources (see module doc). ``source``:
         "auto" (each signal from the kernel when the trace carries it, else simulated), "kernel" (kernel
         columns only; runnable null when the kernel has none) or "simulated" (all simulated). Computed once
-        per source and window for this analysis object (summary's tables share one simulation)."""
+        per source and window for this analysis object (metrics and tables share it: _facade)."""
         key = (source, self.trace.start_ns, self.trace.end_ns)
         if key not in self._signals:
             self._signals[key] = self._cpu_signals(source)
@@ -379,7 +382,7 @@ class LoadTrackingAnalysis:
         return source == "simulated" or (source == "auto" and self._df("sched_pelt_cfs") is None)
 
     def df_cpu_stats(self, source: str = "auto") -> pl.DataFrame:
-        """Per CPU, what the summary and the metrics read: df_signal_means' columns (``mean_util``,
+        """Per CPU, what the metrics and the declared tables read: df_signal_means' columns (``mean_util``,
         ``mean_runnable``, ``mean_load``, ``util_known_ns``, ``runnable_known_ns``), df_contention's (``known_ns``,
         ``contended_ns``, ``contended_pct``, ``runnable_util_ratio``, ``max_runnable``; null for a CPU never
         known with both signals) and the sources. All-simulated signals are aggregated while they are simulated
@@ -511,45 +514,6 @@ class LoadTrackingAnalysis:
         return boost.plot_boost(self.df_boost(source))
 
 
-def summary(trace) -> dict:
-    """JSON-serialisable load-tracking summary (stable keys, units in names).
-
-    Keys: signal_source (one CPU's "kernel" | "simulated" | "kernel util, simulated runnable"), sources {util,
-    runnable, load: "kernel" | "simulated" | null}, per_cpu {cpu: {mean_util, mean_runnable, mean_load (each
-    time-weighted over its own known time), contended_pct, runnable_util_ratio}}, per_cluster {cluster
-    ("cpu0-3"): {mean_util, mean_runnable, mean_load}} (mean over the cluster's CPUs), and when the trace has
-    kernel PELT events: pelt_sim_mae_util {cpu, task}. {} when the trace has no sched_switch and no
-    sched_pelt_cfs.
-    """
-    lt = LoadTrackingAnalysis(trace)
-    if not (lt._nonempty("sched_switch") or lt._nonempty("sched_pelt_cfs")):
-        return {}
-    out: dict = {}
-    try:
-        stats = lt.df_cpu_stats()
-    except (MissingEventsError, AnalysisNotApplicable):
-        return {}
-    out["signal_source"] = stats["source"][0] if stats.height else None
-    out["sources"] = {
-        c: (stats[f"{c}_source"].drop_nulls()[0] if stats[f"{c}_source"].drop_nulls().len() else None)
-        for c in ("util", "runnable", "load")
-    }
-    out["per_cpu"] = {
-        str(r["cpu"]): {
-            k: r[k] for k in ("mean_util", "mean_runnable", "mean_load", "contended_pct", "runnable_util_ratio")
-        }
-        for r in stats.filter(pl.col("known_ns").is_not_null()).iter_rows(named=True)
-    }
-    out["per_cluster"] = {
-        r["cluster"]: {"mean_util": r["mean_util"], "mean_runnable": r["mean_runnable"], "mean_load": r["mean_load"]}
-        for r in lt.df_cluster_signal_means().iter_rows(named=True)
-    }
-    if lt._nonempty("sched_switch") and (lt._nonempty("sched_pelt_cfs") or lt._nonempty("sched_pelt_se")):
-        err = lt.df_pelt_sim_error_summary()
-        out["pelt_sim_mae_util"] = {r["kind"]: r["mae_util"] for r in err.iter_rows(named=True)}
-    return out
-
-
 # --------------------------------------------------------------------------------------------
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
@@ -615,12 +579,47 @@ CLUSTER_MEAN_LOAD = MetricSpec(
 METRICS = (CPU_MEAN_UTIL, CPU_MEAN_RUNNABLE, CPU_CONTENDED_PCT, CLUSTER_MEAN_UTIL, CLUSTER_MEAN_LOAD)
 
 
+# one facade per trace for the metrics and the declared tables, so that they share its per-CPU statistics
+_facade = per_trace(LoadTrackingAnalysis)
+
+
+def _signal_rows(trace) -> pl.DataFrame | None:
+    lt = _facade(trace)
+    if not (lt._nonempty("sched_switch") or lt._nonempty("sched_pelt_cfs")):
+        return None
+    return lt.df_cpu_stats().filter(pl.col("known_ns").is_not_null() | pl.col("mean_load").is_not_null())
+
+
+def _sim_error_rows(trace) -> pl.DataFrame | None:
+    lt = _facade(trace)
+    if not (lt._nonempty("sched_switch") and (lt._nonempty("sched_pelt_cfs") or lt._nonempty("sched_pelt_se"))):
+        return None
+    return lt.df_pelt_sim_error_summary()
+
+
+TABLES = (
+    TableSpec(
+        "signals",
+        "Load-tracking signals per CPU (capacity units, 1024 = biggest CPU at its top OPP; where each came from)",
+        "cpu mean_load runnable_util_ratio util_source runnable_source load_source source",
+        _signal_rows,
+        note="kernel: the kernel's PELT events; simulated: abtest's PELT simulation from sched_switch",
+    ),
+    TableSpec(
+        "pelt_sim_error",
+        "PELT simulation vs the kernel's PELT events (absolute error of util)",
+        "kind samples mae_util median_abs_err_util p95_abs_err_util",
+        _sim_error_rows,
+    ),
+)
+
+
 def metrics(trace, options=None) -> list[MetricValue]:
     """The declared load-tracking metrics of one trace (per CPU, per cluster). Needs sched_switch or
     sched_pelt_cfs."""
-    lt = LoadTrackingAnalysis(trace)
+    lt = _facade(trace)
     if not (lt._nonempty("sched_switch") or lt._nonempty("sched_pelt_cfs")):
-        return []
+        raise MissingEventsError("load_tracking", ["sched_switch"], str(trace.path))
     stats = lt.df_cpu_stats()
     out: list[MetricValue] = []
     # the known time of a mean weighs windows (abtest.analysis.windowed); not given for runnable where it is

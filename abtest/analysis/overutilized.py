@@ -23,12 +23,12 @@ from __future__ import annotations
 import polars as pl
 
 from abtest.analysis.intervals import df_intervals, window_of
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
-TABLES = ("sched_overutilized", "lisa__sched_overutilized")
-EVENTS: tuple[str, ...] = ()  # one of TABLES (MissingEventsError from metrics() when neither)
-OPTIONAL_EVENTS = TABLES
+EVENT_TABLES = ("sched_overutilized", "lisa__sched_overutilized")
+EVENTS: tuple[str, ...] = ()  # one of EVENT_TABLES (MissingEventsError from metrics() when neither)
+OPTIONAL_EVENTS = EVENT_TABLES
 
 SYSTEM = "all"
 
@@ -39,7 +39,6 @@ __all__ = [
     "df_overutilized_intervals",
     "df_overutilized",
     "OverutilizedAnalysis",
-    "summary",
     "metrics",
 ]
 
@@ -140,7 +139,7 @@ class OverutilizedAnalysis:
 
     def table(self) -> str:
         """The trace's overutilized table name; MissingEventsError when it has none."""
-        for name in TABLES:
+        for name in EVENT_TABLES:
             if name in self.trace.tables:
                 return name
         raise MissingEventsError("overutilized", ["sched_overutilized"], str(self.trace.path))
@@ -155,42 +154,25 @@ class OverutilizedAnalysis:
         return df_overutilized(self.df_events(), start_ns=self.trace.start_ns, end_ns=self.trace.end_ns)
 
 
-def summary(trace) -> dict:
-    """JSON summary: ``event`` (table used), ``time_s`` (system overutilized time), ``pct`` (% of window),
-    ``unknown_pct`` (% of window before the first event), ``window_s``, ``root_domains`` {span: {time_s, pct,
-    unknown_pct, transitions}} when the event names root domains. {} without the event."""
+def _overutilized_rows(trace) -> pl.DataFrame | None:
     oa = OverutilizedAnalysis(trace)
     try:
-        name = oa.table()
+        oa.table()
     except MissingEventsError:
-        return {}
+        return None
     df = oa.df_overutilized()
-    if df.is_empty():
-        return {}
-    rows = {r["root_domain"]: r for r in df.iter_rows(named=True)}
-    allr = rows[SYSTEM]
-    out = {
-        "event": name,
-        "time_s": allr["overutilized_ns"] / 1e9,
-        "pct": allr["pct"],
-        "unknown_pct": allr["unknown_pct"],
-        "window_s": (trace.end_ns - trace.start_ns) / 1e9,
-    }
-    rds = {
-        k: {
-            "time_s": r["overutilized_ns"] / 1e9,
-            "pct": r["pct"],
-            "unknown_pct": r["unknown_pct"],
-            "transitions": r["transitions"],
-        }
-        for k, r in rows.items()
-        if k != SYSTEM
-    }
-    if rds:
-        out["root_domains"] = rds
-    else:
-        out["transitions"] = allr["transitions"]
-    return out
+    return df.with_columns((pl.col("overutilized_ns") / 1e9).alias("time_s"))
+
+
+TABLES = (
+    TableSpec(
+        "root_domains",
+        f"Overutilized time per root domain ({SYSTEM!r} = the system: any root domain overutilized)",
+        "root_domain time_s[s] pct[%] unknown_pct[%] transitions",
+        _overutilized_rows,
+        note="unknown: the time before the first event",
+    ),
+)
 
 
 # --------------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ import polars as pl
 
 from abtest.analysis import task_keys
 from abtest.analysis.intervals import df_intervals, window_of
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.analysis.per_trace import per_trace
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 
 EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("sched_migrate_task",)
@@ -374,65 +375,6 @@ def _migrate_events(trace) -> int:
     return mig.filter((pl.col("ts") >= trace.start_ns) & (pl.col("ts") < trace.end_ns)).height
 
 
-def summary(trace, top_tasks: int = 10, min_runtime_pct: float = 1.0) -> dict:
-    """JSON summary: ``tasks`` (tasks that ran), ``migrate_events`` (sched_migrate_task in the window,
-    null without the event), ``observed_cpu_changes``; ``clusters`` {cluster: {cpus, n_tasks,
-    expected_tasks_per_cpu, tasks_per_cpu {cpu: n}, runtime_share_pct {cpu: %}, max_task_deviation,
-    balance_index}} over tasks that ran at least ``min_runtime_pct`` % of the window; ``top_tasks``
-    {"<comm>:<pid>": {runtime_s, cpu_pct {cpu: %}}}."""
-    trace = task_keys.keyed(trace)
-    pa = PlacementAnalysis(trace)
-    trace.require("placement", *EVENTS)
-    has_mig = "sched_migrate_task" in trace.tables
-    folded = _folded(trace, trace.start_ns)
-    if folded is not None:  # the runs folded as they are made (compiled): no per-run frame
-        res = _residency(folded["residency"], folded["tasks"].select("pid", "comm"))
-        observed = int(folded["tasks"]["cpu_changes"].sum())
-    else:
-        iv = pa.df_intervals()
-        res = df_task_residency(iv)
-        observed = int(df_migrations(iv)["observed_cpu_changes"].sum())
-    migrate_events = _migrate_events(trace) if has_mig else None
-    min_ns = int((trace.end_ns - trace.start_ns) * min_runtime_pct / 100.0)
-    per_cpu = df_balance_per_cpu(res, pa.clusters(), min_runtime_ns=min_ns)
-    bal = df_balance(per_cpu)
-    clusters = {}
-    for b in bal.iter_rows(named=True):  # one row per cluster
-        sub = per_cpu.filter(pl.col("cluster") == b["cluster"])
-        clusters[str(b["cluster"])] = {
-            "cpus": sub["cpu"].to_list(),
-            "n_tasks": b["n_tasks"],
-            "expected_tasks_per_cpu": b["expected_tasks_per_cpu"],
-            "tasks_per_cpu": {str(c): int(n) for c, n in zip(sub["cpu"], sub["tasks"])},
-            "runtime_share_pct": {
-                str(c): (None if s is None else float(s)) for c, s in zip(sub["cpu"], sub["runtime_share_pct"])
-            },
-            "max_task_deviation": b["max_task_deviation"],
-            "balance_index": b["balance_index"],
-        }
-    top = (
-        res.select("pid", "comm", "task_time_ns")
-        .unique("pid")
-        .sort(["task_time_ns", "pid"], descending=[True, False])
-        .head(top_tasks)
-    )
-    top_d = {}
-    for pid, comm, t_ns in top.iter_rows():  # top_tasks rows
-        sub = res.filter(pl.col("pid") == pid).sort("cpu")
-        top_d[f"{comm}:{pid}"] = {
-            "runtime_s": t_ns / 1e9,
-            "cpu_pct": {str(c): float(p) for c, p in zip(sub["cpu"], sub["pct"])},
-        }
-    return {
-        "tasks": int(res["pid"].n_unique()),
-        "migrate_events": migrate_events,
-        "observed_cpu_changes": observed,
-        "min_runtime_pct": min_runtime_pct,
-        "clusters": clusters,
-        "top_tasks": top_d,
-    }
-
-
 # --------------------------------------------------------------------------------------------
 # Declared metrics (abtest.analysis.registry)
 # --------------------------------------------------------------------------------------------
@@ -487,24 +429,25 @@ def _clip_start(intervals: pl.DataFrame, start_ns: int) -> pl.DataFrame:
     return intervals.filter(end > start_ns).with_columns(lo.alias("ts"), (end - lo).alias("dur"))
 
 
-def metrics(trace, options=None) -> list[MetricValue]:
-    """The declared placement metrics of one trace. Per task: names in ``options.tasks`` plus the
-    ``options.top_tasks`` names with the most CPU time. A view with a history (abtest.analysis.windowed) reads
-    the runs from the history's start, so that a CPU change and a switch-in count in the window where the
-    later run starts, and a run carried into the window counts its time in it but not as a switch-in."""
-    trace = task_keys.keyed(trace)
-    pa = PlacementAnalysis(trace)
-    trace.require("placement", *EVENTS)
-    start, reach = trace.start_ns, trace.reach_start_ns
+@per_trace  # the runs of one trace, read once for its metrics and its declared tables
+def _runs(trace) -> tuple[pl.DataFrame, pl.DataFrame, int, pl.DataFrame]:
+    """(residency per pid and CPU, CPU time and switch-ins per name, CPU changes, df_balance_per_cpu of the tasks
+    that ran at least 1 % of the window) of the trace's window. A view
+    with a history (abtest.analysis.windowed) reads the runs from the history's start, so that a CPU change and a
+    switch-in count in the window where the later run starts, and a run carried into the window counts its time
+    in it but not as a switch-in."""
+    keyed = task_keys.keyed(trace)
+    keyed.require("placement", *EVENTS)
+    start, reach = keyed.start_ns, keyed.reach_start_ns
     runs_from = reach if reach is not None and reach < start else start
-    folded = _folded(trace, runs_from)
+    folded = _folded(keyed, runs_from)
     if folded is not None:  # compiled: the runs folded as they are made
         n_changes = int(folded["tasks"]["cpu_changes"].sum())
         res = _residency(folded["residency"], folded["tasks"].select("pid", "comm"))
         per = folded["names"].sort(["run_ns", "comm"], descending=[True, False])
     else:
         runs = df_task_intervals(
-            trace.df("sched_switch", windowed=False), start_ns=runs_from, end_ns=trace.end_ns, backend="python"
+            keyed.df("sched_switch", windowed=False), start_ns=runs_from, end_ns=keyed.end_ns, backend="python"
         )
         iv = _clip_start(runs, start) if runs_from < start else runs
         seq = runs.select("pid", "ts", "cpu").sort("ts").sort("pid", maintain_order=True)
@@ -519,10 +462,72 @@ def metrics(trace, options=None) -> list[MetricValue]:
             .with_columns(pl.col("runs").fill_null(0))
             .sort(["run_ns", "comm"], descending=[True, False])
         )
+    min_ns = int((trace.end_ns - trace.start_ns) * 0.01)
+    per_cpu = df_balance_per_cpu(res, PlacementAnalysis(keyed).clusters(), min_runtime_ns=min_ns)
+    return res, per, n_changes, per_cpu
+
+
+def _balance_rows(trace) -> pl.DataFrame:
+    per_cpu = _runs(trace)[3]
+    bal = df_balance(per_cpu).select("cluster", "expected_tasks_per_cpu", "balance_index")
+    return per_cpu.select("cluster", "cpu", "tasks", "runtime_share_pct").join(bal, on="cluster", how="left")
+
+
+def _top_task_rows(trace, top: int = 10) -> pl.DataFrame:
+    res = _runs(trace)[0]
+    top_pids = (
+        res.select("pid", "task_time_ns")
+        .unique("pid")
+        .sort(["task_time_ns", "pid"], descending=[True, False])
+        .head(top)
+    )
+    return (
+        res.join(top_pids.select("pid", pl.int_range(pl.len()).alias("rank")), on="pid")
+        .sort("rank", "cpu")
+        .select("comm", "pid", (pl.col("task_time_ns") / 1e9).alias("runtime_s"), "cpu", "pct")
+    )
+
+
+def _count_rows(trace) -> pl.DataFrame:
+    res, _, n_changes, _ = _runs(trace)
+    mig = _migrate_events(trace) if "sched_migrate_task" in trace.tables else None
+    return pl.DataFrame(
+        {
+            "quantity": ["tasks that ran", "sched_migrate_task events", "observed CPU changes"],
+            "count": [int(res["pid"].n_unique()), mig, n_changes],
+        },
+        schema={"quantity": pl.Utf8, "count": pl.Int64},
+    )
+
+
+TABLES = (
+    TableSpec("counts", "Tasks and migrations in the window", "quantity count", _count_rows),
+    TableSpec(
+        "balance",
+        "Placement balance (tasks running >= 1 % of the window, each counted on the CPU where it ran longest)",
+        "cluster cpu tasks expected_tasks_per_cpu runtime_share_pct[%] balance_index",
+        _balance_rows,
+        keys=2,
+        note="balance index: 1 = runtime spread evenly over the cluster's CPUs, 0 = all on one CPU",
+    ),
+    TableSpec(
+        "top_tasks",
+        "CPU time of the 10 busiest tasks (% of each task's run time per CPU)",
+        "comm pid runtime_s[s] cpu pct[%]",
+        _top_task_rows,
+        keys=2,
+        note="every task: Trace(FILE).placement.df_residency()",
+    ),
+)
+
+
+def metrics(trace, options=None) -> list[MetricValue]:
+    """The declared placement metrics of one trace. Per task: names in ``options.tasks`` plus the
+    ``options.top_tasks`` names with the most CPU time (runs: _runs)."""
+    _, per, n_changes, per_cpu = _runs(trace)
     win_s = max((trace.end_ns - trace.start_ns) / 1e9, 1e-9)
     out: list[MetricValue] = [MetricValue(MIGRATIONS_PER_S, n_changes / win_s)]
-    min_ns = int((trace.end_ns - trace.start_ns) * 0.01)
-    bal = df_balance(df_balance_per_cpu(res, pa.clusters(), min_runtime_ns=min_ns))
+    bal = df_balance(per_cpu)
     out += [
         MetricValue(BALANCE_INDEX, float(b), str(c))
         for c, b in bal.select("cluster", "balance_index").iter_rows()

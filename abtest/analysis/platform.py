@@ -446,9 +446,15 @@ def _own_format(doc: dict, source: str) -> dict:
     em = doc.get("energy_model_source")
     if em is None and any(o["power_mw"] is not None for d in domains for o in d["opps"]):
         em = f"platform file {doc.get('name') or source}"
-    return _finish(
+    out = _finish(
         str(doc.get("name") or "unknown"), doc.get("source") or source, em, domains, cpu_caps, cpu_idle, notes
     )
+    rails = doc.get("rail_channels", doc.get("rails"))  # {channel: [rail names]} (a target file says `rails`)
+    if rails is not None:
+        if not isinstance(rails, dict) or not all(isinstance(v, list) for v in rails.values()):
+            raise PlatformFormatError(f"{source}: rail_channels must map channel names to lists of rail names")
+        out["rail_channels"] = {str(k): [str(r) for r in v] for k, v in rails.items()}
+    return out
 
 
 def load_platform(path_or_dict: dict | str | os.PathLike, *, cpus_count: int | None = None) -> dict:

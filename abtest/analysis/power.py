@@ -365,12 +365,13 @@ _GENERIC_PATTERNS = {
 }
 
 
-def rail_mapping(rails: list[str], explicit: dict | None = None) -> RailMapping:
-    """The rail -> channel mapping for these rail names (module docstring: explicit, device, generic)."""
+def rail_mapping(rails: list[str], explicit: dict | None = None, origin: str | None = None) -> RailMapping:
+    """The rail -> channel mapping for these rail names (module docstring: explicit, device, generic). origin:
+    where an explicit mapping came from (abtest.analysis.power_source names it), printed with it."""
     if explicit:
         return RailMapping(
             {ch: tuple(v) for ch, v in explicit.items() if ch not in ("CPU", "Total")},
-            "explicit mapping (store abtest.toml / platform rail_channels)",
+            f"explicit mapping ({origin or 'store abtest.toml / platform rail_channels'})",
         )
     present = set(rails)
     for mapping, signature in _DEVICE_MAPPINGS:
@@ -450,13 +451,19 @@ def counter_checks(checks: pl.DataFrame, mapping: RailMapping, reported: set[str
 
 
 def power_metrics(
-    samples: pl.DataFrame, *, explicit: dict | None = None, start_ns: int | None = None, end_ns: int | None = None
+    samples: pl.DataFrame,
+    *,
+    explicit: dict | None = None,
+    origin: str | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
 ) -> PowerMetrics:
-    """`power.<Channel>` and `power.rail.<RAIL>` (mW) from power_rail-shaped samples, the mapping used, and the
-    counter checks' records (CounterCheck) for the notes."""
+    """`power.<Channel>` and `power.rail.<RAIL>` (mW) from power_rail-shaped samples, the mapping used (explicit
+    from `origin`, else built in: rail_mapping), and the counter checks' records (CounterCheck) for the notes.
+    Callers get samples and mapping from abtest.analysis.power_source."""
     start_ns, end_ns = window_of(samples, start_ns, end_ns)
     per_rail = df_power_per_rail(samples, start_ns=start_ns, end_ns=end_ns).filter(pl.col("avg_power_mw").is_not_null())
-    mapping = rail_mapping(per_rail["rail"].to_list(), explicit)
+    mapping = rail_mapping(per_rail["rail"].to_list(), explicit, origin)
     checks = counter_checks(_check_counts(samples, None, start_ns, end_ns), mapping, set(per_rail["rail"]))
     covered = dict(per_rail.select("rail", "covered_ns").iter_rows())
     out = [
@@ -467,15 +474,6 @@ def power_metrics(
         spans = {covered[r] for r in rails}  # a sum of rail means is a mean over one span only if they share it
         out.append(MetricValue(POWER_CHANNEL, float(mw), ch, known_s=spans.pop() / 1e9 if len(spans) == 1 else None))
     return PowerMetrics(out, mapping, checks)
-
-
-def metrics(trace, options=None) -> list[MetricValue]:
-    """Power metrics of a trace that carries power rails (perfetto PowerRails, BattOr in a Catapult zip).
-    The mapping comes from ``options.rail_channels`` or the trace's platform ``rail_channels``, else built in."""
-    explicit = getattr(options, "rail_channels", None) or (trace.platform or {}).get("rail_channels")
-    return power_metrics(
-        trace.df("power_rail", windowed=False), explicit=explicit, start_ns=trace.start_ns, end_ns=trace.end_ns
-    ).values
 
 
 class PowerAnalysis:
@@ -505,20 +503,3 @@ class PowerAnalysis:
 
     def plot_power_per_rail(self, ax=None):
         return plot_power_per_rail(self.df_power_per_rail(), ax=ax)
-
-
-def summary(trace) -> dict:
-    """JSON-serialisable measured power: rails {rail: {energy_j, avg_power_mw, coverage_pct}}, channels
-    {channel: avg_power_mw}, channel_mapping (where the rail -> channel mapping came from); {} without rails."""
-    if not trace.has_events("power_rail"):
-        return {}
-    per_rail = df_power_per_rail(trace.df("power_rail", windowed=False), start_ns=trace.start_ns, end_ns=trace.end_ns)
-    mapping = rail_mapping(per_rail["rail"].to_list(), (trace.platform or {}).get("rail_channels"))
-    return {
-        "rails": {
-            r["rail"]: {"energy_j": r["energy_j"], "avg_power_mw": r["avg_power_mw"], "coverage_pct": r["coverage_pct"]}
-            for r in per_rail.iter_rows(named=True)
-        },
-        "channels": dict(df_channel_power(per_rail, mapping).select("channel", "avg_power_mw").iter_rows()),
-        "channel_mapping": mapping.source,
-    }

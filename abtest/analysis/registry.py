@@ -8,7 +8,7 @@ and a reader can follow every call.
 
 Who reads it:
   abtest.session.Trace      `t.metrics()` (all declared values of one trace)
-  abtest analyze            the analyses to run and their summaries
+  abtest analyze            the analyses to run, their values and declared tables (`evaluate`)
   abtest collect            the events to enable for the requested analyses (`events_for`)
   abtest compare / gate     per-iteration values with their spec (unit, direction, aggregation)
   the seed tables, report   rows found by spec, not by a key's spelling
@@ -35,12 +35,14 @@ from abtest.analysis import (
     overutilized,
     placement,
     power,
+    power_source,
     tasks,
     thermal,
 )
-from abtest.metric_spec import Grouping, MetricSpec, MetricValue
+from abtest.analysis.per_trace import per_trace, release
+from abtest.metric_spec import Grouping, MetricSpec, MetricValue, TableSpec
 from abtest.results.specs import WORKLOAD_METRICS
-from abtest.trace.errors import MissingEventsError
+from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
 
 # Where an analysis' values come from.
 TRACE, METRICS_JSON, POWER_SAMPLES = "trace", "metrics.json", "power samples"
@@ -54,19 +56,22 @@ class MetricOptions:
     computed when the task appears; top_tasks:
     also the most active task names (by wakeups / CPU time), at most this many; min_task_wakeups: a task
     needs this many matched wakeups for its latency metrics (fewer say little); rail_channels: explicit
-    rail -> channel mapping ({channel: [rails]}) for power metrics."""
+    rail -> channel mapping ({channel: [rails]}) for power metrics, and rail_channels_source where it came from
+    (abtest.analysis.power_source.with_mapping sets both; None: the store's)."""
 
     tasks: tuple[str, ...] = ()
     top_tasks: int = 20
     min_task_wakeups: int = 10
     rail_channels: dict | None = None
+    rail_channels_source: str | None = None
 
 
 @dataclass(frozen=True)
 class Analysis:
     """One analysis. events: canonical tables it requires (all of them); optional_events: tables it uses when
     present (collectors enable both). compute(trace, MetricOptions) -> [MetricValue] for declared metrics
-    (None: values come from elsewhere, see `source`). summary(trace) -> dict for `abtest analyze`.
+    (None: values come from elsewhere, see `source`). tables: the declared non-scalar tables (TableSpec: OPP
+    residency per CPU, power per rail, ...) that `abtest analyze` prints and writes beside the metric values.
     source: TRACE, METRICS_JSON (workload-reported) or POWER_SAMPLES (trace rails or the store's power files).
     facade: the class ``<Name>Analysis(trace)`` exposing the module's df_*/plot_* bound to a Trace; abtest.session
     makes it the property ``Trace.<attribute>`` (attribute: the analysis name unless given, e.g. ``t.energy``).
@@ -78,12 +83,12 @@ class Analysis:
     optional_events: tuple[str, ...]
     metrics: tuple[MetricSpec, ...]
     compute: Callable | None = None
-    summary: Callable | None = None
     source: str = TRACE
     doc: str = ""
     slow: bool = field(default=False)
     facade: type | None = None
     attribute: str | None = None
+    tables: tuple[TableSpec, ...] = ()
 
     @property
     def trace_attribute(self) -> str | None:
@@ -95,6 +100,22 @@ class Analysis:
         return tuple(dict.fromkeys(self.events + self.optional_events))
 
 
+_trace_rails = per_trace(power_source.df_trace_rails)  # both power tables read it
+POWER_TABLES = (
+    TableSpec(
+        "rails",
+        "Power per rail (average over the window)",
+        "rail avg_power_mw[mW] energy_j[J] coverage_pct[%]",
+        _trace_rails,
+    ),
+    TableSpec(
+        "channels",
+        "Rails of each power channel (CPU = the CPU channels, Total = every rail)",
+        "channel rails mapping",
+        lambda t: power_source.df_trace_channels(t, _trace_rails(t)),
+    ),
+)
+
 IDLE = Analysis(
     "idle",
     "Idle residency and idle misses",
@@ -102,7 +123,7 @@ IDLE = Analysis(
     idle.OPTIONAL_EVENTS,
     idle.METRICS,
     idle.metrics,
-    idle.summary,
+    tables=idle.TABLES,
     doc="abtest.analysis.idle",
     facade=idle.IdleAnalysis,
 )
@@ -113,7 +134,7 @@ LATENCY = Analysis(
     latency.OPTIONAL_EVENTS,
     latency.METRICS,
     latency.metrics,
-    latency.summary,
+    tables=latency.TABLES,
     doc="abtest.analysis.latency",
     facade=latency.LatencyAnalysis,
 )
@@ -124,7 +145,7 @@ FREQUENCY = Analysis(
     frequency.OPTIONAL_EVENTS,
     frequency.METRICS,
     frequency.metrics,
-    frequency.summary,
+    tables=frequency.TABLES,
     doc="abtest.analysis.frequency",
     facade=frequency.FrequencyAnalysis,
 )
@@ -135,7 +156,7 @@ LOAD_TRACKING = Analysis(
     load_tracking.OPTIONAL_EVENTS,
     load_tracking.METRICS,
     load_tracking.metrics,
-    load_tracking.summary,
+    tables=load_tracking.TABLES,
     doc="abtest.analysis.load_tracking",
     slow=True,
     facade=load_tracking.LoadTrackingAnalysis,
@@ -147,7 +168,7 @@ PLACEMENT = Analysis(
     placement.OPTIONAL_EVENTS,
     placement.METRICS,
     placement.metrics,
-    placement.summary,
+    tables=placement.TABLES,
     doc="abtest.analysis.placement",
     facade=placement.PlacementAnalysis,
 )
@@ -157,8 +178,8 @@ POWER = Analysis(
     power.EVENTS,
     power.OPTIONAL_EVENTS,
     power.METRICS,
-    power.metrics,
-    power.summary,
+    power_source.metrics,
+    tables=POWER_TABLES,
     source=POWER_SAMPLES,
     doc="abtest.analysis.power",
     facade=power.PowerAnalysis,
@@ -170,7 +191,7 @@ ENERGY_MODEL = Analysis(
     energy.ESTIMATE_OPTIONAL_EVENTS,
     energy.ESTIMATE_METRICS,
     energy.estimate_metrics,
-    energy.summary,
+    tables=energy.TABLES,
     doc="abtest.analysis.energy",
     facade=energy.EnergyAnalysis,
     attribute="energy",
@@ -182,7 +203,7 @@ TASKS = Analysis(
     tasks.OPTIONAL_EVENTS,
     tasks.METRICS,
     tasks.metrics,
-    tasks.summary,
+    tables=tasks.TABLES,
     doc="abtest.analysis.tasks",
     facade=tasks.TasksAnalysis,
 )
@@ -193,7 +214,7 @@ OVERUTILIZED = Analysis(
     overutilized.OPTIONAL_EVENTS,
     overutilized.METRICS,
     overutilized.metrics,
-    overutilized.summary,
+    tables=overutilized.TABLES,
     doc="abtest.analysis.overutilized",
     facade=overutilized.OverutilizedAnalysis,
 )
@@ -204,7 +225,7 @@ THERMAL = Analysis(
     thermal.OPTIONAL_EVENTS,
     thermal.METRICS,
     thermal.metrics,
-    thermal.summary,
+    tables=thermal.TABLES,
     doc="abtest.analysis.thermal",
     facade=thermal.ThermalAnalysis,
 )
@@ -215,7 +236,7 @@ CAPACITY = Analysis(
     capacity.OPTIONAL_EVENTS,
     capacity.METRICS,
     capacity.metrics,
-    capacity.summary,
+    tables=capacity.TABLES,
     doc="abtest.analysis.capacity",
     facade=capacity.CapacityAnalysis,
 )
@@ -226,7 +247,7 @@ CGROUPS = Analysis(
     cgroups.OPTIONAL_EVENTS,
     cgroups.METRICS,
     cgroups.metrics,
-    cgroups.summary,
+    tables=cgroups.TABLES,
     doc="abtest.analysis.cgroups",
     facade=cgroups.CgroupAnalysis,
 )
@@ -237,7 +258,7 @@ FRAMES = Analysis(
     (),
     (),
     None,
-    frames.summary,
+    tables=frames.TABLES,
     doc="abtest.analysis.frames",
 )
 WORKLOAD = Analysis(
@@ -320,9 +341,64 @@ class UndeclaredMetricError(RuntimeError):
     """An analysis computed a value for a metric it does not declare (a bug in that analysis)."""
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """What one analysis yields for one trace: the declared metric values and the declared tables that have rows
+    ({TableSpec.key: polars frame of its declared columns})."""
+
+    values: list[MetricValue]
+    tables: dict[str, object]
+
+    def __bool__(self) -> bool:
+        return bool(self.values or self.tables)
+
+
+def evaluate(analysis: Analysis, trace, options: MetricOptions = MetricOptions()) -> Evaluation:
+    """One analysis on one trace: `compute`'s checked values, then its declared tables. The one evaluation path
+    of `abtest analyze` (terminal and JSON); Trace.metrics, windows, compare, explain and gate read the same
+    values through `compute`. Raises MissingEventsError / AnalysisNotApplicable when the analysis yields nothing
+    because of the trace (the required events are absent, or every table says why it does not apply)."""
+    try:
+        values = _values(analysis, trace, options)
+        tables: dict[str, object] = {}
+        missing: list[MissingEventsError] = []
+        notes: list[str] = []
+        for t in analysis.tables:
+            try:
+                df = t.rows(trace)
+            except MissingEventsError as e:
+                missing.append(e)
+                continue
+            except AnalysisNotApplicable as e:
+                notes.append(str(e))
+                continue
+            if df is not None and df.height:
+                tables[t.key] = df.select(list(t.units()))
+    finally:  # what the values and the tables shared (abtest.analysis.per_trace) goes with this analysis
+        release(trace, _modules(analysis))
+    if not values and not tables:
+        if notes:
+            raise AnalysisNotApplicable("; ".join(notes))
+        if missing:
+            raise missing[0]
+    return Evaluation(values, tables)
+
+
+def _modules(analysis: Analysis) -> set[str]:
+    """The modules of an analysis' metric function and table functions (whose per_trace results it releases)."""
+    return {f.__module__ for f in (analysis.compute, *(t.rows for t in analysis.tables)) if f is not None}
+
+
 def compute(analysis: Analysis, trace, options: MetricOptions = MetricOptions()) -> list[MetricValue]:
     """Run one analysis' metric function on a trace and check every value against its declarations.
     Raises MissingEventsError when a required event is absent (the caller reports it as skipped)."""
+    try:
+        return _values(analysis, trace, options)
+    finally:
+        release(trace, _modules(analysis))
+
+
+def _values(analysis: Analysis, trace, options: MetricOptions) -> list[MetricValue]:
     if analysis.compute is None:
         return []
     missing = [e for e in analysis.events if e not in trace.tables]

@@ -29,7 +29,8 @@ import polars as pl
 
 from abtest.analysis import task_keys
 from abtest.analysis.intervals import df_intervals, window_of
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.analysis.per_trace import per_trace
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 
 EVENTS = ("sched_switch",)
 OPTIONAL_EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_waking")
@@ -50,7 +51,6 @@ __all__ = [
     "df_activations",
     "df_activation_stats",
     "TasksAnalysis",
-    "summary",
     "metrics",
 ]
 
@@ -315,7 +315,7 @@ def _compiled_activation_stats(runs: pl.DataFrame, by: str) -> pl.DataFrame | No
 
 
 def _runs(intervals: pl.DataFrame) -> pl.LazyFrame:
-    """The runs of df_activations, lazily (a summary reads two of their columns)."""
+    """The runs of df_activations, lazily (the metrics read two of their columns)."""
     return intervals.lazy().filter(pl.col("state") == "running")
 
 
@@ -355,7 +355,7 @@ class TasksAnalysis:
 
     def df_aggregates(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
         """df_task_state_aggregates over the trace's window (computed once per analysis object): what the
-        summary and the metrics read."""
+        metrics and the declared tables read (_per_name)."""
         if self._aggregates is None:
             self._aggregates = self._over_window(df_task_state_aggregates)
         return self._aggregates
@@ -386,44 +386,6 @@ class TasksAnalysis:
         return res.with_columns(
             (100.0 * pl.col("running_ns") / pl.col("running_ns").sum().over("comm")).alias("pct")
         ).sort("comm", "cluster")
-
-
-def summary(trace, top_tasks: int = 10) -> dict:
-    """JSON summary: ``wakeup_event`` (what made tasks runnable), ``tasks`` {name: {threads, known_s, running_pct,
-    runnable_pct, sleeping_pct, uninterruptible_pct, other_pct, activations, activations_per_s,
-    activation_mean_ms, activation_p50_ms, activation_p95_ms, activation_max_ms, cluster_running_pct {cluster:
-    %}}} for the top_tasks names by running time. {} without sched_switch."""
-    if "sched_switch" not in trace.tables:
-        return {}
-    ta = TasksAnalysis(trace)
-    times, runs, thread_names = ta.df_aggregates()
-    st = df_task_states(times).head(top_tasks)
-    act = {
-        r["comm"]: r for r in df_activation_stats(runs, window_ns=trace.end_ns - trace.start_ns).iter_rows(named=True)
-    }
-    threads = dict(thread_names.group_by("comm").agg(pl.col("pid").n_unique()).iter_rows())
-    clus = ta.df_cluster_running().filter(pl.col("comm").is_in(st["comm"].to_list()))
-    cl: dict[str, dict] = {}
-    for comm, cluster, _, pct in clus.iter_rows():  # top_tasks x clusters rows
-        cl.setdefault(comm, {})[str(cluster)] = pct
-    tasks = {}
-    for r in st.iter_rows(named=True):  # top_tasks rows
-        a = act.get(r["comm"], {})
-        tasks[r["comm"]] = {
-            "threads": int(threads.get(r["comm"], 0)),
-            "known_s": r["known_ns"] / 1e9,
-            **{f"{s}_pct": r[f"{s}_pct"] for s in STATES},
-            "activations": a.get("activations", 0),
-            "activations_per_s": a.get("activations_per_s", 0.0),
-            **{f"activation_{k}": a.get(k) for k in ("mean_ms", "p50_ms", "p95_ms", "max_ms")},
-            "cluster_running_pct": cl.get(r["comm"], {}),
-        }
-    ev = (
-        "sched_wakeup"
-        if "sched_wakeup" in trace.tables
-        else ("sched_waking" if "sched_waking" in trace.tables else None)
-    )
-    return {"wakeup_event": ev, "tasks": tasks}
 
 
 # --------------------------------------------------------------------------------------------
@@ -505,20 +467,63 @@ METRICS = (
 )
 
 
+@per_trace  # per task name, small: read by the metrics and the declared tables (the runs are not kept)
+def _per_name(trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(one row per task name, most running time first: comm, threads, known_ns, <state>_pct, activations,
+    activations_per_s, mean_ms, p50_ms, p95_ms, max_ms; running time per name and cluster: comm, cluster, pct)."""
+    ta = TasksAnalysis(trace)
+    times, runs, thread_names = ta.df_aggregates()
+    act = df_activation_stats(runs, window_ns=trace.end_ns - trace.start_ns).drop("running_ms", strict=False)
+    threads = thread_names.group_by("comm").agg(pl.col("pid").n_unique().alias("threads"))
+    per = (
+        df_task_states(times)
+        .with_row_index("rank")
+        .join(threads, on="comm", how="left")
+        .join(act, on="comm", how="left")
+        .with_columns(pl.col("threads").fill_null(0), pl.col("activations").fill_null(0))
+        .sort("rank")
+        .drop("rank")
+    )
+    return per, ta.df_cluster_running().select("comm", "cluster", "pct")
+
+
+def _state_rows(trace, top: int = 10) -> pl.DataFrame:
+    return _per_name(trace)[0].head(top).with_columns((pl.col("known_ns") / 1e9).alias("known_s"))
+
+
+def _cluster_rows(trace, top: int = 10) -> pl.DataFrame:
+    per, clusters = _per_name(trace)
+    names = per.head(top).select("comm", pl.int_range(pl.len()).alias("rank"))
+    return clusters.join(names, on="comm").sort("rank", "cluster").drop("rank")
+
+
+TABLES = (
+    TableSpec(
+        "states",
+        "Task states and activations of the 10 task names with most running time (% of the known time)",
+        "comm threads known_s[s] "
+        + " ".join(f"{st}_pct[%]" for st in STATES)
+        + " activations activations_per_s[1/s] mean_ms[ms] p50_ms[ms] p95_ms[ms] max_ms[ms]",
+        _state_rows,
+        note="activations: runs (switch-in to switch-out); mean / p50 / p95 / max: their durations",
+    ),
+    TableSpec(
+        "cluster_running",
+        "Running time per cluster of the 10 task names with most running time (% of the name's running time)",
+        "comm cluster pct[%]",
+        _cluster_rows,
+        keys=2,
+    ),
+)
+
+
 def metrics(trace, options=None) -> list[MetricValue]:
     """Per task name: the names in ``options.tasks`` and the ``options.top_tasks`` names with the most running
     time. Needs sched_switch."""
-    times, runs, _ = TasksAnalysis(trace).df_aggregates()
-    st = df_task_states(times)
+    st, _ = _per_name(trace)
     named = list(getattr(options, "tasks", ()) or ())
     top = getattr(options, "top_tasks", 20)
     st = st.filter(pl.col("comm").is_in(task_keys.select(st["comm"].to_list(), named)) | (pl.int_range(pl.len()) < top))
-    act = {
-        r["comm"]: r
-        for r in df_activation_stats(runs, window_ns=trace.end_ns - trace.start_ns)
-        .filter(pl.col("comm").is_in(st["comm"].to_list()))
-        .iter_rows(named=True)
-    }
     out: list[MetricValue] = []
     for r in st.iter_rows(named=True):  # at most top + len(named) names
         c = r["comm"]
@@ -532,10 +537,9 @@ def metrics(trace, options=None) -> list[MetricValue]:
             )
             if r[col] is not None
         ]
-        a = act.get(c)
-        if a and a["activations"]:
+        if r["activations"]:
             out += [
-                MetricValue(TASK_ACTIVATION_MEAN_MS, float(a["mean_ms"]), c),
-                MetricValue(TASK_ACTIVATION_P95_MS, float(a["p95_ms"]), c),
+                MetricValue(TASK_ACTIVATION_MEAN_MS, float(r["mean_ms"]), c),
+                MetricValue(TASK_ACTIVATION_P95_MS, float(r["p95_ms"]), c),
             ]
     return out

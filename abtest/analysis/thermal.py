@@ -29,7 +29,7 @@ import polars as pl
 
 from abtest.analysis.intervals import df_intervals, window_of
 from abtest.analysis.meta_events import meta_thermal_temperature
-from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, WindowCombine
+from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 from abtest.trace.errors import MissingEventsError
 
 EVENTS: tuple[str, ...] = ()  # any of the optional ones (MissingEventsError from metrics() when none)
@@ -55,7 +55,6 @@ __all__ = [
     "df_power_allocator",
     "df_cpu_limits",
     "ThermalAnalysis",
-    "summary",
     "metrics",
 ]
 
@@ -281,54 +280,55 @@ class ThermalAnalysis:
         return df_cpu_limits(self._df("thermal_power_cpu_limit"), **self._win())
 
 
-def _rows(df: pl.DataFrame, key: str, cols: tuple[str, ...]) -> dict:
-    return {str(r[key]): {c: r[c] for c in cols} for r in df.iter_rows(named=True)}
+def _present(trace, table: str, fn):
+    """The rows of a declared table when the trace has `table`, else None."""
+    return fn(ThermalAnalysis(trace)) if table in trace.tables else None
 
 
-def summary(trace) -> dict:
-    """JSON summary (only the parts the trace has; {} when it has none):
-    ``threshold_c``; ``zones`` {zone: {samples, kernel_samples, marker_samples, mean_c, max_c, min_c,
-    above_threshold_pct}}; ``trips`` {zone: count of thermal_zone_trip events}; ``cooling_devices`` {type:
-    {updates, mean_state, max_state, active_pct}}; ``power_allocator`` {zone id | "none": {samples,
-    mean_req_power_mw, mean_granted_power_mw, mean_max_allocatable_power_mw, control_temp_c,
-    mean_current_temp_c}}; ``cpu_limits`` {cpus mask: {updates, mean_freq_limit_khz, min_freq_limit_khz,
-    mean_cdev_state}}."""
+def _zone_rows(trace) -> pl.DataFrame | None:
     ta = ThermalAnalysis(trace)
-    out: dict = {}
-    temps = ta.df_zone_temperatures()
-    if not temps.is_empty():
-        out["threshold_c"] = THRESHOLD_C
-        out["zones"] = _rows(
-            ta.df_zone_stats(),
-            "zone",
-            ("samples", "kernel_samples", "marker_samples", "mean_c", "max_c", "min_c", "above_threshold_pct"),
-        )
-    if "thermal_zone_trip" in trace.tables:
-        trips = ta.df_trips()
-        out["trips"] = {
-            str(z): int(n) for z, n in trips.group_by(pl.col("thermal_zone").cast(pl.Utf8)).len().iter_rows()
-        }
-    if "cdev_update" in trace.tables:
-        out["cooling_devices"] = _rows(ta.df_cdev_stats(), "cdev", ("updates", "mean_state", "max_state", "active_pct"))
-    if "thermal_power_allocator" in trace.tables:
-        pa = ta.df_power_allocator().with_columns(pl.col("zone_id").cast(pl.Utf8).fill_null("none"))
-        out["power_allocator"] = _rows(
-            pa,
-            "zone_id",
-            (
-                "samples",
-                "mean_req_power_mw",
-                "mean_granted_power_mw",
-                "mean_max_allocatable_power_mw",
-                "control_temp_c",
-                "mean_current_temp_c",
-            ),
-        )
-    if "thermal_power_cpu_limit" in trace.tables:
-        out["cpu_limits"] = _rows(
-            ta.df_cpu_limits(), "cpus", ("updates", "mean_freq_limit_khz", "min_freq_limit_khz", "mean_cdev_state")
-        )
-    return out
+    return None if ta.df_zone_temperatures().is_empty() else ta.df_zone_stats()
+
+
+def _trip_rows(trace) -> pl.DataFrame | None:
+    if "thermal_zone_trip" not in trace.tables:
+        return None
+    trips = ThermalAnalysis(trace).df_trips()
+    return trips.group_by(pl.col("thermal_zone").cast(pl.Utf8).alias("zone")).agg(pl.len().alias("trips")).sort("zone")
+
+
+TABLES = (
+    TableSpec(
+        "zones",
+        f"Thermal zones (above threshold: {THRESHOLD_C:g} °C)",
+        "zone samples kernel_samples marker_samples mean_c[°C] max_c[°C] min_c[°C] above_threshold_pct[%]",
+        _zone_rows,
+    ),
+    TableSpec("trips", "Thermal zone trips (thermal_zone_trip events)", "zone trips", _trip_rows),
+    TableSpec(
+        "cooling_devices",
+        "Cooling devices",
+        "cdev updates mean_state max_state active_pct[%]",
+        lambda t: _present(t, "cdev_update", ThermalAnalysis.df_cdev_stats),
+    ),
+    TableSpec(
+        "power_allocator",
+        "Power allocator per thermal zone",
+        "zone_id samples mean_req_power_mw[mW] mean_granted_power_mw[mW] mean_max_allocatable_power_mw[mW] "
+        "control_temp_c[°C] mean_current_temp_c[°C]",
+        lambda t: _present(
+            t,
+            "thermal_power_allocator",
+            lambda ta: ta.df_power_allocator().with_columns(pl.col("zone_id").cast(pl.Utf8).fill_null("none")),
+        ),
+    ),
+    TableSpec(
+        "cpu_limits",
+        "Power allocator CPU frequency limits",
+        "cpus updates mean_freq_limit_khz[kHz] min_freq_limit_khz[kHz] mean_cdev_state",
+        lambda t: _present(t, "thermal_power_cpu_limit", ThermalAnalysis.df_cpu_limits),
+    ),
+)
 
 
 # --------------------------------------------------------------------------------------------

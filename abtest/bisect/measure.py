@@ -15,7 +15,8 @@ from abtest.bisect.boot import BootFailed, RevisionProvider, TargetDead
 from abtest.bisect.state import BisectError, Config
 from abtest.collectors.orchestrate import CollectConfig, CollectError, LabelSpec, collect
 from abtest.collectors.workloads import WorkloadError, make_workload
-from abtest.compare.metrics import iteration_metrics
+from abtest.compare.metrics import iteration_metrics, options_for
+from abtest.store.config import load_store_config
 from abtest.store.reader import load_label
 from abtest.targets.base import TargetConnectionError, TargetError, TargetTimeout
 from abtest.targets.config import load_target_file
@@ -46,8 +47,11 @@ class Measurer:
         path = self.store / label
         out: list[float] = []
         if path.is_dir():
+            # the options compare uses on this store, so `abtest compare` / `explain` of two bisect labels read the
+            # values (and the per-iteration cache entries) this measured
+            options = options_for(load_store_config(self.store), self.workload.name)
             for it in load_label(path).complete(self.workload.name):
-                vals, notes = iteration_metrics(it, with_trace=self.cfg.trace)
+                vals, notes = iteration_metrics(it, options, with_trace=self.cfg.trace)
                 m = vals.get(self.cfg.metric)
                 if m is None:
                     raise BisectError(

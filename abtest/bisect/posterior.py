@@ -171,8 +171,9 @@ def block_members(untestable: np.ndarray, culprit: int) -> list[int]:
 @dataclass(frozen=True)
 class SearchRule:
     """How the posterior search spends runs. confidence: stop when the culprit block has this probability.
-    batch: runs per visit of a revision. confirm_runs: runs the culprit and its parent need at least (the
-    confirmation's 3 + 3). per_revision_cap: a revision with this many runs is not measured again (the search
+    batch: runs per visit of a revision. confirm_runs: runs the culprit and its parent need at least before the
+    search stops (abtest bisect passes 1: its confirmation brings the two to 3 + 3 itself, with new runs).
+    per_revision_cap: a revision with this many runs is not measured again (the search
     treats it as skipped from then on; its runs still count). stuck_margin: when no eligible position has
     P(bad) within 0.5 +/- (0.5 - stuck_margin), the endpoint with fewer runs is measured (up to twice the cap)."""
 

@@ -25,7 +25,7 @@ def result_text(res: dict, store: Path) -> str:
         d = c.get("delta_pct")
         lines.append(
             f"  vs parent {res['parent'][:12]}: {c['text']}"
-            + (f", {d:+.2f} % ({c['runs'][0]} vs {c['runs'][1]} runs)" if d is not None else "")
+            + (f", {d:+.2f} % ({c['runs'][0]} vs {c['runs'][1]} runs{_new(c)})" if d is not None else "")
             + ("" if c.get("confirmed") else "  -- NOT CONFIRMED")
         )
     lines.append(f"runs: {res['runs_total']} in total, {res['revisions_built']} revisions built")
@@ -36,6 +36,13 @@ def result_text(res: dict, store: Path) -> str:
     lines.append(f"next: abtest compare {a} {b} --store {store}")
     lines.append(f"      abtest explain {a} {b} --store {store}")
     return "\n".join(lines)
+
+
+def _new(c: dict) -> str:
+    """ ", of them 1 + 2 new" (the runs the confirmation took; results before the sequential confirmation have
+    none recorded)."""
+    new = c.get("new_runs")
+    return f", of them {new[0]} + {new[1]} new" if new else ""
 
 
 def _counts(store: Path, st: S.BisectState) -> list[int]:

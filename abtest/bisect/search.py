@@ -10,11 +10,13 @@ goes on from there without repeating a run.
 2. Search. posterior (default): abtest.bisect.posterior over the range from every run so far; the next revision is
    the one that splits the posterior mass; stop when the culprit block reaches `confidence`. classic: git bisect's
    halving, each step judged by the oracle (below).
-3. Confirmation: culprit vs its parent (last testable revision before it), >= 3 + 3 new runs (the search's runs
-   of the two picked them, so they are left out of the verdict), measured until the
-   decision rule says regression (confirmed) or something else (not confirmed) or the cap. When an unconfirmed
-   culprit is no longer the posterior's (the confirmation's runs are evidence too), the search goes on (at most
-   SEARCH_ROUNDS rounds).
+3. Confirmation (abtest.bisect.confirm): culprit vs its parent (last testable revision before it), sequential:
+   new runs at each (>= 1; the search's runs of the two picked them, a selected sample) until a sequential
+   likelihood-ratio test on the new runs puts the parent on the good side and the culprit on the bad one at
+   `confidence` (or the other way: not confirmed), as many as the effect in units of noise needs; then compare's
+   decision rule on all runs of the two (>= 3 + 3) must say regression and the posterior from all runs still name
+   the culprit. When an unconfirmed culprit is no longer the posterior's (the confirmation's runs are evidence
+   too), the search goes on (at most SEARCH_ROUNDS rounds).
 The oracle (classic steps, `abtest bisect oracle`): a revision's runs against the good endpoint's until the rule
 says regression (bad) / no change or improvement (good), or `per_step_cap` runs (skip); at the significance level
 `step_alpha`, so that the whole halving takes a wrong turn with probability 1 - confidence at most.
@@ -28,14 +30,24 @@ from pathlib import Path
 
 import numpy as np
 
+from abtest.bisect import confirm as C
 from abtest.bisect import state as S
 from abtest.bisect.boot import BootFailed
 from abtest.bisect.build import BuildFailed, build
-from abtest.bisect.posterior import Evidence, SearchRule, block_members, classic_next, next_query, parent_of, posterior
-from abtest.compare.verdict import IMPROVEMENT, NO_CHANGE, REGRESSION, Policy, decide
+from abtest.bisect.confirm import CONFIRM_RUNS
+from abtest.bisect.posterior import (
+    Evidence,
+    SearchRule,
+    block_members,
+    classic_next,
+    next_query,
+    parent_of,
+    pooled_spread,
+    posterior,
+)
+from abtest.compare.verdict import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Policy, decide
 
 ENDPOINT_START = 4
-CONFIRM_RUNS = 3
 SEARCH_ROUNDS = 3  # posterior search + confirmation rounds when a confirmation moves the posterior away
 GOOD, BAD, SKIP, ABORT = "good", "bad", "skip", "abort"
 ORACLE_EXIT = {GOOD: 0, BAD: 1, SKIP: 125, ABORT: 128}  # `git bisect run` exit codes
@@ -120,7 +132,7 @@ class Bisector:
         """All runs as the posterior's evidence; a metric declared to aggregate by geometric mean (latencies,
         scores) is modelled on its logarithms, as compare's rule tests it."""
         runs = [self.values(i) for i in range(self.st.n)]
-        if self._aggregation() == "gmean" and all(x > 0 for xs in runs for x in xs):
+        if self._log_model():
             runs = [list(np.log(xs)) for xs in runs]
         return Evidence.from_runs(runs, [s == S.UNTESTABLE for s in self.st.status])
 
@@ -185,7 +197,7 @@ class Bisector:
         rule = SearchRule(
             confidence=self.cfg.confidence,
             batch=self.cfg.batch,
-            confirm_runs=CONFIRM_RUNS,
+            confirm_runs=1,  # the confirmation brings culprit and parent to CONFIRM_RUNS (new runs included)
             per_revision_cap=self.cfg.per_step_cap,
         )
         while True:
@@ -252,47 +264,85 @@ class Bisector:
                 return SKIP
 
     def confirm(self, culprit: int) -> dict:
-        """Culprit vs parent with the decision rule on runs taken for the confirmation (>= 3 + 3 fresh runs);
-        returns the verdict's summary.
+        """Culprit vs parent, sequential (abtest.bisect.confirm): new runs at each until its sequential test
+        settles its side, as many as the effect in units of noise needs (>= 1 new run each, >= 3 runs each in
+        all); confirmed when both tests pass, compare's decision rule on *all* runs of the two says regression
+        and (posterior mode) the posterior from all runs still names the culprit at the confidence. Returns the
+        verdict's summary: the rule's verdict, runs (all) and new_runs of parent and culprit, the sequential
+        tests' log-likelihood ratios (None for an endpoint: settled), the effect in units of noise.
 
-        The runs the search already took at the two revisions are what made the posterior pick them (a selected
-        sample: the parent looked good and the culprit bad), so they are left out of the verdict (they stay
-        evidence for the posterior). Reusing them confirmed a wrong culprit as often as a right one in the
-        simulation (docs/bisect.md). How many runs each had is kept in the event log ("confirm"), so that a
-        resumed bisection leaves out the same runs."""
+        The search's runs at the two picked them (a selected sample: the parent looked good and the culprit
+        bad), so the sequential tests use only the runs taken after the confirmation started; how many runs each
+        had then is kept in the event log ("confirm"), so that a resumed bisection counts the same runs as new."""
         untestable = np.array([s == S.UNTESTABLE for s in self.st.status])
         parent = int(parent_of(untestable, np.array(culprit)))
         skip_a, skip_b = self._confirm_offsets(parent, culprit)
+        last, conf, batch = self.st.n - 1, self.cfg.confidence, self.cfg.batch
         while True:
-            a, b = self.values(parent)[skip_a:], self.values(culprit)[skip_b:]
-            n = min(len(a), len(b))
-            if n >= CONFIRM_RUNS:
+            ev = self.evidence()
+            post = posterior(ev)
+            var, dof = pooled_spread(ev)
+            lv = C.levels_of(ev.n, ev.s, float(var), float(dof))
+            a, b = self.values(parent), self.values(culprit)
+            ma, mb = self._model(a), self._model(b)
+            s = C.step(ma[skip_a:], mb[skip_b:], len(a), len(b), parent == 0, culprit == last, lv, conf, batch)
+            new = [len(a) - skip_a, len(b) - skip_b]
+            out = {
+                "parent": parent,
+                "runs": [len(a), len(b)],
+                "new_runs": new,
+                "log_lr": [_f(s.lr_parent), _f(s.lr_culprit)],
+                "effect_sd": _f(lv.d),
+            }
+            capped = max(new) >= self.cfg.per_step_cap or self.over_budget()
+            if s.status == C.REFUTED or s.status == C.CONFIRMED or capped:
                 v = self.decide(a, b)
-                if v.verdict != "inconclusive" or n >= self.cfg.per_step_cap or self.over_budget():
-                    return {
-                        "parent": parent,
-                        "verdict": v.verdict,
-                        "text": v.text,
-                        "delta_pct": v.delta_pct,
-                        "p_welch": v.p_welch,
-                        "p_mannwhitney": v.p_mannwhitney,
-                        "runs": [len(a), len(b)],
-                        "confirmed": v.verdict == REGRESSION,
-                    }
-            target = max(CONFIRM_RUNS, n + self.cfg.batch)
+                out.update(
+                    verdict=v.verdict,
+                    text=v.text,
+                    delta_pct=v.delta_pct,
+                    p_welch=v.p_welch,
+                    p_mannwhitney=v.p_mannwhitney,
+                    confirmed=False,
+                )
+                # classic mode's culprit comes from the oracle's steps, not from the posterior's stop rule
+                same = self.cfg.mode == S.CLASSIC or (int(post.culprit) == culprit and float(post.confidence) >= conf)
+                if s.status == C.REFUTED:
+                    side = "parent" if s.lr_parent < s.lr_culprit else "culprit"
+                    out["text"] = f"{v.text}; the new runs put the {side} on the other side"
+                    return out
+                if s.status == C.CONFIRMED and v.verdict == REGRESSION and same:
+                    out["confirmed"] = True
+                    return out
+                if capped or v.verdict != INCONCLUSIVE or not same:
+                    if not same and v.verdict == REGRESSION:
+                        out["text"] = f"{v.text}; the posterior moved off the culprit"
+                    return out
+                more = [(parent, batch), (culprit, batch)]  # both sides settled, the rule still undecided
+            else:
+                more = [(parent, s.more_parent), (culprit, s.more_culprit)]
+            targets = [(p, len(self.values(p)) + k) for p, k in more if k > 0]
             self.log(
                 f"confirming {self.st.revisions[culprit][:12]} against its parent "
-                f"{self.st.revisions[parent][:12]}: {target} new runs each"
+                f"{self.st.revisions[parent][:12]}: "
+                + ", ".join(f"{self.st.revisions[p][:12]} to {k} runs" for p, k in targets)
             )
-            # each to its own count (their earlier runs differ); alternating per batch, as the search measures
-            need = [(p, skip + target) for p, skip in ((parent, skip_a), (culprit, skip_b))]
-            if not all(self.measure([p], k) for p, k in need if len(self.values(p)) < k):
+            if not all(self.measure([p], k) for p, k in targets):
                 return {
                     "parent": parent,
                     "verdict": "untestable",
                     "text": "culprit or parent became untestable",
                     "confirmed": False,
                 }
+
+    def _model(self, xs: list[float]) -> list[float]:
+        """Runs in the posterior's unit (logarithms for a gmean metric, as `evidence`)."""
+        if self._log_model():
+            return [math.log(x) for x in xs]
+        return list(xs)
+
+    def _log_model(self) -> bool:
+        return self._aggregation() == "gmean" and all(x > 0 for i in range(self.st.n) for x in self.values(i))
 
     def _confirm_offsets(self, parent: int, culprit: int) -> tuple[int, int]:
         """Runs of parent and culprit taken before their confirmation started (from the event log when this

@@ -70,6 +70,36 @@ def requested_events(declared: list[str] | None = None) -> list[str]:
     return list(dict.fromkeys(list(DEFAULT_EVENTS) + list(declared or ())))
 
 
+def setup_lines(events, buffer_size_kb: int, clock: str) -> list[str]:
+    """The tracefs set-up of a collection, for the ftrace collector and the lab's iteration script alike: shell
+    lines run in the tracefs directory that turn tracing and every event off, set the per-CPU buffer size and the
+    clock (falling back to mono, then local), enable each requested event (the first kernel name that exists,
+    KERNEL_EVENT_CANDIDATES; marker-like tables need none), empty the buffer and turn tracing on. They report
+    `ABTEST_WARN buffer_size_kb`, `ABTEST_CLOCK <clock>`, `ABTEST_ON <table> <event>` / `ABTEST_MISSING <table>`
+    and `ABTEST_BUFFER_KB <kb>` (FtraceSession.read_start). Names are checked against their alphabets first."""
+    clocks = [check_clock(clock)] + [c for c in ("mono", "local") if c != clock]
+    return [
+        "echo 0 > tracing_on; echo > set_event",
+        f"echo {int(buffer_size_kb)} > buffer_size_kb || echo ABTEST_WARN buffer_size_kb",
+        "for c in "
+        + " ".join(quote(c) for c in clocks)
+        + '; do if echo "$c" > trace_clock 2>/dev/null; then echo ABTEST_CLOCK "$c"; break; fi; done',
+        *[enable_line(t, KERNEL_EVENT_CANDIDATES.get(t, (t,))) for t in events if t not in NOT_FTRACE],
+        "echo > trace",
+        "echo 1 > tracing_on",
+        "echo ABTEST_BUFFER_KB $(cat buffer_size_kb)",
+    ]
+
+
+# First lines of a stop (in the tracefs directory): tracing off, each CPU's lost events (FtraceSession.read_stop).
+STOP_LINES = (
+    "echo 0 > tracing_on",
+    "for c in per_cpu/cpu*; do n=${c##*cpu}; "
+    "o=$(sed -n 's/^overrun: *//p' $c/stats); d=$(sed -n 's/^dropped events: *//p' $c/stats); "
+    "echo ABTEST_LOST $n ${o:-0} ${d:-0}; done",
+)
+
+
 @dataclass
 class FtraceSession:
     """Outcome of one traced run.
@@ -88,6 +118,40 @@ class FtraceSession:
     tracefs: str = ""
     trace_path: Path | None = None
     warnings: list[str] = field(default_factory=list)
+
+    def read_start(self, stdout: str, requested_clock: str) -> FtraceSession:
+        """Take in the report lines of setup_lines (and ABTEST_TRACEFS of the lab's tracefs discovery)."""
+        for line in stdout.splitlines():
+            p = line.split()
+            if len(p) < 2:
+                continue
+            if p[0] == "ABTEST_TRACEFS":
+                self.tracefs = p[1]
+            elif p[0] == "ABTEST_CLOCK":
+                self.clock = p[1]
+            elif p[0] == "ABTEST_ON" and len(p) > 2:
+                self.enabled.append(p[2])
+            elif p[0] == "ABTEST_MISSING":
+                self.missing_events.append(p[1])
+            elif p[0] == "ABTEST_WARN":
+                self.warnings.append(f"could not set {p[1]}")
+            elif p[0] == "ABTEST_BUFFER_KB" and p[1].isdigit():
+                self.buffer_size_kb = int(p[1])
+        if self.clock != requested_clock:
+            self.warnings.append(f"trace clock {requested_clock!r} unavailable, used {self.clock!r}")
+        return self
+
+    def read_stop(self, stdout: str) -> FtraceSession:
+        """Take in the per-CPU lost-event counters STOP_LINES print (ABTEST_LOST cpu overrun dropped)."""
+        for m in re.finditer(r"^ABTEST_LOST (\d+) (\d+) (\d+)$", stdout, re.M):
+            self.lost_events_per_cpu[int(m.group(1))] = int(m.group(2)) + int(m.group(3))
+        self.lost_events = sum(self.lost_events_per_cpu.values())
+        if self.lost_events:
+            self.warnings.append(
+                f"{self.lost_events} events lost in the ring buffer (per CPU {self.lost_events_per_cpu}); "
+                "raise buffer_size_kb"
+            )
+        return self
 
     def as_meta(self) -> dict:
         return {
@@ -234,43 +298,13 @@ class FtraceCollector:
         (session, the whole stdout) so the caller can parse its part.
         """
         self.session = FtraceSession(clock=self.clock, buffer_size_kb=self.buffer_size_kb, tracefs=self.tracefs)
-        lines = [
-            preamble,
-            f"rm -f {quote(self.remote_trace)}",
-            f"cd {quote(self.tracefs)} || exit 90",
-            "echo 0 > tracing_on",
-            "echo > set_event",
-            f"echo {int(self.buffer_size_kb)} > buffer_size_kb || echo ABTEST_WARN buffer_size_kb",
-        ]
-        clocks = [self.clock] + [c for c in ("mono", "local") if c != self.clock]
-        lines.append(
-            "for c in "
-            + " ".join(quote(c) for c in clocks)
-            + '; do if echo "$c" > trace_clock 2>/dev/null; then echo ABTEST_CLOCK "$c"; break; fi; done'
+        lines = [preamble, f"rm -f {quote(self.remote_trace)}", f"cd {quote(self.tracefs)} || exit 90"]
+        res = self.target.run(
+            "\n".join(lines + setup_lines(self.events, self.buffer_size_kb, self.clock)), 60, as_root=True
         )
-        for table in self.events:
-            if table in NOT_FTRACE:
-                continue
-            cands = KERNEL_EVENT_CANDIDATES.get(table, (table,))
-            lines.append(enable_line(table, cands))
-        lines += ["echo > trace", "echo 1 > tracing_on", "cat buffer_size_kb"]
-        res = self.target.run("\n".join(lines), 60, as_root=True)
         if res.exit_code == 90:
             raise TargetError(f"{self.target.name}: cannot cd to tracefs {self.tracefs}")
-        for line in res.stdout.splitlines():
-            parts = line.split()
-            if not parts:
-                continue
-            if parts[0] == "ABTEST_CLOCK":
-                self.session.clock = parts[1]
-            elif parts[0] == "ABTEST_ON":
-                self.session.enabled.append(parts[2])
-            elif parts[0] == "ABTEST_MISSING":
-                self.session.missing_events.append(parts[1])
-            elif parts[0] == "ABTEST_WARN":
-                self.session.warnings.append(f"could not set {parts[1]}")
-        if self.session.clock != self.clock:
-            self.session.warnings.append(f"trace clock {self.clock!r} unavailable, used {self.session.clock!r}")
+        self.session.read_start(res.stdout, self.clock)
         if not self.session.enabled:
             raise TargetError(
                 f"{self.target.name}: none of the requested events exist on this kernel ({', '.join(self.events)})"
@@ -289,10 +323,7 @@ class FtraceCollector:
         script = "\n".join(
             [
                 f"cd {quote(self.tracefs)} || exit 90",
-                "echo 0 > tracing_on",
-                "for c in per_cpu/cpu*; do n=${c##*cpu}; "
-                "o=$(sed -n 's/^overrun: *//p' $c/stats); d=$(sed -n 's/^dropped events: *//p' $c/stats); "
-                "echo ABTEST_LOST $n ${o:-0} ${d:-0}; done",
+                *STOP_LINES,
                 f"trace-cmd extract -o {quote(remote)} >/dev/null 2>{quote(err)}; rc=$?",
                 self._restore_lines(),
                 f"[ $rc = 0 ] || {{ cat {quote(err)} >&2; exit 91; }}",
@@ -307,16 +338,10 @@ class FtraceCollector:
             raise TargetError(
                 f"{self.target.name}: stopping ftrace failed (exit {res.exit_code}): {res.stderr.strip()[-500:]}"
             )
-        for m in re.finditer(r"^ABTEST_LOST (\d+) (\d+) (\d+)$", res.stdout, re.M):
-            self.session.lost_events_per_cpu[int(m.group(1))] = int(m.group(2)) + int(m.group(3))
-        self.session.lost_events = sum(self.session.lost_events_per_cpu.values())
-        if self.session.lost_events:
-            self.session.warnings.append(
-                f"{self.session.lost_events} events lost in the ring buffer (per CPU "
-                f"{self.session.lost_events_per_cpu}); raise buffer_size_kb"
-            )
+        self.session.read_stop(res.stdout)
         self.target.pull(remote, local_trace)
-        os.chmod(local_trace, 0o600)
+        if Path(local_trace).is_file() and not Path(local_trace).is_symlink():  # never a device node or a link's target
+            os.chmod(local_trace, 0o600)
         self.session.trace_path = Path(local_trace)
         return self.session
 

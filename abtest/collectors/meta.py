@@ -137,6 +137,30 @@ def host_tools() -> dict:
     }
 
 
+def tools_meta(meta: dict) -> dict:
+    """meta.json "tools": the host's (host_tools) and the target's (popped from parse_meta_output's
+    "target_tools", prefixed `target:`)."""
+    return {**host_tools(), **{f"target:{k}": v for k, v in meta.pop("target_tools", {}).items()}}
+
+
+def power_meta(power: dict | None, trace_meta: dict) -> dict | None:
+    """meta.json "power" for a [power] sampler table (None: no sampler): samples stamped with CLOCK_BOOTTIME,
+    aligned with the trace when its clock is boot."""
+    if not power:
+        return None
+    return {
+        "sampler": power.get("sampler"),
+        "period_s": power.get("period_s", 0.5),
+        "aligned": trace_meta.get("trace_clock") == "boot",
+        "clock": "CLOCK_BOOTTIME",
+    }
+
+
+def workload_log(command: str, stdout: str, stderr: str, exit_code: int) -> str:
+    """workload.log: the command, its stdout and stderr, its exit code."""
+    return f"$ {command}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- exit {exit_code} ---\n"
+
+
 def settings_hash(settings: dict) -> str:
     """Short stable hash of a settings dict (for meta.json)."""
     return hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:16]

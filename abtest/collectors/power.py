@@ -246,6 +246,68 @@ def hwmon_from_samples(samples: pl.DataFrame, names: dict[str, str]) -> pl.DataF
 
 
 # -- sampling on the target ---------------------------------------------------------------------------
+SAMPLERS = ("odpm", "hwmon", "rapl")
+
+
+def discover_script(kind: str, sysfs: str = "/sys") -> str:
+    """Shell printing the counters a sampler of `kind` reads under the sysfs mount `sysfs`: odpm the
+    `enabled_rails` lines; rapl `<energy_uj file> <name> <max_energy_range_uj>`; hwmon `<file> <name>_<channel>`
+    (read_discovery). For PowerSampler and the lab's iteration script alike."""
+    sysfs_sh = quote(str(sysfs).rstrip("/"))
+    if kind == "odpm":
+        return f"cat {sysfs_sh}/bus/iio/devices/iio:device*/enabled_rails 2>/dev/null"
+    if kind == "rapl":
+        return (
+            f"for d in {sysfs_sh}/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
+            "echo $d/energy_uj $(cat $d/name) $(cat $d/max_energy_range_uj); done"
+        )
+    if kind == "hwmon":
+        return (
+            f"for f in {sysfs_sh}/class/hwmon/hwmon*/energy*_input "
+            f"{sysfs_sh}/class/hwmon/hwmon*/power*_input; do "
+            "[ -r $f ] && echo $f $(cat ${f%/*}/name)_$(basename ${f%_input}); done"
+        )
+    raise ValueError(f"unknown power sampler {kind!r} (odpm, hwmon, rapl)")
+
+
+def loop_script(kind: str, sysfs: str, period_s: float, files_sh: str) -> str:
+    """Shell loop writing a sample of the counters every period_s: odpm the energy_value files, else
+    `@ <uptime s>` then `<file> <value>` for each file of `files_sh` (shell words: quoted names or "$PFILES")."""
+    if kind == "odpm":
+        body_sh = f"cat {quote(str(sysfs).rstrip('/'))}/bus/iio/devices/iio:device*/energy_value"
+    else:
+        body_sh = (
+            f'echo @ $(cut -d" " -f1 /proc/uptime); for f in {files_sh}; do '
+            'v=$(cat $f 2>/dev/null) && [ -n "$v" ] && echo $f $v; done'
+        )
+    return f"while :; do {body_sh}; sleep {float(period_s):g}; done"
+
+
+def read_discovery(kind: str, text: str, path: str = "enabled_rails") -> tuple[dict, dict, dict]:
+    """discover_script output -> (names: counter file -> rail, max_range: RAPL domain -> max_energy_range_uj,
+    rails: ODPM rail -> subsystem). Lines of another shape are passed over (ODPM: TraceFormatError)."""
+    if kind == "odpm":
+        return {}, {}, parse_odpm_enabled_rails(text, path)
+    rows = [line.split() for line in text.splitlines()]
+    if kind == "hwmon":
+        return {r[0]: r[1] for r in rows if len(r) == 2}, {}, {}
+    names, max_range = {}, {}
+    for f, name, rng in (r for r in rows if len(r) == 3 and "intel-rapl:" in r[0]):
+        domain = f"{name}:{f.split('intel-rapl:')[1].split('/')[0]}"
+        names[f], max_range[domain] = domain, float(rng)
+    return names, max_range, {}
+
+
+def sampled_power(kind: str, text: str, names: dict, max_range: dict, rails: dict, path: str) -> pl.DataFrame:
+    """The sampling loop's output -> power frame (counters as read_discovery found them)."""
+    if kind == "odpm":
+        return parse_odpm_energy(text, rails, path)
+    samples = parse_sysfs_samples(text, path)
+    if kind == "rapl":
+        return rapl_from_samples(samples, names, max_range)
+    return hwmon_from_samples(samples, names)
+
+
 class PowerSampler:
     """Samples a target's power counters in a background shell loop during the workload.
 
@@ -256,7 +318,7 @@ class PowerSampler:
     def __init__(
         self, target: Target, kind: str, *, period_s: float = 0.5, remote_dir: str = "/tmp", sysfs: str = "/sys"
     ):
-        if kind not in ("odpm", "hwmon", "rapl"):
+        if kind not in SAMPLERS:
             raise ValueError(f"unknown power sampler {kind!r} (odpm, hwmon, rapl)")
         self.target, self.kind, self.period_s, self.remote_dir = target, kind, period_s, remote_dir
         self.sysfs = sysfs.rstrip("/")  # sysfs mount point on the target (another root for tests)
@@ -269,51 +331,18 @@ class PowerSampler:
     def discover(self) -> None:
         """Find the counter files (raises TargetError when the target has none)."""
         t = self.target
-        if self.kind == "odpm":
-            out = t.run(
-                f"cat {self.sysfs}/bus/iio/devices/iio:device*/enabled_rails 2>/dev/null", 30, as_root=True
-            ).stdout
-            self.rails = parse_odpm_enabled_rails(out)
-            if not self.rails:
-                raise TargetError(
-                    f"{t.name}: no ODPM rails under {self.sysfs}/bus/iio/devices/iio:device*/enabled_rails"
-                )
-        elif self.kind == "rapl":
-            out = t.run(
-                f"for d in {self.sysfs}/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
-                "echo $d/energy_uj $(cat $d/name) $(cat $d/max_energy_range_uj); done",
-                30,
-                as_root=True,
-            ).stdout
-            for line in out.splitlines():
-                f, name, rng = line.split()
-                domain = f"{name}:{f.split('intel-rapl:')[1].split('/')[0]}"
-                self.names[f] = domain
-                self.max_range[domain] = float(rng)
-            if not self.names:
-                raise TargetError(f"{t.name}: no readable {self.sysfs}/class/powercap/intel-rapl:*/energy_uj")
-        else:
-            out = t.run(
-                f"for f in {self.sysfs}/class/hwmon/hwmon*/energy*_input "
-                f"{self.sysfs}/class/hwmon/hwmon*/power*_input; do "
-                "[ -r $f ] && echo $f $(cat ${f%/*}/name)_$(basename ${f%_input}); done",
-                30,
-            ).stdout
-            self.names = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
-            if not self.names:
-                raise TargetError(f"{t.name}: no hwmon energy*_input / power*_input files")
+        out = t.run(discover_script(self.kind, self.sysfs), 30, as_root=self.kind != "hwmon").stdout
+        self.names, self.max_range, self.rails = read_discovery(self.kind, out)
+        if not (self.rails or self.names):
+            where = {
+                "odpm": f"ODPM rails under {self.sysfs}/bus/iio/devices/iio:device*/enabled_rails",
+                "rapl": f"readable {self.sysfs}/class/powercap/intel-rapl:*/energy_uj",
+                "hwmon": "hwmon energy*_input / power*_input files",
+            }[self.kind]
+            raise TargetError(f"{t.name}: no {where}")
 
     def loop_script(self) -> str:
-        period = f"{self.period_s:g}"
-        if self.kind == "odpm":
-            body = f"cat {self.sysfs}/bus/iio/devices/iio:device*/energy_value"
-        else:
-            files = " ".join(quote(f) for f in self.names)
-            body = (
-                f"echo @ $(cut -d' ' -f1 /proc/uptime); for f in {files}; do "
-                f'v=$(cat $f 2>/dev/null) && [ -n "$v" ] && echo $f $v; done'
-            )
-        return f"while :; do {body}; sleep {period}; done"
+        return loop_script(self.kind, self.sysfs, self.period_s, " ".join(quote(f) for f in self.names))
 
     def start(self) -> None:
         """discover() the counters, then launch() the sampling loop."""
@@ -330,10 +359,6 @@ class PowerSampler:
         if self.pid:
             self.target.run(f"kill {int(self.pid)} 2>/dev/null; sleep 0.1", 30, as_root=True)
         self.target.pull(self.remote_out, local_raw)
-        text = Path(local_raw).read_text()
-        if self.kind == "odpm":
-            return parse_odpm_energy(text, self.rails, str(local_raw))
-        samples = parse_sysfs_samples(text, str(local_raw))
-        if self.kind == "rapl":
-            return rapl_from_samples(samples, self.names, self.max_range)
-        return hwmon_from_samples(samples, self.names)
+        return sampled_power(
+            self.kind, Path(local_raw).read_text(), self.names, self.max_range, self.rails, str(local_raw)
+        )

@@ -1,24 +1,28 @@
-"""`abtest analyze FILE`: the main metrics of one trace (thin: every number comes from an analysis
-module's ``summary(trace)``).
+"""`abtest analyze FILE`: the declared metrics of one trace (thin: every value comes from
+abtest.analysis.registry.evaluate, the evaluation path Trace.metrics, windows and compare read too).
 
-JSON contract (``--json``; keys always present, an analysis that could not run is null and its
-reason is under ``skipped``)::
+JSON contract (``--json``, schema version 2; keys always present, an analysis that could not run is null and
+its reason is under ``skipped``)::
 
-    {"file", "format", "duration_s", "window_s": [start, end] | null (--range, s from the trace start),
-     "lost_events", "platform": name | null,
-     "power": {...}, "idle": {...}, "latency": {...}, "frequency": {...}, "load_tracking": {...},
-     "placement": {...}, "energy_model": {...}, "frames": {...},
+    {"schema_version": 2, "file", "format", "duration_s", "window_s": [start, end] | null (--range, s from the
+     trace start), "lost_events", "platform": name | null,
+     "<analysis>": {"metrics": {full key: {"value", "unit", "template", "group"}},
+                    "tables": {table: {"title", "columns": {column: unit}, "rows": [{column: value}]}}} | null,
+     ... one per analysis of the registry that has metrics or tables (power, idle, latency, ...),
      "skipped": {analysis: reason}, "failed": {analysis: error}}
+
+Values, units and groups are those of the metric registry (`abtest metrics`); tables are the analyses' declared
+non-scalar tables (OPP residency per CPU, idle residency per CPU and state, power per rail, ...). Version 1 (until
+2026-11-28) held a hand-written summary per analysis with units in key suffixes; docs/analyze.md says what
+changed.
 
 An analysis that raises an unexpected error is listed in ``skipped`` (reason "failed on this input: ...") and in
 ``failed``; the other analyses still run and print, and the exit status is then 2.
 
-The analyses and their order are those of abtest.analysis.registry that have a summary. Without --json the
-same object is printed as tables (abtest.commands.analyze_tables: one renderer per analysis, a generic one for
-the others; abtest.commands.text_grid: fitted to the terminal width, $COLUMNS honoured).
-
-See docs/analyze.md for each analysis' keys. Exit status: 0 when at least one analysis ran, 2 when
-none applies, one failed (see above), or the file / platform is unreadable.
+Without --json the same object is printed as tables (abtest.commands.analyze_tables: per analysis its scalar
+metrics, one table per declared grouping, its declared tables; abtest.report.fit fits them to the terminal).
+Exit status: 0 when at least one analysis ran, 2 when none applies, one failed (see above), or the file /
+platform is unreadable.
 """
 
 from __future__ import annotations
@@ -38,10 +42,11 @@ from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
 if TYPE_CHECKING:  # the terminal report's modules (rich, the tables) are imported when it is printed, not for --json
     from rich.console import Console
 
-    from abtest.commands.analyze_tables import Context
-
-# JSON key -> registry Analysis with a summary(trace); order = registry order = order of the terminal report
-ANALYSES: dict[str, registry.Analysis] = {a.name: a for a in registry.ANALYSES if a.summary is not None}
+SCHEMA_VERSION = 2
+# JSON key -> registry Analysis that yields values from a trace; order = registry order = order of the report
+ANALYSES: dict[str, registry.Analysis] = {
+    a.name: a for a in registry.ANALYSES if a.source != registry.METRICS_JSON and (a.compute or a.tables)
+}
 
 _NOT_REQUESTED = "not requested (--only)"
 # prefix of the reason of an analysis that raised an unexpected error (a bug, or input it does not handle): the
@@ -49,12 +54,12 @@ _NOT_REQUESTED = "not requested (--only)"
 FAILED = "failed on this input: "
 
 
-def _run_one(key: str, analysis, trace: Trace) -> tuple[dict | None, str | None]:
-    """(summary, None) or (None, reason). Only "this analysis does not apply" errors are caught. What the
-    analysis freed is given back to the system before the next one starts (glibc keeps it otherwise, and the
-    next analysis' memory adds to it in the peak)."""
+def _run_one(key: str, analysis, trace: Trace, options: registry.MetricOptions) -> tuple[dict | None, str | None]:
+    """(the analysis' JSON object, None) or (None, reason). Only "this analysis does not apply" errors are
+    caught. What the analysis freed is given back to the system before the next one starts (glibc keeps it
+    otherwise, and the next analysis' memory adds to it in the peak)."""
     try:
-        res = analysis.summary(trace)
+        ev = registry.evaluate(analysis, trace, options)
     except MissingEventsError as e:
         return None, str(e)
     except AnalysisNotApplicable as e:  # e.g. needs platform data the trace does not carry
@@ -69,12 +74,28 @@ def _run_one(key: str, analysis, trace: Trace) -> tuple[dict | None, str | None]
         from abtest import _native
 
         _native.release_freed_memory()
-    if not res:
+    if not ev:
         return None, "no data for this analysis in the trace (its events are absent or empty)"
-    return res, None
+    return evaluation_json(analysis, ev), None
 
 
-# The two lanes of _summaries on a sched trace, in the order each runs them. Their time on the bench trace
+def evaluation_json(analysis: registry.Analysis, ev: registry.Evaluation) -> dict:
+    """An Evaluation as `--json` writes it: values keyed by full key with their spec's unit, template and group;
+    declared tables with their title, column units and rows."""
+    specs = {t.key: t for t in analysis.tables}
+    return {
+        "metrics": {
+            v.key: {"value": _jsonable(v.value), "unit": v.spec.unit, "template": v.spec.key, "group": v.group}
+            for v in ev.values
+        },
+        "tables": {
+            k: {"title": specs[k].title, "columns": specs[k].units(), "rows": _jsonable(df)}
+            for k, df in ev.tables.items()
+        },
+    }
+
+
+# The two lanes of _evaluations on a sched trace, in the order each runs them. Their time on the bench trace
 # (thread CPU, bench/analyze.py's trace): latency 0.49 s, tasks 0.43, load_tracking 0.21, placement 0.14, the
 # others 0.03 together. _LANE_LARGE holds latency and placement, the other lane load_tracking, then tasks,
 # then the rest: ~0.63 s each, and tasks starts only once load_tracking has given its memory back.
@@ -82,7 +103,9 @@ _LANE_LARGE = ("latency", "placement")
 _LANE_OTHER_FIRST = ("load_tracking", "tasks")
 
 
-def _summaries(trace: Trace, keys: list[str], threads: int) -> dict[str, tuple[dict | None, str | None]]:
+def _evaluations(
+    trace: Trace, keys: list[str], threads: int, options: registry.MetricOptions
+) -> dict[str, tuple[dict | None, str | None]]:
     """{key: _run_one(...)} of the analyses. With two threads or more (polars and the compiled passes release
     the GIL, so two analyses overlap where one alone leaves a core idle) they run in two lanes of about
     equal time (_LANE_LARGE; _LANE_OTHER_FIRST then the others). Until 2026-11-28 the three large analyses
@@ -91,7 +114,7 @@ def _summaries(trace: Trace, keys: list[str], threads: int) -> dict[str, tuple[d
     most of a cached `abtest analyze` of the bench trace. Balanced, the longer lane takes 0.65 s; the peak
     RSS is 12-24 MB higher (286-298 MB against 273-275 MB, GNU time; bench/analyze_cli.py)."""
     if threads <= 1 or len(keys) <= 1:
-        return {k: _run_one(k, ANALYSES[k], trace) for k in keys}
+        return {k: _run_one(k, ANALYSES[k], trace, options) for k in keys}
     import threading
 
     large = [k for k in _LANE_LARGE if k in keys]
@@ -103,7 +126,7 @@ def _summaries(trace: Trace, keys: list[str], threads: int) -> dict[str, tuple[d
     def lane(names: list[str]) -> None:
         try:
             for k in names:
-                done[k] = _run_one(k, ANALYSES[k], trace)
+                done[k] = _run_one(k, ANALYSES[k], trace, options)
         except BaseException as e:  # re-raised in the caller's thread
             failed.append(e)
 
@@ -126,11 +149,14 @@ def analyze_dict(
     window_s: tuple[float, float] | None = None,
     only: tuple[str, ...] | None = None,
     threads: int | None = None,
+    options: registry.MetricOptions | None = None,
 ) -> dict:
     """The `abtest analyze --json` object for a (possibly windowed) trace. threads: analyses run at once
-    (default: the CPUs, at most 2: more adds memory, not speed, on this 2-core class of machine)."""
+    (default: the CPUs, at most 2: more adds memory, not speed, on this 2-core class of machine); options: the
+    metric options (task names, rail -> channel mapping; default: registry.MetricOptions())."""
     m = trace.meta
     out: dict = {
+        "schema_version": SCHEMA_VERSION,
         "file": str(trace.path),
         "format": m.get("format"),
         "duration_s": (trace.end_ns - trace.start_ns) / 1e9
@@ -143,7 +169,7 @@ def analyze_dict(
     skipped: dict[str, str] = {}
     chosen = [k for k in ANALYSES if not only or k in only]
     threads = min(os.cpu_count() or 1, 2) if threads is None else threads
-    results = _summaries(trace, chosen, threads)
+    results = _evaluations(trace, chosen, threads, options or registry.MetricOptions())
     for key in ANALYSES:
         if key not in results:
             out[key] = None
@@ -197,34 +223,6 @@ def _console() -> Console:
     return Console(highlight=False)
 
 
-def _context(trace: Trace | None, d: dict) -> Context:
-    from abtest.commands.analyze_tables import Context
-
-    domains = None
-    if trace is not None and d.get("frequency"):
-        from abtest.analysis.frequency import df_cpu_domains
-
-        try:
-            doms = df_cpu_domains(trace.df("cpu_frequency", windowed=False))
-            domains = {int(c): int(g) for c, g in doms.iter_rows()}
-        except (LookupError, ValueError, MissingEventsError):
-            domains = None  # the tables then group CPUs by the OPPs they visited
-    return Context(duration_s=d.get("duration_s"), cpu_domains=domains)
-
-
-def _print_blocks(con: Console, blocks: list) -> None:
-    from rich.text import Text
-
-    from abtest.commands.text_grid import Grid, print_grid
-
-    for b in blocks:
-        if isinstance(b, Grid):
-            print_grid(con, b)
-        else:
-            con.print(Text(b))
-        con.print()
-
-
 def _print_header(con: Console, d: dict) -> None:
     from rich.text import Text
 
@@ -240,23 +238,25 @@ def _print_header(con: Console, d: dict) -> None:
     con.print(Text("; ".join(facts)))
 
 
-def print_report(d: dict, trace: Trace | None = None, con: Console | None = None) -> None:
-    """The terminal report of an analyze_dict() object (tables per analysis, then what did not run).
-    trace: the analysed Trace, for what the summaries do not carry (frequency domains); con: where to print
-    (default: stdout at the terminal's width, or $COLUMNS)."""
+def print_report(d: dict, con: Console | None = None) -> None:
+    """The terminal report of an analyze_dict() object (per analysis: its metrics grouped by their declaration and
+    its declared tables; then what did not run). con: where to print (default: stdout at the terminal's width,
+    or $COLUMNS)."""
     from rich.text import Text
 
-    from abtest.commands.analyze_tables import blocks_for
+    from abtest.commands.analyze_tables import analysis_grids
+    from abtest.report.fit import print_grid
 
     con = con or _console()
     _print_header(con, d)
-    ctx = _context(trace, d)
     for key, analysis in ANALYSES.items():
         val = d.get(key)
         if val is None:
             continue
         con.rule(Text(analysis.title, style="bold"))
-        _print_blocks(con, blocks_for(key, val, ctx))
+        for g in analysis_grids(analysis, val):
+            print_grid(con, g)
+            con.print()
     skipped = [(k, why) for k, why in d["skipped"].items() if why != _NOT_REQUESTED]
     if skipped:
         con.rule(Text("Not run", style="bold"))
@@ -267,7 +267,7 @@ def print_report(d: dict, trace: Trace | None = None, con: Console | None = None
             "(record missing events with `trace-cmd record -e EVENT`, or enable them under "
             "/sys/kernel/tracing/events and `trace-cmd extract`, or with `abtest collect`)"
         )
-    con.print(Text("every value: abtest analyze --json (keys: docs/analyze.md)", style="dim"))
+    con.print(Text("every value: abtest analyze --json (docs/analyze.md); the metrics: abtest metrics", style="dim"))
 
 
 def _short(reason: str) -> str:
@@ -279,7 +279,8 @@ def print_perfetto_report(d: dict, con: Console | None = None) -> None:
     """The terminal report of `--engine perfetto` (abtest.trace.perfetto_engine.analyze's object)."""
     from rich.text import Text
 
-    from abtest.commands.analyze_tables import perfetto_blocks
+    from abtest.commands.analyze_tables import perfetto_grids
+    from abtest.report.fit import print_grid
 
     con = con or _console()
     eng = d.get("engine") or {}
@@ -291,9 +292,9 @@ def print_perfetto_report(d: dict, con: Console | None = None) -> None:
     if span.get("start_ns") is not None and span.get("end_ns") is not None:
         facts.append(f"span: {(span['end_ns'] - span['start_ns']) / 1e9:.3f} s")
     con.print(Text("; ".join(facts)))
-    for title, blocks in perfetto_blocks(d):
-        con.rule(Text(title, style="bold"))
-        _print_blocks(con, blocks)
+    for g in perfetto_grids(d):
+        print_grid(con, g)
+        con.print()
     con.print(Text("every value: abtest analyze --engine perfetto --json", style="dim"))
 
 
@@ -322,6 +323,13 @@ def print_perfetto_report(d: dict, con: Console | None = None) -> None:
     help="native: abtest's readers and analyses; perfetto: Perfetto trace_processor's stdlib metrics",
 )
 @click.option("--only", multiple=True, type=click.Choice(list(ANALYSES)), help="run only these analyses (repeatable)")
+@click.option(
+    "--task",
+    "tasks",
+    multiple=True,
+    metavar="NAME",
+    help="also give the per-task metrics of this task name (repeatable; the busiest tasks are always given)",
+)
 @click.option(
     "--windows",
     "windows_s",
@@ -352,12 +360,14 @@ def analyze(
     window: tuple[float, float] | None,
     engine: str,
     only: tuple[str, ...],
+    tasks: tuple[str, ...],
     windows_s: float | None,
     history_s: float,
     jobs: int | None,
 ) -> None:
-    """Main metrics of FILE: idle residency and misses, wakeup latency, OPP residency, util/runnable,
-    energy per rail, placement. Analyses whose events are missing are skipped with a note.
+    """The declared metrics of FILE (idle residency and misses, wakeup latency, OPP residency, util/runnable,
+    power per rail, placement, ...), grouped as declared, and each analysis' declared tables. Analyses whose
+    events are missing are skipped with a note.
     With --windows: the declared metrics of a long trace, window by window (docs/analyze.md)."""
     if engine == "perfetto":
         if window or platform_file or only:
@@ -398,7 +408,7 @@ def analyze(
 
         run_windowed(trace, windows_s, history_s=history_s, jobs=jobs, only=only, as_json=as_json)
         return
-    d = analyze_dict(trace, window_s=window, only=only or None)
+    d = analyze_dict(trace, window_s=window, only=only or None, options=registry.MetricOptions(tasks=tasks))
     from abtest.trace.import_log import import_warnings
 
     for w in import_warnings(trace.meta):
@@ -413,7 +423,7 @@ def analyze(
     if as_json:
         click.echo(json.dumps(d))
     else:
-        print_report(d, trace)
+        print_report(d)
     for key, why in d["failed"].items():
         click.secho(
             f"error: analysis {key} failed on {file}: {why} (the other analyses ran; ABTEST_DEBUG=1 prints "

@@ -17,8 +17,10 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from abtest.analysis import registry
 from abtest.analysis.windowed import WindowAnalysisError, df_combine, df_window_metrics
-from abtest.commands.text_grid import Column, Grid, fmt, print_grid
+from abtest.commands.analyze_tables import metric_grids
+from abtest.report.fit import print_grid
 
 
 def _progress():
@@ -92,19 +94,18 @@ def run_windowed(
     con.print(
         Text(f"{span:.3f} s in {n} windows of {windows_s:g} s (history {history_s:g} s); {combined.height} values")
     )
-    for (analysis,), part in combined.group_by(["analysis"], maintain_order=True):
-        g = Grid(
-            analysis,
-            [
-                Column("metric", numeric=False),
-                Column("value", numeric=True),
-                Column("unit", numeric=False),
-                Column("combined", numeric=False),
-            ],
-        )
+    for (name,), part in combined.group_by(["analysis"], maintain_order=True):
+        values: dict[str, dict] = {}
+        mark: dict = {}
         for r in part.iter_rows(named=True):
-            g.add(r["key"], ("" if r["exact"] else "≈ ") + fmt(r["value"], r["unit"]), r["unit"] or "-", r["window"])
-        print_grid(con, g)
+            spec, group = registry.resolve(r["key"]) or (None, None)
+            if spec is None:
+                continue
+            values.setdefault(spec.key, {})[group] = r["value"]
+            mark[(spec.key, group)] = "" if r["exact"] else "≈ "
+        a = registry.BY_NAME[name]
+        for g in metric_grids(a.title, a.metrics, values, mark):
+            print_grid(con, g)
     con.print(
         Text(
             "≈: approximate combination of the windows' values (percentiles, shares of some threads' known "

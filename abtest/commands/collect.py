@@ -6,6 +6,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -173,30 +174,6 @@ def collect(
         workloads = [make_workload(s) for s in workload_specs]
     except (TargetConfigError, WorkloadError, SettingError) as e:
         raise click.UsageError(str(e)) from e
-    if lab_url or (cfg.raw.get("lab") or {}).get("url"):
-        from abtest.commands.collect_lab import collect_through_lab
-
-        return collect_through_lab(
-            cfg,
-            labels,
-            workloads,
-            lab_url=lab_url,
-            iterations=iterations,
-            store=store,
-            resume=resume,
-            order=order,
-            analyses=analyses,
-            analysis_events=events_for(list(analyses) or None),
-            extra_events=extra_events,
-            trace=not no_trace,
-            buffer_size_kb=buffer_size_kb,
-            trace_clock=trace_clock,
-            retries=retries
-            if click.get_current_context().get_parameter_source("retries") == click.core.ParameterSource.COMMANDLINE
-            else None,
-            progress=not no_progress,
-            as_json=as_json,
-        )
     cc = CollectConfig(
         target_cfg=cfg,
         labels=labels,
@@ -216,6 +193,11 @@ def collect(
         cooldown_thermal_max_c=cooldown_temp_c,
         progress=not no_progress,
     )
+    if lab_url or (cfg.raw.get("lab") or {}).get("url"):
+        from abtest.commands.collect_lab import collect_through_lab
+
+        from_cli = click.get_current_context().get_parameter_source("retries") == click.core.ParameterSource.COMMANDLINE
+        return collect_through_lab(cc, lab_url=lab_url, retries=retries if from_cli else None, as_json=as_json)
     try:
         summary = run_collect(cc)
     except KeyboardInterrupt:
@@ -227,20 +209,27 @@ def collect(
         )
         sys.exit(130)
     except (CollectError, TargetError, WorkloadError, ValueError, OSError) as e:
-        click.secho(f"error: {e}", fg="red", err=True)
-        sys.exit(1)
-    if as_json:
-        click.echo(json.dumps(summary))
-    else:
-        click.echo(
-            f"{summary['done']} iterations collected, {summary['skipped']} already complete, "
-            f"{summary['retries']} retries; store: {cc.store}",
-            err=True,
-        )
+        _fail(e)
+    _report(
+        summary,
+        as_json,
+        f"{summary['done']} iterations collected, {summary['skipped']} already complete, "
+        f"{summary['retries']} retries; store: {cc.store}",
+    )
+
+
+def _fail(e: Exception) -> NoReturn:
+    click.secho(f"error: {e}", fg="red", err=True)
+    sys.exit(1)
+
+
+def _report(out: dict, as_json: bool, text: str) -> None:
+    """The summary: JSON on stdout (--json), else `text` on stderr."""
+    click.echo(json.dumps(out) if as_json else text, err=not as_json)
 
 
 def _restore(target_spec: str, as_json: bool) -> None:
-    from abtest.collectors.orchestrate import restore_target
+    from abtest.collectors.target_state import restore_target
 
     try:
         cfg = load_target_file(resolve_target_file(target_spec))
@@ -248,16 +237,13 @@ def _restore(target_spec: str, as_json: bool) -> None:
     except TargetConfigError as e:
         raise click.UsageError(str(e)) from e
     except (CollectError, TargetError, OSError) as e:
-        click.secho(f"error: {e}", fg="red", err=True)
-        sys.exit(1)
-    if as_json:
-        click.echo(json.dumps(out))
-    else:
-        click.echo(
-            f"{out['restored']} state journal(s) restored, {out['dropped']} dropped (target rebooted since), "
-            f"{out['live']} belong to a running collection",
-            err=True,
-        )
+        _fail(e)
+    _report(
+        out,
+        as_json,
+        f"{out['restored']} state journal(s) restored, {out['dropped']} dropped (target rebooted since), "
+        f"{out['live']} belong to a running collection",
+    )
 
 
 COMMANDS = [collect]

@@ -4,62 +4,27 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 
 from abtest.collectors.lab.backends import LabError
-from abtest.collectors.lab.collect import LabCollectConfig, collect_lab
+from abtest.collectors.lab.collect import collect_lab
 from abtest.collectors.lab.config import LabConfigError, parse_lab
-from abtest.collectors.orchestrate import CollectError
-from abtest.store.writer import default_store
+from abtest.collectors.plan import CollectConfig, CollectError
 
 
-def collect_through_lab(
-    cfg,
-    labels,
-    workloads,
-    *,
-    lab_url,
-    iterations,
-    store,
-    resume,
-    order,
-    analyses,
-    analysis_events,
-    extra_events,
-    trace,
-    buffer_size_kb,
-    trace_clock,
-    retries,
-    progress,
-    as_json,
-) -> None:
-    """Run the collection through the lab; exit 0 when every iteration is complete, 1 when some failed
+def collect_through_lab(cc: CollectConfig, *, lab_url: str | None, retries: int | None, as_json: bool) -> None:
+    """Run the collection through the lab ([lab] of the target file, `lab_url` overriding its url; `retries`, when
+    given on the command line, overriding its retries); exit 0 when every iteration is complete, 1 when some failed
     after their retries (listed with job ids and reasons), 2 on a bad [lab] table, 130 on Ctrl-C."""
+    cfg = cc.target_cfg
     try:
         lab = parse_lab(cfg.raw.get("lab"), lab_url, where=f"{cfg.path or cfg.name}: [lab]")
     except LabConfigError as e:
         raise click.UsageError(str(e)) from e
     if retries is not None:
         lab.retries = retries
-    cc = LabCollectConfig(
-        lab=lab,
-        target_cfg=cfg,
-        labels=labels,
-        workloads=workloads,
-        iterations=iterations,
-        store=Path(store) if store else default_store(),
-        resume=resume,
-        order=order,
-        analyses=list(analyses) or None,
-        analysis_events=list(analysis_events),
-        extra_events=list(extra_events),
-        trace=trace,
-        buffer_size_kb=buffer_size_kb,
-        trace_clock=trace_clock,
-        progress=progress,
-    )
+    cc.lab = lab
     try:
         summary = collect_lab(cc)
     except KeyboardInterrupt:

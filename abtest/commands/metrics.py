@@ -26,6 +26,7 @@ def registry_json() -> dict:
                 "events": list(a.events),
                 "optional_events": list(a.optional_events),
                 "metrics": [s.to_json() for s in a.metrics],
+                "tables": [{"key": t.key, "title": t.title, "columns": t.units(), "keys": t.keys} for t in a.tables],
             }
             for a in ANALYSES
         ],
@@ -74,8 +75,10 @@ def registry_markdown() -> str:
             f"{', '.join(a.optional_events) or 'none'}.",
             "",
         ]
+        if a.tables:
+            lines += ["Tables (`abtest analyze`): " + "; ".join(f"`{t.key}` ({t.title})" for t in a.tables) + ".", ""]
         if not a.metrics:
-            lines += ["No compared metrics (summaries for `abtest analyze` only).", ""]
+            lines += ["No compared metrics.", ""]
             continue
         lines += [
             "| key | unit | direction | aggregation | grouping | windows | definition |",

@@ -97,6 +97,13 @@ def _ab(store, a, b, workload, iteration, out, platform, top_tasks, no_cache) ->
             raise BadInput(f"{it.path}: the iteration has no trace")
     ta = Trace(ia.trace_path, platform=platform or ia.platform_path)
     tb = Trace(ib.trace_path, platform=platform or ib.platform_path)
+    # the rail mapping compare uses for each iteration: the store's abtest.toml, the target file's, the platform's
+    from abtest.analysis import power_source
+    from abtest.analysis.registry import MetricOptions
+    from abtest.store.config import load_store_config
+
+    options = MetricOptions(rail_channels=load_store_config(store).rail_channels)
+    mappings = tuple(power_source.mapping_of(options, it, t) for it, t in ((ia, ta), (ib, tb)))
     click.echo(f"{wname}: {la.name} iteration {ia.name} vs {lb.name} iteration {ib.name} ({why})")
     s = write_ab_timeline(
         ta,
@@ -107,6 +114,7 @@ def _ab(store, a, b, workload, iteration, out, platform, top_tasks, no_cache) ->
         what_a=f"{wname} iteration {ia.name}",
         what_b=f"{wname} iteration {ib.name}",
         top_tasks=top_tasks,
+        mappings=mappings,
     )
     _print_summary(s)
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from abtest.analysis import task_keys
-from abtest.analysis.registry import MetricOptions
 from abtest.compare import stats
-from abtest.compare.metrics import Measured
+from abtest.compare.metrics import Measured, options_for
 from abtest.compare.verdict import Policy, Verdict, aggregate, decide
 from abtest.metric_spec import Grouping, MetricSpec
 from abtest.store.config import StoreConfig
@@ -268,8 +267,8 @@ def compare_labels(
     sides = {}
     jobs_list = []
     for w in common:
-        named = tuple(dict.fromkeys(tuple(tasks) + config.tasks_for(w)))
-        options = MetricOptions(tasks=named, rail_channels=config.rail_channels)
+        options = options_for(config, w, tuple(tasks))
+        named = options.tasks
         for label in (label_a, label_b):
             usable, excluded = _usable(label, w)
             sides[(label.name, w)] = (usable, excluded, options, named)

@@ -4,9 +4,9 @@ Sources, per iteration directory (see abtest.store.layout):
   metrics.json   workload-reported values (fps, jank_pct, geekbench scores, ...). A key the registry declares
                  takes unit, direction and aggregation from its declaration; any other key is the file's own
                  declaration (its "unit" and "lower_is_better"), kept as is and marked undeclared.
-  power          `power.<Channel>` / `power.rail.<RAIL>` (mW) from ONE source, first present: the store's
-                 power.csv, else the power rails inside the trace (perfetto PowerRails, a Catapult zip's BattOr
-                 log), else a BattOr log beside the trace. Which one was used is the values' `source`.
+  power          `power.<Channel>` / `power.rail.<RAIL>` (mW) from ONE source and ONE mapping, both chosen by
+                 abtest.analysis.power_source (power.csv, else the trace's rails, else a BattOr log; the store's,
+                 target's or platform file's mapping, else built in). Both are named in the values' `source`.
   trace          the trace analyses of the registry (idle, latency, frequency, load_tracking, placement,
                  energy_model): every value they compute, with its spec.
 
@@ -20,22 +20,23 @@ examples/, a shared or archived store) is never written to.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from abtest.analysis import registry
-from abtest.analysis.power import POWER_RAIL, power_metrics
+from abtest.analysis import power_source, registry
+from abtest.analysis.power import POWER_RAIL
 from abtest.metric_spec import Aggregation, Direction, MetricSpec, MetricValue
 from abtest.safe_io import UnsafePathError, write_file_no_follow
 from abtest.store.layout import METRICS_CACHE_FILE
 from abtest.store.model import Iteration, Metric
 from abtest.units import unit_factor
 
-METRICS_VERSION = 5  # 5: per-task keys PROCESS/THREAD (task_keys); 4: power counter checks
+# 6: one power source resolver (a platform file's mapping applies); 5: per-task keys PROCESS/THREAD (task_keys);
+# 4: power counter checks
+METRICS_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -98,35 +99,30 @@ def declared_from_file(name: str, m: Metric) -> tuple[Measured | None, str | Non
 
 
 # ---------------------------------------------------------------- power + trace
-def _power_from_samples(
-    samples, source: str, options: registry.MetricOptions, *, start_ns: int | None = None, end_ns: int | None = None
+def power_values(
+    source: power_source.PowerSamples, options: registry.MetricOptions
 ) -> tuple[list[Measured], list[str]]:
-    """Power values from power_rail-shaped samples (a channel's source also names the rail mapping used) and
-    one note per rail whose samples the counter checks excluded or whose counter reset / wrapped
-    (abtest.analysis.power.CounterCheck), prefixed with the source."""
-    vals, mapping, checks = power_metrics(samples, explicit=options.rail_channels, start_ns=start_ns, end_ns=end_ns)
+    """Power values of one resolved source (abtest.analysis.power_source: the computation registry.POWER runs on a
+    trace) and one note per rail whose samples the counter checks excluded or whose counter reset / wrapped
+    (abtest.analysis.power.CounterCheck), prefixed with the source. A channel's source also names the mapping."""
+    vals, mapping, checks = power_source.evaluate(source, options)
     measured = [
-        Measured(v.spec, v.value, v.group, source if v.spec is POWER_RAIL else f"{source}; {mapping.source}")
+        Measured(
+            v.spec, v.value, v.group, source.source if v.spec is POWER_RAIL else f"{source.source}; {mapping.source}"
+        )
         for v in vals
         if v.is_finite()
     ]
-    return measured, [f"{source}: {c.note()}" for c in checks]
+    return measured, [*source.notes, *(f"{source.source}: {c.note()}" for c in checks)]
 
 
 def _measured(vals: list[MetricValue], source: str) -> list[Measured]:
     return [Measured(v.spec, v.value, v.group, source) for v in vals if v.is_finite()]
 
 
-def trace_values(trace, options: registry.MetricOptions, *, with_power: bool) -> tuple[list[Measured], list[str], bool]:
-    """Values of every trace analysis (and the trace's power rails when with_power), notes on what was skipped
-    and why, and whether an analysis failed. An analysis that does not apply (MissingEventsError,
-    AnalysisNotApplicable) is skipped with a note; one that raises anything else failed: a note names it and
-    the error, its values are left out for this iteration and the other analyses go on."""
-    from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
-
-    out: list[Measured] = []
-    notes: list[str] = []
-    failed = False
+def trace_notes(trace) -> list[str]:
+    """What a trace's own meta says about the completeness of every value computed from it."""
+    notes = []
     lost = trace.meta.get("lost_events") or 0
     if lost:
         notes.append(
@@ -138,16 +134,19 @@ def trace_values(trace, options: registry.MetricOptions, *, with_power: bool) ->
             f"sched_switch chains break {gaps} time(s) without a recorded loss: task residency, task "
             "states and wakeup latency miss what happened in those gaps"
         )
-    if with_power:
-        pvals, pnotes = _power_from_samples(
-            trace.df("power_rail", windowed=False),
-            "trace:power_rail",
-            options,
-            start_ns=trace.start_ns,
-            end_ns=trace.end_ns,
-        )
-        out += pvals
-        notes += pnotes
+    return notes
+
+
+def trace_values(trace, options: registry.MetricOptions) -> tuple[list[Measured], list[str], bool]:
+    """Values of every trace analysis of the registry (power comes from the iteration's one source: power_values),
+    notes on what was skipped and why, and whether an analysis failed. An analysis that does not apply
+    (MissingEventsError, AnalysisNotApplicable) is skipped with a note; one that raises anything else failed: a
+    note names it and the error, its values are left out for this iteration and the other analyses go on."""
+    from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
+
+    out: list[Measured] = []
+    notes: list[str] = []
+    failed = False
     for a in registry.TRACE_ANALYSES:
         try:
             vals = registry.compute(a, trace, options)
@@ -194,6 +193,7 @@ def cache_key(it: Iteration, options: registry.MetricOptions, with_trace: bool) 
         "top_tasks": options.top_tasks,
         "min_task_wakeups": options.min_task_wakeups,
         "rail_channels": {k: list(v) for k, v in (options.rail_channels or {}).items()},
+        "rail_channels_source": options.rail_channels_source,
     }
 
 
@@ -247,15 +247,12 @@ def _write_cache(path: Path, key: dict, vals: list[Measured], notes: list[str]) 
         pass  # read-only store, or a link planted meanwhile: nothing written
 
 
-def _effective_options(it: Iteration, options: registry.MetricOptions) -> registry.MetricOptions:
-    """The rail mapping: the store's abtest.toml, else the target file's [platform.rails] that the collector
-    recorded in meta.json, else none (built-in mappings apply)."""
-    if options.rail_channels:
-        return options
-    rails = (it.meta.get("platform") or {}).get("rails") if isinstance(it.meta.get("platform"), dict) else None
-    if isinstance(rails, dict) and all(isinstance(v, list) for v in rails.values()):
-        return dataclasses.replace(options, rail_channels={k: tuple(v) for k, v in rails.items()})
-    return options
+def options_for(config, workload: str, tasks: tuple[str, ...] = ()) -> registry.MetricOptions:
+    """The options every command evaluates `workload` of a store with (abtest.store.config.StoreConfig `config`)
+    under: the store's task names for the workload after `tasks`, and its rail mapping. compare, gate, explain,
+    history and bisect all use it, so they read (and cache) the same values of an iteration."""
+    named = tuple(dict.fromkeys(tuple(tasks) + config.tasks_for(workload)))
+    return registry.MetricOptions(tasks=named, rail_channels=config.rail_channels)
 
 
 def derived_metrics(
@@ -265,11 +262,11 @@ def derived_metrics(
     use_cache: bool = True,
     with_trace: bool = True,
 ) -> tuple[list[Measured], list[str]]:
-    """Power and trace values of one iteration plus notes; from the cache file when it is current."""
-    from abtest.store.power import read_power_csv
+    """Power and trace values of one iteration plus notes; from the cache file when it is current. The power
+    source and the rail mapping come from abtest.analysis.power_source (one of each per iteration)."""
     from abtest.trace.errors import TraceFormatError
 
-    options = _effective_options(it, options)
+    options = power_source.with_mapping(options, it)
     key = cache_key(it, options, with_trace)
     cache = cache_file(it.path)
     if use_cache:
@@ -279,56 +276,31 @@ def derived_metrics(
     vals: list[Measured] = []
     notes: list[str] = []
     failed = False
-    power_done = False
-    if it.power_path is not None:
-        try:
-            pvals, pnotes = _power_from_samples(read_power_csv(it.power_path), "power.csv", options)
-            vals += pvals
-            notes += pnotes
-            power_done = True
-        except TraceFormatError as e:
-            notes.append(f"power metrics unavailable: {e}")
-            failed = True
+    trace = None
     if with_trace and it.trace_path is not None:
         from abtest.session import Trace
 
         try:
             # the values are cached: skip the table cache; a platform file beside the trace applies to it
             trace = Trace(it.trace_path, use_cache=False, platform=it.platform_path)
-            has_rails = "power_rail" in trace.tables and trace.df("power_rail", windowed=False).height > 0
-            if power_done and has_rails:
-                notes.append(
-                    "power from power.csv; the trace's own power rails were not used (one power source per iteration)"
-                )
-            tv, tnotes, analysis_failed = trace_values(trace, options, with_power=has_rails and not power_done)
-            failed = failed or analysis_failed  # not cached: the next run tries again
-            power_done = power_done or any(m.source == "trace:power_rail" for m in tv)
-            vals += tv
-            notes += tnotes
+            trace.tables  # noqa: B018 - read now: a file that cannot be read is reported here, once
         except (TraceFormatError, OSError, ValueError) as e:  # ValueError: a platform file it cannot use
             notes.append(f"trace metrics unavailable: {e}")
-            failed = True
-    if it.battor_path is not None:
-        if power_done:
-            notes.append(
-                f"power from {'power.csv' if it.power_path else 'the trace'}; {it.battor_path.name} was not "
-                "used (one power source per iteration)"
-            )
-        else:
-            from abtest.store.power import read_battor_samples
-
-            try:
-                samples, bmeta = read_battor_samples(it.battor_path)
-                clock = (bmeta.get("clock") or {}).get("method", "unaligned")
-                pvals, pnotes = _power_from_samples(samples, f"{it.battor_path.name} (BattOr, clock {clock})", options)
-                vals += pvals
-                notes += pnotes
-                n_bad = sum(e["count"] for e in (bmeta.get("import_errors") or {}).values())
-                if n_bad:
-                    notes.append(f"{it.battor_path.name}: {n_bad} line(s) not imported (see abtest trace info)")
-            except (TraceFormatError, OSError) as e:
-                notes.append(f"power metrics unavailable: {e}")
-                failed = True
+            failed, trace = True, None
+    source, source_notes, source_failed = power_source.for_iteration(it, trace)
+    failed = failed or source_failed
+    if trace is not None:
+        notes += trace_notes(trace)
+    if source is not None:
+        pvals, pnotes = power_values(source, power_source.with_mapping(options, it, trace))
+        vals += pvals
+        notes += pnotes
+    notes += source_notes
+    if trace is not None:
+        tv, tnotes, analysis_failed = trace_values(trace, options)
+        failed = failed or analysis_failed  # not cached: the next run tries again
+        vals += tv
+        notes += tnotes
     if use_cache and not failed:
         _write_cache(cache, key, vals, notes)
     return vals, notes

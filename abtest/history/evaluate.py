@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 from abtest.analysis.registry import MetricOptions
 from abtest.compare.metrics import iteration_metrics
-from abtest.store.config import StoreConfig
 from abtest.store.model import Iteration
 
 
@@ -36,11 +35,6 @@ class Evaluated:
     values: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     pid: int = field(default_factory=os.getpid)
-
-
-def options_for(config: StoreConfig, workload: str) -> MetricOptions:
-    """The options compare_labels uses for `workload` of a store with this config."""
-    return MetricOptions(tasks=config.tasks_for(workload), rail_channels=config.rail_channels)
 
 
 def evaluate(it: Iteration, options: MetricOptions, with_trace: bool = True, use_cache: bool = True) -> Evaluated:

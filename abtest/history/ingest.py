@@ -14,9 +14,10 @@ from pathlib import Path
 
 from sqlalchemy import Engine, insert, select
 
+from abtest.compare.metrics import options_for
 from abtest.history import schema as S
 from abtest.history.distributed import evaluate_all
-from abtest.history.evaluate import Evaluated, options_for, values_of
+from abtest.history.evaluate import Evaluated, values_of
 from abtest.history.identity import build_identity, device, iteration_date, now
 from abtest.store.config import load_store_config
 from abtest.store.model import Iteration, StoreError

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import textwrap
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,7 +25,7 @@ from abtest.compare.summary import (
     workload_status,
 )
 from abtest.compare.tables import Table, seed_tables
-from abtest.report.fit import Grid, fitted_widths, grid_of, min_widths, split, stacked_lines, wrap_header
+from abtest.report.fit import grid_of, print_grid, wrap_line
 from abtest.report.header import missing_header_fields
 from abtest.report.notes import comparison_notes
 from abtest.report.text import condition_lines
@@ -49,18 +48,6 @@ def _style(text: str) -> str | None:
     return None
 
 
-def wrap_line(text: str, width: int, indent: str) -> str:
-    """`text` wrapped at spaces to `width`, first line indented by `indent`, the rest 2 more."""
-    return textwrap.fill(
-        text,
-        width,
-        initial_indent=indent,
-        subsequent_indent=" " * (len(indent) + 2),
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-
-
 def console_for_output(width: int | None = None) -> Console:
     """A console `width` wide if given, else as wide as the terminal, else COLUMNS, else PIPED_WIDTH when
     output is piped."""
@@ -73,32 +60,8 @@ def console_for_output(width: int | None = None) -> Console:
     return con
 
 
-def _rich(g: Grid, width: int) -> RichTable:
-    widths = fitted_widths(g, width) or min_widths(g)
-    rt = RichTable(title=g.title, title_justify="left", show_lines=False)
-    for h, right, w in zip(g.headers, g.right, widths):
-        head = "\n".join(wrap_header(h, w)).replace("[", "\\[")
-        rt.add_column(head, justify="right" if right else "left", width=w, no_wrap=right, overflow="fold")
-    for row in g.rows:
-        cells = []
-        for h, v in zip(g.headers, row):
-            style = _style(v) if h == "verdict" else None
-            esc = v.replace("[", "\\[")
-            cells.append(f"[{style}]{esc}[/]" if style and v else esc)
-        rt.add_row(*cells)
-    return rt
-
-
 def print_table(console: Console, t: Table) -> None:
-    g = grid_of(t)
-    parts = split(g, console.width)
-    if not parts:
-        for line in stacked_lines(g):
-            console.print(line, markup=False, highlight=False)
-    for p in parts:
-        console.print(_rich(p, console.width))
-    for n in g.notes:
-        console.print(wrap_line(n, console.width, "  "), style="dim", markup=False, highlight=False)
+    print_grid(console, grid_of(t), cell_style=lambda h, v: _style(v) if h == "verdict" else None)
 
 
 def print_comparison(

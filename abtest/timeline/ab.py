@@ -68,9 +68,10 @@ def add_sched_tracks(trace, out: derived.Tracks) -> None:
 
 
 def side_tracks(
-    trace, *, label: str, what: str, shift_ns: int, rank: int, top_tasks: int, rail_channels: dict | None
+    trace, *, label: str, what: str, shift_ns: int, rank: int, top_tasks: int, mapping: tuple = (None, None)
 ) -> derived.Tracks:
-    """One side's tracks under the group "<label>: <what>"."""
+    """One side's tracks under the group "<label>: <what>". mapping: (rail_channels, origin) of the side's
+    iteration (abtest.analysis.power_source.mapping_of; (None, None): the trace's own or built in)."""
     scope = f"side:{label}"
     desc = (
         f"{clock_statement(trace.meta)}; shifted by {shift_ns} ns so that this trace starts with the other "
@@ -79,7 +80,7 @@ def side_tracks(
     root = root_track(scope, f"{label}: {what}", desc, rank)
     out = derived.Tracks(scope=scope, root=root.uuid, shift_ns=shift_ns, tracks=[root], prefix=f"{label} ")
     add_sched_tracks(trace, out)
-    derived.add_all(trace, out, top_tasks=top_tasks, rail_channels=rail_channels)
+    derived.add_all(trace, out, top_tasks=top_tasks, rail_channels=mapping[0], rail_origin=mapping[1])
     return out
 
 
@@ -93,9 +94,10 @@ def write_ab_timeline(
     what_a: str = "",
     what_b: str = "",
     top_tasks: int = derived.DEFAULT_TOP_TASKS,
-    rail_channels: dict | None = None,
+    mappings: tuple = ((None, None), (None, None)),
 ) -> TimelineSummary:
-    """A's and B's traces side by side in one perfetto trace, aligned at their starts (module docstring)."""
+    """A's and B's traces side by side in one perfetto trace, aligned at their starts (module docstring).
+    mappings: each side's (rail_channels, origin), as side_tracks takes it."""
     t0 = time.perf_counter()
     out = Path(out)
     start_a, start_b = int(trace_a.start_ns or 0), int(trace_b.start_ns or 0)
@@ -106,7 +108,7 @@ def write_ab_timeline(
         shift_ns=0,
         rank=0,
         top_tasks=top_tasks,
-        rail_channels=rail_channels,
+        mapping=mappings[0],
     )
     b = side_tracks(
         trace_b,
@@ -115,7 +117,7 @@ def write_ab_timeline(
         shift_ns=start_a - start_b,
         rank=1,
         top_tasks=top_tasks,
-        rail_channels=rail_channels,
+        mapping=mappings[1],
     )
     body, counts = encode_derived([a, b])
     tmp = out.with_name(out.name + ".part")

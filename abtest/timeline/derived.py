@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from abtest.analysis import power as power_mod
+from abtest.analysis import power_source
 from abtest.analysis.intervals import window_of
 from abtest.timeline.tracks import (
     EVENT_SCHEMA,
@@ -406,22 +407,26 @@ def _sum_steps(parts: list[pl.DataFrame]) -> pl.DataFrame:
     return grid.select("ts", pl.when(unknown).then(None).otherwise(total).alias("value"))
 
 
-def add_power(trace, out: Tracks, rail_channels: dict | None = None) -> None:
+def add_power(trace, out: Tracks, rail_channels: dict | None = None, origin: str | None = None) -> None:
     """power <channel> (sum of its rails) and rail <name> counters, mW, from the trace's power_rail samples;
-    without rails, CPU n power (EM) from the platform's energy model."""
+    without rails, CPU n power (EM) from the platform's energy model. rail_channels / origin: the mapping
+    abtest.analysis.power_source resolved for the trace's iteration (None: the trace's platform file's, else
+    built in, as compare would use)."""
     if trace.has_events("power_rail") and trace.df("power_rail").height:
-        _add_rails(trace, out, rail_channels)
+        if not rail_channels:
+            rail_channels, origin = power_source.mapping_of(None, trace=trace)
+        _add_rails(trace, out, rail_channels, origin)
     else:
         _add_energy_model(trace, out)
 
 
-def _add_rails(trace, out: Tracks, rail_channels: dict | None) -> None:
+def _add_rails(trace, out: Tracks, rail_channels: dict | None, origin: str | None) -> None:
     pr = trace.df("power_rail", windowed=False)
     lo, hi = window_of(pr, trace.start_ns, trace.end_ns)
     iv = power_mod.df_rail_power_intervals(pr, start_ns=lo, end_ns=hi)
     iv = iv.select(pl.col("rail").cast(pl.Utf8), "ts", pl.col("power_mw").alias("value"))
     rails = sorted(iv["rail"].unique().to_list())
-    mapping = power_mod.rail_mapping(rails, rail_channels)
+    mapping = power_mod.rail_mapping(rails, rail_channels, origin)
     grp = out.group("power", name=f"Power (rails; {mapping.source})", rank=800)
     rg = out.group("power", "rails", name="Rails", parent=grp, rank=100)
     per_rail = {r: iv.filter(pl.col("rail") == r).select("ts", "value") for r in rails}
@@ -492,7 +497,14 @@ def _add_energy_model(trace, out: Tracks) -> None:
         )
 
 
-def add_all(trace, out: Tracks, *, top_tasks: int = DEFAULT_TOP_TASKS, rail_channels: dict | None = None) -> None:
+def add_all(
+    trace,
+    out: Tracks,
+    *,
+    top_tasks: int = DEFAULT_TOP_TASKS,
+    rail_channels: dict | None = None,
+    rail_origin: str | None = None,
+) -> None:
     """Every derived track of the trace."""
     lt = trace.load_tracking
     add_pelt(trace, out, lt)
@@ -501,4 +513,4 @@ def add_all(trace, out: Tracks, *, top_tasks: int = DEFAULT_TOP_TASKS, rail_chan
     add_tasks(trace, out, top_tasks, lt)
     add_boost(trace, out, lt)
     add_overutilized(trace, out)
-    add_power(trace, out, rail_channels)
+    add_power(trace, out, rail_channels, rail_origin)

@@ -5,7 +5,8 @@ Submodules:
   model      TraceData (tables + metadata), the value every reader returns
   schema     the canonical tables, column by column, and `canonicalize()`
   detect     format detection from magic bytes / content
-  readers    dispatch: path -> TraceData (containers, canonical tables, accounting, quality checks)
+  readers    dispatch: path -> TraceData (containers); Ingest, the one ingestion driver (canonical tables,
+             accounting, quality checks) of the whole-file and the streamed paths
   archive    zip / tar / gzip / zstd / bzip2 / xz containers opened by content, member by member
   inflate, limits  bounded decompression; reader limits (inflate ratio/size, line length, fields)
   import_log the import accounting: meta["import_errors"] / meta["non_event_content"], import_warnings()

@@ -39,46 +39,47 @@ OUTLIER_RULE = (
 )
 
 
-def inferred_gaps(switch) -> dict[str, int]:
-    """{cpu: chain breaks} of a canonical sched_switch table (a polars frame sorted by ts)."""
-    if switch is None:
-        return {}
-    counts, _ = chain_breaks(switch)
-    return gaps_of(counts)
+class ChainBreaks:
+    """sched_switch chain breaks per CPU (``inferred_gaps``, above), counted once for every reader by the
+    ingestion driver (abtest.trace.readers.Ingest) over a canonical sched_switch table (sorted by ts) given
+    whole or in consecutive parts (a trace decoded in rounds): each CPU's last switch of one part is carried
+    to the next, so the parts count what the whole table counts."""
 
+    def __init__(self) -> None:
+        self._counts: dict[int, int] = {}
+        self._last: pl.DataFrame | None = None  # the last switch of each CPU (and instance) so far
 
-def chain_breaks(switch: pl.DataFrame, before: pl.DataFrame | None = None) -> tuple[dict, pl.DataFrame | None]:
-    """({cpu: chain breaks}, last) of sched_switch rows sorted by ts. ``before``: the ``last`` of the rows
-    preceding these (a table read in consecutive parts, each call given the previous one's ``last``, counts
-    what the whole table counts); ``last``: the last switch of each CPU (and instance), to carry on."""
-    if switch.is_empty() or not {"cpu", "prev_pid", "next_pid"} <= set(switch.columns):
-        return {}, before
-    by = ["cpu"] + (["instance"] if "instance" in switch.columns else [])
-    rows = switch.select(*by, "prev_pid", "next_pid")
-    if before is not None:  # each CPU's switch before these rows: its next_pid is what the first must follow
-        rows = pl.concat([before, rows], how="vertical_relaxed")
-    breaks = (
-        rows.select("cpu", "prev_pid", pl.col("next_pid").shift(1).over(by).alias("_before"))
-        .filter(
-            pl.col("prev_pid").is_not_null()
-            & pl.col("_before").is_not_null()
-            & (pl.col("prev_pid").cast(pl.Int64) != pl.col("_before").cast(pl.Int64))
+    def add(self, switch: pl.DataFrame | None) -> None:
+        """Count the breaks of the next rows of the table (the rows before them already added)."""
+        if switch is None or switch.is_empty() or not {"cpu", "prev_pid", "next_pid"} <= set(switch.columns):
+            return
+        rows = switch.select(c for c in ("cpu", "instance", "prev_pid", "next_pid") if c in switch.columns)
+        if self._last is not None:  # each CPU's switch before these rows: its next_pid is what the first must follow
+            rows = pl.concat([self._last, rows], how="diagonal_relaxed")
+        by = ["cpu"] + (["instance"] if "instance" in rows.columns else [])
+        breaks = (
+            rows.select("cpu", "prev_pid", pl.col("next_pid").shift(1).over(by).alias("_before"))
+            .filter(
+                pl.col("prev_pid").is_not_null()
+                & pl.col("_before").is_not_null()
+                & (pl.col("prev_pid").cast(pl.Int64) != pl.col("_before").cast(pl.Int64))
+            )
+            .group_by("cpu")
+            .len()
         )
-        .group_by("cpu")
-        .len()
-    )
-    last = (
-        rows.group_by(by, maintain_order=True)
-        .last()
-        .with_columns(pl.lit(None, rows.schema["prev_pid"]).alias("prev_pid"))
-        .select(rows.columns)
-    )
-    return {cpu: int(n) for cpu, n in breaks.iter_rows() if cpu is not None}, last
+        for cpu, n in breaks.iter_rows():
+            if cpu is not None:
+                self._counts[int(cpu)] = self._counts.get(int(cpu), 0) + int(n)
+        self._last = (
+            rows.group_by(by, maintain_order=True)
+            .last()
+            .with_columns(pl.lit(None, rows.schema["prev_pid"]).alias("prev_pid"))
+            .select(rows.columns)
+        )
 
-
-def gaps_of(counts: dict) -> dict[str, int]:
-    """chain_breaks' counts as meta["inferred_gaps"]: CPUs with a break, as strings, in CPU order."""
-    return {str(int(cpu)): int(n) for cpu, n in sorted(counts.items()) if n}
+    def gaps(self) -> dict[str, int]:
+        """The counts as meta["inferred_gaps"]: CPUs with a break, as strings, in CPU order."""
+        return {str(cpu): n for cpu, n in sorted(self._counts.items()) if n}
 
 
 def cpus_with_data(tables: dict) -> list[int]:
@@ -90,9 +91,9 @@ def cpus_with_data(tables: dict) -> list[int]:
     return sorted(seen)
 
 
-def check(tables: dict, meta: dict, gaps: dict[str, int] | None = None) -> None:
-    """Fill meta["inferred_gaps"], ["cpus_with_data"], ["cpus_header"], ["cpus"] and their warnings.
-    ``gaps``: the inferred gaps when already counted (a trace decoded in rounds), else counted here."""
+def check(tables: dict, meta: dict, gaps: dict[str, int]) -> None:
+    """Fill meta["inferred_gaps"] (``gaps``: ChainBreaks.gaps() of the trace's sched_switch), ["cpus_with_data"],
+    ["cpus_header"], ["cpus"] and their warnings."""
     header = meta.get("cpus") or None
     meta["cpus_header"] = int(header) if header else None
     data_cpus = meta.get("cpus_with_data")
@@ -109,7 +110,7 @@ def check(tables: dict, meta: dict, gaps: dict[str, int] | None = None) -> None:
     else:
         meta["cpus"] = (max(data_cpus) + 1) if data_cpus else 0
     # reported by abtest.trace.import_log.import_warnings (trace info, analyze), with the CPUs that lost events
-    meta["inferred_gaps"] = gaps if gaps is not None else inferred_gaps(tables.get("sched_switch"))
+    meta["inferred_gaps"] = gaps
 
 
 def _edge_times(tables: dict, k: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -1,5 +1,6 @@
-"""Dispatch: a path -> TraceData, opening containers by content (abtest.trace.archive), canonicalising tables,
-adding BattOr power samples, accounting what was not imported and checking the data's quality.
+"""Dispatch: a path -> TraceData, opening containers by content (abtest.trace.archive); `Ingest`, the ingestion
+driver of every path (this whole-file one and abtest.trace.streamed's rounds), canonicalises tables, adds BattOr
+power samples, accounts what was not imported and checks the data's quality.
 
 Every reader returns meta["import_errors"] / meta["non_event_content"] (abtest.trace.import_log) for what it
 could not parse / recognised and skipped; `abtest trace info` prints them (`import_log.import_warnings`).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 from pathlib import Path
 
 import polars as pl
@@ -83,17 +85,68 @@ def read_trace(path: str | os.PathLike, *, limits: Limits | None = None) -> Trac
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     raw, meta = _decode(label, data, fmt, limits)
     battors += meta.pop("_battor_texts", [])
-    # A trace.dat carries the format of every event the kernel knows; only events that occur
-    # become tables (so `require()` can say clearly which events were not recorded).
-    raw = {name: df for name, df in raw.items() if df.height > 0}
-    base_meta(meta, fmt=fmt, wrapper=wrapper, path=path, size=size)
-    tables = canonicalize(raw, meta)
-    if members:
-        _account_members(members, chosen, meta)
-    return finish(tables, meta, battors)
+    ingest = Ingest(fmt=fmt, path=path, size=size, wrapper=wrapper)
+    return ingest.finish(ingest.add(raw), meta, battors=battors, members=members, chosen=chosen)
 
 
-def base_meta(meta: dict, *, fmt: str, wrapper: str, path: Path, size: int) -> None:
+FINISH_COLUMNS = ["ts", "cpu", "event"]  # what Ingest.finish reads of a table (its row count comes with any)
+# a warning of schema._coerce_integers: "<table>.<column>: <n> value(s) not an integer ... (first ...)"
+_COERCED = re.compile(r"(\S+): (\d+) (value\(s\) not an integer .*)", re.S)
+
+
+class Ingest:
+    """The one ingestion driver: a decoder's raw tables -> TraceData, for the whole file (`read_trace`: one batch)
+    and a long trace.dat decoded in rounds (abtest.trace.streamed: a batch a round, written in parts and read back,
+    FINISH_COLUMNS only, for `finish`). `add` leaves out empty tables (a trace.dat has the format of every event the
+    kernel knows: only events that occur become tables, so `require()` can say which were not recorded),
+    canonicalises (abtest.trace.schema; its aliases, warnings and import errors kept over every batch) and counts
+    the sched_switch chain breaks (quality.ChainBreaks); `finish` completes the meta and checks the tables."""
+
+    def __init__(self, *, fmt: str, path: Path, size: int, wrapper: str = "") -> None:
+        self._file = {"fmt": fmt, "path": path, "size": size, "wrapper": wrapper}  # what _base_meta says of the file
+        self._canon: dict = {"event_aliases": {}}  # what canonicalize recorded: event_aliases, import_errors
+        self._warnings: dict[str, list | None] = {}  # its warnings: a text, or "<table>.<column>": [n, rest]
+        self._breaks = quality.ChainBreaks()
+
+    def add(self, raw: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+        """A batch of raw tables (the whole file's, or a round's: later than the previous round's) canonicalised."""
+        batch: dict = {}
+        tables = canonicalize({name: df for name, df in raw.items() if df.height > 0}, batch)
+        self._canon["event_aliases"].update(batch.get("event_aliases", {}))
+        import_log.merge(self._canon, batch)
+        for text in batch.get("warnings", []):  # a column's coercions in later batches: summed into the first's
+            m = _COERCED.fullmatch(text)
+            if m is None:
+                self._warnings[text] = None
+            elif m[1] in self._warnings:
+                self._warnings[m[1]][0] += int(m[2])
+            else:
+                self._warnings[m[1]] = [int(m[2]), m[3]]
+        self._breaks.add(tables.get("sched_switch"))
+        return tables
+
+    def finish(self, tables: dict[str, pl.DataFrame], meta: dict, battors=(), members=(), chosen=None) -> TraceData:
+        """The canonical `tables` (every batch's) + the decoder's `meta` -> TraceData. `battors`: (bytes, source)
+        of BattOr logs beside the trace; `members`, `chosen`: an archive's members and the one read."""
+        _base_meta(meta, **self._file)
+        meta.setdefault("event_aliases", {}).update(self._canon["event_aliases"])
+        meta["warnings"] += [k if w is None else f"{k}: {w[0]} {w[1]}" for k, w in self._warnings.items()]
+        import_log.merge(meta, self._canon)
+        if members:
+            _account_members(members, chosen, meta)
+        _fill_span(tables, meta)  # the trace's span: BattOr samples beside it (perhaps on their own clock) stay out
+        if battors:
+            _add_battor(tables, meta, list(battors))
+        _account_decoder(tables, meta)
+        quality.check(tables, meta, self._breaks.gaps())
+        meta["events"] = event_counts(tables)
+        meta["samples"] = sample_counts(tables)
+        meta.setdefault("import_errors", {})
+        meta.setdefault("non_event_content", {})
+        return TraceData(tables=tables, meta=meta)
+
+
+def _base_meta(meta: dict, *, fmt: str, wrapper: str, path: Path, size: int) -> None:
     """The keys every reader's meta has, from the decoder's own (in place)."""
     meta.setdefault("format", fmt)
     meta["wrapper"] = wrapper or None
@@ -113,24 +166,6 @@ def base_meta(meta: dict, *, fmt: str, wrapper: str, path: Path, size: int) -> N
     meta["lost_events_per_cpu"] = {
         str(cpu): n for cpu, n in sorted(meta["lost_events_per_cpu"].items(), key=lambda kv: int(kv[0]))
     }
-
-
-def finish(
-    tables: dict[str, pl.DataFrame], meta: dict, battors: list | tuple = (), inferred_gaps: dict[str, int] | None = None
-) -> TraceData:
-    """Canonical tables + meta -> TraceData: the span, BattOr logs found beside the trace, the decoder's
-    unparsed content and the quality checks in meta (``inferred_gaps``: when already counted), event and
-    sample counts."""
-    _fill_span(tables, meta)  # the trace's span: BattOr samples beside it (perhaps on their own clock) stay out
-    if battors:
-        _add_battor(tables, meta, list(battors))
-    _account_decoder(tables, meta)
-    quality.check(tables, meta, inferred_gaps)
-    meta["events"] = event_counts(tables)
-    meta["samples"] = sample_counts(tables)
-    meta.setdefault("import_errors", {})
-    meta.setdefault("non_event_content", {})
-    return TraceData(tables=tables, meta=meta)
 
 
 def _refuse_unknown(path: Path, fmt: str | None, head: bytes) -> None:

@@ -3,10 +3,11 @@ whatever the trace length.
 
 A plain trace.dat file of at least ``ABTEST_DECODE_ROUND_MB`` MiB (default 512) is decoded in rounds of about
 that much ring-buffer data (`tracedat.read_rounds`; the plan is native/tracedat/src/rounds.rs). Each round's
-rows are canonicalised and written as one part file per table; once every round is in, each table's parts
-become its Arrow IPC file (one record batch per round, copied from the parts' mappings). The span and the
-sched_switch chain breaks are counted round by round (the chain carried from one round to the next); the
-other checks and counts read the written tables, memory-mapped. Tables and meta are the whole decode's
+rows go through the ingestion driver every reader uses (abtest.trace.readers.Ingest: canonicalised, the
+sched_switch chain breaks counted, carried from one round to the next) and are written as one part file per
+table; once every round is in, each table's parts become its Arrow IPC file (one record batch per round, copied
+from the parts' mappings), and the driver's finishing steps (span, checks, counts) read the written tables,
+memory-mapped (readers.FINISH_COLUMNS). Tables and meta are the whole decode's
 (tests/test_streamed_open.py compares them on the shared trace.dat files, in rounds of a few pages). A trace
 whose timestamps go backwards on a CPU cannot be cut into rounds in time order: it is decoded whole.
 
@@ -25,11 +26,10 @@ from pathlib import Path
 
 import polars as pl
 
-from abtest.trace import cache, quality, tracedat
+from abtest.trace import cache, tracedat
 from abtest.trace.detect import detect_format
 from abtest.trace.limits import Limits
-from abtest.trace.readers import base_meta, finish
-from abtest.trace.schema import canonicalize
+from abtest.trace.readers import FINISH_COLUMNS, Ingest
 
 ROUND_MB_ENV = "ABTEST_DECODE_ROUND_MB"
 PIECE_KB_ENV = "ABTEST_DECODE_PIECE_KB"
@@ -100,10 +100,6 @@ class _NotInOrder(Exception):
     """A CPU's timestamps go backwards: rounds cannot keep the time order."""
 
 
-# the columns readers.finish reads of a table decoded in rounds (its row count comes with any of them)
-FINISH_COLUMNS = ["ts", "cpu", "event"]
-
-
 def write_entry(
     path: str | os.PathLike, entry: Path, *, fmt: str = "ipc", limits: Limits | None = None, progress=None
 ) -> dict | None:
@@ -118,28 +114,18 @@ def write_entry(
             parts_dir = tmp / "parts"
             parts_dir.mkdir()
             parts: dict[str, list[Path]] = {}
-            canon_meta: dict = {}
-            span: list[int] = []  # first and last timestamps of every round's tables
+            ingest = Ingest(fmt="trace.dat", path=path, size=size)
             unsorted: set[str] = set()  # tables with a round whose ts is not flagged sorted
-            breaks: dict = {}  # sched_switch chain breaks per CPU, counted round by round
-            last_switch = None
             rounds = 0
 
             def emit(raw: dict[str, pl.DataFrame]) -> None:
-                nonlocal rounds, last_switch
-                raw = {name: df for name, df in raw.items() if df.height > 0}
-                for name, df in canonicalize(raw, canon_meta).items():
-                    if name == "sched_switch":
-                        counts, last_switch = quality.chain_breaks(df, last_switch)
-                        for cpu, n in counts.items():
-                            breaks[cpu] = breaks.get(cpu, 0) + n
+                nonlocal rounds
+                for name, df in ingest.add(raw).items():
                     part = parts_dir / f"{name}.{rounds:06d}{cache.SUFFIX['ipc']}"
                     cache.write_table(df, part, "ipc")
                     parts.setdefault(name, []).append(part)
-                    if "ts" in df.columns:
-                        span.extend(v for v in (df["ts"].min(), df["ts"].max()) if v is not None)
-                        if not df["ts"].flags["SORTED_ASC"]:
-                            unsorted.add(name)
+                    if "ts" in df.columns and not df["ts"].flags["SORTED_ASC"]:
+                        unsorted.add(name)
                 rounds += 1
 
             with open(path, "rb") as f:
@@ -152,14 +138,8 @@ def write_entry(
             for name, ps in parts.items():
                 _join_parts(ps, tmp / f"{name}{cache.SUFFIX['ipc']}")
             shutil.rmtree(parts_dir)
-            base_meta(meta, fmt="trace.dat", wrapper="", path=path, size=size)
-            meta.setdefault("event_aliases", {}).update(canon_meta.get("event_aliases", {}))
-            meta["warnings"] = [*meta["warnings"], *canon_meta.get("warnings", [])]
             meta["decoded_in_rounds"] = rounds
-            if span:  # the whole decode's span, known without reading the tables again
-                meta.setdefault("start_ns", int(min(span)))
-                meta.setdefault("end_ns", int(max(span)))
-            # what finish() reads of the joined tables (the span, the CPUs, marker kinds, row counts): not the
+            # what Ingest.finish reads of the joined tables (the span, the CPUs, marker kinds, row counts): not the
             # names, whose codes polars would otherwise turn into its own, table by table, all at once
             tables = {
                 name: cache.read_ipc_mapped(tmp / f"{name}{cache.SUFFIX['ipc']}", columns=FINISH_COLUMNS)
@@ -170,7 +150,7 @@ def write_entry(
                 name: df.with_columns(df["ts"].set_sorted()) if "ts" in df.columns and name not in unsorted else df
                 for name, df in tables.items()
             }
-            done = finish(tables, meta, inferred_gaps=quality.gaps_of(breaks))
+            done = ingest.finish(tables, meta)
             meta, sorted_tables = done.meta, done.tables if fmt == "ipc" else None
             del tables, done  # their mappings: a mapped page read stays resident while its mapping lives
             if fmt == "parquet":

@@ -1,6 +1,6 @@
 """The lab collection loop: plan -> jobs submitted interleaved -> polled with progress -> harvested.
 
-    summary = collect_lab(LabCollectConfig(lab=parse_lab(...), target_cfg=..., labels=..., workloads=...))
+    summary = collect_lab(CollectConfig(lab=parse_lab(...), target_cfg=..., labels=..., workloads=...))
 
 Order: round r of the plan holds every label for every workload; rounds alternate direction (A B, B A,
 A B, ...: `--order interleave`) so that, when a lab hands queued jobs to devices first come first served,
@@ -25,45 +25,30 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from abtest.collectors.ftrace import requested_events
 from abtest.collectors.lab import guest_script as gs
 from abtest.collectors.lab.backends import JobStatus, LabError, LabUnavailable, make_backend
-from abtest.collectors.lab.config import LabConfig, load_token
+from abtest.collectors.lab.config import load_token
 from abtest.collectors.lab.harvest import AttemptFailed, HarvestContext, harvest
 from abtest.collectors.lab.images import CONSOLE_PROMPT, BootImages, qemu_boot_images
 from abtest.collectors.lab.job import job_definition, qemu_actions
 from abtest.collectors.lab.journal import LAB_DIR, Attempt, Journal, lab_dir
 from abtest.collectors.lab.receiver import ArtifactReceiver
-from abtest.collectors.orchestrate import CollectError, LabelSpec, PlannedIteration, check_shell_names
+from abtest.collectors.plan import (
+    CollectConfig,
+    CollectError,
+    PlannedIteration,
+    checked_plan,
+    console_and_log,
+    discard_interrupted,
+    make_plan,
+    progress_bar,
+)
 from abtest.collectors.workloads.base import Workload
 from abtest.safe_io import UnsafePathError
-from abtest.store.writer import IterationWriter, discard_stale_temps, is_complete, iteration_dir
-from abtest.targets.config import TargetConfig
+from abtest.store.writer import IterationWriter
 from abtest.targets.shell import slug
-
-
-@dataclass
-class LabCollectConfig:
-    """Everything collect_lab needs (the lab counterpart of orchestrate.CollectConfig)."""
-
-    lab: LabConfig
-    target_cfg: TargetConfig
-    labels: list[LabelSpec]
-    workloads: list[Workload]
-    iterations: int = 3
-    store: Path = Path("results")
-    resume: bool = False
-    order: str = "interleave"
-    analyses: list[str] | None = None
-    analysis_events: list[str] = field(default_factory=list)  # canonical tables the analyses declare
-    extra_events: list[str] = field(default_factory=list)
-    trace: bool = True
-    buffer_size_kb: int | None = None
-    trace_clock: str | None = None
-    progress: bool = True
 
 
 def lab_plan(
@@ -71,16 +56,7 @@ def lab_plan(
 ) -> list[PlannedIteration]:
     """interleave: per iteration, every workload, labels in alternating direction (A B | B A | A B ...);
     blocked: A A .. B B .."""
-    if order == "interleave":
-        return [
-            PlannedIteration(l, w, i)
-            for i in range(1, iterations + 1)
-            for w in workloads
-            for l in (labels if i % 2 else labels[::-1])
-        ]
-    if order == "blocked":
-        return [PlannedIteration(l, w, i) for l in labels for i in range(1, iterations + 1) for w in workloads]
-    raise ValueError(f"order must be 'interleave' or 'blocked', got {order!r}")
+    return make_plan(labels, workloads, iterations, order, alternate=True)
 
 
 def attempt_key(label: str, workload: str, iteration: int, attempt: int) -> str:
@@ -90,7 +66,7 @@ def attempt_key(label: str, workload: str, iteration: int, attempt: int) -> str:
     return f"{slug(label)}-{slug(workload)}-{int(iteration)}-a{int(attempt)}-{secrets.token_hex(4)}"
 
 
-def check_supported(cc: LabCollectConfig) -> None:
+def check_supported(cc: CollectConfig) -> None:
     """Refuse what a lab job cannot do (CollectError naming it)."""
     for label in cc.labels:
         if label.settings:
@@ -126,7 +102,7 @@ class _Run:
 
     def __init__(
         self,
-        cc: LabCollectConfig,
+        cc: CollectConfig,
         backend,
         receiver: ArtifactReceiver | None,
         journal: Journal,
@@ -137,12 +113,8 @@ class _Run:
         self.workloads = {w.name: w for w in cc.workloads}
         self.images: dict[str, BootImages] = {}
         self.image_urls: dict[str, tuple[str, str]] = {}
-        self.events = (
-            list(dict.fromkeys(requested_events(cc.analysis_events) + list(cc.extra_events))) if cc.trace else []
-        )
-        tr = cc.target_cfg.trace
-        self.buffer_size_kb = int(cc.buffer_size_kb or tr.get("buffer_size_kb", 8192))
-        self.clock = cc.trace_clock or tr.get("clock", "boot")
+        self.events = cc.events() if cc.trace else []
+        self.buffer_size_kb, self.clock = cc.buffer_kb, cc.clock
         power = dict(cc.target_cfg.power)
         self.power = power if power.get("sampler", "none") != "none" else None
         self.in_flight: dict[int, dict] = {}  # job id -> {"attempt", "definition", "script", "upload"}
@@ -291,27 +263,18 @@ class _Run:
         self.in_flight.clear()
 
 
-def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] | None = None) -> dict:
+def collect_lab(cc: CollectConfig, backend=None, log: Callable[[str], None] | None = None) -> dict:
     """Run the plan through the lab. Returns {"done", "skipped", "retries", "failed": [...],
     "iterations": [...], "jobs": [{"job_id", "label", "workload", "iteration", "attempt", "state", "reason",
     "device", "queue_s", "job_s"}], "devices": {label: {device: count}}, "warnings": [...]}. Raises CollectError on
     unusable input, LabError
     when the lab refuses the jobs; KeyboardInterrupt propagates after canceling the jobs in flight."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    log = log or (lambda msg: console.print(msg, highlight=False))
+    console, log = console_and_log(log)
+    if cc.lab is None:
+        raise CollectError("collect_lab needs the [lab] table (CollectConfig.lab)")
     check_supported(cc)
-    check_shell_names(
-        [l.name for l in cc.labels],
-        [w.name for w in cc.workloads],
-        [*cc.analysis_events, *cc.extra_events],
-        cc.trace_clock or cc.target_cfg.trace.get("clock"),
-    )
+    plan, done_already = checked_plan(cc, alternate=True)
     store = Path(cc.store)
-    plan = lab_plan([l.name for l in cc.labels], [w.name for w in cc.workloads], cc.iterations, cc.order)
-    done_already = [p for p in plan if is_complete(iteration_dir(store, p.label, p.workload, p.iteration))]
     journal = Journal(store)
     if (done_already or journal.exists) and not cc.resume:
         raise CollectError(
@@ -326,8 +289,7 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
     if journal.exists:
         journal.load()
     journal.lab = cc.lab.describe()
-    for stale in discard_stale_temps(store) if store.exists() else []:
-        log(f"removed interrupted iteration {stale}")
+    discard_interrupted(store, log)
     token = load_token(cc.lab)
     backend = backend or make_backend(cc.lab, token, lab_dir(store, "lava-run"))
     receiver = None
@@ -352,15 +314,7 @@ def collect_lab(cc: LabCollectConfig, backend=None, log: Callable[[str], None] |
         "warnings": [],
     }
     todo = [p for p in plan if p not in done_already]
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not cc.progress,
-        transient=False,
-    )
+    progress = progress_bar(console, cc.progress, eta=False)
     try:
         run.prepare_images()
         if receiver:

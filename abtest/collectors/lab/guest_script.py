@@ -40,8 +40,9 @@ import gzip
 import hashlib
 from dataclasses import dataclass, field
 
-from abtest.collectors.ftrace import KERNEL_EVENT_CANDIDATES, NOT_FTRACE, enable_line
+from abtest.collectors.ftrace import NOT_FTRACE, STOP_LINES, setup_lines
 from abtest.collectors.meta import META_SCRIPT
+from abtest.collectors.power import discover_script, loop_script
 from abtest.targets.shell import check_clock, check_event, check_key, quote
 
 GUEST_DIR = "/tmp/abtest-job"
@@ -114,20 +115,9 @@ def _ftrace_start(spec: GuestSpec) -> str:
         "[ -e /sys/kernel/debug/tracing/trace_marker ] && T=/sys/kernel/debug/tracing; fi",
         'echo ABTEST_TRACEFS "$T"',
         '[ -n "$T" ] && cd "$T" && {',
-        "echo 0 > tracing_on; echo > set_event",
-        f"echo {int(spec.buffer_size_kb)} > buffer_size_kb || echo ABTEST_WARN buffer_size_kb",
+        *setup_lines(spec.events, spec.buffer_size_kb, spec.clock),
+        "}",
     ]
-    clocks = [spec.clock] + [c for c in ("mono", "local") if c != spec.clock]
-    lines.append(
-        "for c in "
-        + " ".join(quote(c) for c in clocks)
-        + '; do if echo "$c" > trace_clock 2>/dev/null; then echo ABTEST_CLOCK "$c"; break; fi; done'
-    )
-    for table in spec.events:
-        if table in NOT_FTRACE:
-            continue
-        lines.append(enable_line(table, KERNEL_EVENT_CANDIDATES.get(table, (table,))))
-    lines += ["echo > trace", "echo 1 > tracing_on", "echo ABTEST_BUFFER_KB $(cat buffer_size_kb)", "}"]
     return "\n".join(lines)
 
 
@@ -136,48 +126,13 @@ def _ftrace_stop() -> str:
     return "\n".join(
         [
             'cd "$T" || exit 90',
-            "echo 0 > tracing_on",
-            "for c in per_cpu/cpu*; do n=${c##*cpu}; "
-            "o=$(sed -n 's/^overrun: *//p' $c/stats); d=$(sed -n 's/^dropped events: *//p' $c/stats); "
-            "echo ABTEST_LOST $n ${o:-0} ${d:-0}; done",
+            *STOP_LINES,
             f'trace-cmd extract -o "$W/{TRACE_FILE}" >/dev/null 2>"$W/extract.err"; rc=$?',
             "echo > set_event; echo > trace",
             "echo ABTEST_EXTRACT_RC $rc",
             '[ $rc = 0 ] || sed "s/^/ABTEST_EXTRACT_ERR /" "$W/extract.err" | tail -20',
         ]
     )
-
-
-def _power_discover(power: dict) -> str:
-    """Shell: which counter files the sampler reads (same discovery as collectors.power.PowerSampler)."""
-    kind, sysfs = power["sampler"], str(power.get("sysfs", "/sys")).rstrip("/")
-    if kind == "odpm":
-        return f"cat {quote(sysfs)}/bus/iio/devices/iio:device*/enabled_rails 2>/dev/null"
-    if kind == "rapl":
-        return (
-            f"for d in {quote(sysfs)}/class/powercap/intel-rapl:*; do [ -r $d/energy_uj ] && "
-            "echo $d/energy_uj $(cat $d/name) $(cat $d/max_energy_range_uj); done"
-        )
-    if kind == "hwmon":
-        return (
-            f"for f in {quote(sysfs)}/class/hwmon/hwmon*/energy*_input "
-            f"{quote(sysfs)}/class/hwmon/hwmon*/power*_input; do "
-            "[ -r $f ] && echo $f $(cat ${f%/*}/name)_$(basename ${f%_input}); done"
-        )
-    raise ValueError(f"unknown power sampler {kind!r} (odpm, hwmon, rapl)")
-
-
-def _power_loop(power: dict) -> str:
-    """Shell loop body writing samples (the format collectors.power parses) every period_s."""
-    sysfs = str(power.get("sysfs", "/sys")).rstrip("/")
-    if power["sampler"] == "odpm":
-        body_sh = f"cat {quote(sysfs)}/bus/iio/devices/iio:device*/energy_value"
-    else:
-        body_sh = (
-            'echo @ $(cut -d" " -f1 /proc/uptime); for f in $PFILES; do '
-            'v=$(cat $f 2>/dev/null) && [ -n "$v" ] && echo $f $v; done'
-        )
-    return f"while :; do {body_sh}; sleep {float(power.get('period_s', 0.5)):g}; done"
 
 
 def _send_function(spec: GuestSpec) -> str:
@@ -256,11 +211,17 @@ def build_script(spec: GuestSpec) -> str:
             '{ echo "ABTEST-ERROR no tracefs or none of the requested events exist"; STATUS=error; }',
         ]
     if spec.power:
+        kind, sysfs, period_s = (
+            spec.power["sampler"],
+            str(spec.power.get("sysfs", "/sys")),
+            spec.power.get("period_s", 0.5),
+        )
         parts += [
             "# -- power sampling (CLOCK_BOOTTIME stamps)",
-            f"( {_power_discover(spec.power)} ) > {POWER_DISCOVER_FILE} 2>&1",
+            f"( {discover_script(kind, sysfs)} ) > {POWER_DISCOVER_FILE} 2>&1",
             f"PFILES=$(cut -d' ' -f1 {POWER_DISCOVER_FILE} | tr '\\n' ' ')",
-            f'PFILES="$PFILES" sh -c {quote(_power_loop(spec.power))} > {POWER_FILE} 2>/dev/null </dev/null &',
+            f'PFILES="$PFILES" sh -c {quote(loop_script(kind, sysfs, period_s, "$PFILES"))} > {POWER_FILE} 2>/dev/null '
+            "</dev/null &",
             "PPID_SAMPLER=$!",
         ]
     parts += [

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,15 +38,8 @@ from abtest.collectors.lab.lava_log import (
     strip_data_blocks,
     target_lines,
 )
-from abtest.collectors.meta import host_tools, parse_meta_output
-from abtest.collectors.power import (
-    hwmon_from_samples,
-    parse_odpm_enabled_rails,
-    parse_odpm_energy,
-    parse_sysfs_samples,
-    rapl_from_samples,
-    write_power_csv,
-)
+from abtest.collectors.meta import parse_meta_output, power_meta, tools_meta, workload_log
+from abtest.collectors.power import read_discovery, sampled_power, write_power_csv
 from abtest.collectors.workloads.base import Workload, WorkloadError
 from abtest.collectors.workloads.base import metrics as workload_metrics
 from abtest.store.writer import IterationWriter
@@ -121,51 +113,18 @@ def collect_files(rep, received: dict[str, dict]) -> dict[str, bytes | Path]:
 def ftrace_session(start: str, stop: str, requested_kb: int, requested_clock: str) -> FtraceSession:
     """The iteration script's ftrace reports -> FtraceSession (meta.json "trace", as the ssh collector
     records it)."""
-    s = FtraceSession(clock=requested_clock, buffer_size_kb=requested_kb)
-    for line in start.splitlines():
-        p = line.split()
-        if not p:
-            continue
-        if p[0] == "ABTEST_TRACEFS" and len(p) > 1:
-            s.tracefs = p[1]
-        elif p[0] == "ABTEST_CLOCK" and len(p) > 1:
-            s.clock = p[1]
-        elif p[0] == "ABTEST_ON" and len(p) > 2:
-            s.enabled.append(p[2])
-        elif p[0] == "ABTEST_MISSING" and len(p) > 1:
-            s.missing_events.append(p[1])
-        elif p[0] == "ABTEST_WARN" and len(p) > 1:
-            s.warnings.append(f"could not set {p[1]}")
-        elif p[0] == "ABTEST_BUFFER_KB" and len(p) > 1 and p[1].isdigit():
-            s.buffer_size_kb = int(p[1])
-    if s.clock != requested_clock:
-        s.warnings.append(f"trace clock {requested_clock!r} unavailable, used {s.clock!r}")
-    for m in re.finditer(r"^ABTEST_LOST (\d+) (\d+) (\d+)$", stop, re.M):
-        s.lost_events_per_cpu[int(m.group(1))] = int(m.group(2)) + int(m.group(3))
-    s.lost_events = sum(s.lost_events_per_cpu.values())
-    if s.lost_events:
-        s.warnings.append(
-            f"{s.lost_events} events lost in the ring buffer (per CPU {s.lost_events_per_cpu}); raise buffer_size_kb"
-        )
-    return s
+    return (
+        FtraceSession(clock=requested_clock, buffer_size_kb=requested_kb)
+        .read_start(start, requested_clock)
+        .read_stop(stop)
+    )
 
 
 def power_frame(power: dict, discover: str, samples: str, where: str):
     """The sampler's discovery + samples text -> power frame (collectors.power parsers)."""
     kind = power["sampler"]
-    if kind == "odpm":
-        return parse_odpm_energy(
-            samples, parse_odpm_enabled_rails(discover, f"{where}:{gs.POWER_DISCOVER_FILE}"), f"{where}:{gs.POWER_FILE}"
-        )
-    rows = [line.split() for line in discover.splitlines() if line.strip()]
-    frame = parse_sysfs_samples(samples, f"{where}:{gs.POWER_FILE}")
-    if kind == "rapl":
-        names, ranges = {}, {}
-        for f, name, rng in (r for r in rows if len(r) == 3):
-            domain = f"{name}:{f.split('intel-rapl:')[1].split('/')[0]}"
-            names[f], ranges[domain] = domain, float(rng)
-        return rapl_from_samples(frame, names, ranges)
-    return hwmon_from_samples(frame, {r[0]: r[1] for r in rows if len(r) == 2})
+    found = read_discovery(kind, discover, f"{where}:{gs.POWER_DISCOVER_FILE}")
+    return sampled_power(kind, samples, *found, f"{where}:{gs.POWER_FILE}")
 
 
 def harvest(
@@ -217,9 +176,7 @@ def harvest(
     wall = _text(small, gs.WALL_FILE).split()
     workload_s = (int(wall[2]) - int(wall[1])) / 1e9 if len(wall) == 3 and wall[0] == "ABTEST_WALL_NS" else None
     cmd = ctx.workload.command(gs.GUEST_DIR)
-    (writer.tmp / "workload.log").write_text(
-        f"$ {cmd}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- exit {rc} ---\n"
-    )
+    (writer.tmp / "workload.log").write_text(workload_log(cmd, stdout, stderr, rc))
     if rc != 0:
         raise AttemptFailed(
             f"LAVA job {status.job_id}: workload {ctx.workload.name} exited {rc}: "
@@ -274,16 +231,7 @@ def harvest(
                 "analyses": ctx.analyses,
             },
             "trace": session_meta,
-            "power": (
-                {
-                    "sampler": ctx.power.get("sampler"),
-                    "period_s": ctx.power.get("period_s", 0.5),
-                    "aligned": session_meta.get("trace_clock") == "boot",
-                    "clock": "CLOCK_BOOTTIME",
-                }
-                if ctx.power
-                else None
-            ),
+            "power": power_meta(ctx.power, session_meta),
             "lab": {
                 **ctx.lab,
                 "job_id": status.job_id,
@@ -306,7 +254,7 @@ def harvest(
                 },
                 "log_problems": problems.as_meta() | rep.problems.as_meta(),
             },
-            "tools": {**host_tools(), **{f"target:{k}": v for k, v in meta.pop("target_tools", {}).items()}},
+            "tools": tools_meta(meta),
             "timestamps": {
                 "start_utc": status.start_time,
                 "end_utc": status.end_time,

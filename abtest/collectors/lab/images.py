@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from abtest.collectors.lab.receiver import sha256_file
 from abtest.targets.config import BootEntry
 from abtest.targets.qemu import KernelImage, build_initramfs, cache_dir, fetch_kernel, write_newc_cpio
 
@@ -73,14 +74,6 @@ class BootImages:
             "ramdisk": self.ramdisk.name,
             "sha256": dict(self.sha256),
         }
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def console_overlay() -> bytes:

@@ -186,7 +186,7 @@ class ArtifactReceiver:
         if d.is_dir():
             for p in sorted(d.iterdir()):
                 if p.is_file() and NAME_RE.match(p.name):
-                    out[p.name] = {"size": p.stat().st_size, "sha256": _sha256_file(p), "path": p}
+                    out[p.name] = {"size": p.stat().st_size, "sha256": sha256_file(p), "path": p}
         return out
 
     def register_image(self, path: Path, sha256: str) -> str:
@@ -238,7 +238,8 @@ class ArtifactReceiver:
         return sha
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """sha256 hex digest of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -43,10 +43,12 @@ def metrics_from_result(result: dict) -> dict:
     return out
 
 
-def _read_result_file(path: Path) -> dict:
+def pull_result(target: Target, remote: str, local: Path) -> dict:
+    """Pull the workload's result file (remote path) to `local` and read its metrics (abtest.results.benchmarks)."""
     from abtest.results.benchmarks import read_workload_metrics
 
-    return read_workload_metrics(path)
+    target.pull(remote, local)
+    return metrics_from_result(read_workload_metrics(local))
 
 
 _PACKAGE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
@@ -84,9 +86,7 @@ class _FramesWorkload(Workload):
         )
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
-        local = outdir / "sf-latency.dump"
-        target.pull(f"{remote_dir}/abtest-sf-latency.txt", local)
-        return metrics_from_result(_read_result_file(local))
+        return pull_result(target, f"{remote_dir}/abtest-sf-latency.txt", outdir / "sf-latency.dump")
 
 
 class YouTubeWorkload(_FramesWorkload):
@@ -145,9 +145,7 @@ class JankbenchWorkload(Workload):
         )
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
-        local = outdir / "jankbench.db"
-        target.pull(f"{remote_dir}/abtest-jankbench.db", local)
-        return metrics_from_result(_read_result_file(local))
+        return pull_result(target, f"{remote_dir}/abtest-jankbench.db", outdir / "jankbench.db")
 
 
 class GeekbenchWorkload(Workload):
@@ -177,9 +175,7 @@ class GeekbenchWorkload(Workload):
         return " ".join(quote(a) for a in argv)
 
     def collect(self, target: Target, outdir: Path, remote_dir: str) -> dict:
-        local = outdir / "geekbench.json"
-        target.pull(f"{remote_dir}/abtest-geekbench.json", local)
-        return metrics_from_result(_read_result_file(local))
+        return pull_result(target, f"{remote_dir}/abtest-geekbench.json", outdir / "geekbench.json")
 
 
 def pcmark_scores(path: str | Path) -> dict:
