@@ -216,7 +216,9 @@ class TableSpec:
     ``name`` or ``name[unit]`` separated by spaces ("cpu state_name time_s[s] pct[%]"; no unit: a plain number or
     text); rows: ``rows(trace)`` -> a polars DataFrame holding these columns (None or an empty frame: the trace
     has nothing for it); keys: how many leading columns name a row; note: printed under the table; across: a key
-    column that the terminal spreads across (one column per CPU: a CPU x OPP matrix per value column)."""
+    column that the terminal spreads across (one column per CPU: a CPU x OPP matrix per value column); shows: the
+    metric key templates whose every value this table also prints (the terminal then prints the table only, not
+    those metrics' own grid; JSON keeps both)."""
 
     key: str
     title: str
@@ -225,6 +227,7 @@ class TableSpec:
     keys: int = 1
     note: str = ""
     across: str | None = None
+    shows: tuple[str, ...] = ()
 
     def units(self) -> dict[str, str]:
         """{column: unit} in order ("" = no unit)."""

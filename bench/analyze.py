@@ -185,10 +185,12 @@ def in_process(path: Path, repeat: int, reference: bool) -> dict:
     ]
     if reference:
         sys.path.insert(0, str(ROOT / "tests"))  # the frame-written oracles (tests/oracles/)
+        from oracles import latency as latency_oracle
+        from oracles import pelt_sim as pelt_oracle
         from oracles import window_sim as window_sim_oracle
 
         kernels += [
-            ("PELT cpu, python reference", n_pelt, lambda: pelt_sim.df_pelt_sim_cpu(sw, backend="python", **args)),
+            ("PELT cpu, python reference", n_pelt, lambda: pelt_oracle.df_pelt_sim_cpu(sw, **args)),
             (
                 "window demand, python reference",
                 sw.height,
@@ -197,7 +199,7 @@ def in_process(path: Path, repeat: int, reference: bool) -> dict:
             (
                 "latency matching, python reference",
                 sw.height + wu.height,
-                lambda: latency.df_wakeup_latency(wu, sw, start_ns=t.start_ns, end_ns=t.end_ns, backend="python"),
+                lambda: latency_oracle.df_wakeup_latency(wu, sw, start_ns=t.start_ns, end_ns=t.end_ns),
             ),
         ]
     print("compiled simulators alone (frames in, frames out; s; input events/s):")

@@ -79,7 +79,13 @@ def check_every_value_shown(d: dict) -> None:
         for key, m in d[k]["metrics"].items():
             s = registry.spec(m["template"])
             col = s.title if s.group is Grouping.NONE else (f"{s.title} ({s.unit})" if s.unit else s.title)
-            if s.group is Grouping.NONE:
+            shown_by = [t for t in a.tables if m["template"] in t.shows and t.key in d[k]["tables"]]
+            if shown_by:  # printed by the declared table that shows it (TableSpec.shows), not by a grid of its own
+                g = next(g for g in grids if g.title == shown_by[0].title)
+                row = next(r for r in g.rows if r[0] == m["group"])
+                assert fmt(m["value"], s.unit) in row, key
+                assert not any(col in g2.headers for g2 in grids if g2.title.endswith("per " + g2.headers[0])), key
+            elif s.group is Grouping.NONE:
                 g = grids[0]
                 row = next(r for r in g.rows if r[0] == s.title)
                 assert row[1:] == [fmt(m["value"], s.unit), s.unit], key

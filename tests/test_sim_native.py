@@ -1,7 +1,7 @@
-"""The compiled simulators (native/src/sim*.rs, abtest/analysis/sim_native.py) against the Python frame
-implementations they replace (the reference: tests/oracles/ for window demand and boost requests,
-backend="python" for the others), on every shared trace with sched_switch: the same segments, the same
-signals (to float rounding), the same window demand and boost requests."""
+"""The compiled passes (native/sim/src/*.rs, abtest/analysis/sim_native.py) against the readable frame
+implementations they replaced (the oracles: tests/oracles/), on every shared trace with sched_switch: the same
+segments, the same signals (to float rounding), the same window demand, boost requests, latency matches, task
+states and placement runs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ import json
 import polars as pl
 import pytest
 from oracles import boost as boost_oracle
+from oracles import latency as latency_oracle
+from oracles import pelt_sim as pelt_oracle
+from oracles import placement as placement_oracle
+from oracles import tasks as tasks_oracle
 from oracles import window_sim as window_sim_oracle
 from shared_data import TRACES
 
@@ -79,14 +83,15 @@ def test_pelt_native_equals_python(traces, rel):
         sched_migrate_task=lt._df("sched_migrate_task"),
         **common,
     )
-    py, nat = (pelt_sim.df_pelt_sim_cpu(sw, backend=b, **kw) for b in ("python", "native"))
+    py, nat = pelt_oracle.df_pelt_sim_cpu(sw, **kw), pelt_sim.df_pelt_sim_cpu(sw, **kw)
     # the same segments (CPU, start, length, inputs) and the same signals
     assert nat.select("cpu", "ts", "dur", "x_util", "x_runnable").equals(
         py.select("cpu", "ts", "dur", "x_util", "x_runnable")
     )
     gap = _max_gap(py, nat, "cpu")
     assert gap["util"] < 1e-6 and gap["runnable"] < 1e-6, gap
-    py_t, nat_t = (pelt_sim.df_pelt_sim_task(sw, initial=task_seeds, backend=b, **common) for b in ("python", "native"))
+    py_t = pelt_oracle.df_pelt_sim_task(sw, initial=task_seeds, **common)
+    nat_t = pelt_sim.df_pelt_sim_task(sw, initial=task_seeds, **common)
     assert set(py_t["pid"].unique()) == set(nat_t["pid"].unique())
     gap = _max_gap(py_t, nat_t, "pid")
     assert gap["util"] < 1e-6 and gap["runnable"] < 1e-6, gap
@@ -120,11 +125,11 @@ def test_waiting_rules():
         [(0, 0, 0, 0, 5), (10 * ms, 0, 5, 0, 6), (12 * ms, 0, 6, 1, 5), (15 * ms, 0, 5, 1, 0), (25 * ms, 0, 5, 1, 0)]
     )
     wk = pl.DataFrame({"ts": [4 * ms, 20 * ms], "pid": [5, 5], "target_cpu": [0, 0], "prio": [120, 120]})
-    assert pelt_sim.df_waiting(sw, [wk]).rows() == [(5, 0, 10 * ms, 2 * ms, 120)]
-    for backend in ("python", "native"):
-        sim = pelt_sim.df_pelt_sim_cpu(sw, wakeups=[wk], start_ns=0, end_ns=40 * ms, backend=backend)
+    assert pelt_oracle.df_waiting(sw, [wk]).rows() == [(5, 0, 10 * ms, 2 * ms, 120)]
+    for impl in (pelt_oracle, pelt_sim):
+        sim = impl.df_pelt_sim_cpu(sw, wakeups=[wk], start_ns=0, end_ns=40 * ms)
         waiting = sim.filter(pl.col("x_runnable") > pl.col("x_util"))
-        assert waiting.select("ts", "dur").rows() == [(10 * ms, 2 * ms)], backend
+        assert waiting.select("ts", "dur").rows() == [(10 * ms, 2 * ms)], impl.__name__
 
 
 @pytest.mark.parametrize("rel", SWITCH_TRACES)
@@ -175,16 +180,16 @@ def test_wakeup_latency_native_equals_python(traces, rel):
     for d in defs:
         wk = t.latency.df_wakeups(d)
         py, nat = (
-            latency.df_wakeup_latency(wk, sw, start_ns=t.start_ns, end_ns=t.end_ns, rule=d, backend=b).sort(key)
-            for b in ("python", "native")
+            impl.df_wakeup_latency(wk, sw, start_ns=t.start_ns, end_ns=t.end_ns, rule=d).sort(key)
+            for impl in (latency_oracle, latency)
         )
         assert nat.equals(py), d
         assert nat.height > 0, d
         # a window that cuts the trace: wakeups outside it are not matched
         mid = (t.start_ns + t.end_ns) // 2
         py, nat = (
-            latency.df_wakeup_latency(wk, sw, start_ns=mid, end_ns=t.end_ns, rule=d, backend=b).sort(key)
-            for b in ("python", "native")
+            impl.df_wakeup_latency(wk, sw, start_ns=mid, end_ns=t.end_ns, rule=d).sort(key)
+            for impl in (latency_oracle, latency)
         )
         assert nat.equals(py), d
 
@@ -197,8 +202,7 @@ def test_preemption_latency_native_equals_python(traces, rel):
     key = ["preempt_ts", "pid", "from_cpu", "switch_in_ts"]
     for lo in (t.start_ns, (t.start_ns + t.end_ns) // 2):
         py, nat = (
-            latency.df_preemption_latency(sw, start_ns=lo, end_ns=t.end_ns, backend=b).sort(key)
-            for b in ("python", "native")
+            impl.df_preemption_latency(sw, start_ns=lo, end_ns=t.end_ns).sort(key) for impl in (latency_oracle, latency)
         )
         assert nat.equals(py), lo
 
@@ -209,9 +213,7 @@ def test_task_state_intervals_native_equals_python(traces, rel):
     t = _open(rel)
     sw, wk = t.df("sched_switch", windowed=False), tasks.TasksAnalysis(t)._wakeups()
     for lo in (t.start_ns, (t.start_ns + t.end_ns) // 2):
-        py, nat = (
-            tasks.df_task_state_intervals(sw, wk, start_ns=lo, end_ns=t.end_ns, backend=b) for b in ("python", "native")
-        )
+        py, nat = (impl.df_task_state_intervals(sw, wk, start_ns=lo, end_ns=t.end_ns) for impl in (tasks_oracle, tasks))
         assert nat.equals(py), lo
         assert nat.height > 0
 
@@ -225,7 +227,7 @@ def test_task_state_aggregates_fold_the_intervals(traces, rel):
     for lo in (t.start_ns, (t.start_ns + t.end_ns) // 2):
         kw = dict(start_ns=lo, end_ns=t.end_ns)
         nat = tasks.df_task_state_aggregates(sw, wk, **kw)
-        ref = tasks.aggregates_of_intervals(tasks.df_task_state_intervals(sw, wk, backend="python", **kw))
+        ref = tasks_oracle.aggregates_of_intervals(tasks_oracle.df_task_state_intervals(sw, wk, **kw))
         for got, want, key in zip(nat, ref, (["comm", "state"], ["comm", "cpu", "dur"], ["comm", "pid"])):
             order = [pl.col(k).cast(pl.Utf8) if k in ("comm", "state") else pl.col(k) for k in key]
             assert got.sort(order).equals(want.select(got.columns).sort(order)), (lo, key)
@@ -236,13 +238,13 @@ def test_task_state_aggregates_fold_the_intervals(traces, rel):
 @pytest.mark.parametrize("rel", SWITCH_TRACES)
 def test_contention_aggregated_while_simulating(traces, rel):
     """load_tracking's contention figures from the simulation: aggregated in Rust without keeping segments
-    = load_tracking.df_contention on the simulated segments (python backend)."""
+    = load_tracking.df_contention on the segments of the frame-written simulation (tests/oracles/pelt_sim.py)."""
     t = _open(rel)
     lt = t.load_tracking
     sw = t.df("sched_switch", windowed=False)
     args = lt._sim_cpu_args(lt._df("sched_pelt_cfs"))
     nat = pelt_sim.df_cpu_contention(sw, **args)
-    sig = pelt_sim.df_pelt_sim_cpu(sw, backend="python", **args).select("cpu", "ts", "util", "runnable")
+    sig = pelt_oracle.df_pelt_sim_cpu(sw, **args).select("cpu", "ts", "util", "runnable")
     ref = load_tracking.df_contention(sig, **lt._win())
     assert nat["cpu"].to_list() == ref["cpu"].to_list()
     assert nat.select("known_ns", "contended_ns").equals(ref.select("known_ns", "contended_ns"))
@@ -266,8 +268,8 @@ def test_placement_runs_native_equals_python(traces, rel):
     ):
         for idle in (False, True):
             py, nat = (
-                placement.df_task_intervals(sw, start_ns=lo, end_ns=hi, include_idle=idle, backend=b)
-                for b in ("python", "native")
+                impl.df_task_intervals(sw, start_ns=lo, end_ns=hi, include_idle=idle)
+                for impl in (placement_oracle, placement)
             )
             assert nat.equals(py), (lo, hi, idle)
             if (lo, idle) == (t.start_ns, True) and t.end_ns > t.start_ns:
@@ -290,7 +292,7 @@ def test_placement_fold_equals_the_runs_grouped(traces, rel, monkeypatch):
         ]
         with monkeypatch.context() as m:
             if not fold:
-                m.setattr(placement, "_folded", lambda trace, runs_from_ns: None)
+                m.setattr(placement, "_folded", placement_oracle.folded)
             return [registry.evaluate(registry.PLACEMENT, v) for v in views]
 
     got, want = both(True), both(False)
@@ -301,6 +303,41 @@ def test_placement_fold_equals_the_runs_grouped(traces, rel, monkeypatch):
         assert [(v.spec.key, v.group) for v in g.values] == [(v.spec.key, v.group) for v in w.values]
         assert all(a.value == pytest.approx(b.value, rel=1e-12, abs=1e-12) for a, b in zip(g.values, w.values))
     assert got[0].tables["counts"]["count"][0] > 0  # tasks that ran
+
+
+def test_placement_switches_with_nulls():
+    """Switches the shared traces hold with nulls (perfetto's compact sched: no prev task before a CPU's first
+    switch) and those they do not (a null next task, name, CPU or time) go through the compiled pass and fold
+    too: the oracle's runs and folds."""
+    sw = pl.DataFrame(
+        {
+            "ts": [5, 8, 10, 12, 20, 20, 25, 30, 35, None, 40],
+            "cpu": [0, 1, 0, 1, 0, 1, None, 0, 1, 0, 1],
+            "prev_pid": [None, None, 7, 3, None, 8, 4, 9, 8, 1, 0],
+            "prev_comm": [None, None, "a", "c", "x", "b", "d", "e", "b", "y", "idle"],
+            "next_pid": [7, 3, None, 8, 9, 0, 4, 7, None, 2, 7],
+            "next_comm": ["a", "c", "n", "b", "e", "idle", "d", None, "m", "z", "a"],
+        },
+        schema_overrides={"cpu": pl.Int32, "prev_pid": pl.Int32, "next_pid": pl.Int32},
+    ).with_columns(pl.col("prev_comm", "next_comm").cast(pl.Categorical))
+
+    class View:  # what placement._folded reads of a trace
+        start_ns, end_ns = 15, 50
+
+        def df(self, name, windowed=True):
+            return sw
+
+    for lo, hi in ((0, 50), (15, 50), (9, 33)):
+        for idle in (False, True):
+            want = placement_oracle.df_task_intervals(sw, start_ns=lo, end_ns=hi, include_idle=idle)
+            got = placement.df_task_intervals(sw, start_ns=lo, end_ns=hi, include_idle=idle)
+            assert got.equals(want), (lo, hi, idle)
+    for runs_from in (0, 15):
+        got, want = placement._folded(View(), runs_from), placement_oracle.folded(View(), runs_from)
+        for k, key in (("residency", ["pid", "cpu"]), ("tasks", ["pid"]), ("names", ["comm"])):
+            g, w = got[k].sort(key), want[k].select(got[k].columns).sort(key)
+            assert g.equals(w), (runs_from, k, g, w)
+        assert got["names"]["comm"].null_count() == 1  # the null name of pid 7's run from 30 on cpu 0
 
 
 def test_the_equivalence_tests_compare_real_traces(traces):

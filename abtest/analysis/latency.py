@@ -12,8 +12,8 @@ Events: ``sched_switch`` and ``sched_wakeup`` and/or ``sched_waking``; ``sched_w
 the first wakeup of new tasks. Record with ``-e sched:sched_switch -e sched:sched_wakeup -e
 sched:sched_waking -e sched:sched_wakeup_new``.
 
-Matching rules (compiled: native/sim/src/latency.rs replays them in time order; the reference with sorted
-as-of joins is ``backend="python"``):
+Matching rules (native/sim/src/latency.rs replays them in time order; the readable reference with sorted
+as-of joins, which tests/test_sim_native.py compares it with on every shared trace, is tests/oracles/latency.py):
 
 * a wakeup of pid P at time t counts when P was *not running* at t: the last sched_switch involving P
   before t switched it out, or (no earlier switch of P in the trace) the next one switches it in;
@@ -65,48 +65,6 @@ def _wakeup_frame(waking: pl.DataFrame, kind: str) -> pl.DataFrame:
     return waking.select(cols).with_columns(pl.lit(kind, pl.Categorical).alias("kind"))
 
 
-def _moves(sched_switch: pl.DataFrame) -> pl.DataFrame:
-    """One stream of "pid P switched in/out at ts": pid, ts, on_cpu, cpu, state (prev_state for switch-outs,
-    null for switch-ins), k (index of the move within the pid). Out before in at equal ts (kernel order)."""
-    sw = sched_switch.select(
-        pl.col("ts").cast(pl.Int64),
-        pl.col("cpu").cast(pl.Int32),
-        pl.col("prev_pid").cast(pl.Int32),
-        pl.col("next_pid").cast(pl.Int32),
-        (pl.col("prev_state").cast(pl.Int64) if "prev_state" in sched_switch.columns else pl.lit(None, pl.Int64)).alias(
-            "prev_state"
-        ),
-    )
-    moves = (
-        pl.concat(
-            [
-                sw.select(
-                    "ts",
-                    pl.col("prev_pid").alias("pid"),
-                    pl.lit(False).alias("on_cpu"),
-                    "cpu",
-                    pl.col("prev_state").alias("state"),
-                    pl.lit(0).alias("_o"),
-                ),
-                sw.select(
-                    "ts",
-                    pl.col("next_pid").alias("pid"),
-                    pl.lit(True).alias("on_cpu"),
-                    "cpu",
-                    pl.lit(None, pl.Int64).alias("state"),
-                    pl.lit(1).alias("_o"),
-                ),
-            ]
-        )
-        .filter(pl.col("pid") != 0)
-        .with_row_index("_seq")
-        .sort(["pid", "ts", "_o", "_seq"])
-        .drop("_o", "_seq")
-    )
-    moves = moves.unique(["pid", "ts"], keep="last", maintain_order=True)  # as-of needs unique (pid, ts)
-    return moves.with_columns(pl.int_range(pl.len()).over("pid").alias("k"))
-
-
 def df_wakeup_latency(
     wakeups: pl.DataFrame,
     sched_switch: pl.DataFrame,
@@ -114,7 +72,6 @@ def df_wakeup_latency(
     start_ns: int | None = None,
     end_ns: int | None = None,
     rule: str = "wakeup",
-    backend: str = "native",
     columns: list[str] | None = None,
 ) -> pl.DataFrame:
     """One row per matched wakeup (module docstring rules).
@@ -125,11 +82,9 @@ def df_wakeup_latency(
     ``rule="waking"`` also counts a waking that fired while the task was still switching out.
 
     Returns pid (Int32), comm (Categorical), kind (Categorical: "waking"/"wakeup"/"wakeup_new"), wakeup_ts (ns),
-    switch_in_ts
-    (ns), cpu (Int32, where the task ran), target_cpu, while_on_cpu (Boolean), latency_ns (Int64),
-    latency_us (Float64); ``columns``: only those (the others are not built). Sorted by wakeup_ts. ``backend``: "native"
-    (the rules replayed in time order,
-    native/sim/src/latency.rs) or "python" (as-of joins: the reference, tests/test_sim_native.py).
+    switch_in_ts (ns), cpu (Int32, where the task ran), target_cpu, while_on_cpu (Boolean), latency_ns (Int64),
+    latency_us (Float64); ``columns``: only those (the others are not built). Sorted by wakeup_ts. The rules are
+    replayed in time order by native/sim/src/latency.rs (readable reference: tests/oracles/latency.py).
     """
     if rule not in DEFINITIONS:
         raise ValueError(f"rule {rule!r}: expected one of {sorted(DEFINITIONS)}")
@@ -145,155 +100,26 @@ def df_wakeup_latency(
     )
     if w["pid"].null_count() or (w["pid"] == 0).any():  # a copy of every column only when one is dropped
         w = w.filter(pl.col("pid") != 0)
-    if backend == "native":
-        from abtest.analysis import sim_native
+    from abtest.analysis import sim_native
 
-        return sim_native.wakeup_latency(
-            w, sched_switch, start_ns=start_ns, end_ns=end_ns, while_on_cpu=rule == "waking", columns=columns
-        )
-    w = w.sort(["pid", "ts"])
-    all_w = w
-    if start_ns is not None:
-        w = w.filter(pl.col("ts") >= start_ns)
-    if end_ns is not None:
-        w = w.filter(pl.col("ts") < end_ns)
-    moves = _moves(sched_switch)
-    prev = moves.select("pid", "ts", pl.col("on_cpu").alias("prev_on_cpu"))
-    nxt = moves.select(
-        "pid",
-        pl.col("ts").alias("next_ts"),
-        pl.col("on_cpu").alias("next_on_cpu"),
-        "cpu",
-        pl.col("state").alias("next_state"),
-        pl.col("k").alias("next_k"),
-    )
-    # a switch at exactly the wakeup ts counts as "after" (the wakeup is traced before the switch
-    # it causes): the state comes from switches strictly before ts, the match from those at or after.
-    j = w.join_asof(
-        prev.with_columns((pl.col("ts") + 1).alias("ts")),
-        on="ts",
-        by="pid",
-        strategy="backward",
-        check_sortedness=False,
-    )
-    j = j.join_asof(
-        nxt.with_columns(pl.col("next_ts").alias("ts")), on="ts", by="pid", strategy="forward", check_sortedness=False
-    )
-    normal = j.filter(
-        (pl.col("next_on_cpu") == True)
-        & (  # noqa: E712 (polars expression)
-            pl.col("prev_on_cpu").is_null() | (pl.col("prev_on_cpu") == False)
-        )
-    ).select(  # noqa: E712
-        "pid", "comm", "kind", "ts", "next_ts", "cpu", "target_cpu", pl.lit(False).alias("while_on_cpu")
-    )
-    parts = [normal]
-    if rule == "waking":
-        # fired while still on the CPU: next move = sleeping switch-out, the one after = switch-in
-        cand = j.filter(
-            (pl.col("prev_on_cpu") == True)
-            & (pl.col("next_on_cpu") == False)  # noqa: E712
-            & ((pl.col("next_state") & 0xFF) != 0)
-        )
-        after = moves.select(
-            "pid",
-            (pl.col("k") - 1).alias("next_k"),
-            pl.col("ts").alias("in_ts"),
-            pl.col("on_cpu").alias("in_on_cpu"),
-            pl.col("cpu").alias("in_cpu"),
-        )
-        cand = cand.join(after, on=["pid", "next_k"], how="inner").filter(pl.col("in_on_cpu"))
-        # no other wakeup of the task between its switch-out and that switch-in
-        other = all_w.select("pid", pl.col("ts").alias("other_ts")).with_columns(pl.col("other_ts").alias("_t"))
-        cand = (
-            cand.with_columns((pl.col("next_ts") + 1).alias("_t"))
-            .sort(["pid", "_t"])
-            .join_asof(other.sort(["pid", "_t"]), on="_t", by="pid", strategy="forward", check_sortedness=False)
-        )
-        race = cand.filter(pl.col("other_ts").is_null() | (pl.col("other_ts") >= pl.col("in_ts"))).select(
-            "pid",
-            "comm",
-            "kind",
-            "ts",
-            pl.col("in_ts").alias("next_ts"),
-            pl.col("in_cpu").alias("cpu"),
-            "target_cpu",
-            pl.lit(True).alias("while_on_cpu"),
-        )
-        parts.append(race)
-    m = pl.concat(parts).sort(["pid", "next_ts", "ts"]).unique(["pid", "next_ts"], keep="first", maintain_order=True)
-    return (
-        m.select(
-            "pid",
-            "comm",
-            "kind",
-            pl.col("ts").alias("wakeup_ts"),
-            pl.col("next_ts").alias("switch_in_ts"),
-            "cpu",
-            "target_cpu",
-            "while_on_cpu",
-            (pl.col("next_ts") - pl.col("ts")).alias("latency_ns"),
-        )
-        .with_columns((pl.col("latency_ns") / 1e3).alias("latency_us"))
-        .sort("wakeup_ts")
-        .select(columns or pl.all())
+    return sim_native.wakeup_latency(
+        w, sched_switch, start_ns=start_ns, end_ns=end_ns, while_on_cpu=rule == "waking", columns=columns
     )
 
 
 def df_preemption_latency(
-    sched_switch: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None, backend: str = "native"
+    sched_switch: pl.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None
 ) -> pl.DataFrame:
     """One row per preemption: a switch-out of a task still runnable (prev_state low byte 0, "R"/"R+") in
     ``[start_ns, end_ns)`` -> its next switch-in. Needs: sched_switch (whole table).
 
     Returns pid (Int32), comm (prev_comm, Categorical), preempt_ts (ns), switch_in_ts (ns), from_cpu, cpu (where it ran
     again), latency_ns, latency_us. Preemptions whose task's next switch is not a switch-in are dropped.
-    ``backend``: "native" (native/sim/src/latency.rs) or "python" (as-of join: the reference).
+    Matched by native/sim/src/latency.rs (readable reference: tests/oracles/latency.py).
     """
-    if backend == "native":
-        from abtest.analysis import sim_native
+    from abtest.analysis import sim_native
 
-        return sim_native.preemption_latency(sched_switch, start_ns=start_ns, end_ns=end_ns)
-    sw = sched_switch.select(
-        pl.col("ts").cast(pl.Int64),
-        pl.col("cpu").cast(pl.Int32),
-        pl.col("prev_pid").cast(pl.Int32).alias("pid"),
-        pl.col("prev_comm").cast(pl.Categorical).alias("comm"),
-        pl.col("prev_state").cast(pl.Int64),
-    )
-    outs = sw.filter((pl.col("pid") != 0) & ((pl.col("prev_state") & 0xFF) == 0))
-    if start_ns is not None:
-        outs = outs.filter(pl.col("ts") >= start_ns)
-    if end_ns is not None:
-        outs = outs.filter(pl.col("ts") < end_ns)
-    moves = _moves(sched_switch).select(
-        "pid", pl.col("ts").alias("next_ts"), pl.col("on_cpu").alias("next_on_cpu"), pl.col("cpu").alias("next_cpu")
-    )
-    j = (
-        outs.sort(["pid", "ts"])
-        .with_columns((pl.col("ts") + 1).alias("_t"))
-        .join_asof(
-            moves.with_columns(pl.col("next_ts").alias("_t")).sort(["pid", "_t"]),
-            on="_t",
-            by="pid",
-            strategy="forward",
-            check_sortedness=False,
-        )
-    )
-    m = j.filter(pl.col("next_on_cpu") == True)  # noqa: E712
-    return (
-        m.select(
-            "pid",
-            "comm",
-            pl.col("ts").alias("preempt_ts"),
-            pl.col("next_ts").alias("switch_in_ts"),
-            pl.col("cpu").alias("from_cpu"),
-            pl.col("next_cpu").alias("cpu"),
-            (pl.col("next_ts") - pl.col("ts")).alias("latency_ns"),
-        )
-        .with_columns((pl.col("latency_ns") / 1e3).alias("latency_us"))
-        .sort("preempt_ts")
-    )
+    return sim_native.preemption_latency(sched_switch, start_ns=start_ns, end_ns=end_ns)
 
 
 # the quantiles of the latency statistics (p50_us ... p99_us), for polars' and the compiled statistics alike

@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 
 from abtest.analysis import task_keys
-from abtest.analysis.intervals import df_intervals, window_of
+from abtest.analysis.intervals import window_of
 from abtest.analysis.per_trace import per_trace
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 
@@ -37,7 +37,6 @@ def df_task_intervals(
     start_ns: int | None = None,
     end_ns: int | None = None,
     include_idle: bool = False,
-    backend: str = "native",
 ) -> pl.DataFrame:
     """Which task ran on each CPU, as intervals over ``[start_ns, end_ns)``.
 
@@ -45,52 +44,16 @@ def df_task_intervals(
     a CPU's first switch its ``prev`` task is taken as running).
 
     Returns cpu (Int32), ts (ns), dur (ns), pid (Int32, 0 = idle, dropped unless include_idle),
-    comm (Categorical). ``backend``: "native" (one pass in time order, native/sim/src/placement.rs; switches
-    with a null CPU, pid or name go the frame way) or "python" (the frame rules of intervals.df_intervals:
-    the reference, tests/test_sim_native.py).
+    comm (Categorical). The rules of intervals.df_intervals keyed by CPU with the next task of each switch
+    as the value (the last switch of a timestamp counts; consecutive equal tasks merged), in one pass in time
+    order (native/sim/src/placement.rs; readable reference: tests/oracles/placement.py). A switch without a
+    time or a CPU is not placed; the runs of a null pid (perfetto's compact sched format does not know the
+    task a CPU ran before its first recorded switch) are left out.
     """
-    if backend == "native":
-        from abtest.analysis import sim_native
+    from abtest.analysis import sim_native
 
-        lo, hi = window_of(sched_switch, start_ns, end_ns)
-        runs = sim_native.placement_runs(sched_switch, start_ns=lo, end_ns=hi, include_idle=include_idle)
-        if runs is not None:
-            return runs
-    elif backend != "python":
-        raise ValueError(f"backend {backend!r}: expected 'native' or 'python'")
-    sw = sched_switch.select(
-        pl.col("ts").cast(pl.Int64),
-        pl.col("cpu").cast(pl.Int32),
-        pl.col("next_pid").cast(pl.Int32).alias("pid"),
-        pl.col("next_comm").alias("comm"),
-    )
-    iv = df_intervals(sw, ["pid", "comm"], keys="cpu", start_ns=start_ns, end_ns=end_ns)
-    by_ts = sched_switch if sched_switch["ts"].is_sorted() else sched_switch.sort("ts", maintain_order=True)
-    first_prev = (
-        by_ts.lazy()
-        .select("cpu", "prev_pid", "prev_comm")
-        .group_by(pl.col("cpu").cast(pl.Int32), maintain_order=True)
-        .first()
-        .select("cpu", pl.col("prev_pid").cast(pl.Int32), pl.col("prev_comm").cast(pl.Utf8))
-        .collect()
-    )
-    # iv is sorted by cpu, ts: a CPU's first interval is the row after another CPU's; its task, when unknown,
-    # is the prev task of the CPU's first switch (a few CPUs: mapped, not joined, so no column is copied)
-    lead = pl.col("pid").is_null() & pl.col("cpu").ne_missing(pl.col("cpu").shift(1))
-    prev_pid = dict(zip(first_prev["cpu"], first_prev["prev_pid"]))
-    prev_comm = dict(zip(first_prev["cpu"], first_prev["prev_comm"]))
-    iv = iv.with_columns(
-        pl.when(lead)
-        .then(pl.col("cpu").replace_strict(prev_pid, default=None, return_dtype=pl.Int32))
-        .otherwise(pl.col("pid"))
-        .alias("pid"),
-        pl.when(lead)
-        .then(pl.col("cpu").replace_strict(prev_comm, default=None, return_dtype=pl.Utf8).cast(pl.Categorical))
-        .otherwise(pl.col("comm").cast(pl.Categorical))
-        .alias("comm"),
-    )
-    keep = pl.col("pid").is_not_null() if include_idle else pl.col("pid").is_not_null() & (pl.col("pid") != 0)
-    return iv.filter(keep).select("cpu", "ts", "dur", "pid", "comm")
+    lo, hi = window_of(sched_switch, start_ns, end_ns)
+    return sim_native.placement_runs(sched_switch, start_ns=lo, end_ns=hi, include_idle=include_idle)
 
 
 def df_task_residency(intervals: pl.DataFrame) -> pl.DataFrame:
@@ -359,9 +322,9 @@ class PlacementAnalysis:
         return plot_balance(self.df_balance_per_cpu(tasks, min_runtime_ns), ax=ax)
 
 
-def _folded(trace, runs_from_ns: int) -> dict[str, pl.DataFrame] | None:
-    """sim_native.placement_fold of the trace's runs from runs_from_ns to its end, counted from its start;
-    None when the switches need the frame rules (null CPUs, pids or names)."""
+def _folded(trace, runs_from_ns: int) -> dict[str, pl.DataFrame]:
+    """sim_native.placement_fold of the trace's runs from runs_from_ns to its end, counted from its start
+    (readable reference: tests/oracles/placement.py folded)."""
     from abtest.analysis import sim_native
 
     return sim_native.placement_fold(
@@ -422,13 +385,6 @@ TASK_ACTIVATIONS = MetricSpec(
 METRICS = (MIGRATIONS_PER_S, BALANCE_INDEX, TASK_RUNTIME, TASK_ACTIVATIONS)
 
 
-def _clip_start(intervals: pl.DataFrame, start_ns: int) -> pl.DataFrame:
-    """Intervals cut at start_ns (the parts before it dropped; column order kept)."""
-    end = pl.col("ts") + pl.col("dur")
-    lo = pl.max_horizontal(pl.col("ts"), pl.lit(start_ns, pl.Int64))
-    return intervals.filter(end > start_ns).with_columns(lo.alias("ts"), (end - lo).alias("dur"))
-
-
 @per_trace  # the runs of one trace, read once for its metrics and its declared tables
 def _runs(trace) -> tuple[pl.DataFrame, pl.DataFrame, int, pl.DataFrame]:
     """(residency per pid and CPU, CPU time and switch-ins per name, CPU changes, df_balance_per_cpu of the tasks
@@ -440,28 +396,10 @@ def _runs(trace) -> tuple[pl.DataFrame, pl.DataFrame, int, pl.DataFrame]:
     keyed.require("placement", *EVENTS)
     start, reach = keyed.start_ns, keyed.reach_start_ns
     runs_from = reach if reach is not None and reach < start else start
-    folded = _folded(keyed, runs_from)
-    if folded is not None:  # compiled: the runs folded as they are made
-        n_changes = int(folded["tasks"]["cpu_changes"].sum())
-        res = _residency(folded["residency"], folded["tasks"].select("pid", "comm"))
-        per = folded["names"].sort(["run_ns", "comm"], descending=[True, False])
-    else:
-        runs = df_task_intervals(
-            keyed.df("sched_switch", windowed=False), start_ns=runs_from, end_ns=keyed.end_ns, backend="python"
-        )
-        iv = _clip_start(runs, start) if runs_from < start else runs
-        seq = runs.select("pid", "ts", "cpu").sort("ts").sort("pid", maintain_order=True)
-        changed = (pl.col("pid") == pl.col("pid").shift(1)) & (pl.col("cpu") != pl.col("cpu").shift(1))
-        n_changes = seq.filter(changed.fill_null(False) & (pl.col("ts") >= start)).height
-        res = df_task_residency(iv)
-        switch_ins = runs.filter(pl.col("ts") >= start).group_by("comm").agg(pl.len().alias("runs"))
-        per = (
-            iv.group_by("comm")
-            .agg(pl.col("dur").sum().alias("run_ns"))
-            .join(switch_ins, on="comm", how="left")
-            .with_columns(pl.col("runs").fill_null(0))
-            .sort(["run_ns", "comm"], descending=[True, False])
-        )
+    folded = _folded(keyed, runs_from)  # the runs folded as they are made
+    n_changes = int(folded["tasks"]["cpu_changes"].sum())
+    res = _residency(folded["residency"], folded["tasks"].select("pid", "comm"))
+    per = folded["names"].sort(["run_ns", "comm"], descending=[True, False])
     min_ns = int((trace.end_ns - trace.start_ns) * 0.01)
     per_cpu = df_balance_per_cpu(res, PlacementAnalysis(keyed).clusters(), min_runtime_ns=min_ns)
     return res, per, n_changes, per_cpu

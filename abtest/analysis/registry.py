@@ -107,6 +107,7 @@ POWER_TABLES = (
         "Power per rail (average over the window)",
         "rail avg_power_mw[mW] energy_j[J] coverage_pct[%]",
         _trace_rails,
+        shows=("power.rail.{rail}",),
     ),
     TableSpec(
         "channels",

@@ -1,9 +1,10 @@
-"""The compiled simulators (native/src/sim*.rs) behind pelt_sim, window_sim and boost: canonical frames ->
-numpy columns -> Rust -> frames. The models are those documented in the Python modules; the Python
-implementations stay as the reference the tests compare these against (tests/test_sim_native.py).
+"""The compiled passes (native/sim/src/*.rs, bound in native/src/sim.rs) behind pelt_sim, window_sim, boost,
+latency, tasks and placement: canonical frames -> numpy columns -> Rust -> frames. The models are those
+documented in the Python modules; their readable frame implementations live under tests/oracles/, which
+tests/test_sim_native.py compares these with on every shared trace.
 
 Columns cross as contiguous numpy arrays of fixed types (ts int64, cpu / pid / prio int32, prev_state int64,
-frequencies and signals float64); nulls become a sentinel (CPU) or 0 (prev_state, prio).
+frequencies and signals float64); nulls become a sentinel (CPU; placement's pids) or 0 (prev_state, prio).
 """
 
 from __future__ import annotations
@@ -519,59 +520,64 @@ def task_state_aggregates(
     return times, runs, threads
 
 
-def _placement_inputs(sched_switch: pl.DataFrame) -> tuple[tuple, pl.Series] | None:
+# a task or name a switch does not give (a null pid; perfetto's compact sched format does not know the task a CPU ran
+# before its first recorded switch): its runs are made, so that they end those before them, then left out
+_NO_PID = -(2**31)
+_NO_PID_COMM = NO_COMM - 1
+
+
+def _placement_inputs(sched_switch: pl.DataFrame) -> tuple[tuple, pl.Series, np.ndarray | None]:
     """The compiled placement passes' switches (ts, cpu, prev_pid, next_pid, prev_comm codes, next_comm
-    codes; time order, stable) and the names their ``*_src`` indices point into ([next_comm rows...,
-    prev_comm rows...], Categorical). None when a CPU, pid or name is null: the frame rules apply then
-    (placement.df_task_intervals, backend="python")."""
+    codes; time order, stable), the names their ``*_src`` indices point into ([next_comm rows..., prev_comm
+    rows...], Categorical), and which of those indices stand for a null pid (None: no null pid). Switches
+    without a time or a CPU are not placed; a null pid becomes _NO_PID with the name code _NO_PID_COMM (its
+    runs are then dropped); a null name stays null."""
     sw = sched_switch
-    if any(sw.get_column(c).null_count() for c in ("ts", "cpu", "prev_pid", "next_pid", "prev_comm", "next_comm")):
-        return None
+    if sw.get_column("ts").null_count() or sw.get_column("cpu").null_count():
+        sw = sw.filter(pl.col("ts").is_not_null() & pl.col("cpu").is_not_null())
     if not sw["ts"].is_sorted():
         sw = sw.sort("ts", maintain_order=True)
+    prev_comm, next_comm = _codes(sw["prev_comm"]), _codes(sw["next_comm"])
+    no_pid = None
+    if sw["prev_pid"].null_count() or sw["next_pid"].null_count():
+        no_next, no_prev = sw["next_pid"].is_null().to_numpy(), sw["prev_pid"].is_null().to_numpy()
+        next_comm = np.where(no_next, np.uint32(_NO_PID_COMM), next_comm)
+        prev_comm = np.where(no_prev, np.uint32(_NO_PID_COMM), prev_comm)
+        no_pid = np.concatenate([no_next, no_prev])
     switches = (
         _a(sw, "ts", pl.Int64, 0),
         _a(sw, "cpu", pl.Int32, 0),
-        _a(sw, "prev_pid", pl.Int32, 0),
-        _a(sw, "next_pid", pl.Int32, 0),
-        _codes(sw["prev_comm"]),
-        _codes(sw["next_comm"]),
+        _a(sw, "prev_pid", pl.Int32, _NO_PID),
+        _a(sw, "next_pid", pl.Int32, _NO_PID),
+        np.ascontiguousarray(prev_comm, dtype=np.uint32),
+        np.ascontiguousarray(next_comm, dtype=np.uint32),
     )
     names = pl.concat([sw["next_comm"].cast(pl.Categorical), sw["prev_comm"].cast(pl.Categorical)])
-    return switches, names
+    return switches, names, no_pid
 
 
-def placement_runs(
-    sched_switch: pl.DataFrame, *, start_ns: int, end_ns: int, include_idle: bool
-) -> pl.DataFrame | None:
+def placement_runs(sched_switch: pl.DataFrame, *, start_ns: int, end_ns: int, include_idle: bool) -> pl.DataFrame:
     """placement.df_task_intervals, compiled (native/sim/src/placement.rs): cpu (Int32), ts, dur (ns), pid
-    (Int32), comm (Categorical), by CPU then start. None when the switches have null CPUs, pids or names."""
-    inp = _placement_inputs(sched_switch)
-    if inp is None:
-        return None
-    switches, names = inp
+    (Int32), comm (Categorical), by CPU then start."""
+    switches, names, no_pid = _placement_inputs(sched_switch)
     r = _native.placement_runs(switches, int(start_ns), int(end_ns), bool(include_idle))
     del switches
-    return pl.DataFrame(
+    runs = pl.DataFrame(
         {"cpu": r["cpu"], "ts": r["ts"], "dur": r["dur"], "pid": r["pid"], "comm": _names_of(names, r["comm_src"])}
     )
+    return runs if no_pid is None else runs.filter(pl.col("pid") != _NO_PID)
 
 
-def placement_fold(
-    sched_switch: pl.DataFrame, *, start_ns: int, end_ns: int, from_ns: int
-) -> dict[str, pl.DataFrame] | None:
+def placement_fold(sched_switch: pl.DataFrame, *, start_ns: int, end_ns: int, from_ns: int) -> dict[str, pl.DataFrame]:
     """The runs of placement_runs over [start_ns, end_ns) (idle left out) folded from ``from_ns`` on, without
     making them (native/sim/src/placement.rs fold): ``residency`` pid, cpu, time_ns (run time from from_ns);
     ``tasks`` pid, comm (name of its latest run), cpus_used, cpu_changes (consecutive runs on other CPUs, the
     later one from from_ns); ``names`` comm, run_ns, runs (runs starting from from_ns), for the tasks and
-    names that ran after from_ns. None when the switches have null CPUs, pids or names."""
-    inp = _placement_inputs(sched_switch)
-    if inp is None:
-        return None
-    switches, names = inp
+    names that ran after from_ns (the runs of a null pid left out: see _placement_inputs)."""
+    switches, names, no_pid = _placement_inputs(sched_switch)
     f = _native.placement_fold(switches, int(start_ns), int(end_ns), int(from_ns))
     del switches
-    return {
+    out = {
         "residency": pl.DataFrame({"pid": f["res_pid"], "cpu": f["res_cpu"], "time_ns": f["res_ns"]}),
         "tasks": pl.DataFrame(
             {
@@ -585,6 +591,11 @@ def placement_fold(
             {"comm": _names_of(names, f["name_src"]), "run_ns": f["name_ns"], "runs": f["name_runs"]}
         ),
     }
+    if no_pid is not None:  # the task _NO_PID, and the name _NO_PID_COMM (its runs' only name: one of their rows)
+        out["residency"] = out["residency"].filter(pl.col("pid") != _NO_PID)
+        out["tasks"] = out["tasks"].filter(pl.col("pid") != _NO_PID)
+        out["names"] = out["names"].filter(~pl.Series(no_pid[f["name_src"]]))
+    return out
 
 
 def group_stats(df: pl.DataFrame, by: str | None, value: str, quantiles: tuple[float, ...]) -> dict | None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import polars as pl
 
 from abtest.analysis import task_keys
-from abtest.analysis.intervals import df_intervals, window_of
+from abtest.analysis.intervals import window_of
 from abtest.analysis.per_trace import per_trace
 from abtest.metric_spec import Aggregation, Direction, Grouping, MetricSpec, MetricValue, TableSpec, WindowCombine
 
@@ -87,12 +87,6 @@ def prev_state_encoding(sched_switch: pl.DataFrame) -> bool:
     return bool((((s & 0xFF) == 0) & (s >= 0x400)).any())
 
 
-def _by_pid_then(df: pl.DataFrame, order: pl.Expr) -> pl.DataFrame:
-    """``df`` sorted by pid, then by ``order``, ties in their input order: two stable one-key sorts (half the
-    time of one multi-key sort on the bench trace's 1.6 M task moves)."""
-    return df.sort(order, maintain_order=True).sort("pid", maintain_order=True)
-
-
 def _switches(sched_switch: pl.DataFrame) -> pl.DataFrame:
     # task names stay categorical until the result (sorting and carrying 2 M strings costs more than the rest)
     return sched_switch.select(
@@ -125,91 +119,21 @@ def df_task_state_intervals(
     *,
     start_ns: int | None = None,
     end_ns: int | None = None,
-    backend: str = "native",
 ) -> pl.DataFrame:
     """Per thread: ``pid (Int32), ts (ns), dur (ns), state (STATE_TYPE, null = unknown / not alive), cpu (Int32,
     where it runs; null unless running), comm (Categorical)`` over ``[start_ns, end_ns)``.
 
     ``sched_switch``: whole table (state at the window start is carried in); ``wakeups``: ts, pid, comm of
-    sched_wakeup + sched_wakeup_new (or sched_waking) rows, whole tables. pid 0 is left out. ``backend``:
-    "native" (one pass per thread, native/sim/src/tasks.rs) or "python" (frames: the reference,
-    tests/test_sim_native.py).
+    sched_wakeup + sched_wakeup_new (or sched_waking) rows, whole tables. pid 0 is left out. One pass per
+    thread in time order (native/sim/src/tasks.rs; its readable reference: tests/oracles/tasks.py).
     """
+    from abtest.analysis import sim_native
+
     sw = _switches(sched_switch)
     start_ns, end_ns = window_of(sw, start_ns, end_ns)
-    if backend == "native":
-        from abtest.analysis import sim_native
-
-        return sim_native.task_state_intervals(
-            sw, *_native_args(sw, wakeups), states=STATES, wakeable=WAKEABLE, start_ns=start_ns, end_ns=end_ns
-        )
-    outs = sw.filter(pl.col("prev_pid") != 0).select(
-        "ts",
-        pl.col("prev_pid").alias("pid"),
-        pl.col("prev_comm").alias("comm"),
-        switch_out_state(pl.col("prev_state"), pre_4_14=prev_state_encoding(sw)).alias("state"),
-        pl.lit(None, pl.Int32).alias("cpu"),
-        pl.lit(0).alias("_o"),
+    return sim_native.task_state_intervals(
+        sw, *_native_args(sw, wakeups), states=STATES, wakeable=WAKEABLE, start_ns=start_ns, end_ns=end_ns
     )
-    ins = sw.filter(pl.col("next_pid") != 0).select(
-        "ts",
-        pl.col("next_pid").alias("pid"),
-        pl.col("next_comm").alias("comm"),
-        pl.lit("running", STATE_TYPE).alias("state"),
-        "cpu",
-        pl.lit(2).alias("_o"),
-    )
-    moves = pl.concat([outs, ins])
-    parts = [moves]
-    if wakeups is not None and not wakeups.is_empty():
-        wk = _by_pid_then(
-            wakeups.select(
-                pl.col("ts").cast(pl.Int64), pl.col("pid").cast(pl.Int32), pl.col("comm").cast(pl.Categorical)
-            ).filter(pl.col("pid") != 0),
-            pl.col("ts"),
-        )
-        last = (
-            _by_pid_then(moves, pl.col("ts") * 4 + pl.col("_o"))
-            .unique(["pid", "ts"], keep="last", maintain_order=True)
-            .select("pid", pl.col("ts").alias("_mts"), pl.col("state").alias("_prev"), (pl.col("ts") + 1).alias("ts"))
-        )
-        # state from the thread's last switch strictly before the wakeup: only a sleeping (or unknown) one is woken
-        wk = wk.join_asof(last, on="ts", by="pid", strategy="backward", check_sortedness=False)
-        woken = wk.filter(pl.col("_mts").is_null() | pl.col("_prev").is_in(list(WAKEABLE)))
-        parts.append(
-            woken.select(
-                "ts",
-                "pid",
-                "comm",
-                pl.lit("runnable", STATE_TYPE).alias("state"),
-                pl.lit(None, pl.Int32).alias("cpu"),
-                pl.lit(1).alias("_o"),
-            )
-        )
-    ev = _by_pid_then(pl.concat(parts), pl.col("ts") * 4 + pl.col("_o"))
-    # before a thread's first event: running if that event switches it out, else unknown
-    first = ev.group_by("pid", maintain_order=True).first()
-    seed = first.filter(pl.col("_o") == 0).select(
-        (pl.min_horizontal(pl.col("ts"), pl.lit(start_ns)) - 1).alias("ts"),
-        "pid",
-        "comm",
-        pl.lit("running", STATE_TYPE).alias("state"),
-        pl.lit(None, pl.Int32).alias("cpu"),
-    )
-    # the CPU it ran on before that first switch-out: the switch's own CPU
-    seed = (
-        seed.join(
-            sw.select("ts", pl.col("prev_pid").alias("pid"), pl.col("cpu").alias("_c"))
-            .group_by("pid")
-            .agg(pl.col("ts").min().alias("_t"), pl.col("_c").sort_by("ts").first()),
-            on="pid",
-            how="left",
-        )
-        .with_columns(pl.col("_c").alias("cpu"))
-        .drop("_t", "_c")
-    )
-    changes = pl.concat([seed, ev.select("ts", "pid", "comm", "state", "cpu")])
-    return df_intervals(changes, ["state", "cpu", "comm"], keys="pid", start_ns=start_ns, end_ns=end_ns)
 
 
 def df_task_state_aggregates(
@@ -218,17 +142,12 @@ def df_task_state_aggregates(
     *,
     start_ns: int | None = None,
     end_ns: int | None = None,
-    backend: str = "native",
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """What the per-name figures read, without keeping the intervals of df_task_state_intervals (same
     arguments): ``(times, runs, threads)``: times ``comm, state, dur`` (ns per name and known state: what
     df_task_states sums), runs ``comm, cpu, dur`` (df_activations' runs: what df_activation_stats and the
-    running per cluster read), threads ``comm, pid`` (each thread once per name it had). "native" folds each
-    thread's intervals as they are made; "python" folds df_task_state_intervals (aggregates_of_intervals)."""
-    if backend != "native":
-        return aggregates_of_intervals(
-            df_task_state_intervals(sched_switch, wakeups, start_ns=start_ns, end_ns=end_ns, backend=backend)
-        )
+    running per cluster read), threads ``comm, pid`` (each thread once per name it had). The compiled pass
+    (native/sim/src/tasks.rs) folds each thread's intervals as it makes them."""
     from abtest.analysis import sim_native
 
     sw = _switches(sched_switch)
@@ -236,20 +155,6 @@ def df_task_state_aggregates(
     return sim_native.task_state_aggregates(
         sw, *_native_args(sw, wakeups), states=STATES, wakeable=WAKEABLE, start_ns=start_ns, end_ns=end_ns
     )
-
-
-def aggregates_of_intervals(intervals: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """df_task_state_aggregates' (times, runs, threads) of task state intervals."""
-    times = (
-        intervals.lazy()
-        .filter(pl.col("state").is_not_null())
-        .group_by("comm", "state")
-        .agg(pl.col("dur").sum())
-        .collect()
-    )
-    runs = _runs(intervals).select("comm", "cpu", "dur").collect()
-    threads = intervals.select("comm", "pid").unique()
-    return times, runs, threads
 
 
 def df_task_states(intervals: pl.DataFrame, by: str = "comm") -> pl.DataFrame:
@@ -312,11 +217,6 @@ def _compiled_activation_stats(runs: pl.DataFrame, by: str) -> pl.DataFrame | No
             "running_ms": g["sum"],
         }
     )
-
-
-def _runs(intervals: pl.DataFrame) -> pl.LazyFrame:
-    """The runs of df_activations, lazily (the metrics read two of their columns)."""
-    return intervals.lazy().filter(pl.col("state") == "running")
 
 
 class TasksAnalysis:

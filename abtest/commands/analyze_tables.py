@@ -139,8 +139,9 @@ def analysis_grids(analysis: registry.Analysis, res: dict) -> list[Grid]:
     values: dict[str, dict[str | None, float]] = {}
     for m in res.get("metrics", {}).values():
         values.setdefault(m["template"], {})[m["group"]] = m["value"]
-    out = metric_grids(analysis.title, analysis.metrics, values)
     tables = res.get("tables") or {}
+    shown = {k for t in analysis.tables if t.key in tables for k in t.shows}  # printed by a table: not twice
+    out = metric_grids(analysis.title, tuple(s for s in analysis.metrics if s.key not in shown), values)
     for t in analysis.tables:
         if t.key in tables and t.across:
             out += matrix_grids(t.title, t.units(), tables[t.key]["rows"], t.keys, t.across, t.note)

@@ -250,7 +250,11 @@ def print_grid(console: Console, g: Grid, *, cell_style: Callable[[str, str], st
             console.print(line, markup=False, highlight=False)
     for p in parts:
         widths = fitted_widths(p, console.width) or min_widths(p)
-        rt = RichTable(title=p.title, title_justify="left", show_lines=False)
+        # the title on its own line at the console's width (a rich title wraps at the table's width: a narrow table
+        # would stack a long title word by word)
+        if p.title:
+            console.print(wrap_line(p.title, console.width, ""), style="italic", markup=False, highlight=False)
+        rt = RichTable(show_lines=False)
         for h, right, w in zip(p.headers, p.right, widths):
             head = "\n".join(wrap_header(h, w)).replace("[", "\\[")
             rt.add_column(head, justify="right" if right else "left", width=w, no_wrap=right, overflow="fold")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from abtest.analysis.intervals import df_intervals_join, window_of
-from abtest.analysis.pelt_sim import df_cpu_running, df_cpu_scale
+from oracles.pelt_sim import df_cpu_running, df_cpu_scale
 
 
 def df_window_demand(
