@@ -7,11 +7,9 @@ Open a trace of any supported format and get canonical polars tables::
     t.events                      # {"sched_switch": 6228, ...}
     t.df("cpu_idle")              # polars DataFrame: ts [ns], cpu, state (-1 = exit)
 
-Everything but the version is exported lazily: importing any part of abtest (abtest.metric_spec, abtest.trace,
+Everything is exported lazily: importing any part of abtest (abtest.metric_spec, abtest.trace,
 ...) runs nothing else, and the command line sets polars' allocator up before polars loads (abtest.cli).
 """
-
-from abtest.version import __version__
 
 __all__ = ["Trace", "TraceFormatError", "MissingEventsError", "AnalysisNotApplicable", "explain", "__version__"]
 
@@ -30,4 +28,8 @@ def __getattr__(name: str):
         from abtest.compare.explain import explain_store
 
         return explain_store
+    if name == "__version__":
+        from abtest import version
+
+        return version.get()
     raise AttributeError(f"module 'abtest' has no attribute {name!r}")

@@ -29,7 +29,6 @@ if os.environ.get("_RJEM_MALLOC_CONF", POLARS_JEMALLOC_DEFAULT) == POLARS_JEMALL
     os.environ["_RJEM_MALLOC_CONF"] = CLI_JEMALLOC
 
 from abtest.trace.errors import MissingEventsError, TraceFormatError  # noqa: E402
-from abtest.version import __version__  # noqa: E402 (after the allocator setting)
 
 # top-level command -> module of abtest/commands that lists it in COMMANDS
 COMMAND_MODULES = {
@@ -68,8 +67,24 @@ class LazyGroup(click.Group):
         return next((cmd for cmd in mod.COMMANDS if cmd.name == name), None)
 
 
+def _print_version(ctx: click.Context, _param, value: bool) -> None:
+    """--version: the version is looked up only when asked for (abtest.version)."""
+    if value and not ctx.resilient_parsing:
+        from abtest.version import get
+
+        click.echo(f"abtest, version {get()}")
+        ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="abtest")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 def cli() -> None:
     """abtest: trace analysis and A/B power-regression toolkit for kernel scheduler work."""
 

@@ -96,10 +96,11 @@ def evaluation_json(analysis: registry.Analysis, ev: registry.Evaluation) -> dic
 
 
 # The two lanes of _evaluations on a sched trace, in the order each runs them. Their time on the bench trace
-# (thread CPU, bench/analyze.py's trace): latency 0.49 s, tasks 0.43, load_tracking 0.21, placement 0.14, the
-# others 0.03 together. _LANE_LARGE holds latency and placement, the other lane load_tracking, then tasks,
-# then the rest: ~0.63 s each, and tasks starts only once load_tracking has given its memory back.
-_LANE_LARGE = ("latency", "placement")
+# (thread CPU of registry.evaluate, bench/analyze.py's trace, 2026-11-28 evening): latency 0.26-0.33 s, tasks 0.33,
+# load_tracking 0.18, placement 0.11-0.13, cgroups 0.04, idle 0.02, the others 0 together. _LANE_LARGE holds
+# latency, placement, cgroups and idle (~0.47 s), the other lane load_tracking, then tasks, then the rest (~0.52 s),
+# and tasks starts only once load_tracking has given its memory back.
+_LANE_LARGE = ("latency", "placement", "cgroups", "idle")
 _LANE_OTHER_FIRST = ("load_tracking", "tasks")
 
 
