@@ -50,6 +50,7 @@ from abtest.bisect.posterior import (  # noqa: E402
     parent_of,
     pooled_spread,
     posterior,
+    visit_runs,
 )
 from abtest.bisect.search import CONFIRM_RUNS, SEARCH_ROUNDS  # noqa: E402
 from abtest.compare.verdict import INCONCLUSIVE, REGRESSION, Policy, decide, directional_batch  # noqa: E402
@@ -191,8 +192,10 @@ def _search(h, ev, raw, rows, rule, builds, reported, why) -> np.ndarray:
         ev.untestable[rows[broken], nxt[broken]] = True
         ok = ~broken
         r2, p2 = rows[ok], nxt[ok]
-        x = h.runs(r2, p2, rule.batch)
-        _add(ev, raw, r2, p2, x)
+        k = visit_runs(post, rule)[go][ok]  # runs per visit: fewer where one run tells the sides apart
+        for kk in np.unique(k):
+            sel = k == kk
+            _add(ev, raw, r2[sel], p2[sel], h.runs(r2[sel], p2[sel], int(kk)))
     return searched
 
 
@@ -327,6 +330,12 @@ def main(argv=None) -> int:
         help="sequential: abtest bisect's (default); fixed: the previous version's, the decision rule on >= 3 + 3 "
         "new runs; search-runs: the first version's, the rule on all runs of culprit and parent",
     )
+    ap.add_argument(
+        "--fixed-visits",
+        action="store_true",
+        help="the search takes `batch` (2) runs at every visit (the previous version); default: fewer where one "
+        "run tells the sides apart (abtest.bisect.posterior.visit_runs)",
+    )
     args = ap.parse_args(argv)
     if args.table:
         docs = [json.loads(Path(f).read_text()) for f in args.table]
@@ -335,7 +344,11 @@ def main(argv=None) -> int:
     global CONFIRMATION
     CONFIRMATION = args.confirmation
     # the sequential confirmation brings culprit and parent to 3 runs itself; the earlier ones had the search do it
-    rule = SearchRule(confidence=args.confidence, confirm_runs=1 if CONFIRMATION == "sequential" else CONFIRM_RUNS)
+    rule = SearchRule(
+        confidence=args.confidence,
+        confirm_runs=1 if CONFIRMATION == "sequential" else CONFIRM_RUNS,
+        adaptive_visits=not args.fixed_visits,
+    )
     policy = Policy(min_effect_pct=1.0)
     t0 = time.monotonic()
     rows = []

@@ -1,6 +1,7 @@
 """The daily loop's speed: wall time of `abtest compare`, `gate` and `explain` on a run store, and where it goes.
 
     .venv/bin/python bench/compare.py [--store examples/idle-governors] [--a menu] [--b ladder] [--repeat 3]
+                                      [--bench-iterations 10 | --no-bench-store]
 
 Each command runs as a real CLI process (`python -m abtest.cli ...`, output discarded):
   cached  the per-iteration metrics cache is warm (one unmeasured run first), median of --repeat runs;
@@ -10,6 +11,12 @@ Each command runs as a real CLI process (`python -m abtest.cli ...`, output disc
 Then the cached `compare` runs once in this process under cProfile, and the bench prints its wall time split by
 stage (reading the cached metrics, statistics and verdicts, tables, rendering) and the functions with the most
 cumulative time. The gate's thresholds file is written to a temporary directory (two metrics the demo store has).
+
+Then the same three commands on a generated store of bench-size traces: 2 labels x --bench-iterations iterations,
+each a symlink to the >= 3 M-event bench trace.dat (bench/ingest.py; recorded on this machine when missing). A
+comparison decodes every iteration's file again (its values are cached, its tables are not), so the 20 links cost
+what 20 files would, less the page cache. Where a cold iteration's time goes is printed from one iteration
+analysed in this process: the decode (only the fields the analyses read) and each analysis.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import argparse
 import contextlib
 import cProfile
 import io
+import json
 import os
 import pstats
 import statistics
@@ -43,6 +51,12 @@ STAGES = {
     "seed tables": [("compare/tables.py", "seed_tables")],
     "render (terminal report)": [("report/terminal.py", "print_comparison")],
 }
+
+
+BENCH_THRESHOLDS = """alpha = 0.05
+[metrics."latency.gmean_us"]
+max_regression_pct = 5.0
+"""
 
 
 def _env(cache_dir: str) -> dict:
@@ -113,6 +127,65 @@ def stage_seconds(st: pstats.Stats) -> dict[str, float]:
     return out
 
 
+def make_bench_store(root: Path, trace: Path, iterations: int) -> Path:
+    """STORE/{A,B}/hackbench/<i>/trace.dat -> `trace`, with meta.json and .complete."""
+    store = root / "bench-store"
+    for label in ("A", "B"):
+        for i in range(iterations):
+            d = store / label / "hackbench" / str(i)
+            d.mkdir(parents=True)
+            (d / "trace.dat").symlink_to(trace)
+            (d / "meta.json").write_text(json.dumps({"kernel": {"release": label}}))
+            (d / ".complete").touch()
+    return store
+
+
+def iteration_stages(trace: Path) -> dict[str, float]:
+    """Wall seconds of one cold iteration's parts in this process (the second of two runs: imports and page
+    cache warm): the decode as a comparison does it, then each trace analysis of the registry."""
+    from abtest.analysis import registry
+    from abtest.session import Trace
+    from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
+    from abtest.trace.readers import read_trace
+
+    out: dict[str, float] = {}
+    for _ in range(2):
+        t0 = time.perf_counter()
+        data = read_trace(trace, fields_of=registry.raw_tables_read())
+        out["decode (fields the analyses read)"] = time.perf_counter() - t0
+        t = Trace(trace, _data=data)
+        for a in registry.TRACE_ANALYSES:
+            t0 = time.perf_counter()
+            with contextlib.suppress(MissingEventsError, AnalysisNotApplicable):
+                registry.compute(a, t, registry.MetricOptions())
+            out[a.name] = time.perf_counter() - t0
+    return out
+
+
+def bench_store(tmp: Path, iterations: int, repeat: int) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from ingest import BENCH_TRACE, ensure_bench_trace
+
+    trace, events = ensure_bench_trace(BENCH_TRACE, 3_000_000)
+    store = make_bench_store(tmp, trace, iterations)
+    th = tmp / "bench-thresholds.toml"
+    th.write_text(BENCH_THRESHOLDS)
+    print(
+        f"\nbench-size store: 2 x {iterations} iterations of {trace.name} ({events / 1e6:.2f} M events); wall "
+        f"seconds, median of {repeat} CLI processes (--jobs {os.cpu_count()})"
+    )
+    print(f"{'command':<10} {'cached s':>9} {'cold s':>9}")
+    for name, cli_args in commands(str(store), "A", "B", str(th)).items():
+        cached, cold = time_command(cli_args, str(tmp / "bench-cache"), repeat)
+        print(f"{name:<10} {cached:>9.2f} {cold:>9.2f}")
+    stages = iteration_stages(trace)
+    total = sum(stages.values())
+    print(f"\none cold iteration in-process: {total:.2f} s")
+    for stage, s in sorted(stages.items(), key=lambda kv: -kv[1]):
+        if s >= 0.005:
+            print(f"  {stage:<45} {s:6.3f} s {100 * s / total:5.1f} %")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", default="examples/idle-governors")
@@ -120,6 +193,8 @@ def main(argv=None) -> None:
     ap.add_argument("--b", default="ladder")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--top", type=int, default=15, help="functions listed by cumulative time")
+    ap.add_argument("--bench-iterations", type=int, default=10, help="iterations per label of the bench-size store")
+    ap.add_argument("--no-bench-store", action="store_true", help="the demo store only")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="abtest-bench-") as tmp:
         th = Path(tmp) / "thresholds.toml"
@@ -145,6 +220,9 @@ def main(argv=None) -> None:
     lines = buf.getvalue().splitlines()
     start = next(i for i, x in enumerate(lines) if x.lstrip().startswith("ncalls"))
     print("\n".join(lines[start : start + args.top + 1]))
+    if not args.no_bench_store:
+        with tempfile.TemporaryDirectory(prefix="abtest-bench-") as tmp:
+            bench_store(Path(tmp), args.bench_iterations, args.repeat)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from abtest.bisect.posterior import Evidence, SearchRule, block_members, classic_next, next_query, parent_of, posterior
+from abtest.bisect.posterior import (
+    Evidence,
+    SearchRule,
+    block_members,
+    classic_next,
+    next_query,
+    parent_of,
+    posterior,
+    visit_runs,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,6 +103,36 @@ def test_classic_halving_skips_untestable_middles():
 def test_posterior_needs_both_endpoints():
     with pytest.raises(ValueError, match="endpoints"):
         posterior(Evidence.from_runs([[], [1.0], [2.0]]))
+
+
+def test_visit_runs_follow_the_effect_in_units_of_noise():
+    """One run per visit where one run settles a revision's side (effect >> noise), `batch` where the effect is
+    near the noise; every history of a batch gets its own count; adaptive_visits=False always takes `batch`."""
+    rule = SearchRule(batch=2)
+    big = posterior(Evidence.from_runs(_runs([100.0] * 8 + [110.0] * 8, [6] + [0] * 14 + [6], cv=0.01)))  # ~10 sd
+    near = posterior(Evidence.from_runs(_runs([100.0] * 8 + [102.0] * 8, [6] + [0] * 14 + [6], cv=0.02)))  # ~1 sd
+    assert int(visit_runs(big, rule)) == 1
+    assert int(visit_runs(near, rule)) == 2
+    assert int(visit_runs(big, SearchRule(batch=2, adaptive_visits=False))) == 2
+    both = Evidence.from_runs(_runs([100.0] * 8 + [110.0] * 8, [6] + [0] * 14 + [6], cv=0.01))
+    ev = Evidence(
+        np.stack([both.n, both.n]),
+        np.stack([both.s, both.s]),
+        np.stack([both.ss, both.ss * 1.0001]),
+        np.stack([both.untestable, both.untestable]),
+    )
+    assert visit_runs(posterior(ev), rule).shape == (2,)
+    # the number of runs grows as the effect shrinks toward the noise, up to batch
+    ks = [
+        int(
+            visit_runs(
+                posterior(Evidence.from_runs(_runs([100.0] * 8 + [100 + e] * 8, [8] + [0] * 14 + [8], cv=0.01))),
+                SearchRule(batch=8),
+            )
+        )
+        for e in (10.0, 2.0, 1.0)
+    ]
+    assert ks[0] == 1 and ks[0] <= ks[1] <= ks[2] and ks[2] > 1, ks
 
 
 def test_simulation_bench_small_setting():

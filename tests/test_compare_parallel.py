@@ -4,9 +4,11 @@ lose the others, and the per-iteration cache serves the second run."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from abtest.analysis.registry import MetricOptions
+from abtest.compare import parallel
 from abtest.compare.metrics import METRICS_CACHE_FILE
 from abtest.compare.parallel import analyse_iterations
 from abtest.store.reader import load_label
@@ -52,3 +54,23 @@ def test_parallel_equals_serial_and_isolates_a_broken_iteration(tmp_path, traces
     assert time.perf_counter() - t0 < t_cold
     for p in good:
         assert {k: v.value for k, v in again[p][0].items()} == {k: v.value for k, v in serial[p][0].items()}
+
+
+def test_worker_environment_is_set_for_the_workers_only_and_keeps_the_users(monkeypatch):
+    """The workers are spawned with OpenBLAS on one thread unless the user chose; this process' environment is
+    back as it was afterwards."""
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with parallel._worker_environment():
+        assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    with parallel._worker_environment():
+        assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
+
+
+def test_memory_to_spare_follows_meminfo():
+    kb = next(int(x.split()[1]) for x in open("/proc/meminfo") if x.startswith("MemAvailable:"))
+    fits = kb * 1024 // parallel.KEEP_FREED_MIN_BYTES
+    assert parallel._memory_to_spare(max(fits, 1)) == (fits >= 1)
+    assert not parallel._memory_to_spare(fits + 1)

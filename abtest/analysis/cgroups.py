@@ -188,8 +188,9 @@ class CgroupAnalysis:
 
         t = self.trace
         t.require("cgroup CPU time", "sched_switch")
+        members = self.df_membership_changes()  # first: a trace without cgroup information stops here, cheaply
         runs = df_task_intervals(t.df("sched_switch", windowed=False), start_ns=t.start_ns, end_ns=t.end_ns)
-        return df_cgroup_runtime(runs, self.df_membership_changes(), trace_clusters(t), window_ns=t.end_ns - t.start_ns)
+        return df_cgroup_runtime(runs, members, trace_clusters(t), window_ns=t.end_ns - t.start_ns)
 
 
 def _cgroup_rows(trace, fn) -> pl.DataFrame | None:

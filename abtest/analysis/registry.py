@@ -43,6 +43,7 @@ from abtest.analysis.per_trace import per_trace, release
 from abtest.metric_spec import Grouping, MetricSpec, MetricValue, TableSpec
 from abtest.results.specs import WORKLOAD_METRICS
 from abtest.trace.errors import AnalysisNotApplicable, MissingEventsError
+from abtest.trace.schema import raw_names
 
 # Where an analysis' values come from.
 TRACE, METRICS_JSON, POWER_SAMPLES = "trace", "metrics.json", "power samples"
@@ -336,6 +337,13 @@ def events_for(names: list[str] | tuple[str, ...] | None = None) -> list[str]:
     """Canonical tables the named analyses require or can use (all trace analyses when None), in order."""
     chosen = ANALYSES if names is None else [BY_NAME[n] for n in names]
     return list(dict.fromkeys(ev for a in chosen for ev in a.all_events))
+
+
+def raw_tables_read() -> frozenset[str]:
+    """The raw event tables whose fields the registry's analyses (power included) read: their declared events
+    under every raw name a reader may give them (abtest.trace.schema.raw_names). A comparison decodes only
+    these tables' fields (abtest.trace.readers.read_trace `fields_of`)."""
+    return raw_names(events_for())
 
 
 class UndeclaredMetricError(RuntimeError):

@@ -23,6 +23,7 @@ Every function takes arrays with any leading batch shape (H, R) (R = N + 1 revis
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -171,7 +172,8 @@ def block_members(untestable: np.ndarray, culprit: int) -> list[int]:
 @dataclass(frozen=True)
 class SearchRule:
     """How the posterior search spends runs. confidence: stop when the culprit block has this probability.
-    batch: runs per visit of a revision. confirm_runs: runs the culprit and its parent need at least before the
+    batch: runs per visit of a revision, at most (`visit_runs`: fewer where one run tells the sides apart; all
+    `batch` when adaptive_visits is False). confirm_runs: runs the culprit and its parent need at least before the
     search stops (abtest bisect passes 1: its confirmation brings the two to 3 + 3 itself, with new runs).
     per_revision_cap: a revision with this many runs is not measured again (the search
     treats it as skipped from then on; its runs still count). stuck_margin: when no eligible position has
@@ -182,6 +184,24 @@ class SearchRule:
     confirm_runs: int = 3
     per_revision_cap: int = 40
     stuck_margin: float = 0.05
+    adaptive_visits: bool = True
+
+
+def visit_runs(post: Posterior, rule: SearchRule) -> np.ndarray:
+    """Runs to take at the next visit, per history (shape (...,)): the fewest whose mean falls on the wrong side of
+    the midpoint between the two levels with probability at most 1 - confidence, i.e. k >= (2 z / d)^2 with
+    d = |mu_bad - mu_good| / sd (the effect in units of noise) and z the normal quantile of the confidence; at
+    least 1, at most `rule.batch`. At 0.95 one run where d >= 3.3, `rule.batch` (2) where the effect is nearer the
+    noise; at 0.99 one run where d >= 4.7."""
+    full = np.full(np.shape(post.culprit), rule.batch, dtype=np.int64)
+    if not rule.adaptive_visits:
+        return full
+    z = NormalDist().inv_cdf(rule.confidence)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.abs(post.mu_bad - post.mu_good) / post.sd
+        k = np.ceil((2 * z / d) ** 2)
+    k = np.where(np.isfinite(k), k, rule.batch)
+    return np.clip(k, 1, rule.batch).astype(np.int64)
 
 
 def next_query(ev: Evidence, post: Posterior, rule: SearchRule) -> tuple[np.ndarray, np.ndarray]:

@@ -44,6 +44,7 @@ from abtest.bisect.posterior import (
     parent_of,
     pooled_spread,
     posterior,
+    visit_runs,
 )
 from abtest.compare.verdict import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Policy, decide
 
@@ -210,7 +211,7 @@ class Bisector:
             if nxt < 0 or self.over_budget():
                 self.log("budget exhausted" if nxt >= 0 else "no revision left to measure")
                 return culprit, True
-            runs = int(ev.n[nxt]) + self.cfg.batch
+            runs = int(ev.n[nxt]) + int(visit_runs(post, rule))
             self.log(
                 f"[{self.runs_total()} runs] culprit so far {self.st.revisions[culprit][:12]} "
                 f"(P = {float(post.confidence):.3f}); measuring {self.st.revisions[nxt][:12]} "

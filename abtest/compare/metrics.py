@@ -279,10 +279,14 @@ def derived_metrics(
     trace = None
     if with_trace and it.trace_path is not None:
         from abtest.session import Trace
+        from abtest.trace.readers import read_trace
 
         try:
-            # the values are cached: skip the table cache; a platform file beside the trace applies to it
-            trace = Trace(it.trace_path, use_cache=False, platform=it.platform_path)
+            # the values are cached: no table cache, and only the fields the analyses read are decoded (a
+            # trace.dat's other events keep their times: the span and the event counts are the file's); a
+            # platform file beside the trace applies to it
+            data = read_trace(it.trace_path, fields_of=registry.raw_tables_read())
+            trace = Trace(it.trace_path, platform=it.platform_path, _data=data)
             trace.tables  # noqa: B018 - read now: a file that cannot be read is reported here, once
         except (TraceFormatError, OSError, ValueError) as e:  # ValueError: a platform file it cannot use
             notes.append(f"trace metrics unavailable: {e}")

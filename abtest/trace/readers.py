@@ -38,10 +38,15 @@ _EXPECTED = (
 )
 
 
-def read_trace(path: str | os.PathLike, *, limits: Limits | None = None) -> TraceData:
+def read_trace(
+    path: str | os.PathLike, *, limits: Limits | None = None, fields_of: frozenset[str] | None = None
+) -> TraceData:
     """Decode any supported trace file into canonical tables + metadata (no cache).
 
-    limits: inflate / line limits (abtest.trace.limits; default: the environment's)."""
+    limits: inflate / line limits (abtest.trace.limits; default: the environment's). fields_of: the raw event
+    tables whose fields the caller reads (None: all). A trace.dat's other tables then keep only `ts` and `cpu`
+    (the span, the event counts and the checks over timestamps stay the whole file's; meta["fields_not_decoded"]
+    names them); the other formats decode everything."""
     path = Path(path)
     limits = limits or current()
     try:
@@ -83,7 +88,7 @@ def read_trace(path: str | os.PathLike, *, limits: Limits | None = None) -> Trac
     else:
         with open(path, "rb") as f:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    raw, meta = _decode(label, data, fmt, limits)
+    raw, meta = _decode(label, data, fmt, limits, fields_of)
     battors += meta.pop("_battor_texts", [])
     ingest = Ingest(fmt=fmt, path=path, size=size, wrapper=wrapper)
     return ingest.finish(ingest.add(raw), meta, battors=battors, members=members, chosen=chosen)
@@ -181,11 +186,11 @@ def _refuse_unknown(path: Path, fmt: str | None, head: bytes) -> None:
         )
 
 
-def _decode(path, data, fmt: str, limits: Limits) -> tuple[dict, dict]:
+def _decode(path, data, fmt: str, limits: Limits, fields_of: frozenset[str] | None = None) -> tuple[dict, dict]:
     if fmt == "trace.dat":
         from abtest.trace import tracedat
 
-        return tracedat.read(path, data, limits=limits)
+        return tracedat.read(path, data, limits=limits, fields_of=fields_of)
     if fmt == "perfetto":
         from abtest.trace import perfetto
 

@@ -65,6 +65,17 @@ EVENT_ALIASES: dict[str, str] = {
 
 MARKER_EVENTS = ("print", "bprint", "bputs", "tracing_mark_write")
 
+
+def raw_names(canonical) -> frozenset[str]:
+    """The raw event names a reader may give the canonical tables `canonical` under: the names themselves, the
+    raw aliases of each (EVENT_ALIASES) and, for `marker`, the marker events it is built from."""
+    wanted = set(canonical)
+    out = wanted | {raw for raw, canon in EVENT_ALIASES.items() if canon in wanted}
+    if "marker" in wanted:
+        out |= set(MARKER_EVENTS)
+    return frozenset(out)
+
+
 # PELT field names across kernel/module versions -> canonical
 _PELT_FIELD_RENAMES = {
     "util_avg": "util",

@@ -71,20 +71,35 @@ def frames(batches: list) -> dict[str, pl.DataFrame]:
     return out
 
 
-def read(path, data, *, limits: Limits | None = None) -> tuple[dict[str, pl.DataFrame], dict]:
+def read(
+    path, data, *, limits: Limits | None = None, fields_of: frozenset[str] | None = None
+) -> tuple[dict[str, pl.DataFrame], dict]:
     """Decode a trace.dat held in `data` (bytes or mmap of the file at `path`). Returns (raw tables by
     event name, meta). Only event types with records get a table (the file carries the formats of
     every event the kernel knows, thousands of them); meta["event_formats"] counts the formats present.
-    limits: the inflate limits (default: abtest.trace.limits.current(), the environment's)."""
+    limits: the inflate limits (default: abtest.trace.limits.current(), the environment's). fields_of: the
+    tables whose fields are decoded (None: all); the others keep `ts` and `cpu` only and are named in
+    meta["fields_not_decoded"]."""
     lim = limits or current()
     try:
         # a read-only file mapping's pages are given back once decoded (they fault back in from the file)
         batches, meta = _native().tracedat_decode(
-            data, lim.inflate_ratio, lim.inflate_floor, lim.inflated_bytes, isinstance(data, mmap.mmap)
+            data,
+            lim.inflate_ratio,
+            lim.inflate_floor,
+            lim.inflated_bytes,
+            isinstance(data, mmap.mmap),
+            0,
+            None if fields_of is None else sorted(fields_of),
         )
     except ValueError as e:
         raise format_error(path, e) from None
-    return frames(batches), _meta_of(meta)
+    tables, meta = frames(batches), _meta_of(meta)
+    if fields_of is not None:
+        meta["fields_not_decoded"] = sorted(
+            name for name in tables if name not in fields_of and name.rsplit(":", 1)[-1] not in fields_of
+        )
+    return tables, meta
 
 
 def read_rounds(

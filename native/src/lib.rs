@@ -20,6 +20,13 @@ fn release_freed_memory(py: Python<'_>) {
     py.detach(::tracedat::release_freed_memory);
 }
 
+/// This process keeps the memory it frees for reuse from now on (tracedat::keep_freed_memory): for a worker
+/// that analyses one trace after another.
+#[pyfunction]
+fn keep_freed_memory() {
+    ::tracedat::keep_freed_memory();
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -28,5 +35,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sim::register(m)?;
     cache_ipc::register(m)?;
     m.add_function(wrap_pyfunction!(release_freed_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(keep_freed_memory, m)?)?;
     Ok(())
 }

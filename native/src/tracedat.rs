@@ -26,8 +26,9 @@ fn py_error(e: Error) -> PyErr {
 /// Decode a whole trace.dat held in `data` (bytes or mmap) with the GIL released.
 /// Returns ([(table name, arrow RecordBatch)], meta dict). Limits: see tracedat::Limits. `file_mapping`:
 /// `data` is a read-only mmap of the file (its pages are released once decoded; never for bytes).
+/// `fields_of`: the tables whose fields are decoded (None: all); any other table keeps `ts` and `cpu` only.
 #[pyfunction]
-#[pyo3(signature = (data, inflate_ratio, inflate_floor, inflated_bytes, file_mapping=false, threads=0))]
+#[pyo3(signature = (data, inflate_ratio, inflate_floor, inflated_bytes, file_mapping=false, threads=0, fields_of=None))]
 #[allow(clippy::too_many_arguments)]
 fn tracedat_decode<'py>(
     py: Python<'py>,
@@ -37,12 +38,14 @@ fn tracedat_decode<'py>(
     inflated_bytes: u64,
     file_mapping: bool,
     threads: usize,
+    fields_of: Option<Vec<String>>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyAny>)> {
     let bytes = bytes_of(&data)?;
     let opts = Options {
         limits: Limits { inflate_ratio, inflate_floor, inflated_bytes },
         threads,
         release_input: file_mapping && data.readonly(),
+        fields_of: fields_of.map(|names| std::sync::Arc::new(names.into_iter().collect())),
     };
     let decoded = py.detach(|| tracedat::decode(bytes, &opts)).map_err(py_error)?;
     let tables = PyList::empty(py);
@@ -76,6 +79,7 @@ fn tracedat_decode_rounds<'py>(
         limits: Limits { inflate_ratio, inflate_floor, inflated_bytes },
         threads,
         release_input: file_mapping && data.readonly(),
+        fields_of: None,
     };
     let sizes = RoundSizes { piece_bytes: piece_bytes.max(1), round_bytes: round_bytes.max(1) };
     let mut failed: Option<PyErr> = None;

@@ -15,7 +15,7 @@ fn ts_of(batch: &RecordBatch) -> Vec<i64> {
 
 fn decode(data: &[u8]) -> Result<(), String> {
     let limits = tracedat::Limits { inflate_ratio: 250.0, inflate_floor: 64 << 20, inflated_bytes: 1 << 30 };
-    let opts = tracedat::Options { limits, threads: 2, release_input: false };
+    let opts = tracedat::Options { limits, threads: 2, release_input: false, fields_of: None };
     let whole = tracedat::decode(data, &opts).map_err(|e| e.to_string())?;
     let sizes = tracedat::RoundSizes { piece_bytes: 8 << 10, round_bytes: 64 << 10 };
     let mut rounds: BTreeMap<String, Vec<i64>> = BTreeMap::new();

@@ -121,6 +121,8 @@ pub struct Ctx<'a> {
     pub long_size: usize,
     /// gives the pages of a decoded piece's file bytes back to the kernel (a read-only file mapping)
     pub release: Option<fn(&[u8])>,
+    /// the tables whose fields are decoded (None: all; the others keep ts and cpu only)
+    pub fields_of: Option<&'a std::collections::HashSet<String>>,
 }
 
 /// Per-thread scratch: inflate buffer and context, event id -> slot in the piece's types, and the records
@@ -185,7 +187,11 @@ fn decode_piece(ctx: &Ctx, p: &Piece, sc: &mut Scratch) -> Result<PieceOut, Erro
                 slot[id as usize] = s;
                 // room for as many records as the previous piece of this thread suggests (+5 %)
                 let cap = per_byte.get(&id).map_or(0, |r| (r * piece_bytes as f64 * 1.05) as usize + 16);
-                types.push(Filling { fill: Filler::new(&ty.specs, cap), ty, ts: Vec::with_capacity(cap) });
+                // a table named `system:name` (two systems share the name) is kept by its event name too
+                let event = ty.table.rsplit(':').next().unwrap_or(&ty.table);
+                let decoded = ctx.fields_of.is_none_or(|keep| keep.contains(&ty.table) || keep.contains(event));
+                let specs: &[crate::columns::Spec] = if decoded { &ty.specs } else { &[] };
+                types.push(Filling { fill: Filler::new(specs, cap), ty, ts: Vec::with_capacity(cap) });
             }
             let tc = &mut types[s as usize];
             tc.ts.push(ts);

@@ -41,7 +41,7 @@ use arrow_schema::{DataType, Field, Schema};
 pub use error::{Error, Example, ImportLog, Skipped};
 pub use inflate::Limits;
 pub use layout::{CpuPages, Layout};
-pub use merge::release_freed_memory;
+pub use merge::{keep_freed_memory, release_freed_memory};
 pub use meta::{InstanceBuffer, Kernel, Meta};
 
 use columns::{Builder, Data, Syms};
@@ -49,7 +49,7 @@ use merge::Table;
 use pages::{Clock, PageLayout};
 
 /// How to decode.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     pub limits: Limits,
     /// decode threads (0: one per core, at most 16)
@@ -57,6 +57,10 @@ pub struct Options {
     /// `data` is a read-only file mapping: its pages are given back to the kernel once decoded (they
     /// would fault back in from the file), so that they do not count in the peak RSS of the merge
     pub release_input: bool,
+    /// the tables whose fields are decoded (None: every table's); the records of any other table keep only
+    /// their `ts` and `cpu` (so the trace's span, its event counts and the time order are the whole file's),
+    /// for a caller that reads a known set of tables (a comparison's analyses)
+    pub fields_of: Option<Arc<std::collections::HashSet<String>>>,
 }
 
 /// A decoded trace: (table name, columns) sorted by name, and the metadata.
@@ -157,6 +161,7 @@ fn run(data: &[u8], opts: &Options, sizes: Option<RoundSizes>, emit: &mut EmitRo
         syms: &syms,
         long_size: header.commit_size,
         release: opts.release_input.then_some(release_pages),
+        fields_of: opts.fields_of.as_deref(),
     };
     // a compressed kallsyms section is checked even when no record needs it (a corrupt file is an error)
     let check = || match lay.kallsyms {
@@ -246,7 +251,8 @@ fn release_pages(data: &[u8]) {
 
 /// A table's columns as an Arrow record batch.
 fn record_batch(t: Table, lay: &Layout, has_instances: bool, printk: &HashMap<u64, Vec<u8>>) -> RecordBatch {
-    let own_cpu = t.ty.specs.iter().any(|s| s.name == "cpu");
+    // an event's own `cpu` field (absent when its fields were not decoded: Options::fields_of)
+    let own_cpu = t.cols.iter().any(|b| b.spec.name == "cpu");
     let mut fields = vec![
         Field::new("ts", DataType::Int64, false),
         Field::new(if own_cpu { "buffer_cpu" } else { "cpu" }, DataType::Int32, false),
