@@ -4,7 +4,7 @@
 //! read (time per task and CPU, a task's last name, CPUs used and CPU changes, time and switch-ins per
 //! name), so that no per-run frame has to be grouped in Python.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// sched_switch rows in time order (rows of one timestamp in table order). Names are codes (equal names,
 /// equal codes); `*_src` of the results index the names as `[next_comm rows..., prev_comm rows...]`.
@@ -213,7 +213,7 @@ pub fn fold(runs: &Runs, from_ns: i64) -> Fold {
     // per name
     // code -> (where its first run's name comes from, run time from from_ns, runs from from_ns, ran after
     // from_ns at all): a few hundred names, not one entry per run
-    let mut per_name: HashMap<u32, (u32, i64, i64, bool)> = HashMap::new();
+    let mut per_name: FxHashMap<u32, (u32, i64, i64, bool)> = FxHashMap::default();
     for i in 0..n {
         let e = per_name.entry(runs.comm[i]).or_insert((runs.comm_src[i], 0, 0, false));
         if let Some((_, d)) = clipped(i) {

@@ -11,7 +11,7 @@
 //!   change before the window is carried to its start, a thread first seen inside it is unknown (no state)
 //!   until then, consecutive equal (state, cpu, comm) merge, empty intervals are dropped.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// No state: exited, or unknown.
 pub const NO_STATE: i8 = -1;
@@ -148,7 +148,7 @@ pub fn state_intervals(inp: &Inputs) -> Intervals {
 /// `Aggregates` as soon as they are made.
 pub fn state_aggregates(inp: &Inputs) -> Aggregates {
     let n = inp.sw_ts.len() as u32;
-    let mut times: HashMap<(u32, i8), (u32, i64)> = HashMap::new();
+    let mut times: FxHashMap<(u32, i8), (u32, i64)> = FxHashMap::default();
     let mut agg = Aggregates::default();
     let mut names: Vec<u32> = Vec::new();
     walk(inp, &mut |out: &mut Intervals| {
@@ -201,8 +201,13 @@ fn walk(inp: &Inputs, sink: &mut dyn FnMut(&mut Intervals)) -> Intervals {
     moves.extend(outs.map(|r| Move::new(inp.prev_pid[r as usize], r)));
     moves.extend(ins.map(|r| Move::new(inp.next_pid[r as usize], n + r)));
     moves.sort_unstable_by_key(|m| m.0);
-    let mut wk: Vec<u32> = (0..inp.wk_ts.len() as u32).filter(|&r| inp.wk_pid[r as usize] != 0).collect();
-    wk.sort_unstable_by_key(|&r| (inp.wk_pid[r as usize], inp.wk_ts[r as usize], r));
+    // the wakeups by (pid, ts, row), sorted on their keys (not through the rows: no loads per comparison)
+    let mut wk_keys: Vec<(i32, i64, u32)> = (0..inp.wk_ts.len() as u32)
+        .filter(|&r| inp.wk_pid[r as usize] != 0)
+        .map(|r| (inp.wk_pid[r as usize], inp.wk_ts[r as usize], r))
+        .collect();
+    wk_keys.sort_unstable();
+    let wk: Vec<u32> = wk_keys.into_iter().map(|k| k.2).collect();
 
     let mut out = Intervals::default();
     // at most one interval per change, plus an unknown start and a seed per thread: reserved once (pages
@@ -225,7 +230,9 @@ fn walk(inp: &Inputs, sink: &mut dyn FnMut(&mut Intervals)) -> Intervals {
         }
         mv.clear();
         mv.extend(moves[i0..i].iter().map(|&m| change_of(inp, n, m)));
-        mv.sort_unstable_by_key(|c| (c.ts, c.seq));
+        // a thread's outs then its ins, each in row order: two runs in time order when the rows are, which the
+        // stable sort merges in one pass (the keys are unique: the same order as any sort)
+        mv.sort_by_key(|c| (c.ts, c.seq));
         // wakeups of a thread whose last switch strictly before them left it wakeable (or that has none)
         woken.clear();
         let mut k = 0usize;
