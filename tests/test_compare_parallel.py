@@ -69,8 +69,21 @@ def test_worker_environment_is_set_for_the_workers_only_and_keeps_the_users(monk
     assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
 
 
-def test_memory_to_spare_follows_meminfo():
+def test_memory_to_spare_follows_meminfo_and_the_cgroup_limit(tmp_path, monkeypatch):
+    avail = parallel.available_memory_bytes()
     kb = next(int(x.split()[1]) for x in open("/proc/meminfo") if x.startswith("MemAvailable:"))
-    fits = kb * 1024 // parallel.KEEP_FREED_MIN_BYTES
-    assert parallel._memory_to_spare(max(fits, 1)) == (fits >= 1)
-    assert not parallel._memory_to_spare(fits + 1)
+    slack = 256 << 20  # MemAvailable moves between two reads
+    assert 0 <= avail <= kb * 1024 + slack
+    fits = avail // parallel.KEEP_FREED_MIN_BYTES
+    assert not parallel._memory_to_spare(fits + 2)
+    if fits >= 2:
+        assert parallel._memory_to_spare(fits - 1)
+    # a memory cgroup limited to 3 GiB with 2 GiB used leaves 1 GiB: one worker does not keep its memory
+    lim, use = tmp_path / "memory.max", tmp_path / "memory.current"
+    lim.write_text(str(3 << 30))
+    use.write_text(str(2 << 30))
+    monkeypatch.setattr(parallel, "_cgroup_memory_files", lambda: [(lim, use)])
+    assert parallel.available_memory_bytes() == min(1 << 30, kb * 1024)
+    assert not parallel._memory_to_spare(1)
+    lim.write_text("max")
+    assert abs(parallel.available_memory_bytes() - kb * 1024) < slack

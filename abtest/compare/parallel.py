@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 
 from abtest.analysis.registry import MetricOptions
 from abtest.compare.metrics import cache_file, cache_key, iteration_metrics, read_cache
@@ -31,13 +32,48 @@ _WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 
 
 def _memory_to_spare(workers: int) -> bool:
-    """Whether each of `workers` worker processes has KEEP_FREED_MIN_BYTES of MemAvailable (/proc/meminfo)."""
+    """Whether each of `workers` worker processes has KEEP_FREED_MIN_BYTES of the memory this process may still
+    use: MemAvailable (/proc/meminfo), or less when its memory cgroup (v2 or v1) has a limit."""
+    avail = available_memory_bytes()
+    return avail is not None and avail >= workers * KEEP_FREED_MIN_BYTES
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable, bounded by the limit of this process' memory cgroup minus its use (cgroup v2 memory.max /
+    memory.current, v1 memory.limit_in_bytes / memory.usage_in_bytes); None when /proc/meminfo is unreadable."""
     try:
         with open("/proc/meminfo") as f:
-            kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+            avail = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:")) * 1024
     except (OSError, StopIteration, ValueError, IndexError):
-        return False
-    return kb * 1024 >= workers * KEEP_FREED_MIN_BYTES
+        return None
+    for limit_file, usage_file in _cgroup_memory_files():
+        try:
+            limit = limit_file.read_text().strip()
+            if limit == "max" or int(limit) >= 1 << 60:  # no limit
+                continue
+            avail = min(avail, max(0, int(limit) - int(usage_file.read_text().strip())))
+        except (OSError, ValueError):
+            continue
+    return avail
+
+
+def _cgroup_memory_files() -> list[tuple[Path, Path]]:
+    """(limit, usage) file pairs of this process' memory cgroup, v2 and v1, where they exist."""
+    root = Path("/sys/fs/cgroup")
+    out = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        hid, controllers, rel = (line.split(":", 2) + ["", ""])[:3]
+        rel = rel.lstrip("/")
+        if hid == "0" and controllers == "":
+            out.append((root / rel / "memory.max", root / rel / "memory.current"))
+        elif "memory" in controllers.split(","):
+            for base in (root / "memory" / rel, root / "memory"):  # the namespace may show its cgroup as the root
+                out.append((base / "memory.limit_in_bytes", base / "memory.usage_in_bytes"))
+    return [(lim, use) for lim, use in out if lim.is_file() and use.is_file()]
 
 
 @contextlib.contextmanager
