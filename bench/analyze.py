@@ -355,16 +355,12 @@ def print_targets(res: dict) -> None:
 
 # ----------------------------------------------------------------------------------------------- compare
 def compare_bench(path: Path, iterations: int, jobs: int) -> dict:
-    store = Path(tempfile.mkdtemp(prefix="abtest-bench-store-"))
+    from compare import make_bench_store  # bench/compare.py: the same store its bench-size part times
+
+    tmp = Path(tempfile.mkdtemp(prefix="abtest-bench-store-"))
+    store = make_bench_store(tmp, path, iterations)
     cache = Path(tempfile.mkdtemp(prefix="abtest-bench-cache-"))
     try:
-        for label in ("A", "B"):
-            for i in range(iterations):
-                d = store / label / "hackbench" / str(i)
-                d.mkdir(parents=True)
-                (d / "trace.dat").symlink_to(path)
-                (d / "meta.json").write_text(json.dumps({"kernel": {"release": label}}))
-                (d / ".complete").touch()
         env = {**os.environ, "ABTEST_CACHE_DIR": str(cache)}
         cmd = ABTEST + ["compare", "A", "B", "--store", str(store), "--jobs", str(jobs), "--format", "json"]
         print(f"compare: 2 labels x {iterations} iterations (symlinks to the bench trace), --jobs {jobs}:")
@@ -386,7 +382,7 @@ def compare_bench(path: Path, iterations: int, jobs: int) -> dict:
             "jobs": jobs,
         }
     finally:
-        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
 
 
