@@ -29,6 +29,8 @@ pub struct Events {
     index: HashMap<u64, (String, String, usize)>,
     texts: Vec<(String, String)>,
     name_counts: HashMap<String, usize>,
+    /// ids per (system, name): more than one only in a damaged file (each then gets a table of its own)
+    pair_counts: HashMap<(String, String), usize>,
     long_size: usize,
     /// common_type of every record: (offset, size)
     pub id_field: (usize, usize),
@@ -113,14 +115,17 @@ impl Events {
             }
         }
         let mut name_counts = HashMap::new();
-        for (_, name, _) in index.values() {
+        let mut pair_counts = HashMap::new();
+        for (system, name, _) in index.values() {
             *name_counts.entry(name.clone()).or_insert(0) += 1;
+            *pair_counts.entry((system.clone(), name.clone())).or_insert(0) += 1;
         }
         let mut ev = Events {
             count: index.len(),
             index,
             texts: formats,
             name_counts,
+            pair_counts,
             long_size,
             id_field: (0, 2),
             unknown: Vec::new(),
@@ -182,7 +187,11 @@ impl Events {
         let mut specs: Vec<Spec> = fields.iter().map(|f| spec(&ev, f, self.long_size)).collect();
         let char_pointer = fields.iter().zip(&specs).map(|(f, s)| f.is_char_pointer() && s.kind == Kind::Int).collect();
         distinct_names(&mut specs);
-        let table = if self.name_counts.get(name).copied().unwrap_or(0) == 1 {
+        let pair = (system.clone(), name.clone());
+        let table = if self.pair_counts.get(&pair).copied().unwrap_or(0) > 1 {
+            // two ids with one system and name (a damaged file): one table each, never one name for two tables
+            format!("{system}:{name}#{id}")
+        } else if self.name_counts.get(name).copied().unwrap_or(0) == 1 {
             name.clone()
         } else {
             format!("{system}:{name}")
@@ -216,5 +225,15 @@ mod tests {
         assert_eq!(u.table, "unknown_event_8");
         assert_eq!(ev.get(99).specs.last().unwrap().name, "payload");
         assert_eq!(ev.id_field, (0, 2));
+    }
+
+    #[test]
+    fn two_ids_with_one_system_and_name_get_a_table_each() {
+        // a damaged file (a fuzz mutant of a real trace.dat): two formats named power:cpu_idle with different
+        // ids; before, both went to one table name and a reader's dict kept only one of them
+        let a = fmt("cpu_idle", 10, "");
+        let b = fmt("cpu_idle", 11, "");
+        let ev = Events::new(vec![("power".into(), a), ("power".into(), b)], 8);
+        assert_eq!((ev.get(10).table.as_str(), ev.get(11).table.as_str()), ("power:cpu_idle#10", "power:cpu_idle#11"));
     }
 }
