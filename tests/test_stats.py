@@ -151,3 +151,17 @@ def test_bootstrap_ci_is_seeded_and_brackets_delta():
 
 def test_delta_pct_seed_value():
     assert round(stats.delta_pct(913.6, 720.4), 2) == -21.15
+
+
+def test_bootstrap_indices_shared_across_metrics_give_the_unshared_numbers():
+    """The resampling indices are cached per (seed, resamples, n A, n B): a second metric of the same sizes gets
+    the interval a fresh generator would give (the previous implementation), and the cached arrays are read-only."""
+    rng = np.random.default_rng(stats.BOOTSTRAP_SEED)
+    a, b = np.array([1.0, 1.1, 0.9, 1.05]), np.array([1.2, 1.3, 1.15, 1.25, 1.22])
+    ma = a[rng.integers(0, 4, (stats.BOOTSTRAP_RESAMPLES, 4))].mean(axis=1)
+    mb = b[rng.integers(0, 5, (stats.BOOTSTRAP_RESAMPLES, 5))].mean(axis=1)
+    expected = tuple(np.quantile(100 * (mb - ma) / np.abs(ma), [0.025, 0.975]))
+    stats.bootstrap_delta_ci_pct([5.0, 6.0, 7.0, 8.0], [1.0, 2.0, 3.0, 4.0, 5.0])  # another metric, same sizes
+    assert stats.bootstrap_delta_ci_pct(a, b) == pytest.approx(expected, abs=0, rel=0)
+    ia, _ = stats._resample_indices(stats.BOOTSTRAP_SEED, stats.BOOTSTRAP_RESAMPLES, 4, 5)
+    assert not ia.flags.writeable

@@ -209,6 +209,18 @@ def welch_delta_ci_pct(a, b, level: float) -> tuple[float, float] | None:
     return ((diff - half) * scale, (diff + half) * scale)
 
 
+@functools.lru_cache(maxsize=64)
+def _resample_indices(seed: int, resamples: int, na: int, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """The bootstrap's resampling indices (A's, then B's, from one generator seeded with `seed`): they depend on
+    the sizes only, so every metric of a comparison with the same iteration counts shares them (read-only)."""
+    rng = np.random.default_rng(seed)
+    ia = rng.integers(0, na, (resamples, na))
+    ib = rng.integers(0, nb, (resamples, nb))
+    ia.flags.writeable = False
+    ib.flags.writeable = False
+    return ia, ib
+
+
 def bootstrap_delta_ci_pct(
     a,
     b,
@@ -234,9 +246,8 @@ def bootstrap_delta_ci_pct(
         big = float(max(np.max(np.abs(a)), np.max(np.abs(b))))
         if big > 1e100:
             a, b = a / big, b / big
-    rng = np.random.default_rng(seed)
-    ma = a[rng.integers(0, a.size, (resamples, a.size))]
-    mb = b[rng.integers(0, b.size, (resamples, b.size))]
+    ia, ib = _resample_indices(seed, resamples, a.size, b.size)
+    ma, mb = a[ia], b[ib]
     if gmean:
         d = 100.0 * np.expm1(mb.mean(axis=1) - ma.mean(axis=1))
         lo, hi = np.quantile(d, [(1 - level) / 2, 1 - (1 - level) / 2])
