@@ -1,7 +1,7 @@
 """guest_death_reason: the one line the collector logs when a QEMU guest stops. The panic text below is
 the serial-log tail of a Debian 6.12 guest that died under TCG in a CI run of test_collect_qemu.py."""
 
-from abtest.targets.qemu import guest_death_reason
+from abtest.targets.qemu import _kernel_from_dir, guest_death_reason
 
 CI_PANIC_TAIL = """[    2.821522] CR2: 0000000000000000 CR3: 000000001d022000 CR4: 0000000000751ef0
 [    2.821535] PKRU: 55555554
@@ -28,3 +28,22 @@ def test_a_killed_guest_is_not_called_a_panic():
 def test_panic_without_oops_has_no_rip():
     log = "[    0.5] Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)\r\n"
     assert guest_death_reason(log) == "guest kernel panic: VFS: Unable to mount root fs on unknown-block(0,0)"
+
+
+def test_kernel_package_layouts_find_the_nic_module(tmp_path):
+    """bookworm's kernel packages hold lib/modules, trixie's (merged /usr) usr/lib/modules: the e1000 module is
+    found in both (before, a trixie kernel booted without it and its ssh never answered); a lib -> usr/lib link
+    gives it once."""
+    nic = "modules/6.18.15+deb13-amd64/kernel/drivers/net/ethernet/intel/e1000/e1000.ko.xz"
+    for layout in ("lib", "usr/lib", "link"):
+        d = tmp_path / layout.replace("/", "-")
+        (d / "boot").mkdir(parents=True)
+        (d / "boot/vmlinuz-6.18.15+deb13-amd64").write_bytes(b"")
+        top = "usr/lib" if layout == "link" else layout
+        (d / top / nic).parent.mkdir(parents=True)
+        (d / top / nic).write_bytes(b"")
+        if layout == "link":
+            (d / "lib").symlink_to("usr/lib")
+        kernel = _kernel_from_dir("linux-image-6.18.15+deb13-amd64", d)
+        assert kernel.release == "6.18.15+deb13-amd64"
+        assert [m.name for m in kernel.modules] == ["e1000.ko.xz"], layout

@@ -400,3 +400,84 @@ def test_funcgraph_retval_equals_form(tmp_path):
     leaves = data.tables["funcgraph_entry"].filter(pl.col("leaf"))
     assert leaves["retval"].to_list() == ["0xffff93fcfd346c00", "0xffff93fc8fb20000", "0x0"]
     assert leaves["args"].null_count() == leaves.height
+
+
+# --- real captures of trace_printk and funcgraph-args (recorded in QEMU: tests/data/ingest/MANIFEST.md) ----------
+
+PRINTK = DATA / "printk"
+# the module's messages (tests/data/ingest/printk/abtest_printk.c), what each bprint row's text must be
+PRINTK_MESSAGES = re.compile(
+    r"abtest_printk loaded|init step (\d) of 10, comm=insmod pid=\d+|\[\+\] tick:(\d+) cpu:[01] state:0"
+)
+# a tracefs event line and its payload: the printk lines are every line that is not a sched event
+TRACEFS_LINE = re.compile(r"^\s*\S.*-\d+\s+\[\d{3}\]\s+\S{5}\s+\d+\.\d{6}: (.*)$")
+
+
+@pytest.mark.parametrize(
+    "name, caller",
+    [
+        ("6.1-trace_printk-default.txt", r"on_tick|0x[0-9a-f]{16}"),  # the kernel's default %ps form
+        ("6.1-trace_printk-sym-offset-sched.txt", r"on_tick\+0x2d/0x4d \[abtest_printk\]|0x[0-9a-f]{16}"),
+        ("6.1-trace_printk-sym-addr.txt", r"(?:on_tick\+0x2d/0x4d \[abtest_printk\]|0x[0-9a-f]{16}) <[0-9a-f]{16}>"),
+    ],
+)
+def test_trace_printk_real_capture(name, caller):
+    """trace_printk from a module on a real Debian 6.1 kernel, printed by tracefs in its three caller forms (the
+    plain `on_tick: ...` one was read as an event named on_tick, the `0xADDR <ADDR>: ...` one as malformed lines):
+    every printk line is a bprint row with the caller in `ip` and the module's message in `text`."""
+    path = PRINTK / name
+    payloads = [m.group(1) for m in map(TRACEFS_LINE.match, path.read_text().splitlines()) if m]
+    printk = [p for p in payloads if not p.startswith(("sched_switch: ", "sched_wakeup: "))]
+    data = read_trace(path)
+    assert data.meta["import_errors"] == {}
+    assert data.meta["events"] == {"bprint": len(printk)} | {
+        ev: n for ev in ("sched_switch", "sched_wakeup") if (n := sum(p.startswith(ev + ": ") for p in payloads))
+    }
+    marker = data.tables["marker"]
+    assert marker["event"].cast(pl.Utf8).unique().to_list() == ["bprint"]
+    assert [f"{ip}: {text}" for ip, text in zip(marker["ip"], marker["text"])] == printk
+    assert all(re.fullmatch(caller, ip) for ip in marker["ip"])
+    assert all(PRINTK_MESSAGES.fullmatch(t) for t in marker["text"])
+    ticks = [int(m.group(2)) for m in map(PRINTK_MESSAGES.fullmatch, marker["text"]) if m.group(2) is not None]
+    assert ticks == list(range(len(ticks))) and len(ticks) >= 30
+
+
+def test_trace_printk_plain_caller_is_named_in_a_warning():
+    """Reading `on_tick: ...` as trace_printk is a judgement (the name is no known trace event, the text no
+    key=value fields): the warning names it; a real tracepoint with no key=value text stays an event."""
+    data = read_trace(PRINTK / "6.1-trace_printk-default.txt")
+    assert any("on_tick (34)" in w for w in data.meta["warnings"])
+    assert "on_tick" not in data.tables
+
+
+def test_trace_printk_trace_dat_matches_trace_cmd_report():
+    """The same module under `trace-cmd record` in the guest: bprint / bputs rows equal trace-cmd report's."""
+    path = PRINTK / "6.1-trace_printk-sched.dat"
+    report = subprocess.run(["trace-cmd", "report", str(path)], capture_output=True, text=True, check=True).stdout
+    rows = re.findall(r"\s(\d+\.\d{6}): (bprint|bputs): +0x[0-9a-f]+: (.*)$", report, flags=re.M)
+    assert len(rows) >= 40
+    marker = read_trace(path).tables["marker"]
+    got = [(f"{ts // 1000 / 1e6:.6f}", str(ev), text) for ts, ev, text in marker.select("ts", "event", "text").rows()]
+    want = [(sec, ev, text) for sec, ev, text in rows]
+    assert [(e, t) for _, e, t in got] == [(e, t) for _, e, t in want]
+    # trace-cmd rounds the time to the microsecond, abtest keeps ns: equal within 1 us
+    assert all(abs(float(a[0]) - float(b[0])) <= 1.001e-6 for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("name", ["6.18-args.txt", "6.18-args-proc-abstime.txt", "6.18-args-schedule-events.txt"])
+def test_funcgraph_args_real_capture(name):
+    """function_graph with funcgraph-args on a real Debian 6.18 kernel (before: refused as not a trace): every
+    `func(args) {` / `func(args);` line is a funcgraph_entry row with those arguments, in order."""
+    path = DATA / "funcgraph" / name
+    body = [
+        ln.rsplit("|", 1)[-1].strip() for ln in path.read_text().splitlines() if not ln.startswith("#") and "|" in ln
+    ]
+    calls = [m.groups() for m in map(re.compile(r"^([^\s(/]+)\((.*)\)(?: \{|;)$").match, body) if m]
+    data = read_trace(path)
+    assert data.meta["import_errors"] == {}
+    entry = data.tables["funcgraph_entry"]
+    assert [(f, a or "") for f, a in zip(entry["func"], entry["args"])] == calls
+    assert sum(bool(a) for _, a in calls) > 0.8 * len(calls)  # nearly every call prints its arguments
+    assert data.meta["events"]["funcgraph_exit"] == sum(b.startswith("}") for b in body)
+    for event in ("sched_switch", "sched_wakeup"):
+        assert data.meta["events"].get(event, 0) == sum(b.startswith(f"/* {event}: ") for b in body)

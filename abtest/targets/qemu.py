@@ -159,7 +159,9 @@ def _kernel_from_dir(name: str, d: Path) -> KernelImage:
     if not vmlinuz:
         raise TargetError(f"{d}: no boot/vmlinuz-* in {name}")
     release = vmlinuz[0].name[len("vmlinuz-") :]
-    mods = sorted(d.glob("lib/modules/*/kernel/drivers/net/ethernet/intel/e1000/e1000.ko*"))
+    # bookworm's packages hold lib/modules, trixie's (merged /usr) usr/lib/modules
+    nic = "modules/*/kernel/drivers/net/ethernet/intel/e1000/e1000.ko*"
+    mods = sorted({m.resolve() for top in ("lib", "usr/lib") for m in d.glob(f"{top}/{nic}")})
     return KernelImage(name, release, vmlinuz[0], mods)
 
 

@@ -57,6 +57,9 @@ those become ``tracing_mark_write`` (see docs/text-formats.md).
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -126,9 +129,14 @@ RAW_DATA_RE = r"^# [0-9a-fA-F]+ buf:(?: [0-9a-fA-F]{2})*[ \t]*$"
 # tracepoint name cannot have mark them: "+0xOFF/0xSIZE" (sym-offset), " [module]" (a module's symbol), " <ADDR>"
 # (options/sym-addr), a bare "0xADDR" (no symbol found), a leading underscore or a compiler suffix (".isra.0").
 PRINTK_DECORATED_RE = (
-    r"^([A-Za-z_.$][A-Za-z0-9_.$]*)((?:\+0x[0-9a-f]+/0x[0-9a-f]+)?(?: \[[A-Za-z0-9_-]+\])?"
+    r"^([A-Za-z_.$][A-Za-z0-9_.$]*|0x[0-9a-f]+)((?:\+0x[0-9a-f]+/0x[0-9a-f]+)?(?: \[[A-Za-z0-9_-]+\])?"
     r"(?: <[0-9a-f]+>)?): (.*)$"
 )
+# A plain caller name (`on_tick: [+] tick:0`, the kernel's default `%ps` form) has a tracepoint name's shape: it is
+# read as trace_printk's caller when the name is no known trace event (TRACEPOINT_NAMES: the kernels' available_events
+# and perfetto's ftrace events) and not every one of its lines has a `key=value` field, as every tracepoint's text
+# but a few known ones has (f2fs prints `dev = (7,0)`: spaces allowed).
+KEY_VALUE_RE = r"[A-Za-z_][A-Za-z0-9_.\[\]]*[ \t]?="
 PRINTK_SYMBOL_NAME_RE = r"^(?:_|0x[0-9a-f]+$)|\.(?:isra|constprop|part|cold|llvm|lto_priv|clone)(?:\.|$)"
 PRINTK_MARKER_SYMBOL = "tracing_mark_write"  # the caller of a trace_marker write: event tracing_mark_write
 HEADER_RE = (
@@ -345,11 +353,7 @@ def _named_by_form(df: pl.DataFrame) -> pl.DataFrame:
     unnamed = pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
     syscall = unnamed & pl.col("_rest").str.starts_with("sys_")
     raw_data = unnamed & pl.col("_rest").str.starts_with("# ")
-    symbol_name = (
-        pl.col(_G_EVENT).str.starts_with("_")
-        | pl.col(_G_EVENT).str.starts_with("0x")
-        | pl.col(_G_EVENT).str.contains(".", literal=True)
-    ).fill_null(False)
+    symbol_name = (_symbol_shaped(pl.col(_G_EVENT)) | pl.col(_G_EVENT).is_in(plain_printk_names(df))).fill_null(False)
     has_syscall, has_raw_data, has_unnamed, has_symbol = df.select(
         syscall.any().alias("s"),
         raw_data.any().alias("r"),
@@ -379,6 +383,58 @@ def _named_by_form(df: pl.DataFrame) -> pl.DataFrame:
         payloads.append(payload)
     return df.with_columns(pl.coalesce(events).alias("_form_event"), pl.coalesce(payloads).alias("_form_payload")).drop(
         "_enter", "_exit", "_printk", strict=False
+    )
+
+
+def _symbol_shaped(name: pl.Expr) -> pl.Expr:
+    """A kernel symbol's shape that no tracepoint name has: a leading underscore, a bare address, a compiler
+    suffix (``.isra.0``)."""
+    return name.str.starts_with("_") | name.str.starts_with("0x") | name.str.contains(".", literal=True)
+
+
+@functools.cache
+def tracepoint_names() -> frozenset[str]:
+    """Names of known kernel trace events (tracepoint_names.txt beside this module; see its header)."""
+    text = (Path(__file__).resolve().parent / "tracepoint_names.txt").read_text()
+    return frozenset(ln for ln in text.split("\n") if ln and not ln.startswith("#"))
+
+
+def plain_printk_names(df: pl.DataFrame) -> list[str]:
+    """Event names of split lines (``_G_EVENT``, payload ``_rest``) read as trace_printk callers printed plain
+    (KEY_VALUE_RE's comment): identifier-shaped, no known trace event, and some line of the name without a
+    ``key=value`` field. Sorted."""
+    names = df.get_column(_G_EVENT).drop_nulls().unique()
+    known = tracepoint_names()
+    candidates = [
+        n for n in names.to_list() if n not in known and n[:1].isalpha() and "." not in n and n != OLD_MARKER_EVENT
+    ]
+    if not candidates:
+        return []
+    free_text = (
+        df.lazy()
+        .filter(pl.col(_G_EVENT).is_in(candidates))
+        .group_by(_G_EVENT)
+        .agg((~pl.col("_rest").fill_null("").str.contains(KEY_VALUE_RE)).any().alias("free"))
+        .filter(pl.col("free"))
+        .collect()
+    )
+    return sorted(free_text.get_column(_G_EVENT).to_list())
+
+
+def _note_plain_printk_callers(lines: pl.DataFrame, warnings: list) -> None:
+    """A warning naming the plain caller names read as trace_printk (plain_printk_names), with their line counts:
+    a judgement from the name and the text, which the user can check."""
+    plain = lines.filter(
+        (pl.col("_form_event") == "bprint") & pl.col(_G_EVENT).is_not_null() & ~_symbol_shaped(pl.col(_G_EVENT))
+    )
+    if plain.is_empty():
+        return
+    counts = plain.group_by(_G_EVENT).len().sort(_G_EVENT)
+    names = ", ".join(f"{n} ({c})" for n, c in counts.head(8).iter_rows())
+    more = f" and {counts.height - 8} more" if counts.height > 8 else ""
+    warnings.append(
+        f"{plain.height} line(s) read as trace_printk (bprint) of a caller printed by name: {names}{more} "
+        "(no known trace event has the name and its text is not key=value fields)"
     )
 
 
@@ -917,6 +973,7 @@ def parse_lines(
     warnings = meta.setdefault("warnings", [])
     lines = _screen_raw_lines(lines, meta, source, limits)
     lines = _split_event_lines(lines, ascii_only)
+    _note_plain_printk_callers(lines, warnings)
     is_event = pl.col("_pos").is_not_null()
     others = _classify_others(lines.filter(~is_event).select("_line", "text"))
     process = None

@@ -1,0 +1,89 @@
+"""How tests/data/ingest/printk/* and funcgraph/6.18-args*.txt were recorded (2026-11-29): run from the work tree,
+`.venv/bin/python tests/data/ingest/record_guest_traces.py OUTDIR abtest_printk.ko`, after
+
+- the 6.18 kernel: `apt-get download linux-image-6.18.15+deb13-amd64` from Debian trixie-backports, vmlinuz and
+  e1000.ko extracted into ~/.cache/abtest/qemu/linux-image-6.18.15+deb13-amd64/ as abtest.targets.qemu.fetch_kernel
+  does;
+- the module: abtest_printk.c built against Debian's linux-headers-6.1.0-56-amd64 + linux-kbuild-6.1
+  (`make -C .../linux-headers-6.1.0-56-amd64 M=$PWD modules`, with `obj-m := abtest_printk.o` in Kbuild).
+A second run gives other timestamps and counts (the tests count from each file); the reader read those too.
+"""
+
+import sys
+from pathlib import Path
+
+from abtest.targets.qemu import QemuVM, _kernel_from_dir, build_initramfs, cache_dir
+
+
+def boot(package: str) -> QemuVM:
+    kernel = _kernel_from_dir(package, cache_dir() / package)
+    return QemuVM(kernel, build_initramfs(kernel), memory_mb=768).start(timeout_s=300)
+
+
+def record_printk(out: Path, module: Path) -> None:
+    vm = boot("linux-image-6.1.0-56-amd64")
+    try:
+        t = vm.target("guest")
+        t.push(module, "/tmp/abtest_printk.ko")
+        tracing = "cd /sys/kernel/tracing; echo > trace; "
+        load = "insmod /tmp/abtest_printk.ko; sleep 0.4; "
+        sched = "echo 1 > events/sched/sched_switch/enable; echo 1 > events/sched/sched_wakeup/enable; "
+        for name, options in (
+            ("default", ""),
+            ("sym-offset-sched", "echo 1 > options/sym-offset; " + sched),
+            ("sym-addr", "echo 1 > options/sym-addr; echo 1 > options/sym-offset; "),
+        ):
+            # `cat trace` while the module is loaded: its symbols resolve (its freed init code does not)
+            r = t.run(
+                tracing + options + "echo 1 > tracing_on; " + load + "echo 0 > tracing_on; echo 0 > events/enable; "
+                "cat trace; echo 0 > options/sym-addr; echo 0 > options/sym-offset; rmmod abtest_printk",
+                timeout=120,
+            )
+            (out / f"6.1-trace_printk-{name}.txt").write_text(r.stdout)
+        t.run(
+            "cd /tmp && trace-cmd record -q -o /tmp/printk.dat -e sched:sched_switch -e sched:sched_wakeup "
+            f"-e power:cpu_idle sh -c '{load}rmmod abtest_printk'",
+            timeout=300,
+        )
+        t.pull("/tmp/printk.dat", out / "6.1-trace_printk-sched.dat")
+    finally:
+        vm.stop()
+
+
+def record_funcgraph_args(out: Path) -> None:
+    vm = boot("linux-image-6.18.15+deb13-amd64")
+    try:
+        t = vm.target("guest")
+        reset = (
+            "cd /sys/kernel/tracing; echo nop > current_tracer; echo 0 > tracing_on; echo > trace; "
+            "for o in funcgraph-args funcgraph-proc funcgraph-abstime funcgraph-tail; do echo 0 > options/$o; done; "
+        )
+        graph = "echo function_graph > current_tracer; echo 1 > options/funcgraph-args; "
+        open_ls = "echo 1 > tracing_on; cat /proc/version > /dev/null; ls / > /dev/null; echo 0 > tracing_on; "
+        proc = "echo 1 > options/funcgraph-proc; echo 1 > options/funcgraph-abstime; "
+        sched = "echo 1 > events/sched/sched_switch/enable; echo 1 > events/sched/sched_wakeup/enable; "
+        for name, recipe in (
+            ("args", "echo do_sys_openat2 > set_graph_function; " + graph + open_ls),
+            (
+                "args-proc-abstime",
+                "echo do_sys_openat2 > set_graph_function; " + graph + proc + "echo 1 > options/funcgraph-tail; "
+                + open_ls,
+            ),
+            (
+                "args-schedule-events",
+                "echo schedule > set_graph_function; " + graph + proc + sched
+                + "echo 1 > tracing_on; sleep 0.05; ls / > /dev/null; sleep 0.02; echo 0 > tracing_on; "
+                "echo 0 > events/enable; ",
+            ),
+        ):
+            r = t.run(reset + recipe + "cat trace", timeout=300)
+            (out / f"6.18-{name}.txt").write_text(r.stdout)
+    finally:
+        vm.stop()
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    record_printk(out, Path(sys.argv[2]))
+    record_funcgraph_args(out)
