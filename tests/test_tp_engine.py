@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import polars as pl
@@ -241,3 +242,50 @@ def test_result_conversion_mixed_cells(clean_env, traces):
     )
     assert df.schema["a"] == pl.String and df.schema["d"] == pl.Float64 and df.schema["e"] == pl.Binary
     assert df.rows() == [("", "x", None, 1.0, b"\x00\xff"), ("q", "", "z", 2.5, None)]
+
+
+def _store_ref(tp) -> weakref.ref:
+    return weakref.ref(tp._store)
+
+
+def test_wasm_instance_memory_freed_when_dropped_trapped_or_failed_to_load(clean_env, traces, tmp_path):
+    """An instance's store (its linear memory, its module mapping) goes as soon as the instance is dropped without
+    close(), traps, or fails to load a trace. Before, the reply callback held the instance and wasmtime-py's table of
+    host functions held the callback until the store was deleted: a cycle the collector cannot see, so every such
+    instance stayed for the life of the process (the perfetto fuzz campaign's 'stalls': workers that had loaded many
+    traces ran out of memory or of file mappings)."""
+    tp = wasm_engine.WasmTraceProcessor()
+    tp.load(traces / SYSTING)
+    assert tp.query_raw("select count(*) from ftrace_event") is not None
+    ref = _store_ref(tp)
+    del tp
+    assert ref() is None
+    # a trap (a runaway query stopped by the watchdog): the instance is unusable, its store freed at once
+    tp = wasm_engine.WasmTraceProcessor()
+    tp.load(traces / SYSTING)
+    ref = _store_ref(tp)
+    os.environ["ABTEST_TP_TIMEOUT_S"] = "0.3"
+    try:
+        with pytest.raises(wasm_engine.WasmEngineError, match="timed out"):
+            tp.query_raw("select count(*) from ftrace_event a join ftrace_event b join ftrace_event c")
+    finally:
+        del os.environ["ABTEST_TP_TIMEOUT_S"]
+    assert ref() is None and tp._dead.startswith("request timed out")
+    # a file trace_processor refuses: open_session closes the instance before raising
+    refs = []
+    real_init = wasm_engine.WasmTraceProcessor.__init__
+
+    def spy(self, *a, **kw):
+        real_init(self, *a, **kw)
+        refs.append(_store_ref(self))
+
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\x00garbage that is no trace\n" * 10)
+    wasm_engine.WasmTraceProcessor.__init__ = spy
+    try:
+        with pytest.raises(pe.EngineQueryError) as err:
+            pe.open_session(bad, engine="wasm")
+    finally:
+        wasm_engine.WasmTraceProcessor.__init__ = real_init
+    assert len(refs) == 1 and err.value is not None
+    assert refs[0]() is None  # while the exception (and its traceback holding the instance) is still alive

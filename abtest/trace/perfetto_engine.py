@@ -248,10 +248,13 @@ def open_session(path: str | os.PathLike, engine: str | None = None) -> Session:
     if info.name == "wasm":
         from abtest.trace.wasm_engine import WasmEngineError, WasmTraceProcessor
 
+        tp = None
         try:
             tp = WasmTraceProcessor(Path(info.path))
             tp.load(path)
         except WasmEngineError as e:
+            if tp is not None:
+                tp.close()  # now, not when the traceback that holds it is collected
             raise EngineQueryError(f"{path}: {e}") from e
         startup = {
             "module_source": tp.startup.source,
@@ -279,6 +282,7 @@ def session(path: str | os.PathLike, engine: str | None = None) -> Session:
             cached = _sessions[key]
             if cached.backend is None or getattr(cached.backend, "_dead", None):  # closed, or trapped: reopen
                 del _sessions[key]
+                cached.close()
             else:
                 _sessions.move_to_end(key)
                 return cached

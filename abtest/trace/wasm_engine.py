@@ -382,6 +382,7 @@ class WasmTraceProcessor:
             try:
                 instance = linker.instantiate(self._store, module)
             except wasmtime.WasmtimeError as e:
+                self._host.store = None  # the import closures hold the host: let this store go (see close)
                 if compact or "reserve" not in str(e):
                     raise WasmEngineError(f"trace_processor instance not created: {e}") from e
                 compact = True  # the default 4 GiB reservation failed (address space limited otherwise)
@@ -393,7 +394,13 @@ class WasmTraceProcessor:
         exports["__wasm_call_ctors"](self._store)
         table = exports["__indirect_function_table"]
         reply_ty = wasmtime.FuncType([wasmtime.ValType.i32(), wasmtime.ValType.i32()], [])
-        reply = wasmtime.Func(self._store, reply_ty, self._on_reply)
+        host = self._host
+
+        def on_reply(ptr: int, size: int) -> None:
+            host.replies += host.memory.read(host.store, ptr, ptr + size)
+
+        # the callback holds the host, never self: dropping this object runs __del__, which frees the store
+        reply = wasmtime.Func(self._store, reply_ty, on_reply)
         self._reply_index = table.grow(self._store, 1, reply)
         self._req_buf = exports["trace_processor_rpc_init"](self._store, self._reply_index, REQUEST_BUFFER_BYTES)
         self._on_request = exports["trace_processor_on_rpc_request"]
@@ -403,20 +410,28 @@ class WasmTraceProcessor:
         self.loaded_path: str | None = None
 
     def close(self) -> None:
-        """Drop the instance (its linear memory, up to GBs for big traces, goes with the store)."""
-        self._dead = self._dead or "closed"
+        """Drop the instance (its linear memory, up to GBs for big traces, goes with the store). Idempotent.
+
+        The store holds the host functions (wasmtime-py keeps each in a process-wide table until the store is
+        deleted) and they hold the host, which holds the store: a cycle that Python's collector cannot see, so
+        an instance that is never closed keeps its memory and its module mapping for the life of the process.
+        Hence close() runs also when the instance traps (it is unusable then) and when this object is dropped.
+        """
+        self._dead = getattr(self, "_dead", None) or "closed"
         self._on_request = None
-        self._host.memory = None
-        self._host.store = None
+        host = getattr(self, "_host", None)
+        if host is not None:
+            host.memory = None
+            host.store = None
         self._store = None
+
+    def __del__(self) -> None:
+        self.close()
 
     @property
     def log(self) -> str:
         """Text the module printed (stdout/stderr), e.g. parser warnings."""
         return "".join(self._host.log)
-
-    def _on_reply(self, ptr: int, size: int) -> None:
-        self._host.replies += self._host.memory.read(self._store, ptr, ptr + size)
 
     def _call(self, rpc) -> list:
         """Send one TraceProcessorRpc; return the TraceProcessorRpc messages it produced."""
@@ -434,10 +449,11 @@ class WasmTraceProcessor:
         timeout_s = float(os.environ.get(TIMEOUT_ENV) or 600)
         self._store.set_epoch_deadline(1)
         fired = threading.Event()
+        engine = self._engine  # not self: the timer's thread outlives cancel() a little, and must not hold self
 
         def stop() -> None:
             fired.set()
-            self._engine.increment_epoch()
+            engine.increment_epoch()
 
         watchdog = threading.Timer(timeout_s, stop)
         watchdog.daemon = True
@@ -449,6 +465,8 @@ class WasmTraceProcessor:
             if fired.is_set():
                 self._dead = f"request timed out after {timeout_s:g} s (${TIMEOUT_ENV})"
             tail = self.log[-2000:].strip()
+            self.close()  # keeps self._dead and the log; frees the memory now
+            e.with_traceback(None)  # its frames inside wasmtime-py hold the store: they would keep it alive
             raise WasmEngineError(
                 f"trace_processor failed: {self._dead}" + (f"\nengine log:\n{tail}" if tail else "")
             ) from e
