@@ -78,8 +78,8 @@ def read(
     event name, meta). Only event types with records get a table (the file carries the formats of
     every event the kernel knows, thousands of them); meta["event_formats"] counts the formats present.
     limits: the inflate limits (default: abtest.trace.limits.current(), the environment's). fields_of: the
-    tables whose fields are decoded (None: all); the others keep `ts` and `cpu` only and are named in
-    meta["fields_not_decoded"]."""
+    tables whose fields are decoded (None: all); the others keep `ts` and `cpu` only and the decoder names them
+    in meta["fields_not_decoded"]."""
     lim = limits or current()
     try:
         # a read-only file mapping's pages are given back once decoded (they fault back in from the file)
@@ -94,12 +94,7 @@ def read(
         )
     except ValueError as e:
         raise format_error(path, e) from None
-    tables, meta = frames(batches), _meta_of(meta)
-    if fields_of is not None:
-        meta["fields_not_decoded"] = sorted(
-            name for name in tables if name not in fields_of and name.rsplit(":", 1)[-1] not in fields_of
-        )
-    return tables, meta
+    return frames(batches), _meta_of(meta)
 
 
 def read_rounds(
@@ -153,6 +148,8 @@ def _meta_of(meta: dict) -> dict:
         del meta["import_errors"]
     if not meta.get("undecoded_bytes_per_cpu", True):  # v7 declared bytes no chunk covers (none: left out)
         del meta["undecoded_bytes_per_cpu"]
+    if meta.get("fields_not_decoded", ()) is None:  # every table decoded (no fields_of)
+        del meta["fields_not_decoded"]
     return meta
 
 

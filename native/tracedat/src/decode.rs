@@ -109,6 +109,15 @@ pub struct PieceOut {
     pub backwards: u64,
 }
 
+/// Whether the records of `table` get their fields decoded under Options::fields_of (`keep`; None: every
+/// table's). A table named `system:name` (two systems share the name) or `system:name#id` (a damaged file
+/// with two ids for one name) is kept by its event name too.
+pub fn fields_decoded(keep: Option<&std::collections::HashSet<String>>, table: &str) -> bool {
+    let event = table.rsplit(':').next().unwrap_or(table);
+    let event = event.split('#').next().unwrap_or(event);
+    keep.is_none_or(|keep| keep.contains(table) || keep.contains(event))
+}
+
 /// Everything the decode of a piece reads.
 pub struct Ctx<'a> {
     pub data: &'a [u8],
@@ -187,10 +196,8 @@ fn decode_piece(ctx: &Ctx, p: &Piece, sc: &mut Scratch) -> Result<PieceOut, Erro
                 slot[id as usize] = s;
                 // room for as many records as the previous piece of this thread suggests (+5 %)
                 let cap = per_byte.get(&id).map_or(0, |r| (r * piece_bytes as f64 * 1.05) as usize + 16);
-                // a table named `system:name` (two systems share the name) is kept by its event name too
-                let event = ty.table.rsplit(':').next().unwrap_or(&ty.table);
-                let decoded = ctx.fields_of.is_none_or(|keep| keep.contains(&ty.table) || keep.contains(event));
-                let specs: &[crate::columns::Spec] = if decoded { &ty.specs } else { &[] };
+                let specs: &[crate::columns::Spec] =
+                    if fields_decoded(ctx.fields_of, &ty.table) { &ty.specs } else { &[] };
                 types.push(Filling { fill: Filler::new(specs, cap), ty, ts: Vec::with_capacity(cap) });
             }
             let tc = &mut types[s as usize];
@@ -300,4 +307,21 @@ pub fn decode_all(
     }
     extra_result.into_inner().unwrap_or(Ok(()))?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fields_decoded;
+    use std::collections::HashSet;
+
+    #[test]
+    fn fields_of_keeps_a_table_by_its_name_or_its_event_name() {
+        let keep: HashSet<String> = ["sched_switch", "cpu_idle"].iter().map(|s| s.to_string()).collect();
+        assert!(fields_decoded(None, "anything"));
+        assert!(fields_decoded(Some(&keep), "sched_switch"));
+        assert!(fields_decoded(Some(&keep), "sched:sched_switch")); // two systems share the name
+        assert!(fields_decoded(Some(&keep), "power:cpu_idle#27")); // a damaged file's second id
+        assert!(!fields_decoded(Some(&keep), "sched_stat_runtime"));
+        assert!(!fields_decoded(Some(&keep), "sched:sched_switch_x#3"));
+    }
 }

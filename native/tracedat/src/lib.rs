@@ -190,6 +190,9 @@ fn run(data: &[u8], opts: &Options, sizes: Option<RoundSizes>, emit: &mut EmitRo
             }
             acc.add_rows(&t.ty, &per_buffer);
             let name = t.ty.table.clone();
+            if !decode::fields_decoded(opts.fields_of.as_deref(), &name) {
+                acc.fields_not_decoded.insert(name.clone());
+            }
             let whole = hi - lo == t.ts.len();
             let batch = record_batch(t, &lay, has_instances, &printk);
             out.push((name, if whole { batch } else { batch.slice(lo, hi - lo) }));
@@ -227,6 +230,7 @@ fn run(data: &[u8], opts: &Options, sizes: Option<RoundSizes>, emit: &mut EmitRo
         }
     }
     let mut meta = acc.meta(&lay, &header, events.count);
+    meta.fields_not_decoded = opts.fields_of.as_ref().map(|_| acc.fields_not_decoded.iter().cloned().collect());
     skipped.merge(acc.skipped);
     meta.import_errors = skipped.0;
     Ok(Some(meta))
@@ -323,6 +327,8 @@ struct Accounting {
     /// layout buffer index -> index in `buffers`
     slot: Vec<usize>,
     skipped: ImportLog,
+    /// tables whose fields were not decoded (Options::fields_of)
+    fields_not_decoded: BTreeSet<String>,
 }
 
 impl Accounting {
@@ -333,6 +339,7 @@ impl Accounting {
             buffers: vec![BufferCounts::default(); lay.buffers.len() + offset],
             slot: (0..lay.buffers.len()).map(|b| b + offset).collect(),
             skipped: ImportLog::default(),
+            fields_not_decoded: BTreeSet::new(),
         }
     }
 
@@ -514,6 +521,7 @@ impl Accounting {
             undecoded_bytes_per_cpu: meta::str_keys(&lay.undecoded_bytes),
             warnings,
             import_errors: BTreeMap::new(),
+            fields_not_decoded: None,
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct Meta {
     pub warnings: Vec<String>,
     /// content not decoded, per kind
     pub import_errors: BTreeMap<String, Skipped>,
+    /// the tables whose records kept only `ts` and `cpu` (Options::fields_of), sorted; None: every table decoded
+    pub fields_not_decoded: Option<Vec<String>>,
 }
 
 /// Lost events of one buffer, per CPU.
