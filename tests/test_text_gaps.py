@@ -1,9 +1,11 @@
 """Issue 43: text that did not read, and timestamps far outside a trace's body.
 
-trace_printk lines as tracefs prints them (inside a real trace, and this kernel's own sym-offset printing),
+trace_printk lines as tracefs prints them (captures of a module's trace_printk on Debian 6.1, the issue's lines
+inside a real trace, and this kernel's own sym-offset printing),
 systrace's final clock-sync line (a real systrace HTML with the line its writer appends), `perf script`
 tracepoint text (recordings made here and traceshark's documented sample, xz / gzip / zstd), function_graph
-with funcgraph-args / -retaddr / -retval, and events re-stamped 1 ns and
+with funcgraph-args / -retaddr / -retval (captures of Debian 6.18 and a Linux 7.3 built here, and the issue's lines),
+and events re-stamped 1 ns and
 4294967295 s in real shared traces (docs/ingest-policy.md, "Timestamp outliers").
 """
 
@@ -319,9 +321,8 @@ def test_no_outliers_in_the_shared_traces(traces):
 
 # --- function_graph with funcgraph-args / funcgraph-retaddr / funcgraph-retval ----------------------------------
 
-# function_graph with funcgraph-args, -retaddr and -retval (Linux >= 6.16; this machine has no function_graph
-# tracer, the QEMU guests' kernels predate funcgraph-args, and the public captures found state no license): lines in
-# the forms the kernel prints, as the issue quotes them
+# function_graph with funcgraph-args, -retaddr and -retval: the lines the issue quotes (a capture that states no
+# license); real captures of each option are read at the end of this file
 FUNCGRAPH_ARGS = """\
 # tracer: function_graph
 #
@@ -464,20 +465,43 @@ def test_trace_printk_trace_dat_matches_trace_cmd_report():
     assert all(abs(float(a[0]) - float(b[0])) <= 1.001e-6 for a, b in zip(got, want))
 
 
-@pytest.mark.parametrize("name", ["6.18-args.txt", "6.18-args-proc-abstime.txt", "6.18-args-schedule-events.txt"])
-def test_funcgraph_args_real_capture(name):
-    """function_graph with funcgraph-args on a real Debian 6.18 kernel (before: refused as not a trace): every
-    `func(args) {` / `func(args);` line is a funcgraph_entry row with those arguments, in order."""
+# a function_graph call line as the kernel prints it: func(args) then ` {` or `;`, then funcgraph-retaddr's and
+# funcgraph-retval's comment (`/* <-caller+0x1/0x2 ret=-2 */`)
+GRAPH_CALL = re.compile(r"^([^\s(/]+)\((.*)\)(?: \{|;)(?: /\* (?:<-(\S+))? ?(?:ret=(\S+))? ?\*/)?$")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "6.18-args.txt",  # funcgraph-args, Debian 6.18
+        "6.18-args-proc-abstime.txt",
+        "6.18-args-schedule-events.txt",
+        "7.3-retval.txt",  # funcgraph-retval, Linux 7.3 built here (Debian's kernels leave it out)
+        "7.3-retval-retaddr-tail.txt",  # + funcgraph-retaddr, -tail, -proc, -abstime
+    ],
+)
+def test_funcgraph_options_real_capture(name):
+    """function_graph with funcgraph-args / -retval / -retaddr on real kernels (before: refused as not a trace):
+    every call line is a funcgraph_entry row with its arguments, caller and return value, in order, and every
+    `}` a funcgraph_exit row with its return value."""
     path = DATA / "funcgraph" / name
-    body = [
-        ln.rsplit("|", 1)[-1].strip() for ln in path.read_text().splitlines() if not ln.startswith("#") and "|" in ln
-    ]
-    calls = [m.groups() for m in map(re.compile(r"^([^\s(/]+)\((.*)\)(?: \{|;)$").match, body) if m]
+    lines = path.read_text().splitlines()
+    body = [ln.rsplit("|", 1)[-1].strip() for ln in lines if not ln.startswith("#") and "|" in ln]
+    calls = [m.groups() for m in map(GRAPH_CALL.match, body) if m]
     data = read_trace(path)
     assert data.meta["import_errors"] == {}
-    entry = data.tables["funcgraph_entry"]
-    assert [(f, a or "") for f, a in zip(entry["func"], entry["args"])] == calls
-    assert sum(bool(a) for _, a in calls) > 0.8 * len(calls)  # nearly every call prints its arguments
-    assert data.meta["events"]["funcgraph_exit"] == sum(b.startswith("}") for b in body)
+    entry, exit_ = data.tables["funcgraph_entry"], data.tables["funcgraph_exit"]
+    got = [(f, a or "", r, v) for f, a, r, v in entry.select("func", "args", "retaddr", "retval").rows()]
+    assert got == [(f, a, r, v) for f, a, r, v in calls]
+    exits = [b for b in body if b.startswith("}")]
+    assert exit_.height == len(exits)
+    assert exit_["retval"].to_list() == [m.group(1) if (m := re.search(r" ret=(\S+) \*/$", b)) else None for b in exits]
+    options = "-".join(name.split("-")[1:])
+    if "args" in options:
+        assert sum(bool(a) for _, a, _, _ in calls) > 0.8 * len(calls)  # nearly every call prints its arguments
+    if "retaddr" in options:
+        assert all(r is not None for _, _, r, _ in calls)
+    if "retval" in options:
+        assert exit_["retval"].null_count() == 0 and any(v and v.startswith("-") for v in exit_["retval"])
     for event in ("sched_switch", "sched_wakeup"):
         assert data.meta["events"].get(event, 0) == sum(b.startswith(f"/* {event}: ") for b in body)

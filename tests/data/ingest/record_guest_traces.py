@@ -1,18 +1,25 @@
-"""How tests/data/ingest/printk/* and funcgraph/6.18-args*.txt were recorded (2026-11-29): run from the work tree,
-`.venv/bin/python tests/data/ingest/record_guest_traces.py OUTDIR abtest_printk.ko`, after
+"""How tests/data/ingest/printk/* and funcgraph/6.18-*.txt, 7.3-*.txt were recorded (2026-11-29): run from the work tree,
+`.venv/bin/python tests/data/ingest/record_guest_traces.py OUTDIR abtest_printk.ko bzImage`, after
 
 - the 6.18 kernel: `apt-get download linux-image-6.18.15+deb13-amd64` from Debian trixie-backports, vmlinuz and
   e1000.ko extracted into ~/.cache/abtest/qemu/linux-image-6.18.15+deb13-amd64/ as abtest.targets.qemu.fetch_kernel
   does;
 - the module: abtest_printk.c built against Debian's linux-headers-6.1.0-56-amd64 + linux-kbuild-6.1
   (`make -C .../linux-headers-6.1.0-56-amd64 M=$PWD modules`, with `obj-m := abtest_printk.o` in Kbuild).
+- the 7.3 kernel (funcgraph/7.3-*: Debian builds neither funcgraph-retval nor -retaddr): Debian's linux-source-7.3
+  (7.3.4-1~bpo13+1, trixie-backports) built as `make tinyconfig`, then `scripts/config --enable` of 64BIT PRINTK TTY
+  SERIAL_8250 SERIAL_8250_CONSOLE BLK_DEV_INITRD RD_GZIP DEVTMPFS DEVTMPFS_MOUNT PROC_FS PROC_SYSCTL SYSFS TMPFS SHMEM
+  BINFMT_ELF BINFMT_SCRIPT MULTIUSER FUTEX EPOLL SIGNALFD TIMERFD EVENTFD POSIX_TIMERS FILE_LOCKING UNIX98_PTYS NET
+  INET UNIX PACKET NETDEVICES ETHERNET NET_VENDOR_INTEL E1000 PCI SMP FTRACE FUNCTION_TRACER FUNCTION_GRAPH_TRACER
+  FUNCTION_GRAPH_RETVAL FUNCTION_GRAPH_RETADDR DYNAMIC_FTRACE KALLSYMS KALLSYMS_ALL HIGH_RES_TIMERS, ORC unwinder off,
+  `make olddefconfig`, `make -j2 bzImage`; the bzImage given as the third argument.
 A second run gives other timestamps and counts (the tests count from each file); the reader read those too.
 """
 
 import sys
 from pathlib import Path
 
-from abtest.targets.qemu import QemuVM, _kernel_from_dir, build_initramfs, cache_dir
+from abtest.targets.qemu import KernelImage, QemuVM, _kernel_from_dir, build_initramfs, cache_dir
 
 
 def boot(package: str) -> QemuVM:
@@ -82,8 +89,31 @@ def record_funcgraph_args(out: Path) -> None:
         vm.stop()
 
 
+def record_funcgraph_retval(out: Path, bzimage: Path) -> None:
+    kernel = KernelImage("custom-7.3.4", "7.3.4-tinyconfig-funcgraph", bzimage, [])
+    vm = QemuVM(kernel, build_initramfs(kernel), memory_mb=512).start(timeout_s=300)
+    try:
+        t = vm.target("guest")
+        reset = (
+            "cd /sys/kernel/tracing; echo nop > current_tracer; echo 0 > tracing_on; echo > trace; for o in "
+            "funcgraph-retval funcgraph-retaddr funcgraph-proc funcgraph-abstime funcgraph-tail; do echo 0 > options/$o; "
+            "done; echo do_sys_openat2 > set_graph_function; echo function_graph > current_tracer; "
+        )
+        work = "echo 1 > tracing_on; cat /proc/version > /dev/null; ls /nonexistent; ls / > /dev/null; echo 0 > tracing_on; "
+        for name, options in (
+            ("retval", "funcgraph-retval"),
+            ("retval-retaddr-tail", "funcgraph-retval funcgraph-retaddr funcgraph-tail funcgraph-proc funcgraph-abstime"),
+        ):
+            on = "".join(f"echo 1 > options/{o}; " for o in options.split())
+            r = t.run(reset + on + work + "cat trace", timeout=300)
+            (out / f"7.3-{name}.txt").write_text(r.stdout)
+    finally:
+        vm.stop()
+
+
 if __name__ == "__main__":
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     record_printk(out, Path(sys.argv[2]))
     record_funcgraph_args(out)
+    record_funcgraph_retval(out, Path(sys.argv[3]))
