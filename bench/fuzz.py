@@ -31,8 +31,8 @@ analyze` reports as exit 2 and "analysis X failed") or an exception out of analy
 `analysis`; the time and RSS bounds cover the read and the analysis together. Cases whose analysis ran count
 as `analysed`, cases rejected by the reader as `rejected`. The worker's cap is then on its data segment
 (RLIMIT_DATA, warm size + --mem-mb: the perfetto frame timeline's wasm engine reserves GiBs of address space
-that it does not use), a worker is replaced every ANALYSE_CASES_PER_WORKER cases, and a failed case is rerun
-in a fresh worker (one that does not repeat counts as `stall`).
+that it does not use), and a failed case is rerun in a fresh worker (one that does not repeat counts as `stall`).
+One worker analyses case after case, as a comparison's worker does: memory one case leaves behind shows.
 
 Output: per reader the number of executions, passes (read / rejected), failures by kind, executions per second.
 """
@@ -433,7 +433,6 @@ class Worker:
         self.timeout_s, self.mem_mb, self.rss_mb, self.analyse = timeout_s, mem_mb, rss_mb, analyse
         self.proc: subprocess.Popen | None = None
         self.warm = False
-        self.cases = 0  # cases run by the current worker process
 
     def _start(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
@@ -462,12 +461,8 @@ class Worker:
         return (err or "")[-3000:]
 
     def run(self, path: str) -> Outcome:
-        if self.analyse and self.cases >= ANALYSE_CASES_PER_WORKER:
-            self._stop()
         if self.proc is None or self.proc.poll() is not None:
             self._start()
-            self.cases = 0
-        self.cases += 1
         p = self.proc
         t0 = time.monotonic()
         try:
@@ -506,13 +501,6 @@ class Worker:
     def close(self) -> None:
         self._stop()
 
-
-# With --analyze a worker is replaced after this many cases, and a failed case is rerun in a fresh worker (only a
-# repeat counts; one that does not is a `stall`): the perfetto frame timeline's wasm engine keeps memory mappings
-# across the traces one process loads (its module's file mapping then fails under the cap, `WasmtimeError: failed
-# deserialization ... Failed to create file mapping`, after 60-200 perfetto cases in one process, each of which
-# passes in a fresh worker; `abtest analyze` loads one trace per process)
-ANALYSE_CASES_PER_WORKER = 50
 
 FAILURES = ("unclear-error", "exception", "analysis", "memory", "signal", "timeout", "rss")
 
@@ -606,7 +594,7 @@ def fuzz_reader(
                 f.write(data)
             out = worker.run(path)
             if analyse and out.kind in FAILURES and out.kind not in ("timeout", "signal"):
-                worker.close()  # rerun below in a fresh worker (see ANALYSE_CASES_PER_WORKER)
+                worker.close()  # rerun below in a fresh worker: a failure that does not repeat there is a `stall`
             if out.kind in ("timeout", "signal") or (analyse and out.kind in FAILURES):
                 # a machine that stalls (2 shared cores) or a signal from outside must not count as a reader
                 # bug: the case runs again in a fresh worker; only a repeat counts as a failure
