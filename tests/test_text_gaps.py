@@ -505,3 +505,36 @@ def test_funcgraph_options_real_capture(name):
         assert exit_["retval"].null_count() == 0 and any(v and v.startswith("-") for v in exit_["retval"])
     for event in ("sched_switch", "sched_wakeup"):
         assert data.meta["events"].get(event, 0) == sum(b.startswith(f"/* {event}: ") for b in body)
+
+
+def test_kprobe_events_stay_events():
+    """kprobe / kretprobe events (Debian 6.1, names chosen by the user, no known trace event) print `(func+0x0/0x170)`
+    with no key=value field when they have no fetch arguments: they stay tables of their own, not trace_printk."""
+    path = DATA / "kprobe" / "6.1-kprobes.txt"
+    names = Counter(m.group(1) for m in re.finditer(r"\d+\.\d{6}: (\w+): ", path.read_text()))
+    data = read_trace(path)
+    assert data.meta["import_errors"] == {} and data.meta["events"] == dict(names)
+    assert {"abtest_open", "abtest_open_ret", "abtest_open_args"} <= set(data.tables) and "marker" not in data.tables
+    assert not any("trace_printk" in w for w in data.meta["warnings"])
+
+
+def test_trace_cmd_report_text_names_every_event(tmp_path):
+    """In `trace-cmd report` text (its `cpus=N` header) a line's name is always its event (trace_printk is `bprint:`
+    there): the real capture's `on_tick: ...` lines under that header are a table on_tick."""
+    lines = (PRINTK / "6.1-trace_printk-default.txt").read_text().splitlines()
+    ticks = [ln for ln in lines if ": on_tick: " in ln]
+    path = tmp_path / "report.txt"
+    path.write_text("cpus=2\n" + "\n".join(ticks) + "\n")
+    data = read_trace(path)
+    assert data.meta["events"] == {"on_tick": len(ticks)} and "marker" not in data.tables
+
+
+def test_trace_printk_warning_once_over_the_blocks_of_a_long_text(monkeypatch):
+    """A long text is read in blocks (TEXT_BLOCK_BYTES): the caller warning counts every block's lines, once."""
+    from abtest.trace import ftrace_text
+
+    monkeypatch.setattr(ftrace_text, "TEXT_BLOCK_BYTES", 1024)
+    data = read_trace(PRINTK / "6.1-trace_printk-default.txt")
+    notes = [w for w in data.meta["warnings"] if "trace_printk" in w]
+    assert notes == [notes[0]] and "on_tick (34)" in notes[0]
+    assert data.meta["events"] == {"bprint": 45}

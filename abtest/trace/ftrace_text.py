@@ -54,6 +54,7 @@ from abtest.trace.text_lines import (
     is_ascii,
     looks_js_escaped,
     parse_lines,
+    printk_callers_warning,
     split_lines,
     unescape_js_lines,
 )
@@ -462,6 +463,8 @@ def _finish_process(tables: dict, meta: dict) -> None:
 
 
 def _finish_meta(meta: dict) -> None:
+    printk_callers_warning(meta)
+    meta.pop("_report_text", None)
     per_cpu = meta.setdefault("lost_events_per_cpu", {})
     lost = sum(per_cpu.values())
     overwritten = meta.get("overwritten_events", 0)

@@ -77,7 +77,9 @@ def read(path, data) -> tuple[dict, dict]:
             line=1,
             expected=EXPECTED,
         )
-    tables = parse_lines(path, rewritten, meta, complete=ends_with_newline(raw), ascii_only=is_ascii(raw))
+    tables = parse_lines(
+        path, rewritten, meta, complete=ends_with_newline(raw), ascii_only=is_ascii(raw), plain_printk=False
+    )
     refuse_if_not_a_trace(path, tables, meta)
     meta["perf_script"] = {
         "samples": samples,

@@ -135,8 +135,11 @@ PRINTK_DECORATED_RE = (
 # A plain caller name (`on_tick: [+] tick:0`, the kernel's default `%ps` form) has a tracepoint name's shape: it is
 # read as trace_printk's caller when the name is no known trace event (TRACEPOINT_NAMES: the kernels' available_events
 # and perfetto's ftrace events) and not every one of its lines has a `key=value` field, as every tracepoint's text
-# but a few known ones has (f2fs prints `dev = (7,0)`: spaces allowed).
-KEY_VALUE_RE = r"[A-Za-z_][A-Za-z0-9_.\[\]]*[ \t]?="
+# but a few known ones has (f2fs prints `dev = (7,0)`: spaces allowed), or a kprobe / uprobe event's `(func+0x0/0x30)`
+# (the probe's name is the user's). Not in `trace-cmd report` text (a `cpus=N` / `version = N` header: it names
+# trace_printk `bprint`) nor in `perf script` text (every sample names its SYSTEM:EVENT).
+KEY_VALUE_RE = r"[A-Za-z_][A-Za-z0-9_.\[\]]*[ \t]?=|^\("
+REPORT_HEADER_RE = r"^(?:version = \d+|cpus=\d+)\s*$"
 PRINTK_SYMBOL_NAME_RE = r"^(?:_|0x[0-9a-f]+$)|\.(?:isra|constprop|part|cold|llvm|lto_priv|clone)(?:\.|$)"
 PRINTK_MARKER_SYMBOL = "tracing_mark_write"  # the caller of a trace_marker write: event tracing_mark_write
 HEADER_RE = (
@@ -304,7 +307,7 @@ def is_ascii(data: bytes) -> bool:
     return not data or int(np.frombuffer(data, dtype=np.uint8).max()) < 0x80
 
 
-def _split_event_lines(lines: pl.DataFrame, ascii_only: bool | None = None) -> pl.DataFrame:
+def _split_event_lines(lines: pl.DataFrame, ascii_only: bool | None = None, plain_printk: bool = True) -> pl.DataFrame:
     """(_line, text) -> + ``_pos`` (null on lines that are not event lines), ``_comm``, the head
     groups (pid, tgid, cpu, flags, sec, frac, event name or ``<stack trace>``) and ``_rest`` (the
     payload, or ``func <-parent`` on function-tracer lines)."""
@@ -341,19 +344,20 @@ def _split_event_lines(lines: pl.DataFrame, ascii_only: bool | None = None) -> p
         comm.str.strip_chars_start().alias("_comm"),
         tail.str.slice(pl.col(_G_HEAD).str.len_chars()).alias("_rest"),
     ).drop("_tail")
-    return _named_by_form(df)
+    return _named_by_form(df, plain_printk)
 
 
-def _named_by_form(df: pl.DataFrame) -> pl.DataFrame:
+def _named_by_form(df: pl.DataFrame, plain_printk: bool = True) -> pl.DataFrame:
     """+ ``_form_event`` / ``_form_payload``: the event name and payload of lines the kernel prints with
     no ``EVENT:`` name, named by their form: syscalls (SYSCALL_ENTER_RE / SYSCALL_EXIT_RE, ``key=value``
     payload), trace_marker_raw writes (RAW_DATA_RE -> ``raw_data``) and trace_printk / trace_puts lines
     (`_printk_form`: ``bprint``, or ``tracing_mark_write`` for a marker write printed with its offset);
-    null on other lines."""
+    null on other lines. plain_printk: also read plain caller names as trace_printk (plain_printk_names)."""
     unnamed = pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
     syscall = unnamed & pl.col("_rest").str.starts_with("sys_")
     raw_data = unnamed & pl.col("_rest").str.starts_with("# ")
-    symbol_name = (_symbol_shaped(pl.col(_G_EVENT)) | pl.col(_G_EVENT).is_in(plain_printk_names(df))).fill_null(False)
+    plain = plain_printk_names(df) if plain_printk else []
+    symbol_name = (_symbol_shaped(pl.col(_G_EVENT)) | pl.col(_G_EVENT).is_in(plain)).fill_null(False)
     has_syscall, has_raw_data, has_unnamed, has_symbol = df.select(
         syscall.any().alias("s"),
         raw_data.any().alias("r"),
@@ -421,19 +425,30 @@ def plain_printk_names(df: pl.DataFrame) -> list[str]:
     return sorted(free_text.get_column(_G_EVENT).to_list())
 
 
-def _note_plain_printk_callers(lines: pl.DataFrame, warnings: list) -> None:
-    """A warning naming the plain caller names read as trace_printk (plain_printk_names), with their line counts:
-    a judgement from the name and the text, which the user can check."""
+def _count_plain_printk_callers(lines: pl.DataFrame, meta: dict) -> None:
+    """meta["_printk_plain_callers"] += {caller: lines} of the plain caller names read as trace_printk
+    (plain_printk_names), for the one warning `printk_callers_warning` makes of every part of a text."""
     plain = lines.filter(
         (pl.col("_form_event") == "bprint") & pl.col(_G_EVENT).is_not_null() & ~_symbol_shaped(pl.col(_G_EVENT))
     )
     if plain.is_empty():
         return
-    counts = plain.group_by(_G_EVENT).len().sort(_G_EVENT)
-    names = ", ".join(f"{n} ({c})" for n, c in counts.head(8).iter_rows())
-    more = f" and {counts.height - 8} more" if counts.height > 8 else ""
-    warnings.append(
-        f"{plain.height} line(s) read as trace_printk (bprint) of a caller printed by name: {names}{more} "
+    counts = meta.setdefault("_printk_plain_callers", {})
+    for name, n in plain.group_by(_G_EVENT).len().iter_rows():
+        counts[name] = counts.get(name, 0) + n
+
+
+def printk_callers_warning(meta: dict) -> None:
+    """One warning naming the plain caller names read as trace_printk, with their line counts (a judgement from
+    the name and the text, which the user can check); pops meta["_printk_plain_callers"]."""
+    counts = meta.pop("_printk_plain_callers", None)
+    if not counts:
+        return
+    ranked = sorted(counts.items())
+    names = ", ".join(f"{n} ({c})" for n, c in ranked[:8])
+    more = f" and {len(ranked) - 8} more" if len(ranked) > 8 else ""
+    meta.setdefault("warnings", []).append(
+        f"{sum(counts.values())} line(s) read as trace_printk (bprint) of a caller printed by name: {names}{more} "
         "(no known trace event has the name and its text is not key=value fields)"
     )
 
@@ -956,6 +971,7 @@ def parse_lines(
     limits: Limits | None = None,
     ascii_only: bool | None = None,
     entries_check: bool = True,
+    plain_printk: bool = True,
 ) -> dict[str, pl.DataFrame]:
     """Frame of (``_line``, ``text``) -> raw tables keyed by event name; fills ``meta`` (import accounting in
     meta["import_errors"] / meta["non_event_content"], see the module docstring; table ``process`` when
@@ -965,15 +981,19 @@ def parse_lines(
     complete: False when the text does not end with a line end (its last line may be cut short).
     ascii_only: the text holds no byte >= 0x80 (`is_ascii`; None: found out here): cheaper slicing.
     entries_check: warn when the text has fewer events than its header's entries-in-buffer (False for one
-    block of a longer text: the caller checks the whole).
+    block of a longer text: the caller checks the whole). plain_printk: False where every line names its event
+    (`perf script` text); `trace-cmd report` text is recognised by its header (meta["_report_text"] carries that
+    to the next blocks).
     Never raises for unparseable lines: the caller decides whether the text is a trace at all
     (meta["_text_event_lines"] counts the lines read as events). An input holding only
     headers/comments gives no tables and a warning."""
     limits = limits or current()
     warnings = meta.setdefault("warnings", [])
     lines = _screen_raw_lines(lines, meta, source, limits)
-    lines = _split_event_lines(lines, ascii_only)
-    _note_plain_printk_callers(lines, warnings)
+    if plain_printk and not meta.get("_report_text"):
+        meta["_report_text"] = bool(lines["text"].head(64).str.contains(REPORT_HEADER_RE).any())
+    lines = _split_event_lines(lines, ascii_only, plain_printk and not meta.get("_report_text"))
+    _count_plain_printk_callers(lines, meta)
     is_event = pl.col("_pos").is_not_null()
     others = _classify_others(lines.filter(~is_event).select("_line", "text"))
     process = None

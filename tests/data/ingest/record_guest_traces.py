@@ -1,4 +1,4 @@
-"""How tests/data/ingest/printk/* and funcgraph/6.18-*.txt, 7.3-*.txt were recorded (2026-11-29): run from the work tree,
+"""How tests/data/ingest/printk/*, kprobe/* and funcgraph/6.18-*.txt, 7.3-*.txt were recorded (2026-11-29): run from the work tree,
 `.venv/bin/python tests/data/ingest/record_guest_traces.py OUTDIR abtest_printk.ko bzImage`, after
 
 - the 6.18 kernel: `apt-get download linux-image-6.18.15+deb13-amd64` from Debian trixie-backports, vmlinuz and
@@ -53,6 +53,25 @@ def record_printk(out: Path, module: Path) -> None:
             timeout=300,
         )
         t.pull("/tmp/printk.dat", out / "6.1-trace_printk-sched.dat")
+    finally:
+        vm.stop()
+
+
+def record_kprobes(out: Path) -> None:
+    """kprobe / kretprobe events (names chosen by the user, text `(func+0x0/0x30)` without fetch arguments)."""
+    vm = boot("linux-image-6.1.0-56-amd64")
+    try:
+        t = vm.target("guest")
+        r = t.run(
+            "cd /sys/kernel/tracing; echo 'p:abtest_open do_sys_openat2' >> kprobe_events; "
+            "echo 'r:abtest_open_ret do_sys_openat2' >> kprobe_events; "
+            "echo 'p:abtest_open_args do_sys_openat2 dfd=%di flags=+8(%dx):x32' >> kprobe_events; "
+            "echo > trace; echo 1 > events/kprobes/enable; echo 1 > events/sched/sched_switch/enable; "
+            "echo 1 > tracing_on; cat /proc/version > /dev/null; ls / > /dev/null; echo 0 > tracing_on; "
+            "echo 0 > events/enable; cat trace; echo > kprobe_events",
+            timeout=120,
+        )
+        (out / "6.1-kprobes.txt").write_text(r.stdout)
     finally:
         vm.stop()
 
@@ -115,5 +134,6 @@ if __name__ == "__main__":
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     record_printk(out, Path(sys.argv[2]))
+    record_kprobes(out)
     record_funcgraph_args(out)
     record_funcgraph_retval(out, Path(sys.argv[3]))
