@@ -90,6 +90,10 @@ def test_a_new_reader_version_or_a_damaged_note_is_hashed_again(traces, tmp_path
     monkeypatch.setattr(cache, "READER_VERSION", "999")
     hashed.clear()
     assert cache.content_key(path) != first and len(hashed) == 1
+    # the environment that changes a reader's output (abtest.trace.text_lines.PLAIN_PRINTK_ENV) changes the key
+    second = cache.content_key(path)
+    monkeypatch.setenv("ABTEST_PLAIN_PRINTK", "0")
+    assert cache.content_key(path) != second
 
 
 def test_a_read_only_cache_root_still_gives_the_key(traces, tmp_path, hashed, monkeypatch):

@@ -443,18 +443,39 @@ def test_trace_printk_real_capture(name, caller):
     assert ticks == list(range(len(ticks))) and len(ticks) >= 30
 
 
-def test_trace_printk_plain_caller_is_named_in_a_warning():
+def test_trace_printk_plain_caller_is_named_in_a_warning(traces):
     """Reading `on_tick: ...` as trace_printk is a judgement (the name is no known trace event, the text no
-    key=value fields): the warning names it; a real tracepoint with no key=value text stays an event."""
+    key=value fields): the warning names it. Real tracepoints whose text has no key=value field (ext4's
+    `dev 8,13 ino ...`, raw_syscalls' `sys_enter: NR 63 (...)` in real shared traces) stay events."""
     data = read_trace(PRINTK / "6.1-trace_printk-default.txt")
     assert any("on_tick (34)" in w for w in data.meta["warnings"])
     assert "on_tick" not in data.tables
+    for rel, events in (
+        ("trappy/trace_filesystem.txt", ("ext4_da_write_begin", "ext4_da_write_end", "ext4_sync_file_enter")),
+        ("tracecompass/trace-android-sched-irq-syscall", ("sys_enter",)),
+    ):
+        path = traces / rel
+        text = path.read_text()
+        other = read_trace(path)
+        for event in events:
+            assert other.meta["events"][event] == len(re.findall(rf"\d: {event}: ", text)) > 0
+        assert not any("trace_printk" in w for w in other.meta.get("warnings", []))
+
+
+def test_plain_printk_rule_can_be_turned_off(monkeypatch):
+    """ABTEST_PLAIN_PRINTK=0: plain caller names stay events (a trace whose unknown events the rule misreads)."""
+    monkeypatch.setenv("ABTEST_PLAIN_PRINTK", "0")
+    data = read_trace(PRINTK / "6.1-trace_printk-default.txt")
+    assert data.meta["events"] == {"bprint": 11, "on_tick": 34}
+    assert not any("trace_printk" in w for w in data.meta["warnings"])
 
 
 def test_trace_printk_trace_dat_matches_trace_cmd_report():
     """The same module under `trace-cmd record` in the guest: bprint / bputs rows equal trace-cmd report's."""
     path = PRINTK / "6.1-trace_printk-sched.dat"
-    report = subprocess.run(["trace-cmd", "report", str(path)], capture_output=True, text=True, check=True).stdout
+    report = subprocess.run(
+        ["trace-cmd", "report", str(path)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
     rows = re.findall(r"\s(\d+\.\d{6}): (bprint|bputs): +0x[0-9a-f]+: (.*)$", report, flags=re.M)
     assert len(rows) >= 40
     marker = read_trace(path).tables["marker"]
@@ -527,6 +548,28 @@ def test_trace_cmd_report_text_names_every_event(tmp_path):
     path.write_text("cpus=2\n" + "\n".join(ticks) + "\n")
     data = read_trace(path)
     assert data.meta["events"] == {"on_tick": len(ticks)} and "marker" not in data.tables
+
+
+def test_plain_caller_decided_for_the_whole_text_read_in_blocks(monkeypatch, tmp_path):
+    """A long text is read in blocks: a caller whose only free-text line falls in one block is trace_printk in every
+    block (the text is read again with the whole text's decision), as when the text is read at once."""
+    from abtest.trace import ftrace_text
+
+    head = (PRINTK / "6.1-trace_printk-default.txt").read_text().splitlines()[:12]  # the tracefs header
+    body = [
+        f"          <idle>-0       [000] ..s1.     {9 + i / 1000:.6f}: my_probe: step={i} cpu=0" for i in range(120)
+    ]
+    body.insert(60, "          <idle>-0       [000] ..s1.     9.060500: my_probe: [+] halfway")
+    path = tmp_path / "mixed.txt"
+    path.write_text("\n".join(head + body) + "\n")
+    whole = read_trace(path)
+    monkeypatch.setattr(ftrace_text, "TEXT_BLOCK_BYTES", 1024)
+    blocked = read_trace(path)
+    assert whole.meta["events"] == blocked.meta["events"] == {"bprint": 121}
+    assert whole.tables["marker"].equals(blocked.tables["marker"])
+    assert [w for w in blocked.meta["warnings"] if "trace_printk" in w] == [
+        w for w in whole.meta["warnings"] if "trace_printk" in w
+    ]
 
 
 def test_trace_printk_warning_once_over_the_blocks_of_a_long_text(monkeypatch):

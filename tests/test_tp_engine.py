@@ -248,7 +248,7 @@ def _store_ref(tp) -> weakref.ref:
     return weakref.ref(tp._store)
 
 
-def test_wasm_instance_memory_freed_when_dropped_trapped_or_failed_to_load(clean_env, traces, tmp_path):
+def test_wasm_instance_memory_freed_when_dropped_trapped_or_failed_to_load(clean_env, traces, tmp_path, monkeypatch):
     """An instance's store (its linear memory, its module mapping) goes as soon as the instance is dropped without
     close(), traps, or fails to load a trace. Before, the reply callback held the instance and wasmtime-py's table of
     host functions held the callback until the store was deleted: a cycle the collector cannot see, so every such
@@ -264,12 +264,10 @@ def test_wasm_instance_memory_freed_when_dropped_trapped_or_failed_to_load(clean
     tp = wasm_engine.WasmTraceProcessor()
     tp.load(traces / SYSTING)
     ref = _store_ref(tp)
-    os.environ["ABTEST_TP_TIMEOUT_S"] = "0.3"
-    try:
-        with pytest.raises(wasm_engine.WasmEngineError, match="timed out"):
-            tp.query_raw("select count(*) from ftrace_event a join ftrace_event b join ftrace_event c")
-    finally:
-        del os.environ["ABTEST_TP_TIMEOUT_S"]
+    monkeypatch.setenv("ABTEST_TP_TIMEOUT_S", "0.3")
+    with pytest.raises(wasm_engine.WasmEngineError, match="timed out"):
+        tp.query_raw("select count(*) from ftrace_event a join ftrace_event b join ftrace_event c")
+    monkeypatch.delenv("ABTEST_TP_TIMEOUT_S")
     assert ref() is None and tp._dead.startswith("request timed out")
     # a file trace_processor refuses: open_session closes the instance before raising
     refs = []
@@ -281,11 +279,9 @@ def test_wasm_instance_memory_freed_when_dropped_trapped_or_failed_to_load(clean
 
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"\x00garbage that is no trace\n" * 10)
-    wasm_engine.WasmTraceProcessor.__init__ = spy
-    try:
-        with pytest.raises(pe.EngineQueryError) as err:
-            pe.open_session(bad, engine="wasm")
-    finally:
-        wasm_engine.WasmTraceProcessor.__init__ = real_init
+    monkeypatch.setattr(wasm_engine.WasmTraceProcessor, "__init__", spy)
+    with pytest.raises(pe.EngineQueryError) as err:
+        pe.open_session(bad, engine="wasm")
+    monkeypatch.undo()
     assert len(refs) == 1 and err.value is not None
     assert refs[0]() is None  # while the exception (and its traceback holding the instance) is still alive

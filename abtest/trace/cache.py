@@ -34,6 +34,7 @@ import polars as pl
 
 from abtest.trace.model import TraceData
 from abtest.trace.readers import READER_VERSION
+from abtest.trace.text_lines import plain_printk_enabled
 
 # table file suffix per format
 SUFFIX = {"parquet": ".parquet", "ipc": ".arrow"}
@@ -72,13 +73,13 @@ def content_key(path: str | os.PathLike) -> str:
         known is not None
         and known.get("path") == real
         and known.get("file") == identity
-        and known.get("reader") == READER_VERSION
+        and known.get("reader") == _reader_version()
         and isinstance(known.get("key"), str)
     ):
         return known["key"]
     key = hash_content(real)
     if time.time_ns() - st.st_mtime_ns >= SETTLED_NS and _identity(os.stat(real)) == identity:
-        _write_key_note(note, {"path": real, "file": identity, "reader": READER_VERSION, "key": key})
+        _write_key_note(note, {"path": real, "file": identity, "reader": _reader_version(), "key": key})
     return key
 
 
@@ -93,8 +94,13 @@ def hash_content(path: str | os.PathLike) -> str:
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
-    h.update(READER_VERSION.encode())
+    h.update(_reader_version().encode())
     return h.hexdigest()
+
+
+def _reader_version() -> str:
+    """READER_VERSION, marked when the environment changes what the readers give (ABTEST_PLAIN_PRINTK=0)."""
+    return READER_VERSION + ("" if plain_printk_enabled() else "+plain-printk-off")
 
 
 def _key_note(real_path: str) -> Path:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import gzip
 import hashlib
 import html
@@ -145,8 +146,13 @@ def _block_ends(data, size: int) -> list[int]:
     return ends
 
 
-def _parse_text_blocks(path, data, meta: dict) -> dict[str, pl.DataFrame]:
-    """A long plain text (see TEXT_BLOCK_BYTES): block by block, the tables concatenated."""
+def _parse_text_blocks(path, data, meta: dict, printk_names: frozenset[str] | None = None) -> dict[str, pl.DataFrame]:
+    """A long plain text (see TEXT_BLOCK_BYTES): block by block, the tables concatenated.
+
+    A plain name is read as a trace_printk caller for the whole text (abtest.trace.text_lines.KEY_VALUE_RE): when
+    some block read it so and another as an event (that block held none of its free-text lines), the text is read
+    again with the names every block decided (`printk_names`), as the whole text read at once would have."""
+    meta_before = copy.deepcopy(meta) if printk_names is None else None
     parts: dict[str, list[pl.DataFrame]] = {}
     columns: dict = {}
     first_line, start, events = 1, 0, 0
@@ -160,7 +166,10 @@ def _parse_text_blocks(path, data, meta: dict) -> dict[str, pl.DataFrame]:
             if hi > lo:
                 data.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
         before = meta.get("_text_event_lines", 0)
-        for name, df in _parse_text(path, body, first_line, meta, entries_check=False).items():
+        blocks = _parse_text(
+            path, body, first_line, meta, entries_check=False, printk_names=printk_names or frozenset()
+        )
+        for name, df in blocks.items():
             parts.setdefault(name, []).append(df)
         events += meta.get("_text_event_lines", 0) - before
         cols = meta.get("text_columns") or {}
@@ -168,6 +177,11 @@ def _parse_text_blocks(path, data, meta: dict) -> dict[str, pl.DataFrame]:
         first_line += body.count(b"\n")
         start = end
         del body
+    decided = frozenset(meta.get("_printk_plain_callers", ()))
+    if meta_before is not None and decided & parts.keys():
+        meta.clear()
+        meta.update(meta_before)
+        return _parse_text_blocks(path, data, meta, decided)
     if columns:
         meta["text_columns"] = columns
     in_buffer = meta.get("entries_in_buffer")
@@ -190,7 +204,13 @@ def _concat_blocks(dfs: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def _parse_text(
-    path, body: bytes, first_line: int, meta: dict, source: str | None = None, entries_check: bool = True
+    path,
+    body: bytes,
+    first_line: int,
+    meta: dict,
+    source: str | None = None,
+    entries_check: bool = True,
+    printk_names: frozenset[str] = frozenset(),
 ) -> dict[str, pl.DataFrame]:
     padded = len(body) - len(body.rstrip(b"\x00")) if body[-1:] == b"\x00" else 0
     if padded:  # NUL padding after the text (a file or buffer padded to a block size): skipped, counted
@@ -209,7 +229,14 @@ def _parse_text(
         meta.pop("text_quirks")
     where = f"{path} ({source})" if source else path
     return parse_lines(
-        where, lines, meta, source=source, complete=complete, ascii_only=is_ascii(body), entries_check=entries_check
+        where,
+        lines,
+        meta,
+        source=source,
+        complete=complete,
+        ascii_only=is_ascii(body),
+        entries_check=entries_check,
+        printk_names=printk_names,
     )
 
 

@@ -252,10 +252,12 @@ def open_session(path: str | os.PathLike, engine: str | None = None) -> Session:
         try:
             tp = WasmTraceProcessor(Path(info.path))
             tp.load(path)
-        except WasmEngineError as e:
+        except BaseException as e:
             if tp is not None:
                 tp.close()  # now, not when the traceback that holds it is collected
-            raise EngineQueryError(f"{path}: {e}") from e
+            if isinstance(e, WasmEngineError):
+                raise EngineQueryError(f"{path}: {e}") from e
+            raise
         startup = {
             "module_source": tp.startup.source,
             "module_seconds": tp.startup.seconds,

@@ -23,13 +23,15 @@ from abtest.trace.model import TraceData
 from abtest.trace.schema import canonicalize, event_counts, sample_counts
 
 # Bumped whenever a reader's output changes: part of the cache key.
+# 17: trace_printk lines with a plain caller name read as bprint (ABTEST_PLAIN_PRINTK=0 marks the key), 0xADDR <ADDR>
+# callers; the trace.dat decoder names fields_not_decoded;
 # 16: perfetto ProcessTree packets -> table `process` (issue 38 item 7); 15: perf script text, trace_printk
 # lines as bprint, funcgraph args/retaddr, timestamp outliers out of the span (issue 43); 14: text lines
 # lacking a canonical field and rows with a null or negative CPU are import errors
 # (schema._drop_unfit_rows, text_lines._require_fields); 13: perfetto extension packets named (field_76 ->
 # frame_timeline_event); 12: the native decoders rewritten (same tables; the Trace cache holds Arrow IPC); 11:
 # ingestion accounting (import_errors, process table) + canonical integer widths only in the analysed tables
-READER_VERSION = "16"
+READER_VERSION = "17"
 
 _TEXT_FORMATS = ("ftrace-text", "atrace", "atrace-z", "systrace-html")
 _EXPECTED = (

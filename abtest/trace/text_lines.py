@@ -58,6 +58,7 @@ those become ``tracing_mark_write`` (see docs/text-formats.md).
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -133,11 +134,15 @@ PRINTK_DECORATED_RE = (
     r"(?: <[0-9a-f]+>)?): (.*)$"
 )
 # A plain caller name (`on_tick: [+] tick:0`, the kernel's default `%ps` form) has a tracepoint name's shape: it is
-# read as trace_printk's caller when the name is no known trace event (TRACEPOINT_NAMES: the kernels' available_events
-# and perfetto's ftrace events) and not every one of its lines has a `key=value` field, as every tracepoint's text
-# but a few known ones has (f2fs prints `dev = (7,0)`: spaces allowed), or a kprobe / uprobe event's `(func+0x0/0x30)`
-# (the probe's name is the user's). Not in `trace-cmd report` text (a `cpus=N` / `version = N` header: it names
-# trace_printk `bprint`) nor in `perf script` text (every sample names its SYSTEM:EVENT).
+# read as trace_printk's caller when the name is no known trace event (tracepoint_names(): the names kernel sources
+# 5.10, 6.1 and 7.3 declare, drivers and debug options included, the available_events of running kernels and the
+# Android vendor events perfetto knows) and not every one of its lines has a `key=value` field, as every tracepoint's
+# text but a few known ones has (f2fs prints `dev = (7,0)`: spaces allowed), or a kprobe / uprobe event's
+# `(func+0x0/0x30)` (the probe's name is the user's). Not in `trace-cmd report` text (a `cpus=N` / `version = N`
+# header: it names trace_printk `bprint`) nor in `perf script` text (every sample names its SYSTEM:EVENT), nor with
+# ABTEST_PLAIN_PRINTK=0 in the environment. The names are decided for the whole text (a long text read in blocks is
+# read again when a block decided otherwise: abtest.trace.ftrace_text).
+PLAIN_PRINTK_ENV = "ABTEST_PLAIN_PRINTK"
 KEY_VALUE_RE = r"[A-Za-z_][A-Za-z0-9_.\[\]]*[ \t]?=|^\("
 REPORT_HEADER_RE = r"^(?:version = \d+|cpus=\d+)\s*$"
 PRINTK_SYMBOL_NAME_RE = r"^(?:_|0x[0-9a-f]+$)|\.(?:isra|constprop|part|cold|llvm|lto_priv|clone)(?:\.|$)"
@@ -307,7 +312,12 @@ def is_ascii(data: bytes) -> bool:
     return not data or int(np.frombuffer(data, dtype=np.uint8).max()) < 0x80
 
 
-def _split_event_lines(lines: pl.DataFrame, ascii_only: bool | None = None, plain_printk: bool = True) -> pl.DataFrame:
+def _split_event_lines(
+    lines: pl.DataFrame,
+    ascii_only: bool | None = None,
+    plain_printk: bool = True,
+    printk_names: frozenset[str] = frozenset(),
+) -> pl.DataFrame:
     """(_line, text) -> + ``_pos`` (null on lines that are not event lines), ``_comm``, the head
     groups (pid, tgid, cpu, flags, sec, frac, event name or ``<stack trace>``) and ``_rest`` (the
     payload, or ``func <-parent`` on function-tracer lines)."""
@@ -344,19 +354,22 @@ def _split_event_lines(lines: pl.DataFrame, ascii_only: bool | None = None, plai
         comm.str.strip_chars_start().alias("_comm"),
         tail.str.slice(pl.col(_G_HEAD).str.len_chars()).alias("_rest"),
     ).drop("_tail")
-    return _named_by_form(df, plain_printk)
+    return _named_by_form(df, plain_printk, printk_names)
 
 
-def _named_by_form(df: pl.DataFrame, plain_printk: bool = True) -> pl.DataFrame:
+def _named_by_form(
+    df: pl.DataFrame, plain_printk: bool = True, printk_names: frozenset[str] = frozenset()
+) -> pl.DataFrame:
     """+ ``_form_event`` / ``_form_payload``: the event name and payload of lines the kernel prints with
     no ``EVENT:`` name, named by their form: syscalls (SYSCALL_ENTER_RE / SYSCALL_EXIT_RE, ``key=value``
     payload), trace_marker_raw writes (RAW_DATA_RE -> ``raw_data``) and trace_printk / trace_puts lines
     (`_printk_form`: ``bprint``, or ``tracing_mark_write`` for a marker write printed with its offset);
-    null on other lines. plain_printk: also read plain caller names as trace_printk (plain_printk_names)."""
+    null on other lines. plain_printk: also read plain caller names as trace_printk (plain_printk_names, and the
+    `printk_names` the whole text decided)."""
     unnamed = pl.col(_G_EVENT).is_null() & pl.col(_G_STACK).is_null()
     syscall = unnamed & pl.col("_rest").str.starts_with("sys_")
     raw_data = unnamed & pl.col("_rest").str.starts_with("# ")
-    plain = plain_printk_names(df) if plain_printk else []
+    plain = sorted(set(plain_printk_names(df)) | printk_names) if plain_printk else []
     symbol_name = (_symbol_shaped(pl.col(_G_EVENT)) | pl.col(_G_EVENT).is_in(plain)).fill_null(False)
     has_syscall, has_raw_data, has_unnamed, has_symbol = df.select(
         syscall.any().alias("s"),
@@ -394,6 +407,11 @@ def _symbol_shaped(name: pl.Expr) -> pl.Expr:
     """A kernel symbol's shape that no tracepoint name has: a leading underscore, a bare address, a compiler
     suffix (``.isra.0``)."""
     return name.str.starts_with("_") | name.str.starts_with("0x") | name.str.contains(".", literal=True)
+
+
+def plain_printk_enabled() -> bool:
+    """False when the environment turns the plain caller rule off (ABTEST_PLAIN_PRINTK=0 / off / no / false)."""
+    return os.environ.get(PLAIN_PRINTK_ENV, "1").strip().lower() not in ("0", "off", "no", "false")
 
 
 @functools.cache
@@ -444,12 +462,13 @@ def printk_callers_warning(meta: dict) -> None:
     counts = meta.pop("_printk_plain_callers", None)
     if not counts:
         return
-    ranked = sorted(counts.items())
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))  # the most lines first
     names = ", ".join(f"{n} ({c})" for n, c in ranked[:8])
     more = f" and {len(ranked) - 8} more" if len(ranked) > 8 else ""
     meta.setdefault("warnings", []).append(
         f"{sum(counts.values())} line(s) read as trace_printk (bprint) of a caller printed by name: {names}{more} "
-        "(no known trace event has the name and its text is not key=value fields)"
+        f"(no known trace event has the name and its text is not key=value fields; {PLAIN_PRINTK_ENV}=0 reads "
+        "them as events)"
     )
 
 
@@ -972,6 +991,7 @@ def parse_lines(
     ascii_only: bool | None = None,
     entries_check: bool = True,
     plain_printk: bool = True,
+    printk_names: frozenset[str] = frozenset(),
 ) -> dict[str, pl.DataFrame]:
     """Frame of (``_line``, ``text``) -> raw tables keyed by event name; fills ``meta`` (import accounting in
     meta["import_errors"] / meta["non_event_content"], see the module docstring; table ``process`` when
@@ -983,16 +1003,18 @@ def parse_lines(
     entries_check: warn when the text has fewer events than its header's entries-in-buffer (False for one
     block of a longer text: the caller checks the whole). plain_printk: False where every line names its event
     (`perf script` text); `trace-cmd report` text is recognised by its header (meta["_report_text"] carries that
-    to the next blocks).
+    to the next blocks); ABTEST_PLAIN_PRINTK=0 turns the rule off. printk_names: plain caller names the whole text
+    decided (for one block of a longer text).
     Never raises for unparseable lines: the caller decides whether the text is a trace at all
     (meta["_text_event_lines"] counts the lines read as events). An input holding only
     headers/comments gives no tables and a warning."""
     limits = limits or current()
     warnings = meta.setdefault("warnings", [])
     lines = _screen_raw_lines(lines, meta, source, limits)
+    plain_printk = plain_printk and plain_printk_enabled()
     if plain_printk and not meta.get("_report_text"):
         meta["_report_text"] = bool(lines["text"].head(64).str.contains(REPORT_HEADER_RE).any())
-    lines = _split_event_lines(lines, ascii_only, plain_printk and not meta.get("_report_text"))
+    lines = _split_event_lines(lines, ascii_only, plain_printk and not meta.get("_report_text"), printk_names)
     _count_plain_printk_callers(lines, meta)
     is_event = pl.col("_pos").is_not_null()
     others = _classify_others(lines.filter(~is_event).select("_line", "text"))
