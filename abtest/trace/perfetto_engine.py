@@ -21,6 +21,7 @@ Loaded traces are kept in a small in-process LRU (2 sessions), so repeated queri
 
 from __future__ import annotations
 
+import atexit
 import os
 import platform as _platform
 import sys
@@ -298,11 +299,15 @@ def session(path: str | os.PathLike, engine: str | None = None) -> Session:
 
 
 def close_all() -> None:
-    """Close every cached session (frees wasm memory, stops shell subprocesses)."""
+    """Close every cached session (frees wasm memory, stops shell subprocesses). Also run at exit: a wasm store
+    deleted during the interpreter's teardown, after wasmtime's own module is gone, prints "Exception ignored"."""
     with _sessions_lock:
         while _sessions:
             _, s = _sessions.popitem()
             s.close()
+
+
+atexit.register(close_all)
 
 
 def query(path: str | os.PathLike, sql: str, *, engine: str | None = None) -> pl.DataFrame:

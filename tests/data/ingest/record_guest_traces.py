@@ -16,21 +16,27 @@
 A second run gives other timestamps and counts (the tests count from each file); the reader read those too.
 """
 
+import contextlib
 import sys
 from pathlib import Path
 
 from abtest.targets.qemu import KernelImage, QemuVM, _kernel_from_dir, build_initramfs, cache_dir
 
 
-def boot(package: str) -> QemuVM:
-    kernel = _kernel_from_dir(package, cache_dir() / package)
-    return QemuVM(kernel, build_initramfs(kernel), memory_mb=768).start(timeout_s=300)
+@contextlib.contextmanager
+def guest(kernel: KernelImage | str):
+    """An ssh target on a booted QEMU guest of `kernel` (a KernelImage, or the name of a package in the cache)."""
+    if isinstance(kernel, str):
+        kernel = _kernel_from_dir(kernel, cache_dir() / kernel)
+    vm = QemuVM(kernel, build_initramfs(kernel), memory_mb=768).start(timeout_s=300)
+    try:
+        yield vm.target("guest")
+    finally:
+        vm.stop()
 
 
 def record_printk(out: Path, module: Path) -> None:
-    vm = boot("linux-image-6.1.0-56-amd64")
-    try:
-        t = vm.target("guest")
+    with guest("linux-image-6.1.0-56-amd64") as t:
         t.push(module, "/tmp/abtest_printk.ko")
         tracing = "cd /sys/kernel/tracing; echo > trace; "
         load = "insmod /tmp/abtest_printk.ko; sleep 0.4; "
@@ -53,15 +59,11 @@ def record_printk(out: Path, module: Path) -> None:
             timeout=300,
         )
         t.pull("/tmp/printk.dat", out / "6.1-trace_printk-sched.dat")
-    finally:
-        vm.stop()
 
 
 def record_kprobes(out: Path) -> None:
     """kprobe / kretprobe events (names chosen by the user, text `(func+0x0/0x30)` without fetch arguments)."""
-    vm = boot("linux-image-6.1.0-56-amd64")
-    try:
-        t = vm.target("guest")
+    with guest("linux-image-6.1.0-56-amd64") as t:
         r = t.run(
             "cd /sys/kernel/tracing; echo 'p:abtest_open do_sys_openat2' >> kprobe_events; "
             "echo 'r:abtest_open_ret do_sys_openat2' >> kprobe_events; "
@@ -72,14 +74,10 @@ def record_kprobes(out: Path) -> None:
             timeout=120,
         )
         (out / "6.1-kprobes.txt").write_text(r.stdout)
-    finally:
-        vm.stop()
 
 
 def record_funcgraph_args(out: Path) -> None:
-    vm = boot("linux-image-6.18.15+deb13-amd64")
-    try:
-        t = vm.target("guest")
+    with guest("linux-image-6.18.15+deb13-amd64") as t:
         reset = (
             "cd /sys/kernel/tracing; echo nop > current_tracer; echo 0 > tracing_on; echo > trace; "
             "for o in funcgraph-args funcgraph-proc funcgraph-abstime funcgraph-tail; do echo 0 > options/$o; done; "
@@ -104,15 +102,10 @@ def record_funcgraph_args(out: Path) -> None:
         ):
             r = t.run(reset + recipe + "cat trace", timeout=300)
             (out / f"6.18-{name}.txt").write_text(r.stdout)
-    finally:
-        vm.stop()
 
 
 def record_funcgraph_retval(out: Path, bzimage: Path) -> None:
-    kernel = KernelImage("custom-7.3.4", "7.3.4-tinyconfig-funcgraph", bzimage, [])
-    vm = QemuVM(kernel, build_initramfs(kernel), memory_mb=512).start(timeout_s=300)
-    try:
-        t = vm.target("guest")
+    with guest(KernelImage("custom-7.3.4", "7.3.4-tinyconfig-funcgraph", bzimage, [])) as t:
         reset = (
             "cd /sys/kernel/tracing; echo nop > current_tracer; echo 0 > tracing_on; echo > trace; for o in "
             "funcgraph-retval funcgraph-retaddr funcgraph-proc funcgraph-abstime funcgraph-tail; do echo 0 > options/$o; "
@@ -126,8 +119,6 @@ def record_funcgraph_retval(out: Path, bzimage: Path) -> None:
             on = "".join(f"echo 1 > options/{o}; " for o in options.split())
             r = t.run(reset + on + work + "cat trace", timeout=300)
             (out / f"7.3-{name}.txt").write_text(r.stdout)
-    finally:
-        vm.stop()
 
 
 if __name__ == "__main__":
