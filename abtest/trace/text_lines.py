@@ -144,11 +144,12 @@ PRINTK_DECORATED_RE = (
 # read again when a block decided otherwise: abtest.trace.ftrace_text).
 PLAIN_PRINTK_ENV = "ABTEST_PLAIN_PRINTK"
 KEY_VALUE_RE = r"[A-Za-z_][A-Za-z0-9_.\[\]]*[ \t]?=|^\("
-REPORT_HEADER_RE = r"^(?:version = \d+|cpus=\d+)\s*$"
+_REPORT_HEAD = r"version = \d+|cpus=\d+"  # the first lines of `trace-cmd report` text
+REPORT_HEADER_RE = rf"^(?:{_REPORT_HEAD})\s*$"
 PRINTK_SYMBOL_NAME_RE = r"^(?:_|0x[0-9a-f]+$)|\.(?:isra|constprop|part|cold|llvm|lto_priv|clone)(?:\.|$)"
 PRINTK_MARKER_SYMBOL = "tracing_mark_write"  # the caller of a trace_marker write: event tracing_mark_write
 HEADER_RE = (
-    r"^(?:version = \d+|cpus=\d+|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
+    rf"^(?:{_REPORT_HEAD}|CPU \d+ is empty|CPU\d+ data recorded at offset=0x[0-9a-fA-F]+)\s*$"
     # trace-cmd report --verbose's plugin list; -w's wakeup-latency summary at the end
     r"|^(?:registering plugin: |overriding event \(\d+\) |removing override handler for event \(\d+\) )"
     r"|^(?:(?:RT )?(?:Average wakeup latency|Maximum Latency|Minimum Latency): |RT task timings:)"
@@ -427,9 +428,8 @@ def plain_printk_names(df: pl.DataFrame) -> list[str]:
     ``key=value`` field. Sorted."""
     names = df.get_column(_G_EVENT).drop_nulls().unique()
     known = tracepoint_names()
-    candidates = [
-        n for n in names.to_list() if n not in known and n[:1].isalpha() and "." not in n and n != OLD_MARKER_EVENT
-    ]
+    # a name with a symbol's shape (`.isra.0`) is read as a caller anyway; `0` (old markers) is no identifier
+    candidates = [n for n in names.to_list() if n not in known and n[:1].isalpha() and "." not in n]
     if not candidates:
         return []
     free_text = (
